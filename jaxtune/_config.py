@@ -1,0 +1,229 @@
+"""Environment-backed settings: every ``JAXTUNE_*`` variable is parsed and validated here.
+
+Settings are read from the environment each time :func:`settings` is called (a parse is a
+handful of dictionary lookups, and it only happens at trace time), so a program or a test
+may change ``os.environ`` at any point. :func:`override` layers values on top of the
+environment for the current thread of control, which is how tests pin a mode without
+touching the environment of other tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import math
+import os
+import pathlib
+import types
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal
+
+from ._errors import SettingsError
+
+__all__ = ["VARIABLES", "Settings", "Variable", "override", "settings"]
+
+Mode = Literal["off", "cached", "tune", "retune"]
+Isolation = Literal["process", "inline"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    """The value of every jaxtune setting, after validation."""
+
+    mode: Mode
+    cache_dir: pathlib.Path
+    profile: bool
+    profile_dir: pathlib.Path
+    isolation: Isolation
+    timeout: float
+    verbose: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Variable:
+    """One environment variable: its name, the field it fills, how it parses, its default."""
+
+    name: str
+    field: str
+    allowed: str
+    default: str
+    parse: Callable[[str], Any]
+    doc: str
+
+
+def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise _bad(name, raw, ", ".join(choices))
+        return value
+
+    return parse
+
+
+def _bad(name: str, raw: str, allowed: str) -> SettingsError:
+    return SettingsError(
+        f"{name}={raw!r} is not valid; allowed values: {allowed}. "
+        f"Set {name} to one of them or unset it to use the default."
+    )
+
+
+def _flag(name: str) -> Callable[[str], bool]:
+    choose = _choice(name, ("0", "1"))
+    return lambda raw: choose(raw) == "1"
+
+
+def _level(name: str) -> Callable[[str], int]:
+    choose = _choice(name, ("0", "1", "2"))
+    return lambda raw: int(choose(raw))
+
+
+def _seconds(name: str) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise _bad(name, raw, "a positive number of seconds, such as 60 or 2.5") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise _bad(name, raw, "a positive number of seconds, such as 60 or 2.5")
+        return value
+
+    return parse
+
+
+def _directory(name: str) -> Callable[[str], pathlib.Path]:
+    def parse(raw: str) -> pathlib.Path:
+        path = pathlib.Path(raw).expanduser()
+        if path.exists() and not path.is_dir():
+            raise _bad(name, raw, "a directory path (this path exists and is not a directory)")
+        return path
+
+    return parse
+
+
+def _default_cache_dir() -> str:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
+    return str(base / "jaxtune")
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable(
+        name="JAXTUNE_MODE",
+        field="mode",
+        allowed="off, cached, tune, retune",
+        default="cached",
+        parse=_choice("JAXTUNE_MODE", ("off", "cached", "tune", "retune")),
+        doc="off: defaults only, caches ignored; cached: never sweeps; "
+        "tune: sweep on a cache miss; retune: sweep always.",
+    ),
+    Variable(
+        name="JAXTUNE_CACHE_DIR",
+        field="cache_dir",
+        allowed="a directory",
+        default="$XDG_CACHE_HOME/jaxtune or ~/.cache/jaxtune",
+        parse=_directory("JAXTUNE_CACHE_DIR"),
+        doc="Where tuned configurations are stored.",
+    ),
+    Variable(
+        name="JAXTUNE_PROFILE",
+        field="profile",
+        allowed="0, 1",
+        default="0",
+        parse=_flag("JAXTUNE_PROFILE"),
+        doc="1 profiles the first call per signature of every @profiled function.",
+    ),
+    Variable(
+        name="JAXTUNE_PROFILE_DIR",
+        field="profile_dir",
+        allowed="a directory",
+        default="./jaxtune-profiles",
+        parse=_directory("JAXTUNE_PROFILE_DIR"),
+        doc="Where automatic profiles and their reports are written.",
+    ),
+    Variable(
+        name="JAXTUNE_ISOLATION",
+        field="isolation",
+        allowed="process, inline",
+        default="process",
+        parse=_choice("JAXTUNE_ISOLATION", ("process", "inline")),
+        doc="process: sweeps run in a child process; inline: in this process, no crash isolation.",
+    ),
+    Variable(
+        name="JAXTUNE_TIMEOUT",
+        field="timeout",
+        allowed="a positive number of seconds",
+        default="60",
+        parse=_seconds("JAXTUNE_TIMEOUT"),
+        doc="Seconds one configuration of a sweep may take before it is marked failed.",
+    ),
+    Variable(
+        name="JAXTUNE_VERBOSE",
+        field="verbose",
+        allowed="0, 1, 2",
+        default="0",
+        parse=_level("JAXTUNE_VERBOSE"),
+        doc="0: quiet; 1: one line per sweep; 2: one line per configuration.",
+    ),
+)
+
+_BY_FIELD = {v.field: v for v in VARIABLES}
+_NO_OVERRIDES: Mapping[str, Any] = types.MappingProxyType({})
+_OVERRIDES: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "jaxtune_settings_overrides", default=_NO_OVERRIDES
+)
+
+
+def _default(variable: Variable) -> str:
+    if variable.field == "cache_dir":
+        return _default_cache_dir()
+    return variable.default
+
+
+def settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Returns the current settings: overrides, then the environment, then defaults.
+
+    Raises:
+        SettingsError: a variable has a value outside its allowed values; the message names
+            the variable, the value and what is allowed.
+    """
+    env = os.environ if environ is None else environ
+    overrides = _OVERRIDES.get()
+    values: dict[str, Any] = {}
+    for variable in VARIABLES:
+        if variable.field in overrides:
+            values[variable.field] = overrides[variable.field]
+            continue
+        raw = env.get(variable.name, "")
+        values[variable.field] = variable.parse(raw if raw.strip() else _default(variable))
+    return Settings(**values)
+
+
+@contextlib.contextmanager
+def override(**values: Any) -> Iterator[Settings]:
+    """Overrides settings for the code inside the ``with`` block (this thread/context only).
+
+    Values are given by field name (``mode="tune"``, ``timeout=5``) and validated exactly as
+    the environment variable would be.
+
+    Examples:
+        >>> from jaxtune import _config
+        >>> with _config.override(mode="off"):
+        ...     _config.settings().mode
+        'off'
+    """
+    parsed = dict(_OVERRIDES.get())
+    for field, value in values.items():
+        variable = _BY_FIELD.get(field)
+        if variable is None:
+            raise SettingsError(
+                f"unknown setting {field!r}; expected one of {', '.join(sorted(_BY_FIELD))}."
+            )
+        raw = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        parsed[field] = variable.parse(raw)
+    token = _OVERRIDES.set(types.MappingProxyType(parsed))
+    try:
+        yield settings()
+    finally:
+        _OVERRIDES.reset(token)

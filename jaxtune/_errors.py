@@ -1,0 +1,50 @@
+"""The exceptions jaxtune raises.
+
+Every message says what was expected, what arrived and what to do next. Callers that want
+to catch anything jaxtune raises catch :class:`JaxtuneError`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CacheError",
+    "ConfigSpaceError",
+    "FlagError",
+    "JaxtuneError",
+    "SettingsError",
+    "SignatureError",
+    "SweepError",
+    "TuningFailedError",
+]
+
+
+class JaxtuneError(Exception):
+    """Base class of every error jaxtune raises on purpose."""
+
+
+class SettingsError(JaxtuneError, ValueError):
+    """An environment variable or settings override has a value jaxtune does not accept."""
+
+
+class FlagError(JaxtuneError, ValueError):
+    """A flag for XLA or libtpu is malformed, contradictory or unknown to the installed libtpu."""
+
+
+class ConfigSpaceError(JaxtuneError, ValueError):
+    """A kernel's configuration space, default or pruning is unusable."""
+
+
+class SignatureError(JaxtuneError, TypeError):
+    """The arguments of a call cannot be turned into a tuning key."""
+
+
+class CacheError(JaxtuneError):
+    """A cache file cannot be used (for example it was written by a newer jaxtune)."""
+
+
+class SweepError(JaxtuneError):
+    """A sweep could not be run at all."""
+
+
+class TuningFailedError(SweepError):
+    """Every configuration of a sweep failed; the message lists each reason."""

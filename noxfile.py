@@ -1,0 +1,134 @@
+"""Developer sessions: `nox -l` lists them, `nox -s tests` runs the suite on two toolchains.
+
+The supported Pythons come from pyproject's classifiers. The oldest toolchain is the oldest
+Python with the oldest supported JAX; the newest is the newest Python with the newest JAX
+the package index serves. Python interpreters are found on PATH or under pyenv, so a machine
+where `python3.12` is only installed through pyenv needs no editing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+import subprocess
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+PYTHONS = nox.project.python_versions(PYPROJECT)
+OLDEST_JAX = "0.10.2"
+
+nox.options.default_venv_backend = "venv"
+nox.options.download_python = "never"
+nox.options.sessions = ["tests", "lint", "types", "docs"]
+# A missing interpreter must fail the run, not skip half of the suite.
+nox.options.error_on_missing_interpreters = True
+
+
+def _works(executable: str) -> bool:
+    try:
+        out = subprocess.run(
+            [executable, "-c", "import sys, venv; print(sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter for `version` ("3.12") from PATH or pyenv, or None."""
+    candidates = [shutil.which(f"python{version}")]
+    roots = [os.environ.get("PYENV_ROOT"), str(pathlib.Path.home() / ".pyenv")]
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        pyenv = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30)
+        roots.insert(0, pyenv.stdout.strip())
+    for root in filter(None, roots):
+        found = sorted(
+            pathlib.Path(root).glob(f"versions/{version}.*/bin/python{version}"),
+            key=lambda p: [int(x) for x in p.parts[-3].split(".") if x.isdigit()],
+        )
+        candidates.extend(str(p) for p in reversed(found))
+    for candidate in filter(None, candidates):
+        if _works(candidate):
+            return candidate
+    return None
+
+
+def _python_or_name(version: str) -> str:
+    return find_python(version) or version
+
+
+def _install(session: nox.Session, *groups: str, jax: str | None = None) -> None:
+    session.install("-U", "pip")
+    spec = "jax" if jax is None else f"jax=={jax}"
+    session.install("-e", ".", spec, *nox.project.dependency_groups(PYPROJECT, *groups))
+
+
+for _version in (PYTHONS[0], PYTHONS[-1]):
+    if find_python(_version) is None:
+        print(
+            f"nox: Python {_version} was not found on PATH or under pyenv; sessions that need "
+            f"it will fail. Install it (`pyenv install {_version}` or "
+            f"`apt-get install python{_version}`) and run nox again."
+        )
+
+TOOLCHAINS = [
+    nox.param(_python_or_name(PYTHONS[0]), OLDEST_JAX, id="oldest"),
+    nox.param(_python_or_name(PYTHONS[-1]), None, id="newest"),
+]
+
+
+@nox.session
+@nox.parametrize(("python", "jax"), TOOLCHAINS)
+def tests(session: nox.Session, jax: str | None) -> None:
+    """The whole suite (slow tests included) on the oldest and the newest toolchain."""
+    _install(session, "test", jax=jax)
+    session.run(
+        "python",
+        "-c",
+        "import sys, jax; print('python', sys.version.split()[0], 'jax', jax.__version__)",
+    )
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=_python_or_name(PYTHONS[0]))
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=_python_or_name(PYTHONS[0]))
+def types(session: nox.Session) -> None:
+    """mypy over the package."""
+    _install(session, "types", jax=OLDEST_JAX)
+    session.run("mypy")
+
+
+@nox.session(python=_python_or_name(PYTHONS[0]))
+def docs(session: nox.Session) -> None:
+    """mkdocs build --strict."""
+    _install(session, "docs")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / ".site"))
+
+
+@nox.session(python=_python_or_name(PYTHONS[0]))
+def demo(session: nox.Session) -> None:
+    """jaxtune demo on the local backend."""
+    _install(session)
+    session.run("jaxtune", "demo")
+
+
+@nox.session(python=_python_or_name(PYTHONS[-1]))
+def bench(session: nox.Session) -> None:
+    """Every benchmark under bench/, printing ratios measured side by side."""
+    _install(session)
+    for script in sorted((ROOT / "bench").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs)

@@ -1,0 +1,46 @@
+"""Shared fixtures: no test touches the real home cache or inherits jaxtune settings."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+):
+    cache = tmp_path_factory.mktemp("cache")
+    for name in list(os.environ):
+        if name.startswith("JAXTUNE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path_factory.mktemp("profiles")))
+    for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_LIBRARY_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+
+
+@pytest.fixture
+def cli():
+    """Runs `python -m jaxtune ARGS` in a fresh process and returns the completed process."""
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300):
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "jaxtune", *args],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+        )
+
+    return run

@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from jaxtune import SettingsError, _config
+
+GOOD = [
+    ("JAXTUNE_MODE", "off", "mode", "off"),
+    ("JAXTUNE_MODE", "cached", "mode", "cached"),
+    ("JAXTUNE_MODE", "tune", "mode", "tune"),
+    ("JAXTUNE_MODE", "RETUNE", "mode", "retune"),
+    ("JAXTUNE_PROFILE", "0", "profile", False),
+    ("JAXTUNE_PROFILE", "1", "profile", True),
+    ("JAXTUNE_ISOLATION", "process", "isolation", "process"),
+    ("JAXTUNE_ISOLATION", "inline", "isolation", "inline"),
+    ("JAXTUNE_TIMEOUT", "60", "timeout", 60.0),
+    ("JAXTUNE_TIMEOUT", "2.5", "timeout", 2.5),
+    ("JAXTUNE_VERBOSE", "0", "verbose", 0),
+    ("JAXTUNE_VERBOSE", "1", "verbose", 1),
+    ("JAXTUNE_VERBOSE", "2", "verbose", 2),
+]
+
+BAD = [
+    ("JAXTUNE_MODE", "fast", "off, cached, tune, retune"),
+    ("JAXTUNE_MODE", "on", "off, cached, tune, retune"),
+    ("JAXTUNE_PROFILE", "yes", "0, 1"),
+    ("JAXTUNE_PROFILE", "2", "0, 1"),
+    ("JAXTUNE_ISOLATION", "thread", "process, inline"),
+    ("JAXTUNE_TIMEOUT", "soon", "a positive number of seconds"),
+    ("JAXTUNE_TIMEOUT", "0", "a positive number of seconds"),
+    ("JAXTUNE_TIMEOUT", "-5", "a positive number of seconds"),
+    ("JAXTUNE_TIMEOUT", "inf", "a positive number of seconds"),
+    ("JAXTUNE_TIMEOUT", "nan", "a positive number of seconds"),
+    ("JAXTUNE_VERBOSE", "3", "0, 1, 2"),
+    ("JAXTUNE_VERBOSE", "loud", "0, 1, 2"),
+]
+
+
+@pytest.mark.parametrize(("name", "raw", "field", "expected"), GOOD)
+def test_good_values(monkeypatch, name, raw, field, expected):
+    monkeypatch.setenv(name, raw)
+    assert getattr(_config.settings(), field) == expected
+
+
+@pytest.mark.parametrize(("name", "raw", "allowed"), BAD)
+def test_bad_values_name_variable_value_and_allowed(monkeypatch, name, raw, allowed):
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(SettingsError) as info:
+        _config.settings()
+    message = str(info.value)
+    assert message.startswith(f"{name}={raw!r} is not valid")
+    assert f"allowed values: {allowed}" in message
+
+
+def test_every_design_variable_is_handled():
+    names = {v.name for v in _config.VARIABLES}
+    assert names == {
+        "JAXTUNE_MODE",
+        "JAXTUNE_CACHE_DIR",
+        "JAXTUNE_PROFILE",
+        "JAXTUNE_PROFILE_DIR",
+        "JAXTUNE_ISOLATION",
+        "JAXTUNE_TIMEOUT",
+        "JAXTUNE_VERBOSE",
+    }
+
+
+def test_defaults(monkeypatch, tmp_path):
+    for v in _config.VARIABLES:
+        monkeypatch.delenv(v.name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    s = _config.settings()
+    assert s.mode == "cached"
+    assert s.cache_dir == tmp_path / "jaxtune"
+    assert s.profile is False
+    assert s.profile_dir == pathlib.Path("./jaxtune-profiles")
+    assert s.isolation == "process"
+    assert s.timeout == 60.0
+    assert s.verbose == 0
+
+
+def test_cache_dir_default_without_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAXTUNE_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert _config.settings().cache_dir == tmp_path / ".cache" / "jaxtune"
+
+
+@pytest.mark.parametrize("name", ["JAXTUNE_CACHE_DIR", "JAXTUNE_PROFILE_DIR"])
+def test_directory_variables(monkeypatch, tmp_path, name):
+    monkeypatch.setenv(name, str(tmp_path / "new"))
+    field = {"JAXTUNE_CACHE_DIR": "cache_dir", "JAXTUNE_PROFILE_DIR": "profile_dir"}[name]
+    assert getattr(_config.settings(), field) == tmp_path / "new"
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    monkeypatch.setenv(name, str(a_file))
+    with pytest.raises(SettingsError, match=f"{name}=.* is not valid.*not a directory"):
+        _config.settings()
+
+
+def test_empty_value_means_default(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_MODE", "  ")
+    assert _config.settings().mode == "cached"
+
+
+def test_override_validates_and_restores(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    with _config.override(mode="off", profile=True, timeout=5) as s:
+        assert (s.mode, s.profile, s.timeout) == ("off", True, 5.0)
+        assert _config.settings().mode == "off"
+        with _config.override(mode="retune"):
+            assert _config.settings().mode == "retune"
+            assert _config.settings().timeout == 5.0
+        assert _config.settings().mode == "off"
+    assert _config.settings().mode == "tune"
+    with (
+        pytest.raises(SettingsError, match="JAXTUNE_VERBOSE='9' is not valid"),
+        _config.override(verbose=9),
+    ):
+        pass
+    with (
+        pytest.raises(SettingsError, match="unknown setting 'colour'"),
+        _config.override(colour="red"),
+    ):
+        pass
+
+
+def test_settings_from_explicit_mapping():
+    s = _config.settings({"JAXTUNE_MODE": "tune", "JAXTUNE_CACHE_DIR": "/tmp/x"})
+    assert s.mode == "tune"
+    assert s.cache_dir == pathlib.Path("/tmp/x")

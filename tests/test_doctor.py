@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jaxtune import _doctor, flags
+
+TOP_KEYS = {
+    "schema",
+    "ok",
+    "python",
+    "platform",
+    "versions",
+    "backend",
+    "libtpu",
+    "environment",
+    "settings",
+    "cache",
+    "xprof",
+    "problems",
+}
+
+
+def codes(report):
+    return [p["code"] for p in report["problems"]]
+
+
+def collect(**kw):
+    kw.setdefault("probe", False)
+    return _doctor.collect(**kw)
+
+
+def fake_libtpu(tmp_path, names):
+    path = tmp_path / "libtpu.so"
+    path.write_bytes(b"\x7fELF\x00" + b"".join(n.encode() + b"\x00" for n in names))
+    return path
+
+
+def test_healthy_cpu_report_has_stable_schema():
+    report = collect()
+    assert set(report) == TOP_KEYS
+    assert report["schema"] == _doctor.SCHEMA_VERSION == 1
+    assert report["ok"] is True and _doctor.exit_code(report) == 0
+    assert report["problems"] == []
+    assert report["cache"]["writable"] is True
+    assert set(report["versions"]) == {"jax", "jaxlib", "libtpu", "jaxtune"}
+    json.dumps(report)
+
+
+@pytest.mark.parametrize(
+    ("python", "versions", "tpu", "expected", "ok"),
+    [
+        ((3, 9, 1), {}, False, "python-too-old", False),
+        ((3, 10, 12), {"jax": "0.6.2", "libtpu": "0.0.17"}, True, "python-3.10-tpu-vm", False),
+        ((3, 11, 7), {"jax": "0.9.0"}, False, "jax-too-old", False),
+        ((3, 11, 7), {"jax": None}, False, "jax-missing", False),
+        ((3, 12, 1), {"jax": "0.10.2", "libtpu": "0.0.41"}, True, "libtpu-no-llo", False),
+        ((3, 12, 1), {"jax": "0.10.2", "libtpu": "0.0.43"}, True, "no-custom-call-tracing", True),
+        ((3, 12, 1), {"jax": "0.11.0", "libtpu": "0.0.43"}, True, "no-custom-call-tracing", True),
+    ],
+)
+def test_version_rules(tmp_path, monkeypatch, python, versions, tpu, expected, ok):
+    if tpu:
+        monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, _doctor.TPU_FLAGS)))
+    report = collect(python_version=python, versions=versions)
+    assert expected in codes(report)
+    assert report["ok"] is ok
+    assert _doctor.exit_code(report) == (0 if ok else 1)
+    problem = next(p for p in report["problems"] if p["code"] == expected)
+    assert problem["fix"]
+
+
+def test_python_310_tpu_vm_points_to_312_venv(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, _doctor.TPU_FLAGS)))
+    report = collect(python_version=(3, 10, 12), versions={"jax": "0.6.2", "libtpu": "0.0.17"})
+    problem = next(p for p in report["problems"] if p["code"] == "python-3.10-tpu-vm")
+    assert "JAX to 0.6.2" in problem["message"] and "0.0.17" in problem["message"]
+    assert "python3.12 -m venv" in problem["fix"]
+
+
+def test_new_toolchain_on_tpu_is_clean(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, _doctor.TPU_FLAGS)))
+    report = collect(python_version=(3, 12, 1), versions={"jax": "0.12.0", "libtpu": "0.0.50"})
+    assert [c for c in codes(report) if c != "xprof-no-llo"] == []
+    assert report["ok"] is True
+    assert report["libtpu"]["flags"] == {n: True for n in _doctor.TPU_FLAGS}
+
+
+def test_libtpu_flag_table_reports_missing_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv(
+        "TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, [flags.PERIODIC_COUNTER_SAMPLING]))
+    )
+    report = collect(python_version=(3, 12, 1), versions={"jax": "0.12.0", "libtpu": "0.0.50"})
+    assert report["libtpu"]["flags"][flags.LLO_DEBUG_INFO] is False
+    assert report["libtpu"]["flags"][flags.PERIODIC_COUNTER_SAMPLING] is True
+    assert "libtpu-lacks-flag" in codes(report)
+    assert report["ok"] is False
+
+
+def test_flag_problems_in_environment(monkeypatch):
+    monkeypatch.setenv(
+        "XLA_FLAGS",
+        "--xla_dump_to=/a --xla_dump_to=/b --xla_dump_hlo_as_text --xla_dump_hlo_as_text junk",
+    )
+    report = collect()
+    found = codes(report)
+    assert "flag-malformed" in found
+    assert "flag-contradiction" in found
+    assert "flag-duplicate" in found
+    assert report["ok"] is False
+
+
+def test_unknown_xla_flag_is_an_error(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_no_such_flag_at_all=1")
+    report = collect()
+    problem = next(p for p in report["problems"] if p["code"] == "flag-unknown")
+    assert "--xla_no_such_flag_at_all" in problem["message"]
+    assert "Unknown command line flag" in problem["message"]
+    assert report["ok"] is False
+
+
+def test_legacy_libtpu_flag_is_a_warning_with_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv(
+        "TPU_LIBRARY_PATH",
+        str(fake_libtpu(tmp_path, [*_doctor.TPU_FLAGS, "xla_enable_custom_call_region_trace"])),
+    )
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_enable_custom_call_region_trace=true")
+    report = collect(python_version=(3, 12, 1), versions={"jax": "0.12.0", "libtpu": "0.0.50"})
+    problem = next(p for p in report["problems"] if p["code"] == "flag-legacy")
+    assert problem["severity"] == "warning"
+    assert "--xla_xprof_enable_custom_call_tracing" in problem["fix"]
+
+
+def test_unwritable_cache_dir(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(blocker / "cache"))
+    report = collect()
+    assert "cache-not-writable" in codes(report)
+    assert report["cache"]["writable"] is False
+    assert _doctor.exit_code(report) == 1
+
+
+def test_invalid_setting_is_reported(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_MODE", "sometimes")
+    report = collect()
+    problem = next(p for p in report["problems"] if p["code"] == "setting-invalid")
+    assert "JAXTUNE_MODE='sometimes'" in problem["message"]
+
+
+def test_version_tuple():
+    assert _doctor.version_tuple("0.10.2") == (0, 10, 2)
+    assert _doctor.version_tuple("0.1.dev20250101") == (0, 1)
+    assert _doctor.version_tuple("0.0.44rc1") == (0, 0, 44)
+    assert _doctor.version_tuple(None) == ()
+
+
+def test_text_report_lists_problems_with_fixes(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_TIMEOUT", "never")
+    text = _doctor.format_text(collect())
+    assert "[error] JAXTUNE_TIMEOUT='never' is not valid" in text
+    assert "fix:" in text
+    assert text.rstrip().endswith("problems found: profiling or tuning would fail")
+
+
+def test_cli_doctor_json_probes_backend_and_exits_zero(cli):
+    proc = cli("doctor", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert set(report) == TOP_KEYS
+    assert report["backend"]["platform"] == "cpu"
+    assert report["backend"]["device_count"] >= 1
+
+
+def test_cli_doctor_exits_one_on_problem(cli):
+    proc = cli("doctor", env={"XLA_FLAGS": "--xla_no_such_flag_at_all=1"})
+    assert proc.returncode == 1
+    assert "does not define" in proc.stdout
+    assert "flag errors would abort the backend" in proc.stdout
+
+
+def test_backend_failure_is_reported(cli):
+    proc = cli("doctor", "--json", env={"JAX_PLATFORMS": "tpu"})
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert "backend-failed" in codes(report)
