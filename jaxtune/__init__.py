@@ -4,26 +4,44 @@ Only what works is exported here; every name has a page under ``docs/``.
 """
 
 from . import flags as flags
+from ._autotuned import Autotuned as Autotuned
+from ._autotuned import autotuned as autotuned
+from ._cache import register_cache as register_cache
 from ._errors import CacheError as CacheError
 from ._errors import ConfigSpaceError as ConfigSpaceError
 from ._errors import FlagError as FlagError
 from ._errors import JaxtuneError as JaxtuneError
+from ._errors import JaxtuneWarning as JaxtuneWarning
 from ._errors import SettingsError as SettingsError
 from ._errors import SignatureError as SignatureError
 from ._errors import SweepError as SweepError
 from ._errors import TuningFailedError as TuningFailedError
+from ._lookup import Choice as Choice
+from ._result import Entry as Entry
+from ._result import Failure as Failure
+from ._result import Measurement as Measurement
+from ._result import TuningResult as TuningResult
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Autotuned",
     "CacheError",
+    "Choice",
     "ConfigSpaceError",
+    "Entry",
+    "Failure",
     "FlagError",
     "JaxtuneError",
+    "JaxtuneWarning",
+    "Measurement",
     "SettingsError",
     "SignatureError",
     "SweepError",
     "TuningFailedError",
+    "TuningResult",
     "__version__",
+    "autotuned",
     "flags",
+    "register_cache",
 ]

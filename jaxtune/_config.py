@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from ._errors import SettingsError
 
-__all__ = ["VARIABLES", "Settings", "Variable", "override", "settings"]
+__all__ = ["VARIABLES", "Settings", "Variable", "override", "settings", "settings_token"]
 
 Mode = Literal["off", "cached", "tune", "retune"]
 Isolation = Literal["process", "inline"]
@@ -198,6 +198,14 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
         raw = env.get(variable.name, "")
         values[variable.field] = variable.parse(raw if raw.strip() else _default(variable))
     return Settings(**values)
+
+
+def settings_token() -> tuple[Any, ...]:
+    """A cheap hashable value that changes whenever the settings may have changed."""
+    return (
+        tuple(os.environ.get(v.name) for v in VARIABLES),
+        tuple(sorted(_OVERRIDES.get().items())),
+    )
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ backend, and on TPU the chip would stay locked by this process).
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
 import os
 import pathlib
@@ -24,6 +23,7 @@ from typing import Any, Literal
 
 from . import _config, _flags
 from ._errors import JaxtuneError
+from ._versions import dist_version
 
 __all__ = ["SCHEMA_VERSION", "Problem", "collect", "exit_code", "format_text", "main"]
 
@@ -81,15 +81,6 @@ def version_tuple(version: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def _probe_backend(env: Mapping[str, str], timeout: float) -> dict[str, Any]:
     try:
         proc = subprocess.run(
@@ -113,8 +104,8 @@ def _probe_backend(env: Mapping[str, str], timeout: float) -> dict[str, Any]:
 def _xprof() -> dict[str, Any]:
     exe = shutil.which("xprof")
     info: dict[str, Any] = {
-        "installed": exe is not None or _dist_version("xprof", "xprof-nightly") is not None,
-        "version": _dist_version("xprof-nightly", "xprof"),
+        "installed": exe is not None or dist_version("xprof", "xprof-nightly") is not None,
+        "version": dist_version("xprof-nightly", "xprof"),
         "path": exe,
         "llo": False,
     }
@@ -296,9 +287,9 @@ def collect(
     env = dict(os.environ if environ is None else environ)
     py = tuple(python_version or sys.version_info[:3])
     found = {
-        "jax": _dist_version("jax"),
-        "jaxlib": _dist_version("jaxlib"),
-        "libtpu": _dist_version("libtpu", "libtpu-nightly"),
+        "jax": dist_version("jax"),
+        "jaxlib": dist_version("jaxlib"),
+        "libtpu": dist_version("libtpu", "libtpu-nightly"),
     }
     found.update(versions or {})
     problems: list[Problem] = []
@@ -384,7 +375,7 @@ def collect(
         "ok": not any(p.severity == "error" for p in problems),
         "python": {"version": ".".join(map(str, py)), "executable": sys.executable},
         "platform": _platform.platform(),
-        "versions": {**found, "jaxtune": _dist_version("jaxtune")},
+        "versions": {**found, "jaxtune": dist_version("jaxtune")},
         "backend": backend,
         "libtpu": None if libtpu_path is None else {"path": str(libtpu_path), "flags": tpu_flags},
         "environment": {k: env.get(k) for k in ("JAX_PLATFORMS", "XLA_FLAGS", "LIBTPU_INIT_ARGS")},

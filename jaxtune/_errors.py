@@ -11,6 +11,7 @@ __all__ = [
     "ConfigSpaceError",
     "FlagError",
     "JaxtuneError",
+    "JaxtuneWarning",
     "SettingsError",
     "SignatureError",
     "SweepError",
@@ -48,3 +49,7 @@ class SweepError(JaxtuneError):
 
 class TuningFailedError(SweepError):
     """Every configuration of a sweep failed; the message lists each reason."""
+
+
+class JaxtuneWarning(UserWarning):
+    """Something went wrong that jaxtune recovered from (a corrupt cache file, a fallback)."""

@@ -1,0 +1,419 @@
+"""``@jaxtune.autotuned``: key -> lookup -> (on a miss, in tune mode) sweep -> call.
+
+The config is chosen at trace time from abstract shapes, so under ``jax.jit`` the choice
+costs nothing after the first trace. An eager call goes through a ``jax.jit`` of the kernel
+with its config bound, found through a small per-process memo keyed on shapes and dtypes.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import jax
+
+from . import _cache, _config, _lookup, _versions
+from ._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
+from ._lookup import Choice
+from ._result import Entry, TuningResult, now
+from ._runner import default_runner
+from ._signature import Signature, is_array, is_tracing
+from ._space import ConfigSpec, config_id
+from ._sweep import SweepTask
+from ._timing import TimingOptions
+
+__all__ = ["Autotuned", "autotuned", "registry"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_REGISTRY: dict[str, Autotuned[Any, Any]] = {}
+
+
+def registry() -> dict[str, Autotuned[Any, Any]]:
+    """Every ``@autotuned`` kernel defined in this process, by kernel id."""
+    return dict(_REGISTRY)
+
+
+def _validate_check(check: Any) -> Any:
+    if check == "auto" or check is False or callable(check):
+        return check
+    if isinstance(check, Mapping):
+        unknown = set(check) - {"rtol", "atol"}
+        if unknown or not check:
+            raise ConfigSpaceError(
+                f"check={dict(check)!r}: a dict check takes only 'rtol' and 'atol', e.g. "
+                "check={'rtol': 1e-3, 'atol': 1e-5}."
+            )
+        for k, v in check.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                raise ConfigSpaceError(f"check[{k!r}] must be a non-negative number, got {v!r}.")
+        return dict(check)
+    raise ConfigSpaceError(
+        f"check must be 'auto', False, a dict {{'rtol':..., 'atol':...}} or a callable "
+        f"(out, ref) -> bool; got {check!r} ({type(check).__name__})."
+    )
+
+
+class Autotuned(Generic[P, R]):
+    """A kernel wrapped by :func:`autotuned`. Call it like the kernel it wraps."""
+
+    def __init__(
+        self,
+        fn: Callable[..., R],
+        *,
+        configs: Any,
+        default: Mapping[str, Any] | Callable[..., Mapping[str, Any]] | None,
+        prune: Callable[..., bool] | None,
+        key: Callable[..., Any] | None,
+        name: str | None,
+        version: Any,
+        check: Any,
+        inputs: Callable[..., Any] | None,
+        static_argnames: Iterable[str],
+        timeout: float | None,
+        flops: float | Callable[..., float] | None,
+        bytes: float | Callable[..., float] | None,
+    ) -> None:
+        functools.update_wrapper(self, fn)
+        self.__wrapped__ = fn
+        self.spec = ConfigSpec(fn, configs, prune=prune, default=default)
+        self.kernel_id = name or f"{fn.__module__}.{fn.__qualname__}"
+        self.version = "" if version is None else str(version)
+        self.check = _validate_check(check)
+        if inputs is not None and not callable(inputs):
+            raise ConfigSpaceError(f"inputs must be a callable, got {type(inputs).__name__}.")
+        if key is not None and not callable(key):
+            raise ConfigSpaceError(f"key must be a callable, got {type(key).__name__}.")
+        self.inputs = inputs
+        self.key_fn = key
+        if isinstance(static_argnames, str):
+            static_argnames = (static_argnames,)
+        self.static_argnames = frozenset(static_argnames)
+        self.signature = inspect.signature(fn)
+        params = self.signature.parameters
+        takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        unknown = sorted(n for n in self.static_argnames if n not in params and not takes_kwargs)
+        if unknown:
+            raise ConfigSpaceError(
+                f"static_argnames {unknown} are not parameters of {fn.__qualname__}."
+            )
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ConfigSpaceError(
+                f"timeout must be a positive number of seconds, got {timeout!r}."
+            )
+        self.timeout = timeout
+        self.flops = flops
+        self.bytes = bytes
+        self.timing = TimingOptions()
+        self._lock = threading.RLock()
+        self._eager: dict[Any, tuple[Callable[..., R], Choice]] = {}
+        self._jitted: dict[str, Callable[..., R]] = {}
+        self._retuned: set[tuple[str, str]] = set()
+        _REGISTRY[self.kernel_id] = self
+
+    def __repr__(self) -> str:
+        return f"<jaxtune.autotuned {self.kernel_id}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else functools.partial(self, obj)
+
+    # -- arguments ---------------------------------------------------------------------
+
+    def _config_names(self, kwargs: Mapping[str, Any]) -> frozenset[str]:
+        if self.spec.names is not None:
+            return self.spec.names
+        if isinstance(self.spec.default, Mapping):
+            return frozenset(self.spec.default)
+        # A callable space: config keywords are the keywords that hold no array.
+        return frozenset(
+            k
+            for k, v in kwargs.items()
+            if k not in self.static_argnames
+            and not any(is_array(leaf) for leaf in jax.tree_util.tree_leaves(v))
+        )
+
+    def _bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature:
+        return Signature.bind(
+            self.signature,
+            args,
+            kwargs,
+            static_argnames=self.static_argnames,
+            config_names=frozenset(),
+            key_fn=self.key_fn,
+        )
+
+    def _space_and_default(self, sig: Signature) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        args, kwargs = sig.call_arguments(abstract=True)
+        space = self.spec.space(args, kwargs)
+        return space, self.spec.default_config(space, args, kwargs)
+
+    # -- lookup --------------------------------------------------------------------------
+
+    def _choose(self, sig: Signature, *, sweep: bool) -> Choice:
+        settings = _config.settings()
+        kind = _lookup.device_kind()
+        space, default = self._space_and_default(sig)
+        names = frozenset(space[0])
+        use_caches = settings.mode != "off"
+        retune = settings.mode == "retune" and (kind, sig.key) not in self._retuned
+        if not retune:
+            found = _lookup.find_entry(
+                self.kernel_id, kind, sig.key, self.version, names, use_caches=use_caches
+            )
+            if found is not None:
+                entry, source = found
+                return Choice(config=dict(entry.config), source=source, key=sig.key, entry=entry)
+        if sweep and settings.mode in ("tune", "retune"):
+            try:
+                entry = self._sweep(sig, space, default, kind)
+            except TuningFailedError as e:
+                warnings.warn(
+                    f"jaxtune could not tune {self.kernel_id} for {sig.key}; falling back. {e}",
+                    JaxtuneWarning,
+                    stacklevel=4,
+                )
+            else:
+                return Choice(config=dict(entry.config), source="cache", key=sig.key, entry=entry)
+        if use_caches:
+            args, kwargs = sig.call_arguments(abstract=True)
+            accept = self.spec.prune or (lambda c, *a, **k: True)
+            near = _lookup.nearest(
+                self.kernel_id,
+                kind,
+                self.version,
+                names,
+                sig.shapes,
+                sig.statics,
+                lambda c: bool(accept(c, *args, **kwargs)),
+            )
+            if near is not None:
+                return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
+        return Choice(config=default, source="default", key=sig.key)
+
+    def _sweep(
+        self, sig: Signature, space: list[dict[str, Any]], default: dict[str, Any], kind: str
+    ) -> Entry:
+        settings = _config.settings()
+        task = SweepTask(
+            kernel=self.kernel_id,
+            fn=self.__wrapped__,
+            signature=sig,
+            configs=tuple(space),
+            default=default,
+            check=self.check,
+            inputs=self.inputs,
+            timeout_s=self.timeout or settings.timeout,
+            options=self.timing,
+            verbose=settings.verbose,
+        )
+        with self._lock:
+            outcome = default_runner().sweep(task)
+            d = outcome.default
+            entry = Entry(
+                kernel=self.kernel_id,
+                device_kind=kind,
+                key=sig.key,
+                config=dict(outcome.best.config),
+                time_us=outcome.best.median_us,
+                default_config=default,
+                default_time_us=getattr(d, "median_us", None),
+                measurements=outcome.measurements,
+                versions=_versions.toolchain(),
+                created=now(),
+                kernel_version=self.version,
+                shapes=sig.shapes,
+                statics=sig.statics,
+            )
+            _cache.user_cache().write([entry])
+            self._retuned.add((kind, sig.key))
+            self._eager.clear()
+        return entry
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def _explicit(self, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        names = self._config_names(kwargs)
+        given = {k: kwargs[k] for k in names if k in kwargs}
+        return given or None
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        explicit = self._explicit(kwargs)
+        if explicit is not None:
+            rest = {k: v for k, v in kwargs.items() if k not in explicit}
+            sig = self._bind(args, rest)
+            _, default = self._space_and_default(sig)
+            config = {**default, **explicit}
+            return self._invoke(sig, args, rest, config)
+        memo_key = self._memo_key(args, kwargs)
+        if memo_key is not None:
+            hit = self._eager.get(memo_key)
+            if hit is not None:
+                return hit[0](*args, **kwargs)
+        sig = self._bind(args, kwargs)
+        choice = self._choose(sig, sweep=True)
+        if memo_key is not None:
+            jitted = self._jit_for(choice.config)
+            self._eager[memo_key] = (jitted, choice)
+            return jitted(*args, **kwargs)
+        return self.__wrapped__(*args, **kwargs, **choice.config)
+
+    def _invoke(
+        self, sig: Signature, args: tuple[Any, ...], kwargs: dict[str, Any], config: dict[str, Any]
+    ) -> R:
+        if is_tracing(jax.tree_util.tree_leaves((args, kwargs))):
+            return self.__wrapped__(*args, **kwargs, **config)
+        return self._jit_for(config)(*args, **kwargs)
+
+    def _jit_for(self, config: Mapping[str, Any]) -> Callable[..., R]:
+        cid = config_id(config)
+        jitted = self._jitted.get(cid)
+        if jitted is None:
+            names = tuple(n for n in self.static_argnames if n in self.signature.parameters)
+            jitted = jax.jit(functools.partial(self.__wrapped__, **config), static_argnames=names)
+            self._jitted[cid] = jitted
+        return jitted
+
+    def _memo_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """A cheap key for the eager fast path, or ``None`` when tracing (or unhashable)."""
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        parts: list[Any] = []
+        for leaf in leaves:
+            if isinstance(leaf, jax.core.Tracer):
+                return None
+            if isinstance(leaf, jax.Array):
+                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False)))
+            else:
+                parts.append(leaf)
+        key = (treedef, tuple(parts), _config.settings_token(), _lookup.scope_ids())
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    # -- public methods --------------------------------------------------------------------
+
+    def config_for(self, *args: P.args, **kwargs: P.kwargs) -> Choice:
+        """The config a call with these arguments would use, and its source; never sweeps.
+
+        Arguments may be arrays or ``jax.ShapeDtypeStruct``.
+        """
+        explicit = self._explicit(kwargs)
+        if explicit is not None:
+            rest = {k: v for k, v in kwargs.items() if k not in explicit}
+            sig = self._bind(args, rest)
+            _, default = self._space_and_default(sig)
+            return Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+        return self._choose(self._bind(args, kwargs), sweep=False)
+
+    def space(self, *args: P.args, **kwargs: P.kwargs) -> list[dict[str, Any]]:
+        """The configs ``prune`` keeps for these arguments, in sweep order."""
+        return self._space_and_default(self._bind(args, kwargs))[0]
+
+    def tune(self, *args: P.args, **kwargs: P.kwargs) -> TuningResult:
+        """Sweeps the space for these arguments now (whatever ``JAXTUNE_MODE`` says), writes
+        the user cache and returns the result.
+
+        Arguments may be arrays or ``jax.ShapeDtypeStruct`` (then inputs are generated).
+
+        Raises:
+            TuningFailedError: every config failed; the message lists each reason.
+        """
+        sig = self._bind(args, kwargs)
+        space, default = self._space_and_default(sig)
+        entry = self._sweep(sig, space, default, _lookup.device_kind())
+        return TuningResult.of(entry)
+
+    def cost_hint(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, float] | None:
+        """The ``flops=`` / ``bytes=`` hints evaluated for these arguments (for roofline
+        reports), or ``None`` when the decorator gave none."""
+        if self.flops is None and self.bytes is None:
+            return None
+        sig = self._bind(args, kwargs)
+        a, k = sig.call_arguments(abstract=True)
+        out: dict[str, float] = {}
+        for label, hint in (("flops", self.flops), ("bytes", self.bytes)):
+            if hint is not None:
+                out[label] = float(hint(*a, **k) if callable(hint) else hint)
+        return out
+
+
+def autotuned(
+    *args: Any,
+    configs: Any = None,
+    default: Mapping[str, Any] | Callable[..., Mapping[str, Any]] | None = None,
+    prune: Callable[..., bool] | None = None,
+    key: Callable[..., Any] | None = None,
+    name: str | None = None,
+    version: Any = None,
+    check: Any = "auto",
+    inputs: Callable[..., Any] | None = None,
+    static_argnames: Iterable[str] = (),
+    timeout: float | None = None,
+    flops: float | Callable[..., float] | None = None,
+    bytes: float | Callable[..., float] | None = None,
+) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
+    """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
+
+    Args:
+        configs: a dict of lists (cartesian product), a list of dicts, or a callable of the
+            abstract arguments returning dicts. Config values reach the kernel as keywords.
+        default: the config used when nothing better is known (dict or callable of the
+            abstract arguments); default: the first config of the pruned space.
+        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs.
+        key: replaces the default key (shapes/dtypes of arrays plus static values); called
+            with the abstract arguments.
+        name: the kernel's stable cache id (default ``module.qualname``).
+        version: bump to invalidate old cache entries when the kernel changes.
+        check: ``"auto"`` (compare with the default config's output at a dtype-aware
+            tolerance), ``False``, ``{"rtol":..., "atol":...}`` or ``(out, ref) -> bool``.
+        inputs: builds concrete inputs from the abstract arguments for kernels whose inputs
+            must satisfy invariants; returns a tuple of the array arguments or a dict.
+        static_argnames: non-array arguments; their values enter the key.
+        timeout: seconds per config (default ``JAXTUNE_TIMEOUT``).
+        flops: FLOPs of one call (number or callable of the abstract arguments), for reports.
+        bytes: bytes accessed by one call, likewise.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import jaxtune
+        >>> @jaxtune.autotuned(configs={"chunk": [64, 128]})
+        ... def scale(x, *, chunk):
+        ...     return (x.reshape(-1, chunk) * 2).reshape(x.shape)
+        >>> scale(jnp.ones(256)).shape
+        (256,)
+    """
+    if args:
+        raise ConfigSpaceError(
+            "@jaxtune.autotuned needs its options: write @jaxtune.autotuned(configs={...}) "
+            "with a dict of lists, a list of dicts or a callable."
+        )
+    if configs is None:
+        raise ConfigSpaceError(
+            "@jaxtune.autotuned(configs=...) is required: a dict of lists, a list of dicts or "
+            "a callable of the abstract arguments."
+        )
+
+    def wrap(fn: Callable[P, R]) -> Autotuned[P, R]:
+        return Autotuned(
+            fn,
+            configs=configs,
+            default=default,
+            prune=prune,
+            key=key,
+            name=name,
+            version=version,
+            check=check,
+            inputs=inputs,
+            static_argnames=static_argnames,
+            timeout=timeout,
+            flops=flops,
+            bytes=bytes,
+        )
+
+    return wrap

@@ -1,0 +1,345 @@
+"""Measurements, cache entries and :class:`TuningResult`, with their msgpack form.
+
+msgpack only: loading never runs code. Tuples (legal config values) travel as an extension
+type so they come back as tuples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import itertools
+import os
+import pathlib
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+import jax
+import msgpack
+import numpy as np
+
+from ._errors import CacheError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Entry",
+    "Failure",
+    "Measurement",
+    "TuningResult",
+    "active_scopes",
+    "packb",
+    "unpackb",
+]
+
+#: Version of the on-disk layout of cache files and TuningResult files.
+SCHEMA_VERSION = 1
+
+_TUPLE = 1
+
+
+def _encode(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_TUPLE, packb(list(obj)))
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if isinstance(obj, list):
+        return list(obj)
+    raise TypeError(f"cannot store {type(obj).__name__} {obj!r} in a jaxtune file")
+
+
+def _ext(code: int, data: bytes) -> Any:
+    if code == _TUPLE:
+        return tuple(unpackb(data))
+    return msgpack.ExtType(code, data)
+
+
+def packb(obj: Any) -> bytes:
+    """msgpack bytes of plain data; tuples survive the round trip."""
+    data: bytes = msgpack.packb(obj, default=_encode, strict_types=True, use_bin_type=True)
+    return data
+
+
+def unpackb(data: bytes) -> Any:
+    """Inverse of :func:`packb`; never runs code."""
+    return msgpack.unpackb(data, ext_hook=_ext, raw=False, strict_map_key=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Measurement:
+    """The timing of one config that ran and passed the numerics check."""
+
+    config: Mapping[str, Any]
+    median_us: float
+    min_us: float
+    spread: float
+    samples: int
+    compile_s: float
+    dropped: bool = False
+
+    ok = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": True, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Failure:
+    """A config that did not produce a usable timing, and why (``stage``: where it failed)."""
+
+    config: Mapping[str, Any]
+    stage: Literal["compile", "run", "check", "timeout", "crash", "inputs"]
+    reason: str
+
+    ok = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": False, "config": self.config, "stage": self.stage, "reason": self.reason}
+
+
+def measurement_from_dict(d: Mapping[str, Any]) -> Measurement | Failure:
+    """Inverse of ``to_dict`` of either kind."""
+    fields = {k: v for k, v in d.items() if k != "ok"}
+    return Measurement(**fields) if d["ok"] else Failure(**fields)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Entry:
+    """The tuned outcome for one (kernel, device kind, key)."""
+
+    kernel: str
+    device_kind: str
+    key: str
+    config: Mapping[str, Any]
+    time_us: float | None
+    default_config: Mapping[str, Any]
+    default_time_us: float | None
+    measurements: tuple[Measurement | Failure, ...] = ()
+    versions: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    created: float = 0.0
+    kernel_version: str = ""
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    statics: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        """Default time over best time (``None`` when either is unknown)."""
+        if not self.time_us or not self.default_time_us:
+            return None
+        return self.default_time_us / self.time_us
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["measurements"] = [m.to_dict() for m in self.measurements]
+        d["shapes"] = [[dt, list(shape)] for dt, shape in self.shapes]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Entry:
+        known = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in d.items() if k in known}
+        fields["measurements"] = tuple(measurement_from_dict(m) for m in d.get("measurements", ()))
+        fields["shapes"] = tuple((dt, tuple(shape)) for dt, shape in d.get("shapes", ()))
+        return cls(**fields)
+
+
+EntryId = tuple[str, str, str]
+
+_SCOPES: contextvars.ContextVar[tuple[TuningResult, ...]] = contextvars.ContextVar(
+    "jaxtune_scopes", default=()
+)
+# Part of jit's cache key, so entering or leaving a scope re-traces jitted functions.
+_JIT_CONTEXT = jax.make_user_context(default_value=())
+_IDS = itertools.count(1)
+
+
+def active_scopes() -> tuple[TuningResult, ...]:
+    """The ``with TuningResult`` scopes in force, innermost last."""
+    return _SCOPES.get()
+
+
+class TuningResult(Mapping[EntryId, Entry]):
+    """An immutable mapping ``(kernel, device kind, key) -> Entry``.
+
+    ``with result:`` makes its configs win over every cache inside the block (jitted
+    functions re-trace); ``a | b`` merges, the right side winning; ``dumps``/``loads`` and
+    ``save``/``load`` round-trip through msgpack, failures included.
+
+    Examples:
+        >>> empty = TuningResult()
+        >>> len(empty | empty)
+        0
+    """
+
+    __slots__ = ("_entries", "_id", "_tokens")
+
+    def __init__(self, entries: Mapping[EntryId, Entry] | None = None) -> None:
+        self._entries: dict[EntryId, Entry] = dict(entries or {})
+        for eid, entry in self._entries.items():
+            if eid != (entry.kernel, entry.device_kind, entry.key):
+                raise ValueError(f"entry id {eid} does not match its entry {entry.key!r}")
+        self._id = next(_IDS)
+        self._tokens: list[Any] = []
+
+    @classmethod
+    def of(cls, *entries: Entry) -> TuningResult:
+        """A result holding ``entries`` (later ones win on the same id)."""
+        return cls({(e.kernel, e.device_kind, e.key): e for e in entries})
+
+    def __getitem__(self, eid: EntryId) -> Entry:
+        return self._entries[eid]
+
+    def __iter__(self) -> Iterator[EntryId]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"TuningResult({len(self)} entries)"
+
+    def __or__(self, other: object) -> TuningResult:
+        if not isinstance(other, TuningResult):
+            return NotImplemented
+        return TuningResult({**self._entries, **other._entries})
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TuningResult):
+            return NotImplemented
+        return self._entries == other._entries
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __enter__(self) -> TuningResult:
+        scopes = _SCOPES.get()
+        token = _SCOPES.set((*scopes, self))
+        jit_ctx = _JIT_CONTEXT(tuple(s._id for s in (*scopes, self)))
+        jit_ctx.__enter__()
+        self._tokens.append((token, jit_ctx))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        token, jit_ctx = self._tokens.pop()
+        jit_ctx.__exit__(*exc)
+        _SCOPES.reset(token)
+
+    def lookup(self, kernel: str, device_kind: str, key: str) -> Entry | None:
+        """The entry for exactly this kernel, device kind and key, or ``None``."""
+        return self._entries.get((kernel, device_kind, key))
+
+    def entries_for(self, kernel: str, device_kind: str) -> list[Entry]:
+        """Every entry of one kernel on one device kind."""
+        return [e for (k, d, _), e in self._entries.items() if k == kernel and d == device_kind]
+
+    def dumps(self) -> bytes:
+        """msgpack bytes holding every entry (measurements and failures included)."""
+        return packb(
+            {
+                "schema": SCHEMA_VERSION,
+                "format": "jaxtune.TuningResult",
+                "entries": [e.to_dict() for e in self._entries.values()],
+            }
+        )
+
+    @classmethod
+    def loads(cls, data: bytes) -> TuningResult:
+        """Inverse of :meth:`dumps`.
+
+        Raises:
+            CacheError: the bytes are not a jaxtune result, or come from a newer schema.
+        """
+        try:
+            doc = unpackb(data)
+        except Exception as e:
+            raise CacheError(f"not a jaxtune TuningResult (msgpack decode failed: {e}).") from e
+        if not isinstance(doc, dict) or doc.get("format") != "jaxtune.TuningResult":
+            raise CacheError("not a jaxtune TuningResult: the 'format' field is missing.")
+        if doc.get("schema", 0) > SCHEMA_VERSION:
+            raise CacheError(
+                f"this TuningResult has schema {doc['schema']}, newer than this jaxtune "
+                f"understands ({SCHEMA_VERSION}); upgrade jaxtune to read it."
+            )
+        try:
+            return cls.of(*(Entry.from_dict(e) for e in doc["entries"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CacheError(f"malformed TuningResult entry: {e}") from e
+
+    def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        """Writes :meth:`dumps` to ``path`` atomically and returns the path."""
+        target = pathlib.Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, self.dumps())
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TuningResult:
+        """Reads a file written by :meth:`save`."""
+        return cls.loads(pathlib.Path(path).read_bytes())
+
+    def table(self) -> str:
+        """An aligned table for people: kernel, device, key, default, best, speedup, config."""
+        return format_table(list(self._entries.values()))
+
+
+def atomic_write(target: pathlib.Path, data: bytes) -> None:
+    """Writes ``data`` to a temporary file beside ``target``, then renames it over."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _us(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 1e5:
+        return f"{value / 1e3:.1f} ms"
+    return f"{value:.1f} us"
+
+
+def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> str:
+    """Aligned text table of entries; ``stale`` ids are marked."""
+    if not entries:
+        return "(no tuned entries)"
+    from ._space import config_id
+
+    header = ("kernel", "device", "key", "default", "best", "speedup", "config")
+    rows = [header]
+    for e in sorted(entries, key=lambda e: (e.kernel, e.device_kind, e.key)):
+        speed = f"{e.speedup:.2f}x" if e.speedup else "-"
+        mark = " (stale)" if stale and (e.kernel, e.device_kind, e.key) in stale else ""
+        rows.append(
+            (
+                e.kernel + mark,
+                e.device_kind,
+                e.key,
+                _us(e.default_time_us),
+                _us(e.time_us),
+                speed,
+                config_id(e.config),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def now() -> float:
+    """Seconds since the epoch (a seam for tests)."""
+    return time.time()

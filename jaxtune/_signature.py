@@ -1,0 +1,223 @@
+"""Abstract arguments -> a readable, stable tuning key.
+
+A key holds only what changes the compiled program: the shape and dtype of every array
+argument and the value of every static argument, e.g.
+``f32[512,1024],f32[1024,512];transpose=False``. Values of arrays never enter it, and neither
+does Python's salted ``hash()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from ._errors import SignatureError
+
+__all__ = ["Signature", "abstractify", "dtype_name", "is_array", "is_tracing"]
+
+_SHORT = {
+    "float64": "f64",
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int64": "s64",
+    "int32": "s32",
+    "int16": "s16",
+    "int8": "s8",
+    "int4": "s4",
+    "uint64": "u64",
+    "uint32": "u32",
+    "uint16": "u16",
+    "uint8": "u8",
+    "uint4": "u4",
+    "bool": "pred",
+    "complex64": "c64",
+    "complex128": "c128",
+}
+
+
+def dtype_name(dtype: Any) -> str:
+    """XLA's short name of a dtype: ``f32``, ``bf16``, ``s32``, ``f8e4m3fn``...."""
+    name = np.dtype(dtype).name
+    if name in _SHORT:
+        return _SHORT[name]
+    if name.startswith("float8_"):
+        return "f8" + name[len("float8_") :]
+    return name
+
+
+def is_array(x: Any) -> bool:
+    """Whether ``x`` has a shape and dtype (arrays, tracers, ShapeDtypeStructs)."""
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type)
+
+
+def is_tracing(leaves: Sequence[Any]) -> bool:
+    """Whether any leaf is a tracer, i.e. the call happens inside a JAX transformation."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+
+
+def abstractify(x: Any) -> jax.ShapeDtypeStruct:
+    """The shape and dtype of one array-like leaf, without its value."""
+    return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)
+
+
+def _describe_leaf(x: Any) -> str:
+    return f"{dtype_name(x.dtype)}[{','.join(str(d) for d in x.shape)}]"
+
+
+def _static_repr(value: Any) -> str:
+    if isinstance(value, (str, bytes, int, float, bool, type(None))):
+        return repr(value)
+    if isinstance(value, tuple):
+        inner = ",".join(_static_repr(v) for v in value)
+        return f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return dtype_name(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ",".join(
+            f"{f.name}={_static_repr(getattr(value, f.name))}" for f in dataclasses.fields(value)
+        )
+        return f"{type(value).__name__}({fields})"
+    text = repr(value)
+    if " at 0x" in text:
+        raise SignatureError(
+            f"static argument {value!r} has no stable text form (its repr holds a memory "
+            "address), so it cannot be part of a tuning key. Pass a str, number, bool, tuple "
+            "or frozen dataclass, or give the decorator a key= function."
+        )
+    return text
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Signature:
+    """A call's arguments split into array leaves (by shape/dtype) and static values."""
+
+    key: str
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    statics: str
+    arguments: Mapping[str, Any]
+    dynamic: tuple[str, ...]
+    static: tuple[str, ...]
+    var_kw: str | None
+    fn_signature: inspect.Signature
+
+    @classmethod
+    def bind(
+        cls,
+        fn_signature: inspect.Signature,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        static_argnames: frozenset[str],
+        config_names: frozenset[str],
+        key_fn: Callable[..., Any] | None = None,
+    ) -> Signature:
+        """Splits a call into dynamic (array) and static arguments and builds its key.
+
+        Raises:
+            SignatureError: an argument is neither array-like nor static, a static argument
+                is unhashable, or the arguments do not match the function.
+        """
+        try:
+            bound = fn_signature.bind_partial(*args, **kwargs)
+        except TypeError as e:
+            raise SignatureError(f"arguments do not match the kernel's signature: {e}") from e
+        arguments = dict(bound.arguments)
+        var_kw = next(
+            (n for n, p in fn_signature.parameters.items() if p.kind is p.VAR_KEYWORD), None
+        )
+        flat = {n: v for n, v in arguments.items() if n != var_kw}
+        flat.update(arguments.get(var_kw, {}) if var_kw else {})
+        dynamic: list[str] = []
+        static: list[str] = []
+        shapes: list[tuple[str, tuple[int, ...]]] = []
+        parts: list[str] = []
+        static_parts: list[str] = []
+        for name, value in flat.items():
+            if name in config_names:
+                continue
+            if name in static_argnames:
+                try:
+                    hash(value)
+                except TypeError as e:
+                    raise SignatureError(
+                        f"static argument {name}={value!r} is unhashable ({type(value).__name__}); "
+                        "static arguments enter the tuning key and jit's cache. Pass a tuple "
+                        "instead of a list, or a frozen dataclass."
+                    ) from e
+                static.append(name)
+                static_parts.append(f"{name}={_static_repr(value)}")
+                continue
+            leaves = jax.tree_util.tree_leaves(value)
+            bad = [leaf for leaf in leaves if not is_array(leaf)]
+            if bad:
+                raise SignatureError(
+                    f"argument {name!r} is a {type(bad[0]).__name__} ({bad[0]!r}), not an array. "
+                    f"Non-array arguments must be static: add {name!r} to "
+                    f"static_argnames=... in @autotuned."
+                )
+            dynamic.append(name)
+            for leaf in leaves:
+                shapes.append((dtype_name(leaf.dtype), tuple(int(d) for d in leaf.shape)))
+            described = [_describe_leaf(leaf) for leaf in leaves]
+            is_single = len(leaves) == 1 and is_array(value)
+            parts.append(described[0] if is_single else f"({','.join(described)})")
+        statics = ",".join(static_parts)
+        result = cls(
+            key="",
+            shapes=tuple(shapes),
+            statics=statics,
+            arguments=arguments,
+            dynamic=tuple(dynamic),
+            static=tuple(static),
+            var_kw=var_kw,
+            fn_signature=fn_signature,
+        )
+        if key_fn is not None:
+            args_, kwargs_ = result.call_arguments(abstract=True)
+            key = str(key_fn(*args_, **kwargs_))
+        else:
+            key = ",".join(parts) + (f";{statics}" if statics else "")
+        return dataclasses.replace(result, key=key)
+
+    def call_arguments(
+        self, *, abstract: bool = False, replace: Mapping[str, Any] | None = None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``(args, kwargs)`` to call the kernel with, in the caller's positional layout.
+
+        ``abstract`` replaces every array by its ``jax.ShapeDtypeStruct``; ``replace`` maps
+        argument names (keyword-variadic ones included) to new values.
+        """
+        replace = dict(replace or {})
+
+        def value(name: str, v: Any) -> Any:
+            if name in replace:
+                return replace[name]
+            if abstract and name in self.dynamic:
+                return jax.tree_util.tree_map(abstractify, v)
+            return v
+
+        arguments = dict(self.arguments)
+        if self.var_kw is not None and self.var_kw in arguments:
+            arguments[self.var_kw] = {n: value(n, v) for n, v in arguments[self.var_kw].items()}
+        arguments = {n: (v if n == self.var_kw else value(n, v)) for n, v in arguments.items()}
+        bound = inspect.BoundArguments(self.fn_signature, arguments)
+        return tuple(bound.args), dict(bound.kwargs)
+
+    def names(self) -> list[str]:
+        """Argument names in call order, keyword-variadic ones expanded."""
+        out = [n for n in self.arguments if n != self.var_kw]
+        if self.var_kw is not None:
+            out.extend(self.arguments.get(self.var_kw, {}))
+        return out
+
+    def value(self, name: str) -> Any:
+        """The value the call passed for ``name``."""
+        if name in self.arguments and name != self.var_kw:
+            return self.arguments[name]
+        return self.arguments[self.var_kw][name]  # type: ignore[index]

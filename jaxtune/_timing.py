@@ -1,0 +1,137 @@
+"""Timing one compiled config: warm up, repeat to a minimum measured time, keep statistics.
+
+The timer runs wherever the sweep runs (in this process for the inline runner, in the child
+for the process runner). Wall-clock time around a blocking call is the measurement on CPU;
+a device-profiler timer can replace it through the :class:`Timer` protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import jax
+
+__all__ = ["Timer", "Timing", "TimingOptions", "WallTimer", "block"]
+
+
+def block(out: Any) -> Any:
+    """Waits until every array in ``out`` is computed."""
+    return jax.block_until_ready(out)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class TimingOptions:
+    """How long and how often to measure.
+
+    ``min_time_s``: total measured time to reach per config; ``min_samples``/``max_samples``
+    bound the sample count; ``warmup`` calls run before timing (at least 2: an interpret-mode
+    Pallas call may retrace on its second call); ``drop_ratio``: a config whose best sample
+    is this many times slower than the best config so far stops early; ``leaders`` and
+    ``rounds`` control the interleaved re-timing of the front runners.
+    """
+
+    min_time_s: float = 0.05
+    min_samples: int = 5
+    max_samples: int = 200
+    warmup: int = 2
+    sample_floor_us: float = 200.0
+    drop_ratio: float = 1.5
+    drop_after: int = 3
+    leaders: int = 3
+    leader_window: float = 1.10
+    rounds: int = 5
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Timing:
+    """Samples (µs per call) of one config and their summary."""
+
+    samples_us: tuple[float, ...]
+    dropped: bool = False
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples_us)
+
+    @property
+    def min_us(self) -> float:
+        return min(self.samples_us)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range over the median (0 for fewer than 4 samples)."""
+        if len(self.samples_us) < 4:
+            return 0.0
+        q = statistics.quantiles(self.samples_us, n=4)
+        return (q[2] - q[0]) / self.median_us if self.median_us else 0.0
+
+    def __add__(self, other: Timing) -> Timing:
+        return Timing(samples_us=self.samples_us + other.samples_us, dropped=self.dropped)
+
+
+class Timer(Protocol):
+    """Measures a blocking call; swappable (wall clock here, a device profiler elsewhere)."""
+
+    def measure(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        best_us: float | None = None,
+        samples: int | None = None,
+    ) -> Timing: ...
+
+
+class WallTimer:
+    """Wall-clock timing around ``run()``, which must block until its outputs exist."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+
+    def measure(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        best_us: float | None = None,
+        samples: int | None = None,
+    ) -> Timing:
+        """Times ``run``; stops early when clearly slower than ``best_us``.
+
+        With ``samples`` set, takes exactly that many samples after one warm-up call (used
+        for interleaved re-timing); otherwise warms up and samples until ``min_time_s``.
+        """
+        clock = self.clock
+        for _ in range(1 if samples else max(options.warmup, 2)):
+            run()
+        start = clock()
+        run()
+        first = clock() - start
+        # Batch very short calls so that each sample is long enough for the clock.
+        batch = max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9)))
+        out: list[float] = []
+        total = 0.0
+        wanted = samples if samples else options.max_samples
+        while len(out) < wanted:
+            start = clock()
+            for _ in range(batch):
+                run()
+            elapsed = clock() - start
+            total += elapsed
+            out.append(elapsed / batch * 1e6)
+            if samples:
+                continue
+            if (
+                best_us is not None
+                and len(out) >= options.drop_after
+                and min(out) > options.drop_ratio * best_us
+            ):
+                return Timing(samples_us=tuple(out), dropped=True)
+            if len(out) >= options.min_samples and total >= options.min_time_s:
+                break
+        return Timing(samples_us=tuple(out))
