@@ -16,7 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
-from . import _cache, _config, _lookup, _versions
+from . import _cache, _config, _lookup, _timing, _versions
 from ._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
 from ._lookup import Choice
 from ._result import Entry, TuningResult, now
@@ -109,7 +109,7 @@ class Autotuned(Generic[P, R]):
         self.timeout = timeout
         self.flops = flops
         self.bytes = bytes
-        self.timing = TimingOptions()
+        self.timing: TimingOptions | None = None
         self._lock = threading.RLock()
         self._eager: dict[Any, tuple[Callable[..., R], Choice]] = {}
         self._jitted: dict[str, Callable[..., R]] = {}
@@ -208,7 +208,7 @@ class Autotuned(Generic[P, R]):
             check=self.check,
             inputs=self.inputs,
             timeout_s=self.timeout or settings.timeout,
-            options=self.timing,
+            options=self.timing or _timing.DEFAULT,
             verbose=settings.verbose,
         )
         with self._lock:

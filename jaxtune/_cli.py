@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from . import _cache_cli
 from ._errors import JaxtuneError
 
 __all__ = ["build_parser", "main"]
@@ -27,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    _cache_cli.add_parser(sub)
+
     sub.add_parser(
         "demo",
         help="the main job on this machine: check the toolchain and run the example kernels",
@@ -42,6 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import _doctor
 
             return _doctor.main(as_json=args.json)
+        if args.command == "cache":
+            return _cache_cli.run(args)
         if args.command == "demo":
             from . import _demo
 

@@ -326,6 +326,7 @@ def run_sweep(task: SweepTask, *, timer: WallTimer | None = None) -> SweepOutcom
     """
     timer = timer or WallTimer()
     options = task.options
+    progress = Progress(f"{task.kernel} {task.signature.key}", len(task.configs), task.verbose)
     inputs = make_inputs(task)
     space = [dict(c) for c in task.configs]
     default_id = config_id(task.default)
@@ -333,8 +334,6 @@ def run_sweep(task: SweepTask, *, timer: WallTimer | None = None) -> SweepOutcom
     extra_default = default_id not in {config_id(c) for c in space}
     to_compile = ([task.default] if extra_default else []) + [space[i] for i in ordered]
     compiled = _compile_all(task, to_compile, inputs)
-    progress = Progress(f"{task.kernel} {task.signature.key}", len(space), task.verbose)
-
     results: dict[str, Measurement | Failure] = {}
     runners: dict[str, Callable[[], Any]] = {}
     timings: dict[str, Timing] = {}

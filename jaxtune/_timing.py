@@ -74,6 +74,10 @@ class Timing:
         return Timing(samples_us=self.samples_us + other.samples_us, dropped=self.dropped)
 
 
+#: The options sweeps use unless a kernel sets its own ``timing`` attribute.
+DEFAULT = TimingOptions()
+
+
 class Timer(Protocol):
     """Measures a blocking call; swappable (wall clock here, a device profiler elsewhere)."""
 

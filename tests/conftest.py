@@ -44,3 +44,22 @@ def cli():
         )
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _no_packaged_caches():
+    from jaxtune import _cache
+
+    _cache.unregister_caches()
+    yield
+    _cache.unregister_caches()
+
+
+@pytest.fixture
+def fast_timing(monkeypatch):
+    """Shortens timing for tests that sweep but do not compare speeds."""
+    from jaxtune import _timing
+
+    fast = _timing.TimingOptions(min_time_s=0.002, min_samples=3, max_samples=10, rounds=2)
+    monkeypatch.setattr(_timing, "DEFAULT", fast)
+    return fast

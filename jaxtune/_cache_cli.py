@@ -1,0 +1,165 @@
+"""``jaxtune cache ...``: inspect and move tuned configs between machines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+from . import _cache, _versions
+from ._errors import CacheError
+from ._result import Entry, TuningResult, format_table
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Adds ``cache`` and its actions to the top-level subparsers."""
+    cache = sub.add_parser("cache", help="inspect and move tuned configs between machines")
+    actions = cache.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, help: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = actions.add_parser(name, help=help, description=help)
+        p.add_argument("--json", action="store_true", help="print a JSON document")
+        return p
+
+    action("path", "print the cache directory")
+    p = action("list", "one line per tuned entry; entries from another toolchain are stale")
+    p.add_argument("--kernel", help="only this kernel id")
+    p = action("show", "every entry of one kernel, with each config's measurement or failure")
+    p.add_argument("kernel")
+    p.add_argument("--device", help="only this device kind")
+    p = action("export", "write entries to a TuningResult file (msgpack)")
+    p.add_argument("file", type=pathlib.Path)
+    p.add_argument("--kernel", help="only this kernel id")
+    p = action("import", "merge a TuningResult file into the cache (the file wins)")
+    p.add_argument("file", type=pathlib.Path)
+    p = action("merge", "merge TuningResult files into one (later files win)")
+    p.add_argument("files", type=pathlib.Path, nargs="+")
+    p.add_argument("-o", "--output", type=pathlib.Path, required=True)
+    p = action("prune", "drop entries: stale ones, or one kernel's")
+    p.add_argument("--stale", action="store_true", help="entries tuned with another toolchain")
+    p.add_argument("--kernel", help="every entry of this kernel id")
+    action("clear", "remove every entry from the cache")
+
+
+def _entry_json(e: Entry, *, full: bool = False) -> dict[str, Any]:
+    d = {
+        "kernel": e.kernel,
+        "device_kind": e.device_kind,
+        "key": e.key,
+        "config": dict(e.config),
+        "time_us": e.time_us,
+        "default_time_us": e.default_time_us,
+        "speedup": e.speedup,
+        "stale": _versions.stale(dict(e.versions)),
+        "versions": dict(e.versions),
+        "created": e.created,
+    }
+    if full:
+        d["measurements"] = [m.to_dict() for m in e.measurements]
+    return d
+
+
+def _show(entries: list[Entry]) -> str:
+    lines = []
+    for e in sorted(entries, key=lambda e: (e.device_kind, e.key)):
+        speed = f"{e.speedup:.2f}x" if e.speedup else "-"
+        lines.append(
+            f"{e.kernel} on {e.device_kind}, key {e.key}: best {dict(e.config)} "
+            f"({speed} over default {dict(e.default_config)})"
+        )
+        for m in e.measurements:
+            if m.ok:
+                extra = ", dropped early" if getattr(m, "dropped", False) else ""
+                lines.append(
+                    f"    {dict(m.config)}: {m.median_us:.1f} us "  # type: ignore[union-attr]
+                    f"(min {m.min_us:.1f}, {m.samples} samples{extra})"
+                )  # type: ignore[union-attr]
+            else:
+                lines.append(f"    {dict(m.config)}: FAILED at {m.stage}: {m.reason}")  # type: ignore[union-attr]
+    return "\n".join(lines) or "(no entries)"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs one ``jaxtune cache`` action; returns the exit status."""
+    store = _cache.user_cache()
+    out: Callable[[Any, str], None] = (
+        (lambda doc, text: print(json.dumps(doc, indent=2, sort_keys=True)))
+        if args.json
+        else (lambda doc, text: print(text))
+    )
+    if args.action == "path":
+        out({"path": str(store.root)}, str(store.root))
+        return 0
+    if args.action == "list":
+        entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
+        stale = {
+            (e.kernel, e.device_kind, e.key) for e in entries if _versions.stale(dict(e.versions))
+        }
+        out(
+            {"path": str(store.root), "entries": [_entry_json(e) for e in entries]},
+            format_table(entries, stale=stale),
+        )
+        return 0
+    if args.action == "show":
+        entries = [
+            e
+            for e in store.all_entries()
+            if e.kernel == args.kernel and (not args.device or e.device_kind == args.device)
+        ]
+        if not entries:
+            raise CacheError(
+                f"no entries for kernel {args.kernel!r} in {store.root}; "
+                "`jaxtune cache list` shows what is there."
+            )
+        out({"entries": [_entry_json(e, full=True) for e in entries]}, _show(entries))
+        return 0
+    if args.action == "export":
+        entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
+        path = TuningResult.of(*entries).save(args.file)
+        out(
+            {"path": str(path), "entries": len(entries)},
+            f"exported {len(entries)} entries to {path}",
+        )
+        return 0
+    if args.action == "import":
+        result = TuningResult.load(args.file)
+        store.write(result.values())
+        out(
+            {"path": str(store.root), "entries": len(result)},
+            f"imported {len(result)} entries into {store.root}",
+        )
+        return 0
+    if args.action == "merge":
+        merged = TuningResult()
+        for f in args.files:
+            merged = merged | TuningResult.load(f)
+        merged.save(args.output)
+        out(
+            {"path": str(args.output), "entries": len(merged)},
+            f"merged {len(args.files)} files into {args.output} ({len(merged)} entries)",
+        )
+        return 0
+    if args.action == "prune":
+        if not (args.stale or args.kernel):
+            raise CacheError(
+                "prune needs --stale and/or --kernel KERNEL; `jaxtune cache clear` "
+                "removes everything."
+            )
+
+        def doomed(e: Entry) -> bool:
+            return (not args.stale or _versions.stale(dict(e.versions))) and (
+                not args.kernel or e.kernel == args.kernel
+            )
+
+        dropped = store.remove(lambda e: not doomed(e))
+        out({"dropped": dropped}, f"dropped {dropped} entries")
+        return 0
+    if args.action == "clear":
+        dropped = store.clear()
+        out({"dropped": dropped}, f"removed {dropped} entries from {store.root}")
+        return 0
+    raise AssertionError(args.action)
