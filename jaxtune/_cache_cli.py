@@ -10,7 +10,7 @@ from typing import Any
 
 from . import _cache, _versions
 from ._errors import CacheError
-from ._result import Entry, TuningResult, format_table
+from ._result import Entry, Measurement, TuningResult, format_table
 
 __all__ = ["add_parser", "run"]
 
@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _entry_json(e: Entry, *, full: bool = False) -> dict[str, Any]:
-    d = {
+    d: dict[str, Any] = {
         "kernel": e.kernel,
         "device_kind": e.device_kind,
         "key": e.key,
@@ -72,14 +72,14 @@ def _show(entries: list[Entry]) -> str:
             f"({speed} over default {dict(e.default_config)})"
         )
         for m in e.measurements:
-            if m.ok:
-                extra = ", dropped early" if getattr(m, "dropped", False) else ""
+            if isinstance(m, Measurement):
+                extra = ", dropped early" if m.dropped else ""
                 lines.append(
-                    f"    {dict(m.config)}: {m.median_us:.1f} us "  # type: ignore[union-attr]
+                    f"    {dict(m.config)}: {m.median_us:.1f} us "
                     f"(min {m.min_us:.1f}, {m.samples} samples{extra})"
-                )  # type: ignore[union-attr]
+                )
             else:
-                lines.append(f"    {dict(m.config)}: FAILED at {m.stage}: {m.reason}")  # type: ignore[union-attr]
+                lines.append(f"    {dict(m.config)}: FAILED at {m.stage}: {m.reason}")
     return "\n".join(lines) or "(no entries)"
 
 

@@ -386,12 +386,12 @@ def test_cost_hint():
 
 
 def test_error_empty_space_after_pruning():
-    with pytest.raises(jaxtune.ConfigSpaceError, match="no config of .* is left after pruning"):
+    with pytest.raises(jaxtune.ConfigSpaceError, match=r"no config of .* is left after pruning"):
         pruned(jnp.ones((6,)))
 
 
 def test_error_config_key_not_accepted():
-    with pytest.raises(jaxtune.ConfigSpaceError, match="sets 'tile', which .* does not accept"):
+    with pytest.raises(jaxtune.ConfigSpaceError, match=r"sets 'tile', which .* does not accept"):
 
         @jaxtune.autotuned(configs={"tile": [1, 2]})
         def k(x, *, chunk):
@@ -426,7 +426,7 @@ def test_error_non_array_argument_without_static_argnames():
         return x
 
     with pytest.raises(
-        jaxtune.SignatureError, match="argument 'mode' is a str .* add 'mode' to static_argnames"
+        jaxtune.SignatureError, match=r"argument 'mode' is a str .* add 'mode' to static_argnames"
     ):
         k(jnp.ones(2), "fast")
 

@@ -18,8 +18,8 @@ __all__ = ["CHUNKS", "chunked_logsumexp", "reference_logsumexp"]
 CHUNKS = (128, 256, 512, 1024, 2048, 4096, 8192)
 
 
-def _divides(config, x):
-    return x.shape[-1] % config["chunk"] == 0
+def _divides(config: dict[str, int], x: jax.ShapeDtypeStruct) -> bool:
+    return bool(x.shape[-1] % config["chunk"] == 0)
 
 
 @jaxtune.autotuned(
@@ -42,7 +42,9 @@ def chunked_logsumexp(x: jax.Array, *, chunk: int) -> jax.Array:
     *lead, n = x.shape
     blocks = jnp.moveaxis(x.reshape(*lead, n // chunk, chunk), -2, 0).astype(jnp.float32)
 
-    def step(carry, block):
+    def step(
+        carry: tuple[jax.Array, jax.Array], block: jax.Array
+    ) -> tuple[tuple[jax.Array, jax.Array], None]:
         m, s = carry
         m_new = jnp.maximum(m, block.max(axis=-1))
         s = s * jnp.exp(m - m_new) + jnp.exp(block - m_new[..., None]).sum(axis=-1)

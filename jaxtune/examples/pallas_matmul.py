@@ -7,6 +7,7 @@ blocks mean fewer grid steps, so the tuner has something real to find everywhere
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -19,15 +20,15 @@ __all__ = ["BLOCKS", "matmul"]
 BLOCKS = (32, 64, 128, 256)
 
 
-def _fits(config, x, y):
+def _fits(config: dict[str, int], x: jax.ShapeDtypeStruct, y: jax.ShapeDtypeStruct) -> bool:
     m, k = x.shape
     _, n = y.shape
     return m % config["block_m"] == 0 and n % config["block_n"] == 0 and k % config["block_k"] == 0
 
 
-def _kernel(x_ref, y_ref, o_ref, *, steps_k):
+def _kernel(x_ref: Any, y_ref: Any, o_ref: Any, *, steps_k: int) -> None:
     @pl.when(pl.program_id(2) == 0)
-    def _init():
+    def _init() -> None:
         o_ref[...] = jnp.zeros_like(o_ref)
 
     o_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32).astype(
