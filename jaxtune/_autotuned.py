@@ -32,6 +32,19 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _REGISTRY: dict[str, Autotuned[Any, Any]] = {}
+# Concrete (non-tracer) array classes seen so far; learnt lazily so that importing jaxtune
+# never starts a backend.
+_CONCRETE: set[type] = set()
+
+
+def _concrete(a: Any) -> bool:
+    t = type(a)
+    if t in _CONCRETE:
+        return True
+    if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
+        _CONCRETE.add(t)
+        return True
+    return False
 
 
 def registry() -> dict[str, Autotuned[Any, Any]]:
@@ -242,7 +255,7 @@ class Autotuned(Generic[P, R]):
         return given or None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        explicit = self._explicit(kwargs)
+        explicit = self._explicit(kwargs) if kwargs else None
         if explicit is not None:
             rest = {k: v for k, v in kwargs.items() if k not in explicit}
             sig = self._bind(args, rest)
@@ -280,6 +293,10 @@ class Autotuned(Generic[P, R]):
 
     def _memo_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         """A cheap key for the eager fast path, or ``None`` when tracing (or unhashable)."""
+        if not kwargs and all(_concrete(a) for a in args):
+            # The common eager case, without a pytree flatten.
+            simple = tuple((a.shape, a.dtype, a.weak_type) for a in args)
+            return (simple, _config.settings_token(), _lookup.scope_ids())
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         parts: list[Any] = []
         for leaf in leaves:

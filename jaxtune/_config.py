@@ -200,12 +200,24 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings(**values)
 
 
+# os.environ keeps its bytes in a plain dict that every assignment through os.environ
+# updates; reading it directly skips the per-key encoding that makes os.environ.get slow.
+# This runs on every eager call of an autotuned kernel, so it matters.
+_ENV_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
+_ENV_KEYS = tuple(
+    os.environ.encodekey(v.name) if hasattr(os.environ, "encodekey") else v.name  # type: ignore[attr-defined]
+    for v in VARIABLES
+)
+
+
 def settings_token() -> tuple[Any, ...]:
     """A cheap hashable value that changes whenever the settings may have changed."""
-    return (
-        tuple(os.environ.get(v.name) for v in VARIABLES),
-        tuple(sorted(_OVERRIDES.get().items())),
-    )
+    overrides = _OVERRIDES.get()
+    extra = tuple(sorted(overrides.items())) if overrides else ()
+    if _ENV_DATA is not None:
+        data = _ENV_DATA
+        return (tuple([data.get(k) for k in _ENV_KEYS]), extra)
+    return (tuple([os.environ.get(v.name) for v in VARIABLES]), extra)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import jaxtune
+from jaxtune import _cache, _cli
+from jaxtune._result import Entry
+
+
+def put(key, kernel="lib.matmul", jax_version=None, config=None):
+    versions = dict(jaxtune._versions.toolchain())
+    if jax_version:
+        versions["jax"] = jax_version
+    _cache.user_cache().write(
+        [
+            Entry(
+                kernel=kernel,
+                device_kind="cpu",
+                key=key,
+                config=config or {"block": 128},
+                time_us=10.0,
+                default_config={"block": 32},
+                default_time_us=30.0,
+                versions=versions,
+            )
+        ]
+    )
+
+
+def run(capsys, *argv):
+    code = _cli.main(["cache", *argv])
+    return code, capsys.readouterr().out
+
+
+def test_path(capsys):
+    code, out = run(capsys, "path")
+    assert code == 0 and out.strip() == str(_cache.user_cache().root)
+    code, out = run(capsys, "path", "--json")
+    assert json.loads(out) == {"path": str(_cache.user_cache().root)}
+
+
+def test_list_marks_stale_entries(capsys):
+    put("f32[8]")
+    put("f32[16]", jax_version="0.4.1")
+    code, out = run(capsys, "list")
+    assert code == 0
+    assert "(stale)" in out and "3.00x" in out
+    code, out = run(capsys, "list", "--json")
+    doc = json.loads(out)
+    assert {e["key"]: e["stale"] for e in doc["entries"]} == {"f32[8]": False, "f32[16]": True}
+
+
+def test_show(capsys):
+    put("f32[8]")
+    code, out = run(capsys, "show", "lib.matmul")
+    assert code == 0 and "best {'block': 128}" in out
+    assert (
+        json.loads(run(capsys, "show", "lib.matmul", "--json")[1])["entries"][0]["key"] == "f32[8]"
+    )
+    assert _cli.main(["cache", "show", "nope"]) == 2
+    assert "no entries for kernel 'nope'" in capsys.readouterr().err
+
+
+def test_export_import_merge(capsys, tmp_path, monkeypatch):
+    put("f32[8]")
+    put("f32[4]", kernel="other")
+    code, out = run(capsys, "export", str(tmp_path / "all.msgpack"))
+    assert code == 0 and "exported 2 entries" in out
+    run(capsys, "export", str(tmp_path / "one.msgpack"), "--kernel", "other")
+    assert len(jaxtune.TuningResult.load(tmp_path / "one.msgpack")) == 1
+
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "other-machine"))
+    code, out = run(capsys, "import", str(tmp_path / "all.msgpack"), "--json")
+    assert json.loads(out)["entries"] == 2
+    assert len(_cache.user_cache().all_entries()) == 2
+
+    code, out = run(
+        capsys,
+        "merge",
+        str(tmp_path / "all.msgpack"),
+        str(tmp_path / "one.msgpack"),
+        "-o",
+        str(tmp_path / "merged.msgpack"),
+    )
+    assert code == 0 and len(jaxtune.TuningResult.load(tmp_path / "merged.msgpack")) == 2
+
+
+def test_prune_and_clear(capsys):
+    put("f32[8]")
+    put("f32[16]", jax_version="0.4.1")
+    put("f32[4]", kernel="other")
+    assert _cli.main(["cache", "prune"]) == 2
+    assert "prune needs --stale" in capsys.readouterr().err
+    code, out = run(capsys, "prune", "--stale", "--json")
+    assert json.loads(out) == {"dropped": 1}
+    code, out = run(capsys, "prune", "--kernel", "other")
+    assert "dropped 1 entries" in out
+    code, out = run(capsys, "clear")
+    assert "removed 1 entries" in out
+    assert _cache.user_cache().all_entries() == []
+
+
+@pytest.mark.slow
+def test_module_entry_point(cli):
+    proc = cli("cache", "path")
+    assert proc.returncode == 0 and proc.stdout.strip()

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jaxtune
+from jaxtune._result import Entry, Failure, Measurement, packb, unpackb
+
+
+def full_entry(key="f32[8]", config=None, kernel="k"):
+    return Entry(
+        kernel=kernel,
+        device_kind="cpu",
+        key=key,
+        config=config or {"block": (8, 16), "layout": "nt", "fast": True},
+        time_us=2.5,
+        default_config={"block": (4, 4), "layout": "nn", "fast": False},
+        default_time_us=10.0,
+        measurements=(
+            Measurement(
+                config={"block": (8, 16)},
+                median_us=2.5,
+                min_us=2.0,
+                spread=0.05,
+                samples=40,
+                compile_s=0.1,
+            ),
+            Measurement(
+                config={"block": (16, 16)},
+                median_us=9.0,
+                min_us=8.5,
+                spread=0.0,
+                samples=3,
+                compile_s=0.1,
+                dropped=True,
+            ),
+            Failure(config={"block": (2, 2)}, stage="check", reason="max abs error 3 > 1e-4"),
+            Failure(config={"block": (1, 1)}, stage="crash", reason="SIGSEGV"),
+        ),
+        versions={"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": None},
+        created=1234.5,
+        kernel_version="3",
+        shapes=(("f32", (8,)),),
+        statics="transpose=False",
+    )
+
+
+def test_bytes_round_trip_is_lossless_failures_included():
+    r = jaxtune.TuningResult.of(full_entry(), full_entry(key="f32[16]"))
+    back = jaxtune.TuningResult.loads(r.dumps())
+    assert back == r
+    e = back[("k", "cpu", "f32[8]")]
+    assert e.config["block"] == (8, 16)  # tuples stay tuples
+    assert isinstance(e.measurements[2], Failure) and e.measurements[2].stage == "check"
+    assert e.measurements[1].dropped is True
+    assert e.speedup == pytest.approx(4.0)
+
+
+def test_file_round_trip(tmp_path):
+    r = jaxtune.TuningResult.of(full_entry())
+    path = r.save(tmp_path / "sub" / "tuned.msgpack")
+    assert jaxtune.TuningResult.load(path) == r
+
+
+def test_mapping_is_immutable():
+    r = jaxtune.TuningResult.of(full_entry())
+    with pytest.raises(TypeError):
+        r[("k", "cpu", "x")] = full_entry()  # type: ignore[index]
+    with pytest.raises(TypeError):
+        hash(r)
+    assert len(r) == 1 and list(r) == [("k", "cpu", "f32[8]")]
+
+
+def test_merge_right_side_wins():
+    left = jaxtune.TuningResult.of(full_entry(config={"block": 1}), full_entry(key="a"))
+    right = jaxtune.TuningResult.of(full_entry(config={"block": 2}))
+    merged = left | right
+    assert merged[("k", "cpu", "f32[8]")].config == {"block": 2}
+    assert len(merged) == 2
+    assert (right | left)[("k", "cpu", "f32[8]")].config == {"block": 1}
+
+
+def test_loads_rejects_garbage_and_future_schema():
+    with pytest.raises(jaxtune.CacheError, match="not a jaxtune TuningResult"):
+        jaxtune.TuningResult.loads(b"\xc1")
+    with pytest.raises(jaxtune.CacheError, match="'format' field is missing"):
+        jaxtune.TuningResult.loads(packb({"entries": []}))
+    future = packb({"format": "jaxtune.TuningResult", "schema": 99, "entries": []})
+    with pytest.raises(jaxtune.CacheError, match="schema 99, newer than"):
+        jaxtune.TuningResult.loads(future)
+
+
+def test_table_lists_each_entry():
+    table = jaxtune.TuningResult.of(full_entry()).table()
+    header, rule, row = table.splitlines()
+    assert header.split() == ["kernel", "device", "key", "default", "best", "speedup", "config"]
+    assert "4.00x" in row and "10.0 us" in row and "2.5 us" in row and "layout='nt'" in row
+
+
+def test_packing_never_runs_code_and_rejects_objects():
+    with pytest.raises(TypeError, match="cannot store"):
+        packb({"x": object()})
+    assert unpackb(packb({"a": (1, (2, 3)), "b": np.int64(3)})) == {"a": (1, (2, 3)), "b": 3}
+    assert unpackb(packb(np.float32(1.5))) == 1.5
+    assert ml_dtypes.bfloat16  # the dtype module the sweep uses is importable
+
+
+def test_scopes_nest_and_unwind():
+    a = jaxtune.TuningResult.of(full_entry())
+    b = jaxtune.TuningResult.of(full_entry(config={"block": 2}))
+    assert jaxtune._result.active_scopes() == ()
+    with a:
+        with b:
+            assert jaxtune._result.active_scopes() == (a, b)
+        assert jaxtune._result.active_scopes() == (a,)
+    assert jaxtune._result.active_scopes() == ()

@@ -1,0 +1,251 @@
+from __future__ import annotations
+
+import inspect
+import io
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from jaxtune import _sweep, _timing
+from jaxtune._result import Failure, Measurement
+from jaxtune._signature import Signature, dtype_name
+
+
+def bind(fn, *args, static=(), **kwargs):
+    return Signature.bind(
+        inspect.signature(fn),
+        args,
+        kwargs,
+        static_argnames=frozenset(static),
+        config_names=frozenset(),
+    )
+
+
+def kernel(x, y, *, delay):
+    out = x @ y
+    for _ in range(delay):
+        out = jnp.tanh(out)
+    return out
+
+
+def test_keys_are_readable():
+    sig = bind(kernel, jnp.ones((4, 8)), jnp.ones((8, 2), jnp.bfloat16))
+    assert sig.key == "f32[4,8],bf16[8,2]"
+    sig = bind(lambda x, t: x, {"a": jnp.ones(2), "b": jnp.ones(3, jnp.int32)}, True, static=("t",))
+    assert sig.key == "(f32[2],s32[3]);t=True"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "name"),
+    [
+        (jnp.float32, "f32"),
+        (jnp.bfloat16, "bf16"),
+        (jnp.int8, "s8"),
+        (jnp.bool_, "pred"),
+        (ml_dtypes.float8_e4m3fn, "f8e4m3fn"),
+        (ml_dtypes.float8_e5m2, "f8e5m2"),
+    ],
+)
+def test_dtype_names(dtype, name):
+    assert dtype_name(dtype) == name
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        jnp.float32,
+        jnp.bfloat16,
+        jnp.float16,
+        ml_dtypes.float8_e4m3fn,
+        jnp.int32,
+        jnp.uint8,
+        jnp.bool_,
+        jnp.complex64,
+    ],
+)
+def test_random_inputs_are_deterministic_per_dtype(dtype):
+    spec = jax.ShapeDtypeStruct((3, 5), dtype)
+    task = _sweep.SweepTask(
+        kernel="k",
+        fn=lambda x, *, c: x,
+        signature=bind(lambda x: x, spec),
+        configs=({"c": 1},),
+        default={"c": 1},
+    )
+    a, b = _sweep.make_inputs(task)["x"], _sweep.make_inputs(task)["x"]
+    assert a.shape == (3, 5) and np.dtype(a.dtype) == np.dtype(dtype)
+    np.testing.assert_array_equal(
+        np.asarray(a, np.float64) if dtype != jnp.complex64 else a,
+        np.asarray(b, np.float64) if dtype != jnp.complex64 else b,
+    )
+
+
+def test_concrete_caller_arrays_are_used_as_inputs():
+    x = jnp.arange(6.0)
+    task = _sweep.SweepTask(
+        kernel="k",
+        fn=lambda x, *, c: x,
+        signature=bind(lambda x: x, x),
+        configs=({"c": 1},),
+        default={"c": 1},
+    )
+    assert _sweep.make_inputs(task)["x"] is x
+
+
+@pytest.mark.parametrize(
+    ("dtype", "noise", "ok"),
+    [
+        (np.float32, 1e-6, True),
+        (np.float32, 1e-2, False),
+        (ml_dtypes.bfloat16, 1e-2, True),
+        (ml_dtypes.bfloat16, 0.5, False),
+        (np.float64, 1e-9, True),
+        (np.float64, 1e-5, False),
+    ],
+)
+def test_auto_tolerance_is_dtype_aware(dtype, noise, ok):
+    ref = np.linspace(-1, 1, 64).astype(dtype)
+    out = (ref.astype(np.float64) + noise).astype(dtype)
+    assert (_sweep.check_outputs(out, ref, "auto") is None) is ok
+
+
+def test_check_variants():
+    ref = np.ones(4, np.float32)
+    out = ref * 1.01
+    assert _sweep.check_outputs(out, ref, False) is None
+    assert _sweep.check_outputs(out, ref, {"rtol": 0.02}) is None
+    assert "exceeds" in _sweep.check_outputs(out, ref, {"rtol": 0.001})
+    assert _sweep.check_outputs(out, ref, lambda o, r: True) is None
+    assert _sweep.check_outputs(out, ref, lambda o, r: False) == "the check callable returned False"
+    assert "differs" in _sweep.check_outputs(np.array([1, 2]), np.array([1, 3]), "auto")
+    assert "is f32[3]" in _sweep.check_outputs(np.ones(3, np.float32), ref, "auto")
+    assert "exceeds" in _sweep.check_outputs(
+        np.array([np.nan], np.float32), np.array([1.0], np.float32), "auto"
+    )
+
+
+class FakeClock:
+    """A clock whose time advances only when the fake kernel runs."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_timer_warms_up_and_reaches_min_time():
+    clock = FakeClock()
+    calls = []
+
+    def run():
+        calls.append(1)
+        clock.now += 1e-3
+
+    opts = _timing.TimingOptions(min_time_s=0.02, min_samples=5, max_samples=100, warmup=2)
+    t = _timing.WallTimer(clock).measure(run, opts)
+    assert len(t.samples_us) == 20
+    assert t.median_us == pytest.approx(1000.0)
+    assert len(calls) == 2 + 1 + 20  # warm-up, probe, samples
+
+
+def test_timer_batches_short_calls_and_drops_slow_configs():
+    clock = FakeClock()
+
+    def fast():
+        clock.now += 1e-6
+
+    opts = _timing.TimingOptions(min_time_s=0.001, sample_floor_us=100.0)
+    t = _timing.WallTimer(clock).measure(fast, opts)
+    assert t.median_us == pytest.approx(1.0)
+
+    def slow():
+        clock.now += 1e-3
+
+    t = _timing.WallTimer(clock).measure(slow, _timing.TimingOptions(min_time_s=1.0), best_us=100.0)
+    assert t.dropped and len(t.samples_us) == 3
+
+
+def test_sweep_records_every_failure_kind_and_picks_fastest(fast_timing):
+    def k(x, *, mode):
+        if mode == "compile_error":
+            raise ValueError("tile does not divide")
+        if mode == "wrong":
+            return x + 1
+        if mode == "slow":
+            y = x
+            for _ in range(200):
+                y = jnp.sin(y) + x
+            return y - y + x
+        return x
+
+    x = jnp.ones((256,))
+    configs = tuple({"mode": m} for m in ("fast", "compile_error", "wrong", "slow"))
+    task = _sweep.SweepTask(
+        kernel="k",
+        fn=k,
+        signature=bind(k, x),
+        configs=configs,
+        default={"mode": "fast"},
+        options=fast_timing,
+    )
+    out = _sweep.run_sweep(task)
+    by = {m.config["mode"]: m for m in out.measurements}
+    assert isinstance(by["compile_error"], Failure) and by["compile_error"].stage == "compile"
+    assert "tile does not divide" in by["compile_error"].reason
+    assert isinstance(by["wrong"], Failure) and by["wrong"].stage == "check"
+    assert isinstance(by["slow"], Measurement)
+    assert out.best.config == {"mode": "fast"}
+    assert out.default is by["fast"]
+
+
+def test_default_outside_space_is_timed_as_reference(fast_timing):
+    def k(x, *, c):
+        return x * 1.0
+
+    x = jnp.ones(8)
+    task = _sweep.SweepTask(
+        kernel="k",
+        fn=k,
+        signature=bind(k, x),
+        configs=({"c": 2}, {"c": 3}),
+        default={"c": 1},
+        options=fast_timing,
+    )
+    out = _sweep.run_sweep(task)
+    assert [m.config for m in out.measurements] == [{"c": 2}, {"c": 3}]
+    assert isinstance(out.default, Measurement) and out.default.config == {"c": 1}
+
+
+@pytest.mark.parametrize("verbose", [1, 2])
+def test_progress_lines(verbose, fast_timing):
+    stream = io.StringIO()
+    progress = _sweep.Progress("k f32[8]", 2, verbose, stream)
+    m = Measurement(
+        config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
+    )
+    f = Failure(config={"c": 2}, stage="run", reason="boom")
+    progress.update(m)
+    progress.update(f)
+    progress.finish(_sweep.SweepOutcome(measurements=(m, f), best=m, default=m))
+    text = stream.getvalue()
+    assert "tuned k f32[8]" in text and "2 configs (1 failed)" in text
+    assert ("FAILED at run: boom" in text) is (verbose == 2)
+
+
+def test_live_progress_on_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    progress = _sweep.Progress("k", 3, 0, stream)
+    progress.update(
+        Measurement(
+            config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
+        )
+    )
+    assert "\rjaxtune: tuning k 1/3, best 5.0 us" in stream.getvalue()
