@@ -205,8 +205,7 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
 # This runs on every eager call of an autotuned kernel, so it matters.
 _ENV_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
 _ENV_KEYS = tuple(
-    os.environ.encodekey(v.name) if hasattr(os.environ, "encodekey") else v.name  # type: ignore[attr-defined]
-    for v in VARIABLES
+    os.environ.encodekey(v.name) if hasattr(os.environ, "encodekey") else v.name for v in VARIABLES
 )
 
 

@@ -109,7 +109,7 @@ def test_future_schema_is_refused_politely_and_not_overwritten(tmp_path):
     path.write_bytes(future)
     with pytest.warns(jaxtune.JaxtuneWarning, match="written by a newer jaxtune"):
         assert store.read("cpu", "k") == {}
-    with pytest.raises(jaxtune.CacheError, match="refusing to overwrite .* newer jaxtune"):
+    with pytest.raises(jaxtune.CacheError, match=r"refusing to overwrite .* newer jaxtune"):
         store.write([make_entry()])
     assert path.read_bytes() == future
 

@@ -97,7 +97,7 @@ def test_prune_and_clear(capsys):
     assert json.loads(out) == {"dropped": 1}
     code, out = run(capsys, "prune", "--kernel", "other")
     assert "dropped 1 entries" in out
-    code, out = run(capsys, "clear")
+    _, out = run(capsys, "clear")
     assert "removed 1 entries" in out
     assert _cache.user_cache().all_entries() == []
 

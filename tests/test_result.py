@@ -93,7 +93,7 @@ def test_loads_rejects_garbage_and_future_schema():
 
 def test_table_lists_each_entry():
     table = jaxtune.TuningResult.of(full_entry()).table()
-    header, rule, row = table.splitlines()
+    header, _, row = table.splitlines()
     assert header.split() == ["kernel", "device", "key", "default", "best", "speedup", "config"]
     assert "4.00x" in row and "10.0 us" in row and "2.5 us" in row and "layout='nt'" in row
 
