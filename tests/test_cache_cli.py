@@ -94,9 +94,9 @@ def test_prune_and_clear(capsys):
     assert _cli.main(["cache", "prune"]) == 2
     assert "prune needs --stale" in capsys.readouterr().err
     code, out = run(capsys, "prune", "--stale", "--json")
-    assert json.loads(out) == {"dropped": 1}
+    assert code == 0 and json.loads(out) == {"dropped": 1}
     code, out = run(capsys, "prune", "--kernel", "other")
-    assert "dropped 1 entries" in out
+    assert code == 0 and "dropped 1 entries" in out
     _, out = run(capsys, "clear")
     assert "removed 1 entries" in out
     assert _cache.user_cache().all_entries() == []
