@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Protocol
 
+from . import _context
 from ._sweep import SweepOutcome, SweepTask, run_sweep
 
 __all__ = ["InlineRunner", "Runner", "default_runner"]
@@ -30,8 +31,14 @@ class InlineRunner:
     """
 
     def sweep(self, task: SweepTask) -> SweepOutcome:
+        local_config = _context.capture()
+
+        def work() -> SweepOutcome:
+            with local_config():
+                return run_sweep(task)
+
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxtune-sweep") as ex:
-            return ex.submit(run_sweep, task).result()
+            return ex.submit(work).result()
 
 
 def default_runner() -> Runner:

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import jax
 import numpy as np
 
+from . import _context
 from ._errors import SignatureError, TuningFailedError
 from ._result import Failure, Measurement
 from ._signature import Signature, dtype_name, is_array
@@ -311,8 +312,16 @@ def _compile_all(
     threads = task.compile_threads or min(4, os.cpu_count() or 1)
     if threads <= 1 or len(configs) == 1:
         return [compile_one(c) for c in configs]
+    local_config = _context.capture()
+
+    def compile_in_context(
+        config: Config,
+    ) -> tuple[Callable[[], Any] | None, float, Failure | None]:
+        with local_config():
+            return compile_one(config)
+
     with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="jaxtune-compile") as ex:
-        return list(ex.map(compile_one, configs))
+        return list(ex.map(compile_in_context, configs))
 
 
 def run_sweep(task: SweepTask, *, timer: WallTimer | None = None) -> SweepOutcome:
