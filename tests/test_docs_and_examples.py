@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import jaxtune
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_every_public_name_has_a_docstring_and_a_docs_page():
+    docs = "\n".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    for name in jaxtune.__all__:
+        if name == "__version__":
+            continue
+        assert getattr(jaxtune, name).__doc__, f"{name} has no docstring"
+        assert name in docs, f"{name} is not mentioned under docs/"
+    for name in jaxtune.flags.__all__:
+        assert name in docs or name.isupper(), f"flags.{name} is not documented"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
+def test_example_scripts_run(script, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip()
+
+
+@pytest.mark.slow
+def test_demo_tunes_and_uses_the_examples(cli):
+    proc = cli("demo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "jaxtune.examples.chunked_logsumexp" in proc.stdout
+    assert "jaxtune.examples.pallas_matmul" in proc.stdout
+    assert "(source: cache)" in proc.stdout
