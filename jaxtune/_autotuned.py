@@ -12,7 +12,7 @@ import inspect
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, TypeVar
 
 import jax
 
@@ -28,10 +28,9 @@ from ._timing import TimingOptions
 
 __all__ = ["Autotuned", "autotuned", "registry"]
 
-P = ParamSpec("P")
 R = TypeVar("R")
 
-_REGISTRY: dict[str, Autotuned[Any, Any]] = {}
+_REGISTRY: dict[str, Autotuned[Any]] = {}
 # Concrete (non-tracer) array classes seen so far; learnt lazily so that importing jaxtune
 # never starts a backend.
 _CONCRETE: set[type] = set()
@@ -47,7 +46,7 @@ def _concrete(a: Any) -> bool:
     return False
 
 
-def registry() -> dict[str, Autotuned[Any, Any]]:
+def registry() -> dict[str, Autotuned[Any]]:
     """Every ``@autotuned`` kernel defined in this process, by kernel id."""
     return dict(_REGISTRY)
 
@@ -72,7 +71,7 @@ def _validate_check(check: Any) -> Any:
     )
 
 
-class Autotuned(Generic[P, R]):
+class Autotuned(Generic[R]):
     """A kernel wrapped by :func:`autotuned`. Call it like the kernel it wraps."""
 
     def __init__(
@@ -254,7 +253,7 @@ class Autotuned(Generic[P, R]):
         given = {k: kwargs[k] for k in names if k in kwargs}
         return given or None
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
         explicit = self._explicit(kwargs) if kwargs else None
         if explicit is not None:
             rest = {k: v for k, v in kwargs.items() if k not in explicit}
@@ -315,7 +314,7 @@ class Autotuned(Generic[P, R]):
 
     # -- public methods --------------------------------------------------------------------
 
-    def config_for(self, *args: P.args, **kwargs: P.kwargs) -> Choice:
+    def config_for(self, *args: Any, **kwargs: Any) -> Choice:
         """The config a call with these arguments would use, and its source; never sweeps.
 
         Arguments may be arrays or ``jax.ShapeDtypeStruct``.
@@ -328,11 +327,11 @@ class Autotuned(Generic[P, R]):
             return Choice(config={**default, **explicit}, source="explicit", key=sig.key)
         return self._choose(self._bind(args, kwargs), sweep=False)
 
-    def space(self, *args: P.args, **kwargs: P.kwargs) -> list[dict[str, Any]]:
+    def space(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         """The configs ``prune`` keeps for these arguments, in sweep order."""
         return self._space_and_default(self._bind(args, kwargs))[0]
 
-    def tune(self, *args: P.args, **kwargs: P.kwargs) -> TuningResult:
+    def tune(self, *args: Any, **kwargs: Any) -> TuningResult:
         """Sweeps the space for these arguments now (whatever ``JAXTUNE_MODE`` says), writes
         the user cache and returns the result.
 
@@ -346,7 +345,7 @@ class Autotuned(Generic[P, R]):
         entry = self._sweep(sig, space, default, _lookup.device_kind())
         return TuningResult.of(entry)
 
-    def cost_hint(self, *args: P.args, **kwargs: P.kwargs) -> dict[str, float] | None:
+    def cost_hint(self, *args: Any, **kwargs: Any) -> dict[str, float] | None:
         """The ``flops=`` / ``bytes=`` hints evaluated for these arguments (for roofline
         reports), or ``None`` when the decorator gave none."""
         if self.flops is None and self.bytes is None:
@@ -374,7 +373,7 @@ def autotuned(
     timeout: float | None = None,
     flops: float | Callable[..., float] | None = None,
     bytes: float | Callable[..., float] | None = None,
-) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
+) -> Callable[[Callable[..., R]], Autotuned[R]]:
     """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
 
     Args:
@@ -416,7 +415,7 @@ def autotuned(
             "a callable of the abstract arguments."
         )
 
-    def wrap(fn: Callable[P, R]) -> Autotuned[P, R]:
+    def wrap(fn: Callable[..., R]) -> Autotuned[R]:
         return Autotuned(
             fn,
             configs=configs,
