@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jaxtune import _sweep, _timing
+from jaxtune import _check, _inputs, _progress, _sweep, _timing
 from jaxtune._result import Failure, Measurement
 from jaxtune._signature import Signature, dtype_name
 
@@ -75,7 +75,10 @@ def test_random_inputs_are_deterministic_per_dtype(dtype):
         configs=({"c": 1},),
         default={"c": 1},
     )
-    a, b = _sweep.make_inputs(task)["x"], _sweep.make_inputs(task)["x"]
+    a, b = (
+        _inputs.make_inputs(task.kernel, task.signature, task.inputs)["x"],
+        _inputs.make_inputs(task.kernel, task.signature, task.inputs)["x"],
+    )
     assert a.shape == (3, 5) and np.dtype(a.dtype) == np.dtype(dtype)
     np.testing.assert_array_equal(
         np.asarray(a, np.float64) if dtype != jnp.complex64 else a,
@@ -92,7 +95,7 @@ def test_concrete_caller_arrays_are_used_as_inputs():
         configs=({"c": 1},),
         default={"c": 1},
     )
-    assert _sweep.make_inputs(task)["x"] is x
+    assert _inputs.make_inputs(task.kernel, task.signature, task.inputs)["x"] is x
 
 
 @pytest.mark.parametrize(
@@ -109,20 +112,20 @@ def test_concrete_caller_arrays_are_used_as_inputs():
 def test_auto_tolerance_is_dtype_aware(dtype, noise, ok):
     ref = np.linspace(-1, 1, 64).astype(dtype)
     out = (ref.astype(np.float64) + noise).astype(dtype)
-    assert (_sweep.check_outputs(out, ref, "auto") is None) is ok
+    assert (_check.check_outputs(out, ref, "auto") is None) is ok
 
 
 def test_check_variants():
     ref = np.ones(4, np.float32)
     out = ref * 1.01
-    assert _sweep.check_outputs(out, ref, False) is None
-    assert _sweep.check_outputs(out, ref, {"rtol": 0.02}) is None
-    assert "exceeds" in _sweep.check_outputs(out, ref, {"rtol": 0.001})
-    assert _sweep.check_outputs(out, ref, lambda o, r: True) is None
-    assert _sweep.check_outputs(out, ref, lambda o, r: False) == "the check callable returned False"
-    assert "differs" in _sweep.check_outputs(np.array([1, 2]), np.array([1, 3]), "auto")
-    assert "is f32[3]" in _sweep.check_outputs(np.ones(3, np.float32), ref, "auto")
-    assert "exceeds" in _sweep.check_outputs(
+    assert _check.check_outputs(out, ref, False) is None
+    assert _check.check_outputs(out, ref, {"rtol": 0.02}) is None
+    assert "exceeds" in _check.check_outputs(out, ref, {"rtol": 0.001})
+    assert _check.check_outputs(out, ref, lambda o, r: True) is None
+    assert _check.check_outputs(out, ref, lambda o, r: False) == "the check callable returned False"
+    assert "differs" in _check.check_outputs(np.array([1, 2]), np.array([1, 3]), "auto")
+    assert "is f32[3]" in _check.check_outputs(np.ones(3, np.float32), ref, "auto")
+    assert "exceeds" in _check.check_outputs(
         np.array([np.nan], np.float32), np.array([1.0], np.float32), "auto"
     )
 
@@ -223,7 +226,7 @@ def test_default_outside_space_is_timed_as_reference(fast_timing):
 @pytest.mark.parametrize("verbose", [1, 2])
 def test_progress_lines(verbose, fast_timing):
     stream = io.StringIO()
-    progress = _sweep.Progress("k f32[8]", 2, verbose, stream)
+    progress = _progress.Progress("k f32[8]", 2, verbose, stream)
     m = Measurement(
         config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
     )
@@ -242,7 +245,7 @@ def test_live_progress_on_a_terminal():
             return True
 
     stream = Tty()
-    progress = _sweep.Progress("k", 3, 0, stream)
+    progress = _progress.Progress("k", 3, 0, stream)
     progress.update(
         Measurement(
             config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1

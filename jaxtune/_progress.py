@@ -1,0 +1,73 @@
+"""Progress of a sweep on stderr: a live line on a terminal, lines at ``JAXTUNE_VERBOSE``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, TextIO
+
+from ._result import Failure, Measurement
+from ._space import config_id
+
+if TYPE_CHECKING:
+    from ._sweep import SweepOutcome
+
+__all__ = ["Progress"]
+
+
+class Progress:
+    """Live progress on stderr: a rewritten line on a terminal, lines at JAXTUNE_VERBOSE."""
+
+    def __init__(self, label: str, total: int, verbose: int, stream: TextIO | None = None):
+        self.label, self.total, self.verbose = label, total, verbose
+        self.stream = stream or sys.stderr
+        self.live = verbose == 0 and getattr(self.stream, "isatty", lambda: False)()
+        self.done = 0
+        self.best: float | None = None
+        self.start = time.perf_counter()
+
+    def update(self, result: Measurement | Failure) -> None:
+        self.done += 1
+        if isinstance(result, Measurement) and not result.dropped:
+            self.best = result.median_us if self.best is None else min(self.best, result.median_us)
+        if self.verbose >= 2:
+            if isinstance(result, Measurement):
+                what = (
+                    f"{result.median_us:.1f} us (min {result.min_us:.1f}, {result.samples} samples"
+                )
+                what += ", dropped: clearly slower)" if result.dropped else ")"
+            else:
+                what = f"FAILED at {result.stage}: {result.reason}"
+            print(
+                f"jaxtune: {self.label} [{self.done}/{self.total}] "
+                f"{config_id(result.config)}: {what}",
+                file=self.stream,
+                flush=True,
+            )
+        elif self.live:
+            best = f", best {self.best:.1f} us" if self.best is not None else ""
+            print(
+                f"\rjaxtune: tuning {self.label} {self.done}/{self.total}{best}   ",
+                end="",
+                file=self.stream,
+                flush=True,
+            )
+
+    def finish(self, outcome: SweepOutcome) -> None:
+        if self.live:
+            print("\r" + " " * 100 + "\r", end="", file=self.stream, flush=True)
+        if self.verbose >= 1:
+            d = outcome.default
+            speed = (
+                f", {d.median_us / outcome.best.median_us:.2f}x over default"
+                if isinstance(d, Measurement)
+                else ""
+            )
+            failed = sum(1 for m in outcome.measurements if isinstance(m, Failure))
+            print(
+                f"jaxtune: tuned {self.label} in {time.perf_counter() - self.start:.1f} s: "
+                f"{len(outcome.measurements)} configs ({failed} failed), best "
+                f"{config_id(outcome.best.config)} at {outcome.best.median_us:.1f} us{speed}",
+                file=self.stream,
+                flush=True,
+            )
