@@ -207,11 +207,11 @@ class Autotuned(Generic[R]):
                 return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
         return Choice(config=default, source="default", key=sig.key)
 
-    def _sweep(
-        self, sig: Signature, space: list[dict[str, Any]], default: dict[str, Any], kind: str
-    ) -> Entry:
+    def _task(
+        self, sig: Signature, space: list[dict[str, Any]], default: dict[str, Any]
+    ) -> SweepTask:
         settings = _config.settings()
-        task = SweepTask(
+        return SweepTask(
             kernel=self.kernel_id,
             fn=self.__wrapped__,
             signature=sig,
@@ -223,6 +223,11 @@ class Autotuned(Generic[R]):
             options=self.timing or _timing.DEFAULT,
             verbose=settings.verbose,
         )
+
+    def _sweep(
+        self, sig: Signature, space: list[dict[str, Any]], default: dict[str, Any], kind: str
+    ) -> Entry:
+        task = self._task(sig, space, default)
         with self._lock:
             outcome = default_runner().sweep(task)
             d = outcome.default

@@ -1,18 +1,56 @@
-"""Where a sweep runs: the runner interface and the in-process runner.
+"""Where a sweep runs: in a re-exec'd child process (default) or in this process.
 
-The child-process runner (crash and hang isolation, flags before import) plugs into the
-same :class:`Runner` protocol.
+The child starts with its environment (flags, ``JAX_PLATFORMS``, device visibility,
+``PYTHONPATH`` from ``sys.path``) set before it imports JAX, in its own process group, and
+talks over two pipes in msgpack frames. A config that kills the child (signal, abort,
+``os._exit``, out of memory) or outlives ``JAXTUNE_TIMEOUT`` is recorded as failed with
+the signal or exit status and the tail of the child's stderr; the runner kills the whole
+process group, starts a new child and goes on with the remaining configs.
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
-from typing import Protocol
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from . import _context
-from ._sweep import SweepOutcome, SweepTask, run_sweep
+from . import _context, _errors
+from ._errors import JaxtuneWarning, SweepError
+from ._flags import child_env
+from ._progress import Progress
+from ._result import Failure, Measurement, measurement_from_dict
+from ._space import config_id
+from ._sweep import SweepOutcome, SweepTask, finish, leaders, ordered, run_sweep
+from ._wire import FrameReader, NotTransportable, encode_value, write_frame
 
-__all__ = ["InlineRunner", "Runner", "default_runner"]
+__all__ = ["ChildProcess", "InlineRunner", "ProcessRunner", "Runner", "default_runner"]
+
+Result = Measurement | Failure
+
+#: Seconds a child may take to import JAX and start its backend.
+STARTUP_TIMEOUT = 180.0
+#: Extra seconds past a config's timeout before the child is killed (the child itself
+#: reports a soft timeout first when the slow step returns).
+GRACE = 2.0
+_TAIL_LINES = 15
+
+_TPU_HELD = (
+    "this process already opened the TPU, and only one process can hold a TPU chip, so "
+    "the sweep runs here without crash isolation. To tune with isolation, run your program "
+    "under `jaxtune tune -- python your_script.py`, or set JAXTUNE_ISOLATION=inline to "
+    "silence this message."
+)
 
 
 class Runner(Protocol):
@@ -26,8 +64,9 @@ class InlineRunner:
 
     The thread matters: a sweep may start while JAX is tracing the caller under ``jax.jit``,
     and JAX's trace state is per thread, so work done in a new thread executes for real
-    instead of being staged into the caller's trace. There is no crash isolation, and a
-    timeout is noticed only once the slow step returns.
+    instead of being staged into the caller's trace; the caller's thread-local JAX
+    configuration is carried over. There is no crash isolation, and a timeout is noticed
+    only once the slow step returns.
     """
 
     def sweep(self, task: SweepTask) -> SweepOutcome:
@@ -41,6 +80,511 @@ class InlineRunner:
             return ex.submit(work).result()
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class ChildProcess:
+    """One started child: its pipes, its log file, and how it ended."""
+
+    def __init__(self, env: Mapping[str, str], *, startup_timeout: float = STARTUP_TIMEOUT):
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        self.log_path = tempfile.mkstemp(prefix="jaxtune-child-", suffix=".log")[1]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "jaxtune._child",
+                    "--cmd-fd",
+                    str(cmd_r),
+                    "--res-fd",
+                    str(res_w),
+                ],
+                pass_fds=(cmd_r, res_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=dict(env),
+                start_new_session=True,
+            )
+        os.close(cmd_r)
+        os.close(res_w)
+        self.cmd_fd = cmd_w
+        self.reader = FrameReader(res_r)
+        self.lock = threading.Lock()
+        try:
+            ready = self.reader.read(timeout=startup_timeout)
+        except EOFError:
+            ready = None
+        if not isinstance(ready, dict) or ready.get("t") != "ready":
+            detail = (ready or {}).get("message") if isinstance(ready, dict) else None
+            self.kill()
+            raise SweepError(
+                f"the jaxtune child process did not start ({detail or self.describe_exit()}); "
+                f"its log: {self.stderr_tail(0)}"
+            )
+        self.ready: dict[str, Any] = ready
+
+    def send(self, message: Any) -> None:
+        write_frame(self.cmd_fd, message)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Kills the child's whole process group and reaps it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        self._close_fds()
+
+    def close(self) -> None:
+        """Asks the child to exit, then makes sure it did."""
+        if self.alive():
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                self.send({"op": "exit"})
+                self.proc.wait(timeout=5)
+        self.kill()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log_path)
+
+    def _close_fds(self) -> None:
+        for fd in (self.cmd_fd, self.reader.fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.cmd_fd = self.reader.fd = -1
+
+    def describe_exit(self) -> str:
+        """``"killed by signal SIGSEGV"``, ``"exited with status 3"``, or ``"still running"``."""
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        if code < 0:
+            return f"killed by signal {_signal_name(-code)}"
+        return f"exited with status {code}"
+
+    def log_size(self) -> int:
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def stderr_tail(self, since: int) -> str:
+        """The last lines the child wrote to stderr since byte offset ``since``."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        fatal = text.rfind("Fatal Python error")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if fatal >= 0:
+            # faulthandler lists the innermost frame first: keep the head of its report.
+            report = text[fatal:]
+            current = report.find("Current thread")
+            head = report.splitlines()[0]
+            body = report[current:] if current >= 0 else report
+            lines = [head] + [line.strip() for line in body.splitlines() if line.strip()]
+            lines = lines[:_TAIL_LINES]
+        else:
+            lines = lines[-_TAIL_LINES:]
+        return " | ".join(lines) or "(nothing on stderr)"
+
+
+_POOL: dict[tuple[tuple[str, str], ...], ChildProcess] = {}
+_POOL_LOCK = threading.Lock()
+
+
+@atexit.register
+def shutdown_children() -> None:
+    """Stops every pooled child (also run at interpreter exit)."""
+    with _POOL_LOCK:
+        children = list(_POOL.values())
+        _POOL.clear()
+    for child in children:
+        child.close()
+
+
+def _python_path() -> str:
+    entries = []
+    for entry in sys.path:
+        path = os.path.abspath(entry or os.getcwd())
+        if path not in entries and os.path.exists(path):
+            entries.append(path)
+    return os.pathsep.join(entries)
+
+
+def _parent_backend() -> str | None:
+    """The platform this process already started, if any (never starts one)."""
+    jax_mod = sys.modules.get("jax")
+    if jax_mod is None:
+        return None
+    try:
+        from jax._src import xla_bridge
+
+        backends = getattr(xla_bridge, "_backends", {})
+    except ImportError:
+        return None
+    if not backends:
+        return None
+    return str(jax_mod.default_backend())
+
+
+def _normalise(platform: str | None) -> str | None:
+    if platform is None:
+        return None
+    platform = platform.lower()
+    return "gpu" if platform in ("cuda", "rocm", "gpu") else platform
+
+
+class ProcessRunner:
+    """Runs sweeps in a long-lived child process, restarting it after a crash or hang.
+
+    ``platform`` defaults to the backend this process uses (or ``JAX_PLATFORMS``);
+    ``env`` adds variables (extra ``XLA_FLAGS`` merge with the user's); ``memory_limit``
+    caps the child's address space in bytes.
+    """
+
+    def __init__(
+        self,
+        *,
+        platform: str | None = None,
+        env: Mapping[str, str] | None = None,
+        memory_limit: int | None = None,
+        device: int | None = None,
+    ) -> None:
+        self.platform = platform
+        self.extra_env = dict(env or {})
+        self.memory_limit = memory_limit
+        self.device = device
+
+    # -- the child ---------------------------------------------------------------------
+
+    def _expected_platform(self) -> str | None:
+        if self.platform:
+            return _normalise(self.platform)
+        parent = _parent_backend()
+        if parent:
+            return _normalise(parent)
+        first = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip()
+        return _normalise(first) if first else None
+
+    def environment(self) -> dict[str, str]:
+        """The child's environment."""
+        platform = self._expected_platform()
+        extra = dict(self.extra_env)
+        xla = extra.pop("XLA_FLAGS", "")
+        libtpu = extra.pop("LIBTPU_INIT_ARGS", "")
+        env = child_env(
+            platform or "cpu", xla_flags=xla.split(), libtpu_args=libtpu.split(), check_binary=False
+        )
+        if platform is None:
+            env.pop("JAX_PLATFORMS", None)
+            if "JAX_PLATFORMS" in os.environ:
+                env["JAX_PLATFORMS"] = os.environ["JAX_PLATFORMS"]
+        env.update(extra)
+        env["PYTHONPATH"] = _python_path()
+        env["JAXTUNE_ISOLATION"] = "inline"
+        env["JAXTUNE_PARENT_PID"] = str(os.getpid())
+        if self.memory_limit:
+            env["JAXTUNE_CHILD_MEMORY_LIMIT"] = str(int(self.memory_limit))
+        if self.device is not None and platform == "gpu":
+            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
+        if self.device is not None and platform == "tpu":
+            env["TPU_VISIBLE_CHIPS"] = str(self.device)
+            env["TPU_PROCESS_BOUNDS"] = "1,1,1"
+            env["TPU_CHIPS_PER_PROCESS_BOUNDS"] = "1,1,1"
+        return env
+
+    def _child(self) -> ChildProcess:
+        env = self.environment()
+        key = tuple(sorted(env.items()))
+        with _POOL_LOCK:
+            child = _POOL.get(key)
+            if child is not None and child.alive():
+                return child
+            if child is not None:
+                child.kill()
+            child = ChildProcess(env)
+            expected = self._expected_platform()
+            got = _normalise(child.ready["platform"])
+            if expected and got != expected:
+                child.close()
+                raise SweepError(
+                    f"the jaxtune child came up on {got!r}, expected {expected!r} like this "
+                    "process; check JAX_PLATFORMS and the accelerator's visibility variables."
+                )
+            _POOL[key] = child
+            return child
+
+    def _discard(self, child: ChildProcess) -> None:
+        with _POOL_LOCK:
+            for key, value in list(_POOL.items()):
+                if value is child:
+                    del _POOL[key]
+        child.kill()
+
+    # -- a sweep -------------------------------------------------------------------------
+
+    def sweep(self, task: SweepTask) -> SweepOutcome:
+        if _normalise(_parent_backend()) == "tpu" and self._expected_platform() == "tpu":
+            _warn_once(("tpu", task.kernel), f"jaxtune: tuning {task.kernel}: {_TPU_HELD}")
+            return InlineRunner().sweep(task)
+        try:
+            request = _request(task)
+        except NotTransportable as e:
+            _warn_once(
+                ("inline", task.kernel),
+                f"jaxtune: {task.kernel} cannot be tuned in a child process: {e}. It is tuned "
+                "in this process instead, without crash isolation. Define the kernel at module "
+                "level with plain array/static arguments, or set JAXTUNE_ISOLATION=inline to "
+                "silence this warning.",
+            )
+            return InlineRunner().sweep(task)
+        progress = Progress(f"{task.kernel} {task.signature.key}", len(task.configs), task.verbose)
+        results = self._measure_all(task, request, progress)
+        todo = leaders(results, task.options)
+        if todo:
+            results.update(
+                self._exchange(
+                    task, {**request, "op": "retime", "todo": todo}, progress=None, results={}
+                )[1]
+            )
+        outcome = finish(task, results)
+        progress.finish(outcome)
+        return outcome
+
+    def _measure_all(
+        self, task: SweepTask, request: dict[str, Any], progress: Progress
+    ) -> dict[str, Result]:
+        order = ordered(task)
+        default_id = config_id(task.default)
+        results: dict[str, Result] = {}
+        serial = False
+        for _ in range(2 * len(order) + 4):
+            pending = [c for c in order if config_id(c) not in results]
+            if not pending:
+                return results
+            reference = _reference(order, results, default_id)
+            best = [
+                m.min_us for m in results.values() if isinstance(m, Measurement) and not m.dropped
+            ]
+            message = {
+                **request,
+                "op": "measure",
+                "todo": pending,
+                "reference": reference,
+                "best_us": min(best) if best else None,
+                "serial": serial,
+            }
+            crashed, got = self._exchange(task, message, progress=progress, results=results)
+            results.update(got)
+            if crashed == "serial":
+                serial = True
+        raise SweepError(
+            f"the sweep of {task.kernel} kept losing its child process; results so far: "
+            f"{ {k: type(v).__name__ for k, v in results.items()} }"
+        )
+
+    def _lost(
+        self,
+        task: SweepTask,
+        child: ChildProcess,
+        offset: int,
+        *,
+        hung: bool,
+        compiling: Mapping[str, float],
+        running: tuple[str, float] | None,
+        by_id: Mapping[str, dict[str, Any]],
+        got: dict[str, Result],
+        progress: Progress | None,
+    ) -> tuple[str | None, dict[str, Result]]:
+        """The child crashed or hung: kill it, and blame the config in flight if there is
+        exactly one; ``"serial"`` asks for one-at-a-time compilation to find the culprit."""
+        if hung:
+            how = (
+                f"no answer within the {task.timeout_s:g} s limit (JAXTUNE_TIMEOUT / "
+                "timeout=); the child was killed"
+            )
+            self._discard(child)
+        else:
+            how = f"the child process {child.describe_exit()}"
+            self._discard(child)
+        tail = child.stderr_tail(offset)
+        suspects = _suspects(compiling, running, hung=hung, timeout_s=task.timeout_s)
+        if len(suspects) == 1:
+            cid = suspects[0]
+            failure = Failure(
+                config=by_id[cid],
+                stage="timeout" if hung else "crash",
+                reason=f"{how}; stderr: {tail}",
+            )
+            got[cid] = failure
+            if progress is not None and cid in {config_id(c) for c in task.configs}:
+                progress.update(failure)
+            return "restart", got
+        if suspects:
+            return "serial", got
+        raise SweepError(
+            f"the jaxtune child died outside any config of {task.kernel} ({how}); stderr: {tail}"
+        )
+
+    def _exchange(
+        self,
+        task: SweepTask,
+        message: dict[str, Any],
+        *,
+        progress: Progress | None,
+        results: Mapping[str, Result],
+    ) -> tuple[str | None, dict[str, Result]]:
+        """Sends one request and follows its events until ``done``, a crash or a hang.
+
+        Returns ``(None, results)`` when the request finished; on a crash or hang, the
+        failures it could attribute, and ``"serial"`` when it could not tell which of
+        several configs compiling in parallel was at fault.
+        """
+        in_space = {config_id(c) for c in task.configs}
+        child = self._child()
+        with child.lock:
+            offset = child.log_size()
+            got: dict[str, Result] = {}
+            compiling: dict[str, float] = {}
+            running: tuple[str, float] | None = None
+            by_id = {config_id(c): dict(c) for c in message["todo"]}
+            if message.get("reference"):
+                by_id.setdefault(config_id(message["reference"]), dict(message["reference"]))
+            try:
+                child.send(message)
+            except OSError:
+                self._discard(child)
+                return "restart", got
+            while True:
+                starts = list(compiling.values()) + ([running[1]] if running else [])
+                timeout = None
+                if starts:
+                    timeout = max(0.0, min(starts) + task.timeout_s + GRACE - time.monotonic())
+                try:
+                    msg = child.reader.read(timeout=timeout)
+                except EOFError:
+                    msg = "eof"
+                if msg is None or msg == "eof":
+                    return self._lost(
+                        task,
+                        child,
+                        offset,
+                        hung=msg is None,
+                        compiling=compiling,
+                        running=running,
+                        by_id=by_id,
+                        got=got,
+                        progress=progress,
+                    )
+                kind = msg.get("t")
+                if kind == "done":
+                    got.update({k: measurement_from_dict(v) for k, v in msg["results"].items()})
+                    return None, got
+                if kind == "error":
+                    error_type = getattr(_errors, str(msg.get("type")), SweepError)
+                    if not (isinstance(error_type, type) and issubclass(error_type, Exception)):
+                        error_type = SweepError
+                    raise error_type(msg["message"])
+                if kind != "event":
+                    continue
+                cid, event = msg["cid"], msg["kind"]
+                if event == "compile_start":
+                    compiling[cid] = time.monotonic()
+                elif event == "compiled":
+                    compiling.pop(cid, None)
+                elif event == "run_start":
+                    running = (cid, time.monotonic())
+                elif event == "result":
+                    running = None
+                    result = measurement_from_dict(msg["data"])
+                    got[cid] = result
+                    if progress is not None and cid in in_space:
+                        progress.update(result)
+
+
+def _suspects(
+    compiling: Mapping[str, float],
+    running: tuple[str, float] | None,
+    *,
+    hung: bool,
+    timeout_s: float,
+) -> list[str]:
+    """The configs that may have killed or hung the child."""
+    if running is not None:
+        return [running[0]]
+    if hung:
+        now = time.monotonic()
+        late = [c for c, t in compiling.items() if now - t >= timeout_s]
+        return late or list(compiling)
+    return list(compiling)
+
+
+def _reference(
+    order: list[dict[str, Any]], results: Mapping[str, Result], default_id: str
+) -> dict[str, Any] | None:
+    """The config whose output others are checked against: the default unless it failed,
+    else the first config that was measured successfully (None: the child picks the first
+    that runs)."""
+    if not isinstance(results.get(default_id), Failure):
+        return order[0]
+    for config in order:
+        if isinstance(results.get(config_id(config)), Measurement):
+            return config
+    return None
+
+
+def _kernel_ref(task: SweepTask) -> dict[str, Any]:
+    fn = task.fn
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if not module or "<locals>" in qualname or "<lambda>" in qualname:
+        raise NotTransportable("it is defined inside a function (a closure or lambda)")
+    path = None
+    if module == "__main__":
+        path = getattr(sys.modules.get("__main__"), "__file__", None)
+        if not path:
+            raise NotTransportable("it is defined in an interactive session or notebook")
+        path = os.path.abspath(path)
+    return {"module": module, "qualname": qualname, "kernel": task.kernel, "path": path}
+
+
+def _request(task: SweepTask) -> dict[str, Any]:
+    args, kwargs = task.signature.call_arguments()
+    return {
+        "task_id": uuid.uuid4().hex,
+        "ref": _kernel_ref(task),
+        "args": encode_value(tuple(args)),
+        "kwargs": encode_value(dict(kwargs)),
+        "key": task.signature.key,
+        "configs": [dict(c) for c in task.configs],
+        "default": dict(task.default),
+        "timeout_s": task.timeout_s,
+        "options": {f: getattr(task.options, f) for f in task.options.__dataclass_fields__},
+    }
+
+
+_WARNED: set[Any] = set()
+
+
+def _warn_once(key: Any, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, JaxtuneWarning, stacklevel=5)
+
+
 def default_runner() -> Runner:
-    """The runner ``JAXTUNE_ISOLATION`` selects (in-process until the child runner lands)."""
-    return InlineRunner()
+    """The runner ``JAXTUNE_ISOLATION`` selects: ``process`` (default) or ``inline``."""
+    from ._config import settings
+
+    return InlineRunner() if settings().isolation == "inline" else ProcessRunner()

@@ -1,0 +1,138 @@
+"""What travels between the parent and the child: length-prefixed msgpack frames, and
+values (abstract or concrete arrays, static arguments) in a form msgpack can carry.
+
+Arrays travel as raw bytes with their dtype name and shape, so ml_dtypes types (bfloat16,
+float8_*) round-trip exactly. Nothing here ever runs code on read.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import time
+from typing import Any
+
+import jax
+import ml_dtypes
+import numpy as np
+
+from ._result import packb, unpackb
+
+__all__ = ["FrameReader", "NotTransportable", "decode_value", "encode_value", "write_frame"]
+
+_HEADER = struct.Struct(">I")
+_MAX_FRAME = 1 << 31
+
+
+class NotTransportable(Exception):  # noqa: N818 - a signal between modules, never raised to users
+    """A value that cannot travel to a child (the caller falls back to inline)."""
+
+
+def write_frame(fd: int, message: Any) -> None:
+    """Writes one frame (4-byte big-endian length, then msgpack) to a pipe."""
+    payload = packb(message)
+    data = memoryview(_HEADER.pack(len(payload)) + payload)
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+class FrameReader:
+    """Reads frames from a pipe, with a timeout per call."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def _fill(self, want: int, deadline: float | None) -> bool:
+        while len(self.buffer) < want:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                ready, _, _ = select.select([self.fd], [], [], remaining)
+                if not ready:
+                    return False
+            chunk = os.read(self.fd, max(65536, want - len(self.buffer)))
+            if not chunk:
+                raise EOFError("the other end closed the pipe")
+            self.buffer += chunk
+        return True
+
+    def read(self, timeout: float | None = None) -> Any:
+        """The next message; ``None`` when ``timeout`` seconds pass first.
+
+        Raises:
+            EOFError: the writer is gone.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._fill(_HEADER.size, deadline):
+            return None
+        (length,) = _HEADER.unpack(self.buffer[: _HEADER.size])
+        if length > _MAX_FRAME:
+            raise EOFError(f"frame of {length} bytes is not a jaxtune frame")
+        if not self._fill(_HEADER.size + length, deadline):
+            return None
+        payload = bytes(self.buffer[_HEADER.size : _HEADER.size + length])
+        del self.buffer[: _HEADER.size + length]
+        return unpackb(payload)
+
+
+def _dtype(name: str) -> np.dtype[Any]:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype(getattr(ml_dtypes, name))
+
+
+def encode_value(value: Any, *, concrete_limit: int = 1 << 26) -> Any:
+    """A msgpack-able form of an argument: arrays (abstract, or concrete up to
+    ``concrete_limit`` bytes in all), and tuples/lists/dicts/scalars around them.
+
+    Raises:
+        NotTransportable: the value holds something else (a custom pytree, an object).
+    """
+    budget = [concrete_limit]
+
+    def enc(v: Any) -> Any:
+        if isinstance(v, (jax.ShapeDtypeStruct, jax.core.Tracer)):
+            return {"__abstract__": [list(v.shape), np.dtype(v.dtype).name]}
+        if isinstance(v, (jax.Array, np.ndarray)):
+            array = np.asarray(v)
+            if array.nbytes > budget[0]:
+                return {"__abstract__": [list(array.shape), array.dtype.name]}
+            budget[0] -= array.nbytes
+            return {"__array__": [list(array.shape), array.dtype.name, array.tobytes()]}
+        if isinstance(v, (str, bytes, int, float, bool, type(None))):
+            return v
+        if isinstance(v, (np.integer, np.floating, np.bool_)):
+            return v.item()
+        if isinstance(v, tuple):
+            return tuple(enc(x) for x in v)
+        if isinstance(v, list):
+            return {"__list__": [enc(x) for x in v]}
+        if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+            return {"__dict__": {k: enc(x) for k, x in v.items()}}
+        raise NotTransportable(f"{type(v).__name__} values cannot travel to a child process")
+
+    return enc(value)
+
+
+def decode_value(value: Any) -> Any:
+    """Inverse of :func:`encode_value`: concrete arrays come back as jax arrays."""
+    if isinstance(value, tuple):
+        return tuple(decode_value(x) for x in value)
+    if isinstance(value, dict):
+        if "__abstract__" in value:
+            shape, dtype = value["__abstract__"]
+            return jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype))
+        if "__array__" in value:
+            shape, dtype, raw = value["__array__"]
+            array = np.frombuffer(raw, dtype=_dtype(dtype)).reshape(shape)
+            return jax.numpy.asarray(array)
+        if "__list__" in value:
+            return [decode_value(x) for x in value["__list__"]]
+        if "__dict__" in value:
+            return {k: decode_value(x) for k, x in value["__dict__"].items()}
+    return value
