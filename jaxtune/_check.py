@@ -27,10 +27,15 @@ _FP8_TOLERANCE = 0.25
 
 
 def reason(e: BaseException) -> str:
+    """One line about an exception: its first line, and its last when they differ (a
+    wrapped error, such as a callback's traceback inside an XLA error, ends with the
+    original exception)."""
     text = f"{type(e).__name__}: {e}".strip()
-    lines = text.splitlines()
-    short = lines[0] if lines else text
-    return short[:500] + (" ..." if len(short) > 500 or len(lines) > 1 else "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    first, last = lines[0][:400], lines[-1][:400]
+    return first if len(lines) == 1 else f"{first} ... {last}"
 
 
 def _tolerance(dtype: Any) -> float | None:

@@ -1,0 +1,78 @@
+"""Kernels with real faults, importable by the child process (tests of the child runner)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxtune
+
+MODES = [
+    "ok",
+    "fast",
+    "segfault",
+    "abort",
+    "exit3",
+    "hang",
+    "oom",
+    "compile_error",
+    "run_error",
+    "wrong",
+    "run_abort",
+]
+
+
+def _abort(x):
+    os.abort()
+
+
+def _raise(x):
+    raise RuntimeError("boom at run time")
+
+
+@jaxtune.autotuned(configs={"mode": MODES}, default={"mode": "ok"}, name="tests.faulty", timeout=4)
+def faulty(x, *, mode):
+    if mode == "segfault":
+        ctypes.string_at(0)
+    elif mode == "abort":
+        os.abort()
+    elif mode == "exit3":
+        os._exit(3)
+    elif mode == "hang":
+        while True:
+            time.sleep(0.01)
+    elif mode == "oom":
+        hog = np.ones(1 << 33, dtype=np.uint8)  # 8 GiB, over the child's memory limit
+        return x + float(hog[0]) - 1.0
+    elif mode == "compile_error":
+        raise ValueError("block does not divide the array")
+    elif mode == "run_error":
+        return jax.pure_callback(_raise, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    elif mode == "run_abort":
+        return jax.pure_callback(_abort, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    elif mode == "wrong":
+        return x + 1.0
+    elif mode == "fast":
+        return x * 1.0
+    y = x
+    for _ in range(40):
+        y = jnp.sin(y) + x
+    return y - y + x
+
+
+@jaxtune.autotuned(configs={"scale": [1, 2]}, check=False, name="tests.pid_probe")
+def pid_probe(x, *, scale):
+    """Records, at trace time, which process traced it."""
+    with open(os.environ["PID_PROBE_FILE"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return x * scale
+
+
+@jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.identity_any_dtype")
+def identity(x, *, c):
+    return x

@@ -1,0 +1,272 @@
+"""The child-process runner, with real faults in real children."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from faulty_kernels import faulty, identity, pid_probe
+
+import jaxtune
+from jaxtune import _runner, _wire
+from jaxtune._result import Failure, Measurement, packb, unpackb
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _process_isolation(monkeypatch, fast_timing):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    yield
+    _runner.shutdown_children()
+
+
+def sweep(kernel, fault, runner=None, x=None):
+    x = jnp.ones(256) if x is None else x
+    sig = kernel._bind((x,), {})
+    space = [{"mode": "ok"}, {"mode": fault}, {"mode": "fast"}]
+    task = kernel._task(sig, space, {"mode": "ok"})
+    return (runner or _runner.ProcessRunner()).sweep(task)
+
+
+def failure_of(outcome, mode):
+    (result,) = [m for m in outcome.measurements if m.config["mode"] == mode]
+    assert isinstance(result, Failure), result
+    return result
+
+
+def parent_still_works():
+    assert float(jax.jit(lambda a: a.sum())(jnp.ones(8))) == 8.0
+
+
+@pytest.mark.parametrize(
+    ("fault", "stage", "words"),
+    [
+        ("segfault", "crash", ["killed by signal SIGSEGV", "Segmentation fault", "faulty"]),
+        ("abort", "crash", ["killed by signal SIGABRT"]),
+        ("exit3", "crash", ["exited with status 3"]),
+        ("compile_error", "compile", ["ValueError: block does not divide the array"]),
+        ("run_error", "run", ["boom at run time"]),
+        ("run_abort", "crash", ["killed by signal SIGABRT"]),
+        ("wrong", "check", ["differs from the default config's"]),
+    ],
+)
+def test_fault_is_recorded_and_sweep_finishes(fault, stage, words):
+    outcome = sweep(faulty, fault)
+    failure = failure_of(outcome, fault)
+    assert failure.stage == stage
+    for word in words:
+        assert word in failure.reason, failure.reason
+    assert outcome.best.config == {"mode": "fast"}
+    assert isinstance(outcome.default, Measurement)
+    parent_still_works()
+
+
+def test_endless_loop_costs_the_timeout_plus_a_few_seconds():
+    sweep(faulty, "ok")  # a warm child, so start-up is not counted
+    start = time.monotonic()
+    outcome = sweep(faulty, "hang")
+    elapsed = time.monotonic() - start
+    failure = failure_of(outcome, "hang")
+    assert failure.stage == "timeout"
+    assert "no answer within the 4 s limit" in failure.reason
+    assert elapsed < 4 + 12, elapsed
+    assert outcome.best.config == {"mode": "fast"}
+    parent_still_works()
+
+
+def test_memory_blow_up_under_a_memory_limit():
+    runner = _runner.ProcessRunner(memory_limit=2560 << 20)
+    outcome = sweep(faulty, "oom", runner)
+    failure = failure_of(outcome, "oom")
+    assert "MemoryError" in failure.reason or "memory" in failure.reason.lower()
+    assert outcome.best.config == {"mode": "fast"}
+    # The limit applies to the child only: the parent can still map past it.
+    assert np.empty(4 << 30, dtype=np.uint8).nbytes == 4 << 30
+
+
+def test_crash_while_compiling_in_parallel_is_pinned_by_serial_recompile():
+    sig = faulty._bind((jnp.ones(64),), {})
+    space = [{"mode": m} for m in ("ok", "fast", "segfault", "wrong", "compile_error")]
+    task = faulty._task(sig, space, {"mode": "ok"})
+    outcome = _runner.ProcessRunner().sweep(task)
+    stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
+    assert stages == {
+        "ok": "ok",
+        "fast": "ok",
+        "segfault": "crash",
+        "wrong": "check",
+        "compile_error": "compile",
+    }
+
+
+def test_autotuned_sweeps_in_a_child_by_default(tmp_path, monkeypatch):
+    probe = tmp_path / "pids"
+    monkeypatch.setenv("PID_PROBE_FILE", str(probe))
+    (entry,) = pid_probe.tune(jnp.ones(4)).values()
+    pids = {int(line) for line in probe.read_text().split()}
+    assert os.getpid() not in pids and len(pids) == 1
+    assert len(entry.measurements) == 2
+
+
+def test_flag_for_the_child_takes_effect_there_only(tmp_path):
+    dump = tmp_path / "dump"
+    runner = _runner.ProcessRunner(env={"XLA_FLAGS": f"--xla_dump_to={dump}"})
+    sweep(faulty, "fast", runner)
+    assert any(dump.iterdir()), "the child did not see XLA_FLAGS"
+    assert "xla_dump_to" not in os.environ.get("XLA_FLAGS", "")
+    child = next(iter(_runner._POOL.values()))
+    assert f"--xla_dump_to={dump}" in child.ready["env"]["XLA_FLAGS"]
+
+
+def test_child_reports_ready_with_platform_and_versions():
+    sweep(faulty, "fast")
+    child = next(iter(_runner._POOL.values()))
+    assert child.ready["platform"] == "cpu"
+    assert child.ready["versions"]["jax"] == jax.__version__
+    assert child.ready["pid"] == child.proc.pid
+
+
+def test_wrong_platform_is_an_error_not_a_cpu_fallback():
+    with pytest.raises(jaxtune.SweepError, match="child process did not start"):
+        sweep(faulty, "fast", _runner.ProcessRunner(platform="gpu"))
+
+
+def test_closure_falls_back_to_inline_with_one_warning():
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.closure")
+    def local_kernel(x, *, c):
+        return x * 1.0
+
+    with pytest.warns(jaxtune.JaxtuneWarning, match="defined inside a function") as record:
+        local_kernel.tune(jnp.ones(4))
+        local_kernel.tune(jnp.ones(8))
+    assert len([w for w in record if "tests.closure" in str(w.message)]) == 1
+
+
+@pytest.mark.parametrize(
+    "dtype", [jnp.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, jnp.int8, jnp.float32]
+)
+def test_arrays_round_trip_exactly(dtype):
+    rng = np.random.default_rng(0)
+    original = jnp.asarray(rng.standard_normal((3, 7)).astype(np.float32).astype(dtype))
+    back = _wire.decode_value(unpackb(packb(_wire.encode_value((original,)))))[0]
+    assert back.dtype == original.dtype
+    np.testing.assert_array_equal(
+        np.asarray(back).view(np.uint8), np.asarray(original).view(np.uint8)
+    )
+
+
+def test_concrete_bf16_arrays_travel_to_the_child():
+    x = jnp.asarray(np.arange(64, dtype=np.float32)).astype(jnp.bfloat16)
+    (entry,) = identity.tune(x).values()
+    assert entry.key == "bf16[64]"
+    assert all(m.ok for m in entry.measurements)
+
+
+MAIN_SCRIPT = textwrap.dedent(
+    """
+    import os, pathlib, sys
+    import jax.numpy as jnp
+    import jaxtune
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="script.kernel")
+    def kernel(x, *, c):
+        pathlib.Path(os.environ["PROBE"], f"traced-{os.getpid()}").touch()
+        return x * 1.0
+
+    if __name__ == "__main__":
+        pathlib.Path(os.environ["PROBE"], f"main-{os.getpid()}").touch()
+        print(kernel.tune(jnp.ones(4)).table())
+    """
+)
+
+
+def test_main_script_kernel_is_reimported_without_its_main_block(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(MAIN_SCRIPT)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    env = {
+        **os.environ,
+        "PROBE": str(probe),
+        "JAXTUNE_ISOLATION": "process",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::jaxtune.JaxtuneWarning", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = sorted(p.name for p in probe.iterdir())
+    main_runs = [n for n in names if n.startswith("main-")]
+    traced = {n.split("-")[1] for n in names if n.startswith("traced-")}
+    assert len(main_runs) == 1
+    parent_pid = main_runs[0].split("-")[1]
+    assert traced and parent_pid not in traced  # traced only in the child
+    assert "script.kernel" in proc.stdout
+
+
+KILL_PARENT = textwrap.dedent(
+    """
+    import sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    import jax.numpy as jnp
+    from faulty_kernels import faulty
+    from jaxtune import _runner
+
+    def report():
+        while not _runner._POOL:
+            time.sleep(0.05)
+        print(next(iter(_runner._POOL.values())).proc.pid, flush=True)
+
+    threading.Thread(target=report, daemon=True).start()
+    sig = faulty._bind((jnp.ones(8),), {})
+    task = faulty._task(sig, [{"mode": "ok"}, {"mode": "hang"}], {"mode": "ok"})
+    _runner.ProcessRunner().sweep(task)
+    """
+)
+
+
+def alive(pid):
+    """Whether ``pid`` runs (a zombie waiting to be reaped has exited)."""
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_child_exits_soon_after_its_parent_is_killed():
+    parent = subprocess.Popen(
+        [sys.executable, "-c", KILL_PARENT, str(ROOT / "tests")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    with parent.stdout:
+        child_pid = int(parent.stdout.readline())
+    time.sleep(1.0)  # let the child reach the hanging config
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not alive(child_pid):
+            return
+        time.sleep(0.1)
+    os.kill(child_pid, signal.SIGKILL)
+    pytest.fail("the child outlived its parent by more than 5 s")
