@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from . import _context, _errors
@@ -250,7 +250,10 @@ class ProcessRunner:
 
     ``platform`` defaults to the backend this process uses (or ``JAX_PLATFORMS``);
     ``env`` adds variables (extra ``XLA_FLAGS`` merge with the user's); ``memory_limit``
-    caps the child's address space in bytes.
+    caps the child's address space in bytes. ``device`` pins the child to one accelerator
+    (``CUDA_VISIBLE_DEVICES`` on GPU; ``TPU_VISIBLE_CHIPS`` and the process-bounds variables
+    on TPU); ``devices`` runs one child per listed device, each measuring a share of the
+    configs at the same time (on CPU each "device" is simply another child process).
     """
 
     def __init__(
@@ -260,11 +263,13 @@ class ProcessRunner:
         env: Mapping[str, str] | None = None,
         memory_limit: int | None = None,
         device: int | None = None,
+        devices: Sequence[int] | None = None,
     ) -> None:
         self.platform = platform
         self.extra_env = dict(env or {})
         self.memory_limit = memory_limit
         self.device = device
+        self.devices = list(devices) if devices else None
 
     # -- the child ---------------------------------------------------------------------
 
@@ -296,6 +301,8 @@ class ProcessRunner:
         env["JAXTUNE_PARENT_PID"] = str(os.getpid())
         if self.memory_limit:
             env["JAXTUNE_CHILD_MEMORY_LIMIT"] = str(int(self.memory_limit))
+        if self.device is not None:
+            env["JAXTUNE_DEVICE"] = str(self.device)
         if self.device is not None and platform == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = str(self.device)
         if self.device is not None and platform == "tpu":
@@ -350,30 +357,36 @@ class ProcessRunner:
             )
             return InlineRunner().sweep(task)
         progress = Progress(f"{task.kernel} {task.signature.key}", len(task.configs), task.verbose)
-        results = self._measure_all(task, request, progress)
+        order = ordered(task)
+        devices = list(self.devices or [])
+        if len(devices) > 1:
+            results = self._measure_on_devices(task, request, progress, order, devices)
+        else:
+            results = self._measure_all(task, request, progress, order)
         todo = leaders(results, task.options)
         if todo:
-            results.update(
-                self._exchange(
-                    task, {**request, "op": "retime", "todo": todo}, progress=None, results={}
-                )[1]
-            )
+            # The leaders are re-timed together on one device, so they compare fairly.
+            first = self._on_device(devices[0]) if devices else self
+            retime = {**request, "op": "retime", "todo": todo}
+            results.update(first._exchange(task, retime, progress=None)[1])
         outcome = finish(task, results)
         progress.finish(outcome)
         return outcome
 
     def _measure_all(
-        self, task: SweepTask, request: dict[str, Any], progress: Progress
+        self,
+        task: SweepTask,
+        request: dict[str, Any],
+        progress: Progress,
+        order: list[dict[str, Any]],
     ) -> dict[str, Result]:
-        order = ordered(task)
-        default_id = config_id(task.default)
         results: dict[str, Result] = {}
         serial = False
         for _ in range(2 * len(order) + 4):
             pending = [c for c in order if config_id(c) not in results]
             if not pending:
                 return results
-            reference = _reference(order, results, default_id)
+            reference = _reference(order, results, task.default)
             best = [
                 m.min_us for m in results.values() if isinstance(m, Measurement) and not m.dropped
             ]
@@ -385,7 +398,7 @@ class ProcessRunner:
                 "best_us": min(best) if best else None,
                 "serial": serial,
             }
-            crashed, got = self._exchange(task, message, progress=progress, results=results)
+            crashed, got = self._exchange(task, message, progress=progress)
             results.update(got)
             if crashed == "serial":
                 serial = True
@@ -437,13 +450,46 @@ class ProcessRunner:
             f"the jaxtune child died outside any config of {task.kernel} ({how}); stderr: {tail}"
         )
 
+    def _on_device(self, device: int) -> ProcessRunner:
+        return ProcessRunner(
+            platform=self.platform,
+            env=self.extra_env,
+            memory_limit=self.memory_limit,
+            device=device,
+        )
+
+    def _measure_on_devices(
+        self,
+        task: SweepTask,
+        request: dict[str, Any],
+        progress: Progress,
+        order: list[dict[str, Any]],
+        devices: list[int],
+    ) -> dict[str, Result]:
+        """One child per device, each measuring its share of the configs at once; the
+        default (the reference) is measured on the first device."""
+        shares: list[list[dict[str, Any]]] = [[order[0]]] + [[] for _ in devices[1:]]
+        for i, config in enumerate(order[1:]):
+            shares[i % len(devices)].append(config)
+        runners = [self._on_device(d) for d in devices]
+        with concurrent.futures.ThreadPoolExecutor(len(devices)) as ex:
+            parts = list(
+                ex.map(
+                    lambda pair: pair[0]._measure_all(task, request, progress, pair[1]),
+                    [(r, share) for r, share in zip(runners, shares, strict=True) if share],
+                )
+            )
+        results: dict[str, Result] = {}
+        for part in parts:
+            results.update(part)
+        return results
+
     def _exchange(
         self,
         task: SweepTask,
         message: dict[str, Any],
         *,
         progress: Progress | None,
-        results: Mapping[str, Result],
     ) -> tuple[str | None, dict[str, Result]]:
         """Sends one request and follows its events until ``done``, a crash or a hang.
 
@@ -531,13 +577,13 @@ def _suspects(
 
 
 def _reference(
-    order: list[dict[str, Any]], results: Mapping[str, Result], default_id: str
+    order: list[dict[str, Any]], results: Mapping[str, Result], default: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The config whose output others are checked against: the default unless it failed,
     else the first config that was measured successfully (None: the child picks the first
     that runs)."""
-    if not isinstance(results.get(default_id), Failure):
-        return order[0]
+    if not isinstance(results.get(config_id(default)), Failure):
+        return dict(default)
     for config in order:
         if isinstance(results.get(config_id(config)), Measurement):
             return config

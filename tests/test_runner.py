@@ -270,3 +270,27 @@ def test_child_exits_soon_after_its_parent_is_killed():
         time.sleep(0.1)
     os.kill(child_pid, signal.SIGKILL)
     pytest.fail("the child outlived its parent by more than 5 s")
+
+
+def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
+    sig = faulty._bind((jnp.ones(64),), {})
+    space = [{"mode": m} for m in ("ok", "fast", "segfault", "wrong", "exit3")]
+    task = faulty._task(sig, space, {"mode": "ok"})
+    outcome = _runner.ProcessRunner(devices=[0, 1]).sweep(task)
+    stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
+    assert stages == {
+        "ok": "ok",
+        "fast": "ok",
+        "segfault": "crash",
+        "wrong": "check",
+        "exit3": "crash",
+    }
+    assert outcome.best.config == {"mode": "fast"}
+
+    probe = tmp_path / "pids"
+    monkeypatch.setenv("PID_PROBE_FILE", str(probe))
+    sig = pid_probe._bind((jnp.ones(8),), {})
+    task = pid_probe._task(sig, [{"scale": 1}, {"scale": 2}, {"scale": 3}], {"scale": 1})
+    _runner.ProcessRunner(devices=[0, 1]).sweep(task)
+    pids = {int(line) for line in probe.read_text().split()}
+    assert len(pids) == 2 and os.getpid() not in pids
