@@ -16,13 +16,13 @@ from typing import Any, Generic, TypeVar
 
 import jax
 
-from . import _cache, _config, _lookup, _timing, _versions
+from . import _cache, _config, _lookup, _markers, _timing, _versions
 from ._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
 from ._lookup import Choice
 from ._result import Entry, TuningResult, now
 from ._runner import default_runner
 from ._signature import Signature, is_array, is_tracing
-from ._space import ConfigSpec, config_id
+from ._space import ConfigSpec
 from ._sweep import SweepTask
 from ._timing import TimingOptions
 
@@ -265,7 +265,8 @@ class Autotuned(Generic[R]):
             sig = self._bind(args, rest)
             _, default = self._space_and_default(sig)
             config = {**default, **explicit}
-            return self._invoke(sig, args, rest, config)
+            choice = Choice(config=config, source="explicit", key=sig.key)
+            return self._invoke(sig, args, rest, choice)
         memo_key = self._memo_key(args, kwargs)
         if memo_key is not None:
             hit = self._eager.get(memo_key)
@@ -274,25 +275,41 @@ class Autotuned(Generic[R]):
         sig = self._bind(args, kwargs)
         choice = self._choose(sig, sweep=True)
         if memo_key is not None:
-            jitted = self._jit_for(choice.config)
+            jitted = self._jit_for(sig, choice)
             self._eager[memo_key] = (jitted, choice)
             return jitted(*args, **kwargs)
-        return self.__wrapped__(*args, **kwargs, **choice.config)
+        return self._invoke(sig, args, kwargs, choice)
+
+    def _marker(self, sig: Signature, choice: Choice) -> str:
+        args, kwargs = sig.call_arguments(abstract=True)
+        return _markers.mark(
+            _markers.Mark(kernel=self.kernel_id, key=sig.key, config=dict(choice.config),
+                          source=choice.source, args=args, kwargs=kwargs, owner=self)
+        )
 
     def _invoke(
-        self, sig: Signature, args: tuple[Any, ...], kwargs: dict[str, Any], config: dict[str, Any]
+        self, sig: Signature, args: tuple[Any, ...], kwargs: dict[str, Any], choice: Choice
     ) -> R:
         if is_tracing(jax.tree_util.tree_leaves((args, kwargs))):
-            return self.__wrapped__(*args, **kwargs, **config)
-        return self._jit_for(config)(*args, **kwargs)
+            with jax.named_scope(self._marker(sig, choice)):
+                return self.__wrapped__(*args, **kwargs, **choice.config)
+        return self._jit_for(sig, choice)(*args, **kwargs)
 
-    def _jit_for(self, config: Mapping[str, Any]) -> Callable[..., R]:
-        cid = config_id(config)
-        jitted = self._jitted.get(cid)
+    def _jit_for(self, sig: Signature, choice: Choice) -> Callable[..., R]:
+        marker = self._marker(sig, choice)
+        jitted = self._jitted.get(marker)
         if jitted is None:
             names = tuple(n for n in self.static_argnames if n in self.signature.parameters)
-            jitted = jax.jit(functools.partial(self.__wrapped__, **config), static_argnames=names)
-            self._jitted[cid] = jitted
+            fn, config = self.__wrapped__, dict(choice.config)
+
+            # wraps() gives jit the kernel's signature, to place static arguments.
+            @functools.wraps(fn)
+            def marked(*args: Any, **kwargs: Any) -> R:
+                with jax.named_scope(marker):
+                    return fn(*args, **kwargs, **config)
+
+            jitted = jax.jit(marked, static_argnames=names)
+            self._jitted[marker] = jitted
         return jitted
 
     def _memo_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
