@@ -16,11 +16,14 @@ from ._errors import SettingsError as SettingsError
 from ._errors import SignatureError as SignatureError
 from ._errors import SweepError as SweepError
 from ._errors import TuningFailedError as TuningFailedError
+from ._locate import KernelSite as KernelSite
+from ._locate import locate as locate
 from ._lookup import Choice as Choice
 from ._result import Entry as Entry
 from ._result import Failure as Failure
 from ._result import Measurement as Measurement
 from ._result import TuningResult as TuningResult
+from ._tune import tune as tune
 
 __version__ = "0.1.0"
 
@@ -34,6 +37,7 @@ __all__ = [
     "FlagError",
     "JaxtuneError",
     "JaxtuneWarning",
+    "KernelSite",
     "Measurement",
     "SettingsError",
     "SignatureError",
@@ -43,5 +47,7 @@ __all__ = [
     "__version__",
     "autotuned",
     "flags",
+    "locate",
     "register_cache",
+    "tune",
 ]

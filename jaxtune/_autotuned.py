@@ -51,6 +51,16 @@ def registry() -> dict[str, Autotuned[Any]]:
     return dict(_REGISTRY)
 
 
+# Part of jit's cache key: bumped after explicit tuning, so functions jitted (or merely
+# lowered, as jaxtune.tune and locate do) before it re-trace and pick the new configs.
+_GENERATION = jax.make_user_context(default_value=0)
+
+
+def retrace_jitted_functions() -> None:
+    """Makes every jitted function re-trace on its next call."""
+    _GENERATION.set_global(_GENERATION.get_global() + 1)
+
+
 def _validate_check(check: Any) -> Any:
     if check == "auto" or check is False or callable(check):
         return check
@@ -283,8 +293,15 @@ class Autotuned(Generic[R]):
     def _marker(self, sig: Signature, choice: Choice) -> str:
         args, kwargs = sig.call_arguments(abstract=True)
         return _markers.mark(
-            _markers.Mark(kernel=self.kernel_id, key=sig.key, config=dict(choice.config),
-                          source=choice.source, args=args, kwargs=kwargs, owner=self)
+            _markers.Mark(
+                kernel=self.kernel_id,
+                key=sig.key,
+                config=dict(choice.config),
+                source=choice.source,
+                args=args,
+                kwargs=kwargs,
+                owner=self,
+            )
         )
 
     def _invoke(
@@ -365,6 +382,7 @@ class Autotuned(Generic[R]):
         sig = self._bind(args, kwargs)
         space, default = self._space_and_default(sig)
         entry = self._sweep(sig, space, default, _lookup.device_kind())
+        retrace_jitted_functions()
         return TuningResult.of(entry)
 
     def cost_hint(self, *args: Any, **kwargs: Any) -> dict[str, float] | None:

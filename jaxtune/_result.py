@@ -179,9 +179,13 @@ class TuningResult(Mapping[EntryId, Entry]):
         0
     """
 
-    __slots__ = ("_entries", "_id", "_tokens")
+    __slots__ = ("_entries", "_id", "_tokens", "untuned")
 
-    def __init__(self, entries: Mapping[EntryId, Entry] | None = None) -> None:
+    def __init__(
+        self, entries: Mapping[EntryId, Entry] | None = None, *, untuned: tuple[Any, ...] = ()
+    ) -> None:
+        #: Pallas kernels that ``jaxtune.tune`` found without a tuning space (KernelSites).
+        self.untuned: tuple[Any, ...] = tuple(untuned)
         self._entries: dict[EntryId, Entry] = dict(entries or {})
         for eid, entry in self._entries.items():
             if eid != (entry.kernel, entry.device_kind, entry.key):
@@ -209,7 +213,9 @@ class TuningResult(Mapping[EntryId, Entry]):
     def __or__(self, other: object) -> TuningResult:
         if not isinstance(other, TuningResult):
             return NotImplemented
-        return TuningResult({**self._entries, **other._entries})
+        return TuningResult(
+            {**self._entries, **other._entries}, untuned=self.untuned + other.untuned
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TuningResult):

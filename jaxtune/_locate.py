@@ -1,0 +1,257 @@
+"""``jaxtune.locate``: every Pallas kernel and jaxtune kernel in a function's StableHLO.
+
+The module is walked with JAX's bundled MLIR Python bindings: custom calls are read through
+their attributes, locations through the structured ``NameLoc`` / ``CallSiteLoc`` /
+``FileLineColLoc`` API. A Pallas kernel is a ``stablehlo.custom_call`` to one of the
+Pallas targets; in interpret mode (CPU) there is no custom call, and the kernel is the set
+of ops whose name stack passes through ``<kernel name>/pallas_call``. A jaxtune kernel is
+the set of ops under its ``jaxtune[<id>#<digest>]`` marker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import jax
+
+from . import _markers
+
+__all__ = ["PALLAS_TARGETS", "KernelSite", "locate", "sites_in_module"]
+
+#: Custom-call targets of Pallas kernels: Mosaic TPU, Triton, Mosaic GPU.
+PALLAS_TARGETS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "mosaic_gpu_v2")
+_PALLAS_CALL = "/pallas_call"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class KernelSite:
+    """One kernel call site in a lowered program.
+
+    ``kind`` is ``"pallas"`` (a Pallas custom call, or an interpret-mode Pallas kernel,
+    whose ``target`` is ``None``) or ``"autotuned"`` (a ``@jaxtune.autotuned`` call, with
+    ``kernel_id``, ``key`` and ``config``). ``operands``/``results`` are ``(dtype, shape)``
+    pairs (empty for interpret-mode kernels, which have no single op); ``source`` is
+    ``file:line`` of the innermost frame; ``cost_estimate`` comes from the kernel's
+    ``backend_config``, ``metadata`` from ``pallas_call(metadata=...)``.
+    """
+
+    name: str
+    kind: Literal["pallas", "autotuned"]
+    target: str | None
+    platform: str
+    operands: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    results: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    source: str | None = None
+    name_stack: str = ""
+    cost_estimate: dict[str, float] | None = None
+    metadata: dict[str, Any] | None = None
+    kernel_id: str | None = None
+    key: str | None = None
+    config: dict[str, Any] | None = None
+    inside: str | None = None
+
+
+def _walk(op: Any) -> Iterator[Any]:
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child
+                yield from _walk(child.operation)
+
+
+def _name_and_source(loc: Any) -> tuple[str, str | None]:
+    """The name stack (outermost NameLoc) and the innermost ``file:line`` of a location."""
+    from jax._src.lib.mlir import ir
+
+    name = ""
+    source = None
+    todo = [loc]
+    while todo:
+        current = todo.pop(0)  # the bindings hand back the concrete location class
+        if isinstance(current, ir.NameLoc):
+            if not name:
+                name = current.name_str
+            todo.insert(0, current.child_loc)
+        elif isinstance(current, ir.CallSiteLoc):
+            todo.insert(0, current.callee)
+        elif isinstance(current, ir.FileLineColLoc):
+            if source is None:
+                source = f"{current.filename}:{current.start_line}"
+        elif isinstance(current, ir.FusedLoc):
+            todo[:0] = list(current.locations)
+        if name and source:
+            break
+    return name, source
+
+
+def _tensor(t: Any) -> tuple[str, tuple[int, ...]]:
+    from jax._src.lib.mlir import ir
+
+    try:
+        ranked = ir.RankedTensorType(t)
+    except (ValueError, TypeError):
+        return (str(t), ())
+    element = str(ranked.element_type)
+    names = {"i1": "pred"}
+    if element.startswith("i") and element[1:].isdigit() and element != "i1":
+        element = "s" + element[1:]
+    elif element.startswith("ui"):
+        element = "u" + element[2:]
+    element = names.get(element, element)
+    element = {"f8E4M3FN": "f8e4m3fn", "f8E5M2": "f8e5m2"}.get(element, element)
+    return element, tuple(int(d) for d in ranked.shape)
+
+
+def _string(attrs: Any, name: str) -> str | None:
+    if name not in attrs:
+        return None
+    value = attrs[name]
+    return getattr(value, "value", str(value))
+
+
+def _cost_estimate(backend_config: str | None) -> dict[str, float] | None:
+    if not backend_config:
+        return None
+    try:
+        config = json.loads(backend_config)
+    except ValueError:
+        return None
+    found = config.get("custom_call_config", config).get("cost_estimate")
+    if not isinstance(found, dict):
+        return None
+    return {k: float(v) for k, v in found.items() if isinstance(v, (int, float))}
+
+
+def _frontend_metadata(attrs: Any) -> dict[str, Any] | None:
+    if "mhlo.frontend_attributes" not in attrs:
+        return None
+    frontend = attrs["mhlo.frontend_attributes"]
+    try:
+        raw = frontend["kernel_metadata"]
+    except (KeyError, IndexError, ValueError):
+        return None
+    text = getattr(raw, "value", str(raw))
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return {"raw": text}
+    return parsed if isinstance(parsed, dict) else {"value": parsed}
+
+
+def _pallas_name(name_stack: str) -> tuple[str, str] | None:
+    """``(kernel name, prefix)`` of an interpret-mode Pallas name stack, or ``None``."""
+    at = name_stack.find(_PALLAS_CALL)
+    if at < 0:
+        return None
+    prefix = name_stack[: at + len(_PALLAS_CALL)]
+    parent = name_stack[:at].rsplit("/", 1)[-1]
+    parent = parent.split("(")[-1]  # vmap(name) / jvp(name)
+    return parent or "pallas_call", prefix
+
+
+def _innermost_marker(name_stack: str) -> tuple[str, str, str] | None:
+    marks = _markers.parse(name_stack)
+    if not marks:
+        return None
+    kernel, digest, end = marks[-1]
+    return kernel, digest, name_stack[:end]
+
+
+def sites_in_module(module: Any, platform: str) -> list[KernelSite]:
+    """Every kernel site of an MLIR module (``ir.Module``), in program order."""
+    sites: list[KernelSite] = []
+    grouped: dict[tuple[str, str], int] = {}
+    for op in _walk(module.operation):
+        operation = op.operation
+        name_stack, source = _name_and_source(operation.location)
+        marker = _innermost_marker(name_stack)
+        if marker is not None:
+            kernel, digest, prefix = marker
+            if ("jaxtune", prefix) not in grouped:
+                found = _markers.lookup(digest)
+                grouped[("jaxtune", prefix)] = len(sites)
+                sites.append(
+                    KernelSite(
+                        name=kernel,
+                        kind="autotuned",
+                        target=None,
+                        platform=platform,
+                        source=source,
+                        name_stack=prefix,
+                        kernel_id=kernel,
+                        key=found.key if found else None,
+                        config=dict(found.config) if found else None,
+                    )
+                )
+        inside = marker[0] if marker else None
+        attrs = operation.attributes
+        if operation.name == "stablehlo.custom_call":
+            target = _string(attrs, "call_target_name")
+            if target in PALLAS_TARGETS:
+                stack_name = _pallas_name(name_stack)
+                sites.append(
+                    KernelSite(
+                        name=_string(attrs, "kernel_name")
+                        or (stack_name[0] if stack_name else target),
+                        kind="pallas",
+                        target=target,
+                        platform=platform,
+                        operands=tuple(_tensor(v.type) for v in operation.operands),
+                        results=tuple(_tensor(r.type) for r in operation.results),
+                        source=source,
+                        name_stack=name_stack,
+                        cost_estimate=_cost_estimate(_string(attrs, "backend_config")),
+                        metadata=_frontend_metadata(attrs),
+                        inside=inside,
+                    )
+                )
+                continue
+        stack_name = _pallas_name(name_stack)
+        if stack_name is not None and ("pallas", stack_name[1]) not in grouped:
+            grouped[("pallas", stack_name[1])] = len(sites)
+            sites.append(
+                KernelSite(
+                    name=stack_name[0],
+                    kind="pallas",
+                    target=None,
+                    platform=platform,
+                    source=source,
+                    name_stack=stack_name[1],
+                    inside=inside,
+                )
+            )
+    return sites
+
+
+def locate(
+    fn: Callable[..., Any], *args: Any, platform: str | None = None, **kwargs: Any
+) -> list[KernelSite]:
+    """Every Pallas custom call and jaxtune kernel in ``fn``'s StableHLO.
+
+    ``fn`` is lowered with ``args``/``kwargs`` (arrays or ``jax.ShapeDtypeStruct``) for the
+    local backend, or for ``platform`` ("tpu", "cuda", "cpu") through ``jax.export`` on a
+    machine without that hardware. Nested jit, ``lax.scan``, ``jax.grad``, ``jax.vmap`` and
+    ``shard_map`` are all searched.
+
+    Examples:
+        >>> import jax, jaxtune
+        >>> from jaxtune.examples.chunked import chunked_logsumexp
+        >>> x = jax.ShapeDtypeStruct((4, 1024), "float32")
+        >>> [s.kernel_id for s in jaxtune.locate(chunked_logsumexp, x)]
+        ['jaxtune.examples.chunked_logsumexp']
+    """
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    jitted: Any = fn if hasattr(fn, "lower") else jax.jit(fn)
+    if platform is None:
+        lowered = jitted.lower(*args, **kwargs)
+        module = lowered.compiler_ir("stablehlo")
+        return sites_in_module(module, jax.default_backend())
+    exported = jax.export.export(jitted, platforms=[platform])(*args, **kwargs)
+    context = mlir.make_ir_context()
+    module = ir.Module.parse(exported.mlir_module(), context=context)
+    return sites_in_module(module, platform)

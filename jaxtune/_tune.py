@@ -1,0 +1,69 @@
+"""``jaxtune.tune(fn, *args, **kwargs)``: tune every autotuned kernel a function reaches."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from . import _config, _markers
+from ._autotuned import retrace_jitted_functions
+from ._errors import JaxtuneWarning
+from ._locate import KernelSite, locate
+from ._result import TuningResult
+
+__all__ = ["tune"]
+
+
+def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
+    """Tunes, ahead of time, every ``@autotuned`` kernel that ``fn`` reaches with these
+    arguments, once per distinct (kernel, key), and writes the user cache.
+
+    The kernels are found in ``fn``'s lowered StableHLO (through nested jit, grad, vmap,
+    scan and shard_map), each with the shapes it really sees there. Sweeps run in the child
+    process unless ``JAXTUNE_ISOLATION=inline``. Raw Pallas kernels without a tuning space
+    are listed in the result's ``untuned`` attribute (and reported in one warning).
+    Afterwards jitted functions re-trace, so ``fn`` picks the new configs on its next call.
+
+    Arguments may be arrays or ``jax.ShapeDtypeStruct``.
+
+    Raises:
+        TuningFailedError: every config of some kernel failed.
+
+    Examples:
+        >>> import jax, jaxtune
+        >>> from jaxtune.examples.chunked import chunked_logsumexp
+        >>> x = jax.ShapeDtypeStruct((4, 4096), "float32")
+        >>> result = jaxtune.tune(lambda v: chunked_logsumexp(v).sum(), x)  # doctest: +SKIP
+        >>> sorted(k for k, _, _ in result)  # doctest: +SKIP
+        ['jaxtune.examples.chunked_logsumexp']
+    """
+    # Finding the kernels must not start sweeps of its own (as JAXTUNE_MODE=tune would).
+    with _config.override(mode="cached"):
+        sites = locate(fn, *args, **kwargs)
+    result = TuningResult()
+    done: set[tuple[str, str]] = set()
+    for site in sites:
+        mark = _mark_of(site)
+        if mark is None or (mark.kernel, mark.key) in done:
+            continue
+        done.add((mark.kernel, mark.key))
+        result = result | mark.owner.tune(*mark.args, **mark.kwargs)
+    untuned = tuple(s for s in sites if s.kind == "pallas" and s.inside is None)
+    if untuned:
+        names = ", ".join(sorted({s.name for s in untuned}))
+        warnings.warn(
+            f"jaxtune.tune found Pallas kernels without a tuning space: {names}. Wrap them "
+            "in @jaxtune.autotuned(configs=...) to tune their block sizes.",
+            JaxtuneWarning,
+            stacklevel=2,
+        )
+    retrace_jitted_functions()
+    return TuningResult(dict(result), untuned=untuned)
+
+
+def _mark_of(site: KernelSite) -> _markers.Mark | None:
+    if site.kind != "autotuned":
+        return None
+    found = _markers.parse(site.name_stack)
+    return _markers.lookup(found[-1][1]) if found else None

@@ -1,0 +1,189 @@
+from __future__ import annotations
+
+import functools
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+
+import jaxtune
+from jaxtune import _cache, _lookup
+
+
+def _matmul_kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32).astype(
+        o_ref.dtype
+    )
+
+
+def tpu_matmul(x, y, *, block=128):
+    m, k = x.shape
+    _, n = y.shape
+    return pl.pallas_call(
+        _matmul_kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        grid=(m // block, n // block),
+        in_specs=[
+            pl.BlockSpec((block, k), lambda i, j: (i, 0)),
+            pl.BlockSpec((k, block), lambda i, j: (0, j)),
+        ],
+        out_specs=pl.BlockSpec((block, block), lambda i, j: (i, j)),
+        name="tiled_matmul",
+        cost_estimate=pl.CostEstimate(
+            flops=2 * m * n * k, bytes_accessed=(m * k + k * n + m * n) * 4, transcendentals=0
+        ),
+        metadata={"block": str(block)},
+    )(x, y)
+
+
+def _scale_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+
+def tpu_scale(x):
+    return pl.pallas_call(
+        _scale_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), name="scale_rows"
+    )(x)
+
+
+MATMUL_LINE = inspect.getsourcelines(tpu_matmul)[1] + 3  # the pallas_call line
+SCALE_LINE = inspect.getsourcelines(tpu_scale)[1] + 1
+
+
+def test_tpu_kernels_lowered_on_cpu_are_found_with_everything():
+    def model(x, y, z):
+        return tpu_matmul(x, y), tpu_scale(z)
+
+    x = jax.ShapeDtypeStruct((256, 512), jnp.float32)
+    y = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+    z = jax.ShapeDtypeStruct((8, 128), jnp.bfloat16)
+    sites = jaxtune.locate(model, x, y, z, platform="tpu")
+    assert [s.name for s in sites] == ["tiled_matmul", "scale_rows"]
+    mm, sc = sites
+    assert mm.kind == "pallas" and mm.target == "tpu_custom_call" and mm.platform == "tpu"
+    assert mm.operands == (("f32", (256, 512)), ("f32", (512, 256)))
+    assert mm.results == (("f32", (256, 256)),)
+    assert mm.cost_estimate["flops"] == 2 * 256 * 256 * 512
+    assert mm.cost_estimate["bytes_accessed"] == (256 * 512 * 2 + 256 * 256) * 4
+    assert mm.metadata == {"block": "128"}
+    assert mm.source == f"{__file__}:{MATMUL_LINE}"
+    assert mm.name_stack.endswith("tiled_matmul/pallas_call")
+    assert sc.operands == (("bf16", (8, 128)),) and sc.results == (("bf16", (8, 128)),)
+    assert sc.cost_estimate is None
+    assert sc.source == f"{__file__}:{SCALE_LINE}"
+
+
+@jaxtune.autotuned(configs={"chunk": [4, 8]}, name="tests.locate.rowsum")
+def rowsum(x, *, chunk):
+    return x.reshape(x.shape[0], -1, chunk).sum(axis=(1, 2))
+
+
+@jaxtune.autotuned(configs={"factor": [1.0, 2.0]}, check=False, name="tests.locate.scale")
+def scale(x, *, factor):
+    return x * factor
+
+
+@jaxtune.autotuned(configs={"power": [2, 3]}, check=False, name="tests.locate.power")
+def power(x, *, power):
+    return x**power
+
+
+def interpret_double(x):
+    return pl.pallas_call(
+        _scale_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        interpret=True,
+        name="double_interp",
+    )(x)
+
+
+def test_interpret_and_autotuned_kernels_found_through_transformations():
+    @jax.jit
+    def inner(x):
+        return rowsum(x) + interpret_double(x).sum()
+
+    def body(carry, x):
+        return carry + inner(x).sum(), None
+
+    def model(xs):
+        total, _ = jax.lax.scan(body, 0.0, xs)
+        per_example = jax.vmap(scale)(xs)
+        grads = jax.grad(lambda v: rowsum(v).sum())(xs[0])
+        return total + per_example.sum() + grads.sum()
+
+    xs = jax.ShapeDtypeStruct((3, 4, 16), jnp.float32)
+    sites = jaxtune.locate(model, xs)
+    autotuned = {(s.kernel_id, s.key) for s in sites if s.kind == "autotuned"}
+    assert ("tests.locate.rowsum", "f32[4,16]") in autotuned
+    assert ("tests.locate.scale", "f32[4,16]") in autotuned  # vmap: the per-example shape
+    interp = [s for s in sites if s.kind == "pallas"]
+    assert [s.name for s in interp] == ["double_interp"] and interp[0].target is None
+    found = next(s for s in sites if s.kernel_id == "tests.locate.rowsum")
+    assert found.config == {"chunk": 4}
+    assert found.source.endswith("test_locate.py:" + str(inspect.getsourcelines(rowsum)[1] + 2))
+
+
+def test_shard_map_is_searched():
+    try:
+        from jax import shard_map as smap
+    except ImportError:
+        from jax.experimental.shard_map import shard_map as smap
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    f = smap(lambda x: scale(x), mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+    sites = jaxtune.locate(f, jax.ShapeDtypeStruct((8, 4), jnp.float32))
+    assert [s.kernel_id for s in sites] == ["tests.locate.scale"]
+
+
+def test_model_with_three_kernels_is_tuned_by_one_call_then_runs_from_cache(fast_timing):
+    calls = []
+    original = jaxtune.Autotuned.tune
+
+    def counting(self, *args, **kwargs):
+        calls.append(self.kernel_id)
+        return original(self, *args, **kwargs)
+
+    def model(x):
+        a = rowsum(x)  # two call sites with the same key ...
+        b = rowsum(x * 2)  # ... are tuned once
+        return a + b + scale(x).sum(axis=1) + power(x).sum(axis=1)
+
+    x = jnp.arange(64.0).reshape(4, 16)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jaxtune.Autotuned, "tune", counting)
+        result = jaxtune.tune(model, x)
+    assert sorted(calls) == ["tests.locate.power", "tests.locate.rowsum", "tests.locate.scale"]
+    assert {k for k, _, _ in result} == set(calls)
+    kind = _lookup.device_kind()
+    for kernel in calls:
+        assert _cache.user_cache().lookup(kernel, kind, "f32[4,16]") is not None
+    assert all(s.config is not None for s in jaxtune.locate(model, x) if s.kind == "autotuned")
+    sources = {
+        s.kernel_id: rowsum.config_for(x).source
+        for s in jaxtune.locate(model, x)
+        if s.kind == "autotuned"
+    }
+    assert set(sources.values()) == {"cache"}
+    # The function runs, and its kernels now come from the cache.
+    np.testing.assert_allclose(jax.jit(model)(x)[0], float(model(x)[0]), rtol=1e-5)
+
+
+def test_tune_reports_raw_pallas_kernels_without_a_space(fast_timing):
+    def model(x):
+        return interpret_double(x) + scale(x)
+
+    with pytest.warns(jaxtune.JaxtuneWarning, match="without a tuning space: double_interp"):
+        result = jaxtune.tune(model, jnp.ones((8, 4)))
+    assert [s.name for s in result.untuned] == ["double_interp"]
+    assert len(result) == 1
+
+
+def test_functools_partial_and_already_jitted_functions():
+    f = jax.jit(functools.partial(scale, factor=2.0))
+    (site,) = jaxtune.locate(f, jnp.ones(3))
+    assert site.kernel_id == "tests.locate.scale" and site.config == {"factor": 2.0}
