@@ -16,14 +16,14 @@ from typing import Any, Generic, TypeVar
 
 import jax
 
-from . import _cache, _config, _lookup, _markers, _timing, _versions
+from . import _cache, _config, _lookup, _markers, _record, _timing, _versions
 from ._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
 from ._lookup import Choice
 from ._result import Entry, TuningResult, now
 from ._runner import default_runner
 from ._signature import Signature, is_array, is_tracing
 from ._space import ConfigSpec
-from ._sweep import SweepTask
+from ._sweep import SweepOutcome, SweepTask
 from ._timing import TimingOptions
 
 __all__ = ["Autotuned", "autotuned", "registry"]
@@ -177,6 +177,12 @@ class Autotuned(Generic[R]):
     # -- lookup --------------------------------------------------------------------------
 
     def _choose(self, sig: Signature, *, sweep: bool) -> Choice:
+        choice = self._lookup(sig, sweep=sweep)
+        if sweep:
+            _record.note(self, sig, choice)
+        return choice
+
+    def _lookup(self, sig: Signature, *, sweep: bool) -> Choice:
         settings = _config.settings()
         kind = _lookup.device_kind()
         space, default = self._space_and_default(sig)
@@ -240,22 +246,7 @@ class Autotuned(Generic[R]):
         task = self._task(sig, space, default)
         with self._lock:
             outcome = default_runner().sweep(task)
-            d = outcome.default
-            entry = Entry(
-                kernel=self.kernel_id,
-                device_kind=kind,
-                key=sig.key,
-                config=dict(outcome.best.config),
-                time_us=outcome.best.median_us,
-                default_config=default,
-                default_time_us=getattr(d, "median_us", None),
-                measurements=outcome.measurements,
-                versions=_versions.toolchain(),
-                created=now(),
-                kernel_version=self.version,
-                shapes=sig.shapes,
-                statics=sig.statics,
-            )
+            entry = make_entry(task, outcome, kind, self.version)
             _cache.user_cache().write([entry])
             self._retuned.add((kind, sig.key))
             self._eager.clear()
@@ -397,6 +388,25 @@ class Autotuned(Generic[R]):
             if hint is not None:
                 out[label] = float(hint(*a, **k) if callable(hint) else hint)
         return out
+
+
+def make_entry(task: SweepTask, outcome: SweepOutcome, kind: str, version: str) -> Entry:
+    """The cache entry for a finished sweep."""
+    return Entry(
+        kernel=task.kernel,
+        device_kind=kind,
+        key=task.signature.key,
+        config=dict(outcome.best.config),
+        time_us=outcome.best.median_us,
+        default_config=dict(task.default),
+        default_time_us=getattr(outcome.default, "median_us", None),
+        measurements=outcome.measurements,
+        versions=_versions.toolchain(),
+        created=now(),
+        kernel_version=version,
+        shapes=task.signature.shapes,
+        statics=task.signature.statics,
+    )
 
 
 def autotuned(

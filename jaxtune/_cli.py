@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _cache_cli
+from . import _cache_cli, _tune_cli
 from ._errors import JaxtuneError
 
 __all__ = ["build_parser", "main"]
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
 
     _cache_cli.add_parser(sub)
+    _tune_cli.add_parser(sub)
 
     sub.add_parser(
         "demo",
@@ -45,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import _doctor
 
             return _doctor.main(as_json=args.json)
+        if args.command == "tune":
+            return _tune_cli.run(args)
         if args.command == "cache":
             return _cache_cli.run(args)
         if args.command == "demo":

@@ -270,6 +270,8 @@ class ProcessRunner:
         self.memory_limit = memory_limit
         self.device = device
         self.devices = list(devices) if devices else None
+        #: The ready message of the last child this runner used (platform, device kind...).
+        self.ready: dict[str, Any] | None = None
 
     # -- the child ---------------------------------------------------------------------
 
@@ -317,6 +319,7 @@ class ProcessRunner:
         with _POOL_LOCK:
             child = _POOL.get(key)
             if child is not None and child.alive():
+                self.ready = child.ready
                 return child
             if child is not None:
                 child.kill()
@@ -330,6 +333,7 @@ class ProcessRunner:
                     "process; check JAX_PLATFORMS and the accelerator's visibility variables."
                 )
             _POOL[key] = child
+            self.ready = child.ready
             return child
 
     def _discard(self, child: ChildProcess) -> None:
@@ -356,6 +360,11 @@ class ProcessRunner:
                 "silence this warning.",
             )
             return InlineRunner().sweep(task)
+        return self.run_request(task, request)
+
+    def run_request(self, task: SweepTask, request: dict[str, Any]) -> SweepOutcome:
+        """Runs a prepared request (``jaxtune tune`` builds them from a recording); only the
+        task's kernel id, key, configs, default, timeout and timing options are used here."""
         progress = Progress(f"{task.kernel} {task.signature.key}", len(task.configs), task.verbose)
         order = ordered(task)
         devices = list(self.devices or [])

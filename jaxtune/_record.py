@@ -1,0 +1,101 @@
+"""Recording mode (``jaxtune tune -- python train.py``) and the verbose lookup lines.
+
+When ``JAXTUNE_RECORD`` names a file, every autotuned call a program traces is appended to
+it as one msgpack frame (kernel reference, abstract arguments, key, space, default, where
+its config came from). With ``JAXTUNE_RECORD_STOP=1`` the program stops right after the
+first compilation that follows a recorded call, i.e. after the first step it traces.
+At ``JAXTUNE_VERBOSE>=1`` each (kernel, key) prints, once, which config it uses and why.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+from . import _config
+
+__all__ = ["note"]
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_LOCK = threading.Lock()
+_SEEN: set[tuple[str, str, str]] = set()
+_RECORDER: list[Any] = []
+
+
+class _Recorder:
+    def __init__(self, path: str, stop: bool) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.recorded: set[tuple[str, str]] = set()
+        if stop:
+            import jax
+
+            jax.monitoring.register_event_duration_secs_listener(self._on_event)
+
+    def record(self, kernel: Any, sig: Any, choice: Any) -> None:
+        from ._lookup import device_kind
+        from ._runner import _request
+        from ._wire import NotTransportable, write_frame
+
+        if (kernel.kernel_id, sig.key) in self.recorded:
+            return
+        self.recorded.add((kernel.kernel_id, sig.key))
+        space, default = kernel._space_and_default(sig)
+        frame: dict[str, Any] = {
+            "t": "call",
+            "kernel": kernel.kernel_id,
+            "key": sig.key,
+            "source": choice.source,
+            "config": dict(choice.config),
+            "device_kind": device_kind(),
+            "version": kernel.version,
+            "shapes": [[dt, list(shape)] for dt, shape in sig.shapes],
+            "statics": sig.statics,
+        }
+        try:
+            frame["request"] = _request(kernel._task(sig, space, default))
+        except NotTransportable as e:
+            frame["error"] = str(e)
+        write_frame(self.fd, frame)
+
+    def _on_event(self, event: str, duration_secs: float, **_: str | int) -> None:
+        if event == _COMPILE_EVENT and self.recorded:
+            from ._wire import write_frame
+
+            write_frame(self.fd, {"t": "stopped"})
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+
+def _recorder() -> _Recorder | None:
+    path = os.environ.get("JAXTUNE_RECORD")
+    if not path:
+        return None
+    with _LOCK:
+        if not _RECORDER:
+            _RECORDER.append(_Recorder(path, os.environ.get("JAXTUNE_RECORD_STOP") == "1"))
+        recorder: _Recorder = _RECORDER[0]
+        return recorder
+
+
+def note(kernel: Any, sig: Any, choice: Any) -> None:
+    """Called for every config chosen for a call: records it, and reports it once."""
+    recorder = _recorder()
+    if recorder is not None:
+        recorder.record(kernel, sig, choice)
+    if _config.settings().verbose >= 1:
+        from ._space import config_id
+
+        seen = (kernel.kernel_id, sig.key, choice.source)
+        with _LOCK:
+            if seen in _SEEN:
+                return
+            _SEEN.add(seen)
+        print(
+            f"jaxtune: {kernel.kernel_id} {sig.key}: {config_id(choice.config)} "
+            f"(from {choice.source})",
+            file=sys.stderr,
+            flush=True,
+        )
