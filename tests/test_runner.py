@@ -294,3 +294,14 @@ def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
     _runner.ProcessRunner(devices=[0, 1]).sweep(task)
     pids = {int(line) for line in probe.read_text().split()}
     assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(monkeypatch):
+    monkeypatch.setattr(_runner, "_parent_backend", lambda: "tpu")
+    monkeypatch.setattr(_runner, "_WARNED", set())
+    sig = faulty._bind((jnp.ones(8),), {})
+    task = faulty._task(sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"})
+    with pytest.warns(jaxtune.JaxtuneWarning, match=r"jaxtune tune -- python"):
+        outcome = _runner.ProcessRunner(platform="tpu").sweep(task)
+    assert outcome.best.config in ({"mode": "ok"}, {"mode": "fast"})
+    assert _runner._POOL == {}  # no child was started for the chip
