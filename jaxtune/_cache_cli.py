@@ -45,24 +45,6 @@ def add_parser(sub: Any) -> None:
     action("clear", "remove every entry from the cache")
 
 
-def _entry_json(e: Entry, *, full: bool = False) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "kernel": e.kernel,
-        "device_kind": e.device_kind,
-        "key": e.key,
-        "config": dict(e.config),
-        "time_us": e.time_us,
-        "default_time_us": e.default_time_us,
-        "speedup": e.speedup,
-        "stale": _versions.stale(dict(e.versions)),
-        "versions": dict(e.versions),
-        "created": e.created,
-    }
-    if full:
-        d["measurements"] = [m.to_dict() for m in e.measurements]
-    return d
-
-
 def _show(entries: list[Entry]) -> str:
     lines = []
     for e in sorted(entries, key=lambda e: (e.device_kind, e.key)):
@@ -100,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             (e.kernel, e.device_kind, e.key) for e in entries if _versions.stale(dict(e.versions))
         }
         out(
-            {"path": str(store.root), "entries": [_entry_json(e) for e in entries]},
+            {"path": str(store.root), "entries": [e.summary() for e in entries]},
             format_table(entries, stale=stale),
         )
         return 0
@@ -115,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 f"no entries for kernel {args.kernel!r} in {store.root}; "
                 "`jaxtune cache list` shows what is there."
             )
-        out({"entries": [_entry_json(e, full=True) for e in entries]}, _show(entries))
+        out({"entries": [e.summary(full=True) for e in entries]}, _show(entries))
         return 0
     if args.action == "export":
         entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]

@@ -136,6 +136,27 @@ class Entry:
             return None
         return self.default_time_us / self.time_us
 
+    def summary(self, *, full: bool = False) -> dict[str, Any]:
+        """A JSON-ready summary (``full``: with every measurement); ``stale`` tells whether
+        it was tuned with another JAX, jaxlib or libtpu than the installed ones."""
+        from ._versions import stale
+
+        d: dict[str, Any] = {
+            "kernel": self.kernel,
+            "device_kind": self.device_kind,
+            "key": self.key,
+            "config": dict(self.config),
+            "time_us": self.time_us,
+            "default_time_us": self.default_time_us,
+            "speedup": self.speedup,
+            "stale": stale(dict(self.versions)),
+            "versions": dict(self.versions),
+            "created": self.created,
+        }
+        if full:
+            d["measurements"] = [m.to_dict() for m in self.measurements]
+        return d
+
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["measurements"] = [m.to_dict() for m in self.measurements]

@@ -148,18 +148,7 @@ def run(args: argparse.Namespace) -> int:
                         {"kernel": r["kernel"], "key": r["key"], "source": r["source"]}
                         for r in skipped
                     ],
-                    "tuned": [
-                        {
-                            "kernel": e.kernel,
-                            "device_kind": e.device_kind,
-                            "key": e.key,
-                            "config": dict(e.config),
-                            "time_us": e.time_us,
-                            "default_time_us": e.default_time_us,
-                            "speedup": e.speedup,
-                        }
-                        for e in entries
-                    ],
+                    "tuned": [e.summary() for e in entries],
                     "problems": problems,
                     "cache": str(_cache.user_cache().root),
                 },
