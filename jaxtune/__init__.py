@@ -4,6 +4,7 @@ Only what works is exported here; every name has a page under ``docs/``.
 """
 
 from . import flags as flags
+from ._attribution import KernelStat as KernelStat
 from ._autotuned import Autotuned as Autotuned
 from ._autotuned import autotuned as autotuned
 from ._cache import register_cache as register_cache
@@ -19,6 +20,11 @@ from ._errors import TuningFailedError as TuningFailedError
 from ._locate import KernelSite as KernelSite
 from ._locate import locate as locate
 from ._lookup import Choice as Choice
+from ._profiled import Profile as Profile
+from ._profiled import Profiled as Profiled
+from ._profiled import ProfileError as ProfileError
+from ._profiled import profile as profile
+from ._profiled import profiled as profiled
 from ._result import Entry as Entry
 from ._result import Failure as Failure
 from ._result import Measurement as Measurement
@@ -38,7 +44,11 @@ __all__ = [
     "JaxtuneError",
     "JaxtuneWarning",
     "KernelSite",
+    "KernelStat",
     "Measurement",
+    "Profile",
+    "ProfileError",
+    "Profiled",
     "SettingsError",
     "SignatureError",
     "SweepError",
@@ -48,6 +58,8 @@ __all__ = [
     "autotuned",
     "flags",
     "locate",
+    "profile",
+    "profiled",
     "register_cache",
     "tune",
 ]

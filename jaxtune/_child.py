@@ -48,6 +48,32 @@ def _limit_memory() -> None:
 _SCRIPTS: dict[str, dict[str, Any]] = {}
 
 
+def _namespace(ref: dict[str, Any]) -> dict[str, Any]:
+    if ref["module"] == "__main__":
+        path = ref["path"]
+        if path not in _SCRIPTS:
+            _SCRIPTS[path] = runpy.run_path(path, run_name=_MAIN_ALIAS)
+        return _SCRIPTS[path]
+    return vars(importlib.import_module(ref["module"]))
+
+
+def _walk_qualname(namespace: dict[str, Any], qualname: str) -> Any:
+    obj: Any = namespace
+    for part in qualname.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def resolve_callable(ref: dict[str, Any]) -> Any:
+    """The function a reference names (unwrapping ``@jaxtune.profiled``)."""
+    obj = _walk_qualname(_namespace(ref), ref["qualname"])
+    if obj is None:
+        raise LookupError(f"no function at {ref['module']}:{ref['qualname']}")
+    return getattr(obj, "__wrapped_profiled__", obj)
+
+
 def resolve_kernel(ref: dict[str, Any]) -> Any:
     """The ``Autotuned`` object a kernel reference names.
 
@@ -57,18 +83,8 @@ def resolve_kernel(ref: dict[str, Any]) -> Any:
     """
     from ._autotuned import Autotuned, registry
 
-    if ref["module"] == "__main__":
-        path = ref["path"]
-        if path not in _SCRIPTS:
-            _SCRIPTS[path] = runpy.run_path(path, run_name=_MAIN_ALIAS)
-        namespace: dict[str, Any] = _SCRIPTS[path]
-    else:
-        namespace = vars(importlib.import_module(ref["module"]))
-    obj: Any = namespace
-    for part in ref["qualname"].split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part, None)
-        if obj is None:
-            break
+    namespace = _namespace(ref)
+    obj = _walk_qualname(namespace, ref["qualname"])
     if isinstance(obj, Autotuned):
         return obj
     for value in namespace.values():
@@ -133,6 +149,20 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
         if op == "exit":
             return 0
         try:
+            if op == "profile":
+                from ._profiled import capture
+                from ._wire import decode_value
+
+                info = capture(
+                    resolve_callable(msg["ref"]),
+                    tuple(decode_value(msg["args"])),
+                    dict(decode_value(msg["kwargs"])),
+                    iters=msg["iters"],
+                    warmup=msg["warmup"],
+                    logdir=msg["logdir"],
+                )
+                write_frame(res_fd, {"t": "done", "info": info})
+                continue
             if current is None or current[0] != msg["task_id"]:
                 current = (msg["task_id"], Sweeper(_build_task(msg), on_event=emit))
             sweeper = current[1]

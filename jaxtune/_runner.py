@@ -264,7 +264,9 @@ class ProcessRunner:
         memory_limit: int | None = None,
         device: int | None = None,
         devices: Sequence[int] | None = None,
+        profiling: Mapping[str, bool] | None = None,
     ) -> None:
+        self.profiling = dict(profiling) if profiling is not None else None
         self.platform = platform
         self.extra_env = dict(env or {})
         self.memory_limit = memory_limit
@@ -291,7 +293,13 @@ class ProcessRunner:
         xla = extra.pop("XLA_FLAGS", "")
         libtpu = extra.pop("LIBTPU_INIT_ARGS", "")
         env = child_env(
-            platform or "cpu", xla_flags=xla.split(), libtpu_args=libtpu.split(), check_binary=False
+            platform or "cpu",
+            xla_flags=xla.split(),
+            libtpu_args=libtpu.split(),
+            profiling=self.profiling is not None,
+            llo=bool((self.profiling or {}).get("llo")),
+            custom_call_tracing=bool((self.profiling or {}).get("custom_call_tracing")),
+            check_binary=self.profiling is not None,
         )
         if platform is None:
             env.pop("JAX_PLATFORMS", None)
@@ -600,7 +608,15 @@ def _reference(
 
 
 def _kernel_ref(task: SweepTask) -> dict[str, Any]:
-    fn = task.fn
+    return {**_function_ref(task.fn), "kernel": task.kernel}
+
+
+def _function_ref(fn: Any) -> dict[str, Any]:
+    """``module``, ``qualname`` and, for ``__main__``, the script ``path`` of a function.
+
+    Raises:
+        NotTransportable: the function cannot be re-imported in another process.
+    """
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", "")
     if not module or "<locals>" in qualname or "<lambda>" in qualname:
@@ -611,7 +627,7 @@ def _kernel_ref(task: SweepTask) -> dict[str, Any]:
         if not path:
             raise NotTransportable("it is defined in an interactive session or notebook")
         path = os.path.abspath(path)
-    return {"module": module, "qualname": qualname, "kernel": task.kernel, "path": path}
+    return {"module": module, "qualname": qualname, "path": path}
 
 
 def _request(task: SweepTask) -> dict[str, Any]:
@@ -627,6 +643,56 @@ def _request(task: SweepTask) -> dict[str, Any]:
         "timeout_s": task.timeout_s,
         "options": {f: getattr(task.options, f) for f in task.options.__dataclass_fields__},
     }
+
+
+def profile_in_child(
+    fn: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    iters: int,
+    warmup: int,
+    llo: bool,
+    custom_call_tracing: bool,
+    logdir: str,
+) -> dict[str, Any]:
+    """Captures a trace of ``fn`` in a child started with the profiling flags; returns what
+    :func:`jaxtune._profiled.capture` returned there.
+
+    Raises:
+        NotTransportable: ``fn`` or its arguments cannot travel (the caller captures inline).
+        ProfileError: the child failed; the message holds its stderr.
+    """
+    from ._config import settings
+    from ._profiled import ProfileError
+
+    message = {
+        "op": "profile",
+        "ref": _function_ref(fn),
+        "args": encode_value(tuple(args)),
+        "kwargs": encode_value(dict(kwargs)),
+        "iters": iters,
+        "warmup": warmup,
+        "logdir": logdir,
+    }
+    runner = ProcessRunner(profiling={"llo": llo, "custom_call_tracing": custom_call_tracing})
+    child = runner._child()
+    limit = settings().timeout * (iters + max(warmup, 2) + 5)
+    with child.lock:
+        offset = child.log_size()
+        try:
+            child.send(message)
+            answer = child.reader.read(timeout=limit)
+        except (OSError, EOFError):
+            answer = "eof"
+        if answer is None or answer == "eof":
+            how = "did not finish in time" if answer is None else child.describe_exit()
+            runner._discard(child)
+            raise ProfileError(f"the profiling child {how}; stderr: {child.stderr_tail(offset)}")
+    if answer.get("t") == "error":
+        raise ProfileError(answer["message"])
+    info: dict[str, Any] = answer["info"]
+    return info
 
 
 _WARNED: set[Any] = set()

@@ -1,0 +1,521 @@
+"""``@jaxtune.profiled`` and ``jaxtune.profile``: capture a trace with the right flags,
+attribute device time to kernels, report FLOP/s, bandwidth and roofline bound.
+
+Capture runs in the child process, whose flags are set before JAX starts; a function that
+cannot be re-imported is captured in this process instead, and the profile says which
+profiling flags were missing then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import pathlib
+import re
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+import jax
+import numpy as np
+
+from . import _config, _flags, _markers, _xspace
+from ._attribution import KernelStat, attribute, op_events
+from ._errors import JaxtuneError, JaxtuneWarning
+from ._locate import sites_in_module
+
+__all__ = ["Profile", "Profiled", "capture", "profile", "profiled", "report_from_trace"]
+
+R = TypeVar("R")
+
+_HLO_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<rest>.*)$")
+_OP_NAME = re.compile(r'op_name="(?P<op>(?:[^"\\]|\\.)*)"')
+_TARGET = re.compile(r'custom_call_target="(?P<target>[^"]*)"')
+
+
+class ProfileError(JaxtuneError):
+    """A trace could not be captured or read."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Profile:
+    """Per-kernel statistics of a captured (or read) trace.
+
+    ``kernels``: every Pallas kernel and jaxtune kernel; ``ops``: every plain XLA op;
+    ``step_us``: device time per iteration; ``logdir``: the trace directory (XProf,
+    TensorBoard and Perfetto open it); ``flags``: the profiling-relevant environment the
+    capturing process saw; ``missing_flags``: profiling flags it lacked (in-process
+    captures); ``llo``: the xprof LLO analysis summary when it ran; ``timings``: seconds
+    spent starting the child, compiling, running and parsing.
+    """
+
+    kernels: tuple[KernelStat, ...]
+    ops: tuple[KernelStat, ...]
+    step_us: float
+    total_us: float
+    iterations: int
+    logdir: str | None
+    platform: str
+    device_kind: str
+    flags: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    missing_flags: tuple[str, ...] = ()
+    llo: Mapping[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+    timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def table(self, top: int = 20) -> str:
+        """An aligned table of the ``top`` kernels, then the ``top`` XLA ops."""
+        header = (
+            "name",
+            "kind",
+            "calls",
+            "total us",
+            "mean us",
+            "share",
+            "GFLOP/s",
+            "GB/s",
+            "bound",
+            "flops from",
+        )
+        rows: list[tuple[str, ...]] = [header]
+        for stat in (*self.kernels[:top], *self.ops[:top]):
+            rows.append(
+                (
+                    stat.name if len(stat.name) <= 48 else "..." + stat.name[-45:],
+                    stat.kind,
+                    str(stat.calls),
+                    f"{stat.total_us:.1f}",
+                    f"{stat.mean_us:.1f}",
+                    f"{stat.share:.1%}",
+                    f"{stat.flops_per_s / 1e9:.1f}" if stat.flops_per_s else "-",
+                    f"{stat.bytes_per_s / 1e9:.1f}" if stat.bytes_per_s else "-",
+                    stat.bound_by,
+                    stat.flops_source,
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        summary = (
+            f"{self.platform} ({self.device_kind}): {self.iterations} iterations, "
+            f"{self.step_us:.1f} us of device time per step"
+        )
+        extra = [f"note: {n}" for n in self.notes]
+        if self.missing_flags:
+            extra.append("captured without profiling flags: " + " ".join(self.missing_flags))
+        if self.logdir:
+            extra.append(f"trace: {self.logdir}")
+        return "\n".join([summary, *lines, *extra])
+
+    def to_json(self) -> str:
+        """A stable JSON document (schema 1)."""
+        doc = {
+            "schema": 1,
+            "platform": self.platform,
+            "device_kind": self.device_kind,
+            "iterations": self.iterations,
+            "step_us": self.step_us,
+            "total_us": self.total_us,
+            "logdir": self.logdir,
+            "flags": dict(self.flags),
+            "missing_flags": list(self.missing_flags),
+            "llo": dict(self.llo) if self.llo else None,
+            "notes": list(self.notes),
+            "timings": dict(self.timings),
+            "kernels": [k.to_dict() for k in self.kernels],
+            "ops": [o.to_dict() for o in self.ops],
+        }
+        return json.dumps(doc, indent=2, sort_keys=True)
+
+    def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        """Writes :meth:`to_json` to ``path`` (and the table beside it, as ``.txt``)."""
+        target = pathlib.Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self.to_json())
+        target.with_suffix(".txt").write_text(self.table() + "\n")
+        return target
+
+
+def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str | None]]:
+    """Instruction name -> ``(op_name, custom-call target)`` from compiled HLO text."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for line in hlo_text.splitlines():
+        m = _HLO_LINE.match(line)
+        if not m:
+            continue
+        rest = m.group("rest")
+        op = _OP_NAME.search(rest)
+        target = _TARGET.search(rest)
+        out[m.group("name")] = (
+            op.group("op") if op else "",
+            target.group("target") if target else None,
+        )
+    return out
+
+
+def _concrete(value: Any, seed: int) -> Any:
+    from ._inputs import _random_leaf
+
+    rng = np.random.default_rng(seed)
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return jax.numpy.asarray(_random_leaf(x, rng))
+        return x
+
+    return jax.tree_util.tree_map(leaf, value)
+
+
+def _missing_flags(platform: str, llo: bool, custom_call_tracing: bool) -> tuple[str, ...]:
+    wanted = _flags.profile_flags(platform, llo=llo, custom_call_tracing=custom_call_tracing)
+    missing: list[str] = []
+    for var, flags in wanted.items():
+        have = {f.name: f for f in _flags.inspect(os.environ.get(var, "")).flags}
+        missing.extend(str(f) for f in flags if f.name not in have)
+    return tuple(missing)
+
+
+def capture(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    iters: int,
+    warmup: int,
+    logdir: str,
+) -> dict[str, Any]:
+    """Compiles ``fn``, warms it up, traces ``iters`` calls into ``logdir`` (runs wherever
+    it is called: the child, or this process). Returns what the parent needs to attribute
+    the trace: the HLO op map, the kernel sites with their cost estimates, the hints."""
+    args = _concrete(args, 0)
+    kwargs = _concrete(dict(kwargs), 1)
+    jitted: Any = fn if hasattr(fn, "lower") else jax.jit(fn)
+    start = time.perf_counter()
+    lowered = jitted.lower(*args, **kwargs)
+    compiled = lowered.compile()
+    compile_s = time.perf_counter() - start
+    for _ in range(max(warmup, 2)):
+        jax.block_until_ready(compiled(*args, **kwargs))
+    start = time.perf_counter()
+    with jax.profiler.trace(logdir):
+        for _ in range(iters):
+            jax.block_until_ready(compiled(*args, **kwargs))
+    run_s = time.perf_counter() - start
+    device = jax.devices()[0]
+    sites = sites_in_module(lowered.compiler_ir("stablehlo"), device.platform)
+    hints: dict[str, dict[str, float]] = {}
+    for site in sites:
+        if site.kind != "autotuned":
+            continue
+        marks = _markers.parse(site.name_stack)
+        mark = _markers.lookup(marks[-1][1]) if marks else None
+        if mark is not None and mark.owner is not None:
+            hint = mark.owner.cost_hint(*mark.args, **mark.kwargs)
+            if hint:
+                hints[mark.kernel] = hint
+    return {
+        "logdir": logdir,
+        "platform": device.platform,
+        "device_kind": device.device_kind,
+        "hlo": hlo_ops(compiled.as_text()),
+        "costs": {s.name: s.cost_estimate for s in sites if s.cost_estimate},
+        "sources": {(s.kernel_id or s.name): s.source for s in sites if s.source},
+        "prefixes": {
+            s.name_stack[: -len("/pallas_call")]: s.name
+            for s in sites
+            if s.kind == "pallas" and s.target is None and s.name_stack.endswith("/pallas_call")
+        },
+        "hints": hints,
+        "timings": {"compile_s": compile_s, "run_s": run_s},
+        "env": {k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
+    }
+
+
+def report_from_trace(
+    path: str | os.PathLike[str],
+    *,
+    info: Mapping[str, Any] | None = None,
+    iterations: int = 1,
+) -> Profile:
+    """A :class:`Profile` from a trace file or directory, with what ``capture`` returned
+    (or nothing, for a trace written by someone else)."""
+    info = info or {}
+    start = time.perf_counter()
+    try:
+        space = _xspace.load(path)
+    except FileNotFoundError as e:
+        raise ProfileError(str(e)) from e
+    except ValueError as e:
+        raise ProfileError(f"{path} is not a readable XSpace trace: {e}") from e
+    events, plane = op_events(space, info.get("hlo"))
+    if plane is None:
+        raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
+    platform = info.get("platform") or _platform_of(plane.name)
+    device_kind = info.get("device_kind") or _device_kind_of(space, plane)
+    kernels, ops, total_us = attribute(
+        events,
+        plane_stats=plane.stats,
+        device_kind=device_kind,
+        costs=info.get("costs"),
+        hints=info.get("hints"),
+        sources=info.get("sources"),
+        pallas_prefixes=info.get("prefixes"),
+    )
+    notes = []
+    dropped = [w for w in (*space.errors, *space.warnings) if "drop" in w.lower()]
+    if dropped:
+        notes.append(
+            "the trace dropped events (" + dropped[0][:120] + "); raise "
+            "trace_best_effort_frequency / trace_guaranteed_frequency (say to 50 or 100) "
+            "with jaxtune.flags.profile_flags(..., best_effort_frequency=...)"
+        )
+    if not events:
+        notes.append("the trace holds no executed XLA ops")
+    timings = dict(info.get("timings", {}))
+    timings["parse_s"] = time.perf_counter() - start
+    return Profile(
+        kernels=tuple(kernels),
+        ops=tuple(ops),
+        step_us=total_us / max(iterations, 1),
+        total_us=total_us,
+        iterations=iterations,
+        logdir=str(info.get("logdir") or path),
+        platform=platform,
+        device_kind=device_kind,
+        flags=dict(info.get("env", {})),
+        notes=tuple(notes),
+        timings=timings,
+    )
+
+
+def _platform_of(plane_name: str) -> str:
+    if plane_name.startswith("/device:TPU"):
+        return "tpu"
+    if plane_name.startswith("/device:GPU"):
+        return "gpu"
+    return "cpu"
+
+
+def _device_kind_of(space: _xspace.Space, plane: _xspace.Plane) -> str:
+    for key in ("device_type_string", "device_kind", "device_vendor"):
+        if key in plane.stats:
+            return str(plane.stats[key])
+    meta = space.plane("/host:metadata")
+    if meta is not None and "cpu_version" in meta.stats:
+        return str(meta.stats["cpu_version"])
+    return _platform_of(plane.name)
+
+
+def _llo_analysis(logdir: str) -> dict[str, Any] | None:
+    """Runs ``xprof get_llo_analysis`` on the trace when such an xprof is installed; the
+    capture counts as valid only when it answers ``"success": true``."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("xprof")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [exe, "get_llo_analysis", logdir], capture_output=True, text=True, timeout=300
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"success": False, "error": str(e)}
+    try:
+        answer = json.loads(proc.stdout)
+    except ValueError:
+        return {"success": False, "error": (proc.stderr or proc.stdout).strip()[-500:]}
+    return answer if isinstance(answer, dict) else {"success": False, "answer": answer}
+
+
+def profile(
+    fn: Callable[..., Any],
+    *args: Any,
+    iters: int = 5,
+    warmup: int = 2,
+    llo: bool = False,
+    custom_call_tracing: bool = False,
+    logdir: str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> Profile:
+    """Captures a trace of ``fn(*args, **kwargs)`` and attributes device time to kernels.
+
+    Runs in a child process with the profiling flags for the platform set before JAX
+    starts (``llo=True`` registers LLO debug info on TPU; ``custom_call_tracing=True`` also
+    traces inside custom calls). Warms up ``warmup`` (at least 2) calls, traces ``iters``,
+    and keeps the trace in ``logdir`` (a new temporary directory by default). Arguments
+    may be arrays or ``jax.ShapeDtypeStruct`` (filled with random values).
+
+    Raises:
+        ProfileError: the capture failed (the message holds the child's stderr).
+        FlagError: the installed libtpu lacks a requested profiling flag.
+
+    Examples:
+        >>> import jax.numpy as jnp, jaxtune
+        >>> p = jaxtune.profile(lambda x: jnp.sin(x) * 2, jnp.ones(8))  # doctest: +SKIP
+        >>> print(p.table())  # doctest: +SKIP
+    """
+    from . import _runner
+
+    target = str(logdir) if logdir else tempfile.mkdtemp(prefix="jaxtune-profile-")
+    raw = getattr(fn, "__wrapped_profiled__", fn)
+    settings = _config.settings()
+    info: dict[str, Any] | None = None
+    if settings.isolation == "process":
+        try:
+            info = _runner.profile_in_child(
+                raw,
+                args,
+                kwargs,
+                iters=iters,
+                warmup=warmup,
+                llo=llo,
+                custom_call_tracing=custom_call_tracing,
+                logdir=target,
+            )
+        except _runner.NotTransportable as e:
+            warnings.warn(
+                f"jaxtune.profile: {getattr(raw, '__qualname__', raw)} cannot run in a child "
+                f"process ({e}); capturing in this process, where the profiling flags can no "
+                "longer take effect. Define it at module level to profile it in a child.",
+                JaxtuneWarning,
+                stacklevel=2,
+            )
+    missing: tuple[str, ...] = ()
+    if info is None:
+        info = capture(raw, args, kwargs, iters=iters, warmup=warmup, logdir=target)
+        missing = _missing_flags(info["platform"], llo, custom_call_tracing)
+    result = report_from_trace(target, info=info, iterations=iters)
+    llo_summary = (
+        _llo_analysis(target)
+        if info["platform"] == "tpu" and (llo or custom_call_tracing)
+        else None
+    )
+    notes = list(result.notes)
+    if llo_summary is not None and not llo_summary.get("success"):
+        notes.append(
+            "xprof get_llo_analysis did not answer success: the LLO capture is not "
+            "valid; check the flags with `jaxtune doctor`"
+        )
+    return dataclasses.replace(result, missing_flags=missing, llo=llo_summary, notes=tuple(notes))
+
+
+class Profiled(Generic[R]):
+    """A function wrapped by :func:`profiled`; calling it calls the function."""
+
+    def __init__(
+        self,
+        fn: Callable[..., R],
+        *,
+        iters: int,
+        warmup: int,
+        llo: bool,
+        custom_call_tracing: bool,
+        logdir: str | None,
+    ) -> None:
+        functools.update_wrapper(self, fn)
+        self.__wrapped_profiled__ = fn
+        self.options: dict[str, Any] = {
+            "iters": iters,
+            "warmup": warmup,
+            "llo": llo,
+            "custom_call_tracing": custom_call_tracing,
+            "logdir": logdir,
+        }
+        self._seen: set[Any] = set()
+        self._count = 0
+
+    def __repr__(self) -> str:
+        return f"<jaxtune.profiled {getattr(self, '__qualname__', '?')}>"
+
+    def profile(self, *args: Any, **kwargs: Any) -> Profile:
+        """Captures a profile of one call with these arguments (see :func:`profile`)."""
+        return profile(self.__wrapped_profiled__, *args, **self.options, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if _config.settings().profile:
+            self._auto_profile(args, kwargs)
+        return self.__wrapped_profiled__(*args, **kwargs)
+
+    def _auto_profile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return
+        signature = (
+            treedef,
+            tuple((getattr(x, "shape", None), str(getattr(x, "dtype", x))) for x in leaves),
+        )
+        if signature in self._seen:
+            return
+        self._seen.add(signature)
+        self._count += 1
+        name = re.sub(r"[^\w.-]+", "_", getattr(self, "__qualname__", "fn"))
+        out = _config.settings().profile_dir / f"{name}-{self._count}"
+        options: dict[str, Any] = {**self.options, "logdir": str(out / "trace")}
+        try:
+            # The program is already running, so capture here: `jaxtune profile -- python`
+            # set the flags before JAX started.
+            info = capture(
+                self.__wrapped_profiled__,
+                args,
+                kwargs,
+                iters=options["iters"],
+                warmup=options["warmup"],
+                logdir=options["logdir"],
+            )
+            result = report_from_trace(options["logdir"], info=info, iterations=options["iters"])
+            missing = _missing_flags(
+                info["platform"], options["llo"], options["custom_call_tracing"]
+            )
+            result = dataclasses.replace(result, missing_flags=missing)
+            path = result.save(out / "report.json")
+        except Exception as e:
+            warnings.warn(f"jaxtune could not profile {name}: {e}", JaxtuneWarning, stacklevel=3)
+            return
+        print(f"jaxtune: profiled {name}; report in {path}", flush=True)
+
+
+def profiled(
+    fn: Callable[..., R] | None = None,
+    *,
+    iters: int = 5,
+    warmup: int = 2,
+    llo: bool = False,
+    custom_call_tracing: bool = False,
+    logdir: str | None = None,
+) -> Any:
+    """Marks a function for profiling; it still runs normally when called.
+
+    ``fn.profile(*args)`` captures a trace and returns a :class:`Profile`. With
+    ``JAXTUNE_PROFILE=1`` the first call per signature is profiled automatically and its
+    report (``report.json``, ``report.txt`` and the trace) written under
+    ``JAXTUNE_PROFILE_DIR``. Use bare (``@jaxtune.profiled``) or with options.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, jaxtune
+        >>> @jaxtune.profiled(iters=3)
+        ... def step(x):
+        ...     return jnp.tanh(x).sum()
+        >>> float(step(jnp.zeros(4)))
+        0.0
+    """
+    if warmup < 0 or iters < 1:
+        raise JaxtuneError(f"profiled needs iters >= 1 and warmup >= 0, got {iters}, {warmup}.")
+
+    def wrap(f: Callable[..., R]) -> Profiled[R]:
+        return Profiled(
+            f,
+            iters=iters,
+            warmup=warmup,
+            llo=llo,
+            custom_call_tracing=custom_call_tracing,
+            logdir=logdir,
+        )
+
+    return wrap(fn) if fn is not None else wrap

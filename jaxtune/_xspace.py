@@ -1,0 +1,319 @@
+"""A compact reader for ``.xplane.pb`` traces (the XSpace protobuf), with no dependency.
+
+``jax.profiler.ProfileData`` does not expose the stats stored on *event metadata*
+(``flops``, ``bytes_accessed``, ``hlo_category``, ``tf_op`` on TPU and GPU traces), so
+jaxtune decodes the protobuf wire format itself, for the schema it needs:
+
+    XSpace   planes=1 errors=2 warnings=3 hostnames=4
+    XPlane   id=1 name=2 lines=3 event_metadata=4 (map) stat_metadata=5 (map) stats=6
+    XLine    id=1 name=2 timestamp_ns=3 events=4 duration_ps=9 display_name=11
+    XEvent   metadata_id=1 offset_ps=2 duration_ps=3 stats=4 num_occurrences=5
+    XStat    metadata_id=1 double=2 uint64=3 int64=4 str=5 bytes=6 ref=7
+    XEventMetadata  id=1 name=2 metadata=3 display_name=4 stats=5
+    XStatMetadata   id=1 name=2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["Event", "EventMetadata", "Line", "Plane", "Space", "find_trace", "load", "parse"]
+
+
+class DecodeError(ValueError):
+    """The bytes are not a well-formed XSpace."""
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        try:
+            b = buf[pos]
+        except IndexError:
+            raise DecodeError("truncated varint") from None
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise DecodeError("varint too long")
+
+
+def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
+    """``(field number, wire type, value)``; length-delimited values are ``(start, end)``."""
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+            yield field, 0, value
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            if pos + length > end:
+                raise DecodeError("length-delimited field runs past its message")
+            yield field, 2, (pos, pos + length)
+            pos += length
+        elif wire == 1:
+            yield field, 1, buf[pos : pos + 8]
+            pos += 8
+        elif wire == 5:
+            yield field, 5, buf[pos : pos + 4]
+            pos += 4
+        else:
+            raise DecodeError(f"unsupported wire type {wire}")
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _text(buf: bytes, span: tuple[int, int]) -> str:
+    return buf[span[0] : span[1]].decode("utf-8", errors="replace")
+
+
+def _stat(buf: bytes, start: int, end: int) -> tuple[int, Any, bool]:
+    """``(metadata id, value, is_ref)`` of one XStat."""
+    mid = 0
+    value: Any = None
+    is_ref = False
+    for field, wire, v in _fields(buf, start, end):
+        if field == 1:
+            mid = v
+        elif field == 2 and wire == 1:
+            value = struct.unpack("<d", v)[0]
+        elif field == 3:
+            value = v
+        elif field == 4:
+            value = _signed(v)
+        elif field == 5:
+            value = _text(buf, v)
+        elif field == 6:
+            value = bytes(buf[v[0] : v[1]])
+        elif field == 7:
+            value, is_ref = v, True
+    return mid, value, is_ref
+
+
+@dataclasses.dataclass(slots=True)
+class EventMetadata:
+    """What events of one kind share: the name (an HLO op, a kernel) and its stats."""
+
+    id: int
+    name: str = ""
+    display_name: str = ""
+    stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(slots=True)
+class Event:
+    """One timed event; ``stats`` are the event's own, ``metadata`` holds the shared ones."""
+
+    metadata: EventMetadata
+    offset_ps: int
+    duration_ps: int
+    stats: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def stat(self, name: str, default: Any = None) -> Any:
+        """An event stat, else the event metadata's stat of that name."""
+        if name in self.stats:
+            return self.stats[name]
+        return self.metadata.stats.get(name, default)
+
+
+@dataclasses.dataclass(slots=True)
+class Line:
+    """A timeline (a thread, ``XLA Ops``, a CUDA stream)."""
+
+    id: int
+    name: str
+    display_name: str
+    timestamp_ns: int
+    events: list[Event]
+
+
+@dataclasses.dataclass(slots=True)
+class Plane:
+    """A device or the host: its lines, event metadata and plane-level stats."""
+
+    id: int
+    name: str
+    lines: list[Line]
+    event_metadata: dict[int, EventMetadata]
+    stats: dict[str, Any]
+
+
+@dataclasses.dataclass(slots=True)
+class Space:
+    """A whole trace."""
+
+    planes: list[Plane]
+    errors: list[str]
+    warnings: list[str]
+    hostnames: list[str]
+
+    def plane(self, name: str) -> Plane | None:
+        """The plane called ``name``, if any."""
+        return next((p for p in self.planes if p.name == name), None)
+
+
+def _stats(buf: bytes, spans: list[tuple[int, int]], names: dict[int, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for start, end in spans:
+        mid, value, is_ref = _stat(buf, start, end)
+        if is_ref:
+            value = names.get(value, value)
+        out[names.get(mid, str(mid))] = value
+    return out
+
+
+def _plane(buf: bytes, start: int, end: int) -> Plane:
+    pid, name = 0, ""
+    line_spans: list[tuple[int, int]] = []
+    meta_spans: list[tuple[int, int]] = []
+    stat_spans: list[tuple[int, int]] = []
+    stat_names: dict[int, str] = {}
+    for field, _, v in _fields(buf, start, end):
+        if field == 1:
+            pid = v
+        elif field == 2:
+            name = _text(buf, v)
+        elif field == 3:
+            line_spans.append(v)
+        elif field == 4:
+            meta_spans.append(v)
+        elif field == 5:
+            for f, _, entry in _fields(buf, *v):
+                if f == 2:
+                    sid, sname = 0, ""
+                    for g, _, w in _fields(buf, *entry):
+                        if g == 1:
+                            sid = w
+                        elif g == 2:
+                            sname = _text(buf, w)
+                    stat_names[sid] = sname
+        elif field == 6:
+            stat_spans.append(v)
+    metadata: dict[int, EventMetadata] = {}
+    for span in meta_spans:
+        for f, _, entry in _fields(buf, *span):
+            if f != 2:
+                continue
+            meta = EventMetadata(id=0)
+            meta_stats: list[tuple[int, int]] = []
+            for g, _, w in _fields(buf, *entry):
+                if g == 1:
+                    meta.id = w
+                elif g == 2:
+                    meta.name = _text(buf, w)
+                elif g == 4:
+                    meta.display_name = _text(buf, w)
+                elif g == 5:
+                    meta_stats.append(w)
+            meta.stats = _stats(buf, meta_stats, stat_names)
+            metadata[meta.id] = meta
+    lines = [_line(buf, s, e, metadata, stat_names) for s, e in line_spans]
+    return Plane(
+        id=pid,
+        name=name,
+        lines=lines,
+        event_metadata=metadata,
+        stats=_stats(buf, stat_spans, stat_names),
+    )
+
+
+def _line(
+    buf: bytes, start: int, end: int, metadata: dict[int, EventMetadata], names: dict[int, str]
+) -> Line:
+    line = Line(id=0, name="", display_name="", timestamp_ns=0, events=[])
+    for field, _, v in _fields(buf, start, end):
+        if field == 1:
+            line.id = v
+        elif field == 2:
+            line.name = _text(buf, v)
+        elif field == 11:
+            line.display_name = _text(buf, v)
+        elif field == 3:
+            line.timestamp_ns = _signed(v)
+        elif field == 4:
+            line.events.append(_event(buf, v[0], v[1], metadata, names))
+    return line
+
+
+def _event(
+    buf: bytes, start: int, end: int, metadata: dict[int, EventMetadata], names: dict[int, str]
+) -> Event:
+    mid = offset = duration = 0
+    stat_spans: list[tuple[int, int]] = []
+    for field, _, v in _fields(buf, start, end):
+        if field == 1:
+            mid = v
+        elif field == 2:
+            offset = _signed(v)
+        elif field == 3:
+            duration = _signed(v)
+        elif field == 4:
+            stat_spans.append(v)
+    meta = metadata.get(mid)
+    if meta is None:
+        meta = metadata[mid] = EventMetadata(id=mid, name=f"<metadata {mid}>")
+    return Event(
+        metadata=meta,
+        offset_ps=offset,
+        duration_ps=duration,
+        stats=_stats(buf, stat_spans, names) if stat_spans else {},
+    )
+
+
+def parse(data: bytes) -> Space:
+    """Decodes a serialized XSpace.
+
+    Raises:
+        DecodeError: the bytes are not a well-formed XSpace.
+    """
+    space = Space(planes=[], errors=[], warnings=[], hostnames=[])
+    for field, wire, v in _fields(data, 0, len(data)):
+        if wire != 2:
+            continue
+        if field == 1:
+            space.planes.append(_plane(data, *v))
+        elif field == 2:
+            space.errors.append(_text(data, v))
+        elif field == 3:
+            space.warnings.append(_text(data, v))
+        elif field == 4:
+            space.hostnames.append(_text(data, v))
+    return space
+
+
+def find_trace(path: str | os.PathLike[str]) -> pathlib.Path:
+    """The ``.xplane.pb`` at ``path``, or the newest one below a trace directory.
+
+    Raises:
+        FileNotFoundError: no ``.xplane.pb`` is there.
+    """
+    p = pathlib.Path(path)
+    if p.is_file():
+        return p
+    found = sorted(p.glob("**/*.xplane.pb"), key=lambda f: f.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(
+            f"no .xplane.pb under {p}; give a trace directory written by jax.profiler.trace "
+            "or jaxtune, or the .xplane.pb file itself"
+        )
+    return found[-1]
+
+
+def load(path: str | os.PathLike[str]) -> Space:
+    """Reads and decodes a trace file or the newest trace below a directory."""
+    return parse(find_trace(path).read_bytes())
