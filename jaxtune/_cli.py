@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _cache_cli, _tune_cli
+from . import _cache_cli, _profile_cli, _tune_cli
 from ._errors import JaxtuneError
 
 __all__ = ["build_parser", "main"]
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _cache_cli.add_parser(sub)
     _tune_cli.add_parser(sub)
+    _profile_cli.add_parsers(sub)
 
     sub.add_parser(
         "demo",
@@ -46,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import _doctor
 
             return _doctor.main(as_json=args.json)
+        if args.command == "profile":
+            return _profile_cli.run_profile(args)
+        if args.command == "report":
+            return _profile_cli.run_report(args)
         if args.command == "tune":
             return _tune_cli.run(args)
         if args.command == "cache":

@@ -102,10 +102,13 @@ class Profile:
             "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
         ]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        summary = (
-            f"{self.platform} ({self.device_kind}): {self.iterations} iterations, "
-            f"{self.step_us:.1f} us of device time per step"
-        )
+        if self.iterations:
+            summary = (
+                f"{self.platform} ({self.device_kind}): {self.iterations} iterations, "
+                f"{self.step_us:.1f} us of device time per step"
+            )
+        else:
+            summary = f"{self.platform} ({self.device_kind}): {self.total_us:.1f} us of device time"
         extra = [f"note: {n}" for n in self.notes]
         if self.missing_flags:
             extra.append("captured without profiling flags: " + " ".join(self.missing_flags))
@@ -241,10 +244,11 @@ def report_from_trace(
     path: str | os.PathLike[str],
     *,
     info: Mapping[str, Any] | None = None,
-    iterations: int = 1,
+    iterations: int = 0,
 ) -> Profile:
     """A :class:`Profile` from a trace file or directory, with what ``capture`` returned
-    (or nothing, for a trace written by someone else)."""
+    (or nothing, for a trace written by someone else). ``iterations`` = 0 means unknown:
+    ``step_us`` is then the trace's whole device time."""
     info = info or {}
     start = time.perf_counter()
     try:
@@ -435,8 +439,13 @@ class Profiled(Generic[R]):
         return f"<jaxtune.profiled {getattr(self, '__qualname__', '?')}>"
 
     def profile(self, *args: Any, **kwargs: Any) -> Profile:
-        """Captures a profile of one call with these arguments (see :func:`profile`)."""
-        return profile(self.__wrapped_profiled__, *args, **self.options, **kwargs)
+        """Captures a profile of one call with these arguments (see :func:`profile`).
+
+        Keywords named like the decorator's options (``iters``, ``warmup``, ``llo``,
+        ``custom_call_tracing``, ``logdir``) override them for this capture.
+        """
+        options = {**self.options, **{k: kwargs.pop(k) for k in list(kwargs) if k in self.options}}
+        return profile(self.__wrapped_profiled__, *args, **options, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if _config.settings().profile:

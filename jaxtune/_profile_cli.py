@@ -1,0 +1,99 @@
+"""``jaxtune profile -- python train.py`` and ``jaxtune report PATH``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from typing import Any
+
+from ._errors import JaxtuneError
+from ._flags import child_env
+from ._profiled import report_from_trace
+
+__all__ = ["add_parsers", "run_profile", "run_report"]
+
+
+def add_parsers(sub: Any) -> None:
+    """Adds ``profile`` and ``report`` to the top-level subparsers."""
+    p = sub.add_parser(
+        "profile",
+        help="run a program with profiling flags set before JAX starts; profile @profiled calls",
+        description="Runs COMMAND with the profiling flags for its platform in XLA_FLAGS / "
+        "LIBTPU_INIT_ARGS (set before JAX starts) and JAXTUNE_PROFILE=1, so the first call "
+        "per signature of every @jaxtune.profiled function writes a report under --logdir.",
+    )
+    p.add_argument("--llo", action="store_true", help="register LLO debug info (TPU)")
+    p.add_argument(
+        "--custom-call-tracing",
+        action="store_true",
+        help="trace inside custom calls (TPU; JAX >= 0.11, libtpu >= 0.0.44)",
+    )
+    p.add_argument(
+        "--platform",
+        default=None,
+        help="cpu, gpu or tpu (default: JAX_PLATFORMS or tpu when libtpu is installed, else cpu)",
+    )
+    p.add_argument("--logdir", default=None, help="where reports go (JAXTUNE_PROFILE_DIR)")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- python train.py ...")
+
+    r = sub.add_parser(
+        "report",
+        help="kernel statistics and roofline from any trace",
+        description="Reads a trace directory or .xplane.pb (CPU, GPU or TPU) "
+        "and prints per-kernel and per-op statistics with roofline bounds.",
+    )
+    r.add_argument("path")
+    r.add_argument("--json", action="store_true", help="print the report as JSON")
+    r.add_argument("--top", type=int, default=20, help="rows of kernels and of ops (default 20)")
+
+
+def _platform(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    first = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip()
+    if first:
+        return first
+    from ._flags import find_libtpu
+
+    return "tpu" if find_libtpu() is not None else "cpu"
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    """Runs ``jaxtune profile``; returns the program's exit status."""
+    command = list(args.program)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise JaxtuneError("jaxtune profile needs a command: jaxtune profile -- python train.py")
+    platform = _platform(args.platform)
+    env = child_env(
+        platform,
+        profiling=True,
+        llo=args.llo or args.custom_call_tracing,
+        custom_call_tracing=args.custom_call_tracing,
+    )
+    if args.platform is None and "JAX_PLATFORMS" not in os.environ:
+        env.pop("JAX_PLATFORMS", None)
+    env["JAXTUNE_PROFILE"] = "1"
+    if args.logdir:
+        env["JAXTUNE_PROFILE_DIR"] = args.logdir
+    shown = {k: env[k] for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS") if env.get(k)}
+    print(
+        f"jaxtune profile: {platform}; flags {shown or 'none needed'}; reports under "
+        f"{env.get('JAXTUNE_PROFILE_DIR', './jaxtune-profiles')}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return subprocess.run(command, env=env).returncode
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Runs ``jaxtune report``."""
+    result = report_from_trace(args.path)
+    if args.json:
+        print(result.to_json())
+    else:
+        print(result.table(top=args.top))
+    return 0

@@ -1,0 +1,284 @@
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.profiler import ProfileData
+from profile_models import model, with_autotuned
+
+import jaxtune
+from jaxtune import _flags, _profiled, _runner
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def process(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    yield
+    _runner.shutdown_children()
+
+
+@pytest.mark.slow
+def test_cpu_end_to_end_two_interpret_kernels_and_xla_ops(process, tmp_path):
+    p = model.profile(jnp.ones((128, 128)), logdir=str(tmp_path / "trace"))
+    by_name = {k.name: k for k in p.kernels}
+    assert set(by_name) == {"double_it", "add_one"}
+    assert by_name["double_it"].calls == 3 * 2  # iterations x call sites
+    assert by_name["add_one"].calls == 3
+    for k in p.kernels:
+        assert k.kind == "pallas" and k.total_us > 0
+        assert k.total_us / p.iterations <= p.step_us
+    assert sum(k.share for k in (*p.kernels, *p.ops)) <= 1.0 + 1e-9
+    assert p.ops and all(o.kind == "xla" for o in p.ops)
+    assert p.platform == "cpu" and p.missing_flags == ()
+    assert list((tmp_path / "trace").glob("**/*.xplane.pb"))
+    table = p.table()
+    assert "double_it" in table and "add_one" in table
+    doc = json.loads(p.to_json())
+    assert doc["schema"] == 1 and {k["name"] for k in doc["kernels"]} == {"double_it", "add_one"}
+    assert set(p.timings) >= {"compile_s", "run_s", "parse_s"}
+
+
+@pytest.mark.slow
+def test_autotuned_kernel_with_hints_gets_achieved_rates(process):
+    p = jaxtune.profile(with_autotuned, jax.ShapeDtypeStruct((16, 256), jnp.float32), iters=2)
+    (k,) = [k for k in p.kernels if k.kind == "autotuned"]
+    assert k.kernel_id == "tests.profile.rowsum" and k.calls == 2
+    assert k.flops_source == "hint" and k.flops == 2 * 16 * 256
+    assert k.flops_per_s and k.bytes_per_s and k.intensity == pytest.approx(0.25)
+    assert k.bound_by == "unknown"  # no peak table for CPU
+
+
+@pytest.mark.slow
+def test_the_child_sees_profiling_flags_and_the_parent_does_not(process, tmp_path, monkeypatch):
+    dump = tmp_path / "dump"
+    real = _flags.profile_flags
+
+    def with_dump(platform, **kw):
+        flags = real(platform, **kw)
+        if platform == "cpu":
+            flags = {"XLA_FLAGS": [_flags.Flag(name="xla_dump_to", value=str(dump))]}
+        return flags
+
+    monkeypatch.setattr(_flags, "profile_flags", with_dump)
+    p = model.profile(jnp.ones((64, 64)))
+    assert f"--xla_dump_to={dump}" in (p.flags["XLA_FLAGS"] or "")
+    assert any(dump.iterdir())  # the flag took effect in the child
+    assert "xla_dump_to" not in os.environ.get("XLA_FLAGS", "")
+
+
+def test_closure_is_captured_in_process_with_missing_flags_named(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    monkeypatch.setattr(
+        _flags,
+        "profile_flags",
+        lambda platform, **kw: {"XLA_FLAGS": [_flags.Flag(name="xla_cpu_foo", value="1")]},
+    )
+
+    def local(x):
+        return jnp.sin(x).sum()
+
+    with pytest.warns(jaxtune.JaxtuneWarning, match="cannot run in a child process"):
+        p = jaxtune.profile(local, jnp.ones(8), iters=2)
+    assert p.missing_flags == ("--xla_cpu_foo=1",)
+    assert "captured without profiling flags: --xla_cpu_foo=1" in p.table()
+
+
+TPU_TRACE = """
+planes {
+  id: 1 name: "/device:TPU:0"
+  stats { metadata_id: 10 double_value: 197.0 }
+  stats { metadata_id: 11 double_value: 819.0 }
+  lines { id: 1 name: "XLA Ops" timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 4000000 }
+    events { metadata_id: 2 offset_ps: 5000000 duration_ps: 1000000 }
+    events { metadata_id: 3 offset_ps: 7000000 duration_ps: 2000000 }
+    events { metadata_id: 1 offset_ps: 10000000 duration_ps: 6000000 }
+    events { metadata_id: 4 offset_ps: 17000000 duration_ps: 1000000 }
+  }
+  event_metadata { key: 1 value { id: 1 name: "custom-call.1"
+    stats { metadata_id: 1 str_value: "jit(step)/jaxtune[lib.mm#0123456789]/tiled_matmul/pallas_call" }
+    stats { metadata_id: 2 str_value: "custom-call" } } }
+  event_metadata { key: 2 value { id: 2 name: "fusion.2"
+    stats { metadata_id: 1 str_value: "jit(step)/tanh" }
+    stats { metadata_id: 3 double_value: 2048 } stats { metadata_id: 4 double_value: 8192 } } }
+  event_metadata { key: 3 value { id: 3 name: "custom-call.3"
+    stats { metadata_id: 1 str_value: "jit(step)/no_cost/pallas_call" } } }
+  event_metadata { key: 4 value { id: 4 name: "fusion.4"
+    stats { metadata_id: 1 str_value: "jit(step)/jaxtune[lib.norm#abcdefabcd]/mul" } } }
+  stat_metadata { key: 1 value { id: 1 name: "tf_op" } }
+  stat_metadata { key: 2 value { id: 2 name: "hlo_category" } }
+  stat_metadata { key: 3 value { id: 3 name: "flops" } }
+  stat_metadata { key: 4 value { id: 4 name: "bytes_accessed" } }
+  stat_metadata { key: 10 value { id: 10 name: "peak_teraflops_per_second" } }
+  stat_metadata { key: 11 value { id: 11 name: "peak_hbm_bw_gigabytes_per_second" } }
+}
+"""
+
+GPU_TRACE = """
+planes {
+  id: 2 name: "/device:GPU:0"
+  lines { id: 7 name: "Stream #7" timestamp_ns: 0
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 3000000
+             stats { metadata_id: 1 str_value: "custom-call.5" }
+             stats { metadata_id: 2 str_value: "jit_step" } }
+    events { metadata_id: 2 offset_ps: 4000000 duration_ps: 1000000
+             stats { metadata_id: 1 str_value: "loop_fusion" }
+             stats { metadata_id: 2 str_value: "jit_step" } }
+  }
+  event_metadata { key: 1 value { id: 1 name: "softmax_kernel"
+    stats { metadata_id: 3 str_value: "jit(step)/softmax/pallas_call" } } }
+  event_metadata { key: 2 value { id: 2 name: "loop_fusion_kernel" } }
+  stat_metadata { key: 1 value { id: 1 name: "hlo_op" } }
+  stat_metadata { key: 2 value { id: 2 name: "hlo_module" } }
+  stat_metadata { key: 3 value { id: 3 name: "tf_op" } }
+}
+"""
+
+
+def write_trace(tmp_path, text):
+    path = tmp_path / "trace.xplane.pb"
+    path.write_bytes(ProfileData.text_proto_to_serialized_xspace(text))
+    return path
+
+
+def test_tpu_text_proto_trace_attribution_and_roofline(tmp_path):
+    path = write_trace(tmp_path, TPU_TRACE)
+    costs = {"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}}
+    p = _profiled.report_from_trace(
+        path, info={"costs": costs, "device_kind": "TPU v5 lite"}, iterations=2
+    )
+    k = {s.name: s for s in p.kernels}
+    assert set(k) == {"tiled_matmul", "no_cost", "lib.norm"}
+    mm = k["tiled_matmul"]
+    assert (mm.kind, mm.kernel_id, mm.calls, mm.total_us) == ("pallas", "lib.mm", 2, 10.0)
+    assert (mm.min_us, mm.max_us) == (4.0, 6.0)
+    assert mm.flops == 4e9 and mm.flops_source == "cost_estimate"
+    assert mm.flops_per_s == pytest.approx(4e9 / 10e-6)
+    assert mm.bound_by == "compute"  # 2000 FLOP/byte, past the v5e ridge of ~240
+    nc = k["no_cost"]
+    assert (nc.flops, nc.flops_per_s, nc.bound_by, nc.flops_source) == (
+        None,
+        None,
+        "unknown",
+        "none",
+    )
+    assert (k["lib.norm"].kind, k["lib.norm"].total_us) == ("autotuned", 1.0)
+    (op,) = p.ops
+    assert (op.name, op.flops, op.bytes_accessed, op.flops_source) == (
+        "fusion.2",
+        2048,
+        8192,
+        "xla",
+    )
+    assert op.bound_by == "memory"
+    assert p.step_us == pytest.approx(14.0 / 2)
+    assert sum(s.share for s in (*p.kernels, *p.ops)) == pytest.approx(1.0)
+    assert p.platform == "tpu"
+
+
+def test_gpu_text_proto_trace_attribution(tmp_path):
+    p = _profiled.report_from_trace(write_trace(tmp_path, GPU_TRACE))
+    assert [(k.name, k.kind, k.calls, k.total_us) for k in p.kernels] == [
+        ("softmax", "pallas", 1, 3.0)
+    ]
+    assert [(o.name, o.total_us) for o in p.ops] == [("loop_fusion", 1.0)]
+    assert p.platform == "gpu"
+
+
+def test_report_on_a_plain_jax_profiler_trace(tmp_path, cli):
+    f = jax.jit(lambda x: jnp.sin(x) @ x)
+    x = jnp.ones((64, 64))
+    f(x).block_until_ready()
+    with jax.profiler.trace(str(tmp_path)):
+        f(x).block_until_ready()
+    proc = cli("report", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["ops"] and all(o["kind"] == "xla" for o in doc["ops"])
+    assert doc["total_us"] > 0
+    text = cli("report", str(tmp_path), "--top", "3")
+    assert text.returncode == 0 and "kind" in text.stdout
+
+
+def test_report_on_a_missing_trace_is_a_clear_error(tmp_path, cli):
+    proc = cli("report", str(tmp_path))
+    assert proc.returncode == 2
+    assert "no .xplane.pb under" in proc.stderr
+
+
+def test_jaxtune_profile_env_profiles_first_call_per_signature(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("JAXTUNE_PROFILE", "1")
+    monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path))
+    x = jnp.ones((64, 64))
+    float(model(x))
+    float(model(x))
+    float(model(jnp.ones((96, 96))))
+    reports = sorted(tmp_path.glob("*/report.json"))
+    assert len(reports) == 2
+    doc = json.loads(reports[0].read_text())
+    assert {k["name"] for k in doc["kernels"]} == {"double_it", "add_one"}
+    assert (reports[0].parent / "report.txt").exists()
+    assert "jaxtune: profiled model" in capsys.readouterr().out
+
+
+def test_llo_analysis_success_decides_validity(tmp_path, monkeypatch):
+    fake = tmp_path / "xprof"
+    fake.write_text('#!/bin/sh\necho \'{"success": true, "bundles": 12}\'\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert _profiled._llo_analysis(str(tmp_path)) == {"success": True, "bundles": 12}
+    fake.write_text("#!/bin/sh\necho 'Unknown command'; exit 2\n")
+    assert _profiled._llo_analysis(str(tmp_path))["success"] is False
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import jax.numpy as jnp
+    from profile_models import model
+    print("result", float(model(jnp.ones((64, 64)))))
+    """
+)
+
+
+@pytest.mark.slow
+def test_profile_command_sets_flags_and_writes_reports(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxtune",
+            "profile",
+            "--logdir",
+            str(tmp_path / "out"),
+            "--",
+            sys.executable,
+            str(script),
+            str(ROOT / "tests"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "result" in proc.stdout
+    (report,) = (tmp_path / "out").glob("*/report.json")
+    assert {k["name"] for k in json.loads(report.read_text())["kernels"]} == {
+        "double_it",
+        "add_one",
+    }
