@@ -206,13 +206,18 @@ def attribute(
     peak = _roofline.peak_for(device_kind, plane_stats)
     total_ps = sum(e.exclusive_ps for e in events) or 1
     prefixes = sorted((pallas_prefixes or {}).items(), key=lambda kv: -len(kv[0]))
+    known: dict[tuple[str, str | None, str], tuple[str, str, str | None]] = {}
     for e in events:  # in time order, so a parent is classified before its children
         if not e.name_stack and e.parent is not None:
             # Ops XLA added without metadata (copies inside a loop body) belong to the op
             # that runs them.
             e.owner = e.parent.owner
-        else:
-            e.owner = _owner(e, prefixes)
+            continue
+        memo = (e.name_stack, e.target, e.op if not e.name_stack else "")
+        owner = known.get(memo)
+        if owner is None:
+            owner = known[memo] = _owner(e, prefixes)
+        e.owner = owner
     # Calls: runs of consecutive top-level events of one kernel, in time order.
     runs: dict[tuple[str, str, str | None], list[int]] = {}
     previous: tuple[str, str, str | None] | None = None

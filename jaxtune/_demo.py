@@ -1,7 +1,8 @@
 """``jaxtune demo``: the main job on a fresh machine, on the local backend.
 
-Checks the toolchain, tunes the two example kernels (a pure-JAX chunked log-sum-exp and a
-tiled Pallas matmul), and shows that a jitted call then picks the tuned config.
+Checks the toolchain, tunes a model step's two example kernels (a pure-JAX chunked
+log-sum-exp and a tiled Pallas matmul) with one ``jaxtune.tune`` call, shows that the
+jitted step then picks the tuned configs, and profiles it: time per kernel and roofline.
 """
 
 from __future__ import annotations
@@ -21,28 +22,35 @@ def main() -> int:
 
     import jax
 
-    from ._result import TuningResult
+    from ._locate import locate
+    from ._profiled import profile
+    from ._tune import tune
     from .examples.chunked import chunked_logsumexp, reference_logsumexp
-    from .examples.pallas_matmul import matmul
+    from .examples.model import step
 
     device = jax.devices()[0]
-    print(f"tuning the example kernels on {device.platform} ({device.device_kind})...")
-    x = jax.random.normal(jax.random.key(0), (8, 262144))
-    a = jax.random.normal(jax.random.key(1), (128, 128))
-    b = jax.random.normal(jax.random.key(2), (128, 128))
+    x = jax.random.normal(jax.random.key(1), (128, 128))
+    w = jax.random.normal(jax.random.key(2), (128, 128)) * 0.1
+    print(f"tuning every kernel of the example step on {device.platform} ({device.device_kind})...")
     start = time.perf_counter()
-    result = chunked_logsumexp.tune(x) | matmul.tune(a, b)
+    result = tune(step, x, w)
     print(f"tuned {len(result)} kernels in {time.perf_counter() - start:.1f} s\n")
     print(result.table())
     print()
 
-    choice = chunked_logsumexp.config_for(x)
-    out = jax.jit(chunked_logsumexp)(x)
-    error = float(abs(out - reference_logsumexp(x)).max())
-    print(
-        f"jax.jit(chunked_logsumexp) now uses {dict(choice.config)} (source: {choice.source}); "
-        f"max error against jax.nn.logsumexp: {error:.2e}"
-    )
+    sites = [s for s in locate(step, x, w) if s.kind == "autotuned"]
+    for site in sites:
+        print(f"the jitted step now runs {site.kernel_id} with {site.config}")
+    wide = jax.random.normal(jax.random.key(0), (8, 262144))
+    error = float(abs(jax.jit(chunked_logsumexp)(wide) - reference_logsumexp(wide)).max())
+    print(f"chunked_logsumexp against jax.nn.logsumexp: max error {error:.2e}")
     print(f"tuned configs are cached in {report['cache']['path']}; `jaxtune cache list` shows them")
-    ok = isinstance(result, TuningResult) and choice.source == "cache" and error < 1e-3
+    print()
+
+    print("profiling the tuned step (in a child process with the profiling flags)...")
+    prof = profile(step, x, w, iters=5)
+    print(prof.table(top=8))
+    tuned = {s.kernel_id for s in sites if s.config is not None}
+    profiled_kernels = {k.kernel_id or k.name for k in prof.kernels}
+    ok = len(result) == 2 and len(tuned) == 2 and error < 1e-3 and bool(profiled_kernels)
     return 0 if ok else 1

@@ -80,6 +80,13 @@ def _text(buf: bytes, span: tuple[int, int]) -> str:
 
 def _stat(buf: bytes, start: int, end: int) -> tuple[int, Any, bool]:
     """``(metadata id, value, is_ref)`` of one XStat."""
+    # Fast path: a one-byte metadata id followed by an integer value (most event stats).
+    if end - start >= 4 and buf[start] == 0x08 and buf[start + 1] < 0x80:
+        kind = buf[start + 2]
+        if kind in (0x18, 0x20, 0x38):  # uint64, int64, ref
+            number, pos = _varint(buf, start + 3)
+            if pos == end:
+                return buf[start + 1], _signed(number) if kind == 0x20 else number, kind == 0x38
     mid = 0
     value: Any = None
     is_ref = False
@@ -236,21 +243,90 @@ def _line(
     buf: bytes, start: int, end: int, metadata: dict[int, EventMetadata], names: dict[int, str]
 ) -> Line:
     line = Line(id=0, name="", display_name="", timestamp_ns=0, events=[])
-    for field, _, v in _fields(buf, start, end):
-        if field == 1:
-            line.id = v
-        elif field == 2:
-            line.name = _text(buf, v)
-        elif field == 11:
-            line.display_name = _text(buf, v)
-        elif field == 3:
-            line.timestamp_ns = _signed(v)
-        elif field == 4:
-            line.events.append(_event(buf, v[0], v[1], metadata, names))
+    append = line.events.append
+    pos = start
+    while pos < end:
+        if buf[pos] == 0x22:  # field 4 (an event), length-delimited: the common case
+            length, pos = _varint(buf, pos + 1)
+            append(_event(buf, pos, pos + length, metadata, names))
+            pos += length
+            continue
+        key, pos = _varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+            if field == 1:
+                line.id = value
+            elif field == 3:
+                line.timestamp_ns = _signed(value)
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            if field == 2:
+                line.name = _text(buf, (pos, pos + length))
+            elif field == 11:
+                line.display_name = _text(buf, (pos, pos + length))
+            pos += length
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise DecodeError(f"unsupported wire type {wire}")
     return line
 
 
 def _event(
+    buf: bytes, start: int, end: int, metadata: dict[int, EventMetadata], names: dict[int, str]
+) -> Event:
+    # The hot loop of the reader (one call per event): XEvent's field keys fit in one byte,
+    # so keys and small varints are decoded inline; anything unusual takes the general path.
+    mid = offset = duration = 0
+    stat_spans: list[tuple[int, int]] | None = None
+    pos = start
+    while pos < end:
+        key = buf[pos]
+        pos += 1
+        wire = key & 7
+        if key >= 0x80 or wire not in (0, 2):
+            return _event_slow(buf, start, end, metadata, names)
+        if wire == 0:
+            b = buf[pos]
+            pos += 1
+            value = b & 0x7F
+            shift = 7
+            while b >= 0x80:
+                b = buf[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                shift += 7
+            field = key >> 3
+            if field == 1:
+                mid = value
+            elif field == 2:
+                offset = value
+            elif field == 3:
+                duration = value
+        else:
+            length, pos = _varint(buf, pos)
+            if key >> 3 == 4:
+                if stat_spans is None:
+                    stat_spans = []
+                stat_spans.append((pos, pos + length))
+            pos += length
+    if offset >= 1 << 63:
+        offset -= 1 << 64
+    meta = metadata.get(mid)
+    if meta is None:
+        meta = metadata[mid] = EventMetadata(id=mid, name=f"<metadata {mid}>")
+    return Event(
+        metadata=meta,
+        offset_ps=offset,
+        duration_ps=duration,
+        stats=_stats(buf, stat_spans, names) if stat_spans else {},
+    )
+
+
+def _event_slow(
     buf: bytes, start: int, end: int, metadata: dict[int, EventMetadata], names: dict[int, str]
 ) -> Event:
     mid = offset = duration = 0

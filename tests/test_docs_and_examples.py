@@ -42,4 +42,6 @@ def test_demo_tunes_and_uses_the_examples(cli):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "jaxtune.examples.chunked_logsumexp" in proc.stdout
     assert "jaxtune.examples.pallas_matmul" in proc.stdout
-    assert "(source: cache)" in proc.stdout
+    assert "the jitted step now runs jaxtune.examples.chunked_logsumexp" in proc.stdout
+    assert "profiling the tuned step" in proc.stdout
+    assert "jaxtune_example_matmul" in proc.stdout.split("profiling the tuned step")[1]
