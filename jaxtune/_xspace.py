@@ -173,6 +173,18 @@ class Space:
         """The plane called ``name``, if any."""
         return next((p for p in self.planes if p.name == name), None)
 
+    def hlo_protos(self) -> dict[str, bytes]:
+        """Serialized HLO protos by module name, from the ``/host:metadata`` plane (TPU and
+        GPU traces carry them as ``hlo_proto`` stats on its event metadata)."""
+        meta = self.plane("/host:metadata")
+        if meta is None:
+            return {}
+        return {
+            m.name: m.stats["hlo_proto"]
+            for m in meta.event_metadata.values()
+            if isinstance(m.stats.get("hlo_proto"), bytes)
+        }
+
 
 def _stats(buf: bytes, spans: list[tuple[int, int]], names: dict[int, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}

@@ -282,3 +282,26 @@ def test_profile_command_sets_flags_and_writes_reports(tmp_path):
         "double_it",
         "add_one",
     }
+
+
+def test_reader_exposes_hlo_protos_and_dropped_events_are_reported(tmp_path):
+    text = (
+        TPU_TRACE
+        + """
+warnings: "Dropped 1234 events: trace buffer full"
+planes {
+  id: 9 name: "/host:metadata"
+  event_metadata { key: 1 value { id: 1 name: "jit_step"
+    stats { metadata_id: 1 bytes_value: "\\x0a\\x08jit_step" } } }
+  stat_metadata { key: 1 value { id: 1 name: "hlo_proto" } }
+}
+"""
+    )
+    path = write_trace(tmp_path, text)
+    from jaxtune import _xspace
+
+    space = _xspace.load(path)
+    assert space.hlo_protos() == {"jit_step": b"\x0a\x08jit_step"}
+    p = _profiled.report_from_trace(path)
+    assert any("trace_best_effort_frequency" in n for n in p.notes)
+    assert "note: the trace dropped events" in p.table()
