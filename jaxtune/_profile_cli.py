@@ -10,7 +10,7 @@ from typing import Any
 
 from ._errors import JaxtuneError
 from ._flags import child_env
-from ._profiled import report_from_trace
+from ._report import report_from_trace
 
 __all__ = ["add_parsers", "run_profile", "run_report"]
 

@@ -506,7 +506,7 @@ def profile_in_child(
         ProfileError: the child failed; the message holds its stderr.
     """
     from ._config import settings
-    from ._profiled import ProfileError
+    from ._report import ProfileError
 
     message = {
         "op": "profile",
