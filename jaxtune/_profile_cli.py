@@ -8,9 +8,9 @@ import subprocess
 import sys
 from typing import Any
 
-from ._errors import JaxtuneError
 from ._flags import child_env
 from ._report import report_from_trace
+from ._tune_cli import program
 
 __all__ = ["add_parsers", "run_profile", "run_report"]
 
@@ -62,11 +62,7 @@ def _platform(explicit: str | None) -> str:
 
 def run_profile(args: argparse.Namespace) -> int:
     """Runs ``jaxtune profile``; returns the program's exit status."""
-    command = list(args.program)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise JaxtuneError("jaxtune profile needs a command: jaxtune profile -- python train.py")
+    command = program(args, "profile")
     platform = _platform(args.platform)
     env = child_env(
         platform,

@@ -47,6 +47,20 @@ def add_parser(sub: Any) -> None:
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python train.py ...")
 
 
+def program(args: argparse.Namespace, verb: str) -> list[str]:
+    """The command after ``--``.
+
+    Raises:
+        JaxtuneError: there is none.
+    """
+    command = list(args.program)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise JaxtuneError(f"jaxtune {verb} needs a command: jaxtune {verb} -- python train.py")
+    return command
+
+
 def _unavailable(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("the kernel runs in the sweep child, not in this process")
 
@@ -96,11 +110,7 @@ def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
-    command = list(args.program)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise JaxtuneError("jaxtune tune needs a command: jaxtune tune -- python train.py")
+    command = program(args, "tune")
     with tempfile.TemporaryDirectory(prefix="jaxtune-record-") as tmp:
         path = os.path.join(tmp, "calls.msgpack")
         open(path, "wb").close()

@@ -327,15 +327,23 @@ def _event(
             pos += length
     if offset >= 1 << 63:
         offset -= 1 << 64
+    return _new_event(buf, metadata, names, mid, offset, duration, stat_spans)
+
+
+def _new_event(
+    buf: bytes,
+    metadata: dict[int, EventMetadata],
+    names: dict[int, str],
+    mid: int,
+    offset: int,
+    duration: int,
+    stat_spans: list[tuple[int, int]] | None,
+) -> Event:
     meta = metadata.get(mid)
     if meta is None:
         meta = metadata[mid] = EventMetadata(id=mid, name=f"<metadata {mid}>")
-    return Event(
-        metadata=meta,
-        offset_ps=offset,
-        duration_ps=duration,
-        stats=_stats(buf, stat_spans, names) if stat_spans else {},
-    )
+    stats = _stats(buf, stat_spans, names) if stat_spans else {}
+    return Event(metadata=meta, offset_ps=offset, duration_ps=duration, stats=stats)
 
 
 def _event_slow(
@@ -352,15 +360,7 @@ def _event_slow(
             duration = _signed(v)
         elif field == 4:
             stat_spans.append(v)
-    meta = metadata.get(mid)
-    if meta is None:
-        meta = metadata[mid] = EventMetadata(id=mid, name=f"<metadata {mid}>")
-    return Event(
-        metadata=meta,
-        offset_ps=offset,
-        duration_ps=duration,
-        stats=_stats(buf, stat_spans, names) if stat_spans else {},
-    )
+    return _new_event(buf, metadata, names, mid, offset, duration, stat_spans)
 
 
 def parse(data: bytes) -> Space:
