@@ -164,7 +164,7 @@ VARIABLES: tuple[Variable, ...] = (
         allowed="0, 1, 2",
         default="0",
         parse=_level("JAXTUNE_VERBOSE"),
-        doc="0: quiet; 1: one line per sweep; 2: one line per configuration.",
+        doc="0: quiet; 1: one line per sweep and per chosen config; 2: also every config.",
     ),
 )
 
