@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import importlib
+import importlib.util
 import os
 import runpy
 import sys
@@ -45,16 +46,42 @@ def _limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
 
 
-_SCRIPTS: dict[str, dict[str, Any]] = {}
+_SCRIPTS: dict[Any, dict[str, Any]] = {}
 
 
 def _namespace(ref: dict[str, Any]) -> dict[str, Any]:
+    """The globals of the module a reference names.
+
+    Raises:
+        LookupError: it cannot be imported here, whatever the reason.
+    """
+    try:
+        return _import(ref)
+    except Exception as e:
+        raise LookupError(f"cannot import {ref['module']}: {type(e).__name__}: {e}") from e
+
+
+def _import(ref: dict[str, Any]) -> dict[str, Any]:
     if ref["module"] == "__main__":
         path = ref["path"]
         if path not in _SCRIPTS:
             _SCRIPTS[path] = runpy.run_path(path, run_name=_MAIN_ALIAS)
         return _SCRIPTS[path]
-    return vars(importlib.import_module(ref["module"]))
+    try:
+        return vars(importlib.import_module(ref["module"]))
+    except ImportError:
+        if not ref.get("path"):
+            raise
+    key = ("file", ref["path"])
+    if key not in _SCRIPTS:
+        spec = importlib.util.spec_from_file_location(ref["module"], ref["path"])
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {ref['module']} from {ref['path']}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[ref["module"]] = module
+        spec.loader.exec_module(module)
+        _SCRIPTS[key] = vars(module)
+    return _SCRIPTS[key]
 
 
 def _walk_qualname(namespace: dict[str, Any], qualname: str) -> Any:
@@ -182,6 +209,16 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
             )
         except JaxtuneError as e:
             write_frame(res_fd, {"t": "error", "type": type(e).__name__, "message": str(e)})
+        except (ImportError, LookupError) as e:
+            # The parent tunes or profiles in its own process instead.
+            write_frame(
+                res_fd,
+                {
+                    "t": "error",
+                    "type": "NotTransportable",
+                    "message": f"the child could not import it ({e})",
+                },
+            )
         except Exception as e:
             write_frame(
                 res_fd,

@@ -200,7 +200,7 @@ class ProcessRunner:
             _warn_once(("tpu", task.kernel), f"jaxtune: tuning {task.kernel}: {_TPU_HELD}")
             return InlineRunner().sweep(task)
         try:
-            request = _request(task)
+            return self.run_request(task, _request(task))
         except NotTransportable as e:
             _warn_once(
                 ("inline", task.kernel),
@@ -210,7 +210,6 @@ class ProcessRunner:
                 "silence this warning.",
             )
             return InlineRunner().sweep(task)
-        return self.run_request(task, request)
 
     def run_request(self, task: SweepTask, request: dict[str, Any]) -> SweepOutcome:
         """Runs a prepared request (``jaxtune tune`` builds them from a recording); only the
@@ -396,6 +395,8 @@ class ProcessRunner:
                 if kind == "done":
                     got.update({k: measurement_from_dict(v) for k, v in msg["results"].items()})
                     return None, got
+                if kind == "error" and msg.get("type") == "NotTransportable":
+                    raise NotTransportable(msg["message"])
                 if kind == "error":
                     error_type = getattr(_errors, str(msg.get("type")), SweepError)
                     if not (isinstance(error_type, type) and issubclass(error_type, Exception)):
@@ -469,6 +470,10 @@ def _function_ref(fn: Any) -> dict[str, Any]:
         if not path:
             raise NotTransportable("it is defined in an interactive session or notebook")
         path = os.path.abspath(path)
+    else:
+        # Where the module came from, for a child that cannot import it by name (a test
+        # module collected with pytest's importlib mode, a module added to sys.path late).
+        path = getattr(sys.modules.get(module), "__file__", None)
     return {"module": module, "qualname": qualname, "path": path}
 
 
@@ -531,6 +536,8 @@ def profile_in_child(
             how = "did not finish in time" if answer is None else child.describe_exit()
             runner._discard(child)
             raise ProfileError(f"the profiling child {how}; stderr: {child.stderr_tail(offset)}")
+    if answer.get("t") == "error" and answer.get("type") == "NotTransportable":
+        raise NotTransportable(answer["message"])
     if answer.get("t") == "error":
         raise ProfileError(answer["message"])
     info: dict[str, Any] = answer["info"]

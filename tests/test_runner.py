@@ -305,3 +305,49 @@ def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(monkeypatch):
         outcome = _runner.ProcessRunner(platform="tpu").sweep(task)
     assert outcome.best.config in ({"mode": "ok"}, {"mode": "fast"})
     assert _runner._POOL == {}  # no child was started for the chip
+
+
+KERNEL_MODULE = textwrap.dedent(
+    """
+    import jaxtune
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.hidden_module")
+    def hidden(x, *, c):
+        return x * 1.0
+    """
+)
+
+
+def _load_hidden(path, name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_module_outside_sys_path_is_loaded_from_its_file(tmp_path, recwarn):
+    path = tmp_path / "hidden_kernels.py"
+    path.write_text(KERNEL_MODULE)
+    module = _load_hidden(path, "jaxtune_test_hidden_kernels")
+    try:
+        (entry,) = module.hidden.tune(jnp.ones(4)).values()
+    finally:
+        del sys.modules["jaxtune_test_hidden_kernels"]
+    assert len(entry.measurements) == 2
+    assert not [w for w in recwarn if issubclass(w.category, jaxtune.JaxtuneWarning)]
+
+
+def test_module_the_child_cannot_import_falls_back_inline(tmp_path):
+    path = tmp_path / "gone_kernels.py"
+    path.write_text(KERNEL_MODULE.replace("tests.hidden_module", "tests.gone_module"))
+    module = _load_hidden(path, "jaxtune_test_gone_kernels")
+    path.unlink()  # neither importable by name nor loadable from its file any more
+    try:
+        with pytest.warns(jaxtune.JaxtuneWarning, match="could not import it"):
+            (entry,) = module.hidden.tune(jnp.ones(4)).values()
+    finally:
+        del sys.modules["jaxtune_test_gone_kernels"]
+    assert len(entry.measurements) == 2
