@@ -76,6 +76,30 @@ def _concrete(value: Any, seed: int) -> Any:
     return jax.tree_util.tree_map(leaf, value)
 
 
+def _pallas_costs(jaxpr: Any, found: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """``cost_estimate`` of every ``pallas_call`` in a jaxpr, by kernel name. Interpret-mode
+    kernels (CPU) have no custom call to carry it into the lowered program."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            cost = eqn.params.get("cost_estimate")
+            name = eqn.params.get("name")
+            if cost is not None and isinstance(name, str):
+                found.setdefault(
+                    name,
+                    {
+                        "flops": float(getattr(cost, "flops", 0) or 0),
+                        "bytes_accessed": float(getattr(cost, "bytes_accessed", 0) or 0),
+                        "transcendentals": float(getattr(cost, "transcendentals", 0) or 0),
+                    },
+                )
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    _pallas_costs(inner, found)
+    return found
+
+
 def _missing_flags(platform: str, llo: bool, custom_call_tracing: bool) -> tuple[str, ...]:
     wanted = _flags.profile_flags(platform, llo=llo, custom_call_tracing=custom_call_tracing)
     missing: list[str] = []
@@ -128,7 +152,10 @@ def capture(
         "platform": device.platform,
         "device_kind": device.device_kind,
         "hlo": hlo_ops(compiled.as_text()),
-        "costs": {s.name: s.cost_estimate for s in sites if s.cost_estimate},
+        "costs": {
+            **_pallas_costs(jax.make_jaxpr(jitted)(*args, **kwargs).jaxpr, {}),
+            **{s.name: s.cost_estimate for s in sites if s.cost_estimate},
+        },
         "sources": {(s.kernel_id or s.name): s.source for s in sites if s.source},
         "prefixes": {
             s.name_stack[: -len("/pallas_call")]: s.name

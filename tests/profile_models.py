@@ -17,7 +17,7 @@ def _add_one(x_ref, o_ref):
     o_ref[...] = x_ref[...] + 1
 
 
-def _tiled(body, name, x):
+def _tiled(body, name, x, cost=None):
     block = (32, x.shape[1])
     return pl.pallas_call(
         body,
@@ -27,6 +27,7 @@ def _tiled(body, name, x):
         out_specs=pl.BlockSpec(block, lambda i: (i, 0)),
         interpret=True,
         name=name,
+        cost_estimate=cost,
     )(x)
 
 
@@ -35,7 +36,8 @@ def double_it(x):
 
 
 def add_one(x):
-    return _tiled(_add_one, "add_one", x)
+    cost = pl.CostEstimate(flops=x.size, transcendentals=0, bytes_accessed=2 * x.size * 4)
+    return _tiled(_add_one, "add_one", x, cost)
 
 
 @jaxtune.profiled(iters=3)

@@ -34,6 +34,11 @@ def test_cpu_end_to_end_two_interpret_kernels_and_xla_ops(process, tmp_path):
     assert set(by_name) == {"double_it", "add_one"}
     assert by_name["double_it"].calls == 3 * 2  # iterations x call sites
     assert by_name["add_one"].calls == 3
+    # An interpret-mode kernel's cost_estimate (from the jaxpr) gives it achieved rates.
+    add = by_name["add_one"]
+    assert add.flops_source == "cost_estimate" and add.flops == 3 * 128 * 128
+    assert add.flops_per_s and add.bytes_per_s and add.intensity == pytest.approx(0.125)
+    assert by_name["double_it"].flops_source == "none" and by_name["double_it"].flops is None
     for k in p.kernels:
         assert k.kind == "pallas" and k.total_us > 0
         assert k.total_us / p.iterations <= p.step_us
