@@ -14,7 +14,7 @@ from typing import Any, Literal
 import jax
 
 from . import _cache
-from ._result import Entry, TuningResult, active_scopes
+from ._result import Entry, active_scopes
 
 __all__ = ["Choice", "device_kind", "find_entry", "nearest"]
 
@@ -120,10 +120,3 @@ def scope_ids() -> tuple[int, ...]:
     """Identity of the active scopes, for memo keys."""
     return tuple(id(s) for s in active_scopes())
 
-
-def merged_scopes() -> TuningResult:
-    """Every active scope merged, innermost winning."""
-    out = TuningResult()
-    for scope in active_scopes():
-        out = out | scope
-    return out

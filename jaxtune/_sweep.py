@@ -27,7 +27,7 @@ from ._progress import Progress
 from ._result import Failure, Measurement
 from ._signature import Signature
 from ._space import config_id
-from ._timing import Timing, TimingOptions, WallTimer, block
+from ._timing import Timer, Timing, TimingOptions, WallTimer, block
 
 __all__ = ["SweepOutcome", "SweepTask", "Sweeper", "finish", "leaders", "ordered", "run_sweep"]
 
@@ -78,11 +78,11 @@ class Sweeper:
         self,
         task: SweepTask,
         *,
-        timer: WallTimer | None = None,
+        timer: Timer | None = None,
         on_event: EventSink | None = None,
     ) -> None:
         self.task = task
-        self.timer = timer or WallTimer()
+        self.timer: Timer = timer or WallTimer()
         self.emit: EventSink = on_event or (lambda kind, cid, data: None)
         self._inputs: dict[str, Any] | None = None
         self._runs: dict[str, tuple[Callable[[], Any], float]] = {}
@@ -292,7 +292,7 @@ def progress_sink(task: SweepTask, progress: Progress) -> EventSink:
     return sink
 
 
-def run_sweep(task: SweepTask, *, timer: WallTimer | None = None) -> SweepOutcome:
+def run_sweep(task: SweepTask, *, timer: Timer | None = None) -> SweepOutcome:
     """The whole sweep in this process.
 
     Raises:
