@@ -119,4 +119,3 @@ def nearest(
 def scope_ids() -> tuple[int, ...]:
     """Identity of the active scopes, for memo keys."""
     return tuple(id(s) for s in active_scopes())
-
