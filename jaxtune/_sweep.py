@@ -114,14 +114,17 @@ class Sweeper:
         seconds = time.perf_counter() - start
         self.emit("compiled", cid, seconds)
         if seconds > self.task.timeout_s:
-            return Failure(
-                config=config,
-                stage="timeout",
-                reason=f"compiling took {seconds:.1f} s, over the {self.task.timeout_s:g} s "
-                "limit (JAXTUNE_TIMEOUT / timeout=)",
-            )
+            return self._too_slow(config, "compiling", seconds)
         self._runs[cid] = ((lambda: block(compiled(inputs))), seconds)
         return None
+
+    def _too_slow(self, config: Config, step: str, seconds: float) -> Failure:
+        return Failure(
+            config=config,
+            stage="timeout",
+            reason=f"{step} took {seconds:.1f} s, over the {self.task.timeout_s:g} s limit "
+            "(JAXTUNE_TIMEOUT / timeout=)",
+        )
 
     def compile(self, configs: Sequence[Config], *, serial: bool = False) -> dict[str, Failure]:
         """Compiles ``configs`` (in parallel threads unless ``serial``); returns failures."""
@@ -203,12 +206,7 @@ class Sweeper:
             return Failure(config=config, stage="run", reason=reason(e))
         spent = time.perf_counter() - start
         if spent > self.task.timeout_s:
-            return Failure(
-                config=config,
-                stage="timeout",
-                reason=f"running took {spent:.1f} s, over the {self.task.timeout_s:g} s limit "
-                "(JAXTUNE_TIMEOUT / timeout=)",
-            )
+            return self._too_slow(config, "running", spent)
         self._timings[cid] = timing
         return measurement(config, timing, compile_s)
 
