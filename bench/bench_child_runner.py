@@ -24,7 +24,9 @@ import jax.numpy as jnp
 os.environ.setdefault("JAXTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="jaxtune-bench-"))
 
 import jaxtune
-from jaxtune import _runner, _sweep, _timing
+from jaxtune._isolation import runner as _runner
+from jaxtune._tuning import sweep as _sweep
+from jaxtune._tuning import timing as _timing
 
 
 @jaxtune.autotuned(

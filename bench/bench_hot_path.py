@@ -68,7 +68,7 @@ def main() -> None:
         with jaxtune.TuningResult.of(
             jaxtune.Entry(
                 kernel=kernel.kernel_id,
-                device_kind=jaxtune._lookup.device_kind(),
+                device_kind=jaxtune._tuning.lookup.device_kind(),
                 key=kernel.config_for(x).key,
                 config=config,
                 time_us=None,

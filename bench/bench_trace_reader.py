@@ -85,7 +85,8 @@ def main() -> None:
     os.environ.setdefault("JAXTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="jaxtune-bench-"))
     from jax.profiler import ProfileData
 
-    from jaxtune import _attribution, _xspace
+    from jaxtune._profiling import attribution as _attribution
+    from jaxtune._profiling import xspace as _xspace
 
     data = generate(args.mb)
     size = len(data) / 1e6
@@ -126,7 +127,7 @@ def main() -> None:
         f"compile {t['compile_s']:.2f} s, run (traced) {t['run_s']:.3f} s, "
         f"parse {t['parse_s']:.3f} s"
     )
-    jaxtune._runner.shutdown_children()
+    jaxtune._isolation.runner.shutdown_children()
 
 
 if __name__ == "__main__":

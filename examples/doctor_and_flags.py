@@ -5,7 +5,8 @@ Run: python examples/doctor_and_flags.py
 
 from __future__ import annotations
 
-from jaxtune import _doctor, flags
+from jaxtune import flags
+from jaxtune._cli import doctor as _doctor
 
 
 def main() -> None:

@@ -4,10 +4,6 @@ Only what works is exported here; every name has a page under ``docs/``.
 """
 
 from . import flags as flags
-from ._attribution import KernelStat as KernelStat
-from ._autotuned import Autotuned as Autotuned
-from ._autotuned import autotuned as autotuned
-from ._cache import register_cache as register_cache
 from ._errors import CacheError as CacheError
 from ._errors import ConfigSpaceError as ConfigSpaceError
 from ._errors import FlagError as FlagError
@@ -17,19 +13,23 @@ from ._errors import SettingsError as SettingsError
 from ._errors import SignatureError as SignatureError
 from ._errors import SweepError as SweepError
 from ._errors import TuningFailedError as TuningFailedError
-from ._locate import KernelSite as KernelSite
-from ._locate import locate as locate
-from ._lookup import Choice as Choice
-from ._profiled import Profile as Profile
-from ._profiled import Profiled as Profiled
-from ._profiled import ProfileError as ProfileError
-from ._profiled import profile as profile
-from ._profiled import profiled as profiled
-from ._result import Entry as Entry
-from ._result import Failure as Failure
-from ._result import Measurement as Measurement
-from ._result import TuningResult as TuningResult
-from ._tune import tune as tune
+from ._profiling.attribution import KernelStat as KernelStat
+from ._profiling.profiled import Profile as Profile
+from ._profiling.profiled import Profiled as Profiled
+from ._profiling.profiled import ProfileError as ProfileError
+from ._profiling.profiled import profile as profile
+from ._profiling.profiled import profiled as profiled
+from ._tuning.autotuned import Autotuned as Autotuned
+from ._tuning.autotuned import autotuned as autotuned
+from ._tuning.cache import register_cache as register_cache
+from ._tuning.locate import KernelSite as KernelSite
+from ._tuning.locate import locate as locate
+from ._tuning.lookup import Choice as Choice
+from ._tuning.result import Entry as Entry
+from ._tuning.result import Failure as Failure
+from ._tuning.result import Measurement as Measurement
+from ._tuning.result import TuningResult as TuningResult
+from ._tuning.tune import tune as tune
 
 __version__ = "0.1.0"
 

@@ -39,7 +39,7 @@ _LOCK = threading.Lock()
 
 def mark(m: Mark) -> str:
     """Registers ``m`` and returns the scope name to run the kernel under."""
-    from ._space import config_id
+    from ._tuning.space import config_id
 
     digest = hashlib.sha256(f"{m.kernel}|{m.key}|{config_id(m.config)}".encode()).hexdigest()
     digest = digest[:10]

@@ -50,7 +50,7 @@ def cli():
 
 @pytest.fixture(autouse=True)
 def _no_packaged_caches():
-    from jaxtune import _cache
+    from jaxtune._tuning import cache as _cache
 
     _cache.unregister_caches()
     yield
@@ -60,7 +60,7 @@ def _no_packaged_caches():
 @pytest.fixture
 def fast_timing(monkeypatch):
     """Shortens timing for tests that sweep but do not compare speeds."""
-    from jaxtune import _timing
+    from jaxtune._tuning import timing as _timing
 
     fast = _timing.TimingOptions(min_time_s=0.002, min_samples=3, max_samples=10, rounds=2)
     monkeypatch.setattr(_timing, "DEFAULT", fast)

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune import _cache, _config, _lookup
-from jaxtune._result import Entry
+from jaxtune import _config
+from jaxtune._tuning import cache as _cache
+from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.result import Entry
 
 TRACES: collections.Counter[str] = collections.Counter()
 

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import pytest
 
 import jaxtune
-from jaxtune import _cache, _config
-from jaxtune._result import SCHEMA_VERSION, Entry, Failure, Measurement, packb
+from jaxtune import _config
+from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.result import SCHEMA_VERSION, Entry, Failure, Measurement, packb
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -59,7 +60,7 @@ def test_entries_record_schema_and_versions(tmp_path, fast_timing):
     (e,) = k.tune(jnp.ones(4)).values()
     assert e.versions["jax"] == jaxtune._versions.toolchain()["jax"]
     raw = _cache.user_cache().path_for(e.device_kind, e.kernel).read_bytes()
-    doc = jaxtune._result.unpackb(raw)
+    doc = jaxtune._tuning.result.unpackb(raw)
     assert doc["schema"] == SCHEMA_VERSION
     assert doc["entries"]["f32[4]"]["versions"]["jaxlib"] is not None
 
@@ -76,11 +77,11 @@ def test_truncated_file_is_moved_aside_reported_once_and_call_works(fast_timing)
                 kernel="tests.truncated",
                 key="f32[4]",
                 config={"c": 2},
-                kind=jaxtune._lookup.device_kind(),
+                kind=jaxtune._tuning.lookup.device_kind(),
             )
         ]
     )
-    path = store.path_for(jaxtune._lookup.device_kind(), "tests.truncated")
+    path = store.path_for(jaxtune._tuning.lookup.device_kind(), "tests.truncated")
     path.write_bytes(path.read_bytes()[:17])
     with pytest.warns(jaxtune.JaxtuneWarning, match="unreadable .* moved to .*corrupt-"):
         out = k(jnp.ones(4))
@@ -94,7 +95,7 @@ def test_truncated_file_is_moved_aside_reported_once_and_call_works(fast_timing)
                 kernel="tests.truncated",
                 key="f32[4]",
                 config={"c": 2},
-                kind=jaxtune._lookup.device_kind(),
+                kind=jaxtune._tuning.lookup.device_kind(),
             )
         ]
     )
@@ -153,8 +154,8 @@ def test_remove_and_clear(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys
-    from jaxtune import _cache
-    from jaxtune._result import Entry
+    from jaxtune._tuning import cache as _cache
+    from jaxtune._tuning.result import Entry
     store = _cache.CacheStore(sys.argv[1])
     worker = int(sys.argv[2])
     for i in range(int(sys.argv[3])):

@@ -5,8 +5,9 @@ import json
 import pytest
 
 import jaxtune
-from jaxtune import _cache, _cli
-from jaxtune._result import Entry
+from jaxtune import _cli
+from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.result import Entry
 
 
 def put(key, kernel="lib.matmul", jax_version=None, config=None):

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from jaxtune import _doctor, flags
+from jaxtune import flags
+from jaxtune._cli import doctor as _doctor
 
 TOP_KEYS = {
     "schema",

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxtune import _timing
+from jaxtune._tuning import timing as _timing
 from jaxtune.examples.chunked import chunked_logsumexp, reference_logsumexp
 from jaxtune.examples.pallas_matmul import matmul
 

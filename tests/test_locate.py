@@ -10,7 +10,8 @@ import pytest
 from jax.experimental import pallas as pl
 
 import jaxtune
-from jaxtune import _cache, _lookup
+from jaxtune._tuning import cache as _cache
+from jaxtune._tuning import lookup as _lookup
 
 
 def _matmul_kernel(x_ref, y_ref, o_ref):

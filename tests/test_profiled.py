@@ -15,7 +15,9 @@ from jax.profiler import ProfileData
 from profile_models import model, with_autotuned
 
 import jaxtune
-from jaxtune import _flags, _profiled, _runner
+from jaxtune import _flags
+from jaxtune._isolation import runner as _runner
+from jaxtune._profiling import profiled as _profiled
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -303,7 +305,7 @@ planes {
 """
     )
     path = write_trace(tmp_path, text)
-    from jaxtune import _xspace
+    from jaxtune._profiling import xspace as _xspace
 
     space = _xspace.load(path)
     assert space.hlo_protos() == {"jit_step": b"\x0a\x08jit_step"}

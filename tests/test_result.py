@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune._result import Entry, Failure, Measurement, packb, unpackb
+from jaxtune._tuning.result import Entry, Failure, Measurement, packb, unpackb
 
 
 def full_entry(key="f32[8]", config=None, kernel="k"):
@@ -109,9 +109,9 @@ def test_packing_never_runs_code_and_rejects_objects():
 def test_scopes_nest_and_unwind():
     a = jaxtune.TuningResult.of(full_entry())
     b = jaxtune.TuningResult.of(full_entry(config={"block": 2}))
-    assert jaxtune._result.active_scopes() == ()
+    assert jaxtune._tuning.result.active_scopes() == ()
     with a:
         with b:
-            assert jaxtune._result.active_scopes() == (a, b)
-        assert jaxtune._result.active_scopes() == (a,)
-    assert jaxtune._result.active_scopes() == ()
+            assert jaxtune._tuning.result.active_scopes() == (a, b)
+        assert jaxtune._tuning.result.active_scopes() == (a,)
+    assert jaxtune._tuning.result.active_scopes() == ()

@@ -18,8 +18,9 @@ import pytest
 from faulty_kernels import faulty, identity, pid_probe
 
 import jaxtune
-from jaxtune import _runner, _wire
-from jaxtune._result import Failure, Measurement, packb, unpackb
+from jaxtune._isolation import runner as _runner
+from jaxtune._isolation import wire as _wire
+from jaxtune._tuning.result import Failure, Measurement, packb, unpackb
 
 pytestmark = pytest.mark.slow
 
@@ -227,7 +228,7 @@ KILL_PARENT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import jax.numpy as jnp
     from faulty_kernels import faulty
-    from jaxtune import _runner
+    from jaxtune._isolation import runner as _runner
 
     def report():
         while not _runner._POOL:

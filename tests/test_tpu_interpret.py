@@ -13,7 +13,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 import jaxtune
-from jaxtune import _context
+from jaxtune._isolation import context as _context
 
 
 @jaxtune.autotuned(

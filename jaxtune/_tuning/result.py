@@ -21,7 +21,7 @@ import jax
 import msgpack
 import numpy as np
 
-from ._errors import CacheError
+from .._errors import CacheError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -139,7 +139,7 @@ class Entry:
     def summary(self, *, full: bool = False) -> dict[str, Any]:
         """A JSON-ready summary (``full``: with every measurement); ``stale`` tells whether
         it was tuned with another JAX, jaxlib or libtpu than the installed ones."""
-        from ._versions import stale
+        from .._versions import stale
 
         d: dict[str, Any] = {
             "kernel": self.kernel,
@@ -343,7 +343,7 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
     """Aligned text table of entries; ``stale`` ids are marked."""
     if not entries:
         return "(no tuned entries)"
-    from ._space import config_id
+    from .space import config_id
 
     header = ("kernel", "device", "key", "default", "best", "speedup", "config")
     rows = [header]

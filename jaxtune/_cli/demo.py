@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from . import _doctor
+from . import doctor as _doctor
 
 __all__ = ["main"]
 
@@ -22,11 +22,11 @@ def main() -> int:
 
     import jax
 
-    from ._locate import locate
-    from ._profiled import profile
-    from ._tune import tune
-    from .examples.chunked import chunked_logsumexp, reference_logsumexp
-    from .examples.model import step
+    from .._profiling.profiled import profile
+    from .._tuning.locate import locate
+    from .._tuning.tune import tune
+    from ..examples.chunked import chunked_logsumexp, reference_logsumexp
+    from ..examples.model import step
 
     device = jax.devices()[0]
     x = jax.random.normal(jax.random.key(1), (128, 128))

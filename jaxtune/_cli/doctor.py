@@ -21,9 +21,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from . import _config, _flags
-from ._errors import JaxtuneError
-from ._versions import dist_version
+from .. import _config, _flags
+from .._errors import JaxtuneError
+from .._versions import dist_version
 
 __all__ = ["SCHEMA_VERSION", "Problem", "collect", "exit_code", "format_text", "main"]
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import jax
 
-from . import _markers
+from .. import _markers
 
 __all__ = ["PALLAS_TARGETS", "KernelSite", "locate", "sites_in_module"]
 

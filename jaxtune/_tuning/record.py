@@ -14,7 +14,7 @@ import sys
 import threading
 from typing import Any
 
-from . import _config
+from .. import _config
 
 __all__ = ["note"]
 
@@ -34,9 +34,9 @@ class _Recorder:
             jax.monitoring.register_event_duration_secs_listener(self._on_event)
 
     def record(self, kernel: Any, sig: Any, choice: Any) -> None:
-        from ._lookup import device_kind
-        from ._runner import _request
-        from ._wire import NotTransportable, write_frame
+        from .._isolation.runner import _request
+        from .._isolation.wire import NotTransportable, write_frame
+        from .lookup import device_kind
 
         if (kernel.kernel_id, sig.key) in self.recorded:
             return
@@ -61,7 +61,7 @@ class _Recorder:
 
     def _on_event(self, event: str, duration_secs: float, **_: str | int) -> None:
         if event == _COMPILE_EVENT and self.recorded:
-            from ._wire import write_frame
+            from .._isolation.wire import write_frame
 
             write_frame(self.fd, {"t": "stopped"})
             sys.stdout.flush()
@@ -86,7 +86,7 @@ def note(kernel: Any, sig: Any, choice: Any) -> None:
     if recorder is not None:
         recorder.record(kernel, sig, choice)
     if _config.settings().verbose >= 1:
-        from ._space import config_id
+        from .space import config_id
 
         seen = (kernel.kernel_id, sig.key, choice.source)
         with _LOCK:

@@ -17,15 +17,15 @@ import sys
 import tempfile
 from typing import Any
 
-from . import _cache
-from ._autotuned import make_entry
-from ._errors import JaxtuneError
-from ._result import Entry, format_table
-from ._runner import ProcessRunner
-from ._signature import Signature
-from ._sweep import SweepTask
-from ._timing import TimingOptions
-from ._wire import FrameReader
+from .._errors import JaxtuneError
+from .._isolation.runner import ProcessRunner
+from .._isolation.wire import FrameReader
+from .._tuning import cache as _cache
+from .._tuning.autotuned import make_entry
+from .._tuning.result import Entry, format_table
+from .._tuning.signature import Signature
+from .._tuning.sweep import SweepTask
+from .._tuning.timing import TimingOptions
 
 __all__ = ["add_parser", "run"]
 

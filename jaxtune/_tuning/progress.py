@@ -6,11 +6,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from ._result import Failure, Measurement
-from ._space import config_id
+from .result import Failure, Measurement
+from .space import config_id
 
 if TYPE_CHECKING:
-    from ._sweep import SweepOutcome
+    from .sweep import SweepOutcome
 
 __all__ = ["Progress"]
 

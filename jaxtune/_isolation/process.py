@@ -1,6 +1,6 @@
 """A re-exec'd child Python process: start it, talk to it, kill it, pool it.
 
-The child (``python -m jaxtune._child``) starts with a built environment, in its own process
+The child (``python -m jaxtune._isolation.child``) starts with a built environment, in its own process
 group, with two pipes for msgpack frames and a log file for its stdout and stderr.
 """
 
@@ -17,8 +17,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ._errors import SweepError
-from ._wire import FrameReader, write_frame
+from .._errors import SweepError
+from .wire import FrameReader, write_frame
 
 __all__ = ["STARTUP_TIMEOUT", "ChildProcess", "shutdown_children"]
 
@@ -47,7 +47,7 @@ class ChildProcess:
                 [
                     sys.executable,
                     "-m",
-                    "jaxtune._child",
+                    "jaxtune._isolation.child",
                     "--cmd-fd",
                     str(cmd_r),
                     "--res-fd",

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from typing import Any
 
-from ._flags import child_env
-from ._report import report_from_trace
-from ._tune_cli import program
+from .._flags import child_env
+from .._profiling.report import report_from_trace
+from .tune import program
 
 __all__ = ["add_parsers", "run_profile", "run_report"]
 
@@ -55,7 +55,7 @@ def _platform(explicit: str | None) -> str:
     first = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip()
     if first:
         return first
-    from ._flags import find_libtpu
+    from .._flags import find_libtpu
 
     return "tpu" if find_libtpu() is not None else "cpu"
 

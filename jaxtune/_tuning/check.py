@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._signature import dtype_name
+from .signature import dtype_name
 
 __all__ = ["check_outputs", "reason"]
 

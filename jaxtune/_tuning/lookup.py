@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import jax
 
-from . import _cache
-from ._result import Entry, active_scopes
+from . import cache as _cache
+from .result import Entry, active_scopes
 
 __all__ = ["Choice", "device_kind", "find_entry", "nearest"]
 

@@ -13,8 +13,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._errors import SignatureError
-from ._signature import Signature, dtype_name, is_array
+from .._errors import SignatureError
+from .signature import Signature, dtype_name, is_array
 
 __all__ = ["make_inputs"]
 

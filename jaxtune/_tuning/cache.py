@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import _config
-from ._errors import CacheError, JaxtuneWarning
-from ._result import SCHEMA_VERSION, Entry, TuningResult, atomic_write, packb, unpackb
+from .. import _config
+from .._errors import CacheError, JaxtuneWarning
+from .result import SCHEMA_VERSION, Entry, TuningResult, atomic_write, packb, unpackb
 
 __all__ = ["CacheStore", "layers", "register_cache", "slug", "user_cache"]
 

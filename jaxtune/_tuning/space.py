@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ._errors import ConfigSpaceError
+from .._errors import ConfigSpaceError
 
 __all__ = ["ConfigSpec", "config_id"]
 

@@ -22,12 +22,12 @@ from typing import Any, Generic, TypeVar
 import jax
 import numpy as np
 
-from . import _config, _flags, _markers
-from ._errors import JaxtuneError, JaxtuneWarning
-from ._locate import sites_in_module
-from ._report import Profile as Profile
-from ._report import ProfileError as ProfileError
-from ._report import report_from_trace as report_from_trace
+from .. import _config, _flags, _markers
+from .._errors import JaxtuneError, JaxtuneWarning
+from .._tuning.locate import sites_in_module
+from .report import Profile as Profile
+from .report import ProfileError as ProfileError
+from .report import report_from_trace as report_from_trace
 
 __all__ = [
     "Profile",
@@ -64,7 +64,7 @@ def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str | None]]:
 
 
 def _concrete(value: Any, seed: int) -> Any:
-    from ._inputs import _random_leaf
+    from .._tuning.inputs import _random_leaf
 
     rng = np.random.default_rng(seed)
 
@@ -217,7 +217,7 @@ def profile(
         >>> p = jaxtune.profile(lambda x: jnp.sin(x) * 2, jnp.ones(8))  # doctest: +SKIP
         >>> print(p.table())  # doctest: +SKIP
     """
-    from . import _runner
+    from .._isolation import runner as _runner
 
     target = str(logdir) if logdir else tempfile.mkdtemp(prefix="jaxtune-profile-")
     raw = getattr(fn, "__wrapped_profiled__", fn)

@@ -6,8 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _cache_cli, _profile_cli, _tune_cli
-from ._errors import JaxtuneError
+from .._errors import JaxtuneError
+from . import cache as _cache_cli
+from . import profile as _profile_cli
+from . import tune as _tune_cli
 
 __all__ = ["build_parser", "main"]
 
@@ -44,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "doctor":
-            from . import _doctor
+            from . import doctor as _doctor
 
             return _doctor.main(as_json=args.json)
         if args.command == "profile":
@@ -56,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "cache":
             return _cache_cli.run(args)
         if args.command == "demo":
-            from . import _demo
+            from . import demo as _demo
 
             return _demo.main()
     except JaxtuneError as e:

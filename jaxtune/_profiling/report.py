@@ -10,9 +10,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import _xspace
-from ._attribution import KernelStat, attribute, op_events
-from ._errors import JaxtuneError
+from .._errors import JaxtuneError
+from . import xspace as _xspace
+from .attribution import KernelStat, attribute, op_events
 
 __all__ = ["Profile", "ProfileError", "report_from_trace"]
 

@@ -8,9 +8,10 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-from . import _cache, _versions
-from ._errors import CacheError
-from ._result import Entry, Measurement, TuningResult, format_table
+from .. import _versions
+from .._errors import CacheError
+from .._tuning import cache as _cache
+from .._tuning.result import Entry, Measurement, TuningResult, format_table
 
 __all__ = ["add_parser", "run"]
 

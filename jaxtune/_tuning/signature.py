@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._errors import SignatureError
+from .._errors import SignatureError
 
 __all__ = ["Signature", "abstractify", "dtype_name", "is_array", "is_tracing"]
 

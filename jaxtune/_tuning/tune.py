@@ -6,11 +6,11 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import _config, _markers
-from ._autotuned import retrace_jitted_functions
-from ._errors import JaxtuneWarning
-from ._locate import KernelSite, locate
-from ._result import TuningResult
+from .. import _config, _markers
+from .._errors import JaxtuneWarning
+from .autotuned import retrace_jitted_functions
+from .locate import KernelSite, locate
+from .result import TuningResult
 
 __all__ = ["tune"]
 

@@ -1,6 +1,6 @@
-"""The child process: ``python -m jaxtune._child --cmd-fd N --res-fd M``.
+"""The child process: ``python -m jaxtune._isolation.child --cmd-fd N --res-fd M``.
 
-Started by :mod:`jaxtune._runner` with its environment (flags, ``JAX_PLATFORMS``, device
+Started by :mod:`jaxtune._isolation.runner` with its environment (flags, ``JAX_PLATFORMS``, device
 visibility) set before JAX is imported. It answers a ``ready`` frame with what it actually
 sees, then serves ``measure`` / ``retime`` requests for one kernel at a time, streaming an
 event per step so the parent knows which config was in flight if this process dies.
@@ -108,7 +108,7 @@ def resolve_kernel(ref: dict[str, Any]) -> Any:
     a script run as ``__main__``, ``path``: that script is re-run under another module name,
     so its ``if __name__ == "__main__":`` block does not run.
     """
-    from ._autotuned import Autotuned, registry
+    from .._tuning.autotuned import Autotuned, registry
 
     namespace = _namespace(ref)
     obj = _walk_qualname(namespace, ref["qualname"])
@@ -126,9 +126,9 @@ def resolve_kernel(ref: dict[str, Any]) -> Any:
 
 
 def _build_task(msg: dict[str, Any]) -> Any:
-    from ._sweep import SweepTask
-    from ._timing import TimingOptions
-    from ._wire import decode_value
+    from .._tuning.sweep import SweepTask
+    from .._tuning.timing import TimingOptions
+    from .wire import decode_value
 
     kernel = resolve_kernel(msg["ref"])
     args = decode_value(msg["args"])
@@ -154,10 +154,10 @@ def _build_task(msg: dict[str, Any]) -> Any:
 
 
 def _serve(cmd_fd: int, res_fd: int) -> int:
-    from ._errors import JaxtuneError
-    from ._result import Measurement
-    from ._sweep import Sweeper
-    from ._wire import FrameReader, write_frame
+    from .._errors import JaxtuneError
+    from .._tuning.result import Measurement
+    from .._tuning.sweep import Sweeper
+    from .wire import FrameReader, write_frame
 
     reader = FrameReader(cmd_fd)
     current: tuple[str, Sweeper] | None = None
@@ -177,8 +177,8 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
             return 0
         try:
             if op == "profile":
-                from ._profiled import capture
-                from ._wire import decode_value
+                from .._profiling.profiled import capture
+                from .wire import decode_value
 
                 info = capture(
                     resolve_callable(msg["ref"]),
@@ -232,7 +232,7 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the child process."""
-    parser = argparse.ArgumentParser(prog="python -m jaxtune._child")
+    parser = argparse.ArgumentParser(prog="python -m jaxtune._isolation.child")
     parser.add_argument("--cmd-fd", type=int, required=True)
     parser.add_argument("--res-fd", type=int, required=True)
     args = parser.parse_args(argv)
@@ -244,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax
 
-    from ._versions import toolchain
-    from ._wire import write_frame
+    from .._versions import toolchain
+    from .wire import write_frame
 
     try:
         devices = jax.devices()

@@ -21,7 +21,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from . import _markers, _roofline, _xspace
+from .. import _markers
+from . import roofline as _roofline
+from . import xspace as _xspace
 
 __all__ = ["KernelStat", "OpEvent", "attribute", "op_events"]
 

@@ -19,8 +19,15 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from . import _context, _errors
-from ._child_process import (
+from .. import _errors
+from .._errors import JaxtuneWarning, SweepError
+from .._flags import child_env
+from .._tuning.progress import Progress
+from .._tuning.result import Failure, Measurement, measurement_from_dict
+from .._tuning.space import config_id
+from .._tuning.sweep import SweepOutcome, SweepTask, finish, leaders, ordered, run_sweep
+from . import context as _context
+from .process import (
     _POOL,
     _POOL_LOCK,
     ChildProcess,
@@ -28,14 +35,8 @@ from ._child_process import (
     _parent_backend,
     _python_path,
 )
-from ._child_process import shutdown_children as shutdown_children
-from ._errors import JaxtuneWarning, SweepError
-from ._flags import child_env
-from ._progress import Progress
-from ._result import Failure, Measurement, measurement_from_dict
-from ._space import config_id
-from ._sweep import SweepOutcome, SweepTask, finish, leaders, ordered, run_sweep
-from ._wire import NotTransportable, encode_value
+from .process import shutdown_children as shutdown_children
+from .wire import NotTransportable, encode_value
 
 __all__ = [
     "ChildProcess",
@@ -504,14 +505,14 @@ def profile_in_child(
     logdir: str,
 ) -> dict[str, Any]:
     """Captures a trace of ``fn`` in a child started with the profiling flags; returns what
-    :func:`jaxtune._profiled.capture` returned there.
+    :func:`jaxtune._profiling.profiled.capture` returned there.
 
     Raises:
         NotTransportable: ``fn`` or its arguments cannot travel (the caller captures inline).
         ProfileError: the child failed; the message holds its stderr.
     """
-    from ._config import settings
-    from ._report import ProfileError
+    from .._config import settings
+    from .._profiling.report import ProfileError
 
     message = {
         "op": "profile",
@@ -555,6 +556,6 @@ def _warn_once(key: Any, message: str) -> None:
 
 def default_runner() -> Runner:
     """The runner ``JAXTUNE_ISOLATION`` selects: ``process`` (default) or ``inline``."""
-    from ._config import settings
+    from .._config import settings
 
     return InlineRunner() if settings().isolation == "inline" else ProcessRunner()

@@ -16,15 +16,19 @@ from typing import Any, Generic, TypeVar
 
 import jax
 
-from . import _cache, _config, _lookup, _markers, _record, _timing, _versions
-from ._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
-from ._lookup import Choice
-from ._result import Entry, TuningResult, now
-from ._runner import default_runner
-from ._signature import Signature, is_array, is_tracing
-from ._space import ConfigSpec
-from ._sweep import SweepOutcome, SweepTask
-from ._timing import TimingOptions
+from .. import _config, _markers, _versions
+from .._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
+from .._isolation.runner import default_runner
+from . import cache as _cache
+from . import lookup as _lookup
+from . import record as _record
+from . import timing as _timing
+from .lookup import Choice
+from .result import Entry, TuningResult, now
+from .signature import Signature, is_array, is_tracing
+from .space import ConfigSpec
+from .sweep import SweepOutcome, SweepTask
+from .timing import TimingOptions
 
 __all__ = ["Autotuned", "autotuned", "registry"]
 

@@ -19,15 +19,15 @@ from typing import Any
 
 import jax
 
-from . import _context
-from ._check import check_outputs, reason
-from ._errors import TuningFailedError
-from ._inputs import make_inputs
-from ._progress import Progress
-from ._result import Failure, Measurement
-from ._signature import Signature
-from ._space import config_id
-from ._timing import Timer, Timing, TimingOptions, WallTimer, block
+from .._errors import TuningFailedError
+from .._isolation import context as _context
+from .check import check_outputs, reason
+from .inputs import make_inputs
+from .progress import Progress
+from .result import Failure, Measurement
+from .signature import Signature
+from .space import config_id
+from .timing import Timer, Timing, TimingOptions, WallTimer, block
 
 __all__ = ["SweepOutcome", "SweepTask", "Sweeper", "finish", "leaders", "ordered", "run_sweep"]
 
