@@ -11,8 +11,9 @@ import pytest
 
 import jaxtune
 from jaxtune import _config
+from jaxtune._codec import packb
 from jaxtune._tuning import cache as _cache
-from jaxtune._tuning.result import SCHEMA_VERSION, Entry, Failure, Measurement, packb
+from jaxtune._tuning.result import SCHEMA_VERSION, Entry, Failure, Measurement
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -60,7 +61,7 @@ def test_entries_record_schema_and_versions(tmp_path, fast_timing):
     (e,) = k.tune(jnp.ones(4)).values()
     assert e.versions["jax"] == jaxtune._versions.toolchain()["jax"]
     raw = _cache.user_cache().path_for(e.device_kind, e.kernel).read_bytes()
-    doc = jaxtune._tuning.result.unpackb(raw)
+    doc = jaxtune._codec.unpackb(raw)
     assert doc["schema"] == SCHEMA_VERSION
     assert doc["entries"]["f32[4]"]["versions"]["jaxlib"] is not None
 

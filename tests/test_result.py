@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune._tuning.result import Entry, Failure, Measurement, packb, unpackb
+from jaxtune._codec import packb, unpackb
+from jaxtune._tuning.result import Entry, Failure, Measurement
 
 
 def full_entry(key="f32[8]", config=None, kernel="k"):
@@ -115,3 +116,25 @@ def test_scopes_nest_and_unwind():
             assert jaxtune._tuning.result.active_scopes() == (a, b)
         assert jaxtune._tuning.result.active_scopes() == (a,)
     assert jaxtune._tuning.result.active_scopes() == ()
+
+
+def test_deeply_nested_tuples_are_refused_not_a_crash():
+    import msgpack
+
+    from jaxtune._codec import MAX_DEPTH, DecodeError
+
+    value: object = ()
+    for _ in range(MAX_DEPTH - 1):  # `()` itself is the innermost level
+        value = (value,)
+    assert unpackb(packb(value)) == value
+    with pytest.raises(DecodeError, match="nested deeper"):
+        unpackb(packb((value,)))
+    # A 1 KB file of 250 nested tuple extensions used to overflow the reader's C stack.
+    hostile = msgpack.packb([])
+    for _ in range(250):
+        hostile = msgpack.packb([msgpack.ExtType(1, hostile)])
+    assert len(hostile) < 1300
+    with pytest.raises(DecodeError):
+        unpackb(hostile)
+    with pytest.raises(jaxtune.CacheError, match="decode failed"):
+        jaxtune.TuningResult.loads(hostile)

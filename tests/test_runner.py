@@ -18,9 +18,10 @@ import pytest
 from faulty_kernels import faulty, identity, pid_probe
 
 import jaxtune
+from jaxtune._codec import packb, unpackb
 from jaxtune._isolation import runner as _runner
 from jaxtune._isolation import wire as _wire
-from jaxtune._tuning.result import Failure, Measurement, packb, unpackb
+from jaxtune._tuning.result import Failure, Measurement
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
-from .._tuning.result import packb, unpackb
+from .._codec import packb, unpackb
 
 __all__ = ["FrameReader", "NotTransportable", "decode_value", "encode_value", "write_frame"]
 

@@ -22,8 +22,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import _config
+from .._codec import atomic_write, packb, unpackb
 from .._errors import CacheError, JaxtuneWarning
-from .result import SCHEMA_VERSION, Entry, TuningResult, atomic_write, packb, unpackb
+from .result import SCHEMA_VERSION, Entry, TuningResult
 
 __all__ = ["CacheStore", "layers", "register_cache", "slug", "user_cache"]
 

@@ -1,26 +1,22 @@
 """Measurements, cache entries and :class:`TuningResult`, with their msgpack form.
 
-msgpack only: loading never runs code. Tuples (legal config values) travel as an extension
-type so they come back as tuples.
+They are stored through :mod:`jaxtune._codec` (msgpack only: loading never runs code).
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
 import itertools
 import os
 import pathlib
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import jax
-import msgpack
-import numpy as np
 
+from .._codec import DecodeError, atomic_write, packb, unpackb
 from .._errors import CacheError
 
 __all__ = [
@@ -30,47 +26,10 @@ __all__ = [
     "Measurement",
     "TuningResult",
     "active_scopes",
-    "packb",
-    "unpackb",
 ]
 
 #: Version of the on-disk layout of cache files and TuningResult files.
 SCHEMA_VERSION = 1
-
-_TUPLE = 1
-
-
-def _encode(obj: Any) -> Any:
-    if isinstance(obj, tuple):
-        return msgpack.ExtType(_TUPLE, packb(list(obj)))
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, Mapping):
-        return dict(obj)
-    if isinstance(obj, list):
-        return list(obj)
-    raise TypeError(f"cannot store {type(obj).__name__} {obj!r} in a jaxtune file")
-
-
-def _ext(code: int, data: bytes) -> Any:
-    if code == _TUPLE:
-        return tuple(unpackb(data))
-    return msgpack.ExtType(code, data)
-
-
-def packb(obj: Any) -> bytes:
-    """msgpack bytes of plain data; tuples survive the round trip."""
-    data: bytes = msgpack.packb(obj, default=_encode, strict_types=True, use_bin_type=True)
-    return data
-
-
-def unpackb(data: bytes) -> Any:
-    """Inverse of :func:`packb`; never runs code."""
-    return msgpack.unpackb(data, ext_hook=_ext, raw=False, strict_map_key=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -285,7 +244,7 @@ class TuningResult(Mapping[EntryId, Entry]):
         """
         try:
             doc = unpackb(data)
-        except Exception as e:
+        except DecodeError as e:
             raise CacheError(f"not a jaxtune TuningResult (msgpack decode failed: {e}).") from e
         if not isinstance(doc, dict) or doc.get("format") != "jaxtune.TuningResult":
             raise CacheError("not a jaxtune TuningResult: the 'format' field is missing.")
@@ -314,21 +273,6 @@ class TuningResult(Mapping[EntryId, Entry]):
     def table(self) -> str:
         """An aligned table for people: kernel, device, key, default, best, speedup, config."""
         return format_table(list(self._entries.values()))
-
-
-def atomic_write(target: pathlib.Path, data: bytes) -> None:
-    """Writes ``data`` to a temporary file beside ``target``, then renames it over."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _us(value: float | None) -> str:
