@@ -24,6 +24,7 @@ import jax.numpy as jnp
 os.environ.setdefault("JAXTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="jaxtune-bench-"))
 
 import jaxtune
+from jaxtune._isolation import process as _process
 from jaxtune._isolation import runner as _runner
 from jaxtune._tuning import sweep as _sweep
 from jaxtune._tuning import timing as _timing
@@ -64,13 +65,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     x = jax.random.normal(jax.random.key(0), (1 << 20,))
-    sig = scan_sum._bind((x,), {})
-    space, default = scan_sum._space_and_default(sig)
-    task = scan_sum._task(sig, space, default)
+    sig = scan_sum.bind((x,), {})
+    space, default = scan_sum.space_and_default(sig)
+    task = scan_sum.sweep_task(sig, space, default)
     threads = min(4, os.cpu_count() or 1)
 
     start = time.perf_counter()
-    child = _runner.ChildProcess(_runner.ProcessRunner().environment())
+    child = _process.ChildProcess(_runner.ProcessRunner().environment())
     startup = time.perf_counter() - start
     child.close()
 
@@ -87,7 +88,7 @@ def main() -> None:
         start = time.perf_counter()
         runner.sweep(task)
         process.append(time.perf_counter() - start)
-    _runner.shutdown_children()
+    _process.shutdown_children()
 
     inline_s, process_s, bound_s = (statistics.median(v) for v in (inline, process, bounds))
     print(

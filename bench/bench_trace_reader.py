@@ -127,7 +127,7 @@ def main() -> None:
         f"compile {t['compile_s']:.2f} s, run (traced) {t['run_s']:.3f} s, "
         f"parse {t['parse_s']:.3f} s"
     )
-    jaxtune._isolation.runner.shutdown_children()
+    jaxtune._isolation.process.shutdown_children()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from ._errors import ConfigSpaceError as ConfigSpaceError
 from ._errors import FlagError as FlagError
 from ._errors import JaxtuneError as JaxtuneError
 from ._errors import JaxtuneWarning as JaxtuneWarning
+from ._errors import ProfileError as ProfileError
 from ._errors import SettingsError as SettingsError
 from ._errors import SignatureError as SignatureError
 from ._errors import SweepError as SweepError
@@ -16,7 +17,6 @@ from ._errors import TuningFailedError as TuningFailedError
 from ._profiling.attribution import KernelStat as KernelStat
 from ._profiling.profiled import Profile as Profile
 from ._profiling.profiled import Profiled as Profiled
-from ._profiling.profiled import ProfileError as ProfileError
 from ._profiling.profiled import profile as profile
 from ._profiling.profiled import profiled as profiled
 from ._tuning.autotuned import Autotuned as Autotuned

@@ -21,7 +21,15 @@ from typing import Any, Literal
 
 from ._errors import SettingsError
 
-__all__ = ["VARIABLES", "Settings", "Variable", "override", "settings", "settings_token"]
+__all__ = [
+    "VARIABLES",
+    "Settings",
+    "Variable",
+    "default_cache_dir",
+    "override",
+    "settings",
+    "settings_token",
+]
 
 Mode = Literal["off", "cached", "tune", "retune"]
 Isolation = Literal["process", "inline"]
@@ -38,6 +46,8 @@ class Settings:
     isolation: Isolation
     timeout: float
     verbose: int
+    record: str = ""
+    record_stop: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,7 +112,8 @@ def _directory(name: str) -> Callable[[str], pathlib.Path]:
     return parse
 
 
-def _default_cache_dir() -> str:
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/jaxtune``, else ``~/.cache/jaxtune``."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
     return str(base / "jaxtune")
@@ -166,6 +177,23 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_level("JAXTUNE_VERBOSE"),
         doc="0: quiet; 1: one line per sweep and per chosen config; 2: also every config.",
     ),
+    Variable(
+        name="JAXTUNE_RECORD",
+        field="record",
+        allowed="a file path, or empty",
+        default="",
+        parse=str.strip,
+        doc="Set by `jaxtune tune` in the program it runs: the file every autotuned call "
+        "is recorded to. Not meant to be set by hand.",
+    ),
+    Variable(
+        name="JAXTUNE_RECORD_STOP",
+        field="record_stop",
+        allowed="0, 1",
+        default="0",
+        parse=_flag("JAXTUNE_RECORD_STOP"),
+        doc="Set by `jaxtune tune`: 1 stops the recorded program after its first traced step.",
+    ),
 )
 
 _BY_FIELD = {v.field: v for v in VARIABLES}
@@ -177,7 +205,7 @@ _OVERRIDES: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
 
 def _default(variable: Variable) -> str:
     if variable.field == "cache_dir":
-        return _default_cache_dir()
+        return default_cache_dir()
     return variable.default
 
 

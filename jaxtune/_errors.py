@@ -6,12 +6,16 @@ to catch anything jaxtune raises catch :class:`JaxtuneError`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 __all__ = [
     "CacheError",
     "ConfigSpaceError",
     "FlagError",
     "JaxtuneError",
     "JaxtuneWarning",
+    "ProfileError",
     "SettingsError",
     "SignatureError",
     "SweepError",
@@ -48,7 +52,23 @@ class SweepError(JaxtuneError):
 
 
 class TuningFailedError(SweepError):
-    """Every configuration of a sweep failed; the message lists each reason."""
+    """Every configuration of a sweep failed; the message lists each reason.
+
+    ``failures`` holds each config's :class:`jaxtune.Failure` (or the dropped
+    :class:`jaxtune.Measurement`) in space order, the way an exception group holds its
+    exceptions, so callers can inspect why each config failed.
+    """
+
+    def __init__(self, message: str, failures: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.failures: tuple[Any, ...] = tuple(failures)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.failures))
+
+
+class ProfileError(JaxtuneError):
+    """A trace could not be captured or read (the message says which file or child, and why)."""
 
 
 class JaxtuneWarning(UserWarning):

@@ -34,8 +34,10 @@ __all__ = [
     "find_libtpu",
     "inspect",
     "merge",
+    "normalise_platform",
     "parse",
     "profile_flags",
+    "requested_platform",
 ]
 
 LLO_DEBUG_INFO = "xla_xprof_register_llo_debug_info"
@@ -373,10 +375,29 @@ def child_env(
                 env[var] = text
             else:
                 env.pop(var, None)
-    env["JAX_PLATFORMS"] = "cuda" if platform == "gpu" else platform
+    env["JAX_PLATFORMS"] = "cuda" if normalise_platform(platform) == "gpu" else platform
     if platform in ("gpu", "cuda", "rocm"):
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     return env
+
+
+def normalise_platform(platform: str | None) -> str | None:
+    """``"gpu"`` for every GPU platform name (``cuda``, ``rocm``), others lower-cased."""
+    if not platform:
+        return None
+    platform = platform.strip().lower()
+    return "gpu" if platform in ("cuda", "rocm", "gpu") else platform
+
+
+def requested_platform(environ: Mapping[str, str] | None = None) -> str | None:
+    """The first platform ``JAX_PLATFORMS`` asks for (normalised), or ``None`` when unset.
+
+    Examples:
+        >>> requested_platform({"JAX_PLATFORMS": "cuda,cpu"})
+        'gpu'
+    """
+    value = (os.environ if environ is None else environ).get("JAX_PLATFORMS", "")
+    return normalise_platform(value.split(",")[0])
 
 
 def _as_flags(items: Iterable[Flag | str]) -> list[Flag]:

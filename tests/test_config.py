@@ -56,7 +56,7 @@ def test_bad_values_name_variable_value_and_allowed(monkeypatch, name, raw, allo
 
 def test_every_design_variable_is_handled():
     names = {v.name for v in _config.VARIABLES}
-    assert names == {
+    assert names >= {
         "JAXTUNE_MODE",
         "JAXTUNE_CACHE_DIR",
         "JAXTUNE_PROFILE",
@@ -65,6 +65,18 @@ def test_every_design_variable_is_handled():
         "JAXTUNE_TIMEOUT",
         "JAXTUNE_VERBOSE",
     }
+    # Every variable, the internal ones `jaxtune tune` sets included, is read here only.
+    assert {"JAXTUNE_RECORD", "JAXTUNE_RECORD_STOP"} <= names
+
+
+def test_record_variables_go_through_settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXTUNE_RECORD", str(tmp_path / "calls"))
+    monkeypatch.setenv("JAXTUNE_RECORD_STOP", "1")
+    s = _config.settings()
+    assert s.record == str(tmp_path / "calls") and s.record_stop is True
+    monkeypatch.setenv("JAXTUNE_RECORD_STOP", "yes")
+    with pytest.raises(SettingsError, match="JAXTUNE_RECORD_STOP='yes' is not valid"):
+        _config.settings()
 
 
 def test_defaults(monkeypatch, tmp_path):

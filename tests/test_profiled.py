@@ -16,7 +16,7 @@ from profile_models import model, with_autotuned
 
 import jaxtune
 from jaxtune import _flags
-from jaxtune._isolation import runner as _runner
+from jaxtune._isolation import process as _process
 from jaxtune._profiling import profiled as _profiled
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def process(monkeypatch):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     yield
-    _runner.shutdown_children()
+    _process.shutdown_children()
 
 
 @pytest.mark.slow

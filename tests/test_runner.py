@@ -19,6 +19,7 @@ from faulty_kernels import faulty, identity, pid_probe
 
 import jaxtune
 from jaxtune._codec import packb, unpackb
+from jaxtune._isolation import process as _process
 from jaxtune._isolation import runner as _runner
 from jaxtune._isolation import wire as _wire
 from jaxtune._tuning.result import Failure, Measurement
@@ -32,14 +33,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def _process_isolation(monkeypatch, fast_timing):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     yield
-    _runner.shutdown_children()
+    _process.shutdown_children()
 
 
 def sweep(kernel, fault, runner=None, x=None):
     x = jnp.ones(256) if x is None else x
-    sig = kernel._bind((x,), {})
+    sig = kernel.bind((x,), {})
     space = [{"mode": "ok"}, {"mode": fault}, {"mode": "fast"}]
-    task = kernel._task(sig, space, {"mode": "ok"})
+    task = kernel.sweep_task(sig, space, {"mode": "ok"})
     return (runner or _runner.ProcessRunner()).sweep(task)
 
 
@@ -100,9 +101,9 @@ def test_memory_blow_up_under_a_memory_limit():
 
 
 def test_crash_while_compiling_in_parallel_is_pinned_by_serial_recompile():
-    sig = faulty._bind((jnp.ones(64),), {})
+    sig = faulty.bind((jnp.ones(64),), {})
     space = [{"mode": m} for m in ("ok", "fast", "segfault", "wrong", "compile_error")]
-    task = faulty._task(sig, space, {"mode": "ok"})
+    task = faulty.sweep_task(sig, space, {"mode": "ok"})
     outcome = _runner.ProcessRunner().sweep(task)
     stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
     assert stages == {
@@ -129,13 +130,13 @@ def test_flag_for_the_child_takes_effect_there_only(tmp_path):
     sweep(faulty, "fast", runner)
     assert any(dump.iterdir()), "the child did not see XLA_FLAGS"
     assert "xla_dump_to" not in os.environ.get("XLA_FLAGS", "")
-    child = next(iter(_runner._POOL.values()))
+    child = _process.POOL.children()[0]
     assert f"--xla_dump_to={dump}" in child.ready["env"]["XLA_FLAGS"]
 
 
 def test_child_reports_ready_with_platform_and_versions():
     sweep(faulty, "fast")
-    child = next(iter(_runner._POOL.values()))
+    child = _process.POOL.children()[0]
     assert child.ready["platform"] == "cpu"
     assert child.ready["versions"]["jax"] == jax.__version__
     assert child.ready["pid"] == child.proc.pid
@@ -229,16 +230,17 @@ KILL_PARENT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import jax.numpy as jnp
     from faulty_kernels import faulty
+    from jaxtune._isolation import process as _process
     from jaxtune._isolation import runner as _runner
 
     def report():
-        while not _runner._POOL:
+        while not _process.POOL.children():
             time.sleep(0.05)
-        print(next(iter(_runner._POOL.values())).proc.pid, flush=True)
+        print(_process.POOL.children()[0].proc.pid, flush=True)
 
     threading.Thread(target=report, daemon=True).start()
-    sig = faulty._bind((jnp.ones(8),), {})
-    task = faulty._task(sig, [{"mode": "ok"}, {"mode": "hang"}], {"mode": "ok"})
+    sig = faulty.bind((jnp.ones(8),), {})
+    task = faulty.sweep_task(sig, [{"mode": "ok"}, {"mode": "hang"}], {"mode": "ok"})
     _runner.ProcessRunner().sweep(task)
     """
 )
@@ -275,9 +277,9 @@ def test_child_exits_soon_after_its_parent_is_killed():
 
 
 def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
-    sig = faulty._bind((jnp.ones(64),), {})
+    sig = faulty.bind((jnp.ones(64),), {})
     space = [{"mode": m} for m in ("ok", "fast", "segfault", "wrong", "exit3")]
-    task = faulty._task(sig, space, {"mode": "ok"})
+    task = faulty.sweep_task(sig, space, {"mode": "ok"})
     outcome = _runner.ProcessRunner(devices=[0, 1]).sweep(task)
     stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
     assert stages == {
@@ -291,22 +293,22 @@ def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
 
     probe = tmp_path / "pids"
     monkeypatch.setenv("PID_PROBE_FILE", str(probe))
-    sig = pid_probe._bind((jnp.ones(8),), {})
-    task = pid_probe._task(sig, [{"scale": 1}, {"scale": 2}, {"scale": 3}], {"scale": 1})
+    sig = pid_probe.bind((jnp.ones(8),), {})
+    task = pid_probe.sweep_task(sig, [{"scale": 1}, {"scale": 2}, {"scale": 3}], {"scale": 1})
     _runner.ProcessRunner(devices=[0, 1]).sweep(task)
     pids = {int(line) for line in probe.read_text().split()}
     assert len(pids) == 2 and os.getpid() not in pids
 
 
 def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(monkeypatch):
-    monkeypatch.setattr(_runner, "_parent_backend", lambda: "tpu")
+    monkeypatch.setattr(_runner, "parent_backend", lambda: "tpu")
     monkeypatch.setattr(_runner, "_WARNED", set())
-    sig = faulty._bind((jnp.ones(8),), {})
-    task = faulty._task(sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"})
+    sig = faulty.bind((jnp.ones(8),), {})
+    task = faulty.sweep_task(sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"})
     with pytest.warns(jaxtune.JaxtuneWarning, match=r"jaxtune tune -- python"):
         outcome = _runner.ProcessRunner(platform="tpu").sweep(task)
     assert outcome.best.config in ({"mode": "ok"}, {"mode": "fast"})
-    assert _runner._POOL == {}  # no child was started for the chip
+    assert _process.POOL.children() == []  # no child was started for the chip
 
 
 KERNEL_MODULE = textwrap.dedent(

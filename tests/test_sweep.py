@@ -18,6 +18,17 @@ from jaxtune._tuning.result import Failure, Measurement
 from jaxtune._tuning.signature import Signature, dtype_name
 
 
+def task_of(fn, signature, configs, default, **plan):
+    """A sweep task of kernel "k" over ``configs``."""
+    return _sweep.SweepTask(
+        plan=_sweep.SweepPlan(
+            kernel="k", key=signature.key, configs=tuple(configs), default=default, **plan
+        ),
+        fn=fn,
+        signature=signature,
+    )
+
+
 def bind(fn, *args, static=(), **kwargs):
     return Signature.bind(
         inspect.signature(fn),
@@ -72,16 +83,10 @@ def test_dtype_names(dtype, name):
 )
 def test_random_inputs_are_deterministic_per_dtype(dtype):
     spec = jax.ShapeDtypeStruct((3, 5), dtype)
-    task = _sweep.SweepTask(
-        kernel="k",
-        fn=lambda x, *, c: x,
-        signature=bind(lambda x: x, spec),
-        configs=({"c": 1},),
-        default={"c": 1},
-    )
+    task = task_of(lambda x, *, c: x, bind(lambda x: x, spec), ({"c": 1},), {"c": 1})
     a, b = (
-        _inputs.make_inputs(task.kernel, task.signature, task.inputs)["x"],
-        _inputs.make_inputs(task.kernel, task.signature, task.inputs)["x"],
+        _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)["x"],
+        _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)["x"],
     )
     assert a.shape == (3, 5) and np.dtype(a.dtype) == np.dtype(dtype)
     np.testing.assert_array_equal(
@@ -92,14 +97,8 @@ def test_random_inputs_are_deterministic_per_dtype(dtype):
 
 def test_concrete_caller_arrays_are_used_as_inputs():
     x = jnp.arange(6.0)
-    task = _sweep.SweepTask(
-        kernel="k",
-        fn=lambda x, *, c: x,
-        signature=bind(lambda x: x, x),
-        configs=({"c": 1},),
-        default={"c": 1},
-    )
-    assert _inputs.make_inputs(task.kernel, task.signature, task.inputs)["x"] is x
+    task = task_of(lambda x, *, c: x, bind(lambda x: x, x), ({"c": 1},), {"c": 1})
+    assert _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)["x"] is x
 
 
 @pytest.mark.parametrize(
@@ -191,14 +190,7 @@ def test_sweep_records_every_failure_kind_and_picks_fastest(fast_timing):
 
     x = jnp.ones((256,))
     configs = tuple({"mode": m} for m in ("fast", "compile_error", "wrong", "slow"))
-    task = _sweep.SweepTask(
-        kernel="k",
-        fn=k,
-        signature=bind(k, x),
-        configs=configs,
-        default={"mode": "fast"},
-        options=fast_timing,
-    )
+    task = task_of(k, bind(k, x), configs, {"mode": "fast"}, options=fast_timing)
     out = _sweep.run_sweep(task)
     by = {m.config["mode"]: m for m in out.measurements}
     assert isinstance(by["compile_error"], Failure) and by["compile_error"].stage == "compile"
@@ -214,14 +206,7 @@ def test_default_outside_space_is_timed_as_reference(fast_timing):
         return x * 1.0
 
     x = jnp.ones(8)
-    task = _sweep.SweepTask(
-        kernel="k",
-        fn=k,
-        signature=bind(k, x),
-        configs=({"c": 2}, {"c": 3}),
-        default={"c": 1},
-        options=fast_timing,
-    )
+    task = task_of(k, bind(k, x), ({"c": 2}, {"c": 3}), {"c": 1}, options=fast_timing)
     out = _sweep.run_sweep(task)
     assert [m.config for m in out.measurements] == [{"c": 2}, {"c": 3}]
     assert isinstance(out.default, Measurement) and out.default.config == {"c": 1}

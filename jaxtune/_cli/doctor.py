@@ -357,7 +357,7 @@ def collect(
     try:
         cache_dir = _config.settings(env).cache_dir
     except JaxtuneError:
-        cache_dir = pathlib.Path(_config._default_cache_dir())
+        cache_dir = pathlib.Path(_config.default_cache_dir())
     cache = _cache_state(cache_dir)
     if not cache["writable"]:
         problems.append(

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from .._flags import child_env
+from .._flags import child_env, find_libtpu, requested_platform
 from .._profiling.report import report_from_trace
 from .tune import program
 
@@ -52,10 +52,9 @@ def add_parsers(sub: Any) -> None:
 def _platform(explicit: str | None) -> str:
     if explicit:
         return explicit
-    first = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip()
-    if first:
-        return first
-    from .._flags import find_libtpu
+    requested = requested_platform()
+    if requested:
+        return requested
 
     return "tpu" if find_libtpu() is not None else "cpu"
 

@@ -9,7 +9,6 @@ starts a JAX backend, so on TPU the chip is free for the children.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import subprocess
@@ -23,9 +22,7 @@ from .._isolation.wire import FrameReader
 from .._tuning import cache as _cache
 from .._tuning.autotuned import make_entry
 from .._tuning.result import Entry, format_table
-from .._tuning.signature import Signature
-from .._tuning.sweep import SweepTask
-from .._tuning.timing import TimingOptions
+from .._tuning.sweep import SweepPlan
 
 __all__ = ["add_parser", "run"]
 
@@ -59,33 +56,6 @@ def program(args: argparse.Namespace, verb: str) -> list[str]:
     if not command:
         raise JaxtuneError(f"jaxtune {verb} needs a command: jaxtune {verb} -- python train.py")
     return command
-
-
-def _unavailable(*args: Any, **kwargs: Any) -> Any:
-    raise AssertionError("the kernel runs in the sweep child, not in this process")
-
-
-def _task(record: dict[str, Any]) -> SweepTask:
-    request = record["request"]
-    signature = Signature(
-        key=record["key"],
-        shapes=tuple((dt, tuple(shape)) for dt, shape in record["shapes"]),
-        statics=record["statics"],
-        arguments={},
-        dynamic=(),
-        static=(),
-        var_kw=None,
-        fn_signature=inspect.Signature(),
-    )
-    return SweepTask(
-        kernel=record["kernel"],
-        fn=_unavailable,
-        signature=signature,
-        configs=tuple(request["configs"]),
-        default=request["default"],
-        timeout_s=request["timeout_s"],
-        options=TimingOptions(**request["options"]),
-    )
 
 
 def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
@@ -139,14 +109,14 @@ def run(args: argparse.Namespace) -> int:
         if "request" not in record:
             problems.append(f"{record['kernel']} {record['key']}: {record['error']}")
             continue
-        task = _task(record)
+        plan = SweepPlan.from_dict(record["request"]["plan"])
         try:
-            outcome = runner.run_request(task, record["request"])
+            outcome = runner.run(plan, record["request"])
         except JaxtuneError as e:
             problems.append(f"{record['kernel']} {record['key']}: {e}")
             continue
         kind = (runner.ready or {}).get("device_kind", record["device_kind"])
-        entry = make_entry(task, outcome, kind, record["version"])
+        entry = make_entry(plan, outcome, kind, record["version"])
         _cache.user_cache().write([entry])
         entries.append(entry)
     if args.json:

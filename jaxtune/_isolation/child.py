@@ -126,108 +126,105 @@ def resolve_kernel(ref: dict[str, Any]) -> Any:
 
 
 def _build_task(msg: dict[str, Any]) -> Any:
-    from .._tuning.sweep import SweepTask
-    from .._tuning.timing import TimingOptions
+    from .._tuning.sweep import SweepPlan, SweepTask
     from .wire import decode_value
 
     kernel = resolve_kernel(msg["ref"])
+    plan = SweepPlan.from_dict({**msg["plan"], "verbose": 0})
     args = decode_value(msg["args"])
     kwargs = decode_value(msg["kwargs"])
-    sig = kernel._bind(tuple(args), dict(kwargs))
-    if sig.key != msg["key"]:
+    sig = kernel.bind(tuple(args), dict(kwargs))
+    if sig.key != plan.key:
         raise LookupError(
-            f"the child computed key {sig.key!r} for {msg['ref']['kernel']}, the parent "
-            f"{msg['key']!r}; the kernel's module differs between the two processes"
+            f"the child computed key {sig.key!r} for {plan.kernel}, the parent "
+            f"{plan.key!r}; the kernel's module differs between the two processes"
         )
     return SweepTask(
-        kernel=msg["ref"]["kernel"],
-        fn=kernel.__wrapped__,
-        signature=sig,
-        configs=tuple(msg["configs"]),
-        default=msg["default"],
-        check=kernel.check,
-        inputs=kernel.inputs,
-        timeout_s=msg["timeout_s"],
-        options=TimingOptions(**msg["options"]),
-        verbose=0,
+        plan=plan, fn=kernel.__wrapped__, signature=sig, check=kernel.check, inputs=kernel.inputs
+    )
+
+
+class _Server:
+    """Answers the parent's requests, one at a time, keeping one :class:`Sweeper` per task
+    so a ``retime`` reuses the executables its ``measure`` compiled."""
+
+    def __init__(self, res_fd: int) -> None:
+        self.res_fd = res_fd
+        self.current: tuple[str, Any] | None = None
+
+    def emit(self, kind: str, cid: str, data: Any) -> None:
+        from .wire import write_frame
+
+        if hasattr(data, "to_dict"):
+            data = data.to_dict()
+        write_frame(self.res_fd, {"t": "event", "kind": kind, "cid": cid, "data": data})
+
+    def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The frame that answers ``msg``: ``done`` with results, or an ``error``."""
+        from .._errors import JaxtuneError
+
+        try:
+            return self._handle(msg)
+        except JaxtuneError as e:
+            return {"t": "error", "type": type(e).__name__, "message": str(e)}
+        except (ImportError, LookupError) as e:
+            # The parent tunes or profiles in its own process instead.
+            message = f"the child could not import it ({e})"
+            return {"t": "error", "type": "NotTransportable", "message": message}
+        except Exception as e:
+            message = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+            return {"t": "error", "type": "SweepError", "message": message}
+
+    def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from .._tuning.sweep import Sweeper
+
+        op = msg.get("op")
+        if op == "profile":
+            return {"t": "done", "info": _profile(msg)}
+        if self.current is None or self.current[0] != msg["task_id"]:
+            self.current = (msg["task_id"], Sweeper(_build_task(msg), on_event=self.emit))
+        sweeper = self.current[1]
+        if op == "measure":
+            results = sweeper.measure(
+                msg["todo"],
+                reference=msg["reference"],
+                best_us=msg["best_us"],
+                serial_compile=msg["serial"],
+            )
+        elif op == "retime":
+            results = dict(sweeper.retime(msg["todo"]))
+        else:
+            raise LookupError(f"unknown request {op!r}")
+        return {"t": "done", "results": {k: r.to_dict() for k, r in results.items()}}
+
+
+def _profile(msg: dict[str, Any]) -> Any:
+    from .._profiling.profiled import capture
+    from .wire import decode_value
+
+    return capture(
+        resolve_callable(msg["ref"]),
+        tuple(decode_value(msg["args"])),
+        dict(decode_value(msg["kwargs"])),
+        iters=msg["iters"],
+        warmup=msg["warmup"],
+        logdir=msg["logdir"],
     )
 
 
 def _serve(cmd_fd: int, res_fd: int) -> int:
-    from .._errors import JaxtuneError
-    from .._tuning.result import Measurement
-    from .._tuning.sweep import Sweeper
     from .wire import FrameReader, write_frame
 
     reader = FrameReader(cmd_fd)
-    current: tuple[str, Sweeper] | None = None
-
-    def emit(kind: str, cid: str, data: Any) -> None:
-        if isinstance(data, Measurement) or hasattr(data, "to_dict"):
-            data = data.to_dict()
-        write_frame(res_fd, {"t": "event", "kind": kind, "cid": cid, "data": data})
-
+    server = _Server(res_fd)
     while True:
         try:
             msg = reader.read()
         except EOFError:
             return 0
-        op = msg.get("op")
-        if op == "exit":
+        if msg.get("op") == "exit":
             return 0
-        try:
-            if op == "profile":
-                from .._profiling.profiled import capture
-                from .wire import decode_value
-
-                info = capture(
-                    resolve_callable(msg["ref"]),
-                    tuple(decode_value(msg["args"])),
-                    dict(decode_value(msg["kwargs"])),
-                    iters=msg["iters"],
-                    warmup=msg["warmup"],
-                    logdir=msg["logdir"],
-                )
-                write_frame(res_fd, {"t": "done", "info": info})
-                continue
-            if current is None or current[0] != msg["task_id"]:
-                current = (msg["task_id"], Sweeper(_build_task(msg), on_event=emit))
-            sweeper = current[1]
-            if op == "measure":
-                results = sweeper.measure(
-                    msg["todo"],
-                    reference=msg["reference"],
-                    best_us=msg["best_us"],
-                    serial_compile=msg["serial"],
-                )
-            elif op == "retime":
-                results = dict(sweeper.retime(msg["todo"]))
-            else:
-                raise LookupError(f"unknown request {op!r}")
-            write_frame(
-                res_fd, {"t": "done", "results": {k: r.to_dict() for k, r in results.items()}}
-            )
-        except JaxtuneError as e:
-            write_frame(res_fd, {"t": "error", "type": type(e).__name__, "message": str(e)})
-        except (ImportError, LookupError) as e:
-            # The parent tunes or profiles in its own process instead.
-            write_frame(
-                res_fd,
-                {
-                    "t": "error",
-                    "type": "NotTransportable",
-                    "message": f"the child could not import it ({e})",
-                },
-            )
-        except Exception as e:
-            write_frame(
-                res_fd,
-                {
-                    "t": "error",
-                    "type": "SweepError",
-                    "message": f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}",
-                },
-            )
+        write_frame(res_fd, server.answer(msg))
 
 
 def main(argv: list[str] | None = None) -> int:

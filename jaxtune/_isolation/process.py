@@ -1,7 +1,10 @@
 """A re-exec'd child Python process: start it, talk to it, kill it, pool it.
 
-The child (``python -m jaxtune._isolation.child``) starts with a built environment, in its own process
-group, with two pipes for msgpack frames and a log file for its stdout and stderr.
+The child (``python -m jaxtune._isolation.child``) starts with a built environment, in its
+own process group, with two pipes for msgpack frames and a log file for its stdout and
+stderr. :meth:`ChildProcess.request` is the one request/response path every caller uses: it
+sends a message, hands each ``event`` frame to a callback, and returns the final frame, or
+raises :class:`ChildLost` when the child dies or stops answering.
 """
 
 from __future__ import annotations
@@ -14,18 +17,34 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._errors import SweepError
 from .wire import FrameReader, write_frame
 
-__all__ = ["STARTUP_TIMEOUT", "ChildProcess", "shutdown_children"]
+__all__ = [
+    "POOL",
+    "STARTUP_TIMEOUT",
+    "ChildLost",
+    "ChildPool",
+    "ChildProcess",
+    "parent_backend",
+    "python_path",
+    "shutdown_children",
+]
 
 #: Seconds a child may take to import JAX and start its backend.
 STARTUP_TIMEOUT = 180.0
-#: Extra seconds past a config's timeout before the child is killed (the child itself
 _TAIL_LINES = 15
+
+
+class ChildLost(Exception):  # noqa: N818 - a signal between modules, never raised to users
+    """The child died (``hung`` False) or gave no answer in time (``hung`` True)."""
+
+    def __init__(self, hung: bool) -> None:
+        super().__init__("no answer in time" if hung else "the child process died")
+        self.hung = hung
 
 
 def _signal_name(number: int) -> str:
@@ -80,6 +99,39 @@ class ChildProcess:
 
     def send(self, message: Any) -> None:
         write_frame(self.cmd_fd, message)
+
+    def request(
+        self,
+        message: Mapping[str, Any],
+        *,
+        timeout: Callable[[], float | None],
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Sends ``message`` and returns the first frame that is not an ``event``.
+
+        ``timeout()`` is asked before each read (``None``: wait for ever); each ``event``
+        frame goes to ``on_event``. The caller holds :attr:`lock`.
+
+        Raises:
+            ChildLost: the child died, closed its pipe or gave no frame in time.
+        """
+        try:
+            self.send(message)
+        except OSError as e:
+            raise ChildLost(hung=False) from e
+        while True:
+            try:
+                frame = self.reader.read(timeout=timeout())
+            except (EOFError, OSError) as e:
+                raise ChildLost(hung=False) from e
+            if frame is None:
+                raise ChildLost(hung=True)
+            if not isinstance(frame, dict):
+                continue
+            if frame.get("t") != "event":
+                return frame
+            if on_event is not None:
+                on_event(frame)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -147,21 +199,70 @@ class ChildProcess:
         return " | ".join(lines) or "(nothing on stderr)"
 
 
-_POOL: dict[tuple[tuple[str, str], ...], ChildProcess] = {}
-_POOL_LOCK = threading.Lock()
+class ChildPool:
+    """Long-lived children, one per environment, shared by every runner of this process."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[Any, ...], ChildProcess] = {}
+        self._lock = threading.Lock()
+
+    def get(
+        self,
+        env: Mapping[str, str],
+        check: Callable[[ChildProcess], None] | None = None,
+        *,
+        slot: int | None = None,
+    ) -> ChildProcess:
+        """The live child for ``env`` (and ``slot``: one child per device even where the
+        environments are the same, as on CPU), started when there is none. ``check`` vets a
+        new child before it joins the pool (it closes the child and raises to refuse it)."""
+        key = (slot, *sorted(env.items()))
+        with self._lock:
+            child = self._children.get(key)
+            if child is not None and child.alive():
+                return child
+            if child is not None:
+                child.kill()
+            child = ChildProcess(env)
+            if check is not None:
+                check(child)
+            self._children[key] = child
+            return child
+
+    def discard(self, child: ChildProcess) -> None:
+        """Kills ``child`` and forgets it, so the next :meth:`get` starts a new one."""
+        with self._lock:
+            for key, value in list(self._children.items()):
+                if value is child:
+                    del self._children[key]
+        child.kill()
+
+    def children(self) -> list[ChildProcess]:
+        """The pooled children (live or not)."""
+        with self._lock:
+            return list(self._children.values())
+
+    def shutdown(self) -> None:
+        """Stops every pooled child."""
+        with self._lock:
+            children = list(self._children.values())
+            self._children.clear()
+        for child in children:
+            child.close()
+
+
+#: The pool every runner of this process draws its children from.
+POOL = ChildPool()
 
 
 @atexit.register
 def shutdown_children() -> None:
     """Stops every pooled child (also run at interpreter exit)."""
-    with _POOL_LOCK:
-        children = list(_POOL.values())
-        _POOL.clear()
-    for child in children:
-        child.close()
+    POOL.shutdown()
 
 
-def _python_path() -> str:
+def python_path() -> str:
+    """``sys.path`` as a ``PYTHONPATH`` value, so the child imports what this process does."""
     entries = []
     for entry in sys.path:
         path = os.path.abspath(entry or os.getcwd())
@@ -170,7 +271,7 @@ def _python_path() -> str:
     return os.pathsep.join(entries)
 
 
-def _parent_backend() -> str | None:
+def parent_backend() -> str | None:
     """The platform this process already started, if any (never starts one)."""
     jax_mod = sys.modules.get("jax")
     if jax_mod is None:
@@ -184,10 +285,3 @@ def _parent_backend() -> str | None:
     if not backends:
         return None
     return str(jax_mod.default_backend())
-
-
-def _normalise(platform: str | None) -> str | None:
-    if platform is None:
-        return None
-    platform = platform.lower()
-    return "gpu" if platform in ("cuda", "rocm", "gpu") else platform

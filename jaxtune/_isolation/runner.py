@@ -12,46 +12,25 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import sys
-import time
-import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from .. import _errors
 from .._errors import JaxtuneWarning, SweepError
-from .._flags import child_env
+from .._flags import child_env, normalise_platform, requested_platform
 from .._tuning.progress import Progress
 from .._tuning.result import Failure, Measurement, measurement_from_dict
 from .._tuning.space import config_id
-from .._tuning.sweep import SweepOutcome, SweepTask, finish, leaders, ordered, run_sweep
+from .._tuning.sweep import SweepOutcome, SweepPlan, SweepTask, finish, leaders, ordered, run_sweep
 from . import context as _context
-from .process import (
-    _POOL,
-    _POOL_LOCK,
-    ChildProcess,
-    _normalise,
-    _parent_backend,
-    _python_path,
-)
-from .process import shutdown_children as shutdown_children
-from .wire import NotTransportable, encode_value
+from .flight import InFlight, raise_child_error
+from .process import POOL, ChildLost, ChildProcess, parent_backend, python_path
+from .requests import sweep_request
+from .wire import NotTransportable
 
-__all__ = [
-    "ChildProcess",
-    "InlineRunner",
-    "ProcessRunner",
-    "Runner",
-    "default_runner",
-    "shutdown_children",
-]
+__all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner"]
 
 Result = Measurement | Failure
-
-#: Extra seconds past a config's timeout before the child is killed (the child itself
-#: reports a soft timeout first when the slow step returns).
-GRACE = 2.0
 
 _TPU_HELD = (
     "this process already opened the TPU, and only one process can hold a TPU chip, so "
@@ -120,18 +99,18 @@ class ProcessRunner:
 
     # -- the child ---------------------------------------------------------------------
 
-    def _expected_platform(self) -> str | None:
-        if self.platform:
-            return _normalise(self.platform)
-        parent = _parent_backend()
-        if parent:
-            return _normalise(parent)
-        first = os.environ.get("JAX_PLATFORMS", "").split(",")[0].strip()
-        return _normalise(first) if first else None
+    def expected_platform(self) -> str | None:
+        """The platform the child must come up on: ``platform=``, else this process's
+        backend, else what ``JAX_PLATFORMS`` asks for (``None``: whatever JAX picks)."""
+        return (
+            normalise_platform(self.platform)
+            or normalise_platform(parent_backend())
+            or requested_platform()
+        )
 
     def environment(self) -> dict[str, str]:
         """The child's environment."""
-        platform = self._expected_platform()
+        platform = self.expected_platform()
         extra = dict(self.extra_env)
         xla = extra.pop("XLA_FLAGS", "")
         libtpu = extra.pop("LIBTPU_INIT_ARGS", "")
@@ -149,13 +128,11 @@ class ProcessRunner:
             if "JAX_PLATFORMS" in os.environ:
                 env["JAX_PLATFORMS"] = os.environ["JAX_PLATFORMS"]
         env.update(extra)
-        env["PYTHONPATH"] = _python_path()
+        env["PYTHONPATH"] = python_path()
         env["JAXTUNE_ISOLATION"] = "inline"
         env["JAXTUNE_PARENT_PID"] = str(os.getpid())
         if self.memory_limit:
             env["JAXTUNE_CHILD_MEMORY_LIMIT"] = str(int(self.memory_limit))
-        if self.device is not None:
-            env["JAXTUNE_DEVICE"] = str(self.device)
         if self.device is not None and platform == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = str(self.device)
         if self.device is not None and platform == "tpu":
@@ -164,77 +141,69 @@ class ProcessRunner:
             env["TPU_CHIPS_PER_PROCESS_BOUNDS"] = "1,1,1"
         return env
 
-    def _child(self) -> ChildProcess:
-        env = self.environment()
-        key = tuple(sorted(env.items()))
-        with _POOL_LOCK:
-            child = _POOL.get(key)
-            if child is not None and child.alive():
-                self.ready = child.ready
-                return child
-            if child is not None:
-                child.kill()
-            child = ChildProcess(env)
-            expected = self._expected_platform()
-            got = _normalise(child.ready["platform"])
+    def child(self) -> ChildProcess:
+        """The pooled child for this runner's environment (started when needed).
+
+        Raises:
+            SweepError: the child came up on another platform than expected.
+        """
+        expected = self.expected_platform()
+
+        def check(child: ChildProcess) -> None:
+            got = normalise_platform(child.ready["platform"])
             if expected and got != expected:
                 child.close()
                 raise SweepError(
                     f"the jaxtune child came up on {got!r}, expected {expected!r} like this "
                     "process; check JAX_PLATFORMS and the accelerator's visibility variables."
                 )
-            _POOL[key] = child
-            self.ready = child.ready
-            return child
 
-    def _discard(self, child: ChildProcess) -> None:
-        with _POOL_LOCK:
-            for key, value in list(_POOL.items()):
-                if value is child:
-                    del _POOL[key]
-        child.kill()
+        child = POOL.get(self.environment(), check, slot=self.device)
+        self.ready = child.ready
+        return child
 
     # -- a sweep -------------------------------------------------------------------------
 
     def sweep(self, task: SweepTask) -> SweepOutcome:
-        if _normalise(_parent_backend()) == "tpu" and self._expected_platform() == "tpu":
-            _warn_once(("tpu", task.kernel), f"jaxtune: tuning {task.kernel}: {_TPU_HELD}")
+        kernel = task.plan.kernel
+        if normalise_platform(parent_backend()) == "tpu" and self.expected_platform() == "tpu":
+            _warn_once(("tpu", kernel), f"jaxtune: tuning {kernel}: {_TPU_HELD}")
             return InlineRunner().sweep(task)
         try:
-            return self.run_request(task, _request(task))
+            return self.run(task.plan, sweep_request(task))
         except NotTransportable as e:
             _warn_once(
-                ("inline", task.kernel),
-                f"jaxtune: {task.kernel} cannot be tuned in a child process: {e}. It is tuned "
+                ("inline", kernel),
+                f"jaxtune: {kernel} cannot be tuned in a child process: {e}. It is tuned "
                 "in this process instead, without crash isolation. Define the kernel at module "
                 "level with plain array/static arguments, or set JAXTUNE_ISOLATION=inline to "
                 "silence this warning.",
             )
             return InlineRunner().sweep(task)
 
-    def run_request(self, task: SweepTask, request: dict[str, Any]) -> SweepOutcome:
-        """Runs a prepared request (``jaxtune tune`` builds them from a recording); only the
-        task's kernel id, key, configs, default, timeout and timing options are used here."""
-        progress = Progress(f"{task.kernel} {task.signature.key}", len(task.configs), task.verbose)
-        order = ordered(task)
+    def run(self, plan: SweepPlan, request: dict[str, Any]) -> SweepOutcome:
+        """Runs the sweep ``plan`` describes through a prepared request (``jaxtune tune``
+        reads both from a recording; :meth:`sweep` builds them from a task)."""
+        progress = Progress(f"{plan.kernel} {plan.key}", len(plan.configs), plan.verbose)
+        order = ordered(plan)
         devices = list(self.devices or [])
         if len(devices) > 1:
-            results = self._measure_on_devices(task, request, progress, order, devices)
+            results = self._measure_on_devices(plan, request, progress, order, devices)
         else:
-            results = self._measure_all(task, request, progress, order)
-        todo = leaders(results, task.options)
+            results = self._measure_all(plan, request, progress, order)
+        todo = leaders(results, plan.options)
         if todo:
             # The leaders are re-timed together on one device, so they compare fairly.
             first = self._on_device(devices[0]) if devices else self
             retime = {**request, "op": "retime", "todo": todo}
-            results.update(first._exchange(task, retime, progress=None)[1])
-        outcome = finish(task, results)
+            results.update(first._exchange(plan, retime, progress=None)[1])
+        outcome = finish(plan, results)
         progress.finish(outcome)
         return outcome
 
     def _measure_all(
         self,
-        task: SweepTask,
+        plan: SweepPlan,
         request: dict[str, Any],
         progress: Progress,
         order: list[dict[str, Any]],
@@ -245,7 +214,7 @@ class ProcessRunner:
             pending = [c for c in order if config_id(c) not in results]
             if not pending:
                 return results
-            reference = _reference(order, results, task.default)
+            reference = _reference(order, results, plan.default)
             best = [
                 m.min_us for m in results.values() if isinstance(m, Measurement) and not m.dropped
             ]
@@ -257,56 +226,51 @@ class ProcessRunner:
                 "best_us": min(best) if best else None,
                 "serial": serial,
             }
-            crashed, got = self._exchange(task, message, progress=progress)
+            crashed, got = self._exchange(plan, message, progress=progress)
             results.update(got)
             if crashed == "serial":
                 serial = True
         raise SweepError(
-            f"the sweep of {task.kernel} kept losing its child process; results so far: "
+            f"the sweep of {plan.kernel} kept losing its child process; results so far: "
             f"{ {k: type(v).__name__ for k, v in results.items()} }"
         )
 
     def _lost(
         self,
-        task: SweepTask,
+        plan: SweepPlan,
         child: ChildProcess,
         offset: int,
-        *,
         hung: bool,
-        compiling: Mapping[str, float],
-        running: tuple[str, float] | None,
-        by_id: Mapping[str, dict[str, Any]],
-        got: dict[str, Result],
+        flight: InFlight,
         progress: Progress | None,
     ) -> tuple[str | None, dict[str, Result]]:
         """The child crashed or hung: kill it, and blame the config in flight if there is
         exactly one; ``"serial"`` asks for one-at-a-time compilation to find the culprit."""
         if hung:
             how = (
-                f"no answer within the {task.timeout_s:g} s limit (JAXTUNE_TIMEOUT / "
+                f"no answer within the {plan.timeout_s:g} s limit (JAXTUNE_TIMEOUT / "
                 "timeout=); the child was killed"
             )
-            self._discard(child)
         else:
             how = f"the child process {child.describe_exit()}"
-            self._discard(child)
+        POOL.discard(child)
         tail = child.stderr_tail(offset)
-        suspects = _suspects(compiling, running, hung=hung, timeout_s=task.timeout_s)
+        suspects = flight.suspects(hung=hung, timeout_s=plan.timeout_s)
         if len(suspects) == 1:
             cid = suspects[0]
             failure = Failure(
-                config=by_id[cid],
+                config=flight.by_id[cid],
                 stage="timeout" if hung else "crash",
                 reason=f"{how}; stderr: {tail}",
             )
-            got[cid] = failure
-            if progress is not None and cid in {config_id(c) for c in task.configs}:
+            flight.got[cid] = failure
+            if progress is not None and cid in {config_id(c) for c in plan.configs}:
                 progress.update(failure)
-            return "restart", got
+            return "restart", flight.got
         if suspects:
-            return "serial", got
+            return "serial", flight.got
         raise SweepError(
-            f"the jaxtune child died outside any config of {task.kernel} ({how}); stderr: {tail}"
+            f"the jaxtune child died outside any config of {plan.kernel} ({how}); stderr: {tail}"
         )
 
     def _on_device(self, device: int) -> ProcessRunner:
@@ -319,7 +283,7 @@ class ProcessRunner:
 
     def _measure_on_devices(
         self,
-        task: SweepTask,
+        plan: SweepPlan,
         request: dict[str, Any],
         progress: Progress,
         order: list[dict[str, Any]],
@@ -334,7 +298,7 @@ class ProcessRunner:
         with concurrent.futures.ThreadPoolExecutor(len(devices)) as ex:
             parts = list(
                 ex.map(
-                    lambda pair: pair[0]._measure_all(task, request, progress, pair[1]),
+                    lambda pair: pair[0]._measure_all(plan, request, progress, pair[1]),
                     [(r, share) for r, share in zip(runners, shares, strict=True) if share],
                 )
             )
@@ -345,7 +309,7 @@ class ProcessRunner:
 
     def _exchange(
         self,
-        task: SweepTask,
+        plan: SweepPlan,
         message: dict[str, Any],
         *,
         progress: Progress | None,
@@ -356,85 +320,27 @@ class ProcessRunner:
         failures it could attribute, and ``"serial"`` when it could not tell which of
         several configs compiling in parallel was at fault.
         """
-        in_space = {config_id(c) for c in task.configs}
-        child = self._child()
+        in_space = {config_id(c) for c in plan.configs}
+        flight = InFlight(message)
+        child = self.child()
+
+        def on_event(frame: dict[str, Any]) -> None:
+            result = flight.event(frame)
+            if result is not None and progress is not None and frame["cid"] in in_space:
+                progress.update(result)
+
         with child.lock:
             offset = child.log_size()
-            got: dict[str, Result] = {}
-            compiling: dict[str, float] = {}
-            running: tuple[str, float] | None = None
-            by_id = {config_id(c): dict(c) for c in message["todo"]}
-            if message.get("reference"):
-                by_id.setdefault(config_id(message["reference"]), dict(message["reference"]))
             try:
-                child.send(message)
-            except OSError:
-                self._discard(child)
-                return "restart", got
-            while True:
-                starts = list(compiling.values()) + ([running[1]] if running else [])
-                timeout = None
-                if starts:
-                    timeout = max(0.0, min(starts) + task.timeout_s + GRACE - time.monotonic())
-                try:
-                    msg = child.reader.read(timeout=timeout)
-                except EOFError:
-                    msg = "eof"
-                if msg is None or msg == "eof":
-                    return self._lost(
-                        task,
-                        child,
-                        offset,
-                        hung=msg is None,
-                        compiling=compiling,
-                        running=running,
-                        by_id=by_id,
-                        got=got,
-                        progress=progress,
-                    )
-                kind = msg.get("t")
-                if kind == "done":
-                    got.update({k: measurement_from_dict(v) for k, v in msg["results"].items()})
-                    return None, got
-                if kind == "error" and msg.get("type") == "NotTransportable":
-                    raise NotTransportable(msg["message"])
-                if kind == "error":
-                    error_type = getattr(_errors, str(msg.get("type")), SweepError)
-                    if not (isinstance(error_type, type) and issubclass(error_type, Exception)):
-                        error_type = SweepError
-                    raise error_type(msg["message"])
-                if kind != "event":
-                    continue
-                cid, event = msg["cid"], msg["kind"]
-                if event == "compile_start":
-                    compiling[cid] = time.monotonic()
-                elif event == "compiled":
-                    compiling.pop(cid, None)
-                elif event == "run_start":
-                    running = (cid, time.monotonic())
-                elif event == "result":
-                    running = None
-                    result = measurement_from_dict(msg["data"])
-                    got[cid] = result
-                    if progress is not None and cid in in_space:
-                        progress.update(result)
-
-
-def _suspects(
-    compiling: Mapping[str, float],
-    running: tuple[str, float] | None,
-    *,
-    hung: bool,
-    timeout_s: float,
-) -> list[str]:
-    """The configs that may have killed or hung the child."""
-    if running is not None:
-        return [running[0]]
-    if hung:
-        now = time.monotonic()
-        late = [c for c, t in compiling.items() if now - t >= timeout_s]
-        return late or list(compiling)
-    return list(compiling)
+                frame = child.request(
+                    message, timeout=lambda: flight.wait(plan.timeout_s), on_event=on_event
+                )
+            except ChildLost as lost:
+                return self._lost(plan, child, offset, lost.hung, flight, progress)
+        if frame.get("t") == "error":
+            raise_child_error(frame, SweepError)
+        flight.got.update({k: measurement_from_dict(v) for k, v in frame["results"].items()})
+        return None, flight.got
 
 
 def _reference(
@@ -449,100 +355,6 @@ def _reference(
         if isinstance(results.get(config_id(config)), Measurement):
             return config
     return None
-
-
-def _kernel_ref(task: SweepTask) -> dict[str, Any]:
-    return {**_function_ref(task.fn), "kernel": task.kernel}
-
-
-def _function_ref(fn: Any) -> dict[str, Any]:
-    """``module``, ``qualname`` and, for ``__main__``, the script ``path`` of a function.
-
-    Raises:
-        NotTransportable: the function cannot be re-imported in another process.
-    """
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", "")
-    if not module or "<locals>" in qualname or "<lambda>" in qualname:
-        raise NotTransportable("it is defined inside a function (a closure or lambda)")
-    path = None
-    if module == "__main__":
-        path = getattr(sys.modules.get("__main__"), "__file__", None)
-        if not path:
-            raise NotTransportable("it is defined in an interactive session or notebook")
-        path = os.path.abspath(path)
-    else:
-        # Where the module came from, for a child that cannot import it by name (a test
-        # module collected with pytest's importlib mode, a module added to sys.path late).
-        path = getattr(sys.modules.get(module), "__file__", None)
-    return {"module": module, "qualname": qualname, "path": path}
-
-
-def _request(task: SweepTask) -> dict[str, Any]:
-    args, kwargs = task.signature.call_arguments()
-    return {
-        "task_id": uuid.uuid4().hex,
-        "ref": _kernel_ref(task),
-        "args": encode_value(tuple(args)),
-        "kwargs": encode_value(dict(kwargs)),
-        "key": task.signature.key,
-        "configs": [dict(c) for c in task.configs],
-        "default": dict(task.default),
-        "timeout_s": task.timeout_s,
-        "options": {f: getattr(task.options, f) for f in task.options.__dataclass_fields__},
-    }
-
-
-def profile_in_child(
-    fn: Any,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    *,
-    iters: int,
-    warmup: int,
-    llo: bool,
-    custom_call_tracing: bool,
-    logdir: str,
-) -> dict[str, Any]:
-    """Captures a trace of ``fn`` in a child started with the profiling flags; returns what
-    :func:`jaxtune._profiling.profiled.capture` returned there.
-
-    Raises:
-        NotTransportable: ``fn`` or its arguments cannot travel (the caller captures inline).
-        ProfileError: the child failed; the message holds its stderr.
-    """
-    from .._config import settings
-    from .._profiling.report import ProfileError
-
-    message = {
-        "op": "profile",
-        "ref": _function_ref(fn),
-        "args": encode_value(tuple(args)),
-        "kwargs": encode_value(dict(kwargs)),
-        "iters": iters,
-        "warmup": warmup,
-        "logdir": logdir,
-    }
-    runner = ProcessRunner(profiling={"llo": llo, "custom_call_tracing": custom_call_tracing})
-    child = runner._child()
-    limit = settings().timeout * (iters + max(warmup, 2) + 5)
-    with child.lock:
-        offset = child.log_size()
-        try:
-            child.send(message)
-            answer = child.reader.read(timeout=limit)
-        except (OSError, EOFError):
-            answer = "eof"
-        if answer is None or answer == "eof":
-            how = "did not finish in time" if answer is None else child.describe_exit()
-            runner._discard(child)
-            raise ProfileError(f"the profiling child {how}; stderr: {child.stderr_tail(offset)}")
-    if answer.get("t") == "error" and answer.get("type") == "NotTransportable":
-        raise NotTransportable(answer["message"])
-    if answer.get("t") == "error":
-        raise ProfileError(answer["message"])
-    info: dict[str, Any] = answer["info"]
-    return info
 
 
 _WARNED: set[Any] = set()

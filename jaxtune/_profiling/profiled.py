@@ -26,12 +26,10 @@ from .. import _config, _flags, _markers
 from .._errors import JaxtuneError, JaxtuneWarning
 from .._tuning.locate import sites_in_module
 from .report import Profile as Profile
-from .report import ProfileError as ProfileError
 from .report import report_from_trace as report_from_trace
 
 __all__ = [
     "Profile",
-    "ProfileError",
     "Profiled",
     "capture",
     "profile",
@@ -64,13 +62,13 @@ def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str | None]]:
 
 
 def _concrete(value: Any, seed: int) -> Any:
-    from .._tuning.inputs import _random_leaf
+    from .._tuning.inputs import random_leaf
 
     rng = np.random.default_rng(seed)
 
     def leaf(x: Any) -> Any:
         if isinstance(x, jax.ShapeDtypeStruct):
-            return jax.numpy.asarray(_random_leaf(x, rng))
+            return jax.numpy.asarray(random_leaf(x, rng))
         return x
 
     return jax.tree_util.tree_map(leaf, value)
@@ -217,7 +215,8 @@ def profile(
         >>> p = jaxtune.profile(lambda x: jnp.sin(x) * 2, jnp.ones(8))  # doctest: +SKIP
         >>> print(p.table())  # doctest: +SKIP
     """
-    from .._isolation import runner as _runner
+    from .._isolation.capture import profile_in_child
+    from .._isolation.wire import NotTransportable
 
     target = str(logdir) if logdir else tempfile.mkdtemp(prefix="jaxtune-profile-")
     raw = getattr(fn, "__wrapped_profiled__", fn)
@@ -225,7 +224,7 @@ def profile(
     info: dict[str, Any] | None = None
     if settings.isolation == "process":
         try:
-            info = _runner.profile_in_child(
+            info = profile_in_child(
                 raw,
                 args,
                 kwargs,
@@ -235,7 +234,7 @@ def profile(
                 custom_call_tracing=custom_call_tracing,
                 logdir=target,
             )
-        except _runner.NotTransportable as e:
+        except NotTransportable as e:
             warnings.warn(
                 f"jaxtune.profile: {getattr(raw, '__qualname__', raw)} cannot run in a child "
                 f"process ({e}); capturing in this process, where the profiling flags can no "

@@ -10,15 +10,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import JaxtuneError
+from .._errors import ProfileError
 from . import xspace as _xspace
 from .attribution import KernelStat, attribute, op_events
 
-__all__ = ["Profile", "ProfileError", "report_from_trace"]
-
-
-class ProfileError(JaxtuneError):
-    """A trace could not be captured or read."""
+__all__ = ["Profile", "report_from_trace"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

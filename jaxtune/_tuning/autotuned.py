@@ -27,7 +27,7 @@ from .lookup import Choice
 from .result import Entry, TuningResult, now
 from .signature import Signature, is_array, is_tracing
 from .space import ConfigSpec
-from .sweep import SweepOutcome, SweepTask
+from .sweep import SweepOutcome, SweepPlan, SweepTask
 from .timing import TimingOptions
 
 __all__ = ["Autotuned", "autotuned", "registry"]
@@ -163,7 +163,8 @@ class Autotuned(Generic[R]):
             and not any(is_array(leaf) for leaf in jax.tree_util.tree_leaves(v))
         )
 
-    def _bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature:
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature:
+        """The call's arguments split into arrays and static values, with its key."""
         return Signature.bind(
             self.signature,
             args,
@@ -173,7 +174,8 @@ class Autotuned(Generic[R]):
             key_fn=self.key_fn,
         )
 
-    def _space_and_default(self, sig: Signature) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def space_and_default(self, sig: Signature) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The pruned space and the default config for a bound call."""
         args, kwargs = sig.call_arguments(abstract=True)
         space = self.spec.space(args, kwargs)
         return space, self.spec.default_config(space, args, kwargs)
@@ -189,7 +191,7 @@ class Autotuned(Generic[R]):
     def _lookup(self, sig: Signature, *, sweep: bool) -> Choice:
         settings = _config.settings()
         kind = _lookup.device_kind()
-        space, default = self._space_and_default(sig)
+        space, default = self.space_and_default(sig)
         names = frozenset(space[0])
         use_caches = settings.mode != "off"
         retune = settings.mode == "retune" and (kind, sig.key) not in self._retuned
@@ -227,30 +229,33 @@ class Autotuned(Generic[R]):
                 return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
         return Choice(config=default, source="default", key=sig.key)
 
-    def _task(
+    def sweep_task(
         self, sig: Signature, space: list[dict[str, Any]], default: dict[str, Any]
     ) -> SweepTask:
+        """The sweep of this kernel for a bound call, over ``space``."""
         settings = _config.settings()
-        return SweepTask(
+        plan = SweepPlan(
             kernel=self.kernel_id,
-            fn=self.__wrapped__,
-            signature=sig,
+            key=sig.key,
             configs=tuple(space),
             default=default,
-            check=self.check,
-            inputs=self.inputs,
+            shapes=sig.shapes,
+            statics=sig.statics,
             timeout_s=self.timeout or settings.timeout,
             options=self.timing or _timing.DEFAULT,
             verbose=settings.verbose,
+        )
+        return SweepTask(
+            plan=plan, fn=self.__wrapped__, signature=sig, check=self.check, inputs=self.inputs
         )
 
     def _sweep(
         self, sig: Signature, space: list[dict[str, Any]], default: dict[str, Any], kind: str
     ) -> Entry:
-        task = self._task(sig, space, default)
+        task = self.sweep_task(sig, space, default)
         with self._lock:
             outcome = default_runner().sweep(task)
-            entry = make_entry(task, outcome, kind, self.version)
+            entry = make_entry(task.plan, outcome, kind, self.version)
             _cache.user_cache().write([entry])
             self._retuned.add((kind, sig.key))
             self._eager.clear()
@@ -267,8 +272,8 @@ class Autotuned(Generic[R]):
         explicit = self._explicit(kwargs) if kwargs else None
         if explicit is not None:
             rest = {k: v for k, v in kwargs.items() if k not in explicit}
-            sig = self._bind(args, rest)
-            _, default = self._space_and_default(sig)
+            sig = self.bind(args, rest)
+            _, default = self.space_and_default(sig)
             config = {**default, **explicit}
             choice = Choice(config=config, source="explicit", key=sig.key)
             return self._invoke(sig, args, rest, choice)
@@ -277,7 +282,7 @@ class Autotuned(Generic[R]):
             hit = self._eager.get(memo_key)
             if hit is not None:
                 return hit[0](*args, **kwargs)
-        sig = self._bind(args, kwargs)
+        sig = self.bind(args, kwargs)
         choice = self._choose(sig, sweep=True)
         if memo_key is not None:
             jitted = self._jit_for(sig, choice)
@@ -356,14 +361,14 @@ class Autotuned(Generic[R]):
         explicit = self._explicit(kwargs)
         if explicit is not None:
             rest = {k: v for k, v in kwargs.items() if k not in explicit}
-            sig = self._bind(args, rest)
-            _, default = self._space_and_default(sig)
+            sig = self.bind(args, rest)
+            _, default = self.space_and_default(sig)
             return Choice(config={**default, **explicit}, source="explicit", key=sig.key)
-        return self._choose(self._bind(args, kwargs), sweep=False)
+        return self._choose(self.bind(args, kwargs), sweep=False)
 
     def space(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         """The configs ``prune`` keeps for these arguments, in sweep order."""
-        return self._space_and_default(self._bind(args, kwargs))[0]
+        return self.space_and_default(self.bind(args, kwargs))[0]
 
     def tune(self, *args: Any, **kwargs: Any) -> TuningResult:
         """Sweeps the space for these arguments now (whatever ``JAXTUNE_MODE`` says), writes
@@ -374,8 +379,8 @@ class Autotuned(Generic[R]):
         Raises:
             TuningFailedError: every config failed; the message lists each reason.
         """
-        sig = self._bind(args, kwargs)
-        space, default = self._space_and_default(sig)
+        sig = self.bind(args, kwargs)
+        space, default = self.space_and_default(sig)
         entry = self._sweep(sig, space, default, _lookup.device_kind())
         retrace_jitted_functions()
         return TuningResult.of(entry)
@@ -385,7 +390,7 @@ class Autotuned(Generic[R]):
         reports), or ``None`` when the decorator gave none."""
         if self.flops is None and self.bytes is None:
             return None
-        sig = self._bind(args, kwargs)
+        sig = self.bind(args, kwargs)
         a, k = sig.call_arguments(abstract=True)
         out: dict[str, float] = {}
         for label, hint in (("flops", self.flops), ("bytes", self.bytes)):
@@ -394,22 +399,22 @@ class Autotuned(Generic[R]):
         return out
 
 
-def make_entry(task: SweepTask, outcome: SweepOutcome, kind: str, version: str) -> Entry:
+def make_entry(plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str) -> Entry:
     """The cache entry for a finished sweep."""
     return Entry(
-        kernel=task.kernel,
+        kernel=plan.kernel,
         device_kind=kind,
-        key=task.signature.key,
+        key=plan.key,
         config=dict(outcome.best.config),
         time_us=outcome.best.median_us,
-        default_config=dict(task.default),
+        default_config=dict(plan.default),
         default_time_us=getattr(outcome.default, "median_us", None),
         measurements=outcome.measurements,
         versions=_versions.toolchain(),
         created=now(),
         kernel_version=version,
-        shapes=task.signature.shapes,
-        statics=task.signature.statics,
+        shapes=plan.shapes,
+        statics=plan.statics,
     )
 
 

@@ -219,10 +219,6 @@ class CacheStore:
         """Removes every cache file; returns how many entries they held."""
         return self.remove(lambda e: False)
 
-    def as_result(self) -> TuningResult:
-        """Every entry as a :class:`TuningResult`."""
-        return TuningResult.of(*self.all_entries())
-
 
 def _with(current: dict[str, Entry], *, additions: dict[str, Entry]) -> dict[str, Entry]:
     return {**current, **additions}

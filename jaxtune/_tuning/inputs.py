@@ -16,10 +16,12 @@ import numpy as np
 from .._errors import SignatureError
 from .signature import Signature, dtype_name, is_array
 
-__all__ = ["make_inputs"]
+__all__ = ["make_inputs", "random_leaf"]
 
 
-def _random_leaf(leaf: Any, rng: np.random.Generator) -> np.ndarray:
+def random_leaf(leaf: Any, rng: np.random.Generator) -> np.ndarray:
+    """Random values of ``leaf``'s shape and dtype: small non-negative integers (valid as
+    indices of most dimensions), booleans, or standard-normal floats (ml_dtypes included)."""
     shape, dtype = tuple(leaf.shape), np.dtype(leaf.dtype)
     if dtype == np.bool_:
         return rng.random(shape) < 0.5
@@ -62,7 +64,7 @@ def make_inputs(
     for i, name in enumerate(names):
         rng = np.random.default_rng(seed + i)
         out[name] = jax.tree_util.tree_map(
-            lambda leaf, rng=rng: _random_leaf(leaf, rng), values[name]
+            lambda leaf, rng=rng: random_leaf(leaf, rng), values[name]
         )
     return out
 

@@ -34,14 +34,14 @@ class _Recorder:
             jax.monitoring.register_event_duration_secs_listener(self._on_event)
 
     def record(self, kernel: Any, sig: Any, choice: Any) -> None:
-        from .._isolation.runner import _request
+        from .._isolation.requests import sweep_request
         from .._isolation.wire import NotTransportable, write_frame
         from .lookup import device_kind
 
         if (kernel.kernel_id, sig.key) in self.recorded:
             return
         self.recorded.add((kernel.kernel_id, sig.key))
-        space, default = kernel._space_and_default(sig)
+        space, default = kernel.space_and_default(sig)
         frame: dict[str, Any] = {
             "t": "call",
             "kernel": kernel.kernel_id,
@@ -54,7 +54,7 @@ class _Recorder:
             "statics": sig.statics,
         }
         try:
-            frame["request"] = _request(kernel._task(sig, space, default))
+            frame["request"] = sweep_request(kernel.sweep_task(sig, space, default))
         except NotTransportable as e:
             frame["error"] = str(e)
         write_frame(self.fd, frame)
@@ -69,23 +69,23 @@ class _Recorder:
             os._exit(0)
 
 
-def _recorder() -> _Recorder | None:
-    path = os.environ.get("JAXTUNE_RECORD")
-    if not path:
+def _recorder(settings: _config.Settings) -> _Recorder | None:
+    if not settings.record:
         return None
     with _LOCK:
         if not _RECORDER:
-            _RECORDER.append(_Recorder(path, os.environ.get("JAXTUNE_RECORD_STOP") == "1"))
+            _RECORDER.append(_Recorder(settings.record, settings.record_stop))
         recorder: _Recorder = _RECORDER[0]
         return recorder
 
 
 def note(kernel: Any, sig: Any, choice: Any) -> None:
     """Called for every config chosen for a call: records it, and reports it once."""
-    recorder = _recorder()
+    settings = _config.settings()
+    recorder = _recorder(settings)
     if recorder is not None:
         recorder.record(kernel, sig, choice)
-    if _config.settings().verbose >= 1:
+    if settings.verbose >= 1:
         from .space import config_id
 
         seen = (kernel.kernel_id, sig.key, choice.source)

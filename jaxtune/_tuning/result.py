@@ -55,7 +55,7 @@ class Failure:
     """A config that did not produce a usable timing, and why (``stage``: where it failed)."""
 
     config: Mapping[str, Any]
-    stage: Literal["compile", "run", "check", "timeout", "crash", "inputs"]
+    stage: Literal["compile", "run", "check", "timeout", "crash"]
     reason: str
 
     ok = False

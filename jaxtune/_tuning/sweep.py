@@ -29,7 +29,16 @@ from .signature import Signature
 from .space import config_id
 from .timing import Timer, Timing, TimingOptions, WallTimer, block
 
-__all__ = ["SweepOutcome", "SweepTask", "Sweeper", "finish", "leaders", "ordered", "run_sweep"]
+__all__ = [
+    "SweepOutcome",
+    "SweepPlan",
+    "SweepTask",
+    "Sweeper",
+    "finish",
+    "leaders",
+    "ordered",
+    "run_sweep",
+]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -38,19 +47,60 @@ EventSink = Callable[[str, str, Any], None]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class SweepTask:
-    """Everything a sweep needs about one kernel call."""
+class SweepPlan:
+    """What the parent decides about one sweep: plain data, so it travels to a child or a
+    recording file and comes back unchanged. The parent orchestrates from the plan alone."""
 
     kernel: str
-    fn: Callable[..., Any]
-    signature: Signature
+    key: str
     configs: tuple[Config, ...]
     default: Config
-    check: Any = "auto"
-    inputs: Callable[..., Any] | None = None
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    statics: str = ""
     timeout_s: float = 60.0
     options: TimingOptions = dataclasses.field(default_factory=TimingOptions)
     verbose: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A msgpack-ready form (inverse: :meth:`from_dict`)."""
+        return {
+            "kernel": self.kernel,
+            "key": self.key,
+            "configs": [dict(c) for c in self.configs],
+            "default": dict(self.default),
+            "shapes": [[dt, list(shape)] for dt, shape in self.shapes],
+            "statics": self.statics,
+            "timeout_s": self.timeout_s,
+            "options": dataclasses.asdict(self.options),
+            "verbose": self.verbose,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SweepPlan:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            kernel=d["kernel"],
+            key=d["key"],
+            configs=tuple(dict(c) for c in d["configs"]),
+            default=dict(d["default"]),
+            shapes=tuple((dt, tuple(shape)) for dt, shape in d.get("shapes", ())),
+            statics=d.get("statics", ""),
+            timeout_s=float(d["timeout_s"]),
+            options=TimingOptions(**d["options"]),
+            verbose=int(d.get("verbose", 0)),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SweepTask:
+    """The work of one sweep, where the kernel runs: the plan plus the kernel itself, its
+    bound arguments, its numerics check and its input builder."""
+
+    plan: SweepPlan
+    fn: Callable[..., Any]
+    signature: Signature
+    check: Any = "auto"
+    inputs: Callable[..., Any] | None = None
     compile_threads: int = 0
 
 
@@ -63,12 +113,12 @@ class SweepOutcome:
     default: Result
 
 
-def ordered(task: SweepTask) -> list[Config]:
+def ordered(plan: SweepPlan) -> list[Config]:
     """The configs to measure: the default first (also when the space lacks it), then the
     space in order."""
-    default_id = config_id(task.default)
-    rest = [dict(c) for c in task.configs if config_id(c) != default_id]
-    return [dict(task.default), *rest]
+    default_id = config_id(plan.default)
+    rest = [dict(c) for c in plan.configs if config_id(c) != default_id]
+    return [dict(plan.default), *rest]
 
 
 class Sweeper:
@@ -91,7 +141,7 @@ class Sweeper:
     @property
     def inputs(self) -> dict[str, Any]:
         if self._inputs is None:
-            self._inputs = make_inputs(self.task.kernel, self.task.signature, self.task.inputs)
+            self._inputs = make_inputs(self.task.plan.kernel, self.task.signature, self.task.inputs)
         return self._inputs
 
     def _compile_one(self, config: Config) -> Failure | None:
@@ -113,7 +163,7 @@ class Sweeper:
             return Failure(config=config, stage="compile", reason=reason(e))
         seconds = time.perf_counter() - start
         self.emit("compiled", cid, seconds)
-        if seconds > self.task.timeout_s:
+        if seconds > self.task.plan.timeout_s:
             return self._too_slow(config, "compiling", seconds)
         self._runs[cid] = ((lambda: block(compiled(inputs))), seconds)
         return None
@@ -122,7 +172,7 @@ class Sweeper:
         return Failure(
             config=config,
             stage="timeout",
-            reason=f"{step} took {seconds:.1f} s, over the {self.task.timeout_s:g} s limit "
+            reason=f"{step} took {seconds:.1f} s, over the {self.task.plan.timeout_s:g} s limit "
             "(JAXTUNE_TIMEOUT / timeout=)",
         )
 
@@ -201,11 +251,11 @@ class Sweeper:
             if problem is not None:
                 return Failure(config=config, stage="check", reason=problem)
             self._last_output = out
-            timing = self.timer.measure(run, self.task.options, best_us=best_us)
+            timing = self.timer.measure(run, self.task.plan.options, best_us=best_us)
         except Exception as e:
             return Failure(config=config, stage="run", reason=reason(e))
         spent = time.perf_counter() - start
-        if spent > self.task.timeout_s:
+        if spent > self.task.plan.timeout_s:
             return self._too_slow(config, "running", spent)
         self._timings[cid] = timing
         return measurement(config, timing, compile_s)
@@ -216,11 +266,11 @@ class Sweeper:
         self.compile(configs)
         runnable = [c for c in configs if config_id(c) in self._runs]
         fresh = {config_id(c): Timing(samples_us=()) for c in runnable}
-        for _ in range(self.task.options.rounds):
+        for _ in range(self.task.plan.options.rounds):
             for c in runnable:
                 cid = config_id(c)
                 fresh[cid] = fresh[cid] + self.timer.measure(
-                    self._runs[cid][0], self.task.options, samples=3
+                    self._runs[cid][0], self.task.plan.options, samples=3
                 )
         return {
             config_id(c): measurement(c, fresh[config_id(c)], self._runs[config_id(c)][1])
@@ -255,33 +305,34 @@ def leaders(results: Mapping[str, Result], options: TimingOptions) -> list[Confi
     return [dict(m.config) for m in front] if len(front) >= 2 else []
 
 
-def finish(task: SweepTask, results: Mapping[str, Result]) -> SweepOutcome:
+def finish(plan: SweepPlan, results: Mapping[str, Result]) -> SweepOutcome:
     """The outcome from every config's result.
 
     Raises:
         TuningFailedError: no config of the space produced a usable measurement.
     """
-    measured = [results[config_id(c)] for c in task.configs]
+    measured = [results[config_id(c)] for c in plan.configs]
     ok = [m for m in measured if isinstance(m, Measurement) and not m.dropped]
     if not ok:
         raise TuningFailedError(
-            f"every config of {task.kernel} failed for {task.signature.key}:\n"
+            f"every config of {plan.kernel} failed for {plan.key}:\n"
             + "\n".join(
                 f"  {config_id(m.config)}: {m.stage}: {m.reason}"
                 if isinstance(m, Failure)
                 else f"  {config_id(m.config)}: dropped"
                 for m in measured
-            )
+            ),
+            failures=measured,
         )
     best = min(ok, key=lambda m: m.median_us)
     return SweepOutcome(
-        measurements=tuple(measured), best=best, default=results[config_id(task.default)]
+        measurements=tuple(measured), best=best, default=results[config_id(plan.default)]
     )
 
 
-def progress_sink(task: SweepTask, progress: Progress) -> EventSink:
+def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
     """An event sink that advances ``progress`` for each config of the space."""
-    in_space = {config_id(c) for c in task.configs}
+    in_space = {config_id(c) for c in plan.configs}
 
     def sink(kind: str, cid: str, data: Any) -> None:
         if kind == "result" and cid in in_space:
@@ -297,10 +348,11 @@ def run_sweep(task: SweepTask, *, timer: Timer | None = None) -> SweepOutcome:
         TuningFailedError: every config failed; the message lists each config and reason.
         SignatureError: ``inputs`` returned values that do not match the call.
     """
-    progress = Progress(f"{task.kernel} {task.signature.key}", len(task.configs), task.verbose)
-    sweeper = Sweeper(task, timer=timer, on_event=progress_sink(task, progress))
-    results: dict[str, Result] = dict(sweeper.measure(ordered(task), reference=task.default))
-    results.update(sweeper.retime(leaders(results, task.options)))
-    outcome = finish(task, results)
+    plan = task.plan
+    progress = Progress(f"{plan.kernel} {plan.key}", len(plan.configs), plan.verbose)
+    sweeper = Sweeper(task, timer=timer, on_event=progress_sink(plan, progress))
+    results: dict[str, Result] = dict(sweeper.measure(ordered(plan), reference=plan.default))
+    results.update(sweeper.retime(leaders(results, plan.options)))
+    outcome = finish(plan, results)
     progress.finish(outcome)
     return outcome

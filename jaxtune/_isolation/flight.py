@@ -1,0 +1,78 @@
+"""Following one sweep request in a child: what is compiling or running, which config to
+blame when the child dies or hangs, and how an ``error`` frame becomes an exception."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .. import _errors
+from .._tuning.result import Failure, Measurement, measurement_from_dict
+from .._tuning.space import config_id
+from .wire import NotTransportable
+
+__all__ = ["GRACE", "InFlight", "raise_child_error"]
+
+Result = Measurement | Failure
+
+#: Extra seconds past a config's timeout before the child is killed (the child itself
+#: reports a soft timeout first when the slow step returns).
+GRACE = 2.0
+
+
+class InFlight:
+    """What one request to a child has in flight: configs compiling, the config running,
+    and the results received so far."""
+
+    def __init__(self, message: Mapping[str, Any]) -> None:
+        self.by_id = {config_id(c): dict(c) for c in message["todo"]}
+        if message.get("reference"):
+            self.by_id.setdefault(config_id(message["reference"]), dict(message["reference"]))
+        self.got: dict[str, Result] = {}
+        self.compiling: dict[str, float] = {}
+        self.running: tuple[str, float] | None = None
+
+    def wait(self, timeout_s: float) -> float | None:
+        """Seconds until the oldest step in flight outlives its limit (``None``: idle)."""
+        starts = list(self.compiling.values()) + ([self.running[1]] if self.running else [])
+        if not starts:
+            return None
+        return max(0.0, min(starts) + timeout_s + GRACE - time.monotonic())
+
+    def event(self, frame: Mapping[str, Any]) -> Result | None:
+        """Follows one event frame; returns the result it carries, if any."""
+        cid, kind = frame["cid"], frame["kind"]
+        if kind == "compile_start":
+            self.compiling[cid] = time.monotonic()
+        elif kind == "compiled":
+            self.compiling.pop(cid, None)
+        elif kind == "run_start":
+            self.running = (cid, time.monotonic())
+        elif kind == "result":
+            self.running = None
+            result = measurement_from_dict(frame["data"])
+            self.got[cid] = result
+            return result
+        return None
+
+    def suspects(self, *, hung: bool, timeout_s: float) -> list[str]:
+        """The configs that may have killed or hung the child."""
+        if self.running is not None:
+            return [self.running[0]]
+        if hung:
+            now = time.monotonic()
+            late = [c for c, t in self.compiling.items() if now - t >= timeout_s]
+            return late or list(self.compiling)
+        return list(self.compiling)
+
+
+def raise_child_error(frame: Mapping[str, Any], default: type[Exception]) -> None:
+    """Raises the error an ``error`` frame reports: :class:`NotTransportable` (the caller
+    falls back inline), the jaxtune error the child named, else ``default``."""
+    if frame.get("type") == "NotTransportable":
+        raise NotTransportable(frame["message"])
+    error_type = getattr(_errors, str(frame.get("type")), default)
+    if not (isinstance(error_type, type) and issubclass(error_type, Exception)):
+        error_type = default
+    raise error_type(frame["message"])
