@@ -97,9 +97,9 @@ def test_prune_and_clear(capsys):
     code, out = run(capsys, "prune", "--stale", "--json")
     assert code == 0 and json.loads(out) == {"dropped": 1}
     code, out = run(capsys, "prune", "--kernel", "other")
-    assert code == 0 and "dropped 1 entries" in out
+    assert code == 0 and "dropped 1 entry" in out
     _, out = run(capsys, "clear")
-    assert "removed 1 entries" in out
+    assert "removed 1 entry" in out
     assert _cache.user_cache().all_entries() == []
 
 

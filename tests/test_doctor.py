@@ -6,6 +6,7 @@ import pytest
 
 from jaxtune import flags
 from jaxtune._cli import doctor as _doctor
+from jaxtune._cli import doctor_checks
 
 TOP_KEYS = {
     "schema",
@@ -63,7 +64,7 @@ def test_healthy_cpu_report_has_stable_schema():
 )
 def test_version_rules(tmp_path, monkeypatch, python, versions, tpu, expected, ok):
     if tpu:
-        monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, _doctor.TPU_FLAGS)))
+        monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, doctor_checks.TPU_FLAGS)))
     report = collect(python_version=python, versions=versions)
     assert expected in codes(report)
     assert report["ok"] is ok
@@ -73,7 +74,7 @@ def test_version_rules(tmp_path, monkeypatch, python, versions, tpu, expected, o
 
 
 def test_python_310_tpu_vm_points_to_312_venv(tmp_path, monkeypatch):
-    monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, _doctor.TPU_FLAGS)))
+    monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, doctor_checks.TPU_FLAGS)))
     report = collect(python_version=(3, 10, 12), versions={"jax": "0.6.2", "libtpu": "0.0.17"})
     problem = next(p for p in report["problems"] if p["code"] == "python-3.10-tpu-vm")
     assert "JAX to 0.6.2" in problem["message"] and "0.0.17" in problem["message"]
@@ -81,11 +82,11 @@ def test_python_310_tpu_vm_points_to_312_venv(tmp_path, monkeypatch):
 
 
 def test_new_toolchain_on_tpu_is_clean(tmp_path, monkeypatch):
-    monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, _doctor.TPU_FLAGS)))
+    monkeypatch.setenv("TPU_LIBRARY_PATH", str(fake_libtpu(tmp_path, doctor_checks.TPU_FLAGS)))
     report = collect(python_version=(3, 12, 1), versions={"jax": "0.12.0", "libtpu": "0.0.50"})
     assert [c for c in codes(report) if c != "xprof-no-llo"] == []
     assert report["ok"] is True
-    assert report["libtpu"]["flags"] == {n: True for n in _doctor.TPU_FLAGS}
+    assert report["libtpu"]["flags"] == {n: True for n in doctor_checks.TPU_FLAGS}
 
 
 def test_libtpu_flag_table_reports_missing_flags(tmp_path, monkeypatch):
@@ -124,7 +125,9 @@ def test_unknown_xla_flag_is_an_error(monkeypatch):
 def test_legacy_libtpu_flag_is_a_warning_with_fix(tmp_path, monkeypatch):
     monkeypatch.setenv(
         "TPU_LIBRARY_PATH",
-        str(fake_libtpu(tmp_path, [*_doctor.TPU_FLAGS, "xla_enable_custom_call_region_trace"])),
+        str(
+            fake_libtpu(tmp_path, [*doctor_checks.TPU_FLAGS, "xla_enable_custom_call_region_trace"])
+        ),
     )
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_enable_custom_call_region_trace=true")
     report = collect(python_version=(3, 12, 1), versions={"jax": "0.12.0", "libtpu": "0.0.50"})
@@ -151,10 +154,10 @@ def test_invalid_setting_is_reported(monkeypatch):
 
 
 def test_version_tuple():
-    assert _doctor.version_tuple("0.10.2") == (0, 10, 2)
-    assert _doctor.version_tuple("0.1.dev20250101") == (0, 1)
-    assert _doctor.version_tuple("0.0.44rc1") == (0, 0, 44)
-    assert _doctor.version_tuple(None) == ()
+    assert doctor_checks.version_tuple("0.10.2") == (0, 10, 2)
+    assert doctor_checks.version_tuple("0.1.dev20250101") == (0, 1)
+    assert doctor_checks.version_tuple("0.0.44rc1") == (0, 0, 44)
+    assert doctor_checks.version_tuple(None) == ()
 
 
 def test_text_report_lists_problems_with_fixes(monkeypatch):

@@ -66,83 +66,108 @@ def _show(entries: list[Entry]) -> str:
     return "\n".join(lines) or "(no entries)"
 
 
+Out = Callable[[Any, str], None]
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs one ``jaxtune cache`` action; returns the exit status."""
-    store = _cache.user_cache()
-    out: Callable[[Any, str], None] = (
+    out: Out = (
         (lambda doc, text: print(json.dumps(doc, indent=2, sort_keys=True)))
         if args.json
         else (lambda doc, text: print(text))
     )
-    if args.action == "path":
-        out({"path": str(store.root)}, str(store.root))
-        return 0
-    if args.action == "list":
-        entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
-        stale = {
-            (e.kernel, e.device_kind, e.key) for e in entries if _versions.stale(dict(e.versions))
-        }
-        out(
-            {"path": str(store.root), "entries": [e.summary() for e in entries]},
-            format_table(entries, stale=stale),
-        )
-        return 0
-    if args.action == "show":
-        entries = [
-            e
-            for e in store.all_entries()
-            if e.kernel == args.kernel and (not args.device or e.device_kind == args.device)
-        ]
-        if not entries:
-            raise CacheError(
-                f"no entries for kernel {args.kernel!r} in {store.root}; "
-                "`jaxtune cache list` shows what is there."
-            )
-        out({"entries": [e.summary(full=True) for e in entries]}, _show(entries))
-        return 0
-    if args.action == "export":
-        entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
-        path = TuningResult.of(*entries).save(args.file)
-        out(
-            {"path": str(path), "entries": len(entries)},
-            f"exported {len(entries)} entries to {path}",
-        )
-        return 0
-    if args.action == "import":
-        result = TuningResult.load(args.file)
-        store.write(result.values())
-        out(
-            {"path": str(store.root), "entries": len(result)},
-            f"imported {len(result)} entries into {store.root}",
-        )
-        return 0
-    if args.action == "merge":
-        merged = TuningResult()
-        for f in args.files:
-            merged = merged | TuningResult.load(f)
-        merged.save(args.output)
-        out(
-            {"path": str(args.output), "entries": len(merged)},
-            f"merged {len(args.files)} files into {args.output} ({len(merged)} entries)",
-        )
-        return 0
-    if args.action == "prune":
-        if not (args.stale or args.kernel):
-            raise CacheError(
-                "prune needs --stale and/or --kernel KERNEL; `jaxtune cache clear` "
-                "removes everything."
-            )
+    _ACTIONS[args.action](args, _cache.user_cache(), out)
+    return 0
 
-        def doomed(e: Entry) -> bool:
-            return (not args.stale or _versions.stale(dict(e.versions))) and (
-                not args.kernel or e.kernel == args.kernel
-            )
 
-        dropped = store.remove(lambda e: not doomed(e))
-        out({"dropped": dropped}, f"dropped {dropped} entries")
-        return 0
-    if args.action == "clear":
-        dropped = store.clear()
-        out({"dropped": dropped}, f"removed {dropped} entries from {store.root}")
-        return 0
-    raise AssertionError(args.action)
+def _path(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    out({"path": str(store.root)}, str(store.root))
+
+
+def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
+    stale = {(e.kernel, e.device_kind, e.key) for e in entries if _versions.stale(dict(e.versions))}
+    out(
+        {"path": str(store.root), "entries": [e.summary() for e in entries]},
+        format_table(entries, stale=stale),
+    )
+
+
+def _show_action(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    entries = [
+        e
+        for e in store.all_entries()
+        if e.kernel == args.kernel and (not args.device or e.device_kind == args.device)
+    ]
+    if not entries:
+        raise CacheError(
+            f"no entries for kernel {args.kernel!r} in {store.root}; "
+            "`jaxtune cache list` shows what is there."
+        )
+    out({"entries": [e.summary(full=True) for e in entries]}, _show(entries))
+
+
+def _export(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
+    path = TuningResult.of(*entries).save(args.file)
+    out(
+        {"path": str(path), "entries": len(entries)},
+        f"exported {_count(len(entries), 'entry', 'entries')} to {path}",
+    )
+
+
+def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    result = TuningResult.load(args.file)
+    store.write(result.values())
+    out(
+        {"path": str(store.root), "entries": len(result)},
+        f"imported {_count(len(result), 'entry', 'entries')} into {store.root}",
+    )
+
+
+def _merge(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    merged = TuningResult()
+    for f in args.files:
+        merged = merged | TuningResult.load(f)
+    merged.save(args.output)
+    out(
+        {"path": str(args.output), "entries": len(merged)},
+        f"merged {len(args.files)} files into {args.output} "
+        f"({_count(len(merged), 'entry', 'entries')})",
+    )
+
+
+def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    if not (args.stale or args.kernel):
+        raise CacheError(
+            "prune needs --stale and/or --kernel KERNEL; `jaxtune cache clear` removes everything."
+        )
+
+    def doomed(e: Entry) -> bool:
+        return (not args.stale or _versions.stale(dict(e.versions))) and (
+            not args.kernel or e.kernel == args.kernel
+        )
+
+    dropped = store.remove(lambda e: not doomed(e))
+    out({"dropped": dropped}, f"dropped {_count(dropped, 'entry', 'entries')}")
+
+
+def _clear(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    dropped = store.clear()
+    out({"dropped": dropped}, f"removed {_count(dropped, 'entry', 'entries')} from {store.root}")
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+_ACTIONS: dict[str, Callable[[argparse.Namespace, _cache.CacheStore, Out], None]] = {
+    "path": _path,
+    "list": _list,
+    "show": _show_action,
+    "export": _export,
+    "import": _import,
+    "merge": _merge,
+    "prune": _prune,
+    "clear": _clear,
+}

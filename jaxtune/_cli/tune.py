@@ -81,11 +81,28 @@ def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
     command = program(args, "tune")
+    records, stopped, status = _record(command, full=args.full)
+    if status != 0 and not stopped:
+        print(
+            f"jaxtune tune: the program exited with status {status}; tuning the "
+            f"{len(records)} calls it recorded",
+            file=sys.stderr,
+        )
+    todo = [r for r in records if args.retune or r["source"] not in _HITS]
+    skipped = [r for r in records if r not in todo]
+    entries, problems = _tune(todo)
+    _report(args.json, records, skipped, entries, problems)
+    return 1 if problems else 0
+
+
+def _record(command: list[str], *, full: bool) -> tuple[list[dict[str, Any]], bool, int]:
+    """Runs the program with recording on: its recorded calls, whether it stopped after its
+    first step, and its exit status."""
     with tempfile.TemporaryDirectory(prefix="jaxtune-record-") as tmp:
         path = os.path.join(tmp, "calls.msgpack")
         open(path, "wb").close()
         env = {**os.environ, "JAXTUNE_RECORD": path, "JAXTUNE_MODE": "cached"}
-        if not args.full:
+        if not full:
             env["JAXTUNE_RECORD_STOP"] = "1"
         print(
             f"jaxtune tune: running {' '.join(command)} to record its kernels...",
@@ -94,14 +111,12 @@ def run(args: argparse.Namespace) -> int:
         )
         proc = subprocess.run(command, env=env, stdin=subprocess.DEVNULL)
         records, stopped = _read_records(path)
-    if proc.returncode != 0 and not stopped:
-        print(
-            f"jaxtune tune: the program exited with status {proc.returncode}; tuning the "
-            f"{len(records)} calls it recorded",
-            file=sys.stderr,
-        )
-    todo = [r for r in records if args.retune or r["source"] not in _HITS]
-    skipped = [r for r in records if r not in todo]
+    return records, stopped, proc.returncode
+
+
+def _tune(todo: list[dict[str, Any]]) -> tuple[list[Entry], list[str]]:
+    """Sweeps each recorded call in a child and writes the cache: the entries, and one line
+    per call that could not be tuned."""
     entries: list[Entry] = []
     problems: list[str] = []
     runner = ProcessRunner()
@@ -119,31 +134,34 @@ def run(args: argparse.Namespace) -> int:
         entry = make_entry(plan, outcome, kind, record["version"])
         _cache.user_cache().write([entry])
         entries.append(entry)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "recorded": len(records),
-                    "already_tuned": [
-                        {"kernel": r["kernel"], "key": r["key"], "source": r["source"]}
-                        for r in skipped
-                    ],
-                    "tuned": [e.summary() for e in entries],
-                    "problems": problems,
-                    "cache": str(_cache.user_cache().root),
-                },
-                indent=2,
-                sort_keys=True,
-            )
-        )
-    else:
-        print(
-            f"recorded {len(records)} autotuned calls; {len(skipped)} already had a config; "
-            f"tuned {len(entries)}"
-        )
-        if entries:
-            print(format_table(entries))
-        for problem in problems:
-            print(f"could not tune {problem}")
-        print(f"cache: {_cache.user_cache().root}")
-    return 1 if problems else 0
+    return entries, problems
+
+
+def _report(
+    as_json: bool,
+    records: list[dict[str, Any]],
+    skipped: list[dict[str, Any]],
+    entries: list[Entry],
+    problems: list[str],
+) -> None:
+    if as_json:
+        doc = {
+            "recorded": len(records),
+            "already_tuned": [
+                {"kernel": r["kernel"], "key": r["key"], "source": r["source"]} for r in skipped
+            ],
+            "tuned": [e.summary() for e in entries],
+            "problems": problems,
+            "cache": str(_cache.user_cache().root),
+        }
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return
+    print(
+        f"recorded {len(records)} autotuned calls; {len(skipped)} already had a config; "
+        f"tuned {len(entries)}"
+    )
+    if entries:
+        print(format_table(entries))
+    for problem in problems:
+        print(f"could not tune {problem}")
+    print(f"cache: {_cache.user_cache().root}")

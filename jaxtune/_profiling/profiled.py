@@ -17,7 +17,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import jax
 import numpy as np
@@ -37,6 +37,7 @@ __all__ = [
     "report_from_trace",
 ]
 
+P = ParamSpec("P")
 R = TypeVar("R")
 
 _HLO_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<rest>.*)$")
@@ -261,12 +262,13 @@ def profile(
     return dataclasses.replace(result, missing_flags=missing, llo=llo_summary, notes=tuple(notes))
 
 
-class Profiled(Generic[R]):
-    """A function wrapped by :func:`profiled`; calling it calls the function."""
+class Profiled(Generic[P, R]):
+    """A function wrapped by :func:`profiled`; calling it calls the function, with the
+    function's own parameter and return types."""
 
     def __init__(
         self,
-        fn: Callable[..., R],
+        fn: Callable[P, R],
         *,
         iters: int,
         warmup: int,
@@ -298,7 +300,7 @@ class Profiled(Generic[R]):
         options = {**self.options, **{k: kwargs.pop(k) for k in list(kwargs) if k in self.options}}
         return profile(self.__wrapped_profiled__, *args, **options, **kwargs)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if _config.settings().profile:
             self._auto_profile(args, kwargs)
         return self.__wrapped_profiled__(*args, **kwargs)
@@ -341,15 +343,31 @@ class Profiled(Generic[R]):
         print(f"jaxtune: profiled {name}; report in {path}", flush=True)
 
 
+@overload
+def profiled(fn: Callable[P, R], /) -> Profiled[P, R]: ...
+
+
+@overload
 def profiled(
-    fn: Callable[..., R] | None = None,
     *,
     iters: int = 5,
     warmup: int = 2,
     llo: bool = False,
     custom_call_tracing: bool = False,
     logdir: str | None = None,
-) -> Any:
+) -> Callable[[Callable[P, R]], Profiled[P, R]]: ...
+
+
+def profiled(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    iters: int = 5,
+    warmup: int = 2,
+    llo: bool = False,
+    custom_call_tracing: bool = False,
+    logdir: str | None = None,
+) -> Profiled[P, R] | Callable[[Callable[P, R]], Profiled[P, R]]:
     """Marks a function for profiling; it still runs normally when called.
 
     ``fn.profile(*args)`` captures a trace and returns a :class:`Profile`. With
@@ -368,7 +386,7 @@ def profiled(
     if warmup < 0 or iters < 1:
         raise JaxtuneError(f"profiled needs iters >= 1 and warmup >= 0, got {iters}, {warmup}.")
 
-    def wrap(f: Callable[..., R]) -> Profiled[R]:
+    def wrap(f: Callable[P, R]) -> Profiled[P, R]:
         return Profiled(
             f,
             iters=iters,

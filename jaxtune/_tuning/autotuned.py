@@ -12,7 +12,7 @@ import inspect
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
@@ -32,9 +32,10 @@ from .timing import TimingOptions
 
 __all__ = ["Autotuned", "autotuned", "registry"]
 
+P = ParamSpec("P")
 R = TypeVar("R")
 
-_REGISTRY: dict[str, Autotuned[Any]] = {}
+_REGISTRY: dict[str, Autotuned[Any, Any]] = {}
 # Concrete (non-tracer) array classes seen so far; learnt lazily so that importing jaxtune
 # never starts a backend.
 _CONCRETE: set[type] = set()
@@ -50,7 +51,7 @@ def _concrete(a: Any) -> bool:
     return False
 
 
-def registry() -> dict[str, Autotuned[Any]]:
+def registry() -> dict[str, Autotuned[Any, Any]]:
     """Every ``@autotuned`` kernel defined in this process, by kernel id."""
     return dict(_REGISTRY)
 
@@ -85,12 +86,20 @@ def _validate_check(check: Any) -> Any:
     )
 
 
-class Autotuned(Generic[R]):
-    """A kernel wrapped by :func:`autotuned`. Call it like the kernel it wraps."""
+class Autotuned(Generic[P, R]):
+    """A kernel wrapped by :func:`autotuned`. Call it like the kernel it wraps.
+
+    ``__wrapped__`` keeps the kernel's full type ``Callable[P, R]``. A call returns ``R``;
+    its arguments are not checked against ``P``, because the config keywords that ``P``
+    requires are the ones jaxtune fills in (a type checker cannot drop keywords from a
+    ParamSpec).
+    """
+
+    __wrapped__: Callable[P, R]
 
     def __init__(
         self,
-        fn: Callable[..., R],
+        fn: Callable[P, R],
         *,
         configs: Any,
         default: Mapping[str, Any] | Callable[..., Mapping[str, Any]] | None,
@@ -432,7 +441,7 @@ def autotuned(
     timeout: float | None = None,
     flops: float | Callable[..., float] | None = None,
     bytes: float | Callable[..., float] | None = None,
-) -> Callable[[Callable[..., R]], Autotuned[R]]:
+) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
     """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
 
     Args:
@@ -474,7 +483,7 @@ def autotuned(
             "a callable of the abstract arguments."
         )
 
-    def wrap(fn: Callable[..., R]) -> Autotuned[R]:
+    def wrap(fn: Callable[P, R]) -> Autotuned[P, R]:
         return Autotuned(
             fn,
             configs=configs,

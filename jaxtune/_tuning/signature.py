@@ -142,31 +142,13 @@ class Signature:
             if name in config_names:
                 continue
             if name in static_argnames:
-                try:
-                    hash(value)
-                except TypeError as e:
-                    raise SignatureError(
-                        f"static argument {name}={value!r} is unhashable ({type(value).__name__}); "
-                        "static arguments enter the tuning key and jit's cache. Pass a tuple "
-                        "instead of a list, or a frozen dataclass."
-                    ) from e
                 static.append(name)
-                static_parts.append(f"{name}={_static_repr(value)}")
+                static_parts.append(f"{name}={_static_part(name, value)}")
                 continue
-            leaves = jax.tree_util.tree_leaves(value)
-            bad = [leaf for leaf in leaves if not is_array(leaf)]
-            if bad:
-                raise SignatureError(
-                    f"argument {name!r} is a {type(bad[0]).__name__} ({bad[0]!r}), not an array. "
-                    f"Non-array arguments must be static: add {name!r} to "
-                    f"static_argnames=... in @autotuned."
-                )
             dynamic.append(name)
-            for leaf in leaves:
-                shapes.append((dtype_name(leaf.dtype), tuple(int(d) for d in leaf.shape)))
-            described = [_describe_leaf(leaf) for leaf in leaves]
-            is_single = len(leaves) == 1 and is_array(value)
-            parts.append(described[0] if is_single else f"({','.join(described)})")
+            leaf_shapes, part = _array_part(name, value)
+            shapes.extend(leaf_shapes)
+            parts.append(part)
         statics = ",".join(static_parts)
         result = cls(
             key="",
@@ -221,3 +203,40 @@ class Signature:
         if name in self.arguments and name != self.var_kw:
             return self.arguments[name]
         return self.arguments[self.var_kw][name]  # type: ignore[index]
+
+
+def _static_part(name: str, value: Any) -> str:
+    """A static argument's text in the key.
+
+    Raises:
+        SignatureError: the value is unhashable (it could not be a jit static argument).
+    """
+    try:
+        hash(value)
+    except TypeError as e:
+        raise SignatureError(
+            f"static argument {name}={value!r} is unhashable ({type(value).__name__}); "
+            "static arguments enter the tuning key and jit's cache. Pass a tuple "
+            "instead of a list, or a frozen dataclass."
+        ) from e
+    return _static_repr(value)
+
+
+def _array_part(name: str, value: Any) -> tuple[list[tuple[str, tuple[int, ...]]], str]:
+    """The (dtype, shape) of each array leaf of an argument, and its text in the key.
+
+    Raises:
+        SignatureError: a leaf is not an array (the argument should have been static).
+    """
+    leaves = jax.tree_util.tree_leaves(value)
+    bad = [leaf for leaf in leaves if not is_array(leaf)]
+    if bad:
+        raise SignatureError(
+            f"argument {name!r} is a {type(bad[0]).__name__} ({bad[0]!r}), not an array. "
+            f"Non-array arguments must be static: add {name!r} to "
+            f"static_argnames=... in @autotuned."
+        )
+    shapes = [(dtype_name(leaf.dtype), tuple(int(d) for d in leaf.shape)) for leaf in leaves]
+    described = [_describe_leaf(leaf) for leaf in leaves]
+    is_single = len(leaves) == 1 and is_array(value)
+    return shapes, described[0] if is_single else f"({','.join(described)})"
