@@ -1,5 +1,5 @@
-"""msgpack for every file and frame jaxtune writes: cache files, TuningResult files, and the
-frames between parent and child.
+"""How jaxtune writes its data: msgpack for every file and frame (cache files, TuningResult
+files, the frames between parent and child), and aligned text tables for people.
 
 msgpack only, so reading never runs code. Tuples (legal config values) travel as an
 extension type so they come back as tuples. Decoding is bounded: nesting deeper than
@@ -14,13 +14,13 @@ import os
 import pathlib
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgpack
 import numpy as np
 
-__all__ = ["MAX_DEPTH", "DecodeError", "atomic_write", "packb", "unpackb"]
+__all__ = ["MAX_DEPTH", "DecodeError", "atomic_write", "packb", "table", "unpackb"]
 
 #: Deepest nesting of tuples (the extension type) that :func:`unpackb` accepts.
 MAX_DEPTH = 32
@@ -126,3 +126,21 @@ def _umask_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """An aligned text table: the header, a rule, then one line per row.
+
+    Examples:
+        >>> print(table(("kernel", "us"), [("matmul", "12.5")]))
+        kernel  us
+        ------  ----
+        matmul  12.5
+    """
+    everything = [tuple(header), *(tuple(r) for r in rows)]
+    widths = [max(len(r[i]) for r in everything) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in everything
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

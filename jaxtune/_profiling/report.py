@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .._codec import table as format_rows
 from .._errors import ProfileError
 from . import xspace as _xspace
 from .attribution import KernelStat, attribute, op_events
@@ -57,7 +58,7 @@ class Profile:
             "bound",
             "flops from",
         )
-        rows: list[tuple[str, ...]] = [header]
+        rows: list[tuple[str, ...]] = []
         for stat in (*self.kernels[:top], *self.ops[:top]):
             rows.append(
                 (
@@ -73,11 +74,7 @@ class Profile:
                     stat.flops_source,
                 )
             )
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        lines = [
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-        ]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines = [format_rows(header, rows)]
         if self.iterations:
             summary = (
                 f"{self.platform} ({self.device_kind}): {self.iterations} iterations, "

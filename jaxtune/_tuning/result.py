@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import jax
 
-from .._codec import DecodeError, atomic_write, packb, unpackb
+from .._codec import DecodeError, atomic_write, packb, table, unpackb
 from .._errors import CacheError
 
 __all__ = [
@@ -290,7 +290,7 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
     from .space import config_id
 
     header = ("kernel", "device", "key", "default", "best", "speedup", "config")
-    rows = [header]
+    rows = []
     for e in sorted(entries, key=lambda e: (e.kernel, e.device_kind, e.key)):
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
         mark = " (stale)" if stale and (e.kernel, e.device_kind, e.key) in stale else ""
@@ -305,10 +305,7 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
                 config_id(e.config),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return table(header, rows)
 
 
 def now() -> float:
