@@ -64,10 +64,11 @@ def _python_or_name(version: str) -> str:
     return find_python(version) or version
 
 
-def _install(session: nox.Session, *groups: str, jax: str | None = None) -> None:
+def _install(session: nox.Session, *groups: str, jax: str | None = None, extras: str = "") -> None:
     session.install("-U", "pip")
     spec = "jax" if jax is None else f"jax=={jax}"
-    session.install("-e", ".", spec, *nox.project.dependency_groups(PYPROJECT, *groups))
+    package = f".[{extras}]" if extras else "."
+    session.install("-e", package, spec, *nox.project.dependency_groups(PYPROJECT, *groups))
 
 
 for _version in (PYTHONS[0], PYTHONS[-1]):
@@ -88,7 +89,7 @@ TOOLCHAINS = [
 @nox.parametrize(("python", "jax"), TOOLCHAINS)
 def tests(session: nox.Session, jax: str | None) -> None:
     """The whole suite (slow tests included) on the oldest and the newest toolchain."""
-    _install(session, "test", jax=jax)
+    _install(session, "test", jax=jax, extras="plots")
     session.run(
         "python",
         "-c",
@@ -124,6 +125,16 @@ def demo(session: nox.Session) -> None:
     """jaxtune demo on the local backend."""
     _install(session)
     session.run("jaxtune", "demo")
+
+
+@nox.session(python=_python_or_name(PYTHONS[0]))
+def browser(session: nox.Session) -> None:
+    """Renders each HTML report of the demo in headless Chromium, screenshots it, and fails
+    on a blank page, a console message, a network reference or a missing chart."""
+    if shutil.which("chromium") is None:
+        session.error("chromium is not installed: apt-get install -y chromium (.ci/run does)")
+    _install(session, extras="plots")
+    session.run("python", "tools/render_reports.py", str(ROOT / ".browser-check"))
 
 
 @nox.session(python=_python_or_name(PYTHONS[-1]))

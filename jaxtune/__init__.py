@@ -9,11 +9,13 @@ from ._errors import ConfigSpaceError as ConfigSpaceError
 from ._errors import FlagError as FlagError
 from ._errors import JaxtuneError as JaxtuneError
 from ._errors import JaxtuneWarning as JaxtuneWarning
+from ._errors import PlotsUnavailableError as PlotsUnavailableError
 from ._errors import ProfileError as ProfileError
 from ._errors import SettingsError as SettingsError
 from ._errors import SignatureError as SignatureError
 from ._errors import SweepError as SweepError
 from ._errors import TuningFailedError as TuningFailedError
+from ._flags import remember_environment as _remember_environment
 from ._profiling.attribution import KernelStat as KernelStat
 from ._profiling.profiled import Profile as Profile
 from ._profiling.profiled import Profiled as Profiled
@@ -31,6 +33,10 @@ from ._tuning.result import Measurement as Measurement
 from ._tuning.result import TuningResult as TuningResult
 from ._tuning.tune import tune as tune
 
+# JAX is imported by now: what XLA_FLAGS / LIBTPU_INIT_ARGS hold is what its backend will
+# read, so `jaxtune doctor` (in this process) can report a later change.
+_remember_environment()
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "KernelSite",
     "KernelStat",
     "Measurement",
+    "PlotsUnavailableError",
     "Profile",
     "ProfileError",
     "Profiled",

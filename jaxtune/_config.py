@@ -26,6 +26,7 @@ __all__ = [
     "Settings",
     "Variable",
     "default_cache_dir",
+    "describe",
     "override",
     "settings",
     "settings_token",
@@ -226,6 +227,33 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
         raw = env.get(variable.name, "")
         values[variable.field] = variable.parse(raw if raw.strip() else _default(variable))
     return Settings(**values)
+
+
+def describe(
+    environ: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], dict[str, SettingsError]]:
+    """``(values, errors)``: every setting parsed on its own, so one bad variable does not
+    hide the others. ``values`` maps each field to a JSON-ready value (bools stay bools,
+    numbers numbers, paths strings); a bad variable gets its default there and its error in
+    ``errors``, keyed by the variable's name.
+
+    Examples:
+        >>> values, errors = describe({"JAXTUNE_MODE": "fast", "JAXTUNE_CACHE_DIR": "/tmp/c"})
+        >>> values["cache_dir"], values["mode"], list(errors)
+        ('/tmp/c', 'cached', ['JAXTUNE_MODE'])
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    errors: dict[str, SettingsError] = {}
+    for variable in VARIABLES:
+        raw = env.get(variable.name, "")
+        try:
+            value = variable.parse(raw if raw.strip() else _default(variable))
+        except SettingsError as e:
+            errors[variable.name] = e
+            value = variable.parse(_default(variable))
+        values[variable.field] = str(value) if isinstance(value, pathlib.Path) else value
+    return values, errors
 
 
 # os.environ keeps its bytes in a plain dict that every assignment through os.environ

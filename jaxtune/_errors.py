@@ -15,6 +15,7 @@ __all__ = [
     "FlagError",
     "JaxtuneError",
     "JaxtuneWarning",
+    "PlotsUnavailableError",
     "ProfileError",
     "SettingsError",
     "SignatureError",
@@ -69,6 +70,10 @@ class TuningFailedError(SweepError):
 
 class ProfileError(JaxtuneError):
     """A trace could not be captured or read (the message says which file or child, and why)."""
+
+
+class PlotsUnavailableError(JaxtuneError, ImportError):
+    """An HTML report was asked for, but matplotlib (the ``plots`` extra) is not installed."""
 
 
 class JaxtuneWarning(UserWarning):

@@ -62,3 +62,61 @@ def rowsum(x, *, chunk):
 
 def with_autotuned(x):
     return rowsum(jnp.exp(x)) * 2
+
+
+def _matmuls(reps):
+    def body(x_ref, w_ref, o_ref):
+        h = x_ref[...]
+        for _ in range(reps):
+            h = jnp.tanh(h @ w_ref[...])
+        o_ref[...] = h
+
+    return body
+
+
+def _pallas_matmuls(x, reps, block, name):
+    n = x.shape[1]
+    return pl.pallas_call(
+        _matmuls(reps),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // block,),
+        in_specs=[
+            pl.BlockSpec((block, n), lambda i: (i, 0)),
+            pl.BlockSpec((n, n), lambda i: (0, 0)),
+        ],
+        out_specs=pl.BlockSpec((block, n), lambda i: (i, 0)),
+        interpret=True,
+        name=name,
+    )(x, x)
+
+
+@jaxtune.autotuned(configs={"block": [64, 128]}, name="tests.profile.heavy")
+def heavy(x, *, block):
+    return _pallas_matmuls(x, 8, block, "heavy_matmuls")
+
+
+@jaxtune.autotuned(configs={"block": [64, 128]}, name="tests.profile.medium")
+def medium(x, *, block):
+    return _pallas_matmuls(x, 2, block, "medium_matmuls")
+
+
+@jaxtune.autotuned(configs={"block": [4, 8]}, name="tests.profile.tiny")
+def tiny(v, *, block):
+    return _tiled_add(v, block)
+
+
+def _tiled_add(v, block):
+    return pl.pallas_call(
+        _add_one,
+        out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
+        grid=(v.shape[0] // block,),
+        in_specs=[pl.BlockSpec((block, v.shape[1]), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((block, v.shape[1]), lambda i: (i, 0)),
+        interpret=True,
+        name="tiny_add",
+    )(v)
+
+
+def three_kernels(x, v):
+    """Three autotuned Pallas kernels: about 4 : 1 : 0 in device time."""
+    return heavy(x).sum() + medium(x).sum() + tiny(v).sum()

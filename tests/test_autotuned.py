@@ -457,3 +457,22 @@ def test_error_invalid_mode(monkeypatch):
         match="JAXTUNE_MODE='always' is not valid; allowed values: off, cached, tune, retune",
     ):
         scale(jnp.ones(3))
+
+
+def test_an_unnamed_kernel_defined_in_main_warns_once_with_how_to_name_it():
+    import warnings
+
+    namespace = {"__name__": "__main__"}
+    exec("def unnamed_main_kernel(x, *, c):\n    return x * c\n", namespace)
+    fn = namespace["unnamed_main_kernel"]
+    with pytest.warns(jaxtune.JaxtuneWarning) as record:
+        first = jaxtune.autotuned(configs={"c": [1, 2]})(fn)
+        jaxtune.autotuned(configs={"c": [1, 2]})(fn)
+    assert len(record) == 1
+    assert first.kernel_id == "__main__.unnamed_main_kernel"
+    message = str(record[0].message)
+    assert "cached under '__main__.unnamed_main_kernel'" in message
+    assert 'name="mylib.unnamed_main_kernel"' in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jaxtune.autotuned(configs={"c": [1, 2]}, name="lib.named")(fn)

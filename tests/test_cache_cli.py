@@ -97,9 +97,9 @@ def test_prune_and_clear(capsys):
     code, out = run(capsys, "prune", "--stale", "--json")
     assert code == 0 and json.loads(out) == {"dropped": 1}
     code, out = run(capsys, "prune", "--kernel", "other")
-    assert code == 0 and "dropped 1 entry" in out
+    assert code == 0 and "dropped 1 entry\n" in out
     _, out = run(capsys, "clear")
-    assert "removed 1 entry" in out
+    assert "removed 1 entry from" in out
     assert _cache.user_cache().all_entries() == []
 
 
@@ -107,3 +107,18 @@ def test_prune_and_clear(capsys):
 def test_module_entry_point(cli):
     proc = cli("cache", "path")
     assert proc.returncode == 0 and proc.stdout.strip()
+
+
+def test_one_entry_is_one_entry_and_export_honours_the_umask(capsys, tmp_path):
+    import os
+
+    put("f32[8]")
+    old = os.umask(0o022)
+    try:
+        code, out = run(capsys, "export", str(tmp_path / "one.msgpack"))
+    finally:
+        os.umask(old)
+    assert code == 0 and f"exported 1 entry to {tmp_path / 'one.msgpack'}" in out
+    assert (tmp_path / "one.msgpack").stat().st_mode & 0o777 == 0o644
+    _, out = run(capsys, "import", str(tmp_path / "one.msgpack"))
+    assert "imported 1 entry into" in out

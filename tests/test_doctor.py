@@ -189,3 +189,59 @@ def test_backend_failure_is_reported(cli):
     report = json.loads(proc.stdout)
     assert proc.returncode == 1
     assert "backend-failed" in codes(report)
+
+
+def test_bad_mode_does_not_hide_the_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("JAXTUNE_MODE", "fast")
+    report = collect()
+    assert report["cache"]["path"] == str(tmp_path / "c")
+    assert report["settings"]["cache_dir"] == str(tmp_path / "c")
+    (problem,) = [p for p in report["problems"] if p["code"] == "setting-invalid"]
+    assert "JAXTUNE_MODE='fast'" in problem["message"]
+    assert "set JAXTUNE_MODE to one of: off, cached, tune, retune" in problem["fix"]
+
+
+def test_json_settings_keep_their_types(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_PROFILE", "1")
+    monkeypatch.setenv("JAXTUNE_TIMEOUT", "2.5")
+    settings = json.loads(json.dumps(collect()))["settings"]
+    assert settings["profile"] is True and settings["timeout"] == 2.5
+    assert settings["verbose"] == 0 and settings["mode"] == "cached"
+    import dataclasses
+
+    from jaxtune import _config
+
+    assert set(settings) == {f.name for f in dataclasses.fields(_config.Settings)}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"JAXTUNE_MODE": "fast"},
+        {"JAXTUNE_TIMEOUT": "never", "JAXTUNE_VERBOSE": "9"},
+        {"XLA_FLAGS": "--xla_no_such_flag=1 broken"},
+    ],
+)
+def test_no_fix_says_see_message(monkeypatch, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    report = collect()
+    assert report["problems"]
+    for problem in report["problems"]:
+        assert "see message" not in problem["fix"] and len(problem["fix"]) > 20
+
+
+def test_flag_changed_after_jax_import_is_reported(monkeypatch):
+    import os
+
+    assert "jax" in __import__("sys").modules
+    before = os.environ.get("LIBTPU_INIT_ARGS", "")
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", before + " --xla_xprof_register_llo_debug_info=true")
+    report = collect()
+    (problem,) = [p for p in report["problems"] if p["code"] == "flag-set-after-import"]
+    assert problem["severity"] == "warning"
+    assert "LIBTPU_INIT_ARGS changed after JAX was imported" in problem["message"]
+    assert "before `import jax`" in problem["fix"]
+    # A report about another environment (not this process's) says nothing of it.
+    assert "flag-set-after-import" not in codes(collect(environ=dict(os.environ)))

@@ -185,3 +185,31 @@ def test_real_jaxlib_binary_defines_known_xla_flags():
     assert binary is not None
     got = flags.binary_defines(["xla_dump_to", "xla_surely_not_a_flag_123"], binary)
     assert got == {"xla_dump_to": True, "xla_surely_not_a_flag_123": False}
+
+
+@pytest.mark.parametrize(("extra", "expected"), [((), True), (("--no-llo",), False)])
+def test_tpu_profile_command_registers_llo_debug_info_by_default(
+    tmp_path, monkeypatch, extra, expected
+):
+    import sys
+
+    from jaxtune import _cli
+
+    libtpu = tmp_path / "libtpu.so"
+    libtpu.write_bytes(b"\x7fELF\x00" + flags.LLO_DEBUG_INFO.encode() + b"\x00")
+    monkeypatch.setenv("TPU_LIBRARY_PATH", str(libtpu))
+    seen = tmp_path / "seen.txt"
+    show = f"import os; open({str(seen)!r}, 'w').write(os.environ.get('LIBTPU_INIT_ARGS', ''))"
+    argv = ["profile", "--platform", "tpu", *extra, "--", sys.executable, "-c", show]
+    assert _cli.main(argv) == 0
+    assert ("--xla_xprof_register_llo_debug_info=true" in seen.read_text()) is expected
+
+
+def test_profile_apis_default_to_llo():
+    import inspect
+
+    import jaxtune
+
+    assert inspect.signature(flags.profile_flags).parameters["llo"].default is True
+    assert inspect.signature(jaxtune.profile).parameters["llo"].default is True
+    assert inspect.signature(jaxtune.profiled).parameters["llo"].default is True

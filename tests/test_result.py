@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -95,8 +97,27 @@ def test_loads_rejects_garbage_and_future_schema():
 def test_table_lists_each_entry():
     table = jaxtune.TuningResult.of(full_entry()).table()
     header, _, row = table.splitlines()
-    assert header.split() == ["kernel", "device", "key", "default", "best", "speedup", "config"]
-    assert "4.00x" in row and "10.0 us" in row and "2.5 us" in row and "layout='nt'" in row
+    assert header.split() == [
+        "kernel",
+        "device",
+        "key",
+        "default",
+        "us",
+        "best",
+        "us",
+        "speedup",
+        "config",
+    ]
+    assert "4.00x" in row and " 10.0 " in row and " 2.50 " in row and "layout='nt'" in row
+
+
+def test_table_uses_one_unit_per_time_column():
+    slow = dataclasses.replace(full_entry(), key="a", time_us=33_516.7, default_time_us=957_000.0)
+    fast = dataclasses.replace(full_entry(), key="b", time_us=12.0, default_time_us=40.0)
+    table = jaxtune.TuningResult.of(slow, fast).table()
+    assert "default ms" in table and "best ms" in table
+    assert "957.0" in table and "33.5" in table and "0.012" in table and "0.040" in table
+    assert " us" not in table.splitlines()[2] and "33516.7" not in table
 
 
 def test_packing_never_runs_code_and_rejects_objects():

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import re
 
 import jax
 import jax.numpy as jnp
@@ -241,3 +242,17 @@ def test_live_progress_on_a_terminal():
         )
     )
     assert "\rjaxtune: tuning k 1/3, best 5.0 us" in stream.getvalue()
+
+
+def test_progress_lines_on_a_non_terminal_show_an_eta():
+    stream = io.StringIO()
+    progress = _progress.Progress("k f32[8]", 3, 2, stream)
+    m = Measurement(
+        config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
+    )
+    progress.update(m)
+    progress.update(m)
+    progress.update(m)
+    first, second, last = stream.getvalue().splitlines()
+    assert re.search(r"\[1/3, ETA \d+ s\]", first) and re.search(r"\[2/3, ETA \d+ s\]", second)
+    assert "[3/3]" in last  # nothing left to wait for

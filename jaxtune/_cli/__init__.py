@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from .._errors import JaxtuneError
 from . import cache as _cache_cli
+from . import from_profile as _from_profile
 from . import profile as _profile_cli
 from . import tune as _tune_cli
 
@@ -54,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             return _profile_cli.run_report(args)
         if args.command == "tune":
+            if args.from_profile:
+                return _from_profile.run(args)
             return _tune_cli.run(args)
         if args.command == "cache":
             return _cache_cli.run(args)

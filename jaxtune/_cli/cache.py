@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -30,8 +31,14 @@ def add_parser(sub: Any) -> None:
     p = action("list", "one line per tuned entry; entries from another toolchain are stale")
     p.add_argument("--kernel", help="only this kernel id")
     p = action("show", "every entry of one kernel, with each config's measurement or failure")
-    p.add_argument("kernel")
+    p.add_argument("kernel", nargs="?", help="kernel id (default with --html: every kernel)")
     p.add_argument("--device", help="only this device kind")
+    p.add_argument(
+        "--html",
+        metavar="OUT",
+        help="also write a self-contained HTML page of the sweeps (a chart per kernel and "
+        "key) to OUT; needs pip install 'jaxtune[plots]'",
+    )
     p = action("export", "write entries to a TuningResult file (msgpack)")
     p.add_argument("file", type=pathlib.Path)
     p.add_argument("--kernel", help="only this kernel id")
@@ -94,16 +101,28 @@ def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
 
 
 def _show_action(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    if not args.kernel and not args.html:
+        raise CacheError(
+            "cache show needs a kernel id (`jaxtune cache list` shows them), or --html OUT "
+            "for a page of every kernel's sweeps."
+        )
     entries = [
         e
         for e in store.all_entries()
-        if e.kernel == args.kernel and (not args.device or e.device_kind == args.device)
+        if (not args.kernel or e.kernel == args.kernel)
+        and (not args.device or e.device_kind == args.device)
     ]
     if not entries:
+        what = f"kernel {args.kernel!r}" if args.kernel else "any kernel"
         raise CacheError(
-            f"no entries for kernel {args.kernel!r} in {store.root}; "
-            "`jaxtune cache list` shows what is there."
+            f"no entries for {what} in {store.root}; `jaxtune cache list` shows what is there."
         )
+    if args.html:
+        target = pathlib.Path(args.html)
+        page = TuningResult.of(*entries).to_html()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(page)
+        print(f"jaxtune cache show: wrote {target}", file=sys.stderr)
     out({"entries": [e.summary(full=True) for e in entries]}, _show(entries))
 
 
@@ -132,7 +151,7 @@ def _merge(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
     merged.save(args.output)
     out(
         {"path": str(args.output), "entries": len(merged)},
-        f"merged {len(args.files)} files into {args.output} "
+        f"merged {_count(len(args.files), 'file', 'files')} into {args.output} "
         f"({_count(len(merged), 'entry', 'entries')})",
     )
 

@@ -50,6 +50,13 @@ def main() -> int:
     print("profiling the tuned step (in a child process with the profiling flags)...")
     prof = profile(step, x, w, iters=5)
     print(prof.table(top=8))
+    print()
+    print(
+        "see it in a browser (pip install 'jaxtune[plots]'):\n"
+        f"  jaxtune report {prof.logdir} --html jaxtune-report.html\n"
+        "  jaxtune cache show --html jaxtune-sweeps.html\n"
+        f"tune what matters most: jaxtune tune --from-profile {prof.logdir}"
+    )
     tuned = {s.kernel_id for s in sites if s.config is not None}
     profiled_kernels = {k.kernel_id or k.name for k in prof.kernels}
     ok = len(result) == 2 and len(tuned) == 2 and error < 1e-3 and bool(profiled_kernels)

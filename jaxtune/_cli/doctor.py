@@ -22,6 +22,7 @@ from .doctor_checks import (
     Problem,
     cache_problems,
     flag_problems,
+    flags_changed_after_import,
     probe_backend,
     settings_problems,
     tpu_flag_problems,
@@ -53,6 +54,8 @@ def collect(
     py = tuple(python_version or sys.version_info[:3])
     found = {**toolchain(), **(versions or {})}
     settings, problems = settings_problems(env)
+    if environ is None:  # only this process's own environment can have changed
+        problems.extend(flags_changed_after_import(env))
     libtpu_path = _flags.find_libtpu()
     flags_found = flag_problems(env, _flags.find_jaxlib_binary(), libtpu_path)
     problems.extend(flags_found)

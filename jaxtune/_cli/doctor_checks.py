@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from .. import _config, _flags
-from .._errors import JaxtuneError
 from .._versions import dist_version
 
 __all__ = [
@@ -24,6 +23,7 @@ __all__ = [
     "Problem",
     "cache_problems",
     "flag_problems",
+    "flags_changed_after_import",
     "probe_backend",
     "settings_problems",
     "tpu_flag_problems",
@@ -293,19 +293,37 @@ def _unknown_flags(
 
 
 def settings_problems(env: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem]]:
-    """The settings the environment gives (JSON-ready), or the problem that stops them."""
-    try:
-        current = _config.settings(env)
-    except JaxtuneError as e:
-        return {}, [
-            Problem(
-                severity="error",
-                code="setting-invalid",
-                message=str(e),
-                fix="correct or unset the variable the message names",
-            )
-        ]
-    return {k: str(v) for k, v in dataclasses.asdict(current).items()}, []
+    """The settings the environment gives (JSON-ready, each with its own type), and one
+    problem per bad variable: each is checked on its own, so one does not hide the others."""
+    by_name = {v.name: v for v in _config.VARIABLES}
+    values, errors = _config.describe(env)
+    return values, [
+        Problem(
+            severity="error",
+            code="setting-invalid",
+            message=str(error),
+            fix=f"set {name} to one of: {by_name[name].allowed} (or unset it to use the "
+            f"default, {by_name[name].default}); `jaxtune doctor` checks it again",
+        )
+        for name, error in errors.items()
+    ]
+
+
+def flags_changed_after_import(env: Mapping[str, str]) -> list[Problem]:
+    """A warning per flag variable changed since JAX was imported in this process."""
+    return [
+        Problem(
+            severity="warning",
+            code="flag-set-after-import",
+            message=f"{var} changed after JAX was imported in this process (it was "
+            f"{before!r}, it is now {now!r}); the backend reads it once, when it starts, so "
+            "the change may be silently ignored.",
+            fix=f"set {var} before `import jax` (in the shell, or at the very top of the "
+            "script), or let jaxtune run the work in a child process (JAXTUNE_ISOLATION="
+            "process, jaxtune.profile, jaxtune profile -- ...), whose flags it sets itself",
+        )
+        for var, before, now in _config.changed_since_jax_import(env)
+    ]
 
 
 def tpu_flag_problems(
@@ -331,10 +349,7 @@ def tpu_flag_problems(
 
 def cache_problems(env: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem]]:
     """The state of the cache directory the environment selects, and its problem."""
-    try:
-        cache_dir = _config.settings(env).cache_dir
-    except JaxtuneError:
-        cache_dir = pathlib.Path(_config.default_cache_dir())
+    cache_dir = pathlib.Path(_config.describe(env)[0]["cache_dir"])
     cache = _cache_state(cache_dir)
     if cache["writable"]:
         return cache, []

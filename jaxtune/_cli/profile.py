@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import subprocess
 import sys
 from typing import Any
@@ -24,7 +25,13 @@ def add_parsers(sub: Any) -> None:
         "LIBTPU_INIT_ARGS (set before JAX starts) and JAXTUNE_PROFILE=1, so the first call "
         "per signature of every @jaxtune.profiled function writes a report under --logdir.",
     )
-    p.add_argument("--llo", action="store_true", help="register LLO debug info (TPU)")
+    p.add_argument(
+        "--llo",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="register LLO debug info on TPU (--xla_xprof_register_llo_debug_info=true, the "
+        "default TPU profile flag); --no-llo leaves it out",
+    )
     p.add_argument(
         "--custom-call-tracing",
         action="store_true",
@@ -47,6 +54,13 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("path")
     r.add_argument("--json", action="store_true", help="print the report as JSON")
     r.add_argument("--top", type=int, default=20, help="rows of kernels and of ops (default 20)")
+    r.add_argument(
+        "--html",
+        metavar="OUT",
+        default=None,
+        help="also write a self-contained HTML page (table, share chart, roofline, timeline) "
+        "to OUT; needs pip install 'jaxtune[plots]'",
+    )
 
 
 def _platform(explicit: str | None) -> str:
@@ -66,7 +80,7 @@ def run_profile(args: argparse.Namespace) -> int:
     env = child_env(
         platform,
         profiling=True,
-        llo=args.llo or args.custom_call_tracing,
+        llo=args.llo,
         custom_call_tracing=args.custom_call_tracing,
     )
     if args.platform is None and "JAX_PLATFORMS" not in os.environ:
@@ -87,6 +101,12 @@ def run_profile(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     """Runs ``jaxtune report``."""
     result = report_from_trace(args.path)
+    if args.html:
+        page = result.to_html(top=max(args.top, 50))
+        out = pathlib.Path(args.html)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page)
+        print(f"jaxtune report: wrote {out}", file=sys.stderr)
     if args.json:
         print(result.to_json())
     else:

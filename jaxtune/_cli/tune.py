@@ -19,14 +19,16 @@ from typing import Any
 from .._errors import JaxtuneError
 from .._isolation.runner import ProcessRunner
 from .._isolation.wire import FrameReader
+from .._profiling.units import count
 from .._tuning import cache as _cache
 from .._tuning.autotuned import make_entry
 from .._tuning.result import Entry, format_table
 from .._tuning.sweep import SweepPlan
 
-__all__ = ["add_parser", "run"]
+__all__ = ["HITS", "add_parser", "program", "run", "summary_line", "sweep_records"]
 
-_HITS = ("cache", "packaged", "scope")
+#: Where a config came from when the call already had a tuned one.
+HITS = ("cache", "packaged", "scope")
 
 
 def add_parser(sub: Any) -> None:
@@ -41,6 +43,20 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--full", action="store_true", help="let the program run to its end")
     p.add_argument("--retune", action="store_true", help="also re-tune calls that had a config")
+    p.add_argument(
+        "--from-profile",
+        metavar="DIR",
+        default=None,
+        help="instead of running a program, tune the autotuned kernels of a captured profile "
+        "(report.json files under DIR) whose share of device time is at least --min-share, "
+        "for the shapes they ran with",
+    )
+    p.add_argument(
+        "--min-share",
+        type=float,
+        default=0.05,
+        help="with --from-profile: the smallest share of device time worth tuning (default 0.05)",
+    )
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python train.py ...")
 
 
@@ -78,6 +94,42 @@ def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
     return records, stopped
 
 
+def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) -> str:
+    """``recorded 2 autotuned calls; 2 already had a config (re-tuned: --retune); tuned 2``.
+
+    Examples:
+        >>> summary_line(1, 0, 1, retune=False)
+        'recorded 1 autotuned call; 0 already had a config; tuned 1'
+    """
+    again = " (re-tuned: --retune)" if retune and had_config else ""
+    return (
+        f"recorded {count(recorded, 'autotuned call')}; {had_config} already had a config"
+        f"{again}; tuned {tuned}"
+    )
+
+
+def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]]:
+    """Sweeps each recorded call in a child and writes the cache: ``(entries, problems)``."""
+    entries: list[Entry] = []
+    problems: list[str] = []
+    runner = ProcessRunner()
+    for record in records:
+        if "request" not in record:
+            problems.append(f"{record['kernel']} {record['key']}: {record['error']}")
+            continue
+        plan = SweepPlan.from_dict(record["request"]["plan"])
+        try:
+            outcome = runner.run(plan, record["request"])
+        except JaxtuneError as e:
+            problems.append(f"{record['kernel']} {record['key']}: {e}")
+            continue
+        kind = (runner.ready or {}).get("device_kind", record["device_kind"])
+        entry = make_entry(plan, outcome, kind, record["version"])
+        _cache.user_cache().write([entry])
+        entries.append(entry)
+    return entries, problems
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
     command = program(args, "tune")
@@ -88,10 +140,10 @@ def run(args: argparse.Namespace) -> int:
             f"{len(records)} calls it recorded",
             file=sys.stderr,
         )
-    todo = [r for r in records if args.retune or r["source"] not in _HITS]
-    skipped = [r for r in records if r not in todo]
-    entries, problems = _tune(todo)
-    _report(args.json, records, skipped, entries, problems)
+    had_config = [r for r in records if r["source"] in HITS]
+    todo = [r for r in records if args.retune or r["source"] not in HITS]
+    entries, problems = sweep_records(todo)
+    _report(args, records, had_config, entries, problems)
     return 1 if problems else 0
 
 
@@ -114,52 +166,27 @@ def _record(command: list[str], *, full: bool) -> tuple[list[dict[str, Any]], bo
     return records, stopped, proc.returncode
 
 
-def _tune(todo: list[dict[str, Any]]) -> tuple[list[Entry], list[str]]:
-    """Sweeps each recorded call in a child and writes the cache: the entries, and one line
-    per call that could not be tuned."""
-    entries: list[Entry] = []
-    problems: list[str] = []
-    runner = ProcessRunner()
-    for record in todo:
-        if "request" not in record:
-            problems.append(f"{record['kernel']} {record['key']}: {record['error']}")
-            continue
-        plan = SweepPlan.from_dict(record["request"]["plan"])
-        try:
-            outcome = runner.run(plan, record["request"])
-        except JaxtuneError as e:
-            problems.append(f"{record['kernel']} {record['key']}: {e}")
-            continue
-        kind = (runner.ready or {}).get("device_kind", record["device_kind"])
-        entry = make_entry(plan, outcome, kind, record["version"])
-        _cache.user_cache().write([entry])
-        entries.append(entry)
-    return entries, problems
-
-
 def _report(
-    as_json: bool,
+    args: argparse.Namespace,
     records: list[dict[str, Any]],
-    skipped: list[dict[str, Any]],
+    had_config: list[dict[str, Any]],
     entries: list[Entry],
     problems: list[str],
 ) -> None:
-    if as_json:
+    if args.json:
         doc = {
             "recorded": len(records),
             "already_tuned": [
-                {"kernel": r["kernel"], "key": r["key"], "source": r["source"]} for r in skipped
+                {"kernel": r["kernel"], "key": r["key"], "source": r["source"]} for r in had_config
             ],
+            "retuned": bool(args.retune),
             "tuned": [e.summary() for e in entries],
             "problems": problems,
             "cache": str(_cache.user_cache().root),
         }
         print(json.dumps(doc, indent=2, sort_keys=True))
         return
-    print(
-        f"recorded {len(records)} autotuned calls; {len(skipped)} already had a config; "
-        f"tuned {len(entries)}"
-    )
+    print(summary_line(len(records), len(had_config), len(entries), retune=args.retune))
     if entries:
         print(format_table(entries))
     for problem in problems:

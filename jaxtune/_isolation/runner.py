@@ -119,7 +119,7 @@ class ProcessRunner:
             xla_flags=xla.split(),
             libtpu_args=libtpu.split(),
             profiling=self.profiling is not None,
-            llo=bool((self.profiling or {}).get("llo")),
+            llo=bool((self.profiling or {}).get("llo", True)),
             custom_call_tracing=bool((self.profiling or {}).get("custom_call_tracing")),
             check_binary=self.profiling is not None,
         )

@@ -25,6 +25,7 @@ import numpy as np
 from .. import _config, _flags, _markers
 from .._errors import JaxtuneError, JaxtuneWarning
 from .._tuning.locate import sites_in_module
+from .._tuning.record import frame_for_mark
 from .report import Profile as Profile
 from .report import report_from_trace as report_from_trace
 
@@ -137,6 +138,7 @@ def capture(
     device = jax.devices()[0]
     sites = sites_in_module(lowered.compiler_ir("stablehlo"), device.platform)
     hints: dict[str, dict[str, float]] = {}
+    calls: dict[tuple[str, str], dict[str, Any]] = {}
     for site in sites:
         if site.kind != "autotuned":
             continue
@@ -146,6 +148,8 @@ def capture(
             hint = mark.owner.cost_hint(*mark.args, **mark.kwargs)
             if hint:
                 hints[mark.kernel] = hint
+            if (mark.kernel, mark.key) not in calls:
+                calls[mark.kernel, mark.key] = frame_for_mark(mark)
     return {
         "logdir": logdir,
         "platform": device.platform,
@@ -162,6 +166,7 @@ def capture(
             if s.kind == "pallas" and s.target is None and s.name_stack.endswith("/pallas_call")
         },
         "hints": hints,
+        "calls": list(calls.values()),
         "timings": {"compile_s": compile_s, "run_s": run_s},
         "env": {k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
     }
@@ -194,7 +199,7 @@ def profile(
     *args: Any,
     iters: int = 5,
     warmup: int = 2,
-    llo: bool = False,
+    llo: bool = True,
     custom_call_tracing: bool = False,
     logdir: str | os.PathLike[str] | None = None,
     **kwargs: Any,
@@ -202,7 +207,7 @@ def profile(
     """Captures a trace of ``fn(*args, **kwargs)`` and attributes device time to kernels.
 
     Runs in a child process with the profiling flags for the platform set before JAX
-    starts (``llo=True`` registers LLO debug info on TPU; ``custom_call_tracing=True`` also
+    starts (``llo=True``, the default, registers LLO debug info on TPU; ``custom_call_tracing=True`` also
     traces inside custom calls). Warms up ``warmup`` (at least 2) calls, traces ``iters``,
     and keeps the trace in ``logdir`` (a new temporary directory by default). Arguments
     may be arrays or ``jax.ShapeDtypeStruct`` (filled with random values).
@@ -341,6 +346,7 @@ class Profiled(Generic[P, R]):
             warnings.warn(f"jaxtune could not profile {name}: {e}", JaxtuneWarning, stacklevel=3)
             return
         print(f"jaxtune: profiled {name}; report in {path}", flush=True)
+        print(result.table(top=10), flush=True)
 
 
 @overload
@@ -352,7 +358,7 @@ def profiled(
     *,
     iters: int = 5,
     warmup: int = 2,
-    llo: bool = False,
+    llo: bool = True,
     custom_call_tracing: bool = False,
     logdir: str | None = None,
 ) -> Callable[[Callable[P, R]], Profiled[P, R]]: ...

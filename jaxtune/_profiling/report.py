@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -10,12 +11,59 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .._codec import table as format_rows
+from .._codec import DecodeError, atomic_write, packb, unpackb
 from .._errors import ProfileError
+from . import roofline as _roofline
 from . import xspace as _xspace
-from .attribution import KernelStat, attribute, op_events
+from .attribution import KernelStat, OpEvent, attribute, op_events
 
-__all__ = ["Profile", "report_from_trace"]
+__all__ = [
+    "CALLS_SUFFIX",
+    "INFO_FILE",
+    "TIMELINE_SPANS",
+    "Profile",
+    "TimelineSpan",
+    "report_from_trace",
+    "timeline_of",
+]
+
+#: Beside ``report.json``: the autotuned calls of the profile, in msgpack (tuples survive).
+CALLS_SUFFIX = ".calls.msgpack"
+
+#: Beside a trace that jaxtune captured: what the capture knew (HLO op names, costs, hints).
+INFO_FILE = "jaxtune-info.msgpack"
+
+#: At most this many spans of a profile's timeline are kept (the first ones in time).
+TIMELINE_SPANS = 2000
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class TimelineSpan:
+    """One stretch of device time spent in one kernel (or XLA op): µs from the trace's
+    first op, duration in µs."""
+
+    name: str
+    kind: str
+    start_us: float
+    duration_us: float
+
+
+def timeline_of(events: list[OpEvent]) -> tuple[TimelineSpan, ...]:
+    """Consecutive top-level events of one owner, merged into spans (after ``attribute``)."""
+    spans: list[TimelineSpan] = []
+    tops = [e for e in events if e.parent is None]
+    origin = tops[0].start_ps if tops else 0
+    for e in tops:
+        kind, name, _ = e.owner
+        start, end = (e.start_ps - origin) * 1e-6, (e.start_ps + e.duration_ps - origin) * 1e-6
+        last = spans[-1] if spans else None
+        if last is not None and (last.name, last.kind) == (name, kind) and kind != "xla":
+            spans[-1] = dataclasses.replace(last, duration_us=end - last.start_us)
+            continue
+        if len(spans) >= TIMELINE_SPANS:
+            break
+        spans.append(TimelineSpan(name=name, kind=kind, start_us=start, duration_us=end - start))
+    return tuple(spans)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -27,7 +75,11 @@ class Profile:
     TensorBoard and Perfetto open it); ``flags``: the profiling-relevant environment the
     capturing process saw; ``missing_flags``: profiling flags it lacked (in-process
     captures); ``llo``: the xprof LLO analysis summary when it ran; ``timings``: seconds
-    spent starting the child, compiling, running and parsing.
+    spent starting the child, compiling, running and parsing; ``timeline``: when each
+    kernel ran (the first :data:`TIMELINE_SPANS` spans); ``peak``: the device's peaks that
+    ``bound_by`` was judged against (``None`` when unknown); ``calls``: each autotuned
+    call the profiled function made, with what it takes to tune it
+    (``jaxtune tune --from-profile``).
     """
 
     kernels: tuple[KernelStat, ...]
@@ -43,51 +95,27 @@ class Profile:
     llo: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = ()
     timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    timeline: tuple[TimelineSpan, ...] = ()
+    peak: _roofline.Peak | None = None
+    calls: tuple[Mapping[str, Any], ...] = ()
 
     def table(self, top: int = 20) -> str:
-        """An aligned table of the ``top`` kernels, then the ``top`` XLA ops."""
-        header = (
-            "name",
-            "kind",
-            "calls",
-            "total us",
-            "mean us",
-            "share",
-            "GFLOP/s",
-            "GB/s",
-            "bound",
-            "flops from",
-        )
-        rows: list[tuple[str, ...]] = []
-        for stat in (*self.kernels[:top], *self.ops[:top]):
-            rows.append(
-                (
-                    stat.name if len(stat.name) <= 48 else "..." + stat.name[-45:],
-                    stat.kind,
-                    str(stat.calls),
-                    f"{stat.total_us:.1f}",
-                    f"{stat.mean_us:.1f}",
-                    f"{stat.share:.1%}",
-                    f"{stat.flops_per_s / 1e9:.1f}" if stat.flops_per_s else "-",
-                    f"{stat.bytes_per_s / 1e9:.1f}" if stat.bytes_per_s else "-",
-                    stat.bound_by,
-                    stat.flops_source,
-                )
-            )
-        lines = [format_rows(header, rows)]
-        if self.iterations:
-            summary = (
-                f"{self.platform} ({self.device_kind}): {self.iterations} iterations, "
-                f"{self.step_us:.1f} us of device time per step"
-            )
-        else:
-            summary = f"{self.platform} ({self.device_kind}): {self.total_us:.1f} us of device time"
-        extra = [f"note: {n}" for n in self.notes]
-        if self.missing_flags:
-            extra.append("captured without profiling flags: " + " ".join(self.missing_flags))
-        if self.logdir:
-            extra.append(f"trace: {self.logdir}")
-        return "\n".join([summary, *lines, *extra])
+        """The ``top`` kernels, then the ``top`` XLA ops, as two aligned tables; each time
+        and rate column in one unit, and a footnote saying why a bound is unknown."""
+        from .table import format_profile
+
+        return format_profile(self, top)
+
+    def to_html(self, top: int = 50) -> str:
+        """One self-contained HTML page: the kernel table, a chart of device-time shares,
+        a roofline and the timeline of kernels. Needs ``pip install 'jaxtune[plots]'``.
+
+        Raises:
+            PlotsUnavailableError: matplotlib is not installed.
+        """
+        from .html import profile_html
+
+        return profile_html(self, top)
 
     def to_json(self) -> str:
         """A stable JSON document (schema 1)."""
@@ -106,15 +134,20 @@ class Profile:
             "timings": dict(self.timings),
             "kernels": [k.to_dict() for k in self.kernels],
             "ops": [o.to_dict() for o in self.ops],
+            "timeline": [dataclasses.asdict(t) for t in self.timeline],
+            "peak": dataclasses.asdict(self.peak) if self.peak else None,
         }
         return json.dumps(doc, indent=2, sort_keys=True)
 
     def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
-        """Writes :meth:`to_json` to ``path`` (and the table beside it, as ``.txt``)."""
+        """Writes :meth:`to_json` to ``path``, the table beside it (``.txt``) and, when the
+        profile saw autotuned calls, what it takes to tune them (``.calls.msgpack``)."""
         target = pathlib.Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(self.to_json())
         target.with_suffix(".txt").write_text(self.table() + "\n")
+        if self.calls:
+            atomic_write(target.with_suffix(CALLS_SUFFIX), packb(list(self.calls)))
         return target
 
 
@@ -126,8 +159,16 @@ def report_from_trace(
 ) -> Profile:
     """A :class:`Profile` from a trace file or directory, with what ``capture`` returned
     (or nothing, for a trace written by someone else). ``iterations`` = 0 means unknown:
-    ``step_us`` is then the trace's whole device time."""
-    info = info or {}
+    ``step_us`` is then the trace's whole device time.
+
+    What ``capture`` returned is kept beside the trace (:data:`INFO_FILE`), so reading the
+    same trace later (``jaxtune report DIR``) attributes it the same way: on CPU the trace
+    alone does not say which kernel an op belongs to.
+    """
+    if info:
+        _remember(path, info, iterations)
+    else:
+        info, iterations = _recall(path, iterations)
     start = time.perf_counter()
     try:
         space = _xspace.load(path)
@@ -149,16 +190,7 @@ def report_from_trace(
         sources=info.get("sources"),
         pallas_prefixes=info.get("prefixes"),
     )
-    notes = []
-    dropped = [w for w in (*space.errors, *space.warnings) if "drop" in w.lower()]
-    if dropped:
-        notes.append(
-            "the trace dropped events (" + dropped[0][:120] + "); raise "
-            "trace_best_effort_frequency / trace_guaranteed_frequency (say to 50 or 100) "
-            "with jaxtune.flags.profile_flags(..., best_effort_frequency=...)"
-        )
-    if not events:
-        notes.append("the trace holds no executed XLA ops")
+    notes = _notes(space, events)
     timings = dict(info.get("timings", {}))
     timings["parse_s"] = time.perf_counter() - start
     return Profile(
@@ -173,7 +205,44 @@ def report_from_trace(
         flags=dict(info.get("env", {})),
         notes=tuple(notes),
         timings=timings,
+        timeline=timeline_of(events),
+        peak=_roofline.peak_for(device_kind, plane.stats),
+        calls=tuple(info.get("calls", ())),
     )
+
+
+def _notes(space: _xspace.Space, events: list[OpEvent]) -> list[str]:
+    notes = []
+    dropped = [w for w in (*space.errors, *space.warnings) if "drop" in w.lower()]
+    if dropped:
+        notes.append(
+            "the trace dropped events (" + dropped[0][:120] + "); raise "
+            "trace_best_effort_frequency / trace_guaranteed_frequency (say to 50 or 100) "
+            "with jaxtune.flags.profile_flags(..., best_effort_frequency=...)"
+        )
+    if not events:
+        notes.append("the trace holds no executed XLA ops")
+    return notes
+
+
+def _remember(path: str | os.PathLike[str], info: Mapping[str, Any], iterations: int) -> None:
+    folder = pathlib.Path(path)
+    if folder.is_dir():
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            atomic_write(folder / INFO_FILE, packb({**info, "iterations": iterations}))
+
+
+def _recall(path: str | os.PathLike[str], iterations: int) -> tuple[dict[str, Any], int]:
+    here = pathlib.Path(path)
+    for folder in [here, *here.parents][:6]:
+        sidecar = folder / INFO_FILE
+        if sidecar.is_file():
+            try:
+                info = dict(unpackb(sidecar.read_bytes()))
+            except (DecodeError, TypeError, ValueError):
+                return {}, iterations
+            return info, iterations or int(info.pop("iterations", 0) or 0)
+    return {}, iterations
 
 
 def _platform_of(plane_name: str) -> str:

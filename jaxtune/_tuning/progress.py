@@ -26,6 +26,14 @@ class Progress:
         self.best: float | None = None
         self.start = time.perf_counter()
 
+    def eta(self) -> str:
+        """``", ETA 12 s"`` from the mean time per config so far; ``""`` when done."""
+        left = self.total - self.done
+        if self.done == 0 or left <= 0:
+            return ""
+        seconds = (time.perf_counter() - self.start) / self.done * left
+        return f", ETA {seconds:.0f} s" if seconds < 120 else f", ETA {seconds / 60:.1f} min"
+
     def update(self, result: Measurement | Failure) -> None:
         self.done += 1
         if isinstance(result, Measurement) and not result.dropped:
@@ -39,7 +47,7 @@ class Progress:
             else:
                 what = f"FAILED at {result.stage}: {result.reason}"
             print(
-                f"jaxtune: {self.label} [{self.done}/{self.total}] "
+                f"jaxtune: {self.label} [{self.done}/{self.total}{self.eta()}] "
                 f"{config_id(result.config)}: {what}",
                 file=self.stream,
                 flush=True,
@@ -47,7 +55,7 @@ class Progress:
         elif self.live:
             best = f", best {self.best:.1f} us" if self.best is not None else ""
             print(
-                f"\rjaxtune: tuning {self.label} {self.done}/{self.total}{best}   ",
+                f"\rjaxtune: tuning {self.label} {self.done}/{self.total}{best}{self.eta()}   ",
                 end="",
                 file=self.stream,
                 flush=True,

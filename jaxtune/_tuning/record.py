@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import _config
 
-__all__ = ["note"]
+__all__ = ["call_frame", "frame_for_mark", "note"]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _LOCK = threading.Lock()
@@ -34,30 +34,12 @@ class _Recorder:
             jax.monitoring.register_event_duration_secs_listener(self._on_event)
 
     def record(self, kernel: Any, sig: Any, choice: Any) -> None:
-        from .._isolation.requests import sweep_request
-        from .._isolation.wire import NotTransportable, write_frame
-        from .lookup import device_kind
-
         if (kernel.kernel_id, sig.key) in self.recorded:
             return
         self.recorded.add((kernel.kernel_id, sig.key))
-        space, default = kernel.space_and_default(sig)
-        frame: dict[str, Any] = {
-            "t": "call",
-            "kernel": kernel.kernel_id,
-            "key": sig.key,
-            "source": choice.source,
-            "config": dict(choice.config),
-            "device_kind": device_kind(),
-            "version": kernel.version,
-            "shapes": [[dt, list(shape)] for dt, shape in sig.shapes],
-            "statics": sig.statics,
-        }
-        try:
-            frame["request"] = sweep_request(kernel.sweep_task(sig, space, default))
-        except NotTransportable as e:
-            frame["error"] = str(e)
-        write_frame(self.fd, frame)
+        from .._isolation.wire import write_frame
+
+        write_frame(self.fd, call_frame(kernel, sig, choice))
 
     def _on_event(self, event: str, duration_secs: float, **_: str | int) -> None:
         if event == _COMPILE_EVENT and self.recorded:
@@ -67,6 +49,41 @@ class _Recorder:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
+
+
+def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
+    """One recorded call: kernel id, key, shapes, where its config came from, and the sweep
+    request that tunes it in a child (or ``error`` when the kernel cannot travel)."""
+    from .._isolation.requests import sweep_request
+    from .._isolation.wire import NotTransportable
+    from .lookup import device_kind
+
+    space, default = kernel.space_and_default(sig)
+    frame: dict[str, Any] = {
+        "t": "call",
+        "kernel": kernel.kernel_id,
+        "key": sig.key,
+        "source": choice.source,
+        "config": dict(choice.config),
+        "device_kind": device_kind(),
+        "version": kernel.version,
+        "shapes": [[dt, list(shape)] for dt, shape in sig.shapes],
+        "statics": sig.statics,
+    }
+    try:
+        frame["request"] = sweep_request(kernel.sweep_task(sig, space, default))
+    except NotTransportable as e:
+        frame["error"] = str(e)
+    return frame
+
+
+def frame_for_mark(mark: Any) -> dict[str, Any]:
+    """The :func:`call_frame` of the call behind a marker (``jaxtune._markers.Mark``), so a
+    profile can say how to tune each autotuned call it saw."""
+    from .lookup import Choice
+
+    sig = mark.owner.bind(mark.args, mark.kwargs)
+    return call_frame(mark.owner, sig, Choice(config=mark.config, source=mark.source, key=mark.key))
 
 
 def _recorder(settings: _config.Settings) -> _Recorder | None:

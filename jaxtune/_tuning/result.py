@@ -274,24 +274,34 @@ class TuningResult(Mapping[EntryId, Entry]):
         """An aligned table for people: kernel, device, key, default, best, speedup, config."""
         return format_table(list(self._entries.values()))
 
+    def to_html(self) -> str:
+        """One self-contained HTML page: per kernel and key, each config's time with its
+        spread (a heatmap when the space has two knobs), failures with their reasons, the
+        winner and the default marked. Needs ``pip install 'jaxtune[plots]'``.
 
-def _us(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value >= 1e5:
-        return f"{value / 1e3:.1f} ms"
-    return f"{value:.1f} us"
+        Raises:
+            PlotsUnavailableError: matplotlib is not installed.
+        """
+        from .report_html import sweep_html
+
+        return sweep_html(self._entries.values())
 
 
 def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> str:
-    """Aligned text table of entries; ``stale`` ids are marked."""
+    """Aligned text table of entries (each time column in one unit); ``stale`` ids are
+    marked."""
     if not entries:
         return "(no tuned entries)"
+    from .._profiling import units
     from .space import config_id
 
-    header = ("kernel", "device", "key", "default", "best", "speedup", "config")
+    ordered = sorted(entries, key=lambda e: (e.kernel, e.device_kind, e.key))
+    unit, fmt = units.time_column(
+        [e.default_time_us for e in ordered] + [e.time_us for e in ordered]
+    )
+    header = ("kernel", "device", "key", f"default {unit}", f"best {unit}", "speedup", "config")
     rows = []
-    for e in sorted(entries, key=lambda e: (e.kernel, e.device_kind, e.key)):
+    for e in ordered:
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
         mark = " (stale)" if stale and (e.kernel, e.device_kind, e.key) in stale else ""
         rows.append(
@@ -299,8 +309,8 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
                 e.kernel + mark,
                 e.device_kind,
                 e.key,
-                _us(e.default_time_us),
-                _us(e.time_us),
+                fmt(e.default_time_us),
+                fmt(e.time_us),
                 speed,
                 config_id(e.config),
             )

@@ -43,6 +43,7 @@ def _kernel(x_ref: Any, y_ref: Any, o_ref: Any, *, steps_k: int) -> None:
     default={"block_m": 32, "block_n": 32, "block_k": 32},
     name="jaxtune.examples.pallas_matmul",
     flops=lambda x, y: 2.0 * x.shape[0] * x.shape[1] * y.shape[1],
+    bytes=lambda x, y: float((x.size + y.size + x.shape[0] * y.shape[1]) * x.dtype.itemsize),
 )
 def matmul(x: jax.Array, y: jax.Array, *, block_m: int, block_n: int, block_k: int) -> jax.Array:
     """``x @ y`` as a Pallas kernel over a ``(m/block_m, n/block_n, k/block_k)`` grid.

@@ -1,0 +1,158 @@
+"""``jaxtune tune --from-profile DIR [--min-share 0.05]``: tune what a profile says matters.
+
+Reads every ``report.json`` under DIR (``jaxtune profile``, ``JAXTUNE_PROFILE=1`` or
+``Profile.save``), or else every trace under DIR that jaxtune captured, ranks the autotuned kernels by their share of device time, and sweeps
+those at or above ``--min-share`` for the shapes they ran with (the calls saved beside the
+report in ``report.calls.msgpack``). Raw Pallas kernels, which have no tuning space, are
+listed with their share and how to make them tunable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+from .._codec import unpackb
+from .._errors import JaxtuneError
+from .._profiling.report import CALLS_SUFFIX, INFO_FILE, report_from_trace
+from .._tuning import cache as _cache
+from .._tuning.result import format_table
+from .tune import HITS, sweep_records
+
+__all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run"]
+
+#: How to make a raw Pallas kernel tunable.
+RAW_PALLAS_HINT = (
+    "no tuning space: wrap the function that calls pl.pallas_call in "
+    "@jaxtune.autotuned(configs={'block_m': [128, 256], ...}) and pass the block sizes "
+    "through as keyword arguments"
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Ranked:
+    """One kernel of a profile: its share of device time (the largest over the reports),
+    whether it is an autotuned kernel, and the calls saved for it."""
+
+    name: str
+    share: float
+    autotuned: bool
+    calls: tuple[dict[str, Any], ...] = ()
+
+
+def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[Any]]]:
+    """``(path, kernels, calls)`` of each saved report under ``root`` (``report.json``
+    and its ``.calls.msgpack``) or, when there is none, of each trace jaxtune captured."""
+    reports = [root] if root.is_file() else sorted(root.rglob("report.json"))
+    found = []
+    for path in reports:
+        try:
+            kernels = json.loads(path.read_text())["kernels"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise JaxtuneError(
+                f"{path} is not a jaxtune profile report ({e}); expected the report.json "
+                "that `jaxtune profile` or Profile.save writes."
+            ) from e
+        sidecar = path.with_suffix(CALLS_SUFFIX)
+        calls = list(unpackb(sidecar.read_bytes())) if sidecar.is_file() else []
+        found.append((path, kernels, calls))
+    if not found and root.is_dir():
+        for info in sorted(root.rglob(INFO_FILE)):
+            profile = report_from_trace(info.parent)
+            found.append((info.parent, [k.to_dict() for k in profile.kernels], list(profile.calls)))
+    if not found:
+        raise JaxtuneError(
+            f"--from-profile expected a profile directory holding report.json files or a "
+            f"trace jaxtune captured; {root} has neither. Capture one first: `jaxtune profile "
+            "--logdir DIR -- python train.py`, or `jaxtune.profile(fn, *args, logdir=DIR)`."
+        )
+    return found
+
+
+def rank(root: str | pathlib.Path) -> list[Ranked]:
+    """Every kernel of the profiles under ``root``, largest share first.
+
+    Raises:
+        JaxtuneError: ``root`` holds no profile, or a ``report.json`` is not jaxtune's.
+    """
+    shares: dict[tuple[str, bool], float] = {}
+    calls: dict[str, dict[str, dict[str, Any]]] = {}
+    for _, kernels, frames in _profiles(pathlib.Path(root)):
+        mine: dict[tuple[str, bool], float] = {}
+        for k in kernels:
+            ident = (k.get("kernel_id") or k["name"], bool(k.get("kernel_id")))
+            mine[ident] = mine.get(ident, 0.0) + float(k.get("share") or 0.0)
+        for ident, share in mine.items():
+            shares[ident] = max(shares.get(ident, 0.0), share)
+        for frame in frames:
+            calls.setdefault(frame["kernel"], {})[frame["key"]] = frame
+    ranked = [
+        Ranked(
+            name=name,
+            share=share,
+            autotuned=autotuned,
+            calls=tuple(calls.get(name, {}).values()) if autotuned else (),
+        )
+        for (name, autotuned), share in shares.items()
+    ]
+    return sorted(ranked, key=lambda r: -r.share)
+
+
+def _plan(ranked: list[Ranked], args: argparse.Namespace) -> tuple[list[Ranked], list[str]]:
+    chosen = [r for r in ranked if r.autotuned and r.share >= args.min_share]
+    lines = ["autotuned kernels in the profile, by share of device time:"]
+    for r in (r for r in ranked if r.autotuned):
+        if r not in chosen:
+            verdict = f"below --min-share {args.min_share:.0%}: not tuned"
+        elif not r.calls:
+            verdict = "no saved calls (profiled by an older jaxtune?): profile it again"
+        else:
+            verdict = f"tuning {len(r.calls)} shape{'s' if len(r.calls) != 1 else ''}"
+        lines.append(f"  {r.share:6.1%}  {r.name}  {verdict}")
+    raw = [r for r in ranked if not r.autotuned]
+    if raw:
+        lines.append("raw Pallas kernels (" + RAW_PALLAS_HINT + "):")
+        lines += [f"  {r.share:6.1%}  {r.name}" for r in raw]
+    return chosen, lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``jaxtune tune --from-profile``; returns the exit status."""
+    if args.program and args.program != ["--"]:
+        raise JaxtuneError(
+            "jaxtune tune takes --from-profile DIR or a program (-- python train.py), not "
+            "both; drop one."
+        )
+    ranked = rank(args.from_profile)
+    chosen, lines = _plan(ranked, args)
+    todo = [
+        frame for r in chosen for frame in r.calls if args.retune or frame.get("source") not in HITS
+    ]
+    entries, problems = sweep_records(todo)
+    problems += [f"{r.name}: the profile saved none of its calls" for r in chosen if not r.calls]
+    if args.json:
+        doc = {
+            "min_share": args.min_share,
+            "kernels": [
+                {"name": r.name, "share": r.share, "autotuned": r.autotuned, "calls": len(r.calls)}
+                for r in ranked
+            ],
+            "selected": [r.name for r in chosen],
+            "tuned": [e.summary() for e in entries],
+            "untunable": [{"name": r.name, "share": r.share} for r in ranked if not r.autotuned],
+            "hint": RAW_PALLAS_HINT,
+            "problems": problems,
+            "cache": str(_cache.user_cache().root),
+        }
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print("\n".join(lines))
+        if entries:
+            print(format_table(entries))
+        for problem in problems:
+            print(f"could not tune {problem}")
+        print(f"cache: {_cache.user_cache().root}")
+    return 1 if problems else 0

@@ -1,0 +1,233 @@
+"""``Profile.to_html()`` and ``jaxtune report --html``: one self-contained page with the
+kernel table, a chart of device-time shares, a roofline and the timeline of kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import page
+from . import roofline as _roofline
+from .attribution import KernelStat
+from .table import BOUND_HELP, stat_rows, unknown_bound_reasons
+
+__all__ = ["profile_html"]
+
+_KIND_COLOURS = {"pallas": "#3867d6", "autotuned": "#20a464", "xla": "#9aa3b2"}
+#: Marker per source of a kernel's FLOPs/bytes on the roofline.
+_SOURCE_MARKERS = {"cost_estimate": "o", "hint": "s", "xla": "^", "shapes": "D", "none": "x"}
+_SHARE_BARS = 15
+_TIMELINE_ROWS = 10
+
+
+def _label(name: str, width: int = 38) -> str:
+    return name if len(name) <= width else "..." + name[-(width - 3) :]
+
+
+def _share_chart(profile: Any) -> str:
+    plt = page.pyplot()
+    kernels = list(profile.kernels[:_SHARE_BARS])
+    ops = list(profile.ops)
+    bars = [(_label(k.name), k.share, k.kind) for k in kernels]
+    if ops:
+        bars.append((f"XLA ops ({len(ops)})", sum(o.share for o in ops), "xla"))
+    bars.reverse()
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(bars) + 1.2))
+    if bars:
+        ax.barh(
+            [b[0] for b in bars],
+            [100 * b[1] for b in bars],
+            color=[_KIND_COLOURS.get(b[2], "#9aa3b2") for b in bars],
+        )
+        for y, (_, share, _) in enumerate(bars):
+            ax.text(100 * share, y, f" {share:.1%}", va="center", fontsize=9)
+    ax.set_xlabel("share of device time (%)")
+    ax.set_xlim(0, max([100 * b[1] for b in bars] + [1]) * 1.15)
+    ax.spines[["top", "right"]].set_visible(False)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c, label=k) for k, c in _KIND_COLOURS.items()]
+    ax.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=9
+    )
+    return page.figure_svg(fig)
+
+
+def _draw_roofs(ax: Any, peak: _roofline.Peak, lo_x: float, hi_x: float) -> None:
+    grid = [lo_x * (hi_x / lo_x) ** (i / 200) for i in range(201)]
+    ax.plot(
+        grid,
+        [min(peak.flops_per_s, x * peak.bytes_per_s) for x in grid],
+        color="#1d2330",
+        linewidth=1.6,
+    )
+    ax.axvline(peak.ridge, color="#c0c5cf", linestyle=":", linewidth=1)
+    ax.text(
+        hi_x / 1.5,
+        peak.flops_per_s * 1.1,
+        f"compute {peak.flops_per_s / 1e12:.0f} TFLOP/s",
+        ha="right",
+        fontsize=9,
+    )
+    ax.text(
+        lo_x * 1.5,
+        lo_x * 1.5 * peak.bytes_per_s * 1.3,
+        f"memory {peak.bytes_per_s / 1e9:.0f} GB/s",
+        fontsize=9,
+    )
+
+
+def _roofline_chart(profile: Any) -> tuple[str, str]:
+    plt = page.pyplot()
+    peak = profile.peak
+    points = [k for k in profile.kernels if k.intensity and k.flops_per_s]
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    xs = [k.intensity or 0.0 for k in points]
+    ys = [k.flops_per_s or 0.0 for k in points]
+    lo_x, hi_x = min([*xs, 0.1]) / 4, max([*xs, 1000.0]) * 4
+    if peak is not None:
+        _draw_roofs(ax, peak, lo_x, hi_x)
+        caption = (
+            f"Roofs: {peak.device} ({peak.source}); ridge at {peak.ridge:.0f} FLOP/byte. "
+            "Marker shape: where each kernel's FLOPs and bytes came from."
+        )
+    else:
+        caption = (
+            f"No roofs: no peak FLOP/s and bandwidth known for {profile.device_kind!r}. "
+            + BOUND_HELP["peak"]
+            + ". Marker shape: where each kernel's FLOPs and bytes came from."
+        )
+    for source, marker in _SOURCE_MARKERS.items():
+        group = [k for k in points if k.flops_source == source]
+        if group:
+            ax.scatter(
+                [k.intensity for k in group],
+                [k.flops_per_s for k in group],
+                marker=marker,
+                s=60,
+                c=[_KIND_COLOURS.get(k.kind, "#9aa3b2") for k in group],
+                label=f"FLOPs/bytes from {source}",
+                zorder=3,
+            )
+    for k in points:
+        ax.annotate(
+            _label(k.name, 28),
+            (k.intensity, k.flops_per_s),
+            fontsize=8,
+            xytext=(5, 4),
+            textcoords="offset points",
+        )
+    if not points:
+        ax.text(
+            0.5,
+            0.5,
+            "no kernel has both a FLOP and a byte count",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="#a3262b",
+        )
+    top = max([*ys, peak.flops_per_s if peak else 0.0, 1e9]) * 3
+    bottom = min([*ys, top / 1e4]) / 10
+    ax.set_xlim(lo_x, hi_x)
+    ax.set_ylim(bottom, top)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.grid(True, which="major", color="#eceef2")
+    if points:
+        ax.legend(loc="lower right", frameon=False, fontsize=9)
+    return page.figure_svg(fig), caption
+
+
+def _timeline_chart(profile: Any) -> str:
+    plt = page.pyplot()
+    spans = list(profile.timeline)
+    named = [k.name for k in profile.kernels[:_TIMELINE_ROWS]]
+    rows = [*named, "XLA ops"]
+    fig, ax = plt.subplots(figsize=(9, 0.38 * len(rows) + 1.3))
+    for row, name in enumerate(reversed(rows)):
+        mine = [s for s in spans if (s.name == name if name != "XLA ops" else s.name not in named)]
+        kind = mine[0].kind if mine else "xla"
+        colour = _KIND_COLOURS.get(kind, "#9aa3b2") if name != "XLA ops" else "#9aa3b2"
+        ax.broken_barh(
+            [(s.start_us, max(s.duration_us, 1e-3)) for s in mine], (row - 0.4, 0.8), color=colour
+        )
+    ax.set_yticks(range(len(rows)), [_label(r, 32) for r in reversed(rows)], fontsize=9)
+    end = max((s.start_us + s.duration_us for s in spans), default=1.0)
+    ax.set_xlim(0, end * 1.01)
+    ax.set_xlabel("time since the first op (us)")
+    ax.spines[["top", "right"]].set_visible(False)
+    return page.figure_svg(fig)
+
+
+def _stat_table(stats: Sequence[KernelStat], name: str) -> str:
+    header, rows = stat_rows(stats, mark_unknown=name == "kernels")
+    if name == "kernels":
+        header.append("source")
+        for row, s in zip(rows, stats, strict=True):
+            row[0] = s.name
+            row.append(s.source or "")
+    return page.table(header, rows, numeric=range(2, 8), name=name)
+
+
+def _bound_notes(kernels: Sequence[KernelStat], device_kind: str) -> list[str]:
+    notes: list[str] = []
+    for reason in ("flops", "bytes", "peak"):
+        names = [k.name for k in kernels if reason in unknown_bound_reasons(k)]
+        if names:
+            what = {"flops": "no FLOP count", "bytes": "no byte count"}.get(
+                reason, f"no peaks for {device_kind!r}"
+            )
+            notes.append(
+                f'<p class="note">* bound unknown, {what} ({page.escape(", ".join(names))}): '
+                f"{page.escape(BOUND_HELP[reason])}</p>"
+            )
+    return notes
+
+
+def profile_html(profile: Any, top: int = 50) -> str:
+    """The whole page for :meth:`Profile.to_html`."""
+    if profile.iterations:
+        summary = (
+            f"{profile.iterations} iterations, {profile.step_us:,.1f} us of device time per step"
+        )
+    else:
+        summary = f"{profile.total_us:,.1f} us of device time"
+    roofline, roofline_caption = _roofline_chart(profile)
+    kernels = list(profile.kernels[:top])
+    body: list[Any] = [
+        f"<h1>jaxtune profile: {page.escape(profile.platform)} "
+        f"({page.escape(profile.device_kind)})</h1>",
+        f'<p class="summary">{page.escape(summary)}; {len(profile.kernels)} kernels, '
+        f"{len(profile.ops)} XLA ops.</p>",
+        "<h2>Share of device time</h2>",
+        page.chart(
+            "share",
+            _share_chart(profile),
+            "Kernels by share of device time; all plain XLA ops together in one bar.",
+        ),
+        "<h2>Roofline</h2>",
+        page.chart("roofline", roofline, roofline_caption),
+        "<h2>Timeline</h2>",
+        page.chart(
+            "timeline",
+            _timeline_chart(profile),
+            "When each kernel ran, from the first op of the trace.",
+        ),
+        f"<h2>Kernels (top {len(kernels)} of {len(profile.kernels)})</h2>",
+        _stat_table(kernels, "kernels") if kernels else "<p>No Pallas or jaxtune kernel ran.</p>",
+        *_bound_notes(kernels, profile.device_kind),
+    ]
+    ops = list(profile.ops[:top])
+    if ops:
+        body += [
+            f"<h2>XLA ops (top {len(ops)} of {len(profile.ops)})</h2>",
+            _stat_table(ops, "ops"),
+        ]
+    notes = [*profile.notes]
+    if profile.missing_flags:
+        notes.append("captured without profiling flags: " + " ".join(profile.missing_flags))
+    if profile.logdir:
+        notes.append(f"trace: {profile.logdir} (XProf, TensorBoard and Perfetto open it)")
+    body += [f'<p class="note">{page.escape(n)}</p>' for n in notes]
+    return page.page(f"jaxtune profile ({profile.device_kind})", body)
