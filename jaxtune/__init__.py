@@ -4,6 +4,7 @@ Only what works is exported here; every name has a page under ``docs/``.
 """
 
 from . import flags as flags
+from ._config import remember_environment as _remember_environment
 from ._errors import CacheError as CacheError
 from ._errors import ConfigSpaceError as ConfigSpaceError
 from ._errors import FlagError as FlagError
@@ -15,7 +16,6 @@ from ._errors import SettingsError as SettingsError
 from ._errors import SignatureError as SignatureError
 from ._errors import SweepError as SweepError
 from ._errors import TuningFailedError as TuningFailedError
-from ._flags import remember_environment as _remember_environment
 from ._profiling.attribution import KernelStat as KernelStat
 from ._profiling.profiled import Profile as Profile
 from ._profiling.profiled import Profiled as Profiled

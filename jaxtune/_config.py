@@ -15,6 +15,7 @@ import dataclasses
 import math
 import os
 import pathlib
+import sys
 import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
@@ -25,9 +26,11 @@ __all__ = [
     "VARIABLES",
     "Settings",
     "Variable",
+    "changed_since_jax_import",
     "default_cache_dir",
     "describe",
     "override",
+    "remember_environment",
     "settings",
     "settings_token",
 ]
@@ -302,3 +305,28 @@ def override(**values: Any) -> Iterator[Settings]:
         yield settings()
     finally:
         _OVERRIDES.reset(token)
+
+
+#: The flag variables the backends read once, at start.
+FLAG_VARIABLES = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
+_AT_IMPORT: dict[str, str | None] = {}
+
+
+def remember_environment() -> None:
+    """Remembers ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` as they are now; ``import jaxtune``
+    calls it once, right after it has imported JAX (which may itself edit them)."""
+    if not _AT_IMPORT and "jax" in sys.modules:
+        _AT_IMPORT.update({var: os.environ.get(var) for var in FLAG_VARIABLES})
+
+
+def changed_since_jax_import(
+    environ: Mapping[str, str] | None = None,
+) -> list[tuple[str, str | None, str | None]]:
+    """``(variable, value then, value now)`` for each flag variable changed since JAX was
+    imported in this process: the backend reads it once, so such a change may be ignored."""
+    env = os.environ if environ is None else environ
+    return [
+        (var, _AT_IMPORT[var], env.get(var))
+        for var in FLAG_VARIABLES
+        if var in _AT_IMPORT and (_AT_IMPORT[var] or "") != (env.get(var) or "")
+    ]

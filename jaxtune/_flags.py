@@ -16,7 +16,6 @@ import os
 import pathlib
 import re
 import shlex
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 from ._errors import FlagError
@@ -30,7 +29,6 @@ __all__ = [
     "Flag",
     "FlagReport",
     "binary_defines",
-    "changed_since_jax_import",
     "child_env",
     "find_jaxlib_binary",
     "find_libtpu",
@@ -39,7 +37,6 @@ __all__ = [
     "normalise_platform",
     "parse",
     "profile_flags",
-    "remember_environment",
     "requested_platform",
 ]
 
@@ -405,28 +402,3 @@ def requested_platform(environ: Mapping[str, str] | None = None) -> str | None:
 
 def _as_flags(items: Iterable[Flag | str]) -> list[Flag]:
     return [_canonical(i if isinstance(i, Flag) else Flag.from_token(i)) for i in items]
-
-
-#: The flag variables the backends read once, at start.
-FLAG_VARIABLES = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
-_AT_IMPORT: dict[str, str | None] = {}
-
-
-def remember_environment() -> None:
-    """Remembers ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` as they are now; ``import jaxtune``
-    calls it once, right after it has imported JAX (which may itself edit them)."""
-    if not _AT_IMPORT and "jax" in sys.modules:
-        _AT_IMPORT.update({var: os.environ.get(var) for var in FLAG_VARIABLES})
-
-
-def changed_since_jax_import(
-    environ: Mapping[str, str] | None = None,
-) -> list[tuple[str, str | None, str | None]]:
-    """``(variable, value then, value now)`` for each flag variable changed since JAX was
-    imported in this process: the backend reads it once, so such a change may be ignored."""
-    env = os.environ if environ is None else environ
-    return [
-        (var, _AT_IMPORT[var], env.get(var))
-        for var in FLAG_VARIABLES
-        if var in _AT_IMPORT and (_AT_IMPORT[var] or "") != (env.get(var) or "")
-    ]

@@ -381,7 +381,7 @@ def test_cost_hint():
     from jaxtune.examples.pallas_matmul import matmul
 
     hint = matmul.cost_hint(jnp.ones((64, 32)), jnp.ones((32, 16)))
-    assert hint == {"flops": 2.0 * 64 * 32 * 16}
+    assert hint == {"flops": 2.0 * 64 * 32 * 16, "bytes": (64 * 32 + 32 * 16 + 64 * 16) * 4.0}
 
 
 # -- bad input ------------------------------------------------------------------------------

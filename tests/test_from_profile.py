@@ -12,7 +12,7 @@ from profile_models import three_kernels
 import jaxtune
 from jaxtune._cli import from_profile as _from_profile
 from jaxtune._cli import main as cli_main
-from jaxtune._isolation import runner as _runner
+from jaxtune._isolation import process as _process
 from jaxtune._tuning import cache as _cache
 
 KERNELS = {"tests.profile.heavy", "tests.profile.medium", "tests.profile.tiny"}
@@ -26,7 +26,7 @@ def captured(monkeypatch, tmp_path):
     profile = jaxtune.profile(three_kernels, x, v, iters=3, logdir=str(tmp_path / "p" / "trace"))
     profile.save(tmp_path / "p" / "report.json")
     yield tmp_path / "p", profile
-    _runner.shutdown_children()
+    _process.shutdown_children()
 
 
 @pytest.mark.slow

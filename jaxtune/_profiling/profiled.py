@@ -207,10 +207,10 @@ def profile(
     """Captures a trace of ``fn(*args, **kwargs)`` and attributes device time to kernels.
 
     Runs in a child process with the profiling flags for the platform set before JAX
-    starts (``llo=True``, the default, registers LLO debug info on TPU; ``custom_call_tracing=True`` also
-    traces inside custom calls). Warms up ``warmup`` (at least 2) calls, traces ``iters``,
-    and keeps the trace in ``logdir`` (a new temporary directory by default). Arguments
-    may be arrays or ``jax.ShapeDtypeStruct`` (filled with random values).
+    starts (``llo=True``, the default, registers LLO debug info on TPU;
+    ``custom_call_tracing=True`` also traces inside custom calls). Warms up ``warmup`` (at
+    least 2) calls, traces ``iters``, keeps the trace in ``logdir`` (a new temporary
+    directory by default). Arguments may be arrays or ``jax.ShapeDtypeStruct``.
 
     Raises:
         ProfileError: the capture failed (the message holds the child's stderr).
