@@ -284,6 +284,8 @@ def test_profile_command_sets_flags_and_writes_reports(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "result" in proc.stdout
+    # The program prints where the report is and the report itself.
+    assert "report in" in proc.stdout and "kernels (top 2 of 2)" in proc.stdout
     (report,) = (tmp_path / "out").glob("*/report.json")
     assert {k["name"] for k in json.loads(report.read_text())["kernels"]} == {
         "double_it",

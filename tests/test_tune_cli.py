@@ -100,3 +100,14 @@ def test_tune_command_needs_a_program(cli):
     proc = cli("tune")
     assert proc.returncode == 2
     assert "jaxtune tune needs a command" in proc.stderr
+
+
+def test_retune_summary_counts_the_calls_that_had_a_config():
+    from jaxtune._cli.tune import summary_line
+
+    assert summary_line(2, 2, 2, retune=True) == (
+        "recorded 2 autotuned calls; 2 already had a config (re-tuned: --retune); tuned 2"
+    )
+    assert summary_line(1, 0, 1, retune=False) == (
+        "recorded 1 autotuned call; 0 already had a config; tuned 1"
+    )
