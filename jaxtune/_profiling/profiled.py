@@ -370,7 +370,7 @@ def profiled(
     *,
     iters: int = 5,
     warmup: int = 2,
-    llo: bool = False,
+    llo: bool = True,
     custom_call_tracing: bool = False,
     logdir: str | None = None,
 ) -> Profiled[P, R] | Callable[[Callable[P, R]], Profiled[P, R]]:
