@@ -1,4 +1,5 @@
-"""Text tables for people: aligned columns, one unit per column chosen by magnitude.
+"""Units for the text tables: one unit per column chosen by magnitude (``_codec.table``
+aligns the columns).
 
 Shared by the tuning tables (``jaxtune cache list``, ``TuningResult.table``) and the
 profile tables (``jaxtune report``), so a column never mixes ``957.0 ms`` with
