@@ -24,6 +24,7 @@ from . import lookup as _lookup
 from . import record as _record
 from . import timing as _timing
 from .lookup import Choice
+from .naming import kernel_id_for
 from .result import Entry, TuningResult, now
 from .signature import Signature, is_array, is_tracing
 from .space import ConfigSpec
@@ -36,26 +37,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _REGISTRY: dict[str, Autotuned[Any, Any]] = {}
-_WARNED_UNNAMED: set[str] = set()
-
-MSG_UNNAMED_MAIN = """\
-@jaxtune.autotuned kernel {qualname} is defined in the script being run (__main__) and has no
-name=, so its tuned configs are cached under '__main__.{qualname}': every script with a
-function of that name shares those entries, and importing this file as a module looks them up
-under another id. Give the kernel a stable id:
-
-    @jaxtune.autotuned(configs=..., name="mylib.{qualname}")
-    def {qualname}(...): ...
-"""
-
-
-def _warn_unnamed_main(qualname: str) -> None:
-    if qualname in _WARNED_UNNAMED:
-        return
-    _WARNED_UNNAMED.add(qualname)
-    warnings.warn(MSG_UNNAMED_MAIN.format(qualname=qualname), JaxtuneWarning, stacklevel=4)
-
-
 # Concrete (non-tracer) array classes seen so far; learnt lazily so that importing jaxtune
 # never starts a backend.
 _CONCRETE: set[type] = set()
@@ -137,9 +118,7 @@ class Autotuned(Generic[P, R]):
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
         self.spec = ConfigSpec(fn, configs, prune=prune, default=default)
-        self.kernel_id = name or f"{fn.__module__}.{fn.__qualname__}"
-        if name is None and fn.__module__ == "__main__":
-            _warn_unnamed_main(fn.__qualname__)
+        self.kernel_id = kernel_id_for(fn, name)
         self.version = "" if version is None else str(version)
         self.check = _validate_check(check)
         if inputs is not None and not callable(inputs):
