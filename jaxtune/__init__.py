@@ -5,6 +5,7 @@ Only what works is exported here; every name has a page under ``docs/``.
 
 from . import flags as flags
 from ._config import remember_environment as _remember_environment
+from ._errors import AgreementError as AgreementError
 from ._errors import CacheError as CacheError
 from ._errors import ConfigSpaceError as ConfigSpaceError
 from ._errors import FlagError as FlagError
@@ -40,6 +41,7 @@ _remember_environment()
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgreementError",
     "Autotuned",
     "CacheError",
     "Choice",

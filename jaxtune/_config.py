@@ -50,6 +50,7 @@ class Settings:
     isolation: Isolation
     timeout: float
     verbose: int
+    agree_timeout: float = 300.0
     record: str = ""
     record_stop: bool = False
 
@@ -180,6 +181,15 @@ VARIABLES: tuple[Variable, ...] = (
         default="0",
         parse=_level("JAXTUNE_VERBOSE"),
         doc="0: quiet; 1: one line per sweep and per chosen config; 2: also every config.",
+    ),
+    Variable(
+        name="JAXTUNE_AGREE_TIMEOUT",
+        field="agree_timeout",
+        allowed="a positive number of seconds",
+        default="300",
+        parse=_seconds("JAXTUNE_AGREE_TIMEOUT"),
+        doc="With jax.distributed initialised: seconds a process waits for another (the "
+        "leader's config, a share of a sharded sweep) before raising AgreementError.",
     ),
     Variable(
         name="JAXTUNE_RECORD",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "AgreementError",
     "CacheError",
     "ConfigSpaceError",
     "FlagError",
@@ -74,6 +75,12 @@ class ProfileError(JaxtuneError):
 
 class PlotsUnavailableError(JaxtuneError, ImportError):
     """An HTML report was asked for, but matplotlib (the ``plots`` extra) is not installed."""
+
+
+class AgreementError(JaxtuneError):
+    """Processes of a ``jax.distributed`` job could not agree on a kernel's config: the
+    leader (process 0) did not publish it in time (``JAXTUNE_AGREE_TIMEOUT``), died, or
+    failed while deciding. The message names the kernel, the key and the leader."""
 
 
 class JaxtuneWarning(UserWarning):

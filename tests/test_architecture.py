@@ -22,7 +22,7 @@ TOP_LEVEL = {
     "_versions.py",
     "_distributed.py",
 }
-SUBPACKAGES = {"_tuning", "_profiling", "_isolation", "_cli", "examples"}
+SUBPACKAGES = {"_tuning", "_profiling", "_isolation", "_cli", "_distributed", "examples"}
 MAX_MODULE_LINES = 420
 MAX_FUNCTION_LINES = 62
 

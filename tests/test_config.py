@@ -64,6 +64,7 @@ def test_every_design_variable_is_handled():
         "JAXTUNE_ISOLATION",
         "JAXTUNE_TIMEOUT",
         "JAXTUNE_VERBOSE",
+        "JAXTUNE_AGREE_TIMEOUT",
     }
     # Every variable, the internal ones `jaxtune tune` sets included, is read here only.
     assert {"JAXTUNE_RECORD", "JAXTUNE_RECORD_STOP"} <= names
@@ -90,6 +91,7 @@ def test_defaults(monkeypatch, tmp_path):
     assert s.profile_dir == pathlib.Path("./jaxtune-profiles")
     assert s.isolation == "process"
     assert s.timeout == 60.0
+    assert s.agree_timeout == 300.0
     assert s.verbose == 0
 
 

@@ -112,7 +112,8 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
     """Sweeps each recorded call in a child and writes the cache: ``(entries, problems)``."""
     entries: list[Entry] = []
     problems: list[str] = []
-    runner = ProcessRunner()
+    # One sweep child per device the program saw, where devices can be split.
+    runner = ProcessRunner(devices=next((r.get("devices") for r in records), None))
     for record in records:
         if "request" not in record:
             problems.append(f"{record['kernel']} {record['key']}: {record['error']}")

@@ -23,6 +23,7 @@ from .._tuning.result import Failure, Measurement, measurement_from_dict
 from .._tuning.space import config_id
 from .._tuning.sweep import SweepOutcome, SweepPlan, SweepTask, finish, leaders, ordered, run_sweep
 from . import context as _context
+from .devices import sweep_devices
 from .flight import InFlight, raise_child_error
 from .process import POOL, ChildLost, ChildProcess, parent_backend, python_path
 from .requests import sweep_request
@@ -367,7 +368,10 @@ def _warn_once(key: Any, message: str) -> None:
 
 
 def default_runner() -> Runner:
-    """The runner ``JAXTUNE_ISOLATION`` selects: ``process`` (default) or ``inline``."""
+    """The runner ``JAXTUNE_ISOLATION`` selects: ``process`` (default; one child per local
+    GPU or CPU device when this process has several) or ``inline``."""
     from .._config import settings
 
-    return InlineRunner() if settings().isolation == "inline" else ProcessRunner()
+    if settings().isolation == "inline":
+        return InlineRunner()
+    return ProcessRunner(devices=sweep_devices())

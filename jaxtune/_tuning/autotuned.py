@@ -17,6 +17,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 import jax
 
 from .. import _config, _markers, _versions
+from .._distributed import agree as _agree
 from .._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
 from .._isolation.runner import default_runner
 from . import cache as _cache
@@ -65,6 +66,7 @@ _GENERATION = jax.make_user_context(default_value=0)
 def retrace_jitted_functions() -> None:
     """Makes every jitted function re-trace on its next call."""
     _GENERATION.set_global(_GENERATION.get_global() + 1)
+    _agree.new_round()
 
 
 def _validate_check(check: Any) -> Any:
@@ -199,27 +201,58 @@ class Autotuned(Generic[P, R]):
         return choice
 
     def _lookup(self, sig: Signature, *, sweep: bool) -> Choice:
-        settings = _config.settings()
         kind = _lookup.device_kind()
         space, default = self.space_and_default(sig)
+        if not self._retuning(kind, sig):
+            scoped = _lookup.scoped_entry(
+                self.kernel_id, kind, sig.key, self.version, frozenset(space[0])
+            )
+            if scoped is not None:
+                return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
+        if not sweep:  # config_for: the agreed config once there is one, else this process's
+            agreed = _agree.decided(self.kernel_id, self.version, sig.key, kind)
+            return agreed or self._decide(sig, space, default, kind, measure=None)
+        question = _agree.Question(
+            kernel=self.kernel_id,
+            key=sig.key,
+            version=self.version,
+            device_kind=kind,
+            decide=lambda measure: self._decide(sig, space, default, kind, measure=measure),
+            task=lambda: self.sweep_task(sig, space, default),
+            runner=default_runner(),
+        )
+        return _agree.agree(question)
+
+    def _retuning(self, kind: str, sig: Signature) -> bool:
+        return _config.settings().mode == "retune" and (kind, sig.key) not in self._retuned
+
+    def _decide(
+        self,
+        sig: Signature,
+        space: list[dict[str, Any]],
+        default: dict[str, Any],
+        kind: str,
+        *,
+        measure: Callable[[SweepTask], SweepOutcome] | None,
+    ) -> Choice:
+        """The lookup after the scopes: caches, a sweep through ``measure`` (on a miss in
+        tune mode), nearest, default."""
+        settings = _config.settings()
         names = frozenset(space[0])
         use_caches = settings.mode != "off"
-        retune = settings.mode == "retune" and (kind, sig.key) not in self._retuned
-        if not retune:
-            found = _lookup.find_entry(
-                self.kernel_id, kind, sig.key, self.version, names, use_caches=use_caches
-            )
+        if use_caches and not self._retuning(kind, sig):
+            found = _lookup.cached_entry(self.kernel_id, kind, sig.key, self.version, names)
             if found is not None:
                 entry, source = found
                 return Choice(config=dict(entry.config), source=source, key=sig.key, entry=entry)
-        if sweep and settings.mode in ("tune", "retune"):
+        if measure is not None and settings.mode in ("tune", "retune"):
             try:
-                entry = self._sweep(sig, space, default, kind)
+                entry = self._sweep(sig, space, default, kind, measure=measure)
             except TuningFailedError as e:
                 warnings.warn(
                     f"jaxtune could not tune {self.kernel_id} for {sig.key}; falling back. {e}",
                     JaxtuneWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
             else:
                 return Choice(config=dict(entry.config), source="cache", key=sig.key, entry=entry)
@@ -260,13 +293,20 @@ class Autotuned(Generic[P, R]):
         )
 
     def _sweep(
-        self, sig: Signature, space: list[dict[str, Any]], default: dict[str, Any], kind: str
+        self,
+        sig: Signature,
+        space: list[dict[str, Any]],
+        default: dict[str, Any],
+        kind: str,
+        *,
+        measure: Callable[[SweepTask], SweepOutcome] | None = None,
     ) -> Entry:
         task = self.sweep_task(sig, space, default)
         with self._lock:
-            outcome = default_runner().sweep(task)
+            outcome = (measure or default_runner().sweep)(task)
             entry = make_entry(task.plan, outcome, kind, self.version)
-            _cache.user_cache().write([entry])
+            if _agree.may_write_cache():
+                _cache.user_cache().write([entry])
             self._retuned.add((kind, sig.key))
             self._eager.clear()
         return entry

@@ -1,6 +1,9 @@
-"""Lookup order for a config: explicit -> scope -> user cache -> packaged -> nearest -> default.
+"""Lookup order for a config: explicit -> scope -> cross-host agreement -> user cache ->
+packaged -> nearest -> default.
 
-(Cross-host agreement slots in after the scopes once multi-host support lands.)
+The agreement (``jaxtune._distributed``) wraps everything after the scopes: with
+``jax.distributed`` initialised, process 0 runs the rest of the order and the others adopt
+its answer.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import jax
 from . import cache as _cache
 from .result import Entry, active_scopes
 
-__all__ = ["Choice", "device_kind", "find_entry", "nearest"]
+__all__ = ["Choice", "cached_entry", "device_kind", "find_entry", "nearest", "scoped_entry"]
 
 Source = Literal["explicit", "scope", "cache", "packaged", "nearest", "default"]
 
@@ -49,13 +52,27 @@ def find_entry(
     kernel: str, kind: str, key: str, version: str, names: frozenset[str], *, use_caches: bool
 ) -> tuple[Entry, Source] | None:
     """The first usable exact entry: scopes (innermost first), user cache, packaged caches."""
+    scoped = scoped_entry(kernel, kind, key, version, names)
+    if scoped is not None:
+        return scoped, "scope"
+    return cached_entry(kernel, kind, key, version, names) if use_caches else None
+
+
+def scoped_entry(
+    kernel: str, kind: str, key: str, version: str, names: frozenset[str]
+) -> Entry | None:
+    """The usable entry of the innermost ``with TuningResult`` scope that has one."""
     for scope in reversed(active_scopes()):
         entry = scope.lookup(kernel, kind, key)
         if _usable(entry, version, names):
-            assert entry is not None
-            return entry, "scope"
-    if not use_caches:
-        return None
+            return entry
+    return None
+
+
+def cached_entry(
+    kernel: str, kind: str, key: str, version: str, names: frozenset[str]
+) -> tuple[Entry, Source] | None:
+    """The usable entry of the user cache, else of the first packaged cache that has one."""
     entry = _cache.user_cache().lookup(kernel, kind, key)
     if _usable(entry, version, names):
         assert entry is not None

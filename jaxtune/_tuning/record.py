@@ -54,6 +54,7 @@ class _Recorder:
 def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
     """One recorded call: kernel id, key, shapes, where its config came from, and the sweep
     request that tunes it in a child (or ``error`` when the kernel cannot travel)."""
+    from .._isolation.devices import sweep_devices
     from .._isolation.requests import sweep_request
     from .._isolation.wire import NotTransportable
     from .lookup import device_kind
@@ -69,6 +70,7 @@ def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
         "version": kernel.version,
         "shapes": [[dt, list(shape)] for dt, shape in sig.shapes],
         "statics": sig.statics,
+        "devices": sweep_devices(),
     }
     try:
         frame["request"] = sweep_request(kernel.sweep_task(sig, space, default))

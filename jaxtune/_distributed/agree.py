@@ -1,0 +1,232 @@
+"""Every process of a ``jax.distributed`` job uses the leader's config.
+
+Process 0 (the leader) decides as a single process would (its cache, a sweep, nearest,
+default) and publishes the decision under a key derived from the kernel, its version, the
+call's key, the device kind and the toolchain; the others wait for it (at most
+``JAXTUNE_AGREE_TIMEOUT``) and adopt it, even over their own cache. When the leader sweeps,
+it first publishes the list of configs; each process measures every n-th one, publishes
+its results, and the leader merges them, writes the cache and publishes the winner.
+
+Everything here is a key-value RPC, so it runs at trace time inside ``jax.jit``. A process
+decides each key once per round; :func:`new_round` (explicit tuning) starts the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .. import _config, _versions
+from .._codec import packb, unpackb
+from .._errors import AgreementError
+from .._isolation.runner import Runner
+from .._tuning.lookup import Choice
+from .._tuning.result import Entry
+from .._tuning.sweep import SweepOutcome, SweepTask
+from . import shard as _shard
+from .store import Store, StoreLostError, StoreTimeoutError, agreement_key, current
+
+__all__ = ["Question", "agree", "decided", "may_write_cache", "new_round", "store"]
+
+Measure = Callable[[SweepTask], SweepOutcome]
+
+_LOCK = threading.Lock()
+# Per job and process: a lock that serialises decisions, and the decisions of this round.
+_MEMOS: dict[tuple[Any, int], tuple[threading.RLock, dict[str, Choice]]] = {}
+_ROUND = [0]
+# Tests and benchmarks play several processes with threads over one in-memory store.
+_LOCAL = threading.local()
+
+_ADVICE = (
+    "Every process must trace the same autotuned kernels with the same shapes and "
+    "settings: one that skips a kernel or takes another branch leaves the others waiting. "
+    "If the leader is still tuning, raise JAXTUNE_AGREE_TIMEOUT (now {timeout:g} s), or tune "
+    "ahead of time (`jaxtune tune -- python train.py`) and ship the cache to every host."
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Question:
+    """One decision to agree on, and how this process would decide it alone.
+
+    ``decide(measure)`` runs the single-process lookup after the scopes, sweeping through
+    ``measure`` on a miss in tune mode; ``task()`` builds the kernel's sweep (a follower
+    replaces its configs with the leader's).
+    """
+
+    kernel: str
+    key: str
+    version: str
+    device_kind: str
+    decide: Callable[[Measure], Choice]
+    task: Callable[[], SweepTask]
+    runner: Runner
+
+
+def store() -> Store | None:
+    """The store agreement runs on, or ``None`` when this is a single-process job."""
+    local = getattr(_LOCAL, "store", None)
+    return local if local is not None else current()
+
+
+def use_store(value: Store | None) -> None:
+    """Makes this thread agree over ``value`` (a :class:`LocalStore` view) instead of
+    ``jax.distributed``'s store; ``None`` restores the default."""
+    _LOCAL.store = value
+
+
+def may_write_cache() -> bool:
+    """Whether this process writes the cache file: only process 0 of a distributed job."""
+    s = store()
+    return s is None or s.process_id == 0
+
+
+def new_round() -> None:
+    """Starts a new round of decisions (after explicit tuning every key is decided again;
+    every process must start it at the same point of the program, as SPMD programs do)."""
+    with _LOCK:
+        _ROUND[0] += 1
+        _MEMOS.clear()
+
+
+def _memo(s: Store) -> tuple[threading.RLock, dict[str, Choice]]:
+    with _LOCK:
+        return _MEMOS.setdefault((s.job, s.process_id), (threading.RLock(), {}))
+
+
+def _base(kernel: str, version: str, key: str, device_kind: str) -> str:
+    return agreement_key(kernel, version, key, device_kind, _versions.toolchain(), _ROUND[0])
+
+
+def decided(kernel: str, version: str, key: str, device_kind: str) -> Choice | None:
+    """The agreed config of this key in the current round, if this process has one."""
+    s = store()
+    if s is None:
+        return None
+    lock, memo = _memo(s)
+    with lock:
+        return memo.get(_base(kernel, version, key, device_kind))
+
+
+def agree(question: Question) -> Choice:
+    """The config every process uses for ``question``: the leader's decision.
+
+    Raises:
+        AgreementError: the leader (or, in a shared sweep, another process) did not publish
+            in time, the store was lost, or the leader failed while deciding.
+    """
+    s = store()
+    if s is None:
+        return question.decide(question.runner.sweep)
+    lock, memo = _memo(s)
+    with lock:
+        base = _base(question.kernel, question.version, question.key, question.device_kind)
+        hit = memo.get(base)
+        if hit is None:
+            hit = (_lead if s.process_id == 0 else _follow)(s, base, question)
+            memo[base] = hit
+        return hit
+
+
+def _record(choice: Choice) -> bytes:
+    entry = None if choice.entry is None else choice.entry.to_dict()
+    return packb(
+        {"kind": "config", "config": dict(choice.config), "source": choice.source, "entry": entry}
+    )
+
+
+def _error_record(e: BaseException) -> bytes:
+    return packb({"kind": "error", "message": f"{type(e).__name__}: {e}"})
+
+
+def _lead(s: Store, base: str, q: Question) -> Choice:
+    swept: list[bool] = []
+
+    def measure(task: SweepTask) -> SweepOutcome:
+        plan = {"kind": "sweep", "configs": [dict(c) for c in task.plan.configs]}
+        if not s.publish(f"{base}/plan", packb({**plan, "default": dict(task.plan.default)})):
+            raise AgreementError(_already(q, s))
+        swept.append(True)
+        parts = [_shard.measure_share(task, 0, s.process_count, q.runner)]
+        for index in range(1, s.process_count):
+            data = _wait(s, f"{base}/share/{index}", q, index, "its share of the sweep")
+            parts.append(_shard.decode_share(data))
+        return _shard.merge(task, parts)
+
+    try:
+        choice = q.decide(measure)
+    except BaseException as e:
+        # Followers fail at once with the leader's reason instead of waiting out the timeout.
+        with contextlib.suppress(StoreLostError):
+            s.publish(f"{base}/result" if swept else f"{base}/plan", _error_record(e))
+        raise
+    final = f"{base}/result" if swept else f"{base}/plan"
+    if not _publish(s, final, _record(choice), q):
+        return _adopt(s.wait(final, 1.0), q, s)  # decided already (another thread of ours)
+    return choice
+
+
+def _publish(s: Store, key: str, value: bytes, q: Question) -> bool:
+    try:
+        return s.publish(key, value)
+    except StoreLostError as e:
+        raise AgreementError(
+            f"process {s.process_id} lost the coordination service while publishing its part "
+            f"of the decision on {q.kernel} for {q.key} ({e}). The service runs in process 0, "
+            "the leader: it has most likely died; its log says why."
+        ) from None
+
+
+def _follow(s: Store, base: str, q: Question) -> Choice:
+    plan = unpackb(_wait(s, f"{base}/plan", q, 0, "the config"))
+    if plan["kind"] != "sweep":
+        return _adopt(plan, q, s)
+    task = q.task()
+    leaders_plan = dataclasses.replace(
+        task.plan, configs=tuple(plan["configs"]), default=dict(plan["default"])
+    )
+    task = dataclasses.replace(task, plan=leaders_plan)
+    part = _shard.measure_share(task, s.process_id, s.process_count, q.runner)
+    _publish(s, f"{base}/share/{s.process_id}", _shard.encode_share(part), q)
+    return _adopt(unpackb(_wait(s, f"{base}/result", q, 0, "the winner of the shared sweep")), q, s)
+
+
+def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: Store) -> Choice:
+    record: Mapping[str, Any] = unpackb(data) if isinstance(data, bytes) else data
+    if record["kind"] == "error":
+        raise AgreementError(
+            f"process 0 (the leader) failed while deciding the config of {q.kernel} for "
+            f"{q.key}, so process {s.process_id} cannot use it: {record['message']}"
+        )
+    entry = None if record["entry"] is None else Entry.from_dict(record["entry"])
+    return Choice(config=dict(record["config"]), source=record["source"], key=q.key, entry=entry)
+
+
+def _wait(s: Store, key: str, q: Question, other: int, what: str) -> bytes:
+    timeout = _config.settings().agree_timeout
+    role = "the leader" if other == 0 else "a follower"
+    try:
+        return s.wait(key, timeout)
+    except StoreTimeoutError:
+        raise AgreementError(
+            f"process {s.process_id} waited {timeout:g} s (JAXTUNE_AGREE_TIMEOUT) for process "
+            f"{other} ({role}) to publish {what} of {q.kernel} for {q.key}, and nothing "
+            f"came. " + _ADVICE.format(timeout=timeout)
+        ) from None
+    except StoreLostError as e:
+        raise AgreementError(
+            f"process {s.process_id} lost the coordination service while waiting for process "
+            f"{other} ({role}) to publish {what} of {q.kernel} for {q.key} ({e}). The service "
+            "runs in process 0, the leader: it has most likely died; its log says why."
+        ) from None
+
+
+def _already(q: Question, s: Store) -> str:
+    return (
+        f"the config of {q.kernel} for {q.key} was already being decided in this round when "
+        f"process {s.process_id} started a sweep for it; call jaxtune's tuning functions in "
+        "the same order on every process."
+    )

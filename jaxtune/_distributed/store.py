@@ -1,0 +1,156 @@
+"""The key-value store agreement runs on: JAX's coordination service, or one in memory.
+
+``jax.distributed.initialize`` starts a coordination service in process 0 and connects
+every process to it; its key-value store answers plain RPCs, so it works while a process is
+tracing under ``jax.jit`` (no collective, no device). Writes are create-only: the first
+value under a key is the one everybody reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+__all__ = [
+    "CoordinationStore",
+    "LocalStore",
+    "Store",
+    "StoreLostError",
+    "StoreTimeoutError",
+    "agreement_key",
+    "current",
+]
+
+#: Every key jaxtune writes starts with this, so they never collide with other users.
+PREFIX = "jaxtune/v1"
+
+
+class StoreTimeoutError(Exception):
+    """Nothing was published under the key in time."""
+
+
+class StoreLostError(Exception):
+    """The store stopped answering (the process that hosts it died)."""
+
+
+class Store(Protocol):
+    """A create-only key-value store shared by every process of a job."""
+
+    process_id: int
+    process_count: int
+    #: Identifies the job (the same for every handle on one store), for per-job memos.
+    job: Any
+
+    def publish(self, key: str, value: bytes) -> bool:
+        """Stores ``value`` unless ``key`` exists; ``False`` when it already did."""
+        ...
+
+    def wait(self, key: str, timeout_s: float) -> bytes:
+        """The value under ``key``, waiting up to ``timeout_s`` for it to appear.
+
+        Raises:
+            StoreTimeoutError: nothing was published in time.
+            StoreLostError: the store is gone.
+        """
+        ...
+
+
+def agreement_key(
+    kernel: str, version: str, key: str, device_kind: str, toolchain: Mapping[str, Any], round: int
+) -> str:
+    """The store key of one decision: a sha256 of everything that must match, never
+    Python's salted ``hash()``, so every process derives the same key."""
+    parts = [kernel, version, key, device_kind, repr(sorted(toolchain.items())), str(round)]
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    return f"{PREFIX}/{digest}"
+
+
+class CoordinationStore:
+    """The key-value store of the coordination service behind ``jax.distributed``."""
+
+    def __init__(self, client: Any, process_id: int, process_count: int) -> None:
+        self._client = client
+        self.job = id(client)
+        self.process_id = process_id
+        self.process_count = process_count
+
+    def publish(self, key: str, value: bytes) -> bool:
+        try:
+            self._client.key_value_set_bytes(key, value, allow_overwrite=False)
+        except Exception as e:
+            if "ALREADY_EXISTS" in str(e):
+                return False
+            raise StoreLostError(_first_line(e)) from e
+        return True
+
+    def wait(self, key: str, timeout_s: float) -> bytes:
+        try:
+            value: bytes = self._client.blocking_key_value_get_bytes(
+                key, max(1, int(timeout_s * 1000))
+            )
+        except Exception as e:
+            if "DEADLINE_EXCEEDED" in str(e):
+                raise StoreTimeoutError(_first_line(e)) from e
+            raise StoreLostError(_first_line(e)) from e
+        return value
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+class LocalStore:
+    """An in-memory store shared by threads that play the processes of a job (for tests
+    and benchmarks); :meth:`view` gives one process's handle."""
+
+    def __init__(self, process_count: int) -> None:
+        self.process_id = 0
+        self.process_count = process_count
+        self._values: dict[str, bytes] = {}
+        self.job = id(self._values)
+        self._changed = threading.Condition()
+        self.writes: list[tuple[int, str]] = []
+
+    def view(self, process_id: int) -> LocalStore:
+        """This store as process ``process_id`` sees it."""
+        other = object.__new__(LocalStore)
+        other.__dict__.update(self.__dict__)
+        other.process_id = process_id
+        return other
+
+    def publish(self, key: str, value: bytes) -> bool:
+        with self._changed:
+            if key in self._values:
+                return False
+            self._values[key] = value
+            self.writes.append((self.process_id, key))
+            self._changed.notify_all()
+            return True
+
+    def wait(self, key: str, timeout_s: float) -> bytes:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while key not in self._values:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreTimeoutError(f"no value under {key} after {timeout_s:g} s")
+                self._changed.wait(left)
+            return self._values[key]
+
+
+def current() -> Store | None:
+    """The coordination store when ``jax.distributed`` is initialised with more than one
+    process, else ``None``. Never starts a backend."""
+    try:
+        from jax._src import distributed
+    except ImportError:  # a JAX without the module has no coordination service either
+        return None
+    state = distributed.global_state
+    client = getattr(state, "client", None)
+    count = getattr(state, "num_processes", None) or 1
+    if client is None or count <= 1:
+        return None
+    return CoordinationStore(client, int(getattr(state, "process_id", 0) or 0), int(count))

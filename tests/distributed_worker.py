@@ -1,0 +1,138 @@
+"""One process of a ``jax.distributed`` job started by tests/test_distributed.py.
+
+Usage: ``python distributed_worker.py SCENARIO COORDINATOR NPROC PID`` (``NPROC`` 1 runs
+without ``jax.distributed``). Prints one JSON line: what this process used and measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+import jaxtune
+from jaxtune._tuning import autotuned as _autotuned
+from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.result import Entry, Measurement
+from jaxtune._tuning.sweep import finish, ordered
+from jaxtune._versions import toolchain
+
+BLOCKS = [1, 2, 3, 4, 5, 6, 7, 8]
+#: Fake median times (µs): blocks 2 and 3 tie for the best; block 2 comes first in the space.
+TIMES = {1: 90.0, 2: 40.0, 3: 40.0, 4: 95.0, 5: 60.0, 6: 41.0, 7: 80.0, 8: 99.0}
+
+
+@jaxtune.autotuned(configs={"block": BLOCKS}, name="tests.distributed.scaled")
+def scaled(x, *, block):
+    return x * block
+
+
+@jaxtune.autotuned(
+    configs={"reps": [*range(40, 10, -2), 1]}, name="tests.distributed.repeated", check=False
+)
+def repeated(x, *, reps):
+    """16 configs whose cost grows with ``reps``; the last (one rep) is 12x cheaper than any
+    other, a margin that survives children sharing two CPU cores."""
+    probe = os.environ.get("PID_PROBE_FILE")
+    if probe:
+        with open(probe, "a") as f:
+            f.write(f"{os.getpid()}\n")
+    return jax.lax.fori_loop(0, reps, lambda i, y: jnp.tanh(y @ y), x)
+
+
+class FakeRunner:
+    """Measures each config as its entry in ``TIMES`` says, and remembers what it ran."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def sweep(self, task):
+        self.seen.extend(c["block"] for c in task.plan.configs)
+        results = {}
+        for config in ordered(task.plan):
+            t = TIMES[config["block"]]
+            results[jaxtune_config_id(config)] = Measurement(
+                config=dict(config), median_us=t, min_us=t, spread=0.0, samples=5, compile_s=0.0
+            )
+        return finish(task.plan, results)
+
+
+def jaxtune_config_id(config):
+    from jaxtune._tuning.space import config_id
+
+    return config_id(config)
+
+
+def plant(block: int, x) -> None:
+    """Puts ``block`` in this process's own cache as the tuned config for ``x``."""
+    key = scaled.config_for(x).key
+    entry = Entry(
+        kernel=scaled.kernel_id,
+        device_kind=jax.devices()[0].device_kind,
+        key=key,
+        config={"block": block},
+        time_us=1.0,
+        default_config={"block": 1},
+        default_time_us=2.0,
+        versions=toolchain(),
+    )
+    _cache.user_cache().write([entry])
+
+
+def main() -> None:
+    scenario, coordinator, nproc, pid = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if nproc > 1:
+        jax.distributed.initialize(
+            coordinator,
+            num_processes=nproc,
+            process_id=pid,
+            initialization_timeout=60,
+            shutdown_timeout_seconds=20,
+        )
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    x = jnp.ones(4)
+    report: dict = {"pid": pid}
+    runner = FakeRunner()
+    if scenario == "devices":
+        start = time.monotonic()
+        out = jax.jit(repeated)(jnp.ones((128, 128)))
+        choice = repeated.config_for(jax.ShapeDtypeStruct((128, 128), jnp.float32))
+        seconds = time.monotonic() - start
+        print(json.dumps({"reps": choice.config["reps"], "seconds": seconds}), flush=True)
+        return
+    _autotuned.default_runner = lambda: runner
+    if scenario == "conflict":
+        plant(10 * (pid + 1), x)
+    if client is not None:
+        client.wait_at_barrier("jaxtune-test-ready", 60_000)
+    if scenario == "silent_leader" and pid == 0:
+        time.sleep(float(os.environ["JAXTUNE_AGREE_TIMEOUT"]) * 2)
+        os._exit(0)
+    if scenario == "killed_leader" and pid == 0:
+        time.sleep(0.5)  # the followers are waiting for its config by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        out = jax.jit(lambda a: scaled(a))(x)
+    except jaxtune.AgreementError as e:
+        report.update(error=str(e), seconds=time.monotonic() - start)
+        print(json.dumps(report), flush=True)
+        os._exit(3)  # skip jax.distributed's shutdown barrier with a leader that is gone
+    report.update(
+        block=float(out[0]),
+        seconds=time.monotonic() - start,
+        measured=sorted(set(runner.seen)),
+        cache_files=[str(p) for p in _cache.user_cache().files()],
+    )
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
