@@ -191,7 +191,10 @@ def _follow(s: Store, base: str, q: Question) -> Choice:
     task = dataclasses.replace(task, plan=leaders_plan)
     part = _shard.measure_share(task, s.process_id, s.process_count, q.runner)
     _publish(s, f"{base}/share/{s.process_id}", _shard.encode_share(part), q)
-    return _adopt(unpackb(_wait(s, f"{base}/result", q, 0, "the winner of the shared sweep")), q, s)
+    # Twice the timeout: the leader may itself wait the timeout for a missing share, and
+    # then publishes why, which is the better message.
+    winner = _wait(s, f"{base}/result", q, 0, "the winner of the shared sweep", scale=2)
+    return _adopt(unpackb(winner), q, s)
 
 
 def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: Store) -> Choice:
@@ -205,8 +208,8 @@ def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: Store) -> Choice:
     return Choice(config=dict(record["config"]), source=record["source"], key=q.key, entry=entry)
 
 
-def _wait(s: Store, key: str, q: Question, other: int, what: str) -> bytes:
-    timeout = _config.settings().agree_timeout
+def _wait(s: Store, key: str, q: Question, other: int, what: str, *, scale: float = 1) -> bytes:
+    timeout = _config.settings().agree_timeout * scale
     role = "the leader" if other == 0 else "a follower"
     try:
         return s.wait(key, timeout)
