@@ -29,7 +29,7 @@ from .._tuning.sweep import SweepOutcome, SweepTask
 from . import shard as _shard
 from .store import Store, StoreLostError, StoreTimeoutError, agreement_key, current
 
-__all__ = ["Question", "agree", "decided", "may_write_cache", "new_round", "store"]
+__all__ = ["Question", "agree", "decided", "may_write_cache", "new_round", "store", "use_store"]
 
 Measure = Callable[[SweepTask], SweepOutcome]
 
