@@ -23,6 +23,7 @@ from jaxtune._distributed import agree as _agree
 from jaxtune._distributed import shard as _shard
 from jaxtune._distributed.store import LocalStore, agreement_key
 from jaxtune._errors import AgreementError, SettingsError, TuningFailedError
+from jaxtune._isolation import devices as _devices
 from jaxtune._tuning.lookup import Choice
 from jaxtune._tuning.result import Failure, Measurement
 from jaxtune._tuning.space import config_id
@@ -339,3 +340,23 @@ def test_a_missing_share_names_the_follower_and_fails_the_others_at_once(monkeyp
     assert "its share of the sweep of k for f32[4]" in leader[0]
     assert "process 0 (the leader) failed while deciding" in follower[0]
     assert "for process 2 (a follower)" in follower[0]
+
+
+@pytest.mark.parametrize(
+    ("platform", "ids", "expected"),
+    [
+        ("gpu", [0, 1], [0, 1]),
+        ("cuda", [2, 3, 5], [2, 3, 5]),
+        ("cpu", [0, 1, 2, 3], [0, 1, 2, 3]),
+        ("cpu", [0], None),
+        ("tpu", [0, 1, 2, 3], None),
+    ],
+)
+def test_which_devices_a_sweep_is_split_over(platform, ids, expected):
+    assert _devices.split(platform, ids) == expected
+
+
+def test_this_process_sweeps_in_one_child():
+    jnp.ones(1).block_until_ready()  # the backend has started
+    assert _devices.local_devices() == ("cpu", [0])
+    assert _devices.sweep_devices() is None
