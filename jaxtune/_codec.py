@@ -1,17 +1,24 @@
 """How jaxtune writes its data: msgpack for every file and frame (cache files, TuningResult
 files, the frames between parent and child), and aligned text tables for people.
 
-msgpack only, so reading never runs code. Tuples (legal config values) travel as an
-extension type so they come back as tuples. Decoding is bounded: nesting deeper than
-:data:`MAX_DEPTH` and containers or strings larger than the input itself are refused, so a
-hostile file cannot exhaust the stack or the memory of the process that reads it.
+msgpack only, so reading never runs code. Three extension types carry config values that
+plain msgpack cannot: tuples (so they come back as tuples), enums from an allow-list
+(:data:`ENUMS`, by name: ``jax.lax.Precision.HIGHEST``) and dtypes (``np.dtype``, numpy and
+ml_dtypes scalar types, ``jnp.float32``; by dtype name). Decoding is bounded: nesting deeper
+than :data:`MAX_DEPTH`, containers or strings larger than the input itself, and unknown
+extension types are refused, so a hostile file cannot exhaust the stack or the memory of the
+process that reads it, nor name a class to build.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import importlib
 import os
 import pathlib
+import re
+import stat
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -20,22 +27,93 @@ from typing import Any
 import msgpack
 import numpy as np
 
-__all__ = ["MAX_DEPTH", "DecodeError", "atomic_write", "packb", "table", "unpackb"]
+__all__ = [
+    "ENUMS",
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "DecodeError",
+    "UnsafeFileError",
+    "atomic_write",
+    "packb",
+    "read_bounded",
+    "storable",
+    "table",
+    "unpackb",
+]
 
 #: Deepest nesting of tuples (the extension type) that :func:`unpackb` accepts.
 MAX_DEPTH = 32
 
+#: Largest file :func:`read_bounded` reads by default (a cache file holds far less).
+MAX_FILE_BYTES = 64 << 20
+
+#: Enums that may be stored, by the public name they are read back from.
+ENUMS: dict[str, tuple[str, str]] = {"jax.lax.Precision": ("jax.lax", "Precision")}
+
 _TUPLE = 1
+_ENUM = 2
+_DTYPE = 3
+_SCALAR_TYPE = 4
 _DEPTH = threading.local()
+_DTYPE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_DTYPE_KINDS = "biufcV"  # ml_dtypes types (bfloat16, float8_*) are kind V
 
 
 class DecodeError(ValueError):
     """Bytes that are not jaxtune msgpack (malformed, too deep or too large)."""
 
 
+class UnsafeFileError(OSError):
+    """A path that :func:`read_bounded` refuses: a symlink (when not followed), a FIFO,
+    device or directory, or a file larger than the limit."""
+
+
+def _enum_name(obj: enum.Enum) -> str | None:
+    for name, (module, attr) in ENUMS.items():
+        owner = type(obj)
+        if owner.__name__ == attr and owner.__module__.split(".")[0] == module.split(".")[0]:
+            return name
+    return None
+
+
+def _scalar_type(obj: Any) -> tuple[str, str] | None:
+    """``("numpy" | "jax.numpy", dtype name)`` for a scalar type such as ``jnp.float32``."""
+    if isinstance(obj, type) and issubclass(obj, np.generic):
+        return "numpy", np.dtype(obj).name
+    dtype = getattr(obj, "dtype", None)
+    if type(obj).__name__ == "_ScalarMeta" and isinstance(dtype, np.dtype):
+        return "jax.numpy", dtype.name
+    return None
+
+
+def storable(value: Any) -> bool:
+    """Whether a config value survives :func:`packb` and :func:`unpackb` as itself.
+
+    Examples:
+        >>> storable((128, "x")), storable([1]), storable(np.dtype("float32"))
+        (True, False, True)
+    """
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return True
+    if isinstance(value, tuple):
+        return all(storable(v) for v in value)
+    if isinstance(value, enum.Enum):
+        return _enum_name(value) is not None
+    if isinstance(value, np.dtype):
+        return value.kind in _DTYPE_KINDS
+    return _scalar_type(value) is not None
+
+
 def _encode(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return msgpack.ExtType(_TUPLE, packb(list(obj)))
+    if isinstance(obj, enum.Enum) and _enum_name(obj) is not None:
+        return msgpack.ExtType(_ENUM, packb([_enum_name(obj), obj.name]))
+    if isinstance(obj, np.dtype) and obj.kind in _DTYPE_KINDS:
+        return msgpack.ExtType(_DTYPE, obj.name.encode())
+    scalar = _scalar_type(obj)
+    if scalar is not None:
+        return msgpack.ExtType(_SCALAR_TYPE, packb(list(scalar)))
     if isinstance(obj, np.integer):
         return int(obj)
     if isinstance(obj, np.floating):
@@ -48,13 +126,67 @@ def _encode(obj: Any) -> Any:
         return list(obj)
     raise TypeError(
         f"cannot store {type(obj).__name__} {obj!r} in a jaxtune file: values must be None, "
-        "bool, int, float, str, bytes, or tuples, lists and str-keyed dicts of them"
+        "bool, int, float, str, bytes, jax.lax.Precision, dtypes, or tuples, lists and "
+        "str-keyed dicts of them"
     )
 
 
+def _dtype_named(name: Any) -> np.dtype[Any]:
+    if not isinstance(name, str) or not _DTYPE_NAME.fullmatch(name):
+        raise DecodeError(f"{name!r} is not a dtype name")
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        import ml_dtypes
+
+        found = getattr(ml_dtypes, name, None)
+        if not (isinstance(found, type) and issubclass(found, np.generic)):
+            raise DecodeError(f"{name!r} is not a dtype name") from None
+        dtype = np.dtype(found)
+    if dtype.kind not in _DTYPE_KINDS:
+        raise DecodeError(f"{name!r} is not a numeric dtype")
+    return dtype
+
+
+def _small(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, max_str_len=64, max_array_len=2, max_ext_len=0)
+
+
+def _enum_value(data: bytes) -> enum.Enum:
+    pair = _small(data)
+    if not (isinstance(pair, list) and len(pair) == 2 and pair[0] in ENUMS):
+        raise DecodeError(f"enum {pair!r} is not one of {sorted(ENUMS)}")
+    module, attr = ENUMS[pair[0]]
+    owner = getattr(importlib.import_module(module), attr)
+    if not isinstance(pair[1], str) or pair[1] not in owner.__members__:
+        raise DecodeError(f"{pair[1]!r} is not a member of {pair[0]}")
+    member: enum.Enum = owner.__members__[pair[1]]
+    return member
+
+
+def _scalar_type_value(data: bytes) -> Any:
+    pair = _small(data)
+    if not (isinstance(pair, list) and len(pair) == 2 and pair[0] in ("numpy", "jax.numpy")):
+        raise DecodeError(f"scalar type {pair!r} is not a numpy or jax.numpy type")
+    dtype = _dtype_named(pair[1])
+    if pair[0] == "numpy":
+        return dtype.type
+    jnp = importlib.import_module("jax.numpy")
+    found = getattr(jnp, dtype.name, None)
+    if found is None:
+        raise DecodeError(f"jax.numpy has no scalar type {dtype.name!r}")
+    return found
+
+
 def _ext(code: int, data: bytes) -> Any:
+    if code == _ENUM:
+        return _enum_value(data)
+    if code == _DTYPE:
+        return _dtype_named(data.decode("ascii", errors="replace"))
+    if code == _SCALAR_TYPE:
+        return _scalar_type_value(data)
     if code != _TUPLE:
-        return msgpack.ExtType(code, data)
+        raise DecodeError(f"unknown msgpack extension type {code}")
     depth = getattr(_DEPTH, "value", 0)
     if depth >= MAX_DEPTH:
         raise DecodeError(f"values nested deeper than {MAX_DEPTH} levels")
@@ -100,7 +232,7 @@ def unpackb(data: bytes) -> Any:
         return _unpack(bytes(data))
     except DecodeError:
         raise
-    except (ValueError, TypeError, RecursionError, msgpack.ExtraData) as e:
+    except Exception as e:  # any failure to decode hostile bytes is a DecodeError
         raise DecodeError(f"{type(e).__name__}: {e}") from e
 
 
@@ -144,3 +276,34 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def read_bounded(
+    path: pathlib.Path, *, limit: int = MAX_FILE_BYTES, follow_symlinks: bool = True
+) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, without ever blocking on a
+    FIFO or device, nor following a symlink unless ``follow_symlinks``.
+
+    Raises:
+        UnsafeFileError: the path is not a regular file or is larger than ``limit``.
+        OSError: the file cannot be opened or read (missing, no permission, ...).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow_symlinks and os.path.islink(path):
+            raise UnsafeFileError(f"{path} is a symlink; jaxtune does not follow it") from e
+        raise
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFileError(f"{path} is not a regular file (a FIFO, device or directory)")
+        if info.st_size > limit:
+            raise UnsafeFileError(f"{path} holds {info.st_size} bytes, over the {limit} limit")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFileError(f"{path} grew past the {limit} byte limit while being read")
+    return data

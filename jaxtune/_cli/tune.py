@@ -126,7 +126,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             continue
         kind = (runner.ready or {}).get("device_kind", record["device_kind"])
         entry = make_entry(plan, outcome, kind, record["version"])
-        _cache.user_cache().write([entry])
+        _cache.user_cache().keep([entry])
         entries.append(entry)
     return entries, problems
 

@@ -302,11 +302,12 @@ class Autotuned(Generic[P, R]):
         measure: Callable[[SweepTask], SweepOutcome] | None = None,
     ) -> Entry:
         task = self.sweep_task(sig, space, default)
+        # No lock while user code runs: a kernel that calls itself would wait on its own lock.
+        outcome = (measure or default_runner().sweep)(task)
+        entry = make_entry(task.plan, outcome, kind, self.version)
+        if _agree.may_write_cache():
+            _cache.user_cache().keep([entry])
         with self._lock:
-            outcome = (measure or default_runner().sweep)(task)
-            entry = make_entry(task.plan, outcome, kind, self.version)
-            if _agree.may_write_cache():
-                _cache.user_cache().write([entry])
             self._retuned.add((kind, sig.key))
             self._eager.clear()
         return entry

@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 import jax
 
-from .._codec import DecodeError, atomic_write, packb, table, unpackb
+from .._codec import DecodeError, atomic_write, packb, read_bounded, table, unpackb
 from .._errors import CacheError
+from .schema import check_entry, check_measurement
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -65,9 +66,13 @@ class Failure:
 
 
 def measurement_from_dict(d: Mapping[str, Any]) -> Measurement | Failure:
-    """Inverse of ``to_dict`` of either kind."""
-    fields = {k: v for k, v in d.items() if k != "ok"}
-    return Measurement(**fields) if d["ok"] else Failure(**fields)
+    """Inverse of ``to_dict`` of either kind.
+
+    Raises:
+        CacheError: a field is missing or has the wrong type (see :mod:`.schema`).
+    """
+    ok, fields = check_measurement(d)
+    return Measurement(**fields) if ok else Failure(**fields)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,10 +129,16 @@ class Entry:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Entry:
-        known = {f.name for f in dataclasses.fields(cls)}
-        fields = {k: v for k, v in d.items() if k in known}
-        fields["measurements"] = tuple(measurement_from_dict(m) for m in d.get("measurements", ()))
-        fields["shapes"] = tuple((dt, tuple(shape)) for dt, shape in d.get("shapes", ()))
+        """Inverse of :meth:`to_dict`; unknown fields are ignored.
+
+        Raises:
+            CacheError: a field is missing or has the wrong type (see :mod:`.schema`).
+        """
+        fields = check_entry(d)
+        fields["measurements"] = tuple(
+            measurement_from_dict(m) for m in fields.get("measurements", ())
+        )
+        fields["shapes"] = tuple((dt, tuple(shape)) for dt, shape in fields.get("shapes", ()))
         return cls(**fields)
 
 
@@ -248,15 +259,20 @@ class TuningResult(Mapping[EntryId, Entry]):
             raise CacheError(f"not a jaxtune TuningResult (msgpack decode failed: {e}).") from e
         if not isinstance(doc, dict) or doc.get("format") != "jaxtune.TuningResult":
             raise CacheError("not a jaxtune TuningResult: the 'format' field is missing.")
+        if not isinstance(doc.get("schema", 0), int):
+            raise CacheError("not a jaxtune TuningResult: 'schema' should be an int.")
         if doc.get("schema", 0) > SCHEMA_VERSION:
             raise CacheError(
                 f"this TuningResult has schema {doc['schema']}, newer than this jaxtune "
                 f"understands ({SCHEMA_VERSION}); upgrade jaxtune to read it."
             )
+        entries = doc.get("entries")
+        if not isinstance(entries, list):
+            raise CacheError("not a jaxtune TuningResult: 'entries' should be a list.")
         try:
-            return cls.of(*(Entry.from_dict(e) for e in doc["entries"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise CacheError(f"malformed TuningResult entry: {e}") from e
+            return cls.of(*(Entry.from_dict(e) for e in entries))
+        except CacheError as e:
+            raise CacheError(f"malformed TuningResult entry ({e}); nothing was loaded.") from e
 
     def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """Writes :meth:`dumps` to ``path`` atomically and returns the path."""
@@ -267,8 +283,16 @@ class TuningResult(Mapping[EntryId, Entry]):
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TuningResult:
-        """Reads a file written by :meth:`save`."""
-        return cls.loads(pathlib.Path(path).read_bytes())
+        """Reads a file written by :meth:`save`.
+
+        Raises:
+            CacheError: the file cannot be read (the message says why) or is not a result.
+        """
+        try:
+            data = read_bounded(pathlib.Path(path))
+        except OSError as e:
+            raise CacheError(f"cannot read the TuningResult file {path}: {e}") from e
+        return cls.loads(data)
 
     def table(self) -> str:
         """An aligned table for people: kernel, device, key, default, best, speedup, config."""

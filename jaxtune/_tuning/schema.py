@@ -1,0 +1,177 @@
+"""The typed schema of a stored entry and of a measurement, checked on every read.
+
+Cache files, TuningResult files and the child's answers all come back through
+:func:`check_entry` / :func:`check_measurement` before an :class:`~.result.Entry` is built,
+so a file that decodes but holds a wrong type (``config: 5``, ``time_us: "fast"``) is named
+field by field instead of surfacing later as a ``TypeError`` in the user's call. Unknown
+fields are allowed (a newer jaxtune of the same schema may add some) and ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._codec import storable
+from .._errors import CacheError
+
+__all__ = ["ENTRY_FIELDS", "FAILURE_STAGES", "Field", "check_entry", "check_measurement"]
+
+#: Where a failed config failed (``Failure.stage``).
+FAILURE_STAGES = frozenset({"compile", "run", "check", "timeout", "crash", "inputs"})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Field:
+    """One field of a stored record: its name, its type test and how to describe it."""
+
+    name: str
+    accepts: Callable[[Any], bool]
+    expected: str
+    required: bool = True
+
+
+def _str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _time(v: Any) -> bool:
+    return v is None or (_number(v) and v >= 0)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _flag(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _config(v: Any) -> bool:
+    return isinstance(v, Mapping) and all(isinstance(k, str) and storable(x) for k, x in v.items())
+
+
+def _versions(v: Any) -> bool:
+    return isinstance(v, Mapping) and all(
+        isinstance(k, str) and (x is None or isinstance(x, str)) for k, x in v.items()
+    )
+
+
+def _shape(v: Any) -> bool:
+    return (
+        isinstance(v, (list, tuple))
+        and len(v) == 2
+        and isinstance(v[0], str)
+        and isinstance(v[1], (list, tuple))
+        and all(_count(d) for d in v[1])
+    )
+
+
+def _shapes(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(_shape(s) for s in v)
+
+
+def _measurements(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(m, Mapping) for m in v)
+
+
+def _stage(v: Any) -> bool:
+    return v in FAILURE_STAGES
+
+
+_CONFIG = "a dict of str to None, bool, int, float, str, bytes, tuples of them, enums or dtypes"
+_TIME = "a finite number >= 0 or None"
+
+#: The fields of a stored :class:`~.result.Entry`.
+ENTRY_FIELDS: tuple[Field, ...] = (
+    Field(name="kernel", accepts=_str, expected="a string"),
+    Field(name="device_kind", accepts=_str, expected="a string"),
+    Field(name="key", accepts=_str, expected="a string"),
+    Field(name="config", accepts=_config, expected=_CONFIG),
+    Field(name="time_us", accepts=_time, expected=_TIME),
+    Field(name="default_config", accepts=_config, expected=_CONFIG),
+    Field(name="default_time_us", accepts=_time, expected=_TIME),
+    Field(name="measurements", accepts=_measurements, expected="a list of dicts", required=False),
+    Field(name="versions", accepts=_versions, expected="a dict of str to str", required=False),
+    Field(name="created", accepts=_number, expected="a number", required=False),
+    Field(name="kernel_version", accepts=_str, expected="a string", required=False),
+    Field(name="shapes", accepts=_shapes, expected="a list of [dtype, [dims]]", required=False),
+    Field(name="statics", accepts=_str, expected="a string", required=False),
+)
+
+_MEASUREMENT_FIELDS: tuple[Field, ...] = (
+    Field(name="config", accepts=_config, expected=_CONFIG),
+    Field(name="median_us", accepts=_time, expected=_TIME),
+    Field(name="min_us", accepts=_time, expected=_TIME),
+    Field(name="spread", accepts=_number, expected="a finite number"),
+    Field(name="samples", accepts=_count, expected="an int >= 0"),
+    Field(name="compile_s", accepts=_number, expected="a finite number"),
+    Field(name="dropped", accepts=_flag, expected="a bool", required=False),
+)
+
+_FAILURE_FIELDS: tuple[Field, ...] = (
+    Field(name="config", accepts=_config, expected=_CONFIG),
+    Field(name="stage", accepts=_stage, expected=f"one of {sorted(FAILURE_STAGES)}"),
+    Field(name="reason", accepts=_str, expected="a string"),
+)
+
+
+def _check(record: Any, fields: tuple[Field, ...], what: str) -> dict[str, Any]:
+    if not isinstance(record, Mapping):
+        raise CacheError(f"{what}: expected a dict, got {type(record).__name__}.")
+    out: dict[str, Any] = {}
+    for field in fields:
+        if field.name not in record:
+            if field.required:
+                raise CacheError(f"{what}: the field {field.name!r} is missing.")
+            continue
+        value = record[field.name]
+        if not field.accepts(value):
+            raise CacheError(
+                f"{what}: field {field.name!r} should be {field.expected}, got "
+                f"{type(value).__name__} {_short(value)}."
+            )
+        out[field.name] = value
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_measurement(record: Any) -> tuple[bool, dict[str, Any]]:
+    """``(ok, fields)`` of a stored measurement (``ok``: a timing, else a failure).
+
+    Raises:
+        CacheError: a field is missing or has the wrong type (the message names it).
+    """
+    ok = record.get("ok") if isinstance(record, Mapping) else None
+    if not isinstance(ok, bool):
+        raise CacheError(f"measurement: field 'ok' should be a bool, got {_short(ok)}.")
+    if ok:
+        return True, _check(record, _MEASUREMENT_FIELDS, "measurement")
+    return False, _check(record, _FAILURE_FIELDS, "failure")
+
+
+def check_entry(record: Any) -> dict[str, Any]:
+    """The known fields of a stored entry, each checked against :data:`ENTRY_FIELDS`.
+
+    Raises:
+        CacheError: a field is missing or has the wrong type (the message names it).
+
+    Examples:
+        >>> check_entry({"kernel": "k", "device_kind": "cpu", "key": "f32[2]",
+        ...              "config": {"b": 1}, "time_us": "fast",
+        ...              "default_config": {"b": 1}, "default_time_us": 2.0})
+        Traceback (most recent call last):
+        ...
+        jaxtune._errors.CacheError: entry: field 'time_us' should be a finite number >= 0 or None, got str 'fast'.
+    """
+    return _check(record, ENTRY_FIELDS, "entry")
