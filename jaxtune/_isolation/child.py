@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import os
 import runpy
+import signal
 import sys
 import threading
 import time
@@ -27,11 +28,13 @@ _MAIN_ALIAS = "__jaxtune_main__"
 
 
 def _watch_parent(parent_pid: int) -> None:
-    """Exits this process soon after the parent dies, even in the middle of a compile."""
+    """Ends this process and every process its kernels forked (its process group) soon
+    after the parent dies, even in the middle of a compile."""
 
     def watch() -> None:
         while True:
             if os.getppid() != parent_pid:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
                 os._exit(0)
             time.sleep(0.5)
 

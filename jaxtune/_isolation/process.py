@@ -12,11 +12,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import pathlib
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,11 +27,14 @@ from .._errors import SweepError
 from .wire import FrameReader, write_frame
 
 __all__ = [
+    "CRASH_LOG_BYTES",
+    "KEEP_CRASH_LOGS",
     "POOL",
     "STARTUP_TIMEOUT",
     "ChildLost",
     "ChildPool",
     "ChildProcess",
+    "log_dir",
     "parent_backend",
     "python_path",
     "shutdown_children",
@@ -36,7 +42,15 @@ __all__ = [
 
 #: Seconds a child may take to import JAX and start its backend.
 STARTUP_TIMEOUT = 180.0
+#: Crash logs kept (newest first) in :func:`log_dir`; older ones are deleted.
+KEEP_CRASH_LOGS = 5
+#: Bytes of a crashed child's log that are kept (its end, where the crash is).
+CRASH_LOG_BYTES = 1 << 20
 _TAIL_LINES = 15
+_TAIL_BYTES = 64 << 10
+#: How often a wait for the child's answer checks that the child itself is still alive:
+#: a process the kernel forked may hold the pipe open after the child died.
+_POLL_S = 0.25
 
 
 class ChildLost(Exception):  # noqa: N818 - a signal between modules, never raised to users
@@ -54,38 +68,69 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def log_dir() -> pathlib.Path:
+    """This user's folder for child logs (``$TMPDIR/jaxtune-<uid>``), private to the user."""
+    path = pathlib.Path(tempfile.gettempdir()) / f"jaxtune-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise SweepError(
+            f"{path} is not a directory owned by this user; jaxtune keeps child logs there. "
+            "Remove it or set TMPDIR to another directory."
+        )
+    return path
+
+
+def _close_all(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 class ChildProcess:
-    """One started child: its pipes, its log file, and how it ended."""
+    """One started child: its pipes, its log file, and how it ended.
+
+    A child that ends well (:meth:`close`) leaves no log; one that is killed (:meth:`kill`,
+    after a crash or hang) leaves the end of its log as ``crash-*.log`` in :func:`log_dir`,
+    of which only the newest :data:`KEEP_CRASH_LOGS` are kept.
+    """
 
     def __init__(self, env: Mapping[str, str], *, startup_timeout: float = STARTUP_TIMEOUT):
+        self._trimmed = 0
+        fd, self.log_path = tempfile.mkstemp(dir=log_dir(), prefix="child-", suffix=".log")
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
-        self.log_path = tempfile.mkstemp(prefix="jaxtune-child-", suffix=".log")[1]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "jaxtune._isolation.child",
-                    "--cmd-fd",
-                    str(cmd_r),
-                    "--res-fd",
-                    str(res_w),
-                ],
-                pass_fds=(cmd_r, res_w),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=dict(env),
-                start_new_session=True,
-            )
-        os.close(cmd_r)
-        os.close(res_w)
+        try:
+            with os.fdopen(fd, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "jaxtune._isolation.child",
+                        "--cmd-fd",
+                        str(cmd_r),
+                        "--res-fd",
+                        str(res_w),
+                    ],
+                    pass_fds=(cmd_r, res_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=dict(env),
+                    start_new_session=True,
+                )
+        except BaseException:
+            _close_all(cmd_r, cmd_w, res_r, res_w)
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_path)
+            raise
+        _close_all(cmd_r, res_w)
         self.cmd_fd = cmd_w
         self.reader = FrameReader(res_r)
         self.lock = threading.Lock()
         try:
-            ready = self.reader.read(timeout=startup_timeout)
+            ready = self.receive(timeout=startup_timeout)
         except EOFError:
             ready = None
         if not isinstance(ready, dict) or ready.get("t") != "ready":
@@ -93,12 +138,32 @@ class ChildProcess:
             self.kill()
             raise SweepError(
                 f"the jaxtune child process did not start ({detail or self.describe_exit()}); "
-                f"its log: {self.stderr_tail(0)}"
+                f"its log ({self.log_path}): {self.stderr_tail(0)}"
             )
         self.ready: dict[str, Any] = ready
 
     def send(self, message: Any) -> None:
         write_frame(self.cmd_fd, message)
+
+    def receive(self, timeout: float | None = None) -> Any:
+        """The child's next message; ``None`` when ``timeout`` seconds pass first.
+
+        Raises:
+            EOFError: the child is gone (even when a process it forked keeps the pipe open).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
+            message = self.reader.read(timeout=max(0.0, step))
+            if message is not None:
+                return message
+            if not self.alive():
+                message = self.reader.read(timeout=0)  # a last frame written before it died
+                if message is None:
+                    raise EOFError("the child process ended")
+                return message
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
 
     def request(
         self,
@@ -121,7 +186,7 @@ class ChildProcess:
             raise ChildLost(hung=False) from e
         while True:
             try:
-                frame = self.reader.read(timeout=timeout())
+                frame = self.receive(timeout=timeout())
             except (EOFError, OSError) as e:
                 raise ChildLost(hung=False) from e
             if frame is None:
@@ -136,29 +201,49 @@ class ChildProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def kill(self) -> None:
-        """Kills the child's whole process group and reaps it."""
+    def _end(self) -> None:
+        """Kills the child's whole process group (what its kernels forked too) and reaps it."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        self._close_fds()
+        _close_all(self.cmd_fd, self.reader.fd)
+        self.cmd_fd = self.reader.fd = -1
+
+    def kill(self) -> None:
+        """Kills the child (a crash or a hang) and keeps the end of its log as a crash log."""
+        if self.cmd_fd == -1:
+            return
+        self._end()
+        with contextlib.suppress(OSError):
+            self._keep_log()
 
     def close(self) -> None:
-        """Asks the child to exit, then makes sure it did."""
+        """Asks the child to exit, then makes sure it did, and deletes its log."""
+        if self.cmd_fd == -1:
+            return
         if self.alive():
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 self.send({"op": "exit"})
                 self.proc.wait(timeout=5)
-        self.kill()
+        self._end()
         with contextlib.suppress(OSError):
             os.unlink(self.log_path)
 
-    def _close_fds(self) -> None:
-        for fd in (self.cmd_fd, self.reader.fd):
+    def _keep_log(self) -> None:
+        folder = pathlib.Path(self.log_path).parent
+        kept = folder / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{self.proc.pid}.log"
+        with open(self.log_path, "rb") as src, open(kept, "wb") as dst:
+            size = os.fstat(src.fileno()).st_size
+            self._trimmed = max(0, size - CRASH_LOG_BYTES)
+            src.seek(self._trimmed)
+            dst.write(src.read(CRASH_LOG_BYTES))
+        os.unlink(self.log_path)
+        self.log_path = str(kept)
+        logs = sorted(folder.glob("crash-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in logs[KEEP_CRASH_LOGS:]:
             with contextlib.suppress(OSError):
-                os.close(fd)
-        self.cmd_fd = self.reader.fd = -1
+                old.unlink()
 
     def describe_exit(self) -> str:
         """``"killed by signal SIGSEGV"``, ``"exited with status 3"``, or ``"still running"``."""
@@ -172,31 +257,37 @@ class ChildProcess:
 
     def log_size(self) -> int:
         try:
-            return os.path.getsize(self.log_path)
+            return os.path.getsize(self.log_path) + self._trimmed
         except OSError:
             return 0
 
     def stderr_tail(self, since: int) -> str:
-        """The last lines the child wrote to stderr since byte offset ``since``."""
+        """The last lines the child wrote to stderr since byte offset ``since`` (at most the
+        last 64 KiB are read, however large the log)."""
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(since)
-                text = f.read().decode(errors="replace")
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(since - self._trimmed, size - _TAIL_BYTES, 0))
+                text = f.read(_TAIL_BYTES).decode(errors="replace")
         except OSError:
             return ""
-        fatal = text.rfind("Fatal Python error")
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        if fatal >= 0:
-            # faulthandler lists the innermost frame first: keep the head of its report.
-            report = text[fatal:]
-            current = report.find("Current thread")
-            head = report.splitlines()[0]
-            body = report[current:] if current >= 0 else report
-            lines = [head] + [line.strip() for line in body.splitlines() if line.strip()]
-            lines = lines[:_TAIL_LINES]
-        else:
-            lines = lines[-_TAIL_LINES:]
-        return " | ".join(lines) or "(nothing on stderr)"
+        return _tail_lines(text)
+
+
+def _tail_lines(text: str) -> str:
+    fatal = text.rfind("Fatal Python error")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if fatal >= 0:
+        # faulthandler lists the innermost frame first: keep the head of its report.
+        report = text[fatal:]
+        current = report.find("Current thread")
+        head = report.splitlines()[0]
+        body = report[current:] if current >= 0 else report
+        lines = [head] + [line.strip() for line in body.splitlines() if line.strip()]
+        lines = lines[:_TAIL_LINES]
+    else:
+        lines = lines[-_TAIL_LINES:]
+    return " | ".join(lines) or "(nothing on stderr)"
 
 
 class ChildPool:

@@ -48,9 +48,8 @@ class FrameReader:
     def _fill(self, want: int, deadline: float | None) -> bool:
         while len(self.buffer) < want:
             if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
+                # Past the deadline this still polls once, so ``timeout=0`` reads what waits.
+                remaining = max(0.0, deadline - time.monotonic())
                 ready, _, _ = select.select([self.fd], [], [], remaining)
                 if not ready:
                     return False
