@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import math
 import os
 import pathlib
 import sys
@@ -23,6 +22,7 @@ from typing import Any, Literal
 from ._errors import SettingsError
 
 __all__ = [
+    "MAX_SECONDS",
     "VARIABLES",
     "Settings",
     "Variable",
@@ -94,14 +94,20 @@ def _level(name: str) -> Callable[[str], int]:
     return lambda raw: int(choose(raw))
 
 
+#: Longest timeout accepted (about 11 days): longer ones overflow the OS's wait calls.
+MAX_SECONDS = 1e6
+
+
 def _seconds(name: str) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         try:
             value = float(raw)
         except ValueError:
             raise _bad(name, raw, "a positive number of seconds, such as 60 or 2.5") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise _bad(name, raw, "a positive number of seconds, such as 60 or 2.5")
+        if not (0 < value <= MAX_SECONDS):
+            raise _bad(
+                name, raw, f"a positive number of seconds up to {MAX_SECONDS:g}, such as 60 or 2.5"
+            )
         return value
 
     return parse

@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .._codec import storable
 from .._errors import ConfigSpaceError
 
 __all__ = ["ConfigSpec", "config_id"]
@@ -19,14 +20,26 @@ def config_id(config: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={config[k]!r}" for k in sorted(config))
 
 
+_STORABLE = (
+    "None, bool, int, float, str, bytes, jax.lax.Precision, a dtype (np.dtype, jnp.float32, "
+    "ml_dtypes.bfloat16), or tuples of them"
+)
+
+
 def _check_value(name: str, value: Any, where: str) -> None:
     try:
         hash(value)
     except TypeError as e:
         raise ConfigSpaceError(
             f"{where}: value {value!r} of {name!r} is unhashable; config values must be "
-            "hashable (numbers, strings, bools, tuples)."
+            f"hashable: {_STORABLE}."
         ) from e
+    if not storable(value):
+        raise ConfigSpaceError(
+            f"{where}: value {value!r} of {name!r} ({type(value).__name__}) cannot be stored "
+            f"in the cache; config values must be {_STORABLE}. Use a name (a str) and map it "
+            "to the object inside the kernel."
+        )
 
 
 class ConfigSpec:
