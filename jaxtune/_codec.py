@@ -297,13 +297,24 @@ def read_bounded(
         if not follow_symlinks and os.path.islink(path):
             raise UnsafeFileError(f"{path} is a symlink; jaxtune does not follow it") from e
         raise
-    with os.fdopen(fd, "rb") as f:
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeFileError(f"{path} is not a regular file (a FIFO, device or directory)")
         if info.st_size > limit:
             raise UnsafeFileError(f"{path} holds {info.st_size} bytes, over the {limit} limit")
-        data = f.read(limit + 1)
+        os.set_blocking(fd, True)
+        chunks = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise UnsafeFileError(f"{path} grew past the {limit} byte limit while being read")
     return data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from .._errors import JaxtuneError
@@ -20,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jaxtune",
         description="Autotune and profile JAX/Pallas kernels.",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback when a command fails"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -42,29 +46,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(error: BaseException) -> str:
+    text = " | ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return text or type(error).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line and returns its exit status."""
+    """Runs the command line and returns its exit status.
+
+    A failure is one line on stderr and a non-zero status (2 for a jaxtune error or a bad
+    path, 1 for anything unexpected); ``--debug`` adds the traceback.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    debug = "--debug" in own  # accepted anywhere before `--`, not only before the command
+    if debug:
+        argv.remove("--debug")
     args = build_parser().parse_args(argv)
+    args.debug = debug
     try:
-        if args.command == "doctor":
-            from . import doctor as _doctor
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        print(f"jaxtune {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0  # the reader went away (`jaxtune cache list | head`)
+    except (JaxtuneError, OSError) as e:
+        error: BaseException = e
+        status, message = 2, _one_line(e)
+    except Exception as e:  # a bug: still one line, the traceback behind --debug
+        error = e
+        status, message = 1, f"unexpected {type(e).__name__}: {_one_line(e)}"
+        if not debug:
+            message += " (run with --debug for the traceback)"
+    if debug:
+        traceback.print_exception(type(error), error, error.__traceback__)
+    print(f"jaxtune {args.command}: {message}", file=sys.stderr)
+    return status
 
-            return _doctor.main(as_json=args.json)
-        if args.command == "profile":
-            return _profile_cli.run_profile(args)
-        if args.command == "report":
-            return _profile_cli.run_report(args)
-        if args.command == "tune":
-            if args.from_profile:
-                return _from_profile.run(args)
-            return _tune_cli.run(args)
-        if args.command == "cache":
-            return _cache_cli.run(args)
-        if args.command == "demo":
-            from . import demo as _demo
 
-            return _demo.main()
-    except JaxtuneError as e:
-        print(f"jaxtune {args.command}: {e}", file=sys.stderr)
-        return 2
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "doctor":
+        from . import doctor as _doctor
+
+        return _doctor.main(as_json=args.json)
+    if args.command == "profile":
+        return _profile_cli.run_profile(args)
+    if args.command == "report":
+        return _profile_cli.run_report(args)
+    if args.command == "tune":
+        if args.from_profile:
+            return _from_profile.run(args)
+        return _tune_cli.run(args)
+    if args.command == "cache":
+        return _cache_cli.run(args)
+    if args.command == "demo":
+        from . import demo as _demo
+
+        return _demo.main()
     raise AssertionError(f"unhandled command {args.command!r}")

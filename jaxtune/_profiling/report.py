@@ -139,6 +139,26 @@ class Profile:
         }
         return json.dumps(doc, indent=2, sort_keys=True)
 
+    @classmethod
+    def from_trace(cls, path: str | os.PathLike[str]) -> Profile:
+        """Reads a trace written by anyone: a trace directory (the newest ``.xplane.pb``
+        below it) or an ``.xplane.pb`` file, from CPU, GPU or TPU.
+
+        Whatever the input (truncated, damaged, hostile, a FIFO, a directory without a
+        trace), the only exception is :class:`ProfileError`, whose message names the path.
+
+        Raises:
+            ProfileError: no trace there, or it cannot be read or decoded.
+
+        Examples:
+            >>> import jaxtune
+            >>> jaxtune.Profile.from_trace("/no/such/trace")  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            jaxtune._errors.ProfileError: cannot read a trace at /no/such/trace: ...
+        """
+        return report_from_trace(path)
+
     def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """Writes :meth:`to_json` to ``path``, the table beside it (``.txt``) and, when the
         profile saw autotuned calls, what it takes to tune them (``.calls.msgpack``)."""
@@ -172,24 +192,31 @@ def report_from_trace(
     start = time.perf_counter()
     try:
         space = _xspace.load(path)
-    except FileNotFoundError as e:
-        raise ProfileError(str(e)) from e
-    except ValueError as e:
+    except _xspace.DecodeError as e:
         raise ProfileError(f"{path} is not a readable XSpace trace: {e}") from e
-    events, plane = op_events(space, info.get("hlo"))
-    if plane is None:
-        raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
-    platform = info.get("platform") or _platform_of(plane.name)
-    device_kind = info.get("device_kind") or _device_kind_of(space, plane)
-    kernels, ops, total_us = attribute(
-        events,
-        plane_stats=plane.stats,
-        device_kind=device_kind,
-        costs=info.get("costs"),
-        hints=info.get("hints"),
-        sources=info.get("sources"),
-        pallas_prefixes=info.get("prefixes"),
-    )
+    except OSError as e:
+        raise ProfileError(f"cannot read a trace at {path}: {e}") from e
+    try:
+        events, plane = op_events(space, info.get("hlo"))
+        if plane is None:
+            raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
+        platform = info.get("platform") or _platform_of(plane.name)
+        device_kind = info.get("device_kind") or _device_kind_of(space, plane)
+        kernels, ops, total_us = attribute(
+            events,
+            plane_stats=plane.stats,
+            device_kind=device_kind,
+            costs=info.get("costs"),
+            hints=info.get("hints"),
+            sources=info.get("sources"),
+            pallas_prefixes=info.get("prefixes"),
+        )
+    except (*_xspace.MALFORMED, ArithmeticError) as e:
+        # A trace that decodes but holds values of the wrong type (a str stat where a number
+        # belongs, a negative duration): damaged input, reported as such.
+        raise ProfileError(
+            f"{path} is a damaged XSpace trace ({type(e).__name__}: {e}); capture it again."
+        ) from e
     notes = _notes(space, events)
     timings = dict(info.get("timings", {}))
     timings["parse_s"] = time.perf_counter() - start

@@ -1,5 +1,4 @@
 """A compact reader for ``.xplane.pb`` traces (the XSpace protobuf), with no dependency.
-
 ``jax.profiler.ProfileData`` does not expose the stats stored on *event metadata*
 (``flops``, ``bytes_accessed``, ``hlo_category``, ``tf_op`` on TPU and GPU traces), so
 jaxtune decodes the protobuf wire format itself, for the schema it needs:
@@ -17,12 +16,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pathlib
 import struct
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Event", "EventMetadata", "Line", "Plane", "Space", "find_trace", "load", "parse"]
+from .tracefile import read_trace
+
+__all__ = [
+    "MALFORMED",
+    "DecodeError",
+    "Event",
+    "EventMetadata",
+    "Line",
+    "Plane",
+    "Space",
+    "load",
+    "parse",
+]
 
 
 class DecodeError(ValueError):
@@ -369,6 +379,20 @@ def parse(data: bytes) -> Space:
     Raises:
         DecodeError: the bytes are not a well-formed XSpace.
     """
+    try:
+        return _parse(bytes(data))
+    except DecodeError:
+        raise
+    except (*MALFORMED, struct.error) as e:
+        # Damaged input (a field of the wrong wire type or length), not a bug to surface.
+        raise DecodeError(f"malformed XSpace ({type(e).__name__}: {e})") from e
+
+
+#: What decoding damaged protobuf bytes can raise besides DecodeError.
+MALFORMED = (IndexError, KeyError, TypeError, ValueError, OverflowError, RecursionError)
+
+
+def _parse(data: bytes) -> Space:
     space = Space(planes=[], errors=[], warnings=[], hostnames=[])
     for field, wire, v in _fields(data, 0, len(data)):
         if wire != 2:
@@ -384,24 +408,13 @@ def parse(data: bytes) -> Space:
     return space
 
 
-def find_trace(path: str | os.PathLike[str]) -> pathlib.Path:
-    """The ``.xplane.pb`` at ``path``, or the newest one below a trace directory.
+def load(path: str | os.PathLike[str]) -> Space:
+    """Reads and decodes a trace file or the newest trace below a directory (see
+    :func:`~.tracefile.read_trace`).
 
     Raises:
-        FileNotFoundError: no ``.xplane.pb`` is there.
+        FileNotFoundError: no trace is there.
+        OSError: the trace cannot be read, is not a regular file, or is too large.
+        DecodeError: the bytes are not a well-formed XSpace.
     """
-    p = pathlib.Path(path)
-    if p.is_file():
-        return p
-    found = sorted(p.glob("**/*.xplane.pb"), key=lambda f: f.stat().st_mtime)
-    if not found:
-        raise FileNotFoundError(
-            f"no .xplane.pb under {p}; give a trace directory written by jax.profiler.trace "
-            "or jaxtune, or the .xplane.pb file itself"
-        )
-    return found[-1]
-
-
-def load(path: str | os.PathLike[str]) -> Space:
-    """Reads and decodes a trace file or the newest trace below a directory."""
-    return parse(find_trace(path).read_bytes())
+    return parse(read_trace(path))
