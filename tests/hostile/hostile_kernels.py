@@ -57,9 +57,9 @@ def recursive(x, *, c):
     """Calls itself on the first half: tuning it traces (and tunes) the smaller kernel."""
     n = x.shape[0]
     if n <= 2:
-        return x * c
+        return x + 0 * c
     head = recursive(x[: n // 2])
-    return jnp.concatenate([head, x[n // 2 :] * c])
+    return jnp.concatenate([head, x[n // 2 :] + 0 * c])
 
 
 @jaxtune.autotuned(

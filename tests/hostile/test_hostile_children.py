@@ -1,0 +1,161 @@
+"""Kernels that crash, fork or recurse, with the default (child) isolation: issue 11 items
+5 and 6. Nothing leaks, a crash is a crash, nothing outlives its parent, nothing deadlocks."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+
+import jax.numpy as jnp
+import pytest
+from faulty_kernels import faulty
+from hostile_kernels import forker
+
+from jaxtune._isolation import process as _process
+from jaxtune._isolation import runner as _runner
+from jaxtune._tuning.result import Failure, Measurement
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _children(monkeypatch, fast_timing, tmp_path):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    # A private temp dir: the logs counted are this test's, not other processes'.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    yield
+    _runner.shutdown_children()
+
+
+def sweep(kernel, space, default, runner):
+    x = jnp.ones(64)
+    task = kernel._task(kernel._bind((x,), {}), space, default)
+    return runner.sweep(task)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def wait_gone(pids, seconds=15.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if all(gone(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_fds_and_logs_stay_flat_across_20_sweeps_with_a_crashing_config():
+    runner = _runner.ProcessRunner()
+    space = [{"mode": "ok"}, {"mode": "segfault"}]
+    counts = []
+    for _ in range(20):
+        outcome = sweep(faulty, space, {"mode": "ok"}, runner)
+        (crash,) = [m for m in outcome.measurements if m.config["mode"] == "segfault"]
+        assert isinstance(crash, Failure) and crash.stage == "crash", crash
+        logs = _process.log_dir()
+        counts.append(
+            (open_fds(), len(list(logs.glob("child-*.log"))), len(list(logs.glob("crash-*"))))
+        )
+    fds = [c[0] for c in counts[2:]]
+    assert max(fds) == min(fds), counts  # flat after the first sweeps opened what they keep
+    assert all(c[1] <= 1 for c in counts), counts  # only the live pooled child's log
+    assert counts[-1][2] == _process.KEEP_CRASH_LOGS, counts
+    _runner.shutdown_children()
+    assert not list(_process.log_dir().glob("child-*.log"))  # a healthy child leaves none
+
+
+def test_a_large_crash_log_is_tailed_with_seek(tmp_path):
+    log = tmp_path / "child-big.log"
+    with open(log, "wb") as f:
+        f.truncate(300 << 20)  # 300 MB (sparse), then the crash at the end
+        f.seek(300 << 20)
+        f.write(b"Fatal Python error: Segmentation fault\n\nCurrent thread 0x1:\n  File x\n")
+    child = object.__new__(_process.ChildProcess)
+    child.log_path = str(log)
+    child._trimmed = 0
+    tracemalloc.start()
+    tail = child.stderr_tail(0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert tail.startswith("Fatal Python error: Segmentation fault")
+    assert peak < 4 << 20, peak
+
+
+def test_a_kernel_that_forks_then_crashes_is_a_crash_and_its_fork_dies(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOSTILE_PID_DIR", str(tmp_path))
+    runner = _runner.ProcessRunner()
+    start = time.monotonic()
+    outcome = sweep(forker, [{"mode": "ok"}, {"mode": "fork_crash"}], {"mode": "ok"}, runner)
+    took = time.monotonic() - start
+    (crash,) = [m for m in outcome.measurements if m.config["mode"] == "fork_crash"]
+    assert isinstance(crash, Failure), crash
+    assert crash.stage == "crash" and "SIGSEGV" in crash.reason, crash
+    assert took < forker.timeout, took  # noticed when the child died, not at the timeout
+    assert isinstance(outcome.default, Measurement)
+    grandchild = int((tmp_path / "grandchild").read_text())
+    assert wait_gone([grandchild]), "the process the kernel forked outlived the sweep"
+
+
+PARENT = """
+import jax.numpy as jnp
+from hostile_kernels import fork_hang
+fork_hang.tune(jnp.ones(8))
+"""
+
+
+def test_nothing_the_child_started_outlives_a_killed_parent(tmp_path):
+    env = dict(os.environ)
+    env.update(HOSTILE_PID_DIR=str(tmp_path), JAXTUNE_ISOLATION="process", JAXTUNE_TIMEOUT="300")
+    env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).parent), *sys.path])
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env)
+    try:
+        end = time.monotonic() + 240
+        while not (tmp_path / "child").exists() and time.monotonic() < end:
+            time.sleep(0.1)
+        time.sleep(0.3)
+        pids = [int((tmp_path / name).read_text()) for name in ("child", "grandchild")]
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    assert wait_gone(pids), [(p, gone(p)) for p in pids]
+
+
+RECURSIVE = """
+import jax, jax.numpy as jnp
+from hostile_kernels import recursive
+print("out", recursive(jnp.arange(16.0)).tolist()[:3])
+print("jit", jax.jit(recursive)(jnp.arange(8.0)).tolist()[:3])
+"""
+
+
+@pytest.mark.parametrize("isolation", ["process", "inline"])
+def test_a_recursive_kernel_does_not_deadlock_in_tune_mode(py, tmp_path, isolation):
+    proc = py(
+        RECURSIVE,
+        env={
+            "JAXTUNE_MODE": "tune",
+            "JAXTUNE_ISOLATION": isolation,
+            "JAXTUNE_CACHE_DIR": str(tmp_path),
+        },
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "out [0.0, 1.0, 2.0]" in proc.stdout
+    assert "jit [0.0, 1.0, 2.0]" in proc.stdout
