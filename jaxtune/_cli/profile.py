@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .._flags import child_env, find_libtpu, requested_platform
-from .._profiling.report import report_from_trace
+from .._profiling.report import Profile
 from .tune import program
 
 __all__ = ["add_parsers", "run_profile", "run_report"]
@@ -100,7 +100,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """Runs ``jaxtune report``."""
-    result = report_from_trace(args.path)
+    result = Profile.from_trace(args.path)
     if args.html:
         page = result.to_html(top=max(args.top, 50))
         out = pathlib.Path(args.html)
