@@ -30,12 +30,12 @@ def _children(monkeypatch, fast_timing, tmp_path):
     # A private temp dir: the logs counted are this test's, not other processes'.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     yield
-    _runner.shutdown_children()
+    _process.shutdown_children()
 
 
 def sweep(kernel, space, default, runner):
     x = jnp.ones(64)
-    task = kernel._task(kernel._bind((x,), {}), space, default)
+    task = kernel.sweep_task(kernel.bind((x,), {}), space, default)
     return runner.sweep(task)
 
 
@@ -77,7 +77,7 @@ def test_fds_and_logs_stay_flat_across_20_sweeps_with_a_crashing_config():
     assert max(fds) == min(fds), counts  # flat after the first sweeps opened what they keep
     assert all(c[1] <= 1 for c in counts), counts  # only the live pooled child's log
     assert counts[-1][2] == _process.KEEP_CRASH_LOGS, counts
-    _runner.shutdown_children()
+    _process.shutdown_children()
     assert not list(_process.log_dir().glob("child-*.log"))  # a healthy child leaves none
 
 
