@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
+import subprocess
+import sys
+import time
 import warnings
 
 import msgpack
@@ -326,3 +330,64 @@ def test_result_file_load_never_blocks_on_a_fifo(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(jaxtune.CacheError, match="not a regular file"):
         TuningResult.load(fifo)
+
+
+# -- concurrency under kill -9, with a reader quarantining beside the writers ---------------
+
+CONFIRMING_WRITER = """
+import sys
+from jaxtune._tuning.cache import CacheStore
+from jaxtune._tuning.result import Entry
+store = CacheStore(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    key = f"w{sys.argv[2]}-{i}"
+    store.write([Entry(kernel="shared", device_kind="cpu", key=key, config={"block": i},
+                       time_us=1.0, default_config={"block": 0}, default_time_us=2.0)])
+    print(key, flush=True)  # confirmed: the write returned
+"""
+
+CORRUPTING_READER = """
+import sys, time, warnings
+from jaxtune._tuning.cache import CacheStore
+warnings.simplefilter("ignore")
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    with open(sys.argv[1] + "/cpu/other.msgpack", "wb") as f:
+        f.write(b"\\x93garbage")
+    store = CacheStore(sys.argv[1])
+    store.read("cpu", "other")
+    assert all(e.kernel == "shared" for e in store.read("cpu", "shared").values())
+"""
+
+
+@pytest.mark.slow
+def test_no_confirmed_entry_is_lost_under_writers_kills_and_quarantines(tmp_path):
+    (tmp_path / "cpu").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    reader = subprocess.Popen(
+        [sys.executable, "-c", CORRUPTING_READER, str(tmp_path), "20"], env=env
+    )
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONFIRMING_WRITER, str(tmp_path), str(w), "40"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(6)
+    ]
+    rng = random.Random(11)
+    time.sleep(rng.uniform(4, 8))
+    for victim in rng.sample(writers, 3):
+        victim.kill()  # SIGKILL, possibly while it holds the lock or writes the temp file
+    confirmed = set()
+    for w in writers:
+        out, _ = w.communicate(timeout=300)
+        confirmed.update(out.split())
+    assert reader.wait(timeout=300) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stored = set(_cache.CacheStore(tmp_path).read("cpu", "shared"))
+    assert confirmed, "no writer confirmed anything"
+    assert confirmed <= stored, sorted(confirmed - stored)
+    assert not list(tmp_path.glob("cpu/shared.msgpack.corrupt-*"))
