@@ -75,11 +75,21 @@ class CacheStore:
         return self.root / slug(device_kind) / f"{slug(kernel)}.msgpack"
 
     def files(self) -> list[pathlib.Path]:
-        """Every cache file under the root."""
+        """Every cache file under the root (a directory that cannot be listed is reported)."""
+        found: list[pathlib.Path] = []
         try:
-            return sorted(self.root.glob("*/*.msgpack")) if self.root.is_dir() else []
-        except OSError:
-            return []
+            kinds = [d.path for d in os.scandir(self.root) if d.is_dir(follow_symlinks=False)]
+            for kind in kinds:
+                found.extend(pathlib.Path(kind, f.name) for f in os.scandir(kind))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as e:
+            self._report(
+                self.root,
+                f"jaxtune cannot list the cache directory: {e}. {fix_for(e, self.root / '-')}",
+                kind="list",
+            )
+        return sorted(p for p in found if p.name.endswith(".msgpack"))
 
     def _entries(self, path: pathlib.Path, doc: dict[str, Any]) -> dict[str, Entry]:
         entries: dict[str, Entry] = {}

@@ -391,3 +391,22 @@ def test_no_confirmed_entry_is_lost_under_writers_kills_and_quarantines(tmp_path
     assert confirmed, "no writer confirmed anything"
     assert confirmed <= stored, sorted(confirmed - stored)
     assert not list(tmp_path.glob("cpu/shared.msgpack.corrupt-*"))
+
+
+def test_cache_list_of_an_unreadable_dir_says_how_to_fix(py, tmp_path):
+    cache_dir = tmp_path / "cache"
+    _cache.CacheStore(cache_dir).write([entry()])
+    cache_dir.chmod(0)
+    try:
+        proc = py(
+            "import sys; from jaxtune._cli import main; sys.exit(main(['cache', 'list']))",
+            env={"JAXTUNE_CACHE_DIR": str(cache_dir), "PYTHONWARNINGS": "default"},
+            unprivileged=True,
+        )
+    finally:
+        cache_dir.chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    assert f"cannot list the cache directory: [Errno 13] Permission denied: '{cache_dir}'" in (
+        proc.stderr
+    )
+    assert f"chmod u+rwX -R {cache_dir}" in proc.stderr
