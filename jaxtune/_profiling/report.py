@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .._codec import DecodeError, atomic_write, packb, unpackb
+from .._codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._errors import ProfileError
 from . import roofline as _roofline
 from . import xspace as _xspace
@@ -197,27 +197,36 @@ def report_from_trace(
     except OSError as e:
         raise ProfileError(f"cannot read a trace at {path}: {e}") from e
     try:
-        events, plane = op_events(space, info.get("hlo"))
-        if plane is None:
-            raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
-        platform = info.get("platform") or _platform_of(plane.name)
-        device_kind = info.get("device_kind") or _device_kind_of(space, plane)
-        kernels, ops, total_us = attribute(
-            events,
-            plane_stats=plane.stats,
-            device_kind=device_kind,
-            costs=info.get("costs"),
-            hints=info.get("hints"),
-            sources=info.get("sources"),
-            pallas_prefixes=info.get("prefixes"),
-        )
+        return _profile(path, space, info, iterations, start)
     except (*_xspace.MALFORMED, ArithmeticError) as e:
         # A trace that decodes but holds values of the wrong type (a str stat where a number
         # belongs, a negative duration): damaged input, reported as such.
         raise ProfileError(
             f"{path} is a damaged XSpace trace ({type(e).__name__}: {e}); capture it again."
         ) from e
-    notes = _notes(space, events)
+
+
+def _profile(
+    path: str | os.PathLike[str],
+    space: _xspace.Space,
+    info: Mapping[str, Any],
+    iterations: int,
+    start: float,
+) -> Profile:
+    events, plane = op_events(space, info.get("hlo"))
+    if plane is None:
+        raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
+    platform = info.get("platform") or _platform_of(plane.name)
+    device_kind = info.get("device_kind") or _device_kind_of(space, plane)
+    kernels, ops, total_us = attribute(
+        events,
+        plane_stats=plane.stats,
+        device_kind=device_kind,
+        costs=info.get("costs"),
+        hints=info.get("hints"),
+        sources=info.get("sources"),
+        pallas_prefixes=info.get("prefixes"),
+    )
     timings = dict(info.get("timings", {}))
     timings["parse_s"] = time.perf_counter() - start
     return Profile(
@@ -230,7 +239,7 @@ def report_from_trace(
         platform=platform,
         device_kind=device_kind,
         flags=dict(info.get("env", {})),
-        notes=tuple(notes),
+        notes=tuple(_notes(space, events)),
         timings=timings,
         timeline=timeline_of(events),
         peak=_roofline.peak_for(device_kind, plane.stats),
@@ -264,11 +273,11 @@ def _recall(path: str | os.PathLike[str], iterations: int) -> tuple[dict[str, An
     for folder in [here, *here.parents][:6]:
         sidecar = folder / INFO_FILE
         if sidecar.is_file():
-            try:
-                info = dict(unpackb(sidecar.read_bytes()))
-            except (DecodeError, TypeError, ValueError):
+            try:  # written by jaxtune, but a damaged one is only a lost hint
+                info = dict(unpackb(read_bounded(sidecar)))
+                return info, iterations or int(info.pop("iterations", 0) or 0)
+            except (DecodeError, OSError, TypeError, ValueError, OverflowError):
                 return {}, iterations
-            return info, iterations or int(info.pop("iterations", 0) or 0)
     return {}, iterations
 
 

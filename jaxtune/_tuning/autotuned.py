@@ -140,12 +140,10 @@ class Autotuned(Generic[P, R]):
             raise ConfigSpaceError(
                 f"static_argnames {unknown} are not parameters of {fn.__qualname__}."
             )
-        if timeout is not None and not (
-            isinstance(timeout, (int, float)) and 0 < timeout <= _config.MAX_SECONDS
-        ):
+        most = _config.MAX_SECONDS
+        if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout <= most):
             raise ConfigSpaceError(
-                f"timeout must be a positive number of seconds up to {_config.MAX_SECONDS:g}, "
-                f"got {timeout!r}."
+                f"timeout must be a positive number of seconds <= {most:g}: {timeout!r}"
             )
         self.timeout = timeout
         self.flops = flops
