@@ -29,11 +29,18 @@ _MAIN_ALIAS = "__jaxtune_main__"
 
 def _watch_parent(parent_pid: int) -> None:
     """Ends this process and every process its kernels forked (its process group) soon
-    after the parent dies, even in the middle of a compile."""
+    after the parent dies, even in the middle of a compile, and deletes its log (the dead
+    parent would have)."""
 
     def watch() -> None:
         while True:
             if os.getppid() != parent_pid:
+                try:
+                    log = os.readlink("/proc/self/fd/2")
+                    if os.path.basename(log).startswith("child-"):
+                        os.unlink(log)
+                except OSError:
+                    pass
                 os.killpg(os.getpgid(0), signal.SIGKILL)
                 os._exit(0)
             time.sleep(0.5)

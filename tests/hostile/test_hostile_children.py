@@ -123,6 +123,7 @@ fork_hang.tune(jnp.ones(8))
 def test_nothing_the_child_started_outlives_a_killed_parent(tmp_path):
     env = dict(os.environ)
     env.update(HOSTILE_PID_DIR=str(tmp_path), JAXTUNE_ISOLATION="process", JAXTUNE_TIMEOUT="300")
+    env["TMPDIR"] = str(tmp_path)  # where the parent puts its child's log
     env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).parent), *sys.path])
     parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env)
     try:
@@ -135,6 +136,7 @@ def test_nothing_the_child_started_outlives_a_killed_parent(tmp_path):
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     assert wait_gone(pids), [(p, gone(p)) for p in pids]
+    assert not list(tmp_path.glob("jaxtune-*/child-*.log"))  # the child deleted its log
 
 
 RECURSIVE = """
