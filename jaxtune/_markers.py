@@ -57,3 +57,222 @@ def lookup(digest: str) -> Mark | None:
     """The mark behind a digest, when this process made it."""
     with _LOCK:
         return _MARKS.get(digest)
+
+
+# -- Pallas kernels: custom-call targets, name stacks, and the jaxpr's pallas_call ---------
+
+#: Custom-call targets of Pallas kernels: Mosaic TPU, Triton, Mosaic GPU.
+PALLAS_TARGETS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "mosaic_gpu_v2")
+PALLAS_CALL = "pallas_call"
+
+#: Transform wrappers of a name-stack frame: ``jvp(jit(f))`` is frame ``jit(f)`` seen
+#: through a transform. The jaxpr writes them as frames of their own (``jvp()/jit(f)``).
+_WRAPPER = re.compile(r"^(?:jvp|transpose|vmap|batch|remat|checkpoint|pmap|xmap)\((?P<in>.*)\)$")
+
+
+def frames(name_stack: str) -> tuple[str, ...]:
+    """A name stack's scopes with transform wrappers removed, so a compiled op's
+    ``transpose(jvp(jit(step)))/jit(f)`` and a jaxpr's ``transpose(jvp())/jit(step)/jit(f)``
+    both read ``("jit(step)", "jit(f)")``."""
+    out: list[str] = []
+    for frame in _split(name_stack):
+        while (m := _WRAPPER.match(frame)) is not None:
+            frame = m["in"]
+        if frame:
+            out.append(frame)
+    return tuple(out)
+
+
+def _split(name_stack: str) -> list[str]:
+    """Splits on ``/`` outside parentheses (``jit(a/b)`` stays one frame)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(name_stack):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "/" and depth == 0:
+            parts.append(name_stack[start:i])
+            start = i + 1
+    parts.append(name_stack[start:])
+    return parts
+
+
+def pallas_name(name_stack: str) -> tuple[str, str] | None:
+    """``(kernel name, prefix)`` when a name stack passes through ``pallas_call``: the
+    scope around it names the kernel (``"pallas_call"`` when it is bare, as JAX 0.12 writes
+    it inside a nested jit); ``prefix`` ends at ``pallas_call``."""
+    parts = _split(name_stack)
+    if PALLAS_CALL not in parts:
+        return None
+    at = parts.index(PALLAS_CALL)
+    parent = parts[at - 1].split("(")[-1].rstrip(")") if at else ""
+    return parent or PALLAS_CALL, "/".join(parts[: at + 1])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PallasCall:
+    """One ``pallas_call`` of a traced program, read from its jaxpr.
+
+    ``name`` is the name Mosaic gives the kernel (``pallas_call(name=...)`` or the kernel
+    function's name), so a kernel reads the same in locate, tuning and profile tables.
+    ``scope`` is the name stack around the call (``frames`` form); ``per_step`` how many
+    times one run of the program executes it (``None`` inside a loop of unknown length).
+    """
+
+    name: str
+    scope: tuple[str, ...]
+    operands: tuple[tuple[str, tuple[int, ...]], ...]
+    results: tuple[tuple[str, tuple[int, ...]], ...]
+    interpret: bool
+    cost_estimate: dict[str, float] | None
+    source: str | None
+    inside: str | None
+    per_step: int | None
+
+
+def pallas_calls(jaxpr: Any) -> list[PallasCall]:
+    """Every ``pallas_call`` in a (closed) jaxpr, through nested jit, custom_vjp/jvp,
+    scan, cond, while, vmap and grad, in program order."""
+    found: list[PallasCall] = []
+    _walk_jaxpr(getattr(jaxpr, "jaxpr", jaxpr), "", 1, found)
+    return found
+
+
+def _walk_jaxpr(jaxpr: Any, prefix: str, times: int | None, found: list[PallasCall]) -> None:
+    for eqn in jaxpr.eqns:
+        here = "/".join(p for p in (prefix, str(eqn.source_info.name_stack)) if p)
+        if eqn.primitive.name == PALLAS_CALL:
+            found.append(_pallas_call(eqn, here, times))
+            continue
+        inner = here
+        if eqn.primitive.name in ("pjit", "jit", "closed_call", "core_call"):
+            inner = f"{here}/jit({eqn.params.get('name', '')})" if here else here
+            if not here:
+                inner = f"jit({eqn.params.get('name', '')})"
+        repeat = times
+        if eqn.primitive.name == "scan" and times is not None:
+            repeat = times * int(eqn.params.get("length", 1))
+        elif eqn.primitive.name == "while":
+            repeat = None
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                body = getattr(sub, "jaxpr", sub)
+                if hasattr(body, "eqns"):
+                    _walk_jaxpr(body, inner, repeat, found)
+
+
+def _aval(v: Any) -> tuple[str, tuple[int, ...]]:
+    aval = getattr(v, "aval", v)
+    import numpy as np
+
+    from ._tuning.signature import dtype_name
+
+    return dtype_name(np.dtype(aval.dtype)), tuple(int(d) for d in aval.shape)
+
+
+def _pallas_call(eqn: Any, scope: str, times: int | None) -> PallasCall:
+    params = eqn.params
+    debug = getattr(params.get("jaxpr"), "debug_info", None)
+    name = params.get("name") or getattr(debug, "func_name", None) or PALLAS_CALL
+    cost = params.get("cost_estimate")
+    estimate = None
+    if cost is not None:
+        estimate = {
+            k: float(getattr(cost, k, 0) or 0)
+            for k in ("flops", "bytes_accessed", "transcendentals")
+        }
+    frame = next(iter(_user_frames(eqn)), None)
+    marks = parse(scope)
+    return PallasCall(
+        name=str(name),
+        scope=frames(scope),
+        operands=tuple(_aval(v) for v in eqn.invars),
+        results=tuple(_aval(v) for v in eqn.outvars),
+        interpret=bool(params.get("interpret")),
+        cost_estimate=estimate,
+        source=frame,
+        inside=marks[-1][0] if marks else None,
+        per_step=times,
+    )
+
+
+def _user_frames(eqn: Any) -> list[str]:
+    """``file:line`` of the call site, innermost first (JAX's own frames left out)."""
+    try:
+        from jax._src import source_info_util
+
+        frame = source_info_util.user_frame(eqn.source_info.traceback)
+    except Exception:
+        return []
+    if frame is None:
+        return []
+    return [f"{frame.file_name}:{frame.start_line}"]
+
+
+Owner = tuple[str, str, "str | None"]
+
+
+def scope_table(kernels: Any) -> list[tuple[tuple[str, ...], str]]:
+    """``(scope, name)`` of the interpret-mode kernels whose ops a scope tells apart,
+    longest first. A scope no deeper than the program itself (a ``pallas_call`` straight
+    in the jitted function) would claim every op of the program, so it is left out; those
+    kernels are found by the ``pallas_call`` frame of their ops' name stacks. Kernels that
+    share one scope read as one owner naming all of them (``"a + b"``)."""
+    names: dict[tuple[str, ...], list[str]] = {}
+    for k in kernels:
+        scope = tuple(k["scope"])
+        if len(scope) > 1 and k["name"] not in names.setdefault(scope, []):
+            names[scope].append(k["name"])
+    return sorted(((s, " + ".join(n)) for s, n in names.items()), key=lambda x: -len(x[0]))
+
+
+def _encloses(scope: tuple[str, ...], here: tuple[str, ...]) -> bool:
+    """Whether an op's frames run inside a kernel's scope: same outermost frame, and the
+    scope's frames in order among the op's (compiled HLO adds frames the jaxpr lacks,
+    such as ``eval_jaxpr`` around a custom_vjp's body)."""
+    if not here or here[0] != scope[0]:
+        return False
+    at = 1
+    for frame in scope[1:]:
+        try:
+            at = here.index(frame, at) + 1
+        except ValueError:
+            return False
+    return True
+
+
+def owner_of(
+    name_stack: str,
+    target: str | None,
+    op: str,
+    scopes: Any = (),
+    prefixes: Any = (),
+) -> Owner:
+    """``(kind, name, kernel id)`` of the kernel an executed op belongs to: a Pallas custom
+    call; else the innermost ``pallas_call`` frame of its name stack; else the interpret-
+    mode kernel whose scope (from :func:`scope_table`) encloses it, so the kernel's
+    ``io_callback``s, loops and copies count as the kernel; else the innermost jaxtune
+    marker; else the op itself (plain XLA). ``prefixes``: ``(name-stack prefix, name)`` of
+    older captures, longest first."""
+    marks = parse(name_stack)
+    kernel_id = marks[-1][0] if marks else None
+    if target in PALLAS_TARGETS:
+        found = pallas_name(name_stack)
+        last = name_stack.rsplit("/", 1)[-1] if name_stack else op
+        return "pallas", found[0] if found and found[0] != PALLAS_CALL else last or op, kernel_id
+    for prefix, name in prefixes:
+        if name_stack == prefix or name_stack.startswith(prefix + "/"):
+            return "pallas", name, kernel_id
+    found = pallas_name(name_stack)
+    outside_marks = not marks or marks[-1][2] <= len(found[1]) if found else False
+    if found is not None and found[0] != PALLAS_CALL and outside_marks:
+        return "pallas", found[0], kernel_id
+    if scopes:
+        here = frames(name_stack)
+        for scope, name in scopes:
+            if _encloses(scope, here):
+                return "pallas", name, kernel_id
+    if found is not None:
+        return "pallas", found[0], kernel_id
+    if kernel_id is not None:
+        return "autotuned", kernel_id, kernel_id
+    return "xla", op, None

@@ -21,8 +21,7 @@ def _isolated_environment(
         if name.startswith("JAXTUNE_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(cache))
-    # Most tests sweep in this process; tests of the child runner ask for it explicitly.
-    monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")
+    # Tests run the default isolation (a pooled child); tests about inline ask for it.
     monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path_factory.mktemp("profiles")))
     for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_LIBRARY_PATH"):
         monkeypatch.delenv(name, raising=False)

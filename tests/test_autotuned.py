@@ -276,7 +276,10 @@ def test_wrong_config_is_rejected_by_auto_check(fast_timing):
     assert e.config["variant"] in ("good", "also_good")
 
 
-def test_all_configs_failing_raises_with_every_reason(fast_timing):
+def test_all_configs_failing_raises_with_every_reason(fast_timing, monkeypatch):
+    # The kernel is defined in the test, so it could not travel to the child.
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")
+
     @jaxtune.autotuned(configs={"n": [3, 5]}, name="tests.always_fails")
     def always_fails(x, *, n):
         return x.reshape(n, -1)
@@ -289,6 +292,8 @@ def test_all_configs_failing_raises_with_every_reason(fast_timing):
 
 
 def test_tune_mode_falls_back_with_warning_when_all_fail(monkeypatch, fast_timing):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")  # a kernel defined in the test
+
     @jaxtune.autotuned(configs={"n": [3, 5]}, name="tests.always_fails_2")
     def always_fails(x, *, n):
         return x.reshape(n, -1)
@@ -307,7 +312,9 @@ def test_tune_with_shape_dtype_structs_and_bf16(fast_timing):
     assert all(isinstance(m, jaxtune.Measurement) for m in e.measurements)
 
 
-def test_inputs_callable_is_used_and_validated(fast_timing):
+def test_inputs_callable_is_used_and_validated(fast_timing, monkeypatch):
+    # `seen` is observed in this process, so the sweep runs here.
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")
     seen = []
 
     def make(x):

@@ -53,7 +53,9 @@ def test_slugs_do_not_collide():
     assert _cache.slug("examples.matmul") == "examples.matmul"
 
 
-def test_entries_record_schema_and_versions(tmp_path, fast_timing):
+def test_entries_record_schema_and_versions(tmp_path, fast_timing, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")  # a kernel defined in the test
+
     @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.versions_recorded")
     def k(x, *, c):
         return x * 1

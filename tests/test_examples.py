@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-import pytest
 
-from jaxtune._tuning import timing as _timing
 from jaxtune.examples.chunked import chunked_logsumexp, reference_logsumexp
 from jaxtune.examples.pallas_matmul import matmul
 
@@ -26,12 +24,14 @@ def test_pallas_matmul_interpret_mode_is_correct_and_tunes(fast_timing):
     np.testing.assert_allclose(jax.jit(matmul)(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.slow
-def test_chunked_tunable_beats_its_default_on_cpu(monkeypatch):
-    monkeypatch.setattr(_timing, "DEFAULT", _timing.TimingOptions(min_time_s=0.1))
-    x = jax.random.normal(jax.random.key(0), (8, 262144))
+def test_chunked_tunable_records_every_config_and_the_default(fast_timing):
+    # How much faster the best chunk is belongs in bench/, not in a test.
+    x = jax.random.normal(jax.random.key(0), (2, 8192))
     (entry,) = chunked_logsumexp.tune(x).values()
-    # Loop overhead of 1024 scan steps (the default chunk of 256) against 64 or fewer: the
-    # measured gap is about 2.5x here; 1.3x leaves room for a noisy machine.
-    assert entry.speedup is not None and entry.speedup > 1.3, entry
-    assert entry.config["chunk"] != 256
+    space = [dict(c) for c in chunked_logsumexp.space(x)]
+    assert [dict(m.config) for m in entry.measurements if m.ok] != []
+    assert {str(sorted(m.config.items())) for m in entry.measurements} == {
+        str(sorted(c.items())) for c in space
+    }
+    assert dict(entry.config) in space
+    assert entry.default_time_us is not None and entry.time_us is not None

@@ -11,7 +11,7 @@ from typing import Any
 
 from .._flags import child_env, find_libtpu, requested_platform
 from .._profiling.report import Profile
-from .tune import program
+from .tune import program, run_program
 
 __all__ = ["add_parsers", "run_profile", "run_report"]
 
@@ -95,7 +95,8 @@ def run_profile(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    return subprocess.run(command, env=env).returncode
+    status = run_program(command, env, "profile")
+    return status if status >= 0 else 1
 
 
 def run_report(args: argparse.Namespace) -> int:

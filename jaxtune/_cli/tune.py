@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from .._errors import JaxtuneError
@@ -61,7 +62,8 @@ def add_parser(sub: Any) -> None:
 
 
 def program(args: argparse.Namespace, verb: str) -> list[str]:
-    """The command after ``--``.
+    """The command after ``--``; ``python`` / ``python3`` mean the interpreter jaxtune runs
+    in (``.venv/bin/jaxtune tune -- python x.py`` must not pick another Python on PATH).
 
     Raises:
         JaxtuneError: there is none.
@@ -71,7 +73,24 @@ def program(args: argparse.Namespace, verb: str) -> list[str]:
         command = command[1:]
     if not command:
         raise JaxtuneError(f"jaxtune {verb} needs a command: jaxtune {verb} -- python train.py")
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
     return command
+
+
+def run_program(command: list[str], env: Mapping[str, str], verb: str, *, stdin: Any = None) -> int:
+    """Runs the program and returns its exit status.
+
+    Raises:
+        JaxtuneError: the command does not exist or cannot be executed.
+    """
+    try:
+        return subprocess.run(command, env=dict(env), stdin=stdin).returncode
+    except OSError as e:
+        raise JaxtuneError(
+            f"jaxtune {verb} could not start {command[0]!r}: {e.strerror or e}. Expected a "
+            f"command such as `jaxtune {verb} -- python train.py`; check the name and PATH."
+        ) from e
 
 
 def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
@@ -145,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     todo = [r for r in records if args.retune or r["source"] not in HITS]
     entries, problems = sweep_records(todo)
     _report(args, records, had_config, entries, problems)
+    if status != 0 and not stopped:
+        return status if status > 0 else 1  # the program's own failure comes first
     return 1 if problems else 0
 
 
@@ -162,9 +183,9 @@ def _record(command: list[str], *, full: bool) -> tuple[list[dict[str, Any]], bo
             file=sys.stderr,
             flush=True,
         )
-        proc = subprocess.run(command, env=env, stdin=subprocess.DEVNULL)
+        status = run_program(command, env, "tune", stdin=subprocess.DEVNULL)
         records, stopped = _read_records(path)
-    return records, stopped, proc.returncode
+    return records, stopped, status
 
 
 def _report(

@@ -8,6 +8,7 @@ from typing import Any
 
 from .._config import settings
 from .._errors import ProfileError
+from .context import warn_unapplied
 from .process import POOL, ChildLost
 from .requests import profile_request
 from .runner import ProcessRunner
@@ -52,5 +53,6 @@ def profile_in_child(
         raise NotTransportable(answer["message"])
     if answer.get("t") == "error":
         raise ProfileError(answer["message"])
+    warn_unapplied(getattr(fn, "__qualname__", "profile"), answer)
     info: dict[str, Any] = answer["info"]
     return info

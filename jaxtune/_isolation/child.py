@@ -75,7 +75,7 @@ def _import(ref: dict[str, Any]) -> dict[str, Any]:
     if ref["module"] == "__main__":
         path = ref["path"]
         if path not in _SCRIPTS:
-            _SCRIPTS[path] = runpy.run_path(path, run_name=_MAIN_ALIAS)
+            _SCRIPTS[path] = _rerun_script(path)
         return _SCRIPTS[path]
     try:
         return vars(importlib.import_module(ref["module"]))
@@ -92,6 +92,34 @@ def _import(ref: dict[str, Any]) -> dict[str, Any]:
         spec.loader.exec_module(module)
         _SCRIPTS[key] = vars(module)
     return _SCRIPTS[key]
+
+
+_UNGUARDED = (
+    "the jaxtune child re-imported the script {path} to find the function (it runs the "
+    'script\'s top level, not its `if __name__ == "__main__":` block), and line {line} '
+    "(`{code}`) raised {error}. Put the script's work under an "
+    '`if __name__ == "__main__":` guard, or define the kernel in a module outside the '
+    "script."
+)
+
+
+def _rerun_script(path: str) -> dict[str, Any]:
+    """Runs a script's top level under another module name, with ``sys.argv`` holding
+    only its path (not the child's own options); a script that exits or raises on import
+    becomes an ImportError that says why and what to do."""
+    saved = sys.argv
+    sys.argv = [path]
+    try:
+        return runpy.run_path(path, run_name=_MAIN_ALIAS)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        line, code = (frames[-1].lineno, frames[-1].line) if frames else ("?", "?")
+        error = f"{type(e).__name__}: {e}"
+        raise ImportError(_UNGUARDED.format(path=path, line=line, code=code, error=error)) from e
+    finally:
+        sys.argv = saved
 
 
 def _walk_qualname(namespace: dict[str, Any], qualname: str) -> Any:
@@ -147,7 +175,8 @@ def _build_task(msg: dict[str, Any]) -> Any:
     if sig.key != plan.key:
         raise LookupError(
             f"the child computed key {sig.key!r} for {plan.kernel}, the parent "
-            f"{plan.key!r}; the kernel's module differs between the two processes"
+            f"{plan.key!r}; the kernel's module or the JAX state its key depends on "
+            "differs between the two processes"
         )
     return SweepTask(
         plan=plan, fn=kernel.__wrapped__, signature=sig, check=kernel.check, inputs=kernel.inputs
@@ -161,6 +190,8 @@ class _Server:
     def __init__(self, res_fd: int) -> None:
         self.res_fd = res_fd
         self.current: tuple[str, Any] | None = None
+        #: Caller state the last request carried that could not be set here.
+        self.unapplied: dict[str, str] = {}
 
     def emit(self, kind: str, cid: str, data: Any) -> None:
         from .wire import write_frame
@@ -187,10 +218,13 @@ class _Server:
 
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
         from .._tuning.sweep import Sweeper
+        from .context import apply_snapshot
 
+        # Before anything is traced: the caller's interpret mode, x64, precision...
+        self.unapplied = apply_snapshot(msg.get("jax_state") or {})
         op = msg.get("op")
         if op == "profile":
-            return {"t": "done", "info": _profile(msg)}
+            return {"t": "done", "info": _profile(msg), "unapplied": self.unapplied}
         if self.current is None or self.current[0] != msg["task_id"]:
             self.current = (msg["task_id"], Sweeper(_build_task(msg), on_event=self.emit))
         sweeper = self.current[1]
@@ -205,7 +239,8 @@ class _Server:
             results = dict(sweeper.retime(msg["todo"]))
         else:
             raise LookupError(f"unknown request {op!r}")
-        return {"t": "done", "results": {k: r.to_dict() for k, r in results.items()}}
+        done = {k: r.to_dict() for k, r in results.items()}
+        return {"t": "done", "results": done, "unapplied": self.unapplied}
 
 
 def _profile(msg: dict[str, Any]) -> Any:

@@ -1,20 +1,34 @@
-"""Carrying the caller's thread-local JAX configuration into jaxtune's worker threads.
+"""Carrying the caller's JAX configuration into jaxtune's worker threads and child processes.
 
 JAX context managers such as ``jax.enable_x64(True)``, ``jax.default_matmul_precision`` or
 Pallas' ``force_tpu_interpret_mode()`` set *thread-local* configuration. A sweep compiles in
 worker threads, which would otherwise see the global values and, for example, lower a TPU
 kernel for real instead of in interpret mode. :func:`capture` snapshots the caller's local
 values; the returned context manager re-applies them in whichever thread enters it.
+
+A child process starts with JAX's defaults, so :func:`snapshot` writes down every option
+as the caller sees it (thread-local or global) in plain values that travel with a request,
+and :func:`apply_snapshot` sets them in the child before it traces anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
+import importlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["capture"]
+__all__ = [
+    "Unencodable",
+    "apply_snapshot",
+    "capture",
+    "describe_uncarried",
+    "snapshot",
+    "without_interpret_mode",
+]
 
 _UNSET: list[Any] = []
 
@@ -78,3 +92,197 @@ def capture() -> Callable[[], contextlib.AbstractContextManager[None]]:
                     hook(None if value is unset else value)
 
     return apply
+
+
+# -- the caller's JAX state, carried to a child process ---------------------------------
+
+#: Options the child sets from its own environment (platform, devices); carrying the
+#: parent's value would contradict what the runner chose for the child.
+_CHILD_OWNS = frozenset(
+    {"jax_platforms", "jax_platform_name", "jax_cuda_visible_devices", "jax_default_device"}
+)
+
+_INTERPRET = "pallas_tpu_interpret_mode_context_manager"
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+class Unencodable(Exception):  # noqa: N818 - a signal inside this module and the runner
+    """A configuration value that cannot travel to another process."""
+
+
+def _class_path(cls: type) -> str:
+    module = cls.__module__
+    if module.split(".")[0] not in ("jax", "jaxlib"):
+        raise Unencodable(f"a {cls.__qualname__} from {module}, not from JAX")
+    return f"{module}:{cls.__qualname__}"
+
+
+def _encode(value: Any) -> Any:
+    if type(value) in _PLAIN:  # exact types: a str-valued Enum is no plain str
+        return value
+    if isinstance(value, enum.Enum):
+        return {"enum": _class_path(type(value)), "name": value.name}
+    if isinstance(value, (tuple, frozenset)) and all(type(v) in _PLAIN for v in value):
+        return {"items": sorted(value, key=repr), "as": type(value).__name__}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {"dataclass": _class_path(type(value)), "fields": fields}
+    raise Unencodable(f"a {type(value).__name__} value")
+
+
+def _resolve_class(path: str) -> Any:
+    module, _, qualname = path.partition(":")
+    if module.split(".")[0] not in ("jax", "jaxlib"):
+        raise Unencodable(f"{path} is not a JAX class")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and "enum" in value:
+        return _resolve_class(value["enum"])[value["name"]]
+    if isinstance(value, dict) and "items" in value:
+        return {"tuple": tuple, "frozenset": frozenset}[value["as"]](value["items"])
+    if isinstance(value, dict) and "dataclass" in value:
+        fields = {k: _decode(v) for k, v in value["fields"].items()}
+        return _resolve_class(value["dataclass"])(**fields)
+    return value
+
+
+@contextlib.contextmanager
+def without_interpret_mode() -> Iterator[None]:
+    """Pallas TPU interpret mode off in this thread (to lower kernels for real hardware)."""
+    state = _states().get(_INTERPRET)
+    if state is None:
+        yield
+        return
+    previous = state.swap_local(None)
+    try:
+        yield
+    finally:
+        state.set_local(previous)
+
+
+def _carried_states() -> dict[str, Any]:
+    """The ``jax.config`` options, plus Pallas' TPU interpret-mode switch (a module-level
+    state outside ``jax.config``). Scoping states (meshes, devices, metadata) stay behind:
+    they describe the caller's trace, not how to compile."""
+    import jax
+
+    found = dict(getattr(jax.config, "_value_holders", {}))
+    interpret = _states().get(_INTERPRET)
+    if interpret is not None:
+        found[_INTERPRET] = interpret
+    return found
+
+
+def snapshot() -> dict[str, Any]:
+    """The caller's JAX state as plain values, for a child process.
+
+    Every ``jax.config`` option and every module-level JAX state (TPU interpret mode among
+    them), read as this thread sees it: a thread-local value (``with
+    force_tpu_interpret_mode():``, ``with jax.enable_x64(True):``) wins over the global one
+    (``set_tpu_interpret_mode()``, ``jax.config.update``). The child applies the options
+    whose values differ from its own, so only what differs from JAX's defaults changes.
+
+    Returns:
+        ``{"values": {name: value}, "uncarried": {name: reason}}``; ``uncarried`` names
+        state that cannot be written as plain values (a callable, a device object).
+    """
+    values: dict[str, Any] = {}
+    uncarried: dict[str, str] = {}
+    for name, state in _carried_states().items():
+        if name in _CHILD_OWNS:
+            continue
+        try:
+            value = state.value
+        except Exception:
+            continue
+        try:
+            values[name] = _encode(value)
+        except Unencodable as e:
+            uncarried[name] = str(e)
+    return {"values": values, "uncarried": uncarried}
+
+
+def apply_snapshot(carried: Mapping[str, Any]) -> dict[str, str]:
+    """Makes this process's JAX state match a :func:`snapshot` taken elsewhere.
+
+    Sets, process-wide, every option whose value differs here; an option this JAX does
+    not know is ignored. Returns ``{name: reason}`` for the options that could not be set
+    (some, such as ``jax_num_cpu_devices``, only take effect before the backend starts).
+    """
+    failed: dict[str, str] = {}
+    states = _carried_states()
+    for name, wanted in carried.get("values", {}).items():
+        state = states.get(name)
+        if state is None:
+            continue
+        try:
+            if _encode(state.value) == wanted:
+                continue
+            _set_global(name, state, _decode(wanted))
+        except Exception as e:
+            failed[name] = f"{type(e).__name__}: {e}"
+    return failed
+
+
+def _set_global(name: str, state: Any, value: Any) -> None:
+    import jax
+
+    if name in getattr(jax.config, "_value_holders", {}):
+        jax.config.update(name, value)
+    else:
+        state.set_global(value)
+        hook = getattr(state, "_update_global_hook", None)
+        if hook is not None:
+            hook(value)
+
+
+_WARNED: set[Any] = set()
+
+
+def _warn_once(key: Any, message: str) -> None:
+    import warnings
+
+    from .._errors import JaxtuneWarning
+
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, JaxtuneWarning, stacklevel=6)
+
+
+def carried_state(what: str) -> dict[str, Any]:
+    """:func:`snapshot` for a request about ``what`` (a kernel, a profiled function),
+    warning once about any piece of the state that cannot travel."""
+    state = snapshot()
+    if state["uncarried"]:
+        _warn_once(
+            ("uncarried", what, tuple(sorted(state["uncarried"]))),
+            f"jaxtune: {what}: {describe_uncarried(state['uncarried'])}",
+        )
+    return state
+
+
+def warn_unapplied(what: str, answer: Mapping[str, Any]) -> None:
+    """Warns once about caller state a child received but could not set (its answer's
+    ``unapplied``)."""
+    failed = answer.get("unapplied") or {}
+    if failed:
+        _warn_once(
+            ("unapplied", what, tuple(sorted(failed))),
+            f"jaxtune: {what}: {describe_uncarried(failed)}",
+        )
+
+
+def describe_uncarried(uncarried: Mapping[str, str]) -> str:
+    """One sentence naming the state that did not reach the child, and what to do."""
+    listed = "; ".join(f"{name} ({why})" for name, why in sorted(uncarried.items()))
+    return (
+        f"this JAX state did not reach the jaxtune child process: {listed}. The child runs "
+        "without it. Set it where the kernel's module is imported (so the child sets it "
+        "too), or set JAXTUNE_ISOLATION=inline to tune and profile in this process."
+    )

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._tuning.sweep import SweepTask
+from .context import carried_state
 from .wire import NotTransportable, encode_value
 
 __all__ = ["function_ref", "profile_request", "sweep_request"]
@@ -56,6 +57,8 @@ def sweep_request(task: SweepTask) -> dict[str, Any]:
         "args": encode_value(tuple(args)),
         "kwargs": encode_value(dict(kwargs)),
         "plan": task.plan.to_dict(),
+        # The caller's interpret mode and jax.config options, applied before tracing.
+        "jax_state": carried_state(task.plan.kernel),
     }
 
 
@@ -72,5 +75,6 @@ def profile_request(
         "ref": function_ref(fn),
         "args": encode_value(tuple(args)),
         "kwargs": encode_value(dict(kwargs)),
+        "jax_state": carried_state(getattr(fn, "__qualname__", "profile")),
         **options,
     }

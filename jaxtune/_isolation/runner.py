@@ -340,6 +340,7 @@ class ProcessRunner:
                 return self._lost(plan, child, offset, lost.hung, flight, progress)
         if frame.get("t") == "error":
             raise_child_error(frame, SweepError)
+        _context.warn_unapplied(plan.kernel, frame)
         flight.got.update({k: measurement_from_dict(v) for k, v in frame["results"].items()})
         return None, flight.got
 

@@ -25,10 +25,9 @@ from .. import _markers
 from . import roofline as _roofline
 from . import xspace as _xspace
 
-__all__ = ["KernelStat", "OpEvent", "attribute", "op_events"]
+__all__ = ["Context", "KernelStat", "OpEvent", "attribute", "classify", "op_events"]
 
-_PALLAS_CALL = "/pallas_call"
-PALLAS_TARGETS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "mosaic_gpu_v2")
+Owner = _markers.Owner
 Provenance = Literal["cost_estimate", "hint", "xla", "shapes", "none"]
 
 
@@ -37,7 +36,12 @@ class KernelStat:
     """Time and throughput of one kernel (or one XLA op) over a profile.
 
     ``kind``: ``"pallas"``, ``"autotuned"`` or ``"xla"``. Times are µs; ``share`` is the
-    fraction of all device op time. ``flops``/``bytes_accessed`` are totals over all calls,
+    fraction of all device op time. ``calls`` is, for a kernel, how often the program runs
+    it per step times the steps traced; ``calls_exact`` is ``False`` when the program could
+    not say (a kernel in a ``while`` loop) and the count was read off the trace, and then
+    no per-call figure (flops, bytes) is derived from it. ``min_us``/``max_us`` are per
+    call, given only where the trace shows each call as one run of events (not for an
+    interpret-mode kernel, whose pieces interleave on host threads). ``flops``/``bytes_accessed`` are totals over all calls,
     and ``flops_source`` says where they came from: ``"cost_estimate"`` (the kernel's own),
     ``"hint"`` (``@autotuned(flops=..., bytes=...)``), ``"xla"`` (XLA's cost analysis in
     the trace), ``"shapes"`` or ``"none"``. ``bound_by`` is ``"compute"``, ``"memory"`` or
@@ -51,10 +55,11 @@ class KernelStat:
     source: str | None = None
     kernel_id: str | None = None
     calls: int = 0
+    calls_exact: bool = True
     total_us: float = 0.0
     mean_us: float = 0.0
-    min_us: float = 0.0
-    max_us: float = 0.0
+    min_us: float | None = None
+    max_us: float | None = None
     share: float = 0.0
     flops: float | None = None
     bytes_accessed: float | None = None
@@ -83,7 +88,7 @@ class OpEvent:
     bytes_accessed: float | None
     line: int
     parent: OpEvent | None = None
-    owner: tuple[str, str, str | None] = ("xla", "", None)
+    owner: Owner = ("xla", "", None)
 
 
 def _device_planes(space: _xspace.Space) -> list[_xspace.Plane]:
@@ -161,30 +166,146 @@ def op_events(
     return events, plane
 
 
-def _owner(e: OpEvent, prefixes: Sequence[tuple[str, str]] = ()) -> tuple[str, str, str | None]:
-    """``(kind, name, kernel id)`` of the kernel an op belongs to.
+def classify(
+    events: Sequence[OpEvent],
+    *,
+    kernels: Sequence[Mapping[str, Any]] = (),
+    fusions: Mapping[str, Sequence[str]] | None = None,
+    pallas_prefixes: Mapping[str, str] | None = None,
+) -> None:
+    """Sets each event's ``owner`` by :func:`jaxtune._markers.owner_of`.
 
-    ``prefixes`` are ``(name-stack prefix, kernel name)`` of interpret-mode Pallas kernels
-    (from ``locate``), longest first: their body ops are named ``<name>/while/body/...``,
-    without ``pallas_call``.
+    ``kernels`` are the program's Pallas calls (name, scope, ...); ``fusions`` map a fusion
+    to the op names of the instructions fused into it: a fusion that holds ops of kernels
+    belongs to them (one owner naming every kernel, ``"a + b"``, when there are several),
+    never to an anonymous XLA row.
     """
-    stack = e.name_stack
-    marks = _markers.parse(stack)
-    kernel_id = marks[-1][0] if marks else None
-    for prefix, name in prefixes:
-        if stack == prefix or stack.startswith(prefix + "/"):
-            return "pallas", name, kernel_id
-    at = stack.find(_PALLAS_CALL)
-    if at >= 0:
-        name = stack[:at].rsplit("/", 1)[-1].split("(")[-1] or "pallas_call"
-        if not marks or marks[-1][2] <= at:
-            return "pallas", name, kernel_id
-    if e.target in PALLAS_TARGETS:
-        name = stack.rsplit("/", 1)[-1] if stack else e.op
-        return "pallas", name or e.op, kernel_id
-    if kernel_id is not None:
-        return "autotuned", kernel_id, kernel_id
-    return "xla", e.op, None
+    scopes = _markers.scope_table(kernels)
+    prefixes = sorted((pallas_prefixes or {}).items(), key=lambda kv: -len(kv[0]))
+    known: dict[tuple[str, str | None, str], Owner] = {}
+
+    def owner(stack: str, target: str | None, op: str) -> Owner:
+        memo = (stack, target, op if not stack else "")
+        if memo not in known:
+            known[memo] = _markers.owner_of(stack, target, op, scopes, prefixes)
+        return known[memo]
+
+    for e in events:  # in time order, so a parent is classified before its children
+        if not e.name_stack and e.parent is not None:
+            # Ops XLA added without metadata (copies inside a loop body) belong to the op
+            # that runs them.
+            e.owner = e.parent.owner
+            continue
+        e.owner = owner(e.name_stack, e.target, e.op)
+        parts = (fusions or {}).get(e.op)
+        if e.owner[0] == "xla" and parts:
+            inner = {owner(stack, None, e.op) for stack in parts}
+            named = sorted({o for o in inner if o[0] != "xla"}, key=lambda o: o[1])
+            if len(named) == 1:
+                e.owner = named[0]
+            elif named:
+                e.owner = ("pallas", " + ".join(o[1] for o in named), None)
+
+
+def _runs(events: Sequence[OpEvent]) -> dict[Owner, list[int]]:
+    """Each owner's calls as seen in the trace: runs of consecutive top-level events of
+    one kernel, in time order (every event of a plain XLA op is a call of its own)."""
+    runs: dict[Owner, list[int]] = {}
+    previous: Owner | None = None
+    for e in events:
+        if e.parent is not None and e.parent.owner == e.owner:
+            if runs.get(e.owner):
+                runs[e.owner][-1] += e.exclusive_ps
+            continue
+        if e.owner[0] == "xla" or e.owner != previous:
+            runs.setdefault(e.owner, []).append(0)
+        runs[e.owner][-1] += e.exclusive_ps
+        previous = e.owner
+    return runs
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Context:
+    """What attribution knows beyond the trace (from the capture, or a sidecar)."""
+
+    peak: Any = None
+    host_trace: bool = False
+    total_ps: int = 1
+    iterations: int = 0
+    per_step: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
+    costs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _calls(
+    owner: Owner, runs: list[int], group: Sequence[OpEvent], ctx: Context
+) -> tuple[int, bool]:
+    """``(calls, exact)``: executions per step (from the program) x iterations when the
+    program says how often a kernel runs; else what the trace shows, exact only where one
+    event is one call (a plain op, a custom call, any op on a device plane)."""
+    kind, name, _ = owner
+    if kind == "xla" or not ctx.host_trace or all(e.target for e in group):
+        return len(runs), True
+    per_step = [ctx.per_step.get(n) for n in name.split(" + ")]
+    if ctx.iterations and per_step and all(isinstance(n, int) and n > 0 for n in per_step):
+        return max(per_step) * ctx.iterations, True  # type: ignore[type-var]
+    return len(runs), False
+
+
+def _cost(
+    owner: Owner, calls: int, exact: bool, group: Sequence[OpEvent], ctx: Context
+) -> tuple[float | None, float | None, Provenance]:
+    """Total flops and bytes of an owner over the profile, and where they came from: a
+    per-call figure times the calls (only when the calls are exact), or XLA's own."""
+    kind, name, kernel_id = owner
+    per_call = ctx.costs.get(name) if kind == "pallas" else None
+    hint = ctx.hints.get(kernel_id or "") if kind != "xla" else None
+    if exact and per_call and (per_call.get("flops") or per_call.get("bytes_accessed")):
+        flops = per_call.get("flops", 0.0) * calls or None
+        return flops, per_call.get("bytes_accessed", 0.0) * calls or None, "cost_estimate"
+    if exact and hint:
+        return (
+            hint.get("flops", 0.0) * calls or None,
+            hint.get("bytes", 0.0) * calls or None,
+            "hint",
+        )
+    xla_flops = sum(e.flops or 0.0 for e in group)
+    xla_bytes = sum(e.bytes_accessed or 0.0 for e in group)
+    if xla_flops or xla_bytes:
+        return xla_flops or None, xla_bytes or None, "xla"
+    return None, None, "none"
+
+
+def _stat(owner: Owner, group: Sequence[OpEvent], runs: list[int], ctx: Context) -> KernelStat:
+    kind, name, kernel_id = owner
+    total = sum(runs) or sum(e.exclusive_ps for e in group)
+    calls, exact = _calls(owner, runs, group, ctx)
+    flops, bytes_, provenance = _cost(owner, calls, exact, group, ctx)
+    seconds = total * 1e-12
+    return KernelStat(
+        name=name,
+        kind=kind,  # type: ignore[arg-type]
+        target=next((e.target for e in group if e.target), None),
+        hlo_op=group[0].op,
+        source=ctx.sources.get(name) or ctx.sources.get(kernel_id or ""),
+        kernel_id=kernel_id,
+        calls=calls,
+        calls_exact=exact,
+        total_us=total * 1e-6,
+        mean_us=total * 1e-6 / max(calls, 1),
+        # Per-call extremes only where the trace's runs are the calls.
+        min_us=min(runs) * 1e-6 if runs and len(runs) == calls else None,
+        max_us=max(runs) * 1e-6 if runs and len(runs) == calls else None,
+        share=total / ctx.total_ps,
+        flops=flops,
+        bytes_accessed=bytes_,
+        flops_per_s=flops / seconds if flops and seconds else None,
+        bytes_per_s=bytes_ / seconds if bytes_ and seconds else None,
+        intensity=flops / bytes_ if flops and bytes_ else None,
+        bound_by=_roofline.bound_by(flops, bytes_, ctx.peak),
+        flops_source=provenance,
+    )
 
 
 def attribute(
@@ -196,91 +317,49 @@ def attribute(
     hints: Mapping[str, Mapping[str, float]] | None = None,
     sources: Mapping[str, str] | None = None,
     pallas_prefixes: Mapping[str, str] | None = None,
+    kernels: Sequence[Mapping[str, Any]] = (),
+    fusions: Mapping[str, Sequence[str]] | None = None,
+    iterations: int = 0,
+    autotuned: Mapping[str, int] | None = None,
+    host_trace: bool = False,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
-    """``(kernels, ops, total device µs)``.
+    """``(kernels, ops, total device µs)``, each list sorted by share.
 
-    ``costs`` maps a Pallas kernel name to its per-call ``cost_estimate``; ``hints`` maps a
-    jaxtune kernel id to its per-call ``flops``/``bytes`` hints; ``sources`` maps a kernel
-    name to its ``file:line``; ``pallas_prefixes`` maps an interpret-mode Pallas kernel's
-    name-stack prefix (``.../<name>``) to its name.
+    ``kernels`` are the program's Pallas calls (``name``, ``scope``, ``per_step``,
+    ``cost_estimate``) as the capture wrote them; ``costs`` maps a Pallas kernel name to
+    its per-call ``cost_estimate``; ``hints`` a jaxtune kernel id to its per-call
+    ``flops``/``bytes`` hints; ``sources`` a kernel name to its ``file:line``;
+    ``pallas_prefixes`` a name-stack prefix to a kernel name; ``autotuned`` a jaxtune
+    kernel id to its call sites per step; ``iterations`` how many steps the trace holds;
+    ``host_trace`` that the ops ran on host threads (CPU), where an interpret-mode kernel's
+    events interleave and cannot be counted as calls.
     """
-    costs, hints, sources = costs or {}, hints or {}, sources or {}
-    peak = _roofline.peak_for(device_kind, plane_stats)
-    total_ps = sum(e.exclusive_ps for e in events) or 1
-    prefixes = sorted((pallas_prefixes or {}).items(), key=lambda kv: -len(kv[0]))
-    known: dict[tuple[str, str | None, str], tuple[str, str, str | None]] = {}
-    for e in events:  # in time order, so a parent is classified before its children
-        if not e.name_stack and e.parent is not None:
-            # Ops XLA added without metadata (copies inside a loop body) belong to the op
-            # that runs them.
-            e.owner = e.parent.owner
-            continue
-        memo = (e.name_stack, e.target, e.op if not e.name_stack else "")
-        owner = known.get(memo)
-        if owner is None:
-            owner = known[memo] = _owner(e, prefixes)
-        e.owner = owner
-    # Calls: runs of consecutive top-level events of one kernel, in time order.
-    runs: dict[tuple[str, str, str | None], list[int]] = {}
-    previous: tuple[str, str, str | None] | None = None
-    for e in events:
-        if e.parent is not None and e.parent.owner == e.owner:
-            if runs.get(e.owner):
-                runs[e.owner][-1] += e.exclusive_ps
-            continue
-        if e.owner[0] == "xla" or e.owner != previous:
-            runs.setdefault(e.owner, []).append(0)
-        runs[e.owner][-1] += e.exclusive_ps
-        previous = e.owner
-    by_owner: dict[tuple[str, str, str | None], list[OpEvent]] = {}
+    classify(events, kernels=kernels, fusions=fusions, pallas_prefixes=pallas_prefixes)
+    per_step: dict[str, int | None] = dict(autotuned or {})
+    all_costs = dict(costs or {})
+    for k in kernels:
+        n, before = k.get("per_step"), per_step.get(k["name"], 0)
+        per_step[k["name"]] = None if n is None or before is None else before + int(n)
+        if k.get("cost_estimate"):
+            all_costs.setdefault(k["name"], k["cost_estimate"])
+    ctx = Context(
+        peak=_roofline.peak_for(device_kind, plane_stats),
+        host_trace=host_trace,
+        total_ps=sum(e.exclusive_ps for e in events) or 1,
+        iterations=iterations,
+        per_step=per_step,
+        costs=all_costs,
+        hints=hints or {},
+        sources=sources or {},
+    )
+    runs = _runs(events)
+    by_owner: dict[Owner, list[OpEvent]] = {}
     for e in events:
         by_owner.setdefault(e.owner, []).append(e)
-
-    kernels: list[KernelStat] = []
-    ops: list[KernelStat] = []
-    for owner, group in by_owner.items():
-        kind, name, kernel_id = owner
-        calls = runs.get(owner) or [sum(e.exclusive_ps for e in group)]
-        total = sum(calls)
-        flops = bytes_ = None
-        provenance: Provenance = "none"
-        per_call = costs.get(name) if kind == "pallas" else None
-        hint = hints.get(kernel_id or "") if kind != "xla" else None
-        xla_flops = sum(e.flops or 0.0 for e in group)
-        xla_bytes = sum(e.bytes_accessed or 0.0 for e in group)
-        if per_call and (per_call.get("flops") or per_call.get("bytes_accessed")):
-            flops = per_call.get("flops", 0.0) * len(calls) or None
-            bytes_ = per_call.get("bytes_accessed", 0.0) * len(calls) or None
-            provenance = "cost_estimate"
-        elif hint:
-            flops = hint.get("flops", 0.0) * len(calls) or None
-            bytes_ = hint.get("bytes", 0.0) * len(calls) or None
-            provenance = "hint"
-        elif xla_flops or xla_bytes:
-            flops, bytes_, provenance = xla_flops or None, xla_bytes or None, "xla"
-        seconds = total * 1e-12
-        stat = KernelStat(
-            name=name,
-            kind=kind,  # type: ignore[arg-type]
-            target=next((e.target for e in group if e.target), None),
-            hlo_op=group[0].op,
-            source=sources.get(name) or sources.get(kernel_id or ""),
-            kernel_id=kernel_id,
-            calls=len(calls),
-            total_us=total * 1e-6,
-            mean_us=total * 1e-6 / len(calls),
-            min_us=min(calls) * 1e-6,
-            max_us=max(calls) * 1e-6,
-            share=total / total_ps,
-            flops=flops,
-            bytes_accessed=bytes_,
-            flops_per_s=flops / seconds if flops and seconds else None,
-            bytes_per_s=bytes_ / seconds if bytes_ and seconds else None,
-            intensity=flops / bytes_ if flops and bytes_ else None,
-            bound_by=_roofline.bound_by(flops, bytes_, peak),
-            flops_source=provenance,
-        )
-        (ops if kind == "xla" else kernels).append(stat)
-    kernels.sort(key=lambda s: -s.total_us)
-    ops.sort(key=lambda s: -s.total_us)
-    return kernels, ops, total_ps * 1e-6
+    stats = [_stat(o, group, runs.get(o, []), ctx) for o, group in by_owner.items()]
+    stats.sort(key=lambda s: -s.share)
+    return (
+        [s for s in stats if s.kind != "xla"],
+        [s for s in stats if s.kind == "xla"],
+        ctx.total_ps * 1e-6,
+    )

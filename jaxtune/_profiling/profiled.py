@@ -26,6 +26,7 @@ from .. import _config, _flags, _markers
 from .._errors import JaxtuneError, JaxtuneWarning
 from .._tuning.locate import sites_in_module
 from .._tuning.record import frame_for_mark
+from .hlo import hlo_fusions, hlo_ops
 from .report import Profile as Profile
 from .report import report_from_trace as report_from_trace
 
@@ -41,27 +42,6 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_HLO_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<rest>.*)$")
-_OP_NAME = re.compile(r'op_name="(?P<op>(?:[^"\\]|\\.)*)"')
-_TARGET = re.compile(r'custom_call_target="(?P<target>[^"]*)"')
-
-
-def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str | None]]:
-    """Instruction name -> ``(op_name, custom-call target)`` from compiled HLO text."""
-    out: dict[str, tuple[str, str | None]] = {}
-    for line in hlo_text.splitlines():
-        m = _HLO_LINE.match(line)
-        if not m:
-            continue
-        rest = m.group("rest")
-        op = _OP_NAME.search(rest)
-        target = _TARGET.search(rest)
-        out[m.group("name")] = (
-            op.group("op") if op else "",
-            target.group("target") if target else None,
-        )
-    return out
-
 
 def _concrete(value: Any, seed: int) -> Any:
     from .._tuning.inputs import random_leaf
@@ -74,30 +54,6 @@ def _concrete(value: Any, seed: int) -> Any:
         return x
 
     return jax.tree_util.tree_map(leaf, value)
-
-
-def _pallas_costs(jaxpr: Any, found: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """``cost_estimate`` of every ``pallas_call`` in a jaxpr, by kernel name. Interpret-mode
-    kernels (CPU) have no custom call to carry it into the lowered program."""
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call":
-            cost = eqn.params.get("cost_estimate")
-            name = eqn.params.get("name")
-            if cost is not None and isinstance(name, str):
-                found.setdefault(
-                    name,
-                    {
-                        "flops": float(getattr(cost, "flops", 0) or 0),
-                        "bytes_accessed": float(getattr(cost, "bytes_accessed", 0) or 0),
-                        "transcendentals": float(getattr(cost, "transcendentals", 0) or 0),
-                    },
-                )
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    _pallas_costs(inner, found)
-    return found
 
 
 def _missing_flags(platform: str, llo: bool, custom_call_tracing: bool) -> tuple[str, ...]:
@@ -136,7 +92,51 @@ def capture(
             jax.block_until_ready(compiled(*args, **kwargs))
     run_s = time.perf_counter() - start
     device = jax.devices()[0]
-    sites = sites_in_module(lowered.compiler_ir("stablehlo"), device.platform)
+    calls = _markers.pallas_calls(jax.make_jaxpr(jitted)(*args, **kwargs))
+    sites = sites_in_module(lowered.compiler_ir("stablehlo"), device.platform, calls)
+    hlo_text = compiled.as_text()
+    hints, recorded = _hints(sites)
+    return {
+        "logdir": logdir,
+        "platform": device.platform,
+        "device_kind": device.device_kind,
+        "hlo": hlo_ops(hlo_text),
+        "fusions": hlo_fusions(hlo_text),
+        "kernels": [_kernel_record(c) for c in calls],
+        "autotuned": _autotuned_counts(sites),
+        "costs": {s.name: s.cost_estimate for s in sites if s.cost_estimate},
+        "sources": {(s.kernel_id or s.name): s.source for s in sites if s.source},
+        "hints": hints,
+        "calls": recorded,
+        "timings": {"compile_s": compile_s, "run_s": run_s},
+        "env": {k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
+    }
+
+
+def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
+    """A Pallas call as plain values (it travels from the child and into the sidecar)."""
+    return {
+        "name": call.name,
+        "scope": list(call.scope),
+        "per_step": call.per_step,
+        "cost_estimate": call.cost_estimate,
+        "source": call.source,
+        "inside": call.inside,
+    }
+
+
+def _autotuned_counts(sites: Any) -> dict[str, int]:
+    """How many call sites of each jaxtune kernel one run of the program has."""
+    counts: dict[str, int] = {}
+    for site in sites:
+        if site.kind == "autotuned" and site.kernel_id:
+            counts[site.kernel_id] = counts.get(site.kernel_id, 0) + 1
+    return counts
+
+
+def _hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """Per-call ``flops``/``bytes`` hints of the jaxtune kernels among ``sites``, and one
+    recorded call per (kernel, key) (what ``tune from a profile`` replays)."""
     hints: dict[str, dict[str, float]] = {}
     calls: dict[tuple[str, str], dict[str, Any]] = {}
     for site in sites:
@@ -150,26 +150,7 @@ def capture(
                 hints[mark.kernel] = hint
             if (mark.kernel, mark.key) not in calls:
                 calls[mark.kernel, mark.key] = frame_for_mark(mark)
-    return {
-        "logdir": logdir,
-        "platform": device.platform,
-        "device_kind": device.device_kind,
-        "hlo": hlo_ops(compiled.as_text()),
-        "costs": {
-            **_pallas_costs(jax.make_jaxpr(jitted)(*args, **kwargs).jaxpr, {}),
-            **{s.name: s.cost_estimate for s in sites if s.cost_estimate},
-        },
-        "sources": {(s.kernel_id or s.name): s.source for s in sites if s.source},
-        "prefixes": {
-            s.name_stack[: -len("/pallas_call")]: s.name
-            for s in sites
-            if s.kind == "pallas" and s.target is None and s.name_stack.endswith("/pallas_call")
-        },
-        "hints": hints,
-        "calls": list(calls.values()),
-        "timings": {"compile_s": compile_s, "run_s": run_s},
-        "env": {k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
-    }
+    return hints, list(calls.values())
 
 
 def _llo_analysis(logdir: str) -> dict[str, Any] | None:
@@ -221,43 +202,49 @@ def profile(
         >>> p = jaxtune.profile(lambda x: jnp.sin(x) * 2, jnp.ones(8))  # doctest: +SKIP
         >>> print(p.table())  # doctest: +SKIP
     """
-    from .._isolation.capture import profile_in_child
-    from .._isolation.wire import NotTransportable
-
     target = str(logdir) if logdir else tempfile.mkdtemp(prefix="jaxtune-profile-")
     raw = getattr(fn, "__wrapped_profiled__", fn)
-    settings = _config.settings()
-    info: dict[str, Any] | None = None
-    if settings.isolation == "process":
-        try:
-            info = profile_in_child(
-                raw,
-                args,
-                kwargs,
-                iters=iters,
-                warmup=warmup,
-                llo=llo,
-                custom_call_tracing=custom_call_tracing,
-                logdir=target,
-            )
-        except NotTransportable as e:
-            warnings.warn(
-                f"jaxtune.profile: {getattr(raw, '__qualname__', raw)} cannot run in a child "
-                f"process ({e}); capturing in this process, where the profiling flags can no "
-                "longer take effect. Define it at module level to profile it in a child.",
-                JaxtuneWarning,
-                stacklevel=2,
-            )
+    options = {"llo": llo, "custom_call_tracing": custom_call_tracing}
+    info = _capture_in_child(
+        raw, args, kwargs, iters=iters, warmup=warmup, logdir=target, **options
+    )
     missing: tuple[str, ...] = ()
     if info is None:
         info = capture(raw, args, kwargs, iters=iters, warmup=warmup, logdir=target)
         missing = _missing_flags(info["platform"], llo, custom_call_tracing)
     result = report_from_trace(target, info=info, iterations=iters)
-    llo_summary = (
-        _llo_analysis(target)
-        if info["platform"] == "tpu" and (llo or custom_call_tracing)
-        else None
-    )
+    return _with_llo(result, info, target, missing, wanted=llo or custom_call_tracing)
+
+
+def _capture_in_child(
+    raw: Callable[..., Any], args: Any, kwargs: Any, **options: Any
+) -> dict[str, Any] | None:
+    """What the child's capture returned, or ``None`` to capture here: inline isolation,
+    or a function that cannot travel (with one warning saying so)."""
+    from .._isolation.capture import profile_in_child
+    from .._isolation.wire import NotTransportable
+
+    if _config.settings().isolation != "process":
+        return None
+    try:
+        return profile_in_child(raw, args, kwargs, **options)
+    except NotTransportable as e:
+        warnings.warn(
+            f"jaxtune.profile: {getattr(raw, '__qualname__', raw)} cannot run in a child "
+            f"process ({e}); capturing in this process, where the profiling flags can no "
+            "longer take effect. Define it at module level to profile it in a child.",
+            JaxtuneWarning,
+            stacklevel=3,
+        )
+        return None
+
+
+def _with_llo(
+    result: Profile, info: Mapping[str, Any], target: str, missing: tuple[str, ...], wanted: bool
+) -> Profile:
+    """The profile with its missing flags and, on TPU when LLO flags were asked for, the
+    xprof LLO analysis (a capture counts as valid only when it answers success)."""
+    llo_summary = _llo_analysis(target) if info["platform"] == "tpu" and wanted else None
     notes = list(result.notes)
     if llo_summary is not None and not llo_summary.get("success"):
         notes.append(

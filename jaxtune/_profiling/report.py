@@ -226,6 +226,11 @@ def _profile(
         hints=info.get("hints"),
         sources=info.get("sources"),
         pallas_prefixes=info.get("prefixes"),
+        kernels=info.get("kernels") or (),
+        fusions=info.get("fusions"),
+        iterations=iterations,
+        autotuned=info.get("autotuned"),
+        host_trace=plane.name == "/host:CPU",
     )
     timings = dict(info.get("timings", {}))
     timings["parse_s"] = time.perf_counter() - start

@@ -66,9 +66,9 @@ def stat_rows(
             bound += "*"
         rows.append(
             [
-                s.name if len(s.name) <= 48 else "..." + s.name[-45:],
+                _shown_name(s),
                 s.kind,
-                str(s.calls),
+                str(s.calls) if s.calls_exact else f"~{s.calls}",
                 total(s.total_us),
                 mean(s.mean_us),
                 f"{s.share:.1%}",
@@ -79,6 +79,16 @@ def stat_rows(
             ]
         )
     return header, rows
+
+
+def _shown_name(stat: KernelStat) -> str:
+    """A row's name: a Pallas kernel inside a jaxtune kernel reads
+    ``<kernel id>:<pallas name>``, so it matches the tuning table's kernel name. A call
+    count read off the trace (not from the program) is shown as ``~N``."""
+    name = stat.name
+    if stat.kind == "pallas" and stat.kernel_id and stat.kernel_id != name:
+        name = f"{stat.kernel_id}:{name}"
+    return name if len(name) <= 60 else "..." + name[-57:]
 
 
 def _footnote(kernels: Sequence[KernelStat], device_kind: str) -> list[str]:

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import jax
 
 from .. import _markers
+from .._isolation import context as _context
 
 __all__ = ["PALLAS_TARGETS", "KernelSite", "locate", "sites_in_module"]
 
-#: Custom-call targets of Pallas kernels: Mosaic TPU, Triton, Mosaic GPU.
-PALLAS_TARGETS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "mosaic_gpu_v2")
-_PALLAS_CALL = "/pallas_call"
+PALLAS_TARGETS = _markers.PALLAS_TARGETS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -141,17 +140,6 @@ def _frontend_metadata(attrs: Any) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else {"value": parsed}
 
 
-def _pallas_name(name_stack: str) -> tuple[str, str] | None:
-    """``(kernel name, prefix)`` of an interpret-mode Pallas name stack, or ``None``."""
-    at = name_stack.find(_PALLAS_CALL)
-    if at < 0:
-        return None
-    prefix = name_stack[: at + len(_PALLAS_CALL)]
-    parent = name_stack[:at].rsplit("/", 1)[-1]
-    parent = parent.split("(")[-1]  # vmap(name) / jvp(name)
-    return parent or "pallas_call", prefix
-
-
 def _innermost_marker(name_stack: str) -> tuple[str, str, str] | None:
     marks = _markers.parse(name_stack)
     if not marks:
@@ -160,58 +148,98 @@ def _innermost_marker(name_stack: str) -> tuple[str, str, str] | None:
     return kernel, digest, name_stack[:end]
 
 
-def sites_in_module(module: Any, platform: str) -> list[KernelSite]:
-    """Every kernel site of an MLIR module (``ir.Module``), in program order."""
+def _autotuned_site(
+    kernel: str, digest: str, prefix: str, platform: str, source: Any
+) -> KernelSite:
+    found = _markers.lookup(digest)
+    return KernelSite(
+        name=kernel,
+        kind="autotuned",
+        target=None,
+        platform=platform,
+        source=source,
+        name_stack=prefix,
+        kernel_id=kernel,
+        key=found.key if found else None,
+        config=dict(found.config) if found else None,
+    )
+
+
+def _custom_call_site(
+    operation: Any, name_stack: str, source: Any, platform: str, inside: str | None
+) -> KernelSite | None:
+    attrs = operation.attributes
+    target = _string(attrs, "call_target_name")
+    if operation.name != "stablehlo.custom_call" or target not in PALLAS_TARGETS:
+        return None
+    stack_name = _markers.pallas_name(name_stack)
+    return KernelSite(
+        name=_string(attrs, "kernel_name") or (stack_name[0] if stack_name else str(target)),
+        kind="pallas",
+        target=target,
+        platform=platform,
+        operands=tuple(_tensor(v.type) for v in operation.operands),
+        results=tuple(_tensor(r.type) for r in operation.results),
+        source=source,
+        name_stack=name_stack,
+        cost_estimate=_cost_estimate(_string(attrs, "backend_config")),
+        metadata=_frontend_metadata(attrs),
+        inside=inside,
+    )
+
+
+def _interpret_site(call: _markers.PallasCall, platform: str) -> KernelSite:
+    return KernelSite(
+        name=call.name,
+        kind="pallas",
+        target=None,
+        platform=platform,
+        operands=call.operands,
+        results=call.results,
+        source=call.source,
+        name_stack="/".join(call.scope),
+        cost_estimate=call.cost_estimate,
+        inside=call.inside,
+    )
+
+
+def _with_scope(site: KernelSite, calls: Sequence[_markers.PallasCall]) -> KernelSite:
+    """A custom call inside a nested function carries only the function's own name stack;
+    the jaxpr's ``pallas_call`` of the same name knows the whole scope (and the jaxtune
+    kernel around it), when that name is unambiguous."""
+    same = {("/".join(c.scope), c.inside) for c in calls if c.name == site.name}
+    if len(same) != 1 or site.inside is not None:
+        return site
+    ((scope, inside),) = same
+    return dataclasses.replace(site, name_stack=f"{scope}/{_markers.PALLAS_CALL}", inside=inside)
+
+
+def sites_in_module(
+    module: Any, platform: str, calls: Sequence[_markers.PallasCall] | None = None
+) -> list[KernelSite]:
+    """Every kernel site of an MLIR module (``ir.Module``), in program order.
+
+    Interpret-mode Pallas kernels have no custom call: ``calls`` (the program's
+    ``pallas_call``s, from :func:`jaxtune._markers.pallas_calls`) names them with their
+    shapes; without it they are found by their ``pallas_call`` name stacks.
+    """
     sites: list[KernelSite] = []
-    grouped: dict[tuple[str, str], int] = {}
+    seen: set[tuple[str, str]] = set()
     for op in _walk(module.operation):
         operation = op.operation
         name_stack, source = _name_and_source(operation.location)
         marker = _innermost_marker(name_stack)
-        if marker is not None:
-            kernel, digest, prefix = marker
-            if ("jaxtune", prefix) not in grouped:
-                found = _markers.lookup(digest)
-                grouped[("jaxtune", prefix)] = len(sites)
-                sites.append(
-                    KernelSite(
-                        name=kernel,
-                        kind="autotuned",
-                        target=None,
-                        platform=platform,
-                        source=source,
-                        name_stack=prefix,
-                        kernel_id=kernel,
-                        key=found.key if found else None,
-                        config=dict(found.config) if found else None,
-                    )
-                )
+        if marker is not None and ("jaxtune", marker[2]) not in seen:
+            seen.add(("jaxtune", marker[2]))
+            sites.append(_autotuned_site(*marker, platform, source))
         inside = marker[0] if marker else None
-        attrs = operation.attributes
-        if operation.name == "stablehlo.custom_call":
-            target = _string(attrs, "call_target_name")
-            if target in PALLAS_TARGETS:
-                stack_name = _pallas_name(name_stack)
-                sites.append(
-                    KernelSite(
-                        name=_string(attrs, "kernel_name")
-                        or (stack_name[0] if stack_name else target),
-                        kind="pallas",
-                        target=target,
-                        platform=platform,
-                        operands=tuple(_tensor(v.type) for v in operation.operands),
-                        results=tuple(_tensor(r.type) for r in operation.results),
-                        source=source,
-                        name_stack=name_stack,
-                        cost_estimate=_cost_estimate(_string(attrs, "backend_config")),
-                        metadata=_frontend_metadata(attrs),
-                        inside=inside,
-                    )
-                )
-                continue
-        stack_name = _pallas_name(name_stack)
-        if stack_name is not None and ("pallas", stack_name[1]) not in grouped:
-            grouped[("pallas", stack_name[1])] = len(sites)
+        site = _custom_call_site(operation, name_stack, source, platform, inside)
+        if site is not None:
+            sites.append(_with_scope(site, calls or ()))
+            continue
+        stack_name = _markers.pallas_name(name_stack) if calls is None else None
+        if stack_name is not None and ("pallas", stack_name[1]) not in seen:
+            seen.add(("pallas", stack_name[1]))
             sites.append(
                 KernelSite(
                     name=stack_name[0],
@@ -223,6 +251,7 @@ def sites_in_module(module: Any, platform: str) -> list[KernelSite]:
                     inside=inside,
                 )
             )
+    sites.extend(_interpret_site(c, platform) for c in calls or () if c.interpret)
     return sites
 
 
@@ -247,11 +276,21 @@ def locate(
     from jax._src.lib.mlir import ir
 
     jitted: Any = fn if hasattr(fn, "lower") else jax.jit(fn)
-    if platform is None:
-        lowered = jitted.lower(*args, **kwargs)
-        module = lowered.compiler_ir("stablehlo")
-        return sites_in_module(module, jax.default_backend())
-    exported = jax.export.export(jitted, platforms=[platform])(*args, **kwargs)
+    local = jax.default_backend()
+    if platform is None or _same_platform(platform, local):
+        calls = _markers.pallas_calls(jax.make_jaxpr(jitted)(*args, **kwargs))
+        module = jitted.lower(*args, **kwargs).compiler_ir("stablehlo")
+        return sites_in_module(module, local, calls)
+    # Lowered for real hardware, a Pallas kernel is a custom call, whatever interpret mode
+    # the caller runs in here.
+    with _context.without_interpret_mode():
+        exported = jax.export.export(jitted, platforms=[platform])(*args, **kwargs)
+        calls = _markers.pallas_calls(jax.make_jaxpr(jitted)(*args, **kwargs))
     context = mlir.make_ir_context()
     module = ir.Module.parse(exported.mlir_module(), context=context)
-    return sites_in_module(module, platform)
+    return sites_in_module(module, platform, calls)
+
+
+def _same_platform(a: str, b: str) -> bool:
+    aliases = {"cuda": "gpu", "rocm": "gpu"}
+    return aliases.get(a.lower(), a.lower()) == aliases.get(b.lower(), b.lower())

@@ -1,0 +1,33 @@
+"""`jaxtune tune|profile -- COMMAND`: the right Python, and the program's exit status."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("verb", ["tune", "profile"])
+def test_a_failing_program_fails_the_command_with_its_status(cli, verb):
+    proc = cli(verb, "--", "python", "-c", "import sys; sys.exit(3)")
+    assert proc.returncode == 3, proc.stderr
+
+
+@pytest.mark.parametrize("verb", ["tune", "profile"])
+def test_python_means_the_interpreter_jaxtune_runs_in(cli, verb):
+    # A PATH whose `python` (if any) is not this one: the command must still use ours.
+    env = {"PATH": "/usr/bin:/bin"}
+    proc = cli(verb, "--", "python", "-c", "import sys, jax; print(sys.executable)", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.realpath(sys.executable) in {
+        os.path.realpath(line) for line in proc.stdout.splitlines() if line.startswith("/")
+    }
+
+
+@pytest.mark.parametrize("verb", ["tune", "profile"])
+def test_a_missing_command_is_a_message_not_a_traceback(cli, verb):
+    proc = cli(verb, "--", "no-such-command-jaxtune")
+    assert proc.returncode == 2
+    assert "could not start 'no-such-command-jaxtune'" in proc.stderr
+    assert "Traceback" not in proc.stderr
