@@ -218,20 +218,7 @@ def _profile(
         raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
     platform = info.get("platform") or _platform_of(plane.name)
     device_kind = info.get("device_kind") or _device_kind_of(space, plane)
-    kernels, ops, total_us = attribute(
-        events,
-        plane_stats=plane.stats,
-        device_kind=device_kind,
-        costs=info.get("costs"),
-        hints=info.get("hints"),
-        sources=info.get("sources"),
-        pallas_prefixes=info.get("prefixes"),
-        kernels=info.get("kernels") or (),
-        fusions=info.get("fusions"),
-        iterations=iterations,
-        autotuned=info.get("autotuned"),
-        host_trace=plane.name == "/host:CPU",
-    )
+    kernels, ops, total_us = _attribute(events, plane, device_kind, info, iterations)
     timings = dict(info.get("timings", {}))
     timings["parse_s"] = time.perf_counter() - start
     return Profile(
@@ -249,6 +236,30 @@ def _profile(
         timeline=timeline_of(events),
         peak=_roofline.peak_for(device_kind, plane.stats),
         calls=tuple(info.get("calls", ())),
+    )
+
+
+def _attribute(
+    events: list[OpEvent],
+    plane: _xspace.Plane,
+    device_kind: str,
+    info: Mapping[str, Any],
+    iterations: int,
+) -> tuple[list[KernelStat], list[KernelStat], float]:
+    """:func:`attribute` with everything the capture (or its sidecar) knows."""
+    return attribute(
+        events,
+        plane_stats=plane.stats,
+        device_kind=device_kind,
+        costs=info.get("costs"),
+        hints=info.get("hints"),
+        sources=info.get("sources"),
+        pallas_prefixes=info.get("prefixes"),
+        kernels=info.get("kernels") or (),
+        fusions=info.get("fusions"),
+        iterations=iterations,
+        autotuned=info.get("autotuned"),
+        host_trace=plane.name == "/host:CPU",
     )
 
 
