@@ -248,8 +248,9 @@ def _calls(
     if kind == "xla" or not ctx.host_trace or all(e.target for e in group):
         return len(runs), True
     per_step = [ctx.per_step.get(n) for n in name.split(" + ")]
-    if ctx.iterations and per_step and all(isinstance(n, int) and n > 0 for n in per_step):
-        return max(per_step) * ctx.iterations, True  # type: ignore[type-var]
+    known = [n for n in per_step if isinstance(n, int) and n > 0]
+    if ctx.iterations and per_step and len(known) == len(per_step):
+        return max(known) * ctx.iterations, True
     return len(runs), False
 
 
