@@ -137,9 +137,21 @@ def browser(session: nox.Session) -> None:
     session.run("python", "tools/render_reports.py", str(ROOT / ".browser-check"))
 
 
+#: Other autotuners compared in bench/bench_vs_tools.py: installed in the bench session's
+#: own environment only, never dependencies of jaxtune.
+BENCH_TOOLS = ("tokamax", "tune-jax")
+
+
 @nox.session(python=_python_or_name(PYTHONS[-1]))
 def bench(session: nox.Session) -> None:
-    """Every benchmark under bench/, printing ratios measured side by side."""
+    """Every benchmark under bench/, printing ratios measured side by side; results as JSON
+    and Markdown in bench/results/."""
     _install(session)
-    for script in sorted((ROOT / "bench").glob("bench_*.py")):
-        session.run("python", str(script), *session.posargs)
+    session.install(*BENCH_TOOLS)
+    results = ROOT / "bench" / "results"
+    results.mkdir(exist_ok=True)
+    session.run("python", "bench/bench_hot_path.py", "--json", str(results / "hot_path.json"))
+    session.run("python", "bench/bench_search.py", "--json", str(results / "search.json"))
+    session.run("python", "bench/bench_vs_tools.py", "--results", str(results))
+    for script in ("bench_child_runner.py", "bench_trace_reader.py", "bench_cache.py"):
+        session.run("python", str(ROOT / "bench" / script), *session.posargs)

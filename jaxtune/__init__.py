@@ -32,6 +32,9 @@ from ._tuning.result import Entry as Entry
 from ._tuning.result import Failure as Failure
 from ._tuning.result import Measurement as Measurement
 from ._tuning.result import TuningResult as TuningResult
+from ._tuning.search import Budget as Budget
+from ._tuning.search import SearchState as SearchState
+from ._tuning.search import Strategy as Strategy
 from ._tuning.tune import tune as tune
 
 # JAX is imported by now: what XLA_FLAGS / LIBTPU_INIT_ARGS hold is what its backend will
@@ -43,6 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AgreementError",
     "Autotuned",
+    "Budget",
     "CacheError",
     "Choice",
     "ConfigSpaceError",
@@ -58,8 +62,10 @@ __all__ = [
     "Profile",
     "ProfileError",
     "Profiled",
+    "SearchState",
     "SettingsError",
     "SignatureError",
+    "Strategy",
     "SweepError",
     "TuningFailedError",
     "TuningResult",

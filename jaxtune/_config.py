@@ -23,10 +23,14 @@ from ._errors import SettingsError
 
 __all__ = [
     "MAX_SECONDS",
+    "CHOICE_ENV",
+    "CHOICE_KEYS",
+    "OVERRIDES",
     "VARIABLES",
     "Settings",
     "Variable",
     "changed_since_jax_import",
+    "choice_token",
     "default_cache_dir",
     "describe",
     "override",
@@ -53,6 +57,8 @@ class Settings:
     agree_timeout: float = 300.0
     record: str = ""
     record_stop: bool = False
+    #: ``JAXTUNE_BUDGET`` as ``(configs, seconds)``, one of them set; ``None``: unset.
+    budget: tuple[int | None, float | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,6 +115,28 @@ def _seconds(name: str) -> Callable[[str], float]:
                 name, raw, f"a positive number of seconds up to {MAX_SECONDS:g}, such as 60 or 2.5"
             )
         return value
+
+    return parse
+
+
+_BUDGET_ALLOWED = "a positive number of configs (64) or of seconds with an s (120s)"
+
+
+def _budget(name: str) -> Callable[[str], tuple[int | None, float | None] | None]:
+    def parse(raw: str) -> tuple[int | None, float | None] | None:
+        value = raw.strip().lower()
+        if not value:
+            return None
+        try:
+            if value.endswith("s"):
+                seconds = float(value[:-1])
+                if seconds > 0 and math.isfinite(seconds):
+                    return (None, seconds)
+            elif int(value) > 0:
+                return (int(value), None)
+        except ValueError:
+            pass
+        raise _bad(name, raw, _BUDGET_ALLOWED)
 
     return parse
 
@@ -214,6 +242,15 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_flag("JAXTUNE_RECORD_STOP"),
         doc="Set by `jaxtune tune`: 1 stops the recorded program after its first traced step.",
     ),
+    Variable(
+        name="JAXTUNE_BUDGET",
+        field="budget",
+        allowed=_BUDGET_ALLOWED,
+        default="",
+        parse=_budget("JAXTUNE_BUDGET"),
+        doc="Default budget of a budgeted search: configs per sweep (64) or seconds (120s); "
+        "unset: the strategy's own.",
+    ),
 )
 
 _BY_FIELD = {v.field: v for v in VARIABLES}
@@ -292,6 +329,27 @@ def settings_token() -> tuple[Any, ...]:
         data = _ENV_DATA
         return (tuple([data.get(k) for k in _ENV_KEYS]), extra)
     return (tuple([os.environ.get(v.name) for v in VARIABLES]), extra)
+
+
+_CHOICE_KEYS = tuple(
+    os.environ.encodekey(n) if hasattr(os.environ, "encodekey") else n
+    for n in ("JAXTUNE_MODE", "JAXTUNE_CACHE_DIR")
+)
+
+
+#: The environment's raw mapping, the raw keys of the settings that decide which config a
+#: call uses, and the overrides' context variable: eager calls of autotuned kernels compare
+#: these by identity on every call, without a function call (see ``_tuning/eager.py``).
+CHOICE_ENV: Mapping[Any, Any] = _ENV_DATA if _ENV_DATA is not None else os.environ
+CHOICE_KEYS = _CHOICE_KEYS
+OVERRIDES = _OVERRIDES
+
+
+def choice_token() -> tuple[Any, ...]:
+    """Cheaper than :func:`settings_token`: changes whenever a setting that decides which
+    config a call uses (``JAXTUNE_MODE``, ``JAXTUNE_CACHE_DIR``, overrides) may have changed."""
+    k1, k2 = _CHOICE_KEYS
+    return (CHOICE_ENV.get(k1), CHOICE_ENV.get(k2), _OVERRIDES.get())
 
 
 @contextlib.contextmanager

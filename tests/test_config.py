@@ -20,6 +20,10 @@ GOOD = [
     ("JAXTUNE_VERBOSE", "0", "verbose", 0),
     ("JAXTUNE_VERBOSE", "1", "verbose", 1),
     ("JAXTUNE_VERBOSE", "2", "verbose", 2),
+    ("JAXTUNE_BUDGET", "64", "budget", (64, None)),
+    ("JAXTUNE_BUDGET", " 1 ", "budget", (1, None)),
+    ("JAXTUNE_BUDGET", "120s", "budget", (None, 120.0)),
+    ("JAXTUNE_BUDGET", "2.5S", "budget", (None, 2.5)),
 ]
 
 BAD = [
@@ -35,6 +39,10 @@ BAD = [
     ("JAXTUNE_TIMEOUT", "nan", "a positive number of seconds"),
     ("JAXTUNE_VERBOSE", "3", "0, 1, 2"),
     ("JAXTUNE_VERBOSE", "loud", "0, 1, 2"),
+    *[
+        ("JAXTUNE_BUDGET", raw, "a positive number of configs (64) or of seconds with an s (120s)")
+        for raw in ("0", "-3", "2.5", "lots", "s", "0s", "-1s", "infs", "nans", "12m")
+    ],
 ]
 
 
@@ -65,6 +73,7 @@ def test_every_design_variable_is_handled():
         "JAXTUNE_TIMEOUT",
         "JAXTUNE_VERBOSE",
         "JAXTUNE_AGREE_TIMEOUT",
+        "JAXTUNE_BUDGET",
     }
     # Every variable, the internal ones `jaxtune tune` sets included, is read here only.
     assert {"JAXTUNE_RECORD", "JAXTUNE_RECORD_STOP"} <= names
@@ -93,6 +102,7 @@ def test_defaults(monkeypatch, tmp_path):
     assert s.timeout == 60.0
     assert s.agree_timeout == 300.0
     assert s.verbose == 0
+    assert s.budget is None
 
 
 def test_cache_dir_default_without_xdg(monkeypatch, tmp_path):

@@ -22,7 +22,7 @@ from .._isolation.runner import ProcessRunner
 from .._isolation.wire import FrameReader
 from .._profiling.units import count
 from .._tuning import cache as _cache
-from .._tuning.autotuned import make_entry
+from .._tuning.choose import make_entry
 from .._tuning.result import Entry, format_table
 from .._tuning.sweep import SweepPlan
 

@@ -11,7 +11,9 @@ process group, starts a new child and goes on with the remaining configs.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -21,7 +23,15 @@ from .._flags import child_env, normalise_platform, requested_platform
 from .._tuning.progress import Progress
 from .._tuning.result import Failure, Measurement, measurement_from_dict
 from .._tuning.space import config_id
-from .._tuning.sweep import SweepOutcome, SweepPlan, SweepTask, finish, leaders, ordered, run_sweep
+from .._tuning.sweep import (
+    SweepOutcome,
+    SweepPlan,
+    SweepTask,
+    best_of,
+    drive,
+    new_progress,
+    run_sweep,
+)
 from . import context as _context
 from .devices import sweep_devices
 from .flight import InFlight, raise_child_error
@@ -163,6 +173,26 @@ class ProcessRunner:
         self.ready = child.ready
         return child
 
+    def prestart(self) -> bool:
+        """Starts this runner's pooled child in a background thread, so that a sweep later
+        finds it ready (the pool makes a sweep that comes early wait for the same child).
+        Only CPU and GPU children: a TPU child would hold the chip this process may still
+        want. Returns whether a start was begun (once per environment and process)."""
+        if self.expected_platform() not in ("cpu", "gpu"):
+            return False
+        key = (self.device, *sorted(self.environment().items()))
+        with _PRESTART_LOCK:
+            if key in _PRESTARTED:
+                return False
+            _PRESTARTED.add(key)
+
+        def start() -> None:
+            with contextlib.suppress(Exception):
+                self.child()
+
+        threading.Thread(target=start, name="jaxtune-prestart", daemon=True).start()
+        return True
+
     # -- a sweep -------------------------------------------------------------------------
 
     def sweep(self, task: SweepTask) -> SweepOutcome:
@@ -184,23 +214,23 @@ class ProcessRunner:
 
     def run(self, plan: SweepPlan, request: dict[str, Any]) -> SweepOutcome:
         """Runs the sweep ``plan`` describes through a prepared request (``jaxtune tune``
-        reads both from a recording; :meth:`sweep` builds them from a task)."""
-        progress = Progress(f"{plan.kernel} {plan.key}", len(plan.configs), plan.verbose)
-        order = ordered(plan)
+        reads both from a recording; :meth:`sweep` builds them from a task): the plan's
+        search strategy picks the batches, the leaders are re-timed on one device."""
+        progress = new_progress(plan)
         devices = list(self.devices or [])
-        if len(devices) > 1:
-            results = self._measure_on_devices(plan, request, progress, order, devices)
-        else:
-            results = self._measure_all(plan, request, progress, order)
-        todo = leaders(results, plan.options)
-        if todo:
+
+        def measure(order: list[dict[str, Any]], known: Mapping[str, Result]) -> dict[str, Result]:
+            if len(devices) > 1:
+                return self._measure_on_devices(plan, request, progress, order, devices, known)
+            return self._measure_all(plan, request, progress, order, known)
+
+        def retime(todo: list[dict[str, Any]]) -> dict[str, Result]:
             # The leaders are re-timed together on one device, so they compare fairly.
             first = self._on_device(devices[0]) if devices else self
-            retime = {**request, "op": "retime", "todo": todo}
-            results.update(first._exchange(plan, retime, progress=None)[1])
-        outcome = finish(plan, results)
-        progress.finish(outcome)
-        return outcome
+            message = {**request, "op": "retime", "todo": todo}
+            return first._exchange(plan, message, progress=None)[1]
+
+        return drive(plan, measure=measure, retime=retime, progress=progress)
 
     def _measure_all(
         self,
@@ -208,6 +238,7 @@ class ProcessRunner:
         request: dict[str, Any],
         progress: Progress,
         order: list[dict[str, Any]],
+        known: Mapping[str, Result] | None = None,
     ) -> dict[str, Result]:
         results: dict[str, Result] = {}
         serial = False
@@ -215,16 +246,13 @@ class ProcessRunner:
             pending = [c for c in order if config_id(c) not in results]
             if not pending:
                 return results
-            reference = _reference(order, results, plan.default)
-            best = [
-                m.min_us for m in results.values() if isinstance(m, Measurement) and not m.dropped
-            ]
+            seen = {**(known or {}), **results}
             message = {
                 **request,
                 "op": "measure",
                 "todo": pending,
-                "reference": reference,
-                "best_us": min(best) if best else None,
+                "reference": _reference([*(known or {}).values(), *order], seen, plan.default),
+                "best_us": best_of(seen),
                 "serial": serial,
             }
             crashed, got = self._exchange(plan, message, progress=progress)
@@ -289,6 +317,7 @@ class ProcessRunner:
         progress: Progress,
         order: list[dict[str, Any]],
         devices: list[int],
+        known: Mapping[str, Result] | None = None,
     ) -> dict[str, Result]:
         """One child per device, each measuring its share of the configs at once; the
         default (the reference) is measured on the first device."""
@@ -299,7 +328,7 @@ class ProcessRunner:
         with concurrent.futures.ThreadPoolExecutor(len(devices)) as ex:
             parts = list(
                 ex.map(
-                    lambda pair: pair[0]._measure_all(plan, request, progress, pair[1]),
+                    lambda pair: pair[0]._measure_all(plan, request, progress, pair[1], known),
                     [(r, share) for r, share in zip(runners, shares, strict=True) if share],
                 )
             )
@@ -346,20 +375,24 @@ class ProcessRunner:
 
 
 def _reference(
-    order: list[dict[str, Any]], results: Mapping[str, Result], default: dict[str, Any]
+    order: Sequence[Any], results: Mapping[str, Result], default: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The config whose output others are checked against: the default unless it failed,
     else the first config that was measured successfully (None: the child picks the first
-    that runs)."""
+    that runs). ``order`` holds configs or earlier results."""
     if not isinstance(results.get(config_id(default)), Failure):
         return dict(default)
-    for config in order:
+    for item in order:
+        config = dict(getattr(item, "config", item))
         if isinstance(results.get(config_id(config)), Measurement):
             return config
     return None
 
 
 _WARNED: set[Any] = set()
+#: Environments whose child was started ahead of need (once per process each).
+_PRESTARTED: set[tuple[Any, ...]] = set()
+_PRESTART_LOCK = threading.Lock()
 
 
 def _warn_once(key: Any, message: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
-from .. import _config, _markers, _versions
+from .. import _config, _markers
 from .._distributed import agree as _agree
 from .._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
 from .._isolation.runner import default_runner
@@ -24,9 +24,12 @@ from . import cache as _cache
 from . import lookup as _lookup
 from . import record as _record
 from . import timing as _timing
+from .choose import budget_setting, prestart_child
+from .choose import make_entry as make_entry
 from .lookup import Choice
 from .naming import kernel_id_for
-from .result import Entry, TuningResult, now
+from .result import Entry, TuningResult
+from .search import Budget, strategy_of
 from .signature import Signature, is_array, is_tracing
 from .space import ConfigSpec
 from .sweep import SweepOutcome, SweepPlan, SweepTask
@@ -116,6 +119,8 @@ class Autotuned(Generic[P, R]):
         timeout: float | None,
         flops: float | Callable[..., float] | None,
         bytes: float | Callable[..., float] | None,
+        search: Any = "auto",
+        budget: int | Budget | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
@@ -153,6 +158,10 @@ class Autotuned(Generic[P, R]):
         self._eager: dict[Any, tuple[Callable[..., R], Choice]] = {}
         self._jitted: dict[str, Callable[..., R]] = {}
         self._retuned: set[tuple[str, str]] = set()
+        strategy_of(search)  # validates the name or object now, not at the first sweep
+        self.search = search
+        self.budget = Budget.of(budget)
+        prestart_child()
         _REGISTRY[self.kernel_id] = self
 
     def __repr__(self) -> str:
@@ -288,6 +297,8 @@ class Autotuned(Generic[P, R]):
             timeout_s=self.timeout or settings.timeout,
             options=self.timing or _timing.DEFAULT,
             verbose=settings.verbose,
+            search=self.search,
+            budget=self.budget or budget_setting(),
         )
         return SweepTask(
             plan=plan, fn=self.__wrapped__, signature=sig, check=self.check, inputs=self.inputs
@@ -451,25 +462,6 @@ class Autotuned(Generic[P, R]):
         return out
 
 
-def make_entry(plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str) -> Entry:
-    """The cache entry for a finished sweep."""
-    return Entry(
-        kernel=plan.kernel,
-        device_kind=kind,
-        key=plan.key,
-        config=dict(outcome.best.config),
-        time_us=outcome.best.median_us,
-        default_config=dict(plan.default),
-        default_time_us=getattr(outcome.default, "median_us", None),
-        measurements=outcome.measurements,
-        versions=_versions.toolchain(),
-        created=now(),
-        kernel_version=version,
-        shapes=plan.shapes,
-        statics=plan.statics,
-    )
-
-
 def autotuned(
     *args: Any,
     configs: Any = None,
@@ -484,6 +476,8 @@ def autotuned(
     timeout: float | None = None,
     flops: float | Callable[..., float] | None = None,
     bytes: float | Callable[..., float] | None = None,
+    search: Any = "auto",
+    budget: int | Budget | None = None,
 ) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
     """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
 
@@ -505,6 +499,11 @@ def autotuned(
         timeout: seconds per config (default ``JAXTUNE_TIMEOUT``).
         flops: FLOPs of one call (number or callable of the abstract arguments), for reports.
         bytes: bytes accessed by one call, likewise.
+        search: which configs a sweep measures: ``"auto"`` (exhaustive when the budget
+            covers the pruned space, else ``"model"``), ``"exhaustive"``, ``"random"``,
+            ``"coordinate"``, ``"model"``, or an object following :class:`jaxtune.Strategy`.
+        budget: configs a sweep may measure (an int), or :class:`jaxtune.Budget` with
+            configs and/or seconds; default ``JAXTUNE_BUDGET``, else the strategy's own.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -541,6 +540,8 @@ def autotuned(
             timeout=timeout,
             flops=flops,
             bytes=bytes,
+            search=search,
+            budget=budget,
         )
 
     return wrap

@@ -16,10 +16,25 @@ __all__ = ["Progress"]
 
 
 class Progress:
-    """Live progress on stderr: a rewritten line on a terminal, lines at JAXTUNE_VERBOSE."""
+    """Live progress on stderr: a rewritten line on a terminal, lines at JAXTUNE_VERBOSE.
 
-    def __init__(self, label: str, total: int, verbose: int, stream: TextIO | None = None):
+    ``total`` is what the budget allows; ``space`` (when larger) is the pruned space's size,
+    shown as "3/64 of 256 configs, model search".
+    """
+
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        verbose: int,
+        stream: TextIO | None = None,
+        *,
+        space: int | None = None,
+        strategy: str = "exhaustive",
+    ):
         self.label, self.total, self.verbose = label, total, verbose
+        self.space = space if space is not None else total
+        self.strategy = strategy
         self.stream = stream or sys.stderr
         self.live = verbose == 0 and getattr(self.stream, "isatty", lambda: False)()
         self.done = 0
@@ -34,6 +49,11 @@ class Progress:
         seconds = (time.perf_counter() - self.start) / self.done * left
         return f", ETA {seconds:.0f} s" if seconds < 120 else f", ETA {seconds / 60:.1f} min"
 
+    def _count(self) -> str:
+        if self.space <= self.total:
+            return f"{self.done}/{self.total}"
+        return f"{self.done}/{self.total} of {self.space} configs, {self.strategy} search"
+
     def update(self, result: Measurement | Failure) -> None:
         self.done += 1
         if isinstance(result, Measurement) and not result.dropped:
@@ -47,7 +67,7 @@ class Progress:
             else:
                 what = f"FAILED at {result.stage}: {result.reason}"
             print(
-                f"jaxtune: {self.label} [{self.done}/{self.total}{self.eta()}] "
+                f"jaxtune: {self.label} [{self._count()}{self.eta()}] "
                 f"{config_id(result.config)}: {what}",
                 file=self.stream,
                 flush=True,
@@ -55,7 +75,7 @@ class Progress:
         elif self.live:
             best = f", best {self.best:.1f} us" if self.best is not None else ""
             print(
-                f"\rjaxtune: tuning {self.label} {self.done}/{self.total}{best}{self.eta()}   ",
+                f"\rjaxtune: tuning {self.label} {self._count()}{best}{self.eta()}   ",
                 end="",
                 file=self.stream,
                 flush=True,
@@ -72,10 +92,17 @@ class Progress:
                 else ""
             )
             failed = sum(1 for m in outcome.measurements if isinstance(m, Failure))
+            searched = (
+                ""
+                if self.space <= len(outcome.measurements)
+                else (f" of {self.space} ({self.strategy} search)")
+            )
+            tie = " (a tie: the earliest of the tied configs)" if outcome.tie else ""
             print(
                 f"jaxtune: tuned {self.label} in {time.perf_counter() - self.start:.1f} s: "
-                f"{len(outcome.measurements)} configs ({failed} failed), best "
-                f"{config_id(outcome.best.config)} at {outcome.best.median_us:.1f} us{speed}",
+                f"{len(outcome.measurements)} configs{searched} ({failed} failed), best "
+                f"{config_id(outcome.best.config)} at {outcome.best.median_us:.1f} us{speed}"
+                f"{tie}",
                 file=self.stream,
                 flush=True,
             )

@@ -44,8 +44,18 @@ class Measurement:
     samples: int
     compile_s: float
     dropped: bool = False
+    #: A 95 % confidence interval of the median (µs), from the samples' order statistics.
+    low_us: float | None = None
+    high_us: float | None = None
 
     ok = True
+
+    def overlaps(self, other: Measurement) -> bool:
+        """Whether the two medians' confidence intervals overlap (the timings cannot tell
+        the two configs apart); without intervals, whether the medians are equal."""
+        if None in (self.low_us, self.high_us, other.low_us, other.high_us):
+            return self.median_us == other.median_us
+        return bool(self.low_us <= other.high_us and other.low_us <= self.high_us)  # type: ignore[operator]
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": True, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
@@ -92,6 +102,18 @@ class Entry:
     kernel_version: str = ""
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     statics: str = ""
+    #: The search strategy's name and the size of the pruned space it searched.
+    search: str = "exhaustive"
+    space_size: int = 0
+    #: The best configs' timings could not be told apart; the earliest in the space won.
+    tie: bool = False
+    #: The speedup's 95 % interval, from the confidence intervals of both medians.
+    speedup_range: tuple[float, float] | None = None
+
+    @property
+    def measured(self) -> int:
+        """How many configs of the space the sweep measured (``space_size`` in all)."""
+        return len(self.measurements)
 
     @property
     def speedup(self) -> float | None:
@@ -113,6 +135,11 @@ class Entry:
             "time_us": self.time_us,
             "default_time_us": self.default_time_us,
             "speedup": self.speedup,
+            "speedup_range": list(self.speedup_range) if self.speedup_range else None,
+            "tie": self.tie,
+            "search": self.search,
+            "measured": self.measured,
+            "space_size": self.space_size,
             "stale": stale(dict(self.versions)),
             "versions": dict(self.versions),
             "created": self.created,
@@ -139,6 +166,8 @@ class Entry:
             measurement_from_dict(m) for m in fields.get("measurements", ())
         )
         fields["shapes"] = tuple((dt, tuple(shape)) for dt, shape in fields.get("shapes", ()))
+        if fields.get("speedup_range") is not None:
+            fields["speedup_range"] = tuple(fields["speedup_range"])
         return cls(**fields)
 
 

@@ -103,6 +103,15 @@ ENTRY_FIELDS: tuple[Field, ...] = (
     Field(name="kernel_version", accepts=_str, expected="a string", required=False),
     Field(name="shapes", accepts=_shapes, expected="a list of [dtype, [dims]]", required=False),
     Field(name="statics", accepts=_str, expected="a string", required=False),
+    Field(name="search", accepts=_str, expected="a string", required=False),
+    Field(name="space_size", accepts=_count, expected="an int >= 0", required=False),
+    Field(name="tie", accepts=_flag, expected="a bool", required=False),
+    Field(
+        name="speedup_range",
+        accepts=lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 2),
+        expected="None or [low, high]",
+        required=False,
+    ),
 )
 
 _MEASUREMENT_FIELDS: tuple[Field, ...] = (
@@ -113,6 +122,8 @@ _MEASUREMENT_FIELDS: tuple[Field, ...] = (
     Field(name="samples", accepts=_count, expected="an int >= 0"),
     Field(name="compile_s", accepts=_number, expected="a finite number"),
     Field(name="dropped", accepts=_flag, expected="a bool", required=False),
+    Field(name="low_us", accepts=_time, expected=_TIME, required=False),
+    Field(name="high_us", accepts=_time, expected=_TIME, required=False),
 )
 
 _FAILURE_FIELDS: tuple[Field, ...] = (

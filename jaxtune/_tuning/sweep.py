@@ -1,6 +1,8 @@
-"""The sweep: compile every config (in parallel threads), check each against the reference
-config's output, time them one at a time with early dropping, re-time the leaders
-interleaved, pick the winner.
+"""The sweep: the search strategy picks configs to measure (every config unless a budget
+says otherwise); each batch compiles in parallel threads, is checked against the reference
+config's output and timed one config at a time with early dropping; the leaders are re-timed
+interleaved until their confidence intervals separate, and a tie goes to the earliest config
+of the space.
 
 :class:`Sweeper` does the work wherever the kernel runs (this process for the inline
 runner, the child for the process runner) and reports each step through ``on_event``, so a
@@ -19,12 +21,17 @@ from typing import Any
 
 import jax
 
-from .._errors import TuningFailedError
 from .._isolation import context as _context
 from .check import check_outputs, reason
+from .decide import SweepOutcome as SweepOutcome
+from .decide import finish as finish
+from .decide import leaders as leaders
+from .decide import unresolved
 from .inputs import make_inputs
 from .progress import Progress
 from .result import Failure, Measurement
+from .search import Budget, run_search, strategy_of
+from .search import plan as budget_plan
 from .signature import Signature
 from .space import config_id
 from .timing import Timer, Timing, TimingOptions, WallTimer, block
@@ -34,8 +41,11 @@ __all__ = [
     "SweepPlan",
     "SweepTask",
     "Sweeper",
+    "best_of",
+    "drive",
     "finish",
     "leaders",
+    "new_progress",
     "ordered",
     "run_sweep",
 ]
@@ -60,6 +70,10 @@ class SweepPlan:
     timeout_s: float = 60.0
     options: TimingOptions = dataclasses.field(default_factory=TimingOptions)
     verbose: int = 0
+    #: A strategy name or object (see :mod:`jaxtune._tuning.search`) and its budget. Only
+    #: names travel (a recording, a child); an object becomes ``"auto"`` there.
+    search: Any = "auto"
+    budget: Budget | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A msgpack-ready form (inverse: :meth:`from_dict`)."""
@@ -73,6 +87,8 @@ class SweepPlan:
             "timeout_s": self.timeout_s,
             "options": dataclasses.asdict(self.options),
             "verbose": self.verbose,
+            "search": self.search if isinstance(self.search, str) else "auto",
+            "budget": None if self.budget is None else [self.budget.configs, self.budget.seconds],
         }
 
     @classmethod
@@ -88,6 +104,10 @@ class SweepPlan:
             timeout_s=float(d["timeout_s"]),
             options=TimingOptions(**d["options"]),
             verbose=int(d.get("verbose", 0)),
+            search=d.get("search") or "auto",
+            budget=Budget(configs=d["budget"][0], seconds=d["budget"][1])
+            if d.get("budget")
+            else None,
         )
 
 
@@ -102,15 +122,6 @@ class SweepTask:
     check: Any = "auto"
     inputs: Callable[..., Any] | None = None
     compile_threads: int = 0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class SweepOutcome:
-    """Every config's measurement or failure (space order), the winner and the default."""
-
-    measurements: tuple[Result, ...]
-    best: Measurement
-    default: Result
 
 
 def ordered(plan: SweepPlan) -> list[Config]:
@@ -262,20 +273,23 @@ class Sweeper:
 
     def retime(self, configs: Sequence[Config]) -> dict[str, Measurement]:
         """Re-times ``configs`` in interleaved rounds, so that a burst of machine noise
-        during one config's turn cannot decide the winner."""
+        during one config's turn cannot decide the winner: ``rounds`` rounds, then more for
+        the configs whose median's confidence interval still overlaps the best one's, until
+        they separate or ``max_rounds`` is reached."""
         self.compile(configs)
-        runnable = [c for c in configs if config_id(c) in self._runs]
-        fresh = {config_id(c): Timing(samples_us=()) for c in runnable}
-        for _ in range(self.task.plan.options.rounds):
-            for c in runnable:
-                cid = config_id(c)
-                fresh[cid] = fresh[cid] + self.timer.measure(
-                    self._runs[cid][0], self.task.plan.options, samples=3
-                )
-        return {
-            config_id(c): measurement(c, fresh[config_id(c)], self._runs[config_id(c)][1])
-            for c in runnable
-        }
+        options = self.task.plan.options
+        runnable = [config_id(c) for c in configs if config_id(c) in self._runs]
+        by_id = {config_id(c): c for c in configs}
+        fresh = {cid: Timing(samples_us=()) for cid in runnable}
+        active = list(runnable)
+        for done in range(1, max(options.rounds, options.max_rounds) + 1):
+            for cid in active:
+                fresh[cid] = fresh[cid] + self.timer.measure(self._runs[cid][0], options, samples=3)
+            if done >= options.rounds:
+                active = unresolved({cid: fresh[cid] for cid in active})
+                if len(active) < 2:
+                    break
+        return {cid: measurement(by_id[cid], fresh[cid], self._runs[cid][1]) for cid in runnable}
 
 
 def measurement(config: Mapping[str, Any], timing: Timing, compile_s: float) -> Measurement:
@@ -288,45 +302,8 @@ def measurement(config: Mapping[str, Any], timing: Timing, compile_s: float) -> 
         samples=len(timing.samples_us),
         compile_s=compile_s,
         dropped=timing.dropped,
-    )
-
-
-def leaders(results: Mapping[str, Result], options: TimingOptions) -> list[Config]:
-    """The configs within ``leader_window`` of the best (at most ``leaders`` of them), or
-    nothing when fewer than two qualify."""
-    live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
-    if len(live) < 2:
-        return []
-    best = min(m.median_us for m in live)
-    front = sorted(
-        (m for m in live if m.median_us <= best * options.leader_window),
-        key=lambda m: m.median_us,
-    )[: options.leaders]
-    return [dict(m.config) for m in front] if len(front) >= 2 else []
-
-
-def finish(plan: SweepPlan, results: Mapping[str, Result]) -> SweepOutcome:
-    """The outcome from every config's result.
-
-    Raises:
-        TuningFailedError: no config of the space produced a usable measurement.
-    """
-    measured = [results[config_id(c)] for c in plan.configs]
-    ok = [m for m in measured if isinstance(m, Measurement) and not m.dropped]
-    if not ok:
-        raise TuningFailedError(
-            f"every config of {plan.kernel} failed for {plan.key}:\n"
-            + "\n".join(
-                f"  {config_id(m.config)}: {m.stage}: {m.reason}"
-                if isinstance(m, Failure)
-                else f"  {config_id(m.config)}: dropped"
-                for m in measured
-            ),
-            failures=measured,
-        )
-    best = min(ok, key=lambda m: m.median_us)
-    return SweepOutcome(
-        measurements=tuple(measured), best=best, default=results[config_id(plan.default)]
+        low_us=timing.interval[0],
+        high_us=timing.interval[1],
     )
 
 
@@ -341,6 +318,60 @@ def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
     return sink
 
 
+def new_progress(plan: SweepPlan) -> Progress:
+    """Progress of a sweep, counting against what its budget allows."""
+    strategy = strategy_of(plan.search)
+    return Progress(
+        f"{plan.kernel} {plan.key}",
+        budget_plan(strategy, plan.budget, len(plan.configs)),
+        plan.verbose,
+        space=len(plan.configs),
+        strategy=strategy.name,
+    )
+
+
+#: ``measure(configs, known)``: each config's result by id; ``known`` holds earlier ones.
+MeasureFn = Callable[[list[Config], Mapping[str, Result]], Mapping[str, Result]]
+
+
+def drive(
+    plan: SweepPlan,
+    *,
+    measure: MeasureFn,
+    retime: Callable[[list[Config]], Mapping[str, Result]],
+    progress: Progress,
+) -> SweepOutcome:
+    """A whole sweep through a runner's ``measure`` and ``retime``: search, re-time the
+    leaders, pick the winner."""
+    known: dict[str, Result] = {}
+
+    def measure_batch(configs: list[Config]) -> Mapping[str, Result]:
+        got = measure(configs, known)
+        known.update(got)
+        return got
+
+    results, searched = run_search(
+        [dict(c) for c in plan.configs],
+        dict(plan.default),
+        strategy=strategy_of(plan.search),
+        budget=plan.budget,
+        measure=measure_batch,
+        config_id=config_id,
+    )
+    todo = leaders(results, plan.options)
+    if todo:
+        results.update(retime(todo))
+    outcome = finish(plan, results, searched)
+    progress.finish(outcome)
+    return outcome
+
+
+def best_of(results: Mapping[str, Result]) -> float | None:
+    """The best ``min_us`` among usable measurements, for early dropping."""
+    best = [m.min_us for m in results.values() if isinstance(m, Measurement) and not m.dropped]
+    return min(best) if best else None
+
+
 def run_sweep(task: SweepTask, *, timer: Timer | None = None) -> SweepOutcome:
     """The whole sweep in this process.
 
@@ -349,10 +380,13 @@ def run_sweep(task: SweepTask, *, timer: Timer | None = None) -> SweepOutcome:
         SignatureError: ``inputs`` returned values that do not match the call.
     """
     plan = task.plan
-    progress = Progress(f"{plan.kernel} {plan.key}", len(plan.configs), plan.verbose)
+    progress = new_progress(plan)
     sweeper = Sweeper(task, timer=timer, on_event=progress_sink(plan, progress))
-    results: dict[str, Result] = dict(sweeper.measure(ordered(plan), reference=plan.default))
-    results.update(sweeper.retime(leaders(results, plan.options)))
-    outcome = finish(plan, results)
-    progress.finish(outcome)
-    return outcome
+    return drive(
+        plan,
+        measure=lambda configs, known: sweeper.measure(
+            configs, reference=plan.default, best_us=best_of(known)
+        ),
+        retime=sweeper.retime,
+        progress=progress,
+    )

@@ -31,11 +31,13 @@ class TimingOptions:
     ``min_time_s``: total measured time to reach per config; ``min_samples``/``max_samples``
     bound the sample count; ``warmup`` calls run before timing (at least 2: an interpret-mode
     Pallas call may retrace on its second call); ``drop_ratio``: a config whose best sample
-    is this many times slower than the best config so far stops early; ``leaders`` and
-    ``rounds`` control the interleaved re-timing of the front runners.
+    is this many times slower than the best config so far stops early; ``leaders``,
+    ``leader_window``, ``rounds`` and ``max_rounds`` control the interleaved re-timing of
+    the front runners: at least ``rounds`` rounds, then more until the leaders' confidence
+    intervals separate or ``max_rounds`` is reached (a tie).
     """
 
-    min_time_s: float = 0.05
+    min_time_s: float = 0.02
     min_samples: int = 5
     max_samples: int = 200
     warmup: int = 2
@@ -44,7 +46,8 @@ class TimingOptions:
     drop_after: int = 3
     leaders: int = 3
     leader_window: float = 1.10
-    rounds: int = 5
+    rounds: int = 3
+    max_rounds: int = 10
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,6 +72,17 @@ class Timing:
             return 0.0
         q = statistics.quantiles(self.samples_us, n=4)
         return (q[2] - q[0]) / self.median_us if self.median_us else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """A distribution-free 95 % confidence interval of the median (order statistics:
+        ranks n/2 ± 0.98·√n), which narrows as samples accumulate."""
+        ordered = sorted(self.samples_us)
+        n = len(ordered)
+        half = 0.98 * math.sqrt(n)
+        low = max(0, math.floor(n / 2 - half))
+        high = min(n - 1, math.ceil(n / 2 + half) - 1)
+        return ordered[low], ordered[max(low, high)]
 
     def __add__(self, other: Timing) -> Timing:
         return Timing(samples_us=self.samples_us + other.samples_us, dropped=self.dropped)

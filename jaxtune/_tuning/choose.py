@@ -1,0 +1,68 @@
+"""From a sweep to what the kernel keeps: the budget a sweep gets, the sweep child started
+ahead of need, and the cache entry a finished sweep becomes (with its search, tie and the
+speedup's interval)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _config, _versions
+from .._errors import JaxtuneError
+from .._isolation.runner import ProcessRunner
+from .result import Entry, Measurement, now
+from .search import Budget
+from .sweep import SweepOutcome, SweepPlan
+
+__all__ = ["budget_setting", "make_entry", "prestart_child"]
+
+
+def budget_setting() -> Budget | None:
+    """``JAXTUNE_BUDGET`` as a :class:`Budget` (``None`` when unset)."""
+    value = _config.settings().budget
+    return None if value is None else Budget(configs=value[0], seconds=value[1])
+
+
+def prestart_child() -> None:
+    """In ``tune``/``retune`` mode with process isolation, starts the sweep child now (in
+    the background) so that the first sweep does not wait for it; bad settings are left
+    for the first call to report."""
+    try:
+        settings = _config.settings()
+    except JaxtuneError:
+        return
+    if settings.mode in ("tune", "retune") and settings.isolation == "process":
+        ProcessRunner().prestart()
+
+
+def _speedup_range(best: Measurement, default: Any) -> tuple[float, float] | None:
+    if not isinstance(default, Measurement):
+        return None
+    if None in (best.low_us, best.high_us, default.low_us, default.high_us):
+        return None
+    low = default.low_us / best.high_us  # type: ignore[operator]
+    high = default.high_us / best.low_us  # type: ignore[operator]
+    return (float(low), float(high))
+
+
+def make_entry(plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str) -> Entry:
+    """The cache entry for a finished sweep."""
+    searched = outcome.searched
+    return Entry(
+        kernel=plan.kernel,
+        device_kind=kind,
+        key=plan.key,
+        config=dict(outcome.best.config),
+        time_us=outcome.best.median_us,
+        default_config=dict(plan.default),
+        default_time_us=getattr(outcome.default, "median_us", None),
+        measurements=outcome.measurements,
+        versions=_versions.toolchain(),
+        created=now(),
+        kernel_version=version,
+        shapes=plan.shapes,
+        statics=plan.statics,
+        search=searched.strategy if searched else "exhaustive",
+        space_size=len(plan.configs),
+        tie=outcome.tie,
+        speedup_range=_speedup_range(outcome.best, outcome.default),
+    )

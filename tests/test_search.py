@@ -1,0 +1,324 @@
+"""Search strategies under a budget, and the tie rule of the sweep's winner."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxtune
+from jaxtune import _config
+from jaxtune._tuning import search as _search
+from jaxtune._tuning import sweep as _sweep
+from jaxtune._tuning.result import Failure, Measurement
+from jaxtune._tuning.space import config_id
+from jaxtune._tuning.timing import Timing
+
+KNOBS = {"a": [1, 2, 4, 8], "b": [1, 2, 4, 8], "c": [16, 32, 64, 128], "d": [0, 1, 2, 3]}
+SPACE = [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*KNOBS.values())]
+
+
+def cost(config):
+    """A known 256-config landscape: best at a=4, b=2, c=64, d=1 (cost 10), with one
+    interaction term so that it is not purely separable."""
+    a, b, c, d = (config[k] for k in "abcd")
+    return (
+        10
+        + 3 * abs(math.log2(a) - 2)
+        + 2 * abs(math.log2(b) - 1)
+        + 4 * abs(math.log2(c) - 6)
+        + abs(d - 1)
+        + 0.5 * abs(math.log2(a) - math.log2(b) - 1)
+    )
+
+
+def fake_measure(calls, fail=()):
+    def measure(configs):
+        calls.append([config_id(c) for c in configs])
+        out = {}
+        for c in configs:
+            if config_id(c) in fail:
+                out[config_id(c)] = Failure(config=c, stage="compile", reason="no")
+            else:
+                t = cost(c)
+                out[config_id(c)] = Measurement(
+                    config=c, median_us=t, min_us=t, spread=0.0, samples=5, compile_s=0.0
+                )
+        return out
+
+    return measure
+
+
+def search(strategy, budget, *, default=None, fail=(), clock=None):
+    calls = []
+    kwargs = {} if clock is None else {"clock": clock}
+    results, searched = _search.run_search(
+        SPACE,
+        default or SPACE[0],
+        strategy=_search.strategy_of(strategy) if isinstance(strategy, str) else strategy,
+        budget=_search.Budget.of(budget),
+        measure=fake_measure(calls, fail),
+        config_id=config_id,
+        **kwargs,
+    )
+    return results, searched, calls
+
+
+def best_of(results):
+    return min(r.median_us for r in results.values() if isinstance(r, Measurement))
+
+
+TRUE_BEST = min(cost(c) for c in SPACE)
+
+
+# -- budget and strategy values -----------------------------------------------------------
+
+
+def test_budget_values():
+    assert _search.Budget.of(None) is None
+    assert _search.Budget.of(12) == jaxtune.Budget(configs=12)
+    both = jaxtune.Budget(configs=3, seconds=1.5)
+    assert _search.Budget.of(both) is both
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"configs": 0}, r"Budget\(configs=0\): configs must be a positive int"),
+        ({"configs": 2.5}, r"configs must be a positive int"),
+        ({"configs": True}, r"configs must be a positive int"),
+        ({"seconds": 0}, r"Budget\(seconds=0\): seconds must be a positive number"),
+        ({"seconds": float("inf")}, r"seconds must be a positive number"),
+    ],
+)
+def test_bad_budgets(kwargs, match):
+    with pytest.raises(jaxtune.ConfigSpaceError, match=match):
+        jaxtune.Budget(**kwargs)
+
+
+def test_bad_budget_and_search_arguments_fail_at_decoration():
+    with pytest.raises(jaxtune.ConfigSpaceError, match=r"budget='64': expected an int"):
+        jaxtune.autotuned(configs={"c": [1]}, budget="64")(lambda x, *, c: x)
+    with pytest.raises(jaxtune.ConfigSpaceError, match=r"search='grid' is not a strategy"):
+        jaxtune.autotuned(configs={"c": [1]}, search="grid")(lambda x, *, c: x)
+    with pytest.raises(jaxtune.ConfigSpaceError, match=r"\(object\) is not a strategy"):
+        jaxtune.autotuned(configs={"c": [1]}, search=object())(lambda x, *, c: x)
+
+
+def test_protocol_accepts_user_strategies():
+    class Backwards:
+        name = "backwards"
+
+        def propose(self, state):
+            return state.unmeasured()[::-1][:2]
+
+    assert isinstance(Backwards(), jaxtune.Strategy)
+    _, searched, calls = search(Backwards(), 5)
+    assert searched == _search.Searched(strategy="backwards", measured=5, total=256)
+    # The default comes first as the reference; then the strategy's order.
+    assert calls[0] == [config_id(SPACE[i]) for i in (0, 255, 254)]
+    assert calls[1] == [config_id(SPACE[i]) for i in (253, 252)]
+
+
+def test_plan_sizes():
+    plan = _search.plan
+    assert plan(_search.Exhaustive(), None, 500) == 500
+    assert plan(_search.Auto(), None, 40) == 40
+    assert plan(_search.Auto(), None, 500) == _search.DEFAULT_CONFIGS
+    assert plan(_search.Random(), jaxtune.Budget(configs=10), 500) == 10
+    assert plan(_search.Random(), jaxtune.Budget(seconds=5), 500) == 500
+    assert plan(_search.Model(), jaxtune.Budget(configs=900), 500) == 500
+
+
+# -- each strategy on a known landscape ----------------------------------------------------
+
+
+def test_exhaustive_measures_every_config_in_order():
+    results, searched, calls = search("exhaustive", None)
+    assert calls == [[config_id(c) for c in SPACE]]
+    assert (searched.measured, searched.total) == (256, 256)
+    assert best_of(results) == TRUE_BEST
+
+
+def test_random_is_seeded_budgeted_and_starts_at_the_default():
+    _, searched, calls = search("random", 20, default=SPACE[7])
+    assert searched.measured == 20 and len(calls[0]) == 20
+    assert calls[0][0] == config_id(SPACE[7])
+    assert search("random", 20, default=SPACE[7])[2] == calls  # deterministic
+    other = search(_search.Random(seed=1), 20, default=SPACE[7])[2]
+    assert set(other[0]) != set(calls[0])
+
+
+def test_coordinate_descends_from_the_default_to_the_optimum():
+    results, searched, calls = search("coordinate", None)
+    assert best_of(results) == TRUE_BEST
+    assert searched.measured < 256
+    # After the default, every batch is the unmeasured one-knob neighbours of the best so far.
+    measured = {calls[0][0]: results[calls[0][0]].median_us}
+    for batch in calls[1:]:
+        center = min(measured, key=measured.get)
+        center_config = next(c for c in SPACE if config_id(c) == center)
+        for cid in batch:
+            config = next(c for c in SPACE if config_id(c) == cid)
+            assert sum(config[k] != center_config[k] for k in KNOBS) == 1
+        measured.update({cid: results[cid].median_us for cid in batch})
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_model_reaches_near_the_best_with_a_quarter_of_the_space(seed):
+    results, searched, _ = search(_search.Model(seed=seed), 64)
+    assert searched.measured == 64
+    assert best_of(results) <= 1.10 * TRUE_BEST
+
+
+def test_auto_is_exhaustive_when_the_budget_covers_the_space_and_model_above():
+    _, searched, calls = search("auto", 300)
+    assert len(calls) == 1 and searched.measured == 256 and searched.strategy == "auto"
+    results, searched, calls = search("auto", 64)
+    assert searched.measured == 64 and len(calls) > 1
+    assert best_of(results) <= 1.10 * TRUE_BEST
+
+
+def test_failed_configs_count_as_slow_and_the_search_goes_on():
+    fail = {config_id(c) for c in SPACE if c["a"] == 4}
+    results, searched, _ = search("model", 64, fail=fail)
+    assert searched.measured == 64
+    assert best_of(results) == min(cost(c) for c in SPACE if c["a"] != 4)
+
+
+def test_a_seconds_budget_stops_the_search():
+    ticks = itertools.count()
+    _, searched, calls = search(
+        "exhaustive", jaxtune.Budget(seconds=3), clock=lambda: float(next(ticks))
+    )
+    # The clock advances a second per reading (the start, then before each batch): at
+    # 1 s and 2 s a batch of 8 runs, at 3 s the budget is spent.
+    assert [len(batch) for batch in calls] == [8, 8]
+    assert searched.measured == sum(len(b) for b in calls)
+
+
+def test_a_default_outside_the_space_is_measured_but_not_counted():
+    outside = {"a": 3, "b": 3, "c": 3, "d": 3}
+    _, searched, calls = search("random", 4, default=outside)
+    assert calls[0][0] == config_id(outside) and len(calls[0]) == 5
+    assert searched.measured == 4
+
+
+# -- the tie rule ----------------------------------------------------------------------------
+
+
+def timed(config, samples):
+    t = Timing(samples_us=tuple(samples))
+    return _sweep.measurement(config, t, 0.0)
+
+
+def test_confidence_interval_narrows_with_samples():
+    rng = np.random.default_rng(0)
+    few = Timing(samples_us=tuple(100 + rng.standard_normal(9)))
+    many = Timing(samples_us=tuple(100 + rng.standard_normal(400)))
+    assert few.interval[0] <= few.median_us <= few.interval[1]
+    assert (many.interval[1] - many.interval[0]) < (few.interval[1] - few.interval[0]) / 3
+
+
+def test_separated_leaders_pick_the_fastest_and_overlapping_ones_the_earliest():
+    rng = np.random.default_rng(1)
+    configs = ({"k": 0}, {"k": 1}, {"k": 2})
+    task = _sweep.SweepTask(
+        kernel="k", fn=lambda x: x, signature=None, configs=configs, default=configs[0]
+    )
+    slow, fast = 100 + rng.random(30), 80 + rng.random(30)
+    apart = {
+        config_id(c): timed(c, s) for c, s in zip(configs, (slow, fast, slow + 5), strict=True)
+    }
+    outcome = _sweep.finish(task, apart)
+    assert (dict(outcome.best.config), outcome.tie) == ({"k": 1}, False)
+
+    # k=1 has the lower median but cannot be told apart from k=0: a tie, k=0 wins.
+    same = 100 + rng.random(30)
+    close = {
+        config_id(c): timed(c, s)
+        for c, s in zip(configs, (same, same - 0.01, same + 9), strict=True)
+    }
+    outcome = _sweep.finish(task, close)
+    assert close[config_id(configs[1])].median_us < close[config_id(configs[0])].median_us
+    assert (dict(outcome.best.config), outcome.tie) == ({"k": 0}, True)
+
+
+def test_unresolved_keeps_only_configs_close_to_the_best():
+    rng = np.random.default_rng(2)
+    a = Timing(samples_us=tuple(100 + rng.random(30)))
+    b = Timing(samples_us=tuple(100.2 + rng.random(30)))
+    c = Timing(samples_us=tuple(150 + rng.random(30)))
+    assert set(_sweep.unresolved({"a": a, "b": b, "c": c})) == {"a", "b"}
+    assert _sweep.unresolved({"a": a, "c": c}) == []
+
+
+@jaxtune.autotuned(configs={"variant": [3, 2, 1, 0]}, name="tests.search.twins")
+def twins(x, *, variant):
+    """Every config compiles to the same program: the leaders always tie."""
+    return jnp.cumsum(x * 2.0)
+
+
+def test_repeated_sweeps_of_tied_configs_report_a_tie_and_store_the_same_config(fast_timing):
+    x = jnp.ones(4096)
+    entries = [next(iter(twins.tune(x).values())) for _ in range(3)]
+    assert [e.tie for e in entries] == [True, True, True]
+    assert [dict(e.config) for e in entries] == [{"variant": 3}] * 3
+    low, high = entries[0].speedup_range
+    assert low <= 1.0 <= high
+
+
+# -- budgeted sweeps of real kernels --------------------------------------------------------
+
+
+@jaxtune.autotuned(
+    configs={"rows": [1, 2, 4, 8, 16, 32], "scale": [1, 2]}, name="tests.search.grid"
+)
+def grid(x, *, rows, scale):
+    return (x.reshape(rows, -1) * scale).sum(axis=0).sum() / scale
+
+
+@pytest.mark.parametrize("strategy", ["random", "coordinate", "model", "auto"])
+def test_budgeted_sweep_records_strategy_and_counts(fast_timing, strategy, capsys, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_VERBOSE", "2")
+    kernel = jaxtune.autotuned(
+        configs={"rows": [1, 2, 4, 8, 16, 32], "scale": [1, 2]},
+        name=f"tests.search.grid_{strategy}",
+        search=strategy,
+        budget=5,
+    )(grid.__wrapped__)
+    (entry,) = kernel.tune(jnp.ones(256)).values()
+    assert (entry.search, entry.measured, entry.space_size) == (strategy, 5, 12)
+    assert entry.summary()["measured"] == 5
+    err = capsys.readouterr().err
+    assert f"[5/5 of 12 configs, {strategy} search]" in err
+    assert f"5 configs of 12 ({strategy} search)" in err
+
+
+def test_jaxtune_budget_is_the_default_budget(fast_timing, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_BUDGET", "3")
+    (entry,) = grid.tune(jnp.ones(64)).values()
+    assert (entry.search, entry.measured, entry.space_size) == ("auto", 3, 12)
+    with _config.override(budget="100s"):
+        (entry,) = grid.tune(jnp.ones(128)).values()
+    assert entry.measured == 12
+
+
+@jaxtune.autotuned(
+    configs={"rows": [1, 2, 4, 8, 16, 32], "scale": [1, 2]},
+    name="tests.search.descent",
+    search="coordinate",
+    budget=jaxtune.Budget(configs=7),
+)
+def descent(x, *, rows, scale):
+    return (x.reshape(rows, -1) * scale).sum(axis=0).sum() / scale
+
+
+def test_budgeted_sweep_in_the_child_process(fast_timing, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    (entry,) = descent.tune(jnp.ones(512)).values()
+    assert (entry.search, entry.measured, entry.space_size) == ("coordinate", 7, 12)
+    assert all(m.ok for m in entry.measurements)
