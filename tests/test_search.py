@@ -226,9 +226,7 @@ def test_confidence_interval_narrows_with_samples():
 def test_separated_leaders_pick_the_fastest_and_overlapping_ones_the_earliest():
     rng = np.random.default_rng(1)
     configs = ({"k": 0}, {"k": 1}, {"k": 2})
-    task = _sweep.SweepTask(
-        kernel="k", fn=lambda x: x, signature=None, configs=configs, default=configs[0]
-    )
+    task = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
     slow, fast = 100 + rng.random(30), 80 + rng.random(30)
     apart = {
         config_id(c): timed(c, s) for c, s in zip(configs, (slow, fast, slow + 5), strict=True)

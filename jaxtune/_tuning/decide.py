@@ -78,7 +78,9 @@ def finish(
         TuningFailedError: no config of the space produced a usable measurement.
     """
     measured = [results[config_id(c)] for c in plan.configs if config_id(c) in results]
-    ok = [m for m in measured if isinstance(m, Measurement) and not m.dropped]
+    timed = [m for m in measured if isinstance(m, Measurement)]
+    # Dropped configs compete only when all were dropped (by a default outside the space).
+    ok = [m for m in timed if not m.dropped] or timed
     if not ok:
         raise TuningFailedError(
             f"every config of {plan.kernel} failed for {plan.key}:\n"
