@@ -9,7 +9,7 @@ store the same config.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from .._errors import TuningFailedError
@@ -36,43 +36,63 @@ class SweepOutcome:
     tie: bool = False
 
 
-def unresolved(timings: Mapping[str, Timing]) -> list[str]:
-    """The fastest config and every config whose confidence interval overlaps its own."""
+def unresolved(timings: Mapping[str, Timing], tie_within: float = 0.0) -> list[str]:
+    """The fastest config and every config whose confidence interval overlaps its own,
+    unless their medians are within ``tie_within`` (a tie whatever more samples say)."""
     best = min(timings, key=lambda cid: timings[cid].median_us)
     low, high = timings[best].interval
     close = [
         cid
         for cid, t in timings.items()
-        if cid != best and t.interval[0] <= high and low <= t.interval[1]
+        if cid != best
+        and t.interval[0] <= high
+        and low <= t.interval[1]
+        and t.median_us > timings[best].median_us * (1 + tie_within)
     ]
     return [best, *close] if close else []
 
 
-def leaders(results: Mapping[str, Result], options: TimingOptions) -> list[Config]:
+def leaders(
+    results: Mapping[str, Result], options: TimingOptions, space: Sequence[Config] = ()
+) -> list[Config]:
     """The configs within ``leader_window`` of the best or whose confidence interval
-    overlaps the best one's (at most ``leaders`` of them, fastest first), or nothing when
-    fewer than two qualify."""
+    overlaps the best one's (at most ``leaders`` of them, fastest first, the earliest of
+    them in ``space`` always included so that a tie can go to it), or nothing when fewer
+    than two qualify."""
     live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
     if len(live) < 2:
         return []
     best = min(live, key=lambda m: m.median_us)
-    front = sorted(
+    near = sorted(
         (
             m
             for m in live
             if m.median_us <= best.median_us * options.leader_window or m.overlaps(best)
         ),
         key=lambda m: m.median_us,
-    )[: options.leaders]
+    )
+    front = near[: options.leaders]
+    rank = {config_id(c): i for i, c in enumerate(space)}
+    in_space = [m for m in near if config_id(m.config) in rank]
+    if in_space:
+        earliest = min(in_space, key=lambda m: rank[config_id(m.config)])
+        if earliest not in front:
+            front = [*front[: max(1, options.leaders - 1)], earliest]
     return [dict(m.config) for m in front] if len(front) >= 2 else []
 
 
 def finish(
-    plan: Any, results: Mapping[str, Result], searched: Searched | None = None
+    plan: Any,
+    results: Mapping[str, Result],
+    searched: Searched | None = None,
+    retimed: Collection[str] = (),
 ) -> SweepOutcome:
-    """The outcome from every measured config's result. The winner is the fastest median,
-    unless its confidence interval overlaps others' (a tie): then the earliest of the tied
-    configs in the space wins, so repeated sweeps store the same config.
+    """The outcome from every measured config's result (``plan`` is the ``SweepPlan``).
+
+    The winner is the fastest median, unless other ``retimed`` leaders cannot be told apart
+    from it (their medians' confidence intervals overlap, or the medians are within the
+    options' ``tie_within``): a tie, won by the earliest of them in the space, so repeated
+    sweeps store the same config.
 
     Raises:
         TuningFailedError: no config of the space produced a usable measurement.
@@ -93,7 +113,17 @@ def finish(
             failures=measured,
         )
     fastest = min(ok, key=lambda m: m.median_us)
-    tied = [m for m in ok if m is fastest or m.overlaps(fastest)]
+    within = fastest.median_us * (1 + plan.options.tie_within)
+    tied = [
+        m
+        for m in ok
+        if m is fastest
+        or (
+            config_id(fastest.config) in retimed
+            and config_id(m.config) in retimed
+            and (m.overlaps(fastest) or m.median_us <= within)
+        )
+    ]
     return SweepOutcome(
         measurements=tuple(measured),
         best=tied[0],

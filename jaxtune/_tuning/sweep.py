@@ -286,7 +286,7 @@ class Sweeper:
             for cid in active:
                 fresh[cid] = fresh[cid] + self.timer.measure(self._runs[cid][0], options, samples=3)
             if done >= options.rounds:
-                active = unresolved({cid: fresh[cid] for cid in active})
+                active = unresolved({cid: fresh[cid] for cid in active}, options.tie_within)
                 if len(active) < 2:
                     break
         return {cid: measurement(by_id[cid], fresh[cid], self._runs[cid][1]) for cid in runnable}
@@ -358,10 +358,10 @@ def drive(
         measure=measure_batch,
         config_id=config_id,
     )
-    todo = leaders(results, plan.options)
-    if todo:
-        results.update(retime(todo))
-    outcome = finish(plan, results, searched)
+    todo = leaders(results, plan.options, plan.configs)
+    retimed = retime(todo) if todo else {}
+    results.update(retimed)
+    outcome = finish(plan, results, searched, retimed=set(retimed))
     progress.finish(outcome)
     return outcome
 

@@ -34,7 +34,8 @@ class TimingOptions:
     is this many times slower than the best config so far stops early; ``leaders``,
     ``leader_window``, ``rounds`` and ``max_rounds`` control the interleaved re-timing of
     the front runners: at least ``rounds`` rounds, then more until the leaders' confidence
-    intervals separate or ``max_rounds`` is reached (a tie).
+    intervals separate or ``max_rounds`` is reached (a tie); leaders whose medians are
+    within ``tie_within`` of the fastest are a tie whatever their intervals say.
     """
 
     min_time_s: float = 0.02
@@ -48,6 +49,7 @@ class TimingOptions:
     leader_window: float = 1.10
     rounds: int = 3
     max_rounds: int = 10
+    tie_within: float = 0.02
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
