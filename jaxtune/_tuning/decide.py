@@ -89,9 +89,9 @@ def finish(
 ) -> SweepOutcome:
     """The outcome from every measured config's result (``plan`` is the ``SweepPlan``).
 
-    The winner is the fastest median, unless other ``retimed`` leaders cannot be told apart
-    from it (their medians' confidence intervals overlap, or the medians are within the
-    options' ``tie_within``): a tie, won by the earliest of them in the space, so repeated
+    When leaders were ``retimed``, the winner is one of them. It is the fastest median,
+    unless other leaders cannot be told apart from it (their medians' confidence intervals
+    overlap, or the medians are within the options' ``tie_within``): a tie, won by the earliest of them in the space, so repeated
     sweeps store the same config.
 
     Raises:
@@ -112,18 +112,12 @@ def finish(
             ),
             failures=measured,
         )
-    fastest = min(ok, key=lambda m: m.median_us)
+    # Re-timed leaders were the front runners, now timed side by side: the winner is one
+    # of them (a config timed once, at another moment, is not comparable with them).
+    leaders_ = [m for m in ok if config_id(m.config) in retimed]
+    fastest = min(leaders_ or ok, key=lambda m: m.median_us)
     within = fastest.median_us * (1 + plan.options.tie_within)
-    tied = [
-        m
-        for m in ok
-        if m is fastest
-        or (
-            config_id(fastest.config) in retimed
-            and config_id(m.config) in retimed
-            and (m.overlaps(fastest) or m.median_us <= within)
-        )
-    ]
+    tied = [m for m in leaders_ if m.overlaps(fastest) or m.median_us <= within] or [fastest]
     return SweepOutcome(
         measurements=tuple(measured),
         best=tied[0],
