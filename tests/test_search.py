@@ -364,3 +364,18 @@ def test_budgeted_sweep_in_the_child_process(fast_timing, monkeypatch):
     (entry,) = descent.tune(jnp.ones(512)).values()
     assert (entry.search, entry.measured, entry.space_size) == ("coordinate", 7, 12)
     assert all(m.ok for m in entry.measurements)
+
+
+def test_a_config_listed_twice_is_measured_once():
+    twice = [SPACE[0], SPACE[1], SPACE[0], SPACE[2]]
+    calls = []
+    _, searched = _search.run_search(
+        twice,
+        SPACE[0],
+        strategy=_search.Exhaustive(),
+        budget=None,
+        measure=fake_measure(calls),
+        config_id=config_id,
+    )
+    assert calls == [[config_id(SPACE[i]) for i in (0, 1, 2)]]
+    assert (searched.measured, searched.total) == (3, 3)

@@ -10,7 +10,6 @@ stdout and stderr go to a log file; frames travel only over the two pipes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import faulthandler
 import importlib
 import importlib.util
@@ -322,21 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 3
     write_frame(args.res_fd, ready)
-    _warm_up()
     return _serve(args.cmd_fd, args.res_fd)
-
-
-def _warm_up() -> None:
-    """Pays the one-time costs of a fresh process (the sweep modules' imports, the
-    compiler's first run) before the first request, which is often while the parent is
-    still busy with other work (a child started ahead of need)."""
-    import jax
-    import jax.numpy as jnp
-
-    from .._tuning import sweep  # noqa: F401
-
-    with contextlib.suppress(Exception):
-        jax.block_until_ready(jax.jit(lambda x: (x * 2).sum())(jnp.ones(8)))
 
 
 if __name__ == "__main__":

@@ -335,8 +335,12 @@ def run_search(
     ``measure(configs)`` returns each config's ``Measurement | Failure`` by config id. The
     default is measured in the first batch (as the reference), also when outside the space.
     """
-    ids = [config_id(c) for c in space]
-    where = {cid: i for i, cid in enumerate(ids)}
+    # A config listed twice is one config (measured once, counted once).
+    first: dict[str, Config] = {}
+    for c in space:
+        first.setdefault(config_id(c), c)
+    space = list(first.values())
+    where = {config_id(c): i for i, c in enumerate(space)}
     default_index = where.get(config_id(default))
     cap = plan(strategy, budget, len(space))
     seconds = budget.seconds if budget is not None else None
