@@ -336,10 +336,10 @@ def run_search(
     default is measured in the first batch (as the reference), also when outside the space.
     """
     # A config listed twice is one config (measured once, counted once).
-    first: dict[str, Config] = {}
+    unique: dict[str, Config] = {}
     for c in space:
-        first.setdefault(config_id(c), c)
-    space = list(first.values())
+        unique.setdefault(config_id(c), c)
+    space = list(unique.values())
     where = {config_id(c): i for i, c in enumerate(space)}
     default_index = where.get(config_id(default))
     cap = plan(strategy, budget, len(space))
