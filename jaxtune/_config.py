@@ -22,9 +22,9 @@ from typing import Any, Literal
 from ._errors import SettingsError
 
 __all__ = [
-    "MAX_SECONDS",
     "CHOICE_ENV",
     "CHOICE_KEYS",
+    "MAX_SECONDS",
     "OVERRIDES",
     "VARIABLES",
     "Settings",
@@ -130,7 +130,7 @@ def _budget(name: str) -> Callable[[str], tuple[int | None, float | None] | None
         try:
             if value.endswith("s"):
                 seconds = float(value[:-1])
-                if seconds > 0 and math.isfinite(seconds):
+                if 0 < seconds <= MAX_SECONDS:
                     return (None, seconds)
             elif int(value) > 0:
                 return (int(value), None)
