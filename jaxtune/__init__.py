@@ -23,8 +23,8 @@ from ._profiling.profiled import Profiled as Profiled
 from ._profiling.profiled import profile as profile
 from ._profiling.profiled import profiled as profiled
 from ._tuning.autotuned import Autotuned as Autotuned
-from ._tuning.autotuned import autotuned as autotuned
 from ._tuning.cache import register_cache as register_cache
+from ._tuning.decorator import autotuned as autotuned
 from ._tuning.locate import KernelSite as KernelSite
 from ._tuning.locate import locate as locate
 from ._tuning.lookup import Choice as Choice

@@ -1,4 +1,4 @@
-"""``@jaxtune.autotuned``: key -> lookup -> (on a miss, in tune mode) sweep -> call.
+"""An ``@autotuned`` kernel: key -> lookup -> (on a miss, in tune mode) sweep -> call.
 
 The config is chosen at trace time from abstract shapes, so under ``jax.jit`` the choice
 costs nothing after the first trace. An eager call goes through a ``jax.jit`` of the kernel
@@ -18,7 +18,7 @@ import jax
 
 from .. import _config, _markers
 from .._distributed import agree as _agree
-from .._errors import ConfigSpaceError, JaxtuneWarning, TuningFailedError
+from .._errors import JaxtuneWarning, TuningFailedError
 from .._isolation.runner import default_runner
 from . import cache as _cache
 from . import lookup as _lookup
@@ -26,8 +26,10 @@ from . import record as _record
 from . import timing as _timing
 from .choose import budget_setting, prestart_child
 from .choose import make_entry as make_entry
+from .eager import eager_key
 from .lookup import Choice
 from .naming import kernel_id_for
+from .options import validate_callable, validate_check, validate_static_argnames, validate_timeout
 from .result import Entry, TuningResult
 from .search import Budget, strategy_of
 from .signature import Signature, is_array, is_tracing
@@ -35,25 +37,12 @@ from .space import ConfigSpec
 from .sweep import SweepOutcome, SweepPlan, SweepTask
 from .timing import TimingOptions
 
-__all__ = ["Autotuned", "autotuned", "registry"]
+__all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _REGISTRY: dict[str, Autotuned[Any, Any]] = {}
-# Concrete (non-tracer) array classes seen so far; learnt lazily so that importing jaxtune
-# never starts a backend.
-_CONCRETE: set[type] = set()
-
-
-def _concrete(a: Any) -> bool:
-    t = type(a)
-    if t in _CONCRETE:
-        return True
-    if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
-        _CONCRETE.add(t)
-        return True
-    return False
 
 
 def registry() -> dict[str, Autotuned[Any, Any]]:
@@ -70,26 +59,6 @@ def retrace_jitted_functions() -> None:
     """Makes every jitted function re-trace on its next call."""
     _GENERATION.set_global(_GENERATION.get_global() + 1)
     _agree.new_round()
-
-
-def _validate_check(check: Any) -> Any:
-    if check == "auto" or check is False or callable(check):
-        return check
-    if isinstance(check, Mapping):
-        unknown = set(check) - {"rtol", "atol"}
-        if unknown or not check:
-            raise ConfigSpaceError(
-                f"check={dict(check)!r}: a dict check takes only 'rtol' and 'atol', e.g. "
-                "check={'rtol': 1e-3, 'atol': 1e-5}."
-            )
-        for k, v in check.items():
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-                raise ConfigSpaceError(f"check[{k!r}] must be a non-negative number, got {v!r}.")
-        return dict(check)
-    raise ConfigSpaceError(
-        f"check must be 'auto', False, a dict {{'rtol':..., 'atol':...}} or a callable "
-        f"(out, ref) -> bool; got {check!r} ({type(check).__name__})."
-    )
 
 
 class Autotuned(Generic[P, R]):
@@ -127,30 +96,12 @@ class Autotuned(Generic[P, R]):
         self.spec = ConfigSpec(fn, configs, prune=prune, default=default)
         self.kernel_id = kernel_id_for(fn, name)
         self.version = "" if version is None else str(version)
-        self.check = _validate_check(check)
-        if inputs is not None and not callable(inputs):
-            raise ConfigSpaceError(f"inputs must be a callable, got {type(inputs).__name__}.")
-        if key is not None and not callable(key):
-            raise ConfigSpaceError(f"key must be a callable, got {type(key).__name__}.")
-        self.inputs = inputs
-        self.key_fn = key
-        if isinstance(static_argnames, str):
-            static_argnames = (static_argnames,)
-        self.static_argnames = frozenset(static_argnames)
+        self.check = validate_check(check)
+        self.inputs = validate_callable("inputs", inputs)
+        self.key_fn = validate_callable("key", key)
         self.signature = inspect.signature(fn)
-        params = self.signature.parameters
-        takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        unknown = sorted(n for n in self.static_argnames if n not in params and not takes_kwargs)
-        if unknown:
-            raise ConfigSpaceError(
-                f"static_argnames {unknown} are not parameters of {fn.__qualname__}."
-            )
-        most = _config.MAX_SECONDS
-        if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout <= most):
-            raise ConfigSpaceError(
-                f"timeout must be a positive number of seconds <= {most:g}: {timeout!r}"
-            )
-        self.timeout = timeout
+        self.static_argnames = validate_static_argnames(fn, self.signature, static_argnames)
+        self.timeout = validate_timeout(timeout)
         self.flops = flops
         self.bytes = bytes
         self.timing: TimingOptions | None = None
@@ -340,7 +291,7 @@ class Autotuned(Generic[P, R]):
             config = {**default, **explicit}
             choice = Choice(config=config, source="explicit", key=sig.key)
             return self._invoke(sig, args, rest, choice)
-        memo_key = self._memo_key(args, kwargs)
+        memo_key = eager_key(args, kwargs)
         if memo_key is not None:
             hit = self._eager.get(memo_key)
             if hit is not None:
@@ -392,28 +343,6 @@ class Autotuned(Generic[P, R]):
             self._jitted[marker] = jitted
         return jitted
 
-    def _memo_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        """A cheap key for the eager fast path, or ``None`` when tracing (or unhashable)."""
-        if not kwargs and all(_concrete(a) for a in args):
-            # The common eager case, without a pytree flatten.
-            simple = tuple((a.shape, a.dtype, a.weak_type) for a in args)
-            return (simple, _config.settings_token(), _lookup.scope_ids())
-        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-        parts: list[Any] = []
-        for leaf in leaves:
-            if isinstance(leaf, jax.core.Tracer):
-                return None
-            if isinstance(leaf, jax.Array):
-                parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False)))
-            else:
-                parts.append(leaf)
-        key = (treedef, tuple(parts), _config.settings_token(), _lookup.scope_ids())
-        try:
-            hash(key)
-        except TypeError:
-            return None
-        return key
-
     # -- public methods --------------------------------------------------------------------
 
     def config_for(self, *args: Any, **kwargs: Any) -> Choice:
@@ -460,88 +389,3 @@ class Autotuned(Generic[P, R]):
             if hint is not None:
                 out[label] = float(hint(*a, **k) if callable(hint) else hint)
         return out
-
-
-def autotuned(
-    *args: Any,
-    configs: Any = None,
-    default: Mapping[str, Any] | Callable[..., Mapping[str, Any]] | None = None,
-    prune: Callable[..., bool] | None = None,
-    key: Callable[..., Any] | None = None,
-    name: str | None = None,
-    version: Any = None,
-    check: Any = "auto",
-    inputs: Callable[..., Any] | None = None,
-    static_argnames: Iterable[str] = (),
-    timeout: float | None = None,
-    flops: float | Callable[..., float] | None = None,
-    bytes: float | Callable[..., float] | None = None,
-    search: Any = "auto",
-    budget: int | Budget | None = None,
-) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
-    """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
-
-    Args:
-        configs: a dict of lists (cartesian product), a list of dicts, or a callable of the
-            abstract arguments returning dicts. Config values reach the kernel as keywords.
-        default: the config used when nothing better is known (dict or callable of the
-            abstract arguments); default: the first config of the pruned space.
-        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs.
-        key: replaces the default key (shapes/dtypes of arrays plus static values); called
-            with the abstract arguments.
-        name: the kernel's stable cache id (default ``module.qualname``).
-        version: bump to invalidate old cache entries when the kernel changes.
-        check: ``"auto"`` (compare with the default config's output at a dtype-aware
-            tolerance), ``False``, ``{"rtol":..., "atol":...}`` or ``(out, ref) -> bool``.
-        inputs: builds concrete inputs from the abstract arguments for kernels whose inputs
-            must satisfy invariants; returns a tuple of the array arguments or a dict.
-        static_argnames: non-array arguments; their values enter the key.
-        timeout: seconds per config (default ``JAXTUNE_TIMEOUT``).
-        flops: FLOPs of one call (number or callable of the abstract arguments), for reports.
-        bytes: bytes accessed by one call, likewise.
-        search: which configs a sweep measures: ``"auto"`` (exhaustive when the budget
-            covers the pruned space, else ``"model"``), ``"exhaustive"``, ``"random"``,
-            ``"coordinate"``, ``"model"``, or an object following :class:`jaxtune.Strategy`.
-        budget: configs a sweep may measure (an int), or :class:`jaxtune.Budget` with
-            configs and/or seconds; default ``JAXTUNE_BUDGET``, else the strategy's own.
-
-    Examples:
-        >>> import jax.numpy as jnp
-        >>> import jaxtune
-        >>> @jaxtune.autotuned(configs={"chunk": [64, 128]})
-        ... def scale(x, *, chunk):
-        ...     return (x.reshape(-1, chunk) * 2).reshape(x.shape)
-        >>> scale(jnp.ones(256)).shape
-        (256,)
-    """
-    if args:
-        raise ConfigSpaceError(
-            "@jaxtune.autotuned needs its options: write @jaxtune.autotuned(configs={...}) "
-            "with a dict of lists, a list of dicts or a callable."
-        )
-    if configs is None:
-        raise ConfigSpaceError(
-            "@jaxtune.autotuned(configs=...) is required: a dict of lists, a list of dicts or "
-            "a callable of the abstract arguments."
-        )
-
-    def wrap(fn: Callable[P, R]) -> Autotuned[P, R]:
-        return Autotuned(
-            fn,
-            configs=configs,
-            default=default,
-            prune=prune,
-            key=key,
-            name=name,
-            version=version,
-            check=check,
-            inputs=inputs,
-            static_argnames=static_argnames,
-            timeout=timeout,
-            flops=flops,
-            bytes=bytes,
-            search=search,
-            budget=budget,
-        )
-
-    return wrap

@@ -1,0 +1,87 @@
+"""``@jaxtune.autotuned(...)``: the decorator and its documented options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+from .._errors import ConfigSpaceError
+from .autotuned import Autotuned
+from .search import Budget
+
+__all__ = ["autotuned"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_NO_OPTIONS = (
+    "@jaxtune.autotuned needs its options: write @jaxtune.autotuned(configs={...}) "
+    "with a dict of lists, a list of dicts or a callable."
+)
+_NO_CONFIGS = (
+    "@jaxtune.autotuned(configs=...) is required: a dict of lists, a list of dicts or "
+    "a callable of the abstract arguments."
+)
+
+
+def autotuned(
+    *args: Any,
+    configs: Any = None,
+    default: Mapping[str, Any] | Callable[..., Mapping[str, Any]] | None = None,
+    prune: Callable[..., bool] | None = None,
+    key: Callable[..., Any] | None = None,
+    name: str | None = None,
+    version: Any = None,
+    check: Any = "auto",
+    inputs: Callable[..., Any] | None = None,
+    static_argnames: Iterable[str] = (),
+    timeout: float | None = None,
+    flops: float | Callable[..., float] | None = None,
+    bytes: float | Callable[..., float] | None = None,
+    search: Any = "auto",
+    budget: int | Budget | None = None,
+) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
+    """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
+
+    Args:
+        configs: a dict of lists (cartesian product), a list of dicts, or a callable of the
+            abstract arguments returning dicts. Config values reach the kernel as keywords.
+        default: the config used when nothing better is known (dict or callable of the
+            abstract arguments); default: the first config of the pruned space.
+        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs.
+        key: replaces the default key (shapes/dtypes of arrays plus static values); called
+            with the abstract arguments.
+        name: the kernel's stable cache id (default ``module.qualname``).
+        version: bump to invalidate old cache entries when the kernel changes.
+        check: ``"auto"`` (compare with the default config's output at a dtype-aware
+            tolerance), ``False``, ``{"rtol":..., "atol":...}`` or ``(out, ref) -> bool``.
+        inputs: builds concrete inputs from the abstract arguments for kernels whose inputs
+            must satisfy invariants; returns a tuple of the array arguments or a dict.
+        static_argnames: non-array arguments; their values enter the key.
+        timeout: seconds per config (default ``JAXTUNE_TIMEOUT``).
+        flops: FLOPs of one call (number or callable of the abstract arguments), for reports.
+        bytes: bytes accessed by one call, likewise.
+        search: which configs a sweep measures: ``"auto"`` (exhaustive when the budget
+            covers the pruned space, else ``"model"``), ``"exhaustive"``, ``"random"``,
+            ``"coordinate"``, ``"model"``, or an object following :class:`jaxtune.Strategy`.
+        budget: configs a sweep may measure (an int), or :class:`jaxtune.Budget` with
+            configs and/or seconds; default ``JAXTUNE_BUDGET``, else the strategy's own.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import jaxtune
+        >>> @jaxtune.autotuned(configs={"chunk": [64, 128]})
+        ... def scale(x, *, chunk):
+        ...     return (x.reshape(-1, chunk) * 2).reshape(x.shape)
+        >>> scale(jnp.ones(256)).shape
+        (256,)
+    """
+    if args or configs is None:
+        raise ConfigSpaceError(_NO_OPTIONS if args else _NO_CONFIGS)
+    # Every keyword of this call is an option of Autotuned, under the same name.
+    options = {name: value for name, value in locals().items() if name != "args"}
+
+    def wrap(fn: Callable[P, R]) -> Autotuned[P, R]:
+        return Autotuned(fn, **options)
+
+    return wrap
