@@ -115,7 +115,8 @@ class PallasCall:
     ``name`` is the name Mosaic gives the kernel (``pallas_call(name=...)`` or the kernel
     function's name), so a kernel reads the same in locate, tuning and profile tables.
     ``scope`` is the name stack around the call (``frames`` form); ``per_step`` how many
-    times one run of the program executes it (``None`` inside a loop of unknown length).
+    times one run of the program executes it (``None`` inside a loop of unknown length);
+    ``io_bytes`` the bytes of its operands and results, the least one call moves.
     """
 
     name: str
@@ -127,6 +128,7 @@ class PallasCall:
     source: str | None
     inside: str | None
     per_step: int | None
+    io_bytes: int = 0
 
 
 def pallas_calls(jaxpr: Any) -> list[PallasCall]:
@@ -192,7 +194,19 @@ def _pallas_call(eqn: Any, scope: str, times: int | None) -> PallasCall:
         source=frame,
         inside=marks[-1][0] if marks else None,
         per_step=times,
+        io_bytes=sum(_nbytes(v) for v in (*eqn.invars, *eqn.outvars)),
     )
+
+
+def _nbytes(v: Any) -> int:
+    """Bytes of one operand or result (what a kernel must at least read or write)."""
+    aval = getattr(v, "aval", v)
+    import numpy as np
+
+    count = 1
+    for d in aval.shape:
+        count *= int(d)
+    return count * np.dtype(aval.dtype).itemsize
 
 
 def _user_frames(eqn: Any) -> list[str]:

@@ -11,6 +11,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import pytest
+from hostile.traces import GPU_TRACE, TPU_TRACE
 from jax.profiler import ProfileData
 from profile_models import model, with_autotuned
 
@@ -40,7 +41,11 @@ def test_cpu_end_to_end_two_interpret_kernels_and_xla_ops(process, tmp_path):
     add = by_name["add_one"]
     assert add.flops_source == "cost_estimate" and add.flops == 3 * 128 * 128
     assert add.flops_per_s and add.bytes_per_s and add.intensity == pytest.approx(0.125)
-    assert by_name["double_it"].flops_source == "none" and by_name["double_it"].flops is None
+    # Without a cost estimate or hint, the operands' and results' sizes bound the bytes.
+    double = by_name["double_it"]
+    assert double.flops_source == "shapes" and double.flops is None
+    assert double.bytes_accessed == 6 * 2 * 128 * 128 * 4
+    assert double.bytes_per_s and double.bound_by == "unknown"
     for k in p.kernels:
         assert k.kind == "pallas" and k.total_us > 0
         assert k.total_us / p.iterations <= p.step_us
@@ -98,58 +103,6 @@ def test_closure_is_captured_in_process_with_missing_flags_named(monkeypatch):
         p = jaxtune.profile(local, jnp.ones(8), iters=2)
     assert p.missing_flags == ("--xla_cpu_foo=1",)
     assert "captured without profiling flags: --xla_cpu_foo=1" in p.table()
-
-
-TPU_TRACE = """
-planes {
-  id: 1 name: "/device:TPU:0"
-  stats { metadata_id: 10 double_value: 197.0 }
-  stats { metadata_id: 11 double_value: 819.0 }
-  lines { id: 1 name: "XLA Ops" timestamp_ns: 1000
-    events { metadata_id: 1 offset_ps: 0 duration_ps: 4000000 }
-    events { metadata_id: 2 offset_ps: 5000000 duration_ps: 1000000 }
-    events { metadata_id: 3 offset_ps: 7000000 duration_ps: 2000000 }
-    events { metadata_id: 1 offset_ps: 10000000 duration_ps: 6000000 }
-    events { metadata_id: 4 offset_ps: 17000000 duration_ps: 1000000 }
-  }
-  event_metadata { key: 1 value { id: 1 name: "custom-call.1"
-    stats { metadata_id: 1 str_value: "jit(step)/jaxtune[lib.mm#0123456789]/tiled_matmul/pallas_call" }
-    stats { metadata_id: 2 str_value: "custom-call" } } }
-  event_metadata { key: 2 value { id: 2 name: "fusion.2"
-    stats { metadata_id: 1 str_value: "jit(step)/tanh" }
-    stats { metadata_id: 3 double_value: 2048 } stats { metadata_id: 4 double_value: 8192 } } }
-  event_metadata { key: 3 value { id: 3 name: "custom-call.3"
-    stats { metadata_id: 1 str_value: "jit(step)/no_cost/pallas_call" } } }
-  event_metadata { key: 4 value { id: 4 name: "fusion.4"
-    stats { metadata_id: 1 str_value: "jit(step)/jaxtune[lib.norm#abcdefabcd]/mul" } } }
-  stat_metadata { key: 1 value { id: 1 name: "tf_op" } }
-  stat_metadata { key: 2 value { id: 2 name: "hlo_category" } }
-  stat_metadata { key: 3 value { id: 3 name: "flops" } }
-  stat_metadata { key: 4 value { id: 4 name: "bytes_accessed" } }
-  stat_metadata { key: 10 value { id: 10 name: "peak_teraflops_per_second" } }
-  stat_metadata { key: 11 value { id: 11 name: "peak_hbm_bw_gigabytes_per_second" } }
-}
-"""
-
-GPU_TRACE = """
-planes {
-  id: 2 name: "/device:GPU:0"
-  lines { id: 7 name: "Stream #7" timestamp_ns: 0
-    events { metadata_id: 1 offset_ps: 0 duration_ps: 3000000
-             stats { metadata_id: 1 str_value: "custom-call.5" }
-             stats { metadata_id: 2 str_value: "jit_step" } }
-    events { metadata_id: 2 offset_ps: 4000000 duration_ps: 1000000
-             stats { metadata_id: 1 str_value: "loop_fusion" }
-             stats { metadata_id: 2 str_value: "jit_step" } }
-  }
-  event_metadata { key: 1 value { id: 1 name: "softmax_kernel"
-    stats { metadata_id: 3 str_value: "jit(step)/softmax/pallas_call" } } }
-  event_metadata { key: 2 value { id: 2 name: "loop_fusion_kernel" } }
-  stat_metadata { key: 1 value { id: 1 name: "hlo_op" } }
-  stat_metadata { key: 2 value { id: 2 name: "hlo_module" } }
-  stat_metadata { key: 3 value { id: 3 name: "tf_op" } }
-}
-"""
 
 
 def write_trace(tmp_path, text):

@@ -44,7 +44,8 @@ class KernelStat:
     interpret-mode kernel, whose pieces interleave on host threads). ``flops``/``bytes_accessed`` are totals over all calls,
     and ``flops_source`` says where they came from: ``"cost_estimate"`` (the kernel's own),
     ``"hint"`` (``@autotuned(flops=..., bytes=...)``), ``"xla"`` (XLA's cost analysis in
-    the trace), ``"shapes"`` or ``"none"``. ``bound_by`` is ``"compute"``, ``"memory"`` or
+    the trace), ``"shapes"`` (bytes only: the operands and results of a Pallas kernel) or
+    ``"none"``. ``bound_by`` is ``"compute"``, ``"memory"`` or
     ``"unknown"`` against the device's peaks.
     """
 
@@ -236,6 +237,7 @@ class Context:
     costs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    io_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _calls(
@@ -275,6 +277,10 @@ def _cost(
     xla_bytes = sum(e.bytes_accessed or 0.0 for e in group)
     if xla_flops or xla_bytes:
         return xla_flops or None, xla_bytes or None, "xla"
+    io_bytes = ctx.io_bytes.get(name) if kind == "pallas" else None
+    if exact and io_bytes:
+        # The operands and results' sizes: a lower bound of the bytes a call moves.
+        return None, float(io_bytes * calls), "shapes"
     return None, None, "none"
 
 
@@ -338,6 +344,7 @@ def attribute(
     classify(events, kernels=kernels, fusions=fusions, pallas_prefixes=pallas_prefixes)
     per_step: dict[str, int | None] = dict(autotuned or {})
     all_costs = dict(costs or {})
+    io_bytes = {k["name"]: int(k["io_bytes"]) for k in kernels if k.get("io_bytes")}
     for k in kernels:
         n, before = k.get("per_step"), per_step.get(k["name"], 0)
         per_step[k["name"]] = None if n is None or before is None else before + int(n)
@@ -352,6 +359,7 @@ def attribute(
         costs=all_costs,
         hints=hints or {},
         sources=sources or {},
+        io_bytes=io_bytes,
     )
     runs = _runs(events)
     by_owner: dict[Owner, list[OpEvent]] = {}

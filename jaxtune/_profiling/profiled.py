@@ -119,6 +119,7 @@ def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
         "name": call.name,
         "scope": list(call.scope),
         "per_step": call.per_step,
+        "io_bytes": call.io_bytes,
         "cost_estimate": call.cost_estimate,
         "source": call.source,
         "inside": call.inside,

@@ -20,7 +20,7 @@ from .._errors import CacheError
 __all__ = ["ENTRY_FIELDS", "FAILURE_STAGES", "Field", "check_entry", "check_measurement"]
 
 #: Where a failed config failed (``Failure.stage``).
-FAILURE_STAGES = frozenset({"compile", "run", "check", "timeout", "crash", "inputs"})
+FAILURE_STAGES = frozenset({"compile", "run", "check", "timeout", "crash"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
