@@ -248,6 +248,10 @@ def test_one_child_per_cpu_device_picks_the_one_child_winner(tmp_path):
     assert runs[4][0]["reps"] == runs[1][0]["reps"] == 1, runs
     assert len(runs[1][1]) == 2  # the job itself traced once, one child measured everything
     assert len(runs[4][1]) == 5  # the job, and one child per device
+    # Left to itself, the job would start at most one child per core it may use.
+    expected = list(range(min(4, _devices.usable_cores())))
+    assert runs[4][0]["by_default"] == (expected if len(expected) > 1 else None), runs
+    assert runs[1][0]["by_default"] is None
 
 
 # -- the protocol, with threads playing the processes over an in-memory store ------------
@@ -479,17 +483,27 @@ def test_a_missing_share_names_the_follower_and_fails_the_others_at_once(monkeyp
 
 
 @pytest.mark.parametrize(
-    ("platform", "ids", "expected"),
+    ("platform", "ids", "cores", "expected"),
     [
-        ("gpu", [0, 1], [0, 1]),
-        ("cuda", [2, 3, 5], [2, 3, 5]),
-        ("cpu", [0, 1, 2, 3], [0, 1, 2, 3]),
-        ("cpu", [0], None),
-        ("tpu", [0, 1, 2, 3], None),
+        ("gpu", [0, 1], 1, [0, 1]),
+        ("cuda", [2, 3, 5], 2, [2, 3, 5]),
+        ("cpu", [0, 1, 2, 3], 8, [0, 1, 2, 3]),
+        # CPU devices share the cores: at most one child per core.
+        ("cpu", [0, 1, 2, 3], 2, [0, 1]),
+        ("cpu", [0, 1, 2, 3], 1, None),
+        ("cpu", [0], 8, None),
+        ("tpu", [0, 1, 2, 3], 8, None),
     ],
 )
-def test_which_devices_a_sweep_is_split_over(platform, ids, expected):
-    assert _devices.split(platform, ids) == expected
+def test_which_devices_a_sweep_is_split_over(platform, ids, cores, expected):
+    assert _devices.split(platform, ids, cores) == expected
+
+
+def test_usable_cores_are_this_processs_cores():
+    cores = _devices.usable_cores()
+    assert 1 <= cores <= (os.cpu_count() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        assert cores == len(os.sched_getaffinity(0))
 
 
 def test_this_process_sweeps_in_one_child():
