@@ -321,7 +321,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 3
     write_frame(args.res_fd, ready)
+    _warm_up()
     return _serve(args.cmd_fd, args.res_fd)
+
+
+def _warm_up() -> None:
+    """Pays, before the first request arrives, what the first sweep of a process would
+    otherwise pay: importing the sweep machinery and XLA's first compile and run. A child
+    started ahead of need (``prestart``) is then as fast as one that already swept."""
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        from .. import _tuning  # noqa: F401
+        from .._tuning import sweep  # noqa: F401
+
+        jax.block_until_ready(jax.jit(lambda x: (x * 2).reshape(4, -1).sum(axis=1))(jnp.ones(64)))
+    except Exception:  # a backend that cannot run this reports on the first real request
+        pass
 
 
 if __name__ == "__main__":
