@@ -311,7 +311,7 @@ class Autotuned(Generic[P, R]):
         if is_tracing(jax.tree_util.tree_leaves((args, kwargs))):
             return self._traced(args, kwargs)
         self.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
-        return self._eager_jit(*args, **kwargs)  # type: ignore[no-any-return]
+        return self._eager_jit(*args, **kwargs)
 
     def _traced(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         """The kernel called with the config chosen for these (traced) arguments."""
