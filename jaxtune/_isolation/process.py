@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import os
 import pathlib
 import signal
@@ -92,6 +93,13 @@ def _close_all(*fds: int) -> None:
             os.close(fd)
 
 
+def _widen(fd: int) -> None:
+    """Gives a pipe a 1 MiB buffer where the OS allows (Linux), so that a request carrying
+    arrays crosses in a few writes instead of one per 64 KiB."""
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)  # type: ignore[attr-defined]
+
+
 class ChildProcess:
     """One started child: its pipes, its log file, and how it ended.
 
@@ -105,6 +113,8 @@ class ChildProcess:
         fd, self.log_path = tempfile.mkstemp(dir=log_dir(), prefix="child-", suffix=".log")
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
+        _widen(cmd_w)
+        _widen(res_w)
         try:
             with os.fdopen(fd, "wb") as log:
                 self.proc = subprocess.Popen(
