@@ -28,6 +28,7 @@ from .. import _config
 from .._codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._errors import CacheError, JaxtuneWarning
 from .cachefs import Version, file_version, fix_for, open_lock
+from .eager import bump_generation
 from .result import SCHEMA_VERSION, Entry, TuningResult
 
 __all__ = ["CacheStore", "layers", "register_cache", "slug", "user_cache"]
@@ -232,6 +233,8 @@ class CacheStore:
             with self._lock, self._locked(path):
                 updated = change(self._current(path))
                 self._memo.pop(path, None)
+                # Kernels traced before (the eager jits' traces included) choose again.
+                bump_generation()
                 if not updated:
                     path.unlink(missing_ok=True)
                     return
@@ -276,6 +279,7 @@ class CacheStore:
                 for entry in entries:
                     path = self.path_for(entry.device_kind, entry.kernel)
                     self._unsaved.setdefault(path, {})[entry.key] = entry
+                    bump_generation()
                     self._report(
                         path,
                         f"{e} The tuned result is used in this process but is not saved.",
@@ -383,12 +387,14 @@ def register_cache(path: str | os.PathLike[str]) -> None:
         raise CacheError(f"register_cache: {p} does not exist; expected a directory or a file.")
     with _REGISTRY_LOCK:
         _LAYERS.append(layer)
+    bump_generation()
 
 
 def unregister_caches() -> None:
     """Forgets every registered packaged cache (for tests)."""
     with _REGISTRY_LOCK:
         _LAYERS.clear()
+    bump_generation()
 
 
 def layers() -> list[CacheStore | TuningResult]:
