@@ -13,9 +13,10 @@ from typing import Any
 
 from .._codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._errors import ProfileError
+from . import recover as _recover
 from . import roofline as _roofline
 from . import xspace as _xspace
-from .attribution import KernelStat, OpEvent, attribute, op_events
+from .attribution import KernelStat, OpEvent, attribute, op_events, program_ids
 
 __all__ = [
     "CALLS_SUFFIX",
@@ -213,12 +214,20 @@ def _profile(
     iterations: int,
     start: float,
 ) -> Profile:
-    events, plane = op_events(space, info.get("hlo"))
+    modules, unreadable = _recover.read_programs(space, program_ids(space))
+    programs = {pid: m.ops() for pid, m in modules.items()}
+    events, plane = op_events(space, info.get("hlo"), programs)
     if plane is None:
         raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
+    notes = _notes(space, events)
+    if not info:
+        info, plain_notes = _plain_info(_recover.recover(modules), plane, modules, unreadable)
+        notes += plain_notes
     platform = info.get("platform") or _platform_of(plane.name)
     device_kind = info.get("device_kind") or _device_kind_of(space, plane)
     kernels, ops, total_us = _attribute(events, plane, device_kind, info, iterations)
+    if any(not k.calls_exact for k in kernels):
+        notes.append(ROUGH_CALLS)
     timings = dict(info.get("timings", {}))
     timings["parse_s"] = time.perf_counter() - start
     return Profile(
@@ -231,7 +240,7 @@ def _profile(
         platform=platform,
         device_kind=device_kind,
         flags=dict(info.get("env", {})),
-        notes=tuple(_notes(space, events)),
+        notes=tuple(notes),
         timings=timings,
         timeline=timeline_of(events),
         peak=_roofline.peak_for(device_kind, plane.stats),
@@ -260,7 +269,53 @@ def _attribute(
         iterations=iterations,
         autotuned=info.get("autotuned"),
         host_trace=plane.name == "/host:CPU",
+        claims=info.get("claims"),
     )
+
+
+#: The note under a table whose kernel calls were read off the trace (``~N``).
+ROUGH_CALLS = (
+    "~N calls: read off the trace, not from the program (a loop or branch around the "
+    "kernel, a kernel in several programs, or a trace without run ids); no per-call "
+    "figure is derived from them"
+)
+
+
+def _plain_info(
+    found: _recover.Recovered,
+    plane: _xspace.Plane,
+    modules: Mapping[int, Any],
+    unreadable: list[str],
+) -> tuple[dict[str, Any], list[str]]:
+    """What a trace without jaxtune's sidecar says about its kernels (:mod:`.recover`),
+    in the shape a capture records, and notes saying what it could not say."""
+    kernels = found.kernels()
+    info = {
+        "kernels": kernels,
+        "claims": found.claims,
+        "sources": {k["name"]: k["source"] for k in kernels if k.get("source")},
+    }
+    notes = []
+    if kernels:
+        notes.append(
+            f"no {INFO_FILE} beside this trace: kernels recovered from its HLO metadata "
+            "(interpret-mode Pallas kernels by their io_callbacks and stack frames); "
+            "cost estimates, hints and autotuned calls need a trace captured by "
+            "jaxtune.profile or @jaxtune.profiled"
+        )
+    elif plane.name == "/host:CPU" and not modules:
+        notes.append(
+            "this trace holds no HLO metadata (no /host:metadata plane with HLO protos), "
+            "so its ops cannot be told apart by kernel; capture it with jax.profiler.trace "
+            "or jaxtune.profile"
+        )
+    if unreadable:
+        shown = ", ".join(unreadable[:3]) + (" ..." if len(unreadable) > 3 else "")
+        notes.append(
+            f"the HLO metadata of {len(unreadable)} program(s) could not be decoded "
+            f"({shown}); their ops are shown by instruction name"
+        )
+    return info, notes
 
 
 def _notes(space: _xspace.Space, events: list[OpEvent]) -> list[str]:
