@@ -2,7 +2,8 @@
 instruction's name stack, custom-call target, program and run, and its exclusive time.
 
 Where the ops are:
-- CPU: host plane ``/host:CPU``, lines ``tf_XLA*``, one event per executed thunk with stats
+- CPU: host plane ``/host:CPU``, lines ``tf_XLA*`` (XLA's thread pool) and the calling
+  thread's (``python``), one event per executed thunk with stats
   ``hlo_op``/``hlo_module``/``program_id``/``run_id``; the op's name stack comes from the
   compiled HLO's metadata: the capture's HLO text, or the HLO protos the trace carries
   (:mod:`.hloproto`).
@@ -59,8 +60,8 @@ def _device_planes(space: _xspace.Space) -> list[_xspace.Plane]:
 def _op_lines(plane: _xspace.Plane) -> list[_xspace.Line]:
     if plane.name.startswith("/device:TPU:"):
         return [line for line in plane.lines if line.name == "XLA Ops"]
-    if plane.name == "/host:CPU":
-        return [line for line in plane.lines if line.name.startswith("tf_XLA")]
+    # On CPU a thunk runs on XLA's pool (``tf_XLA*`` lines) or on the thread that called
+    # the program (its ``python`` line): every line, and of each only the events of ops.
     return list(plane.lines)
 
 

@@ -8,12 +8,16 @@ kernel, whose compiled ops keep no ``pallas_call`` in their names
 
 - TPU interpret mode runs a kernel's memory operations as ``io_callback``s. Those outside
   the kernel's grid loop (name stack ``<scope>/io_callback``) were traced at the
-  ``pallas_call`` line, so their Python stack ends there: that stack is the kernel's *site*.
+  ``pallas_call`` line, so their Python stack ends there: that stack is the kernel's *site*
+  (callbacks of index maps that read scalar-prefetch operands, traced at the same line,
+  are part of it).
 - An op whose stack passes through a site, and whose name stack through the site's scope,
-  is the kernel's: its grid loop, its body, its callbacks. The kernel is named after the
-  function the site runs (the first frame below the site that is not the site's own code:
-  ``_flash_attention_kernel``, ``matmul_kernel``), the name a capture reads from the jaxpr,
-  and its source is the site's line.
+  is the kernel's: its grid loop, its body, its callbacks. The kernel is named as the
+  jaxpr names it, as far as the trace tells: ``pallas_call(name=...)`` runs the call under
+  a scope of that name; else the function the site runs (the first frame below the site
+  that is not the site's own code: ``_flash_attention_kernel``, ``matmul_kernel``); else
+  (under autodiff, whose stacks stop at the user's call) the innermost named scope or
+  ``jit``. Its source is the site's line.
 - Other ops inside the kernel's scope (the glue of a wrapper such as ``jit(flash_attention)``)
   are the kernel's by the rule a capture applies (:func:`jaxtune._markers.owner_of`); a
   fusion belongs to the kernels of the instructions fused into it.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,6 +49,11 @@ CALLBACK_TARGETS = ("xla_ffi_python_cpu_callback", "xla_python_cpu_callback")
 
 #: Name-stack frames of loops and branches: a kernel under one may run any number of times.
 _REPEATING = frozenset({"while", "body", "cond", "scan", "map", "fori_loop", "switch"})
+
+#: Scopes JAX itself adds, never a kernel's name.
+_NOT_NAMES = _REPEATING | {"eval_jaxpr", "closed_call", "core_call", "checkpoint", "remat"}
+#: A named scope (not ``jit(...)``, a transform or a ``jaxtune[...]`` marker).
+_SCOPE_NAME = re.compile(r"^[^()\[\]\s]+$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,8 +125,13 @@ def _starts(seq: Sequence[Any], prefix: Sequence[Any]) -> bool:
 def _kernel_name(
     frames: tuple[Frame, ...], scope: tuple[str, ...], members: list[tuple[Frame, ...]]
 ) -> str:
-    """The function the site runs: the commonest first frame below the site that is not
-    the site's own code; else the innermost ``jit`` of the scope; else ``pallas_call``."""
+    """The kernel's name as the jaxpr gives it: ``pallas_call(name=...)``, which runs the
+    call under a scope of that name; else the function the site runs (the commonest first
+    frame below the site that is not the site's own code); else the innermost ``jit`` of
+    the scope; else ``pallas_call``."""
+    last = scope[-1] if scope else ""
+    if _SCOPE_NAME.match(last) and last not in _NOT_NAMES and not last.startswith("branch_"):
+        return last
     own = {f.function for f in frames}
     below = collections.Counter(
         stack[len(frames)].function
@@ -135,6 +150,19 @@ def _once(scope: tuple[str, ...]) -> bool:
     return not any(f in _REPEATING or f.startswith("branch_") for f in scope)
 
 
+def _head(stack: tuple[Frame, ...], frame: Frame) -> tuple[Frame, ...]:
+    """``stack`` down to the first time it reaches ``frame`` (empty when it never does)."""
+    return stack[: stack.index(frame) + 1] if frame in stack else ()
+
+
+def _same_call(stack: tuple[Frame, ...], site: Site) -> bool:
+    """Whether ``stack`` was traced during ``site``'s call: it extends the site's stack,
+    or it reaches the site's line from the same outer stack (an index map that reads a
+    scalar-prefetch operand runs as a callback of its own, traced at the call)."""
+    line = site.frames[-1]
+    return _starts(stack, site.frames) or _head(stack, line) == _head(site.frames, line)
+
+
 def sites(module: HloModule) -> list[Site]:
     """The interpret-mode Pallas kernel sites of a program, from its host callbacks."""
     calls = collections.Counter(
@@ -142,8 +170,10 @@ def sites(module: HloModule) -> list[Site]:
         for i in module.instructions.values()
         if i.target in CALLBACK_TARGETS and i.frames and i.op_name
     )
+
     # A callback whose scope and stack extend another's runs inside that kernel (its grid
-    # loop, its body); the others were traced at a pallas_call line.
+    # loop, its body); the others were traced at a pallas_call line. The call with most
+    # callbacks inside it is the site; others traced at the same call are part of it.
     outer = [
         (scope, stack)
         for scope, stack in calls
@@ -151,20 +181,19 @@ def sites(module: HloModule) -> list[Site]:
             len(s) < len(scope) and _starts(scope, s) and _starts(stack, f) for s, f in calls
         )
     ]
+    outer.sort(key=lambda k: (-sum(calls[c] for c in calls if _inside(c, k)), len(k[1])))
     found: list[Site] = []
-    for scope, stack in sorted(outer, key=lambda k: len(k[1])):
-        if any(s.scope == scope and _starts(stack, s.frames) for s in found):
-            continue  # the same site, seen through a longer stack
-        members = [f for s, f in calls if _starts(s, scope) and _starts(f, stack)]
-        found.append(
-            Site(
-                name=_kernel_name(stack, scope, members),
-                scope=scope,
-                frames=stack,
-                once=_once(scope),
-            )
-        )
+    for scope, stack in outer:
+        if any(s.scope == scope and _same_call(stack, s) for s in found):
+            continue
+        inner = [f for c in calls if _inside(c, (scope, stack)) for f in (c[1],)]
+        name = _kernel_name(stack, scope, inner)
+        found.append(Site(name=name, scope=scope, frames=stack, once=_once(scope)))
     return found
+
+
+def _inside(call: tuple[Any, Any], site: tuple[Any, Any]) -> bool:
+    return _starts(call[0], site[0]) and _starts(call[1], site[1])
 
 
 def _claim(
@@ -186,7 +215,8 @@ def claims(module: HloModule, found: list[Site]) -> dict[str, str]:
     kernels (by stack, then by scope, then fusions by what they fuse)."""
     if not found:
         return {}
-    by_depth = sorted(found, key=lambda s: -len(s.frames))
+    # The most specific site first: a backward kernel's scope extends the forward's.
+    by_depth = sorted(found, key=lambda s: (-len(s.scope), -len(s.frames)))
     scopes = _markers.scope_table([{"name": s.name, "scope": s.scope} for s in found])
     out: dict[str, str] = {}
     for ins in module.instructions.values():
