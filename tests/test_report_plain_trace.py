@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
 
+import jax.numpy as jnp
+import profile_models
 import pytest
+from jax.experimental.pallas import tpu as pltpu
 from jax.profiler import ProfileData
+from profile_models import direct_step
 
+import jaxtune
+from jaxtune._isolation import process as _process
 from jaxtune._profiling import hloproto, recover
 from jaxtune._profiling import report as _report
 
@@ -71,7 +78,8 @@ def _instruction(name, opcode, op_name="", frame=0, target="", calls=()):
 def hlo_proto(scope: str = "jit(step)/jit(attn)") -> bytes:
     """An HloProto of ``jit_step``: an interpret-mode kernel ``attn_kernel`` called at
     kern.py:40 under ``scope`` (grid loop, callbacks, a fusion of its body), a multiply of
-    the step itself, and a copy XLA added without metadata."""
+    the step itself, and copies XLA added without metadata (one in the kernel's loop body,
+    one beside the step's own ops)."""
     files = ["/app/train.py", "/app/kern.py"]
     functions = ["<module>", "step", "attn", "attn_kernel"]
     index = _msg(
@@ -103,7 +111,13 @@ def hlo_proto(scope: str = "jit(step)/jit(attn)") -> bytes:
         (2, _instruction("add.5", "add", f"{scope}/while/body/add", BODY)),
         (5, 2),
     )
-    module = _msg((1, "jit_step"), (3, fused), (3, entry), (17, index))
+    body = _msg(
+        (1, "body"),
+        (2, _instruction("add.8", "add", f"{scope}/while/body/add", BODY)),
+        (2, _instruction("copy.9", "copy")),
+        (5, 3),
+    )
+    module = _msg((1, "jit_step"), (3, fused), (3, body), (3, entry), (17, index))
     return _msg((1, module), (3, b""))
 
 
@@ -215,9 +229,10 @@ def test_sites_name_the_kernel_after_the_function_below_the_pallas_call_line():
         True,
     )
     claims = recover.claims(module, [site])
-    assert claims == {
-        name: "attn_kernel" for name in ("io_callback.1", "while.2", "io_callback.3", "fusion.4")
-    } | {"add.5": "attn_kernel"}
+    # The body's copy has no metadata but only kernel ops beside it; the entry's has the
+    # step's multiply beside it, so it stays an XLA op.
+    kernel_ops = ("io_callback.1", "while.2", "io_callback.3", "fusion.4", "add.5", "add.8")
+    assert claims == dict.fromkeys((*kernel_ops, "copy.9"), "attn_kernel")
 
 
 # -- report on hand-built CPU traces --------------------------------------------------------
@@ -248,8 +263,15 @@ def test_a_kernel_inside_a_loop_has_its_calls_flagged(tmp_path):
 def test_a_damaged_hlo_proto_costs_only_its_programs_names(tmp_path):
     p = _report.report_from_trace(write(tmp_path, cpu_trace(hlo_proto()[:-40])))
     assert p.kernels == ()
-    assert any("could not be decoded (jit_step(8))" in n for n in p.notes)
+    assert any("could not be decoded or searched (jit_step(8))" in n for n in p.notes)
     assert {o.name for o in p.ops} >= {"while.2", "multiply.6"}
+
+
+def test_a_program_with_too_many_kinds_of_callback_is_not_searched(tmp_path, monkeypatch):
+    monkeypatch.setattr(recover, "MAX_CALLBACK_KINDS", 1)
+    p = _report.report_from_trace(write(tmp_path, cpu_trace(hlo_proto())))
+    assert p.kernels == ()
+    assert any("could not be decoded or searched (jit_step)" in n for n in p.notes)
 
 
 def test_a_cpu_trace_without_metadata_says_so(tmp_path, cli):
@@ -368,3 +390,27 @@ def test_a_truncated_plain_trace_is_a_one_line_error(plain_trace, cli, tmp_path)
         assert proc.returncode == 2, proc.stdout
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
         assert proc.stderr.startswith(f"jaxtune report: {bad} is not a readable XSpace trace")
+
+
+@pytest.mark.slow
+def test_a_kernel_called_straight_from_the_step_with_and_without_the_sidecar(tmp_path):
+    """The whole program is its scope, so only the trace's stack frames tell its ops; the
+    capture and the plain reading agree."""
+    source = pathlib.Path(profile_models.__file__).read_text().splitlines()
+    line = source.index("    added = pl.pallas_call(") + 1
+    try:
+        with pltpu.force_tpu_interpret_mode():
+            captured = jaxtune.profile(
+                direct_step, jnp.ones((256, 128)), iters=2, logdir=str(tmp_path)
+            )
+    finally:
+        _process.shutdown_children()
+    (sidecar,) = tmp_path.glob(f"**/{_report.INFO_FILE}")
+    sidecar.unlink()
+    plain = jaxtune.Profile.from_trace(tmp_path)
+    for p in (captured, plain):
+        (kernel,) = p.kernels
+        assert (kernel.name, kernel.calls, kernel.calls_exact) == ("_add_twice", 2, True)
+        assert kernel.source == f"{profile_models.__file__}:{line}"
+        assert {"wrapped_sine", "wrapped_cosine"} <= {o.name for o in p.ops}
+    assert plain.kernels[0].total_us == pytest.approx(captured.kernels[0].total_us)

@@ -43,7 +43,8 @@ class Frame:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class HloInstruction:
-    """One compiled HLO instruction; ``frames`` are outermost first."""
+    """One compiled HLO instruction; ``frames`` are outermost first, ``computation`` is
+    the id of the computation holding it, ``calls`` those it calls."""
 
     name: str
     opcode: str
@@ -51,6 +52,7 @@ class HloInstruction:
     target: str | None
     frames: tuple[Frame, ...]
     calls: tuple[int, ...]
+    computation: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -142,7 +144,9 @@ class _Stacks:
         return out
 
 
-def _instruction(buf: bytes, span: tuple[int, int], stacks: _Stacks) -> HloInstruction:
+def _instruction(
+    buf: bytes, span: tuple[int, int], stacks: _Stacks, computation: int
+) -> HloInstruction:
     msg = _message(buf, span)
     meta = _message(buf, msg[7][-1]) if isinstance(msg.get(7, [None])[-1], tuple) else {}
     frames = stacks.stack(_int(meta, 15))
@@ -155,6 +159,7 @@ def _instruction(buf: bytes, span: tuple[int, int], stacks: _Stacks) -> HloInstr
         target=_string(msg, buf, 28) or None,
         frames=frames,
         calls=_ints(msg, buf, 38),
+        computation=computation,
     )
 
 
@@ -180,7 +185,7 @@ def parse_hlo_proto(data: bytes) -> HloModule:
         names = by_computation.setdefault(_int(comp, 5), [])
         for ins_span in comp.get(2, ()):
             if isinstance(ins_span, tuple):
-                ins = _instruction(buf, ins_span, stacks)
+                ins = _instruction(buf, ins_span, stacks, _int(comp, 5))
                 instructions[ins.name] = ins
                 names.append(ins.name)
     fused = {

@@ -47,6 +47,9 @@ __all__ = ["CALLBACK_TARGETS", "Recovered", "Site", "read_programs", "recover", 
 #: Custom-call targets of a host callback (``io_callback``, ``pure_callback``) on CPU.
 CALLBACK_TARGETS = ("xla_ffi_python_cpu_callback", "xla_python_cpu_callback")
 
+#: Most kinds of callback (scope, stack) a program may have for its kernels to be searched.
+MAX_CALLBACK_KINDS = 2000
+
 #: Name-stack frames of loops and branches: a kernel under one may run any number of times.
 _REPEATING = frozenset({"while", "body", "cond", "scan", "map", "fori_loop", "switch"})
 
@@ -78,6 +81,7 @@ class Recovered:
 
     sites: dict[int, list[Site]]
     claims: dict[tuple[int, str], str]
+    skipped: tuple[str, ...] = ()
 
     def kernels(self) -> list[dict[str, Any]]:
         """The sites as a capture records its Pallas calls (``name``, ``scope``,
@@ -163,13 +167,21 @@ def _same_call(stack: tuple[Frame, ...], site: Site) -> bool:
     return _starts(stack, site.frames) or _head(stack, line) == _head(site.frames, line)
 
 
-def sites(module: HloModule) -> list[Site]:
-    """The interpret-mode Pallas kernel sites of a program, from its host callbacks."""
-    calls = collections.Counter(
+def _callbacks(module: HloModule) -> collections.Counter[tuple[tuple[str, ...], Any]]:
+    """How many host callbacks of each (scope, Python stack) the program has."""
+    return collections.Counter(
         (_markers.frames(i.op_name)[:-1], i.frames)
         for i in module.instructions.values()
         if i.target in CALLBACK_TARGETS and i.frames and i.op_name
     )
+
+
+def sites(module: HloModule) -> list[Site]:
+    """The interpret-mode Pallas kernel sites of a program, from its host callbacks (none
+    past :data:`MAX_CALLBACK_KINDS` kinds of callback: the search is quadratic in them)."""
+    calls = _callbacks(module)
+    if len(calls) > MAX_CALLBACK_KINDS:
+        return []
 
     # A callback whose scope and stack extend another's runs inside that kernel (its grid
     # loop, its body); the others were traced at a pallas_call line. The call with most
@@ -186,7 +198,7 @@ def sites(module: HloModule) -> list[Site]:
     for scope, stack in outer:
         if any(s.scope == scope and _same_call(stack, s) for s in found):
             continue
-        inner = [f for c in calls if _inside(c, (scope, stack)) for f in (c[1],)]
+        inner = [c[1] for c in calls if _inside(c, (scope, stack))]
         name = _kernel_name(stack, scope, inner)
         found.append(Site(name=name, scope=scope, frames=stack, once=_once(scope)))
     return found
@@ -227,6 +239,17 @@ def claims(module: HloModule, found: list[Site]) -> dict[str, str]:
         names = sorted({out[p] for p in parts if p in out})
         if fusion not in out and names:
             out[fusion] = " + ".join(names)
+    # Copies XLA added without metadata belong to the kernel that owns every other
+    # instruction of their computation (a loop body of the kernel's).
+    owners: dict[int, set[str | None]] = collections.defaultdict(set)
+    for ins in module.instructions.values():
+        if ins.op_name:
+            owners[ins.computation].add(out.get(ins.name))
+    for ins in module.instructions.values():
+        only = owners.get(ins.computation, set())
+        owner = next(iter(only)) if len(only) == 1 else None
+        if not ins.op_name and owner is not None:
+            out[ins.name] = owner
     return out
 
 
@@ -236,4 +259,7 @@ def recover(modules: Mapping[int, HloModule]) -> Recovered:
     claimed = {
         (pid, op): name for pid, m in modules.items() for op, name in claims(m, found[pid]).items()
     }
-    return Recovered(sites={pid: s for pid, s in found.items() if s}, claims=claimed)
+    skipped = [m.name for m in modules.values() if len(_callbacks(m)) > MAX_CALLBACK_KINDS]
+    return Recovered(
+        sites={pid: s for pid, s in found.items() if s}, claims=claimed, skipped=tuple(skipped)
+    )

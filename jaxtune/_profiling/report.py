@@ -183,8 +183,9 @@ def report_from_trace(
     ``step_us`` is then the trace's whole device time.
 
     What ``capture`` returned is kept beside the trace (:data:`INFO_FILE`), so reading the
-    same trace later (``jaxtune report DIR``) attributes it the same way: on CPU the trace
-    alone does not say which kernel an op belongs to.
+    same trace later (``jaxtune report DIR``) attributes it the same way, with the cost
+    estimates and hints only the program knows. Without it, the kernels are recovered from
+    the HLO metadata the trace carries (:mod:`.recover`).
     """
     if info:
         _remember(path, info, iterations)
@@ -220,9 +221,17 @@ def _profile(
     if plane is None:
         raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
     notes = _notes(space, events)
+    found = _recover.recover(modules)
     if not info:
-        info, plain_notes = _plain_info(_recover.recover(modules), plane, modules, unreadable)
+        info, plain_notes = _plain_info(found, space, plane, [*unreadable, *found.skipped])
         notes += plain_notes
+    else:
+        # The capture knows the program's kernels; the trace's stack frames still find the
+        # ops of one called straight from the jitted function, whose scope is the whole
+        # program. Only kernels the capture knows are taken from them.
+        known = {k.get("name") for k in info.get("kernels") or ()}
+        claims = {key: name for key, name in found.claims.items() if name in known}
+        info = {**info, "claims": claims}
     platform = info.get("platform") or _platform_of(plane.name)
     device_kind = info.get("device_kind") or _device_kind_of(space, plane)
     kernels, ops, total_us = _attribute(events, plane, device_kind, info, iterations)
@@ -282,10 +291,7 @@ ROUGH_CALLS = (
 
 
 def _plain_info(
-    found: _recover.Recovered,
-    plane: _xspace.Plane,
-    modules: Mapping[int, Any],
-    unreadable: list[str],
+    found: _recover.Recovered, space: _xspace.Space, plane: _xspace.Plane, unread: list[str]
 ) -> tuple[dict[str, Any], list[str]]:
     """What a trace without jaxtune's sidecar says about its kernels (:mod:`.recover`),
     in the shape a capture records, and notes saying what it could not say."""
@@ -303,16 +309,16 @@ def _plain_info(
             "cost estimates, hints and autotuned calls need a trace captured by "
             "jaxtune.profile or @jaxtune.profiled"
         )
-    elif plane.name == "/host:CPU" and not modules:
+    elif plane.name == "/host:CPU" and not space.hlo_programs():
         notes.append(
             "this trace holds no HLO metadata (no /host:metadata plane with HLO protos), "
             "so its ops cannot be told apart by kernel; capture it with jax.profiler.trace "
             "or jaxtune.profile"
         )
-    if unreadable:
-        shown = ", ".join(unreadable[:3]) + (" ..." if len(unreadable) > 3 else "")
+    if unread:
+        shown = ", ".join(unread[:3]) + (" ..." if len(unread) > 3 else "")
         notes.append(
-            f"the HLO metadata of {len(unreadable)} program(s) could not be decoded "
+            f"the HLO metadata of {len(unread)} program(s) could not be decoded or searched "
             f"({shown}); their ops are shown by instruction name"
         )
     return info, notes
