@@ -16,7 +16,8 @@ from .._errors import ProfileError
 from . import recover as _recover
 from . import roofline as _roofline
 from . import xspace as _xspace
-from .attribution import KernelStat, OpEvent, attribute, op_events, program_ids
+from .attribution import KernelStat, attribute
+from .events import OpEvent, op_events, program_ids
 
 __all__ = [
     "CALLS_SUFFIX",
