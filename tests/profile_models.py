@@ -120,3 +120,22 @@ def _tiled_add(v, block):
 def three_kernels(x, v):
     """Three autotuned Pallas kernels: about 4 : 1 : 0 in device time."""
     return heavy(x).sum() + medium(x).sum() + tiny(v).sum()
+
+
+def _add_twice(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] + y_ref[...] * 2
+
+
+@jax.jit
+def direct_step(x):
+    """A Pallas kernel called straight from the jitted function, so no scope but the whole
+    program's surrounds it; run it in TPU interpret mode."""
+    block = pl.BlockSpec((128, x.shape[1]), lambda i: (i, 0))
+    added = pl.pallas_call(
+        _add_twice,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // 128,),
+        in_specs=[block, block],
+        out_specs=block,
+    )(x, jnp.sin(x))
+    return jnp.cos(added)

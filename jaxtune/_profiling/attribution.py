@@ -1,18 +1,11 @@
 """Device events -> HLO ops -> kernels, with time, FLOP/s, bandwidth and roofline bound.
 
-Where the ops are:
-- CPU: host plane ``/host:CPU``, lines ``tf_XLA*``, one event per executed thunk with stats
-  ``hlo_op``/``hlo_module``; the op's name stack comes from the compiled HLO's metadata
-  (``hlo`` below), since a CPU trace carries no HLO protos.
-- TPU: planes ``/device:TPU:N``, line ``XLA Ops``; the event metadata carries ``tf_op`` (the
-  name stack), ``hlo_category``, ``flops``, ``bytes_accessed``.
-- GPU: planes ``/device:GPU:N``, kernel events with ``hlo_op``/``hlo_module`` (and, when
-  given, ``tf_op``).
-
-An op belongs to the innermost Pallas kernel of its name stack (``<name>/pallas_call``, or
-a Pallas custom call), else to the innermost ``jaxtune[<id>#<digest>]`` marker, else it is
-a plain XLA op. Nested events (a while loop and its body) count their exclusive time, so
-nothing is counted twice.
+The executed ops come from :mod:`.events`. An op belongs to the kernel the trace's own
+metadata names for it (:mod:`.recover`, for a trace read without its capture), else by
+:func:`jaxtune._markers.owner_of`: a Pallas custom call, the innermost ``pallas_call``
+frame of its name stack, the interpret-mode kernel whose scope encloses it, the innermost
+``jaxtune[<id>#<digest>]`` marker; else it is a plain XLA op. Time is each op's exclusive
+time, so nothing is counted twice.
 """
 
 from __future__ import annotations
@@ -23,9 +16,19 @@ from typing import Any, Literal
 
 from .. import _markers
 from . import roofline as _roofline
-from . import xspace as _xspace
+from .events import OpEvent as OpEvent
+from .events import op_events as op_events
+from .events import program_ids as program_ids
 
-__all__ = ["Context", "KernelStat", "OpEvent", "attribute", "classify", "op_events"]
+__all__ = [
+    "Context",
+    "KernelStat",
+    "OpEvent",
+    "attribute",
+    "classify",
+    "op_events",
+    "program_ids",
+]
 
 Owner = _markers.Owner
 Provenance = Literal["cost_estimate", "hint", "xla", "shapes", "none"]
@@ -74,112 +77,23 @@ class KernelStat:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-@dataclasses.dataclass(slots=True)
-class OpEvent:
-    """One executed HLO op."""
-
-    op: str
-    module: str
-    name_stack: str
-    target: str | None
-    start_ps: int
-    duration_ps: int
-    exclusive_ps: int
-    flops: float | None
-    bytes_accessed: float | None
-    line: int
-    parent: OpEvent | None = None
-    owner: Owner = ("xla", "", None)
-
-
-def _device_planes(space: _xspace.Space) -> list[_xspace.Plane]:
-    devices = [p for p in space.planes if p.name.startswith(("/device:TPU:", "/device:GPU:"))]
-    if devices:
-        return devices
-    return [p for p in space.planes if p.name == "/host:CPU"]
-
-
-def _op_lines(plane: _xspace.Plane) -> list[_xspace.Line]:
-    if plane.name.startswith("/device:TPU:"):
-        return [line for line in plane.lines if line.name == "XLA Ops"]
-    if plane.name == "/host:CPU":
-        return [line for line in plane.lines if line.name.startswith("tf_XLA")]
-    return list(plane.lines)
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def op_events(
-    space: _xspace.Space, hlo: Mapping[str, tuple[str, str | None]] | None = None
-) -> tuple[list[OpEvent], _xspace.Plane | None]:
-    """Every executed HLO op of the first device plane (all lines), with exclusive times.
-
-    ``hlo`` maps an HLO instruction name to ``(op_name, custom-call target)``.
-    """
-    hlo = hlo or {}
-    planes = _device_planes(space)
-    if not planes:
-        return [], None
-    plane = planes[0]
-    events: list[OpEvent] = []
-    for index, line in enumerate(_op_lines(plane)):
-        base = line.timestamp_ns * 1000
-        on_line: list[OpEvent] = []
-        for ev in line.events:
-            op = ev.stat("hlo_op")
-            if op is None and plane.name.startswith("/device:TPU:"):
-                op = ev.name
-            if not op:
-                continue
-            op = str(op)
-            known = hlo.get(op)
-            name_stack = str(ev.stat("tf_op") or (known[0] if known else ""))
-            target = ev.stat("custom_call_target") or (known[1] if known else None)
-            on_line.append(
-                OpEvent(
-                    op=op,
-                    module=str(ev.stat("hlo_module", "")),
-                    name_stack=name_stack,
-                    target=str(target) if target else None,
-                    start_ps=base + ev.offset_ps,
-                    duration_ps=ev.duration_ps,
-                    exclusive_ps=ev.duration_ps,
-                    flops=_number(ev.stat("flops")),
-                    bytes_accessed=_number(ev.stat("bytes_accessed")),
-                    line=index,
-                )
-            )
-        on_line.sort(key=lambda e: (e.start_ps, -e.duration_ps))
-        stack: list[OpEvent] = []
-        for e in on_line:
-            while stack and stack[-1].start_ps + stack[-1].duration_ps <= e.start_ps:
-                stack.pop()
-            if stack:
-                e.parent = stack[-1]
-                stack[-1].exclusive_ps -= e.duration_ps
-            stack.append(e)
-        events.extend(on_line)
-    for e in events:
-        e.exclusive_ps = max(e.exclusive_ps, 0)
-    events.sort(key=lambda e: e.start_ps)
-    return events, plane
-
-
 def classify(
     events: Sequence[OpEvent],
     *,
     kernels: Sequence[Mapping[str, Any]] = (),
     fusions: Mapping[str, Sequence[str]] | None = None,
     pallas_prefixes: Mapping[str, str] | None = None,
+    claims: Mapping[tuple[int, str], str] | None = None,
 ) -> None:
     """Sets each event's ``owner`` by :func:`jaxtune._markers.owner_of`.
 
     ``kernels`` are the program's Pallas calls (name, scope, ...); ``fusions`` map a fusion
     to the op names of the instructions fused into it: a fusion that holds ops of kernels
     belongs to them (one owner naming every kernel, ``"a + b"``, when there are several),
-    never to an anonymous XLA row.
+    never to an anonymous XLA row. ``claims`` name the Pallas kernel of an instruction
+    (``(program id, instruction)``) where the trace's own metadata says it
+    (:mod:`.recover`). A program run from inside another program's op (what an
+    interpret-mode ``io_callback`` does) belongs to that op.
     """
     scopes = _markers.scope_table(kernels)
     prefixes = sorted((pallas_prefixes or {}).items(), key=lambda kv: -len(kv[0]))
@@ -192,12 +106,16 @@ def classify(
         return known[memo]
 
     for e in events:  # in time order, so a parent is classified before its children
-        if not e.name_stack and e.parent is not None:
-            # Ops XLA added without metadata (copies inside a loop body) belong to the op
-            # that runs them.
+        if e.parent is not None and (not e.name_stack or e.parent.program != e.program):
+            # Ops XLA added without metadata (copies inside a loop body), and programs a
+            # callback ran, belong to the op that runs them.
             e.owner = e.parent.owner
             continue
         e.owner = owner(e.name_stack, e.target, e.op)
+        claim = claims.get((e.program, e.op)) if claims and e.program is not None else None
+        if claim is not None:
+            e.owner = ("pallas", claim, e.owner[2])
+            continue
         parts = (fusions or {}).get(e.op)
         if e.owner[0] == "xla" and parts:
             inner = {owner(stack, None, e.op) for stack in parts}
@@ -240,19 +158,31 @@ class Context:
     io_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
+def _program_runs(group: Sequence[OpEvent]) -> int:
+    """How many runs of its program the trace shows a kernel in (its events' ``run_id``s;
+    0 when an event lacks one). Programs a callback ran inside it have runs of their own
+    and are left out."""
+    own = [e for e in group if e.parent is None or e.parent.program == e.program]
+    if not own or any(e.run is None for e in own):
+        return 0
+    return len({(e.program, e.run) for e in own})
+
+
 def _calls(
     owner: Owner, runs: list[int], group: Sequence[OpEvent], ctx: Context
 ) -> tuple[int, bool]:
-    """``(calls, exact)``: executions per step (from the program) x iterations when the
-    program says how often a kernel runs; else what the trace shows, exact only where one
-    event is one call (a plain op, a custom call, any op on a device plane)."""
+    """``(calls, exact)``: executions per step (from the program) x iterations (or, for a
+    trace read without its capture, the runs of the program it shows) when the program
+    says how often a kernel runs; else what the trace shows, exact only where one event is
+    one call (a plain op, a custom call, any op on a device plane)."""
     kind, name, _ = owner
     if kind == "xla" or not ctx.host_trace or all(e.target for e in group):
         return len(runs), True
     per_step = [ctx.per_step.get(n) for n in name.split(" + ")]
     known = [n for n in per_step if isinstance(n, int) and n > 0]
-    if ctx.iterations and per_step and len(known) == len(per_step):
-        return max(known) * ctx.iterations, True
+    steps = ctx.iterations or _program_runs(group)
+    if steps and per_step and len(known) == len(per_step):
+        return max(known) * steps, True
     return len(runs), False
 
 
@@ -329,6 +259,7 @@ def attribute(
     iterations: int = 0,
     autotuned: Mapping[str, int] | None = None,
     host_trace: bool = False,
+    claims: Mapping[tuple[int, str], str] | None = None,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
     """``(kernels, ops, total device µs)``, each list sorted by share.
 
@@ -339,9 +270,12 @@ def attribute(
     ``pallas_prefixes`` a name-stack prefix to a kernel name; ``autotuned`` a jaxtune
     kernel id to its call sites per step; ``iterations`` how many steps the trace holds;
     ``host_trace`` that the ops ran on host threads (CPU), where an interpret-mode kernel's
-    events interleave and cannot be counted as calls.
+    events interleave and cannot be counted as calls; ``claims`` the kernel of an
+    instruction by ``(program id, instruction)``, recovered from a trace's own metadata.
     """
-    classify(events, kernels=kernels, fusions=fusions, pallas_prefixes=pallas_prefixes)
+    classify(
+        events, kernels=kernels, fusions=fusions, pallas_prefixes=pallas_prefixes, claims=claims
+    )
     per_step: dict[str, int | None] = dict(autotuned or {})
     all_costs = dict(costs or {})
     io_bytes = {k["name"]: int(k["io_bytes"]) for k in kernels if k.get("io_bytes")}

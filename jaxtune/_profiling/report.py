@@ -13,9 +13,11 @@ from typing import Any
 
 from .._codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._errors import ProfileError
+from . import recover as _recover
 from . import roofline as _roofline
 from . import xspace as _xspace
-from .attribution import KernelStat, OpEvent, attribute, op_events
+from .attribution import KernelStat, attribute
+from .events import OpEvent, op_events, program_ids
 
 __all__ = [
     "CALLS_SUFFIX",
@@ -182,8 +184,9 @@ def report_from_trace(
     ``step_us`` is then the trace's whole device time.
 
     What ``capture`` returned is kept beside the trace (:data:`INFO_FILE`), so reading the
-    same trace later (``jaxtune report DIR``) attributes it the same way: on CPU the trace
-    alone does not say which kernel an op belongs to.
+    same trace later (``jaxtune report DIR``) attributes it the same way, with the cost
+    estimates and hints only the program knows. Without it, the kernels are recovered from
+    the HLO metadata the trace carries (:mod:`.recover`).
     """
     if info:
         _remember(path, info, iterations)
@@ -213,12 +216,28 @@ def _profile(
     iterations: int,
     start: float,
 ) -> Profile:
-    events, plane = op_events(space, info.get("hlo"))
+    modules, unreadable = _recover.read_programs(space, program_ids(space))
+    programs = {pid: m.ops() for pid, m in modules.items()}
+    events, plane = op_events(space, info.get("hlo"), programs)
     if plane is None:
         raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
+    notes = _notes(space, events)
+    found = _recover.recover(modules)
+    if not info:
+        info, plain_notes = _plain_info(found, space, plane, [*unreadable, *found.skipped])
+        notes += plain_notes
+    else:
+        # The capture knows the program's kernels; the trace's stack frames still find the
+        # ops of one called straight from the jitted function, whose scope is the whole
+        # program. Only kernels the capture knows are taken from them.
+        known = {k.get("name") for k in info.get("kernels") or ()}
+        claims = {key: name for key, name in found.claims.items() if name in known}
+        info = {**info, "claims": claims}
     platform = info.get("platform") or _platform_of(plane.name)
     device_kind = info.get("device_kind") or _device_kind_of(space, plane)
     kernels, ops, total_us = _attribute(events, plane, device_kind, info, iterations)
+    if any(not k.calls_exact for k in kernels):
+        notes.append(ROUGH_CALLS)
     timings = dict(info.get("timings", {}))
     timings["parse_s"] = time.perf_counter() - start
     return Profile(
@@ -231,7 +250,7 @@ def _profile(
         platform=platform,
         device_kind=device_kind,
         flags=dict(info.get("env", {})),
-        notes=tuple(_notes(space, events)),
+        notes=tuple(notes),
         timings=timings,
         timeline=timeline_of(events),
         peak=_roofline.peak_for(device_kind, plane.stats),
@@ -260,7 +279,50 @@ def _attribute(
         iterations=iterations,
         autotuned=info.get("autotuned"),
         host_trace=plane.name == "/host:CPU",
+        claims=info.get("claims"),
     )
+
+
+#: The note under a table whose kernel calls were read off the trace (``~N``).
+ROUGH_CALLS = (
+    "~N calls: read off the trace, not from the program (a loop or branch around the "
+    "kernel, a kernel in several programs, or a trace without run ids); no per-call "
+    "figure is derived from them"
+)
+
+
+def _plain_info(
+    found: _recover.Recovered, space: _xspace.Space, plane: _xspace.Plane, unread: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """What a trace without jaxtune's sidecar says about its kernels (:mod:`.recover`),
+    in the shape a capture records, and notes saying what it could not say."""
+    kernels = found.kernels()
+    info = {
+        "kernels": kernels,
+        "claims": found.claims,
+        "sources": {k["name"]: k["source"] for k in kernels if k.get("source")},
+    }
+    notes = []
+    if kernels:
+        notes.append(
+            f"no {INFO_FILE} beside this trace: kernels recovered from its HLO metadata "
+            "(interpret-mode Pallas kernels by their io_callbacks and stack frames); "
+            "cost estimates, hints and autotuned calls need a trace captured by "
+            "jaxtune.profile or @jaxtune.profiled"
+        )
+    elif plane.name == "/host:CPU" and not space.hlo_programs():
+        notes.append(
+            "this trace holds no HLO metadata (no /host:metadata plane with HLO protos), "
+            "so its ops cannot be told apart by kernel; capture it with jax.profiler.trace "
+            "or jaxtune.profile"
+        )
+    if unread:
+        shown = ", ".join(unread[:3]) + (" ..." if len(unread) > 3 else "")
+        notes.append(
+            f"the HLO metadata of {len(unread)} program(s) could not be decoded or searched "
+            f"({shown}); their ops are shown by instruction name"
+        )
+    return info, notes
 
 
 def _notes(space: _xspace.Space, events: list[OpEvent]) -> list[str]:

@@ -17,12 +17,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-from collections.abc import Iterator
 from typing import Any
 
+from .protowire import DecodeError
+from .protowire import fields as _fields
+from .protowire import signed as _signed
+from .protowire import text as _text
+from .protowire import varint as _varint
 from .tracefile import read_trace
 
 __all__ = [
+    "HLO_PROTO_STATS",
     "MALFORMED",
     "DecodeError",
     "Event",
@@ -33,59 +38,6 @@ __all__ = [
     "load",
     "parse",
 ]
-
-
-class DecodeError(ValueError):
-    """The bytes are not a well-formed XSpace."""
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        try:
-            b = buf[pos]
-        except IndexError:
-            raise DecodeError("truncated varint") from None
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 70:
-            raise DecodeError("varint too long")
-
-
-def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
-    """``(field number, wire type, value)``; length-delimited values are ``(start, end)``."""
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-            yield field, 0, value
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            if pos + length > end:
-                raise DecodeError("length-delimited field runs past its message")
-            yield field, 2, (pos, pos + length)
-            pos += length
-        elif wire == 1:
-            yield field, 1, buf[pos : pos + 8]
-            pos += 8
-        elif wire == 5:
-            yield field, 5, buf[pos : pos + 4]
-            pos += 4
-        else:
-            raise DecodeError(f"unsupported wire type {wire}")
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _text(buf: bytes, span: tuple[int, int]) -> str:
-    return buf[span[0] : span[1]].decode("utf-8", errors="replace")
 
 
 def _stat(buf: bytes, start: int, end: int) -> tuple[int, Any, bool]:
@@ -184,16 +136,29 @@ class Space:
         return next((p for p in self.planes if p.name == name), None)
 
     def hlo_protos(self) -> dict[str, bytes]:
-        """Serialized HLO protos by module name, from the ``/host:metadata`` plane (TPU and
-        GPU traces carry them as ``hlo_proto`` stats on its event metadata)."""
+        """Serialized HLO protos by program name (``jit_step(8)`` on CPU), from the
+        ``/host:metadata`` plane."""
+        return {name: proto for _, name, proto in self.hlo_programs()}
+
+    def hlo_programs(self) -> list[tuple[int | None, str, bytes]]:
+        """``(program id, name, serialized HloProto)`` of every compiled program the
+        ``/host:metadata`` plane describes (its event metadata carry them as ``Hlo Proto``
+        stats, ``hlo_proto`` in some writers); op events name their program by the same
+        ``program_id``."""
         meta = self.plane("/host:metadata")
         if meta is None:
-            return {}
-        return {
-            m.name: m.stats["hlo_proto"]
-            for m in meta.event_metadata.values()
-            if isinstance(m.stats.get("hlo_proto"), bytes)
-        }
+            return []
+        out = []
+        for m in meta.event_metadata.values():
+            proto = next((m.stats[k] for k in HLO_PROTO_STATS if k in m.stats), None)
+            if isinstance(proto, bytes):
+                pid = m.stats.get("program_id")
+                out.append((pid if isinstance(pid, int) else None, m.name, proto))
+        return out
+
+
+#: Stat names under which a trace's metadata plane holds a program's serialized HloProto.
+HLO_PROTO_STATS = ("Hlo Proto", "hlo_proto")
 
 
 def _stats(buf: bytes, spans: list[tuple[int, int]], names: dict[int, str]) -> dict[str, Any]:
