@@ -347,9 +347,16 @@ _REGISTRY_LOCK = threading.Lock()
 _LAST: tuple[tuple[Any, ...], CacheStore] | None = None
 
 
+#: Where the default cache directory comes from, as keys of ``_config.CHOICE_ENV``.
+_DEFAULT_DIR_KEYS = tuple(
+    os.environ.encodekey(n) if hasattr(os.environ, "encodekey") else n
+    for n in ("XDG_CACHE_HOME", "HOME")
+)
+
+
 def _root_token() -> tuple[Any, ...]:
-    environ = os.environ
-    return (_config.choice_token(), environ.get("XDG_CACHE_HOME"), environ.get("HOME"))
+    env = _config.CHOICE_ENV
+    return (_config.choice_token(), *[env.get(k) for k in _DEFAULT_DIR_KEYS])
 
 
 def user_cache() -> CacheStore:
