@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import types
 import warnings
 
 import msgpack
@@ -185,3 +186,29 @@ def test_user_cache_follows_the_cache_dir_setting(tmp_path, monkeypatch):
     assert _cache.user_cache().root == tmp_path / "xdg" / "jaxtune"
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "a"))
     assert _cache.user_cache() is first
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "ok"),
+    [
+        ("time_us", 2, True),
+        ("time_us", 2.5, True),
+        ("time_us", None, True),
+        ("time_us", True, False),
+        ("time_us", float("nan"), False),
+        ("time_us", float("inf"), False),
+        ("time_us", -1.0, False),
+        ("created", 2**63, True),
+        ("created", float("-inf"), False),
+        ("config", types.MappingProxyType({"block": 8}), True),
+        ("config", {"block": [8]}, False),
+        ("config", {8: 8}, False),
+    ],
+)
+def test_stored_fields_are_checked_by_type(field, value, ok):
+    record = {**entry().to_dict(), field: value}
+    if ok:
+        assert getattr(Entry.from_dict(record), field) == value
+    else:
+        with pytest.raises(jaxtune.CacheError, match=f"field '{field}' should be"):
+            Entry.from_dict(record)
