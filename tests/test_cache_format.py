@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 import jaxtune
-from jaxtune._codec import packb, unpackb
+from jaxtune._codec import MAX_FILE_BYTES, UnsafeFileError, packb, read_bounded, unpackb
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning.cachefile import CACHE_SCHEMA
 from jaxtune._tuning.result import Entry, Failure, Measurement
@@ -212,3 +212,22 @@ def test_stored_fields_are_checked_by_type(field, value, ok):
     else:
         with pytest.raises(jaxtune.CacheError, match=f"field '{field}' should be"):
             Entry.from_dict(record)
+
+
+def test_reads_are_bounded_by_the_size_limit(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    assert read_bounded(path, limit=100) == b"x" * 100
+    with pytest.raises(UnsafeFileError, match="holds 100 bytes, over the 99 limit"):
+        read_bounded(path, limit=99)
+
+
+def test_an_oversized_cache_file_is_reported_and_left_alone(tmp_path):
+    path = tmp_path / "cpu" / "k.msgpack"
+    path.parent.mkdir()
+    with open(path, "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: no disk space used
+    store = _cache.CacheStore(tmp_path)
+    with pytest.warns(jaxtune.JaxtuneWarning, match="over the .* limit"):
+        assert store.lookup("k", "cpu", "f32[8]") is None
+    assert path.stat().st_size == MAX_FILE_BYTES + 1 and not list(tmp_path.glob("cpu/*.corrupt*"))
