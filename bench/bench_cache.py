@@ -10,6 +10,7 @@ the first `config_for` after the user cache is dropped (what the first trace pay
 every entry (`jaxtune cache list`, or the nearest-shape fallback on a miss) is shown too.
 
 Run: python bench/bench_cache.py [--entries 10000] [--json PATH] [--results DIR]
+(writes cache.txt and cache.json to bench/results unless --results says otherwise)
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def measure(n: int) -> dict[str, object]:
     store.write(entries(n, kind))
     name = "bench.cache.kernel"
     path = store.path_for(kind, name)
-    key = f"f32[{4096 * 77}]"
+    size = 4096 * min(77, n)  # a tuned shape
+    key = f"f32[{size}]"
 
     def fresh_lookup(key: str) -> object:
         return _cache.CacheStore(store.root).lookup(name, kind, key)
@@ -115,7 +117,7 @@ def measure(n: int) -> dict[str, object]:
 
     assert fresh_lookup(key) is not None and fresh_lookup("absent") is None
     assert len(_cache.CacheStore(store.root).read(kind, name)) == n
-    x = jax.ShapeDtypeStruct((4096 * 77,), jnp.float32)
+    x = jax.ShapeDtypeStruct((size,), jnp.float32)
     assert kernel.config_for(x).source == "cache"
     return {
         "python": platform.python_version(),
@@ -150,7 +152,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--json", default=None, help="write the figures to this JSON file")
-    parser.add_argument("--results", default=None, help="write cache.json and cache.txt here")
+    parser.add_argument(
+        "--results",
+        default=str(pathlib.Path(__file__).parent / "results"),
+        help="write cache.json and cache.txt here ('' for nowhere; default: bench/results)",
+    )
     args = parser.parse_args()
     report = measure(args.entries)
     print(text(report))
