@@ -4,7 +4,8 @@
            (coordinator on 127.0.0.1), per process, against the same lookup without
            jax.distributed; and jit tracing of an autotuned kernel for many shapes.
   devices: wall time of a 16-config tune-mode sweep split over one child per CPU device
-           (4 devices via --xla_force_host_platform_device_count) against one child.
+           (4 devices via --xla_force_host_platform_device_count, asked for explicitly:
+           by default CPU devices get at most one child per core) against one child.
 
 Run: python bench/bench_distributed.py [agree|devices|all] [--decisions N]
 """
@@ -135,6 +136,12 @@ def _worker_devices() -> dict:
     import jax.numpy as jnp
     from distributed_worker import repeated
 
+    from jaxtune._isolation.runner import ProcessRunner
+    from jaxtune._tuning import autotuned as _autotuned
+
+    # One child per device even past the default cap (one child per core) on CPU.
+    count = jax.local_device_count()
+    _autotuned.default_runner = lambda: ProcessRunner(devices=list(range(count)))
     start = time.perf_counter()
     jax.jit(repeated)(jnp.ones((128, 128))).block_until_ready()
     seconds = time.perf_counter() - start

@@ -22,21 +22,17 @@ from typing import Any, Literal
 from ._errors import SettingsError
 
 __all__ = [
-    "CHOICE_ENV",
-    "CHOICE_KEYS",
     "MAX_SECONDS",
-    "OVERRIDES",
     "VARIABLES",
     "Settings",
     "Variable",
     "changed_since_jax_import",
-    "choice_token",
     "default_cache_dir",
     "describe",
+    "on_change",
     "override",
     "remember_environment",
     "settings",
-    "settings_token",
 ]
 
 Mode = Literal["off", "cached", "tune", "retune"]
@@ -312,44 +308,36 @@ def describe(
     return values, errors
 
 
-# os.environ keeps its bytes in a plain dict that every assignment through os.environ
-# updates; reading it directly skips the per-key encoding that makes os.environ.get slow.
-# This runs on every eager call of an autotuned kernel, so it matters.
-_ENV_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
-_ENV_KEYS = tuple(
-    os.environ.encodekey(v.name) if hasattr(os.environ, "encodekey") else v.name for v in VARIABLES
-)
+#: Called with no arguments when a ``JAXTUNE_*`` variable is set or unset in this process
+#: (see :func:`on_change`).
+_CHANGE_HOOKS: list[Callable[[], None]] = []
+#: Entered with the overrides mapping around an :func:`override` block.
+_SCOPE_HOOKS: list[Callable[[Mapping[str, Any]], contextlib.AbstractContextManager[Any]]] = []
 
 
-def settings_token() -> tuple[Any, ...]:
-    """A cheap hashable value that changes whenever the settings may have changed."""
-    overrides = _OVERRIDES.get()
-    extra = tuple(sorted(overrides.items())) if overrides else ()
-    if _ENV_DATA is not None:
-        data = _ENV_DATA
-        return (tuple([data.get(k) for k in _ENV_KEYS]), extra)
-    return (tuple([os.environ.get(v.name) for v in VARIABLES]), extra)
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event in ("os.putenv", "os.unsetenv") and args:
+        name = args[0]
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        if isinstance(name, str) and name.startswith("JAXTUNE_"):
+            for hook in _CHANGE_HOOKS:
+                hook()
 
 
-_CHOICE_KEYS = tuple(
-    os.environ.encodekey(n) if hasattr(os.environ, "encodekey") else n
-    for n in ("JAXTUNE_MODE", "JAXTUNE_CACHE_DIR")
-)
-
-
-#: The environment's raw mapping, the raw keys of the settings that decide which config a
-#: call uses, and the overrides' context variable: eager calls of autotuned kernels compare
-#: these by identity on every call, without a function call (see ``_tuning/eager.py``).
-CHOICE_ENV: Mapping[Any, Any] = _ENV_DATA if _ENV_DATA is not None else os.environ
-CHOICE_KEYS = _CHOICE_KEYS
-OVERRIDES = _OVERRIDES
-
-
-def choice_token() -> tuple[Any, ...]:
-    """Cheaper than :func:`settings_token`: changes whenever a setting that decides which
-    config a call uses (``JAXTUNE_MODE``, ``JAXTUNE_CACHE_DIR``, overrides) may have changed."""
-    k1, k2 = _CHOICE_KEYS
-    return (CHOICE_ENV.get(k1), CHOICE_ENV.get(k2), _OVERRIDES.get())
+def on_change(
+    changed: Callable[[], None],
+    scoped: Callable[[Mapping[str, Any]], contextlib.AbstractContextManager[Any]],
+) -> None:
+    """Registers ``changed``, called whenever a ``JAXTUNE_*`` variable is set or unset in
+    this process (through ``os.environ`` or ``os.putenv``: an audit hook, added once), and
+    ``scoped``, entered with the overrides around every :func:`override` block. Compiled
+    code that depends on the settings (the eager jit of autotuned kernels) uses them to
+    re-trace when the settings change, without reading them on every call."""
+    if not _CHANGE_HOOKS:
+        sys.addaudithook(_audit)
+    _CHANGE_HOOKS.append(changed)
+    _SCOPE_HOOKS.append(scoped)
 
 
 @contextlib.contextmanager
@@ -374,9 +362,13 @@ def override(**values: Any) -> Iterator[Settings]:
             )
         raw = ("1" if value else "0") if isinstance(value, bool) else str(value)
         parsed[field] = variable.parse(raw)
-    token = _OVERRIDES.set(types.MappingProxyType(parsed))
+    frozen = types.MappingProxyType(parsed)
+    token = _OVERRIDES.set(frozen)
     try:
-        yield settings()
+        with contextlib.ExitStack() as stack:
+            for hook in _SCOPE_HOOKS:
+                stack.enter_context(hook(frozen))
+            yield settings()
     finally:
         _OVERRIDES.reset(token)
 

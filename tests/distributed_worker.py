@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 
 import jaxtune
+from jaxtune._isolation.devices import sweep_devices
+from jaxtune._isolation.runner import ProcessRunner
 from jaxtune._tuning import autotuned as _autotuned
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning.result import Entry, Measurement
@@ -101,11 +103,18 @@ def main() -> None:
     report: dict = {"pid": pid}
     runner = FakeRunner()
     if scenario == "devices":
+        jnp.ones(1).block_until_ready()  # the backend has started
+        # By default CPU devices get at most one child per core; this asks for every device,
+        # so the split is the same on any machine.
+        count = jax.local_device_count()
+        by_default = sweep_devices()
+        _autotuned.default_runner = lambda: ProcessRunner(devices=list(range(count)))
         start = time.monotonic()
         out = jax.jit(repeated)(jnp.ones((128, 128)))
         choice = repeated.config_for(jax.ShapeDtypeStruct((128, 128), jnp.float32))
         seconds = time.monotonic() - start
-        print(json.dumps({"reps": choice.config["reps"], "seconds": seconds}), flush=True)
+        report = {"reps": choice.config["reps"], "seconds": seconds, "by_default": by_default}
+        print(json.dumps(report), flush=True)
         return
     _autotuned.default_runner = lambda: runner
     if scenario == "conflict":
@@ -116,6 +125,9 @@ def main() -> None:
         time.sleep(float(os.environ["JAXTUNE_AGREE_TIMEOUT"]) * 2)
         os._exit(0)
     if scenario == "killed_leader" and pid == 0:
+        time.sleep(120)  # "tuning": the test kills it once every follower says it waits
+        os._exit(0)
+    if scenario == "leader_dies_at_once" and pid == 0:
         time.sleep(0.5)  # the followers are waiting for its config by now
         os.kill(os.getpid(), signal.SIGKILL)
     start = time.monotonic()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 
 import jax
@@ -80,6 +81,44 @@ def test_jitted_call_traces_kernel_once_over_100_calls():
     outs = [f(X) for _ in range(100)]
     assert TRACES["blocked_sum"] - before == 1
     np.testing.assert_allclose(outs[-1], float(X.sum()) * 2)
+
+
+def test_eager_call_retraces_only_when_what_decides_the_config_changes(tmp_path, monkeypatch):
+    @jaxtune.autotuned(configs={"factor": [1, 3]}, check=False, name="tests.eager_scale")
+    def k(x, *, factor):
+        TRACES["eager_scale"] += 1
+        return x * factor
+
+    tuned = Entry(
+        kernel="tests.eager_scale",
+        device_kind=kind(),
+        key="f32[128]",
+        config={"factor": 3},
+        time_us=1.0,
+        default_config={"factor": 1},
+        default_time_us=2.0,
+    )
+    assert float(k(X)[1]) == 1.0  # nothing tuned: the default
+    traces = TRACES["eager_scale"]
+    for _ in range(5):
+        assert float(k(X)[1]) == 1.0
+    assert TRACES["eager_scale"] == traces  # jit's dispatch, no new trace
+
+    # A cache dir that knows the key, set through os.environ between two calls.
+    other = tmp_path / "tuned-cache"
+    _cache.CacheStore(other).write([tuned])
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(other))
+    assert float(k(X)[1]) == 3.0
+    with _config.override(mode="off"):  # no caches: the default again, in this block only
+        assert float(k(X)[1]) == 1.0
+    assert float(k(X)[1]) == 3.0
+    with jaxtune.TuningResult.of(dataclasses.replace(tuned, config={"factor": 1})):
+        assert float(k(X)[1]) == 1.0
+    assert float(k(X)[1]) == 3.0
+    assert float(k(X, factor=1)[1]) == 1.0  # explicit keywords bypass tuning
+    monkeypatch.delenv("JAXTUNE_CACHE_DIR")
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "empty"))
+    assert float(k(X)[1]) == 1.0
 
 
 def test_eager_call_uses_memo_and_is_correct():
@@ -437,6 +476,10 @@ def test_error_non_array_argument_without_static_argnames():
     with pytest.raises(
         jaxtune.SignatureError, match=r"argument 'mode' is a str .* add 'mode' to static_argnames"
     ):
+        k.config_for(jnp.ones(2), "fast")
+    # A call goes straight to jit's dispatch (eager calls cost what jit's do): jit's own
+    # error, which names the argument and static_argnames.
+    with pytest.raises(TypeError, match=r"(?s)args\[1\].*static_argnames"):
         k(jnp.ones(2), "fast")
 
 

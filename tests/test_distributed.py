@@ -12,6 +12,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import jax
@@ -21,7 +22,7 @@ import pytest
 from jaxtune import _config
 from jaxtune._distributed import agree as _agree
 from jaxtune._distributed import shard as _shard
-from jaxtune._distributed.store import LocalStore, agreement_key
+from jaxtune._distributed.store import LocalStore, StoreLostError, agreement_key
 from jaxtune._errors import AgreementError, SettingsError, TuningFailedError
 from jaxtune._isolation import devices as _devices
 from jaxtune._tuning.lookup import Choice
@@ -40,13 +41,53 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Worker:
+    """One started worker process, its stdout and stderr read line by line as they come."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.readers = [
+            threading.Thread(target=self._read, args=(proc.stdout, self.out), daemon=True),
+            threading.Thread(target=self._read, args=(proc.stderr, self.err), daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, into: list[str]) -> None:
+        with stream:
+            for line in stream:
+                into.append(line)
+
+    def report(self) -> dict:
+        for reader in self.readers:
+            reader.join(timeout=10)
+        lines = [line for line in self.out if line.startswith("{")]
+        report = json.loads(lines[-1]) if lines else {}
+        report["returncode"] = self.proc.returncode
+        report["stderr"] = "".join(self.err)
+        return report
+
+
 def run_job(
-    tmp_path: pathlib.Path, scenario: str, nproc: int, *, timeout: float = 120, **env: str
+    tmp_path: pathlib.Path,
+    scenario: str,
+    nproc: int,
+    *,
+    timeout: float = 120,
+    kill_leader_after: str | None = None,
+    **env: str,
 ) -> list[dict]:
     """Starts ``nproc`` workers, waits for all (bounded), kills any left, and returns each
-    one's JSON report (``{}`` for a process that printed none), by process id."""
+    one's JSON report (``{}`` for a process that printed none), by process id.
+
+    With ``kill_leader_after``, process 0 gets SIGKILL once every other process has written
+    that text to stderr; each report then says how long after the kill it ended
+    (``after_kill``, seconds)."""
     coordinator = f"127.0.0.1:{free_port()}"
-    procs = []
+    workers: list[Worker] = []
     try:
         for pid in range(nproc):
             cache = tmp_path / f"cache{pid}"
@@ -58,34 +99,46 @@ def run_job(
                 "JAXTUNE_ISOLATION": "inline",
                 **env,
             }
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, str(WORKER), scenario, coordinator, str(nproc), str(pid)],
-                    env=full_env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    start_new_session=True,
-                )
+            proc = subprocess.Popen(
+                [sys.executable, str(WORKER), scenario, coordinator, str(nproc), str(pid)],
+                env=full_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
             )
+            workers.append(Worker(proc))
         deadline = time.monotonic() + timeout
+        killed_at = None
+        if kill_leader_after is not None:
+            while not all(kill_leader_after in "".join(w.err) for w in workers[1:]):
+                if time.monotonic() > deadline or any(w.proc.poll() is not None for w in workers):
+                    pytest.fail(
+                        f"not every follower wrote {kill_leader_after!r}: "
+                        + "".join(
+                            f"\n--- process {i}:\n{''.join(w.err)[-2000:]}"
+                            for i, w in enumerate(workers)
+                        )
+                    )
+                time.sleep(0.05)
+            workers[0].proc.kill()
+            killed_at = time.monotonic()
         reports = []
-        for proc in procs:
+        for worker in workers:
             try:
-                out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                worker.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pytest.fail(f"a {scenario} worker did not finish within {timeout} s")
-            lines = [line for line in out.splitlines() if line.startswith("{")]
-            report = json.loads(lines[-1]) if lines else {}
-            report["returncode"] = proc.returncode
-            report["stderr"] = err[-3000:]
+            report = worker.report()
+            if killed_at is not None:
+                report["after_kill"] = time.monotonic() - killed_at
             reports.append(report)
         return reports
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
+        for worker in workers:
+            if worker.proc.poll() is None:
+                worker.proc.kill()
+                worker.proc.wait(timeout=10)
 
 
 @pytest.mark.slow
@@ -122,21 +175,56 @@ def test_silent_leader_gives_every_follower_an_agreement_error(tmp_path):
         assert "JAXTUNE_AGREE_TIMEOUT" in r["error"]
 
 
+#: What a follower writes to stderr once it has waited a second for the leader.
+WAITING = (
+    "jaxtune: process {pid} is waiting for process 0 (the leader) to publish the config of "
+    "tests.distributed.scaled for f32[4] (at most 30 s, JAXTUNE_AGREE_TIMEOUT). If process 0 "
+    "dies meanwhile, JAX's distributed runtime ends this process too"
+)
+JAX_ENDS_IT = "Terminating process because the JAX distributed service detected fatal errors"
+
+
 @pytest.mark.slow
-def test_killed_leader_ends_every_follower_within_the_timeout(tmp_path):
-    start = time.monotonic()
-    reports = run_job(tmp_path, "killed_leader", 2, JAXTUNE_AGREE_TIMEOUT="20", timeout=90)
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_killed_leader_ends_every_follower_after_naming_the_decision(tmp_path, nproc):
+    """Process 0 is killed while the others wait for its config. It hosts the coordination
+    service, so JAX's runtime ends the followers at once, often before jaxtune's error can
+    surface; what is certain is the follower's line, written before the kill, naming the
+    kernel, the key and the leader."""
+    reports = run_job(
+        tmp_path,
+        "killed_leader",
+        nproc,
+        timeout=120,
+        kill_leader_after="is waiting for process 0",
+        JAXTUNE_AGREE_TIMEOUT="30",
+    )
+    assert reports[0]["returncode"] == -9
+    for pid, r in enumerate(reports[1:], start=1):
+        assert r["returncode"] != 0 and "block" not in r, r
+        assert r["after_kill"] < 15, r  # ended by the kill, not by JAXTUNE_AGREE_TIMEOUT
+        notice = r["stderr"].find(WAITING.format(pid=pid))
+        assert notice >= 0, r
+        assert "process 0's log says why" in r["stderr"][notice:], r
+        jax_at = r["stderr"].find(JAX_ENDS_IT)
+        assert jax_at == -1 or jax_at > notice, r
+        ours = "lost the coordination service" in r.get("error", "")
+        assert ours or jax_at > 0, r
+
+
+@pytest.mark.slow
+def test_leader_killed_at_once_ends_every_follower_within_the_timeout(tmp_path):
+    """Process 0 dies half a second in, before any follower has said it waits: each
+    follower still ends at once, by jaxtune's error or by JAX's runtime."""
+    reports = run_job(tmp_path, "leader_dies_at_once", 2, timeout=90, JAXTUNE_AGREE_TIMEOUT="20")
     assert reports[0]["returncode"] == -9
     for r in reports[1:]:
-        assert r["returncode"] != 0, r
-        # The coordination service lives in process 0, so JAX's runtime may terminate a
-        # follower itself right after the lost connection; otherwise jaxtune's error says so.
+        assert r["returncode"] != 0 and "block" not in r, r
         ours = "lost the coordination service" in r.get("error", "")
-        jax_own = "Terminating process because the JAX distributed service" in r["stderr"]
-        assert ours or jax_own, r
+        assert ours or JAX_ENDS_IT in r["stderr"], r
         if ours:
             assert r["seconds"] < 20 and "process 0 (the leader)" in r["error"]
-    assert time.monotonic() - start < 90
+            assert "tests.distributed.scaled for f32[4]" in r["error"]
 
 
 @pytest.mark.slow
@@ -160,6 +248,10 @@ def test_one_child_per_cpu_device_picks_the_one_child_winner(tmp_path):
     assert runs[4][0]["reps"] == runs[1][0]["reps"] == 1, runs
     assert len(runs[1][1]) == 2  # the job itself traced once, one child measured everything
     assert len(runs[4][1]) == 5  # the job, and one child per device
+    # Left to itself, the job would start at most one child per core it may use.
+    expected = list(range(min(4, _devices.usable_cores())))
+    assert runs[4][0]["by_default"] == (expected if len(expected) > 1 else None), runs
+    assert runs[1][0]["by_default"] is None
 
 
 # -- the protocol, with threads playing the processes over an in-memory store ------------
@@ -254,17 +346,65 @@ def test_a_leader_that_fails_fails_every_follower_at_once(monkeypatch):
         assert "cache directory is unreadable" in str(error)
 
 
+@pytest.mark.parametrize(("leader_delay", "announced"), [(0.0, False), (0.6, True)])
+def test_a_slow_leader_is_announced_on_stderr(monkeypatch, capsys, leader_delay, announced):
+    """A follower that waits longer than NOTICE_AFTER_S says on stderr what it waits for:
+    the line JAX's runtime leaves in the log when it ends the process with a dead leader."""
+    monkeypatch.setattr(_agree, "NOTICE_AFTER_S", 0.2)
+    monkeypatch.setenv("JAXTUNE_AGREE_TIMEOUT", "30")
+
+    def body(pid: int) -> Choice:
+        if pid == 0:
+            time.sleep(leader_delay)
+        return _agree.agree(
+            question(lambda m: Choice(config={"block": 7}, source="cache", key="f32[4]"))
+        )
+
+    results, _ = play(2, body)
+    assert [r.config for r in results] == [{"block": 7}] * 2
+    err = capsys.readouterr().err
+    line = (
+        "jaxtune: process 1 is waiting for process 0 (the leader) to publish the config of k "
+        "for f32[4] (at most 30 s, JAXTUNE_AGREE_TIMEOUT). If process 0 dies meanwhile, JAX's "
+        "distributed runtime ends this process too"
+    )
+    assert (line in err) is announced, err
+    assert "process 0's log says why" in err or not announced
+
+
+class LostStore(LocalStore):
+    """A store whose service died: every wait fails at once."""
+
+    def wait(self, key: str, timeout_s: float) -> bytes:
+        raise StoreLostError("UNAVAILABLE: Socket closed")
+
+
+def follower_error(store: LocalStore) -> AgreementError:
+    """What ``agree`` raises in process 1 of ``store`` when nothing else runs."""
+    _agree.use_store(store.view(1))
+    try:
+        with pytest.raises(AgreementError) as info:
+            _agree.agree(question(lambda m: None, key="bf16[8,8]"))
+    finally:
+        _agree.use_store(None)
+    return info.value
+
+
+def test_a_lost_store_names_the_decision_on_stderr_before_raising(capsys):
+    message = str(follower_error(LostStore(2)))
+    assert message.startswith(
+        "process 1 lost the coordination service while waiting for process 0 (the leader) to "
+        "publish the config of k for bf16[8,8] (UNAVAILABLE: Socket closed). The service runs "
+        "in process 0, the leader: it has most likely died"
+    )
+    assert "process 0's log says why" in message
+    # Written before the raise: JAX's runtime usually ends the process before it surfaces.
+    assert capsys.readouterr().err == f"jaxtune: {message}\n"
+
+
 def test_follower_times_out_naming_kernel_key_and_leader():
     with _config.override(agree_timeout=0.3):
-        # Only process 1 runs: its leader never publishes.
-        store = LocalStore(2)
-        _agree.use_store(store.view(1))
-        try:
-            with pytest.raises(AgreementError) as info:
-                _agree.agree(question(lambda m: None, key="bf16[8,8]"))
-        finally:
-            _agree.use_store(None)
-    message = str(info.value)
+        message = str(follower_error(LocalStore(2)))  # its leader never publishes
     assert "process 1 waited 0.3 s (JAXTUNE_AGREE_TIMEOUT) for process 0 (the leader)" in message
     assert "of k for bf16[8,8]" in message
     assert "raise JAXTUNE_AGREE_TIMEOUT" in message
@@ -343,17 +483,27 @@ def test_a_missing_share_names_the_follower_and_fails_the_others_at_once(monkeyp
 
 
 @pytest.mark.parametrize(
-    ("platform", "ids", "expected"),
+    ("platform", "ids", "cores", "expected"),
     [
-        ("gpu", [0, 1], [0, 1]),
-        ("cuda", [2, 3, 5], [2, 3, 5]),
-        ("cpu", [0, 1, 2, 3], [0, 1, 2, 3]),
-        ("cpu", [0], None),
-        ("tpu", [0, 1, 2, 3], None),
+        ("gpu", [0, 1], 1, [0, 1]),
+        ("cuda", [2, 3, 5], 2, [2, 3, 5]),
+        ("cpu", [0, 1, 2, 3], 8, [0, 1, 2, 3]),
+        # CPU devices share the cores: at most one child per core.
+        ("cpu", [0, 1, 2, 3], 2, [0, 1]),
+        ("cpu", [0, 1, 2, 3], 1, None),
+        ("cpu", [0], 8, None),
+        ("tpu", [0, 1, 2, 3], 8, None),
     ],
 )
-def test_which_devices_a_sweep_is_split_over(platform, ids, expected):
-    assert _devices.split(platform, ids) == expected
+def test_which_devices_a_sweep_is_split_over(platform, ids, cores, expected):
+    assert _devices.split(platform, ids, cores) == expected
+
+
+def test_usable_cores_are_this_processs_cores():
+    cores = _devices.usable_cores()
+    assert 1 <= cores <= (os.cpu_count() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        assert cores == len(os.sched_getaffinity(0))
 
 
 def test_this_process_sweeps_in_one_child():

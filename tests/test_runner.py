@@ -355,3 +355,31 @@ def test_module_the_child_cannot_import_falls_back_inline(tmp_path):
     finally:
         del sys.modules["jaxtune_test_gone_kernels"]
     assert len(entry.measurements) == 2
+
+
+def test_pool_key_ignores_variables_that_do_not_reach_the_backend():
+    from jaxtune._isolation.process import pool_key
+
+    cpu = {"JAX_PLATFORMS": "cpu", "PYTHONPATH": "/p", "XLA_FLAGS": "--a"}
+    # A library that sets an unrelated variable (Tokamax sets MOSAIC_GPU_CUDA_ROOT at
+    # import) keeps the child started ahead of need; a CPU child ignores GPU variables.
+    assert pool_key({**cpu, "MOSAIC_GPU_CUDA_ROOT": "/c", "HOME": "/h"}) == pool_key(cpu)
+    assert pool_key({**cpu, "XLA_FLAGS": "--b"}) != pool_key(cpu)
+    assert pool_key({**cpu, "PYTHONPATH": "/q"}) != pool_key(cpu)
+    gpu = {**cpu, "JAX_PLATFORMS": "cuda"}
+    assert pool_key({**gpu, "CUDA_VISIBLE_DEVICES": "1"}) != pool_key(gpu)
+
+
+def test_a_live_child_sees_the_callers_variables(tmp_path, monkeypatch):
+    """A variable set after the child started reaches it with the next request, without a
+    new child (the pid probe kernel writes to the file the variable names)."""
+    sig = pid_probe.bind((jnp.ones(8),), {})
+    space = [{"scale": 1}, {"scale": 2}]
+    runner = _runner.ProcessRunner()
+    monkeypatch.setenv("PID_PROBE_FILE", str(tmp_path / "first"))
+    runner.sweep(pid_probe.sweep_task(sig, space, {"scale": 1}))
+    monkeypatch.setenv("PID_PROBE_FILE", str(tmp_path / "second"))
+    runner.sweep(pid_probe.sweep_task(sig, space, {"scale": 1}))
+    first = set((tmp_path / "first").read_text().split())
+    second = set((tmp_path / "second").read_text().split())
+    assert first == second and len(first) == 1  # the same child, the new file

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,6 +47,24 @@ _ADVICE = (
     "settings: one that skips a kernel or takes another branch leaves the others waiting. "
     "If the leader is still tuning, raise JAXTUNE_AGREE_TIMEOUT (now {timeout:g} s), or tune "
     "ahead of time (`jaxtune tune -- python train.py`) and ship the cache to every host."
+)
+
+#: A wait longer than this is announced on stderr. When process 0 dies, JAX's runtime ends
+#: every other process at once (the coordination service lived in process 0), often before
+#: jaxtune can raise; the announcement is then what tells the log which decision was pending.
+NOTICE_AFTER_S = 1.0
+
+_WAITING = (
+    "process {me} is waiting for {subject} (at most {timeout:g} s, JAXTUNE_AGREE_TIMEOUT). "
+    "If process {other} dies meanwhile, JAX's distributed runtime ends this process too "
+    '("Terminating process because the JAX distributed service detected fatal errors"); '
+    "process {other}'s log says why."
+)
+
+_LOST = (
+    "process {me} lost the coordination service while {doing} ({reason}). The service runs "
+    "in process 0, the leader: it has most likely died, and JAX's distributed runtime ends "
+    "the other processes with it; process 0's log says why."
 )
 
 
@@ -173,11 +193,8 @@ def _publish(s: Store, key: str, value: bytes, q: Question) -> bool:
     try:
         return s.publish(key, value)
     except StoreLostError as e:
-        raise AgreementError(
-            f"process {s.process_id} lost the coordination service while publishing its part "
-            f"of the decision on {q.kernel} for {q.key} ({e}). The service runs in process 0, "
-            "the leader: it has most likely died; its log says why."
-        ) from None
+        doing = f"publishing its part of the decision on {q.kernel} for {q.key}"
+        raise _lost(s, doing, e) from None
 
 
 def _follow(s: Store, base: str, q: Question) -> Choice:
@@ -211,20 +228,38 @@ def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: Store) -> Choice:
 def _wait(s: Store, key: str, q: Question, other: int, what: str, *, scale: float = 1) -> bytes:
     timeout = _config.settings().agree_timeout * scale
     role = "the leader" if other == 0 else "a follower"
+    subject = f"process {other} ({role}) to publish {what} of {q.kernel} for {q.key}"
+    start = time.monotonic()
     try:
-        return s.wait(key, timeout)
+        try:
+            return s.wait(key, min(timeout, NOTICE_AFTER_S))
+        except StoreTimeoutError:
+            if timeout <= NOTICE_AFTER_S:
+                raise
+        _say(_WAITING.format(me=s.process_id, subject=subject, timeout=timeout, other=other))
+        left = timeout - (time.monotonic() - start)
+        if left <= 0:
+            raise StoreTimeoutError(key)
+        return s.wait(key, left)
     except StoreTimeoutError:
         raise AgreementError(
-            f"process {s.process_id} waited {timeout:g} s (JAXTUNE_AGREE_TIMEOUT) for process "
-            f"{other} ({role}) to publish {what} of {q.kernel} for {q.key}, and nothing "
-            f"came. " + _ADVICE.format(timeout=timeout)
+            f"process {s.process_id} waited {timeout:g} s (JAXTUNE_AGREE_TIMEOUT) for "
+            f"{subject}, and nothing came. " + _ADVICE.format(timeout=timeout)
         ) from None
     except StoreLostError as e:
-        raise AgreementError(
-            f"process {s.process_id} lost the coordination service while waiting for process "
-            f"{other} ({role}) to publish {what} of {q.kernel} for {q.key} ({e}). The service "
-            "runs in process 0, the leader: it has most likely died; its log says why."
-        ) from None
+        raise _lost(s, f"waiting for {subject}", e) from None
+
+
+def _lost(s: Store, doing: str, e: StoreLostError) -> AgreementError:
+    """The error of a process that lost the store, also written to stderr at once: JAX's
+    runtime usually ends the process within milliseconds, before the error can surface."""
+    message = _LOST.format(me=s.process_id, doing=doing, reason=e)
+    _say(message)
+    return AgreementError(message)
+
+
+def _say(message: str) -> None:
+    print(f"jaxtune: {message}", file=sys.stderr, flush=True)
 
 
 def _already(q: Question, s: Store) -> str:

@@ -116,7 +116,7 @@ class LocalStore:
 
     def view(self, process_id: int) -> LocalStore:
         """This store as process ``process_id`` sees it."""
-        other = object.__new__(LocalStore)
+        other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other.process_id = process_id
         return other

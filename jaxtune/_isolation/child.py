@@ -219,8 +219,11 @@ class _Server:
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
         from .._tuning.sweep import Sweeper
         from .context import apply_snapshot
+        from .process import sync_environ
 
-        # Before anything is traced: the caller's interpret mode, x64, precision...
+        # Before anything is imported or traced: the caller's variables (those that do not
+        # key the pool of children), interpret mode, x64, precision...
+        sync_environ(msg.get("environ"))
         self.unapplied = apply_snapshot(msg.get("jax_state") or {})
         op = msg.get("op")
         if op == "profile":
@@ -321,7 +324,26 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 3
     write_frame(args.res_fd, ready)
+    _warm_up()
     return _serve(args.cmd_fd, args.res_fd)
+
+
+def _warm_up() -> None:
+    """Pays, before the first request arrives, what the first sweep of a process would
+    otherwise pay: importing jaxtune and its sweep machinery, and XLA's first compile and
+    run. A child
+    started ahead of need (``prestart``) is then as fast as one that already swept."""
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        import jaxtune  # noqa: F401  (the kernel's module imports it)
+
+        from .._tuning import sweep  # noqa: F401
+
+        jax.block_until_ready(jax.jit(lambda x: (x * 2).reshape(4, -1).sum(axis=1))(jnp.ones(64)))
+    except Exception:  # a backend that cannot run this reports on the first real request
+        pass
 
 
 if __name__ == "__main__":

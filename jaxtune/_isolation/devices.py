@@ -1,17 +1,19 @@
 """Which local devices a sweep may be split over, one child process each.
 
-On GPU every local device gets its own child (``CUDA_VISIBLE_DEVICES``); on CPU every
-device of ``--xla_force_host_platform_device_count`` gets a child (the children share the
-host's cores, so this is mostly for tests). On TPU a sweep keeps one child: a TPU chip
-belongs to one process, and not every TPU generation can split its chips between
-processes, so jaxtune does not try.
+On GPU every local device gets its own child (``CUDA_VISIBLE_DEVICES``). On CPU the
+devices of ``--xla_force_host_platform_device_count`` share the host's cores, so at most
+one child per core this process may use: more children than cores only slow each other
+down (mostly useful for tests). On TPU a sweep keeps one child: a TPU chip belongs to one
+process, and not every TPU generation can split its chips between processes, so jaxtune
+does not try.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-__all__ = ["local_devices", "split", "sweep_devices"]
+__all__ = ["local_devices", "split", "sweep_devices", "usable_cores"]
 
 SPLITTABLE = ("gpu", "cuda", "rocm", "cpu")
 
@@ -36,8 +38,19 @@ def local_devices() -> tuple[str, list[int]] | None:
     return str(devices[0].platform), ids
 
 
-def split(platform: str, ids: list[int]) -> list[int] | None:
-    """The devices to give one sweep child each, or ``None`` for a single child."""
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def split(platform: str, ids: list[int], cores: int | None = None) -> list[int] | None:
+    """The devices to give one sweep child each, or ``None`` for a single child; CPU
+    devices get at most ``cores`` children (default :func:`usable_cores`)."""
+    if platform.lower() == "cpu":
+        ids = ids[: usable_cores() if cores is None else cores]
     if platform.lower() not in SPLITTABLE or len(ids) < 2:
         return None
     return list(ids)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import os
 import pathlib
 import signal
@@ -34,10 +35,14 @@ __all__ = [
     "ChildLost",
     "ChildPool",
     "ChildProcess",
+    "keyed",
     "log_dir",
     "parent_backend",
+    "pool_key",
     "python_path",
     "shutdown_children",
+    "sync_environ",
+    "unkeyed_environ",
 ]
 
 #: Seconds a child may take to import JAX and start its backend.
@@ -88,6 +93,13 @@ def _close_all(*fds: int) -> None:
             os.close(fd)
 
 
+def _widen(fd: int) -> None:
+    """Gives a pipe a 1 MiB buffer where the OS allows (Linux), so that a request carrying
+    arrays crosses in a few writes instead of one per 64 KiB."""
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)  # type: ignore[attr-defined]
+
+
 class ChildProcess:
     """One started child: its pipes, its log file, and how it ended.
 
@@ -101,6 +113,8 @@ class ChildProcess:
         fd, self.log_path = tempfile.mkstemp(dir=log_dir(), prefix="child-", suffix=".log")
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
+        _widen(cmd_w)
+        _widen(res_w)
         try:
             with os.fdopen(fd, "wb") as log:
                 self.proc = subprocess.Popen(
@@ -290,8 +304,53 @@ def _tail_lines(text: str) -> str:
     return " | ".join(lines) or "(nothing on stderr)"
 
 
+# The variables that can change what a child's backend does; the pool keys children on
+# these only, so that a library that sets an unrelated variable after a child was started
+# ahead of need (Tokamax sets MOSAIC_GPU_CUDA_ROOT at import) does not cost a new child.
+_BACKEND_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_", "OMP_", "MKL_", "TF_CPP_", "LD_")
+_ACCELERATOR_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "MOSAIC_", "ROCR_", "HIP_", "GPU_")
+_CHILD_VARIABLES = ("PYTHONPATH", "JAXTUNE_ISOLATION", "JAXTUNE_CHILD_MEMORY_LIMIT")
+
+
+def keyed(name: str, platforms: str | None) -> bool:
+    """Whether variable ``name`` decides which child can serve (see :func:`pool_key`) for
+    a child started with ``JAX_PLATFORMS=platforms``. The others travel with each request
+    and are set in the child before it runs anything (:func:`unkeyed_environ`)."""
+    prefixes = _BACKEND_PREFIXES
+    if (platforms or "").strip().lower() != "cpu":
+        prefixes += _ACCELERATOR_PREFIXES
+    return name.startswith(prefixes) or name in _CHILD_VARIABLES or name == "JAXTUNE_PARENT_PID"
+
+
+def pool_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The part of a child's environment that decides whether a live child can serve it:
+    JAX, XLA, TPU and threading variables, accelerator variables unless the child runs
+    on CPU only, and what jaxtune itself sets for its children."""
+    platforms = env.get("JAX_PLATFORMS")
+    return tuple(sorted((k, v) for k, v in env.items() if keyed(k, platforms)))
+
+
+def unkeyed_environ(platforms: str | None) -> dict[str, str]:
+    """This process's variables that do not key the pool: a request carries them, so a
+    kernel that reads ``os.environ`` in the child sees what it would see here."""
+    return {k: v for k, v in os.environ.items() if not keyed(k, platforms)}
+
+
+def sync_environ(wanted: Mapping[str, str] | None) -> None:
+    """In a child: makes the variables that do not key the pool what ``wanted`` says."""
+    if wanted is None:
+        return
+    platforms = os.environ.get("JAX_PLATFORMS")
+    for name in [k for k in os.environ if not keyed(k, platforms) and k not in wanted]:
+        del os.environ[name]
+    for name, value in wanted.items():
+        if not keyed(name, platforms) and os.environ.get(name) != value:
+            os.environ[name] = value
+
+
 class ChildPool:
-    """Long-lived children, one per environment, shared by every runner of this process."""
+    """Long-lived children, one per environment (:func:`pool_key`), shared by every runner
+    of this process."""
 
     def __init__(self) -> None:
         self._children: dict[tuple[Any, ...], ChildProcess] = {}
@@ -307,7 +366,7 @@ class ChildPool:
         """The live child for ``env`` (and ``slot``: one child per device even where the
         environments are the same, as on CPU), started when there is none. ``check`` vets a
         new child before it joins the pool (it closes the child and raises to refuse it)."""
-        key = (slot, *sorted(env.items()))
+        key = (slot, *pool_key(env))
         with self._lock:
             child = self._children.get(key)
             if child is not None and child.alive():

@@ -15,6 +15,7 @@ from typing import Any
 
 from .._tuning.sweep import SweepTask
 from .context import carried_state
+from .process import unkeyed_environ
 from .wire import NotTransportable, encode_value
 
 __all__ = ["function_ref", "profile_request", "sweep_request"]
@@ -59,6 +60,7 @@ def sweep_request(task: SweepTask) -> dict[str, Any]:
         "plan": task.plan.to_dict(),
         # The caller's interpret mode and jax.config options, applied before tracing.
         "jax_state": carried_state(task.plan.kernel),
+        "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
     }
 
 
@@ -76,5 +78,6 @@ def profile_request(
         "args": encode_value(tuple(args)),
         "kwargs": encode_value(dict(kwargs)),
         "jax_state": carried_state(getattr(fn, "__qualname__", "profile")),
+        "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
         **options,
     }

@@ -35,7 +35,7 @@ from .._tuning.sweep import (
 from . import context as _context
 from .devices import sweep_devices
 from .flight import InFlight, raise_child_error
-from .process import POOL, ChildLost, ChildProcess, parent_backend, python_path
+from .process import POOL, ChildLost, ChildProcess, parent_backend, pool_key, python_path
 from .requests import sweep_request
 from .wire import NotTransportable
 
@@ -180,7 +180,7 @@ class ProcessRunner:
         want. Returns whether a start was begun (once per environment and process)."""
         if self.expected_platform() not in ("cpu", "gpu"):
             return False
-        key = (self.device, *sorted(self.environment().items()))
+        key = (self.device, *pool_key(self.environment()))
         with _PRESTART_LOCK:
             if key in _PRESTARTED:
                 return False

@@ -1,8 +1,8 @@
 """An ``@autotuned`` kernel: key -> lookup -> (on a miss, in tune mode) sweep -> call.
 
 The config is chosen at trace time from abstract shapes, so under ``jax.jit`` the choice
-costs nothing after the first trace. An eager call goes through a ``jax.jit`` of the kernel
-with its config bound, found through a small per-process memo keyed on shapes and dtypes.
+costs nothing after the first trace. An eager call goes through one ``jax.jit`` per kernel
+whose trace makes the same choice (see :mod:`.eager`), so it costs what jit's dispatch costs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from . import record as _record
 from . import timing as _timing
 from .choose import budget_setting, prestart_child
 from .choose import make_entry as make_entry
-from .eager import eager_key
+from .eager import bump_generation, eager_jit
 from .lookup import Choice
 from .naming import kernel_id_for
 from .options import validate_callable, validate_check, validate_static_argnames, validate_timeout
@@ -50,14 +50,10 @@ def registry() -> dict[str, Autotuned[Any, Any]]:
     return dict(_REGISTRY)
 
 
-# Part of jit's cache key: bumped after explicit tuning, so functions jitted (or merely
-# lowered, as jaxtune.tune and locate do) before it re-trace and pick the new configs.
-_GENERATION = jax.make_user_context(default_value=0)
-
-
 def retrace_jitted_functions() -> None:
-    """Makes every jitted function re-trace on its next call."""
-    _GENERATION.set_global(_GENERATION.get_global() + 1)
+    """Makes every jitted function re-trace on its next call (functions jitted, or merely
+    lowered as ``jaxtune.tune`` and ``locate`` do, then pick the new configs)."""
+    bump_generation()
     _agree.new_round()
 
 
@@ -106,7 +102,15 @@ class Autotuned(Generic[P, R]):
         self.bytes = bytes
         self.timing: TimingOptions | None = None
         self._lock = threading.RLock()
-        self._eager: dict[Any, tuple[Callable[..., R], Choice]] = {}
+        names = self._known_config_names()
+        self._eager_jit = eager_jit(
+            fn, self._call, (*self.static_argnames, *(sorted(names) if names else ()))
+        )
+        if names is not None and not self.static_argnames:
+            # Eager calls go straight to jit's C++ dispatch (see eager.py). With static
+            # arguments they go through _call first, which names an unhashable one.
+            fast = {"__call__": staticmethod(self._eager_jit), "__slots__": ()}
+            self.__class__ = type("Autotuned", (type(self),), fast)
         self._jitted: dict[str, Callable[..., R]] = {}
         self._retuned: set[tuple[str, str]] = set()
         strategy_of(search)  # validates the name or object now, not at the first sweep
@@ -123,11 +127,18 @@ class Autotuned(Generic[P, R]):
 
     # -- arguments ---------------------------------------------------------------------
 
-    def _config_names(self, kwargs: Mapping[str, Any]) -> frozenset[str]:
+    def _known_config_names(self) -> frozenset[str] | None:
+        """The config keywords when the decorator tells them, else ``None``."""
         if self.spec.names is not None:
             return self.spec.names
         if isinstance(self.spec.default, Mapping):
             return frozenset(self.spec.default)
+        return None
+
+    def _config_names(self, kwargs: Mapping[str, Any]) -> frozenset[str]:
+        names = self._known_config_names()
+        if names is not None:
+            return names
         # A callable space: config keywords are the keywords that hold no array.
         return frozenset(
             k
@@ -272,7 +283,6 @@ class Autotuned(Generic[P, R]):
             _cache.user_cache().keep([entry])
         with self._lock:
             self._retuned.add((kind, sig.key))
-            self._eager.clear()
         return entry
 
     # -- calls ---------------------------------------------------------------------------
@@ -283,26 +293,32 @@ class Autotuned(Generic[P, R]):
         return given or None
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
+        # Only for kernels with static arguments or config keywords known at trace time
+        # only; the others' class calls the eager jit directly (see __init__).
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args: Any, **kwargs: Any) -> R:
         explicit = self._explicit(kwargs) if kwargs else None
         if explicit is not None:
             rest = {k: v for k, v in kwargs.items() if k not in explicit}
             sig = self.bind(args, rest)
             _, default = self.space_and_default(sig)
-            config = {**default, **explicit}
-            choice = Choice(config=config, source="explicit", key=sig.key)
-            return self._invoke(sig, args, rest, choice)
-        memo_key = eager_key(args, kwargs)
-        if memo_key is not None:
-            hit = self._eager.get(memo_key)
-            if hit is not None:
-                return hit[0](*args, **kwargs)
+            choice = Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+            if is_tracing(jax.tree_util.tree_leaves((args, rest))):
+                with jax.named_scope(self._marker(sig, choice)):
+                    return self.__wrapped__(*args, **rest, **choice.config)
+            return self._jit_for(sig, choice)(*args, **rest)
+        if is_tracing(jax.tree_util.tree_leaves((args, kwargs))):
+            return self._traced(args, kwargs)
+        self.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
+        return self._eager_jit(*args, **kwargs)
+
+    def _traced(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        """The kernel called with the config chosen for these (traced) arguments."""
         sig = self.bind(args, kwargs)
         choice = self._choose(sig, sweep=True)
-        if memo_key is not None:
-            jitted = self._jit_for(sig, choice)
-            self._eager[memo_key] = (jitted, choice)
-            return jitted(*args, **kwargs)
-        return self._invoke(sig, args, kwargs, choice)
+        with jax.named_scope(self._marker(sig, choice)):
+            return self.__wrapped__(*args, **kwargs, **choice.config)
 
     def _marker(self, sig: Signature, choice: Choice) -> str:
         args, kwargs = sig.call_arguments(abstract=True)
@@ -318,15 +334,8 @@ class Autotuned(Generic[P, R]):
             )
         )
 
-    def _invoke(
-        self, sig: Signature, args: tuple[Any, ...], kwargs: dict[str, Any], choice: Choice
-    ) -> R:
-        if is_tracing(jax.tree_util.tree_leaves((args, kwargs))):
-            with jax.named_scope(self._marker(sig, choice)):
-                return self.__wrapped__(*args, **kwargs, **choice.config)
-        return self._jit_for(sig, choice)(*args, **kwargs)
-
     def _jit_for(self, sig: Signature, choice: Choice) -> Callable[..., R]:
+        """A jit of the kernel with an explicit config bound (one per config and key)."""
         marker = self._marker(sig, choice)
         jitted = self._jitted.get(marker)
         if jitted is None:

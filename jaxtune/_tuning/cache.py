@@ -26,13 +26,13 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from .. import _config
 from .._codec import DecodeError, atomic_write, read_bounded
 from .._errors import CacheError, JaxtuneWarning
 from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
 from .cachefs import Version, file_version, fix_for, open_lock
+from .eager import bump_generation
 from .result import Entry, TuningResult
 
 __all__ = ["CacheStore", "layers", "register_cache", "slug", "user_cache"]
@@ -265,6 +265,8 @@ class CacheStore:
             with self._lock, self._locked(path):
                 updated = change(self._current(path))
                 memo = self._memo.pop(path, None)
+                # Kernels traced before (the eager jits' traces included) choose again.
+                bump_generation()
                 if not updated:
                     path.unlink(missing_ok=True)
                     return
@@ -306,6 +308,7 @@ class CacheStore:
                 for entry in entries:
                     path = self.path_for(entry.device_kind, entry.kernel)
                     self._unsaved.setdefault(path, {})[entry.key] = entry
+                    bump_generation()
                     self._report(
                         path,
                         f"{e} The tuned result is used in this process but is not saved.",
@@ -343,39 +346,15 @@ def _without(current: dict[str, bytes], *, gone: frozenset[str]) -> dict[str, by
 _STORES: dict[pathlib.Path, CacheStore] = {}
 _LAYERS: list[CacheStore | TuningResult] = []
 _REGISTRY_LOCK = threading.Lock()
-#: The last store :func:`user_cache` returned and what its directory was derived from.
-_LAST: tuple[tuple[Any, ...], CacheStore] | None = None
-
-
-#: Where the default cache directory comes from, as keys of ``_config.CHOICE_ENV``.
-_DEFAULT_DIR_KEYS = tuple(
-    os.environ.encodekey(n) if hasattr(os.environ, "encodekey") else n
-    for n in ("XDG_CACHE_HOME", "HOME")
-)
-
-
-def _root_token() -> tuple[Any, ...]:
-    env = _config.CHOICE_ENV
-    return (_config.choice_token(), *[env.get(k) for k in _DEFAULT_DIR_KEYS])
 
 
 def user_cache() -> CacheStore:
-    """The store at ``JAXTUNE_CACHE_DIR`` (one object per directory, so reads are memoized).
-
-    Called on every trace-time lookup, so the settings are parsed again only when the
-    variables the directory comes from (or the overrides) have changed.
-    """
-    global _LAST
-    token = _root_token()
-    last = _LAST
-    if last is not None and last[0] == token and _STORES.get(last[1].root) is last[1]:
-        return last[1]
+    """The store at ``JAXTUNE_CACHE_DIR`` (one object per directory, so reads are memoized)."""
     root = _config.settings().cache_dir
     with _REGISTRY_LOCK:
         store = _STORES.get(root)
         if store is None:
             store = _STORES[root] = CacheStore(root)
-        _LAST = (token, store)
         return store
 
 
@@ -403,12 +382,14 @@ def register_cache(path: str | os.PathLike[str]) -> None:
         raise CacheError(f"register_cache: {p} does not exist; expected a directory or a file.")
     with _REGISTRY_LOCK:
         _LAYERS.append(layer)
+    bump_generation()
 
 
 def unregister_caches() -> None:
     """Forgets every registered packaged cache (for tests)."""
     with _REGISTRY_LOCK:
         _LAYERS.clear()
+    bump_generation()
 
 
 def layers() -> list[CacheStore | TuningResult]:

@@ -1,52 +1,57 @@
-"""The key of the eager fast path: a cheap, hashable summary of a concrete call (shapes,
-dtypes, static values, settings and scopes in force), or ``None`` when tracing."""
+"""Eager calls at ``jax.jit``'s cost.
+
+An autotuned kernel whose config keywords are known in advance is called through one
+``jax.jit`` per kernel, installed as its class's ``__call__`` (a ``staticmethod``): no Python runs between the
+caller and jit's C++ dispatch, which does the shape lookup. The jit's trace picks the
+config (exactly as a trace inside the user's ``jax.jit`` does), and everything else that
+decides the config reaches jit's cache key through JAX user contexts: ``with TuningResult``
+scopes (their own context), :func:`jaxtune._config.override` blocks (:data:`_OVERRIDDEN`),
+and explicit re-tuning or a changed ``JAXTUNE_*`` variable (:data:`_GENERATION`).
+``inline=True`` makes the jit vanish into an enclosing trace, so inside the user's own
+``jax.jit``, ``grad`` or ``vmap`` the kernel's operations sit where they did without it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
 
 from .. import _config
-from . import lookup as _lookup
 
-__all__ = ["eager_key"]
+__all__ = ["bump_generation", "eager_jit"]
 
-# Concrete (non-tracer) array classes seen so far; learnt lazily so that importing jaxtune
-# never starts a backend.
-_CONCRETE: set[type] = set()
-
-
-def _concrete(a: Any) -> bool:
-    """Whether ``a`` is a concrete (non-tracer) JAX array."""
-    t = type(a)
-    if t in _CONCRETE:
-        return True
-    if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer):
-        _CONCRETE.add(t)
-        return True
-    return False
+# Part of jit's cache key: bumped after explicit tuning and when a JAXTUNE_* variable
+# changes, so jitted functions (and the eager jits) re-trace and choose again.
+_GENERATION = jax.make_user_context(default_value=0)
+# Part of jit's cache key: the settings overridden in this context.
+_OVERRIDDEN = jax.make_user_context(default_value=())
 
 
-def eager_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    """A cheap key for the eager fast path, or ``None`` when tracing (or unhashable)."""
-    if not kwargs and all(_concrete(a) for a in args):
-        # The common eager case, without a pytree flatten.
-        simple = tuple((a.shape, a.dtype, a.weak_type) for a in args)
-        return (simple, _config.settings_token(), _lookup.scope_ids())
-    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    parts: list[Any] = []
-    for leaf in leaves:
-        if isinstance(leaf, jax.core.Tracer):
-            return None
-        if isinstance(leaf, jax.Array):
-            parts.append((leaf.shape, leaf.dtype, getattr(leaf, "weak_type", False)))
-        else:
-            parts.append(leaf)
-    key = (treedef, tuple(parts), _config.settings_token(), _lookup.scope_ids())
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+def bump_generation() -> None:
+    """Makes every jitted function re-trace on its next call."""
+    _GENERATION.set_global(_GENERATION.get_global() + 1)
+
+
+def _overridden(values: Mapping[str, Any]) -> Any:
+    return _OVERRIDDEN(tuple(sorted(values.items())))
+
+
+_config.on_change(bump_generation, _overridden)
+
+
+def eager_jit(
+    fn: Callable[..., Any], call: Callable[..., Any], static_argnames: Iterable[str]
+) -> Callable[..., Any]:
+    """``jax.jit(call, inline=True)`` that jit sees with ``fn``'s signature (to place static
+    arguments) and name."""
+
+    def through(*args: Any, **kwargs: Any) -> Any:
+        return call(*args, **kwargs)
+
+    through.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+        setattr(through, attr, getattr(fn, attr, getattr(through, attr)))
+    return jax.jit(through, static_argnames=tuple(static_argnames), inline=True)

@@ -38,7 +38,7 @@ class TimingOptions:
     within ``tie_within`` of the fastest are a tie whatever their intervals say.
     """
 
-    min_time_s: float = 0.02
+    min_time_s: float = 0.01
     min_samples: int = 5
     max_samples: int = 200
     warmup: int = 2
