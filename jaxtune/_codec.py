@@ -307,7 +307,9 @@ def read_bounded(
         chunks = []
         size = 0
         while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            # The whole file in one read (no copies to join) unless it grows while read.
+            want = max(info.st_size + 1 - size, 1 << 20)
+            chunk = os.read(fd, min(want, limit + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)

@@ -13,7 +13,8 @@ import jaxtune
 from jaxtune import _config
 from jaxtune._codec import packb
 from jaxtune._tuning import cache as _cache
-from jaxtune._tuning.result import SCHEMA_VERSION, Entry, Failure, Measurement
+from jaxtune._tuning.cachefile import CACHE_SCHEMA
+from jaxtune._tuning.result import Entry, Failure, Measurement
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -64,8 +65,9 @@ def test_entries_record_schema_and_versions(tmp_path, fast_timing, monkeypatch):
     assert e.versions["jax"] == jaxtune._versions.toolchain()["jax"]
     raw = _cache.user_cache().path_for(e.device_kind, e.kernel).read_bytes()
     doc = jaxtune._codec.unpackb(raw)
-    assert doc["schema"] == SCHEMA_VERSION
-    assert doc["entries"]["f32[4]"]["versions"]["jaxlib"] is not None
+    assert doc["schema"] == CACHE_SCHEMA == 2
+    stored = jaxtune._codec.unpackb(doc["entries"]["f32[4]"])  # each entry its own msgpack
+    assert stored["versions"]["jaxlib"] is not None
 
 
 def test_truncated_file_is_moved_aside_reported_once_and_call_works(fast_timing):
@@ -109,7 +111,7 @@ def test_future_schema_is_refused_politely_and_not_overwritten(tmp_path):
     store = _cache.CacheStore(tmp_path)
     path = store.path_for("cpu", "k")
     path.parent.mkdir(parents=True)
-    future = packb({"schema": SCHEMA_VERSION + 1, "format": "jaxtune.cache", "entries": {}})
+    future = packb({"schema": CACHE_SCHEMA + 1, "format": "jaxtune.cache", "entries": {}})
     path.write_bytes(future)
     with pytest.warns(jaxtune.JaxtuneWarning, match="written by a newer jaxtune"):
         assert store.read("cpu", "k") == {}

@@ -3,14 +3,19 @@
 ``<cache dir>/<device-kind-slug>/<kernel-id-slug>.msgpack``. Writers take a file lock,
 re-read, merge and replace atomically, so concurrent processes lose nothing. A file that
 cannot be decoded is moved aside (``*.corrupt-<time>``) under the lock, reported once, and
-read as empty; a malformed entry is skipped with one warning; a symlink, FIFO, unreadable
-or oversized file is reported and ignored, never followed, opened or moved. A file from a
-newer schema is left alone: read as empty, and never overwritten. A write that fails keeps
-the entries in the process (:meth:`CacheStore.keep`) with a warning naming the fix.
+read as empty; a symlink, FIFO, unreadable or oversized file is reported and ignored,
+never followed, opened or moved. A file from a newer schema is left alone: read as empty,
+and never overwritten. A write that fails keeps the entries in the process
+(:meth:`CacheStore.keep`) with a warning naming the fix.
+
+Reading a file decodes only its outer map; each entry is decoded and checked when first
+looked up (:mod:`.cachefile`), so a malformed entry is skipped with one warning then, and
+dropped the next time this process writes the file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -21,19 +26,16 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from typing import Any
 
 from .. import _config
-from .._codec import DecodeError, atomic_write, packb, read_bounded, unpackb
+from .._codec import DecodeError, atomic_write, read_bounded
 from .._errors import CacheError, JaxtuneWarning
+from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
 from .cachefs import Version, file_version, fix_for, open_lock
 from .eager import bump_generation
-from .result import SCHEMA_VERSION, Entry, TuningResult
+from .result import Entry, TuningResult
 
 __all__ = ["CacheStore", "layers", "register_cache", "slug", "user_cache"]
-
-_FORMAT = "jaxtune.cache"
 
 
 def slug(name: str) -> str:
@@ -57,13 +59,15 @@ class CacheStore:
 
     Nothing in the directory is trusted: files are opened without following symlinks, only
     regular files of at most :data:`~jaxtune._codec.MAX_FILE_BYTES` are read, every entry is
-    checked against :mod:`.schema`, and a malformed entry is skipped with one warning.
+    checked against :mod:`.schema` when first used, and a malformed entry is skipped with
+    one warning.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.root = pathlib.Path(root)
         self.read_only = read_only
-        self._memo: dict[pathlib.Path, tuple[Version, dict[str, Entry]]] = {}
+        self._memo: dict[pathlib.Path, tuple[Version, EntryTable]] = {}
+        self._paths: dict[tuple[str, str], pathlib.Path] = {}
         self._unsaved: dict[pathlib.Path, dict[str, Entry]] = {}
         self._reported: set[tuple[pathlib.Path, str]] = set()
         self._lock = threading.RLock()
@@ -73,7 +77,11 @@ class CacheStore:
 
     def path_for(self, device_kind: str, kernel: str) -> pathlib.Path:
         """The file that holds ``kernel``'s entries for ``device_kind``."""
-        return self.root / slug(device_kind) / f"{slug(kernel)}.msgpack"
+        path = self._paths.get((device_kind, kernel))
+        if path is None:
+            path = self.root / slug(device_kind) / f"{slug(kernel)}.msgpack"
+            self._paths[device_kind, kernel] = path
+        return path
 
     def files(self) -> list[pathlib.Path]:
         """Every cache file under the root (a directory that cannot be listed is reported)."""
@@ -92,51 +100,56 @@ class CacheStore:
             )
         return sorted(p for p in found if p.name.endswith(".msgpack"))
 
-    def _entries(self, path: pathlib.Path, doc: dict[str, Any]) -> dict[str, Entry]:
-        entries: dict[str, Entry] = {}
-        bad: list[str] = []
-        for key, record in doc["entries"].items():
-            try:
-                entries[key] = Entry.from_dict(record)
-            except CacheError as e:
-                bad.append(f"{key!r}: {e}")
-        if bad:
-            self._report(
-                path,
-                f"jaxtune cache file {path}: {len(bad)} of {len(doc['entries'])} entries are "
-                f"malformed and skipped (first: {bad[0]}). The other entries are used; the "
-                "skipped ones are dropped the next time this file is written.",
-                kind="entries",
-            )
-        return entries
-
-    def _read_file(self, path: pathlib.Path) -> dict[str, Entry]:
-        """Entries of one file merged with those this process could not save."""
-        return {**self._read_disk(path), **self._unsaved.get(path, {})}
-
-    def _read_disk(self, path: pathlib.Path) -> dict[str, Entry]:
+    def _table(self, path: pathlib.Path) -> EntryTable | None:
+        """The memoized entries of the file as it is now; the store's lock is held."""
+        memo = self._memo.get(path)
         try:
             version = file_version(path)
-            memo = self._memo.get(path)
             if memo is not None and memo[0] == version:
                 return memo[1]
-            doc = _parse(read_bounded(path, follow_symlinks=False))
+            raw = parse(read_bounded(path, follow_symlinks=False))
         except FileNotFoundError:
-            return {}
-        except _FutureSchemaError as e:
-            self._report(path, _future_message(path, e.schema))
-            return {}
+            return None
+        except FutureSchemaError as e:
+            self._report(path, e.message(path))
+            return None
         except DecodeError as e:
             self._quarantine(path, version, e)
-            return {}
+            return None
         except OSError as e:
             self._report(
                 path, f"jaxtune cannot read the cache file {path}: {e}. {fix_for(e, path)}"
             )
+            return None
+        table = EntryTable(raw, None if memo is None else memo[1])
+        self._memo[path] = (version, table)
+        return table
+
+    def _decoded(self, path: pathlib.Path) -> dict[str, Entry]:
+        """Every well-formed entry on disk; the store's lock is held."""
+        table = self._table(path)
+        if table is None:
             return {}
-        entries = self._entries(path, doc)
-        self._memo[path] = (version, entries)
+        entries = table.all()
+        self._check(path, table)
         return entries
+
+    def _check(self, path: pathlib.Path, table: EntryTable) -> None:
+        """Reports the malformed entries found so far in ``table``, once per file."""
+        if not table.malformed or (path, "entries") in self._reported:
+            return
+        key, why = next(iter(table.malformed.items()))
+        if table.complete:
+            found = f"{len(table.malformed)} of {len(table)} entries are malformed"
+        else:
+            found = f"an entry is malformed ({len(table)} in the file, each checked when used)"
+        self._report(
+            path,
+            f"jaxtune cache file {path}: {found} and skipped (first: {key!r}: {why}). The "
+            "other entries are used; the skipped ones are dropped the next time this process "
+            "writes this file.",
+            kind="entries",
+        )
 
     def _report(self, path: pathlib.Path, message: str, *, kind: str = "file") -> None:
         if (path, kind) not in self._reported:
@@ -176,13 +189,25 @@ class CacheStore:
         )
 
     def read(self, device_kind: str, kernel: str) -> dict[str, Entry]:
-        """Every entry of ``kernel`` on ``device_kind``, by key."""
+        """Every entry of ``kernel`` on ``device_kind``, by key (decodes them all)."""
+        path = self.path_for(device_kind, kernel)
         with self._lock:
-            return self._read_file(self.path_for(device_kind, kernel))
+            return {**self._decoded(path), **self._unsaved.get(path, {})}
 
     def lookup(self, kernel: str, device_kind: str, key: str) -> Entry | None:
-        """The entry for exactly this key, or ``None``."""
-        return self.read(device_kind, kernel).get(key)
+        """The entry for exactly this key, or ``None`` (decodes this entry only)."""
+        path = self.path_for(device_kind, kernel)
+        with self._lock:
+            unsaved = self._unsaved.get(path)
+            if unsaved and key in unsaved:
+                return unsaved[key]
+            table = self._table(path)
+            if table is None:
+                return None
+            entry = table.get(key)
+            if table.malformed:
+                self._check(path, table)
+            return entry
 
     def entries_for(self, kernel: str, device_kind: str) -> list[Entry]:
         """Every entry of one kernel on one device kind."""
@@ -193,10 +218,10 @@ class CacheStore:
         out: list[Entry] = []
         with self._lock:
             for path in self.files():
-                out.extend(self._read_file(path).values())
+                out.extend({**self._decoded(path), **self._unsaved.get(path, {})}.values())
         return out
 
-    @contextmanager
+    @contextlib.contextmanager
     def _locked(self, path: pathlib.Path) -> Iterator[None]:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = open_lock(path.with_name(path.name + ".lock"))
@@ -206,47 +231,50 @@ class CacheStore:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _current(self, path: pathlib.Path) -> dict[str, Entry]:
-        """What the file holds now; the file lock is held."""
+    def _current(self, path: pathlib.Path) -> dict[str, bytes]:
+        """What the file holds now, as stored bytes by key, less the entries this process
+        found malformed; the file lock and the store's lock are held."""
         try:
             version = file_version(path)
-            doc = _parse(read_bounded(path, follow_symlinks=False))
+            raw = parse(read_bounded(path, follow_symlinks=False))
         except FileNotFoundError:
             return {}
-        except _FutureSchemaError as e:
+        except FutureSchemaError as e:
             raise CacheError(
                 f"refusing to overwrite {path}: it was written by a newer jaxtune "
-                f"(schema {e.schema}, this one writes {SCHEMA_VERSION}). Upgrade "
+                f"(schema {e.schema}, this one writes {CACHE_SCHEMA}). Upgrade "
                 "jaxtune or set JAXTUNE_CACHE_DIR to another directory."
             ) from None
         except DecodeError as e:
             self._move_aside(path, version, e)
             return {}
-        return self._entries(path, doc)
+        memo = self._memo.get(path)
+        return blobs(raw, drop=memo[1].malformed_raw() if memo else {})
 
     def _update(
-        self, path: pathlib.Path, change: Callable[[dict[str, Entry]], dict[str, Entry]]
+        self,
+        path: pathlib.Path,
+        names: tuple[str, str],
+        change: Callable[[dict[str, bytes]], dict[str, bytes]],
     ) -> None:
+        """Applies ``change`` to the file's entries under its lock; ``names``: the kernel
+        and device kind the file is for."""
         if self.read_only:
             raise CacheError(f"{self} is read-only (a packaged cache); nothing was written.")
         try:
             with self._lock, self._locked(path):
                 updated = change(self._current(path))
-                self._memo.pop(path, None)
+                memo = self._memo.pop(path, None)
                 # Kernels traced before (the eager jits' traces included) choose again.
                 bump_generation()
                 if not updated:
                     path.unlink(missing_ok=True)
                     return
-                first = next(iter(updated.values()))
-                doc: dict[str, Any] = {
-                    "schema": SCHEMA_VERSION,
-                    "format": _FORMAT,
-                    "kernel": first.kernel,
-                    "device_kind": first.device_kind,
-                    "entries": {k: e.to_dict() for k, e in updated.items()},
-                }
-                atomic_write(path, packb(doc))
+                atomic_write(path, encode(*names, updated))
+                # Nobody else writes while the lock is held: what was just written is current.
+                with contextlib.suppress(OSError):
+                    table = EntryTable(updated, None if memo is None else memo[1])
+                    self._memo[path] = (file_version(path), table)
         except OSError as e:
             raise CacheError(f"jaxtune could not write {path}: {e}. {fix_for(e, path)}") from e
 
@@ -261,8 +289,9 @@ class CacheStore:
         for e in entries:
             groups.setdefault(self.path_for(e.device_kind, e.kernel), []).append(e)
         for path, group in groups.items():
-            additions = {e.key: e for e in group}
-            self._update(path, functools.partial(_with, additions=additions))
+            additions = {e.key: blob(e) for e in group}
+            names = (group[0].kernel, group[0].device_kind)
+            self._update(path, names, functools.partial(_with, additions=additions))
             with self._lock:
                 unsaved = self._unsaved.get(path, {})
                 for key in additions:
@@ -293,11 +322,12 @@ class CacheStore:
         dropped = 0
         for path in self.files():
             with self._lock:
-                entries = self._read_disk(path)
+                entries = self._decoded(path)
             gone = [k for k, e in entries.items() if not keep(e)]
             if gone:
                 dropped += len(gone)
-                self._update(path, functools.partial(_without, gone=frozenset(gone)))
+                names = (entries[gone[0]].kernel, entries[gone[0]].device_kind)
+                self._update(path, names, functools.partial(_without, gone=frozenset(gone)))
         return dropped
 
     def clear(self) -> int:
@@ -305,47 +335,12 @@ class CacheStore:
         return self.remove(lambda e: False)
 
 
-def _parse(data: bytes) -> dict[str, Any]:
-    """The checked top level of a cache file.
-
-    Raises:
-        DecodeError: not msgpack, or not shaped like a jaxtune cache file.
-        _FutureSchemaError: written by a newer jaxtune.
-    """
-    doc = unpackb(data)
-    if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
-        raise DecodeError("not a jaxtune cache file (the 'format' field is missing)")
-    schema = doc.get("schema")
-    if not isinstance(schema, int) or isinstance(schema, bool):
-        raise DecodeError("the 'schema' field is missing or not an int")
-    if schema > SCHEMA_VERSION:
-        raise _FutureSchemaError(schema)
-    entries = doc.get("entries")
-    if not isinstance(entries, dict) or not all(isinstance(k, str) for k in entries):
-        raise DecodeError("the 'entries' field is not a dict keyed by str")
-    return doc
-
-
-def _future_message(path: pathlib.Path, schema: int) -> str:
-    return (
-        f"jaxtune cache file {path} was written by a newer jaxtune (schema {schema}, "
-        f"this one reads {SCHEMA_VERSION}); it is ignored and left untouched. Upgrade "
-        "jaxtune or point JAXTUNE_CACHE_DIR elsewhere."
-    )
-
-
-def _with(current: dict[str, Entry], *, additions: dict[str, Entry]) -> dict[str, Entry]:
+def _with(current: dict[str, bytes], *, additions: dict[str, bytes]) -> dict[str, bytes]:
     return {**current, **additions}
 
 
-def _without(current: dict[str, Entry], *, gone: frozenset[str]) -> dict[str, Entry]:
-    return {k: e for k, e in current.items() if k not in gone}
-
-
-class _FutureSchemaError(Exception):
-    def __init__(self, schema: int) -> None:
-        super().__init__(schema)
-        self.schema = schema
+def _without(current: dict[str, bytes], *, gone: frozenset[str]) -> dict[str, bytes]:
+    return {k: b for k, b in current.items() if k not in gone}
 
 
 _STORES: dict[pathlib.Path, CacheStore] = {}

@@ -23,6 +23,7 @@ from traces import GPU_TRACE, TPU_TRACE
 
 import jaxtune
 from jaxtune._tuning.cache import CacheStore
+from jaxtune._tuning.cachefile import CACHE_SCHEMA
 from jaxtune._tuning.result import SCHEMA_VERSION, Entry, TuningResult
 
 COUNTS: collections.Counter[str] = collections.Counter()
@@ -36,9 +37,17 @@ GOOD = Entry(
     default_config={"block": 4, "order": ("b", 2)},
     default_time_us=3.0,
 )
-GOOD_FILE = msgpack.packb(
-    {"schema": SCHEMA_VERSION, "format": "jaxtune.cache", "entries": {GOOD.key: GOOD.to_dict()}}
-)
+#: A cache file in the current layout (each entry its own msgpack) and in schema 1 (maps).
+GOOD_FILES = [
+    msgpack.packb(
+        {
+            "schema": CACHE_SCHEMA,
+            "format": "jaxtune.cache",
+            "entries": {GOOD.key: msgpack.packb(GOOD.to_dict())},
+        }
+    ),
+    msgpack.packb({"schema": 1, "format": "jaxtune.cache", "entries": {GOOD.key: GOOD.to_dict()}}),
+]
 GOOD_RESULT = TuningResult.of(GOOD).dumps()
 TRACES = [ProfileData.text_proto_to_serialized_xspace(t) for t in (TPU_TRACE, GPU_TRACE)]
 
@@ -85,19 +94,26 @@ def cache_files(draw: st.DrawFn) -> bytes:
     if kind == "bytes":
         return draw(st.binary(max_size=200))
     if kind == "flip":
-        return _mutate(draw, GOOD_FILE)
+        return _mutate(draw, draw(st.sampled_from(GOOD_FILES)))
     if kind == "value":
         return msgpack.packb(draw(values))
+    records = st.one_of(values, damaged_entries(), st.just(GOOD.to_dict()))
+    # In the current layout each entry is its own msgpack, itself possibly damaged.
+    packed = st.one_of(records.map(msgpack.packb), records.map(msgpack.packb).map(_damaged))
     entries = draw(
         st.dictionaries(
-            st.text(max_size=8),
-            st.one_of(values, damaged_entries(), st.just(GOOD.to_dict())),
+            st.one_of(st.text(max_size=8), st.just(GOOD.key)),
+            st.one_of(records, packed),
             max_size=4,
         )
     )
-    doc = {"schema": draw(st.one_of(st.just(SCHEMA_VERSION), values)), "format": "jaxtune.cache"}
-    doc["entries"] = entries
+    schemas = st.one_of(st.sampled_from([1, CACHE_SCHEMA]), values)
+    doc = {"schema": draw(schemas), "format": "jaxtune.cache", "entries": entries}
     return msgpack.packb(doc)
+
+
+def _damaged(data: bytes) -> bytes:
+    return data[: len(data) // 2] + b"\xc1" + data[len(data) // 2 + 1 :]
 
 
 def _mutate(draw: st.DrawFn, data: bytes) -> bytes:

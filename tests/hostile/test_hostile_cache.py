@@ -16,8 +16,9 @@ from hostile_helpers import one_line_error
 
 import jaxtune
 from jaxtune import _config
-from jaxtune._codec import atomic_write, packb
+from jaxtune._codec import atomic_write, packb, unpackb
 from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.cachefile import CACHE_SCHEMA
 from jaxtune._tuning.result import SCHEMA_VERSION, Entry, TuningResult
 
 
@@ -35,8 +36,14 @@ def entry(key="f32[8]", kernel="k", kind="cpu", **kw):
     return Entry(**fields)
 
 
-def cache_doc(records: dict) -> dict:
-    return {"schema": SCHEMA_VERSION, "format": "jaxtune.cache", "entries": records}
+#: Cache file layouts: each entry a map (schema 1, read only) or its own msgpack (schema 2).
+LAYOUTS = [1, CACHE_SCHEMA]
+
+
+def cache_doc(records: dict, schema: int = 1) -> dict:
+    if schema >= 2:
+        records = {k: msgpack.packb(r, use_bin_type=True) for k, r in records.items()}
+    return {"schema": schema, "format": "jaxtune.cache", "entries": records}
 
 
 def nested_tuples(depth: int) -> msgpack.ExtType:
@@ -49,12 +56,14 @@ def nested_tuples(depth: int) -> msgpack.ExtType:
 # -- 1. a 1 KB file of nested extension values ----------------------------------------------
 
 
-def test_deeply_nested_cache_file_is_moved_aside_not_a_segfault(py, tmp_path):
+@pytest.mark.parametrize("schema", LAYOUTS)
+def test_deeply_nested_cache_file_is_moved_aside_not_a_segfault(py, tmp_path, schema):
     good = entry().to_dict()
     good["config"] = {"block": nested_tuples(250)}
     path = tmp_path / "cpu" / "k.msgpack"
     path.parent.mkdir()
-    path.write_bytes(msgpack.packb(cache_doc({"f32[8]": good})))
+    records = {"f32[8]": good, "f32[9]": entry(key="f32[9]").to_dict()}
+    path.write_bytes(msgpack.packb(cache_doc(records, schema)))
     assert path.stat().st_size < 2048
     proc = py(
         f"""
@@ -63,9 +72,15 @@ def test_deeply_nested_cache_file_is_moved_aside_not_a_segfault(py, tmp_path):
         """
     )
     assert proc.returncode == 0, proc.stderr
-    assert "entries 0" in proc.stdout
-    assert "nested deeper than" in proc.stderr and "moved to k.msgpack.corrupt-" in proc.stderr
-    assert not path.exists()
+    assert "nested deeper than" in proc.stderr
+    if schema == 1:  # the whole file is one msgpack value: it cannot be read
+        assert "entries 0" in proc.stdout
+        assert "moved to k.msgpack.corrupt-" in proc.stderr
+        assert not path.exists()
+    else:  # the nested entry is its own msgpack: it alone is skipped
+        assert "entries 1" in proc.stdout
+        assert "1 of 2 entries are malformed" in proc.stderr
+        assert path.exists() and not list(tmp_path.glob("cpu/*.corrupt-*"))
 
 
 def test_deeply_nested_result_file_is_one_line_from_cache_import(cli, tmp_path):
@@ -108,8 +123,11 @@ def test_wrongly_typed_entry_is_refused_by_cache_import(cli, tmp_path, field, va
     assert listing.returncode == 0 and "(no tuned entries)" in listing.stdout
 
 
+@pytest.mark.parametrize("schema", LAYOUTS)
 @pytest.mark.parametrize(("field", "value"), WRONG)
-def test_one_bad_entry_is_skipped_with_one_warning_the_rest_are_used(tmp_path, field, value):
+def test_one_bad_entry_is_skipped_with_one_warning_the_rest_are_used(
+    tmp_path, field, value, schema
+):
     store = _cache.CacheStore(tmp_path)
     good = [entry(key=f"f32[{i}]") for i in range(10)]
     store.write(good)
@@ -118,7 +136,7 @@ def test_one_bad_entry_is_skipped_with_one_warning_the_rest_are_used(tmp_path, f
     bad = entry(key="f32[99]").to_dict()
     bad[field] = value
     records["f32[99]"] = bad
-    path.write_bytes(packb(cache_doc(records)))
+    path.write_bytes(packb(cache_doc(records, schema)))
     fresh = _cache.CacheStore(tmp_path)
     with pytest.warns(jaxtune.JaxtuneWarning, match=r"1 of 11 entries are malformed") as seen:
         assert set(fresh.read("cpu", "k")) == {e.key for e in good}
@@ -135,7 +153,9 @@ def test_unknown_extra_field_is_ignored_not_quarantined(tmp_path):
     store.write([entry(key=f"f32[{i}]") for i in range(10)])
     path = store.path_for("cpu", "k")
     doc = msgpack.unpackb(path.read_bytes(), strict_map_key=False)
-    doc["entries"]["f32[3]"]["added_by_a_newer_jaxtune"] = {"x": 1}
+    record = unpackb(doc["entries"]["f32[3]"])
+    record["added_by_a_newer_jaxtune"] = {"x": 1}
+    doc["entries"]["f32[3]"] = packb(record)
     path.write_bytes(msgpack.packb(doc))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
