@@ -1,8 +1,8 @@
 """Environment-backed settings: every ``JAXTUNE_*`` variable is parsed and validated here.
 
-Settings are read from the environment each time :func:`settings` is called (a parse is a
-handful of dictionary lookups, and it only happens at trace time), so a program or a test
-may change ``os.environ`` at any point. :func:`override` layers values on top of the
+:func:`settings` parses the environment again whenever a variable it reads or an override
+has changed since its last call (it runs several times per trace-time lookup), so a program
+or a test may change ``os.environ`` at any point. :func:`override` layers values on top of the
 environment for the current thread of control, which is how tests pin a mode without
 touching the environment of other tests.
 """
@@ -262,6 +262,16 @@ def _default(variable: Variable) -> str:
     return variable.default
 
 
+# os.environ keeps its bytes in a plain dict that every change through os.environ updates;
+# reading it directly skips the per-key encoding that makes os.environ.get slow.
+_ENV: Mapping[Any, Any] = getattr(os.environ, "_data", os.environ)
+_KEYS = tuple(
+    os.environ.encodekey(n) if hasattr(os.environ, "encodekey") else n
+    for n in (*(v.name for v in VARIABLES), "XDG_CACHE_HOME", "HOME")  # see default_cache_dir
+)
+_LAST: tuple[tuple[Any, ...], Settings] | None = None  # the last parse and its inputs
+
+
 def settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Returns the current settings: overrides, then the environment, then defaults.
 
@@ -269,8 +279,14 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
         SettingsError: a variable has a value outside its allowed values; the message names
             the variable, the value and what is allowed.
     """
-    env = os.environ if environ is None else environ
+    global _LAST
     overrides = _OVERRIDES.get()
+    if environ is None:  # the process's settings: parsed again only when they may differ
+        token = (overrides, *[_ENV.get(k) for k in _KEYS])
+        last = _LAST
+        if last is not None and last[0] == token:
+            return last[1]
+    env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for variable in VARIABLES:
         if variable.field in overrides:
@@ -278,7 +294,10 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
             continue
         raw = env.get(variable.name, "")
         values[variable.field] = variable.parse(raw if raw.strip() else _default(variable))
-    return Settings(**values)
+    parsed = Settings(**values)
+    if environ is None:
+        _LAST = (token, parsed)
+    return parsed
 
 
 def describe(

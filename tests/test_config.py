@@ -155,3 +155,23 @@ def test_settings_from_explicit_mapping():
     s = _config.settings({"JAXTUNE_MODE": "tune", "JAXTUNE_CACHE_DIR": "/tmp/x"})
     assert s.mode == "tune"
     assert s.cache_dir == pathlib.Path("/tmp/x")
+
+
+def test_settings_follow_the_environment_and_overrides_between_calls(tmp_path, monkeypatch):
+    first = _config.settings()
+    assert _config.settings() is first  # parsed once while nothing changes
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    assert _config.settings().mode == "tune"
+    with _config.override(mode="off"):
+        assert _config.settings().mode == "off"
+    assert _config.settings().mode == "tune"
+    monkeypatch.setenv("JAXTUNE_MODE", "fast")
+    with pytest.raises(SettingsError, match="JAXTUNE_MODE='fast'"):
+        _config.settings()
+    monkeypatch.delenv("JAXTUNE_MODE")
+    monkeypatch.delenv("JAXTUNE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _config.settings().cache_dir == tmp_path / "xdg" / "jaxtune"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _config.settings().cache_dir == tmp_path / "home" / ".cache" / "jaxtune"
