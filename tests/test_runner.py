@@ -358,7 +358,7 @@ def test_module_the_child_cannot_import_falls_back_inline(tmp_path):
 
 
 def test_pool_key_ignores_variables_that_do_not_reach_the_backend():
-    from jaxtune._isolation.process import pool_key
+    from jaxtune._isolation.environ import pool_key
 
     cpu = {"JAX_PLATFORMS": "cpu", "PYTHONPATH": "/p", "XLA_FLAGS": "--a"}
     # A library that sets an unrelated variable (Tokamax sets MOSAIC_GPU_CUDA_ROOT at

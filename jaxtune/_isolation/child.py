@@ -219,7 +219,7 @@ class _Server:
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
         from .._tuning.sweep import Sweeper
         from .context import apply_snapshot
-        from .process import sync_environ
+        from .environ import sync_environ
 
         # Before anything is imported or traced: the caller's variables (those that do not
         # key the pool of children), interpret mode, x64, precision...

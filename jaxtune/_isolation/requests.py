@@ -15,7 +15,7 @@ from typing import Any
 
 from .._tuning.sweep import SweepTask
 from .context import carried_state
-from .process import unkeyed_environ
+from .environ import unkeyed_environ
 from .wire import NotTransportable, encode_value
 
 __all__ = ["function_ref", "profile_request", "sweep_request"]

@@ -34,8 +34,9 @@ from .._tuning.sweep import (
 )
 from . import context as _context
 from .devices import sweep_devices
+from .environ import pool_key
 from .flight import InFlight, raise_child_error
-from .process import POOL, ChildLost, ChildProcess, parent_backend, pool_key, python_path
+from .process import POOL, ChildLost, ChildProcess, parent_backend, python_path
 from .requests import sweep_request
 from .wire import NotTransportable
 
