@@ -11,6 +11,7 @@ the set of ops under its ``jaxtune[<id>#<digest>]`` marker.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
@@ -148,10 +149,34 @@ def _innermost_marker(name_stack: str) -> tuple[str, str, str] | None:
     return kernel, digest, name_stack[:end]
 
 
+def _inside_kernel(owner: Any, source: str | None) -> str | None:
+    """``source`` when it lies in the autotuned kernel's own code, else the kernel body's
+    first line. (JAX 0.10 gives the operations of an inlined jit, which an eager-capable
+    kernel is, its caller's location; later versions keep their own.)"""
+    fn = inspect.unwrap(getattr(owner, "__wrapped__", None) or (lambda: None))
+    code = getattr(fn, "__code__", None)
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return source
+    if code is None:
+        return source
+    if source is not None:
+        file, _, line = source.rpartition(":")
+        if file == code.co_filename and line.isdigit() and start <= int(line) < start + len(lines):
+            return source
+    heads = [i for i, text in enumerate(lines) if text.lstrip().startswith(("def ", "async def "))]
+    def_line = start + (heads[0] if heads else 0)
+    body = [ln for _, _, ln in code.co_lines() if ln is not None and ln > def_line]
+    return f"{code.co_filename}:{min(body)}" if body else source
+
+
 def _autotuned_site(
     kernel: str, digest: str, prefix: str, platform: str, source: Any
 ) -> KernelSite:
     found = _markers.lookup(digest)
+    if found is not None and found.owner is not None:
+        source = _inside_kernel(found.owner, source)
     return KernelSite(
         name=kernel,
         kind="autotuned",
