@@ -211,6 +211,28 @@ def test_tune_mode_sweeps_on_miss_then_hits(monkeypatch, fast_timing):
     assert blocked_sum.config_for(y).source == "cache"
 
 
+def test_a_sweep_while_the_step_traces_does_not_make_the_step_trace_again(
+    monkeypatch, fast_timing
+):
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    y = jnp.ones((384,), jnp.float32)
+    traced = []
+
+    @jax.jit
+    def step(a):
+        traced.append(1)
+        return blocked_sum(a) * 2
+
+    for _ in range(3):
+        np.testing.assert_allclose(step(y), 768.0)  # the first call sweeps, at trace time
+    assert _cache.user_cache().lookup("tests.blocked_sum", kind(), "f32[384]") is not None
+    assert len(traced) == 1  # the cache write renewed the eager jits only
+    before = TRACES["blocked_sum"]
+    np.testing.assert_allclose(blocked_sum(y), 384.0)  # eager: looks the new entry up
+    assert TRACES["blocked_sum"] == before + 1
+    assert blocked_sum.config_for(y).source == "cache"
+
+
 def test_retune_mode_sweeps_even_on_hit_and_overwrites(monkeypatch, fast_timing):
     y = jnp.ones((512,), jnp.float32)
     old = entry("tests.blocked_sum", "f32[512]", {"chunk": 16})

@@ -26,7 +26,7 @@ from . import record as _record
 from . import timing as _timing
 from .choose import budget_setting, prestart_child
 from .choose import make_entry as make_entry
-from .eager import bump_generation, eager_jit
+from .eager import bump_generation, eager_jit, renew_on_cache_change
 from .lookup import Choice
 from .naming import kernel_id_for
 from .options import validate_callable, validate_check, validate_static_argnames, validate_timeout
@@ -103,14 +103,15 @@ class Autotuned(Generic[P, R]):
         self.timing: TimingOptions | None = None
         self._lock = threading.RLock()
         names = self._known_config_names()
-        self._eager_jit = eager_jit(
-            fn, self._call, (*self.static_argnames, *(sorted(names) if names else ()))
-        )
-        if names is not None and not self.static_argnames:
+        self._jit_static = (*self.static_argnames, *(sorted(names) if names else ()))
+        self._eager_jit = eager_jit(fn, self._call, self._jit_static)
+        self._fast = names is not None and not self.static_argnames
+        if self._fast:
             # Eager calls go straight to jit's C++ dispatch (see eager.py). With static
             # arguments they go through _call first, which names an unhashable one.
             fast = {"__call__": staticmethod(self._eager_jit), "__slots__": ()}
             self.__class__ = type("Autotuned", (type(self),), fast)
+        renew_on_cache_change(self)
         self._jitted: dict[str, Callable[..., R]] = {}
         self._retuned: set[tuple[str, str]] = set()
         strategy_of(search)  # validates the name or object now, not at the first sweep
@@ -121,6 +122,12 @@ class Autotuned(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<jaxtune.autotuned {self.kernel_id}>"
+
+    def renew_eager(self) -> None:
+        """Replaces the eager jit with a fresh one (no traces), after a cache changed."""
+        self._eager_jit = eager_jit(self.__wrapped__, self._call, self._jit_static)
+        if self._fast:  # the per-kernel class of the C++ path
+            type(self).__call__ = staticmethod(self._eager_jit)  # type: ignore[method-assign]
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else functools.partial(self, obj)

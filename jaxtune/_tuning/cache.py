@@ -32,7 +32,7 @@ from .._codec import DecodeError, atomic_write, read_bounded
 from .._errors import CacheError, JaxtuneWarning
 from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
 from .cachefs import Version, file_version, fix_for, open_lock
-from .eager import bump_generation
+from .eager import caches_changed
 from .result import Entry, TuningResult
 
 __all__ = ["CacheStore", "layers", "register_cache", "slug", "user_cache"]
@@ -265,8 +265,8 @@ class CacheStore:
             with self._lock, self._locked(path):
                 updated = change(self._current(path))
                 memo = self._memo.pop(path, None)
-                # Kernels traced before (the eager jits' traces included) choose again.
-                bump_generation()
+                # Eager calls of kernels traced before choose again.
+                caches_changed()
                 if not updated:
                     path.unlink(missing_ok=True)
                     return
@@ -308,7 +308,7 @@ class CacheStore:
                 for entry in entries:
                     path = self.path_for(entry.device_kind, entry.kernel)
                     self._unsaved.setdefault(path, {})[entry.key] = entry
-                    bump_generation()
+                    caches_changed()
                     self._report(
                         path,
                         f"{e} The tuned result is used in this process but is not saved.",
@@ -382,14 +382,14 @@ def register_cache(path: str | os.PathLike[str]) -> None:
         raise CacheError(f"register_cache: {p} does not exist; expected a directory or a file.")
     with _REGISTRY_LOCK:
         _LAYERS.append(layer)
-    bump_generation()
+    caches_changed()
 
 
 def unregister_caches() -> None:
     """Forgets every registered packaged cache (for tests)."""
     with _REGISTRY_LOCK:
         _LAYERS.clear()
-    bump_generation()
+    caches_changed()
 
 
 def layers() -> list[CacheStore | TuningResult]:

@@ -6,7 +6,9 @@ caller and jit's C++ dispatch, which does the shape lookup. The jit's trace pick
 config (exactly as a trace inside the user's ``jax.jit`` does), and everything else that
 decides the config reaches jit's cache key through JAX user contexts: ``with TuningResult``
 scopes (their own context), :func:`jaxtune._config.override` blocks (:data:`_OVERRIDDEN`),
-and explicit re-tuning or a changed ``JAXTUNE_*`` variable (:data:`_GENERATION`).
+and explicit re-tuning or a changed ``JAXTUNE_*`` variable (:data:`_GENERATION`). A change
+of the caches (a sweep's entry, a write, a registered layer) renews only the eager jits
+(:func:`caches_changed`), so the caller's own jitted functions are not traced again.
 ``inline=True`` makes the jit vanish into an enclosing trace, so inside the user's own
 ``jax.jit``, ``grad`` or ``vmap`` the kernel's operations sit where they did without it.
 """
@@ -14,14 +16,15 @@ and explicit re-tuning or a changed ``JAXTUNE_*`` variable (:data:`_GENERATION`)
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 
 from .. import _config
 
-__all__ = ["bump_generation", "eager_jit"]
+__all__ = ["bump_generation", "caches_changed", "eager_jit", "renew_on_cache_change"]
 
 # Part of jit's cache key: bumped after explicit tuning and when a JAXTUNE_* variable
 # changes, so jitted functions (and the eager jits) re-trace and choose again.
@@ -33,6 +36,28 @@ _OVERRIDDEN = jax.make_user_context(default_value=())
 def bump_generation() -> None:
     """Makes every jitted function re-trace on its next call."""
     _GENERATION.set_global(_GENERATION.get_global() + 1)
+
+
+class _Renewable(Protocol):
+    def renew_eager(self) -> None: ...
+
+
+_OWNERS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def renew_on_cache_change(owner: _Renewable) -> None:
+    """Registers ``owner``, whose ``renew_eager()`` replaces its eager jit (and so forgets
+    its traces) whenever :func:`caches_changed` is called."""
+    _OWNERS.add(owner)
+
+
+def caches_changed() -> None:
+    """Called when a cache layer changed in this process: every eager jit is replaced, so
+    its next call (or trace inside the caller's ``jax.jit``) looks the config up again.
+    Functions the caller jitted keep their traces until they re-trace for their own
+    reasons: a sweep at trace time must not make the step it runs in compile twice."""
+    for owner in list(_OWNERS):
+        owner.renew_eager()
 
 
 def _overridden(values: Mapping[str, Any]) -> Any:
