@@ -211,9 +211,7 @@ def test_tune_mode_sweeps_on_miss_then_hits(monkeypatch, fast_timing):
     assert blocked_sum.config_for(y).source == "cache"
 
 
-def test_a_sweep_while_the_step_traces_does_not_make_the_step_trace_again(
-    monkeypatch, fast_timing
-):
+def test_a_sweep_while_the_step_traces_does_not_make_the_step_trace_again(monkeypatch, fast_timing):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     y = jnp.ones((384,), jnp.float32)
     traced = []
