@@ -21,7 +21,7 @@ import re
 import stat
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -197,21 +197,32 @@ def _ext(code: int, data: bytes) -> Any:
         _DEPTH.value = depth
 
 
-def packb(obj: Any) -> bytes:
-    """msgpack bytes of plain data; tuples survive the round trip.
+def packb(obj: Any, *, hook: Callable[[Any], Any] | None = None) -> bytes:
+    """msgpack bytes of plain data; tuples survive the round trip. ``hook`` encodes the
+    values it knows (outside tuples) and returns ``NotImplemented`` for the others.
 
     Raises:
         TypeError: ``obj`` holds a value msgpack cannot carry (the message names it).
     """
-    data: bytes = msgpack.packb(obj, default=_encode, strict_types=True, use_bin_type=True)
+
+    def default(value: Any) -> Any:
+        got = NotImplemented if hook is None else hook(value)
+        return _encode(value) if got is NotImplemented else got
+
+    data: bytes = msgpack.packb(obj, default=default, strict_types=True, use_bin_type=True)
     return data
 
 
-def _unpack(data: bytes) -> Any:
+def _unpack(data: bytes, hook: Callable[[int, bytes], Any] | None = None) -> Any:
     limit = max(len(data), 16)
+
+    def ext(code: int, payload: bytes) -> Any:
+        got = NotImplemented if hook is None else hook(code, payload)
+        return _ext(code, payload) if got is NotImplemented else got
+
     return msgpack.unpackb(
         data,
-        ext_hook=_ext,
+        ext_hook=ext,
         raw=False,
         strict_map_key=False,
         max_str_len=limit,
@@ -222,14 +233,15 @@ def _unpack(data: bytes) -> Any:
     )
 
 
-def unpackb(data: bytes) -> Any:
-    """Inverse of :func:`packb`; never runs code.
+def unpackb(data: bytes, *, hook: Callable[[int, bytes], Any] | None = None) -> Any:
+    """Inverse of :func:`packb`; never runs code. ``hook`` decodes the extension types it
+    knows (outside tuples) and returns ``NotImplemented`` for the others.
 
     Raises:
         DecodeError: the bytes are not msgpack, hold trailing data, or nest too deeply.
     """
     try:
-        return _unpack(bytes(data))
+        return _unpack(bytes(data), hook)
     except DecodeError:
         raise
     except Exception as e:  # any failure to decode hostile bytes is a DecodeError

@@ -18,7 +18,6 @@ import pytest
 from faulty_kernels import faulty, identity, pid_probe
 
 import jaxtune
-from jaxtune._codec import packb, unpackb
 from jaxtune._isolation import process as _process
 from jaxtune._isolation import runner as _runner
 from jaxtune._isolation import wire as _wire
@@ -164,7 +163,17 @@ def test_closure_falls_back_to_inline_with_one_warning():
 def test_arrays_round_trip_exactly(dtype):
     rng = np.random.default_rng(0)
     original = jnp.asarray(rng.standard_normal((3, 7)).astype(np.float32).astype(dtype))
-    back = _wire.decode_value(unpackb(packb(_wire.encode_value((original,)))))[0]
+    read, write = os.pipe()
+    try:
+        # Through a pipe, as to a child: the array's bytes follow the frame's msgpack part.
+        _wire.write_frame(write, {"args": _wire.encode_value((original, {"k": (original,)}))})
+        frame = _wire.FrameReader(read).read(timeout=10)
+    finally:
+        os.close(read)
+        os.close(write)
+    back, nested = _wire.decode_value(frame["args"])
+    assert nested["k"][0].dtype == original.dtype
+    np.testing.assert_array_equal(np.asarray(nested["k"][0]), np.asarray(back))
     assert back.dtype == original.dtype
     np.testing.assert_array_equal(
         np.asarray(back).view(np.uint8), np.asarray(original).view(np.uint8)

@@ -229,6 +229,8 @@ class _Server:
         if op == "profile":
             return {"t": "done", "info": _profile(msg), "unapplied": self.unapplied}
         if self.current is None or self.current[0] != msg["task_id"]:
+            if "args" not in msg:  # the parent thought this child still held the task
+                return {"t": "error", "type": "UnknownTask", "message": msg["task_id"]}
             self.current = (msg["task_id"], Sweeper(_build_task(msg), on_event=self.emit))
         sweeper = self.current[1]
         if op == "measure":
@@ -330,18 +332,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def _warm_up() -> None:
     """Pays, before the first request arrives, what the first sweep of a process would
-    otherwise pay: importing jaxtune and its sweep machinery, and XLA's first compile and
-    run. A child
-    started ahead of need (``prestart``) is then as fast as one that already swept."""
+    otherwise pay: importing jaxtune and its sweep machinery, the first transfer of a host
+    array, and XLA's first ahead-of-time compile and run. A child started ahead of need
+    (``prestart``) is then as fast as one that already swept."""
     try:
         import jax
         import jax.numpy as jnp
+        import numpy as np
 
         import jaxtune  # noqa: F401  (the kernel's module imports it)
 
         from .._tuning import sweep  # noqa: F401
 
-        jax.block_until_ready(jax.jit(lambda x: (x * 2).reshape(4, -1).sum(axis=1))(jnp.ones(64)))
+        x = jnp.asarray(np.ones(64, np.float32))
+        step = jax.jit(lambda x: (x * 2).reshape(4, -1).sum(axis=1)).lower(x).compile()
+        jax.block_until_ready(step(x))
     except Exception:  # a backend that cannot run this reports on the first real request
         pass
 

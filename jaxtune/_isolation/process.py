@@ -107,6 +107,9 @@ class ChildProcess:
 
     def __init__(self, env: Mapping[str, str], *, startup_timeout: float = STARTUP_TIMEOUT):
         self._trimmed = 0
+        #: Sweep tasks whose arguments this child holds (a request for one of them need
+        #: not carry the arguments again).
+        self.tasks: set[str] = set()
         fd, self.log_path = tempfile.mkstemp(dir=log_dir(), prefix="child-", suffix=".log")
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()

@@ -10,15 +10,17 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._tuning.result import Failure, Measurement
+from .._tuning.space import config_id
 from .._tuning.sweep import SweepTask
 from .context import carried_state
 from .environ import unkeyed_environ
 from .wire import NotTransportable, encode_value
 
-__all__ = ["function_ref", "profile_request", "sweep_request"]
+__all__ = ["function_ref", "profile_request", "reference_config", "sweep_request"]
 
 
 def function_ref(fn: Any) -> dict[str, Any]:
@@ -81,3 +83,18 @@ def profile_request(
         "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
         **options,
     }
+
+
+def reference_config(
+    order: Sequence[Any], results: Mapping[str, Measurement | Failure], default: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The config whose output others are checked against: the default unless it failed,
+    else the first config that was measured successfully (None: the child picks the first
+    that runs). ``order`` holds configs or earlier results."""
+    if not isinstance(results.get(config_id(default)), Failure):
+        return dict(default)
+    for item in order:
+        config = dict(getattr(item, "config", item))
+        if isinstance(results.get(config_id(config)), Measurement):
+            return config
+    return None

@@ -32,12 +32,13 @@ from .._tuning.sweep import (
     new_progress,
     run_sweep,
 )
+from .._versions import toolchain
 from . import context as _context
 from .devices import sweep_devices
 from .environ import pool_key
 from .flight import InFlight, raise_child_error
 from .process import POOL, ChildLost, ChildProcess, parent_backend, python_path
-from .requests import sweep_request
+from .requests import reference_config, sweep_request
 from .wire import NotTransportable
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner"]
@@ -190,6 +191,7 @@ class ProcessRunner:
         def start() -> None:
             with contextlib.suppress(Exception):
                 self.child()
+                toolchain()  # read once from package metadata, for the entries to come
 
         threading.Thread(target=start, name="jaxtune-prestart", daemon=True).start()
         return True
@@ -252,7 +254,9 @@ class ProcessRunner:
                 **request,
                 "op": "measure",
                 "todo": pending,
-                "reference": _reference([*(known or {}).values(), *order], seen, plan.default),
+                "reference": reference_config(
+                    [*(known or {}).values(), *order], seen, plan.default
+                ),
                 "best_us": best_of(seen),
                 "serial": serial,
             }
@@ -354,6 +358,8 @@ class ProcessRunner:
         in_space = {config_id(c) for c in plan.configs}
         flight = InFlight(message)
         child = self.child()
+        # A child that built this task already has its arguments: they need not travel again.
+        lean = {k: v for k, v in message.items() if k not in ("args", "kwargs")}
 
         def on_event(frame: dict[str, Any]) -> None:
             result = flight.event(frame)
@@ -364,30 +370,21 @@ class ProcessRunner:
             offset = child.log_size()
             try:
                 frame = child.request(
-                    message, timeout=lambda: flight.wait(plan.timeout_s), on_event=on_event
+                    lean if message["task_id"] in child.tasks else message,
+                    timeout=lambda: flight.wait(plan.timeout_s),
+                    on_event=on_event,
                 )
             except ChildLost as lost:
                 return self._lost(plan, child, offset, lost.hung, flight, progress)
+        if frame.get("t") == "error" and frame.get("type") == "UnknownTask":
+            child.tasks.discard(message["task_id"])  # it moved on to another task
+            return self._exchange(plan, message, progress=progress)
         if frame.get("t") == "error":
             raise_child_error(frame, SweepError)
+        child.tasks.add(message["task_id"])
         _context.warn_unapplied(plan.kernel, frame)
         flight.got.update({k: measurement_from_dict(v) for k, v in frame["results"].items()})
         return None, flight.got
-
-
-def _reference(
-    order: Sequence[Any], results: Mapping[str, Result], default: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The config whose output others are checked against: the default unless it failed,
-    else the first config that was measured successfully (None: the child picks the first
-    that runs). ``order`` holds configs or earlier results."""
-    if not isinstance(results.get(config_id(default)), Failure):
-        return dict(default)
-    for item in order:
-        config = dict(getattr(item, "config", item))
-        if isinstance(results.get(config_id(config)), Measurement):
-            return config
-    return None
 
 
 _WARNED: set[Any] = set()

@@ -2,7 +2,10 @@
 values (abstract or concrete arrays, static arguments) in a form msgpack can carry.
 
 Arrays travel as raw bytes with their dtype name and shape, so ml_dtypes types (bfloat16,
-float8_*) round-trip exactly. Nothing here ever runs code on read.
+float8_*) round-trip exactly. An array's bytes are not copied into the msgpack part: the
+frame is the msgpack part's length, the msgpack part (where an extension value stands for
+each array and gives its size), then each array's bytes as they lie in memory; the reader
+reads them straight into their own buffers. Nothing here ever runs code on read.
 """
 
 from __future__ import annotations
@@ -10,36 +13,78 @@ from __future__ import annotations
 import os
 import select
 import struct
+import threading
 import time
 from typing import Any
 
 import jax
 import ml_dtypes
+import msgpack
 import numpy as np
 
-from .._codec import packb, unpackb
+from .._codec import DecodeError, packb, unpackb
 
-__all__ = ["FrameReader", "NotTransportable", "decode_value", "encode_value", "write_frame"]
+__all__ = [
+    "FrameReader",
+    "NotTransportable",
+    "Raw",
+    "decode_value",
+    "encode_value",
+    "write_frame",
+]
 
 _HEADER = struct.Struct(">I")
+_SIZE = struct.Struct(">Q")
 _MAX_FRAME = 1 << 31
+#: The msgpack extension code of an array's bytes that follow the msgpack part.
+_RAW = 64
 
 
 class NotTransportable(Exception):  # noqa: N818 - a signal between modules, never raised to users
     """A value that cannot travel to a child (the caller falls back to inline)."""
 
 
+class Raw:
+    """Bytes that travel after a frame's msgpack part, written from where they lie."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+
+
 def write_frame(fd: int, message: Any) -> None:
-    """Writes one frame (4-byte big-endian length, then msgpack) to a pipe."""
-    payload = packb(message)
-    data = memoryview(_HEADER.pack(len(payload)) + payload)
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+    """Writes one frame (4-byte big-endian length, msgpack, then the :class:`Raw` values'
+    bytes) to a pipe or file."""
+    raws: list[memoryview] = []
+
+    def hook(value: Any) -> Any:
+        if isinstance(value, Raw):
+            raws.append(value.view)
+            return _ext_raw(value.view.nbytes)
+        return NotImplemented
+
+    payload = packb(message, hook=hook)
+    # Threads of one process share a pipe (the child's compile threads report events): a
+    # frame's parts must not interleave with another frame's.
+    with _WRITING:
+        for part in (memoryview(_HEADER.pack(len(payload)) + payload), *raws):
+            data = part
+            while data:
+                written = os.write(fd, data)
+                data = data[written:]
+
+
+_WRITING = threading.Lock()
+
+
+def _ext_raw(size: int) -> Any:
+    return msgpack.ExtType(_RAW, _SIZE.pack(size))
 
 
 class FrameReader:
-    """Reads frames from a pipe, with a timeout per call."""
+    """Reads frames from a pipe, with a timeout per call (for the frame's msgpack part: once
+    that has arrived, the bytes after it are read to their end)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -59,11 +104,23 @@ class FrameReader:
             self.buffer += chunk
         return True
 
+    def _fill_into(self, target: bytearray) -> None:
+        view = memoryview(target)
+        taken = min(len(self.buffer), len(view))
+        view[:taken] = self.buffer[:taken]
+        del self.buffer[:taken]
+        while taken < len(view):
+            got = os.readv(self.fd, [view[taken:]])
+            if not got:
+                raise EOFError("the other end closed the pipe in the middle of a frame")
+            taken += got
+
     def read(self, timeout: float | None = None) -> Any:
         """The next message; ``None`` when ``timeout`` seconds pass first.
 
         Raises:
             EOFError: the writer is gone.
+            DecodeError: the bytes are not a jaxtune frame.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._fill(_HEADER.size, deadline):
@@ -75,7 +132,23 @@ class FrameReader:
             return None
         payload = bytes(self.buffer[_HEADER.size : _HEADER.size + length])
         del self.buffer[: _HEADER.size + length]
-        return unpackb(payload)
+        raws: list[bytearray] = []
+        room = [_MAX_FRAME]
+
+        def hook(code: int, data: bytes) -> Any:
+            if code != _RAW:
+                return NotImplemented
+            if len(data) != _SIZE.size or _SIZE.unpack(data)[0] > room[0]:
+                raise DecodeError("an array's size in a frame is not a jaxtune size")
+            size = _SIZE.unpack(data)[0]
+            room[0] -= size
+            raws.append(bytearray(size))
+            return raws[-1]
+
+        message = unpackb(payload, hook=hook)
+        for target in raws:
+            self._fill_into(target)
+        return message
 
 
 def _dtype(name: str) -> np.dtype[Any]:
@@ -102,13 +175,15 @@ def encode_value(value: Any, *, concrete_limit: int = 1 << 26) -> Any:
             if array.nbytes > budget[0]:
                 return {"__abstract__": [list(array.shape), array.dtype.name]}
             budget[0] -= array.nbytes
-            return {"__array__": [list(array.shape), array.dtype.name, array.tobytes()]}
+            flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            raw = Raw(flat.data)
+            return {"__array__": [list(array.shape), array.dtype.name, raw]}
         if isinstance(v, (str, bytes, int, float, bool, type(None))):
             return v
         if isinstance(v, (np.integer, np.floating, np.bool_)):
             return v.item()
-        if isinstance(v, tuple):
-            return tuple(enc(x) for x in v)
+        if isinstance(v, tuple):  # not a msgpack tuple: arrays inside must stay raw
+            return {"__tuple__": [enc(x) for x in v]}
         if isinstance(v, list):
             return {"__list__": [enc(x) for x in v]}
         if isinstance(v, dict) and all(isinstance(k, str) for k in v):
@@ -132,6 +207,8 @@ def decode_value(value: Any) -> Any:
             return jax.numpy.asarray(array)
         if "__list__" in value:
             return [decode_value(x) for x in value["__list__"]]
+        if "__tuple__" in value:
+            return tuple(decode_value(x) for x in value["__tuple__"])
         if "__dict__" in value:
             return {k: decode_value(x) for k, x in value["__dict__"].items()}
     return value

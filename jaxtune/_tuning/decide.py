@@ -1,14 +1,21 @@
 """Deciding a sweep's winner so that noise cannot flip it.
 
-The leaders (configs near the best) are re-timed interleaved until their medians'
-confidence intervals separate (:func:`unresolved` says which still overlap); configs that
-stay inseparable are a tie, won by the earliest of them in the space, so repeated sweeps
-store the same config.
+The leaders (configs near the best) are re-timed in interleaved rounds, every leader once
+a round. Two leaders are compared round by round (a paired test: noise that slows the
+whole machine for a moment slows both), with Wilcoxon's signed-rank test on the per-round
+time ratios: a config displaces the earliest leader only when it is faster in a way the
+rounds make significant and by more than ``tie_within``. Leaders that stay inseparable
+from the winner are a tie, won by the earliest of them in the space, so repeated sweeps
+store the same config. :func:`paired_verdict` also says when more rounds could no longer
+change the outcome, so the re-timing stops as soon as it is settled.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import statistics
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +25,7 @@ from .search import Searched
 from .space import config_id
 from .timing import Timing, TimingOptions
 
-__all__ = ["SweepOutcome", "finish", "leaders", "unresolved"]
+__all__ = ["SweepOutcome", "Verdict", "finish", "leaders", "paired_verdict", "unresolved"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -34,6 +41,127 @@ class SweepOutcome:
     default: Result
     searched: Searched | None = None
     tie: bool = False
+
+
+@functools.cache
+def _signed_rank_tail(n: int) -> tuple[float, ...]:
+    """``P(W >= w)`` for ``w = 0 .. n(n+1)/2``, where ``W`` is the signed-rank statistic of
+    ``n`` differences whose signs are fair coins (the exact null distribution)."""
+    top = n * (n + 1) // 2
+    counts = [1] + [0] * top
+    for rank in range(1, n + 1):
+        for w in range(top, rank - 1, -1):
+            counts[w] += counts[w - rank]
+    tail, acc = [0.0] * (top + 1), 0
+    for w in range(top, -1, -1):
+        acc += counts[w]
+        tail[w] = acc / 2**n
+    return tuple(tail)
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks from 1, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def _faster_p(logs: Sequence[float]) -> float:
+    """One-sided p-value that the paired log-ratios ``logs`` (challenger over incumbent)
+    lean negative, i.e. that the challenger is faster (1.0 with no usable round)."""
+    nonzero = [d for d in logs if d != 0.0]
+    if not nonzero:
+        return 1.0
+    ranks = _ranks([abs(d) for d in nonzero])
+    w = sum(r for r, d in zip(ranks, nonzero, strict=True) if d < 0)
+    return _signed_rank_tail(len(nonzero))[math.floor(w + 1e-9)]
+
+
+def _could_become_faster(logs: Sequence[float], alpha: float, max_rounds: int) -> bool:
+    """Whether rounds still to come could make the challenger significantly faster: the
+    best case for it, every new round faster and larger than all before."""
+    nonzero = [d for d in logs if d != 0.0]
+    ranks = _ranks([abs(d) for d in nonzero])
+    w = sum(r for r, d in zip(ranks, nonzero, strict=True) if d < 0)
+    n = len(nonzero)
+    for more in range(0, max_rounds - len(logs) + 1):
+        total = n + more
+        best = w + sum(range(n + 1, total + 1))
+        if total and _signed_rank_tail(total)[math.floor(best + 1e-9)] <= alpha:
+            return True
+    return False
+
+
+def _log_ratios(challenger: Sequence[float], incumbent: Sequence[float]) -> list[float]:
+    """Per-round log time ratios over the rounds both ran (leaders drop out, never join)."""
+    return [math.log(a / b) for a, b in zip(challenger, incumbent, strict=False) if a > 0 < b]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """The outcome of paired re-timing: the ``winner``, the leaders ``tied`` with it (the
+    winner included, space order), those significantly ``slower`` than it, and whether
+    further rounds could change any of that (``settled``)."""
+
+    winner: str
+    tied: tuple[str, ...]
+    slower: tuple[str, ...]
+    settled: bool
+
+
+def paired_verdict(
+    rounds: Mapping[str, Sequence[float]],
+    order: Sequence[str],
+    *,
+    alpha: float,
+    tie_within: float,
+    max_rounds: int,
+) -> Verdict:
+    """Decides between leaders from their per-round times (``rounds[cid][i]``: round
+    ``i``); ``order`` lists them earliest in the space first.
+
+    The earliest leader holds the lead until another beats it: faster with one-sided
+    signed-rank p <= ``alpha`` over the rounds both ran, and by more than ``tie_within``
+    in the median round. Leaders neither faster nor slower than the holder in that sense
+    are tied with it; the earliest of the tied wins.
+    """
+
+    def beats(a: str, b: str) -> bool:
+        logs = _log_ratios(rounds[a], rounds[b])
+        if not logs or _faster_p(logs) > alpha:
+            return False
+        return math.exp(statistics.median(logs)) * (1 + tie_within) < 1
+
+    holder = order[0]
+    for _ in order:
+        challengers = [c for c in order if c != holder and beats(c, holder)]
+        if not challengers:
+            break
+        holder = min(
+            challengers, key=lambda c: statistics.median(_log_ratios(rounds[c], rounds[holder]))
+        )
+    others = [c for c in order if c != holder]
+    slower = tuple(c for c in others if beats(holder, c))
+    open_ = [c for c in others if c not in slower]
+    tied = tuple(c for c in order if c == holder or c in open_)
+
+    def undecided(c: str) -> bool:
+        there = _log_ratios(rounds[c], rounds[holder])
+        back = [-d for d in there]
+        return _could_become_faster(there, alpha, max_rounds) or _could_become_faster(
+            back, alpha, max_rounds
+        )
+
+    settled = not any(undecided(c) for c in open_)
+    return Verdict(winner=tied[0], tied=tied, slower=slower, settled=settled)
 
 
 def unresolved(timings: Mapping[str, Timing], tie_within: float = 0.0) -> list[str]:
@@ -115,9 +243,12 @@ def finish(
     # Re-timed leaders were the front runners, now timed side by side: the winner is one
     # of them (a config timed once, at another moment, is not comparable with them).
     leaders_ = [m for m in ok if config_id(m.config) in retimed]
-    fastest = min(leaders_ or ok, key=lambda m: m.median_us)
-    within = fastest.median_us * (1 + plan.options.tie_within)
-    tied = [m for m in leaders_ if m.overlaps(fastest) or m.median_us <= within] or [fastest]
+    if len(leaders_) > 1 and all(m.rounds_us for m in leaders_):
+        tied = _paired_tie(plan, leaders_)
+    else:
+        fastest = min(leaders_ or ok, key=lambda m: m.median_us)
+        within = fastest.median_us * (1 + plan.options.tie_within)
+        tied = [m for m in leaders_ if m.overlaps(fastest) or m.median_us <= within] or [fastest]
     return SweepOutcome(
         measurements=tuple(measured),
         best=tied[0],
@@ -125,3 +256,23 @@ def finish(
         searched=searched,
         tie=len(tied) > 1,
     )
+
+
+def _paired_tie(plan: Any, leaders_: Sequence[Measurement]) -> list[Measurement]:
+    """The winner and the leaders tied with it, winner first, from the paired rounds."""
+    by_id = {config_id(m.config): m for m in leaders_}
+    options = plan.options
+    verdict = paired_verdict(
+        {cid: m.rounds_us for cid, m in by_id.items()},
+        in_space_order(by_id, plan.configs),
+        alpha=options.alpha,
+        tie_within=options.tie_within,
+        max_rounds=options.max_rounds,
+    )
+    return [by_id[cid] for cid in verdict.tied]
+
+
+def in_space_order(cids: Collection[str], space: Sequence[Config]) -> list[str]:
+    """``cids`` ordered as their configs come in ``space`` (others last, as given)."""
+    rank = {config_id(c): i for i, c in enumerate(space)}
+    return sorted(cids, key=lambda cid: rank.get(cid, len(rank)))

@@ -47,6 +47,8 @@ class Measurement:
     #: A 95 % confidence interval of the median (µs), from the samples' order statistics.
     low_us: float | None = None
     high_us: float | None = None
+    #: The median of each interleaved re-timing round (leaders only), round by round.
+    rounds_us: tuple[float, ...] = ()
 
     ok = True
 
@@ -58,7 +60,10 @@ class Measurement:
         return bool(self.low_us <= other.high_us and other.low_us <= self.high_us)  # type: ignore[operator]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": True, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        d = {"ok": True, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        if not self.rounds_us:
+            del d["rounds_us"]
+        return d
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -82,7 +87,11 @@ def measurement_from_dict(d: Mapping[str, Any]) -> Measurement | Failure:
         CacheError: a field is missing or has the wrong type (see :mod:`.schema`).
     """
     ok, fields = check_measurement(d)
-    return Measurement(**fields) if ok else Failure(**fields)
+    if not ok:
+        return Failure(**fields)
+    if "rounds_us" in fields:
+        fields["rounds_us"] = tuple(fields["rounds_us"])
+    return Measurement(**fields)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

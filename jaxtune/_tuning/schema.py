@@ -54,6 +54,10 @@ def _time(v: Any) -> bool:
     return v is None or (_number(v) and v >= 0)
 
 
+def _times(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(_number(x) and x >= 0 for x in v)
+
+
 def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
@@ -133,6 +137,7 @@ _MEASUREMENT_FIELDS: tuple[Field, ...] = (
     Field(name="dropped", accepts=_flag, expected="a bool", required=False),
     Field(name="low_us", accepts=_time, expected=_TIME, required=False),
     Field(name="high_us", accepts=_time, expected=_TIME, required=False),
+    Field(name="rounds_us", accepts=_times, expected="a list of times", required=False),
 )
 
 _FAILURE_FIELDS: tuple[Field, ...] = (

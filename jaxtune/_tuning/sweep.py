@@ -25,8 +25,8 @@ from .._isolation import context as _context
 from .check import check_outputs, reason
 from .decide import SweepOutcome as SweepOutcome
 from .decide import finish as finish
+from .decide import in_space_order, paired_verdict
 from .decide import leaders as leaders
-from .decide import unresolved
 from .inputs import make_inputs
 from .progress import Progress
 from .result import Failure, Measurement
@@ -272,29 +272,56 @@ class Sweeper:
         return measurement(config, timing, compile_s)
 
     def retime(self, configs: Sequence[Config]) -> dict[str, Measurement]:
-        """Re-times ``configs`` in interleaved rounds, so that a burst of machine noise
-        during one config's turn cannot decide the winner: ``rounds`` rounds, then more for
-        the configs whose median's confidence interval still overlaps the best one's, until
-        they separate or ``max_rounds`` is reached."""
+        """Re-times ``configs`` in interleaved rounds (each round in a rotated order), so
+        that a burst of machine noise during one config's turn cannot decide the winner:
+        at least ``rounds`` rounds, then more until the paired test settles the leaders
+        (:func:`~.decide.paired_verdict`) or ``max_rounds`` is reached; a leader found
+        significantly slower leaves the rounds early. Each measurement keeps its per-round
+        medians (``rounds_us``), from which the winner is decided."""
         self.compile(configs)
         options = self.task.plan.options
         runnable = [config_id(c) for c in configs if config_id(c) in self._runs]
         by_id = {config_id(c): c for c in configs}
+        order = in_space_order(runnable, self.task.plan.configs)
         fresh = {cid: Timing(samples_us=()) for cid in runnable}
+        rounds: dict[str, list[float]] = {cid: [] for cid in runnable}
         active = list(runnable)
         for done in range(1, max(options.rounds, options.max_rounds) + 1):
-            for cid in active:
-                fresh[cid] = fresh[cid] + self.timer.measure(self._runs[cid][0], options, samples=3)
-            if done >= options.rounds:
-                active = unresolved({cid: fresh[cid] for cid in active}, options.tie_within)
-                if len(active) < 2:
+            turn = (done - 1) % len(active)
+            for cid in active[turn:] + active[:turn]:
+                timing = self.timer.measure(
+                    self._runs[cid][0], options, samples=options.round_samples
+                )
+                fresh[cid] = fresh[cid] + timing
+                rounds[cid].append(timing.median_us)
+            if done >= options.rounds and len(active) > 1:
+                verdict = paired_verdict(
+                    {cid: rounds[cid] for cid in active},
+                    [cid for cid in order if cid in active],
+                    alpha=options.alpha,
+                    tie_within=options.tie_within,
+                    max_rounds=options.max_rounds,
+                )
+                if verdict.settled:
                     break
-        return {cid: measurement(by_id[cid], fresh[cid], self._runs[cid][1]) for cid in runnable}
+                active = [cid for cid in active if cid not in verdict.slower]
+            if len(active) < 2:
+                break
+        return {
+            cid: measurement(by_id[cid], fresh[cid], self._runs[cid][1], tuple(rounds[cid]))
+            for cid in runnable
+        }
 
 
-def measurement(config: Mapping[str, Any], timing: Timing, compile_s: float) -> Measurement:
-    """A :class:`Measurement` from a timing."""
+def measurement(
+    config: Mapping[str, Any],
+    timing: Timing,
+    compile_s: float,
+    rounds_us: tuple[float, ...] = (),
+) -> Measurement:
+    """A :class:`Measurement` from a timing (and, for re-timed leaders, their rounds)."""
     return Measurement(
+        rounds_us=rounds_us,
         config=dict(config),
         median_us=timing.median_us,
         min_us=timing.min_us,

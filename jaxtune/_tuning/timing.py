@@ -33,12 +33,17 @@ class TimingOptions:
     Pallas call may retrace on its second call); ``drop_ratio``: a config whose best sample
     is this many times slower than the best config so far stops early; ``leaders``,
     ``leader_window``, ``rounds`` and ``max_rounds`` control the interleaved re-timing of
-    the front runners: at least ``rounds`` rounds, then more until the leaders' confidence
-    intervals separate or ``max_rounds`` is reached (a tie); leaders whose medians are
-    within ``tie_within`` of the fastest are a tie whatever their intervals say.
+    the front runners (``round_samples`` samples each a round, after one warm-up call): at
+    least ``rounds`` rounds, then more until a paired signed-rank
+    test at level ``alpha`` settles which leaders differ, or ``max_rounds`` is reached;
+    leaders not faster than the earliest of them by more than ``tie_within`` (in the
+    median round) are a tie whatever the test says.
+
+    The first pass only ranks configs (``min_time_s`` is short); the leaders' interleaved
+    rounds decide the winner.
     """
 
-    min_time_s: float = 0.01
+    min_time_s: float = 0.003
     min_samples: int = 5
     max_samples: int = 200
     warmup: int = 2
@@ -48,8 +53,10 @@ class TimingOptions:
     leaders: int = 3
     leader_window: float = 1.10
     rounds: int = 3
-    max_rounds: int = 10
+    max_rounds: int = 12
     tie_within: float = 0.02
+    alpha: float = 0.005
+    round_samples: int = 2
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
