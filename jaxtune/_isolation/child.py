@@ -163,14 +163,16 @@ def resolve_kernel(ref: dict[str, Any]) -> Any:
     )
 
 
-def _build_task(msg: dict[str, Any]) -> Any:
+def _build_task(msg: dict[str, Any], *, abstract: bool = False) -> Any:
+    """The sweep task a request describes (``abstract``: its arrays as shapes, for work
+    that can start before their bytes arrive)."""
     from .._tuning.sweep import SweepPlan, SweepTask
     from .wire import decode_value
 
     kernel = resolve_kernel(msg["ref"])
     plan = SweepPlan.from_dict({**msg["plan"], "verbose": 0})
-    args = decode_value(msg["args"])
-    kwargs = decode_value(msg["kwargs"])
+    args = decode_value(msg["args"], abstract=abstract)
+    kwargs = decode_value(msg["kwargs"], abstract=abstract)
     sig = kernel.bind(tuple(args), dict(kwargs))
     if sig.key != plan.key:
         raise LookupError(
@@ -187,8 +189,10 @@ class _Server:
     """Answers the parent's requests, one at a time, keeping one :class:`Sweeper` per task
     so a ``retime`` reuses the executables its ``measure`` compiled."""
 
-    def __init__(self, res_fd: int) -> None:
+    def __init__(self, res_fd: int, reader: Any = None) -> None:
         self.res_fd = res_fd
+        #: The request pipe's reader: the arrays of a request may still be arriving.
+        self.reader = reader
         self.current: tuple[str, Any] | None = None
         #: Caller state the last request carried that could not be set here.
         self.unapplied: dict[str, str] = {}
@@ -217,7 +221,6 @@ class _Server:
             return {"t": "error", "type": "SweepError", "message": message}
 
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
-        from .._tuning.sweep import Sweeper
         from .context import apply_snapshot
         from .environ import sync_environ
 
@@ -227,11 +230,13 @@ class _Server:
         self.unapplied = apply_snapshot(msg.get("jax_state") or {})
         op = msg.get("op")
         if op == "profile":
+            self._arrived()
             return {"t": "done", "info": _profile(msg), "unapplied": self.unapplied}
         if self.current is None or self.current[0] != msg["task_id"]:
             if "args" not in msg:  # the parent thought this child still held the task
                 return {"t": "error", "type": "UnknownTask", "message": msg["task_id"]}
-            self.current = (msg["task_id"], Sweeper(_build_task(msg), on_event=self.emit))
+            self.current = (msg["task_id"], self._sweeper(msg))
+        self._arrived()
         sweeper = self.current[1]
         if op == "measure":
             results = sweeper.measure(
@@ -246,6 +251,39 @@ class _Server:
             raise LookupError(f"unknown request {op!r}")
         done = {k: r.to_dict() for k, r in results.items()}
         return {"t": "done", "results": done, "unapplied": self.unapplied}
+
+    def _arrived(self) -> None:
+        if self.reader is not None:
+            self.reader.finish()
+
+    def _sweeper(self, msg: dict[str, Any]) -> Any:
+        """A sweeper for a new task; when its arrays are still arriving, the configs to
+        measure start compiling for their shapes meanwhile."""
+        from .._tuning.sweep import Sweeper
+
+        if not (self.reader is not None and self.reader.pending and msg.get("op") == "measure"):
+            self._arrived()
+            return Sweeper(_build_task(msg), on_event=self.emit)
+        task = _build_task(msg, abstract=True)
+        sweeper = Sweeper(task, on_event=self.emit)
+        sweeper.precompile(
+            msg["todo"], abstract_inputs(task.signature), serial=bool(msg.get("serial"))
+        )
+        self._arrived()
+        sweeper.supply(_build_task(msg).signature)
+        return sweeper
+
+
+def abstract_inputs(sig: Any) -> dict[str, Any]:
+    """The kernel's dynamic arguments as ``jax.ShapeDtypeStruct`` leaves."""
+    import jax
+
+    return {
+        name: jax.tree_util.tree_map(
+            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), sig.value(name)
+        )
+        for name in sig.dynamic
+    }
 
 
 def _profile(msg: dict[str, Any]) -> Any:
@@ -266,15 +304,17 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
     from .wire import FrameReader, write_frame
 
     reader = FrameReader(cmd_fd)
-    server = _Server(res_fd)
+    server = _Server(res_fd, reader)
     while True:
         try:
-            msg = reader.read()
+            msg = reader.read(defer=True)
+            if msg.get("op") == "exit":
+                return 0
+            answer = server.answer(msg)
+            reader.finish()  # whatever the answer, the whole request is read
         except EOFError:
             return 0
-        if msg.get("op") == "exit":
-            return 0
-        write_frame(res_fd, server.answer(msg))
+        write_frame(res_fd, answer)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,14 +377,14 @@ def _warm_up() -> None:
     (``prestart``) is then as fast as one that already swept."""
     try:
         import jax
-        import jax.numpy as jnp
+        import jax.numpy
         import numpy as np
 
         import jaxtune  # noqa: F401  (the kernel's module imports it)
 
         from .._tuning import sweep  # noqa: F401
 
-        x = jnp.asarray(np.ones(64, np.float32))
+        x = jax.device_put(np.ones(64, np.float32))
         step = jax.jit(lambda x: (x * 2).reshape(4, -1).sum(axis=1)).lower(x).compile()
         jax.block_until_ready(step(x))
     except Exception:  # a backend that cannot run this reports on the first real request

@@ -49,6 +49,8 @@ class InFlight:
             self.compiling.pop(cid, None)
         elif kind == "run_start":
             self.running = (cid, time.monotonic())
+        elif kind == "ran":
+            self.running = None
         elif kind == "result":
             self.running = None
             result = measurement_from_dict(frame["data"])
@@ -57,14 +59,16 @@ class InFlight:
         return None
 
     def suspects(self, *, hung: bool, timeout_s: float) -> list[str]:
-        """The configs that may have killed or hung the child."""
+        """The configs that may have killed or hung the child: the one running and those
+        compiling meanwhile (a hang: those past their limit)."""
+        steps = dict(self.compiling)
         if self.running is not None:
-            return [self.running[0]]
+            steps[self.running[0]] = self.running[1]
         if hung:
             now = time.monotonic()
-            late = [c for c, t in self.compiling.items() if now - t >= timeout_s]
-            return late or list(self.compiling)
-        return list(self.compiling)
+            late = [c for c, t in steps.items() if now - t >= timeout_s]
+            return late or list(steps)
+        return list(steps)
 
 
 def raise_child_error(frame: Mapping[str, Any], default: type[Exception]) -> None:

@@ -89,6 +89,8 @@ class FrameReader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.buffer = bytearray()
+        #: Buffers of the last frame's arrays still to be read (after ``defer=True``).
+        self.pending: list[bytearray] = []
 
     def _fill(self, want: int, deadline: float | None) -> bool:
         while len(self.buffer) < want:
@@ -115,13 +117,23 @@ class FrameReader:
                 raise EOFError("the other end closed the pipe in the middle of a frame")
             taken += got
 
-    def read(self, timeout: float | None = None) -> Any:
-        """The next message; ``None`` when ``timeout`` seconds pass first.
+    def finish(self) -> None:
+        """Reads the bytes of the arrays the last frame announced (``read(defer=True)``
+        returned it before they arrived); a no-op when there are none."""
+        pending, self.pending = self.pending, []
+        for target in pending:
+            self._fill_into(target)
+
+    def read(self, timeout: float | None = None, *, defer: bool = False) -> Any:
+        """The next message; ``None`` when ``timeout`` seconds pass first. With ``defer``,
+        the message comes back as soon as its msgpack part is read, its arrays' buffers
+        still empty until :meth:`finish` (work can start on their shapes meanwhile).
 
         Raises:
             EOFError: the writer is gone.
             DecodeError: the bytes are not a jaxtune frame.
         """
+        self.finish()
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._fill(_HEADER.size, deadline):
             return None
@@ -146,8 +158,9 @@ class FrameReader:
             return raws[-1]
 
         message = unpackb(payload, hook=hook)
-        for target in raws:
-            self._fill_into(target)
+        self.pending = raws
+        if not defer:
+            self.finish()
         return message
 
 
@@ -193,22 +206,27 @@ def encode_value(value: Any, *, concrete_limit: int = 1 << 26) -> Any:
     return enc(value)
 
 
-def decode_value(value: Any) -> Any:
-    """Inverse of :func:`encode_value`: concrete arrays come back as jax arrays."""
+def decode_value(value: Any, *, abstract: bool = False) -> Any:
+    """Inverse of :func:`encode_value`: concrete arrays come back as jax arrays (as
+    ``jax.ShapeDtypeStruct`` with ``abstract``, without reading their bytes)."""
+
+    def dec(x: Any) -> Any:
+        return decode_value(x, abstract=abstract)
+
     if isinstance(value, tuple):
-        return tuple(decode_value(x) for x in value)
+        return tuple(dec(x) for x in value)
     if isinstance(value, dict):
-        if "__abstract__" in value:
-            shape, dtype = value["__abstract__"]
+        if "__abstract__" in value or (abstract and "__array__" in value):
+            shape, dtype = value.get("__abstract__") or value["__array__"][:2]
             return jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype))
         if "__array__" in value:
             shape, dtype, raw = value["__array__"]
             array = np.frombuffer(raw, dtype=_dtype(dtype)).reshape(shape)
-            return jax.numpy.asarray(array)
+            return jax.device_put(array)  # no per-shape conversion program, unlike asarray
         if "__list__" in value:
-            return [decode_value(x) for x in value["__list__"]]
+            return [dec(x) for x in value["__list__"]]
         if "__tuple__" in value:
-            return tuple(decode_value(x) for x in value["__tuple__"])
+            return tuple(dec(x) for x in value["__tuple__"])
         if "__dict__" in value:
-            return {k: decode_value(x) for k, x in value["__dict__"].items()}
+            return {k: dec(x) for k, x in value["__dict__"].items()}
     return value

@@ -109,7 +109,7 @@ def _log_ratios(challenger: Sequence[float], incumbent: Sequence[float]) -> list
 class Verdict:
     """The outcome of paired re-timing: the ``winner``, the leaders ``tied`` with it (the
     winner included, space order), those significantly ``slower`` than it, and whether
-    further rounds could change any of that (``settled``)."""
+    further rounds could change the winner (``settled``)."""
 
     winner: str
     tied: tuple[str, ...]
@@ -154,11 +154,13 @@ def paired_verdict(
     tied = tuple(c for c in order if c == holder or c in open_)
 
     def undecided(c: str) -> bool:
+        # Rounds to come matter only where they could change the winner: ``c`` could
+        # still beat the holder, or ``c`` wins the tie now and could still lose to it.
         there = _log_ratios(rounds[c], rounds[holder])
-        back = [-d for d in there]
-        return _could_become_faster(there, alpha, max_rounds) or _could_become_faster(
-            back, alpha, max_rounds
-        )
+        if _could_become_faster(there, alpha, max_rounds):
+            return True
+        earlier = order.index(c) < order.index(holder)
+        return earlier and _could_become_faster([-d for d in there], alpha, max_rounds)
 
     settled = not any(undecided(c) for c in open_)
     return Verdict(winner=tied[0], tied=tied, slower=slower, settled=settled)

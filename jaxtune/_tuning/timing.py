@@ -29,8 +29,8 @@ class TimingOptions:
     """How long and how often to measure.
 
     ``min_time_s``: total measured time to reach per config; ``min_samples``/``max_samples``
-    bound the sample count; ``warmup`` calls run before timing (at least 2: an interpret-mode
-    Pallas call may retrace on its second call); ``drop_ratio``: a config whose best sample
+    bound the sample count; ``warmup`` calls run before timing (2: an interpret-mode
+    Pallas call may retrace on its second call; a sweep counts its output check as the first); ``drop_ratio``: a config whose best sample
     is this many times slower than the best config so far stops early; ``leaders``,
     ``leader_window``, ``rounds`` and ``max_rounds`` control the interleaved re-timing of
     the front runners (``round_samples`` samples each a round, after one warm-up call): at
@@ -43,8 +43,8 @@ class TimingOptions:
     rounds decide the winner.
     """
 
-    min_time_s: float = 0.003
-    min_samples: int = 5
+    min_time_s: float = 0.002
+    min_samples: int = 3
     max_samples: int = 200
     warmup: int = 2
     sample_floor_us: float = 200.0
@@ -53,7 +53,7 @@ class TimingOptions:
     leaders: int = 3
     leader_window: float = 1.10
     rounds: int = 3
-    max_rounds: int = 12
+    max_rounds: int = 10
     tie_within: float = 0.02
     alpha: float = 0.005
     round_samples: int = 2
@@ -134,7 +134,7 @@ class WallTimer:
         for interleaved re-timing); otherwise warms up and samples until ``min_time_s``.
         """
         clock = self.clock
-        for _ in range(1 if samples else max(options.warmup, 2)):
+        for _ in range(1 if samples else max(options.warmup, 1)):
             run()
         start = clock()
         run()

@@ -1,0 +1,369 @@
+"""The work of a sweep wherever the kernel runs (this process for the inline runner, the
+child for the process runner): compile configs, run and check each, time them, re-time the
+leaders interleaved.
+
+Configs compile in background threads; as each finishes, this thread runs it once and keeps
+its output for the numerics check, while the others still compile. Each step is reported
+through ``on_event`` (``compile_start``, ``compiled``, ``run_start``, ``ran``, ``result``),
+so a parent can follow progress live and knows which config was in flight if the child
+dies.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from .._isolation import context as _context
+from .check import check_outputs, reason
+from .decide import in_space_order, paired_verdict
+from .inputs import make_inputs
+from .result import Failure, Measurement
+from .signature import Signature
+from .space import config_id
+from .timing import Timer, Timing, WallTimer, block
+
+if TYPE_CHECKING:
+    from .sweep import SweepTask
+
+__all__ = ["EventSink", "Sweeper", "measurement"]
+
+Config = dict[str, Any]
+Result = Measurement | Failure
+#: ``on_event(kind, config id, data)``; kinds: compile_start, compiled, run_start, ran,
+#: result.
+EventSink = Callable[[str, str, Any], None]
+#: A config's compile outcome as it becomes known: its id, and its failure or ``None``.
+Compiled = tuple[str, Failure | None]
+
+
+class Sweeper:
+    """Compiles, checks and times configs of one task; keeps executables for re-timing."""
+
+    def __init__(
+        self,
+        task: SweepTask,
+        *,
+        timer: Timer | None = None,
+        on_event: EventSink | None = None,
+    ) -> None:
+        self.task = task
+        self.timer: Timer = timer or WallTimer()
+        self.emit: EventSink = on_event or (lambda kind, cid, data: None)
+        self._inputs: dict[str, Any] | None = None
+        self._runs: dict[str, tuple[Callable[[], Any], float]] = {}
+        self._failed: dict[str, Failure] = {}
+        self._thread: threading.Thread | None = None
+        self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        if self._inputs is None:
+            self._inputs = make_inputs(self.task.plan.kernel, self.task.signature, self.task.inputs)
+        return self._inputs
+
+    # -- compiling -----------------------------------------------------------------------
+
+    def precompile(
+        self, configs: Sequence[Config], spec: dict[str, Any], *, serial: bool = False
+    ) -> None:
+        """Starts compiling ``configs`` for arguments shaped as ``spec``
+        (``jax.ShapeDtypeStruct`` leaves: the arrays are still arriving); :meth:`supply`
+        gives the arrays, and a :meth:`measure` of the same configs picks up from here."""
+        self._launch(configs, serial=serial, spec=spec)
+
+    def supply(self, signature: Signature) -> None:
+        """The call's concrete arguments, once they have arrived (after :meth:`precompile`)."""
+        self.task = dataclasses.replace(self.task, signature=signature)
+        self._inputs = None
+
+    def _launch(
+        self, configs: Sequence[Config], *, serial: bool, spec: dict[str, Any] | None
+    ) -> None:
+        """Compiles ``configs`` in a background thread; each outcome is queued as known."""
+        self._wait()
+        if spec is None:
+            self.inputs  # noqa: B018 - built here, before the threads start
+        done: queue.SimpleQueue[Compiled] = queue.SimpleQueue()
+        local_config = _context.capture()
+
+        def work() -> None:
+            with local_config():
+                self._compile_all(configs, serial=serial, spec=spec, done=done.put)
+
+        self._thread = threading.Thread(target=work, name="jaxtune-compile", daemon=True)
+        self._thread.start()
+        self._launched = ([config_id(c) for c in configs], done)
+
+    def _wait(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def compile(self, configs: Sequence[Config], *, serial: bool = False) -> dict[str, Failure]:
+        """Compiles ``configs`` now (in parallel threads unless ``serial``); returns failures."""
+        self._wait()
+        self.inputs  # noqa: B018 - built here, before the threads start
+        return self._compile_all(configs, serial=serial, spec=None)
+
+    def _compile_all(
+        self,
+        configs: Sequence[Config],
+        *,
+        serial: bool,
+        spec: dict[str, Any] | None,
+        done: Callable[[Compiled], None] | None = None,
+    ) -> dict[str, Failure]:
+        threads = 1 if serial else (self.task.compile_threads or min(4, os.cpu_count() or 1))
+        local_config = _context.capture()
+
+        def one(config: Config) -> Failure | None:
+            try:
+                with local_config():
+                    failure = self._compile_one(config, spec)
+            except BaseException as e:  # whoever waits on ``done`` must hear of every config
+                failure = Failure(config=config, stage="compile", reason=reason(e))
+            if done is not None:
+                done((config_id(config), failure))
+            return failure
+
+        if threads <= 1 or len(configs) <= 1:
+            outcomes = [one(c) for c in configs]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(
+                threads, thread_name_prefix="jaxtune-compile"
+            ) as ex:
+                outcomes = list(ex.map(one, configs))
+        return {config_id(c): f for c, f in zip(configs, outcomes, strict=True) if f is not None}
+
+    def _compile_one(self, config: Config, spec: dict[str, Any] | None = None) -> Failure | None:
+        cid = config_id(config)
+        if cid in self._runs or cid in self._failed:
+            return self._failed.get(cid)
+        sig, fn = self.task.signature, self.task.fn
+        lowering = self.inputs if spec is None else spec
+
+        def call(dyn: dict[str, Any]) -> Any:
+            args, kwargs = sig.call_arguments(replace=dyn)
+            return fn(*args, **kwargs, **config)
+
+        self.emit("compile_start", cid, None)
+        start = time.perf_counter()
+        try:
+            compiled = jax.jit(call).lower(lowering).compile()
+        except Exception as e:
+            self.emit("compiled", cid, None)
+            self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
+            return self._failed[cid]
+        seconds = time.perf_counter() - start
+        self.emit("compiled", cid, seconds)
+        if seconds > self.task.plan.timeout_s:
+            self._failed[cid] = self._too_slow(config, "compiling", seconds)
+            return self._failed[cid]
+        # The inputs are looked up on each call: compiled early, they arrive afterwards.
+        self._runs[cid] = ((lambda: block(compiled(self.inputs))), seconds)
+        return None
+
+    def _too_slow(self, config: Config, step: str, seconds: float) -> Failure:
+        return Failure(
+            config=config,
+            stage="timeout",
+            reason=f"{step} took {seconds:.1f} s, over the {self.task.plan.timeout_s:g} s limit "
+            "(JAXTUNE_TIMEOUT / timeout=)",
+        )
+
+    # -- checking ------------------------------------------------------------------------
+
+    def _first_run(self, config: Config) -> tuple[Failure | None, Any]:
+        """Runs a compiled config once: its failure, or ``None`` and its output."""
+        cid = config_id(config)
+        self.emit("run_start", cid, None)
+        start = time.perf_counter()
+        try:
+            out = self._runs[cid][0]()
+        except Exception as e:
+            return Failure(config=config, stage="run", reason=reason(e)), None
+        finally:
+            self.emit("ran", cid, None)
+        spent = time.perf_counter() - start
+        if spent > self.task.plan.timeout_s:
+            return self._too_slow(config, "running", spent), None
+        return None, out
+
+    def _check_all(
+        self, configs: Sequence[Config], reference: Config | None, serial: bool
+    ) -> dict[str, Failure | None]:
+        """Compiles ``configs``, runs each once as soon as it compiled (while the others
+        still compile) and checks its output against the reference: ``reference`` if it
+        runs, else the first of ``configs`` that does. Returns each config's failure."""
+        ids = [config_id(c) for c in configs]
+        by_id = dict(zip(ids, configs, strict=True))
+        if self._launched is None or self._launched[0] != ids:
+            self._launch(configs, serial=serial, spec=None)
+        assert self._launched is not None
+        done = self._launched[1]
+        self._launched = None
+        if serial:  # one step at a time, so that a crash names its config
+            self._wait()
+        outcome: dict[str, Failure | None] = {}
+        outputs: dict[str, Any] = {}
+        candidates = list(ids)
+        if reference is not None:
+            ref_id = config_id(reference)
+            candidates.insert(0, ref_id)
+            if ref_id not in by_id:  # measured in an earlier batch: run it again here
+                outcome[ref_id] = self._compile_one(reference)
+                if outcome[ref_id] is None:
+                    outcome[ref_id], out = self._first_run(reference)
+                    if outcome[ref_id] is None:
+                        outputs[ref_id] = out
+        ref: list[Any] = []
+        for _ in ids:
+            cid, failure = done.get()
+            if failure is None:
+                failure, out = self._first_run(by_id[cid])
+                if failure is None:
+                    outputs[cid] = out
+            outcome[cid] = failure
+            self._compare(candidates, outcome, outputs, ref, by_id)
+        return {cid: outcome[cid] for cid in ids}
+
+    def _compare(
+        self,
+        candidates: list[str],
+        outcome: dict[str, Failure | None],
+        outputs: dict[str, Any],
+        ref: list[Any],
+        by_id: Mapping[str, Config],
+    ) -> None:
+        """Settles the reference once the candidates before it are known, then checks
+        (and lets go of) every output waiting for it."""
+        if not ref:
+            for cid in candidates:
+                if cid not in outcome:
+                    return
+                if outcome[cid] is None:
+                    ref.append(outputs.pop(cid))
+                    break
+            else:
+                return
+        for cid in list(outputs):
+            out = outputs.pop(cid)
+            problem = check_outputs(out, ref[0], self.task.check)
+            if problem is not None:
+                outcome[cid] = Failure(config=dict(by_id[cid]), stage="check", reason=problem)
+
+    # -- timing --------------------------------------------------------------------------
+
+    def measure(
+        self,
+        configs: Sequence[Config],
+        *,
+        reference: Config | None,
+        best_us: float | None = None,
+        serial_compile: bool = False,
+    ) -> dict[str, Result]:
+        """Compiles, checks and times each config (timed in the given order).
+
+        ``reference`` is the config whose output the others must match (the default, or
+        the first that worked when the default failed); when ``None`` or failing, the
+        first config that runs becomes the reference. ``best_us`` carries the best time of
+        configs measured elsewhere, for early dropping.
+        """
+        checked = self._check_all(configs, reference, serial_compile)
+        results: dict[str, Result] = {}
+        for config in configs:
+            cid = config_id(config)
+            result = checked[cid] or self._time_one(config, best_us)
+            if isinstance(result, Measurement) and not result.dropped:
+                best_us = result.min_us if best_us is None else min(best_us, result.min_us)
+            results[cid] = result
+            self.emit("result", cid, result)
+        return results
+
+    def _time_one(self, config: Config, best_us: float | None) -> Result:
+        cid = config_id(config)
+        run, compile_s = self._runs[cid]
+        self.emit("run_start", cid, None)
+        # The first run (for the check) was the first warm-up call.
+        options = self.task.plan.options
+        options = dataclasses.replace(options, warmup=max(1, options.warmup - 1))
+        start = time.perf_counter()
+        try:
+            timing = self.timer.measure(run, options, best_us=best_us)
+        except Exception as e:
+            return Failure(config=config, stage="run", reason=reason(e))
+        spent = time.perf_counter() - start
+        if spent > self.task.plan.timeout_s:
+            return self._too_slow(config, "running", spent)
+        return measurement(config, timing, compile_s)
+
+    def retime(self, configs: Sequence[Config]) -> dict[str, Measurement]:
+        """Re-times ``configs`` in interleaved rounds (each round in a rotated order), so
+        that a burst of machine noise during one config's turn cannot decide the winner:
+        at least ``rounds`` rounds, then more until the paired test settles the leaders
+        (:func:`~.decide.paired_verdict`) or ``max_rounds`` is reached; a leader found
+        significantly slower leaves the rounds early. Each measurement keeps its per-round
+        medians (``rounds_us``), from which the winner is decided."""
+        self.compile(configs)
+        options = self.task.plan.options
+        runnable = [config_id(c) for c in configs if config_id(c) in self._runs]
+        by_id = {config_id(c): c for c in configs}
+        order = in_space_order(runnable, self.task.plan.configs)
+        fresh = {cid: Timing(samples_us=()) for cid in runnable}
+        rounds: dict[str, list[float]] = {cid: [] for cid in runnable}
+        active = list(runnable)
+        for done in range(1, max(options.rounds, options.max_rounds) + 1):
+            turn = (done - 1) % len(active)
+            for cid in active[turn:] + active[:turn]:
+                timing = self.timer.measure(
+                    self._runs[cid][0], options, samples=options.round_samples
+                )
+                fresh[cid] = fresh[cid] + timing
+                rounds[cid].append(timing.median_us)
+            if done >= options.rounds and len(active) > 1:
+                verdict = paired_verdict(
+                    {cid: rounds[cid] for cid in active},
+                    [cid for cid in order if cid in active],
+                    alpha=options.alpha,
+                    tie_within=options.tie_within,
+                    max_rounds=options.max_rounds,
+                )
+                if verdict.settled:
+                    break
+                active = [cid for cid in active if cid not in verdict.slower]
+            if len(active) < 2:
+                break
+        return {
+            cid: measurement(by_id[cid], fresh[cid], self._runs[cid][1], tuple(rounds[cid]))
+            for cid in runnable
+        }
+
+
+def measurement(
+    config: Mapping[str, Any],
+    timing: Timing,
+    compile_s: float,
+    rounds_us: tuple[float, ...] = (),
+) -> Measurement:
+    """A :class:`Measurement` from a timing (and, for re-timed leaders, their rounds)."""
+    return Measurement(
+        rounds_us=rounds_us,
+        config=dict(config),
+        median_us=timing.median_us,
+        min_us=timing.min_us,
+        spread=timing.spread,
+        samples=len(timing.samples_us),
+        compile_s=compile_s,
+        dropped=timing.dropped,
+        low_us=timing.interval[0],
+        high_us=timing.interval[1],
+    )
