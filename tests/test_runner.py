@@ -19,6 +19,7 @@ from faulty_kernels import faulty, identity, pid_probe
 
 import jaxtune
 from jaxtune._isolation import process as _process
+from jaxtune._isolation import requests as _requests
 from jaxtune._isolation import runner as _runner
 from jaxtune._isolation import wire as _wire
 from jaxtune._tuning.result import Failure, Measurement
@@ -180,6 +181,53 @@ def test_arrays_round_trip_exactly(dtype):
     )
 
 
+def test_a_deferred_frame_gives_the_shapes_first_and_the_bytes_on_finish():
+    x = jnp.arange(4096, dtype=jnp.float32)
+    read, write = os.pipe()
+    try:
+        _wire.write_frame(write, {"args": _wire.encode_value((x,)), "n": 1})
+        _wire.write_frame(write, {"n": 2})
+        reader = _wire.FrameReader(read)
+        frame = reader.read(timeout=10, defer=True)
+        (spec,) = _wire.decode_value(frame["args"], abstract=True)
+        assert (spec.shape, spec.dtype) == ((4096,), jnp.float32)
+        assert reader.pending  # the array's bytes are not read yet
+        reader.finish()
+        np.testing.assert_array_equal(np.asarray(_wire.decode_value(frame["args"])[0]), x)
+        assert reader.read(timeout=10) == {"n": 2}  # the stream goes on where it should
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monkeypatch):
+    sent: list[bool] = []
+    send = _process.ChildProcess.send
+
+    def spy(self, message):
+        sent.append("args" in message)
+        return send(self, message)
+
+    monkeypatch.setattr(_process.ChildProcess, "send", spy)
+    runner = _runner.ProcessRunner()
+    x = jnp.ones(256)
+    space = [{"mode": "ok"}, {"mode": "fast"}]
+    task = faulty.sweep_task(faulty.bind((x,), {}), space, {"mode": "ok"})
+    request = _requests.sweep_request(task)
+    measure = {**request, "op": "measure", "todo": space, "reference": None}
+    measure.update(best_us=None, serial=False)
+    retime = {**request, "op": "retime", "todo": space}
+    assert runner._exchange(task.plan, measure, progress=None)[0] is None
+    assert runner._exchange(task.plan, retime, progress=None)[0] is None
+    assert sent == [True, False]  # the re-timing went without the arguments
+    other = identity.sweep_task(identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1})
+    runner.sweep(other)  # another task: the child lets the first one go
+    crashed, got = runner._exchange(task.plan, retime, progress=None)
+    assert crashed is None and all(isinstance(m, Measurement) for m in got.values())
+    # Sent lean, answered "unknown task", sent again with the arguments.
+    assert sent[-2:] == [False, True]
+
+
 def test_concrete_bf16_arrays_travel_to_the_child():
     x = jnp.asarray(np.arange(64, dtype=np.float32)).astype(jnp.bfloat16)
     (entry,) = identity.tune(x).values()
@@ -240,6 +288,7 @@ KILL_PARENT = textwrap.dedent(
     import jax.numpy as jnp
     from faulty_kernels import faulty
     from jaxtune._isolation import process as _process
+from jaxtune._isolation import requests as _requests
     from jaxtune._isolation import runner as _runner
 
     def report():

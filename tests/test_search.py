@@ -16,7 +16,7 @@ from jaxtune._tuning import search as _search
 from jaxtune._tuning import sweep as _sweep
 from jaxtune._tuning import timing as _timing
 from jaxtune._tuning.choose import make_entry
-from jaxtune._tuning.result import Failure, Measurement
+from jaxtune._tuning.result import Failure, Measurement, measurement_from_dict
 from jaxtune._tuning.space import config_id
 from jaxtune._tuning.timing import Timing
 
@@ -277,6 +277,74 @@ def test_unresolved_keeps_only_configs_close_to_the_best():
     assert _decide.unresolved({"a": a, "c": c}) == []
     # Within tie_within of the best, more samples would not change the decision.
     assert _decide.unresolved({"a": a, "b": b}, tie_within=0.05) == []
+
+
+# -- the paired decision --------------------------------------------------------------------
+
+
+def test_signed_rank_tail_is_the_exact_null_distribution():
+    # n = 3: the 8 sign patterns give W+ = 0, 1, 2, 3, 3, 4, 5, 6.
+    assert _decide._signed_rank_tail(3) == (1.0, 7 / 8, 6 / 8, 5 / 8, 3 / 8, 2 / 8, 1 / 8)
+    assert _decide._signed_rank_tail(8)[36] == 1 / 256
+
+
+def rounds_of(times, drift):
+    """Per-round times: each config's own time, times a drift every config shares."""
+    return {cid: [t * d for d in drift] for cid, t in times.items()}
+
+
+VERDICT = {"alpha": 0.005, "tie_within": 0.02, "max_rounds": 10}
+
+
+def test_a_consistently_faster_later_leader_wins_despite_drift_no_interval_could_survive():
+    # The machine's speed swings 2x between rounds; "b" is 5 % faster in every round. Each
+    # config's own samples overlap completely; the rounds, compared pairwise, do not.
+    rng = np.random.default_rng(0)
+    drift = list(np.exp(rng.uniform(-0.7, 0.7, 10)))
+    rounds = rounds_of({"a": 100.0, "b": 95.0, "c": 101.0}, drift)
+    verdict = _decide.paired_verdict(rounds, ["a", "b", "c"], **VERDICT)
+    assert (verdict.winner, verdict.tied, verdict.settled) == ("b", ("b",), True)
+    assert set(verdict.slower) == {"a", "c"}
+    a = Timing(samples_us=tuple(rounds["a"]))
+    b = Timing(samples_us=tuple(rounds["b"]))
+    assert a.interval[0] <= b.interval[1] and b.interval[0] <= a.interval[1]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_leaders_that_differ_only_by_noise_tie_and_the_earliest_wins(seed):
+    rng = np.random.default_rng(seed)
+    rounds = {cid: list(100 * np.exp(0.05 * rng.standard_normal(10))) for cid in "abc"}
+    verdict = _decide.paired_verdict(rounds, ["a", "b", "c"], **VERDICT)
+    assert verdict.winner == "a" and len(verdict.tied) >= 2
+
+
+def test_the_rounds_stop_once_no_round_could_change_the_winner():
+    # Three rounds of mixed signs: "b" can no longer become significantly faster than "a"
+    # within 10 rounds (it would need 9 faster of 10), so the winner is settled.
+    rounds = {"a": [100.0, 100.0, 100.0, 100.0], "b": [101.0, 99.0, 101.0, 102.0]}
+    assert _decide.paired_verdict(rounds, ["a", "b"], **VERDICT).settled
+    # "b" faster in the three rounds so far: more rounds could make it the winner.
+    rounds = {"a": [100.0, 100.0, 100.0], "b": [90.0, 91.0, 92.0]}
+    verdict = _decide.paired_verdict(rounds, ["a", "b"], **VERDICT)
+    assert (verdict.winner, verdict.settled) == ("a", False)
+
+
+def test_retimed_leaders_keep_their_rounds_and_the_entry_round_trips_them():
+    configs = ({"k": 0}, {"k": 1})
+    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
+    drift = [1.0, 1.6, 0.7, 1.2, 0.9, 1.4, 0.8, 1.1, 1.3, 0.6]
+    per_round = rounds_of({"a": 100.0, "b": 90.0}, drift)
+    results = {
+        config_id(c): _sweep.measurement(c, Timing(samples_us=tuple(r)), 0.0, tuple(r))
+        for c, r in zip(configs, per_round.values(), strict=True)
+    }
+    outcome = _sweep.finish(plan, results, retimed=set(results))
+    assert (dict(outcome.best.config), outcome.tie) == ({"k": 1}, False)
+    # What the child sends and the cache stores keeps the rounds.
+    again = measurement_from_dict(outcome.best.to_dict())
+    assert again == outcome.best and again.rounds_us == tuple(per_round["b"])
+    plain = _sweep.measurement(configs[0], Timing(samples_us=(1.0, 2.0)), 0.0)
+    assert "rounds_us" not in plain.to_dict()
 
 
 @jaxtune.autotuned(configs={"variant": [3, 2, 1, 0]}, name="tests.search.twins")
