@@ -147,7 +147,7 @@ def twins(x: jax.Array, *, variant: int) -> jax.Array:
     return jnp.cumsum(x * 2.0)
 
 
-def ties(report: dict[str, object], runs: int = 5) -> None:
+def ties(report: dict[str, object], runs: int = 10) -> None:
     x = jnp.ones(1 << 16)
     rows = []
     for _ in range(runs):

@@ -262,14 +262,11 @@ def _default(variable: Variable) -> str:
     return variable.default
 
 
-# os.environ keeps its bytes in a plain dict that every change through os.environ updates;
-# reading it directly skips the per-key encoding that makes os.environ.get slow.
-_ENV: Mapping[Any, Any] = getattr(os.environ, "_data", os.environ)
-_KEYS = tuple(
-    os.environ.encodekey(n) if hasattr(os.environ, "encodekey") else n
-    for n in (*(v.name for v in VARIABLES), "XDG_CACHE_HOME", "HOME")  # see default_cache_dir
-)
 _LAST: tuple[tuple[Any, ...], Settings] | None = None  # the last parse and its inputs
+#: Bumped whenever this process sets or unsets a variable the settings read (an audit hook
+#: on ``os.putenv``/``os.unsetenv``, which every change through ``os.environ`` makes).
+_ENV_GENERATION = [0]
+_WATCHED = frozenset(n for n in (*(v.name for v in VARIABLES), "XDG_CACHE_HOME", "HOME"))
 
 
 def settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -282,7 +279,7 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
     global _LAST
     overrides = _OVERRIDES.get()
     if environ is None:  # the process's settings: parsed again only when they may differ
-        token = (overrides, *[_ENV.get(k) for k in _KEYS])
+        token = (overrides, _ENV_GENERATION[0])
         last = _LAST
         if last is not None and last[0] == token:
             return last[1]
@@ -339,9 +336,16 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         name = args[0]
         if isinstance(name, bytes):
             name = name.decode(errors="replace")
-        if isinstance(name, str) and name.startswith("JAXTUNE_"):
+        if not isinstance(name, str):
+            return
+        if name in _WATCHED or name.startswith("JAXTUNE_"):
+            _ENV_GENERATION[0] += 1
+        if name.startswith("JAXTUNE_"):
             for hook in _CHANGE_HOOKS:
                 hook()
+
+
+sys.addaudithook(_audit)
 
 
 def on_change(
@@ -349,12 +353,10 @@ def on_change(
     scoped: Callable[[Mapping[str, Any]], contextlib.AbstractContextManager[Any]],
 ) -> None:
     """Registers ``changed``, called whenever a ``JAXTUNE_*`` variable is set or unset in
-    this process (through ``os.environ`` or ``os.putenv``: an audit hook, added once), and
+    this process (through ``os.environ`` or ``os.putenv``: an audit hook), and
     ``scoped``, entered with the overrides around every :func:`override` block. Compiled
     code that depends on the settings (the eager jit of autotuned kernels) uses them to
     re-trace when the settings change, without reading them on every call."""
-    if not _CHANGE_HOOKS:
-        sys.addaudithook(_audit)
     _CHANGE_HOOKS.append(changed)
     _SCOPE_HOOKS.append(scoped)
 

@@ -288,7 +288,6 @@ KILL_PARENT = textwrap.dedent(
     import jax.numpy as jnp
     from faulty_kernels import faulty
     from jaxtune._isolation import process as _process
-from jaxtune._isolation import requests as _requests
     from jaxtune._isolation import runner as _runner
 
     def report():

@@ -114,6 +114,8 @@ class Autotuned(Generic[P, R]):
         renew_on_cache_change(self)
         self._jitted: dict[str, Callable[..., R]] = {}
         self._retuned: set[tuple[str, str]] = set()
+        #: The pruned space and default per (shapes, statics): prune runs once per shape.
+        self._spaces: dict[Any, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         strategy_of(search)  # validates the name or object now, not at the first sweep
         self.search = search
         self.budget = Budget.of(budget)
@@ -166,10 +168,18 @@ class Autotuned(Generic[P, R]):
         )
 
     def space_and_default(self, sig: Signature) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The pruned space and the default config for a bound call."""
-        args, kwargs = sig.call_arguments(abstract=True)
-        space = self.spec.space(args, kwargs)
-        return space, self.spec.default_config(space, args, kwargs)
+        """The pruned space and the default config for a bound call (worked out once per
+        shapes and static values; ``prune`` and a callable space must be pure)."""
+        memo = (sig.shapes, sig.statics)
+        known = self._spaces.get(memo)
+        if known is None:
+            args, kwargs = sig.call_arguments(abstract=True)
+            space = self.spec.space(args, kwargs)
+            known = (space, self.spec.default_config(space, args, kwargs))
+            if len(self._spaces) >= 1024:
+                self._spaces.clear()
+            self._spaces[memo] = known
+        return [dict(c) for c in known[0]], dict(known[1])
 
     # -- lookup --------------------------------------------------------------------------
 

@@ -185,25 +185,26 @@ def unresolved(timings: Mapping[str, Timing], tie_within: float = 0.0) -> list[s
 def leaders(
     results: Mapping[str, Result], options: TimingOptions, space: Sequence[Config] = ()
 ) -> list[Config]:
-    """The configs within ``leader_window`` of the best or whose confidence interval
-    overlaps the best one's (at most ``leaders`` of them, fastest first, the earliest of
-    them in ``space`` always included so that a tie can go to it), or nothing when fewer
-    than two qualify."""
+    """The configs whose fastest sample is within ``leader_window`` of the best one's, or
+    whose confidence interval overlaps the best one's (at most ``leaders`` of them, fastest
+    first), with the earliest config of ``space`` within ``tie_window`` of the best always
+    included so that a tie can go to it; nothing when fewer than two qualify."""
     live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
     if len(live) < 2:
         return []
-    best = min(live, key=lambda m: m.median_us)
+    # The first pass is short: a config's fastest sample ranks it better than its median
+    # when noise only ever slows calls down (another process, a slow mode of the machine).
+    best = min(live, key=lambda m: m.min_us)
     near = sorted(
-        (
-            m
-            for m in live
-            if m.median_us <= best.median_us * options.leader_window or m.overlaps(best)
-        ),
-        key=lambda m: m.median_us,
+        (m for m in live if m.min_us <= best.min_us * options.leader_window or m.overlaps(best)),
+        key=lambda m: m.min_us,
     )
     front = near[: options.leaders]
     rank = {config_id(c): i for i, c in enumerate(space)}
-    in_space = [m for m in near if config_id(m.config) in rank]
+    # The earliest config competes whenever it is plausibly as fast (a tie goes to it, and
+    # one noisy first pass must not keep it out): within ``tie_window`` of the best.
+    plausible = best.min_us * options.tie_window
+    in_space = [m for m in live if config_id(m.config) in rank and m.min_us <= plausible]
     if in_space:
         earliest = min(in_space, key=lambda m: rank[config_id(m.config)])
         if earliest not in front:

@@ -8,6 +8,7 @@ does Python's salted ``hash()``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +44,21 @@ _SHORT = {
 
 def dtype_name(dtype: Any) -> str:
     """XLA's short name of a dtype: ``f32``, ``bf16``, ``s32``, ``f8e4m3fn``...."""
+    try:
+        return _NAMES[dtype]
+    except (KeyError, TypeError):  # not seen yet, or not hashable
+        pass
+    name = _dtype_name(dtype)
+    with contextlib.suppress(TypeError):
+        _NAMES[dtype] = name
+    return name
+
+
+#: Short names already worked out, by the dtype given (trace-time lookups ask often).
+_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
     name = np.dtype(dtype).name
     if name in _SHORT:
         return _SHORT[name]

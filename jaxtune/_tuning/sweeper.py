@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gc
 import os
 import queue
 import threading
@@ -279,32 +280,70 @@ class Sweeper:
         configs measured elsewhere, for early dropping.
         """
         checked = self._check_all(configs, reference, serial_compile)
+        gc.collect()  # compiling left garbage; collected now, not during a config's turn
+        timed: dict[str, Timing | Failure] = {}
+        runnable = [c for c in configs if checked[config_id(c)] is None]
+        earliest = config_id(self.task.plan.configs[0]) if self.task.plan.configs else None
+        # Two visits, the second in reverse order: a slow spell of the machine during one
+        # config's turn does not decide its rank.
+        for visit, sequence in enumerate((runnable, runnable[::-1])):
+            for config in sequence:
+                cid = config_id(config)
+                before = timed.get(cid)
+                if isinstance(before, Failure) or (before is not None and before.dropped):
+                    continue
+                # Dropping is for the first visit; the earliest config wins ties, so it is
+                # never dropped.
+                bar = None if cid == earliest or visit == 1 else best_us
+                got = self._time_one(config, bar, first_visit=visit == 0)
+                if isinstance(got, Timing):
+                    if before is not None:
+                        got = before + got
+                    if not got.dropped:
+                        best_us = got.min_us if best_us is None else min(best_us, got.min_us)
+                timed[cid] = got
+                if visit == 1 or not isinstance(got, Timing) or got.dropped:
+                    self.emit("result", cid, self._result(config, got))
         results: dict[str, Result] = {}
         for config in configs:
             cid = config_id(config)
-            result = checked[cid] or self._time_one(config, best_us)
-            if isinstance(result, Measurement) and not result.dropped:
-                best_us = result.min_us if best_us is None else min(best_us, result.min_us)
-            results[cid] = result
-            self.emit("result", cid, result)
+            failure = checked[cid]
+            if failure is not None:
+                self.emit("result", cid, failure)
+            results[cid] = failure or self._result(config, timed[cid])
         return results
 
-    def _time_one(self, config: Config, best_us: float | None) -> Result:
+    def _result(self, config: Config, got: Timing | Failure) -> Result:
+        if isinstance(got, Failure):
+            return got
+        return measurement(config, got, self._runs[config_id(config)][1])
+
+    def _time_one(
+        self, config: Config, best_us: float | None, *, first_visit: bool
+    ) -> Timing | Failure:
+        """One visit's share of a config's samples (half the minimum time and count)."""
         cid = config_id(config)
-        run, compile_s = self._runs[cid]
         self.emit("run_start", cid, None)
-        # The first run (for the check) was the first warm-up call.
         options = self.task.plan.options
-        options = dataclasses.replace(options, warmup=max(1, options.warmup - 1))
+        options = dataclasses.replace(
+            options,
+            # On the first visit, the first run (for the check) was the first warm-up call.
+            warmup=max(1, options.warmup - 1) if first_visit else 1,
+            min_time_s=options.min_time_s / 2,
+            min_samples=max(1, -(-options.min_samples // 2)),
+            max_samples=max(1, -(-options.max_samples // 2)),
+        )
         start = time.perf_counter()
         try:
-            timing = self.timer.measure(run, options, best_us=best_us)
+            timing = self.timer.measure(self._runs[cid][0], options, best_us=best_us)
         except Exception as e:
             return Failure(config=config, stage="run", reason=reason(e))
+        finally:
+            self.emit("ran", cid, None)
         spent = time.perf_counter() - start
         if spent > self.task.plan.timeout_s:
             return self._too_slow(config, "running", spent)
-        return measurement(config, timing, compile_s)
+        return timing
 
     def retime(self, configs: Sequence[Config]) -> dict[str, Measurement]:
         """Re-times ``configs`` in interleaved rounds (each round in a rotated order), so
@@ -328,7 +367,7 @@ class Sweeper:
                     self._runs[cid][0], options, samples=options.round_samples
                 )
                 fresh[cid] = fresh[cid] + timing
-                rounds[cid].append(timing.median_us)
+                rounds[cid].append(timing.min_us)  # noise slows calls, never speeds them
             if done >= options.rounds and len(active) > 1:
                 verdict = paired_verdict(
                     {cid: rounds[cid] for cid in active},

@@ -8,6 +8,7 @@ a device-profiler timer can replace it through the :class:`Timer` protocol.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import statistics
 import time
@@ -37,7 +38,8 @@ class TimingOptions:
     least ``rounds`` rounds, then more until a paired signed-rank
     test at level ``alpha`` settles which leaders differ, or ``max_rounds`` is reached;
     leaders not faster than the earliest of them by more than ``tie_within`` (in the
-    median round) are a tie whatever the test says.
+    median round) are a tie whatever the test says; the earliest config of the space joins
+    the leaders whenever its fastest sample is within ``tie_window`` of the best one's.
 
     The first pass only ranks configs (``min_time_s`` is short); the leaders' interleaved
     rounds decide the winner.
@@ -55,7 +57,8 @@ class TimingOptions:
     rounds: int = 3
     max_rounds: int = 10
     tie_within: float = 0.02
-    alpha: float = 0.005
+    tie_window: float = 2.0
+    alpha: float = 0.002
     round_samples: int = 2
 
 
@@ -94,7 +97,9 @@ class Timing:
         return ordered[low], ordered[max(low, high)]
 
     def __add__(self, other: Timing) -> Timing:
-        return Timing(samples_us=self.samples_us + other.samples_us, dropped=self.dropped)
+        return Timing(
+            samples_us=self.samples_us + other.samples_us, dropped=self.dropped or other.dropped
+        )
 
 
 #: The options sweeps use unless a kernel sets its own ``timing`` attribute.
@@ -132,7 +137,25 @@ class WallTimer:
 
         With ``samples`` set, takes exactly that many samples after one warm-up call (used
         for interleaved re-timing); otherwise warms up and samples until ``min_time_s``.
+        Python's garbage collector is off meanwhile (as in ``timeit``): a collection of
+        what compiling left behind would land in some config's samples.
         """
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._measure(run, options, best_us=best_us, samples=samples)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _measure(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        best_us: float | None,
+        samples: int | None,
+    ) -> Timing:
         clock = self.clock
         for _ in range(1 if samples else max(options.warmup, 1)):
             run()
