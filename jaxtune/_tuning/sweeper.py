@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import gc
 import os
 import queue
 import threading
@@ -280,7 +279,6 @@ class Sweeper:
         configs measured elsewhere, for early dropping.
         """
         checked = self._check_all(configs, reference, serial_compile)
-        gc.collect()  # compiling left garbage; collected now, not during a config's turn
         timed: dict[str, Timing | Failure] = {}
         runnable = [c for c in configs if checked[config_id(c)] is None]
         earliest = config_id(self.task.plan.configs[0]) if self.task.plan.configs else None
