@@ -137,8 +137,8 @@ def browser(session: nox.Session) -> None:
     session.run("python", "tools/render_reports.py", str(ROOT / ".browser-check"))
 
 
-#: Other autotuners compared in bench/bench_vs_tools.py: installed in the bench session's
-#: own environment only, never dependencies of jaxtune.
+#: Other autotuners compared in bench/bench_vs_tools.py and bench_flash_vs_tune_jax.py:
+#: installed in the bench session's own environment only, never dependencies of jaxtune.
 BENCH_TOOLS = ("tokamax", "tune-jax")
 
 
@@ -153,5 +153,6 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_hot_path.py", "--json", str(results / "hot_path.json"))
     session.run("python", "bench/bench_search.py", "--json", str(results / "search.json"))
     session.run("python", "bench/bench_vs_tools.py", "--results", str(results))
+    session.run("python", "bench/bench_flash_vs_tune_jax.py", "--results", str(results))
     for script in ("bench_child_runner.py", "bench_trace_reader.py", "bench_cache.py"):
         session.run("python", str(ROOT / "bench" / script), *session.posargs)
