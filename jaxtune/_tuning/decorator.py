@@ -48,7 +48,8 @@ def autotuned(
             abstract arguments returning dicts. Config values reach the kernel as keywords.
         default: the config used when nothing better is known (dict or callable of the
             abstract arguments); default: the first config of the pruned space.
-        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs.
+        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs; it must be
+            pure (the pruned space is worked out once per shapes and static values).
         key: replaces the default key (shapes/dtypes of arrays plus static values); called
             with the abstract arguments.
         name: the kernel's stable cache id (default ``module.qualname``).
