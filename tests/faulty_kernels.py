@@ -24,6 +24,8 @@ MODES = [
     "run_error",
     "wrong",
     "run_abort",
+    "late_abort",
+    "late_error",
 ]
 
 
@@ -33,6 +35,24 @@ def _abort(x):
 
 def _raise(x):
     raise RuntimeError("boom at run time")
+
+
+_CALLS = {"late_abort": 0, "late_error": 0}
+
+
+def _late(mode):
+    """A callback that works on its first two calls (the output check and a warm-up) and
+    fails from the third on, while the config is being timed."""
+
+    def callback(x):
+        _CALLS[mode] += 1
+        if _CALLS[mode] >= 3:
+            if mode == "late_abort":
+                os.abort()
+            raise RuntimeError("boom on a later call")
+        return x
+
+    return callback
 
 
 @jaxtune.autotuned(configs={"mode": MODES}, default={"mode": "ok"}, name="tests.faulty", timeout=4)
@@ -55,6 +75,8 @@ def faulty(x, *, mode):
         return jax.pure_callback(_raise, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
     elif mode == "run_abort":
         return jax.pure_callback(_abort, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    elif mode in ("late_abort", "late_error"):
+        return jax.pure_callback(_late(mode), jax.ShapeDtypeStruct(x.shape, x.dtype), x)
     elif mode == "wrong":
         return x + 1.0
     elif mode == "fast":

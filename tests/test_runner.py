@@ -63,6 +63,9 @@ def parent_still_works():
         ("compile_error", "compile", ["ValueError: block does not divide the array"]),
         ("run_error", "run", ["boom at run time"]),
         ("run_abort", "crash", ["killed by signal SIGABRT"]),
+        # Failing only while timed (the third call on): in the interleaved rounds.
+        ("late_abort", "crash", ["killed by signal SIGABRT"]),
+        ("late_error", "run", ["boom on a later call"]),
         ("wrong", "check", ["differs from the default config's"]),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -329,6 +330,36 @@ def test_the_rounds_stop_once_no_round_could_change_the_winner():
     assert (verdict.winner, verdict.settled) == ("a", False)
 
 
+def test_a_challenger_shown_not_faster_by_more_than_tie_within_leaves_the_rounds():
+    # "b" is 0.5 % faster in each of 5 rounds: the rounds show, at SETTLE_ALPHA, that it is
+    # not 2 % faster, so it could not win and no round needs to be added for it.
+    rounds = {"a": [100.0] * 5, "b": [99.5, 99.4, 99.6, 99.5, 99.3]}
+    verdict = _decide.paired_verdict(rounds, ["a", "b"], **VERDICT)
+    assert (verdict.winner, verdict.settled, verdict.undecided) == ("a", True, ())
+    # 5 % faster in each of 5 rounds: it could still become significantly faster.
+    rounds = {"a": [100.0] * 5, "b": [95.0, 94.8, 95.2, 95.1, 94.9], "c": [99.5] * 5}
+    verdict = _decide.paired_verdict(rounds, ["a", "b", "c"], **VERDICT)
+    assert (verdict.winner, verdict.settled, verdict.undecided) == ("a", False, ("b",))
+
+
+def test_a_small_space_goes_straight_into_the_rounds_and_a_larger_one_has_a_first_pass():
+    x = jnp.ones(4096)
+    sig = twins.bind((x,), {})
+    space, default = twins.space_and_default(sig)
+    task = twins.sweep_task(sig, space, default)
+    timer = NoisyTimer(0)
+    outcome = _sweep.run_sweep(task, timer=timer)
+    # Four configs, one batch: every one was timed in the rounds, none by a first pass.
+    assert all(m.rounds_us for m in outcome.measurements)
+    small = dataclasses.replace(task.plan.options, first_pass_above=3)
+    task = dataclasses.replace(task, plan=dataclasses.replace(task.plan, options=small))
+    outcome = _sweep.run_sweep(task, timer=NoisyTimer(0))
+    # Above first_pass_above: a first pass, then only the leaders are re-timed.
+    assert not all(m.rounds_us for m in outcome.measurements)
+    assert any(m.rounds_us for m in outcome.measurements)
+    assert (outcome.tie, dict(outcome.best.config)) == (True, {"variant": 3})
+
+
 def test_retimed_leaders_keep_their_rounds_and_the_entry_round_trips_them():
     configs = ({"k": 0}, {"k": 1})
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
@@ -447,3 +478,20 @@ def test_a_config_listed_twice_is_measured_once():
     )
     assert calls == [[config_id(SPACE[i]) for i in (0, 1, 2)]]
     assert (searched.measured, searched.total) == (3, 3)
+
+
+def test_a_small_space_is_decided_in_one_request_to_the_child(monkeypatch):
+    from jaxtune._isolation.process import ChildProcess
+
+    ops = []
+    request = ChildProcess.request
+
+    def counting(self, message, **kw):
+        ops.append(message["op"])
+        return request(self, message, **kw)
+
+    monkeypatch.setattr(ChildProcess, "request", counting)
+    (entry,) = twins.tune(jnp.ones(2048)).values()
+    # Measured and decided in the same request: no separate re-timing of leaders.
+    assert ops == ["measure"]
+    assert all(m.rounds_us for m in entry.measurements)

@@ -244,6 +244,7 @@ class _Server:
                 reference=msg["reference"],
                 best_us=msg["best_us"],
                 serial_compile=msg["serial"],
+                rounds=bool(msg.get("rounds")),
             )
         elif op == "retime":
             results = dict(sweeper.retime(msg["todo"]))

@@ -222,10 +222,12 @@ class ProcessRunner:
         progress = new_progress(plan)
         devices = list(self.devices or [])
 
-        def measure(order: list[dict[str, Any]], known: Mapping[str, Result]) -> dict[str, Result]:
-            if len(devices) > 1:
+        def measure(
+            order: list[dict[str, Any]], known: Mapping[str, Result], rounds: bool
+        ) -> dict[str, Result]:
+            if len(devices) > 1:  # rounds compare configs on one device only
                 return self._measure_on_devices(plan, request, progress, order, devices, known)
-            return self._measure_all(plan, request, progress, order, known)
+            return self._measure_all(plan, request, progress, order, known, rounds=rounds)
 
         def retime(todo: list[dict[str, Any]]) -> dict[str, Result]:
             # The leaders are re-timed together on one device, so they compare fairly.
@@ -242,6 +244,8 @@ class ProcessRunner:
         progress: Progress,
         order: list[dict[str, Any]],
         known: Mapping[str, Result] | None = None,
+        *,
+        rounds: bool = False,
     ) -> dict[str, Result]:
         results: dict[str, Result] = {}
         serial = False
@@ -259,6 +263,7 @@ class ProcessRunner:
                 ),
                 "best_us": best_of(seen),
                 "serial": serial,
+                "rounds": rounds,
             }
             crashed, got = self._exchange(plan, message, progress=progress)
             results.update(got)

@@ -90,7 +90,7 @@ class FrameReader:
         self.fd = fd
         self.buffer = bytearray()
         #: Buffers of the last frame's arrays still to be read (after ``defer=True``).
-        self.pending: list[bytearray] = []
+        self.pending: list[np.ndarray] = []
 
     def _fill(self, want: int, deadline: float | None) -> bool:
         while len(self.buffer) < want:
@@ -106,8 +106,8 @@ class FrameReader:
             self.buffer += chunk
         return True
 
-    def _fill_into(self, target: bytearray) -> None:
-        view = memoryview(target)
+    def _fill_into(self, target: np.ndarray) -> None:
+        view = target.data  # a writable memoryview of the array's bytes
         taken = min(len(self.buffer), len(view))
         view[:taken] = self.buffer[:taken]
         del self.buffer[:taken]
@@ -144,7 +144,7 @@ class FrameReader:
             return None
         payload = bytes(self.buffer[_HEADER.size : _HEADER.size + length])
         del self.buffer[: _HEADER.size + length]
-        raws: list[bytearray] = []
+        raws: list[np.ndarray] = []
         room = [_MAX_FRAME]
 
         def hook(code: int, data: bytes) -> Any:
@@ -154,7 +154,7 @@ class FrameReader:
                 raise DecodeError("an array's size in a frame is not a jaxtune size")
             size = _SIZE.unpack(data)[0]
             room[0] -= size
-            raws.append(bytearray(size))
+            raws.append(np.empty(size, np.uint8))  # not zeroed: the bytes overwrite it
             return raws[-1]
 
         message = unpackb(payload, hook=hook)

@@ -7,7 +7,9 @@ time ratios: a config displaces the earliest leader only when it is faster in a 
 rounds make significant and by more than ``tie_within``. Leaders that stay inseparable
 from the winner are a tie, won by the earliest of them in the space, so repeated sweeps
 store the same config. :func:`paired_verdict` also says when more rounds could no longer
-change the outcome, so the re-timing stops as soon as it is settled.
+change the outcome (no challenger could still become significantly faster, or each is
+already shown, at level :data:`SETTLE_ALPHA`, not to be faster by more than
+``tie_within``), so the re-timing stops as soon as it is settled.
 """
 
 from __future__ import annotations
@@ -100,6 +102,22 @@ def _could_become_faster(logs: Sequence[float], alpha: float, max_rounds: int) -
     return False
 
 
+#: Level of the test that ends the rounds early for a challenger that is, with this
+#: confidence, not faster than the winner by more than ``tie_within`` (it could not win).
+SETTLE_ALPHA = 0.05
+
+
+def _open_question(logs: Sequence[float], alpha: float, tie_within: float, max_rounds: int) -> bool:
+    """Whether more rounds could still show the challenger (per-round log-ratios ``logs``)
+    faster by more than ``tie_within``: it could still become significantly faster, and
+    the rounds so far do not already show, at level :data:`SETTLE_ALPHA`, that its time is
+    above ``1 / (1 + tie_within)`` of the other's."""
+    if not _could_become_faster(logs, alpha, max_rounds):
+        return False
+    margin = math.log1p(tie_within)
+    return _faster_p([-(d + margin) for d in logs]) > SETTLE_ALPHA
+
+
 def _log_ratios(challenger: Sequence[float], incumbent: Sequence[float]) -> list[float]:
     """Per-round log time ratios over the rounds both ran (leaders drop out, never join)."""
     return [math.log(a / b) for a, b in zip(challenger, incumbent, strict=False) if a > 0 < b]
@@ -108,13 +126,17 @@ def _log_ratios(challenger: Sequence[float], incumbent: Sequence[float]) -> list
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
     """The outcome of paired re-timing: the ``winner``, the leaders ``tied`` with it (the
-    winner included, space order), those significantly ``slower`` than it, and whether
-    further rounds could change the winner (``settled``)."""
+    winner included, space order), those significantly ``slower`` than it, whether
+    further rounds could change the winner (``settled``) and, if so, through which
+    leaders (``undecided``)."""
 
     winner: str
     tied: tuple[str, ...]
     slower: tuple[str, ...]
     settled: bool
+    #: The leaders whose rounds to come could still change the winner (the winner and
+    #: these are all that need more rounds).
+    undecided: tuple[str, ...] = ()
 
 
 def paired_verdict(
@@ -157,13 +179,13 @@ def paired_verdict(
         # Rounds to come matter only where they could change the winner: ``c`` could
         # still beat the holder, or ``c`` wins the tie now and could still lose to it.
         there = _log_ratios(rounds[c], rounds[holder])
-        if _could_become_faster(there, alpha, max_rounds):
+        if _open_question(there, alpha, tie_within, max_rounds):
             return True
         earlier = order.index(c) < order.index(holder)
-        return earlier and _could_become_faster([-d for d in there], alpha, max_rounds)
+        return earlier and _open_question([-d for d in there], alpha, tie_within, max_rounds)
 
-    settled = not any(undecided(c) for c in open_)
-    return Verdict(winner=tied[0], tied=tied, slower=slower, settled=settled)
+    still = tuple(c for c in open_ if undecided(c))
+    return Verdict(winner=tied[0], tied=tied, slower=slower, settled=not still, undecided=still)
 
 
 def unresolved(timings: Mapping[str, Timing], tie_within: float = 0.0) -> list[str]:

@@ -145,8 +145,9 @@ def new_progress(plan: SweepPlan) -> Progress:
     )
 
 
-#: ``measure(configs, known)``: each config's result by id; ``known`` holds earlier ones.
-MeasureFn = Callable[[list[Config], Mapping[str, Result]], Mapping[str, Result]]
+#: ``measure(configs, known, rounds)``: each config's result by id; ``known`` holds earlier
+#: ones; ``rounds``: time them in interleaved rounds at once, without a first pass.
+MeasureFn = Callable[[list[Config], Mapping[str, Result], bool], Mapping[str, Result]]
 
 
 def drive(
@@ -157,11 +158,16 @@ def drive(
     progress: Progress,
 ) -> SweepOutcome:
     """A whole sweep through a runner's ``measure`` and ``retime``: search, re-time the
-    leaders, pick the winner."""
+    leaders, pick the winner. A small space measured in one batch (at most the options'
+    ``first_pass_above`` configs) is timed in interleaved rounds straight away, which
+    takes the place of the first pass and the re-timing."""
     known: dict[str, Result] = {}
+    space = {config_id(c) for c in plan.configs}
+    small = len(space) <= plan.options.first_pass_above
 
     def measure_batch(configs: list[Config]) -> Mapping[str, Result]:
-        got = measure(configs, known)
+        whole = small and not known and space <= {config_id(c) for c in configs}
+        got = measure(configs, known, whole)
         known.update(got)
         return got
 
@@ -173,9 +179,13 @@ def drive(
         measure=measure_batch,
         config_id=config_id,
     )
-    todo = leaders(results, plan.options, plan.configs)
-    retimed = retime(todo) if todo else {}
-    results.update(retimed)
+    live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
+    if live and all(m.rounds_us for m in live):  # timed side by side already
+        retimed: Mapping[str, Result] = {config_id(m.config): m for m in live}
+    else:
+        todo = leaders(results, plan.options, plan.configs)
+        retimed = retime(todo) if todo else {}
+        results.update(retimed)
     outcome = finish(plan, results, searched, retimed=set(retimed))
     progress.finish(outcome)
     return outcome
@@ -199,8 +209,8 @@ def run_sweep(task: SweepTask, *, timer: Timer | None = None) -> SweepOutcome:
     sweeper = Sweeper(task, timer=timer, on_event=progress_sink(plan, progress))
     return drive(
         plan,
-        measure=lambda configs, known: sweeper.measure(
-            configs, reference=plan.default, best_us=best_of(known)
+        measure=lambda configs, known, rounds: sweeper.measure(
+            configs, reference=plan.default, best_us=best_of(known), rounds=rounds
         ),
         retime=sweeper.retime,
         progress=progress,

@@ -24,9 +24,9 @@ import jax
 
 from .._isolation import context as _context
 from .check import check_outputs, reason
-from .decide import in_space_order, paired_verdict
 from .inputs import make_inputs
 from .result import Failure, Measurement
+from .rounds import interleaved, measurement
 from .signature import Signature
 from .space import config_id
 from .timing import Timer, Timing, WallTimer, block
@@ -270,20 +270,41 @@ class Sweeper:
         reference: Config | None,
         best_us: float | None = None,
         serial_compile: bool = False,
+        rounds: bool = False,
     ) -> dict[str, Result]:
         """Compiles, checks and times each config (timed in the given order).
 
         ``reference`` is the config whose output the others must match (the default, or
         the first that worked when the default failed); when ``None`` or failing, the
         first config that runs becomes the reference. ``best_us`` carries the best time of
-        configs measured elsewhere, for early dropping.
+        configs measured elsewhere, for early dropping. With ``rounds``, there is no first
+        pass: every config that works is timed in interleaved rounds at once (as
+        :meth:`retime` does), for a batch that is the whole of a small space.
         """
         checked = self._check_all(configs, reference, serial_compile)
-        timed: dict[str, Timing | Failure] = {}
         runnable = [c for c in configs if checked[config_id(c)] is None]
+        timed: Mapping[str, Result]
+        if rounds:
+            timed = self._interleaved(runnable)
+            for config in runnable:
+                self.emit("result", config_id(config), timed[config_id(config)])
+        else:
+            timed = self._first_pass(runnable, best_us)
+        results: dict[str, Result] = {}
+        for config in configs:
+            cid = config_id(config)
+            failure = checked[cid]
+            if failure is not None:
+                self.emit("result", cid, failure)
+            results[cid] = failure or timed[cid]
+        return results
+
+    def _first_pass(self, runnable: Sequence[Config], best_us: float | None) -> dict[str, Result]:
+        """Times each config in two visits, the second in reverse order (a slow spell of
+        the machine during one config's turn does not decide its rank), dropping configs
+        clearly slower than ``best_us`` on the first."""
+        timed: dict[str, Timing | Failure] = {}
         earliest = config_id(self.task.plan.configs[0]) if self.task.plan.configs else None
-        # Two visits, the second in reverse order: a slow spell of the machine during one
-        # config's turn does not decide its rank.
         for visit, sequence in enumerate((runnable, runnable[::-1])):
             for config in sequence:
                 cid = config_id(config)
@@ -302,14 +323,7 @@ class Sweeper:
                 timed[cid] = got
                 if visit == 1 or not isinstance(got, Timing) or got.dropped:
                     self.emit("result", cid, self._result(config, got))
-        results: dict[str, Result] = {}
-        for config in configs:
-            cid = config_id(config)
-            failure = checked[cid]
-            if failure is not None:
-                self.emit("result", cid, failure)
-            results[cid] = failure or self._result(config, timed[cid])
-        return results
+        return {config_id(c): self._result(c, timed[config_id(c)]) for c in runnable}
 
     def _result(self, config: Config, got: Timing | Failure) -> Result:
         if isinstance(got, Failure):
@@ -320,8 +334,6 @@ class Sweeper:
         self, config: Config, best_us: float | None, *, first_visit: bool
     ) -> Timing | Failure:
         """One visit's share of a config's samples (half the minimum time and count)."""
-        cid = config_id(config)
-        self.emit("run_start", cid, None)
         options = self.task.plan.options
         options = dataclasses.replace(
             options,
@@ -331,9 +343,19 @@ class Sweeper:
             min_samples=max(1, -(-options.min_samples // 2)),
             max_samples=max(1, -(-options.max_samples // 2)),
         )
+        return self._timed(config, lambda run: self.timer.measure(run, options, best_us=best_us))
+
+    def _timed(
+        self, config: Config, measure: Callable[[Callable[[], Any]], Timing]
+    ) -> Timing | Failure:
+        """``measure(run)`` of a compiled config, reported as running meanwhile (so that a
+        crash or hang is blamed on it); an exception or a step over the time limit is the
+        config's failure."""
+        cid = config_id(config)
+        self.emit("run_start", cid, None)
         start = time.perf_counter()
         try:
-            timing = self.timer.measure(self._runs[cid][0], options, best_us=best_us)
+            timing = measure(self._runs[cid][0])
         except Exception as e:
             return Failure(config=config, stage="run", reason=reason(e))
         finally:
@@ -343,64 +365,22 @@ class Sweeper:
             return self._too_slow(config, "running", spent)
         return timing
 
-    def retime(self, configs: Sequence[Config]) -> dict[str, Measurement]:
-        """Re-times ``configs`` in interleaved rounds (each round in a rotated order), so
-        that a burst of machine noise during one config's turn cannot decide the winner:
-        at least ``rounds`` rounds, then more until the paired test settles the leaders
-        (:func:`~.decide.paired_verdict`) or ``max_rounds`` is reached; a leader found
-        significantly slower leaves the rounds early. Each measurement keeps its per-round
-        medians (``rounds_us``), from which the winner is decided."""
+    def retime(self, configs: Sequence[Config]) -> dict[str, Result]:
+        """Re-times ``configs`` in interleaved rounds (see :meth:`_interleaved`)."""
         self.compile(configs)
-        options = self.task.plan.options
-        runnable = [config_id(c) for c in configs if config_id(c) in self._runs]
-        by_id = {config_id(c): c for c in configs}
-        order = in_space_order(runnable, self.task.plan.configs)
-        fresh = {cid: Timing(samples_us=()) for cid in runnable}
-        rounds: dict[str, list[float]] = {cid: [] for cid in runnable}
-        active = list(runnable)
-        for done in range(1, max(options.rounds, options.max_rounds) + 1):
-            turn = (done - 1) % len(active)
-            for cid in active[turn:] + active[:turn]:
-                timing = self.timer.measure(
-                    self._runs[cid][0], options, samples=options.round_samples
-                )
-                fresh[cid] = fresh[cid] + timing
-                rounds[cid].append(timing.min_us)  # noise slows calls, never speeds them
-            if done >= options.rounds and len(active) > 1:
-                verdict = paired_verdict(
-                    {cid: rounds[cid] for cid in active},
-                    [cid for cid in order if cid in active],
-                    alpha=options.alpha,
-                    tie_within=options.tie_within,
-                    max_rounds=options.max_rounds,
-                )
-                if verdict.settled:
-                    break
-                active = [cid for cid in active if cid not in verdict.slower]
-            if len(active) < 2:
-                break
-        return {
-            cid: measurement(by_id[cid], fresh[cid], self._runs[cid][1], tuple(rounds[cid]))
-            for cid in runnable
-        }
+        return self._interleaved([c for c in configs if config_id(c) in self._runs])
 
-
-def measurement(
-    config: Mapping[str, Any],
-    timing: Timing,
-    compile_s: float,
-    rounds_us: tuple[float, ...] = (),
-) -> Measurement:
-    """A :class:`Measurement` from a timing (and, for re-timed leaders, their rounds)."""
-    return Measurement(
-        rounds_us=rounds_us,
-        config=dict(config),
-        median_us=timing.median_us,
-        min_us=timing.min_us,
-        spread=timing.spread,
-        samples=len(timing.samples_us),
-        compile_s=compile_s,
-        dropped=timing.dropped,
-        low_us=timing.interval[0],
-        high_us=timing.interval[1],
-    )
+    def _interleaved(self, configs: Sequence[Config]) -> dict[str, Result]:
+        """Times compiled ``configs`` in interleaved rounds (:func:`~.rounds.interleaved`)."""
+        return interleaved(
+            configs,
+            timed=lambda config: self._timed(
+                config,
+                lambda run: self.timer.measure(
+                    run, self.task.plan.options, samples=self.task.plan.options.round_samples
+                ),
+            ),
+            compile_s={cid: run[1] for cid, run in self._runs.items()},
+            space=self.task.plan.configs,
+            options=self.task.plan.options,
+        )

@@ -42,14 +42,15 @@ class TimingOptions:
     the leaders whenever its fastest sample is within ``tie_window`` of the best one's.
 
     The first pass only ranks configs (``min_time_s`` is short); the leaders' interleaved
-    rounds decide the winner.
+    rounds decide the winner. A space of at most ``first_pass_above`` configs, measured in
+    one batch, has no first pass: all its configs go straight into the rounds.
     """
 
     min_time_s: float = 0.002
     min_samples: int = 3
     max_samples: int = 200
     warmup: int = 2
-    sample_floor_us: float = 200.0
+    sample_floor_us: float = 100.0
     drop_ratio: float = 1.5
     drop_after: int = 3
     leaders: int = 3
@@ -60,6 +61,7 @@ class TimingOptions:
     tie_window: float = 2.0
     alpha: float = 0.002
     round_samples: int = 2
+    first_pass_above: int = 4
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,6 +139,7 @@ class WallTimer:
 
         With ``samples`` set, takes exactly that many samples after one warm-up call (used
         for interleaved re-timing); otherwise warms up and samples until ``min_time_s``.
+        The last warm-up call, timed, sets how many calls a sample batches.
         Python's garbage collector is off meanwhile (as in ``timeit``): a collection of
         what compiling left behind would land in some config's samples.
         """
@@ -158,10 +161,9 @@ class WallTimer:
     ) -> Timing:
         clock = self.clock
         for _ in range(1 if samples else max(options.warmup, 1)):
+            start = clock()
             run()
-        start = clock()
-        run()
-        first = clock() - start
+            first = clock() - start  # the last warm-up call sizes the batches
         # Batch very short calls so that each sample is long enough for the clock.
         batch = max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9)))
         out: list[float] = []
