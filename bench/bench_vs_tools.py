@@ -1,7 +1,8 @@
 """jaxtune, Tokamax's autotuner and tune-jax side by side on the same kernel, in one run.
 
 The chunked sum of 2^20 f32 values, chunk 8/64/512/4096. Each run is a fresh process that
-first does other work of its own (a fixed number of unrelated matmuls; jaxtune's sweep
+imports the kernel from this module (``--kernel-in script``: defines it in the script it
+runs), first does other work of its own (a fixed number of unrelated matmuls; jaxtune's sweep
 child, started when the kernel was decorated, comes up meanwhile), then sweeps with each
 tool (jaxtune first on even runs, last on odd runs), then measures this run's truth (every
 config timed in interleaved rounds); it reports each tool's sweep wall time, its pick and
@@ -190,11 +191,26 @@ def markdown(summary: dict[str, object]) -> str:
     return "\n".join([f"Truth (time / best, best chunk {best}): {truth_line}", "", *lines, ""])
 
 
+HERE = pathlib.Path(__file__).resolve().parent
+_AS_MODULE = (
+    "import json, sys; sys.path.insert(0, {here!r}); import bench_vs_tools as b; "
+    "print('RESULT ' + json.dumps(b.one_run({run})), flush=True)"
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--results", default=None)
+    parser.add_argument(
+        "--kernel-in",
+        choices=["module", "script"],
+        default="module",
+        help="where each run's program defines the kernel: in a module it imports "
+        "(jaxtune's child imports it while the program does other work) or in the script "
+        "itself (the child re-runs the script's top level when the sweep begins)",
+    )
     args = parser.parse_args()
     if args.one is not None:
         print("RESULT " + json.dumps(one_run(args.one)), flush=True)
@@ -208,8 +224,12 @@ def main() -> None:
             "JAXTUNE_ISOLATION": "process",
             "JAXTUNE_CACHE_DIR": tempfile.mkdtemp(prefix="jaxtune-bench-vs-"),
         }
+        if args.kernel_in == "script":
+            command = [sys.executable, __file__, "--one", str(run)]
+        else:  # the kernel in a module the program imports, as kernels usually are
+            command = [sys.executable, "-c", _AS_MODULE.format(here=str(HERE), run=run)]
         proc = subprocess.run(
-            [sys.executable, __file__, "--one", str(run)],
+            command,
             env=env,
             capture_output=True,
             text=True,

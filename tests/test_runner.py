@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import jax
@@ -184,21 +186,34 @@ def test_arrays_round_trip_exactly(dtype):
     )
 
 
-def test_a_deferred_frame_gives_the_shapes_first_and_the_bytes_on_finish():
-    x = jnp.arange(4096, dtype=jnp.float32)
-    read, write = os.pipe()
+def _socket_ends():
+    ends = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return ends[0].detach(), ends[1].detach()
+
+
+@pytest.mark.parametrize("channel", [os.pipe, _socket_ends], ids=["pipe", "socket"])
+def test_a_deferred_frame_gives_the_shapes_first_and_the_bytes_on_finish(channel):
+    # Larger than either channel's buffer: the writer blocks until the reader takes it.
+    x = jnp.arange(1 << 20, dtype=jnp.float32)
+    read, write = channel()
+    writer = threading.Thread(
+        target=lambda: (
+            _wire.write_frame(write, {"args": _wire.encode_value((x,)), "n": 1}),
+            _wire.write_frame(write, {"n": 2}),
+        )
+    )
+    writer.start()
     try:
-        _wire.write_frame(write, {"args": _wire.encode_value((x,)), "n": 1})
-        _wire.write_frame(write, {"n": 2})
         reader = _wire.FrameReader(read)
         frame = reader.read(timeout=10, defer=True)
         (spec,) = _wire.decode_value(frame["args"], abstract=True)
-        assert (spec.shape, spec.dtype) == ((4096,), jnp.float32)
+        assert (spec.shape, spec.dtype) == ((1 << 20,), jnp.float32)
         assert reader.pending  # the array's bytes are not read yet
         reader.finish()
         np.testing.assert_array_equal(np.asarray(_wire.decode_value(frame["args"])[0]), x)
         assert reader.read(timeout=10) == {"n": 2}  # the stream goes on where it should
     finally:
+        writer.join(timeout=30)
         os.close(read)
         os.close(write)
 

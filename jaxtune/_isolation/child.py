@@ -4,12 +4,14 @@ Started by :mod:`jaxtune._isolation.runner` with its environment (flags, ``JAX_P
 visibility) set before JAX is imported. It answers a ``ready`` frame with what it actually
 sees, then serves ``measure`` / ``retime`` requests for one kernel at a time, streaming an
 event per step so the parent knows which config was in flight if this process dies.
-stdout and stderr go to a log file; frames travel only over the two pipes.
+stdout and stderr go to a log file; frames travel only over the request socket and the
+result pipe. A ``preload`` request imports kernels' modules ahead of their first sweep.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib
 import importlib.util
@@ -163,6 +165,21 @@ def resolve_kernel(ref: dict[str, Any]) -> Any:
     )
 
 
+def _preload(refs: list[dict[str, Any]]) -> list[str]:
+    """Imports the modules of kernels the parent decorated, ahead of their first sweep
+    (each with the parent's variables when it decorated them); returns those imported. One
+    that fails is left for its sweep to report."""
+    from .environ import sync_environ
+
+    imported = []
+    for ref in refs:
+        sync_environ(ref.get("environ"))
+        with contextlib.suppress(LookupError):
+            _namespace(ref)
+            imported.append(ref["module"])
+    return imported
+
+
 def _build_task(msg: dict[str, Any], *, abstract: bool = False) -> Any:
     """The sweep task a request describes (``abstract``: its arrays as shapes, for work
     that can start before their bytes arrive)."""
@@ -224,11 +241,13 @@ class _Server:
         from .context import apply_snapshot
         from .environ import sync_environ
 
+        op = msg.get("op")
+        if op == "preload":
+            return {"t": "done", "imported": _preload(msg["refs"])}
         # Before anything is imported or traced: the caller's variables (those that do not
         # key the pool of children), interpret mode, x64, precision...
         sync_environ(msg.get("environ"))
         self.unapplied = apply_snapshot(msg.get("jax_state") or {})
-        op = msg.get("op")
         if op == "profile":
             self._arrived()
             return {"t": "done", "info": _profile(msg), "unapplied": self.unapplied}

@@ -32,17 +32,23 @@ class InFlight:
         self.got: dict[str, Result] = {}
         self.compiling: dict[str, float] = {}
         self.running: tuple[str, float] | None = None
+        #: When the child last said anything (first asked when the request was sent).
+        self.heard: float | None = None
 
-    def wait(self, timeout_s: float) -> float | None:
-        """Seconds until the oldest step in flight outlives its limit (``None``: idle)."""
+    def wait(self, timeout_s: float) -> float:
+        """Seconds until the oldest step in flight outlives its limit; with none in flight
+        (importing the kernel's module, receiving the arguments, between configs), until
+        the child has been silent that long."""
+        now = time.monotonic()
+        if self.heard is None:
+            self.heard = now
         starts = list(self.compiling.values()) + ([self.running[1]] if self.running else [])
-        if not starts:
-            return None
-        return max(0.0, min(starts) + timeout_s + GRACE - time.monotonic())
+        return max(0.0, min(starts or [self.heard]) + timeout_s + GRACE - now)
 
     def event(self, frame: Mapping[str, Any]) -> Result | None:
         """Follows one event frame; returns the result it carries, if any."""
         cid, kind = frame["cid"], frame["kind"]
+        self.heard = time.monotonic()
         if kind == "compile_start":
             self.compiling[cid] = time.monotonic()
         elif kind == "compiled":

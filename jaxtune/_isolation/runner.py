@@ -11,9 +11,7 @@ process group, starts a new child and goes on with the remaining configs.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import os
-import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -32,10 +30,8 @@ from .._tuning.sweep import (
     new_progress,
     run_sweep,
 )
-from .._versions import toolchain
 from . import context as _context
 from .devices import sweep_devices
-from .environ import pool_key
 from .flight import InFlight, raise_child_error
 from .process import POOL, ChildLost, ChildProcess, parent_backend, python_path
 from .requests import reference_config, sweep_request
@@ -175,26 +171,12 @@ class ProcessRunner:
         self.ready = child.ready
         return child
 
-    def prestart(self) -> bool:
-        """Starts this runner's pooled child in a background thread, so that a sweep later
-        finds it ready (the pool makes a sweep that comes early wait for the same child).
-        Only CPU and GPU children: a TPU child would hold the chip this process may still
-        want. Returns whether a start was begun (once per environment and process)."""
-        if self.expected_platform() not in ("cpu", "gpu"):
-            return False
-        key = (self.device, *pool_key(self.environment()))
-        with _PRESTART_LOCK:
-            if key in _PRESTARTED:
-                return False
-            _PRESTARTED.add(key)
+    def prestart(self, fn: Any = None) -> bool:
+        """Starts this runner's pooled child ahead of need and imports ``fn``'s module
+        there (see :mod:`.prestart`); returns whether a start was begun."""
+        from .prestart import prestart
 
-        def start() -> None:
-            with contextlib.suppress(Exception):
-                self.child()
-                toolchain()  # read once from package metadata, for the entries to come
-
-        threading.Thread(target=start, name="jaxtune-prestart", daemon=True).start()
-        return True
+        return prestart(self, fn)
 
     # -- a sweep -------------------------------------------------------------------------
 
@@ -309,7 +291,9 @@ class ProcessRunner:
         if suspects:
             return "serial", flight.got
         raise SweepError(
-            f"the jaxtune child died outside any config of {plan.kernel} ({how}); stderr: {tail}"
+            f"the jaxtune child {'hung' if hung else 'died'} outside any config of "
+            f"{plan.kernel}, while importing its module, receiving its arguments or between "
+            f"configs ({how}); stderr: {tail}"
         )
 
     def _on_device(self, device: int) -> ProcessRunner:
@@ -372,6 +356,8 @@ class ProcessRunner:
                 progress.update(result)
 
         with child.lock:
+            if not child.alive():  # replaced while this waited (a module import that hung)
+                return self._exchange(plan, message, progress=progress)
             offset = child.log_size()
             try:
                 frame = child.request(
@@ -393,9 +379,6 @@ class ProcessRunner:
 
 
 _WARNED: set[Any] = set()
-#: Environments whose child was started ahead of need (once per process each).
-_PRESTARTED: set[tuple[Any, ...]] = set()
-_PRESTART_LOCK = threading.Lock()
 
 
 def _warn_once(key: Any, message: str) -> None:

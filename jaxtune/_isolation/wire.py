@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import select
+import socket
+import stat
 import struct
 import threading
 import time
@@ -82,8 +84,27 @@ def _ext_raw(size: int) -> Any:
     return msgpack.ExtType(_RAW, _SIZE.pack(size))
 
 
+def _read_exactly(fd: int, view: memoryview) -> None:
+    """Fills ``view`` from ``fd``: from a socket in one call that waits for every byte with
+    the GIL released (``MSG_WAITALL``), from a pipe a buffer-full at a time."""
+    sock = socket.socket(fileno=fd) if stat.S_ISSOCK(os.fstat(fd).st_mode) else None
+    try:
+        if sock is not None:
+            sock.settimeout(None)  # blocking, whatever the default timeout of this process
+        taken = 0
+        while taken < len(view):
+            rest = view[taken:]
+            got = sock.recv_into(rest, 0, socket.MSG_WAITALL) if sock else os.readv(fd, [rest])
+            if not got:
+                raise EOFError("the other end closed the channel in the middle of a frame")
+            taken += got
+    finally:
+        if sock is not None:
+            sock.detach()  # the fd stays open: it is the reader's
+
+
 class FrameReader:
-    """Reads frames from a pipe, with a timeout per call (for the frame's msgpack part: once
+    """Reads frames from a pipe or socket, with a timeout per call (for the frame's msgpack part: once
     that has arrived, the bytes after it are read to their end)."""
 
     def __init__(self, fd: int) -> None:
@@ -111,11 +132,8 @@ class FrameReader:
         taken = min(len(self.buffer), len(view))
         view[:taken] = self.buffer[:taken]
         del self.buffer[:taken]
-        while taken < len(view):
-            got = os.readv(self.fd, [view[taken:]])
-            if not got:
-                raise EOFError("the other end closed the pipe in the middle of a frame")
-            taken += got
+        if taken < len(view):
+            _read_exactly(self.fd, view[taken:])
 
     def finish(self) -> None:
         """Reads the bytes of the arrays the last frame announced (``read(defer=True)``

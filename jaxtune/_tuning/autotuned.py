@@ -119,7 +119,7 @@ class Autotuned(Generic[P, R]):
         strategy_of(search)  # validates the name or object now, not at the first sweep
         self.search = search
         self.budget = Budget.of(budget)
-        prestart_child()
+        prestart_child(self.__wrapped__)
         _REGISTRY[self.kernel_id] = self
 
     def __repr__(self) -> str:

@@ -22,16 +22,16 @@ def budget_setting() -> Budget | None:
     return None if value is None else Budget(configs=value[0], seconds=value[1])
 
 
-def prestart_child() -> None:
+def prestart_child(fn: Any = None) -> None:
     """In ``tune``/``retune`` mode with process isolation, starts the sweep child now (in
-    the background) so that the first sweep does not wait for it; bad settings are left
-    for the first call to report."""
+    the background) and imports ``fn``'s module there, so that the first sweep waits for
+    neither; bad settings are left for the first call to report."""
     try:
         settings = _config.settings()
     except JaxtuneError:
         return
     if settings.mode in ("tune", "retune") and settings.isolation == "process":
-        ProcessRunner().prestart()
+        ProcessRunner().prestart(fn)
 
 
 def _speedup_range(best: Measurement, default: Any) -> tuple[float, float] | None:

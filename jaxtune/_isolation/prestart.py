@@ -1,0 +1,105 @@
+"""Starting the sweep child ahead of need, and importing kernels' modules in it.
+
+A kernel decorated in ``tune``/``retune`` mode with process isolation starts the pooled
+child in a background thread, so the first sweep finds it ready. Once the child is up, the
+modules that define the kernels decorated so far are imported there as well (with the
+environment variables this process had when it decorated them), so the first sweep finds
+its kernel already resolved instead of importing it first. Only modules imported by name:
+a script run as ``__main__`` is re-run by the child only when a sweep needs it, since its
+top level may be the whole program. A module that fails to import is left for the sweep to
+report, as it would have been without this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .. import _config
+from .._versions import toolchain
+from .environ import pool_key, unkeyed_environ
+from .process import POOL, ChildLost, ChildProcess
+from .requests import function_ref
+from .wire import NotTransportable
+
+if TYPE_CHECKING:
+    from .runner import ProcessRunner
+
+__all__ = ["prestart"]
+
+_LOCK = threading.Lock()
+#: Environments whose child was started ahead of need (once per process each).
+_STARTED: set[tuple[Any, ...]] = set()
+#: Per environment: the modules still to import in its child, and those already asked for.
+_PENDING: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+_ASKED: set[tuple[tuple[Any, ...], str]] = set()
+#: Environments whose background thread is running now (it takes what is pending).
+_RUNNING: set[tuple[Any, ...]] = set()
+
+
+def prestart(runner: ProcessRunner, fn: Any = None) -> bool:
+    """Starts ``runner``'s pooled child in a background thread (the pool makes a sweep that
+    comes early wait for the same child), then imports the module of ``fn`` there. Only CPU
+    and GPU children: a TPU child would hold the chip this process may still want. Returns
+    whether a start was begun (once per environment and process)."""
+    if runner.expected_platform() not in ("cpu", "gpu"):
+        return False
+    key = (runner.device, *pool_key(runner.environment()))
+    ref = _module_ref(fn)
+    with _LOCK:
+        if ref is not None and (key, ref["module"]) not in _ASKED:
+            _ASKED.add((key, ref["module"]))
+            _PENDING.setdefault(key, []).append(ref)
+        begun = key not in _STARTED
+        if key in _RUNNING or not (begun or _PENDING.get(key)):
+            return False
+        _STARTED.add(key)
+        _RUNNING.add(key)
+    threading.Thread(
+        target=_start, args=(runner, key), name="jaxtune-prestart", daemon=True
+    ).start()
+    return begun
+
+
+def _module_ref(fn: Any) -> dict[str, Any] | None:
+    """Where ``fn``'s module is, with this process's environment now; ``None`` for a
+    script run as ``__main__`` or a function that cannot travel."""
+    if fn is None or getattr(fn, "__module__", "__main__") == "__main__":
+        return None
+    try:
+        ref = function_ref(fn)
+    except NotTransportable:
+        return None
+    return {**ref, "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS"))}
+
+
+def _start(runner: ProcessRunner, key: tuple[Any, ...]) -> None:
+    try:
+        child = runner.child()
+        toolchain()  # read once from package metadata, for the entries to come
+        while True:
+            with _LOCK:
+                refs = _PENDING.pop(key, [])
+                if not refs:
+                    _RUNNING.discard(key)
+                    return
+            _import_in(child, refs)
+    except Exception:
+        with _LOCK:
+            _RUNNING.discard(key)
+
+
+def _import_in(child: ChildProcess, refs: list[dict[str, Any]]) -> None:
+    # A module may take as long to import as a config may take (JAXTUNE_TIMEOUT); past
+    # that the child is replaced, and a sweep imports the module itself, under that limit.
+    timeout = _config.settings().timeout
+    with child.lock:
+        if not child.alive():
+            return
+        try:
+            child.request({"op": "preload", "refs": refs}, timeout=lambda: timeout)
+        except ChildLost:
+            with contextlib.suppress(Exception):
+                POOL.discard(child)

@@ -1,0 +1,115 @@
+"""A kernel decorated in tune mode starts the sweep child ahead of need and has its module
+imported there, with the variables this process had when it decorated the kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+MODULE = textwrap.dedent(
+    """
+    import os
+
+    import jaxtune
+
+    with open(os.environ["PROBE_LOG"], "a") as log:
+        log.write(f"{os.getpid()} {os.environ.get('PROBE_VALUE')}\\n")
+
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.prestart.kernel")
+    def kernel(x, *, c):
+        return x * c / c
+    """
+)
+
+PROGRAM = textwrap.dedent(
+    """
+    import json, os, sys, time
+
+    os.environ["PROBE_VALUE"] = "when decorated"
+    import prestart_probe
+    os.environ["PROBE_VALUE"] = "later"
+
+    def lines():
+        with open(os.environ["PROBE_LOG"]) as log:
+            return [line.split() for line in log.read().splitlines()]
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(lines()) < int(sys.argv[1]):
+        time.sleep(0.05)
+    before = lines()  # the child imported the module before any sweep was asked for
+
+    import jax.numpy as jnp
+
+    (entry,) = prestart_probe.kernel.tune(jnp.ones(64)).values()
+    print(json.dumps({"parent": os.getpid(), "before": before, "after": lines(),
+                      "config": entry.config}))
+    """
+)
+
+
+def _run(tmp_path, module_text, *, lines, **extra):
+    """Runs the program (which waits until the import log has ``lines`` lines, then
+    tunes) with ``module_text`` as the kernel's module."""
+    (tmp_path / "prestart_probe.py").write_text(module_text)
+    env = {k: v for k, v in os.environ.items() if k != "PROBE_VALUE"}
+    env.update(
+        JAXTUNE_MODE="tune",
+        JAX_PLATFORMS="cpu",
+        PROBE_LOG=str(tmp_path / "imports.log"),
+        PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]),
+        **extra,
+    )
+    return subprocess.run(
+        [sys.executable, "-c", PROGRAM, str(lines)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_kernels_module_is_imported_in_the_child_before_the_first_sweep(tmp_path):
+    proc = _run(tmp_path, MODULE, lines=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    parent = str(out["parent"])
+    assert [parent, "when", "decorated"] in out["before"]
+    children = [line for line in out["before"] if line[0] != parent]
+    # Imported once in the child, with the variables of when the kernel was decorated...
+    assert children == [[children[0][0], "when", "decorated"]]
+    # ...and the sweep found it there instead of importing it again.
+    assert [line for line in out["after"] if line[0] != parent] == children
+    assert out["config"] in ({"c": 1}, {"c": 2})
+
+
+def _in_the_child_first(statement):
+    """The kernel's module, doing ``statement`` first where the child imports it."""
+    return MODULE.replace(
+        "import jaxtune\n",
+        f"import time\n\nimport jaxtune\n\nif os.environ.get('JAXTUNE_PARENT_PID'):\n    {statement}\n",
+    )
+
+
+def test_a_module_the_child_cannot_import_is_left_for_the_sweep_to_report(tmp_path):
+    # The sweep falls back to this process, with one warning that says why.
+    proc = _run(tmp_path, _in_the_child_first("raise RuntimeError('not in the child')"), lines=1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "not in the child" in proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["config"] in ({"c": 1}, {"c": 2})
+
+
+def test_a_module_whose_import_hangs_in_the_child_ends_in_an_error_not_a_hang(tmp_path):
+    proc = _run(tmp_path, _in_the_child_first("time.sleep(600)"), lines=1, JAXTUNE_TIMEOUT="3")
+    assert proc.returncode != 0
+    assert "no answer within the 3 s limit" in proc.stderr, proc.stderr[-3000:]
+    assert "while importing its module" in proc.stderr
