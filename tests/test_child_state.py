@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -107,3 +108,53 @@ def test_script_without_main_guard_gets_a_message_naming_the_line(tmp_path):
     assert "re-imported the script" in proc.stderr
     assert "line 12 (`args = parser.parse_args()`)" in proc.stderr
     assert '__name__ == "__main__"' in proc.stderr
+
+
+UNGUARDED_WORK = textwrap.dedent(
+    """
+    import os
+    import jax
+    import jax.numpy as jnp
+    import jaxtune
+
+    with open(os.environ["RUNS_LOG"], "a") as log:
+        log.write(f"{os.getpid()}\\n")
+
+    @jaxtune.autotuned(configs={"s": [1, 2]})
+    def k(x, *, s):
+        return x * s / s
+
+    print(jax.jit(k)(jnp.ones(8)).sum())
+    """
+)
+
+
+def test_work_at_a_scripts_top_level_is_not_tuned_again_in_the_child(tmp_path):
+    script = tmp_path / "work.py"
+    script.write_text(UNGUARDED_WORK)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "JAXTUNE_MODE": "tune",
+        "RUNS_LOG": str(tmp_path / "runs.log"),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    # The child re-ran the script's top level to find the kernel (twice in all)...
+    assert len((tmp_path / "runs.log").read_text().split()) == 2
+    # ...where the kernel's call used the default config instead of a sweep of its own,
+    # under the re-run script's module name, and the warning says what to do.
+    listed = subprocess.run(
+        [sys.executable, "-m", "jaxtune", "cache", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "__jaxtune_main__" not in listed.stdout
+    assert "__main__.k" in listed.stdout
+    assert "its top level called @autotuned kernels (__main__.k)" in proc.stderr
+    assert '`if __name__ == "__main__":` guard' in proc.stderr

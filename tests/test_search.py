@@ -13,13 +13,14 @@ import pytest
 import jaxtune
 from jaxtune import _config
 from jaxtune._tuning import decide as _decide
+from jaxtune._tuning import rounds as _rounds
 from jaxtune._tuning import search as _search
 from jaxtune._tuning import sweep as _sweep
 from jaxtune._tuning import timing as _timing
 from jaxtune._tuning.choose import make_entry
 from jaxtune._tuning.result import Failure, Measurement, measurement_from_dict
 from jaxtune._tuning.space import config_id
-from jaxtune._tuning.timing import Timing
+from jaxtune._tuning.timing import Timing, TimingOptions
 
 KNOBS = {"a": [1, 2, 4, 8], "b": [1, 2, 4, 8], "c": [16, 32, 64, 128], "d": [0, 1, 2, 3]}
 SPACE = [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*KNOBS.values())]
@@ -340,6 +341,49 @@ def test_a_challenger_shown_not_faster_by_more_than_tie_within_leaves_the_rounds
     rounds = {"a": [100.0] * 5, "b": [95.0, 94.8, 95.2, 95.1, 94.9], "c": [99.5] * 5}
     verdict = _decide.paired_verdict(rounds, ["a", "b", "c"], **VERDICT)
     assert (verdict.winner, verdict.settled, verdict.undecided) == ("a", False, ("b",))
+
+
+def test_a_challenger_that_leans_faster_gets_more_rounds_and_then_wins():
+    # "b" is 20 % faster in 8 of 9 rounds, on a noisy machine (p = 0.037): not significant at alpha
+    # within 10 rounds, but leaning, so its question stays open past max_rounds...
+    b_rounds = [80.0, 82.0, 125.0, 79.0, 81.0, 80.0, 83.0, 78.0, 80.0]
+    rounds = {"a": [100.0] * 9, "b": b_rounds}
+    assert _decide.paired_verdict(rounds, ["a", "b"], **VERDICT).settled  # capped at 10
+    verdict = _decide.paired_verdict(rounds, ["a", "b"], **VERDICT, lean_rounds=30)
+    assert (verdict.winner, verdict.settled, verdict.undecided) == ("a", False, ("b",))
+    # ...and the rounds that follow, faster again, make it the winner.
+    rounds = {"a": [100.0] * 14, "b": b_rounds + [80.0] * 5}
+    verdict = _decide.paired_verdict(rounds, ["a", "b"], **VERDICT, lean_rounds=30)
+    assert (verdict.winner, verdict.tied, verdict.settled) == ("b", ("b",), True)
+
+
+@pytest.mark.parametrize("lean_rounds", [10, 30])
+def test_the_rounds_go_past_max_rounds_only_for_a_leaning_challenger(lean_rounds):
+    # "b" is 20 % faster but for two slow rounds (8 and 9): at the default alpha, 10 rounds
+    # could no longer make it significant, but it leans faster, so the rounds go on.
+    b_times = iter([80.0, 82.0, 79.0, 81.0, 80.0, 83.0, 78.0, 112.0, 111.0] + [79.0] * 40)
+
+    def timed(config):
+        us = 100.0 if config["c"] == "a" else next(b_times)
+        return Timing(samples_us=(us, us))
+
+    configs = [{"c": "a"}, {"c": "b"}]
+    options = TimingOptions(lean_rounds=lean_rounds)
+    got = _rounds.interleaved(configs, timed=timed, compile_s={}, space=configs, options=options)
+    order = [config_id(c) for c in configs]
+    verdict = _decide.paired_verdict(
+        {cid: got[cid].rounds_us for cid in order},
+        order,
+        alpha=options.alpha,
+        tie_within=options.tie_within,
+        max_rounds=options.max_rounds,
+        lean_rounds=lean_rounds,
+    )
+    rounds = len(got[order[1]].rounds_us)
+    if lean_rounds == options.max_rounds:  # no leaning allowed: a tie, the earliest wins
+        assert (rounds, verdict.winner) == (9, order[0])
+    else:
+        assert (rounds, verdict.winner) == (12, order[1])
 
 
 def test_a_small_space_goes_straight_into_the_rounds_and_a_larger_one_has_a_first_pass():

@@ -8,7 +8,7 @@ from typing import Any
 
 from .._config import settings
 from .._errors import ProfileError
-from .context import warn_unapplied
+from .context import warn_notes, warn_unapplied
 from .process import POOL, ChildLost
 from .requests import profile_request
 from .runner import ProcessRunner
@@ -49,6 +49,7 @@ def profile_in_child(
             raise ProfileError(
                 f"the profiling child {how}; stderr: {child.stderr_tail(offset)}"
             ) from None
+    warn_notes(answer)
     if answer.get("t") == "error" and answer.get("type") == "NotTransportable":
         raise NotTransportable(answer["message"])
     if answer.get("t") == "error":

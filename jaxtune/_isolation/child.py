@@ -11,12 +11,8 @@ result pipe. A ``preload`` request imports kernels' modules ahead of their first
 from __future__ import annotations
 
 import argparse
-import contextlib
 import faulthandler
-import importlib
-import importlib.util
 import os
-import runpy
 import signal
 import sys
 import threading
@@ -24,9 +20,9 @@ import time
 import traceback
 from typing import Any
 
-__all__ = ["main", "resolve_kernel"]
+from .resolve import NOTES, preload, resolve_callable, resolve_kernel
 
-_MAIN_ALIAS = "__jaxtune_main__"
+__all__ = ["main"]
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -56,128 +52,6 @@ def _limit_memory() -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
-
-
-_SCRIPTS: dict[Any, dict[str, Any]] = {}
-
-
-def _namespace(ref: dict[str, Any]) -> dict[str, Any]:
-    """The globals of the module a reference names.
-
-    Raises:
-        LookupError: it cannot be imported here, whatever the reason.
-    """
-    try:
-        return _import(ref)
-    except Exception as e:
-        raise LookupError(f"cannot import {ref['module']}: {type(e).__name__}: {e}") from e
-
-
-def _import(ref: dict[str, Any]) -> dict[str, Any]:
-    if ref["module"] == "__main__":
-        path = ref["path"]
-        if path not in _SCRIPTS:
-            _SCRIPTS[path] = _rerun_script(path)
-        return _SCRIPTS[path]
-    try:
-        return vars(importlib.import_module(ref["module"]))
-    except ImportError:
-        if not ref.get("path"):
-            raise
-    key = ("file", ref["path"])
-    if key not in _SCRIPTS:
-        spec = importlib.util.spec_from_file_location(ref["module"], ref["path"])
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {ref['module']} from {ref['path']}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[ref["module"]] = module
-        spec.loader.exec_module(module)
-        _SCRIPTS[key] = vars(module)
-    return _SCRIPTS[key]
-
-
-_UNGUARDED = (
-    "the jaxtune child re-imported the script {path} to find the function (it runs the "
-    'script\'s top level, not its `if __name__ == "__main__":` block), and line {line} '
-    "(`{code}`) raised {error}. Put the script's work under an "
-    '`if __name__ == "__main__":` guard, or define the kernel in a module outside the '
-    "script."
-)
-
-
-def _rerun_script(path: str) -> dict[str, Any]:
-    """Runs a script's top level under another module name, with ``sys.argv`` holding
-    only its path (not the child's own options); a script that exits or raises on import
-    becomes an ImportError that says why and what to do."""
-    saved = sys.argv
-    sys.argv = [path]
-    try:
-        return runpy.run_path(path, run_name=_MAIN_ALIAS)
-    except BaseException as e:
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-        line, code = (frames[-1].lineno, frames[-1].line) if frames else ("?", "?")
-        error = f"{type(e).__name__}: {e}"
-        raise ImportError(_UNGUARDED.format(path=path, line=line, code=code, error=error)) from e
-    finally:
-        sys.argv = saved
-
-
-def _walk_qualname(namespace: dict[str, Any], qualname: str) -> Any:
-    obj: Any = namespace
-    for part in qualname.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
-
-
-def resolve_callable(ref: dict[str, Any]) -> Any:
-    """The function a reference names (unwrapping ``@jaxtune.profiled``)."""
-    obj = _walk_qualname(_namespace(ref), ref["qualname"])
-    if obj is None:
-        raise LookupError(f"no function at {ref['module']}:{ref['qualname']}")
-    return getattr(obj, "__wrapped_profiled__", obj)
-
-
-def resolve_kernel(ref: dict[str, Any]) -> Any:
-    """The ``Autotuned`` object a kernel reference names.
-
-    ``ref`` holds ``module``, ``qualname``, ``kernel`` (its id) and, for a kernel defined in
-    a script run as ``__main__``, ``path``: that script is re-run under another module name,
-    so its ``if __name__ == "__main__":`` block does not run.
-    """
-    from .._tuning.autotuned import Autotuned, registry
-
-    namespace = _namespace(ref)
-    obj = _walk_qualname(namespace, ref["qualname"])
-    if isinstance(obj, Autotuned):
-        return obj
-    for value in namespace.values():
-        if isinstance(value, Autotuned) and value.kernel_id == ref["kernel"]:
-            return value
-    found = registry().get(ref["kernel"])
-    if found is not None:
-        return found
-    raise LookupError(
-        f"no @autotuned kernel {ref['kernel']!r} at {ref['module']}:{ref['qualname']}"
-    )
-
-
-def _preload(refs: list[dict[str, Any]]) -> list[str]:
-    """Imports the modules of kernels the parent decorated, ahead of their first sweep
-    (each with the parent's variables when it decorated them); returns those imported. One
-    that fails is left for its sweep to report."""
-    from .environ import sync_environ
-
-    imported = []
-    for ref in refs:
-        sync_environ(ref.get("environ"))
-        with contextlib.suppress(LookupError):
-            _namespace(ref)
-            imported.append(ref["module"])
-    return imported
 
 
 def _build_task(msg: dict[str, Any], *, abstract: bool = False) -> Any:
@@ -226,16 +100,18 @@ class _Server:
         from .._errors import JaxtuneError
 
         try:
-            return self._handle(msg)
+            frame = self._handle(msg)
         except JaxtuneError as e:
-            return {"t": "error", "type": type(e).__name__, "message": str(e)}
+            frame = {"t": "error", "type": type(e).__name__, "message": str(e)}
         except (ImportError, LookupError) as e:
             # The parent tunes or profiles in its own process instead.
             message = f"the child could not import it ({e})"
-            return {"t": "error", "type": "NotTransportable", "message": message}
+            frame = {"t": "error", "type": "NotTransportable", "message": message}
         except Exception as e:
             message = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
-            return {"t": "error", "type": "SweepError", "message": message}
+            frame = {"t": "error", "type": "SweepError", "message": message}
+        frame["notes"], NOTES[:] = list(NOTES), []
+        return frame
 
     def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
         from .context import apply_snapshot
@@ -243,7 +119,7 @@ class _Server:
 
         op = msg.get("op")
         if op == "preload":
-            return {"t": "done", "imported": _preload(msg["refs"])}
+            return {"t": "done", "imported": preload(msg["refs"])}
         # Before anything is imported or traced: the caller's variables (those that do not
         # key the pool of children), interpret mode, x64, precision...
         sync_environ(msg.get("environ"))

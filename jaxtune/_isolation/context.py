@@ -278,6 +278,12 @@ def warn_unapplied(what: str, answer: Mapping[str, Any]) -> None:
         )
 
 
+def warn_notes(answer: Mapping[str, Any]) -> None:
+    """Warns once about each note a child's answer carries (``notes``)."""
+    for note in answer.get("notes") or ():
+        _warn_once(("note", note), f"jaxtune: {note}")
+
+
 def describe_uncarried(uncarried: Mapping[str, str]) -> str:
     """One sentence naming the state that did not reach the child, and what to do."""
     listed = "; ".join(f"{name} ({why})" for name, why in sorted(uncarried.items()))

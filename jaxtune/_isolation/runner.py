@@ -367,6 +367,7 @@ class ProcessRunner:
                 )
             except ChildLost as lost:
                 return self._lost(plan, child, offset, lost.hung, flight, progress)
+        _context.warn_notes(frame)
         if frame.get("t") == "error" and frame.get("type") == "UnknownTask":
             child.tasks.discard(message["task_id"])  # it moved on to another task
             return self._exchange(plan, message, progress=progress)

@@ -9,19 +9,36 @@ At ``JAXTUNE_VERBOSE>=1`` each (kernel, key) prints, once, which config it uses 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from .. import _config
 
-__all__ = ["call_frame", "frame_for_mark", "note"]
+__all__ = ["call_frame", "frame_for_mark", "note", "observing_calls"]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _LOCK = threading.Lock()
 _SEEN: set[tuple[str, str, str]] = set()
 _RECORDER: list[Any] = []
+_OBSERVED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "jaxtune_observed_calls", default=None
+)
+
+
+@contextlib.contextmanager
+def observing_calls() -> Iterator[list[str]]:
+    """The ids of the autotuned kernels called inside the block, in order (each once)."""
+    calls: list[str] = []
+    token = _OBSERVED.set(calls)
+    try:
+        yield calls
+    finally:
+        _OBSERVED.reset(token)
 
 
 class _Recorder:
@@ -100,6 +117,9 @@ def _recorder(settings: _config.Settings) -> _Recorder | None:
 
 def note(kernel: Any, sig: Any, choice: Any) -> None:
     """Called for every config chosen for a call: records it, and reports it once."""
+    observed = _OBSERVED.get()
+    if observed is not None and kernel.kernel_id not in observed:
+        observed.append(kernel.kernel_id)
     settings = _config.settings()
     recorder = _recorder(settings)
     if recorder is not None:

@@ -32,7 +32,7 @@ def interleaved(
 ) -> dict[str, Result]:
     """Times ``configs`` (``timed(config)``: one round's samples of a compiled config, or
     its failure) in interleaved rounds: at least ``rounds``, then more until the winner is
-    settled or ``max_rounds`` is reached. A config that can no longer change the winner
+    settled or ``max_rounds`` is reached (``lean_rounds`` while a challenger leans faster). A config that can no longer change the winner
     leaves the rounds early; one that fails in a round (an exception, a step over the time
     limit) is a failure. ``space`` orders the configs for the tie rule."""
     by_id = {config_id(c): c for c in configs}
@@ -41,7 +41,7 @@ def interleaved(
     rounds: dict[str, list[float]] = {cid: [] for cid in by_id}
     failed: dict[str, Failure] = {}
     active = list(by_id)
-    for done in range(1, max(options.rounds, options.max_rounds) + 1):
+    for done in range(1, max(options.rounds, options.max_rounds, options.lean_rounds) + 1):
         if not active:
             break
         turn = (done - 1) % len(active)
@@ -60,6 +60,7 @@ def interleaved(
                 alpha=options.alpha,
                 tie_within=options.tie_within,
                 max_rounds=options.max_rounds,
+                lean_rounds=options.lean_rounds,
             )
             if verdict.settled:
                 break

@@ -36,7 +36,9 @@ class TimingOptions:
     ``leader_window``, ``rounds`` and ``max_rounds`` control the interleaved re-timing of
     the front runners (``round_samples`` samples each a round, after one warm-up call): at
     least ``rounds`` rounds, then more until a paired signed-rank
-    test at level ``alpha`` settles which leaders differ, or ``max_rounds`` is reached;
+    test at level ``alpha`` settles which leaders differ, or ``max_rounds`` is reached
+    (``lean_rounds`` while a leader leans faster than the winner: p <= 0.05 and faster by
+    more than ``tie_within`` in the median round, not yet significant at ``alpha``);
     leaders not faster than the earliest of them by more than ``tie_within`` (in the
     median round) are a tie whatever the test says; the earliest config of the space joins
     the leaders whenever its fastest sample is within ``tie_window`` of the best one's.
@@ -57,6 +59,7 @@ class TimingOptions:
     leader_window: float = 1.10
     rounds: int = 3
     max_rounds: int = 10
+    lean_rounds: int = 30
     tie_within: float = 0.02
     tie_window: float = 2.0
     alpha: float = 0.002

@@ -1,0 +1,161 @@
+"""Finding, in the child, the function a request names: importing its module (or re-running
+the script it was defined in, under another module name), with kernels called at the
+module's top level kept from tuning there; and importing kernels' modules ahead of need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import runpy
+import sys
+import traceback
+from typing import Any
+
+__all__ = ["NOTES", "preload", "resolve_callable", "resolve_kernel"]
+
+_MAIN_ALIAS = "__jaxtune_main__"
+
+_SCRIPTS: dict[Any, dict[str, Any]] = {}
+
+
+def _namespace(ref: dict[str, Any]) -> dict[str, Any]:
+    """The globals of the module a reference names.
+
+    Raises:
+        LookupError: it cannot be imported here, whatever the reason.
+    """
+    from .. import _config
+    from .._tuning.record import observing_calls
+
+    # Kernels the module's top level calls use cached or default configs here: a sweep
+    # inside the import would tune them a second time, under the re-run script's name.
+    try:
+        with _config.override(mode="cached"), observing_calls() as called:
+            namespace = _import(ref)
+    except Exception as e:
+        raise LookupError(f"cannot import {ref['module']}: {type(e).__name__}: {e}") from e
+    if called:
+        what = ref["path"] if ref["module"] == "__main__" else f"module {ref['module']}"
+        kernels = ", ".join(k.replace(_MAIN_ALIAS, "__main__") for k in called)
+        NOTES.append(_REPEATED.format(what=what, kernels=kernels))
+    return namespace
+
+
+#: Notes for the parent to show once (each answer carries those gathered since the last).
+NOTES: list[str] = []
+_REPEATED = (
+    "the jaxtune child imported {what} to find a kernel, and its top level called "
+    "@autotuned kernels ({kernels}): that work ran again in the child, with cached or "
+    "default configs (nothing is tuned there). Put the work under an "
+    '`if __name__ == "__main__":` guard (or in a function), so that importing it only '
+    "defines the kernels."
+)
+
+
+def _import(ref: dict[str, Any]) -> dict[str, Any]:
+    if ref["module"] == "__main__":
+        path = ref["path"]
+        if path not in _SCRIPTS:
+            _SCRIPTS[path] = _rerun_script(path)
+        return _SCRIPTS[path]
+    try:
+        return vars(importlib.import_module(ref["module"]))
+    except ImportError:
+        if not ref.get("path"):
+            raise
+    key = ("file", ref["path"])
+    if key not in _SCRIPTS:
+        spec = importlib.util.spec_from_file_location(ref["module"], ref["path"])
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {ref['module']} from {ref['path']}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[ref["module"]] = module
+        spec.loader.exec_module(module)
+        _SCRIPTS[key] = vars(module)
+    return _SCRIPTS[key]
+
+
+_UNGUARDED = (
+    "the jaxtune child re-imported the script {path} to find the function (it runs the "
+    'script\'s top level, not its `if __name__ == "__main__":` block), and line {line} '
+    "(`{code}`) raised {error}. Put the script's work under an "
+    '`if __name__ == "__main__":` guard, or define the kernel in a module outside the '
+    "script."
+)
+
+
+def _rerun_script(path: str) -> dict[str, Any]:
+    """Runs a script's top level under another module name, with ``sys.argv`` holding
+    only its path (not the child's own options); a script that exits or raises on import
+    becomes an ImportError that says why and what to do."""
+    saved = sys.argv
+    sys.argv = [path]
+    try:
+        return runpy.run_path(path, run_name=_MAIN_ALIAS)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        line, code = (frames[-1].lineno, frames[-1].line) if frames else ("?", "?")
+        error = f"{type(e).__name__}: {e}"
+        raise ImportError(_UNGUARDED.format(path=path, line=line, code=code, error=error)) from e
+    finally:
+        sys.argv = saved
+
+
+def _walk_qualname(namespace: dict[str, Any], qualname: str) -> Any:
+    obj: Any = namespace
+    for part in qualname.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def resolve_callable(ref: dict[str, Any]) -> Any:
+    """The function a reference names (unwrapping ``@jaxtune.profiled``)."""
+    obj = _walk_qualname(_namespace(ref), ref["qualname"])
+    if obj is None:
+        raise LookupError(f"no function at {ref['module']}:{ref['qualname']}")
+    return getattr(obj, "__wrapped_profiled__", obj)
+
+
+def resolve_kernel(ref: dict[str, Any]) -> Any:
+    """The ``Autotuned`` object a kernel reference names.
+
+    ``ref`` holds ``module``, ``qualname``, ``kernel`` (its id) and, for a kernel defined in
+    a script run as ``__main__``, ``path``: that script is re-run under another module name,
+    so its ``if __name__ == "__main__":`` block does not run.
+    """
+    from .._tuning.autotuned import Autotuned, registry
+
+    namespace = _namespace(ref)
+    obj = _walk_qualname(namespace, ref["qualname"])
+    if isinstance(obj, Autotuned):
+        return obj
+    for value in namespace.values():
+        if isinstance(value, Autotuned) and value.kernel_id == ref["kernel"]:
+            return value
+    found = registry().get(ref["kernel"])
+    if found is not None:
+        return found
+    raise LookupError(
+        f"no @autotuned kernel {ref['kernel']!r} at {ref['module']}:{ref['qualname']}"
+    )
+
+
+def preload(refs: list[dict[str, Any]]) -> list[str]:
+    """Imports the modules of kernels the parent decorated, ahead of their first sweep
+    (each with the parent's variables when it decorated them); returns those imported. One
+    that fails is left for its sweep to report."""
+    from .environ import sync_environ
+
+    imported = []
+    for ref in refs:
+        sync_environ(ref.get("environ"))
+        with contextlib.suppress(LookupError):
+            _namespace(ref)
+            imported.append(ref["module"])
+    return imported
