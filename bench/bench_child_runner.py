@@ -28,6 +28,7 @@ from jaxtune._isolation import process as _process
 from jaxtune._isolation import runner as _runner
 from jaxtune._tuning import sweep as _sweep
 from jaxtune._tuning import timing as _timing
+from jaxtune._tuning.timers import WallTimer
 
 
 @jaxtune.autotuned(
@@ -45,7 +46,7 @@ def scan_sum(x: jax.Array, *, chunk: int, unroll: int) -> jax.Array:
     return total
 
 
-class CountingTimer(_timing.WallTimer):
+class CountingTimer(WallTimer):
     """Wall timer that also adds up the time spent timing."""
 
     def __init__(self) -> None:

@@ -55,6 +55,8 @@ class Settings:
     record_stop: bool = False
     #: ``JAXTUNE_BUDGET`` as ``(configs, seconds)``, one of them set; ``None``: unset.
     budget: tuple[int | None, float | None] | None = None
+    #: ``JAXTUNE_TIMER``: the timer sweeps use unless a kernel names one.
+    timer: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -246,6 +248,16 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_budget("JAXTUNE_BUDGET"),
         doc="Default budget of a budgeted search: configs per sweep (64) or seconds (120s); "
         "unset: the strategy's own.",
+    ),
+    Variable(
+        name="JAXTUNE_TIMER",
+        field="timer",
+        allowed="auto, wall, profiler, cupti",
+        default="auto",
+        parse=_choice("JAXTUNE_TIMER", ("auto", "wall", "profiler", "cupti")),
+        doc="How sweeps time a config: auto (device time from the profiler on TPU and GPU, "
+        "wall clock on CPU), wall, profiler (device events of a jax.profiler trace), "
+        "cupti (the profiler on an NVIDIA GPU).",
     ),
 )
 

@@ -31,6 +31,8 @@ class Mark:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     owner: Any = dataclasses.field(default=None, compare=False)
+    #: The call was traced under ``jax.grad``/``jax.vjp`` (its backward pass runs too).
+    differentiated: bool = False
 
 
 _MARKS: dict[str, Mark] = {}
@@ -44,6 +46,9 @@ def mark(m: Mark) -> str:
     digest = hashlib.sha256(f"{m.kernel}|{m.key}|{config_id(m.config)}".encode()).hexdigest()
     digest = digest[:10]
     with _LOCK:
+        seen = _MARKS.get(digest)
+        if seen is not None and seen.differentiated and not m.differentiated:
+            m = dataclasses.replace(m, differentiated=True)  # the same call, also differentiated
         _MARKS[digest] = m
     return f"jaxtune[{m.kernel}#{digest}]"
 

@@ -61,6 +61,8 @@ def fast_timing(monkeypatch):
     """Shortens timing for tests that sweep but do not compare speeds."""
     from jaxtune._tuning import timing as _timing
 
-    fast = _timing.TimingOptions(min_time_s=0.002, min_samples=3, max_samples=10, rounds=2)
+    fast = _timing.TimingOptions(
+        min_time_s=0.002, min_samples=3, max_samples=10, rounds=2, max_rounds=6
+    )
     monkeypatch.setattr(_timing, "DEFAULT", fast)
     return fast

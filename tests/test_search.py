@@ -12,15 +12,12 @@ import pytest
 
 import jaxtune
 from jaxtune import _config
-from jaxtune._tuning import decide as _decide
-from jaxtune._tuning import rounds as _rounds
 from jaxtune._tuning import search as _search
 from jaxtune._tuning import sweep as _sweep
-from jaxtune._tuning import timing as _timing
 from jaxtune._tuning.choose import make_entry
 from jaxtune._tuning.result import Failure, Measurement, measurement_from_dict
 from jaxtune._tuning.space import config_id
-from jaxtune._tuning.timing import Timing, TimingOptions
+from jaxtune._tuning.timing import Timing
 
 KNOBS = {"a": [1, 2, 4, 8], "b": [1, 2, 4, 8], "c": [16, 32, 64, 128], "d": [0, 1, 2, 3]}
 SPACE = [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*KNOBS.values())]
@@ -228,164 +225,6 @@ def test_confidence_interval_narrows_with_samples():
     assert (many.interval[1] - many.interval[0]) < (few.interval[1] - few.interval[0]) / 3
 
 
-def test_separated_leaders_pick_the_fastest_and_overlapping_ones_the_earliest():
-    rng = np.random.default_rng(1)
-    configs = ({"k": 0}, {"k": 1}, {"k": 2})
-    task = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
-    slow, fast = 100 + rng.random(30), 80 + rng.random(30)
-    apart = {
-        config_id(c): timed(c, s) for c, s in zip(configs, (slow, fast, slow + 5), strict=True)
-    }
-    outcome = _sweep.finish(task, apart, retimed=set(apart))
-    assert (dict(outcome.best.config), outcome.tie) == ({"k": 1}, False)
-
-    # k=1 has the lower median but cannot be told apart from k=0: a tie, k=0 wins.
-    same = 100 + rng.random(30)
-    close = {
-        config_id(c): timed(c, s)
-        for c, s in zip(configs, (same, same - 0.01, same + 9), strict=True)
-    }
-    outcome = _sweep.finish(task, close, retimed=set(close))
-    assert close[config_id(configs[1])].median_us < close[config_id(configs[0])].median_us
-    assert (dict(outcome.best.config), outcome.tie) == ({"k": 0}, True)
-    # Only re-timed leaders tie: configs timed once, apart, are never a tie.
-    outcome = _sweep.finish(task, close, retimed=())
-    assert (dict(outcome.best.config), outcome.tie) == ({"k": 1}, False)
-
-
-def test_medians_within_tie_within_are_a_tie_even_when_intervals_separate():
-    configs = ({"k": 0}, {"k": 1})
-    task = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
-    tight = {
-        config_id(configs[0]): timed(configs[0], [101.0, 101.0, 101.0, 101.0]),
-        config_id(configs[1]): timed(configs[1], [100.0, 100.0, 100.0, 100.0]),
-    }
-    outcome = _sweep.finish(task, tight, retimed=set(tight))
-    assert (dict(outcome.best.config), outcome.tie) == ({"k": 0}, True)
-    wide = _timing.TimingOptions(tie_within=0.0)
-    strict = _sweep.SweepPlan(
-        kernel="k", key="f32[8]", configs=configs, default=configs[0], options=wide
-    )
-    outcome = _sweep.finish(strict, tight, retimed=set(tight))
-    assert (dict(outcome.best.config), outcome.tie) == ({"k": 1}, False)
-
-
-def test_unresolved_keeps_only_configs_close_to_the_best():
-    rng = np.random.default_rng(2)
-    a = Timing(samples_us=tuple(100 + rng.random(30)))
-    b = Timing(samples_us=tuple(100.2 + rng.random(30)))
-    c = Timing(samples_us=tuple(150 + rng.random(30)))
-    assert set(_decide.unresolved({"a": a, "b": b, "c": c})) == {"a", "b"}
-    assert _decide.unresolved({"a": a, "c": c}) == []
-    # Within tie_within of the best, more samples would not change the decision.
-    assert _decide.unresolved({"a": a, "b": b}, tie_within=0.05) == []
-
-
-# -- the paired decision --------------------------------------------------------------------
-
-
-def test_signed_rank_tail_is_the_exact_null_distribution():
-    # n = 3: the 8 sign patterns give W+ = 0, 1, 2, 3, 3, 4, 5, 6.
-    assert _decide._signed_rank_tail(3) == (1.0, 7 / 8, 6 / 8, 5 / 8, 3 / 8, 2 / 8, 1 / 8)
-    assert _decide._signed_rank_tail(8)[36] == 1 / 256
-
-
-def rounds_of(times, drift):
-    """Per-round times: each config's own time, times a drift every config shares."""
-    return {cid: [t * d for d in drift] for cid, t in times.items()}
-
-
-VERDICT = {"alpha": 0.005, "tie_within": 0.02, "max_rounds": 10}
-
-
-def test_a_consistently_faster_later_leader_wins_despite_drift_no_interval_could_survive():
-    # The machine's speed swings 2x between rounds; "b" is 5 % faster in every round. Each
-    # config's own samples overlap completely; the rounds, compared pairwise, do not.
-    rng = np.random.default_rng(0)
-    drift = list(np.exp(rng.uniform(-0.7, 0.7, 10)))
-    rounds = rounds_of({"a": 100.0, "b": 95.0, "c": 101.0}, drift)
-    verdict = _decide.paired_verdict(rounds, ["a", "b", "c"], **VERDICT)
-    assert (verdict.winner, verdict.tied, verdict.settled) == ("b", ("b",), True)
-    assert set(verdict.slower) == {"a", "c"}
-    a = Timing(samples_us=tuple(rounds["a"]))
-    b = Timing(samples_us=tuple(rounds["b"]))
-    assert a.interval[0] <= b.interval[1] and b.interval[0] <= a.interval[1]
-
-
-@pytest.mark.parametrize("seed", range(10))
-def test_leaders_that_differ_only_by_noise_tie_and_the_earliest_wins(seed):
-    rng = np.random.default_rng(seed)
-    rounds = {cid: list(100 * np.exp(0.05 * rng.standard_normal(10))) for cid in "abc"}
-    verdict = _decide.paired_verdict(rounds, ["a", "b", "c"], **VERDICT)
-    assert verdict.winner == "a" and len(verdict.tied) >= 2
-
-
-def test_the_rounds_stop_once_no_round_could_change_the_winner():
-    # Three rounds of mixed signs: "b" can no longer become significantly faster than "a"
-    # within 10 rounds (it would need 9 faster of 10), so the winner is settled.
-    rounds = {"a": [100.0, 100.0, 100.0, 100.0], "b": [101.0, 99.0, 101.0, 102.0]}
-    assert _decide.paired_verdict(rounds, ["a", "b"], **VERDICT).settled
-    # "b" faster in the three rounds so far: more rounds could make it the winner.
-    rounds = {"a": [100.0, 100.0, 100.0], "b": [90.0, 91.0, 92.0]}
-    verdict = _decide.paired_verdict(rounds, ["a", "b"], **VERDICT)
-    assert (verdict.winner, verdict.settled) == ("a", False)
-
-
-def test_a_challenger_shown_not_faster_by_more_than_tie_within_leaves_the_rounds():
-    # "b" is 0.5 % faster in each of 5 rounds: the rounds show, at SETTLE_ALPHA, that it is
-    # not 2 % faster, so it could not win and no round needs to be added for it.
-    rounds = {"a": [100.0] * 5, "b": [99.5, 99.4, 99.6, 99.5, 99.3]}
-    verdict = _decide.paired_verdict(rounds, ["a", "b"], **VERDICT)
-    assert (verdict.winner, verdict.settled, verdict.undecided) == ("a", True, ())
-    # 5 % faster in each of 5 rounds: it could still become significantly faster.
-    rounds = {"a": [100.0] * 5, "b": [95.0, 94.8, 95.2, 95.1, 94.9], "c": [99.5] * 5}
-    verdict = _decide.paired_verdict(rounds, ["a", "b", "c"], **VERDICT)
-    assert (verdict.winner, verdict.settled, verdict.undecided) == ("a", False, ("b",))
-
-
-def test_a_challenger_that_leans_faster_gets_more_rounds_and_then_wins():
-    # "b" is 20 % faster in 8 of 9 rounds, on a noisy machine (p = 0.037): not significant at alpha
-    # within 10 rounds, but leaning, so its question stays open past max_rounds...
-    b_rounds = [80.0, 82.0, 125.0, 79.0, 81.0, 80.0, 83.0, 78.0, 80.0]
-    rounds = {"a": [100.0] * 9, "b": b_rounds}
-    assert _decide.paired_verdict(rounds, ["a", "b"], **VERDICT).settled  # capped at 10
-    verdict = _decide.paired_verdict(rounds, ["a", "b"], **VERDICT, lean_rounds=30)
-    assert (verdict.winner, verdict.settled, verdict.undecided) == ("a", False, ("b",))
-    # ...and the rounds that follow, faster again, make it the winner.
-    rounds = {"a": [100.0] * 14, "b": b_rounds + [80.0] * 5}
-    verdict = _decide.paired_verdict(rounds, ["a", "b"], **VERDICT, lean_rounds=30)
-    assert (verdict.winner, verdict.tied, verdict.settled) == ("b", ("b",), True)
-
-
-@pytest.mark.parametrize("lean_rounds", [10, 30])
-def test_the_rounds_go_past_max_rounds_only_for_a_leaning_challenger(lean_rounds):
-    # "b" is 20 % faster but for two slow rounds (8 and 9): at the default alpha, 10 rounds
-    # could no longer make it significant, but it leans faster, so the rounds go on.
-    b_times = iter([80.0, 82.0, 79.0, 81.0, 80.0, 83.0, 78.0, 112.0, 111.0] + [79.0] * 40)
-
-    def timed(config):
-        us = 100.0 if config["c"] == "a" else next(b_times)
-        return Timing(samples_us=(us, us))
-
-    configs = [{"c": "a"}, {"c": "b"}]
-    options = TimingOptions(lean_rounds=lean_rounds)
-    got = _rounds.interleaved(configs, timed=timed, compile_s={}, space=configs, options=options)
-    order = [config_id(c) for c in configs]
-    verdict = _decide.paired_verdict(
-        {cid: got[cid].rounds_us for cid in order},
-        order,
-        alpha=options.alpha,
-        tie_within=options.tie_within,
-        max_rounds=options.max_rounds,
-        lean_rounds=lean_rounds,
-    )
-    rounds = len(got[order[1]].rounds_us)
-    if lean_rounds == options.max_rounds:  # no leaning allowed: a tie, the earliest wins
-        assert (rounds, verdict.winner) == (9, order[0])
-    else:
-        assert (rounds, verdict.winner) == (12, order[1])
-
-
 def test_a_small_space_goes_straight_into_the_rounds_and_a_larger_one_has_a_first_pass():
     x = jnp.ones(4096)
     sig = twins.bind((x,), {})
@@ -401,20 +240,20 @@ def test_a_small_space_goes_straight_into_the_rounds_and_a_larger_one_has_a_firs
     # Above first_pass_above: a first pass, then only the leaders are re-timed.
     assert not all(m.rounds_us for m in outcome.measurements)
     assert any(m.rounds_us for m in outcome.measurements)
-    assert (outcome.tie, dict(outcome.best.config)) == (True, {"variant": 3})
+    assert (outcome.decision, dict(outcome.best.config)) == ("tie", {"variant": 3})
 
 
 def test_retimed_leaders_keep_their_rounds_and_the_entry_round_trips_them():
     configs = ({"k": 0}, {"k": 1})
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
     drift = [1.0, 1.6, 0.7, 1.2, 0.9, 1.4, 0.8, 1.1, 1.3, 0.6]
-    per_round = rounds_of({"a": 100.0, "b": 90.0}, drift)
+    per_round = {cid: [t * d for d in drift] for cid, t in {"a": 100.0, "b": 90.0}.items()}
     results = {
         config_id(c): _sweep.measurement(c, Timing(samples_us=tuple(r)), 0.0, tuple(r))
         for c, r in zip(configs, per_round.values(), strict=True)
     }
     outcome = _sweep.finish(plan, results, retimed=set(results))
-    assert (dict(outcome.best.config), outcome.tie) == ({"k": 1}, False)
+    assert (dict(outcome.best.config), outcome.decision) == ({"k": 1}, "clear")
     # What the child sends and the cache stores keeps the rounds.
     again = measurement_from_dict(outcome.best.to_dict())
     assert again == outcome.best and again.rounds_us == tuple(per_round["b"])

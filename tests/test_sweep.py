@@ -17,6 +17,7 @@ from jaxtune._tuning import sweep as _sweep
 from jaxtune._tuning import timing as _timing
 from jaxtune._tuning.result import Failure, Measurement
 from jaxtune._tuning.signature import Signature, dtype_name
+from jaxtune._tuning.timers import WallTimer
 
 
 def task_of(fn, signature, configs, default, **plan):
@@ -153,7 +154,7 @@ def test_timer_warms_up_and_reaches_min_time():
         clock.now += 1e-3
 
     opts = _timing.TimingOptions(min_time_s=0.02, min_samples=5, max_samples=100, warmup=2)
-    t = _timing.WallTimer(clock).measure(run, opts)
+    t = WallTimer(clock).measure(run, opts)
     assert len(t.samples_us) == 20
     assert t.median_us == pytest.approx(1000.0)
     assert len(calls) == 2 + 20  # warm-up (the last one, timed, sizes batches), samples
@@ -166,13 +167,13 @@ def test_timer_batches_short_calls_and_drops_slow_configs():
         clock.now += 1e-6
 
     opts = _timing.TimingOptions(min_time_s=0.001, sample_floor_us=100.0)
-    t = _timing.WallTimer(clock).measure(fast, opts)
+    t = WallTimer(clock).measure(fast, opts)
     assert t.median_us == pytest.approx(1.0)
 
     def slow():
         clock.now += 1e-3
 
-    t = _timing.WallTimer(clock).measure(slow, _timing.TimingOptions(min_time_s=1.0), best_us=100.0)
+    t = WallTimer(clock).measure(slow, _timing.TimingOptions(min_time_s=1.0), best_us=100.0)
     assert t.dropped and len(t.samples_us) == 3
 
 

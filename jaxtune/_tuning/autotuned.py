@@ -7,11 +7,13 @@ whose trace makes the same choice (see :mod:`.eager`), so it costs what jit's di
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
@@ -29,7 +31,14 @@ from .choose import make_entry as make_entry
 from .eager import bump_generation, eager_jit, renew_on_cache_change
 from .lookup import Choice
 from .naming import kernel_id_for
-from .options import validate_callable, validate_check, validate_static_argnames, validate_timeout
+from .options import (
+    validate_callable,
+    validate_check,
+    validate_static_argnames,
+    validate_timeout,
+    validate_timer,
+    validate_timing,
+)
 from .result import Entry, TuningResult
 from .search import Budget, strategy_of
 from .signature import Signature, is_array, is_tracing
@@ -43,6 +52,28 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _REGISTRY: dict[str, Autotuned[Any, Any]] = {}
+#: Whether the call being looked up was traced under ``jax.grad``/``jax.vjp`` (so that
+#: ``timing="auto"`` times forward and backward).
+_DIFFERENTIATED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxtune_differentiated", default=False
+)
+#: Tracer types of JAX's differentiation (``jax.grad`` and ``jax.vjp`` linearize).
+_AD_TRACERS = frozenset({"JVPTracer", "LinearizeTracer"})
+
+
+def is_differentiated(leaves: Iterable[Any]) -> bool:
+    """Whether any of ``leaves`` is a tracer of ``jax.grad``/``jax.vjp``/``jax.jvp``."""
+    return any(type(leaf).__name__ in _AD_TRACERS for leaf in leaves)
+
+
+@contextlib.contextmanager
+def differentiated_calls(on: bool = True) -> Iterator[None]:
+    """Within: sweeps of ``timing="auto"`` kernels time forward and backward."""
+    token = _DIFFERENTIATED.set(on)
+    try:
+        yield
+    finally:
+        _DIFFERENTIATED.reset(token)
 
 
 def registry() -> dict[str, Autotuned[Any, Any]]:
@@ -86,6 +117,8 @@ class Autotuned(Generic[P, R]):
         bytes: float | Callable[..., float] | None,
         search: Any = "auto",
         budget: int | Budget | None = None,
+        timer: str | None = None,
+        timing: str = "auto",
     ) -> None:
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
@@ -100,7 +133,10 @@ class Autotuned(Generic[P, R]):
         self.timeout = validate_timeout(timeout)
         self.flops = flops
         self.bytes = bytes
-        self.timing: TimingOptions | None = None
+        #: Timing options of this kernel's sweeps (``None``: the defaults).
+        self.timing_options: TimingOptions | None = None
+        self.timer = validate_timer(timer)
+        self.timing = validate_timing(timing)
         self._lock = threading.RLock()
         names = self._known_config_names()
         self._jit_static = (*self.static_argnames, *(sorted(names) if names else ()))
@@ -262,10 +298,20 @@ class Autotuned(Generic[P, R]):
         return Choice(config=default, source="default", key=sig.key)
 
     def sweep_task(
-        self, sig: Signature, space: list[dict[str, Any]], default: dict[str, Any]
+        self,
+        sig: Signature,
+        space: list[dict[str, Any]],
+        default: dict[str, Any],
+        *,
+        differentiated: bool = False,
     ) -> SweepTask:
-        """The sweep of this kernel for a bound call, over ``space``."""
+        """The sweep of this kernel for a bound call, over ``space`` (``differentiated``:
+        the call was traced under ``jax.grad``/``jax.vjp``, so ``timing="auto"`` times
+        forward and backward)."""
         settings = _config.settings()
+        timing = self.timing
+        if timing == "auto":
+            timing = "vjp" if differentiated or _DIFFERENTIATED.get() else "forward"
         plan = SweepPlan(
             kernel=self.kernel_id,
             key=sig.key,
@@ -274,10 +320,12 @@ class Autotuned(Generic[P, R]):
             shapes=sig.shapes,
             statics=sig.statics,
             timeout_s=self.timeout or settings.timeout,
-            options=self.timing or _timing.DEFAULT,
+            options=self.timing_options or _timing.DEFAULT,
             verbose=settings.verbose,
             search=self.search,
             budget=self.budget or budget_setting(),
+            timer=self.timer or settings.timer,
+            timing=timing,
         )
         return SweepTask(
             plan=plan, fn=self.__wrapped__, signature=sig, check=self.check, inputs=self.inputs
@@ -333,11 +381,13 @@ class Autotuned(Generic[P, R]):
     def _traced(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         """The kernel called with the config chosen for these (traced) arguments."""
         sig = self.bind(args, kwargs)
-        choice = self._choose(sig, sweep=True)
-        with jax.named_scope(self._marker(sig, choice)):
+        differentiated = is_differentiated(jax.tree_util.tree_leaves((args, kwargs)))
+        with differentiated_calls(differentiated or _DIFFERENTIATED.get()):
+            choice = self._choose(sig, sweep=True)
+        with jax.named_scope(self._marker(sig, choice, differentiated=differentiated)):
             return self.__wrapped__(*args, **kwargs, **choice.config)
 
-    def _marker(self, sig: Signature, choice: Choice) -> str:
+    def _marker(self, sig: Signature, choice: Choice, *, differentiated: bool = False) -> str:
         args, kwargs = sig.call_arguments(abstract=True)
         return _markers.mark(
             _markers.Mark(
@@ -348,6 +398,7 @@ class Autotuned(Generic[P, R]):
                 args=args,
                 kwargs=kwargs,
                 owner=self,
+                differentiated=differentiated,
             )
         )
 

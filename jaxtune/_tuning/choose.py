@@ -12,6 +12,7 @@ from .._isolation.runner import ProcessRunner
 from .result import Entry, Measurement, now
 from .search import Budget
 from .sweep import SweepOutcome, SweepPlan
+from .timers import platform_of, resolve_timer
 
 __all__ = ["budget_setting", "make_entry", "prestart_child"]
 
@@ -65,4 +66,15 @@ def make_entry(plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str) 
         space_size=len(plan.configs),
         tie=outcome.tie,
         speedup_range=_speedup_range(outcome.best, outcome.default),
+        decision=outcome.decision,
+        margin=None
+        if outcome.margin is None
+        else {
+            "rival": dict(outcome.margin.rival),
+            "ratio": outcome.margin.ratio,
+            "low": outcome.margin.low,
+            "high": outcome.margin.high,
+        },
+        timer=resolve_timer(plan.timer, platform_of(kind)),
+        timing=plan.timing,
     )

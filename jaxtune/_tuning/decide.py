@@ -1,238 +1,244 @@
-"""Deciding a sweep's winner so that noise cannot flip it.
+"""Deciding a sweep's winner from interleaved rounds, so that noise cannot flip it.
 
-The leaders (configs near the best) are re-timed in interleaved rounds, every leader once
-a round. Two leaders are compared round by round (a paired test: noise that slows the
-whole machine for a moment slows both), with Wilcoxon's signed-rank test on the per-round
-time ratios: a config displaces the earliest leader only when it is faster in a way the
-rounds make significant and by more than ``tie_within``. Leaders that stay inseparable
-from the winner are a tie, won by the earliest of them in the space, so repeated sweeps
-store the same config. :func:`paired_verdict` also says when more rounds could no longer
-change the outcome (no challenger could still become significantly faster, or each is
-already shown, at level :data:`SETTLE_ALPHA`, not to be faster by more than
-``tie_within``), so the re-timing stops as soon as it is settled.
+The configs that may win are timed in rounds, each once a round in a rotated order, and a
+config's time in a round is its fastest call there (interference only ever adds time).
+Two configs are compared by their per-round time ratios: the median ratio estimates how
+much slower one is, and the order statistics of the ratios give a distribution-free 95 %
+confidence interval of that median (the sign test's interval). Against the config with the
+best estimate, another config is
+
+- **tied** when the interval lies inside ``1 ± tie_within``: shown equivalent;
+- **slower** when the 99 % interval lies above 1: it leaves the rounds and cannot win (the
+  stricter level because the rounds look again after every round);
+- **undecided** otherwise, and only these (with the best) are timed again.
+
+The stored config is the best unless it is tied: then the default wins when it is among the
+tied configs, else the earliest of them in the space, so repeated sweeps agree. When the
+rounds run out with a question still open, the best estimate wins and the outcome says
+``undecided``, with the runner-up's ratio and interval. A stored config is never one the
+rounds measured slower than the default.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from scipy import stats  # type: ignore[import-untyped]
 
 from .._errors import TuningFailedError
 from .result import Failure, Measurement
 from .search import Searched
 from .space import config_id
-from .timing import Timing, TimingOptions
+from .timing import TimingOptions
 
-__all__ = ["SweepOutcome", "Verdict", "finish", "leaders", "paired_verdict", "unresolved"]
+__all__ = [
+    "Decision",
+    "Margin",
+    "SweepOutcome",
+    "decide",
+    "finish",
+    "in_space_order",
+    "leaders",
+    "ratio_interval",
+]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
+#: How a winner was decided: ``clear`` (every rival shown slower), ``tie`` (rivals shown
+#: equivalent within ``tie_within``), ``undecided`` (the rounds ran out with a rival
+#: neither shown slower nor equivalent: the best estimate won), ``single`` (one config ran,
+#: or the configs were never timed side by side).
+DecisionKind = Literal["clear", "tie", "undecided", "single"]
+
+#: Coverage of the ratio's confidence interval that shows two configs equivalent.
+LEVEL = 0.95
+#: Coverage of the interval that shows a config slower: it leaves the rounds for good,
+#: and the rounds look again after every round, so this test is the stricter one.
+SLOWER_LEVEL = 0.99
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Margin:
+    """How the closest rival compares with the stored config: its time over the stored
+    config's time (median of the per-round ratios) and that median's 95 % interval
+    (``None`` with too few rounds for one)."""
+
+    rival: Config
+    ratio: float
+    low: float | None
+    high: float | None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class SweepOutcome:
     """Every measured config's measurement or failure (space order), the winner, the
-    default, what the search did, and whether the winner tied with faster-looking configs."""
+    default, what the search did and how the winner was decided."""
 
     measurements: tuple[Result, ...]
     best: Measurement
     default: Result
     searched: Searched | None = None
-    tie: bool = False
+    decision: DecisionKind = "single"
+    #: The closest rival of the stored config, for ``tie`` and ``undecided`` decisions and
+    #: (the runner-up) for ``clear`` ones.
+    margin: Margin | None = None
+
+    @property
+    def tie(self) -> bool:
+        """Whether the stored config won a tie (rivals shown equivalent to it)."""
+        return self.decision == "tie"
 
 
 @functools.cache
-def _signed_rank_tail(n: int) -> tuple[float, ...]:
-    """``P(W >= w)`` for ``w = 0 .. n(n+1)/2``, where ``W`` is the signed-rank statistic of
-    ``n`` differences whose signs are fair coins (the exact null distribution)."""
-    top = n * (n + 1) // 2
-    counts = [1] + [0] * top
-    for rank in range(1, n + 1):
-        for w in range(top, rank - 1, -1):
-            counts[w] += counts[w - rank]
-    tail, acc = [0.0] * (top + 1), 0
-    for w in range(top, -1, -1):
-        acc += counts[w]
-        tail[w] = acc / 2**n
-    return tuple(tail)
+def _rank(n: int, level: float = LEVEL) -> int:
+    """The 1-based rank ``k`` whose order statistics ``(k, n + 1 - k)`` of ``n`` values
+    bound their median with at least ``level`` coverage (0: ``n`` is too small)."""
+    k = int(stats.binom.ppf((1 - level) / 2, n, 0.5))
+    # ppf gives the smallest k with P(X <= k) >= q; the interval needs P(X < k) <= q.
+    while k > 0 and stats.binom.cdf(k - 1, n, 0.5) > (1 - level) / 2:
+        k -= 1
+    return k
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
-    """Ranks from 1, ties sharing their average rank."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
+def ratio_interval(
+    times: Sequence[float], reference: Sequence[float], level: float = LEVEL
+) -> tuple[float, float | None, float | None]:
+    """``(median, low, high)`` of the per-round ratios ``times[i] / reference[i]`` over the
+    rounds both ran, with the median's distribution-free interval of coverage ``level``
+    (``None`` bounds with too few rounds for one: 6 at 95 %, 8 at 99 %)."""
+    ratios = sorted(a / b for a, b in zip(times, reference, strict=False) if a > 0 < b)
+    if not ratios:
+        return 1.0, None, None
+    k = _rank(len(ratios), level)
+    if k == 0:
+        return statistics.median(ratios), None, None
+    return statistics.median(ratios), ratios[k - 1], ratios[len(ratios) - k]
 
 
-def _faster_p(logs: Sequence[float]) -> float:
-    """One-sided p-value that the paired log-ratios ``logs`` (challenger over incumbent)
-    lean negative, i.e. that the challenger is faster (1.0 with no usable round)."""
-    nonzero = [d for d in logs if d != 0.0]
-    if not nonzero:
-        return 1.0
-    ranks = _ranks([abs(d) for d in nonzero])
-    w = sum(r for r, d in zip(ranks, nonzero, strict=True) if d < 0)
-    return _signed_rank_tail(len(nonzero))[math.floor(w + 1e-9)]
+Verdict = Literal["best", "slower", "tied", "undecided"]
 
 
-def _could_become_faster(logs: Sequence[float], alpha: float, max_rounds: int) -> bool:
-    """Whether rounds still to come could make the challenger significantly faster: the
-    best case for it, every new round faster and larger than all before."""
-    nonzero = [d for d in logs if d != 0.0]
-    ranks = _ranks([abs(d) for d in nonzero])
-    w = sum(r for r, d in zip(ranks, nonzero, strict=True) if d < 0)
-    n = len(nonzero)
-    for more in range(0, max_rounds - len(logs) + 1):
-        total = n + more
-        best = w + sum(range(n + 1, total + 1))
-        if total and _signed_rank_tail(total)[math.floor(best + 1e-9)] <= alpha:
-            return True
-    return False
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Decision:
+    """The state of the rounds: the config with the best estimate, each config's verdict
+    against it, the config to store, and whether the question is closed."""
+
+    best: str
+    verdicts: Mapping[str, Verdict]
+    pick: str
+    kind: DecisionKind
+    margin: tuple[str, float, float | None, float | None] | None
+
+    @property
+    def settled(self) -> bool:
+        """No rival is undecided: more rounds could not change the pick."""
+        return all(v != "undecided" for v in self.verdicts.values())
+
+    @property
+    def racing(self) -> list[str]:
+        """The configs that need more rounds: the best and the undecided."""
+        return [c for c, v in self.verdicts.items() if v in ("best", "undecided")]
 
 
-#: Level of the test that ends the rounds early for a challenger that is, with this
-#: confidence, not faster than the winner by more than ``tie_within`` (it could not win).
-SETTLE_ALPHA = 0.05
+def _best(rounds: Mapping[str, Sequence[float]], order: Sequence[str]) -> str:
+    """The config no other beats in the median per-round ratio (a few steps from the
+    lowest median time; the earliest on exact ties)."""
+    best = min(order, key=lambda c: (statistics.median(rounds[c]), order.index(c)))
+    for _ in order:
+        better = [
+            c for c in order if c != best and ratio_interval(rounds[c], rounds[best])[0] < 1.0
+        ]
+        if not better:
+            break
+        best = min(better, key=lambda c: ratio_interval(rounds[c], rounds[best])[0])
+    return best
 
 
-def _open_question(logs: Sequence[float], alpha: float, tie_within: float, max_rounds: int) -> bool:
-    """Whether more rounds could still show the challenger (per-round log-ratios ``logs``)
-    faster by more than ``tie_within``: it could still become significantly faster, and
-    the rounds so far do not already show, at level :data:`SETTLE_ALPHA`, that its time is
-    above ``1 / (1 + tie_within)`` of the other's."""
-    if not _could_become_faster(logs, alpha, max_rounds):
-        return False
-    margin = math.log1p(tie_within)
-    return _faster_p([-(d + margin) for d in logs]) > SETTLE_ALPHA
-
-
-#: Level at which a challenger *leans* faster: with p at most this, and faster by more than
-#: ``tie_within`` in the median round, its question stays open up to ``lean_rounds``.
-LEAN_ALPHA = 0.05
-
-
-def _leans(logs: Sequence[float], tie_within: float) -> bool:
-    """Whether the rounds lean towards the challenger being faster by more than
-    ``tie_within`` without showing it at the test's own level yet."""
-    if not logs or _faster_p(logs) > LEAN_ALPHA:
-        return False
-    return math.exp(statistics.median(logs)) * (1 + tie_within) < 1
-
-
-def _log_ratios(challenger: Sequence[float], incumbent: Sequence[float]) -> list[float]:
-    """Per-round log time ratios over the rounds both ran (leaders drop out, never join)."""
-    return [math.log(a / b) for a, b in zip(challenger, incumbent, strict=False) if a > 0 < b]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Verdict:
-    """The outcome of paired re-timing: the ``winner``, the leaders ``tied`` with it (the
-    winner included, space order), those significantly ``slower`` than it, whether
-    further rounds could change the winner (``settled``) and, if so, through which
-    leaders (``undecided``)."""
-
-    winner: str
-    tied: tuple[str, ...]
-    slower: tuple[str, ...]
-    settled: bool
-    #: The leaders whose rounds to come could still change the winner (the winner and
-    #: these are all that need more rounds).
-    undecided: tuple[str, ...] = ()
-
-
-def paired_verdict(
+def decide(
     rounds: Mapping[str, Sequence[float]],
     order: Sequence[str],
     *,
-    alpha: float,
+    default: str | None,
     tie_within: float,
-    max_rounds: int,
-    lean_rounds: int | None = None,
-) -> Verdict:
-    """Decides between leaders from their per-round times (``rounds[cid][i]``: round
-    ``i``); ``order`` lists them earliest in the space first.
-
-    The earliest leader holds the lead until another beats it: faster with one-sided
-    signed-rank p <= ``alpha`` over the rounds both ran, and by more than ``tie_within``
-    in the median round. Leaders neither faster nor slower than the holder in that sense
-    are tied with it; the earliest of the tied wins. Rounds could change the outcome up to
-    ``max_rounds``, or up to ``lean_rounds`` (default: ``max_rounds``) for a pair whose
-    rounds lean one way (p <= :data:`LEAN_ALPHA` and faster by more than ``tie_within``
-    in the median round): a config faster in 8 of 9 noisy rounds gets the rounds it needs.
-    """
-    lean_cap = max(max_rounds, lean_rounds or 0)
-
-    def open_question(logs: list[float]) -> bool:
-        cap = lean_cap if _leans(logs, tie_within) else max_rounds
-        return _open_question(logs, alpha, tie_within, cap)
-
-    def beats(a: str, b: str) -> bool:
-        logs = _log_ratios(rounds[a], rounds[b])
-        if not logs or _faster_p(logs) > alpha:
-            return False
-        return math.exp(statistics.median(logs)) * (1 + tie_within) < 1
-
-    holder = order[0]
-    for _ in order:
-        challengers = [c for c in order if c != holder and beats(c, holder)]
-        if not challengers:
-            break
-        holder = min(
-            challengers, key=lambda c: statistics.median(_log_ratios(rounds[c], rounds[holder]))
-        )
-    others = [c for c in order if c != holder]
-    slower = tuple(c for c in others if beats(holder, c))
-    open_ = [c for c in others if c not in slower]
-    tied = tuple(c for c in order if c == holder or c in open_)
-
-    def undecided(c: str) -> bool:
-        # Rounds to come matter only where they could change the winner: ``c`` could
-        # still beat the holder, or ``c`` wins the tie now and could still lose to it.
-        there = _log_ratios(rounds[c], rounds[holder])
-        if open_question(there):
-            return True
-        earlier = order.index(c) < order.index(holder)
-        return earlier and open_question([-d for d in there])
-
-    still = tuple(c for c in open_ if undecided(c))
-    return Verdict(winner=tied[0], tied=tied, slower=slower, settled=not still, undecided=still)
+    out: Collection[str] = (),
+) -> Decision:
+    """The decision from each config's per-round times (``rounds[cid][i]``: round ``i``;
+    configs that left the rounds have fewer). ``order`` lists the configs earliest in the
+    space first; ``default`` is the default config's id when it ran in the rounds; ``out``
+    holds configs that already left the rounds (shown slower)."""
+    live = [c for c in order if rounds.get(c) and c not in out]
+    best = _best(rounds, live)
+    verdicts: dict[str, Verdict] = {c: "slower" for c in order if c in out and rounds.get(c)}
+    for c in live:
+        if c == best:
+            verdicts[c] = "best"
+            continue
+        _, low, high = ratio_interval(rounds[c], rounds[best])
+        strict_low = ratio_interval(rounds[c], rounds[best], SLOWER_LEVEL)[1]
+        if (
+            low is not None
+            and high is not None
+            and 1 / (1 + tie_within) <= low
+            and high <= 1 + tie_within
+        ):
+            verdicts[c] = "tied"
+        elif strict_low is not None and strict_low > 1.0:
+            verdicts[c] = "slower"
+        else:
+            verdicts[c] = "undecided"
+    tied = [c for c in live if verdicts[c] in ("best", "tied")]
+    undecided = [c for c in live if verdicts[c] == "undecided"]
+    kind: DecisionKind
+    if undecided:
+        pick, kind = best, "undecided"
+    elif len(tied) > 1:
+        pick = default if default in tied else tied[0]
+        kind = "tie"
+    else:
+        pick, kind = best, ("clear" if len(verdicts) > 1 else "single")
+    # Never store what the rounds measured slower than the default.
+    if (
+        default in live
+        and pick != default
+        and ratio_interval(rounds[pick], rounds[default])[0] > 1.0
+    ):
+        pick = default
+    margin = _margin(rounds, [c for c in order if c in verdicts], pick, verdicts, kind)
+    return Decision(best=best, verdicts=verdicts, pick=pick, kind=kind, margin=margin)
 
 
-def unresolved(timings: Mapping[str, Timing], tie_within: float = 0.0) -> list[str]:
-    """The fastest config and every config whose confidence interval overlaps its own,
-    unless their medians are within ``tie_within`` (a tie whatever more samples say)."""
-    best = min(timings, key=lambda cid: timings[cid].median_us)
-    low, high = timings[best].interval
-    close = [
-        cid
-        for cid, t in timings.items()
-        if cid != best
-        and t.interval[0] <= high
-        and low <= t.interval[1]
-        and t.median_us > timings[best].median_us * (1 + tie_within)
-    ]
-    return [best, *close] if close else []
+def _margin(
+    rounds: Mapping[str, Sequence[float]],
+    live: Sequence[str],
+    pick: str,
+    verdicts: Mapping[str, Verdict],
+    kind: DecisionKind,
+) -> tuple[str, float, float | None, float | None] | None:
+    """The closest rival of ``pick`` (among the undecided for an undecided decision,
+    everyone else otherwise) and its ratio over ``pick``."""
+    rivals = [c for c in live if c != pick and (kind != "undecided" or verdicts[c] == "undecided")]
+    if not rivals:
+        return None
+    scored = {c: ratio_interval(rounds[c], rounds[pick]) for c in rivals}
+    closest = min(rivals, key=lambda c: scored[c][0])
+    return (closest, *scored[closest])
 
 
 def leaders(
-    results: Mapping[str, Result], options: TimingOptions, space: Sequence[Config] = ()
+    results: Mapping[str, Result],
+    options: TimingOptions,
+    space: Sequence[Config] = (),
+    default: Config | None = None,
 ) -> list[Config]:
-    """The configs whose fastest sample is within ``leader_window`` of the best one's, or
-    whose confidence interval overlaps the best one's (at most ``leaders`` of them, fastest
-    first), with the earliest config of ``space`` within ``tie_window`` of the best always
-    included so that a tie can go to it; nothing when fewer than two qualify."""
+    """The configs to time in interleaved rounds after a first pass: those whose fastest
+    sample is within ``leader_window`` of the best one's (at most ``leaders``, fastest
+    first), plus the earliest config of ``space`` and the ``default`` when their fastest
+    sample is within ``tie_window`` of the best one's (a tie may go to them, and the
+    winner must be shown faster than the default); nothing when fewer than two qualify."""
     live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
     if len(live) < 2:
         return []
@@ -240,19 +246,21 @@ def leaders(
     # when noise only ever slows calls down (another process, a slow mode of the machine).
     best = min(live, key=lambda m: m.min_us)
     near = sorted(
-        (m for m in live if m.min_us <= best.min_us * options.leader_window or m.overlaps(best)),
+        (m for m in live if m.min_us <= best.min_us * options.leader_window),
         key=lambda m: m.min_us,
     )
     front = near[: options.leaders]
-    rank = {config_id(c): i for i, c in enumerate(space)}
-    # The earliest config competes whenever it is plausibly as fast (a tie goes to it, and
-    # one noisy first pass must not keep it out): within ``tie_window`` of the best.
     plausible = best.min_us * options.tie_window
+    rank = {config_id(c): i for i, c in enumerate(space)}
+    extra: list[Measurement] = []
     in_space = [m for m in live if config_id(m.config) in rank and m.min_us <= plausible]
     if in_space:
-        earliest = min(in_space, key=lambda m: rank[config_id(m.config)])
-        if earliest not in front:
-            front = [*front[: max(1, options.leaders - 1)], earliest]
+        extra.append(min(in_space, key=lambda m: rank[config_id(m.config)]))
+    if default is not None:
+        extra += [m for m in live if m.config == default and m.min_us <= plausible]
+    for m in extra:
+        if m not in front:
+            front.append(m)
     return [dict(m.config) for m in front] if len(front) >= 2 else []
 
 
@@ -264,16 +272,17 @@ def finish(
 ) -> SweepOutcome:
     """The outcome from every measured config's result (``plan`` is the ``SweepPlan``).
 
-    When leaders were ``retimed``, the winner is one of them. It is the fastest median,
-    unless other leaders cannot be told apart from it (their medians' confidence intervals
-    overlap, or the medians are within the options' ``tie_within``): a tie, won by the earliest of them in the space, so repeated
-    sweeps store the same config.
+    When configs were ``retimed`` in interleaved rounds, the winner is one of them, decided
+    by :func:`decide` from their per-round times. Otherwise (a sweep split across hosts, or
+    a single config) the winner is the lowest median.
 
     Raises:
         TuningFailedError: no config of the space produced a usable measurement.
     """
     measured = [results[config_id(c)] for c in plan.configs if config_id(c) in results]
+    default_id = config_id(plan.default)
     timed = [m for m in measured if isinstance(m, Measurement)]
+    default = results.get(default_id)
     # Dropped configs compete only when all were dropped (by a default outside the space).
     ok = [m for m in timed if not m.dropped] or timed
     if not ok:
@@ -287,37 +296,35 @@ def finish(
             ),
             failures=measured,
         )
-    # Re-timed leaders were the front runners, now timed side by side: the winner is one
-    # of them (a config timed once, at another moment, is not comparable with them).
-    leaders_ = [m for m in ok if config_id(m.config) in retimed]
-    if len(leaders_) > 1 and all(m.rounds_us for m in leaders_):
-        tied = _paired_tie(plan, leaders_)
+    # Configs that left the rounds (dropped there) are out, but still the pick's rivals.
+    raced = {
+        config_id(m.config): m for m in timed if config_id(m.config) in retimed and m.rounds_us
+    }
+    left = {cid for cid, m in raced.items() if m.dropped}
+    options = plan.options
+    if len(raced) > 1 and len(raced) > len(left):
+        decision = decide(
+            {cid: m.rounds_us for cid, m in raced.items()},
+            in_space_order(raced, plan.configs),
+            default=default_id if default_id in raced and default_id not in left else None,
+            tie_within=options.tie_within,
+            out=left,
+        )
+        best, kind = raced[decision.pick], decision.kind
+        margin = None
+        if decision.margin is not None:
+            rival, ratio, low, high = decision.margin
+            margin = Margin(rival=dict(raced[rival].config), ratio=ratio, low=low, high=high)
     else:
-        fastest = min(leaders_ or ok, key=lambda m: m.median_us)
-        within = fastest.median_us * (1 + plan.options.tie_within)
-        tied = [m for m in leaders_ if m.overlaps(fastest) or m.median_us <= within] or [fastest]
+        best, kind, margin = min(ok, key=lambda m: m.median_us), "single", None
     return SweepOutcome(
         measurements=tuple(measured),
-        best=tied[0],
-        default=results[config_id(plan.default)],
+        best=best,
+        default=default if default is not None else best,
         searched=searched,
-        tie=len(tied) > 1,
+        decision=kind,
+        margin=margin,
     )
-
-
-def _paired_tie(plan: Any, leaders_: Sequence[Measurement]) -> list[Measurement]:
-    """The winner and the leaders tied with it, winner first, from the paired rounds."""
-    by_id = {config_id(m.config): m for m in leaders_}
-    options = plan.options
-    verdict = paired_verdict(
-        {cid: m.rounds_us for cid, m in by_id.items()},
-        in_space_order(by_id, plan.configs),
-        alpha=options.alpha,
-        tie_within=options.tie_within,
-        max_rounds=options.max_rounds,
-        lean_rounds=options.lean_rounds,
-    )
-    return [by_id[cid] for cid in verdict.tied]
 
 
 def in_space_order(cids: Collection[str], space: Sequence[Config]) -> list[str]:

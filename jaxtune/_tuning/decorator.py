@@ -40,6 +40,8 @@ def autotuned(
     bytes: float | Callable[..., float] | None = None,
     search: Any = "auto",
     budget: int | Budget | None = None,
+    timer: str | None = None,
+    timing: str = "auto",
 ) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
     """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
 
@@ -67,6 +69,13 @@ def autotuned(
             ``"coordinate"``, ``"model"``, or an object following :class:`jaxtune.Strategy`.
         budget: configs a sweep may measure (an int), or :class:`jaxtune.Budget` with
             configs and/or seconds; default ``JAXTUNE_BUDGET``, else the strategy's own.
+        timer: how a config is timed: ``"auto"`` (device time from the profiler on TPU and
+            GPU, wall clock on CPU), ``"wall"``, ``"profiler"`` (device events of a
+            ``jax.profiler`` trace) or ``"cupti"`` (NVIDIA GPUs); default ``JAXTUNE_TIMER``.
+        timing: the pass timed: ``"auto"`` (forward and backward when the kernel is tuned
+            from a differentiated program, such as ``jaxtune.tune(jax.grad(loss), ...)``,
+            forward otherwise), ``"forward"`` or ``"vjp"`` (forward and backward, with a
+            cotangent of ones).
 
     Examples:
         >>> import jax.numpy as jnp

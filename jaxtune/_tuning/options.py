@@ -80,3 +80,36 @@ def validate_timeout(timeout: Any) -> float | None:
             f"timeout must be a positive number of seconds <= {most:g}: {timeout!r}"
         )
     return timeout
+
+
+#: ``timing=`` values of ``@autotuned``.
+TIMINGS = ("auto", "forward", "vjp")
+
+
+def validate_timing(timing: Any) -> str:
+    """``timing=``: one of :data:`TIMINGS`.
+
+    Raises:
+        ConfigSpaceError: anything else.
+    """
+    if timing not in TIMINGS:
+        raise ConfigSpaceError(
+            f"timing must be one of {', '.join(map(repr, TIMINGS))}: {timing!r}. 'vjp' times "
+            "forward and backward (for a kernel used under jax.grad), 'forward' the call alone."
+        )
+    return str(timing)
+
+
+def validate_timer(timer: Any) -> str | None:
+    """``timer=``: ``None`` (``JAXTUNE_TIMER``) or a timer name.
+
+    Raises:
+        ConfigSpaceError: anything else.
+    """
+    from .timers import TIMERS
+
+    if timer is not None and timer != "auto" and timer not in TIMERS:
+        raise ConfigSpaceError(
+            f"timer must be 'auto' or one of {', '.join(map(repr, TIMERS))}: {timer!r}."
+        )
+    return timer

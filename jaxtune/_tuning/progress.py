@@ -97,7 +97,7 @@ class Progress:
                 if self.space <= len(outcome.measurements)
                 else (f" of {self.space} ({self.strategy} search)")
             )
-            tie = " (a tie: the earliest of the tied configs)" if outcome.tie else ""
+            tie = _decided(outcome)
             print(
                 f"jaxtune: tuned {self.label} in {time.perf_counter() - self.start:.1f} s: "
                 f"{len(outcome.measurements)} configs{searched} ({failed} failed), best "
@@ -106,3 +106,14 @@ class Progress:
                 file=self.stream,
                 flush=True,
             )
+
+
+def _decided(outcome: SweepOutcome) -> str:
+    """`` (a tie with X: 1.01x (0.99-1.02))`` and the like, from the outcome's margin."""
+    m = outcome.margin
+    if m is None or outcome.decision in ("single", "clear"):
+        return ""
+    span = f" ({m.low:.2f}-{m.high:.2f})" if m.low is not None and m.high is not None else ""
+    what = "a tie with" if outcome.decision == "tie" else "undecided vs"
+    extra = "" if outcome.decision == "tie" else ", the best estimate won"
+    return f" ({what} {config_id(m.rival)}: {m.ratio:.2f}x{span}{extra})"

@@ -169,6 +169,13 @@ def _section(entry: Entry) -> list[str]:
         f"<code>{page.escape(config_id(entry.default_config))}</code>; "
         f"{len(entry.measurements)} configs, {failures} failed.</p>",
     ]
+    decided = entry.decision_text()
+    timed = ", ".join(x for x in (entry.timer and f"{entry.timer} timer", entry.timing) if x)
+    if decided or timed:
+        parts.append(
+            f'<p class="decision">stored config: {page.escape(decided or "-")}'
+            f"{'; timed with ' + page.escape(timed) if timed else ''}.</p>"
+        )
     if any(m.ok for m in entry.measurements):
         parts.append(
             page.chart("sweep", _bars(entry), "Each measured config's median time, fastest first.")

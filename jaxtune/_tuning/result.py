@@ -114,10 +114,39 @@ class Entry:
     #: The search strategy's name and the size of the pruned space it searched.
     search: str = "exhaustive"
     space_size: int = 0
-    #: The best configs' timings could not be told apart; the earliest in the space won.
+    #: Rivals were shown equivalent within ``tie_within`` (``decision == "tie"``): the
+    #: default, when among them, or the earliest of them in the space won.
     tie: bool = False
     #: The speedup's 95 % interval, from the confidence intervals of both medians.
     speedup_range: tuple[float, float] | None = None
+    #: How the winner was decided: ``clear``, ``tie``, ``undecided`` (the rounds ran out:
+    #: the best estimate won) or ``single``; empty in entries older than the field.
+    decision: str = ""
+    #: The closest rival: ``{"rival": config, "ratio": its time over the stored config's,
+    #: "low": ..., "high": ...}`` (the ratio's 95 % interval), or ``None``.
+    margin: Mapping[str, Any] | None = None
+    #: The timer (``wall``, ``profiler``, ``cupti``) and the pass timed (``forward``,
+    #: ``vjp``: forward and backward); empty in entries older than the fields.
+    timer: str = ""
+    timing: str = ""
+
+    def decision_text(self) -> str:
+        """How the stored config won, for people: ``"clear: 1.31x ahead of block=64
+        (1.25-1.40)"``, ``"tie with block=64 (0.99-1.02)"``, ``"undecided vs block=64: 0.98x
+        (0.90-1.05), best estimate"``; empty when unknown."""
+        from .space import config_id
+
+        if not self.decision or self.decision == "single" or not self.margin:
+            return self.decision if self.decision == "single" else ""
+        m = self.margin
+        low, high = m.get("low"), m.get("high")
+        span = f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else ""
+        rival = config_id(m["rival"])
+        if self.decision == "clear":
+            return f"clear: {m['ratio']:.2f}x ahead of {rival}{span}"
+        if self.decision == "tie":
+            return f"tie with {rival}: {m['ratio']:.2f}x{span}"
+        return f"undecided vs {rival}: {m['ratio']:.2f}x{span}, best estimate"
 
     @property
     def measured(self) -> int:
@@ -146,6 +175,10 @@ class Entry:
             "speedup": self.speedup,
             "speedup_range": list(self.speedup_range) if self.speedup_range else None,
             "tie": self.tie,
+            "decision": self.decision,
+            "margin": dict(self.margin) if self.margin else None,
+            "timer": self.timer,
+            "timing": self.timing,
             "search": self.search,
             "measured": self.measured,
             "space_size": self.space_size,
@@ -361,7 +394,16 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
     unit, fmt = units.time_column(
         [e.default_time_us for e in ordered] + [e.time_us for e in ordered]
     )
-    header = ("kernel", "device", "key", f"default {unit}", f"best {unit}", "speedup", "config")
+    header = (
+        "kernel",
+        "device",
+        "key",
+        f"default {unit}",
+        f"best {unit}",
+        "speedup",
+        "config",
+        "decided",
+    )
     rows = []
     for e in ordered:
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
@@ -375,6 +417,7 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
                 fmt(e.time_us),
                 speed,
                 config_id(e.config),
+                e.decision_text() or "-",
             )
         )
     return table(header, rows)

@@ -1,17 +1,20 @@
 """Interleaved rounds: the configs that may win are timed side by side, one turn each per
-round in a rotated order, until the paired test (:func:`~.decide.paired_verdict`) says
-no further round could change the winner.
+round in a rotated order, until :func:`~.decide.decide` says no further round could change
+the config to store, or the rounds' limits are reached.
 
 A burst of machine noise during one config's turn then cannot decide the winner: the
-winner is decided from each round's times (``rounds_us`` of each measurement).
+winner is decided from each round's times (``rounds_us`` of each measurement), and each
+round's time is the config's fastest call in that round.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .decide import in_space_order, paired_verdict
+from .decide import decide, in_space_order
 from .result import Failure, Measurement
 from .space import config_id
 from .timing import Timing, TimingOptions
@@ -25,53 +28,65 @@ Result = Measurement | Failure
 def interleaved(
     configs: Sequence[Config],
     *,
-    timed: Callable[[Config], Timing | Failure],
+    timed: Callable[[list[Config]], Mapping[str, Timing | Failure]],
     compile_s: Mapping[str, float],
     space: Sequence[Config],
     options: TimingOptions,
+    default: Config | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Result]:
-    """Times ``configs`` (``timed(config)``: one round's samples of a compiled config, or
-    its failure) in interleaved rounds: at least ``rounds``, then more until the winner is
-    settled or ``max_rounds`` is reached (``lean_rounds`` while a challenger leans faster). A config that can no longer change the winner
-    leaves the rounds early; one that fails in a round (an exception, a step over the time
-    limit) is a failure. ``space`` orders the configs for the tie rule."""
+    """Times ``configs`` (``timed(configs)``: one round's samples of each compiled config
+    in the given order, or its failure) in interleaved rounds: at least ``rounds``, then more while a rival is
+    undecided, up to ``max_rounds`` rounds or ``max_rounds_s`` seconds. A config shown
+    slower leaves the rounds and is marked ``dropped`` (it is out); one that fails in a
+    round (an exception, a step over the time limit) is a failure. ``space`` orders the
+    configs for the tie rule; ``default`` (when among ``configs``) is the default config."""
     by_id = {config_id(c): c for c in configs}
+    if not by_id:
+        return {}
     order = in_space_order(list(by_id), space)
+    default_id = config_id(default) if default is not None else None
     fresh = {cid: Timing(samples_us=()) for cid in by_id}
     rounds: dict[str, list[float]] = {cid: [] for cid in by_id}
     failed: dict[str, Failure] = {}
+    out: set[str] = set()
     active = list(by_id)
-    for done in range(1, max(options.rounds, options.max_rounds, options.lean_rounds) + 1):
-        if not active:
-            break
+    start = clock()
+    for done in range(1, max(options.rounds, options.max_rounds) + 1):
         turn = (done - 1) % len(active)
-        for cid in active[turn:] + active[:turn]:
-            got = timed(by_id[cid])
+        timings = timed([by_id[cid] for cid in active[turn:] + active[:turn]])
+        for cid, got in timings.items():
             if isinstance(got, Failure):
                 failed[cid] = got
                 continue
             fresh[cid] = fresh[cid] + got
             rounds[cid].append(got.min_us)  # noise slows calls, never speeds them
         active = [cid for cid in active if cid not in failed]
-        if done >= options.rounds and len(active) > 1:
-            verdict = paired_verdict(
-                {cid: rounds[cid] for cid in active},
-                [cid for cid in order if cid in active],
-                alpha=options.alpha,
-                tie_within=options.tie_within,
-                max_rounds=options.max_rounds,
-                lean_rounds=options.lean_rounds,
-            )
-            if verdict.settled:
-                break
-            # Only the holder and the leaders that could still unseat it go on.
-            keep = {verdict.winner, *verdict.undecided}
-            active = [cid for cid in active if cid in keep]
+        if len(active) < 2:
+            break
+        decision = decide(
+            {cid: rounds[cid] for cid in active},
+            [cid for cid in order if cid in active],
+            default=default_id if default_id in active else None,
+            tie_within=options.tie_within,
+        )
+        out |= {cid for cid, v in decision.verdicts.items() if v == "slower"}
+        if done >= options.rounds and decision.settled:
+            break
+        if clock() - start > options.max_rounds_s:
+            break
+        # Shown slower: out. Tied or undecided: go on, against the best.
+        active = [cid for cid in active if cid not in out]
         if len(active) < 2:
             break
     return {
         cid: failed.get(cid)
-        or measurement(by_id[cid], fresh[cid], compile_s.get(cid, 0.0), tuple(rounds[cid]))
+        or measurement(
+            by_id[cid],
+            dataclasses.replace(fresh[cid], dropped=cid in out),
+            compile_s.get(cid, 0.0),
+            tuple(rounds[cid]),
+        )
         for cid in by_id
     }
 

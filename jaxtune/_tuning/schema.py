@@ -17,7 +17,14 @@ from typing import Any
 from .._codec import storable
 from .._errors import CacheError
 
-__all__ = ["ENTRY_FIELDS", "FAILURE_STAGES", "Field", "check_entry", "check_measurement"]
+__all__ = [
+    "DECISIONS",
+    "ENTRY_FIELDS",
+    "FAILURE_STAGES",
+    "Field",
+    "check_entry",
+    "check_measurement",
+]
 
 #: Where a failed config failed (``Failure.stage``).
 FAILURE_STAGES = frozenset({"compile", "run", "check", "timeout", "crash"})
@@ -98,6 +105,19 @@ def _stage(v: Any) -> bool:
     return v in FAILURE_STAGES
 
 
+#: How a sweep's winner was decided (``Entry.decision``; empty: before the field).
+DECISIONS = frozenset({"", "clear", "tie", "undecided", "single"})
+
+
+def _margin(v: Any) -> bool:
+    return (
+        _mapping(v)
+        and _config(v.get("rival"))
+        and _number(v.get("ratio"))
+        and all(v.get(k) is None or _number(v.get(k)) for k in ("low", "high"))
+    )
+
+
 _CONFIG = "a dict of str to None, bool, int, float, str, bytes, tuples of them, enums or dtypes"
 _TIME = "a finite number >= 0 or None"
 
@@ -125,6 +145,20 @@ ENTRY_FIELDS: tuple[Field, ...] = (
         expected="None or [low, high]",
         required=False,
     ),
+    Field(
+        name="decision",
+        accepts=lambda v: v in DECISIONS,
+        expected=f"one of {sorted(DECISIONS)}",
+        required=False,
+    ),
+    Field(
+        name="margin",
+        accepts=lambda v: v is None or _margin(v),
+        expected="None or a dict of rival, ratio, low, high",
+        required=False,
+    ),
+    Field(name="timer", accepts=_str, expected="a string", required=False),
+    Field(name="timing", accepts=_str, expected="a string", required=False),
 )
 
 _MEASUREMENT_FIELDS: tuple[Field, ...] = (

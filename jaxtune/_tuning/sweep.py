@@ -25,7 +25,8 @@ from .signature import Signature
 from .space import config_id
 from .sweeper import EventSink, Sweeper
 from .sweeper import measurement as measurement
-from .timing import Timer, TimingOptions
+from .timers import Timer
+from .timing import TimingOptions
 
 __all__ = [
     "SweepOutcome",
@@ -64,6 +65,10 @@ class SweepPlan:
     #: names travel (a recording, a child); an object becomes ``"auto"`` there.
     search: Any = "auto"
     budget: Budget | None = None
+    #: The timer's name (see :mod:`jaxtune._tuning.timers`; ``auto`` resolves where the
+    #: sweep runs) and the pass timed: ``forward``, or ``vjp`` (forward and backward).
+    timer: str = "auto"
+    timing: str = "forward"
 
     def to_dict(self) -> dict[str, Any]:
         """A msgpack-ready form (inverse: :meth:`from_dict`)."""
@@ -79,6 +84,8 @@ class SweepPlan:
             "verbose": self.verbose,
             "search": self.search if isinstance(self.search, str) else "auto",
             "budget": None if self.budget is None else [self.budget.configs, self.budget.seconds],
+            "timer": self.timer,
+            "timing": self.timing,
         }
 
     @classmethod
@@ -98,6 +105,8 @@ class SweepPlan:
             budget=Budget(configs=d["budget"][0], seconds=d["budget"][1])
             if d.get("budget")
             else None,
+            timer=str(d.get("timer") or "auto"),
+            timing=str(d.get("timing") or "forward"),
         )
 
 
@@ -181,9 +190,13 @@ def drive(
     )
     live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
     if live and all(m.rounds_us for m in live):  # timed side by side already
-        retimed: Mapping[str, Result] = {config_id(m.config): m for m in live}
+        retimed: Mapping[str, Result] = {
+            config_id(m.config): m
+            for m in results.values()
+            if isinstance(m, Measurement) and m.rounds_us
+        }
     else:
-        todo = leaders(results, plan.options, plan.configs)
+        todo = leaders(results, plan.options, plan.configs, plan.default)
         retimed = retime(todo) if todo else {}
         results.update(retimed)
     outcome = finish(plan, results, searched, retimed=set(retimed))

@@ -29,7 +29,8 @@ from .result import Failure, Measurement
 from .rounds import interleaved, measurement
 from .signature import Signature
 from .space import config_id
-from .timing import Timer, Timing, WallTimer, block
+from .timers import Timer, timer_for
+from .timing import Timing, block
 
 if TYPE_CHECKING:
     from .sweep import SweepTask
@@ -56,10 +57,13 @@ class Sweeper:
         on_event: EventSink | None = None,
     ) -> None:
         self.task = task
-        self.timer: Timer = timer or WallTimer()
+        self.timer: Timer = timer or timer_for(task.plan.timer)
         self.emit: EventSink = on_event or (lambda kind, cid, data: None)
         self._inputs: dict[str, Any] | None = None
         self._runs: dict[str, tuple[Callable[[], Any], float]] = {}
+        #: Each config's executable is named for it (``jit_jaxtune_<n>``), so a device
+        #: timer tells its calls from the others' in a shared trace.
+        self._modules: dict[str, str] = {}
         self._failed: dict[str, Failure] = {}
         self._thread: threading.Thread | None = None
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
@@ -151,9 +155,12 @@ class Sweeper:
         sig, fn = self.task.signature, self.task.fn
         lowering = self.inputs if spec is None else spec
 
-        def call(dyn: dict[str, Any]) -> Any:
+        def forward(dyn: dict[str, Any]) -> Any:
             args, kwargs = sig.call_arguments(replace=dyn)
             return fn(*args, **kwargs, **config)
+
+        call = with_backward(forward) if self.task.plan.timing == "vjp" else forward
+        call.__name__ = call.__qualname__ = self._module(config).removeprefix("jit_")
 
         self.emit("compile_start", cid, None)
         start = time.perf_counter()
@@ -171,6 +178,13 @@ class Sweeper:
         # The inputs are looked up on each call: compiled early, they arrive afterwards.
         self._runs[cid] = ((lambda: block(compiled(self.inputs))), seconds)
         return None
+
+    def _module(self, config: Config) -> str:
+        """The HLO module name of ``config``'s executable."""
+        cid = config_id(config)
+        if cid not in self._modules:
+            self._modules[cid] = f"jit_jaxtune_{len(self._modules)}"
+        return self._modules[cid]
 
     def _too_slow(self, config: Config, step: str, seconds: float) -> Failure:
         return Failure(
@@ -370,17 +384,73 @@ class Sweeper:
         self.compile(configs)
         return self._interleaved([c for c in configs if config_id(c) in self._runs])
 
+    def _round(self, configs: Sequence[Config]) -> dict[str, Timing | Failure]:
+        """One interleaved round: each config's samples, in order (inside one trace for a
+        timer that records, such as the profiler's)."""
+        options = self.task.plan.options
+        recording = getattr(self.timer, "recording", None)
+        if recording is None:
+            return {
+                config_id(c): self._timed(
+                    c, lambda run: self.timer.measure(run, options, samples=options.round_samples)
+                )
+                for c in configs
+            }
+        out: dict[str, Timing | Failure] = {}
+        with recording() as rec:
+            for c in configs:
+                module = self._module(c)
+
+                def measure(run: Callable[[], Any], module: str = module) -> Timing:
+                    return rec.measure(run, options, samples=options.round_samples, module=module)
+
+                out[config_id(c)] = self._timed(c, measure)
+        device = iter(rec.results())
+        return {cid: got if isinstance(got, Failure) else next(device) for cid, got in out.items()}
+
     def _interleaved(self, configs: Sequence[Config]) -> dict[str, Result]:
         """Times compiled ``configs`` in interleaved rounds (:func:`~.rounds.interleaved`)."""
         return interleaved(
             configs,
-            timed=lambda config: self._timed(
-                config,
-                lambda run: self.timer.measure(
-                    run, self.task.plan.options, samples=self.task.plan.options.round_samples
-                ),
-            ),
+            timed=self._round,
             compile_s={cid: run[1] for cid, run in self._runs.items()},
             space=self.task.plan.configs,
             options=self.task.plan.options,
+            default=self.task.plan.default,
         )
+
+
+def _differentiable(leaf: Any) -> bool:
+    return hasattr(leaf, "dtype") and jax.numpy.issubdtype(leaf.dtype, jax.numpy.inexact)
+
+
+def _cotangent(out: Any) -> Any:
+    """Ones for each floating output, float0 zeros for the others."""
+    import numpy as np
+
+    def one(o: Any) -> Any:
+        if _differentiable(o):
+            return jax.numpy.ones(o.shape, o.dtype)
+        return np.zeros(np.shape(o), jax.dtypes.float0)
+
+    return jax.tree_util.tree_map(one, out)
+
+
+def with_backward(forward: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    """``forward`` and its backward pass: the outputs and the gradients of the floating
+    array arguments for a cotangent of ones (the pass a differentiated program runs)."""
+
+    def forward_backward(dyn: dict[str, Any]) -> Any:
+        leaves, tree = jax.tree_util.tree_flatten(dyn)
+        where = [i for i, leaf in enumerate(leaves) if _differentiable(leaf)]
+
+        def of(diff: list[Any]) -> Any:
+            full = list(leaves)
+            for i, leaf in zip(where, diff, strict=True):
+                full[i] = leaf
+            return forward(jax.tree_util.tree_unflatten(tree, full))
+
+        out, pullback = jax.vjp(of, [leaves[i] for i in where])
+        return out, pullback(_cotangent(out))
+
+    return forward_backward

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import _config, _markers
 from .._errors import JaxtuneWarning
-from .autotuned import retrace_jitted_functions
+from .autotuned import differentiated_calls, retrace_jitted_functions
 from .locate import KernelSite, locate
 from .result import TuningResult
 
@@ -48,7 +48,8 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
         if mark is None or (mark.kernel, mark.key) in done:
             continue
         done.add((mark.kernel, mark.key))
-        result = result | mark.owner.tune(*mark.args, **mark.kwargs)
+        with differentiated_calls(mark.differentiated):
+            result = result | mark.owner.tune(*mark.args, **mark.kwargs)
     untuned = tuple(s for s in sites if s.kind == "pallas" and s.inside is None)
     if untuned:
         names = ", ".join(sorted({s.name for s in untuned}))

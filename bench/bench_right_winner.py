@@ -1,0 +1,264 @@
+"""Does a sweep store the fastest config? On a quiet machine and with two busy processes.
+
+Each kernel below has a space whose true spread is at least 1.5x. The benchmark starts two
+busy processes itself (``while True: pass``, on this 2-core machine), sweeps each kernel
+``--sweeps`` times with default settings (the child process, the default timer), then ends
+the busy processes and measures every config's true time quietly, interleaved (median of
+15 rounds' fastest calls), and rates each stored config against the true best: right when
+within 1.10x of it.
+
+- ``reps``: the reproduction of issue 21 (``reps`` 20/40/5 of a tanh-matmul loop), each
+  sweep in a fresh process, quiet and busy.
+- ``chunked``: the chunked sum of 2^20 f32, 6 chunk sizes.
+- ``matmul``: JAX's Pallas TPU matmul in TPU interpret mode, 256x256 @ 256x256, 8 block
+  shapes.
+- ``flash``: JAX's Pallas TPU flash attention in TPU interpret mode, (1, 2, 512, 128),
+  6 block sizes.
+- ``small``: two configs 1.3x apart in compute inside ~30 us calls, both orders in the
+  space, with the wall and the profiler timers.
+- ``ties``: 4 configs that compile to the same program: the same config stored every time.
+
+Run: python bench/bench_right_winner.py [--sweeps 10] [--kernels reps,chunked,...]
+       [--results DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxtune
+from jaxtune._tuning.space import config_id
+from jaxtune._tuning.timers import WallTimer
+from jaxtune._tuning.timing import TimingOptions
+
+# -- kernels ------------------------------------------------------------------------------
+
+
+@jaxtune.autotuned(configs={"reps": [20, 40, 5]}, name="bench.winner.reps")
+def reps_kernel(x: jax.Array, w: jax.Array, *, reps: int) -> jax.Array:
+    junk = jax.lax.fori_loop(0, reps, lambda i, c: jnp.tanh(c @ w), x)
+    return x * 2 + 0.0 * junk.sum()
+
+
+CHUNKS = [8, 16, 64, 256, 512, 4096]
+
+
+@jaxtune.autotuned(configs={"chunk": CHUNKS}, name="bench.winner.chunked")
+def chunked(x: jax.Array, *, chunk: int) -> jax.Array:
+    return x.reshape(-1, chunk).sum(axis=1).sum()
+
+
+@jaxtune.autotuned(
+    configs={"bm": [128, 256], "bn": [128, 256], "bk": [128, 256]}, name="bench.winner.matmul"
+)
+def tpu_matmul(x: jax.Array, y: jax.Array, *, bm: int, bn: int, bk: int) -> jax.Array:
+    from jax.experimental.pallas.ops.tpu import matmul
+
+    return matmul.matmul(x, y, block_shape=(bm, bn), block_k=bk)
+
+
+@jaxtune.autotuned(
+    configs={"block_q": [128, 256, 512], "block_k": [128, 512]}, name="bench.winner.flash"
+)
+def flash(q: jax.Array, k: jax.Array, v: jax.Array, *, block_q: int, block_k: int) -> jax.Array:
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    sizes = fa.BlockSizes(block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1)
+    return fa.flash_attention(q, k, v, causal=True, block_sizes=sizes)
+
+
+def _small(x: jax.Array, *, work: int) -> jax.Array:
+    return jax.lax.fori_loop(0, work, lambda i, c: jnp.sin(c) * 1.0001, x)
+
+
+small_fast_first = jaxtune.autotuned(
+    configs={"work": [10, 13]}, name="bench.winner.small_fast_first"
+)(_small)
+small_slow_first = jaxtune.autotuned(
+    configs={"work": [13, 10]}, name="bench.winner.small_slow_first"
+)(_small)
+
+
+@jaxtune.autotuned(configs={"variant": [3, 2, 1, 0]}, name="bench.winner.ties")
+def twins(x: jax.Array, *, variant: int) -> jax.Array:
+    return jnp.cumsum(x * 2.0)
+
+
+def _interpret() -> contextlib.AbstractContextManager[Any]:
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.force_tpu_interpret_mode()
+
+
+def cases() -> dict[str, tuple[Any, Callable[[], tuple[Any, ...]], Callable[[], Any]]]:
+    rng = np.random.default_rng(0)
+
+    def arr(*shape: int, scale: float = 1.0) -> jax.Array:
+        return jnp.asarray(rng.standard_normal(shape, np.float32) * scale)
+
+    return {
+        "chunked": (chunked, lambda: (arr(1 << 20),), contextlib.nullcontext),
+        "matmul": (tpu_matmul, lambda: (arr(256, 256), arr(256, 256)), _interpret),
+        "flash": (flash, lambda: (arr(1, 2, 512, 128),) * 3, _interpret),
+        "small_fast_first": (small_fast_first, lambda: (arr(512),), contextlib.nullcontext),
+        "small_slow_first": (small_slow_first, lambda: (arr(512),), contextlib.nullcontext),
+        "ties": (twins, lambda: (arr(1 << 16),), contextlib.nullcontext),
+    }
+
+
+# -- machinery ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def busy(n: int) -> Iterator[None]:
+    """``n`` busy processes for the duration."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def truth(kernel: Any, args: tuple[Any, ...], interpret: Callable[[], Any]) -> dict[str, float]:
+    """Every config's time, quietly: 15 interleaved rounds, the median of each round's
+    fastest of 3 samples."""
+    timer = WallTimer()
+    options = TimingOptions()
+    with interpret():
+        space = kernel.space(*args)
+        runs = {}
+        for c in space:
+            f = jax.jit(functools.partial(kernel.__wrapped__, **c))
+            f(*args).block_until_ready()
+            runs[config_id(c)] = lambda f=f: jax.block_until_ready(f(*args))
+        rounds: dict[str, list[float]] = {cid: [] for cid in runs}
+        for _ in range(15):
+            for cid, run in runs.items():
+                rounds[cid].append(timer.measure(run, options, samples=3).min_us)
+    return {cid: statistics.median(r) for cid, r in rounds.items()}
+
+
+def sweep(kernel: Any, args: tuple[Any, ...], interpret: Callable[[], Any], timer: str) -> Any:
+    with interpret():
+        start = time.perf_counter()
+        kernel.timer = timer
+        (entry,) = kernel.tune(*args).values()
+    return entry, time.perf_counter() - start
+
+
+def rate(name: str, picks: list[str], times: list[float], true: dict[str, float], extra: str):
+    best = min(true.values())
+    ratios = [true[p] / best for p in picks]
+    right = sum(r <= 1.10 for r in ratios)
+    spread = max(true.values()) / best
+    line = (
+        f"{name}{extra}: right {right}/{len(picks)} (pick/true best: "
+        f"{', '.join(f'{r:.2f}' for r in ratios)}); true spread {spread:.2f}x; "
+        f"sweep {statistics.median(times):.1f} s median"
+    )
+    print(line, flush=True)
+    return {
+        "kernel": name + extra,
+        "right": right,
+        "sweeps": len(picks),
+        "ratios": ratios,
+        "spread": spread,
+        "sweep_s": times,
+        "truth_us": true,
+        "picks": picks,
+    }
+
+
+REPS_SCRIPT = """
+import jax, jax.numpy as jnp, numpy as np, sys
+sys.path.insert(0, {here!r})
+from bench_right_winner import reps_kernel
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.standard_normal((256, 256), np.float32))
+w = jnp.asarray(rng.standard_normal((256, 256), np.float32)) * 0.01
+(e,) = reps_kernel.tune(x, w).values()
+print(e.config["reps"], e.decision)
+"""
+
+
+def run_reps(sweeps: int, load: int) -> dict[str, Any]:
+    picks, decisions, times = [], [], []
+    script = REPS_SCRIPT.format(here=str(pathlib.Path(__file__).parent))
+    with busy(load):
+        for i in range(sweeps):
+            env = {**os.environ, "JAXTUNE_CACHE_DIR": f"/tmp/jaxtune-bench-reps-{os.getpid()}-{i}"}
+            start = time.perf_counter()
+            out = subprocess.run(
+                [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+            )
+            times.append(time.perf_counter() - start)
+            reps, decision = out.stdout.split()[-2:]
+            picks.append(int(reps))
+            decisions.append(decision)
+    right = sum(p == 5 for p in picks)
+    line = (
+        f"reps (load {load}): stored reps=5 in {right}/{sweeps} fresh runs; picks {picks}; "
+        f"decisions {sorted(set(decisions))}; {statistics.median(times):.1f} s a run"
+    )
+    print(line, flush=True)
+    return {"kernel": f"reps-load{load}", "right": right, "sweeps": sweeps, "picks": picks}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sweeps", type=int, default=10)
+    parser.add_argument("--kernels", default="reps,chunked,matmul,flash,small,ties")
+    parser.add_argument("--load", type=int, default=2, help="busy processes during sweeps")
+    parser.add_argument("--results", type=pathlib.Path, default=None)
+    a = parser.parse_args()
+    wanted = a.kernels.split(",")
+    print(f"jax {jax.__version__}, {os.cpu_count()} cores, {a.load} busy processes", flush=True)
+    results = []
+    if "reps" in wanted:
+        results.append(run_reps(a.sweeps, 0))
+        results.append(run_reps(a.sweeps, a.load))
+    table = cases()
+    names = [n for n in table if n in wanted or (n.startswith("small") and "small" in wanted)]
+    for name in names:
+        kernel, make, interpret = table[name]
+        args = make()
+        timers = ["wall", "profiler"] if name.startswith("small") else ["auto"]
+        for timer in timers:
+            picks, times, decisions = [], [], []
+            with busy(a.load):
+                for _ in range(a.sweeps):
+                    entry, seconds = sweep(kernel, args, interpret, timer)
+                    picks.append(config_id(entry.config))
+                    times.append(seconds)
+                    decisions.append(entry.decision)
+            true = truth(kernel, args, interpret)
+            row = rate(name, picks, times, true, f" [{timer} timer]")
+            row["decisions"] = decisions
+            if name == "ties":
+                row["same"] = len(set(picks)) == 1
+                print(f"ties: {len(set(picks))} distinct config(s) stored: {sorted(set(picks))}")
+            results.append(row)
+    if a.results:
+        a.results.mkdir(parents=True, exist_ok=True)
+        (a.results / "right_winner.json").write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+"""Timers: how a sweep measures one compiled config, in a registry with a per-platform
+default.
+
+- ``wall``: wall-clock time around each blocking call (short calls batched). What a
+  program waits for, dispatch included; the default on CPU.
+- ``profiler``: device time. The calls run inside a ``jax.profiler`` trace and each call's
+  time is taken from its device events: on TPU and GPU the module's event on the device
+  plane's ``XLA Modules`` line, on CPU the span of the executable's op events (one
+  ``run_id`` per call) on the ``tf_XLA*`` host lines. The wall clock of a small kernel on
+  TPU is mostly dispatch; its device events are not. The default on TPU and GPU.
+- ``cupti``: the profiler timer on an NVIDIA GPU, whose device events JAX's profiler takes
+  from CUPTI; refused elsewhere.
+
+A timer that offers ``recording()`` lets a sweep time several configs inside one trace
+(one interleaved round): every :meth:`measure` inside it returns the wall-clock timing at
+once, and the recording's :meth:`Recording.results` gives the device timings when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import math
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import jax
+
+from .._errors import ConfigSpaceError
+from .timing import Timing, TimingOptions
+
+__all__ = [
+    "TIMERS",
+    "ProfilerTimer",
+    "Recording",
+    "Timer",
+    "WallTimer",
+    "platform_of",
+    "resolve_timer",
+    "timer_for",
+]
+
+
+class Timer(Protocol):
+    """Measures a blocking call (``run()`` returns once its outputs exist)."""
+
+    def measure(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        best_us: float | None = None,
+        samples: int | None = None,
+    ) -> Timing: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Calls:
+    """What one ``measure`` ran: ``warmup`` calls, then ``len(samples)`` batches of
+    ``batch`` calls, with the wall-clock timing of the batches."""
+
+    module: str | None
+    warmup: int
+    batch: int
+    wall: Timing
+
+
+class WallTimer:
+    """Wall-clock timing around ``run()``, which must block until its outputs exist."""
+
+    name = "wall"
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.clock = clock or time.perf_counter
+
+    def measure(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        best_us: float | None = None,
+        samples: int | None = None,
+    ) -> Timing:
+        """Times ``run``; stops early when clearly slower than ``best_us``.
+
+        With ``samples`` set, takes exactly that many samples after one warm-up call (used
+        for interleaved rounds); otherwise warms up and samples until ``min_time_s``.
+        The last warm-up call, timed, sets how many calls a sample batches.
+        Python's garbage collector is off meanwhile (as in ``timeit``): a collection of
+        what compiling left behind would land in some config's samples.
+        """
+        return self._calls(run, options, best_us=best_us, samples=samples, module=None).wall
+
+    def _calls(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        best_us: float | None,
+        samples: int | None,
+        module: str | None,
+    ) -> _Calls:
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._timed_calls(run, options, best_us, samples, module)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _timed_calls(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        best_us: float | None,
+        samples: int | None,
+        module: str | None,
+    ) -> _Calls:
+        clock = self.clock
+        warmup = 1 if samples else max(options.warmup, 1)
+        for _ in range(warmup):
+            start = clock()
+            run()
+            first = clock() - start  # the last warm-up call sizes the batches
+        # Batch very short calls so that each sample is long enough for the clock.
+        batch = max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9)))
+        out: list[float] = []
+        total = 0.0
+        wanted = samples if samples else options.max_samples
+        dropped = False
+        while len(out) < wanted:
+            start = clock()
+            for _ in range(batch):
+                run()
+            elapsed = clock() - start
+            total += elapsed
+            out.append(elapsed / batch * 1e6)
+            if samples:
+                continue
+            if (
+                best_us is not None
+                and len(out) >= options.drop_after
+                and min(out) > options.drop_ratio * best_us
+            ):
+                dropped = True
+                break
+            if len(out) >= options.min_samples and total >= options.min_time_s:
+                break
+        wall = Timing(samples_us=tuple(out), dropped=dropped)
+        return _Calls(module=module, warmup=warmup, batch=batch, wall=wall)
+
+
+class Recording:
+    """The calls of several ``measure`` calls inside one trace; :meth:`results` gives
+    their device timings, in the order they were measured."""
+
+    def __init__(self, timer: ProfilerTimer) -> None:
+        self.timer = timer
+        self.calls: list[_Calls] = []
+        self._results: list[Timing] | None = None
+
+    def measure(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        samples: int | None = None,
+        module: str | None = None,
+    ) -> Timing:
+        """Runs as :meth:`WallTimer.measure` does; returns the wall-clock timing now."""
+        calls = self.timer._calls(run, options, best_us=None, samples=samples, module=module)
+        self.calls.append(calls)
+        return calls.wall
+
+    def results(self) -> list[Timing]:
+        """The device timing of each ``measure`` (after the recording ended)."""
+        if self._results is None:
+            raise RuntimeError("the recording has not ended")
+        return self._results
+
+
+class ProfilerTimer(WallTimer):
+    """Device time from the events of a ``jax.profiler`` trace of the timed calls."""
+
+    name = "profiler"
+
+    def __init__(self, clock: Callable[[], float] | None = None, *, name: str = "profiler"):
+        super().__init__(clock)
+        self.name = name
+
+    def measure(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        best_us: float | None = None,
+        samples: int | None = None,
+        module: str | None = None,
+    ) -> Timing:
+        """Times ``run`` inside a trace of its own; early dropping compares the device
+        samples with ``best_us`` afterwards."""
+        with self.recording() as rec:
+            rec.measure(run, options, samples=samples, module=module)
+        timing = rec.results()[0]
+        if (
+            not samples
+            and best_us is not None
+            and len(timing.samples_us) >= options.drop_after
+            and min(timing.samples_us) > options.drop_ratio * best_us
+        ):
+            timing = dataclasses.replace(timing, dropped=True)
+        return timing
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[Recording]:
+        """A trace around the ``measure`` calls made on the yielded recording."""
+        rec = Recording(self)
+        where = pathlib.Path(tempfile.mkdtemp(prefix="jaxtune-timer-"))
+        try:
+            jax.profiler.start_trace(str(where))
+            try:
+                yield rec
+            finally:
+                jax.profiler.stop_trace()
+            rec._results = device_timings(rec.calls, _executions(where))
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+
+
+def _executions(where: pathlib.Path) -> list[tuple[str, float, float]]:
+    """``(module, start_ns, duration_ns)`` of every executable run in the trace under
+    ``where``, in start order."""
+    from jax.profiler import ProfileData
+
+    files = sorted(where.rglob("*.xplane.pb"))
+    if not files:
+        raise RuntimeError(f"jax.profiler wrote no trace under {where}")
+    data = ProfileData.from_file(str(files[-1]))
+    device: list[tuple[str, float, float]] = []
+    host: dict[Any, list[Any]] = {}
+    for plane in data.planes:
+        if plane.name.startswith("/device:"):
+            for line in plane.lines:
+                if line.name == "XLA Modules":
+                    for e in line.events:
+                        device.append((e.name.split("(")[0], e.start_ns, e.duration_ns))
+        elif plane.name.startswith("/host:"):
+            for line in plane.lines:
+                if not line.name.startswith("tf_XLA"):
+                    continue
+                for e in line.events:
+                    stats = dict(e.stats)
+                    run_id = stats.get("run_id")
+                    if run_id is None:
+                        continue
+                    span = host.setdefault((stats.get("hlo_module"), run_id), [math.inf, 0.0])
+                    span[0] = min(span[0], e.start_ns)
+                    span[1] = max(span[1], e.end_ns)
+    if not device:  # CPU: one execution per (module, run_id), its ops' span
+        device = [(str(m), s, end - s) for (m, _), (s, end) in host.items()]
+    device.sort(key=lambda x: x[1])
+    return device
+
+
+def device_timings(
+    calls: Sequence[_Calls], executions: Sequence[tuple[str, float, float]]
+) -> list[Timing]:
+    """Each ``measure``'s samples from the executions of the trace, matched in order
+    (per module where the calls name theirs): a sample is the mean device time of its
+    batch's calls, warm-up calls excluded.
+
+    Raises:
+        RuntimeError: the trace holds fewer executions than the calls made.
+    """
+    by_module: dict[str | None, list[float]] = {}
+    for module, _, duration in executions:
+        by_module.setdefault(module, []).append(duration / 1e3)
+        by_module.setdefault(None, []).append(duration / 1e3)
+    taken: dict[str | None, int] = {}
+    out: list[Timing] = []
+    for c in calls:
+        key = c.module if c.module in by_module else None
+        durations = by_module.get(key, [])
+        i = taken.get(key, 0) + c.warmup
+        n = c.batch * len(c.wall.samples_us)
+        if i + n > len(durations):
+            raise RuntimeError(
+                f"the trace holds {len(durations)} executions of {key or 'any module'}, "
+                f"fewer than the {i + n} calls made"
+            )
+        batches = [durations[i + b * c.batch : i + (b + 1) * c.batch] for b in range(n // c.batch)]
+        taken[key] = i + n
+        out.append(Timing(samples_us=tuple(sum(b) / len(b) for b in batches)))
+    return out
+
+
+#: Timer names and what they build.
+TIMERS: dict[str, Callable[[], Timer]] = {
+    "wall": WallTimer,
+    "profiler": ProfilerTimer,
+    "cupti": lambda: ProfilerTimer(name="cupti"),
+}
+
+
+def platform_of(device_kind: str) -> str:
+    """The platform of a device kind (``"cpu"``, ``"TPU v5 lite"``, ``"NVIDIA H100"``)."""
+    kind = device_kind.lower()
+    if kind.startswith("tpu"):
+        return "tpu"
+    return "cpu" if kind == "cpu" else "gpu"
+
+
+def resolve_timer(name: str, platform: str) -> str:
+    """The timer a name means on ``platform`` (``auto``: ``profiler`` on TPU and GPU,
+    ``wall`` elsewhere).
+
+    Raises:
+        ConfigSpaceError: an unknown name, or ``cupti`` off an NVIDIA GPU.
+    """
+    if name == "auto":
+        return "profiler" if platform in ("tpu", "gpu", "cuda", "rocm") else "wall"
+    if name not in TIMERS:
+        raise ConfigSpaceError(
+            f"timer={name!r} is not a timer: use one of 'auto', {', '.join(map(repr, TIMERS))}."
+        )
+    if name == "cupti" and platform not in ("gpu", "cuda"):
+        raise ConfigSpaceError(
+            f"timer='cupti' needs an NVIDIA GPU; this backend is {platform!r}. Use "
+            "timer='profiler' (device events of a jax.profiler trace) or 'wall'."
+        )
+    return name
+
+
+def timer_for(name: str, platform: str | None = None) -> Timer:
+    """A timer by name (``auto`` resolved for ``platform``, default: JAX's backend)."""
+    return TIMERS[resolve_timer(name, platform or jax.default_backend())]()

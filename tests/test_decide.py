@@ -1,0 +1,169 @@
+"""The decision rule of a sweep, on synthetic rounds: nothing here compiles or times."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxtune._tuning import decide as _decide
+from jaxtune._tuning import rounds as _rounds
+from jaxtune._tuning import sweep as _sweep
+from jaxtune._tuning.space import config_id
+from jaxtune._tuning.timing import Timing, TimingOptions
+
+RULE = {"tie_within": 0.03}
+
+
+def noisy(true_us, n, seed, *, noise=0.02, busy=0.0):
+    """``n`` rounds of a config whose true time is ``true_us``: small multiplicative noise,
+    and with probability ``busy`` a round slowed by other work (interference only adds)."""
+    rng = np.random.default_rng(seed)
+    slow = np.where(rng.random(n) < busy, 1 + 2 * rng.random(n), 1.0)
+    return list(true_us * np.exp(noise * np.abs(rng.standard_normal(n))) * slow)
+
+
+def decide(rounds, order=None, default=None):
+    order = order or list(rounds)
+    return _decide.decide(rounds, order, default=default, **RULE)
+
+
+def test_the_ratio_interval_is_the_sign_tests_and_needs_six_rounds():
+    assert _decide.ratio_interval([2.0] * 5, [1.0] * 5) == (2.0, None, None)
+    ratio, low, high = _decide.ratio_interval([1, 2, 3, 4, 5, 6], [1.0] * 6)
+    assert (ratio, low, high) == (3.5, 1, 6)  # P(all six on one side) = 2/64 < 5 %
+    assert _decide.ratio_interval([1, 2, 3, 4, 5, 6], [1.0] * 6, 0.99)[1:] == (None, None)
+    many = [1.0 + i / 100 for i in range(100)]
+    ratio, low, high = _decide.ratio_interval(many, [1.0] * 100)
+    # Ranks 40 and 61 of 100 bound the median at 95 % (binomial order statistics).
+    assert (round(low, 2), round(high, 2)) == (1.39, 1.6)
+
+
+def test_a_clear_winner_later_in_the_space():
+    rounds = {"a": noisy(100, 8, 0), "b": noisy(70, 8, 1), "c": noisy(90, 8, 2)}
+    d = decide(rounds, default="a")
+    assert (d.pick, d.kind, d.settled) == ("b", "clear", True)
+    assert d.verdicts == {"a": "slower", "b": "best", "c": "slower"}
+    rival, ratio, low, high = d.margin
+    assert rival == "c" and 1.2 < low <= ratio <= high < 1.4
+
+
+def test_shown_equivalent_within_tie_within_is_a_tie_won_by_the_default_then_the_earliest():
+    rounds = {c: noisy(100, 30, seed, noise=0.005) for seed, c in enumerate("abc")}
+    d = decide(rounds)
+    assert (d.kind, d.pick, d.settled) == ("tie", "a", True)
+    assert decide(rounds, default="b").pick == "b"
+
+
+def test_too_few_rounds_to_show_anything_is_undecided_not_a_tie():
+    # Identical in truth, but five rounds cannot bound the ratio: no tie may be declared.
+    rounds = {"a": noisy(100, 5, 0), "b": noisy(100, 5, 1)}
+    d = decide(rounds)
+    assert (d.kind, d.settled) == ("undecided", False)
+    assert d.pick == d.best == min(rounds, key=lambda c: np.median(rounds[c]))
+
+
+def test_rounds_that_run_out_undecided_give_the_better_estimate_with_its_interval():
+    # 2 % apart with 8 % noise: neither shown slower nor shown within 3 %.
+    rounds = {"a": noisy(100, 12, 0, noise=0.08), "b": noisy(98, 12, 1, noise=0.08)}
+    d = decide(rounds)
+    assert d.kind == "undecided" and d.pick == d.best
+    rival, _, low, high = d.margin
+    assert rival != d.pick and low < 1.0 < high
+
+
+def test_a_config_that_left_the_rounds_is_out_not_tied():
+    # "b" left after 3 rounds (far slower); its few rounds prove nothing about a tie and
+    # must not let it win as "the earliest of the tied".
+    rounds = {"b": [300.0, 310.0, 305.0], "a": noisy(100, 10, 3)}
+    d = _decide.decide(rounds, ["b", "a"], default="b", out={"b"}, **RULE)
+    assert (d.pick, d.kind, d.verdicts["b"]) == ("a", "clear", "slower")
+
+
+def test_a_few_slow_rounds_of_the_true_best_do_not_make_it_leave():
+    # Other work slowed the faster config 2-3x in each of its first 3 rounds: 3 rounds
+    # show nothing (no interval exists), so it stays, and later rounds show it faster.
+    fast = [80.4, 63.9, 72.9] + [27.0] * 20
+    slow = [36.6, 36.1, 36.1] + [36.0] * 20
+    assert decide({"slow": slow[:3], "fast": fast[:3]}).verdicts["fast"] != "slower"
+    d = decide({"slow": slow, "fast": fast}, default="slow")
+    assert (d.pick, d.kind) == ("fast", "clear")
+
+
+def test_the_default_faster_than_every_other_config_is_stored():
+    rounds = {"x": noisy(120, 10, 0), "y": noisy(130, 10, 1), "dflt": noisy(100, 10, 2)}
+    d = decide(rounds, order=["x", "y", "dflt"], default="dflt")
+    assert (d.pick, d.kind) == ("dflt", "clear")
+
+
+def test_never_stores_a_config_measured_slower_than_the_default():
+    # "a" (earliest) is tied with the best "b"; the default "c" is shown slower than "b"
+    # but measured faster than "a": "a" would be slower than the default, so "c" wins.
+    b = [100.0] * 10
+    a = [102.5, 102.0, 102.4, 102.6, 102.2, 102.3, 102.5, 102.1, 102.4, 102.2]
+    c = [101.0, 101.2, 100.9, 101.1, 101.3, 100.8, 101.2, 101.0, 101.1, 100.9]
+    d = decide({"a": a, "b": b, "c": c}, default="c")
+    assert d.verdicts["a"] == "tied" and d.verdicts["c"] in ("tied", "slower")
+    assert d.pick == "c"
+
+
+def test_interference_only_slows_rounds_and_the_true_best_still_wins():
+    # Half the rounds of every config slowed up to 3x at random by other work.
+    for seed in range(20):
+        rounds = {
+            "a": noisy(100, 40, seed, busy=0.5),
+            "b": noisy(75, 40, seed + 100, busy=0.5),
+            "c": noisy(90, 40, seed + 200, busy=0.5),
+        }
+        d = decide(rounds, default="a")
+        assert d.pick == "b", (seed, d)
+
+
+def rounds_timer(truth, seed, *, busy=0.0):
+    """A ``timed(configs)`` for :func:`interleaved` from each config's true time."""
+    rng = np.random.default_rng(seed)
+
+    def timed(configs):
+        out = {}
+        for c in configs:
+            slow = 1 + 2 * rng.random() if rng.random() < busy else 1.0
+            base = truth[c["k"]] * slow
+            out[config_id(c)] = Timing(
+                samples_us=tuple(base * np.exp(0.01 * np.abs(rng.standard_normal(2))))
+            )
+        return out
+
+    return timed
+
+
+@pytest.mark.parametrize("first", ["fast", "slow"])
+def test_interleaved_rounds_on_a_busy_machine_store_the_faster_whichever_comes_first(first):
+    truth = {"fast": 27.0, "slow": 36.0}
+    configs = [{"k": first}, {"k": "slow" if first == "fast" else "fast"}]
+    for seed in range(10):
+        got = _rounds.interleaved(
+            configs,
+            timed=rounds_timer(truth, seed, busy=0.4),
+            compile_s={},
+            space=configs,
+            options=TimingOptions(),
+            default=configs[0],
+        )
+        plan = _sweep.SweepPlan(
+            kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0]
+        )
+        outcome = _sweep.finish(plan, got, retimed=set(got))
+        assert dict(outcome.best.config) == {"k": "fast"}, seed
+
+
+def test_interleaved_rounds_stop_once_settled_and_the_slower_leaves():
+    truth = {"a": 100.0, "b": 200.0, "c": 100.0}
+    configs = [{"k": k} for k in "abc"]
+    got = _rounds.interleaved(
+        configs, timed=rounds_timer(truth, 0), compile_s={}, space=configs, options=TimingOptions()
+    )
+    a, b, _ = (got[config_id(x)] for x in configs)
+    assert b.dropped and len(b.rounds_us) == 8  # shown slower at the first 99 % interval
+    assert not a.dropped and 6 <= len(a.rounds_us) < 40
+    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0])
+    outcome = _sweep.finish(plan, got, retimed=set(got))
+    assert (outcome.decision, dict(outcome.best.config)) == ("tie", {"k": "a"})
