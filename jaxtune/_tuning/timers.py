@@ -272,7 +272,7 @@ def device_timings(
     calls: Sequence[_Calls], executions: Sequence[tuple[str, float, float]]
 ) -> list[Timing]:
     """Each ``measure``'s samples from the executions of the trace, matched in order
-    (per module where the calls name theirs): a sample is the mean device time of its
+    per module (calls that name none: the most frequent module): a sample is the mean device time of its
     batch's calls, warm-up calls excluded.
 
     Raises:
@@ -281,7 +281,10 @@ def device_timings(
     by_module: dict[str | None, list[float]] = {}
     for module, _, duration in executions:
         by_module.setdefault(module, []).append(duration / 1e3)
-        by_module.setdefault(None, []).append(duration / 1e3)
+    # Calls that name no module are the trace's most frequent one (other executables, a
+    # copy or a conversion, may run once or twice meanwhile).
+    if by_module:
+        by_module[None] = max(by_module.values(), key=len)
     taken: dict[str | None, int] = {}
     out: list[Timing] = []
     for c in calls:

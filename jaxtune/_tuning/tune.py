@@ -42,13 +42,21 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
     with _config.override(mode="cached"):
         sites = locate(fn, *args, **kwargs)
     result = TuningResult()
-    done: set[tuple[str, str]] = set()
+    # A kernel is differentiated when any of its sites sits under a jvp or transpose (the
+    # backward pass): then timing="auto" times forward and backward.
+    differentiated: dict[tuple[str, str], bool] = {}
+    marks: dict[tuple[str, str], _markers.Mark] = {}
     for site in sites:
         mark = _mark_of(site)
-        if mark is None or (mark.kernel, mark.key) in done:
+        if mark is None:
             continue
-        done.add((mark.kernel, mark.key))
-        with differentiated_calls(mark.differentiated):
+        marks.setdefault((mark.kernel, mark.key), mark)
+        under_ad = mark.differentiated or _under_ad(site.name_stack)
+        differentiated[mark.kernel, mark.key] = (
+            differentiated.get((mark.kernel, mark.key), False) or under_ad
+        )
+    for pair, mark in marks.items():
+        with differentiated_calls(differentiated[pair]):
             result = result | mark.owner.tune(*mark.args, **mark.kwargs)
     untuned = tuple(s for s in sites if s.kind == "pallas" and s.inside is None)
     if untuned:
@@ -61,6 +69,11 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
         )
     retrace_jitted_functions()
     return TuningResult(dict(result), untuned=untuned)
+
+
+def _under_ad(name_stack: str) -> bool:
+    """Whether a name stack shows a differentiation transform (``jvp(``, ``transpose(``)."""
+    return any(part in name_stack for part in ("jvp(", "transpose(", "vjp("))
 
 
 def _mark_of(site: KernelSite) -> _markers.Mark | None:

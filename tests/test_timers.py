@@ -1,0 +1,148 @@
+"""Timers: the registry, the profiler timer's device events, and the pass timed (vjp)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxtune
+from jaxtune._errors import ConfigSpaceError, SettingsError
+from jaxtune._tuning import timers as _timers
+from jaxtune._tuning.timing import TimingOptions
+
+
+def _loop(reps):
+    def f(x):
+        return jax.lax.fori_loop(0, reps, lambda i, c: jnp.tanh(c @ c), x)
+
+    f.__name__ = f"jaxtune_{reps}"  # as the sweeper names each config's executable
+    return jax.jit(f).lower(jax.ShapeDtypeStruct((128, 128), jnp.float32)).compile()
+
+
+X = jnp.full((128, 128), 0.01, jnp.float32)
+
+
+def test_the_registry_and_the_per_platform_default():
+    assert _timers.resolve_timer("auto", "cpu") == "wall"
+    assert _timers.resolve_timer("auto", "tpu") == "profiler"
+    assert _timers.resolve_timer("auto", "gpu") == "profiler"
+    assert _timers.platform_of("TPU v5 lite") == "tpu"
+    assert _timers.platform_of("NVIDIA H100 80GB HBM3") == "gpu"
+    with pytest.raises(ConfigSpaceError, match=r"cupti.*NVIDIA GPU"):
+        _timers.resolve_timer("cupti", "cpu")
+    with pytest.raises(ConfigSpaceError, match="not a timer"):
+        _timers.resolve_timer("stopwatch", "cpu")
+    assert isinstance(_timers.timer_for("auto", "cpu"), _timers.WallTimer)
+    assert isinstance(_timers.timer_for("profiler", "cpu"), _timers.ProfilerTimer)
+
+
+def test_the_profiler_timer_takes_each_calls_device_events_from_the_trace():
+    short, long = _loop(2), _loop(16)
+    run_short = lambda: jax.block_until_ready(short(X))  # noqa: E731
+    run_long = lambda: jax.block_until_ready(long(X))  # noqa: E731
+    run_short(), run_long()
+    timer = _timers.ProfilerTimer()
+    options = TimingOptions()
+    with timer.recording() as rec:
+        for _ in range(3):  # interleaved, in one trace
+            wall_short = rec.measure(run_short, options, samples=3, module="jit_jaxtune_2")
+            wall_long = rec.measure(run_long, options, samples=3, module="jit_jaxtune_16")
+    device = rec.results()
+    assert len(device) == 6 and all(len(t.samples_us) == 3 for t in device)
+    shorts, longs = device[0::2], device[1::2]
+    # Device time: 8x the loop's work is several times longer, and never longer than the
+    # wall clock around the same calls (which adds dispatch).
+    assert min(t.median_us for t in longs) > 3 * max(t.median_us for t in shorts)
+    assert device[-2].min_us <= wall_short.median_us * 1.05
+    assert device[-1].min_us <= wall_long.median_us * 1.05
+    # Outside a recording, measure traces its own calls.
+    alone = timer.measure(run_long, options)
+    assert alone.samples_us and alone.min_us > 3 * shorts[0].min_us
+
+
+def test_device_timings_match_calls_per_module_and_refuse_a_short_trace():
+    wall = _timers.Timing(samples_us=(1.0, 1.0))
+    calls = [
+        _timers._Calls(module="a", warmup=1, batch=2, wall=wall),
+        _timers._Calls(module="b", warmup=1, batch=1, wall=wall),
+    ]
+    ex = [("a", i, 10.0e3) for i in range(5)] + [("b", 10 + i, 30.0e3) for i in range(3)]
+    a, b = _timers.device_timings(calls, sorted(ex, key=lambda e: e[1]))
+    assert a.samples_us == (10.0, 10.0) and b.samples_us == (30.0, 30.0)
+    with pytest.raises(RuntimeError, match="fewer than"):
+        _timers.device_timings(calls, ex[:3])
+
+
+@jaxtune.autotuned(configs={"reps": [2, 16]}, name="tests.timers.loop", timer="profiler")
+def loop(x, *, reps):
+    return jax.lax.fori_loop(0, reps, lambda i, c: jnp.tanh(c @ c), x)
+
+
+def test_a_sweep_with_the_profiler_timer_in_the_child_records_it(fast_timing):
+    (entry,) = loop.tune(X).values()
+    assert (entry.timer, entry.timing, dict(entry.config)) == ("profiler", "forward", {"reps": 2})
+    assert entry.summary()["timer"] == "profiler"
+
+
+def test_jaxtune_timer_sets_the_default_and_bad_values_are_named(fast_timing, monkeypatch):
+    kernel = jaxtune.autotuned(configs={"reps": [2, 16]}, name="tests.timers.env")(loop.__wrapped__)
+    monkeypatch.setenv("JAXTUNE_TIMER", "profiler")
+    (entry,) = kernel.tune(X).values()
+    assert entry.timer == "profiler"
+    monkeypatch.setenv("JAXTUNE_TIMER", "sundial")
+    with pytest.raises(SettingsError, match="JAXTUNE_TIMER"):
+        kernel.tune(X)
+    with pytest.raises(ConfigSpaceError, match="timer must be"):
+        jaxtune.autotuned(configs={"reps": [1]}, timer="sundial")(loop.__wrapped__)
+    with pytest.raises(ConfigSpaceError, match="timing must be"):
+        jaxtune.autotuned(configs={"reps": [1]}, timing="backward")(loop.__wrapped__)
+
+
+# -- the pass timed ------------------------------------------------------------------------
+
+
+def _heavy_backward(x, *, variant):
+    """Forward cost the same for both variants; variant 1's backward is far heavier."""
+
+    @jax.custom_vjp
+    def f(x):
+        return jnp.tanh(x @ x)
+
+    def fwd(x):
+        return f(x), x
+
+    def bwd(x, g):
+        # The same gradient either way (the numerics check compares them); variant 1
+        # does 40 times the work for it.
+        reps = 1 if variant == 0 else 40
+        junk = jax.lax.fori_loop(0, reps, lambda i, c: jnp.tanh(c @ x), g)
+        return (g * 2.0 + 0.0 * junk.sum(),)
+
+    f.defvjp(fwd, bwd)
+    return f(x)
+
+
+# Variant 1 comes first: timed forward only, the two tie and variant 1 wins; timed forward
+# and backward, variant 0 is clearly faster.
+heavy = jaxtune.autotuned(configs={"variant": [1, 0]}, name="tests.timers.heavy")(_heavy_backward)
+heavy_vjp = jaxtune.autotuned(
+    configs={"variant": [1, 0]}, name="tests.timers.heavy_vjp", timing="vjp"
+)(_heavy_backward)
+
+Y = jnp.asarray(np.random.default_rng(0).standard_normal((128, 128), np.float32) * 0.05)
+
+
+def test_timing_vjp_times_forward_and_backward():
+    (entry,) = heavy_vjp.tune(Y).values()
+    assert (entry.timing, dict(entry.config)) == ("vjp", {"variant": 0})
+
+
+def test_jaxtune_tune_of_a_gradient_times_the_backward_pass_too():
+    result = jaxtune.tune(jax.grad(lambda x: heavy(x).sum()), Y)
+    (entry,) = result.values()
+    assert (entry.timing, dict(entry.config)) == ("vjp", {"variant": 0})
+    # The same kernel tuned from its forward alone times the forward.
+    (entry,) = jaxtune.tune(lambda x: heavy(x).sum(), Y).values()
+    assert entry.timing == "forward"
