@@ -14,7 +14,7 @@ import re
 import threading
 from typing import Any
 
-__all__ = ["Mark", "lookup", "mark", "parse"]
+__all__ = ["Mark", "differentiated", "lookup", "mark", "parse"]
 
 _PATTERN = re.compile(r"jaxtune\[(?P<kernel>[^\]#]+)#(?P<digest>[0-9a-f]{10})\]")
 
@@ -56,6 +56,18 @@ def mark(m: Mark) -> str:
 def parse(name_stack: str) -> list[tuple[str, str, int]]:
     """Every marker in a name stack: ``(kernel id, digest, end offset)``, outermost first."""
     return [(x["kernel"], x["digest"], x.end()) for x in _PATTERN.finditer(name_stack)]
+
+
+def differentiated(name_stack: str, kernel: str) -> bool:
+    """Whether a name stack shows ``kernel``'s own scope under ``jvp`` (the kernel is
+    differentiated, so its backward pass runs too): ``transpose(jvp(jaxtune[k#...``, or
+    ``jvp()/jaxtune[k#...`` as a jaxpr writes it. A kernel that merely runs inside another
+    kernel's backward pass is not."""
+    for match in _PATTERN.finditer(name_stack):
+        before = name_stack[: match.start()]
+        if match["kernel"] == kernel and before.endswith(("jvp(", "jvp()/")):
+            return True
+    return False
 
 
 def lookup(digest: str) -> Mark | None:

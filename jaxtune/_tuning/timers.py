@@ -6,7 +6,8 @@ default.
 - ``profiler``: device time. The calls run inside a ``jax.profiler`` trace and each call's
   time is taken from its device events: on TPU and GPU the module's event on the device
   plane's ``XLA Modules`` line, on CPU the span of the executable's op events (one
-  ``run_id`` per call) on the ``tf_XLA*`` host lines. The wall clock of a small kernel on
+  ``run_id`` per call) on the ``tf_XLA*`` host lines, or for a small program that runs on
+  the calling thread (no op events) its call's event. The wall clock of a small kernel on
   TPU is mostly dispatch; its device events are not. The default on TPU and GPU.
 - ``cupti``: the profiler timer on an NVIDIA GPU, whose device events JAX's profiler takes
   from CUPTI; refused elsewhere.
@@ -244,6 +245,7 @@ def _executions(where: pathlib.Path) -> list[tuple[str, float, float]]:
     data = ProfileData.from_file(str(files[-1]))
     device: list[tuple[str, float, float]] = []
     host: dict[Any, list[Any]] = {}
+    calls: list[tuple[str, float, float]] = []
     for plane in data.planes:
         if plane.name.startswith("/device:"):
             for line in plane.lines:
@@ -252,9 +254,12 @@ def _executions(where: pathlib.Path) -> list[tuple[str, float, float]]:
                         device.append((e.name.split("(")[0], e.start_ns, e.duration_ns))
         elif plane.name.startswith("/host:"):
             for line in plane.lines:
-                if not line.name.startswith("tf_XLA"):
-                    continue
                 for e in line.events:
+                    if e.name.startswith("PjitFunction(jit(") and e.name.endswith("))"):
+                        calls.append(("jit_" + e.name[17:-2], e.start_ns, e.duration_ns))
+                        continue
+                    if not line.name.startswith("tf_XLA"):
+                        continue
                     stats = dict(e.stats)
                     run_id = stats.get("run_id")
                     if run_id is None:
@@ -262,8 +267,12 @@ def _executions(where: pathlib.Path) -> list[tuple[str, float, float]]:
                     span = host.setdefault((stats.get("hlo_module"), run_id), [math.inf, 0.0])
                     span[0] = min(span[0], e.start_ns)
                     span[1] = max(span[1], e.end_ns)
-    if not device:  # CPU: one execution per (module, run_id), its ops' span
+    if not device:
+        # CPU: one execution per (module, run_id), the span of its ops; a small program
+        # that runs on the calling thread leaves no op events, only its call's event.
         device = [(str(m), s, end - s) for (m, _), (s, end) in host.items()]
+        seen = {m for m, _, _ in device}
+        device += [c for c in calls if c[0] not in seen]
     device.sort(key=lambda x: x[1])
     return device
 

@@ -53,8 +53,8 @@ class TimingOptions:
     leader_window: float = 1.25
     tie_window: float = 1.5
     rounds: int = 6
-    max_rounds: int = 40
-    max_rounds_s: float = 10.0
+    max_rounds: int = 200
+    max_rounds_s: float = 5.0
     tie_within: float = 0.03
     round_samples: int = 2
     first_pass_above: int = 4

@@ -42,8 +42,8 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
     with _config.override(mode="cached"):
         sites = locate(fn, *args, **kwargs)
     result = TuningResult()
-    # A kernel is differentiated when any of its sites sits under a jvp or transpose (the
-    # backward pass): then timing="auto" times forward and backward.
+    # A kernel is differentiated when a site shows its scope under jvp (and its transpose,
+    # the backward pass): then timing="auto" times forward and backward.
     differentiated: dict[tuple[str, str], bool] = {}
     marks: dict[tuple[str, str], _markers.Mark] = {}
     for site in sites:
@@ -51,7 +51,7 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
         if mark is None:
             continue
         marks.setdefault((mark.kernel, mark.key), mark)
-        under_ad = mark.differentiated or _under_ad(site.name_stack)
+        under_ad = mark.differentiated or _markers.differentiated(site.name_stack, mark.kernel)
         differentiated[mark.kernel, mark.key] = (
             differentiated.get((mark.kernel, mark.key), False) or under_ad
         )
@@ -69,11 +69,6 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
         )
     retrace_jitted_functions()
     return TuningResult(dict(result), untuned=untuned)
-
-
-def _under_ad(name_stack: str) -> bool:
-    """Whether a name stack shows a differentiation transform (``jvp(``, ``transpose(``)."""
-    return any(part in name_stack for part in ("jvp(", "transpose(", "vjp("))
 
 
 def _mark_of(site: KernelSite) -> _markers.Mark | None:
