@@ -50,6 +50,8 @@ class Settings:
     isolation: Isolation
     timeout: float
     verbose: int
+    #: ``JAXTUNE_NEAREST=1``: every kernel may borrow the nearest tuned shape's config.
+    nearest: bool = False
     agree_timeout: float = 300.0
     record: str = ""
     record_stop: bool = False
@@ -211,6 +213,15 @@ VARIABLES: tuple[Variable, ...] = (
         default="0",
         parse=_level("JAXTUNE_VERBOSE"),
         doc="0: quiet; 1: one line per sweep and per chosen config; 2: also every config.",
+    ),
+    Variable(
+        name="JAXTUNE_NEAREST",
+        field="nearest",
+        allowed="0, 1",
+        default="0",
+        parse=_flag("JAXTUNE_NEAREST"),
+        doc="1: a shape never tuned may use the config of the nearest tuned shape of the same "
+        "kernel (one its prune accepts), for every kernel; 0: only kernels with nearest=True.",
     ),
     Variable(
         name="JAXTUNE_AGREE_TIMEOUT",

@@ -40,6 +40,7 @@ def autotuned(
     bytes: float | Callable[..., float] | None = None,
     search: Any = "auto",
     budget: int | Budget | None = None,
+    nearest: bool = False,
 ) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
     """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
 
@@ -67,6 +68,9 @@ def autotuned(
             ``"coordinate"``, ``"model"``, or an object following :class:`jaxtune.Strategy`.
         budget: configs a sweep may measure (an int), or :class:`jaxtune.Budget` with
             configs and/or seconds; default ``JAXTUNE_BUDGET``, else the strategy's own.
+        nearest: whether a shape never tuned may use the config of the nearest tuned shape
+            (only one that ``prune`` accepts for the new shape); default ``False``, unless
+            ``JAXTUNE_NEAREST=1``.
 
     Examples:
         >>> import jax.numpy as jnp
