@@ -50,7 +50,6 @@ class Settings:
     isolation: Isolation
     timeout: float
     verbose: int
-    #: ``JAXTUNE_NEAREST=1``: every kernel may borrow the nearest tuned shape's config.
     nearest: bool = False
     agree_timeout: float = 300.0
     record: str = ""
@@ -91,6 +90,11 @@ def _bad(name: str, raw: str, allowed: str) -> SettingsError:
 def _flag(name: str) -> Callable[[str], bool]:
     choose = _choice(name, ("0", "1"))
     return lambda raw: choose(raw) == "1"
+
+
+def _flag_variable(name: str, field: str, doc: str) -> Variable:
+    """A ``0``/``1`` variable whose default is ``0``."""
+    return Variable(name=name, field=field, allowed="0, 1", default="0", parse=_flag(name), doc=doc)
 
 
 def _level(name: str) -> Callable[[str], int]:
@@ -174,13 +178,10 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_directory("JAXTUNE_CACHE_DIR"),
         doc="Where tuned configurations are stored.",
     ),
-    Variable(
-        name="JAXTUNE_PROFILE",
-        field="profile",
-        allowed="0, 1",
-        default="0",
-        parse=_flag("JAXTUNE_PROFILE"),
-        doc="1 profiles the first call per signature of every @profiled function.",
+    _flag_variable(
+        "JAXTUNE_PROFILE",
+        "profile",
+        "1 profiles the first call per signature of every @profiled function.",
     ),
     Variable(
         name="JAXTUNE_PROFILE_DIR",
@@ -214,15 +215,7 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_level("JAXTUNE_VERBOSE"),
         doc="0: quiet; 1: one line per sweep and per chosen config; 2: also every config.",
     ),
-    Variable(
-        name="JAXTUNE_NEAREST",
-        field="nearest",
-        allowed="0, 1",
-        default="0",
-        parse=_flag("JAXTUNE_NEAREST"),
-        doc="1: a shape never tuned may use the config of the nearest tuned shape of the same "
-        "kernel (one its prune accepts), for every kernel; 0: only kernels with nearest=True.",
-    ),
+    _flag_variable("JAXTUNE_NEAREST", "nearest", "1: nearest-shape configs for every kernel."),
     Variable(
         name="JAXTUNE_AGREE_TIMEOUT",
         field="agree_timeout",
@@ -241,13 +234,10 @@ VARIABLES: tuple[Variable, ...] = (
         doc="Set by `jaxtune tune` in the program it runs: the file every autotuned call "
         "is recorded to. Not meant to be set by hand.",
     ),
-    Variable(
-        name="JAXTUNE_RECORD_STOP",
-        field="record_stop",
-        allowed="0, 1",
-        default="0",
-        parse=_flag("JAXTUNE_RECORD_STOP"),
-        doc="Set by `jaxtune tune`: 1 stops the recorded program after its first traced step.",
+    _flag_variable(
+        "JAXTUNE_RECORD_STOP",
+        "record_stop",
+        "Set by `jaxtune tune`: 1 stops the recorded program after its first traced step.",
     ),
     Variable(
         name="JAXTUNE_BUDGET",

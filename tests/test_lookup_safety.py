@@ -97,7 +97,9 @@ def test_tpu_matmul_opted_into_nearest_borrows_only_what_prune_accepts(monkeypat
     x2, y2 = _operands(512)
     name = "tests.safety.tpu_matmul_nearest"
     big = (("f32", (128, 1024)), ("f32", (1024, 128)))
-    _cache.user_cache().write([entry(name, "f32[128,1024],f32[1024,128]", {"block_k": 1024}, shapes=big)])
+    _cache.user_cache().write(
+        [entry(name, "f32[128,1024],f32[1024,128]", {"block_k": 1024}, shapes=big)]
+    )
     with pltpu.force_tpu_interpret_mode():
         choice = tpu_mm_nearest.config_for(x2, y2)
         assert (choice.source, dict(choice.config)) == ("default", {"block_k": 128})
@@ -106,7 +108,9 @@ def test_tpu_matmul_opted_into_nearest_borrows_only_what_prune_accepts(monkeypat
 
         # As near, and valid here: this one is borrowed.
         small = (("f32", (128, 256)), ("f32", (256, 128)))
-        _cache.user_cache().write([entry(name, "f32[128,256],f32[256,128]", {"block_k": 256}, shapes=small)])
+        _cache.user_cache().write(
+            [entry(name, "f32[128,256],f32[256,128]", {"block_k": 256}, shapes=small)]
+        )
         choice = tpu_mm_nearest.config_for(x2, y2)
         assert (choice.source, dict(choice.config)) == ("nearest", {"block_k": 256})
         out = jax.jit(tpu_mm_nearest)(x2, y2)
@@ -179,7 +183,9 @@ def chunked(x, *, chunk):
 def test_cached_config_outside_the_space_is_skipped_with_one_warning(bad):
     x = jnp.arange(16, dtype=jnp.float32)
     _cache.user_cache().write([entry("tests.safety.chunked", "f32[16]", {"chunk": bad})])
-    with pytest.warns(jaxtune.JaxtuneWarning, match=r"tests\.safety\.chunked.*f32\[16\].*chunk=") as seen:
+    with pytest.warns(
+        jaxtune.JaxtuneWarning, match=r"tests\.safety\.chunked.*f32\[16\].*chunk="
+    ) as seen:
         choice = chunked.config_for(x)
         out = jax.jit(chunked)(x)
         jax.jit(lambda a: chunked(a) + 1)(x)  # another trace: no second warning
@@ -237,7 +243,11 @@ def test_static_argument_default_does_not_split_keys():
     }
     assert keys == {"f32[8];scale=1.0"}
     _cache.user_cache().write([entry("tests.safety.st", "f32[8];scale=1.0", {"factor": 2})])
-    for call in (lambda: with_static(x), lambda: with_static(x, 1.0), lambda: with_static(x, scale=1.0)):
+    for call in (
+        lambda: with_static(x),
+        lambda: with_static(x, 1.0),
+        lambda: with_static(x, scale=1.0),
+    ):
         assert float(call()[0]) == 2.0
     assert float(jax.jit(lambda a: with_static(a))(x)[0]) == 2.0
     assert with_static.config_for(x, 3.0).key == "f32[8];scale=3.0"
@@ -272,7 +282,9 @@ def test_a_raising_callback_is_a_config_space_error_naming_the_kernel(where):
     )
     x = jnp.ones((8,), jnp.float32)
     detail = {"prune": r"config chunk=2", "configs": r"f32\[8\]", "default": r"f32\[8\]"}[where]
-    message = rf"{where}.* of kernel 'tests\.safety\.raises_{where}' raised ZeroDivisionError.*{detail}"
+    message = (
+        rf"{where}.* of kernel 'tests\.safety\.raises_{where}' raised ZeroDivisionError.*{detail}"
+    )
     with pytest.raises(jaxtune.ConfigSpaceError, match=message) as info:
         kernel.config_for(x)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
@@ -280,7 +292,9 @@ def test_a_raising_callback_is_a_config_space_error_naming_the_kernel(where):
         jax.jit(kernel)(x)
 
 
-@pytest.mark.parametrize("value", [2**70, -(2**64), object(), (1, 2**65)], ids=["big", "small", "object", "tuple"])
+@pytest.mark.parametrize(
+    "value", [2**70, -(2**64), object(), (1, 2**65)], ids=["big", "small", "object", "tuple"]
+)
 def test_a_value_that_cannot_be_stored_is_an_error_at_decoration(value):
     with pytest.raises(jaxtune.ConfigSpaceError, match=r"cannot be stored"):
 
@@ -294,5 +308,7 @@ def test_a_value_that_cannot_be_stored_from_a_callable_space_is_an_error_when_bu
     def unstorable(x, *, chunk):
         return x
 
-    with pytest.raises(jaxtune.ConfigSpaceError, match=r"tests\.safety\.unstorable_fn.*cannot be stored"):
+    with pytest.raises(
+        jaxtune.ConfigSpaceError, match=r"tests\.safety\.unstorable_fn.*cannot be stored"
+    ):
         unstorable.config_for(jnp.ones((8,), jnp.float32))

@@ -123,7 +123,6 @@ class Autotuned(Generic[P, R]):
         self._retuned: set[tuple[str, str]] = set()
         #: The pruned space and default per (shapes, statics): prune runs once per shape.
         self._spaces: dict[Any, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
-        self._fits: dict[Any, _lookup.Fit] = {}  # the same, as stored configs are checked
         strategy_of(search)  # validates the name or object now, not at the first sweep
         self.search = search
         self.budget = Budget.of(budget)
@@ -190,17 +189,6 @@ class Autotuned(Generic[P, R]):
             self._spaces[memo] = known
         return [dict(c) for c in known[0]], dict(known[1])
 
-    def fit(self, sig: Signature) -> _lookup.Fit:
-        """The pruned space of a bound call, to check stored configs against."""
-        memo = (sig.shapes, sig.statics)
-        known = self._fits.get(memo)
-        if known is None:
-            known = _lookup.Fit(self.kernel_id, self.version, self.space_and_default(sig)[0])
-            if len(self._fits) >= 1024:
-                self._fits.clear()
-            self._fits[memo] = known
-        return known
-
     # -- lookup --------------------------------------------------------------------------
 
     def _choose(self, sig: Signature, *, sweep: bool) -> Choice:
@@ -214,7 +202,7 @@ class Autotuned(Generic[P, R]):
         space, default = self.space_and_default(sig)
         # config_for never sweeps, so it answers what the caches hold even in retune mode.
         if not (sweep and self._retuning(kind, sig)):
-            fit = self.fit(sig)
+            fit = _lookup.Fit(self.kernel_id, self.version, space)
             scoped = _lookup.scoped_entry(self.kernel_id, kind, sig.key, fit)
             if scoped is not None:
                 return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
@@ -247,7 +235,7 @@ class Autotuned(Generic[P, R]):
         """The lookup after the scopes: caches, a sweep through ``measure`` (on a miss in
         tune mode), nearest (for kernels that opt in), default."""
         settings = _config.settings()
-        fit = self.fit(sig)
+        fit = _lookup.Fit(self.kernel_id, self.version, space)
         use_caches = settings.mode != "off"
         if use_caches and not (measure is not None and self._retuning(kind, sig)):
             found = _lookup.cached_entry(self.kernel_id, kind, sig.key, fit)

@@ -47,19 +47,16 @@ def autotuned(
     Args:
         configs: a dict of lists (cartesian product), a list of dicts, or a callable of the
             abstract arguments returning dicts. Config values reach the kernel as keywords.
-        default: the config used when nothing better is known (dict or callable of the
-            abstract arguments); default: the first config of the pruned space.
-        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs; it must be
-            pure (the pruned space is worked out once per shapes and static values).
-        key: replaces the default key (shapes/dtypes of arrays plus static values); called
-            with the abstract arguments.
+        default: the config when nothing is known (dict or callable); else the space's first.
+        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs (must be pure).
+        key: replaces the default key (shapes/dtypes, static values); called with abstract arguments.
         name: the kernel's stable cache id (default ``module.qualname``).
         version: bump to invalidate old cache entries when the kernel changes.
         check: ``"auto"`` (compare with the default config's output at a dtype-aware
             tolerance), ``False``, ``{"rtol":..., "atol":...}`` or ``(out, ref) -> bool``.
         inputs: builds concrete inputs from the abstract arguments for kernels whose inputs
             must satisfy invariants; returns a tuple of the array arguments or a dict.
-        static_argnames: non-array arguments; their values enter the key.
+        static_argnames: non-array arguments; their values (or defaults) enter the key.
         timeout: seconds per config (default ``JAXTUNE_TIMEOUT``).
         flops: FLOPs of one call (number or callable of the abstract arguments), for reports.
         bytes: bytes accessed by one call, likewise.
@@ -68,9 +65,8 @@ def autotuned(
             ``"coordinate"``, ``"model"``, or an object following :class:`jaxtune.Strategy`.
         budget: configs a sweep may measure (an int), or :class:`jaxtune.Budget` with
             configs and/or seconds; default ``JAXTUNE_BUDGET``, else the strategy's own.
-        nearest: whether a shape never tuned may use the config of the nearest tuned shape
-            (only one that ``prune`` accepts for the new shape); default ``False``, unless
-            ``JAXTUNE_NEAREST=1``.
+        nearest: a shape never tuned may use the nearest tuned shape's config, one ``prune``
+            accepts for it; default ``False`` (``JAXTUNE_NEAREST=1`` opts every kernel in).
 
     Examples:
         >>> import jax.numpy as jnp

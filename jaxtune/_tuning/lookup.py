@@ -94,10 +94,13 @@ class Fit:
         self.kernel = kernel
         self.version = version
         self.names = frozenset(space[0]) if space else frozenset()
-        self._configs = frozenset(_typed_config(c) for c in space)
+        self._space = space
+        self._configs: frozenset[Hashable] | None = None  # built when first asked
 
     def holds(self, config: Mapping[str, Any]) -> bool:
         """Whether ``config`` is a config of the space."""
+        if self._configs is None:
+            self._configs = frozenset(_typed_config(c) for c in self._space)
         try:
             return _typed_config(config) in self._configs
         except TypeError:  # an unhashable value read from a file
@@ -118,12 +121,16 @@ class Fit:
         seen = (self.kernel, entry.device_kind, entry.key, layer, config)
         if seen not in _WARNED:
             _WARNED.add(seen)
-            text = _MSG_OUTSIDE.format(layer=layer, kernel=self.kernel, key=entry.key, config=config)
+            text = _MSG_OUTSIDE.format(
+                layer=layer, kernel=self.kernel, key=entry.key, config=config
+            )
             warnings.warn(text, JaxtuneWarning, stacklevel=2)
         return False
 
 
-def find_entry(kernel: str, kind: str, key: str, fit: Fit, *, use_caches: bool) -> tuple[Entry, Source] | None:
+def find_entry(
+    kernel: str, kind: str, key: str, fit: Fit, *, use_caches: bool
+) -> tuple[Entry, Source] | None:
     """The first usable exact entry: scopes (innermost first), user cache, packaged caches."""
     scoped = scoped_entry(kernel, kind, key, fit)
     if scoped is not None:

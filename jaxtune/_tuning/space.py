@@ -31,7 +31,7 @@ def _round_trips(value: Any) -> bool:
     64 bits, a str with lone surrogates or tuples nested too deeply do not)."""
     try:
         back = unpackb(packb([value]))
-    except Exception:  # noqa: BLE001 - msgpack's OverflowError, ValueError, TypeError...
+    except Exception:  # msgpack raises OverflowError, ValueError or TypeError
         return False
     return bool(back == [value])
 
