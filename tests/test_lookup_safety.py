@@ -205,6 +205,17 @@ def test_skipped_user_entry_falls_through_to_the_packaged_layer(tmp_path):
     assert (choice.source, dict(choice.config)) == ("packaged", {"chunk": 4})
 
 
+def test_scoped_config_outside_the_space_is_skipped_with_one_warning():
+    x = jnp.arange(16, dtype=jnp.float32)
+    outer = jaxtune.TuningResult.of(entry("tests.safety.chunked", "f32[16]", {"chunk": 4}))
+    inner = jaxtune.TuningResult.of(entry("tests.safety.chunked", "f32[16]", {"chunk": 32}))
+    with outer, inner, pytest.warns(jaxtune.JaxtuneWarning, match="scope entry") as seen:
+        choice = chunked.config_for(x)
+        chunked.config_for(x)
+    assert len(seen) == 1
+    assert (choice.source, dict(choice.config)) == ("scope", {"chunk": 4})
+
+
 def test_stored_tuple_dtype_and_enum_values_in_the_space_are_used():
     space = {
         "tile": [(2,), (4,)],
