@@ -77,9 +77,10 @@ _WARNED: set[tuple[str, str, str, str, str]] = set()
 
 _MSG_OUTSIDE = (
     "jaxtune skips the {layer} entry of {kernel} for {key}: its config {config} is not in "
-    "its space for these arguments (the space or prune changed since it was tuned, or the "
-    "entry was edited); using the next layer of the lookup. Re-tune it "
-    "(JAXTUNE_MODE=retune) or remove it (jaxtune cache prune)."
+    "its space for these arguments, after prune (values are compared with their types: "
+    "4.0, '4' and True are not 4). The space or prune changed since it was tuned, or the "
+    "entry was edited; the lookup goes on to the next layer. Re-tune it "
+    "(JAXTUNE_MODE=retune) or drop it (jaxtune cache prune --kernel {kernel})."
 )
 
 

@@ -33,7 +33,7 @@ def _round_trips(value: Any) -> bool:
         back = unpackb(packb([value]))
     except Exception:  # msgpack raises OverflowError, ValueError or TypeError
         return False
-    return bool(back == [value])
+    return bool(back == [value]) or value != value  # NaN is stored, but is never equal
 
 
 def _check_value(name: str, value: Any, where: str, checked: set[Any]) -> None:
@@ -179,7 +179,7 @@ class ConfigSpec:
             ConfigSpaceError: the space is empty after pruning, or malformed, or a callable
                 space or ``prune`` raised (chained).
         """
-        at = f"for arguments {call}" if call else "for these arguments"
+        at = f"for arguments {call or '(these)'}"
         if self._callable is not None:
             try:
                 built = list(self._callable(*args, **kwargs))
@@ -200,7 +200,7 @@ class ConfigSpec:
             if cid in seen:
                 continue
             seen.add(cid)
-            if self._keeps(c, args, kwargs, at):
+            if self._keeps(c, args, kwargs, call):
                 kept.append(dict(c))
         if not kept:
             raise ConfigSpaceError(
@@ -211,14 +211,14 @@ class ConfigSpec:
         return kept
 
     def _keeps(
-        self, config: Config, args: Sequence[Any], kwargs: Mapping[str, Any], at: str
+        self, config: Config, args: Sequence[Any], kwargs: Mapping[str, Any], call: str
     ) -> bool:
         if self.prune is None:
             return True
         try:
             return bool(self.prune(config, *args, **kwargs))
         except Exception as e:
-            at = f"for config {config_id(config)} {at}"
+            at = f"for config {config_id(config)} and arguments {call or '(these)'}"
             must = "return True or False for every config of the space"
             raise _callback_error("prune", self.kernel, at, must, "False", e) from e
 
@@ -238,7 +238,7 @@ class ConfigSpec:
         if self.default is None:
             return dict(space[0])
         if callable(self.default) and not isinstance(self.default, Mapping):
-            at = f"for arguments {call}" if call else "for these arguments"
+            at = f"for arguments {call or '(these)'}"
             try:
                 value = dict(self.default(*args, **kwargs))
             except Exception as e:
