@@ -195,6 +195,19 @@ def test_cached_config_outside_the_space_is_skipped_with_one_warning(bad):
     np.testing.assert_allclose(out, np.arange(16).reshape(-1, 2).sum(axis=1))
 
 
+def test_in_tune_mode_a_skipped_entry_is_a_miss_that_sweeps_and_replaces_it(
+    monkeypatch, fast_timing
+):
+    x = jnp.arange(16, dtype=jnp.float32)
+    _cache.user_cache().write([entry("tests.safety.chunked", "f32[16]", {"chunk": 64})])
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    with pytest.warns(jaxtune.JaxtuneWarning, match=r"config chunk=64 is not in its space"):
+        out = jax.jit(chunked)(x)
+    stored = _cache.user_cache().lookup("tests.safety.chunked", kind(), "f32[16]")
+    assert stored.config["chunk"] in (2, 4) and len(stored.measurements) == 2
+    assert out.shape == (16 // stored.config["chunk"],)
+
+
 def test_skipped_user_entry_falls_through_to_the_packaged_layer(tmp_path):
     x = jnp.arange(16, dtype=jnp.float32)
     packaged = jaxtune.TuningResult.of(entry("tests.safety.chunked", "f32[16]", {"chunk": 4}))
