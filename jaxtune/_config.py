@@ -50,6 +50,7 @@ class Settings:
     isolation: Isolation
     timeout: float
     verbose: int
+    nearest: bool = False
     agree_timeout: float = 300.0
     record: str = ""
     record_stop: bool = False
@@ -91,6 +92,11 @@ def _bad(name: str, raw: str, allowed: str) -> SettingsError:
 def _flag(name: str) -> Callable[[str], bool]:
     choose = _choice(name, ("0", "1"))
     return lambda raw: choose(raw) == "1"
+
+
+def _flag_variable(name: str, field: str, doc: str) -> Variable:
+    """A ``0``/``1`` variable whose default is ``0``."""
+    return Variable(name=name, field=field, allowed="0, 1", default="0", parse=_flag(name), doc=doc)
 
 
 def _level(name: str) -> Callable[[str], int]:
@@ -174,13 +180,10 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_directory("JAXTUNE_CACHE_DIR"),
         doc="Where tuned configurations are stored.",
     ),
-    Variable(
-        name="JAXTUNE_PROFILE",
-        field="profile",
-        allowed="0, 1",
-        default="0",
-        parse=_flag("JAXTUNE_PROFILE"),
-        doc="1 profiles the first call per signature of every @profiled function.",
+    _flag_variable(
+        "JAXTUNE_PROFILE",
+        "profile",
+        "1 profiles the first call per signature of every @profiled function.",
     ),
     Variable(
         name="JAXTUNE_PROFILE_DIR",
@@ -214,6 +217,7 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_level("JAXTUNE_VERBOSE"),
         doc="0: quiet; 1: one line per sweep and per chosen config; 2: also every config.",
     ),
+    _flag_variable("JAXTUNE_NEAREST", "nearest", "1: nearest-shape configs for every kernel."),
     Variable(
         name="JAXTUNE_AGREE_TIMEOUT",
         field="agree_timeout",
@@ -232,13 +236,10 @@ VARIABLES: tuple[Variable, ...] = (
         doc="Set by `jaxtune tune` in the program it runs: the file every autotuned call "
         "is recorded to. Not meant to be set by hand.",
     ),
-    Variable(
-        name="JAXTUNE_RECORD_STOP",
-        field="record_stop",
-        allowed="0, 1",
-        default="0",
-        parse=_flag("JAXTUNE_RECORD_STOP"),
-        doc="Set by `jaxtune tune`: 1 stops the recorded program after its first traced step.",
+    _flag_variable(
+        "JAXTUNE_RECORD_STOP",
+        "record_stop",
+        "Set by `jaxtune tune`: 1 stops the recorded program after its first traced step.",
     ),
     Variable(
         name="JAXTUNE_BUDGET",

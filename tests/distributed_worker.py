@@ -118,7 +118,7 @@ def main() -> None:
         return
     _autotuned.default_runner = lambda: runner
     if scenario == "conflict":
-        plant(10 * (pid + 1), x)
+        plant(pid + 5, x)  # a config of the space: 5, 6, 7, 8
     if client is not None:
         client.wait_at_barrier("jaxtune-test-ready", 60_000)
     if scenario == "silent_leader" and pid == 0:

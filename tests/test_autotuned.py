@@ -44,6 +44,7 @@ def sometimes_wrong(x, *, variant):
     configs={"factor": [1, 2, 4]},
     prune=lambda c, x: x.shape[0] % (4 * c["factor"]) == 0,
     check=False,
+    nearest=True,
     name="tests.pruned",
 )
 def pruned(x, *, factor):
@@ -247,16 +248,18 @@ def test_retune_mode_sweeps_even_on_hit_and_overwrites(monkeypatch, fast_timing)
     )
 
 
-def test_every_source_is_reachable():
+def test_every_source_is_reachable(monkeypatch):
     x = jnp.ones((64,), jnp.float32)
     assert scale.config_for(x).source == "default"
     assert scale.config_for(x, factor=2).source == "explicit"
     assert dict(scale.config_for(x, factor=2).config) == {"factor": 2}
 
-    # nearest: a tuned entry for another shape of the same rank and dtype
+    # nearest (opted into): a tuned entry for another shape of the same rank and dtype
     _cache.user_cache().write(
         [entry("tests.scale", "f32[100]", {"factor": 2}, shapes=(("f32", (100,)),))]
     )
+    assert scale.config_for(x).source == "default"
+    monkeypatch.setenv("JAXTUNE_NEAREST", "1")
     near = scale.config_for(x)
     assert (near.source, dict(near.config)) == ("nearest", {"factor": 2})
 

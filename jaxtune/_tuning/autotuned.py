@@ -34,6 +34,7 @@ from .naming import kernel_id_for
 from .options import (
     validate_callable,
     validate_check,
+    validate_nearest,
     validate_static_argnames,
     validate_timeout,
     validate_timer,
@@ -119,11 +120,12 @@ class Autotuned(Generic[P, R]):
         budget: int | Budget | None = None,
         timer: str | None = None,
         timing: str = "auto",
+        nearest: bool = False,
     ) -> None:
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
-        self.spec = ConfigSpec(fn, configs, prune=prune, default=default)
         self.kernel_id = kernel_id_for(fn, name)
+        self.spec = ConfigSpec(fn, configs, prune=prune, default=default, kernel=self.kernel_id)
         self.version = "" if version is None else str(version)
         self.check = validate_check(check)
         self.inputs = validate_callable("inputs", inputs)
@@ -155,6 +157,7 @@ class Autotuned(Generic[P, R]):
         strategy_of(search)  # validates the name or object now, not at the first sweep
         self.search = search
         self.budget = Budget.of(budget)
+        self.nearest = validate_nearest(nearest)
         prestart_child(self.__wrapped__)
         _REGISTRY[self.kernel_id] = self
 
@@ -210,8 +213,8 @@ class Autotuned(Generic[P, R]):
         known = self._spaces.get(memo)
         if known is None:
             args, kwargs = sig.call_arguments(abstract=True)
-            space = self.spec.space(args, kwargs)
-            known = (space, self.spec.default_config(space, args, kwargs))
+            space = self.spec.space(args, kwargs, call=sig.key)
+            known = (space, self.spec.default_config(space, args, kwargs, call=sig.key))
             if len(self._spaces) >= 1024:
                 self._spaces.clear()
             self._spaces[memo] = known
@@ -228,10 +231,10 @@ class Autotuned(Generic[P, R]):
     def _lookup(self, sig: Signature, *, sweep: bool) -> Choice:
         kind = _lookup.device_kind()
         space, default = self.space_and_default(sig)
-        if not self._retuning(kind, sig):
-            scoped = _lookup.scoped_entry(
-                self.kernel_id, kind, sig.key, self.version, frozenset(space[0])
-            )
+        # config_for never sweeps, so it answers what the caches hold even in retune mode.
+        if not (sweep and self._retuning(kind, sig)):
+            fit = _lookup.Fit(self.kernel_id, self.version, space)
+            scoped = _lookup.scoped_entry(self.kernel_id, kind, sig.key, fit)
             if scoped is not None:
                 return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
         if not sweep:  # config_for: the agreed config once there is one, else this process's
@@ -261,12 +264,12 @@ class Autotuned(Generic[P, R]):
         measure: Callable[[SweepTask], SweepOutcome] | None,
     ) -> Choice:
         """The lookup after the scopes: caches, a sweep through ``measure`` (on a miss in
-        tune mode), nearest, default."""
+        tune mode), nearest (for kernels that opt in), default."""
         settings = _config.settings()
-        names = frozenset(space[0])
+        fit = _lookup.Fit(self.kernel_id, self.version, space)
         use_caches = settings.mode != "off"
-        if use_caches and not self._retuning(kind, sig):
-            found = _lookup.cached_entry(self.kernel_id, kind, sig.key, self.version, names)
+        if use_caches and not (measure is not None and self._retuning(kind, sig)):
+            found = _lookup.cached_entry(self.kernel_id, kind, sig.key, fit)
             if found is not None:
                 entry, source = found
                 return Choice(config=dict(entry.config), source=source, key=sig.key, entry=entry)
@@ -281,18 +284,8 @@ class Autotuned(Generic[P, R]):
                 )
             else:
                 return Choice(config=dict(entry.config), source="cache", key=sig.key, entry=entry)
-        if use_caches:
-            args, kwargs = sig.call_arguments(abstract=True)
-            accept = self.spec.prune or (lambda c, *a, **k: True)
-            near = _lookup.nearest(
-                self.kernel_id,
-                kind,
-                self.version,
-                names,
-                sig.shapes,
-                sig.statics,
-                lambda c: bool(accept(c, *args, **kwargs)),
-            )
+        if use_caches and (self.nearest or settings.nearest):
+            near = _lookup.nearest(self.kernel_id, kind, fit, sig.shapes, sig.statics)
             if near is not None:
                 return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
         return Choice(config=default, source="default", key=sig.key)

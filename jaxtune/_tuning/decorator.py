@@ -42,25 +42,23 @@ def autotuned(
     budget: int | Budget | None = None,
     timer: str | None = None,
     timing: str = "auto",
+    nearest: bool = False,
 ) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
     """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
 
     Args:
         configs: a dict of lists (cartesian product), a list of dicts, or a callable of the
             abstract arguments returning dicts. Config values reach the kernel as keywords.
-        default: the config used when nothing better is known (dict or callable of the
-            abstract arguments); default: the first config of the pruned space.
-        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs; it must be
-            pure (the pruned space is worked out once per shapes and static values).
-        key: replaces the default key (shapes/dtypes of arrays plus static values); called
-            with the abstract arguments.
+        default: the config when nothing is known (dict or callable); else the space's first.
+        prune: ``prune(config, *args, **kwargs) -> bool`` keeps valid configs (must be pure).
+        key: replaces the default key (shapes/dtypes, static values); called with abstract arguments.
         name: the kernel's stable cache id (default ``module.qualname``).
         version: bump to invalidate old cache entries when the kernel changes.
         check: ``"auto"`` (compare with the default config's output at a dtype-aware
             tolerance), ``False``, ``{"rtol":..., "atol":...}`` or ``(out, ref) -> bool``.
         inputs: builds concrete inputs from the abstract arguments for kernels whose inputs
             must satisfy invariants; returns a tuple of the array arguments or a dict.
-        static_argnames: non-array arguments; their values enter the key.
+        static_argnames: non-array arguments; their values (or defaults) enter the key.
         timeout: seconds per config (default ``JAXTUNE_TIMEOUT``).
         flops: FLOPs of one call (number or callable of the abstract arguments), for reports.
         bytes: bytes accessed by one call, likewise.
@@ -76,6 +74,8 @@ def autotuned(
             from a differentiated program, such as ``jaxtune.tune(jax.grad(loss), ...)``,
             forward otherwise), ``"forward"`` or ``"vjp"`` (forward and backward, with a
             cotangent of ones).
+        nearest: a shape never tuned may use the nearest tuned shape's config, one ``prune``
+            accepts for it; default ``False`` (``JAXTUNE_NEAREST=1`` opts every kernel in).
 
     Examples:
         >>> import jax.numpy as jnp

@@ -1,9 +1,13 @@
 """Lookup order for a config: explicit -> scope -> cross-host agreement -> user cache ->
-packaged -> nearest -> default.
+packaged -> nearest (opt-in) -> default.
 
 The agreement (``jaxtune._distributed``) wraps everything after the scopes: with
 ``jax.distributed`` initialised, process 0 runs the rest of the order and the others adopt
 its answer.
+
+Every stored config is checked against the call's pruned space (:class:`Fit`) before it is
+used: an exact entry whose config is not in it is skipped with one warning, and the nearest
+step borrows only a config of the new shape's pruned space.
 """
 
 from __future__ import annotations
@@ -11,15 +15,26 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import jax
 
+from .._errors import JaxtuneWarning
 from . import cache as _cache
 from .result import Entry, active_scopes
+from .space import config_id
 
-__all__ = ["Choice", "cached_entry", "device_kind", "find_entry", "nearest", "scoped_entry"]
+__all__ = [
+    "Choice",
+    "Fit",
+    "cached_entry",
+    "device_kind",
+    "find_entry",
+    "nearest",
+    "scoped_entry",
+]
 
 Source = Literal["explicit", "scope", "cache", "packaged", "nearest", "default"]
 
@@ -44,42 +59,104 @@ def device_kind() -> str:
     return str(jax.devices()[0].device_kind)
 
 
-def _usable(entry: Entry | None, version: str, names: frozenset[str]) -> bool:
-    return entry is not None and entry.kernel_version == version and set(entry.config) == names
+def _typed(value: Any) -> Hashable:
+    """A value with its type, so that ``True``, ``1`` and ``1.0`` differ (they are equal in
+    Python, and a kernel given one for another may compile something else)."""
+    if isinstance(value, tuple):
+        return (tuple, tuple(_typed(v) for v in value))
+    return (type(value), value)
+
+
+def _typed_config(config: Mapping[str, Any]) -> Hashable:
+    return tuple(sorted((str(k), _typed(v)) for k, v in config.items()))
+
+
+#: (kernel, device kind, key, layer, config) already warned about: one warning each, not one
+#: per trace.
+_WARNED: set[tuple[str, str, str, str, str]] = set()
+
+_MSG_OUTSIDE = (
+    "jaxtune skips the {layer} entry of {kernel} for {key}: its config {config} is not in "
+    "its space for these arguments, after prune (values are compared with their types: "
+    "4.0, '4' and True are not 4). The space or prune changed since it was tuned, or the "
+    "entry was edited; the lookup goes on to the next layer. Re-tune it "
+    "(JAXTUNE_MODE=retune) or drop it (jaxtune cache prune --kernel {kernel})."
+)
+
+
+class Fit:
+    """The configs a kernel can run for one call: its pruned space for these arguments.
+
+    A stored config is usable when it is one of them, value and type alike; an entry for
+    another kernel version or other config keys is ignored silently.
+    """
+
+    def __init__(self, kernel: str, version: str, space: Sequence[Mapping[str, Any]]) -> None:
+        self.kernel = kernel
+        self.version = version
+        self.names = frozenset(space[0]) if space else frozenset()
+        self._space = space
+        self._configs: frozenset[Hashable] | None = None  # built when first asked
+
+    def holds(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config`` is a config of the space."""
+        if self._configs is None:
+            self._configs = frozenset(_typed_config(c) for c in self._space)
+        try:
+            return _typed_config(config) in self._configs
+        except TypeError:  # an unhashable value read from a file
+            return False
+
+    def matches(self, entry: Entry) -> bool:
+        """Whether ``entry`` is for this kernel version and these config keys."""
+        return entry.kernel_version == self.version and set(entry.config) == self.names
+
+    def usable(self, entry: Entry | None, layer: str) -> bool:
+        """Whether ``entry`` may be used as an exact entry; warns once when its config lies
+        outside the space."""
+        if entry is None or not self.matches(entry):
+            return False
+        if self.holds(entry.config):
+            return True
+        config = config_id(entry.config)
+        seen = (self.kernel, entry.device_kind, entry.key, layer, config)
+        if seen not in _WARNED:
+            _WARNED.add(seen)
+            text = _MSG_OUTSIDE.format(
+                layer=layer, kernel=self.kernel, key=entry.key, config=config
+            )
+            warnings.warn(text, JaxtuneWarning, stacklevel=2)
+        return False
 
 
 def find_entry(
-    kernel: str, kind: str, key: str, version: str, names: frozenset[str], *, use_caches: bool
+    kernel: str, kind: str, key: str, fit: Fit, *, use_caches: bool
 ) -> tuple[Entry, Source] | None:
     """The first usable exact entry: scopes (innermost first), user cache, packaged caches."""
-    scoped = scoped_entry(kernel, kind, key, version, names)
+    scoped = scoped_entry(kernel, kind, key, fit)
     if scoped is not None:
         return scoped, "scope"
-    return cached_entry(kernel, kind, key, version, names) if use_caches else None
+    return cached_entry(kernel, kind, key, fit) if use_caches else None
 
 
-def scoped_entry(
-    kernel: str, kind: str, key: str, version: str, names: frozenset[str]
-) -> Entry | None:
+def scoped_entry(kernel: str, kind: str, key: str, fit: Fit) -> Entry | None:
     """The usable entry of the innermost ``with TuningResult`` scope that has one."""
     for scope in reversed(active_scopes()):
         entry = scope.lookup(kernel, kind, key)
-        if _usable(entry, version, names):
+        if fit.usable(entry, "scope"):
             return entry
     return None
 
 
-def cached_entry(
-    kernel: str, kind: str, key: str, version: str, names: frozenset[str]
-) -> tuple[Entry, Source] | None:
+def cached_entry(kernel: str, kind: str, key: str, fit: Fit) -> tuple[Entry, Source] | None:
     """The usable entry of the user cache, else of the first packaged cache that has one."""
     entry = _cache.user_cache().lookup(kernel, kind, key)
-    if _usable(entry, version, names):
+    if fit.usable(entry, "user cache"):
         assert entry is not None
         return entry, "cache"
     for layer in _cache.layers():
         entry = layer.lookup(kernel, kind, key)
-        if _usable(entry, version, names):
+        if fit.usable(entry, "packaged"):
             assert entry is not None
             return entry, "packaged"
     return None
@@ -108,27 +185,21 @@ def _distance(
 def nearest(
     kernel: str,
     kind: str,
-    version: str,
-    names: frozenset[str],
+    fit: Fit,
     shapes: Sequence[tuple[str, tuple[int, ...]]],
     statics: str,
-    accept: Callable[[Mapping[str, Any]], bool],
 ) -> Entry | None:
     """The tuned entry whose shapes are closest (sum of |log ratio| over every dimension)
-    among entries with the same dtypes, ranks and static arguments whose config ``accept``
-    (the kernel's ``prune`` on the current arguments) keeps."""
+    among entries with the same dtypes, ranks and static arguments whose config is in ``fit``
+    (the pruned space of the current arguments: ``prune`` accepts it for them)."""
     best: tuple[float, Entry] | None = None
     for entry in candidates(kernel, kind):
-        if not _usable(entry, version, names) or entry.statics != statics:
+        if not fit.matches(entry) or entry.statics != statics:
             continue
         d = _distance(entry.shapes, shapes)
         if d is None or (best is not None and d >= best[0]):
             continue
-        try:
-            ok = accept(entry.config)
-        except Exception:
-            ok = False
-        if ok:
+        if fit.holds(entry.config):
             best = (d, entry)
     return None if best is None else best[1]
 

@@ -10,7 +10,13 @@ from typing import Any
 from .. import _config
 from .._errors import ConfigSpaceError
 
-__all__ = ["validate_callable", "validate_check", "validate_static_argnames", "validate_timeout"]
+__all__ = [
+    "validate_callable",
+    "validate_check",
+    "validate_nearest",
+    "validate_static_argnames",
+    "validate_timeout",
+]
 
 
 def validate_check(check: Any) -> Any:
@@ -113,3 +119,17 @@ def validate_timer(timer: Any) -> str | None:
             f"timer must be 'auto' or one of {', '.join(map(repr, TIMERS))}: {timer!r}."
         )
     return timer
+
+
+def validate_nearest(nearest: Any) -> bool:
+    """``nearest=``: ``True`` or ``False``.
+
+    Raises:
+        ConfigSpaceError: anything else.
+    """
+    if not isinstance(nearest, bool):
+        raise ConfigSpaceError(
+            f"nearest must be True or False, got {nearest!r}: True lets a shape never tuned "
+            "use the nearest tuned shape's config (one prune accepts for it)."
+        )
+    return nearest

@@ -143,7 +143,7 @@ class Signature:
             bound = fn_signature.bind_partial(*args, **kwargs)
         except TypeError as e:
             raise SignatureError(f"arguments do not match the kernel's signature: {e}") from e
-        arguments = dict(bound.arguments)
+        arguments = _with_static_defaults(fn_signature, bound.arguments, static_argnames)
         var_kw = next(
             (n for n, p in fn_signature.parameters.items() if p.kind is p.VAR_KEYWORD), None
         )
@@ -219,6 +219,24 @@ class Signature:
         if name in self.arguments and name != self.var_kw:
             return self.arguments[name]
         return self.arguments[self.var_kw][name]  # type: ignore[index]
+
+
+def _with_static_defaults(
+    fn_signature: inspect.Signature, given: Mapping[str, Any], static_argnames: frozenset[str]
+) -> dict[str, Any]:
+    """The bound arguments with every omitted static argument at its default, in the
+    signature's order, so ``f(x)``, ``f(x, 1.0)`` and ``f(x, scale=1.0)`` share one key."""
+    out: dict[str, Any] = {}
+    for name, param in fn_signature.parameters.items():
+        if name in given:
+            out[name] = given[name]
+        elif (
+            name in static_argnames
+            and param.default is not param.empty
+            and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
+        ):
+            out[name] = param.default
+    return out
 
 
 def _static_part(name: str, value: Any) -> str:

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._codec import storable
+from .._codec import packb, storable, unpackb
 from .._errors import ConfigSpaceError
 
 __all__ = ["ConfigSpec", "config_id"]
@@ -26,7 +26,17 @@ _STORABLE = (
 )
 
 
-def _check_value(name: str, value: Any, where: str) -> None:
+def _round_trips(value: Any) -> bool:
+    """Whether the cache's msgpack stores ``value`` and reads it back equal (an int beyond
+    64 bits, a str with lone surrogates or tuples nested too deeply do not)."""
+    try:
+        back = unpackb(packb([value]))
+    except Exception:  # msgpack raises OverflowError, ValueError or TypeError
+        return False
+    return bool(back == [value]) or value != value  # NaN is stored, but is never equal
+
+
+def _check_value(name: str, value: Any, where: str, checked: set[Any]) -> None:
     try:
         hash(value)
     except TypeError as e:
@@ -34,12 +44,32 @@ def _check_value(name: str, value: Any, where: str) -> None:
             f"{where}: value {value!r} of {name!r} is unhashable; config values must be "
             f"hashable: {_STORABLE}."
         ) from e
-    if not storable(value):
+    seen = (type(value), value)
+    if seen in checked:  # a large space repeats few values
+        return
+    if not (storable(value) and _round_trips(value)):
         raise ConfigSpaceError(
             f"{where}: value {value!r} of {name!r} ({type(value).__name__}) cannot be stored "
-            f"in the cache; config values must be {_STORABLE}. Use a name (a str) and map it "
-            "to the object inside the kernel."
+            f"in the cache; config values must be {_STORABLE} (ints within 64 bits). Use a "
+            "name (a str) and map it to the object inside the kernel."
         )
+    checked.add(seen)
+
+
+_MSG_CALLBACK = (
+    "{what} of kernel {kernel!r} raised {error} {at}; it must {must}. Fix the callback, "
+    "or make it return {fallback} where it cannot decide."
+)
+
+
+def _callback_error(
+    what: str, kernel: str, at: str, must: str, fallback: str, e: Exception
+) -> ConfigSpaceError:
+    error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    text = _MSG_CALLBACK.format(
+        what=what, kernel=kernel, error=error, at=at, must=must, fallback=fallback
+    )
+    return ConfigSpaceError(text)
 
 
 class ConfigSpec:
@@ -56,8 +86,11 @@ class ConfigSpec:
         *,
         prune: Callable[..., bool] | None,
         default: Mapping[str, Any] | Callable[..., Mapping[str, Any]] | None,
+        kernel: str | None = None,
     ) -> None:
         self.fn_name = getattr(fn, "__qualname__", repr(fn))
+        #: The kernel's cache id, which messages about its callbacks name.
+        self.kernel = kernel or self.fn_name
         self.prune = prune
         self.default = default
         self._accepts = _accepted_keywords(fn)
@@ -119,6 +152,7 @@ class ConfigSpec:
 
     def _validate(self, configs: Sequence[Config], where: str) -> None:
         keys = set(configs[0]) if configs else set()
+        checked: set[Any] = set()
         for c in configs:
             if set(c) != keys:
                 raise ConfigSpaceError(
@@ -126,7 +160,7 @@ class ConfigSpec:
                     f"{c} has {sorted(c)}, expected {sorted(keys)}."
                 )
             for name, value in c.items():
-                _check_value(name, value, where)
+                _check_value(name, value, where, checked)
         unknown = sorted(keys - self._accepts) if self._accepts is not None else []
         if unknown:
             raise ConfigSpaceError(
@@ -135,15 +169,27 @@ class ConfigSpec:
                 "function's parameters or remove it from the space."
             )
 
-    def space(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Config]:
-        """Every config for these (abstract) arguments that ``prune`` keeps, in order.
+    def space(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], *, call: str = ""
+    ) -> list[Config]:
+        """Every config for these (abstract) arguments that ``prune`` keeps, in order;
+        ``call`` names the arguments in messages (the call's key).
 
         Raises:
-            ConfigSpaceError: the space is empty after pruning, or malformed.
+            ConfigSpaceError: the space is empty after pruning, or malformed, or a callable
+                space or ``prune`` raised (chained).
         """
+        at = f"for arguments {call or '(these)'}"
         if self._callable is not None:
-            configs = self._expand(list(self._callable(*args, **kwargs)))
-            self._validate(configs, "configs(...)")
+            try:
+                built = list(self._callable(*args, **kwargs))
+            except Exception as e:
+                must = "return an iterable of config dicts for any arguments the kernel takes"
+                raise _callback_error(
+                    "configs(...)", self.kernel, at, must, "a smaller list", e
+                ) from e
+            configs = self._expand(built)
+            self._validate(configs, f"configs(...) of kernel {self.kernel!r} {at}")
         else:
             assert self._static is not None
             configs = self._static
@@ -154,7 +200,7 @@ class ConfigSpec:
             if cid in seen:
                 continue
             seen.add(cid)
-            if self.prune is None or self.prune(c, *args, **kwargs):
+            if self._keeps(c, args, kwargs, call):
                 kept.append(dict(c))
         if not kept:
             raise ConfigSpaceError(
@@ -164,15 +210,43 @@ class ConfigSpec:
             )
         return kept
 
+    def _keeps(
+        self, config: Config, args: Sequence[Any], kwargs: Mapping[str, Any], call: str
+    ) -> bool:
+        if self.prune is None:
+            return True
+        try:
+            return bool(self.prune(config, *args, **kwargs))
+        except Exception as e:
+            at = f"for config {config_id(config)} and arguments {call or '(these)'}"
+            must = "return True or False for every config of the space"
+            raise _callback_error("prune", self.kernel, at, must, "False", e) from e
+
     def default_config(
-        self, space: Sequence[Config], args: Sequence[Any], kwargs: Mapping[str, Any]
+        self,
+        space: Sequence[Config],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        call: str = "",
     ) -> Config:
-        """The default config: ``default`` (dict or callable), else the first of ``space``."""
+        """The default config: ``default`` (dict or callable), else the first of ``space``.
+
+        Raises:
+            ConfigSpaceError: the default is malformed, or a callable default raised.
+        """
         if self.default is None:
             return dict(space[0])
         if callable(self.default) and not isinstance(self.default, Mapping):
-            value = dict(self.default(*args, **kwargs))
-            self._validate([value], "default(...)")
+            at = f"for arguments {call or '(these)'}"
+            try:
+                value = dict(self.default(*args, **kwargs))
+            except Exception as e:
+                must = "return a config dict for any arguments the kernel takes"
+                raise _callback_error(
+                    "default(...)", self.kernel, at, must, "a config of the space", e
+                ) from e
+            self._validate([value], f"default(...) of kernel {self.kernel!r} {at}")
         else:
             value = dict(self.default)
         names = set(space[0])
