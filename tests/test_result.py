@@ -107,8 +107,31 @@ def test_table_lists_each_entry():
         "us",
         "speedup",
         "config",
+        "decided",
     ]
     assert "4.00x" in row and " 10.0 " in row and " 2.50 " in row and "layout='nt'" in row
+
+
+def test_the_table_says_how_the_winner_was_decided():
+    margin = {"rival": {"block": 64}, "ratio": 1.31, "low": 1.25, "high": 1.4}
+    clear = dataclasses.replace(full_entry(), key="a", decision="clear", margin=margin)
+    tie = dataclasses.replace(
+        full_entry(), key="b", decision="tie", tie=True, margin={**margin, "ratio": 1.01}
+    )
+    table = jaxtune.TuningResult.of(clear, tie).table()
+    assert "clear: 1.31x ahead of block=64 (1.25-1.40)" in table
+    assert "tie with block=64: 1.01x (1.25-1.40)" in table
+    # Through the codec and back, with the timer and the pass.
+    again = jaxtune.TuningResult.loads(
+        jaxtune.TuningResult.of(dataclasses.replace(clear, timer="wall", timing="vjp")).dumps()
+    )
+    (entry,) = again.values()
+    assert (entry.decision, entry.margin, entry.timer, entry.timing) == (
+        "clear",
+        margin,
+        "wall",
+        "vjp",
+    )
 
 
 def test_table_uses_one_unit_per_time_column():

@@ -51,5 +51,7 @@ def test_flash_attention_gradient_is_tuned_through_jax_grad(fast_timing):
     with pltpu.force_tpu_interpret_mode():
         result = jaxtune.tune(jax.grad(kernels.flash_loss, argnums=(0, 1, 2)), *args)
         grads = jax.jit(jax.grad(kernels.flash_loss, argnums=(0, 1, 2)))(*args)
-    _check_entry(result, kernels.flash, kernels.flash.space(*args))
+    entry = _check_entry(result, kernels.flash, kernels.flash.space(*args))
     assert all(g.shape == a.shape for g, a in zip(grads, args, strict=True))
+    # Tuned from the gradient: forward and backward timed (the dkv and dq kernels too).
+    assert entry.timing == "vjp"
