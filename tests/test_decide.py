@@ -167,3 +167,15 @@ def test_interleaved_rounds_stop_once_settled_and_the_slower_leaves():
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0])
     outcome = _sweep.finish(plan, got, retimed=set(got))
     assert (outcome.decision, dict(outcome.best.config)) == ("tie", {"k": "a"})
+
+
+def test_without_rounds_the_fastest_sample_wins_clear_with_its_runner_up():
+    configs = ({"k": 0}, {"k": 1}, {"k": 2})
+    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
+    times = {0: (300.0, 310.0, 900.0), 1: (100.0, 104.0, 400.0), 2: (180.0, 181.0, 182.0)}
+    results = {
+        config_id(c): _sweep.measurement(c, Timing(samples_us=times[c["k"]]), 0.0) for c in configs
+    }
+    outcome = _sweep.finish(plan, results)
+    assert (dict(outcome.best.config), outcome.decision) == ({"k": 1}, "clear")
+    assert outcome.margin.rival == {"k": 2} and outcome.margin.ratio == 1.8

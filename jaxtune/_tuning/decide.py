@@ -273,8 +273,9 @@ def finish(
     """The outcome from every measured config's result (``plan`` is the ``SweepPlan``).
 
     When configs were ``retimed`` in interleaved rounds, the winner is one of them, decided
-    by :func:`decide` from their per-round times. Otherwise (a sweep split across hosts, or
-    a single config) the winner is the lowest median.
+    by :func:`decide` from their per-round times. Otherwise (no rival within the leaders'
+    window, a sweep split across hosts, or a single config) the winner is the config with
+    the fastest sample, ``clear`` when it had rivals.
 
     Raises:
         TuningFailedError: no config of the space produced a usable measurement.
@@ -316,7 +317,14 @@ def finish(
             rival, ratio, low, high = decision.margin
             margin = Margin(rival=dict(raced[rival].config), ratio=ratio, low=low, high=high)
     else:
-        best, kind, margin = min(ok, key=lambda m: m.median_us), "single", None
+        # No rounds: one config ran, or the first pass left no rival within the leaders'
+        # window; the fastest sample ranks (interference only adds time).
+        best = min(ok, key=lambda m: m.min_us)
+        rivals = sorted((m for m in ok if m is not best), key=lambda m: m.min_us)
+        kind, margin = ("clear", None) if rivals else ("single", None)
+        if rivals:
+            ratio = rivals[0].min_us / best.min_us if best.min_us else 1.0
+            margin = Margin(rival=dict(rivals[0].config), ratio=ratio, low=None, high=None)
     return SweepOutcome(
         measurements=tuple(measured),
         best=best,
