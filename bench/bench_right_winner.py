@@ -14,6 +14,8 @@ within 1.10x of it.
   shapes.
 - ``flash``: JAX's Pallas TPU flash attention in TPU interpret mode, (1, 2, 512, 128),
   6 block sizes.
+- ``flash_grad``: the same flash attention tuned through ``jaxtune.tune(jax.grad(loss),
+  q, k, v)``, rated against the forward + backward truth.
 - ``small``: two configs 1.3x apart in compute inside ~30 us calls, both orders in the
   space, with the wall and the profiler timers.
 - ``ties``: 4 configs that compile to the same program: the same config stored every time.
@@ -85,7 +87,19 @@ def tpu_matmul(x: jax.Array, y: jax.Array, *, bm: int, bn: int, bk: int) -> jax.
 def flash(q: jax.Array, k: jax.Array, v: jax.Array, *, block_q: int, block_k: int) -> jax.Array:
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
-    sizes = fa.BlockSizes(block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1)
+    sizes = fa.BlockSizes(
+        block_q=block_q,
+        block_k_major=block_k,
+        block_k=block_k,
+        block_b=1,
+        block_q_major_dkv=block_q,
+        block_k_major_dkv=block_k,
+        block_k_dkv=block_k,
+        block_q_dkv=block_q,
+        block_k_major_dq=block_k,
+        block_k_dq=block_k,
+        block_q_dq=block_q,
+    )
     return fa.flash_attention(q, k, v, causal=True, block_sizes=sizes)
 
 
@@ -230,10 +244,48 @@ def run_reps(sweeps: int, load: int) -> dict[str, Any]:
     return {"kernel": f"reps-load{load}", "right": right, "sweeps": sweeps, "picks": picks}
 
 
+def run_flash_grad(sweeps: int, load: int) -> dict[str, Any]:
+    """``jaxtune.tune(jax.grad(loss), q, k, v)``: the pick against the forward + backward
+    truth (``jax.grad`` of each config, timed quietly, interleaved)."""
+    rng = np.random.default_rng(0)
+    args = tuple(jnp.asarray(rng.standard_normal((1, 2, 512, 128), np.float32)) for _ in "qkv")
+
+    def loss(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        return flash(q, k, v).sum()
+
+    grad = jax.grad(loss, argnums=(0, 1, 2))
+    picks, times, passes = [], [], []
+    with busy(load), _interpret():
+        for _ in range(sweeps):
+            start = time.perf_counter()
+            (entry,) = jaxtune.tune(grad, *args).values()
+            times.append(time.perf_counter() - start)
+            picks.append(config_id(entry.config))
+            passes.append(entry.timing)
+    timer, options = WallTimer(), TimingOptions()
+    with _interpret():
+        runs = {}
+        for c in flash.space(*args):
+
+            def one(q: jax.Array, k: jax.Array, v: jax.Array, c: dict[str, Any] = c) -> Any:
+                return flash.__wrapped__(q, k, v, **c).sum()
+
+            g = jax.jit(jax.grad(one, argnums=(0, 1, 2)))
+            jax.block_until_ready(g(*args))
+            runs[config_id(c)] = lambda g=g: jax.block_until_ready(g(*args))
+        rounds: dict[str, list[float]] = {cid: [] for cid in runs}
+        for _ in range(10):
+            for cid, run in runs.items():
+                rounds[cid].append(timer.measure(run, options, samples=2).min_us)
+    true = {cid: statistics.median(r) for cid, r in rounds.items()}
+    row = rate("flash via jax.grad", picks, times, true, f" [passes timed: {sorted(set(passes))}]")
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sweeps", type=int, default=10)
-    parser.add_argument("--kernels", default="reps,chunked,matmul,flash,small,ties")
+    parser.add_argument("--kernels", default="reps,chunked,matmul,flash,flash_grad,small,ties")
     parser.add_argument("--load", type=int, default=2, help="busy processes during sweeps")
     parser.add_argument("--results", type=pathlib.Path, default=None)
     a = parser.parse_args()
@@ -264,6 +316,8 @@ def main() -> None:
                 row["same"] = len(set(picks)) == 1
                 print(f"ties: {len(set(picks))} distinct config(s) stored: {sorted(set(picks))}")
             results.append(row)
+    if "flash_grad" in wanted:
+        results.append(run_flash_grad(a.sweeps, a.load))
     if a.results:
         a.results.mkdir(parents=True, exist_ok=True)
         (a.results / "right_winner.json").write_text(json.dumps(results, indent=1, default=str))

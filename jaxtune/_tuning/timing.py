@@ -50,8 +50,8 @@ class TimingOptions:
     drop_ratio: float = 1.5
     drop_after: int = 3
     leaders: int = 3
-    leader_window: float = 1.25
-    tie_window: float = 1.5
+    leader_window: float = 2.0
+    tie_window: float = 2.0
     rounds: int = 6
     max_rounds: int = 200
     max_rounds_s: float = 5.0
