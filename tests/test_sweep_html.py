@@ -102,3 +102,19 @@ def test_cache_show_html_without_matplotlib_says_how_to_install(tmp_path, capsys
     assert "pip install 'jaxtune[plots]'" in capsys.readouterr().err
     with pytest.raises(jaxtune.PlotsUnavailableError):
         jaxtune.TuningResult.of(one_knob_entry()).to_html()
+
+
+def test_sweep_page_says_how_the_stored_config_won_and_how_it_was_timed():
+    import dataclasses
+
+    margin = {"rival": {"chunk": 128}, "ratio": 1.8, "low": 1.7, "high": 1.9}
+    entry = dataclasses.replace(
+        one_knob_entry(), decision="clear", margin=margin, timer="wall", timing="vjp"
+    )
+    page = jaxtune.TuningResult.of(entry).to_html()
+    assert (
+        "stored config: clear: 1.80x ahead of chunk=128 (1.70-1.90); timed with wall timer, vjp."
+        in page
+    )
+    tie = dataclasses.replace(entry, decision="tie", tie=True, margin={**margin, "ratio": 1.01})
+    assert "stored config: tie with chunk=128: 1.01x" in jaxtune.TuningResult.of(tie).to_html()
