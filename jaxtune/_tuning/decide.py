@@ -10,6 +10,10 @@ best estimate, another config is
 - **tied** when the interval lies inside ``1 ± tie_within``: shown equivalent;
 - **slower** when the 99 % interval lies above 1: it leaves the rounds and cannot win (the
   stricter level because the rounds look again after every round);
+- **not faster** when its 95 % interval shows it is not faster than the best by more
+  than ``tie_within`` and it would lose a tie to the best (it is neither the default nor
+  earlier in the space, or the best is the default): more rounds could not change what is
+  stored;
 - **undecided** otherwise, and only these (with the best) are timed again.
 
 The stored config is the best unless it is tied: then the default wins when it is among the
@@ -48,7 +52,8 @@ __all__ = [
 
 Config = dict[str, Any]
 Result = Measurement | Failure
-#: How a winner was decided: ``clear`` (every rival shown slower), ``tie`` (rivals shown
+#: How a winner was decided: ``clear`` (every rival shown slower, or not faster by more
+#: than ``tie_within`` while it would lose a tie), ``tie`` (rivals shown
 #: equivalent within ``tie_within``), ``undecided`` (the rounds ran out with a rival
 #: neither shown slower nor equivalent: the best estimate won), ``single`` (one config ran,
 #: or the configs were never timed side by side).
@@ -119,7 +124,7 @@ def ratio_interval(
     return statistics.median(ratios), ratios[k - 1], ratios[len(ratios) - k]
 
 
-Verdict = Literal["best", "slower", "tied", "undecided"]
+Verdict = Literal["best", "slower", "tied", "not faster", "undecided"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,6 +177,13 @@ def decide(
     holds configs that already left the rounds (shown slower)."""
     live = [c for c in order if rounds.get(c) and c not in out]
     best = _best(rounds, live)
+
+    def _ahead(a: str, b: str) -> bool:
+        """Whether ``a`` wins a tie against ``b``: the default, else the earlier."""
+        if default in (a, b):
+            return a == default
+        return live.index(a) < live.index(b)
+
     verdicts: dict[str, Verdict] = {c: "slower" for c in order if c in out and rounds.get(c)}
     for c in live:
         if c == best:
@@ -188,6 +200,10 @@ def decide(
             verdicts[c] = "tied"
         elif strict_low is not None and strict_low > 1.0:
             verdicts[c] = "slower"
+        elif low is not None and low >= 1 / (1 + tie_within) and not _ahead(c, best):
+            # Not faster than the best by more than tie_within, and it would lose a tie to
+            # the best: however the question ends, the best is stored.
+            verdicts[c] = "not faster"
         else:
             verdicts[c] = "undecided"
     tied = [c for c in live if verdicts[c] in ("best", "tied")]
