@@ -35,7 +35,7 @@ def reps_kernel(x, w, *, reps):
     return x * 2 + 0.0 * junk.sum()
 
 
-def assert_fastest_measured(entry, tie_within=0.03):
+def assert_fastest_measured(entry, tie_within=0.05):
     """The stored config has the lowest median of the configs timed side by side, or is
     tied with it within ``tie_within``."""
     raced = [m for m in entry.measurements if m.ok and m.rounds_us and not m.dropped]

@@ -55,7 +55,7 @@ class TimingOptions:
     rounds: int = 6
     max_rounds: int = 200
     max_rounds_s: float = 5.0
-    tie_within: float = 0.03
+    tie_within: float = 0.05
     round_samples: int = 2
     first_pass_above: int = 4
 
