@@ -260,7 +260,7 @@ planes {
 """
     )
     path = write_trace(tmp_path, text)
-    from jaxtune._profiling import xspace as _xspace
+    from jaxtune._profiling import xplane as _xspace
 
     space = _xspace.load(path)
     assert space.hlo_protos() == {"jit_step": b"\x0a\x08jit_step"}

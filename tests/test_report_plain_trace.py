@@ -24,7 +24,7 @@ from profile_models import direct_step
 
 import jaxtune
 from jaxtune._isolation import process as _process
-from jaxtune._profiling import hloproto, recover
+from jaxtune._profiling import hlo, recover
 from jaxtune._profiling import report as _report
 
 # -- a minimal protobuf encoder, for HloProtos built by hand --------------------------------
@@ -186,7 +186,7 @@ def write(tmp_path, text):
 
 
 def test_hlo_proto_gives_op_names_stacks_outermost_first_and_fusions():
-    module = hloproto.parse_hlo_proto(hlo_proto())
+    module = hlo.parse_hlo_proto(hlo_proto())
     assert module.name == "jit_step"
     body = module.instructions["io_callback.3"]
     assert (body.op_name, body.target) == ("jit(step)/jit(attn)/while/body/io_callback", CALLBACK)
@@ -209,18 +209,18 @@ def test_hlo_proto_survives_a_frame_that_is_its_own_parent():
     )
     ins = _instruction("add.1", "add", "jit(f)/add", 1, calls=())
     module = _msg((1, "m"), (3, _msg((1, "main"), (2, ins), (5, 1))), (17, index))
-    parsed = hloproto.parse_hlo_proto(_msg((1, module)))
+    parsed = hlo.parse_hlo_proto(_msg((1, module)))
     assert [str(f) for f in parsed.instructions["add.1"].frames] == ["/a.py:3"]
 
 
 @pytest.mark.parametrize("data", [b"", b"\x0a\x08jit_step", hlo_proto()[:-40], b"\xff" * 9])
 def test_a_damaged_hlo_proto_is_a_decode_error(data):
     with pytest.raises(ValueError):
-        hloproto.parse_hlo_proto(data)
+        hlo.parse_hlo_proto(data)
 
 
 def test_sites_name_the_kernel_after_the_function_below_the_pallas_call_line():
-    module = hloproto.parse_hlo_proto(hlo_proto())
+    module = hlo.parse_hlo_proto(hlo_proto())
     (site,) = recover.sites(module)
     assert (site.name, site.scope, site.source, site.once) == (
         "attn_kernel",

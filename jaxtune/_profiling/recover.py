@@ -39,8 +39,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _markers
-from . import xspace as _xspace
-from .hloproto import Frame, HloInstruction, HloModule, parse_hlo_proto
+from . import xplane as _xplane
+from .hlo import Frame, HloInstruction, HloModule, parse_hlo_proto
 
 __all__ = ["CALLBACK_TARGETS", "Recovered", "Site", "read_programs", "recover", "sites"]
 
@@ -105,7 +105,7 @@ class Recovered:
 
 
 def read_programs(
-    space: _xspace.Space, wanted: set[int] | None = None
+    space: _xplane.Space, wanted: set[int] | None = None
 ) -> tuple[dict[int, HloModule], list[str]]:
     """The decoded HLO module of each program (by program id) in ``wanted`` (all when
     ``None``), and the names of programs whose proto could not be decoded (skipped: a
@@ -117,7 +117,7 @@ def read_programs(
             continue
         try:
             modules[pid] = parse_hlo_proto(proto)
-        except (_xspace.DecodeError, *_xspace.MALFORMED):
+        except (_xplane.DecodeError, *_xplane.MALFORMED):
             unreadable.append(name)
     return modules, unreadable
 
