@@ -125,6 +125,9 @@ def classes() -> dict[str, Any]:
     }
 
 
+#: Events on each of the 8 host threads (not read by a device report).
+HOST_EVENTS = 50_000
+
 STAT_NAMES = [
     "tf_op",
     "hlo_category",
@@ -162,8 +165,8 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
     """Writes the trace; returns the truth: ``{"events", "bytes", "rows": {name: {"kind",
     "total_ps", "events", "flops"}}}``."""
     rng = random.Random(seed)
-    C = classes()
-    space = C["XSpace"]()
+    msg = classes()
+    space = msg["XSpace"]()
     space.hostnames.append("bench-host")
     tpu = space.planes.add(id=1, name="/device:TPU:0")
     for name, sid in SID.items():
@@ -205,9 +208,9 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
     base_ns = 1_700_000_000_000_000_000  # epoch-scale, as real traces are
     steps = 100
     per_step = events // steps
-    ops = C["XLine"](id=3, name="XLA Ops", timestamp_ns=base_ns)
-    modules = C["XLine"](id=2, name="XLA Modules", timestamp_ns=base_ns)
-    step_line = C["XLine"](id=1, name="Steps", timestamp_ns=base_ns)
+    ops = msg["XLine"](id=3, name="XLA Ops", timestamp_ns=base_ns)
+    modules = msg["XLine"](id=2, name="XLA Modules", timestamp_ns=base_ns)
+    step_line = msg["XLine"](id=1, name="Steps", timestamp_ns=base_ns)
     chunks = [step_line.SerializeToString(), modules.SerializeToString()]
     head = ops.SerializeToString()
     body: list[bytes] = []
@@ -215,7 +218,7 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
     order = list(range(1, kinds + 1))
     for step in range(steps):
         step_start = t
-        chunk = C["XLine"]()
+        chunk = msg["XLine"]()
         for i in range(per_step):
             mid = order[(i * 7 + step) % kinds]
             d = durations[mid] + (i % 5) * 1000
@@ -227,31 +230,32 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
             r["flops"] += flops[mid]
             t += d + 1000 * (1 + i % 3)
         body.append(chunk.SerializeToString())
-        modules_ev = C["XLine"]()
+        modules_ev = msg["XLine"]()
         modules_ev.events.add(
             metadata_id=kinds + 1, offset_ps=step_start, duration_ps=t - step_start
         )
-        step_ev = C["XLine"]()
+        step_ev = msg["XLine"]()
         step_ev.events.add(metadata_id=kinds + 2, offset_ps=step_start, duration_ps=t - step_start)
         chunks[0] += step_ev.SerializeToString()
         chunks[1] += modules_ev.SerializeToString()
     # Concatenated serializations of one message are its merge: the lines' events join.
     lines = [chunks[0], chunks[1], head + b"".join(body)]
     tpu_bytes = tpu.SerializeToString() + b"".join(_field3(x) for x in lines)
-    host = C["XPlane"](id=2, name="/host:CPU")
+    host = msg["XPlane"](id=2, name="/host:CPU")
     host.stat_metadata[1].id = 1
-    host.stat_metadata[1].name = "python_source"
+    host.stat_metadata[1].name = "group_id"
     for mid in range(1, 51):
         host.event_metadata[mid].id = mid
         host.event_metadata[mid].name = f"train.py:{mid} step_fn"
     for tid in range(8):
         line = host.lines.add(id=tid, name=f"python thread {tid}", timestamp_ns=base_ns)
-        for i in range(25_000):
-            line.events.add(
+        for i in range(HOST_EVENTS):
+            e = line.events.add(
                 metadata_id=1 + (i % 50), offset_ps=i * 4_000_000, duration_ps=3_000_000
             )
-    meta = C["XPlane"](id=3, name="/host:metadata")
-    head_bytes = C["XSpace"](hostnames=["bench-host"]).SerializeToString()
+            e.stats.add(metadata_id=1, int64_value=i // 1000)
+    meta = msg["XPlane"](id=3, name="/host:metadata")
+    head_bytes = msg["XSpace"](hostnames=["bench-host"]).SerializeToString()
     data = (
         head_bytes
         + _field1(tpu_bytes)
@@ -261,7 +265,12 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
     with open(path, "wb") as f:
         f.write(data)
     n_events = sum(r["events"] for r in truth.values())
-    return {"events": n_events, "host_events": 8 * 25_000, "bytes": len(data), "rows": dict(truth)}
+    return {
+        "events": n_events,
+        "host_events": 8 * HOST_EVENTS,
+        "bytes": len(data),
+        "rows": dict(truth),
+    }
 
 
 def _varint(n: int) -> bytes:

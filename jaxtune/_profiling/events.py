@@ -456,7 +456,7 @@ def _slots(mid: Any, acc: _Acc) -> Any:
         return acc.slot[k] if k in acc.slot else acc.new_slot(k)
 
     low, high = int(mid.min()), int(mid.max())
-    if 0 <= low and high < 1 << 22:
+    if low >= 0 and high < 1 << 22:
         present = np.flatnonzero(np.bincount(mid, minlength=high + 1)).tolist()
         table = np.full(high + 1, -1, dtype=np.int64)
         table[present] = [slot_of(k) for k in present]
@@ -577,10 +577,8 @@ def walk(
             interned.append(kind)
         return ids[kind]
 
-    if kinds.tpu:
-        acc = _Acc(kinds.by_metadata, owner_of)
-    else:
-        acc = _Acc(interned.__getitem__, owner_of)
+    # A TPU event's kind is its metadata's; elsewhere its own stats count (interned).
+    acc = _Acc(kinds.by_metadata if kinds.tpu else interned.__getitem__, owner_of)
     total_events = 0
     line_spans: list[list[tuple[int, int, int]]] = []
     for line in _op_lines(plane):
