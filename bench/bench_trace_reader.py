@@ -18,7 +18,6 @@ Run: python bench/bench_trace_reader.py [--trace /tmp/jaxtune-bench.xplane.pb]
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import pathlib

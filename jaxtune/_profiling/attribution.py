@@ -18,7 +18,7 @@ from .. import _markers
 from . import roofline as _roofline
 from .events import OpKind, Totals, Walk
 
-__all__ = ["Context", "KernelStat", "attribute", "classifier"]
+__all__ = ["Context", "KernelStat", "attribute", "classifier", "kernel_ids"]
 
 Owner = _markers.Owner
 Provenance = Literal["cost_estimate", "hint", "xla", "shapes", "none"]
@@ -39,7 +39,9 @@ class KernelStat:
     ``"hint"`` (``@autotuned(flops=..., bytes=...)``), ``"xla"`` (XLA's cost analysis in
     the trace), ``"shapes"`` (bytes only: the operands and results of a Pallas kernel) or
     ``"none"``. ``bound_by`` is ``"compute"``, ``"memory"`` or
-    ``"unknown"`` against the device's peaks.
+    ``"unknown"`` against the device's peaks. ``config`` is the config an autotuned kernel
+    ran with, and ``speedup`` what tuning measured it gained over the default config
+    (``None`` when not tuned, or for a trace read without its capture).
     """
 
     name: str
@@ -62,9 +64,24 @@ class KernelStat:
     intensity: float | None = None
     bound_by: Literal["compute", "memory", "unknown"] = "unknown"
     flops_source: Provenance = "none"
+    config: Mapping[str, Any] | None = None
+    speedup: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["config"] = dict(self.config) if self.config is not None else None
+        return out
+
+
+def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Pallas kernel name -> the jaxtune kernel id it runs inside (the innermost marker of
+    its scope, else ``inside``), for the names that have one id only."""
+    found: dict[str, set[str | None]] = {}
+    for k in kernels:
+        marks = _markers.parse("/".join(str(f) for f in k.get("scope") or ()))
+        inside = marks[-1][0] if marks else k.get("inside")
+        found.setdefault(str(k.get("name")), set()).add(inside if isinstance(inside, str) else None)
+    return {name: next(iter(i)) for name, i in found.items() if len(i) == 1 and None not in i}
 
 
 def classifier(
@@ -90,6 +107,7 @@ def classifier(
     prefixes = sorted((pallas_prefixes or {}).items(), key=lambda kv: -len(kv[0]))
     known: dict[tuple[str, str | None, str], Owner] = {}
     memo: dict[OpKind, Owner] = {}
+    ids = kernel_ids(kernels)
 
     def owner(stack: str, target: str | None, op: str) -> Owner:
         key = (stack, target, op if not stack else "")
@@ -105,7 +123,9 @@ def classifier(
         claim = claims.get((kind.program, kind.op)) if claims and kind.program is not None else None
         parts = (fusions or {}).get(kind.op)
         if claim is not None:
-            result = ("pallas", claim, result[2])
+            # An op claimed by the trace's metadata (a copy XLA added to the kernel's loop
+            # body, without a name stack) is the kernel's: the same row, kernel id and all.
+            result = ("pallas", claim, result[2] or ids.get(claim))
         elif result[0] == "xla" and parts:
             inner = {owner(stack, None, kind.op) for stack in parts}
             named = sorted({o for o in inner if o[0] != "xla"}, key=lambda o: o[1])
@@ -132,6 +152,7 @@ class Context:
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     io_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def _program_runs(t: Totals) -> int:
@@ -189,6 +210,7 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
     calls, exact = _calls(owner, t, ctx)
     flops, bytes_, provenance = _cost(owner, calls, exact, t, ctx)
     seconds = total * 1e-12
+    ran = ctx.configs.get(kernel_id) if kernel_id and kind != "xla" else None
     # Per-call extremes only where the trace's runs are the calls.
     extremes = t.runs and t.runs == calls and t.run_min is not None and t.run_max is not None
     return KernelStat(
@@ -212,6 +234,8 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
         intensity=flops / bytes_ if flops and bytes_ else None,
         bound_by=_roofline.bound_by(flops, bytes_, ctx.peak),
         flops_source=provenance,
+        config=ran.get("config") if ran else None,
+        speedup=ran.get("speedup") if ran else None,
     )
 
 
@@ -227,6 +251,7 @@ def attribute(
     iterations: int = 0,
     autotuned: Mapping[str, int] | None = None,
     host_trace: bool = False,
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
     """``(kernels, ops, total device µs)`` of a walked plane (its owners by
     :func:`classifier`), each list sorted by share.
@@ -237,7 +262,8 @@ def attribute(
     ``flops``/``bytes`` hints; ``sources`` a kernel name to its ``file:line``;
     ``autotuned`` a jaxtune kernel id to its call sites per step; ``iterations`` how many
     steps the trace holds; ``host_trace`` that the ops ran on host threads (CPU), where an
-    interpret-mode kernel's events interleave and cannot be counted as calls.
+    interpret-mode kernel's events interleave and cannot be counted as calls; ``configs``
+    a jaxtune kernel id to the config it ran with and its tuned ``speedup``.
     """
     per_step: dict[str, int | None] = dict(autotuned or {})
     all_costs = dict(costs or {})
@@ -257,6 +283,7 @@ def attribute(
         hints=hints or {},
         sources=sources or {},
         io_bytes=io_bytes,
+        configs=configs or {},
     )
     stats = [_stat(o, t, ctx) for o, t in walked.owners.items() if t.events]
     stats.sort(key=lambda s: -s.share)

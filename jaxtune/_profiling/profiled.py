@@ -96,6 +96,7 @@ def capture(
     sites = sites_in_module(lowered.compiler_ir("stablehlo"), device.platform, calls)
     hlo_text = compiled.as_text()
     hints, recorded = _hints(sites)
+    configs = _configs(sites, device.device_kind)
     return {
         "logdir": logdir,
         "platform": device.platform,
@@ -108,6 +109,7 @@ def capture(
         "sources": {(s.kernel_id or s.name): s.source for s in sites if s.source},
         "hints": hints,
         "calls": recorded,
+        "configs": configs,
         "timings": {"compile_s": compile_s, "run_s": run_s},
         "env": {k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
     }
@@ -152,6 +154,35 @@ def _hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]
             if (mark.kernel, mark.key) not in calls:
                 calls[mark.kernel, mark.key] = frame_for_mark(mark)
     return hints, list(calls.values())
+
+
+def _configs(sites: Any, device_kind: str) -> dict[str, dict[str, Any]]:
+    """Each jaxtune kernel's config that ran (by kernel id), and the speedup over its
+    default config the cache measured for it (``None`` when the config was not tuned
+    here: a default, or an entry of another key)."""
+    out: dict[str, dict[str, Any]] = {}
+    for site in sites:
+        marks = _markers.parse(site.name_stack) if site.kind == "autotuned" else []
+        mark = _markers.lookup(marks[-1][1]) if marks else None
+        if mark is None or mark.kernel in out:
+            continue
+        out[mark.kernel] = {"config": dict(mark.config), "speedup": _speedup(mark, device_kind)}
+    return out
+
+
+def _speedup(mark: _markers.Mark, device_kind: str) -> float | None:
+    """The tuned speedup of the mark's config, from the user cache (never an error: a
+    cache that cannot say costs only the figure)."""
+    try:
+        from .._tuning.cache import user_cache
+
+        entry = user_cache().lookup(mark.kernel, device_kind, mark.key)
+        if entry is None or dict(entry.config) != dict(mark.config):
+            return None
+        speedup = entry.speedup
+        return float(speedup) if speedup else None
+    except Exception:  # a damaged or changed cache: the figure is only a hint
+        return None
 
 
 def _llo_analysis(logdir: str) -> dict[str, Any] | None:

@@ -280,6 +280,7 @@ def _attribute(
         iterations=iterations,
         autotuned=info.get("autotuned"),
         host_trace=plane.name == "/host:CPU",
+        configs=info.get("configs"),
     )
 
 
