@@ -81,7 +81,11 @@ def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         marks = _markers.parse("/".join(str(f) for f in k.get("scope") or ()))
         inside = marks[-1][0] if marks else k.get("inside")
         found.setdefault(str(k.get("name")), set()).add(inside if isinstance(inside, str) else None)
-    return {name: next(iter(i)) for name, i in found.items() if len(i) == 1 and None not in i}
+    return {
+        name: only
+        for name, i in found.items()
+        if len(i) == 1 and (only := next(iter(i))) is not None
+    }
 
 
 def classifier(
