@@ -18,6 +18,7 @@ from . import roofline as _roofline
 from . import xplane as _xplane
 from .attribution import KernelStat, attribute, classifier
 from .events import TIMELINE_SPANS, Walk, device_plane, program_ids, walk
+from .tracefile import find_trace
 
 __all__ = [
     "CALLS_SUFFIX",
@@ -348,16 +349,29 @@ def _remember(path: str | os.PathLike[str], info: Mapping[str, Any], iterations:
 
 
 def _recall(path: str | os.PathLike[str], iterations: int) -> tuple[dict[str, Any], int]:
-    here = pathlib.Path(path)
-    for folder in [here, *here.parents][:6]:
-        sidecar = folder / INFO_FILE
-        if sidecar.is_file():
-            try:  # written by jaxtune, but a damaged one is only a lost hint
-                info = dict(unpackb(read_bounded(sidecar)))
-                return info, iterations or int(info.pop("iterations", 0) or 0)
-            except (DecodeError, OSError, TypeError, ValueError, OverflowError):
-                return {}, iterations
+    """What the capture of the trace at ``path`` knew (its :data:`INFO_FILE`): beside the
+    trace file or in a folder above it, so a capture's root, its ``step-N/`` and its
+    ``step-N/trace/`` all find the same one."""
+    for sidecar in _sidecars(path):
+        try:  # written by jaxtune, but a damaged one is only a lost hint
+            info = dict(unpackb(read_bounded(sidecar)))
+            return info, iterations or int(info.pop("iterations", 0) or 0)
+        except (DecodeError, OSError, TypeError, ValueError, OverflowError):
+            return {}, iterations
     return {}, iterations
+
+
+def _sidecars(path: str | os.PathLike[str]) -> list[pathlib.Path]:
+    """Where the capture of the trace at ``path`` kept what it knew, nearest first: the
+    folders from the trace file up to ``path`` and a few above it."""
+    here = pathlib.Path(path)
+    try:
+        start = find_trace(here).parent
+    except (OSError, ValueError):
+        start = here
+    folders = [start, *start.parents]
+    depth = folders.index(here) + 1 if here in folders else 1
+    return [f / INFO_FILE for f in folders[: depth + 5] if (f / INFO_FILE).is_file()]
 
 
 def _platform_of(plane_name: str) -> str:
