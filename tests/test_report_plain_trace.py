@@ -414,3 +414,74 @@ def test_a_kernel_called_straight_from_the_step_with_and_without_the_sidecar(tmp
         assert kernel.source == f"{profile_models.__file__}:{line}"
         assert {"wrapped_sine", "wrapped_cosine"} <= {o.name for o in p.ops}
     assert plain.kernels[0].total_us == pytest.approx(captured.kernels[0].total_us)
+
+
+GENERIC = textwrap.dedent(
+    """
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+
+    def add_one_kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0
+
+
+    def double_kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+
+    def add_one(x):
+        spec = pl.BlockSpec((64, 128), lambda i: (i, 0))
+        return pl.pallas_call(add_one_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,), in_specs=[spec], out_specs=spec, interpret=True)(x)
+
+
+    def double(x):
+        return pl.pallas_call(double_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True)(x)
+
+
+    def scaled(x):  # a fori_loop with a body function: not a kernel
+        return jax.lax.fori_loop(0, 3, lambda i, y: y * 1.5, x)
+
+
+    @jax.jit
+    def step(x):
+        return scaled(double(add_one(x))).sum()
+
+
+    x = jnp.ones((128, 128))
+    step(x).block_until_ready()
+    with jax.profiler.trace(sys.argv[1]):
+        for _ in range(int(sys.argv[2])):
+            step(x).block_until_ready()
+    """
+)
+
+
+@pytest.mark.slow
+def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_path, cli):
+    """Issue 23: ``pl.pallas_call(..., interpret=True)`` leaves no callback; two such
+    kernels in one jitted step each get a row, named after the kernel function, with
+    their calls; the fori_loop beside them stays XLA ops."""
+    script = tmp_path / "generic.py"
+    script.write_text(GENERIC)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAXTUNE_")}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "trace"), str(ITERS)],
+        env={**env, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = cli("report", str(tmp_path / "trace"), "--json")
+    assert report.returncode == 0, report.stderr
+    doc = json.loads(report.stdout)
+    rows = {k["name"]: k for k in doc["kernels"]}
+    assert set(rows) == {"add_one_kernel", "double_kernel"}, rows
+    for row in rows.values():
+        assert row["kind"] == "pallas" and row["share"] > 0
+        assert (row["calls"], row["calls_exact"]) == (ITERS, True), row
+        assert row["source"].endswith(".py:19") or row["source"].endswith(".py:23"), row
