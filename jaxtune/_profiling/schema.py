@@ -9,7 +9,7 @@ Field numbers and wire types are XLA's; the differences are deliberate:
   UTF-8 replaced, never an error.
 - Two *index* views keep a big trace cheap: :data:`SpaceIndex` holds each plane as
   undecoded bytes, :data:`PlaneIndex` each line. The reader decodes only the planes and lines
-  the report reads (:mod:`.xspace`); the events of a line are decoded line by line.
+  the report reads (:mod:`.xplane`); the events of a line are decoded line by line.
 - Only the fields read are declared; the rest are skipped by upb as unknown fields.
 
 Messages (numbers as XLA's)::
