@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -203,9 +204,15 @@ def main() -> None:
     )
 
     if args.xprof_python:
-        xp, _, _ = _fresh(XPROF.format(path=args.trace), python=args.xprof_python)
-        results["xprof_kernel_stats"] = {"s": xp["s"], "peak_mb": xp["rss"]}
-        print(f"xprof kernel_stats     {xp['s']:6.2f} s  peak {xp['rss']:6.0f} MB")
+        # A fresh folder each run: xprof caches what it converted beside the trace.
+        with tempfile.TemporaryDirectory(prefix="jaxtune-bench-xprof-") as folder:
+            copy = shutil.copy(args.trace, folder)
+            xp, _, _ = _fresh(XPROF.format(path=copy), python=args.xprof_python)
+        results["xprof_kernel_stats"] = {"s": xp["s"], "peak_mb": xp["rss"], "bytes": xp["bytes"]}
+        print(
+            f"xprof kernel_stats     {xp['s']:6.2f} s  peak {xp['rss']:6.0f} MB  "
+            f"({xp['bytes']} bytes of kernel stats)"
+        )
 
     if args.profile_model:
         results["profile_model"] = _profile_model()
