@@ -265,8 +265,9 @@ planes {
     space = _xspace.load(path)
     assert space.hlo_protos() == {"jit_step": b"\x0a\x08jit_step"}
     p = _profiled.report_from_trace(path)
-    assert any("trace_best_effort_frequency" in n for n in p.notes)
-    assert "note: the trace dropped events" in p.table()
+    assert any("trace_best_effort_frequency=100" in w for w in p.warnings)
+    # At the top of the report, before the summary line.
+    assert p.table().startswith("warning: the trace dropped events (Dropped 1234 events")
 
 
 def test_every_folder_of_a_capture_gives_the_same_report(tmp_path):

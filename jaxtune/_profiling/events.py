@@ -32,7 +32,7 @@ import numpy as np
 from .. import _markers
 from . import xplane as _xplane
 
-__all__ = ["OpKind", "Totals", "Walk", "device_plane", "program_ids", "walk"]
+__all__ = ["OpKind", "Totals", "Walk", "device_plane", "metadata_kinds", "program_ids", "walk"]
 
 Owner = _markers.Owner
 
@@ -554,13 +554,25 @@ def _restore(acc: _Acc, state: tuple[Any, ...]) -> None:
         acc.runless[o] = False
 
 
+def metadata_kinds(
+    plane: _xplane.Plane,
+    hlo: Mapping[str, tuple[str, str | None]] | None = None,
+    programs: Mapping[int, Mapping[str, tuple[str, str | None]]] | None = None,
+) -> Callable[[int], OpKind | None]:
+    """``metadata id -> OpKind`` of a TPU plane's op events (``None``: not an op)."""
+    return _Kinds(plane, hlo or {}, programs or {}).by_metadata
+
+
 def walk(
     plane: _xplane.Plane,
     owner_of: Callable[[OpKind], Owner],
     hlo: Mapping[str, tuple[str, str | None]] | None = None,
     programs: Mapping[int, Mapping[str, tuple[str, str | None]]] | None = None,
+    *,
+    release: bool = True,
 ) -> Walk:
-    """Every executed HLO op of the plane's op lines, totalled by ``owner_of(kind)``.
+    """Every executed HLO op of the plane's op lines, totalled by ``owner_of(kind)``;
+    ``release``: a TPU op line is read for the last time (its bytes go once decoded).
 
     ``hlo`` maps an HLO instruction name to ``(op_name, custom-call target)``;
     ``programs`` does so per program id (instruction names repeat across programs), and
@@ -586,7 +598,7 @@ def walk(
         items: list[tuple[int, int, Any, int | None]] | None
         if kinds.tpu:
             # Read once: the line's bytes and its decoded events go as soon as read.
-            cols = _columns(plane.events(line, lite=True, drop=True))
+            cols = _columns(plane.events(line, lite=True, drop=release))
             acc.spans = []
             done = _line_columns(cols, acc)
             items = None if done else list(zip(*cols.T.tolist(), itertools.repeat(None)))

@@ -227,6 +227,7 @@ def profile_html(profile: Any, top: int = 50) -> str:
     body: list[Any] = [
         f"<h1>jaxtune profile: {page.escape(profile.platform)} "
         f"({page.escape(profile.device_kind)})</h1>",
+        *(f'<p class="warning">warning: {page.escape(w)}</p>' for w in profile.warnings),
         f'<p class="summary">{page.escape(summary)}; {len(profile.kernels)} kernels, '
         f"{len(profile.ops)} XLA ops.</p>",
         "<h2>Share of device time</h2>",

@@ -17,7 +17,9 @@ from . import recover as _recover
 from . import roofline as _roofline
 from . import xplane as _xplane
 from .attribution import KernelStat, attribute, classifier
-from .events import TIMELINE_SPANS, Walk, device_plane, program_ids, walk
+from .drops import drop_warnings
+from .events import TIMELINE_SPANS, Walk, device_plane, metadata_kinds, program_ids, walk
+from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
 from .tracefile import find_trace
 
 __all__ = [
@@ -77,7 +79,10 @@ class Profile:
     kernel ran (the first :data:`TIMELINE_SPANS` spans); ``peak``: the device's peaks that
     ``bound_by`` was judged against (``None`` when unknown); ``calls``: each autotuned
     call the profiled function made, with what it takes to tune it
-    (``jaxtune tune --from-profile``).
+    (``jaxtune tune --from-profile``); ``warnings``: what the trace lost (dropped events,
+    kernels that lost their Begin/End), each with the flag change that fixes it, shown at
+    the top of every report; ``intrakernel``: on a TPU trace captured with custom-call
+    tracing, what each kernel's intra-kernel lines show (:mod:`.intrakernel`).
     """
 
     kernels: tuple[KernelStat, ...]
@@ -96,6 +101,8 @@ class Profile:
     timeline: tuple[TimelineSpan, ...] = ()
     peak: _roofline.Peak | None = None
     calls: tuple[Mapping[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+    intrakernel: tuple[IntraKernel, ...] = ()
 
     def table(self, top: int = 20) -> str:
         """The ``top`` kernels, then the ``top`` XLA ops, as two aligned tables; each time
@@ -134,6 +141,8 @@ class Profile:
             "ops": [o.to_dict() for o in self.ops],
             "timeline": [dataclasses.asdict(t) for t in self.timeline],
             "peak": dataclasses.asdict(self.peak) if self.peak else None,
+            "warnings": list(self.warnings),
+            "intrakernel": [k.to_dict() for k in self.intrakernel],
         }
         return json.dumps(doc, indent=2, sort_keys=True)
 
@@ -235,8 +244,17 @@ def _profile(
         pallas_prefixes=info.get("prefixes"),
         claims=info.get("claims"),
     )
-    walked = walk(plane, owner_of, info.get("hlo"), programs)
-    notes = _notes(space, walked) + notes
+    tpu = plane.name.startswith("/device:TPU:")
+    inside = tpu and has_intra_lines(plane)
+    walked = walk(plane, owner_of, info.get("hlo"), programs, release=not inside)
+    notes = _notes(walked) + notes
+    intra: list[IntraKernel] = []
+    orphans = 0
+    if inside:
+        kind_of = metadata_kinds(plane, info.get("hlo"), programs)
+        intra, orphans = intra_kernel(
+            plane, lambda mid: None if (k := kind_of(mid)) is None else owner_of(k)
+        )
     platform = info.get("platform") or _platform_of(plane.name)
     device_kind = info.get("device_kind") or _device_kind_of(space, plane)
     kernels, ops, total_us = _attribute(walked, plane, device_kind, info, iterations)
@@ -259,6 +277,8 @@ def _profile(
         timeline=timeline_of(walked),
         peak=_roofline.peak_for(device_kind, plane.stats),
         calls=tuple(info.get("calls", ())),
+        warnings=tuple(drop_warnings(space, plane, orphans)),
+        intrakernel=tuple(intra),
     )
 
 
@@ -327,18 +347,8 @@ def _plain_info(
     return info, notes
 
 
-def _notes(space: _xplane.Space, walked: Walk) -> list[str]:
-    notes = []
-    dropped = [w for w in (*space.errors, *space.warnings) if "drop" in w.lower()]
-    if dropped:
-        notes.append(
-            "the trace dropped events (" + dropped[0][:120] + "); raise "
-            "trace_best_effort_frequency / trace_guaranteed_frequency (say to 50 or 100) "
-            "with jaxtune.flags.profile_flags(..., best_effort_frequency=...)"
-        )
-    if not walked.events:
-        notes.append("the trace holds no executed XLA ops")
-    return notes
+def _notes(walked: Walk) -> list[str]:
+    return [] if walked.events else ["the trace holds no executed XLA ops"]
 
 
 def _remember(path: str | os.PathLike[str], info: Mapping[str, Any], iterations: int) -> None:

@@ -135,7 +135,8 @@ def format_profile(profile: Any, top: int = 20) -> str:
         )
     else:
         summary = f"{profile.platform} ({profile.device_kind}): {units.duration(profile.total_us)} of device time"
-    parts = [summary, ""]
+    parts = [f"warning: {w}" for w in getattr(profile, "warnings", ())]
+    parts += [summary, ""]
     kernels = list(profile.kernels[:top])
     if kernels:
         header, rows = stat_rows(kernels, mark_unknown=True)
@@ -146,6 +147,8 @@ def format_profile(profile: Any, top: int = 20) -> str:
         parts += _footnote(kernels, profile.device_kind)
     else:
         parts.append("kernels: none (no Pallas or jaxtune kernel ran in this trace)")
+    for intra in getattr(profile, "intrakernel", ()):
+        parts += ["", *intra.summary()]
     ops = list(profile.ops[:top])
     if ops:
         header, rows = stat_rows(ops, mark_unknown=False)
