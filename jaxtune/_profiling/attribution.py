@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from .. import _markers
 from . import roofline as _roofline
-from .events import OpKind, Totals, Walk
+from .events import Walk
+from .totals import OpKind, Totals
 
 __all__ = ["Context", "KernelStat", "attribute", "classifier", "kernel_ids"]
 

@@ -206,23 +206,14 @@ def has_intra_lines(plane: _xplane.Plane) -> bool:
     return any(ln.name in INTRA_LINES or UNIT_LINE.match(ln.name) for ln in plane.lines)
 
 
-def intra_kernel(
-    plane: _xplane.Plane, owner_of: Callable[[int], tuple[str, str, str | None] | None]
-) -> tuple[list[IntraKernel], int]:
-    """Per kernel of a TPU plane, what its custom-call tracing lines show; and how many
-    intra-kernel events lie outside every kernel event (lost Begin/End). ``owner_of`` maps
-    an ``XLA Ops`` metadata id to its owner (``None``: not an op). ``([], 0)`` without
-    such lines."""
-    lines = {line.name: line for line in plane.lines}
-    intra = [ln for ln in plane.lines if ln.name in INTRA_LINES or UNIT_LINE.match(ln.name)]
-    ops_line = lines.get("XLA Ops")
-    if not intra or ops_line is None:
-        return [], 0
+def _calls(
+    plane: _xplane.Plane, ops_line: _xplane.LineHead, owner_of: Callable[[int], Any]
+) -> tuple[Any, Any, list[Any], dict[tuple[str, str, str | None], _Kernel]]:
+    """The ``XLA Ops`` events by start (starts, ends, owners) and each kernel's calls."""
     start, dur, mid = _columns(plane, ops_line)
     order = np.argsort(start, kind="stable")
     start, dur, mid = start[order], dur[order], mid[order]
-    end = start + dur
-    owners: dict[int, tuple[str, str, str | None] | None] = {}
+    owners: dict[int, Any] = {}
     kernel_of = []
     for m in mid.tolist():
         if m not in owners:
@@ -236,53 +227,61 @@ def intra_kernel(
         k.calls += 1
         k.total_ps += int(dur[i])
         if k.first is None:
-            k.first = (int(start[i]), int(end[i]))
+            k.first = (int(start[i]), int(start[i] + dur[i]))
+    return start, start + dur, kernel_of, found
 
-    def enclosing(t: int) -> tuple[str, str, str | None] | bool | None:
-        """The owner of the kernel event around ``t``; ``False`` when none is."""
-        i = int(np.searchsorted(start, t, side="right")) - 1
-        if i < 0 or t >= end[i]:
-            return False
-        return kernel_of[i]
 
+def _add(k: _Kernel, line: str, ev: _Event) -> None:
+    """An intra-kernel event of kernel ``k``, on ``line``."""
+    length = ev.end - ev.start
+    if UNIT_LINE.match(line):
+        k.units[line] += length
+    elif line == "Pallas Primitives":
+        k.primitives[ev.name] += length
+    elif line == "Source Lines":
+        k.sources[ev.name] += length
+    elif k.first is not None and k.first[0] <= ev.start < k.first[1]:
+        k.first_regions.append(ev)
+
+
+def intra_kernel(
+    plane: _xplane.Plane, owner_of: Callable[[int], tuple[str, str, str | None] | None]
+) -> tuple[list[IntraKernel], int]:
+    """Per kernel of a TPU plane, what its custom-call tracing lines show; and how many
+    intra-kernel events lie outside every kernel event (lost Begin/End). ``owner_of`` maps
+    an ``XLA Ops`` metadata id to its owner (``None``: not an op). ``([], 0)`` without
+    such lines."""
+    intra = [ln for ln in plane.lines if ln.name in INTRA_LINES or UNIT_LINE.match(ln.name)]
+    ops_line = next((ln for ln in plane.lines if ln.name == "XLA Ops"), None)
+    if not intra or ops_line is None:
+        return [], 0
+    start, end, kernel_of, found = _calls(plane, ops_line, owner_of)
     orphans = 0
+    keys = {"Pallas Primitives": "pallas_primitive", "Source Lines": "source_info"}
     for line in intra:
-        key = {"Pallas Primitives": "pallas_primitive", "Source Lines": "source_info"}.get(
-            line.name, ""
-        )
-        for ev in _named_events(plane, line, key):
-            around = enclosing(ev.start)
-            if around is False:
-                orphans += 1
-                continue
-            if not isinstance(around, tuple) or around not in found:
-                continue
-            k = found[around]
-            length = ev.end - ev.start
-            if UNIT_LINE.match(line.name):
-                k.units[line.name] += length
-            elif line.name == "Pallas Primitives":
-                k.primitives[ev.name] += length
-            elif line.name == "Source Lines":
-                k.sources[ev.name] += length
-            elif k.first is not None and k.first[0] <= ev.start < k.first[1]:
-                k.first_regions.append(ev)
-    out = []
-    for (_, name, kernel_id), k in found.items():
-        if not (k.units or k.primitives or k.sources or k.first_regions):
-            continue
-        spans = spans_of(*k.first, k.first_regions) if k.first and k.first_regions else []
-        out.append(
-            IntraKernel(
-                name=name,
-                kernel_id=kernel_id,
-                calls=k.calls,
-                total_us=k.total_ps * 1e-6,
-                units={u: t * 1e-6 for u, t in sorted(k.units.items())},
-                primitives=tuple((n, t * 1e-6) for n, t in k.primitives.most_common(TOP)),
-                sources=tuple((n, t * 1e-6) for n, t in k.sources.most_common(TOP)),
-                spans=tuple(spans),
-            )
-        )
-    out.sort(key=lambda k: -k.total_us)
-    return out, orphans
+        for ev in _named_events(plane, line, keys.get(line.name, "")):
+            i = int(np.searchsorted(start, ev.start, side="right")) - 1
+            if i < 0 or ev.start >= end[i]:
+                orphans += 1  # no kernel event around it
+            elif kernel_of[i] in found:
+                _add(found[kernel_of[i]], line.name, ev)
+    out = [_result(owner, k) for owner, k in found.items()]
+    kept = [k for k in out if k is not None]
+    kept.sort(key=lambda k: -k.total_us)
+    return kept, orphans
+
+
+def _result(owner: tuple[str, str, str | None], k: _Kernel) -> IntraKernel | None:
+    if not (k.units or k.primitives or k.sources or k.first_regions):
+        return None
+    spans = spans_of(*k.first, k.first_regions) if k.first and k.first_regions else []
+    return IntraKernel(
+        name=owner[1],
+        kernel_id=owner[2],
+        calls=k.calls,
+        total_us=k.total_ps * 1e-6,
+        units={u: t * 1e-6 for u, t in sorted(k.units.items())},
+        primitives=tuple((n, t * 1e-6) for n, t in k.primitives.most_common(TOP)),
+        sources=tuple((n, t * 1e-6) for n, t in k.sources.most_common(TOP)),
+        spans=tuple(spans),
+    )

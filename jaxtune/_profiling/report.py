@@ -244,17 +244,10 @@ def _profile(
         pallas_prefixes=info.get("prefixes"),
         claims=info.get("claims"),
     )
-    tpu = plane.name.startswith("/device:TPU:")
-    inside = tpu and has_intra_lines(plane)
+    inside = plane.name.startswith("/device:TPU:") and has_intra_lines(plane)
     walked = walk(plane, owner_of, info.get("hlo"), programs, release=not inside)
     notes = _notes(walked) + notes
-    intra: list[IntraKernel] = []
-    orphans = 0
-    if inside:
-        kind_of = metadata_kinds(plane, info.get("hlo"), programs)
-        intra, orphans = intra_kernel(
-            plane, lambda mid: None if (k := kind_of(mid)) is None else owner_of(k)
-        )
+    intra, orphans = _inside_kernels(plane, owner_of, info, programs) if inside else ([], 0)
     platform = info.get("platform") or _platform_of(plane.name)
     device_kind = info.get("device_kind") or _device_kind_of(space, plane)
     kernels, ops, total_us = _attribute(walked, plane, device_kind, info, iterations)
@@ -280,6 +273,15 @@ def _profile(
         warnings=tuple(drop_warnings(space, plane, orphans)),
         intrakernel=tuple(intra),
     )
+
+
+def _inside_kernels(
+    plane: _xplane.Plane, owner_of: Any, info: Mapping[str, Any], programs: Any
+) -> tuple[list[IntraKernel], int]:
+    """:func:`.intrakernel.intra_kernel` of a TPU plane, its ops owned as the walk owned
+    them."""
+    kind_of = metadata_kinds(plane, info.get("hlo"), programs)
+    return intra_kernel(plane, lambda mid: None if (k := kind_of(mid)) is None else owner_of(k))
 
 
 def _attribute(
