@@ -121,8 +121,13 @@ def test_per_unit_times_top_primitives_and_interpolated_spans(tmp_path):
     assert "inside lib.flash:flash (2 calls" in table
     assert "by unit: MXU0 Instructions 0.5 us, VALU Instructions 0.7 us" in table
     assert "0.50 us of them estimated" in table
+    # Each unit's lane of the first call; MXU0's event is timed from cycles: an estimate.
+    assert [(s.name, s.estimate) for s in inside.unit_spans["MXU0 Instructions"]] == [("mxu", True)]
+    assert [round(s.duration_us, 6) for s in inside.unit_spans["VALU Instructions"]] == [0.4]
     doc = json.loads(p.to_json())
     assert doc["intrakernel"][0]["units"] == pytest.approx(inside.units)
+    page = p.to_html()
+    assert 'data-chart="intrakernel"' in page and "MXU0 Instructions" in page
 
 
 def test_spans_with_no_events_between_trace_points_are_one_estimate():

@@ -334,9 +334,14 @@ PROGRAM = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def plain_trace(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("plain")
+    return _traced(PROGRAM, tmp_path_factory.mktemp("plain"))
+
+
+def _traced(program: str, folder: pathlib.Path) -> pathlib.Path:
+    """Runs ``program`` (it traces ITERS steps into ``argv[1]``) in a fresh process with
+    no jaxtune settings; the trace directory."""
     script = folder / "program.py"
-    script.write_text(PROGRAM)
+    script.write_text(program)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXTUNE_")}
     proc = subprocess.run(
         [sys.executable, str(script), str(folder / "trace"), str(ITERS)],
@@ -465,18 +470,7 @@ def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_
     """Issue 23: ``pl.pallas_call(..., interpret=True)`` leaves no callback; two such
     kernels in one jitted step each get a row, named after the kernel function, with
     their calls; the fori_loop beside them stays XLA ops."""
-    script = tmp_path / "generic.py"
-    script.write_text(GENERIC)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAXTUNE_")}
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "trace"), str(ITERS)],
-        env={**env, "JAX_PLATFORMS": "cpu"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = cli("report", str(tmp_path / "trace"), "--json")
+    report = cli("report", str(_traced(GENERIC, tmp_path)), "--json")
     assert report.returncode == 0, report.stderr
     doc = json.loads(report.stdout)
     rows = {k["name"]: k for k in doc["kernels"]}

@@ -188,6 +188,51 @@ def _timeline_chart(profile: Any) -> str:
     return page.figure_svg(fig)
 
 
+def _intra_chart(intra: Any) -> str:
+    """The first call of a kernel, from the inside: its ``LLO Ops`` spans (estimates
+    lighter) and one lane per unit."""
+    plt = page.pyplot()
+    lanes = [("LLO Ops", intra.spans), *intra.unit_spans.items()]
+    end = max((s.start_us + s.duration_us for _, ss in lanes for s in ss), default=1.0)
+    unit, scale = _span_unit(end)
+    fig, ax = plt.subplots(figsize=(9, 0.38 * len(lanes) + 1.3))
+    for row, (_, spans) in enumerate(reversed(lanes)):
+        for estimate, colour in ((False, "#3867d6"), (True, "#b7c4ea")):
+            mine = [s for s in spans if s.estimate == estimate]
+            ax.broken_barh(
+                [(s.start_us / scale, max(s.duration_us / scale, 1e-9)) for s in mine],
+                (row - 0.4, 0.8),
+                color=colour,
+            )
+    ax.set_yticks(range(len(lanes)), [name for name, _ in reversed(lanes)], fontsize=9)
+    ax.set_xlim(0, end / scale * 1.01)
+    ax.set_xlabel(f"time since the call began ({unit}); light: estimated between trace points")
+    ax.spines[["top", "right"]].set_visible(False)
+    return page.figure_svg(fig)
+
+
+def _intra_section(profile: Any) -> list[str]:
+    if not profile.intrakernel:
+        return []
+    first = profile.intrakernel[0]
+    label = f"{first.kernel_id}:{first.name}" if first.kernel_id else first.name
+    out = ["<h2>Inside kernels (custom-call tracing)</h2>"]
+    out += [
+        f'<p class="note">{page.escape(line)}</p>'
+        for k in profile.intrakernel
+        for line in k.summary()
+    ]
+    out.append(
+        page.chart(
+            "intrakernel",
+            _intra_chart(first),
+            f"The first call of {label}: measured regions, spans estimated between trace "
+            "points (spread evenly, as XProf does), and each unit's lane.",
+        )
+    )
+    return out
+
+
 def _stat_table(stats: Sequence[KernelStat], name: str) -> str:
     header, rows = stat_rows(stats, mark_unknown=name == "kernels")
     if name == "kernels":
@@ -247,6 +292,7 @@ def profile_html(profile: Any, top: int = 50) -> str:
         f"<h2>Kernels (top {len(kernels)} of {len(profile.kernels)})</h2>",
         _stat_table(kernels, "kernels") if kernels else "<p>No Pallas or jaxtune kernel ran.</p>",
         *_bound_notes(kernels, profile.device_kind),
+        *_intra_section(profile),
     ]
     ops = list(profile.ops[:top])
     if ops:

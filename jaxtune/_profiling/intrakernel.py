@@ -66,7 +66,9 @@ class IntraSpan:
 class IntraKernel:
     """What custom-call tracing shows inside one kernel over the trace: its calls and
     device time (from ``XLA Ops``), time by unit (each ``* Instructions`` lane's events),
-    the top Pallas primitives and source lines by time, and the spans of its first call."""
+    the top Pallas primitives and source lines by time, and the spans of its first call
+    (``spans`` from ``LLO Ops``; ``unit_spans`` each unit lane's events, an event timed
+    from its ``cycles`` marked an estimate)."""
 
     name: str
     kernel_id: str | None
@@ -76,6 +78,7 @@ class IntraKernel:
     primitives: tuple[tuple[str, float], ...]
     sources: tuple[tuple[str, float], ...]
     spans: tuple[IntraSpan, ...]
+    unit_spans: Mapping[str, tuple[IntraSpan, ...]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +90,9 @@ class IntraKernel:
             "primitives": [list(p) for p in self.primitives],
             "sources": [list(s) for s in self.sources],
             "spans": [dataclasses.asdict(s) for s in self.spans],
+            "unit_spans": {
+                u: [dataclasses.asdict(s) for s in spans] for u, spans in self.unit_spans.items()
+            },
         }
 
     def summary(self) -> list[str]:
@@ -113,6 +119,7 @@ class _Event:
     start: int
     end: int
     name: str
+    estimate: bool = False
 
 
 def _columns(plane: _xplane.Plane, line: _xplane.LineHead) -> tuple[Any, Any, Any]:
@@ -139,10 +146,12 @@ def _named_events(plane: _xplane.Plane, line: _xplane.LineHead, key: str) -> lis
         name = stats.get(key) or meta.stats.get(key) or meta.display_name or meta.name
         duration = max(ev.duration_ps, 0)
         cycles = stats.get("cycles")
+        modelled = False
         if not duration and isinstance(cycles, (int, float)) and isinstance(freq, (int, float)):
             duration = round(cycles / freq * 1e12) if freq > 0 else 0
+            modelled = True  # from cycles, not a trace point
         start = base + ev.offset_ps
-        out.append(_Event(start=start, end=start + duration, name=str(name)))
+        out.append(_Event(start=start, end=start + duration, name=str(name), estimate=modelled))
     out.sort(key=lambda e: e.start)
     return out
 
@@ -156,6 +165,7 @@ class _Kernel:
     sources: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     first: tuple[int, int] | None = None
     first_regions: list[_Event] = dataclasses.field(default_factory=list)
+    first_units: dict[str, list[_Event]] = dataclasses.field(default_factory=dict)
 
 
 def spans_of(start: int, end: int, regions: list[_Event]) -> list[IntraSpan]:
@@ -234,13 +244,16 @@ def _calls(
 def _add(k: _Kernel, line: str, ev: _Event) -> None:
     """An intra-kernel event of kernel ``k``, on ``line``."""
     length = ev.end - ev.start
+    in_first = k.first is not None and k.first[0] <= ev.start < k.first[1]
     if UNIT_LINE.match(line):
         k.units[line] += length
+        if in_first and len(k.first_units.setdefault(line, [])) < MAX_SPANS:
+            k.first_units[line].append(ev)
     elif line == "Pallas Primitives":
         k.primitives[ev.name] += length
     elif line == "Source Lines":
         k.sources[ev.name] += length
-    elif k.first is not None and k.first[0] <= ev.start < k.first[1]:
+    elif in_first:
         k.first_regions.append(ev)
 
 
@@ -284,4 +297,12 @@ def _result(owner: tuple[str, str, str | None], k: _Kernel) -> IntraKernel | Non
         primitives=tuple((n, t * 1e-6) for n, t in k.primitives.most_common(TOP)),
         sources=tuple((n, t * 1e-6) for n, t in k.sources.most_common(TOP)),
         spans=tuple(spans),
+        unit_spans={
+            unit: tuple(
+                _span(e.name, e.start, e.end - e.start, k.first[0], estimate=e.estimate)
+                for e in events
+            )
+            for unit, events in sorted(k.first_units.items())
+            if k.first is not None
+        },
     )
