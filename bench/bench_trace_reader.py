@@ -1,133 +1,246 @@
-"""Trace-reader throughput on a generated TPU-shaped trace, and a profile() split.
+"""Reading a large TPU-shaped trace: jaxtune against an independent protobuf walk,
+``jax.profiler.ProfileData`` and (where given a Python that has it) xprof's kernel stats.
 
-  jaxtune's XSpace reader, MB/s on a trace of --mb megabytes (default 50)
-  jax.profiler.ProfileData (C++) on the same bytes, for reference (it hides metadata stats)
-  jaxtune.profile() on a small model: child start, compile, run, parse
+  the trace: bench/tpu_trace.py (>= 80 MB, 3.2 M op events, 400 kinds of ops)
+  jaxtune report FILE           wall time and peak memory of the command, in a fresh process
+  Profile.from_trace(FILE)      time inside a fresh process, and its peak memory
+  independent protobuf walk     XLA's schema (bench/tpu_trace.py's own), every event walked
+  ProfileData                   jax.profiler.ProfileData.from_file, XLA Ops events walked
+  xprof get_kernel_stats        --xprof-python PY: a Python with ``pip install xprof``
 
-Run: python bench/bench_trace_reader.py [--mb 50]
+Each reader's per-row totals are checked against the generator's truth (and jaxtune's
+against the independent walk's). Writes bench/results/trace_reader.json.
+
+Run: python bench/bench_trace_reader.py [--trace /tmp/jaxtune-bench.xplane.pb]
+     [--xprof-python /tmp/xprof-venv/bin/python] [--profile-model]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import struct
+import pathlib
+import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
 
-import jax.numpy as jnp
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import tpu_trace  # noqa: E402
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+def _fresh(code: str, python: str = sys.executable) -> tuple[dict, float, float]:
+    """Runs ``code`` in a fresh process; ``(its last JSON line, wall s, peak RSS MB)``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [python, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    # The peak of this child alone: wait4's rusage is the child's own.
+    rss = _last_child_rss()
+    if proc.returncode != 0:
+        raise RuntimeError(err.decode()[-3000:])
+    return json.loads(out.decode().strip().splitlines()[-1]), wall, rss
 
 
-def _field(number: int, payload: bytes | int | float) -> bytes:
-    if isinstance(payload, float):
-        return _varint(number << 3 | 1) + struct.pack("<d", payload)
-    if isinstance(payload, int):
-        return _varint(number << 3) + _varint(payload)
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+_SEEN_RSS = [0.0]
 
 
-def _stat(mid: int, value: int | float | str) -> bytes:
-    if isinstance(value, str):
-        return _field(1, mid) + _field(5, value.encode())
-    if isinstance(value, float):
-        return _field(1, mid) + _field(2, value)
-    return _field(1, mid) + _field(4, value)
+def _last_child_rss() -> float:
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    _SEEN_RSS[0] = max(_SEEN_RSS[0], peak)
+    return peak
 
 
-def generate(megabytes: float) -> bytes:
-    """An XSpace with one TPU plane, 200 kinds of ops, and events until the size is reached."""
-    stat_names = {1: "tf_op", 2: "flops", 3: "bytes_accessed", 4: "hlo_category", 5: "run_id"}
-    plane = bytearray(_field(1, 1) + _field(2, b"/device:TPU:0"))
-    for sid, name in stat_names.items():
-        entry = _field(1, sid) + _field(2, _field(1, sid) + _field(2, name.encode()))
-        plane += _field(5, entry)
-    for mid in range(1, 201):
-        stats = (
-            _field(5, _stat(1, f"jit(step)/layer{mid % 12}/kernel{mid}/pallas_call"))
-            + _field(5, _stat(2, float(mid * 1e6)))
-            + _field(5, _stat(3, float(mid * 4e3)))
-            + _field(5, _stat(4, "custom-call"))
-        )
-        meta = _field(1, mid) + _field(2, f"custom-call.{mid}".encode()) + stats
-        plane += _field(4, _field(1, mid) + _field(2, meta))
-    events = bytearray()
-    target = int(megabytes * 1e6)
-    i = 0
-    while len(events) < target:
-        event = (
-            _field(1, 1 + i % 200) + _field(2, i * 1000) + _field(3, 900) + _field(4, _stat(5, i))
-        )
-        events += _field(4, event)
-        i += 1
-    line = _field(1, 1) + _field(2, b"XLA Ops") + _field(3, 1000) + bytes(events)
-    plane += _field(3, line)
-    return _field(1, bytes(plane))
+def _report_cli(path: str) -> tuple[float, float, str]:
+    """``jaxtune report FILE`` (with ``--json``) in a fresh process: wall s, peak MB, json."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jaxtune", "report", "--json", path],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise RuntimeError(proc.stderr.read().decode()[-3000:] if proc.stderr else "")
+    return wall, usage.ru_maxrss / 1024, out.decode()
+
+
+FROM_TRACE = """
+import json, resource, sys, time
+import jaxtune
+t = time.perf_counter()
+p = jaxtune.Profile.from_trace({path!r})
+s = time.perf_counter() - t
+rows = {{r.name: r.total_us for r in (*p.kernels, *p.ops)}}
+print(json.dumps({{"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rows": rows, "calls": {{r.name: r.calls for r in (*p.kernels, *p.ops)}}}}))
+"""
+
+WALK = """
+import json, re, resource, sys, time, collections
+sys.path.insert(0, {here!r})
+import tpu_trace
+t = time.perf_counter()
+space = tpu_trace.classes()["XSpace"].FromString(open({path!r}, "rb").read())
+plane = next(p for p in space.planes if p.name.startswith("/device:TPU:"))
+names = {{k: v.name for k, v in plane.stat_metadata.items()}}
+row = {{}}
+for k, m in plane.event_metadata.items():
+    stats = {{names[s.metadata_id]: s for s in m.stats}}
+    tf_op = stats["tf_op"].str_value if "tf_op" in stats else ""
+    found = re.search(r"jit\\(([^()]*)\\)/pallas_call$", tf_op)
+    row[k] = found.group(1) if found else m.name
+totals = collections.Counter()
+for line in plane.lines:
+    if line.name == "XLA Ops":
+        for ev in line.events:
+            totals[row[ev.metadata_id]] += ev.duration_ps
+s = time.perf_counter() - t
+print(json.dumps({{"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rows": {{k: v * 1e-6 for k, v in totals.items()}}}}))
+"""
+
+PROFILE_DATA = """
+import json, resource, time, collections
+from jax.profiler import ProfileData
+t = time.perf_counter()
+data = ProfileData.from_file({path!r})
+totals = collections.Counter()
+for plane in data.planes:
+    if plane.name.startswith("/device:TPU:"):
+        for line in plane.lines:
+            if line.name == "XLA Ops":
+                for ev in line.events:
+                    totals[ev.name] += ev.duration_ns
+s = time.perf_counter() - t
+print(json.dumps({{"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "ops": {{k: v * 1e-3 for k, v in totals.items()}}}}))
+"""
+
+XPROF = """
+import json, resource, time
+from xprof.convert import raw_to_tool_data
+t = time.perf_counter()
+data, _ = raw_to_tool_data.xspace_to_tool_data([{path!r}], "kernel_stats", {{}})
+s = time.perf_counter() - t
+print(json.dumps({{"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "bytes": len(data or b"")}}))
+"""
+
+
+def _worst(ours: dict[str, float], truth: dict[str, float]) -> float:
+    """Largest relative difference of per-row totals (1.0 when a row is missing)."""
+    worst = 0.0
+    for name, want in truth.items():
+        got = ours.get(name)
+        worst = max(worst, 1.0 if got is None else abs(got - want) / max(want, 1e-12))
+    return worst
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mb", type=float, default=50.0)
+    parser.add_argument(
+        "--trace", default=os.path.join(tempfile.gettempdir(), "jaxtune-bench.xplane.pb")
+    )
+    parser.add_argument("--events", type=int, default=3_200_000)
+    parser.add_argument("--xprof-python", default=None)
+    parser.add_argument("--profile-model", action="store_true")
     args = parser.parse_args()
-    os.environ.setdefault("JAXTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="jaxtune-bench-"))
-    from jax.profiler import ProfileData
-
-    from jaxtune._profiling import attribution as _attribution
-    from jaxtune._profiling import xspace as _xspace
-
-    data = generate(args.mb)
-    size = len(data) / 1e6
     start = time.perf_counter()
-    space = _xspace.parse(data)
-    ours = time.perf_counter() - start
-    events = sum(len(line.events) for p in space.planes for line in p.lines)
-    start = time.perf_counter()
-    ops, plane = _attribution.op_events(space)
-    kernels, _, _ = _attribution.attribute(
-        ops, plane_stats=plane.stats if plane else None, device_kind="TPU v5 lite"
-    )
-    attribution = time.perf_counter() - start
-    start = time.perf_counter()
-    reference = ProfileData.from_serialized_xspace(data)
-    sum(1 for p in reference.planes for line in p.lines for _ in line.events)
-    theirs = time.perf_counter() - start
-    print(f"trace: {size:.1f} MB, {events} events, {len(kernels)} kernels")
-    print(f"jaxtune reader        {ours:7.2f} s  {size / ours:7.1f} MB/s")
+    truth = tpu_trace.generate(args.trace, args.events)
+    generated = time.perf_counter() - start
+    want = {name: r["total_ps"] * 1e-6 for name, r in truth["rows"].items()}
+    calls = {name: r["events"] for name, r in truth["rows"].items()}
+    mb = truth["bytes"] / 1e6
     print(
-        f"attribution           {attribution:7.2f} s  {events / attribution / 1e6:7.2f} M events/s"
+        f"trace: {mb:.1f} MB, {truth['events']} op events (+{truth['host_events']} host)"
+        f", generated in {generated:.1f} s"
     )
-    print(f"ProfileData (C++)     {theirs:7.2f} s  {size / theirs:7.1f} MB/s  (no metadata stats)")
+    results: dict = {"trace_mb": mb, "events": truth["events"], "host_events": truth["host_events"]}
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    wall, rss, doc = _report_cli(args.trace)
+    report = json.loads(doc)
+    rows = {r["name"]: r["total_us"] for r in (*report["kernels"], *report["ops"])}
+    results["report_cli"] = {"s": wall, "peak_mb": rss, "worst_rel_diff": _worst(rows, want)}
+    print(
+        f"jaxtune report         {wall:6.2f} s  peak {rss:6.0f} MB  "
+        f"rows vs truth: worst rel. diff {_worst(rows, want):.1e}"
+    )
+
+    got, wall, _ = _fresh(FROM_TRACE.format(path=args.trace))
+    wrong_calls = sum(1 for n, c in calls.items() if got["calls"].get(n) != c)
+    results["from_trace"] = {"s": got["s"], "peak_mb": got["rss"], "wrong_calls": wrong_calls}
+    print(
+        f"Profile.from_trace     {got['s']:6.2f} s  peak {got['rss']:6.0f} MB  "
+        f"{mb / got['s']:5.1f} MB/s  rows with wrong calls: {wrong_calls}"
+    )
+
+    walk, _, _ = _fresh(WALK.format(path=args.trace, here=str(HERE)))
+    agree = _worst(got["rows"], walk["rows"])
+    results["protobuf_walk"] = {"s": walk["s"], "peak_mb": walk["rss"], "jaxtune_vs_walk": agree}
+    print(
+        f"independent pb walk    {walk['s']:6.2f} s  peak {walk['rss']:6.0f} MB  "
+        f"jaxtune vs walk: worst rel. diff {agree:.1e}"
+    )
+
+    pd, _, _ = _fresh(PROFILE_DATA.format(path=args.trace))
+    results["profile_data"] = {"s": pd["s"], "peak_mb": pd["rss"]}
+    print(
+        f"ProfileData            {pd['s']:6.2f} s  peak {pd['rss']:6.0f} MB  (ops by name; "
+        "no metadata stats, so no kernels)"
+    )
+
+    if args.xprof_python:
+        # A fresh folder each run: xprof caches what it converted beside the trace.
+        with tempfile.TemporaryDirectory(prefix="jaxtune-bench-xprof-") as folder:
+            copy = shutil.copy(args.trace, folder)
+            xp, _, _ = _fresh(XPROF.format(path=copy), python=args.xprof_python)
+        results["xprof_kernel_stats"] = {"s": xp["s"], "peak_mb": xp["rss"], "bytes": xp["bytes"]}
+        print(
+            f"xprof kernel_stats     {xp['s']:6.2f} s  peak {xp['rss']:6.0f} MB  "
+            f"({xp['bytes']} bytes of kernel stats)"
+        )
+
+    if args.profile_model:
+        results["profile_model"] = _profile_model()
+    out = HERE / "results" / "trace_reader.json"
+    out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {out}")
+
+
+def _profile_model() -> dict:
+    """``jaxtune.profile()`` of a small CPU model: child start, compile, run, parse."""
+    os.environ.setdefault("JAXTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="jaxtune-bench-"))
+    os.environ["JAXTUNE_ISOLATION"] = "process"
+    sys.path.insert(0, str(ROOT / "tests"))
+    import jax.numpy as jnp
     from profile_models import model
 
     import jaxtune
 
-    os.environ["JAXTUNE_ISOLATION"] = "process"
     start = time.perf_counter()
     p = model.profile(jnp.ones((128, 128)))
     total = time.perf_counter() - start
-    t = p.timings
-    start_s = total - t["compile_s"] - t["run_s"] - t["parse_s"]
-    print(
-        f"jaxtune.profile total {total:7.2f} s: child start + transfer {start_s:.2f} s, "
-        f"compile {t['compile_s']:.2f} s, run (traced) {t['run_s']:.3f} s, "
-        f"parse {t['parse_s']:.3f} s"
-    )
+    t = dict(p.timings)
     jaxtune._isolation.process.shutdown_children()
+    print(
+        f"jaxtune.profile total {total:.2f} s: compile {t['compile_s']:.2f} s, "
+        f"run {t['run_s']:.3f} s, parse {t['parse_s']:.3f} s"
+    )
+    return {"total_s": total, **t}
 
 
 if __name__ == "__main__":

@@ -78,3 +78,53 @@ def test_raw_pallas_kernels_are_listed_with_a_hint(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "raw Pallas kernels (no tuning space: wrap" in out
     assert " 40.0%  flash_fwd" in out and "1.0%  lib.mm  below --min-share 5%" in out
+
+
+def _recorded_profile(root, source):
+    """A saved report with one autotuned kernel, and its call as recorded with a config
+    from ``source`` (where the capturing process found it)."""
+    from jaxtune._codec import packb
+
+    root.mkdir(parents=True, exist_ok=True)
+    kernels = [{"name": "body", "kernel_id": "lib.k", "kind": "pallas", "share": 0.9}]
+    (root / "report.json").write_text(json.dumps({"kernels": kernels}))
+    frame = {"kernel": "lib.k", "key": "f32[8]", "device_kind": "cpu", "version": "1"}
+    frame |= {"source": source, "request": {"plan": {}}}
+    (root / "report.calls.msgpack").write_bytes(packb([frame]))
+    return frame
+
+
+@pytest.mark.parametrize("source", ["cache", "packaged", "scope", "default"])
+def test_an_empty_cache_tunes_whatever_the_recording_says(tmp_path, monkeypatch, capsys, source):
+    """Issue 23: a profile captured with configs tuned elsewhere (the recorded source a cache
+    hit) still tunes into a cache that lacks them; one that has them skips them."""
+    _recorded_profile(tmp_path / "p", source)
+    swept = []
+
+    def fake_sweep(records):
+        swept.append([(r["kernel"], r["key"]) for r in records])
+        return [], []
+
+    monkeypatch.setattr(_from_profile, "sweep_records", fake_sweep)
+    assert cli_main(["tune", "--from-profile", str(tmp_path / "p")]) == 0
+    assert swept == [[("lib.k", "f32[8]")]]
+    entry = jaxtune.Entry(
+        kernel="lib.k",
+        device_kind="cpu",
+        key="f32[8]",
+        config={"b": 1},
+        time_us=1.0,
+        default_config={"b": 2},
+        default_time_us=2.0,
+        kernel_version="1",
+    )
+    _cache.user_cache().keep([entry])
+    capsys.readouterr()
+    assert cli_main(["tune", "--from-profile", str(tmp_path / "p")]) == 0
+    assert swept[-1] == []
+    assert (
+        "tuning 0 shapes (1 already in this cache; --retune tunes them)" in capsys.readouterr().out
+    )
+    assert cli_main(["tune", "--from-profile", str(tmp_path / "p"), "--retune"]) == 0
+    assert swept[-1] == [("lib.k", "f32[8]")]
+    capsys.readouterr()

@@ -260,10 +260,31 @@ planes {
 """
     )
     path = write_trace(tmp_path, text)
-    from jaxtune._profiling import xspace as _xspace
+    from jaxtune._profiling import xplane as _xspace
 
     space = _xspace.load(path)
     assert space.hlo_protos() == {"jit_step": b"\x0a\x08jit_step"}
     p = _profiled.report_from_trace(path)
-    assert any("trace_best_effort_frequency" in n for n in p.notes)
-    assert "note: the trace dropped events" in p.table()
+    assert any("trace_best_effort_frequency=100" in w for w in p.warnings)
+    # At the top of the report, before the summary line.
+    assert p.table().startswith("warning: the trace dropped events (Dropped 1234 events")
+
+
+def test_every_folder_of_a_capture_gives_the_same_report(tmp_path):
+    """Issue 23: ``jaxtune profile`` writes ``<root>/<fn>-N/trace/...``; the capture's root,
+    ``<fn>-N/`` (what it prints) and ``<fn>-N/trace/`` give one report: same kernels, FLOP/s
+    and iterations (the sidecar below the folder named is found)."""
+    trace_dir = tmp_path / "step-1" / "trace"
+    path = trace_dir / "plugins" / "profile" / "run" / "host.xplane.pb"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TPU_TRACE))
+    costs = {"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}}
+    info = {"costs": costs, "device_kind": "TPU v5 lite"}
+    first = _profiled.report_from_trace(trace_dir, info=info, iterations=2)
+
+    def summary(p):
+        return p.iterations, [(k.name, k.calls, k.flops_per_s, k.total_us) for k in p.kernels]
+
+    assert first.iterations == 2 and any(k.flops_per_s for k in first.kernels)
+    for folder in (tmp_path, tmp_path / "step-1", trace_dir, path):
+        assert summary(jaxtune.Profile.from_trace(folder)) == summary(first), folder

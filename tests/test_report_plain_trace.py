@@ -24,7 +24,7 @@ from profile_models import direct_step
 
 import jaxtune
 from jaxtune._isolation import process as _process
-from jaxtune._profiling import hloproto, recover
+from jaxtune._profiling import hlo, recover
 from jaxtune._profiling import report as _report
 
 # -- a minimal protobuf encoder, for HloProtos built by hand --------------------------------
@@ -186,7 +186,7 @@ def write(tmp_path, text):
 
 
 def test_hlo_proto_gives_op_names_stacks_outermost_first_and_fusions():
-    module = hloproto.parse_hlo_proto(hlo_proto())
+    module = hlo.parse_hlo_proto(hlo_proto())
     assert module.name == "jit_step"
     body = module.instructions["io_callback.3"]
     assert (body.op_name, body.target) == ("jit(step)/jit(attn)/while/body/io_callback", CALLBACK)
@@ -209,18 +209,18 @@ def test_hlo_proto_survives_a_frame_that_is_its_own_parent():
     )
     ins = _instruction("add.1", "add", "jit(f)/add", 1, calls=())
     module = _msg((1, "m"), (3, _msg((1, "main"), (2, ins), (5, 1))), (17, index))
-    parsed = hloproto.parse_hlo_proto(_msg((1, module)))
+    parsed = hlo.parse_hlo_proto(_msg((1, module)))
     assert [str(f) for f in parsed.instructions["add.1"].frames] == ["/a.py:3"]
 
 
 @pytest.mark.parametrize("data", [b"", b"\x0a\x08jit_step", hlo_proto()[:-40], b"\xff" * 9])
 def test_a_damaged_hlo_proto_is_a_decode_error(data):
     with pytest.raises(ValueError):
-        hloproto.parse_hlo_proto(data)
+        hlo.parse_hlo_proto(data)
 
 
 def test_sites_name_the_kernel_after_the_function_below_the_pallas_call_line():
-    module = hloproto.parse_hlo_proto(hlo_proto())
+    module = hlo.parse_hlo_proto(hlo_proto())
     (site,) = recover.sites(module)
     assert (site.name, site.scope, site.source, site.once) == (
         "attn_kernel",
@@ -334,9 +334,14 @@ PROGRAM = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def plain_trace(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("plain")
+    return _traced(PROGRAM, tmp_path_factory.mktemp("plain"))
+
+
+def _traced(program: str, folder: pathlib.Path) -> pathlib.Path:
+    """Runs ``program`` (it traces ITERS steps into ``argv[1]``) in a fresh process with
+    no jaxtune settings; the trace directory."""
     script = folder / "program.py"
-    script.write_text(PROGRAM)
+    script.write_text(program)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXTUNE_")}
     proc = subprocess.run(
         [sys.executable, str(script), str(folder / "trace"), str(ITERS)],
@@ -414,3 +419,63 @@ def test_a_kernel_called_straight_from_the_step_with_and_without_the_sidecar(tmp
         assert kernel.source == f"{profile_models.__file__}:{line}"
         assert {"wrapped_sine", "wrapped_cosine"} <= {o.name for o in p.ops}
     assert plain.kernels[0].total_us == pytest.approx(captured.kernels[0].total_us)
+
+
+GENERIC = textwrap.dedent(
+    """
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+
+    def add_one_kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0
+
+
+    def double_kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+
+    def add_one(x):
+        spec = pl.BlockSpec((64, 128), lambda i: (i, 0))
+        return pl.pallas_call(add_one_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,), in_specs=[spec], out_specs=spec, interpret=True)(x)
+
+
+    def double(x):
+        return pl.pallas_call(double_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True)(x)
+
+
+    def scaled(x):  # a fori_loop with a body function: not a kernel
+        return jax.lax.fori_loop(0, 3, lambda i, y: y * 1.5, x)
+
+
+    @jax.jit
+    def step(x):
+        return scaled(double(add_one(x))).sum()
+
+
+    x = jnp.ones((128, 128))
+    step(x).block_until_ready()
+    with jax.profiler.trace(sys.argv[1]):
+        for _ in range(int(sys.argv[2])):
+            step(x).block_until_ready()
+    """
+)
+
+
+@pytest.mark.slow
+def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_path, cli):
+    """Issue 23: ``pl.pallas_call(..., interpret=True)`` leaves no callback; two such
+    kernels in one jitted step each get a row, named after the kernel function, with
+    their calls; the fori_loop beside them stays XLA ops."""
+    report = cli("report", str(_traced(GENERIC, tmp_path)), "--json")
+    assert report.returncode == 0, report.stderr
+    doc = json.loads(report.stdout)
+    rows = {k["name"]: k for k in doc["kernels"]}
+    assert set(rows) == {"add_one_kernel", "double_kernel"}, rows
+    for row in rows.values():
+        assert row["kind"] == "pallas" and row["share"] > 0
+        assert (row["calls"], row["calls_exact"]) == (ITERS, True), row
+        assert row["source"].endswith(".py:19") or row["source"].endswith(".py:23"), row

@@ -20,9 +20,9 @@ from .._errors import JaxtuneError
 from .._profiling.report import CALLS_SUFFIX, INFO_FILE, report_from_trace
 from .._tuning import cache as _cache
 from .._tuning.result import format_table
-from .tune import HITS, sweep_records
+from .tune import sweep_records
 
-__all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run"]
+__all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run", "tuned_here"]
 
 #: How to make a raw Pallas kernel tunable.
 RAW_PALLAS_HINT = (
@@ -110,13 +110,27 @@ def _plan(ranked: list[Ranked], args: argparse.Namespace) -> tuple[list[Ranked],
         elif not r.calls:
             verdict = "no saved calls (profiled by an older jaxtune?): profile it again"
         else:
-            verdict = f"tuning {len(r.calls)} shape{'s' if len(r.calls) != 1 else ''}"
+            n = sum(1 for f in r.calls if args.retune or not tuned_here(f))
+            verdict = f"tuning {n} shape{'s' if n != 1 else ''}"
+            if n < len(r.calls):
+                verdict += f" ({len(r.calls) - n} already in this cache; --retune tunes them)"
         lines.append(f"  {r.share:6.1%}  {r.name}  {verdict}")
     raw = [r for r in ranked if not r.autotuned]
     if raw:
         lines.append("raw Pallas kernels (" + RAW_PALLAS_HINT + "):")
         lines += [f"  {r.share:6.1%}  {r.name}" for r in raw]
     return chosen, lines
+
+
+def tuned_here(frame: dict[str, Any]) -> bool:
+    """Whether the user cache (the one this command writes) already holds an entry for the
+    recorded call: same kernel, device kind, key and kernel version."""
+    try:
+        entry = _cache.user_cache().lookup(frame["kernel"], frame["device_kind"], frame["key"])
+    except (KeyError, TypeError, JaxtuneError):
+        return False
+    version = frame.get("version")
+    return entry is not None and (version is None or entry.kernel_version == version)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,9 +142,9 @@ def run(args: argparse.Namespace) -> int:
         )
     ranked = rank(args.from_profile)
     chosen, lines = _plan(ranked, args)
-    todo = [
-        frame for r in chosen for frame in r.calls if args.retune or frame.get("source") not in HITS
-    ]
+    # Whether a call needs tuning is the cache's to say (the one written now), not the
+    # recording's: a profile captured with configs tuned elsewhere still tunes here.
+    todo = [frame for r in chosen for frame in r.calls if args.retune or not tuned_here(frame)]
     entries, problems = sweep_records(todo)
     problems += [f"{r.name}: the profile saved none of its calls" for r in chosen if not r.calls]
     if args.json:

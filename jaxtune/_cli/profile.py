@@ -60,6 +60,12 @@ def add_parsers(sub: Any) -> None:
         help="also write a self-contained HTML page (table, share chart, roofline, timeline) "
         "to OUT; needs pip install 'jaxtune[plots]'",
     )
+    r.add_argument(
+        "--llo",
+        action="store_true",
+        help="also run xprof's embedded LLO analysis on a TPU trace (pip install "
+        "'jaxtune[xprof]'); says why it cannot when it cannot",
+    )
 
 
 def _platform(explicit: str | None) -> str:
@@ -101,6 +107,8 @@ def run_profile(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     """Runs ``jaxtune report``."""
     result = Profile.from_trace(args.path)
+    if getattr(args, "llo", False):
+        result = _with_llo(result, args.path)
     if args.html:
         page = result.to_html(top=max(args.top, 50))
         out = pathlib.Path(args.html)
@@ -111,4 +119,18 @@ def run_report(args: argparse.Namespace) -> int:
         print(result.to_json())
     else:
         print(result.table(top=args.top))
+        if result.llo is not None:
+            print(f"llo: {result.llo['line']}")
     return 0
+
+
+def _with_llo(result: Profile, path: str) -> Profile:
+    """The profile with xprof's LLO analysis of its trace (or why there is none)."""
+    import dataclasses
+
+    from .._profiling import llo, xplane
+    from .._profiling.tracefile import find_trace
+
+    trace = find_trace(path)
+    llo_data = result.platform == "tpu" and llo.has_llo_data(xplane.load(trace))
+    return dataclasses.replace(result, llo=llo.analyze(trace, result.platform, llo_data))

@@ -11,24 +11,15 @@ time, so nothing is counted twice.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from .. import _markers
 from . import roofline as _roofline
-from .events import OpEvent as OpEvent
-from .events import op_events as op_events
-from .events import program_ids as program_ids
+from .events import Walk
+from .totals import OpKind, Totals
 
-__all__ = [
-    "Context",
-    "KernelStat",
-    "OpEvent",
-    "attribute",
-    "classify",
-    "op_events",
-    "program_ids",
-]
+__all__ = ["Context", "KernelStat", "attribute", "classifier", "kernel_ids"]
 
 Owner = _markers.Owner
 Provenance = Literal["cost_estimate", "hint", "xla", "shapes", "none"]
@@ -49,7 +40,9 @@ class KernelStat:
     ``"hint"`` (``@autotuned(flops=..., bytes=...)``), ``"xla"`` (XLA's cost analysis in
     the trace), ``"shapes"`` (bytes only: the operands and results of a Pallas kernel) or
     ``"none"``. ``bound_by`` is ``"compute"``, ``"memory"`` or
-    ``"unknown"`` against the device's peaks.
+    ``"unknown"`` against the device's peaks. ``config`` is the config an autotuned kernel
+    ran with, and ``speedup`` what tuning measured it gained over the default config
+    (``None`` when not tuned, or for a trace read without its capture).
     """
 
     name: str
@@ -72,75 +65,83 @@ class KernelStat:
     intensity: float | None = None
     bound_by: Literal["compute", "memory", "unknown"] = "unknown"
     flops_source: Provenance = "none"
+    config: Mapping[str, Any] | None = None
+    speedup: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["config"] = dict(self.config) if self.config is not None else None
+        return out
 
 
-def classify(
-    events: Sequence[OpEvent],
+def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Pallas kernel name -> the jaxtune kernel id it runs inside (the innermost marker of
+    its scope, else ``inside``), for the names that have one id only."""
+    found: dict[str, set[str | None]] = {}
+    for k in kernels:
+        marks = _markers.parse("/".join(str(f) for f in k.get("scope") or ()))
+        inside = marks[-1][0] if marks else k.get("inside")
+        found.setdefault(str(k.get("name")), set()).add(inside if isinstance(inside, str) else None)
+    return {
+        name: only
+        for name, i in found.items()
+        if len(i) == 1 and (only := next(iter(i))) is not None
+    }
+
+
+def classifier(
     *,
     kernels: Sequence[Mapping[str, Any]] = (),
     fusions: Mapping[str, Sequence[str]] | None = None,
     pallas_prefixes: Mapping[str, str] | None = None,
     claims: Mapping[tuple[int, str], str] | None = None,
-) -> None:
-    """Sets each event's ``owner`` by :func:`jaxtune._markers.owner_of`.
+) -> Callable[[OpKind], Owner]:
+    """The owner of an executed op (memoized by its :class:`~.events.OpKind`), by
+    :func:`jaxtune._markers.owner_of`.
 
     ``kernels`` are the program's Pallas calls (name, scope, ...); ``fusions`` map a fusion
     to the op names of the instructions fused into it: a fusion that holds ops of kernels
     belongs to them (one owner naming every kernel, ``"a + b"``, when there are several),
     never to an anonymous XLA row. ``claims`` name the Pallas kernel of an instruction
     (``(program id, instruction)``) where the trace's own metadata says it
-    (:mod:`.recover`). A program run from inside another program's op (what an
-    interpret-mode ``io_callback`` does) belongs to that op.
+    (:mod:`.recover`). (An op without metadata inside another, and a program a callback ran
+    from inside another program's op, belong to the op that runs them: :func:`.events.walk`
+    sees to that.)
     """
     scopes = _markers.scope_table(kernels)
     prefixes = sorted((pallas_prefixes or {}).items(), key=lambda kv: -len(kv[0]))
     known: dict[tuple[str, str | None, str], Owner] = {}
+    memo: dict[OpKind, Owner] = {}
+    ids = kernel_ids(kernels)
 
     def owner(stack: str, target: str | None, op: str) -> Owner:
-        memo = (stack, target, op if not stack else "")
-        if memo not in known:
-            known[memo] = _markers.owner_of(stack, target, op, scopes, prefixes)
-        return known[memo]
+        key = (stack, target, op if not stack else "")
+        if key not in known:
+            known[key] = _markers.owner_of(stack, target, op, scopes, prefixes)
+        return known[key]
 
-    for e in events:  # in time order, so a parent is classified before its children
-        if e.parent is not None and (not e.name_stack or e.parent.program != e.program):
-            # Ops XLA added without metadata (copies inside a loop body), and programs a
-            # callback ran, belong to the op that runs them.
-            e.owner = e.parent.owner
-            continue
-        e.owner = owner(e.name_stack, e.target, e.op)
-        claim = claims.get((e.program, e.op)) if claims and e.program is not None else None
+    def classify(kind: OpKind) -> Owner:
+        found = memo.get(kind)
+        if found is not None:
+            return found
+        result = owner(kind.name_stack, kind.target, kind.op)
+        claim = claims.get((kind.program, kind.op)) if claims and kind.program is not None else None
+        parts = (fusions or {}).get(kind.op)
         if claim is not None:
-            e.owner = ("pallas", claim, e.owner[2])
-            continue
-        parts = (fusions or {}).get(e.op)
-        if e.owner[0] == "xla" and parts:
-            inner = {owner(stack, None, e.op) for stack in parts}
+            # An op claimed by the trace's metadata (a copy XLA added to the kernel's loop
+            # body, without a name stack) is the kernel's: the same row, kernel id and all.
+            result = ("pallas", claim, result[2] or ids.get(claim))
+        elif result[0] == "xla" and parts:
+            inner = {owner(stack, None, kind.op) for stack in parts}
             named = sorted({o for o in inner if o[0] != "xla"}, key=lambda o: o[1])
             if len(named) == 1:
-                e.owner = named[0]
+                result = named[0]
             elif named:
-                e.owner = ("pallas", " + ".join(o[1] for o in named), None)
+                result = ("pallas", " + ".join(o[1] for o in named), None)
+        memo[kind] = result
+        return result
 
-
-def _runs(events: Sequence[OpEvent]) -> dict[Owner, list[int]]:
-    """Each owner's calls as seen in the trace: runs of consecutive top-level events of
-    one kernel, in time order (every event of a plain XLA op is a call of its own)."""
-    runs: dict[Owner, list[int]] = {}
-    previous: Owner | None = None
-    for e in events:
-        if e.parent is not None and e.parent.owner == e.owner:
-            if runs.get(e.owner):
-                runs[e.owner][-1] += e.exclusive_ps
-            continue
-        if e.owner[0] == "xla" or e.owner != previous:
-            runs.setdefault(e.owner, []).append(0)
-        runs[e.owner][-1] += e.exclusive_ps
-        previous = e.owner
-    return runs
+    return classify
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,38 +157,34 @@ class Context:
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     io_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
-def _program_runs(group: Sequence[OpEvent]) -> int:
+def _program_runs(t: Totals) -> int:
     """How many runs of its program the trace shows a kernel in (its events' ``run_id``s;
     0 when an event lacks one). Programs a callback ran inside it have runs of their own
     and are left out."""
-    own = [e for e in group if e.parent is None or e.parent.program == e.program]
-    if not own or any(e.run is None for e in own):
-        return 0
-    return len({(e.program, e.run) for e in own})
+    return 0 if t.runless else len(t.program_runs)
 
 
-def _calls(
-    owner: Owner, runs: list[int], group: Sequence[OpEvent], ctx: Context
-) -> tuple[int, bool]:
+def _calls(owner: Owner, t: Totals, ctx: Context) -> tuple[int, bool]:
     """``(calls, exact)``: executions per step (from the program) x iterations (or, for a
     trace read without its capture, the runs of the program it shows) when the program
     says how often a kernel runs; else what the trace shows, exact only where one event is
     one call (a plain op, a custom call, any op on a device plane)."""
     kind, name, _ = owner
-    if kind == "xla" or not ctx.host_trace or all(e.target for e in group):
-        return len(runs), True
+    if kind == "xla" or not ctx.host_trace or t.all_targets:
+        return t.runs, True
     per_step = [ctx.per_step.get(n) for n in name.split(" + ")]
     known = [n for n in per_step if isinstance(n, int) and n > 0]
-    steps = ctx.iterations or _program_runs(group)
+    steps = ctx.iterations or _program_runs(t)
     if steps and per_step and len(known) == len(per_step):
         return max(known) * steps, True
-    return len(runs), False
+    return t.runs, False
 
 
 def _cost(
-    owner: Owner, calls: int, exact: bool, group: Sequence[OpEvent], ctx: Context
+    owner: Owner, calls: int, exact: bool, t: Totals, ctx: Context
 ) -> tuple[float | None, float | None, Provenance]:
     """Total flops and bytes of an owner over the profile, and where they came from: a
     per-call figure times the calls (only when the calls are exact), or XLA's own."""
@@ -203,10 +200,8 @@ def _cost(
             hint.get("bytes", 0.0) * calls or None,
             "hint",
         )
-    xla_flops = sum(e.flops or 0.0 for e in group)
-    xla_bytes = sum(e.bytes_accessed or 0.0 for e in group)
-    if xla_flops or xla_bytes:
-        return xla_flops or None, xla_bytes or None, "xla"
+    if t.flops or t.bytes_accessed:
+        return t.flops or None, t.bytes_accessed or None, "xla"
     io_bytes = ctx.io_bytes.get(name) if kind == "pallas" else None
     if exact and io_bytes:
         # The operands and results' sizes: a lower bound of the bytes a call moves.
@@ -214,26 +209,28 @@ def _cost(
     return None, None, "none"
 
 
-def _stat(owner: Owner, group: Sequence[OpEvent], runs: list[int], ctx: Context) -> KernelStat:
+def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
     kind, name, kernel_id = owner
-    total = sum(runs) or sum(e.exclusive_ps for e in group)
-    calls, exact = _calls(owner, runs, group, ctx)
-    flops, bytes_, provenance = _cost(owner, calls, exact, group, ctx)
+    total = t.total_ps
+    calls, exact = _calls(owner, t, ctx)
+    flops, bytes_, provenance = _cost(owner, calls, exact, t, ctx)
     seconds = total * 1e-12
+    ran = ctx.configs.get(kernel_id) if kernel_id and kind != "xla" else None
+    # Per-call extremes only where the trace's runs are the calls.
+    extremes = t.runs and t.runs == calls and t.run_min is not None and t.run_max is not None
     return KernelStat(
         name=name,
         kind=kind,  # type: ignore[arg-type]
-        target=next((e.target for e in group if e.target), None),
-        hlo_op=group[0].op,
+        target=t.target,
+        hlo_op=t.first_op,
         source=ctx.sources.get(name) or ctx.sources.get(kernel_id or ""),
         kernel_id=kernel_id,
         calls=calls,
         calls_exact=exact,
         total_us=total * 1e-6,
         mean_us=total * 1e-6 / max(calls, 1),
-        # Per-call extremes only where the trace's runs are the calls.
-        min_us=min(runs) * 1e-6 if runs and len(runs) == calls else None,
-        max_us=max(runs) * 1e-6 if runs and len(runs) == calls else None,
+        min_us=t.run_min * 1e-6 if extremes and t.run_min is not None else None,
+        max_us=t.run_max * 1e-6 if extremes and t.run_max is not None else None,
         share=total / ctx.total_ps,
         flops=flops,
         bytes_accessed=bytes_,
@@ -242,40 +239,37 @@ def _stat(owner: Owner, group: Sequence[OpEvent], runs: list[int], ctx: Context)
         intensity=flops / bytes_ if flops and bytes_ else None,
         bound_by=_roofline.bound_by(flops, bytes_, ctx.peak),
         flops_source=provenance,
+        config=ran.get("config") if ran else None,
+        speedup=ran.get("speedup") if ran else None,
     )
 
 
 def attribute(
-    events: Sequence[OpEvent],
+    walked: Walk,
     *,
     plane_stats: Mapping[str, Any] | None = None,
     device_kind: str | None = None,
     costs: Mapping[str, Mapping[str, float]] | None = None,
     hints: Mapping[str, Mapping[str, float]] | None = None,
     sources: Mapping[str, str] | None = None,
-    pallas_prefixes: Mapping[str, str] | None = None,
     kernels: Sequence[Mapping[str, Any]] = (),
-    fusions: Mapping[str, Sequence[str]] | None = None,
     iterations: int = 0,
     autotuned: Mapping[str, int] | None = None,
     host_trace: bool = False,
-    claims: Mapping[tuple[int, str], str] | None = None,
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
-    """``(kernels, ops, total device µs)``, each list sorted by share.
+    """``(kernels, ops, total device µs)`` of a walked plane (its owners by
+    :func:`classifier`), each list sorted by share.
 
     ``kernels`` are the program's Pallas calls (``name``, ``scope``, ``per_step``,
     ``cost_estimate``) as the capture wrote them; ``costs`` maps a Pallas kernel name to
     its per-call ``cost_estimate``; ``hints`` a jaxtune kernel id to its per-call
     ``flops``/``bytes`` hints; ``sources`` a kernel name to its ``file:line``;
-    ``pallas_prefixes`` a name-stack prefix to a kernel name; ``autotuned`` a jaxtune
-    kernel id to its call sites per step; ``iterations`` how many steps the trace holds;
-    ``host_trace`` that the ops ran on host threads (CPU), where an interpret-mode kernel's
-    events interleave and cannot be counted as calls; ``claims`` the kernel of an
-    instruction by ``(program id, instruction)``, recovered from a trace's own metadata.
+    ``autotuned`` a jaxtune kernel id to its call sites per step; ``iterations`` how many
+    steps the trace holds; ``host_trace`` that the ops ran on host threads (CPU), where an
+    interpret-mode kernel's events interleave and cannot be counted as calls; ``configs``
+    a jaxtune kernel id to the config it ran with and its tuned ``speedup``.
     """
-    classify(
-        events, kernels=kernels, fusions=fusions, pallas_prefixes=pallas_prefixes, claims=claims
-    )
     per_step: dict[str, int | None] = dict(autotuned or {})
     all_costs = dict(costs or {})
     io_bytes = {k["name"]: int(k["io_bytes"]) for k in kernels if k.get("io_bytes")}
@@ -287,19 +281,16 @@ def attribute(
     ctx = Context(
         peak=_roofline.peak_for(device_kind, plane_stats),
         host_trace=host_trace,
-        total_ps=sum(e.exclusive_ps for e in events) or 1,
+        total_ps=walked.total_ps or 1,
         iterations=iterations,
         per_step=per_step,
         costs=all_costs,
         hints=hints or {},
         sources=sources or {},
         io_bytes=io_bytes,
+        configs=configs or {},
     )
-    runs = _runs(events)
-    by_owner: dict[Owner, list[OpEvent]] = {}
-    for e in events:
-        by_owner.setdefault(e.owner, []).append(e)
-    stats = [_stat(o, group, runs.get(o, []), ctx) for o, group in by_owner.items()]
+    stats = [_stat(o, t, ctx) for o, t in walked.owners.items() if t.events]
     stats.sort(key=lambda s: -s.share)
     return (
         [s for s in stats if s.kind != "xla"],

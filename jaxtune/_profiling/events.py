@@ -1,79 +1,80 @@
-"""Trace -> executed HLO ops: the events of the first device plane, each with its
-instruction's name stack, custom-call target, program and run, and its exclusive time.
+"""Trace -> executed HLO ops of the first device plane, totalled by owner (kernel or XLA op)
+while the events are walked: no per-event object is kept, so a 3 M-event trace is read in
+one pass over each line it needs.
 
 Where the ops are:
 - CPU: host plane ``/host:CPU``, lines ``tf_XLA*`` (XLA's thread pool) and the calling
   thread's (``python``), one event per executed thunk with stats
   ``hlo_op``/``hlo_module``/``program_id``/``run_id``; the op's name stack comes from the
   compiled HLO's metadata: the capture's HLO text, or the HLO protos the trace carries
-  (:mod:`.hloproto`).
+  (:mod:`.hlo`).
 - TPU: planes ``/device:TPU:N``, line ``XLA Ops``; the event metadata carries ``tf_op`` (the
-  name stack), ``hlo_category``, ``flops``, ``bytes_accessed``.
+  name stack), ``hlo_category``, ``flops``, ``bytes_accessed``, ``program_id``. Per-event
+  stats of an ``XLA Ops`` event are not read (XProf keeps an op's facts on its metadata).
 - GPU: planes ``/device:GPU:N``, kernel events with ``hlo_op``/``hlo_module`` (and, when
   given, ``tf_op``).
 
 Nested events (a while loop and its body) count their exclusive time, so nothing is
-counted twice.
+counted twice. An op XLA added without metadata (a copy in a loop body), and a program a
+callback ran from inside another program's op, belong to the op that runs them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import itertools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import _markers
-from . import xspace as _xspace
+from . import xplane as _xplane
+from .totals import TIMELINE_SPANS, Accumulator, OpKind, Totals, columns, walk_columns, walk_items
 
-__all__ = ["OpEvent", "op_events", "program_ids"]
+__all__ = [
+    "TIMELINE_SPANS",
+    "OpKind",
+    "Totals",
+    "Walk",
+    "device_plane",
+    "metadata_kinds",
+    "program_ids",
+    "walk",
+]
 
 Owner = _markers.Owner
 
 
 @dataclasses.dataclass(slots=True)
-class OpEvent:
-    """One executed HLO op."""
+class Walk:
+    """What walking a plane's op lines gave: each owner's totals, the timeline (top-level
+    spans ``(start ps, end ps, owner)``, the first :data:`TIMELINE_SPANS`), all device op
+    time, and how many op events there were."""
 
-    op: str
-    module: str
-    name_stack: str
-    target: str | None
-    start_ps: int
-    duration_ps: int
-    exclusive_ps: int
-    flops: float | None
-    bytes_accessed: float | None
-    line: int
-    parent: OpEvent | None = None
-    owner: Owner = ("xla", "", None)
-    program: int | None = None
-    run: int | None = None
+    plane: _xplane.Plane
+    owners: dict[Owner, Totals]
+    spans: list[tuple[int, int, Owner]]
+    total_ps: int
+    events: int
 
 
-def _device_planes(space: _xspace.Space) -> list[_xspace.Plane]:
-    devices = [p for p in space.planes if p.name.startswith(("/device:TPU:", "/device:GPU:"))]
-    if devices:
-        return devices
-    return [p for p in space.planes if p.name == "/host:CPU"]
+def _tpu(plane: _xplane.Plane) -> bool:
+    return plane.name.startswith("/device:TPU:")
 
 
-def _op_lines(plane: _xspace.Plane) -> list[_xspace.Line]:
-    if plane.name.startswith("/device:TPU:"):
+def device_plane(space: _xplane.Space) -> _xplane.Plane | None:
+    """The first TPU or GPU plane, else the host's ``/host:CPU`` plane."""
+    names = space.plane_names
+    device = next((n for n in names if n.startswith(("/device:TPU:", "/device:GPU:"))), None)
+    name = device or ("/host:CPU" if "/host:CPU" in names else None)
+    return space.plane(name) if name is not None else None
+
+
+def _op_lines(plane: _xplane.Plane) -> list[_xplane.LineHead]:
+    if _tpu(plane):
         return [line for line in plane.lines if line.name == "XLA Ops"]
     # On CPU a thunk runs on XLA's pool (``tf_XLA*`` lines) or on the thread that called
     # the program (its ``python`` line): every line, and of each only the events of ops.
     return list(plane.lines)
-
-
-def program_ids(space: _xspace.Space) -> set[int]:
-    """The programs (``program_id``) whose ops ran on the first device plane."""
-    planes = _device_planes(space)
-    return {
-        pid
-        for line in (_op_lines(planes[0]) if planes else ())
-        for ev in line.events
-        if (pid := _int_or_none(ev.stats.get("program_id"))) is not None
-    }
 
 
 def _number(value: Any) -> float | None:
@@ -84,65 +85,179 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def op_events(
-    space: _xspace.Space,
+def program_ids(plane: _xplane.Plane | None) -> set[int]:
+    """The programs (``program_id``) whose ops ran on the plane."""
+    if plane is None:
+        return set()
+    found = {
+        pid
+        for m in plane.event_metadata.values()
+        if (pid := _int_or_none(m.stats.get("program_id"))) is not None
+    }
+    if _tpu(plane):
+        return found
+    names = plane.stat_names
+    wanted = {k for k, v in names.items() if v == "program_id"}
+    for line in _op_lines(plane):
+        for ev in plane.events(line):
+            for s in ev.stats:
+                if s.metadata_id in wanted:
+                    pid = _int_or_none(_xplane.stat_value(s, names))
+                    if pid is not None:
+                        found.add(pid)
+    return found
+
+
+class _Kinds:
+    """Event -> its :class:`OpKind` (memoized), from its stats, else its metadata's."""
+
+    def __init__(
+        self,
+        plane: _xplane.Plane,
+        hlo: Mapping[str, tuple[str, str | None]],
+        programs: Mapping[int, Mapping[str, tuple[str, str | None]]],
+    ) -> None:
+        self.plane, self.hlo, self.programs = plane, hlo, programs
+        self.tpu = _tpu(plane)
+        self.memo: dict[Any, OpKind | None] = {}
+
+    def of(self, metadata_id: int, stats: Mapping[str, Any] | None) -> OpKind | None:
+        meta = self.plane.metadata(metadata_id)
+
+        def stat(name: str, default: Any = None) -> Any:
+            if stats and name in stats:
+                return stats[name]
+            return meta.stats.get(name, default)
+
+        op = stat("hlo_op")
+        if op is None and self.tpu:
+            op = meta.name
+        if not op:
+            return None
+        op = str(op)
+        program = _int_or_none(stat("program_id"))
+        known = (
+            self.programs.get(program, self.hlo).get(op)
+            if program is not None
+            else self.hlo.get(op)
+        )
+        target = stat("custom_call_target") or (known[1] if known else None)
+        return OpKind(
+            op=op,
+            module=str(stat("hlo_module", "")),
+            name_stack=str(stat("tf_op") or (known[0] if known else "")),
+            target=str(target) if target else None,
+            flops=_number(stat("flops")),
+            bytes_accessed=_number(stat("bytes_accessed")),
+            program=program,
+        )
+
+    def by_metadata(self, metadata_id: int) -> OpKind | None:
+        key = metadata_id
+        if key not in self.memo:
+            self.memo[key] = self.of(metadata_id, None)
+        return self.memo[key]
+
+    def by_stats(self, metadata_id: int, stats: dict[str, Any]) -> OpKind | None:
+        key = (
+            metadata_id,
+            *(
+                (k, v)
+                for k, v in stats.items()
+                if k in ("hlo_op", "program_id", "tf_op", "custom_call_target", "hlo_module")
+                or k in ("flops", "bytes_accessed")
+            ),
+        )
+        try:
+            hash(key)
+        except TypeError:
+            return self.of(metadata_id, stats)
+        if key not in self.memo:
+            self.memo[key] = self.of(metadata_id, stats)
+        return self.memo[key]
+
+
+def _kind(ev: Any, kinds: _Kinds, names: dict[int, str]) -> tuple[OpKind | None, int | None]:
+    """An event's kind, and its ``run_id``, from its own stats and its metadata's."""
+    if not len(ev.stats):
+        return kinds.by_metadata(ev.metadata_id), None
+    stats = _xplane.stats_of(ev.stats, names)
+    return kinds.by_stats(ev.metadata_id, stats), _int_or_none(stats.get("run_id"))
+
+
+def metadata_kinds(
+    plane: _xplane.Plane,
     hlo: Mapping[str, tuple[str, str | None]] | None = None,
     programs: Mapping[int, Mapping[str, tuple[str, str | None]]] | None = None,
-) -> tuple[list[OpEvent], _xspace.Plane | None]:
-    """Every executed HLO op of the first device plane (all lines), with exclusive times.
+) -> Callable[[int], OpKind | None]:
+    """``metadata id -> OpKind`` of a TPU plane's op events (``None``: not an op)."""
+    return _Kinds(plane, hlo or {}, programs or {}).by_metadata
+
+
+def walk(
+    plane: _xplane.Plane,
+    owner_of: Callable[[OpKind], Owner],
+    hlo: Mapping[str, tuple[str, str | None]] | None = None,
+    programs: Mapping[int, Mapping[str, tuple[str, str | None]]] | None = None,
+    *,
+    release: bool = True,
+) -> Walk:
+    """Every executed HLO op of the plane's op lines, totalled by ``owner_of(kind)``;
+    ``release``: a TPU op line is read for the last time (its bytes go once decoded).
 
     ``hlo`` maps an HLO instruction name to ``(op_name, custom-call target)``;
     ``programs`` does so per program id (instruction names repeat across programs), and
     wins for the events that name their program.
     """
-    hlo = hlo or {}
-    programs = programs or {}
-    planes = _device_planes(space)
-    if not planes:
-        return [], None
-    plane = planes[0]
-    events: list[OpEvent] = []
-    for index, line in enumerate(_op_lines(plane)):
-        base = line.timestamp_ns * 1000
-        on_line: list[OpEvent] = []
-        for ev in line.events:
-            op = ev.stat("hlo_op")
-            if op is None and plane.name.startswith("/device:TPU:"):
-                op = ev.name
-            if not op:
-                continue
-            op = str(op)
-            program = _int_or_none(ev.stat("program_id"))
-            known = programs.get(program, hlo).get(op) if program is not None else hlo.get(op)
-            name_stack = str(ev.stat("tf_op") or (known[0] if known else ""))
-            target = ev.stat("custom_call_target") or (known[1] if known else None)
-            on_line.append(
-                OpEvent(
-                    op=op,
-                    module=str(ev.stat("hlo_module", "")),
-                    name_stack=name_stack,
-                    target=str(target) if target else None,
-                    start_ps=base + ev.offset_ps,
-                    duration_ps=ev.duration_ps,
-                    exclusive_ps=ev.duration_ps,
-                    flops=_number(ev.stat("flops")),
-                    bytes_accessed=_number(ev.stat("bytes_accessed")),
-                    line=index,
-                    program=program,
-                    run=_int_or_none(ev.stat("run_id")),
-                )
-            )
-        on_line.sort(key=lambda e: (e.start_ps, -e.duration_ps))
-        stack: list[OpEvent] = []
-        for e in on_line:
-            while stack and stack[-1].start_ps + stack[-1].duration_ps <= e.start_ps:
-                stack.pop()
-            if stack:
-                e.parent = stack[-1]
-                stack[-1].exclusive_ps -= e.duration_ps
-            stack.append(e)
-        events.extend(on_line)
-    for e in events:
-        e.exclusive_ps = max(e.exclusive_ps, 0)
-    events.sort(key=lambda e: e.start_ps)
-    return events, plane
+    kinds = _Kinds(plane, hlo or {}, programs or {})
+    interned: list[OpKind | None] = []
+    # A TPU event's kind is its metadata's; elsewhere its own stats count (interned).
+    acc = Accumulator(kinds.by_metadata if kinds.tpu else interned.__getitem__, owner_of)
+    line_spans = [
+        _walk_line(plane, line, kinds, acc, interned, release) for line in _op_lines(plane)
+    ]
+    owners = acc.totals()
+    spans: list[tuple[int, int, Owner]] = []
+    merged = sorted((s for ss in line_spans for s in ss), key=lambda s: s[0])
+    for start, end, o in merged if len(line_spans) > 1 else (line_spans[0] if line_spans else []):
+        owner = acc.owners[o]
+        if spans and spans[-1][2] == owner and owner[0] != "xla":
+            spans[-1] = (spans[-1][0], max(end, spans[-1][1]), owner)
+        elif len(spans) < TIMELINE_SPANS:
+            spans.append((start, end, owner))
+    total = sum(t.total_ps for t in owners.values())
+    count = sum(t.events for t in owners.values())
+    return Walk(plane=plane, owners=owners, spans=spans, total_ps=max(total, 0), events=count)
+
+
+def _walk_line(
+    plane: _xplane.Plane,
+    line: _xplane.LineHead,
+    kinds: _Kinds,
+    acc: Accumulator,
+    interned: list[OpKind | None],
+    release: bool,
+) -> list[tuple[int, int, int]]:
+    """Walks one op line into ``acc``; its timeline spans (ps since the epoch)."""
+    acc.spans = []
+    items: list[tuple[int, int, Any, int | None]] | None = None
+    if kinds.tpu:
+        cols = columns(plane.events(line, lite=True, drop=release))
+        if not walk_columns(cols, acc):
+            items = list(zip(*cols.T.tolist(), itertools.repeat(None)))
+    else:
+        ids: dict[OpKind, int] = {}
+        items = []
+        for ev in plane.events(line):
+            kind, run = _kind(ev, kinds, plane.stat_names)
+            if kind is not None:
+                if kind not in ids:
+                    ids[kind] = len(interned)
+                    interned.append(kind)
+                items.append((ev.offset_ps, ev.duration_ps, ids[kind], run))
+    if items is not None and not walk_items(items, acc):
+        # Host threads may write a parent after its children: by start, parents first.
+        items.sort(key=lambda p: (p[0], -p[1]))
+        walk_items(items, acc)
+    base = line.timestamp_ns * 1000
+    return [(s + base, e + base, o) for s, e, o in acc.spans]

@@ -1,11 +1,24 @@
-"""Compiled HLO text -> what attribution needs: each instruction's op name (name stack) and
-custom-call target, and the op names fused into each fusion."""
+"""Compiled HLO -> what attribution needs: each instruction's op name (name stack),
+custom-call target and Python stack frames, and the instructions fused into each fusion.
+
+From HLO *text* (what a capture has: :func:`hlo_ops`, :func:`hlo_fusions`), or from the
+serialized ``HloProto`` of every compiled program a trace's metadata plane carries
+(:func:`parse_hlo_proto`, on the schema of :mod:`.schema`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from typing import Any
 
-__all__ = ["hlo_fusions", "hlo_ops"]
+from . import schema as _schema
+from .xplane import DecodeError, decode, text
+
+__all__ = ["Frame", "HloInstruction", "HloModule", "hlo_fusions", "hlo_ops", "parse_hlo_proto"]
+
+#: Deepest Python stack kept per instruction (a damaged index may loop).
+MAX_FRAMES = 256
 
 _HLO_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<rest>.*)$")
 _OP_NAME = re.compile(r'op_name="(?P<op>(?:[^"\\]|\\.)*)"')
@@ -54,3 +67,129 @@ def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str | None]]:
             target.group("target") if target else None,
         )
     return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Frame:
+    """One Python frame of the code that traced an instruction."""
+
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class HloInstruction:
+    """One compiled HLO instruction; ``frames`` are outermost first, ``computation`` is
+    the id of the computation holding it, ``calls`` those it calls."""
+
+    name: str
+    opcode: str
+    op_name: str
+    target: str | None
+    frames: tuple[Frame, ...]
+    calls: tuple[int, ...]
+    computation: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class HloModule:
+    """A compiled program: its instructions by name, and each fusion's fused instructions
+    (by name: a fusion's own metadata names only one of them)."""
+
+    name: str
+    instructions: dict[str, HloInstruction]
+    fused: dict[str, tuple[str, ...]]
+
+    def ops(self) -> dict[str, tuple[str, str | None]]:
+        """Instruction name -> ``(op_name, custom-call target)``, as :func:`hlo_ops`."""
+        return {n: (i.op_name, i.target) for n, i in self.instructions.items()}
+
+
+class _Stacks:
+    """The module's stack frame index: a frame id -> its frames, outermost first."""
+
+    def __init__(self, index: Any) -> None:
+        self.files = [text(f) for f in index.file_names]
+        self.functions = [text(f) for f in index.function_names]
+        self.locations = list(index.file_locations)
+        self.frames = list(index.stack_frames)
+        self.memo: dict[int, tuple[Frame, ...]] = {}
+
+    def _frame(self, frame_id: int) -> tuple[Frame | None, int]:
+        if not 0 < frame_id <= len(self.frames):
+            return None, 0
+        frame = self.frames[frame_id - 1]
+        location_id = frame.file_location_id
+        if not 0 < location_id <= len(self.locations):
+            return None, frame.parent_frame_id
+        loc = self.locations[location_id - 1]
+        file_id, function_id = loc.file_name_id, loc.function_name_id
+        found = Frame(
+            file=self.files[file_id - 1] if 0 < file_id <= len(self.files) else "",
+            line=loc.line,
+            function=self.functions[function_id - 1]
+            if 0 < function_id <= len(self.functions)
+            else "",
+        )
+        return found, frame.parent_frame_id
+
+    def stack(self, frame_id: int) -> tuple[Frame, ...]:
+        if frame_id in self.memo:
+            return self.memo[frame_id]
+        inner_first: list[Frame] = []
+        seen: set[int] = set()
+        at = frame_id
+        while at and at not in seen and len(inner_first) < MAX_FRAMES:
+            seen.add(at)
+            frame, at = self._frame(at)
+            if frame is not None:
+                inner_first.append(frame)
+        self.memo[frame_id] = out = tuple(reversed(inner_first))
+        return out
+
+
+def _instruction(ins: Any, stacks: _Stacks, computation: int) -> HloInstruction:
+    meta = ins.metadata
+    frames = stacks.stack(meta.stack_frame_id)
+    if not frames and meta.source_file:
+        frames = (Frame(file=text(meta.source_file), line=meta.source_line, function=""),)
+    return HloInstruction(
+        name=text(ins.name),
+        opcode=text(ins.opcode),
+        op_name=text(meta.op_name),
+        target=text(ins.custom_call_target) or None,
+        frames=frames,
+        calls=tuple(ins.called_computation_ids),
+        computation=computation,
+    )
+
+
+def parse_hlo_proto(data: bytes) -> HloModule:
+    """Decodes a serialized ``HloProto`` (the module and its buffer assignment).
+
+    Raises:
+        DecodeError: the bytes are not such a proto.
+    """
+    proto = decode(_schema.HloProto, bytes(data), "HloProto")
+    if not proto.HasField("hlo_module"):
+        raise DecodeError("not an HloProto (no hlo_module)")
+    module = proto.hlo_module
+    stacks = _Stacks(module.stack_frame_index)
+    instructions: dict[str, HloInstruction] = {}
+    by_computation: dict[int, list[str]] = {}
+    for comp in module.computations:
+        names = by_computation.setdefault(comp.id, [])
+        for ins in comp.instructions:
+            found = _instruction(ins, stacks, comp.id)
+            instructions[found.name] = found
+            names.append(found.name)
+    fused = {
+        i.name: tuple(by_computation.get(i.calls[0], ()))
+        for i in instructions.values()
+        if i.opcode == "fusion" and i.calls
+    }
+    return HloModule(name=text(module.name), instructions=instructions, fused=fused)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import page
+from . import page, units
 from . import roofline as _roofline
 from .attribution import KernelStat
-from .table import BOUND_HELP, stat_rows, unknown_bound_reasons
+from .table import BOUND_HELP, config_text, shown_name, stat_rows, unknown_bound_reasons
 
 __all__ = ["profile_html"]
 
@@ -21,14 +21,36 @@ _TIMELINE_ROWS = 10
 
 
 def _label(name: str, width: int = 38) -> str:
-    return name if len(name) <= width else "..." + name[-(width - 3) :]
+    """A chart label: a long name is wrapped (at ``:``, ``/``, ``.`` or ``_`` where it
+    can), not cut, onto at most three lines; only a longer one loses its middle."""
+    if len(name) <= width:
+        return name
+    lines: list[str] = []
+    rest = name
+    while len(rest) > width and len(lines) < 2:
+        cut = max(rest.rfind(c, 0, width) for c in ":/._")
+        cut = cut + 1 if cut > width // 3 else width
+        lines.append(rest[:cut])
+        rest = rest[cut:]
+    if len(rest) > width:
+        rest = "..." + rest[-(width - 3) :]
+    return "\n".join([*lines, rest])
+
+
+def _kind(stat: KernelStat) -> str:
+    """The colour key of a row: a Pallas kernel inside a jaxtune kernel is autotuned."""
+    return "autotuned" if stat.kernel_id and stat.kind != "xla" else stat.kind
+
+
+def _span_unit(end_us: float) -> tuple[str, float]:
+    return next(((n, f) for n, f in units.TIME_UNITS if end_us >= f), units.TIME_UNITS[-1])
 
 
 def _share_chart(profile: Any) -> str:
     plt = page.pyplot()
     kernels = list(profile.kernels[:_SHARE_BARS])
     ops = list(profile.ops)
-    bars = [(_label(k.name), k.share, k.kind) for k in kernels]
+    bars = [(_label(shown_name(k)), k.share, _kind(k)) for k in kernels]
     if ops:
         bars.append((f"XLA ops ({len(ops)})", sum(o.share for o in ops), "xla"))
     bars.reverse()
@@ -105,13 +127,13 @@ def _roofline_chart(profile: Any) -> tuple[str, str]:
                 [k.flops_per_s for k in group],
                 marker=marker,
                 s=60,
-                c=[_KIND_COLOURS.get(k.kind, "#9aa3b2") for k in group],
+                c=[_KIND_COLOURS.get(_kind(k), "#9aa3b2") for k in group],
                 label=f"FLOPs/bytes from {source}",
                 zorder=3,
             )
     for k in points:
         ax.annotate(
-            _label(k.name, 28),
+            _label(shown_name(k), 28),
             (k.intensity, k.flops_per_s),
             fontsize=8,
             xytext=(5, 4),
@@ -142,31 +164,82 @@ def _roofline_chart(profile: Any) -> tuple[str, str]:
 def _timeline_chart(profile: Any) -> str:
     plt = page.pyplot()
     spans = list(profile.timeline)
-    named = [k.name for k in profile.kernels[:_TIMELINE_ROWS]]
-    rows = [*named, "XLA ops"]
-    fig, ax = plt.subplots(figsize=(9, 0.38 * len(rows) + 1.3))
-    for row, name in enumerate(reversed(rows)):
-        mine = [s for s in spans if (s.name == name if name != "XLA ops" else s.name not in named)]
-        kind = mine[0].kind if mine else "xla"
-        colour = _KIND_COLOURS.get(kind, "#9aa3b2") if name != "XLA ops" else "#9aa3b2"
-        ax.broken_barh(
-            [(s.start_us, max(s.duration_us, 1e-3)) for s in mine], (row - 0.4, 0.8), color=colour
-        )
-    ax.set_yticks(range(len(rows)), [_label(r, 32) for r in reversed(rows)], fontsize=9)
+    shown = list(profile.kernels[:_TIMELINE_ROWS])
+    # One lane per row of the table: spans by (kind, name), labelled as the table is.
+    lanes = [((k.kind, k.name), shown_name(k), _kind(k)) for k in shown]
+    named = {key for key, _, _ in lanes}
+    rows = [*lanes, (None, "XLA ops", "xla")]
     end = max((s.start_us + s.duration_us for s in spans), default=1.0)
-    ax.set_xlim(0, end * 1.01)
-    ax.set_xlabel("time since the first op (us)")
+    unit, scale = _span_unit(end)
+    fig, ax = plt.subplots(figsize=(9, 0.38 * len(rows) + 1.3))
+    for row, (key, _, kind) in enumerate(reversed(rows)):
+        mine = [
+            s for s in spans if ((s.kind, s.name) == key if key else (s.kind, s.name) not in named)
+        ]
+        ax.broken_barh(
+            [(s.start_us / scale, max(s.duration_us / scale, 1e-9)) for s in mine],
+            (row - 0.4, 0.8),
+            color=_KIND_COLOURS.get(kind, "#9aa3b2"),
+        )
+    ax.set_yticks(range(len(rows)), [_label(r[1], 32) for r in reversed(rows)], fontsize=9)
+    ax.set_xlim(0, end / scale * 1.01)
+    ax.set_xlabel(f"time since the first op ({unit})")
     ax.spines[["top", "right"]].set_visible(False)
     return page.figure_svg(fig)
+
+
+def _intra_chart(intra: Any) -> str:
+    """The first call of a kernel, from the inside: its ``LLO Ops`` spans (estimates
+    lighter) and one lane per unit."""
+    plt = page.pyplot()
+    lanes = [("LLO Ops", intra.spans), *intra.unit_spans.items()]
+    end = max((s.start_us + s.duration_us for _, ss in lanes for s in ss), default=1.0)
+    unit, scale = _span_unit(end)
+    fig, ax = plt.subplots(figsize=(9, 0.38 * len(lanes) + 1.3))
+    for row, (_, spans) in enumerate(reversed(lanes)):
+        for estimate, colour in ((False, "#3867d6"), (True, "#b7c4ea")):
+            mine = [s for s in spans if s.estimate == estimate]
+            ax.broken_barh(
+                [(s.start_us / scale, max(s.duration_us / scale, 1e-9)) for s in mine],
+                (row - 0.4, 0.8),
+                color=colour,
+            )
+    ax.set_yticks(range(len(lanes)), [name for name, _ in reversed(lanes)], fontsize=9)
+    ax.set_xlim(0, end / scale * 1.01)
+    ax.set_xlabel(f"time since the call began ({unit}); light: estimated between trace points")
+    ax.spines[["top", "right"]].set_visible(False)
+    return page.figure_svg(fig)
+
+
+def _intra_section(profile: Any) -> list[str]:
+    if not profile.intrakernel:
+        return []
+    first = profile.intrakernel[0]
+    label = f"{first.kernel_id}:{first.name}" if first.kernel_id else first.name
+    out = ["<h2>Inside kernels (custom-call tracing)</h2>"]
+    out += [
+        f'<p class="note">{page.escape(line)}</p>'
+        for k in profile.intrakernel
+        for line in k.summary()
+    ]
+    out.append(
+        page.chart(
+            "intrakernel",
+            _intra_chart(first),
+            f"The first call of {label}: measured regions, spans estimated between trace "
+            "points (spread evenly, as XProf does), and each unit's lane.",
+        )
+    )
+    return out
 
 
 def _stat_table(stats: Sequence[KernelStat], name: str) -> str:
     header, rows = stat_rows(stats, mark_unknown=name == "kernels")
     if name == "kernels":
-        header.append("source")
+        header += ["config that ran", "source"]
         for row, s in zip(rows, stats, strict=True):
-            row[0] = s.name
-            row.append(s.source or "")
+            row[0] = shown_name(s)
+            row += [config_text(s), s.source or ""]
     return page.table(header, rows, numeric=range(2, 8), name=name)
 
 
@@ -189,15 +262,17 @@ def profile_html(profile: Any, top: int = 50) -> str:
     """The whole page for :meth:`Profile.to_html`."""
     if profile.iterations:
         summary = (
-            f"{profile.iterations} iterations, {profile.step_us:,.1f} us of device time per step"
+            f"{profile.iterations} iterations, "
+            f"{units.duration(profile.step_us)} of device time per step"
         )
     else:
-        summary = f"{profile.total_us:,.1f} us of device time"
+        summary = f"{units.duration(profile.total_us)} of device time"
     roofline, roofline_caption = _roofline_chart(profile)
     kernels = list(profile.kernels[:top])
     body: list[Any] = [
         f"<h1>jaxtune profile: {page.escape(profile.platform)} "
         f"({page.escape(profile.device_kind)})</h1>",
+        *(f'<p class="warning">warning: {page.escape(w)}</p>' for w in profile.warnings),
         f'<p class="summary">{page.escape(summary)}; {len(profile.kernels)} kernels, '
         f"{len(profile.ops)} XLA ops.</p>",
         "<h2>Share of device time</h2>",
@@ -217,6 +292,7 @@ def profile_html(profile: Any, top: int = 50) -> str:
         f"<h2>Kernels (top {len(kernels)} of {len(profile.kernels)})</h2>",
         _stat_table(kernels, "kernels") if kernels else "<p>No Pallas or jaxtune kernel ran.</p>",
         *_bound_notes(kernels, profile.device_kind),
+        *_intra_section(profile),
     ]
     ops = list(profile.ops[:top])
     if ops:

@@ -37,6 +37,7 @@ tr.failed td { color: #a3262b; }
 figure.chart { margin: 8px 0 16px; } figure.chart svg { max-width: 100%; height: auto; }
 figcaption { color: #4a5264; font-size: 12.5px; }
 .note { color: #4a5264; font-size: 12.5px; margin: 4px 0; }
+.warning { color: #a1261b; font-weight: 600; margin: 6px 0; }
 code { background: #f3f5f8; padding: 0 3px; border-radius: 3px; }
 """
 

@@ -25,7 +25,7 @@ import numpy as np
 from .. import _config, _flags, _markers
 from .._errors import JaxtuneError, JaxtuneWarning
 from .._tuning.locate import sites_in_module
-from .._tuning.record import frame_for_mark
+from . import calls as _calls
 from .hlo import hlo_fusions, hlo_ops
 from .report import Profile as Profile
 from .report import report_from_trace as report_from_trace
@@ -95,7 +95,8 @@ def capture(
     calls = _markers.pallas_calls(jax.make_jaxpr(jitted)(*args, **kwargs))
     sites = sites_in_module(lowered.compiler_ir("stablehlo"), device.platform, calls)
     hlo_text = compiled.as_text()
-    hints, recorded = _hints(sites)
+    hints, recorded = _calls.hints(sites)
+    configs = _calls.configs(sites, device.device_kind)
     return {
         "logdir": logdir,
         "platform": device.platform,
@@ -103,11 +104,12 @@ def capture(
         "hlo": hlo_ops(hlo_text),
         "fusions": hlo_fusions(hlo_text),
         "kernels": [_kernel_record(c) for c in calls],
-        "autotuned": _autotuned_counts(sites),
+        "autotuned": _calls.autotuned_counts(sites),
         "costs": {s.name: s.cost_estimate for s in sites if s.cost_estimate},
         "sources": {(s.kernel_id or s.name): s.source for s in sites if s.source},
         "hints": hints,
         "calls": recorded,
+        "configs": configs,
         "timings": {"compile_s": compile_s, "run_s": run_s},
         "env": {k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
     }
@@ -124,34 +126,6 @@ def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
         "source": call.source,
         "inside": call.inside,
     }
-
-
-def _autotuned_counts(sites: Any) -> dict[str, int]:
-    """How many call sites of each jaxtune kernel one run of the program has."""
-    counts: dict[str, int] = {}
-    for site in sites:
-        if site.kind == "autotuned" and site.kernel_id:
-            counts[site.kernel_id] = counts.get(site.kernel_id, 0) + 1
-    return counts
-
-
-def _hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
-    """Per-call ``flops``/``bytes`` hints of the jaxtune kernels among ``sites``, and one
-    recorded call per (kernel, key) (what ``tune from a profile`` replays)."""
-    hints: dict[str, dict[str, float]] = {}
-    calls: dict[tuple[str, str], dict[str, Any]] = {}
-    for site in sites:
-        if site.kind != "autotuned":
-            continue
-        marks = _markers.parse(site.name_stack)
-        mark = _markers.lookup(marks[-1][1]) if marks else None
-        if mark is not None and mark.owner is not None:
-            hint = mark.owner.cost_hint(*mark.args, **mark.kwargs)
-            if hint:
-                hints[mark.kernel] = hint
-            if (mark.kernel, mark.key) not in calls:
-                calls[mark.kernel, mark.key] = frame_for_mark(mark)
-    return hints, list(calls.values())
 
 
 def _llo_analysis(logdir: str) -> dict[str, Any] | None:

@@ -27,7 +27,12 @@ kernel, whose compiled ops keep no ``pallas_call`` in their names
   the kernel appears in several programs, the calls are read off the trace and flagged.
 
 Kernels that leave no callback behind (the generic ``pallas_call(..., interpret=True)``
-interpreter) are not found this way; their ops stay XLA ops.
+interpreter, which runs the kernel as a ``while`` loop over its grid) are found by their
+stacks instead (:func:`generic_sites`): the grid loop's own ops were traced at the
+``pallas_call`` line (their stack ends there, under a ``while``), the kernel body's one
+frame further, in the kernel function, which names the kernel. A ``lax.fori_loop`` looks
+the same, so the call line must read ``pallas_call`` in its source file (read as text, a
+regular file only, bounded; without the file such a kernel stays XLA ops).
 """
 
 from __future__ import annotations
@@ -39,8 +44,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _markers
-from . import xspace as _xspace
-from .hloproto import Frame, HloInstruction, HloModule, parse_hlo_proto
+from . import xplane as _xplane
+from .hlo import Frame, HloInstruction, HloModule, parse_hlo_proto
 
 __all__ = ["CALLBACK_TARGETS", "Recovered", "Site", "read_programs", "recover", "sites"]
 
@@ -105,7 +110,7 @@ class Recovered:
 
 
 def read_programs(
-    space: _xspace.Space, wanted: set[int] | None = None
+    space: _xplane.Space, wanted: set[int] | None = None
 ) -> tuple[dict[int, HloModule], list[str]]:
     """The decoded HLO module of each program (by program id) in ``wanted`` (all when
     ``None``), and the names of programs whose proto could not be decoded (skipped: a
@@ -117,7 +122,7 @@ def read_programs(
             continue
         try:
             modules[pid] = parse_hlo_proto(proto)
-        except (_xspace.DecodeError, *_xspace.MALFORMED):
+        except (_xplane.DecodeError, *_xplane.MALFORMED):
             unreadable.append(name)
     return modules, unreadable
 
@@ -253,9 +258,90 @@ def claims(module: HloModule, found: list[Site]) -> dict[str, str]:
     return out
 
 
+#: Largest source file read to check a call line (a trace names any path it likes).
+MAX_SOURCE_BYTES = 4 << 20
+#: Most source files read per report.
+MAX_SOURCE_FILES = 64
+
+
+class _Sources:
+    """Lines of the source files a trace's stack frames name: regular files only, at
+    most :data:`MAX_SOURCE_BYTES` each and :data:`MAX_SOURCE_FILES` in all."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, list[str] | None] = {}
+
+    def lines(self, path: str) -> list[str] | None:
+        if path not in self.files:
+            self.files[path] = self._read(path) if len(self.files) < MAX_SOURCE_FILES else None
+        return self.files[path]
+
+    @staticmethod
+    def _read(path: str) -> list[str] | None:
+        import os
+        import stat
+
+        try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
+                return None
+            with open(path, "rb") as f:
+                return f.read(MAX_SOURCE_BYTES).decode("utf-8", errors="replace").splitlines()
+        except (OSError, ValueError):
+            return None
+
+    def calls_pallas(self, frame: Frame) -> bool:
+        """Whether the statement at ``frame`` (its line and the two after) calls
+        ``pallas_call``."""
+        lines = self.lines(frame.file)
+        if not lines or not 0 < frame.line <= len(lines):
+            return False
+        return any("pallas_call" in line for line in lines[frame.line - 1 : frame.line + 2])
+
+
+def _loop_scope(op_name: str) -> tuple[str, ...] | None:
+    """The scope of a generic-interpreter kernel from one of its ops' name stacks: the
+    frames before its grid loop (the innermost ``while``); ``None`` outside any loop."""
+    here = _markers.frames(op_name)
+    loops = [i for i, f in enumerate(here) if f == "while"]
+    return here[: loops[-1]] if loops else None
+
+
+def generic_sites(module: HloModule, sources: _Sources | None = None) -> list[Site]:
+    """The kernels of the generic Pallas interpreter (``interpret=True``) in a program:
+    a stack ``P`` with kernel-body ops one frame deeper (``P + (kernel function,)``) under
+    the interpreter's ``while``, where ``P``'s line calls ``pallas_call``. Named after the
+    kernel function."""
+    sources = sources or _Sources()
+    bodies: dict[tuple[Frame, ...], collections.Counter[str]] = collections.defaultdict(
+        collections.Counter
+    )
+    scopes: dict[tuple[Frame, ...], tuple[str, ...]] = {}
+    for ins in module.instructions.values():
+        if len(ins.frames) < 2 or not ins.op_name or ins.target in CALLBACK_TARGETS:
+            continue
+        scope = _loop_scope(ins.op_name)
+        if scope is None:
+            continue
+        stack = ins.frames[:-1]
+        bodies[stack][ins.frames[-1].function] += 1
+        if stack not in scopes or len(scope) < len(scopes[stack]):
+            scopes[stack] = scope
+    found: list[Site] = []
+    # The shortest stacks first: a kernel body's own helpers are deeper than its call.
+    for stack in sorted(bodies, key=len):
+        if any(_starts(stack, s.frames) for s in found) or not sources.calls_pallas(stack[-1]):
+            continue
+        name = bodies[stack].most_common(1)[0][0].rsplit(".", 1)[-1]
+        found.append(Site(name=name, scope=scopes[stack], frames=stack, once=_once(scopes[stack])))
+    return found
+
+
 def recover(modules: Mapping[int, HloModule]) -> Recovered:
-    """The interpret-mode kernels of these programs (from :func:`read_programs`)."""
-    found = {pid: sites(m) for pid, m in modules.items()}
+    """The interpret-mode kernels of these programs (from :func:`read_programs`): TPU
+    interpret mode's by their callbacks, the generic interpreter's by their stacks."""
+    sources = _Sources()
+    found = {pid: sites(m) or generic_sites(m, sources) for pid, m in modules.items()}
     claimed = {
         (pid, op): name for pid, m in modules.items() for op, name in claims(m, found[pid]).items()
     }

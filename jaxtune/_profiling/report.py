@@ -15,9 +15,12 @@ from .._codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._errors import ProfileError
 from . import recover as _recover
 from . import roofline as _roofline
-from . import xspace as _xspace
-from .attribution import KernelStat, attribute
-from .events import OpEvent, op_events, program_ids
+from . import xplane as _xplane
+from .attribution import KernelStat, attribute, classifier
+from .drops import drop_warnings
+from .events import TIMELINE_SPANS, Walk, device_plane, metadata_kinds, program_ids, walk
+from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
+from .tracefile import find_trace
 
 __all__ = [
     "CALLS_SUFFIX",
@@ -35,9 +38,6 @@ CALLS_SUFFIX = ".calls.msgpack"
 #: Beside a trace that jaxtune captured: what the capture knew (HLO op names, costs, hints).
 INFO_FILE = "jaxtune-info.msgpack"
 
-#: At most this many spans of a profile's timeline are kept (the first ones in time).
-TIMELINE_SPANS = 2000
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class TimelineSpan:
@@ -50,22 +50,20 @@ class TimelineSpan:
     duration_us: float
 
 
-def timeline_of(events: list[OpEvent]) -> tuple[TimelineSpan, ...]:
-    """Consecutive top-level events of one owner, merged into spans (after ``attribute``)."""
-    spans: list[TimelineSpan] = []
-    tops = [e for e in events if e.parent is None]
-    origin = tops[0].start_ps if tops else 0
-    for e in tops:
-        kind, name, _ = e.owner
-        start, end = (e.start_ps - origin) * 1e-6, (e.start_ps + e.duration_ps - origin) * 1e-6
-        last = spans[-1] if spans else None
-        if last is not None and (last.name, last.kind) == (name, kind) and kind != "xla":
-            spans[-1] = dataclasses.replace(last, duration_us=end - last.start_us)
-            continue
-        if len(spans) >= TIMELINE_SPANS:
-            break
-        spans.append(TimelineSpan(name=name, kind=kind, start_us=start, duration_us=end - start))
-    return tuple(spans)
+def timeline_of(walked: Walk) -> tuple[TimelineSpan, ...]:
+    """The walk's top-level spans (consecutive events of one kernel merged), in µs from
+    the trace's first op."""
+    spans = walked.spans
+    origin = spans[0][0] if spans else 0
+    return tuple(
+        TimelineSpan(
+            name=name,
+            kind=kind,
+            start_us=(start - origin) * 1e-6,
+            duration_us=(end - start) * 1e-6,
+        )
+        for start, end, (kind, name, _) in spans
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -81,7 +79,10 @@ class Profile:
     kernel ran (the first :data:`TIMELINE_SPANS` spans); ``peak``: the device's peaks that
     ``bound_by`` was judged against (``None`` when unknown); ``calls``: each autotuned
     call the profiled function made, with what it takes to tune it
-    (``jaxtune tune --from-profile``).
+    (``jaxtune tune --from-profile``); ``warnings``: what the trace lost (dropped events,
+    kernels that lost their Begin/End), each with the flag change that fixes it, shown at
+    the top of every report; ``intrakernel``: on a TPU trace captured with custom-call
+    tracing, what each kernel's intra-kernel lines show (:mod:`.intrakernel`).
     """
 
     kernels: tuple[KernelStat, ...]
@@ -100,6 +101,8 @@ class Profile:
     timeline: tuple[TimelineSpan, ...] = ()
     peak: _roofline.Peak | None = None
     calls: tuple[Mapping[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+    intrakernel: tuple[IntraKernel, ...] = ()
 
     def table(self, top: int = 20) -> str:
         """The ``top`` kernels, then the ``top`` XLA ops, as two aligned tables; each time
@@ -138,6 +141,8 @@ class Profile:
             "ops": [o.to_dict() for o in self.ops],
             "timeline": [dataclasses.asdict(t) for t in self.timeline],
             "peak": dataclasses.asdict(self.peak) if self.peak else None,
+            "warnings": list(self.warnings),
+            "intrakernel": [k.to_dict() for k in self.intrakernel],
         }
         return json.dumps(doc, indent=2, sort_keys=True)
 
@@ -194,14 +199,14 @@ def report_from_trace(
         info, iterations = _recall(path, iterations)
     start = time.perf_counter()
     try:
-        space = _xspace.load(path)
-    except _xspace.DecodeError as e:
+        space = _xplane.load(path)
+    except _xplane.DecodeError as e:
         raise ProfileError(f"{path} is not a readable XSpace trace: {e}") from e
     except OSError as e:
         raise ProfileError(f"cannot read a trace at {path}: {e}") from e
     try:
         return _profile(path, space, info, iterations, start)
-    except (*_xspace.MALFORMED, ArithmeticError) as e:
+    except (*_xplane.MALFORMED, ArithmeticError) as e:
         # A trace that decodes but holds values of the wrong type (a str stat where a number
         # belongs, a negative duration): damaged input, reported as such.
         raise ProfileError(
@@ -211,18 +216,18 @@ def report_from_trace(
 
 def _profile(
     path: str | os.PathLike[str],
-    space: _xspace.Space,
+    space: _xplane.Space,
     info: Mapping[str, Any],
     iterations: int,
     start: float,
 ) -> Profile:
-    modules, unreadable = _recover.read_programs(space, program_ids(space))
-    programs = {pid: m.ops() for pid, m in modules.items()}
-    events, plane = op_events(space, info.get("hlo"), programs)
+    plane = device_plane(space)
     if plane is None:
         raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")
-    notes = _notes(space, events)
+    modules, unreadable = _recover.read_programs(space, program_ids(plane))
+    programs = {pid: m.ops() for pid, m in modules.items()}
     found = _recover.recover(modules)
+    notes: list[str] = []
     if not info:
         info, plain_notes = _plain_info(found, space, plane, [*unreadable, *found.skipped])
         notes += plain_notes
@@ -233,9 +238,19 @@ def _profile(
         known = {k.get("name") for k in info.get("kernels") or ()}
         claims = {key: name for key, name in found.claims.items() if name in known}
         info = {**info, "claims": claims}
+    owner_of = classifier(
+        kernels=info.get("kernels") or (),
+        fusions=info.get("fusions"),
+        pallas_prefixes=info.get("prefixes"),
+        claims=info.get("claims"),
+    )
+    inside = plane.name.startswith("/device:TPU:") and has_intra_lines(plane)
+    walked = walk(plane, owner_of, info.get("hlo"), programs, release=not inside)
+    notes = _notes(walked) + notes
+    intra, orphans = _inside_kernels(plane, owner_of, info, programs) if inside else ([], 0)
     platform = info.get("platform") or _platform_of(plane.name)
     device_kind = info.get("device_kind") or _device_kind_of(space, plane)
-    kernels, ops, total_us = _attribute(events, plane, device_kind, info, iterations)
+    kernels, ops, total_us = _attribute(walked, plane, device_kind, info, iterations)
     if any(not k.calls_exact for k in kernels):
         notes.append(ROUGH_CALLS)
     timings = dict(info.get("timings", {}))
@@ -252,34 +267,43 @@ def _profile(
         flags=dict(info.get("env", {})),
         notes=tuple(notes),
         timings=timings,
-        timeline=timeline_of(events),
+        timeline=timeline_of(walked),
         peak=_roofline.peak_for(device_kind, plane.stats),
         calls=tuple(info.get("calls", ())),
+        warnings=tuple(drop_warnings(space, plane, orphans)),
+        intrakernel=tuple(intra),
     )
 
 
+def _inside_kernels(
+    plane: _xplane.Plane, owner_of: Any, info: Mapping[str, Any], programs: Any
+) -> tuple[list[IntraKernel], int]:
+    """:func:`.intrakernel.intra_kernel` of a TPU plane, its ops owned as the walk owned
+    them."""
+    kind_of = metadata_kinds(plane, info.get("hlo"), programs)
+    return intra_kernel(plane, lambda mid: None if (k := kind_of(mid)) is None else owner_of(k))
+
+
 def _attribute(
-    events: list[OpEvent],
-    plane: _xspace.Plane,
+    walked: Walk,
+    plane: _xplane.Plane,
     device_kind: str,
     info: Mapping[str, Any],
     iterations: int,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
     """:func:`attribute` with everything the capture (or its sidecar) knows."""
     return attribute(
-        events,
+        walked,
         plane_stats=plane.stats,
         device_kind=device_kind,
         costs=info.get("costs"),
         hints=info.get("hints"),
         sources=info.get("sources"),
-        pallas_prefixes=info.get("prefixes"),
         kernels=info.get("kernels") or (),
-        fusions=info.get("fusions"),
         iterations=iterations,
         autotuned=info.get("autotuned"),
         host_trace=plane.name == "/host:CPU",
-        claims=info.get("claims"),
+        configs=info.get("configs"),
     )
 
 
@@ -292,7 +316,7 @@ ROUGH_CALLS = (
 
 
 def _plain_info(
-    found: _recover.Recovered, space: _xspace.Space, plane: _xspace.Plane, unread: list[str]
+    found: _recover.Recovered, space: _xplane.Space, plane: _xplane.Plane, unread: list[str]
 ) -> tuple[dict[str, Any], list[str]]:
     """What a trace without jaxtune's sidecar says about its kernels (:mod:`.recover`),
     in the shape a capture records, and notes saying what it could not say."""
@@ -325,18 +349,8 @@ def _plain_info(
     return info, notes
 
 
-def _notes(space: _xspace.Space, events: list[OpEvent]) -> list[str]:
-    notes = []
-    dropped = [w for w in (*space.errors, *space.warnings) if "drop" in w.lower()]
-    if dropped:
-        notes.append(
-            "the trace dropped events (" + dropped[0][:120] + "); raise "
-            "trace_best_effort_frequency / trace_guaranteed_frequency (say to 50 or 100) "
-            "with jaxtune.flags.profile_flags(..., best_effort_frequency=...)"
-        )
-    if not events:
-        notes.append("the trace holds no executed XLA ops")
-    return notes
+def _notes(walked: Walk) -> list[str]:
+    return [] if walked.events else ["the trace holds no executed XLA ops"]
 
 
 def _remember(path: str | os.PathLike[str], info: Mapping[str, Any], iterations: int) -> None:
@@ -347,16 +361,29 @@ def _remember(path: str | os.PathLike[str], info: Mapping[str, Any], iterations:
 
 
 def _recall(path: str | os.PathLike[str], iterations: int) -> tuple[dict[str, Any], int]:
-    here = pathlib.Path(path)
-    for folder in [here, *here.parents][:6]:
-        sidecar = folder / INFO_FILE
-        if sidecar.is_file():
-            try:  # written by jaxtune, but a damaged one is only a lost hint
-                info = dict(unpackb(read_bounded(sidecar)))
-                return info, iterations or int(info.pop("iterations", 0) or 0)
-            except (DecodeError, OSError, TypeError, ValueError, OverflowError):
-                return {}, iterations
+    """What the capture of the trace at ``path`` knew (its :data:`INFO_FILE`): beside the
+    trace file or in a folder above it, so a capture's root, its ``step-N/`` and its
+    ``step-N/trace/`` all find the same one."""
+    for sidecar in _sidecars(path):
+        try:  # written by jaxtune, but a damaged one is only a lost hint
+            info = dict(unpackb(read_bounded(sidecar)))
+            return info, iterations or int(info.pop("iterations", 0) or 0)
+        except (DecodeError, OSError, TypeError, ValueError, OverflowError):
+            return {}, iterations
     return {}, iterations
+
+
+def _sidecars(path: str | os.PathLike[str]) -> list[pathlib.Path]:
+    """Where the capture of the trace at ``path`` kept what it knew, nearest first: the
+    folders from the trace file up to ``path`` and a few above it."""
+    here = pathlib.Path(path)
+    try:
+        start = find_trace(here).parent
+    except (OSError, ValueError):
+        start = here
+    folders = [start, *start.parents]
+    depth = folders.index(here) + 1 if here in folders else 1
+    return [f / INFO_FILE for f in folders[: depth + 5] if (f / INFO_FILE).is_file()]
 
 
 def _platform_of(plane_name: str) -> str:
@@ -367,7 +394,7 @@ def _platform_of(plane_name: str) -> str:
     return "cpu"
 
 
-def _device_kind_of(space: _xspace.Space, plane: _xspace.Plane) -> str:
+def _device_kind_of(space: _xplane.Space, plane: _xplane.Plane) -> str:
     for key in ("device_type_string", "device_kind", "device_vendor"):
         if key in plane.stats:
             return str(plane.stats[key])

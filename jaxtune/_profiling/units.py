@@ -20,6 +20,7 @@ __all__ = [
     "TIME_UNITS",
     "column",
     "count",
+    "duration",
     "rate_column",
     "time_column",
 ]
@@ -67,3 +68,14 @@ def count(n: int, singular: str, plural: str | None = None) -> str:
         ('1 entry', '2 entries', '0 files')
     """
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def duration(us: float) -> str:
+    """One time in the unit that fits it: ``2.78 s``, ``88.3 ms``, ``957.0 us``.
+
+    Examples:
+        >>> duration(2_775_487.2), duration(88_345.8), duration(0.5)
+        ('2.78 s', '88.3 ms', '0.500 us')
+    """
+    unit, fmt = time_column([us])
+    return f"{fmt(us)} {unit}"

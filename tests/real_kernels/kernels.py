@@ -57,6 +57,25 @@ def matmul(x, y, *, bm, bn, block_k):
     return mm.matmul(x, y, block_shape=(bm, bn), block_k=block_k)
 
 
+@jaxtune.autotuned(configs=[{"bm": 256, "bn": 256, "block_k": 256}], name="real.matmul_whole")
+def matmul_whole(x, y, *, bm, bn, block_k):
+    """The tiled TPU matmul with tiles spanning 256 x 256 operands (a one-step grid)."""
+    return mm.matmul(x, y, block_shape=(bm, bn), block_k=block_k)
+
+
+def spanning_step(q, x):
+    """Flash attention with ``block_k`` spanning the sequence, and the whole-tile matmul:
+    the tilings that once gave each kernel a second, stray row."""
+    return flash(q, q, q).sum() + matmul_whole(x, x).sum()
+
+
+def spanning_args():
+    return (
+        jnp.asarray(np.random.default_rng(0).standard_normal((1, 2, SEQ, 128)), jnp.float32),
+        jnp.asarray(np.random.default_rng(1).standard_normal((256, 256)), jnp.float32),
+    )
+
+
 def group_sizes_builder(lhs, rhs, group_sizes):
     """Concrete gmm inputs: random ints are no valid group sizes (they must sum to the
     rows of ``lhs``), so the groups split the rows evenly."""

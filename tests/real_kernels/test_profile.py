@@ -33,3 +33,136 @@ def test_profile_rows_are_named_after_the_kernel_and_count_iterations(name, tmp_
     assert row.share > 0
     assert not [o for o in p.ops if "io_callback" in o.name], p.table()
     assert row.name in p.table()
+
+
+# -- issue 23: one row per kernel, FLOPs once, whatever the tiling --------------------------
+
+SPANNING = {"real.flash_attention", "real.matmul_whole"}
+
+
+def _rows(profile):
+    return {(k.kernel_id, k.name): k for k in profile.kernels}
+
+
+def _one_row_each(profile, iters):
+    rows = _rows(profile)
+    assert {i for i, _ in rows} == SPANNING, profile.table()
+    assert len(rows) == 2, profile.table()
+    for row in rows.values():
+        assert row.kind == "pallas" and row.calls == iters, profile.table()
+    # Only flash attention has FLOPs (its cost estimate); no other row carries them again.
+    flash = next(r for r in rows.values() if r.kernel_id == "real.flash_attention")
+    total = sum(r.flops or 0.0 for r in (*profile.kernels, *profile.ops))
+    if flash.flops:
+        assert total == flash.flops, profile.table()
+    return rows
+
+
+def test_spanning_tiles_give_one_row_per_kernel_in_profile_and_from_trace(tmp_path):
+    from .kernels import spanning_args, spanning_step
+
+    args = spanning_args()
+    with pltpu.force_tpu_interpret_mode():
+        p = jaxtune.profile(spanning_step, *args, iters=ITERS, warmup=1, logdir=str(tmp_path))
+    rows = _one_row_each(p, ITERS)
+    flash = next(r for r in rows.values() if r.kernel_id == "real.flash_attention")
+    assert flash.flops_source == "cost_estimate" and flash.flops
+    again = jaxtune.Profile.from_trace(p.logdir)
+    assert _rows(again).keys() == rows.keys()
+    for key, row in _rows(again).items():
+        assert (row.calls, row.total_us, row.flops) == (
+            rows[key].calls,
+            rows[key].total_us,
+            rows[key].flops,
+        )
+    page = p.to_html()
+    for kernel_id, name in rows:
+        assert f"{kernel_id}:{name}" in page
+    path = tmp_path / "report.html"
+    path.write_text(page)
+    labels = _browser_labels(path)
+    if labels is not None:  # a headless Chromium read the page as a reader sees it
+        cells, chart_text = labels
+        assert sorted(cells) == sorted(f"{i}:{n}" for i, n in rows), cells
+        for kernel_id, name in rows:
+            assert f"{kernel_id}:{name}" in chart_text, chart_text
+
+
+def _browser_labels(page):
+    """``(first cells of the kernel table, text of the share chart)`` as headless Chromium
+    renders ``page``; ``None`` without Chromium (``apt-get install -y chromium``)."""
+    import html.parser
+    import shutil
+    import subprocess
+    import tempfile
+
+    exe = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
+    if exe is None:
+        return None
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [
+                exe,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                f"--user-data-dir={profile}",
+                "--dump-dom",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+
+    class Reader(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.table = self.chart = None
+            self.cells, self.texts, self.first = [], [], False
+            self.in_text = False
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "table":
+                self.table = a.get("data-table") or a.get("class") or a.get("id")
+            if tag == "figure":
+                self.chart = a.get("data-chart")
+            if tag == "tr":
+                self.first = True
+            if tag == "td" and self.first:
+                self.cells.append("")
+            self.in_text = tag == "text" and self.chart == "share"
+
+        def handle_endtag(self, tag):
+            if tag == "text":
+                self.in_text = False
+            if tag == "td":
+                self.first = False
+            if tag == "figure":
+                self.chart = None
+
+        def handle_data(self, data):
+            if self.first and self.cells and "kernels" in str(self.table):
+                self.cells[-1] += data
+            if self.in_text:
+                self.texts.append(data.strip())
+
+    reader = Reader()
+    reader.feed(dom)
+    return [c for c in reader.cells if c], "".join(reader.texts)
+
+
+def test_spanning_tiles_give_one_row_per_kernel_in_a_plain_jax_profiler_trace(tmp_path):
+    import jax
+
+    from .kernels import spanning_args, spanning_step
+
+    args = spanning_args()
+    step = jax.jit(spanning_step)
+    with pltpu.force_tpu_interpret_mode():
+        jax.block_until_ready(step(*args))
+        with jax.profiler.trace(str(tmp_path)):
+            for _ in range(ITERS):
+                jax.block_until_ready(step(*args))
+    _one_row_each(jaxtune.Profile.from_trace(tmp_path), ITERS)

@@ -11,14 +11,14 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 import jaxtune
-from jaxtune._profiling import hloproto, recover
+from jaxtune._profiling import hlo, recover
 
 from .kernels import STEPS
 
 pytestmark = pytest.mark.slow
 
 
-def _module(step, *args) -> hloproto.HloModule:
+def _module(step, *args) -> hlo.HloModule:
     """The compiled program's HLO, as a trace's metadata plane holds it (an HloProto)."""
     (module,) = step.lower(*args).compile().runtime_executable().hlo_modules()
     data = module.as_serialized_hlo_module_proto()
@@ -28,7 +28,7 @@ def _module(step, *args) -> hloproto.HloModule:
         size >>= 7
         if not size:
             break
-    return hloproto.parse_hlo_proto(b"\x0a" + bytes(length) + data)
+    return hlo.parse_hlo_proto(b"\x0a" + bytes(length) + data)
 
 
 def _pallas(step, *args):

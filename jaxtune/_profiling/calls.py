@@ -1,0 +1,69 @@
+"""What a capture records about the autotuned calls it saw: each kernel's call sites per
+step, its ``flops``/``bytes`` hints, one recorded call per (kernel, key) for ``tune
+--from-profile``, and the config each ran with and its tuned speedup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _markers
+from .._tuning.record import frame_for_mark
+
+__all__ = ["autotuned_counts", "configs", "hints"]
+
+
+def autotuned_counts(sites: Any) -> dict[str, int]:
+    """How many call sites of each jaxtune kernel one run of the program has."""
+    counts: dict[str, int] = {}
+    for site in sites:
+        if site.kind == "autotuned" and site.kernel_id:
+            counts[site.kernel_id] = counts.get(site.kernel_id, 0) + 1
+    return counts
+
+
+def hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """Per-call ``flops``/``bytes`` hints of the jaxtune kernels among ``sites``, and one
+    recorded call per (kernel, key) (what ``tune from a profile`` replays)."""
+    hints: dict[str, dict[str, float]] = {}
+    calls: dict[tuple[str, str], dict[str, Any]] = {}
+    for site in sites:
+        if site.kind != "autotuned":
+            continue
+        marks = _markers.parse(site.name_stack)
+        mark = _markers.lookup(marks[-1][1]) if marks else None
+        if mark is not None and mark.owner is not None:
+            hint = mark.owner.cost_hint(*mark.args, **mark.kwargs)
+            if hint:
+                hints[mark.kernel] = hint
+            if (mark.kernel, mark.key) not in calls:
+                calls[mark.kernel, mark.key] = frame_for_mark(mark)
+    return hints, list(calls.values())
+
+
+def configs(sites: Any, device_kind: str) -> dict[str, dict[str, Any]]:
+    """Each jaxtune kernel's config that ran (by kernel id), and the speedup over its
+    default config the cache measured for it (``None`` when the config was not tuned
+    here: a default, or an entry of another key)."""
+    out: dict[str, dict[str, Any]] = {}
+    for site in sites:
+        marks = _markers.parse(site.name_stack) if site.kind == "autotuned" else []
+        mark = _markers.lookup(marks[-1][1]) if marks else None
+        if mark is None or mark.kernel in out:
+            continue
+        out[mark.kernel] = {"config": dict(mark.config), "speedup": _speedup(mark, device_kind)}
+    return out
+
+
+def _speedup(mark: _markers.Mark, device_kind: str) -> float | None:
+    """The tuned speedup of the mark's config, from the user cache (never an error: a
+    cache that cannot say costs only the figure)."""
+    try:
+        from .._tuning.cache import user_cache
+
+        entry = user_cache().lookup(mark.kernel, device_kind, mark.key)
+        if entry is None or dict(entry.config) != dict(mark.config):
+            return None
+        speedup = entry.speedup
+        return float(speedup) if speedup else None
+    except Exception:  # a damaged or changed cache: the figure is only a hint
+        return None

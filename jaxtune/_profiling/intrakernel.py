@@ -1,0 +1,308 @@
+"""Inside a TPU kernel: the lines ``--xla_xprof_enable_custom_call_tracing=true`` adds to
+a ``/device:TPU:N`` plane, per kernel.
+
+XProf's names: ``Pallas Primitives``, ``LLO Ops`` and ``Source Lines`` hold regions inside
+a kernel; per-unit lanes ``LLO Instructions``, ``SALU Instructions``, ``VALU
+Instructions``, ``EUP Instructions``, ``XLU Instructions``, ``VLD Instructions``, ``VST
+Instructions``, ``MXU0 Instructions``, ... (any ``* Instructions`` line) hold what each unit
+ran. Their events carry stats such as ``pallas_primitive``, ``source_info``,
+``bundle_number``. Kernel-level events stay on ``XLA Ops``: the kernel rows never count
+these lines (:mod:`.events` reads ``XLA Ops`` alone).
+
+What is measured and what is estimated: only trace points are measured. An ``LLO Ops``
+event with a duration is a measured region; events without one (instants between two trace
+points) share the gap between the measured regions around them evenly, as XProf spreads
+them, and are marked estimates. So a kernel call's spans cover it exactly: their durations
+add up to the kernel's. An instruction event that carries ``cycles`` but no duration lasts
+``cycles / tensor_core_freq_hz`` (the frequency the plane records; never a built-in one).
+
+An intra-kernel event outside every kernel event means the kernel's Begin/End events were
+lost (an overflowing custom-call trace drops them first): :mod:`.drops` says so.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from . import xplane as _xplane
+
+__all__ = [
+    "INTRA_LINES",
+    "UNIT_LINE",
+    "IntraKernel",
+    "IntraSpan",
+    "has_intra_lines",
+    "intra_kernel",
+]
+
+#: Region lines inside a kernel.
+INTRA_LINES = ("Pallas Primitives", "LLO Ops", "Source Lines")
+#: A per-unit lane.
+UNIT_LINE = re.compile(r"^.+ Instructions$")
+#: Rows kept per kernel in the top lists.
+TOP = 10
+#: Spans kept of a kernel's first call.
+MAX_SPANS = 500
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class IntraSpan:
+    """One stretch of a kernel call (µs from the call's start); ``estimate`` when it lies
+    between trace points and was spread evenly, as XProf does."""
+
+    name: str
+    start_us: float
+    duration_us: float
+    estimate: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class IntraKernel:
+    """What custom-call tracing shows inside one kernel over the trace: its calls and
+    device time (from ``XLA Ops``), time by unit (each ``* Instructions`` lane's events),
+    the top Pallas primitives and source lines by time, and the spans of its first call
+    (``spans`` from ``LLO Ops``; ``unit_spans`` each unit lane's events, an event timed
+    from its ``cycles`` marked an estimate)."""
+
+    name: str
+    kernel_id: str | None
+    calls: int
+    total_us: float
+    units: Mapping[str, float]
+    primitives: tuple[tuple[str, float], ...]
+    sources: tuple[tuple[str, float], ...]
+    spans: tuple[IntraSpan, ...]
+    unit_spans: Mapping[str, tuple[IntraSpan, ...]] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kernel_id": self.kernel_id,
+            "calls": self.calls,
+            "total_us": self.total_us,
+            "units": dict(self.units),
+            "primitives": [list(p) for p in self.primitives],
+            "sources": [list(s) for s in self.sources],
+            "spans": [dataclasses.asdict(s) for s in self.spans],
+            "unit_spans": {
+                u: [dataclasses.asdict(s) for s in spans] for u, spans in self.unit_spans.items()
+            },
+        }
+
+    def summary(self) -> list[str]:
+        """A few text lines: time by unit, top primitives and source lines."""
+        label = f"{self.kernel_id}:{self.name}" if self.kernel_id else self.name
+        lines = [f"inside {label} ({self.calls} calls, {self.total_us:.1f} us):"]
+        if self.units:
+            shown = ", ".join(f"{u} {t:.1f} us" for u, t in self.units.items())
+            lines.append(f"  by unit: {shown}")
+        for title, rows in (("primitives", self.primitives), ("source lines", self.sources)):
+            if rows:
+                lines.append(f"  top {title}: " + ", ".join(f"{n} {t:.1f} us" for n, t in rows))
+        estimated = sum(s.duration_us for s in self.spans if s.estimate)
+        if self.spans:
+            lines.append(
+                f"  first call: {len(self.spans)} spans, {estimated:.2f} us of them estimated "
+                "(between trace points, spread evenly)"
+            )
+        return lines
+
+
+@dataclasses.dataclass(slots=True)
+class _Event:
+    start: int
+    end: int
+    name: str
+    estimate: bool = False
+
+
+def _columns(plane: _xplane.Plane, line: _xplane.LineHead) -> tuple[Any, Any, Any]:
+    """``(start ps, duration ps, metadata id)`` arrays of a line's events."""
+    events = plane.events(line, lite=True)
+    n = len(events)
+    start = np.fromiter((e.offset_ps for e in events), dtype=np.int64, count=n)
+    dur = np.fromiter((e.duration_ps for e in events), dtype=np.int64, count=n)
+    mid = np.fromiter((e.metadata_id for e in events), dtype=np.int64, count=n)
+    base = line.timestamp_ns * 1000
+    return start + base, np.maximum(dur, 0), mid
+
+
+def _named_events(plane: _xplane.Plane, line: _xplane.LineHead, key: str) -> list[_Event]:
+    """A region line's events, named by their ``key`` stat (or their metadata's name);
+    an event with ``cycles`` but no duration lasts cycles / the plane's TensorCore
+    frequency."""
+    base = line.timestamp_ns * 1000
+    freq = plane.stats.get("tensor_core_freq_hz")
+    out = []
+    for ev in plane.events(line):
+        stats = _xplane.stats_of(ev.stats, plane.stat_names) if len(ev.stats) else {}
+        meta = plane.metadata(ev.metadata_id)
+        name = stats.get(key) or meta.stats.get(key) or meta.display_name or meta.name
+        duration = max(ev.duration_ps, 0)
+        cycles = stats.get("cycles")
+        modelled = False
+        if not duration and isinstance(cycles, (int, float)) and isinstance(freq, (int, float)):
+            duration = round(cycles / freq * 1e12) if freq > 0 else 0
+            modelled = True  # from cycles, not a trace point
+        start = base + ev.offset_ps
+        out.append(_Event(start=start, end=start + duration, name=str(name), estimate=modelled))
+    out.sort(key=lambda e: e.start)
+    return out
+
+
+@dataclasses.dataclass(slots=True)
+class _Kernel:
+    calls: int = 0
+    total_ps: int = 0
+    units: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    primitives: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    sources: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    first: tuple[int, int] | None = None
+    first_regions: list[_Event] = dataclasses.field(default_factory=list)
+    first_units: dict[str, list[_Event]] = dataclasses.field(default_factory=dict)
+
+
+def spans_of(start: int, end: int, regions: list[_Event]) -> list[IntraSpan]:
+    """The spans of one kernel call ``[start, end)`` (ps) from its ``LLO Ops`` events:
+    each measured region as it is; the instants between two measured regions (or the
+    call's edges) share that gap evenly (estimates); a gap with none is one estimated
+    ``(between trace points)`` span. The spans' durations add up to the call's."""
+    inside = sorted((r for r in regions if start <= r.start < end), key=lambda r: r.start)
+    spans: list[IntraSpan] = []
+    at = start
+    pending: list[_Event] = []
+
+    def fill(until: int) -> None:
+        nonlocal at
+        gap = max(until - at, 0)
+        if gap and not pending:
+            spans.append(_span("(between trace points)", at, gap, start, estimate=True))
+        elif pending:
+            share = gap / len(pending)
+            for i, r in enumerate(pending):
+                spans.append(_span(r.name, at + i * share, share, start, estimate=True))
+        pending.clear()
+        at = max(at, until)
+
+    for r in inside:
+        if r.end > r.start:
+            fill(r.start)
+            measured_end = min(r.end, end)
+            spans.append(_span(r.name, at, measured_end - at, start, estimate=False))
+            at = measured_end
+        else:
+            pending.append(r)
+    fill(end)
+    return spans[:MAX_SPANS]
+
+
+def _span(name: str, at: float, duration: float, origin: int, *, estimate: bool) -> IntraSpan:
+    return IntraSpan(
+        name=name,
+        start_us=(at - origin) * 1e-6,
+        duration_us=duration * 1e-6,
+        estimate=estimate,
+    )
+
+
+def has_intra_lines(plane: _xplane.Plane) -> bool:
+    """Whether the plane holds custom-call tracing lines."""
+    return any(ln.name in INTRA_LINES or UNIT_LINE.match(ln.name) for ln in plane.lines)
+
+
+def _calls(
+    plane: _xplane.Plane, ops_line: _xplane.LineHead, owner_of: Callable[[int], Any]
+) -> tuple[Any, Any, list[Any], dict[tuple[str, str, str | None], _Kernel]]:
+    """The ``XLA Ops`` events by start (starts, ends, owners) and each kernel's calls."""
+    start, dur, mid = _columns(plane, ops_line)
+    order = np.argsort(start, kind="stable")
+    start, dur, mid = start[order], dur[order], mid[order]
+    owners: dict[int, Any] = {}
+    kernel_of = []
+    for m in mid.tolist():
+        if m not in owners:
+            owners[m] = owner_of(m)
+        kernel_of.append(owners[m])
+    found: dict[tuple[str, str, str | None], _Kernel] = {}
+    for i, owner in enumerate(kernel_of):
+        if owner is None or owner[0] == "xla":
+            continue
+        k = found.setdefault(owner, _Kernel())
+        k.calls += 1
+        k.total_ps += int(dur[i])
+        if k.first is None:
+            k.first = (int(start[i]), int(start[i] + dur[i]))
+    return start, start + dur, kernel_of, found
+
+
+def _add(k: _Kernel, line: str, ev: _Event) -> None:
+    """An intra-kernel event of kernel ``k``, on ``line``."""
+    length = ev.end - ev.start
+    in_first = k.first is not None and k.first[0] <= ev.start < k.first[1]
+    if UNIT_LINE.match(line):
+        k.units[line] += length
+        if in_first and len(k.first_units.setdefault(line, [])) < MAX_SPANS:
+            k.first_units[line].append(ev)
+    elif line == "Pallas Primitives":
+        k.primitives[ev.name] += length
+    elif line == "Source Lines":
+        k.sources[ev.name] += length
+    elif in_first:
+        k.first_regions.append(ev)
+
+
+def intra_kernel(
+    plane: _xplane.Plane, owner_of: Callable[[int], tuple[str, str, str | None] | None]
+) -> tuple[list[IntraKernel], int]:
+    """Per kernel of a TPU plane, what its custom-call tracing lines show; and how many
+    intra-kernel events lie outside every kernel event (lost Begin/End). ``owner_of`` maps
+    an ``XLA Ops`` metadata id to its owner (``None``: not an op). ``([], 0)`` without
+    such lines."""
+    intra = [ln for ln in plane.lines if ln.name in INTRA_LINES or UNIT_LINE.match(ln.name)]
+    ops_line = next((ln for ln in plane.lines if ln.name == "XLA Ops"), None)
+    if not intra or ops_line is None:
+        return [], 0
+    start, end, kernel_of, found = _calls(plane, ops_line, owner_of)
+    orphans = 0
+    keys = {"Pallas Primitives": "pallas_primitive", "Source Lines": "source_info"}
+    for line in intra:
+        for ev in _named_events(plane, line, keys.get(line.name, "")):
+            i = int(np.searchsorted(start, ev.start, side="right")) - 1
+            if i < 0 or ev.start >= end[i]:
+                orphans += 1  # no kernel event around it
+            elif kernel_of[i] in found:
+                _add(found[kernel_of[i]], line.name, ev)
+    out = [_result(owner, k) for owner, k in found.items()]
+    kept = [k for k in out if k is not None]
+    kept.sort(key=lambda k: -k.total_us)
+    return kept, orphans
+
+
+def _result(owner: tuple[str, str, str | None], k: _Kernel) -> IntraKernel | None:
+    if not (k.units or k.primitives or k.sources or k.first_regions):
+        return None
+    spans = spans_of(*k.first, k.first_regions) if k.first and k.first_regions else []
+    return IntraKernel(
+        name=owner[1],
+        kernel_id=owner[2],
+        calls=k.calls,
+        total_us=k.total_ps * 1e-6,
+        units={u: t * 1e-6 for u, t in sorted(k.units.items())},
+        primitives=tuple((n, t * 1e-6) for n, t in k.primitives.most_common(TOP)),
+        sources=tuple((n, t * 1e-6) for n, t in k.sources.most_common(TOP)),
+        spans=tuple(spans),
+        unit_spans={
+            unit: tuple(
+                _span(e.name, e.start, e.end - e.start, k.first[0], estimate=e.estimate)
+                for e in events
+            )
+            for unit, events in sorted(k.first_units.items())
+            if k.first is not None
+        },
+    )

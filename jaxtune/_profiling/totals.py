@@ -1,0 +1,382 @@
+"""Per-owner totals of a plane's op lines, taken while the events are walked: no per-event
+object is kept. :func:`walk_items` walks any line (nesting, exclusive times, host-thread
+order); :func:`walk_columns` does the same in array operations for a line with no event
+inside another (a TPU's ``XLA Ops`` line, millions of events), from :func:`columns`.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import _markers
+
+__all__ = [
+    "TIMELINE_SPANS",
+    "Accumulator",
+    "OpKind",
+    "Totals",
+    "columns",
+    "walk_columns",
+    "walk_items",
+]
+
+Owner = _markers.Owner
+
+#: At most this many spans of a profile's timeline are kept (the first ones in time).
+TIMELINE_SPANS = 2000
+
+_BIG = 1 << 62
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OpKind:
+    """What the events of one executed HLO op share."""
+
+    op: str
+    module: str
+    name_stack: str
+    target: str | None
+    flops: float | None
+    bytes_accessed: float | None
+    program: int | None
+
+
+@dataclasses.dataclass(slots=True)
+class Totals:
+    """One owner's events, totalled: exclusive time, its calls as the trace shows them
+    (runs of consecutive top-level events of one kernel; every event of a plain XLA op is
+    a run of its own), XLA's flops and bytes, and the program runs it appeared in."""
+
+    total_ps: int = 0
+    events: int = 0
+    runs: int = 0
+    run_min: int | None = None
+    run_max: int | None = None
+    current: int = 0
+    first_op: str = ""
+    target: str | None = None
+    all_targets: bool = True
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+    program_runs: set[tuple[int | None, int]] = dataclasses.field(default_factory=set)
+    runless: bool = False
+
+
+class Accumulator:
+    """Per-owner totals of the lines walked so far, in lists indexed by owner number; and
+    per *key* (a kind of event: its metadata id on a TPU, its interned kind elsewhere)
+    the owner it goes to and how many events went there (for XLA's flops and bytes)."""
+
+    def __init__(self, kind_of: Callable[[Any], OpKind | None], owner_of: Any) -> None:
+        self.kind_of, self.owner_of = kind_of, owner_of
+        self.owners: list[Owner] = []
+        self.number: dict[Owner, int] = {}
+        self.slot: dict[Any, int] = {}  # key -> slot (-1: not an op)
+        self.slot_kind: list[OpKind] = []
+        self.slot_owner: list[int] = []
+        self.count_of: list[int] = []  # events of the slot that went to its own owner
+        # per owner
+        self.total: list[int] = []
+        self.current: list[int] = []
+        self.runs: list[int] = []
+        self.run_min: list[int] = []
+        self.run_max: list[int] = []
+        self.xla: list[bool] = []
+        self.first_op: list[str] = []
+        self.extra: list[list[Any]] = []  # [events, flops, bytes, target, all targets]
+        self.program_runs: list[set[tuple[int | None, int]]] = []
+        self.runless: list[bool] = []
+        self.spans: list[tuple[int, int, int]] = []
+
+    def owner_number(self, owner: Owner, first_op: str) -> int:
+        n = self.number.get(owner)
+        if n is None:
+            n = self.number[owner] = len(self.owners)
+            self.owners.append(owner)
+            for lst, v in (
+                (self.total, 0),
+                (self.current, 0),
+                (self.runs, 0),
+                (self.run_min, _BIG),
+                (self.run_max, -1),
+            ):
+                lst.append(v)
+            self.xla.append(owner[0] == "xla")
+            self.first_op.append(first_op)
+            self.extra.append([0, 0.0, 0.0, None, True])
+            self.program_runs.append(set())
+            self.runless.append(False)
+        return n
+
+    def new_slot(self, key: Any) -> int:
+        kind = self.kind_of(key)
+        if kind is None:
+            self.slot[key] = -1
+            return -1
+        n = self.slot[key] = len(self.slot_kind)
+        self.slot_kind.append(kind)
+        self.slot_owner.append(self.owner_number(self.owner_of(kind), kind.op))
+        self.count_of.append(0)
+        return n
+
+    def new_run(self, o: int) -> None:
+        """Owner ``o`` starts a run: the one before it is folded into its extremes."""
+        if self.runs[o]:
+            c = self.current[o]
+            self.run_min[o] = min(self.run_min[o], c)
+            self.run_max[o] = max(self.run_max[o], c)
+        self.runs[o] += 1
+        self.current[o] = 0
+
+    def note_run(self, o: int, program: int | None, run: int | None) -> None:
+        """An event of owner ``o`` in this run of its program (``None``: unknown)."""
+        if run is None:
+            self.runless[o] = True
+        else:
+            self.program_runs[o].add((program, run))
+
+    def count(self, o: int, sl: int, kind: OpKind) -> None:
+        """One more event of slot ``sl`` went to owner ``o``."""
+        if o == self.slot_owner[sl]:
+            self.count_of[sl] += 1
+        else:
+            ex = self.extra[o]
+            ex[0] += 1
+            ex[1] += kind.flops or 0.0
+            ex[2] += kind.bytes_accessed or 0.0
+
+    def totals(self) -> dict[Owner, Totals]:
+        """Each owner's :class:`Totals`."""
+        out: dict[Owner, Totals] = {}
+        for o, owner in enumerate(self.owners):
+            ex = self.extra[o]
+            runs = self.runs[o]
+            if runs:  # the last run of each owner
+                c = self.current[o]
+                self.run_min[o] = min(self.run_min[o], c)
+                self.run_max[o] = max(self.run_max[o], c)
+            out[owner] = Totals(
+                total_ps=max(self.total[o], 0),
+                events=ex[0],
+                runs=runs,
+                run_min=self.run_min[o] if runs else None,
+                run_max=self.run_max[o] if runs else None,
+                first_op=self.first_op[o],
+                target=ex[3],
+                all_targets=ex[4],
+                flops=ex[1],
+                bytes_accessed=ex[2],
+                program_runs=self.program_runs[o],
+                runless=self.runless[o],
+            )
+        for sl, kind in enumerate(self.slot_kind):
+            n = self.count_of[sl]
+            if not n:
+                continue
+            t = out[self.owners[self.slot_owner[sl]]]
+            t.events += n
+            t.flops += (kind.flops or 0.0) * n
+            t.bytes_accessed += (kind.bytes_accessed or 0.0) * n
+            t.target = t.target or kind.target
+            t.all_targets = t.all_targets and bool(kind.target)
+        return out
+
+
+class _Walker:
+    """The walk of one line: the events still open, outermost first (``[end, slot,
+    owner, duration, time its children took]``), the owner last seen, the span drawn."""
+
+    __slots__ = ("acc", "prev", "span_o", "stack")
+
+    def __init__(self, acc: Accumulator) -> None:
+        self.acc = acc
+        self.stack: list[list[int]] = []
+        self.prev = -1
+        self.span_o = -1
+
+    def event(self, start: int, d: int, sl: int, run: int | None) -> None:
+        acc, stack = self.acc, self.stack
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        kind = acc.slot_kind[sl]
+        parent = stack[-1] if stack else None
+        o = acc.slot_owner[sl]
+        same_program = True
+        if parent is not None:
+            p_owner = parent[2]
+            same_program = acc.slot_kind[parent[1]].program == kind.program
+            if not kind.name_stack or not same_program:
+                o = p_owner  # an op without metadata, or a program run from inside an op
+            taken = min(d, parent[3] - parent[4])  # the parent loses the child's time
+            parent[4] += taken
+            acc.total[p_owner] -= taken
+            acc.current[p_owner] -= taken
+        acc.total[o] += d
+        acc.count(o, sl, kind)
+        if parent is None or o != parent[2]:
+            if acc.xla[o] or o != self.prev:
+                acc.new_run(o)
+            self.prev = o
+        acc.current[o] += d
+        if same_program:
+            acc.note_run(o, kind.program, run)
+        if parent is None:
+            self.span(start, start + d, o)
+        stack.append([start + d, sl, o, d, 0])
+
+    def span(self, start: int, end: int, o: int) -> None:
+        spans = self.acc.spans
+        if o == self.span_o and not self.acc.xla[o]:
+            spans[-1] = (spans[-1][0], max(end, spans[-1][1]), o)
+        elif len(spans) < TIMELINE_SPANS:
+            spans.append((start, end, o))
+            self.span_o = o
+
+
+def walk_items(items: Any, acc: Accumulator) -> bool:
+    """Walks one line's events ``(start ps, duration ps, key, run id)`` in start order into
+    ``acc``; ``False`` (having added nothing) when they come out of order.
+
+    An event that starts after every earlier one ended is top-level: its time goes to its
+    key's owner, and it continues that owner's run when the event before it was the same
+    owner's (a plain XLA op's events are runs of their own). An event inside another takes
+    its time from its parent (exclusive times), and goes to its parent's owner when it has
+    no name stack or belongs to another program.
+    """
+    state = _snapshot(acc)
+    walker = _Walker(acc)
+    last = -_BIG
+    for start, d, key, run in items:
+        if start < last:
+            _restore(acc, state)
+            return False
+        last = start
+        sl = acc.slot.get(key)
+        if sl is None:
+            sl = acc.new_slot(key)
+        if sl >= 0:
+            walker.event(start, max(d, 0), sl, run)
+    return True
+
+
+def columns(events: Any) -> Any:
+    """``(n, 3)`` int64 array of the events' offsets, durations and metadata ids: the one
+    pass over a TPU line's events that touches each of them."""
+    buf = array.array("q")
+    add = buf.append
+    for ev in events:
+        add(ev.offset_ps)
+        add(ev.duration_ps)
+        add(ev.metadata_id)
+    return np.frombuffer(buf, dtype=np.int64).reshape(-1, 3)
+
+
+def _slots(mid: Any, acc: Accumulator) -> Any:
+    """Each event's slot in ``acc``, from its metadata id (a table look-up when the ids are
+    small, as writers number them)."""
+
+    def slot_of(k: int) -> int:
+        return acc.slot[k] if k in acc.slot else acc.new_slot(k)
+
+    low, high = int(mid.min()), int(mid.max())
+    if low >= 0 and high < 1 << 22:
+        present = np.flatnonzero(np.bincount(mid, minlength=high + 1)).tolist()
+        table = np.full(high + 1, -1, dtype=np.int64)
+        table[present] = [slot_of(k) for k in present]
+        return table[mid]
+    ids, inverse = np.unique(mid, return_inverse=True)
+    return np.array([slot_of(k) for k in ids.tolist()], dtype=np.int64)[inverse]
+
+
+def walk_columns(cols: Any, acc: Accumulator) -> bool:
+    """What :func:`walk_items` does, for a line with no event inside another, in start order
+    (a TPU's ``XLA Ops`` line), in array operations; ``False`` (having added nothing) for
+    any other line. Totals are summed in float64: exact below 2^53 ps (2.5 hours)."""
+    n = len(cols)
+    if n == 0:
+        return True
+    start, mid = cols[:, 0], cols[:, 2]
+    dur = np.maximum(cols[:, 1], 0)
+    end = start + dur
+    if n > 1 and not bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
+        return False  # out of order, or nested
+    slot = _slots(mid, acc)
+    keep = slot >= 0
+    if not bool(np.all(keep)):
+        slot, start, dur, end = slot[keep], start[keep], dur[keep], end[keep]
+    if len(slot) == 0:
+        return True
+    nslots, nowners = len(acc.slot_kind), len(acc.owners)
+    own = np.asarray(acc.slot_owner, dtype=np.int64)[slot]
+    for sl, c in enumerate(np.bincount(slot, minlength=nslots).tolist()):
+        acc.count_of[sl] += c
+    for o, t in enumerate(np.bincount(own, weights=dur, minlength=nowners).tolist()):
+        acc.total[o] += round(t)
+    xla = np.asarray(acc.xla, dtype=bool)
+    new = np.empty(len(own), dtype=bool)
+    new[0] = True
+    new[1:] = (own[1:] != own[:-1]) | xla[own[1:]]
+    run_id = np.cumsum(new) - 1
+    run_sum = np.rint(np.bincount(run_id, weights=dur)).astype(np.int64)
+    first = np.flatnonzero(new)
+    run_owner = own[first]
+    lo = np.full(nowners, _BIG, dtype=np.int64)
+    hi = np.full(nowners, -1, dtype=np.int64)
+    np.minimum.at(lo, run_owner, run_sum)
+    np.maximum.at(hi, run_owner, run_sum)
+    last = np.zeros(nowners, dtype=np.int64)
+    last[run_owner] = run_sum  # the last run of each owner (fancy assignment: last wins)
+    counts = np.bincount(run_owner, minlength=nowners).tolist()
+    for o in np.flatnonzero(counts).tolist():
+        acc.runs[o] += counts[o]
+        acc.run_min[o] = min(acc.run_min[o], int(lo[o]))
+        acc.run_max[o] = max(acc.run_max[o], int(hi[o]))
+        acc.current[o] = int(last[o])
+        acc.runless[o] = True
+    room = TIMELINE_SPANS - len(acc.spans)
+    if room > 0:
+        heads = first[: room + 1].tolist()
+        bounds = [*heads[1:], len(own)] if len(heads) <= room else heads[1:]
+        for h, after in zip(heads, bounds, strict=False):
+            acc.spans.append((int(start[h]), int(end[after - 1]), int(own[h])))
+    return True
+
+
+def _snapshot(acc: Accumulator) -> tuple[Any, ...]:
+    return (
+        len(acc.spans),
+        list(acc.total),
+        list(acc.current),
+        list(acc.runs),
+        list(acc.run_min),
+        list(acc.run_max),
+        list(acc.count_of),
+        [list(e) for e in acc.extra],
+        [set(p) for p in acc.program_runs],
+        list(acc.runless),
+    )
+
+
+def _restore(acc: Accumulator, state: tuple[Any, ...]) -> None:
+    n = len(state[1])
+    del acc.spans[state[0] :]
+    for name, saved in zip(
+        ("total", "current", "runs", "run_min", "run_max"), state[1:6], strict=True
+    ):
+        getattr(acc, name)[:n] = saved
+    for sl in range(len(acc.count_of)):
+        acc.count_of[sl] = state[6][sl] if sl < len(state[6]) else 0
+    acc.extra[: len(state[7])] = state[7]
+    acc.program_runs[: len(state[8])] = state[8]
+    acc.runless[: len(state[9])] = state[9]
+    for o in range(n, len(acc.owners)):  # owners first seen on this line start empty
+        acc.total[o] = acc.current[o] = acc.runs[o] = 0
+        acc.run_min[o], acc.run_max[o] = _BIG, -1
+        acc.extra[o] = [0, 0.0, 0.0, None, True]
+        acc.program_runs[o] = set()
+        acc.runless[o] = False

@@ -1,0 +1,163 @@
+"""Inside a TPU kernel (issue 24): the lines custom-call tracing adds, read per kernel, on
+TPU-shaped traces written as text protos with XProf's plane, line and stat names; event
+drops said at the top of the report with the flag change."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from jax.profiler import ProfileData
+
+import jaxtune
+from jaxtune._profiling import intrakernel
+
+KERNEL = "jit(step)/jaxtune[lib.flash#0123456789]/flash/pallas_call"
+
+#: A flash-attention-like kernel (two calls, 1 us each) and a fusion, with custom-call
+#: tracing lines. Stat ids: 1 tf_op, 2 hlo_category, 3 pallas_primitive, 4 source_info,
+#: 5 cycles, 6 tensor_core_freq_hz, 7 dropped_traces, 8 custom_call_target.
+TRACE = """
+planes {
+  id: 1 name: "/device:TPU:0"
+  stats { metadata_id: 6 double_value: 940000000.0 }
+  %(plane_stats)s
+  lines { id: 1 name: "XLA Ops" timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 1000000 }
+    events { metadata_id: 2 offset_ps: 1000000 duration_ps: 500000 }
+    events { metadata_id: 1 offset_ps: 2000000 duration_ps: 1000000 }
+  }
+  lines { id: 2 name: "LLO Ops" timestamp_ns: 1000
+    events { metadata_id: 10 offset_ps: 0 duration_ps: 200000 }
+    events { metadata_id: 11 offset_ps: 300000 duration_ps: 0 }
+    events { metadata_id: 12 offset_ps: 300000 duration_ps: 0 }
+    events { metadata_id: 13 offset_ps: 700000 duration_ps: 300000 }
+    %(stray)s
+  }
+  lines { id: 3 name: "Pallas Primitives" timestamp_ns: 1000
+    events { metadata_id: 20 offset_ps: 0 duration_ps: 600000
+             stats { metadata_id: 3 str_value: "dot_general" } }
+    events { metadata_id: 20 offset_ps: 600000 duration_ps: 400000
+             stats { metadata_id: 3 str_value: "exp" } }
+    events { metadata_id: 20 offset_ps: 2000000 duration_ps: 500000
+             stats { metadata_id: 3 str_value: "dot_general" } }
+  }
+  lines { id: 4 name: "VALU Instructions" timestamp_ns: 1000
+    events { metadata_id: 30 offset_ps: 0 duration_ps: 400000 }
+    events { metadata_id: 30 offset_ps: 2000000 duration_ps: 300000 }
+  }
+  lines { id: 5 name: "MXU0 Instructions" timestamp_ns: 1000
+    events { metadata_id: 31 offset_ps: 100000 duration_ps: 0
+             stats { metadata_id: 5 int64_value: 470 } }
+  }
+  lines { id: 6 name: "Source Lines" timestamp_ns: 1000
+    events { metadata_id: 40 offset_ps: 0 duration_ps: 700000
+             stats { metadata_id: 4 str_value: "flash.py:120" } }
+  }
+  event_metadata { key: 1 value { id: 1 name: "custom-call.1"
+    stats { metadata_id: 1 str_value: "%(kernel)s" }
+    stats { metadata_id: 8 str_value: "tpu_custom_call" } } }
+  event_metadata { key: 2 value { id: 2 name: "fusion.2"
+    stats { metadata_id: 1 str_value: "jit(step)/tanh" } } }
+  event_metadata { key: 10 value { id: 10 name: "vmatmul" } }
+  event_metadata { key: 11 value { id: 11 name: "vadd" } }
+  event_metadata { key: 12 value { id: 12 name: "vmax" } }
+  event_metadata { key: 13 value { id: 13 name: "vexp" } }
+  event_metadata { key: 20 value { id: 20 name: "primitive" } }
+  event_metadata { key: 30 value { id: 30 name: "valu" } }
+  event_metadata { key: 31 value { id: 31 name: "mxu" } }
+  event_metadata { key: 40 value { id: 40 name: "line" } }
+  stat_metadata { key: 1 value { id: 1 name: "tf_op" } }
+  stat_metadata { key: 2 value { id: 2 name: "hlo_category" } }
+  stat_metadata { key: 3 value { id: 3 name: "pallas_primitive" } }
+  stat_metadata { key: 4 value { id: 4 name: "source_info" } }
+  stat_metadata { key: 5 value { id: 5 name: "cycles" } }
+  stat_metadata { key: 6 value { id: 6 name: "tensor_core_freq_hz" } }
+  stat_metadata { key: 7 value { id: 7 name: "dropped_traces" } }
+  stat_metadata { key: 8 value { id: 8 name: "custom_call_target" } }
+}
+"""
+
+
+def _trace(tmp_path, *, plane_stats="", stray=""):
+    text = TRACE % {"plane_stats": plane_stats, "stray": stray, "kernel": KERNEL}
+    path = tmp_path / "t.xplane.pb"
+    path.write_bytes(ProfileData.text_proto_to_serialized_xspace(text))
+    return path
+
+
+def test_kernel_rows_do_not_count_the_intra_kernel_lines(tmp_path):
+    p = jaxtune.Profile.from_trace(_trace(tmp_path))
+    (row,) = p.kernels
+    assert (row.kernel_id, row.name, row.calls) == ("lib.flash", "flash", 2)
+    assert row.total_us == pytest.approx(2.0)
+    assert p.total_us == pytest.approx(2.5)  # XLA Ops alone: 2 x 1 us + 0.5 us
+    assert not p.warnings
+
+
+def test_per_unit_times_top_primitives_and_interpolated_spans(tmp_path):
+    p = jaxtune.Profile.from_trace(_trace(tmp_path))
+    (inside,) = p.intrakernel
+    assert (inside.kernel_id, inside.calls, inside.total_us) == ("lib.flash", 2, 2.0)
+    # VALU's events (0.4 + 0.3 us); MXU0's one event carries cycles only:
+    # 470 cycles / 940 MHz (the plane's tensor_core_freq_hz) = 0.5 us.
+    assert inside.units == pytest.approx({"MXU0 Instructions": 0.5, "VALU Instructions": 0.7})
+    assert dict(inside.primitives) == pytest.approx({"dot_general": 1.1, "exp": 0.4})
+    assert inside.primitives[0][0] == "dot_general"
+    assert dict(inside.sources) == pytest.approx({"flash.py:120": 0.7})
+    # The first call's spans: measured regions as they are, the two instants between
+    # 0.2 us and 0.7 us sharing that gap evenly; together exactly the call's 1 us.
+    got = [
+        (s.name, round(s.start_us, 6), round(s.duration_us, 6), s.estimate) for s in inside.spans
+    ]
+    assert got == [
+        ("vmatmul", 0.0, 0.2, False),
+        ("vadd", 0.2, 0.25, True),
+        ("vmax", 0.45, 0.25, True),
+        ("vexp", 0.7, 0.3, False),
+    ]
+    assert sum(s.duration_us for s in inside.spans) == pytest.approx(1.0)
+    table = p.table()
+    assert "inside lib.flash:flash (2 calls" in table
+    assert "by unit: MXU0 Instructions 0.5 us, VALU Instructions 0.7 us" in table
+    assert "0.50 us of them estimated" in table
+    # Each unit's lane of the first call; MXU0's event is timed from cycles: an estimate.
+    assert [(s.name, s.estimate) for s in inside.unit_spans["MXU0 Instructions"]] == [("mxu", True)]
+    assert [round(s.duration_us, 6) for s in inside.unit_spans["VALU Instructions"]] == [0.4]
+    doc = json.loads(p.to_json())
+    assert doc["intrakernel"][0]["units"] == pytest.approx(inside.units)
+    page = p.to_html()
+    assert 'data-chart="intrakernel"' in page and "MXU0 Instructions" in page
+
+
+def test_spans_with_no_events_between_trace_points_are_one_estimate():
+    regions = [intrakernel._Event(start=100, end=300, name="a")]
+    spans = intrakernel.spans_of(0, 1000, regions)
+    assert [(s.name, s.estimate) for s in spans] == [
+        ("(between trace points)", True),
+        ("a", False),
+        ("(between trace points)", True),
+    ]
+    assert sum(s.duration_us for s in spans) == pytest.approx(1000 * 1e-6)
+
+
+def test_dropped_traces_is_a_warning_at_the_top_with_the_flag_change(tmp_path):
+    path = _trace(tmp_path, plane_stats="stats { metadata_id: 7 int64_value: 17 }")
+    p = jaxtune.Profile.from_trace(path)
+    (warning,) = p.warnings
+    assert warning.startswith("the trace dropped 17 events")
+    assert "trace_best_effort_frequency=100,trace_guaranteed_frequency=100" in warning
+    assert "xla_tpu_bundle_instrumentation_options" in warning
+    assert p.table().splitlines()[0] == f"warning: {warning}"
+    assert f"warning: {warning}" in p.to_html() or "warning: the trace dropped 17" in p.to_html()
+    assert json.loads(p.to_json())["warnings"] == [warning]
+
+
+def test_a_kernel_that_lost_its_end_is_a_warning(tmp_path):
+    # An LLO event at 5 us: no kernel event is around it (its Begin/End were dropped).
+    stray = "events { metadata_id: 11 offset_ps: 5000000 duration_ps: 100000 }"
+    p = jaxtune.Profile.from_trace(_trace(tmp_path, stray=stray))
+    (warning,) = p.warnings
+    assert "1 intra-kernel events lie outside every kernel event" in warning
+    assert "Begin/End events were lost" in warning
+    assert "trace_best_effort_frequency=100" in warning
