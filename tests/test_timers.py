@@ -146,3 +146,33 @@ def test_jaxtune_tune_of_a_gradient_times_the_backward_pass_too():
     # The same kernel tuned from its forward alone times the forward.
     (entry,) = jaxtune.tune(lambda x: heavy(x).sum(), Y).values()
     assert entry.timing == "forward"
+
+
+@jaxtune.autotuned(configs={"chunk": [32, 128]}, name="tests.timers.backward_kernel")
+def backward_kernel(g, x, *, chunk):
+    """The backward of ``forward_kernel``, a kernel with its own space."""
+    return (g * jnp.cos(x).reshape(-1, chunk).reshape(x.shape),)
+
+
+@jaxtune.autotuned(configs={"chunk": [64, 256]}, name="tests.timers.forward_kernel")
+def forward_kernel(x, *, chunk):
+    @jax.custom_vjp
+    def f(x):
+        return jnp.sin(x.reshape(-1, chunk)).reshape(x.shape)
+
+    f.defvjp(lambda x: (f(x), x), lambda x, g: backward_kernel(g, x))
+    return f(x)
+
+
+def test_a_backward_kernel_with_its_own_space_is_tuned_with_its_own_inputs():
+    x = jnp.linspace(0.0, 1.0, 1024, dtype=jnp.float32)
+    result = jaxtune.tune(jax.value_and_grad(lambda x: forward_kernel(x).sum()), x)
+    passes = {kernel: e.timing for (kernel, _, _), e in result.items()}
+    # The forward kernel timed forward and backward; its backward kernel, which only
+    # runs inside the backward pass, timed as the call it is.
+    assert passes == {
+        "tests.timers.forward_kernel": "vjp",
+        "tests.timers.backward_kernel": "forward",
+    }
+    (key,) = [k for (kernel, _, k) in result if kernel == "tests.timers.backward_kernel"]
+    assert key == "f32[1024],f32[1024]"

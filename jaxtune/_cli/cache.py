@@ -63,7 +63,7 @@ def _show(entries: list[Entry]) -> str:
         )
         for m in e.measurements:
             if isinstance(m, Measurement):
-                extra = ", dropped early" if m.dropped else ""
+                extra = f", {m.why_out}" if m.dropped else ""
                 lines.append(
                     f"    {dict(m.config)}: {m.median_us:.1f} us "
                     f"(min {m.min_us:.1f}, {m.samples} samples{extra})"

@@ -8,8 +8,9 @@ confidence interval of that median (the sign test's interval). Against the confi
 best estimate, another config is
 
 - **tied** when the interval lies inside ``1 ± tie_within``: shown equivalent;
-- **slower** when the 99 % interval lies above 1: it leaves the rounds and cannot win (the
-  stricter level because the rounds look again after every round);
+- **slower** when the 99 % interval lies above 1 (above ``1 + tie_within`` for a rival that
+  would win a tie: the default, or a config earlier in the space): it leaves the rounds and
+  cannot win (the stricter level because the rounds look again after every round);
 - **not faster** when its 95 % interval shows it is not faster than the best by more
   than ``tie_within`` and it would lose a tie to the best (it is neither the default nor
   earlier in the space, or the best is the default): more rounds could not change what is
@@ -48,6 +49,7 @@ __all__ = [
     "in_space_order",
     "leaders",
     "ratio_interval",
+    "rounds_to_show",
 ]
 
 Config = dict[str, Any]
@@ -107,6 +109,11 @@ def _rank(n: int, level: float = LEVEL) -> int:
     while k > 0 and stats.binom.cdf(k - 1, n, 0.5) > (1 - level) / 2:
         k -= 1
     return k
+
+
+def rounds_to_show() -> int:
+    """The fewest rounds whose interval can show a config slower (8 at 99 %)."""
+    return next(n for n in range(1, 100) if _rank(n, SLOWER_LEVEL) > 0)
 
 
 def ratio_interval(
@@ -198,7 +205,9 @@ def decide(
             and high <= 1 + tie_within
         ):
             verdicts[c] = "tied"
-        elif strict_low is not None and strict_low > 1.0:
+        elif strict_low is not None and strict_low > (1 + tie_within if _ahead(c, best) else 1):
+            # A rival that would win a tie must be shown slower by more than tie_within to
+            # be out: until then the rounds may still show it equivalent (and store it).
             verdicts[c] = "slower"
         elif low is not None and low >= 1 / (1 + tie_within) and not _ahead(c, best):
             # Not faster than the best by more than tie_within, and it would lose a tie to

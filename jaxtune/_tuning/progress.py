@@ -63,7 +63,7 @@ class Progress:
                 what = (
                     f"{result.median_us:.1f} us (min {result.min_us:.1f}, {result.samples} samples"
                 )
-                what += ", dropped: clearly slower)" if result.dropped else ")"
+                what += f", {result.why_out})" if result.dropped else ")"
             else:
                 what = f"FAILED at {result.stage}: {result.reason}"
             print(
@@ -111,8 +111,12 @@ class Progress:
 def _decided(outcome: SweepOutcome) -> str:
     """`` (a tie with X: 1.01x (0.99-1.02))`` and the like, from the outcome's margin."""
     m = outcome.margin
-    if m is None or outcome.decision in ("single", "clear"):
+    if m is None or outcome.decision == "single":
         return ""
+    if outcome.decision == "clear":
+        if m.low is None or m.low <= 1.0:
+            return f" (clear: {config_id(m.rival)} not faster, {m.ratio:.2f}x)"
+        return f" (clear: {m.ratio:.2f}x ahead of {config_id(m.rival)})"
     span = f" ({m.low:.2f}-{m.high:.2f})" if m.low is not None and m.high is not None else ""
     what = "a tie with" if outcome.decision == "tie" else "undecided vs"
     extra = "" if outcome.decision == "tie" else ", the best estimate won"

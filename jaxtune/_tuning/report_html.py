@@ -77,7 +77,7 @@ def _bars(entry: Entry) -> str:
             ("winner", _WINNER),
             ("default", _DEFAULT),
             ("other", _OTHER),
-            ("dropped early", _DROPPED),
+            ("out (slower)", _DROPPED),
         )
     ]
     ax.legend(
@@ -135,7 +135,7 @@ def _config_table(entry: Entry) -> str:
         if _same(m.config, entry.default_config):
             role = (role + ", default").lstrip(", ")
         if m.ok:
-            status = "dropped early (clearly slower)" if m.dropped else "ok"
+            status = m.why_out or "ok"
             rows.append(
                 (
                     config_id(m.config),

@@ -52,6 +52,14 @@ class Measurement:
 
     ok = True
 
+    @property
+    def why_out(self) -> str:
+        """Why a ``dropped`` config is out: shown slower in the rounds, or dropped early
+        in the first pass; empty for a config that is not out."""
+        if not self.dropped:
+            return ""
+        return "shown slower in the rounds" if self.rounds_us else "dropped early (clearly slower)"
+
     def overlaps(self, other: Measurement) -> bool:
         """Whether the two medians' confidence intervals overlap (the timings cannot tell
         the two configs apart); without intervals, whether the medians are equal."""
@@ -143,6 +151,8 @@ class Entry:
         span = f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else ""
         rival = config_id(m["rival"])
         if self.decision == "clear":
+            if low is not None and low <= 1.0:  # not shown slower: shown not faster
+                return f"clear: {rival} not faster, {m['ratio']:.2f}x{span}"
             return f"clear: {m['ratio']:.2f}x ahead of {rival}{span}"
         if self.decision == "tie":
             return f"tie with {rival}: {m['ratio']:.2f}x{span}"

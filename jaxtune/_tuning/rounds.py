@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .decide import decide, in_space_order
+from .decide import decide, in_space_order, rounds_to_show
 from .result import Failure, Measurement
 from .space import config_id
 from .timing import Timing, TimingOptions
@@ -52,6 +52,7 @@ def interleaved(
     out: set[str] = set()
     active = list(by_id)
     start = clock()
+    cap = options.max_rounds_s
     for done in range(1, max(options.rounds, options.max_rounds) + 1):
         turn = (done - 1) % len(active)
         timings = timed([by_id[cid] for cid in active[turn:] + active[:turn]])
@@ -73,7 +74,11 @@ def interleaved(
         out |= {cid for cid, v in decision.verdicts.items() if v == "slower"}
         if done >= options.rounds and decision.settled:
             break
-        if clock() - start > options.max_rounds_s:
+        if done == 1:
+            # Time for at least the rounds that can show a config slower, however long a
+            # round takes (a slow kernel's round may take seconds).
+            cap = max(options.max_rounds_s, (clock() - start) * rounds_to_show())
+        if clock() - start > cap:
             break
         # Shown slower: out. Tied or undecided: go on, against the best.
         active = [cid for cid in active if cid not in out]

@@ -357,6 +357,14 @@ class Sweeper:
             min_samples=max(1, -(-options.min_samples // 2)),
             max_samples=max(1, -(-options.max_samples // 2)),
         )
+        if hasattr(self.timer, "recording"):  # a device timer: name the calls' module
+            module = self._module(config)
+            return self._timed(
+                config,
+                lambda run: self.timer.measure(  # type: ignore[call-arg]
+                    run, options, best_us=best_us, module=module
+                ),
+            )
         return self._timed(config, lambda run: self.timer.measure(run, options, best_us=best_us))
 
     def _timed(

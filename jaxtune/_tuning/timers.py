@@ -6,8 +6,9 @@ default.
 - ``profiler``: device time. The calls run inside a ``jax.profiler`` trace and each call's
   time is taken from its device events: on TPU and GPU the module's event on the device
   plane's ``XLA Modules`` line, on CPU the span of the executable's op events (one
-  ``run_id`` per call) on the ``tf_XLA*`` host lines, or for a small program that runs on
-  the calling thread (no op events) its call's event. The wall clock of a small kernel on
+  ``run_id`` per call) on the ``tf_XLA*`` host lines joined with the call's own event
+  (a small program on the calling thread, or the host callbacks of an interpret-mode
+  Pallas kernel, leave no op events). The wall clock of a small kernel on
   TPU is mostly dispatch; its device events are not. The default on TPU and GPU.
 - ``cupti``: the profiler timer on an NVIDIA GPU, whose device events JAX's profiler takes
   from CUPTI; refused elsewhere.
@@ -19,6 +20,7 @@ once, and the recording's :meth:`Recording.results` gives the device timings whe
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import gc
@@ -68,6 +70,11 @@ class _Calls:
     warmup: int
     batch: int
     wall: Timing
+
+
+#: A call at least this long (seconds) needs no warm-up call in a round: the warm-up is
+#: its round's first sample.
+SLOW_CALL_S = 0.01
 
 
 class WallTimer:
@@ -132,6 +139,11 @@ class WallTimer:
         # Batch very short calls so that each sample is long enough for the clock.
         batch = max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9)))
         out: list[float] = []
+        if samples and first >= SLOW_CALL_S:
+            # A round's warm-up of a long call is a sample: caches matter little at that
+            # length, and a second call would double the round's cost.
+            out.append(first * 1e6)
+            warmup = 0
         total = 0.0
         wanted = samples if samples else options.max_samples
         dropped = False
@@ -268,13 +280,51 @@ def _executions(where: pathlib.Path) -> list[tuple[str, float, float]]:
                     span[0] = min(span[0], e.start_ns)
                     span[1] = max(span[1], e.end_ns)
     if not device:
-        # CPU: one execution per (module, run_id), the span of its ops; a small program
-        # that runs on the calling thread leaves no op events, only its call's event.
-        device = [(str(m), s, end - s) for (m, _), (s, end) in host.items()]
-        seen = {m for m, _, _ in device}
-        device += [c for c in calls if c[0] not in seen]
+        device = _host_executions(host, calls)
     device.sort(key=lambda x: x[1])
     return device
+
+
+def _host_executions(
+    spans: dict[Any, list[Any]], calls: list[tuple[str, float, float]]
+) -> list[tuple[str, float, float]]:
+    """CPU executions: per call of a module, from its call event to the end of the last
+    op that started before the next call (the ops of one execution share a ``run_id``;
+    an interpret-mode Pallas kernel runs more executions, and host callbacks, inside one
+    call). A small program on the calling thread leaves only its call's event; without
+    call events, each execution's ops are one call."""
+    ops: dict[str, list[tuple[float, float]]] = {}
+    for (module, _), (start, end) in spans.items():
+        ops.setdefault(str(module), []).append((start, end))
+    made: dict[str, list[tuple[float, float]]] = {}
+    for module, start, duration in calls:
+        made.setdefault(module, []).append((start, start + duration))
+    every_op = sorted(x for spans_ in ops.values() for x in spans_)
+    starts = [s for s, _ in every_op]
+    out: list[tuple[str, float, float]] = []
+    for module in (ops.keys() | made.keys()) - {"None"}:
+        anchors = _outermost(sorted(made.get(module, [])))
+        if not anchors:
+            out += [(module, s, e - s) for s, e in sorted(ops[module])]
+            continue
+        for k, (start, end) in enumerate(anchors):
+            stop = anchors[k + 1][0] if k + 1 < len(anchors) else math.inf
+            first, last = bisect.bisect_left(starts, start), bisect.bisect_left(starts, stop)
+            inside = [e for _, e in every_op[first:last]]
+            out.append((module, start, max([end, *inside]) - start))
+    return out
+
+
+def _outermost(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted spans with the ones nested in an earlier span left out (a call's event
+    may appear twice, one inside the other)."""
+    out: list[tuple[float, float]] = []
+    for start, end in spans:
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def device_timings(
