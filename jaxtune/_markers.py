@@ -60,12 +60,20 @@ def parse(name_stack: str) -> list[tuple[str, str, int]]:
 
 def differentiated(name_stack: str, kernel: str) -> bool:
     """Whether a name stack shows ``kernel``'s own scope under ``jvp`` (the kernel is
-    differentiated, so its backward pass runs too): ``transpose(jvp(jaxtune[k#...``, or
-    ``jvp()/jaxtune[k#...`` as a jaxpr writes it. A kernel that merely runs inside another
+    differentiated, so its backward pass runs too): ``transpose(jvp(jaxtune[k#...``,
+    ``transpose(jvp(jit(f)))/jaxtune[k#...`` (JAX 0.12), or ``jvp()/jaxtune[k#...`` as a
+    jaxpr writes it. A kernel that merely runs inside another
     kernel's backward pass is not."""
     for match in _PATTERN.finditer(name_stack):
         before = name_stack[: match.start()]
-        if match["kernel"] == kernel and before.endswith(("jvp(", "jvp()/")):
+        if match["kernel"] != kernel:
+            continue
+        # JAX 0.10 writes the transform around the marker; 0.12 around the kernel's jit
+        # frame just before it: transpose(jvp(jit(f)))/jaxtune[k#...].
+        frame = before.rstrip("/").rsplit("/", 1)[-1]
+        if before.endswith(("jvp(", "jvp()/")) or frame.startswith(
+            ("jvp(jit(", "transpose(jvp(jit(")
+        ):
             return True
     return False
 

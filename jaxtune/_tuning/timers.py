@@ -28,6 +28,7 @@ import math
 import pathlib
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -254,7 +255,14 @@ def _executions(where: pathlib.Path) -> list[tuple[str, float, float]]:
     files = sorted(where.rglob("*.xplane.pb"))
     if not files:
         raise RuntimeError(f"jax.profiler wrote no trace under {where}")
-    data = ProfileData.from_file(str(files[-1]))
+    # The first look at an event's stats builds a nanobind type, which warns on Python
+    # 3.12 (DeprecationWarning); where warnings are errors, that would abort the process.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _walk(ProfileData.from_file(str(files[-1])))
+
+
+def _walk(data: Any) -> list[tuple[str, float, float]]:
     device: list[tuple[str, float, float]] = []
     host: dict[Any, list[Any]] = {}
     calls: list[tuple[str, float, float]] = []
