@@ -52,15 +52,16 @@ def test_the_profiler_timer_takes_each_calls_device_events_from_the_trace():
     device = rec.results()
     assert len(device) == 6 and all(len(t.samples_us) == 3 for t in device)
     shorts, longs = device[0::2], device[1::2]
-    # Device time: 8x the loop's work is several times longer, and never longer than the
+    # Device time: 8x the loop's work is over twice as long, and no longer than the
     # wall clock around the same calls (which adds dispatch).
-    assert min(t.median_us for t in longs) > 3 * max(t.median_us for t in shorts)
+    typical = lambda ts: sorted(t.median_us for t in ts)[1]  # noqa: E731  (of 3 rounds)
+    assert typical(longs) > 2 * typical(shorts)
     mean = lambda t: sum(t.samples_us) / len(t.samples_us)  # noqa: E731
     assert mean(device[-2]) <= mean(wall_short) * 1.05
     assert mean(device[-1]) <= mean(wall_long) * 1.05
     # Outside a recording, measure traces its own calls.
     alone = timer.measure(run_long, options)
-    assert alone.samples_us and alone.min_us > 3 * shorts[0].min_us
+    assert alone.samples_us and alone.median_us > 2 * typical(shorts)
 
 
 def test_device_timings_match_calls_per_module_and_refuse_a_short_trace():

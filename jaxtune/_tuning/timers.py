@@ -309,17 +309,19 @@ def _host_executions(
         made.setdefault(module, []).append((start, start + duration))
     every_op = sorted(x for spans_ in ops.values() for x in spans_)
     starts = [s for s, _ in every_op]
+    anchors = sorted(
+        (start, end, module)
+        for module in made.keys() - {"None"}
+        for start, end in _outermost(sorted(made[module]))
+    )
     out: list[tuple[str, float, float]] = []
-    for module in (ops.keys() | made.keys()) - {"None"}:
-        anchors = _outermost(sorted(made.get(module, [])))
-        if not anchors:
-            out += [(module, s, e - s) for s, e in sorted(ops[module])]
-            continue
-        for k, (start, end) in enumerate(anchors):
-            stop = anchors[k + 1][0] if k + 1 < len(anchors) else math.inf
-            first, last = bisect.bisect_left(starts, start), bisect.bisect_left(starts, stop)
-            inside = [e for _, e in every_op[first:last]]
-            out.append((module, start, max([end, *inside]) - start))
+    for module in ops.keys() - made.keys() - {"None"}:  # no call events: ops alone
+        out += [(module, s, e - s) for s, e in sorted(ops[module])]
+    for k, (start, end, module) in enumerate(anchors):
+        # Calls are made one at a time: a call's work ends before the next call starts.
+        stop = anchors[k + 1][0] if k + 1 < len(anchors) else math.inf
+        first, last = bisect.bisect_left(starts, start), bisect.bisect_left(starts, stop)
+        out.append((module, start, max([end, *(e for _, e in every_op[first:last])]) - start))
     return out
 
 
