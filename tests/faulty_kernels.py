@@ -98,3 +98,18 @@ def pid_probe(x, *, scale):
 @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.identity_any_dtype")
 def identity(x, *, c):
     return x
+
+
+@jaxtune.autotuned(
+    configs={"mode": ["ok", "segfault", "fast"]},
+    default={"mode": "ok"},
+    name="tests.faulty_light",
+    timeout=120,
+)
+def faulty_light(x, *, mode):
+    """Cheap at any size (the crash tests send tens of MB): only ``segfault`` is faulty."""
+    if mode == "segfault":
+        ctypes.string_at(0)
+    if mode == "fast":
+        return x * 1.0
+    return x + 0.0

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import pathlib
+import select
 import signal
 import socket
 import stat
@@ -28,7 +29,7 @@ from typing import Any
 
 from .._errors import SweepError
 from .environ import pool_key
-from .wire import FrameReader, write_frame
+from .wire import FrameReader, frame_parts
 
 __all__ = [
     "CRASH_LOG_BYTES",
@@ -55,6 +56,9 @@ _TAIL_BYTES = 64 << 10
 #: How often a wait for the child's answer checks that the child itself is still alive:
 #: a process the kernel forked may hold the pipe open after the child died.
 _POLL_S = 0.25
+#: A send past the request's time limit is a hang only once the child has taken no bytes
+#: for this long (a large request still arriving is not a hang).
+_STALL_S = 1.0
 
 
 class ChildLost(Exception):  # noqa: N818 - a signal between modules, never raised to users
@@ -156,6 +160,8 @@ class ChildProcess:
                 os.unlink(self.log_path)
             raise
         _close_all(cmd_r, res_w)
+        # Never blocks: :meth:`send` waits in ``select`` and keeps an eye on the child.
+        os.set_blocking(cmd_w, False)
         self.cmd_fd = cmd_w
         self.reader = FrameReader(res_r)
         self.lock = threading.Lock()
@@ -172,8 +178,51 @@ class ChildProcess:
             )
         self.ready: dict[str, Any] = ready
 
-    def send(self, message: Any) -> None:
-        write_frame(self.cmd_fd, message)
+    def send(
+        self,
+        message: Any,
+        *,
+        on_frame: Callable[[Any], None] | None = None,
+        timeout: Callable[[], float | None] | None = None,
+    ) -> None:
+        """Writes ``message`` to the child a buffer-full at a time, reading meanwhile what
+        the child says (each frame goes to ``on_frame``): a child that compiles while its
+        arguments arrive reports which config it is at, and that report is what names the
+        config when it dies before the last byte is sent.
+
+        Raises:
+            ChildLost: the child died or closed its end first (``hung`` False), or
+                ``timeout()`` seconds passed with the child neither reading nor talking.
+        """
+        moved = time.monotonic()  # when the child last took bytes
+        for part in frame_parts(message):
+            data = part
+            while data:
+                limit = timeout() if timeout is not None else None
+                if limit is not None and limit <= 0 and time.monotonic() - moved > _STALL_S:
+                    raise ChildLost(hung=True)
+                readable, writable, _ = select.select([self.reader.fd], [self.cmd_fd], [], _POLL_S)
+                if writable:
+                    try:
+                        data = data[os.write(self.cmd_fd, data) :]
+                    except BlockingIOError:
+                        pass
+                    except OSError as e:  # EPIPE, ECONNRESET: the child is gone
+                        raise ChildLost(hung=False) from e
+                    moved = time.monotonic()
+                if readable:
+                    self._follow(on_frame)
+                if not writable and not self.alive():
+                    raise ChildLost(hung=False)
+
+    def _follow(self, on_frame: Callable[[Any], None] | None) -> None:
+        """Hands every whole frame already waiting on the result pipe to ``on_frame``."""
+        try:
+            while (frame := self.reader.read(timeout=0)) is not None:
+                if on_frame is not None:
+                    on_frame(frame)
+        except EOFError:
+            pass  # the child is gone: the send finds out on its next write
 
     def receive(self, timeout: float | None = None) -> Any:
         """The child's next message; ``None`` when ``timeout`` seconds pass first.
@@ -210,23 +259,38 @@ class ChildProcess:
         Raises:
             ChildLost: the child died, closed its pipe or gave no frame in time.
         """
+        answers: list[dict[str, Any]] = []
+
+        def take(frame: Any) -> bool:
+            """Follows one frame; True when it is the answer."""
+            if not isinstance(frame, dict):
+                return False
+            if frame.get("t") != "event":
+                answers.append(frame)
+                return True
+            if on_event is not None:
+                on_event(frame)
+            return False
+
         try:
-            self.send(message)
-        except OSError as e:
-            raise ChildLost(hung=False) from e
-        while True:
+            self.send(message, on_frame=take, timeout=timeout)
+        except ChildLost as lost:
+            if lost.hung:
+                raise
+            # Died mid-send: the events it wrote before it died are still in the pipe.
+            with contextlib.suppress(EOFError, OSError):
+                while (frame := self.receive(timeout=0)) is not None:
+                    take(frame)
+            raise
+        while not answers:
             try:
                 frame = self.receive(timeout=timeout())
             except (EOFError, OSError) as e:
                 raise ChildLost(hung=False) from e
             if frame is None:
                 raise ChildLost(hung=True)
-            if not isinstance(frame, dict):
-                continue
-            if frame.get("t") != "event":
-                return frame
-            if on_event is not None:
-                on_event(frame)
+            take(frame)
+        return answers[0]
 
     def alive(self) -> bool:
         return self.proc.poll() is None
