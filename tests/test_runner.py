@@ -222,9 +222,9 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     sent: list[bool] = []
     send = _process.ChildProcess.send
 
-    def spy(self, message):
+    def spy(self, message, **kw):
         sent.append("args" in message)
-        return send(self, message)
+        return send(self, message, **kw)
 
     monkeypatch.setattr(_process.ChildProcess, "send", spy)
     runner = _runner.ProcessRunner()

@@ -9,8 +9,10 @@ starts a JAX backend, so on TPU the chip is free for the children.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +28,16 @@ from .._tuning.choose import make_entry
 from .._tuning.result import Entry, format_table
 from .._tuning.sweep import SweepPlan
 
-__all__ = ["HITS", "add_parser", "program", "run", "summary_line", "sweep_records"]
+__all__ = [
+    "HITS",
+    "add_parser",
+    "program",
+    "run",
+    "run_program",
+    "stop_program",
+    "summary_line",
+    "sweep_records",
+]
 
 #: Where a config came from when the call already had a tuned one.
 HITS = ("cache", "packaged", "scope")
@@ -78,19 +89,46 @@ def program(args: argparse.Namespace, verb: str) -> list[str]:
     return command
 
 
+#: After Ctrl-C, seconds the program has to end on its own (it got the terminal's SIGINT
+#: too), then to end after the SIGINT jaxtune forwards, before it is killed.
+_INTERRUPT_GRACE_S = (1.0, 1.5)
+
+
 def run_program(command: list[str], env: Mapping[str, str], verb: str, *, stdin: Any = None) -> int:
-    """Runs the program and returns its exit status.
+    """Runs the program and returns its exit status. On Ctrl-C the program is given a
+    moment to end, is sent SIGINT, then is killed, and the interrupt goes on.
 
     Raises:
         JaxtuneError: the command does not exist or cannot be executed.
     """
     try:
-        return subprocess.run(command, env=dict(env), stdin=stdin).returncode
+        proc = subprocess.Popen(command, env=dict(env), stdin=stdin)
     except OSError as e:
         raise JaxtuneError(
             f"jaxtune {verb} could not start {command[0]!r}: {e.strerror or e}. Expected a "
             f"command such as `jaxtune {verb} -- python train.py`; check the name and PATH."
         ) from e
+    try:
+        return proc.wait()
+    except BaseException:
+        stop_program(proc)
+        raise
+
+
+def stop_program(proc: subprocess.Popen[Any]) -> None:
+    """Ends ``proc`` within a few seconds: it may end on its own, then on SIGINT, else it is
+    killed (the processes it started watch it and follow)."""
+    for step, grace in enumerate(_INTERRUPT_GRACE_S):
+        with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.wait(timeout=grace)
+            return
+        if step == 0:
+            with contextlib.suppress(OSError):
+                proc.send_signal(signal.SIGINT)
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.wait(timeout=5)
 
 
 def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:

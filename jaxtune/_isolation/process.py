@@ -273,6 +273,23 @@ class ChildProcess:
             return False
 
         try:
+            return self._exchange(message, take, answers, timeout)
+        except ChildLost:
+            raise
+        except BaseException:
+            # Ctrl-C (or a failing callback) mid-request: the child's answer would never be
+            # read, so it goes at once rather than finishing a config nobody waits for.
+            self.abandon()
+            raise
+
+    def _exchange(
+        self,
+        message: Mapping[str, Any],
+        take: Callable[[Any], bool],
+        answers: list[dict[str, Any]],
+        timeout: Callable[[], float | None],
+    ) -> dict[str, Any]:
+        try:
             self.send(message, on_frame=take, timeout=timeout)
         except ChildLost as lost:
             if lost.hung:
@@ -311,6 +328,15 @@ class ChildProcess:
         self._end()
         with contextlib.suppress(OSError):
             self._keep_log()
+
+    def abandon(self) -> None:
+        """Kills the child without a crash log (nothing went wrong in it: the caller
+        stopped waiting)."""
+        if self.cmd_fd == -1:
+            return
+        self._end()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log_path)
 
     def close(self) -> None:
         """Asks the child to exit, then makes sure it did, and deletes its log."""

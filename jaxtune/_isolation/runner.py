@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -105,6 +106,10 @@ class ProcessRunner:
         self.devices = list(devices) if devices else None
         #: The ready message of the last child this runner used (platform, device kind...).
         self.ready: dict[str, Any] | None = None
+        #: The child this runner last talked to, and a flag that stops its sweep (set when
+        #: another device's share was interrupted).
+        self.held: ChildProcess | None = None
+        self.stop = threading.Event()
 
     # -- the child ---------------------------------------------------------------------
 
@@ -167,8 +172,11 @@ class ProcessRunner:
                     "process; check JAX_PLATFORMS and the accelerator's visibility variables."
                 )
 
+        if self.stop.is_set():
+            raise SweepError("the sweep was interrupted")
         child = POOL.get(self.environment(), check, slot=self.device)
         self.ready = child.ready
+        self.held = child
         return child
 
     def prestart(self, fn: Any = None) -> bool:
@@ -319,13 +327,27 @@ class ProcessRunner:
         for i, config in enumerate(order[1:]):
             shares[i % len(devices)].append(config)
         runners = [self._on_device(d) for d in devices]
-        with concurrent.futures.ThreadPoolExecutor(len(devices)) as ex:
+        stop = threading.Event()
+        for runner in runners:
+            runner.stop = stop
+        ex = concurrent.futures.ThreadPoolExecutor(len(devices))
+        try:
             parts = list(
                 ex.map(
                     lambda pair: pair[0]._measure_all(plan, request, progress, pair[1], known),
                     [(r, share) for r, share in zip(runners, shares, strict=True) if share],
                 )
             )
+        except BaseException:
+            # Ctrl-C: the other devices' requests end too, or the threads would keep this
+            # process waiting for configs nobody wants any more.
+            stop.set()
+            for runner in runners:
+                if runner.held is not None:
+                    runner.held.abandon()
+            raise
+        finally:
+            ex.shutdown(wait=True)
         results: dict[str, Result] = {}
         for part in parts:
             results.update(part)
