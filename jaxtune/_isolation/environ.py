@@ -6,9 +6,10 @@ the child before it imports or traces anything (:func:`unkeyed_environ`,
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
-__all__ = ["keyed", "pool_key", "sync_environ", "unkeyed_environ"]
+__all__ = ["keyed", "pool_key", "python_path", "sync_environ", "unkeyed_environ"]
 
 # The variables that can change what a child's backend does; the pool keys children on
 # these only, so that a library that sets an unrelated variable after a child was started
@@ -52,3 +53,13 @@ def sync_environ(wanted: Mapping[str, str] | None) -> None:
     for name, value in wanted.items():
         if not keyed(name, platforms) and os.environ.get(name) != value:
             os.environ[name] = value
+
+
+def python_path() -> str:
+    """``sys.path`` as a ``PYTHONPATH`` value, so the child imports what this process does."""
+    entries = []
+    for entry in sys.path:
+        path = os.path.abspath(entry or os.getcwd())
+        if path not in entries and os.path.exists(path):
+            entries.append(path)
+    return os.pathsep.join(entries)

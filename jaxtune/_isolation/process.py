@@ -14,11 +14,9 @@ import atexit
 import contextlib
 import fcntl
 import os
-import pathlib
 import select
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -29,6 +27,7 @@ from typing import Any
 
 from .._errors import SweepError
 from .environ import pool_key
+from .logs import CRASH_LOG_BYTES, KEEP_CRASH_LOGS, keep_crash_log, log_dir, read_tail
 from .wire import FrameReader, frame_parts
 
 __all__ = [
@@ -40,19 +39,11 @@ __all__ = [
     "ChildPool",
     "ChildProcess",
     "log_dir",
-    "parent_backend",
-    "python_path",
     "shutdown_children",
 ]
 
 #: Seconds a child may take to import JAX and start its backend.
 STARTUP_TIMEOUT = 180.0
-#: Crash logs kept (newest first) in :func:`log_dir`; older ones are deleted.
-KEEP_CRASH_LOGS = 5
-#: Bytes of a crashed child's log that are kept (its end, where the crash is).
-CRASH_LOG_BYTES = 1 << 20
-_TAIL_LINES = 15
-_TAIL_BYTES = 64 << 10
 #: How often a wait for the child's answer checks that the child itself is still alive:
 #: a process the kernel forked may hold the pipe open after the child died.
 _POLL_S = 0.25
@@ -74,20 +65,6 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def log_dir() -> pathlib.Path:
-    """This user's folder for child logs (``$TMPDIR/jaxtune-<uid>``), private to the user."""
-    path = pathlib.Path(tempfile.gettempdir()) / f"jaxtune-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise SweepError(
-            f"{path} is not a directory owned by this user; jaxtune keeps child logs there. "
-            "Remove it or set TMPDIR to another directory."
-        )
-    return path
 
 
 def _close_all(*fds: int) -> None:
@@ -182,7 +159,7 @@ class ChildProcess:
         self,
         message: Any,
         *,
-        on_frame: Callable[[Any], None] | None = None,
+        on_frame: Callable[[Any], object] | None = None,
         timeout: Callable[[], float | None] | None = None,
     ) -> None:
         """Writes ``message`` to the child a buffer-full at a time, reading meanwhile what
@@ -215,7 +192,7 @@ class ChildProcess:
                 if not writable and not self.alive():
                     raise ChildLost(hung=False)
 
-    def _follow(self, on_frame: Callable[[Any], None] | None) -> None:
+    def _follow(self, on_frame: Callable[[Any], object] | None) -> None:
         """Hands every whole frame already waiting on the result pipe to ``on_frame``."""
         try:
             while (frame := self.reader.read(timeout=0)) is not None:
@@ -351,19 +328,7 @@ class ChildProcess:
             os.unlink(self.log_path)
 
     def _keep_log(self) -> None:
-        folder = pathlib.Path(self.log_path).parent
-        kept = folder / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{self.proc.pid}.log"
-        with open(self.log_path, "rb") as src, open(kept, "wb") as dst:
-            size = os.fstat(src.fileno()).st_size
-            self._trimmed = max(0, size - CRASH_LOG_BYTES)
-            src.seek(self._trimmed)
-            dst.write(src.read(CRASH_LOG_BYTES))
-        os.unlink(self.log_path)
-        self.log_path = str(kept)
-        logs = sorted(folder.glob("crash-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in logs[KEEP_CRASH_LOGS:]:
-            with contextlib.suppress(OSError):
-                old.unlink()
+        self.log_path, self._trimmed = keep_crash_log(self.log_path, self.proc.pid)
 
     def describe_exit(self) -> str:
         """``"killed by signal SIGSEGV"``, ``"exited with status 3"``, or ``"still running"``."""
@@ -384,30 +349,7 @@ class ChildProcess:
     def stderr_tail(self, since: int) -> str:
         """The last lines the child wrote to stderr since byte offset ``since`` (at most the
         last 64 KiB are read, however large the log)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                f.seek(max(since - self._trimmed, size - _TAIL_BYTES, 0))
-                text = f.read(_TAIL_BYTES).decode(errors="replace")
-        except OSError:
-            return ""
-        return _tail_lines(text)
-
-
-def _tail_lines(text: str) -> str:
-    fatal = text.rfind("Fatal Python error")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if fatal >= 0:
-        # faulthandler lists the innermost frame first: keep the head of its report.
-        report = text[fatal:]
-        current = report.find("Current thread")
-        head = report.splitlines()[0]
-        body = report[current:] if current >= 0 else report
-        lines = [head] + [line.strip() for line in body.splitlines() if line.strip()]
-        lines = lines[:_TAIL_LINES]
-    else:
-        lines = lines[-_TAIL_LINES:]
-    return " | ".join(lines) or "(nothing on stderr)"
+        return read_tail(self.log_path, since, self._trimmed)
 
 
 class ChildPool:
@@ -471,29 +413,3 @@ POOL = ChildPool()
 def shutdown_children() -> None:
     """Stops every pooled child (also run at interpreter exit)."""
     POOL.shutdown()
-
-
-def python_path() -> str:
-    """``sys.path`` as a ``PYTHONPATH`` value, so the child imports what this process does."""
-    entries = []
-    for entry in sys.path:
-        path = os.path.abspath(entry or os.getcwd())
-        if path not in entries and os.path.exists(path):
-            entries.append(path)
-    return os.pathsep.join(entries)
-
-
-def parent_backend() -> str | None:
-    """The platform this process already started, if any (never starts one)."""
-    jax_mod = sys.modules.get("jax")
-    if jax_mod is None:
-        return None
-    try:
-        from jax._src import xla_bridge
-
-        backends = getattr(xla_bridge, "_backends", {})
-    except ImportError:
-        return None
-    if not backends:
-        return None
-    return str(jax_mod.default_backend())

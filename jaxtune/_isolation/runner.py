@@ -32,9 +32,10 @@ from .._tuning.sweep import (
     run_sweep,
 )
 from . import context as _context
-from .devices import sweep_devices
+from .devices import parent_backend, sweep_devices
+from .environ import python_path
 from .flight import InFlight, raise_child_error
-from .process import POOL, ChildLost, ChildProcess, parent_backend, python_path
+from .process import POOL, ChildLost, ChildProcess
 from .requests import reference_config, sweep_request
 from .wire import NotTransportable
 
@@ -338,13 +339,10 @@ class ProcessRunner:
                     [(r, share) for r, share in zip(runners, shares, strict=True) if share],
                 )
             )
-        except BaseException:
-            # Ctrl-C: the other devices' requests end too, or the threads would keep this
-            # process waiting for configs nobody wants any more.
+        except BaseException:  # Ctrl-C: the other devices' requests end too, at once
             stop.set()
-            for runner in runners:
-                if runner.held is not None:
-                    runner.held.abandon()
+            for held in [r.held for r in runners if r.held is not None]:
+                held.abandon()
             raise
         finally:
             ex.shutdown(wait=True)
