@@ -51,6 +51,7 @@ class Settings:
     timeout: float
     verbose: int
     agree_timeout: float = 300.0
+    lock_timeout: float = 60.0
     record: str = ""
     record_stop: bool = False
     #: ``JAXTUNE_BUDGET`` as ``(configs, seconds)``, one of them set; ``None``: unset.
@@ -220,6 +221,15 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_seconds("JAXTUNE_AGREE_TIMEOUT"),
         doc="With jax.distributed initialised: seconds a process waits for another (the "
         "leader's config, a share of a sharded sweep) before raising AgreementError.",
+    ),
+    Variable(
+        name="JAXTUNE_LOCK_TIMEOUT",
+        field="lock_timeout",
+        allowed="a positive number of seconds",
+        default="60",
+        parse=_seconds("JAXTUNE_LOCK_TIMEOUT"),
+        doc="Seconds a cache write (or moving a corrupt cache file aside) waits for another "
+        "process's lock on the file; then it goes on without writing, with one warning.",
     ),
     Variable(
         name="JAXTUNE_RECORD",

@@ -1,6 +1,7 @@
 """Child logs: the private folder they live in, the crash logs kept, a log's telling tail.
 
-A child's stdout and stderr go to ``child-*.log`` in :func:`log_dir`; a child that ends
+A child's stdout and stderr go to ``child-<parent pid>-*.log`` in :func:`log_dir` (those
+of parents that died are deleted the next time a process starts a child); a child that ends
 well deletes it, one that crashed or hung leaves its end as ``crash-*.log`` (the newest
 :data:`KEEP_CRASH_LOGS` are kept).
 """
@@ -56,7 +57,27 @@ def log_dir() -> pathlib.Path:
         if not _private(path):
             path = pathlib.Path(tempfile.mkdtemp(prefix=f"jaxtune-{os.getuid()}-"))
         _PRIVATE[:] = [path]
+        _forget_dead(path)
         return path
+
+
+def _forget_dead(folder: pathlib.Path) -> None:
+    """Deletes the child logs of parents that are gone (killed before they could)."""
+    for log in folder.glob("child-*-*.log"):
+        pid = log.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                log.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def keep_crash_log(log_path: str, pid: int) -> tuple[str, int]:

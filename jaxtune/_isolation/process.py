@@ -108,7 +108,9 @@ class ChildProcess:
         #: Sweep tasks whose arguments this child holds (a request for one of them need
         #: not carry the arguments again).
         self.tasks: set[str] = set()
-        fd, self.log_path = tempfile.mkstemp(dir=log_dir(), prefix="child-", suffix=".log")
+        fd, self.log_path = tempfile.mkstemp(
+            dir=log_dir(), prefix=f"child-{os.getpid()}-", suffix=".log"
+        )
         cmd_r, cmd_w = _request_channel()
         res_r, res_w = os.pipe()
         _widen(res_w)

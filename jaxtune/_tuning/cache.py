@@ -16,7 +16,6 @@ dropped the next time this process writes the file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import os
@@ -31,7 +30,7 @@ from .. import _config
 from .._codec import DecodeError, atomic_write, read_bounded
 from .._errors import CacheError, JaxtuneWarning
 from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
-from .cachefs import Version, file_version, fix_for, open_lock
+from .cachefs import Version, file_version, fix_for, open_lock, wait_for_lock
 from .eager import caches_changed
 from .result import Entry, TuningResult
 
@@ -171,6 +170,10 @@ class CacheStore:
                 f"jaxtune cache file {path} is unreadable ({error}) and could not be moved "
                 f"aside ({e}); it is ignored. {fix_for(e, path)}",
             )
+        except CacheError as e:  # the lock's holder did not let go in time
+            self._report(
+                path, f"jaxtune cache file {path} is unreadable ({error}); it is ignored. {e}"
+            )
 
     def _move_aside(self, path: pathlib.Path, version: Version, error: Exception) -> None:
         """Renames an undecodable file to ``*.corrupt-<time>``; the file lock is held."""
@@ -223,10 +226,16 @@ class CacheStore:
 
     @contextlib.contextmanager
     def _locked(self, path: pathlib.Path) -> Iterator[None]:
+        """Holds the file's lock (its holder's pid written in the lock file).
+
+        Raises:
+            CacheError: another process held it for ``JAXTUNE_LOCK_TIMEOUT`` seconds.
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_lock(path.with_name(path.name + ".lock"))
+        lock = path.with_name(path.name + ".lock")
+        fd = open_lock(lock)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            wait_for_lock(fd, lock, _config.settings().lock_timeout)
             yield
         finally:
             os.close(fd)  # closing releases the lock

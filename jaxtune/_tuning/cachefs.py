@@ -6,13 +6,16 @@ Never through a symlink, never a FIFO or device, and every OSError turned into a
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import pathlib
 import stat
+import time
 
 from .._codec import UnsafeFileError
+from .._errors import CacheError
 
-__all__ = ["Version", "file_version", "fix_for", "open_lock"]
+__all__ = ["Version", "file_version", "fix_for", "open_lock", "wait_for_lock"]
 
 #: What identifies a file's content as far as its directory entry tells.
 Version = tuple[int, int, int]
@@ -37,6 +40,43 @@ def open_lock(path: pathlib.Path) -> int:
         os.close(fd)
         raise UnsafeFileError(f"the lock file {path} is not a regular file; remove it")
     return fd
+
+
+def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> None:
+    """Takes the exclusive lock on ``fd`` within ``timeout_s`` seconds and writes this
+    process's pid into the lock file, so that whoever waits can say who holds it.
+
+    Raises:
+        CacheError: another process held the lock all that time (named by its pid).
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise CacheError(
+                    f"jaxtune gave up waiting for the lock {lock} after {timeout_s:g} s: "
+                    f"{_holder(fd)} holds it (JAXTUNE_LOCK_TIMEOUT sets the wait). End that "
+                    "process if it is stuck, or delete the lock file if no jaxtune runs."
+                ) from None
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.1)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # a lock file that cannot hold the pid still locks
+
+
+def _holder(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        pid = ""
+    return f"process {pid}" if pid.isdigit() else "another process (pid not recorded)"
 
 
 def fix_for(error: OSError, path: pathlib.Path) -> str:
