@@ -30,7 +30,7 @@ from .. import _config
 from .._codec import DecodeError, atomic_write, read_bounded
 from .._errors import CacheError, JaxtuneWarning
 from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
-from .cachefs import Version, file_version, fix_for, open_lock, wait_for_lock
+from .cachefs import NOT_A_DIRECTORY, Version, file_version, fix_for, locked
 from .eager import caches_changed
 from .result import Entry, TuningResult
 
@@ -114,6 +114,9 @@ class CacheStore:
             return None
         except DecodeError as e:
             self._quarantine(path, version, e)
+            return None
+        except NotADirectoryError:  # the cache directory is a file, or below one
+            self._report(self.root, NOT_A_DIRECTORY.format(root=self.root), kind="root")
             return None
         except OSError as e:
             self._report(
@@ -226,19 +229,9 @@ class CacheStore:
 
     @contextlib.contextmanager
     def _locked(self, path: pathlib.Path) -> Iterator[None]:
-        """Holds the file's lock (its holder's pid written in the lock file).
-
-        Raises:
-            CacheError: another process held it for ``JAXTUNE_LOCK_TIMEOUT`` seconds.
-        """
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = path.with_name(path.name + ".lock")
-        fd = open_lock(lock)
-        try:
-            wait_for_lock(fd, lock, _config.settings().lock_timeout)
+        """Holds the file's lock (see :func:`.cachefs.locked`)."""
+        with locked(path, _config.settings().lock_timeout):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def _current(self, path: pathlib.Path) -> dict[str, bytes]:
         """What the file holds now, as stored bytes by key, less the entries this process

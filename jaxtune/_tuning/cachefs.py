@@ -5,17 +5,36 @@ Never through a symlink, never a FIFO or device, and every OSError turned into a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import pathlib
+import re
 import stat
 import time
+from collections.abc import Iterator
 
 from .._codec import UnsafeFileError
 from .._errors import CacheError
 
-__all__ = ["Version", "file_version", "fix_for", "open_lock", "wait_for_lock"]
+__all__ = [
+    "NOT_A_DIRECTORY",
+    "Version",
+    "file_version",
+    "fix_for",
+    "forget_stale_temporaries",
+    "locked",
+    "open_lock",
+    "real_folder",
+    "wait_for_lock",
+]
+
+NOT_A_DIRECTORY = (
+    "jaxtune cache directory {root} is a file or lies below one: no tuned config is read "
+    "from it (kernels use their defaults) and none can be saved there. Set "
+    "JAXTUNE_CACHE_DIR to a directory."
+)
 
 #: What identifies a file's content as far as its directory entry tells.
 Version = tuple[int, int, int]
@@ -40,6 +59,54 @@ def open_lock(path: pathlib.Path) -> int:
         os.close(fd)
         raise UnsafeFileError(f"the lock file {path} is not a regular file; remove it")
     return fd
+
+
+@contextlib.contextmanager
+def locked(path: pathlib.Path, timeout_s: float) -> Iterator[None]:
+    """Holds the lock of cache file ``path`` (its holder's pid written in the lock file),
+    in a real folder of the cache, and deletes dead writers' temporaries of ``path``.
+
+    Raises:
+        CacheError: another process held it for ``timeout_s`` seconds.
+        OSError: the folder or lock file cannot be made or is unsafe.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    real_folder(path.parent)
+    lock = path.with_name(path.name + ".lock")
+    fd = open_lock(lock)
+    try:
+        wait_for_lock(fd, lock, timeout_s)
+        forget_stale_temporaries(path)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def real_folder(folder: pathlib.Path) -> None:
+    """Refuses a device-kind folder that is a symlink (writes would land wherever it
+    points, out of the cache directory) or not a directory.
+
+    Raises:
+        UnsafeFileError: it is one of those.
+    """
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+        raise UnsafeFileError(
+            f"{folder} is a symlink or not a directory; jaxtune writes only into folders "
+            "it made inside the cache directory"
+        )
+
+
+def forget_stale_temporaries(path: pathlib.Path) -> None:
+    """Deletes the temporary files of writers of ``path`` that died before renaming them
+    (``.<name>.XXXXXXXX.tmp``); the file's lock is held, so no live writer has one."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
+    try:
+        names = [e.name for e in os.scandir(path.parent) if pattern.fullmatch(e.name)]
+    except OSError:
+        return
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(path.parent / name)
 
 
 def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> None:
