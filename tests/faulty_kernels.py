@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
 
 import jax
@@ -113,3 +114,23 @@ def faulty_light(x, *, mode):
     if mode == "fast":
         return x * 1.0
     return x + 0.0
+
+
+def _result_fd() -> int:
+    return int(sys.argv[sys.argv.index("--res-fd") + 1])
+
+
+@jaxtune.autotuned(
+    configs={"mode": ["ok", "bad_length", "bad_msgpack", "fast"]},
+    default={"mode": "ok"},
+    name="tests.garbler",
+    timeout=60,
+)
+def garbler(x, *, mode):
+    """Writes bytes that are no frame on the child's result pipe (a kernel that believes
+    fd N is its own), then works."""
+    if mode == "bad_length":
+        os.write(_result_fd(), b"\xff" * 16)
+    elif mode == "bad_msgpack":
+        os.write(_result_fd(), b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1")
+    return x * 1.0 if mode == "fast" else x + 0.0

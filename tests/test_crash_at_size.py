@@ -7,7 +7,7 @@ import sys
 
 import jax.numpy as jnp
 import pytest
-from faulty_kernels import faulty_light
+from faulty_kernels import faulty_light, garbler
 
 from jaxtune._isolation import process as _process
 from jaxtune._isolation import runner as _runner
@@ -65,3 +65,16 @@ def test_a_segfault_while_32mb_of_arguments_arrive_is_a_failed_config():
 def test_the_same_with_two_busy_processes_on_the_machine(two_busy_processes):
     for _ in range(RUNS):
         check(sweep_32mb_with_a_segfault())
+
+
+@pytest.mark.parametrize("mode", ["bad_length", "bad_msgpack"])
+def test_a_child_writing_garbage_on_its_result_pipe_is_a_failed_config(mode):
+    x = jnp.ones(256)
+    space = [{"mode": "ok"}, {"mode": mode}, {"mode": "fast"}]
+    task = garbler.sweep_task(garbler.bind((x,), {}), space, {"mode": "ok"})
+    outcome = _runner.ProcessRunner().sweep(task)
+    by_mode = {m.config["mode"]: m for m in outcome.measurements}
+    failure = by_mode[mode]
+    assert isinstance(failure, Failure) and failure.stage == "crash", failure
+    assert "no jaxtune frame" in failure.reason, failure.reason
+    assert outcome.best.config in ({"mode": "ok"}, {"mode": "fast"})

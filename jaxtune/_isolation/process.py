@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._codec import DecodeError
 from .._errors import SweepError
 from .environ import pool_key
 from .logs import CRASH_LOG_BYTES, KEEP_CRASH_LOGS, keep_crash_log, log_dir, read_tail
@@ -55,9 +56,12 @@ _STALL_S = 1.0
 class ChildLost(Exception):  # noqa: N818 - a signal between modules, never raised to users
     """The child died (``hung`` False) or gave no answer in time (``hung`` True)."""
 
-    def __init__(self, hung: bool) -> None:
+    def __init__(self, hung: bool, garbled: str | None = None) -> None:
         super().__init__("no answer in time" if hung else "the child process died")
         self.hung = hung
+        #: Why the child's result pipe held bytes that are no jaxtune frame (the child
+        #: lives on, but nothing it says can be trusted: it is killed).
+        self.garbled = garbled
 
 
 def _signal_name(number: int) -> str:
@@ -197,7 +201,7 @@ class ChildProcess:
     def _follow(self, on_frame: Callable[[Any], object] | None) -> None:
         """Hands every whole frame already waiting on the result pipe to ``on_frame``."""
         try:
-            while (frame := self.reader.read(timeout=0)) is not None:
+            while (frame := self._read(0)) is not None:
                 if on_frame is not None:
                     on_frame(frame)
         except EOFError:
@@ -212,7 +216,7 @@ class ChildProcess:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             step = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
-            message = self.reader.read(timeout=max(0.0, step))
+            message = self._read(max(0.0, step))
             if message is not None:
                 return message
             if not self.alive():
@@ -222,6 +226,20 @@ class ChildProcess:
                 return message
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+
+    def _read(self, timeout: float) -> Any:
+        """The reader's next frame; bytes that are no frame from a live child (a kernel
+        that wrote on the pipe) are :class:`ChildLost` with ``garbled`` set."""
+        try:
+            return self.reader.read(timeout=timeout)
+        except DecodeError as e:
+            raise ChildLost(hung=False, garbled=str(e) or type(e).__name__) from e
+        except EOFError as e:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=1)  # a child that is exiting closes its pipe first
+            if self.alive():
+                raise ChildLost(hung=False, garbled=str(e)) from e
+            raise
 
     def request(
         self,
@@ -271,10 +289,10 @@ class ChildProcess:
         try:
             self.send(message, on_frame=take, timeout=timeout)
         except ChildLost as lost:
-            if lost.hung:
+            if lost.hung or lost.garbled:
                 raise
             # Died mid-send: the events it wrote before it died are still in the pipe.
-            with contextlib.suppress(EOFError, OSError):
+            with contextlib.suppress(EOFError, OSError, ChildLost):
                 while (frame := self.receive(timeout=0)) is not None:
                     take(frame)
             raise

@@ -270,13 +270,20 @@ class ProcessRunner:
         plan: SweepPlan,
         child: ChildProcess,
         offset: int,
-        hung: bool,
+        lost: ChildLost,
         flight: InFlight,
         progress: Progress | None,
     ) -> tuple[str | None, dict[str, Result]]:
-        """The child crashed or hung: kill it, and blame the config in flight if there is
-        exactly one; ``"serial"`` asks for one-at-a-time compilation to find the culprit."""
-        if hung:
+        """The child crashed, hung or garbled its pipe: kill it, and blame the config in
+        flight if there is exactly one; ``"serial"`` asks for one-at-a-time compilation to
+        find the culprit."""
+        hung = lost.hung
+        if lost.garbled:
+            how = (
+                "the child process wrote bytes that are no jaxtune frame on its result pipe "
+                f"({lost.garbled}); it was killed"
+            )
+        elif hung:
             how = (
                 f"no answer within the {plan.timeout_s:g} s limit (JAXTUNE_TIMEOUT / "
                 "timeout=); the child was killed"
@@ -386,7 +393,7 @@ class ProcessRunner:
                     on_event=on_event,
                 )
             except ChildLost as lost:
-                return self._lost(plan, child, offset, lost.hung, flight, progress)
+                return self._lost(plan, child, offset, lost, flight, progress)
         _context.warn_notes(frame)
         if frame.get("t") == "error" and frame.get("type") == "UnknownTask":
             child.tasks.discard(message["task_id"])  # it moved on to another task
