@@ -134,3 +134,23 @@ def garbler(x, *, mode):
     elif mode == "bad_msgpack":
         os.write(_result_fd(), b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1")
     return x * 1.0 if mode == "fast" else x + 0.0
+
+
+def _start_daemon(pid_file: str) -> None:
+    """Double-forks a daemon in its own session that writes its pid and sleeps."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            code = (
+                f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+            )
+            os.execv(sys.executable, [sys.executable, "-c", code])
+        os._exit(0)
+
+
+@jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 1}, name="tests.daemonizer")
+def daemonizer(x, *, c):
+    """Config ``c=2`` starts a daemon (at trace time, in the child), then works."""
+    if c == 2 and not os.path.exists(os.environ["DAEMON_PID_FILE"]):
+        _start_daemon(os.environ["DAEMON_PID_FILE"])
+    return x * 1.0

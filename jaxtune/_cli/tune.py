@@ -31,6 +31,7 @@ from .._tuning.sweep import SweepPlan
 __all__ = [
     "HITS",
     "add_parser",
+    "exit_text",
     "program",
     "run",
     "run_program",
@@ -115,6 +116,21 @@ def run_program(command: list[str], env: Mapping[str, str], verb: str, *, stdin:
         raise
 
 
+def exit_text(status: int) -> str:
+    """``"exited with status 3"`` or ``"was killed by SIGSEGV"`` (a negative status).
+
+    Examples:
+        >>> exit_text(-11)
+        'was killed by SIGSEGV'
+    """
+    if status >= 0:
+        return f"exited with status {status}"
+    try:
+        return f"was killed by {signal.Signals(-status).name}"
+    except ValueError:
+        return f"was killed by signal {-status}"
+
+
 def stop_program(proc: subprocess.Popen[Any]) -> None:
     """Ends ``proc`` within a few seconds: it may end on its own, then on SIGINT, else it is
     killed (the processes it started watch it and follow)."""
@@ -194,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     records, stopped, status = _record(command, full=args.full)
     if status != 0 and not stopped:
         print(
-            f"jaxtune tune: the program exited with status {status}; tuning the "
+            f"jaxtune tune: the program {exit_text(status)}; tuning the "
             f"{len(records)} calls it recorded",
             file=sys.stderr,
         )

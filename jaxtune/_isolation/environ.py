@@ -16,7 +16,12 @@ __all__ = ["keyed", "pool_key", "python_path", "sync_environ", "unkeyed_environ"
 # ahead of need (Tokamax sets MOSAIC_GPU_CUDA_ROOT at import) does not cost a new child.
 _BACKEND_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_", "OMP_", "MKL_", "TF_CPP_", "LD_")
 _ACCELERATOR_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "MOSAIC_", "ROCR_", "HIP_", "GPU_")
-_CHILD_VARIABLES = ("PYTHONPATH", "JAXTUNE_ISOLATION", "JAXTUNE_CHILD_MEMORY_LIMIT")
+_CHILD_VARIABLES = (
+    "PYTHONPATH",
+    "JAXTUNE_ISOLATION",
+    "JAXTUNE_CHILD_MEMORY_LIMIT",
+    "JAXTUNE_CHILD_TOKEN",  # marks what the child starts (strays.py): never synced away
+)
 
 
 def keyed(name: str, platforms: str | None) -> bool:

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,8 +25,10 @@ from typing import Any
 
 from .._codec import DecodeError
 from .._errors import SweepError
+from .channels import close_all, request_channel, widen
 from .environ import pool_key
 from .logs import CRASH_LOG_BYTES, KEEP_CRASH_LOGS, keep_crash_log, log_dir, read_tail
+from .strays import TOKEN, kill_tagged, new_token
 from .wire import FrameReader, frame_parts
 
 __all__ = [
@@ -71,34 +71,6 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _close_all(*fds: int) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _request_channel() -> tuple[int, int]:
-    """The request channel's two ends: a Unix socket pair, since a socket can take a
-    request's arrays in one call that waits for all their bytes without holding the GIL
-    (from a pipe, each read returns at most a buffer-full and must win the GIL back from
-    the child's compile threads: 4 MB arrived ~30 ms later that way); a pipe where there
-    are no Unix sockets."""
-    try:
-        ends = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    except (AttributeError, OSError):
-        read, write = os.pipe()
-        _widen(write)
-        return read, write
-    return ends[0].detach(), ends[1].detach()
-
-
-def _widen(fd: int) -> None:
-    """Gives a pipe a 1 MiB buffer where the OS allows (Linux), so that a request carrying
-    arrays crosses in a few writes instead of one per 64 KiB."""
-    with contextlib.suppress(OSError, AttributeError):
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-
-
 class ChildProcess:
     """One started child: its pipes, its log file, and how it ended.
 
@@ -112,12 +84,14 @@ class ChildProcess:
         #: Sweep tasks whose arguments this child holds (a request for one of them need
         #: not carry the arguments again).
         self.tasks: set[str] = set()
+        #: Marks every process this child starts (:mod:`.strays`).
+        self.token = new_token()
         fd, self.log_path = tempfile.mkstemp(
             dir=log_dir(), prefix=f"child-{os.getpid()}-", suffix=".log"
         )
-        cmd_r, cmd_w = _request_channel()
+        cmd_r, cmd_w = request_channel()
         res_r, res_w = os.pipe()
-        _widen(res_w)
+        widen(res_w)
         try:
             with os.fdopen(fd, "wb") as log:
                 self.proc = subprocess.Popen(
@@ -134,15 +108,15 @@ class ChildProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
-                    env=dict(env),
+                    env={**env, TOKEN: self.token},
                     start_new_session=True,
                 )
         except BaseException:
-            _close_all(cmd_r, cmd_w, res_r, res_w)
+            close_all(cmd_r, cmd_w, res_r, res_w)
             with contextlib.suppress(OSError):
                 os.unlink(self.log_path)
             raise
-        _close_all(cmd_r, res_w)
+        close_all(cmd_r, res_w)
         # Never blocks: :meth:`send` waits in ``select`` and keeps an eye on the child.
         os.set_blocking(cmd_w, False)
         self.cmd_fd = cmd_w
@@ -313,9 +287,10 @@ class ChildProcess:
         """Kills the child's whole process group (what its kernels forked too) and reaps it."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_tagged(self.token)  # what left the group: a daemon started with setsid()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        _close_all(self.cmd_fd, self.reader.fd)
+        close_all(self.cmd_fd, self.reader.fd)
         self.cmd_fd = self.reader.fd = -1
 
     def kill(self) -> None:

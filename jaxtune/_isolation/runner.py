@@ -34,7 +34,7 @@ from .._tuning.sweep import (
 from . import context as _context
 from .devices import parent_backend, sweep_devices
 from .environ import python_path
-from .flight import InFlight, raise_child_error
+from .flight import InFlight, how_lost, raise_child_error
 from .process import POOL, ChildLost, ChildProcess
 from .requests import reference_config, sweep_request
 from .wire import NotTransportable
@@ -278,18 +278,7 @@ class ProcessRunner:
         flight if there is exactly one; ``"serial"`` asks for one-at-a-time compilation to
         find the culprit."""
         hung = lost.hung
-        if lost.garbled:
-            how = (
-                "the child process wrote bytes that are no jaxtune frame on its result pipe "
-                f"({lost.garbled}); it was killed"
-            )
-        elif hung:
-            how = (
-                f"no answer within the {plan.timeout_s:g} s limit (JAXTUNE_TIMEOUT / "
-                "timeout=); the child was killed"
-            )
-        else:
-            how = f"the child process {child.describe_exit()}"
+        how = how_lost(lost.garbled, hung, plan.timeout_s, child.describe_exit)
         POOL.discard(child)
         tail = child.stderr_tail(offset)
         suspects = flight.suspects(hung=hung, timeout_s=plan.timeout_s)
