@@ -66,11 +66,22 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--min-share",
-        type=float,
+        type=_share,
         default=0.05,
         help="with --from-profile: the smallest share of device time worth tuning (default 0.05)",
     )
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python train.py ...")
+
+
+def _share(raw: str) -> float:
+    """A share of device time, from 0 to 1 (``nan`` and the like are refused)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # false for nan
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a share from 0 to 1, such as 0.05")
+    return value
 
 
 def program(args: argparse.Namespace, verb: str) -> list[str]:
