@@ -9,7 +9,10 @@ import os
 import sys
 from collections.abc import Mapping
 
-__all__ = ["keyed", "pool_key", "python_path", "sync_environ", "unkeyed_environ"]
+from .._errors import FlagError
+from .._flags import parse
+
+__all__ = ["flag_base", "keyed", "pool_key", "python_path", "sync_environ", "unkeyed_environ"]
 
 # The variables that can change what a child's backend does; the pool keys children on
 # these only, so that a library that sets an unrelated variable after a child was started
@@ -68,3 +71,23 @@ def python_path() -> str:
         if path not in entries and os.path.exists(path):
             entries.append(path)
     return os.pathsep.join(entries)
+
+
+def flag_base(platform: str | None) -> dict[str, str]:
+    """This process's environment as the base of a child's for ``platform``, its flag
+    variables checked: ``LIBTPU_INIT_ARGS`` is dropped off TPU (only libtpu reads it, so a
+    bad value must not stop a CPU or GPU sweep).
+
+    Raises:
+        FlagError: ``XLA_FLAGS`` (or, for TPU, ``LIBTPU_INIT_ARGS``) is malformed; the
+            message names the variable.
+    """
+    base = dict(os.environ)
+    if platform not in (None, "tpu"):
+        base.pop("LIBTPU_INIT_ARGS", None)
+    for var in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
+        try:
+            parse(base.get(var, ""))
+        except FlagError as e:
+            raise FlagError(f"{var} in this process's environment: {e}") from e
+    return base

@@ -33,7 +33,7 @@ from .._tuning.sweep import (
 )
 from . import context as _context
 from .devices import parent_backend, sweep_devices
-from .environ import python_path
+from .environ import flag_base, python_path
 from .flight import InFlight, how_lost, raise_child_error
 from .process import POOL, ChildLost, ChildProcess
 from .requests import reference_config, sweep_request
@@ -131,6 +131,7 @@ class ProcessRunner:
         libtpu = extra.pop("LIBTPU_INIT_ARGS", "")
         env = child_env(
             platform or "cpu",
+            base=flag_base(platform),
             xla_flags=xla.split(),
             libtpu_args=libtpu.split(),
             profiling=self.profiling is not None,
