@@ -466,5 +466,5 @@ def test_a_bad_libtpu_init_args_stops_no_cpu_sweep_and_is_named_for_tpu(monkeypa
     task = identity.sweep_task(identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1})
     outcome = _runner.ProcessRunner(platform="cpu").sweep(task)
     assert all(isinstance(m, Measurement) for m in outcome.measurements)
-    with pytest.raises(jaxtune.FlagError, match="^LIBTPU_INIT_ARGS in this process's env"):
+    with pytest.raises(jaxtune.FlagError, match=r"^LIBTPU_INIT_ARGS in this process's env"):
         _runner.ProcessRunner(platform="tpu").environment()
