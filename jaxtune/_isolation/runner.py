@@ -364,8 +364,8 @@ class ProcessRunner:
         in_space = {config_id(c) for c in plan.configs}
         flight = InFlight(message)
         child = self.child()
-        # A child that built this task already has its arguments: they need not travel again.
-        lean = {k: v for k, v in message.items() if k not in ("args", "kwargs")}
+        # A child that built this task holds its arguments and plan: they need not travel again.
+        lean = {k: v for k, v in message.items() if k not in ("args", "kwargs", "plan", "ref")}
 
         def on_event(frame: dict[str, Any]) -> None:
             result = flight.event(frame)
