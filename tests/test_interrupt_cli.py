@@ -86,15 +86,16 @@ def interrupt(args: list[str], mark: pathlib.Path, tmp_path, *, ignored: bool = 
         "MARK": str(mark),
         "JAXTUNE_ISOLATION": "process",
     }
+    command = [sys.executable, "-m", "jaxtune", *args]
+    if ignored:  # a background job of a non-interactive shell inherits SIGINT ignored
+        command = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', *command]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jaxtune", *args],
+        command,
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A background job of a non-interactive shell inherits SIGINT ignored.
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None,
     )
     try:
         wait_for(mark, proc)
