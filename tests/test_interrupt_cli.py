@@ -109,9 +109,9 @@ def interrupt(args: list[str], mark: pathlib.Path, tmp_path, *, ignored: bool = 
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
-        for pid in tagged(tag):
+        for pid in tagged(tag):  # first: the program holds the pipes open
             os.kill(pid, signal.SIGKILL)
+        proc.communicate()
 
 
 @pytest.mark.parametrize("ignored", [False, True], ids=["default", "inherited-ignored"])
