@@ -20,6 +20,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from ._errors import SettingsError
+from ._setting_values import BUDGET_ALLOWED as _BUDGET_ALLOWED
+from ._setting_values import MAX_SECONDS as MAX_SECONDS
+from ._setting_values import budget as _budget
+from ._setting_values import choice as _choice
+from ._setting_values import directory as _directory
+from ._setting_values import flag as _flag
+from ._setting_values import level as _level
+from ._setting_values import seconds as _seconds
 
 __all__ = [
     "MAX_SECONDS",
@@ -52,6 +60,7 @@ class Settings:
     verbose: int
     nearest: bool = False
     agree_timeout: float = 300.0
+    lock_timeout: float = 60.0
     record: str = ""
     record_stop: bool = False
     #: ``JAXTUNE_BUDGET`` as ``(configs, seconds)``, one of them set; ``None``: unset.
@@ -72,87 +81,9 @@ class Variable:
     doc: str
 
 
-def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        value = raw.strip().lower()
-        if value not in choices:
-            raise _bad(name, raw, ", ".join(choices))
-        return value
-
-    return parse
-
-
-def _bad(name: str, raw: str, allowed: str) -> SettingsError:
-    return SettingsError(
-        f"{name}={raw!r} is not valid; allowed values: {allowed}. "
-        f"Set {name} to one of them or unset it to use the default."
-    )
-
-
-def _flag(name: str) -> Callable[[str], bool]:
-    choose = _choice(name, ("0", "1"))
-    return lambda raw: choose(raw) == "1"
-
-
 def _flag_variable(name: str, field: str, doc: str) -> Variable:
     """A ``0``/``1`` variable whose default is ``0``."""
     return Variable(name=name, field=field, allowed="0, 1", default="0", parse=_flag(name), doc=doc)
-
-
-def _level(name: str) -> Callable[[str], int]:
-    choose = _choice(name, ("0", "1", "2"))
-    return lambda raw: int(choose(raw))
-
-
-#: Longest timeout accepted (about 11 days): longer ones overflow the OS's wait calls.
-MAX_SECONDS = 1e6
-
-
-def _seconds(name: str) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise _bad(name, raw, "a positive number of seconds, such as 60 or 2.5") from None
-        if not (0 < value <= MAX_SECONDS):
-            raise _bad(
-                name, raw, f"a positive number of seconds up to {MAX_SECONDS:g}, such as 60 or 2.5"
-            )
-        return value
-
-    return parse
-
-
-_BUDGET_ALLOWED = "a positive number of configs (64) or of seconds with an s (120s)"
-
-
-def _budget(name: str) -> Callable[[str], tuple[int | None, float | None] | None]:
-    def parse(raw: str) -> tuple[int | None, float | None] | None:
-        value = raw.strip().lower()
-        if not value:
-            return None
-        try:
-            if value.endswith("s"):
-                seconds = float(value[:-1])
-                if 0 < seconds <= MAX_SECONDS:
-                    return (None, seconds)
-            elif int(value) > 0:
-                return (int(value), None)
-        except ValueError:
-            pass
-        raise _bad(name, raw, _BUDGET_ALLOWED)
-
-    return parse
-
-
-def _directory(name: str) -> Callable[[str], pathlib.Path]:
-    def parse(raw: str) -> pathlib.Path:
-        path = pathlib.Path(raw).expanduser()
-        if path.exists() and not path.is_dir():
-            raise _bad(name, raw, "a directory path (this path exists and is not a directory)")
-        return path
-
-    return parse
 
 
 def default_cache_dir() -> str:
@@ -177,7 +108,7 @@ VARIABLES: tuple[Variable, ...] = (
         field="cache_dir",
         allowed="a directory",
         default="$XDG_CACHE_HOME/jaxtune or ~/.cache/jaxtune",
-        parse=_directory("JAXTUNE_CACHE_DIR"),
+        parse=_directory("JAXTUNE_CACHE_DIR", file_ok=True),
         doc="Where tuned configurations are stored.",
     ),
     _flag_variable(
@@ -226,6 +157,15 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_seconds("JAXTUNE_AGREE_TIMEOUT"),
         doc="With jax.distributed initialised: seconds a process waits for another (the "
         "leader's config, a share of a sharded sweep) before raising AgreementError.",
+    ),
+    Variable(
+        name="JAXTUNE_LOCK_TIMEOUT",
+        field="lock_timeout",
+        allowed="a positive number of seconds",
+        default="60",
+        parse=_seconds("JAXTUNE_LOCK_TIMEOUT"),
+        doc="Seconds a cache write (or moving a corrupt cache file aside) waits for another "
+        "process's lock on the file; then it goes on without writing, with one warning.",
     ),
     Variable(
         name="JAXTUNE_RECORD",

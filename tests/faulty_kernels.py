@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
 
 import jax
@@ -98,3 +99,58 @@ def pid_probe(x, *, scale):
 @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.identity_any_dtype")
 def identity(x, *, c):
     return x
+
+
+@jaxtune.autotuned(
+    configs={"mode": ["ok", "segfault", "fast"]},
+    default={"mode": "ok"},
+    name="tests.faulty_light",
+    timeout=120,
+)
+def faulty_light(x, *, mode):
+    """Cheap at any size (the crash tests send tens of MB): only ``segfault`` is faulty."""
+    if mode == "segfault":
+        ctypes.string_at(0)
+    if mode == "fast":
+        return x * 1.0
+    return x + 0.0
+
+
+def _result_fd() -> int:
+    return int(sys.argv[sys.argv.index("--res-fd") + 1])
+
+
+@jaxtune.autotuned(
+    configs={"mode": ["ok", "bad_length", "bad_msgpack", "fast"]},
+    default={"mode": "ok"},
+    name="tests.garbler",
+    timeout=60,
+)
+def garbler(x, *, mode):
+    """Writes bytes that are no frame on the child's result pipe (a kernel that believes
+    fd N is its own), then works."""
+    if mode == "bad_length":
+        os.write(_result_fd(), b"\xff" * 16)
+    elif mode == "bad_msgpack":
+        os.write(_result_fd(), b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1")
+    return x * 1.0 if mode == "fast" else x + 0.0
+
+
+def _start_daemon(pid_file: str) -> None:
+    """Double-forks a daemon in its own session that writes its pid and sleeps."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            code = (
+                f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+            )
+            os.execv(sys.executable, [sys.executable, "-c", code])
+        os._exit(0)
+
+
+@jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 1}, name="tests.daemonizer")
+def daemonizer(x, *, c):
+    """Config ``c=2`` starts a daemon (at trace time, in the child), then works."""
+    if c == 2 and not os.path.exists(os.environ["DAEMON_PID_FILE"]):
+        _start_daemon(os.environ["DAEMON_PID_FILE"])
+    return x * 1.0

@@ -14,6 +14,7 @@ TOP_LEVEL = {
     "py.typed",
     "_codec.py",
     "_config.py",
+    "_setting_values.py",
     "_errors.py",
     "_flags.py",
     "_markers.py",

@@ -31,3 +31,13 @@ def test_a_missing_command_is_a_message_not_a_traceback(cli, verb):
     assert proc.returncode == 2
     assert "could not start 'no-such-command-jaxtune'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("verb", ["tune", "profile"])
+def test_a_program_killed_by_a_signal_is_named_by_the_signal(cli, verb):
+    proc = cli(
+        verb, "--", "python", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "was killed by SIGSEGV" in proc.stderr, proc.stderr
+    assert "-11" not in proc.stderr

@@ -112,7 +112,7 @@ def test_cache_dir_default_without_xdg(monkeypatch, tmp_path):
     assert _config.settings().cache_dir == tmp_path / ".cache" / "jaxtune"
 
 
-@pytest.mark.parametrize("name", ["JAXTUNE_CACHE_DIR", "JAXTUNE_PROFILE_DIR"])
+@pytest.mark.parametrize("name", ["JAXTUNE_PROFILE_DIR"])
 def test_directory_variables(monkeypatch, tmp_path, name):
     monkeypatch.setenv(name, str(tmp_path / "new"))
     field = {"JAXTUNE_CACHE_DIR": "cache_dir", "JAXTUNE_PROFILE_DIR": "profile_dir"}[name]

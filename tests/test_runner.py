@@ -222,9 +222,9 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     sent: list[bool] = []
     send = _process.ChildProcess.send
 
-    def spy(self, message):
+    def spy(self, message, **kw):
         sent.append("args" in message)
-        return send(self, message)
+        return send(self, message, **kw)
 
     monkeypatch.setattr(_process.ChildProcess, "send", spy)
     runner = _runner.ProcessRunner()
@@ -458,3 +458,13 @@ def test_a_live_child_sees_the_callers_variables(tmp_path, monkeypatch):
     first = set((tmp_path / "first").read_text().split())
     second = set((tmp_path / "second").read_text().split())
     assert first == second and len(first) == 1  # the same child, the new file
+
+
+def test_a_bad_libtpu_init_args_stops_no_cpu_sweep_and_is_named_for_tpu(monkeypatch):
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_foo='unterminated")
+    x = jnp.ones(8)
+    task = identity.sweep_task(identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1})
+    outcome = _runner.ProcessRunner(platform="cpu").sweep(task)
+    assert all(isinstance(m, Measurement) for m in outcome.measurements)
+    with pytest.raises(jaxtune.FlagError, match=r"^LIBTPU_INIT_ARGS in this process's env"):
+        _runner.ProcessRunner(platform="tpu").environment()

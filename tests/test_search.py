@@ -378,3 +378,45 @@ def test_a_small_space_is_decided_in_one_request_to_the_child(monkeypatch):
     # Measured and decided in the same request: no separate re-timing of leaders.
     assert ops == ["measure"]
     assert all(m.rounds_us for m in entry.measurements)
+
+
+def test_a_budgeted_search_of_a_huge_space_scores_only_a_sample_each_round(monkeypatch):
+    # 10^5 configs, the default budget: the model must not score (nor build features of)
+    # every config each round (10^6 took minutes that way).
+    knobs = {"a": list(range(10)), "b": list(range(100)), "c": list(range(100))}
+    space = [dict(zip(knobs, v, strict=True)) for v in itertools.product(*knobs.values())]
+    rows: list[int] = []
+    features = _search._features
+
+    def spy(configs):
+        rows.append(len(configs))
+        return features(configs)
+
+    monkeypatch.setattr(_search, "_features", spy)
+
+    def measure(configs):
+        return {
+            config_id(c): Measurement(
+                config=c,
+                median_us=1.0 + c["a"] + c["b"] / 10 + c["c"] / 100,
+                min_us=1.0,
+                spread=0.0,
+                samples=5,
+                compile_s=0.0,
+            )
+            for c in configs
+        }
+
+    results, searched = _search.run_search(
+        space,
+        space[-1],
+        strategy=_search.Auto(),
+        budget=None,
+        measure=measure,
+        config_id=config_id,
+    )
+    assert searched.measured == _search.DEFAULT_CONFIGS and searched.total == len(space)
+    assert rows and max(rows) <= _search.MODEL_POOL + _search.DEFAULT_CONFIGS, max(rows)
+    # Still a search, not a random draw: it found a config near the best corner.
+    best = min((r for r in results.values() if r.ok), key=lambda r: r.median_us)
+    assert best.config["a"] <= 1

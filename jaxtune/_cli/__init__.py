@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 
@@ -64,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv.remove("--debug")
     args = build_parser().parse_args(argv)
     args.debug = debug
+    _hear_interrupts()
     try:
         return _dispatch(args)
     except KeyboardInterrupt:
@@ -83,6 +86,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exception(type(error), error, error.__traceback__)
     print(f"jaxtune {args.command}: {message}", file=sys.stderr)
     return status
+
+
+def _hear_interrupts() -> None:
+    """Ctrl-C (SIGINT) stops every command, also where it was inherited as ignored (a job
+    a non-interactive shell started in the background): its programs and children are
+    ended, what finished is kept, and the exit status is 130."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

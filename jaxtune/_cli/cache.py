@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -83,7 +85,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json
         else (lambda doc, text: print(text))
     )
-    _ACTIONS[args.action](args, _cache.user_cache(), out)
+    store = _cache.user_cache()
+    if args.action != "path" and store.root.exists() and not store.root.is_dir():
+        raise CacheError(
+            f"the cache directory {store.root} is a file; set JAXTUNE_CACHE_DIR to a directory."
+        )
+    _ACTIONS[args.action](args, store, out)
     return 0
 
 
@@ -118,9 +125,8 @@ def _show_action(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -
             f"no entries for {what} in {store.root}; `jaxtune cache list` shows what is there."
         )
     if args.html:
-        target = pathlib.Path(args.html)
+        target = output_file(args.html)
         page = TuningResult.of(*entries).to_html()
-        target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(page)
         print(f"jaxtune cache show: wrote {target}", file=sys.stderr)
     out({"entries": [e.summary(full=True) for e in entries]}, _show(entries))
@@ -128,7 +134,7 @@ def _show_action(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -
 
 def _export(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
     entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
-    path = TuningResult.of(*entries).save(args.file)
+    path = TuningResult.of(*entries).save(output_file(args.file))
     out(
         {"path": str(path), "entries": len(entries)},
         f"exported {_count(len(entries), 'entry', 'entries')} to {path}",
@@ -148,7 +154,7 @@ def _merge(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
     merged = TuningResult()
     for f in args.files:
         merged = merged | TuningResult.load(f)
-    merged.save(args.output)
+    merged.save(output_file(args.output))
     out(
         {"path": str(args.output), "entries": len(merged)},
         f"merged {_count(len(args.files), 'file', 'files')} into {args.output} "
@@ -174,6 +180,42 @@ def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
 def _clear(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
     dropped = store.clear()
     out({"dropped": dropped}, f"removed {_count(dropped, 'entry', 'entries')} from {store.root}")
+
+
+def output_file(name: str | os.PathLike[str]) -> pathlib.Path:
+    """``name`` as a file to write, its folder made: refused when it is a directory, a
+    device, FIFO or socket (never replaced by a regular file), or below a file.
+
+    Raises:
+        CacheError: it is one of those (the message names it and says what to give).
+    """
+    target = pathlib.Path(name)
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        info = None
+    except NotADirectoryError:
+        info = None  # below a file: found out on the folder below
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise CacheError(
+            f"{target} is a directory; give a file name, such as {target / 'tuned.msgpack'}."
+        )
+    if info is not None and not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+        raise CacheError(
+            f"refusing to replace {target}: it is not a regular file (a device, FIFO or "
+            "socket); give the path of a regular file."
+        )
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        above = next(
+            (p for p in [parent, *parent.parents] if p.exists() and not p.is_dir()), parent
+        )
+        raise CacheError(
+            f"cannot write {target}: {above} is not a directory; give a path in a directory."
+        ) from None
+    return target
 
 
 def _count(n: int, one: str, many: str) -> str:

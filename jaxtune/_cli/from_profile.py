@@ -15,7 +15,7 @@ import json
 import pathlib
 from typing import Any
 
-from .._codec import unpackb
+from .._codec import read_bounded, unpackb
 from .._errors import JaxtuneError
 from .._profiling.report import CALLS_SUFFIX, INFO_FILE, report_from_trace
 from .._tuning import cache as _cache
@@ -50,14 +50,15 @@ def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[An
     found = []
     for path in reports:
         try:
-            kernels = json.loads(path.read_text())["kernels"]
-        except (ValueError, KeyError, TypeError) as e:
+            # A regular file only, and bounded: a FIFO named report.json must not block.
+            kernels = json.loads(read_bounded(path))["kernels"]
+            sidecar = path.with_suffix(CALLS_SUFFIX)
+            calls = list(unpackb(read_bounded(sidecar))) if sidecar.is_file() else []
+        except (OSError, ValueError, KeyError, TypeError) as e:
             raise JaxtuneError(
                 f"{path} is not a jaxtune profile report ({e}); expected the report.json "
                 "that `jaxtune profile` or Profile.save writes."
             ) from e
-        sidecar = path.with_suffix(CALLS_SUFFIX)
-        calls = list(unpackb(sidecar.read_bytes())) if sidecar.is_file() else []
         found.append((path, kernels, calls))
     if not found and root.is_dir():
         for info in sorted(root.rglob(INFO_FILE)):

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._flags import child_env, find_libtpu, requested_platform
 from .._profiling.report import Profile
-from .tune import program, run_program
+from .tune import exit_text, program, run_program
 
 __all__ = ["add_parsers", "run_profile", "run_report"]
 
@@ -101,6 +101,8 @@ def run_profile(args: argparse.Namespace) -> int:
         flush=True,
     )
     status = run_program(command, env, "profile")
+    if status < 0:
+        print(f"jaxtune profile: the program {exit_text(status)}", file=sys.stderr)
     return status if status >= 0 else 1
 
 

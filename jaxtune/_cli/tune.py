@@ -9,8 +9,10 @@ starts a JAX backend, so on TPU the chip is free for the children.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +28,17 @@ from .._tuning.choose import make_entry
 from .._tuning.result import Entry, format_table
 from .._tuning.sweep import SweepPlan
 
-__all__ = ["HITS", "add_parser", "program", "run", "summary_line", "sweep_records"]
+__all__ = [
+    "HITS",
+    "add_parser",
+    "exit_text",
+    "program",
+    "run",
+    "run_program",
+    "stop_program",
+    "summary_line",
+    "sweep_records",
+]
 
 #: Where a config came from when the call already had a tuned one.
 HITS = ("cache", "packaged", "scope")
@@ -54,11 +66,22 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--min-share",
-        type=float,
+        type=_share,
         default=0.05,
         help="with --from-profile: the smallest share of device time worth tuning (default 0.05)",
     )
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python train.py ...")
+
+
+def _share(raw: str) -> float:
+    """A share of device time, from 0 to 1 (``nan`` and the like are refused)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # false for nan
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a share from 0 to 1, such as 0.05")
+    return value
 
 
 def program(args: argparse.Namespace, verb: str) -> list[str]:
@@ -78,19 +101,61 @@ def program(args: argparse.Namespace, verb: str) -> list[str]:
     return command
 
 
+#: After Ctrl-C, seconds the program has to end on its own (it got the terminal's SIGINT
+#: too), then to end after the SIGINT jaxtune forwards, before it is killed.
+_INTERRUPT_GRACE_S = (1.0, 1.5)
+
+
 def run_program(command: list[str], env: Mapping[str, str], verb: str, *, stdin: Any = None) -> int:
-    """Runs the program and returns its exit status.
+    """Runs the program and returns its exit status. On Ctrl-C the program is given a
+    moment to end, is sent SIGINT, then is killed, and the interrupt goes on.
 
     Raises:
         JaxtuneError: the command does not exist or cannot be executed.
     """
     try:
-        return subprocess.run(command, env=dict(env), stdin=stdin).returncode
+        proc = subprocess.Popen(command, env=dict(env), stdin=stdin)
     except OSError as e:
         raise JaxtuneError(
             f"jaxtune {verb} could not start {command[0]!r}: {e.strerror or e}. Expected a "
             f"command such as `jaxtune {verb} -- python train.py`; check the name and PATH."
         ) from e
+    try:
+        return proc.wait()
+    except BaseException:
+        stop_program(proc)
+        raise
+
+
+def exit_text(status: int) -> str:
+    """``"exited with status 3"`` or ``"was killed by SIGSEGV"`` (a negative status).
+
+    Examples:
+        >>> exit_text(-11)
+        'was killed by SIGSEGV'
+    """
+    if status >= 0:
+        return f"exited with status {status}"
+    try:
+        return f"was killed by {signal.Signals(-status).name}"
+    except ValueError:
+        return f"was killed by signal {-status}"
+
+
+def stop_program(proc: subprocess.Popen[Any]) -> None:
+    """Ends ``proc`` within a few seconds: it may end on its own, then on SIGINT, else it is
+    killed (the processes it started watch it and follow)."""
+    for step, grace in enumerate(_INTERRUPT_GRACE_S):
+        with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.wait(timeout=grace)
+            return
+        if step == 0:
+            with contextlib.suppress(OSError):
+                proc.send_signal(signal.SIGINT)
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired, KeyboardInterrupt):
+        proc.wait(timeout=5)
 
 
 def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
@@ -156,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     records, stopped, status = _record(command, full=args.full)
     if status != 0 and not stopped:
         print(
-            f"jaxtune tune: the program exited with status {status}; tuning the "
+            f"jaxtune tune: the program {exit_text(status)}; tuning the "
             f"{len(records)} calls it recorded",
             file=sys.stderr,
         )

@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 from .resolve import NOTES, preload, resolve_callable, resolve_kernel
+from .strays import TOKEN, kill_tagged
 
 __all__ = ["main"]
 
@@ -39,6 +40,9 @@ def _watch_parent(parent_pid: int) -> None:
                         os.unlink(log)
                 except OSError:
                     pass
+                token = os.environ.get(TOKEN)
+                if token:
+                    kill_tagged(token)  # what left this group (a setsid daemon)
                 os.killpg(os.getpgid(0), signal.SIGKILL)
                 os._exit(0)
             time.sleep(0.5)

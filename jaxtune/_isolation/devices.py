@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["local_devices", "split", "sweep_devices", "usable_cores"]
+__all__ = ["local_devices", "parent_backend", "split", "sweep_devices", "usable_cores"]
 
 SPLITTABLE = ("gpu", "cuda", "rocm", "cpu")
 
@@ -60,3 +60,19 @@ def sweep_devices() -> list[int] | None:
     """:func:`split` of this process's local devices."""
     found = local_devices()
     return None if found is None else split(*found)
+
+
+def parent_backend() -> str | None:
+    """The platform this process already started, if any (never starts one)."""
+    jax_mod = sys.modules.get("jax")
+    if jax_mod is None:
+        return None
+    try:
+        from jax._src import xla_bridge
+
+        backends = getattr(xla_bridge, "_backends", {})
+    except ImportError:
+        return None
+    if not backends:
+        return None
+    return str(jax_mod.default_backend())

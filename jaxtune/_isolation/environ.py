@@ -6,16 +6,25 @@ the child before it imports or traces anything (:func:`unkeyed_environ`,
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
-__all__ = ["keyed", "pool_key", "sync_environ", "unkeyed_environ"]
+from .._errors import FlagError
+from .._flags import parse
+
+__all__ = ["flag_base", "keyed", "pool_key", "python_path", "sync_environ", "unkeyed_environ"]
 
 # The variables that can change what a child's backend does; the pool keys children on
 # these only, so that a library that sets an unrelated variable after a child was started
 # ahead of need (Tokamax sets MOSAIC_GPU_CUDA_ROOT at import) does not cost a new child.
 _BACKEND_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_", "OMP_", "MKL_", "TF_CPP_", "LD_")
 _ACCELERATOR_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "MOSAIC_", "ROCR_", "HIP_", "GPU_")
-_CHILD_VARIABLES = ("PYTHONPATH", "JAXTUNE_ISOLATION", "JAXTUNE_CHILD_MEMORY_LIMIT")
+_CHILD_VARIABLES = (
+    "PYTHONPATH",
+    "JAXTUNE_ISOLATION",
+    "JAXTUNE_CHILD_MEMORY_LIMIT",
+    "JAXTUNE_CHILD_TOKEN",  # marks what the child starts (strays.py): never synced away
+)
 
 
 def keyed(name: str, platforms: str | None) -> bool:
@@ -52,3 +61,33 @@ def sync_environ(wanted: Mapping[str, str] | None) -> None:
     for name, value in wanted.items():
         if not keyed(name, platforms) and os.environ.get(name) != value:
             os.environ[name] = value
+
+
+def python_path() -> str:
+    """``sys.path`` as a ``PYTHONPATH`` value, so the child imports what this process does."""
+    entries = []
+    for entry in sys.path:
+        path = os.path.abspath(entry or os.getcwd())
+        if path not in entries and os.path.exists(path):
+            entries.append(path)
+    return os.pathsep.join(entries)
+
+
+def flag_base(platform: str | None) -> dict[str, str]:
+    """This process's environment as the base of a child's for ``platform``, its flag
+    variables checked: ``LIBTPU_INIT_ARGS`` is dropped off TPU (only libtpu reads it, so a
+    bad value must not stop a CPU or GPU sweep).
+
+    Raises:
+        FlagError: ``XLA_FLAGS`` (or, for TPU, ``LIBTPU_INIT_ARGS``) is malformed; the
+            message names the variable.
+    """
+    base = dict(os.environ)
+    if platform not in (None, "tpu"):
+        base.pop("LIBTPU_INIT_ARGS", None)
+    for var in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
+        try:
+            parse(base.get(var, ""))
+        except FlagError as e:
+            raise FlagError(f"{var} in this process's environment: {e}") from e
+    return base

@@ -4,7 +4,7 @@ blame when the child dies or hangs, and how an ``error`` frame becomes an except
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import _errors
@@ -12,7 +12,7 @@ from .._tuning.result import Failure, Measurement, measurement_from_dict
 from .._tuning.space import config_id
 from .wire import NotTransportable
 
-__all__ = ["GRACE", "InFlight", "raise_child_error"]
+__all__ = ["GRACE", "InFlight", "how_lost", "raise_child_error"]
 
 Result = Measurement | Failure
 
@@ -86,3 +86,21 @@ def raise_child_error(frame: Mapping[str, Any], default: type[Exception]) -> Non
     if not (isinstance(error_type, type) and issubclass(error_type, Exception)):
         error_type = default
     raise error_type(frame["message"])
+
+
+def how_lost(
+    garbled: str | None, hung: bool, timeout_s: float, describe_exit: Callable[[], str]
+) -> str:
+    """How a child was lost, for a failure's reason: it garbled its result pipe, gave no
+    answer in time, or died (``describe_exit()``: its signal or exit status)."""
+    if garbled:
+        return (
+            "the child process wrote bytes that are no jaxtune frame on its result pipe "
+            f"({garbled}); it was killed"
+        )
+    if hung:
+        return (
+            f"no answer within the {timeout_s:g} s limit (JAXTUNE_TIMEOUT / timeout=); the "
+            "child was killed"
+        )
+    return f"the child process {describe_exit()}"

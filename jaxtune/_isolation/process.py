@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import os
-import pathlib
+import select
 import signal
-import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -26,9 +23,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._codec import DecodeError
 from .._errors import SweepError
+from .channels import close_all, request_channel, widen
 from .environ import pool_key
-from .wire import FrameReader, write_frame
+from .logs import CRASH_LOG_BYTES, KEEP_CRASH_LOGS, keep_crash_log, log_dir, read_tail
+from .strays import TOKEN, kill_tagged, new_token
+from .wire import FrameReader, frame_parts
 
 __all__ = [
     "CRASH_LOG_BYTES",
@@ -39,30 +40,28 @@ __all__ = [
     "ChildPool",
     "ChildProcess",
     "log_dir",
-    "parent_backend",
-    "python_path",
     "shutdown_children",
 ]
 
 #: Seconds a child may take to import JAX and start its backend.
 STARTUP_TIMEOUT = 180.0
-#: Crash logs kept (newest first) in :func:`log_dir`; older ones are deleted.
-KEEP_CRASH_LOGS = 5
-#: Bytes of a crashed child's log that are kept (its end, where the crash is).
-CRASH_LOG_BYTES = 1 << 20
-_TAIL_LINES = 15
-_TAIL_BYTES = 64 << 10
 #: How often a wait for the child's answer checks that the child itself is still alive:
 #: a process the kernel forked may hold the pipe open after the child died.
 _POLL_S = 0.25
+#: A send past the request's time limit is a hang only once the child has taken no bytes
+#: for this long (a large request still arriving is not a hang).
+_STALL_S = 1.0
 
 
 class ChildLost(Exception):  # noqa: N818 - a signal between modules, never raised to users
     """The child died (``hung`` False) or gave no answer in time (``hung`` True)."""
 
-    def __init__(self, hung: bool) -> None:
+    def __init__(self, hung: bool, garbled: str | None = None) -> None:
         super().__init__("no answer in time" if hung else "the child process died")
         self.hung = hung
+        #: Why the child's result pipe held bytes that are no jaxtune frame (the child
+        #: lives on, but nothing it says can be trusted: it is killed).
+        self.garbled = garbled
 
 
 def _signal_name(number: int) -> str:
@@ -70,48 +69,6 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def log_dir() -> pathlib.Path:
-    """This user's folder for child logs (``$TMPDIR/jaxtune-<uid>``), private to the user."""
-    path = pathlib.Path(tempfile.gettempdir()) / f"jaxtune-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise SweepError(
-            f"{path} is not a directory owned by this user; jaxtune keeps child logs there. "
-            "Remove it or set TMPDIR to another directory."
-        )
-    return path
-
-
-def _close_all(*fds: int) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _request_channel() -> tuple[int, int]:
-    """The request channel's two ends: a Unix socket pair, since a socket can take a
-    request's arrays in one call that waits for all their bytes without holding the GIL
-    (from a pipe, each read returns at most a buffer-full and must win the GIL back from
-    the child's compile threads: 4 MB arrived ~30 ms later that way); a pipe where there
-    are no Unix sockets."""
-    try:
-        ends = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    except (AttributeError, OSError):
-        read, write = os.pipe()
-        _widen(write)
-        return read, write
-    return ends[0].detach(), ends[1].detach()
-
-
-def _widen(fd: int) -> None:
-    """Gives a pipe a 1 MiB buffer where the OS allows (Linux), so that a request carrying
-    arrays crosses in a few writes instead of one per 64 KiB."""
-    with contextlib.suppress(OSError, AttributeError):
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
 
 
 class ChildProcess:
@@ -127,10 +84,14 @@ class ChildProcess:
         #: Sweep tasks whose arguments this child holds (a request for one of them need
         #: not carry the arguments again).
         self.tasks: set[str] = set()
-        fd, self.log_path = tempfile.mkstemp(dir=log_dir(), prefix="child-", suffix=".log")
-        cmd_r, cmd_w = _request_channel()
+        #: Marks every process this child starts (:mod:`.strays`).
+        self.token = new_token()
+        fd, self.log_path = tempfile.mkstemp(
+            dir=log_dir(), prefix=f"child-{os.getpid()}-", suffix=".log"
+        )
+        cmd_r, cmd_w = request_channel()
         res_r, res_w = os.pipe()
-        _widen(res_w)
+        widen(res_w)
         try:
             with os.fdopen(fd, "wb") as log:
                 self.proc = subprocess.Popen(
@@ -147,15 +108,17 @@ class ChildProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
-                    env=dict(env),
+                    env={**env, TOKEN: self.token},
                     start_new_session=True,
                 )
         except BaseException:
-            _close_all(cmd_r, cmd_w, res_r, res_w)
+            close_all(cmd_r, cmd_w, res_r, res_w)
             with contextlib.suppress(OSError):
                 os.unlink(self.log_path)
             raise
-        _close_all(cmd_r, res_w)
+        close_all(cmd_r, res_w)
+        # Never blocks: :meth:`send` waits in ``select`` and keeps an eye on the child.
+        os.set_blocking(cmd_w, False)
         self.cmd_fd = cmd_w
         self.reader = FrameReader(res_r)
         self.lock = threading.Lock()
@@ -172,8 +135,51 @@ class ChildProcess:
             )
         self.ready: dict[str, Any] = ready
 
-    def send(self, message: Any) -> None:
-        write_frame(self.cmd_fd, message)
+    def send(
+        self,
+        message: Any,
+        *,
+        on_frame: Callable[[Any], object] | None = None,
+        timeout: Callable[[], float | None] | None = None,
+    ) -> None:
+        """Writes ``message`` to the child a buffer-full at a time, reading meanwhile what
+        the child says (each frame goes to ``on_frame``): a child that compiles while its
+        arguments arrive reports which config it is at, and that report is what names the
+        config when it dies before the last byte is sent.
+
+        Raises:
+            ChildLost: the child died or closed its end first (``hung`` False), or
+                ``timeout()`` seconds passed with the child neither reading nor talking.
+        """
+        moved = time.monotonic()  # when the child last took bytes
+        for part in frame_parts(message):
+            data = part
+            while data:
+                limit = timeout() if timeout is not None else None
+                if limit is not None and limit <= 0 and time.monotonic() - moved > _STALL_S:
+                    raise ChildLost(hung=True)
+                readable, writable, _ = select.select([self.reader.fd], [self.cmd_fd], [], _POLL_S)
+                if writable:
+                    try:
+                        data = data[os.write(self.cmd_fd, data) :]
+                    except BlockingIOError:
+                        pass
+                    except OSError as e:  # EPIPE, ECONNRESET: the child is gone
+                        raise ChildLost(hung=False) from e
+                    moved = time.monotonic()
+                if readable:
+                    self._follow(on_frame)
+                if not writable and not self.alive():
+                    raise ChildLost(hung=False)
+
+    def _follow(self, on_frame: Callable[[Any], object] | None) -> None:
+        """Hands every whole frame already waiting on the result pipe to ``on_frame``."""
+        try:
+            while (frame := self._read(0)) is not None:
+                if on_frame is not None:
+                    on_frame(frame)
+        except EOFError:
+            pass  # the child is gone: the send finds out on its next write
 
     def receive(self, timeout: float | None = None) -> Any:
         """The child's next message; ``None`` when ``timeout`` seconds pass first.
@@ -184,7 +190,7 @@ class ChildProcess:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             step = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
-            message = self.reader.read(timeout=max(0.0, step))
+            message = self._read(max(0.0, step))
             if message is not None:
                 return message
             if not self.alive():
@@ -194,6 +200,20 @@ class ChildProcess:
                 return message
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+
+    def _read(self, timeout: float) -> Any:
+        """The reader's next frame; bytes that are no frame from a live child (a kernel
+        that wrote on the pipe) are :class:`ChildLost` with ``garbled`` set."""
+        try:
+            return self.reader.read(timeout=timeout)
+        except DecodeError as e:
+            raise ChildLost(hung=False, garbled=str(e) or type(e).__name__) from e
+        except EOFError as e:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=1)  # a child that is exiting closes its pipe first
+            if self.alive():
+                raise ChildLost(hung=False, garbled=str(e)) from e
+            raise
 
     def request(
         self,
@@ -210,23 +230,55 @@ class ChildProcess:
         Raises:
             ChildLost: the child died, closed its pipe or gave no frame in time.
         """
+        answers: list[dict[str, Any]] = []
+
+        def take(frame: Any) -> bool:
+            """Follows one frame; True when it is the answer."""
+            if not isinstance(frame, dict):
+                return False
+            if frame.get("t") != "event":
+                answers.append(frame)
+                return True
+            if on_event is not None:
+                on_event(frame)
+            return False
+
         try:
-            self.send(message)
-        except OSError as e:
-            raise ChildLost(hung=False) from e
-        while True:
+            return self._exchange(message, take, answers, timeout)
+        except ChildLost:
+            raise
+        except BaseException:
+            # Ctrl-C (or a failing callback) mid-request: the child's answer would never be
+            # read, so it goes at once rather than finishing a config nobody waits for.
+            self.abandon()
+            raise
+
+    def _exchange(
+        self,
+        message: Mapping[str, Any],
+        take: Callable[[Any], bool],
+        answers: list[dict[str, Any]],
+        timeout: Callable[[], float | None],
+    ) -> dict[str, Any]:
+        try:
+            self.send(message, on_frame=take, timeout=timeout)
+        except ChildLost as lost:
+            if lost.hung or lost.garbled:
+                raise
+            # Died mid-send: the events it wrote before it died are still in the pipe.
+            with contextlib.suppress(EOFError, OSError, ChildLost):
+                while (frame := self.receive(timeout=0)) is not None:
+                    take(frame)
+            raise
+        while not answers:
             try:
                 frame = self.receive(timeout=timeout())
             except (EOFError, OSError) as e:
                 raise ChildLost(hung=False) from e
             if frame is None:
                 raise ChildLost(hung=True)
-            if not isinstance(frame, dict):
-                continue
-            if frame.get("t") != "event":
-                return frame
-            if on_event is not None:
-                on_event(frame)
+            take(frame)
+        return answers[0]
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -235,9 +287,10 @@ class ChildProcess:
         """Kills the child's whole process group (what its kernels forked too) and reaps it."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_tagged(self.token)  # what left the group: a daemon started with setsid()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        _close_all(self.cmd_fd, self.reader.fd)
+        close_all(self.cmd_fd, self.reader.fd)
         self.cmd_fd = self.reader.fd = -1
 
     def kill(self) -> None:
@@ -247,6 +300,15 @@ class ChildProcess:
         self._end()
         with contextlib.suppress(OSError):
             self._keep_log()
+
+    def abandon(self) -> None:
+        """Kills the child without a crash log (nothing went wrong in it: the caller
+        stopped waiting)."""
+        if self.cmd_fd == -1:
+            return
+        self._end()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log_path)
 
     def close(self) -> None:
         """Asks the child to exit, then makes sure it did, and deletes its log."""
@@ -261,19 +323,7 @@ class ChildProcess:
             os.unlink(self.log_path)
 
     def _keep_log(self) -> None:
-        folder = pathlib.Path(self.log_path).parent
-        kept = folder / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{self.proc.pid}.log"
-        with open(self.log_path, "rb") as src, open(kept, "wb") as dst:
-            size = os.fstat(src.fileno()).st_size
-            self._trimmed = max(0, size - CRASH_LOG_BYTES)
-            src.seek(self._trimmed)
-            dst.write(src.read(CRASH_LOG_BYTES))
-        os.unlink(self.log_path)
-        self.log_path = str(kept)
-        logs = sorted(folder.glob("crash-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in logs[KEEP_CRASH_LOGS:]:
-            with contextlib.suppress(OSError):
-                old.unlink()
+        self.log_path, self._trimmed = keep_crash_log(self.log_path, self.proc.pid)
 
     def describe_exit(self) -> str:
         """``"killed by signal SIGSEGV"``, ``"exited with status 3"``, or ``"still running"``."""
@@ -294,30 +344,7 @@ class ChildProcess:
     def stderr_tail(self, since: int) -> str:
         """The last lines the child wrote to stderr since byte offset ``since`` (at most the
         last 64 KiB are read, however large the log)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                f.seek(max(since - self._trimmed, size - _TAIL_BYTES, 0))
-                text = f.read(_TAIL_BYTES).decode(errors="replace")
-        except OSError:
-            return ""
-        return _tail_lines(text)
-
-
-def _tail_lines(text: str) -> str:
-    fatal = text.rfind("Fatal Python error")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if fatal >= 0:
-        # faulthandler lists the innermost frame first: keep the head of its report.
-        report = text[fatal:]
-        current = report.find("Current thread")
-        head = report.splitlines()[0]
-        body = report[current:] if current >= 0 else report
-        lines = [head] + [line.strip() for line in body.splitlines() if line.strip()]
-        lines = lines[:_TAIL_LINES]
-    else:
-        lines = lines[-_TAIL_LINES:]
-    return " | ".join(lines) or "(nothing on stderr)"
+        return read_tail(self.log_path, since, self._trimmed)
 
 
 class ChildPool:
@@ -381,29 +408,3 @@ POOL = ChildPool()
 def shutdown_children() -> None:
     """Stops every pooled child (also run at interpreter exit)."""
     POOL.shutdown()
-
-
-def python_path() -> str:
-    """``sys.path`` as a ``PYTHONPATH`` value, so the child imports what this process does."""
-    entries = []
-    for entry in sys.path:
-        path = os.path.abspath(entry or os.getcwd())
-        if path not in entries and os.path.exists(path):
-            entries.append(path)
-    return os.pathsep.join(entries)
-
-
-def parent_backend() -> str | None:
-    """The platform this process already started, if any (never starts one)."""
-    jax_mod = sys.modules.get("jax")
-    if jax_mod is None:
-        return None
-    try:
-        from jax._src import xla_bridge
-
-        backends = getattr(xla_bridge, "_backends", {})
-    except ImportError:
-        return None
-    if not backends:
-        return None
-    return str(jax_mod.default_backend())

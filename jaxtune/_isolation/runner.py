@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -31,9 +32,10 @@ from .._tuning.sweep import (
     run_sweep,
 )
 from . import context as _context
-from .devices import sweep_devices
-from .flight import InFlight, raise_child_error
-from .process import POOL, ChildLost, ChildProcess, parent_backend, python_path
+from .devices import parent_backend, sweep_devices
+from .environ import flag_base, python_path
+from .flight import InFlight, how_lost, raise_child_error
+from .process import POOL, ChildLost, ChildProcess
 from .requests import reference_config, sweep_request
 from .wire import NotTransportable
 
@@ -105,6 +107,10 @@ class ProcessRunner:
         self.devices = list(devices) if devices else None
         #: The ready message of the last child this runner used (platform, device kind...).
         self.ready: dict[str, Any] | None = None
+        #: The child this runner last talked to, and a flag that stops its sweep (set when
+        #: another device's share was interrupted).
+        self.held: ChildProcess | None = None
+        self.stop = threading.Event()
 
     # -- the child ---------------------------------------------------------------------
 
@@ -125,6 +131,7 @@ class ProcessRunner:
         libtpu = extra.pop("LIBTPU_INIT_ARGS", "")
         env = child_env(
             platform or "cpu",
+            base=flag_base(platform),
             xla_flags=xla.split(),
             libtpu_args=libtpu.split(),
             profiling=self.profiling is not None,
@@ -167,8 +174,11 @@ class ProcessRunner:
                     "process; check JAX_PLATFORMS and the accelerator's visibility variables."
                 )
 
+        if self.stop.is_set():
+            raise SweepError("the sweep was interrupted")
         child = POOL.get(self.environment(), check, slot=self.device)
         self.ready = child.ready
+        self.held = child
         return child
 
     def prestart(self, fn: Any = None) -> bool:
@@ -261,19 +271,15 @@ class ProcessRunner:
         plan: SweepPlan,
         child: ChildProcess,
         offset: int,
-        hung: bool,
+        lost: ChildLost,
         flight: InFlight,
         progress: Progress | None,
     ) -> tuple[str | None, dict[str, Result]]:
-        """The child crashed or hung: kill it, and blame the config in flight if there is
-        exactly one; ``"serial"`` asks for one-at-a-time compilation to find the culprit."""
-        if hung:
-            how = (
-                f"no answer within the {plan.timeout_s:g} s limit (JAXTUNE_TIMEOUT / "
-                "timeout=); the child was killed"
-            )
-        else:
-            how = f"the child process {child.describe_exit()}"
+        """The child crashed, hung or garbled its pipe: kill it, and blame the config in
+        flight if there is exactly one; ``"serial"`` asks for one-at-a-time compilation to
+        find the culprit."""
+        hung = lost.hung
+        how = how_lost(lost.garbled, hung, plan.timeout_s, child.describe_exit)
         POOL.discard(child)
         tail = child.stderr_tail(offset)
         suspects = flight.suspects(hung=hung, timeout_s=plan.timeout_s)
@@ -319,13 +325,24 @@ class ProcessRunner:
         for i, config in enumerate(order[1:]):
             shares[i % len(devices)].append(config)
         runners = [self._on_device(d) for d in devices]
-        with concurrent.futures.ThreadPoolExecutor(len(devices)) as ex:
+        stop = threading.Event()
+        for runner in runners:
+            runner.stop = stop
+        ex = concurrent.futures.ThreadPoolExecutor(len(devices))
+        try:
             parts = list(
                 ex.map(
                     lambda pair: pair[0]._measure_all(plan, request, progress, pair[1], known),
                     [(r, share) for r, share in zip(runners, shares, strict=True) if share],
                 )
             )
+        except BaseException:  # Ctrl-C: the other devices' requests end too, at once
+            stop.set()
+            for held in [r.held for r in runners if r.held is not None]:
+                held.abandon()
+            raise
+        finally:
+            ex.shutdown(wait=True)
         results: dict[str, Result] = {}
         for part in parts:
             results.update(part)
@@ -347,8 +364,8 @@ class ProcessRunner:
         in_space = {config_id(c) for c in plan.configs}
         flight = InFlight(message)
         child = self.child()
-        # A child that built this task already has its arguments: they need not travel again.
-        lean = {k: v for k, v in message.items() if k not in ("args", "kwargs")}
+        # A child that built this task holds its arguments and plan: they need not travel again.
+        lean = {k: v for k, v in message.items() if k not in ("args", "kwargs", "plan", "ref")}
 
         def on_event(frame: dict[str, Any]) -> None:
             result = flight.event(frame)
@@ -366,7 +383,7 @@ class ProcessRunner:
                     on_event=on_event,
                 )
             except ChildLost as lost:
-                return self._lost(plan, child, offset, lost.hung, flight, progress)
+                return self._lost(plan, child, offset, lost, flight, progress)
         _context.warn_notes(frame)
         if frame.get("t") == "error" and frame.get("type") == "UnknownTask":
             child.tasks.discard(message["task_id"])  # it moved on to another task

@@ -32,6 +32,7 @@ __all__ = [
     "Raw",
     "decode_value",
     "encode_value",
+    "frame_parts",
     "write_frame",
 ]
 
@@ -55,9 +56,9 @@ class Raw:
         self.view = view
 
 
-def write_frame(fd: int, message: Any) -> None:
-    """Writes one frame (4-byte big-endian length, msgpack, then the :class:`Raw` values'
-    bytes) to a pipe or file."""
+def frame_parts(message: Any) -> list[memoryview]:
+    """One frame's bytes as they go out: the length and msgpack part, then each
+    :class:`Raw` value's bytes from where they lie (nothing copied)."""
     raws: list[memoryview] = []
 
     def hook(value: Any) -> Any:
@@ -67,10 +68,17 @@ def write_frame(fd: int, message: Any) -> None:
         return NotImplemented
 
     payload = packb(message, hook=hook)
+    return [memoryview(_HEADER.pack(len(payload)) + payload), *raws]
+
+
+def write_frame(fd: int, message: Any) -> None:
+    """Writes one frame (4-byte big-endian length, msgpack, then the :class:`Raw` values'
+    bytes) to a pipe or file."""
+    parts = frame_parts(message)
     # Threads of one process share a pipe (the child's compile threads report events): a
     # frame's parts must not interleave with another frame's.
     with _WRITING:
-        for part in (memoryview(_HEADER.pack(len(payload)) + payload), *raws):
+        for part in parts:
             data = part
             while data:
                 written = os.write(fd, data)

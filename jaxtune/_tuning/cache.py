@@ -16,7 +16,6 @@ dropped the next time this process writes the file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import os
@@ -31,7 +30,7 @@ from .. import _config
 from .._codec import DecodeError, atomic_write, read_bounded
 from .._errors import CacheError, JaxtuneWarning
 from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
-from .cachefs import Version, file_version, fix_for, open_lock
+from .cachefs import NOT_A_DIRECTORY, Version, file_version, fix_for, locked
 from .eager import caches_changed
 from .result import Entry, TuningResult
 
@@ -116,6 +115,9 @@ class CacheStore:
         except DecodeError as e:
             self._quarantine(path, version, e)
             return None
+        except NotADirectoryError:  # the cache directory is a file, or below one
+            self._report(self.root, NOT_A_DIRECTORY.format(root=self.root), kind="root")
+            return None
         except OSError as e:
             self._report(
                 path, f"jaxtune cannot read the cache file {path}: {e}. {fix_for(e, path)}"
@@ -171,6 +173,10 @@ class CacheStore:
                 f"jaxtune cache file {path} is unreadable ({error}) and could not be moved "
                 f"aside ({e}); it is ignored. {fix_for(e, path)}",
             )
+        except CacheError as e:  # the lock's holder did not let go in time
+            self._report(
+                path, f"jaxtune cache file {path} is unreadable ({error}); it is ignored. {e}"
+            )
 
     def _move_aside(self, path: pathlib.Path, version: Version, error: Exception) -> None:
         """Renames an undecodable file to ``*.corrupt-<time>``; the file lock is held."""
@@ -223,13 +229,9 @@ class CacheStore:
 
     @contextlib.contextmanager
     def _locked(self, path: pathlib.Path) -> Iterator[None]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_lock(path.with_name(path.name + ".lock"))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        """Holds the file's lock (see :func:`.cachefs.locked`)."""
+        with locked(path, _config.settings().lock_timeout):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def _current(self, path: pathlib.Path) -> dict[str, bytes]:
         """What the file holds now, as stored bytes by key, less the entries this process

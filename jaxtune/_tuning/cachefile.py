@@ -73,6 +73,8 @@ def parse(data: bytes) -> dict[str, Any]:
         raise DecodeError("the 'schema' field is missing or not an int")
     if schema > CACHE_SCHEMA:
         raise FutureSchemaError(schema)
+    if schema < 1:
+        raise DecodeError(f"schema {schema} is no jaxtune cache schema (1 to {CACHE_SCHEMA})")
     entries = doc.get("entries")
     if not isinstance(entries, dict) or not all(isinstance(k, str) for k in entries):
         raise DecodeError("the 'entries' field is not a dict keyed by str")

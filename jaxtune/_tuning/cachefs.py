@@ -5,14 +5,36 @@ Never through a symlink, never a FIFO or device, and every OSError turned into a
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import pathlib
+import re
 import stat
+import time
+from collections.abc import Iterator
 
 from .._codec import UnsafeFileError
+from .._errors import CacheError
 
-__all__ = ["Version", "file_version", "fix_for", "open_lock"]
+__all__ = [
+    "NOT_A_DIRECTORY",
+    "Version",
+    "file_version",
+    "fix_for",
+    "forget_stale_temporaries",
+    "locked",
+    "open_lock",
+    "real_folder",
+    "wait_for_lock",
+]
+
+NOT_A_DIRECTORY = (
+    "jaxtune cache directory {root} is a file or lies below one: no tuned config is read "
+    "from it (kernels use their defaults) and none can be saved there. Set "
+    "JAXTUNE_CACHE_DIR to a directory."
+)
 
 #: What identifies a file's content as far as its directory entry tells.
 Version = tuple[int, int, int]
@@ -37,6 +59,91 @@ def open_lock(path: pathlib.Path) -> int:
         os.close(fd)
         raise UnsafeFileError(f"the lock file {path} is not a regular file; remove it")
     return fd
+
+
+@contextlib.contextmanager
+def locked(path: pathlib.Path, timeout_s: float) -> Iterator[None]:
+    """Holds the lock of cache file ``path`` (its holder's pid written in the lock file),
+    in a real folder of the cache, and deletes dead writers' temporaries of ``path``.
+
+    Raises:
+        CacheError: another process held it for ``timeout_s`` seconds.
+        OSError: the folder or lock file cannot be made or is unsafe.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    real_folder(path.parent)
+    lock = path.with_name(path.name + ".lock")
+    fd = open_lock(lock)
+    try:
+        wait_for_lock(fd, lock, timeout_s)
+        forget_stale_temporaries(path)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def real_folder(folder: pathlib.Path) -> None:
+    """Refuses a device-kind folder that is a symlink (writes would land wherever it
+    points, out of the cache directory) or not a directory.
+
+    Raises:
+        UnsafeFileError: it is one of those.
+    """
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+        raise UnsafeFileError(
+            f"{folder} is a symlink or not a directory; jaxtune writes only into folders "
+            "it made inside the cache directory"
+        )
+
+
+def forget_stale_temporaries(path: pathlib.Path) -> None:
+    """Deletes the temporary files of writers of ``path`` that died before renaming them
+    (``.<name>.XXXXXXXX.tmp``); the file's lock is held, so no live writer has one."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
+    try:
+        names = [e.name for e in os.scandir(path.parent) if pattern.fullmatch(e.name)]
+    except OSError:
+        return
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.unlink(path.parent / name)
+
+
+def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> None:
+    """Takes the exclusive lock on ``fd`` within ``timeout_s`` seconds and writes this
+    process's pid into the lock file, so that whoever waits can say who holds it.
+
+    Raises:
+        CacheError: another process held the lock all that time (named by its pid).
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise CacheError(
+                    f"jaxtune gave up waiting for the lock {lock} after {timeout_s:g} s: "
+                    f"{_holder(fd)} holds it (JAXTUNE_LOCK_TIMEOUT sets the wait). End that "
+                    "process if it is stuck, or delete the lock file if no jaxtune runs."
+                ) from None
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.1)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # a lock file that cannot hold the pid still locks
+
+
+def _holder(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        pid = ""
+    return f"process {pid}" if pid.isdigit() else "another process (pid not recorded)"
 
 
 def fix_for(error: OSError, path: pathlib.Path) -> str:

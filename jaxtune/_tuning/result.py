@@ -373,7 +373,10 @@ class TuningResult(Mapping[EntryId, Entry]):
             data = read_bounded(pathlib.Path(path))
         except OSError as e:
             raise CacheError(f"cannot read the TuningResult file {path}: {e}") from e
-        return cls.loads(data)
+        try:
+            return cls.loads(data)
+        except CacheError as e:
+            raise CacheError(f"the TuningResult file {path}: {e}") from e
 
     def table(self) -> str:
         """An aligned table for people: kernel, device, key, default, best, speedup, config."""

@@ -214,13 +214,32 @@ class Model:
             return list(Random(self.seed).propose(state))[: start - len(state.times)]
         batch = max(2, state.budget // 16)
         best = state.best()
-        near = (
-            [i for i in state.neighbours(best) if i not in state.times] if best is not None else []
-        )
+        if len(todo) > MODEL_POOL:
+            # Scores only a seeded sample of what is left: a budgeted search must not
+            # touch every config of a huge space each round (10^6 took minutes).
+            rng = np.random.default_rng(self.seed + len(state.times))
+            todo = sorted(rng.choice(np.asarray(todo), MODEL_POOL, replace=False).tolist())
+        near = _near(state, best, todo) if best is not None else []
         predicted = _predict(state, todo)
         ranked = [todo[j] for j in np.argsort(predicted, kind="stable")]
         picks = list(dict.fromkeys([*ranked[: batch // 2], *near[: batch // 2], *ranked]))
         return picks[:batch]
+
+
+#: Most unmeasured configs :class:`Model` scores in one round (a seeded sample of them
+#: when more are left; all of them in smaller spaces).
+MODEL_POOL = 4096
+
+
+def _near(state: SearchState, best: int, todo: list[int]) -> list[int]:
+    """The unmeasured configs among ``todo`` one knob away from ``best``."""
+    center = state.space[best]
+    return [
+        i
+        for i in todo
+        if len(state.space[i]) == len(center)
+        and sum(state.space[i].get(k, _MISSING) != v for k, v in center.items()) == 1
+    ]
 
 
 def _features(space: Sequence[Mapping[str, Any]]) -> np.ndarray:
@@ -238,16 +257,17 @@ def _features(space: Sequence[Mapping[str, Any]]) -> np.ndarray:
 
 
 def _predict(state: SearchState, todo: list[int]) -> np.ndarray:
-    """Predicted log time of each ``todo`` config from a ridge fit on the measured ones."""
-    x = _features(state.space)
+    """Predicted log time of each ``todo`` config from a ridge fit on the measured ones
+    (features of those configs only, never of the whole space)."""
     measured = list(state.times)
+    x = _features([state.space[i] for i in (*measured, *todo)])
     ok = [t for t in state.times.values() if t is not None]
     worst = math.log(max(ok)) + 1.0 if ok else 0.0
     y = np.array([math.log(t) if t is not None else worst for t in state.times.values()])
-    a = x[measured]
+    a = x[: len(measured)]
     ridge = 1e-2 * np.eye(a.shape[1])
     coef = np.linalg.solve(a.T @ a + ridge, a.T @ y)
-    return np.asarray(x[todo] @ coef)
+    return np.asarray(x[len(measured) :] @ coef)
 
 
 class Auto:
@@ -340,7 +360,7 @@ def run_search(
     for c in space:
         unique.setdefault(config_id(c), c)
     space = list(unique.values())
-    where = {config_id(c): i for i, c in enumerate(space)}
+    where = {cid: i for i, cid in enumerate(unique)}
     default_index = where.get(config_id(default))
     cap = plan(strategy, budget, len(space))
     seconds = budget.seconds if budget is not None else None

@@ -1,0 +1,128 @@
+"""Child logs: the private folder they live in, the crash logs kept, a log's telling tail.
+
+A child's stdout and stderr go to ``child-<parent pid>-*.log`` in :func:`log_dir` (those
+of parents that died are deleted the next time a process starts a child); a child that ends
+well deletes it, one that crashed or hung leaves its end as ``crash-*.log`` (the newest
+:data:`KEEP_CRASH_LOGS` are kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import stat
+import tempfile
+import threading
+import time
+
+__all__ = ["CRASH_LOG_BYTES", "KEEP_CRASH_LOGS", "keep_crash_log", "log_dir", "read_tail"]
+
+#: Crash logs kept (newest first) in :func:`log_dir`; older ones are deleted.
+KEEP_CRASH_LOGS = 5
+#: Bytes of a crashed child's log that are kept (its end, where the crash is).
+CRASH_LOG_BYTES = 1 << 20
+_TAIL_LINES = 15
+_TAIL_BYTES = 64 << 10
+
+_PRIVATE: list[pathlib.Path] = []
+_LOCK = threading.Lock()
+
+
+def _private(path: pathlib.Path) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.getuid()
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+def log_dir() -> pathlib.Path:
+    """This user's folder for child logs (``$TMPDIR/jaxtune-<uid>``), private to the user.
+
+    Where that name is taken by something that is not private (another user's folder, a
+    world-writable one, a symlink or a file), this process uses a fresh private folder
+    ``$TMPDIR/jaxtune-<uid>-XXXXXXXX`` instead: logs never go where others can write.
+    """
+    with _LOCK:
+        if _PRIVATE and _private(_PRIVATE[0]):
+            return _PRIVATE[0]
+        path = pathlib.Path(tempfile.gettempdir()) / f"jaxtune-{os.getuid()}"
+        with contextlib.suppress(OSError):
+            path.mkdir(mode=0o700)
+        if not _private(path):
+            path = pathlib.Path(tempfile.mkdtemp(prefix=f"jaxtune-{os.getuid()}-"))
+        _PRIVATE[:] = [path]
+        _forget_dead(path)
+        return path
+
+
+def _forget_dead(folder: pathlib.Path) -> None:
+    """Deletes the child logs of parents that are gone (killed before they could)."""
+    for log in folder.glob("child-*-*.log"):
+        pid = log.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                log.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def keep_crash_log(log_path: str, pid: int) -> tuple[str, int]:
+    """Keeps the end of ``log_path`` as ``crash-<time>-<pid>.log`` beside it, deletes the
+    log and the oldest crash logs; returns the crash log's path and the bytes trimmed."""
+    folder = pathlib.Path(log_path).parent
+    kept = folder / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{pid}.log"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    with open(log_path, "rb") as src, os.fdopen(os.open(kept, flags, 0o600), "wb") as dst:
+        size = os.fstat(src.fileno()).st_size
+        trimmed = max(0, size - CRASH_LOG_BYTES)
+        src.seek(trimmed)
+        dst.write(src.read(CRASH_LOG_BYTES))
+    os.unlink(log_path)
+    logs = sorted(folder.glob("crash-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in logs[KEEP_CRASH_LOGS:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+    return str(kept), trimmed
+
+
+def read_tail(log_path: str, since: int, trimmed: int) -> str:
+    """The last lines written to ``log_path`` since byte offset ``since`` (``trimmed``:
+    bytes cut from its start), at most its last 64 KiB read, however large the log."""
+    try:
+        with open(log_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(since - trimmed, size - _TAIL_BYTES, 0))
+            text = f.read(_TAIL_BYTES).decode(errors="replace")
+    except OSError:
+        return ""
+    return _tail_lines(text)
+
+
+def _tail_lines(text: str) -> str:
+    fatal = text.rfind("Fatal Python error")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if fatal >= 0:
+        # faulthandler lists the innermost frame first: keep the head of its report.
+        report = text[fatal:]
+        current = report.find("Current thread")
+        head = report.splitlines()[0]
+        body = report[current:] if current >= 0 else report
+        lines = [head] + [line.strip() for line in body.splitlines() if line.strip()]
+        lines = lines[:_TAIL_LINES]
+    else:
+        lines = lines[-_TAIL_LINES:]
+    return " | ".join(lines) or "(nothing on stderr)"

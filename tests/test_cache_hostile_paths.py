@@ -1,0 +1,184 @@
+"""Odd paths around the cache: non-regular export targets, symlinked device folders,
+temporaries of killed writers, schemas below 1, a shared log folder, undecodable files."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import warnings
+
+import pytest
+from test_cache import make_entry
+
+from jaxtune import _cli
+from jaxtune._codec import packb
+from jaxtune._errors import CacheError, JaxtuneWarning
+from jaxtune._isolation import logs as _logs
+from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.result import TuningResult
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def one_entry():
+    _cache.user_cache().write([make_entry()])
+
+
+def cache_cli(capsys, *argv):
+    code = _cli.main(["cache", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_export_refuses_to_replace_a_fifo(tmp_path, capsys, one_entry):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, _, err = cache_cli(capsys, "export", str(fifo))
+    assert code == 2
+    assert f"refusing to replace {fifo}: it is not a regular file" in err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_export_refuses_to_replace_a_device_node(tmp_path, capsys, one_entry):
+    node = tmp_path / "full"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # what /dev/full is
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    code, _, err = cache_cli(capsys, "export", str(node))
+    assert code == 2 and "not a regular file" in err
+    assert stat.S_ISCHR(os.lstat(node).st_mode)
+
+
+def test_export_onto_a_directory_names_the_target(tmp_path, capsys, one_entry):
+    code, _, err = cache_cli(capsys, "export", str(tmp_path))
+    assert code == 2
+    assert f"{tmp_path} is a directory" in err and ".tmp" not in err
+
+
+def test_show_html_below_a_file_says_the_parent_is_not_a_directory(capsys, one_entry):
+    code, _, err = cache_cli(capsys, "show", "--html", "/dev/null/x.html")
+    assert code == 2
+    assert "/dev/null is not a directory" in err
+
+
+def test_writes_do_not_follow_a_symlinked_device_folder(tmp_path):
+    store = _cache.CacheStore(tmp_path / "c")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store.root.mkdir()
+    (store.root / "cpu").symlink_to(outside)
+    with pytest.warns(JaxtuneWarning, match="symlink or not a directory"):
+        assert store.keep([make_entry(kind="cpu")]) is False
+    assert list(outside.iterdir()) == []
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    from jaxtune._tuning import cache as _cache
+    sys.path.insert(0, sys.argv[2])
+    from test_cache import make_entry
+    def stuck(fd):
+        print("writing", flush=True)
+        time.sleep(600)
+    os.fsync = stuck  # killed between writing the temporary file and renaming it
+    _cache.CacheStore(sys.argv[1]).write([make_entry()])
+    """
+)
+
+
+def test_a_writer_killed_mid_write_leaves_no_temporary_after_the_next_write(tmp_path):
+    root = tmp_path / "c"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(root), str(ROOT / "tests")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert writer.stdout.readline().strip() == "writing"
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    finally:
+        writer.kill()
+        writer.stdout.close()
+    folder = root / "cpu"
+    assert [p.name for p in folder.glob(".*.tmp")], "the killed writer left no temporary"
+    _cache.CacheStore(root).write([make_entry(key="f32[16]")])
+    assert list(folder.glob(".*.tmp")) == []
+
+
+def test_a_live_writer_of_another_file_keeps_its_temporary(tmp_path):
+    store = _cache.CacheStore(tmp_path / "c")
+    store.write([make_entry()])
+    folder = store.root / "cpu"
+    other = folder / ".k.msgpack.x.msgpack.abcdefgh.tmp"  # kernel "k.msgpack.x"'s writer
+    other.write_bytes(b"")
+    store.write([make_entry(key="f32[16]")])
+    assert other.exists()
+
+
+@pytest.mark.parametrize("schema", [0, -1])
+def test_cache_files_of_schema_below_one_are_corrupt(tmp_path, schema):
+    store = _cache.CacheStore(tmp_path / "c")
+    entry = make_entry()
+    path = store.path_for(entry.device_kind, entry.kernel)
+    path.parent.mkdir(parents=True)
+    doc = {"schema": schema, "format": "jaxtune.cache", "kernel": "k", "device_kind": "cpu"}
+    path.write_bytes(packb({**doc, "entries": {entry.key: packb(entry.to_dict())}}))
+    with pytest.warns(JaxtuneWarning, match=rf"unreadable \(schema {schema} is no jaxtune"):
+        assert store.lookup(entry.kernel, entry.device_kind, entry.key) is None
+
+
+def test_crash_logs_never_go_into_a_world_writable_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(_logs, "_PRIVATE", [])
+    shared = tmp_path / f"jaxtune-{os.getuid()}"
+    shared.mkdir()
+    shared.chmod(0o777)
+    folder = _logs.log_dir()
+    assert folder != shared
+    info = os.lstat(folder)
+    assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
+    assert info.st_uid == os.getuid()
+
+
+def test_logs_of_dead_parents_are_deleted(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(_logs, "_PRIVATE", [])
+    folder = tmp_path / f"jaxtune-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    stale = folder / f"child-{dead}-abcdefgh.log"
+    live = folder / f"child-{os.getpid()}-abcdefgh.log"
+    stale.write_text("x")
+    live.write_text("x")
+    assert _logs.log_dir() == folder
+    assert not stale.exists() and live.exists()
+
+
+def test_undecodable_files_are_named_by_load_import_and_merge(tmp_path, capsys):
+    good = tmp_path / "good.msgpack"
+    TuningResult.of(make_entry()).save(good)
+    bad = tmp_path / "bad.msgpack"
+    bad.write_bytes(b"\xc1")
+    with pytest.raises(CacheError, match=str(bad)):
+        TuningResult.load(bad)
+    code, _, err = cache_cli(capsys, "import", str(bad))
+    assert code == 2 and str(bad) in err
+    code, _, err = cache_cli(capsys, "merge", str(good), str(bad), "-o", str(tmp_path / "m"))
+    assert code == 2 and str(bad) in err
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(CacheError, match=str(bad)):
+            _cache.register_cache(bad)

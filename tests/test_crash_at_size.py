@@ -1,0 +1,80 @@
+"""A config that crashes while its (large) arguments are still arriving is a failed config."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import pytest
+from faulty_kernels import faulty_light, garbler
+
+from jaxtune._isolation import process as _process
+from jaxtune._isolation import runner as _runner
+from jaxtune._tuning.result import Failure, Measurement
+
+pytestmark = pytest.mark.slow
+
+#: Runs of the sweep; every one must record the crash and pick a working config.
+RUNS = 20
+
+
+@pytest.fixture(autouse=True)
+def _process_isolation(monkeypatch, fast_timing):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    yield
+    _process.shutdown_children()
+
+
+@pytest.fixture
+def two_busy_processes():
+    """Two CPU-bound processes beside the test (the machine is loaded)."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        yield
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+def sweep_32mb_with_a_segfault():
+    x = jnp.ones(8 << 20, jnp.float32)  # 32 MB: the crash comes while it is being sent
+    sig = faulty_light.bind((x,), {})
+    space = [{"mode": "ok"}, {"mode": "segfault"}, {"mode": "fast"}]
+    task = faulty_light.sweep_task(sig, space, {"mode": "ok"})
+    return _runner.ProcessRunner().sweep(task)
+
+
+def check(outcome):
+    by_mode = {m.config["mode"]: m for m in outcome.measurements}
+    crash = by_mode["segfault"]
+    assert isinstance(crash, Failure), crash
+    assert crash.stage == "crash"
+    assert "killed by signal SIGSEGV" in crash.reason, crash.reason
+    assert isinstance(by_mode["ok"], Measurement), by_mode["ok"]
+    assert isinstance(by_mode["fast"], Measurement), by_mode["fast"]
+    assert outcome.best.config in ({"mode": "ok"}, {"mode": "fast"})
+
+
+def test_a_segfault_while_32mb_of_arguments_arrive_is_a_failed_config():
+    for _ in range(RUNS):
+        check(sweep_32mb_with_a_segfault())
+
+
+def test_the_same_with_two_busy_processes_on_the_machine(two_busy_processes):
+    for _ in range(RUNS):
+        check(sweep_32mb_with_a_segfault())
+
+
+@pytest.mark.parametrize("mode", ["bad_length", "bad_msgpack"])
+def test_a_child_writing_garbage_on_its_result_pipe_is_a_failed_config(mode):
+    x = jnp.ones(256)
+    space = [{"mode": "ok"}, {"mode": mode}, {"mode": "fast"}]
+    task = garbler.sweep_task(garbler.bind((x,), {}), space, {"mode": "ok"})
+    outcome = _runner.ProcessRunner().sweep(task)
+    by_mode = {m.config["mode"]: m for m in outcome.measurements}
+    failure = by_mode[mode]
+    assert isinstance(failure, Failure) and failure.stage == "crash", failure
+    assert "no jaxtune frame" in failure.reason, failure.reason
+    assert outcome.best.config in ({"mode": "ok"}, {"mode": "fast"})

@@ -1,0 +1,150 @@
+"""Ctrl-C (a real SIGINT) ends every CLI command within 5 s: exit 130, no process left,
+what finished kept."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+SLEEPER = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    pathlib.Path(sys.argv[1]).write_text("started")
+    time.sleep(600)
+    """
+)
+
+# Kernel `quick` tunes at once; kernel `slow`'s second config sleeps in the sweep child.
+TWO_KERNELS = textwrap.dedent(
+    """
+    import os, pathlib, time
+    import jax, jax.numpy as jnp
+    import jaxtune
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 1}, name="ci.quick")
+    def quick(x, *, c):
+        return x * c
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 1}, timeout=600, name="ci.slow")
+    def slow(x, *, c):
+        if c == 2:
+            pathlib.Path(os.environ["MARK"]).write_text("sweeping")
+            time.sleep(600)
+        return x * c
+
+    if __name__ == "__main__":
+        print(float(jax.jit(lambda x: slow(quick(x)))(jnp.ones(8)).sum()))
+    """
+)
+
+
+def tagged(tag: str) -> list[int]:
+    """Live processes whose environment carries ``tag`` (psutil-free: /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = pathlib.Path(f"/proc/{entry}/environ").read_bytes()
+            state = pathlib.Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"JAXTUNE_TEST_TAG={tag}".encode() in environ.split(b"\0") and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_for(path: pathlib.Path, proc: subprocess.Popen, limit: float = 300) -> None:
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+    time.sleep(0.5)  # past the write: inside the sleep
+
+
+def interrupt(args: list[str], mark: pathlib.Path, tmp_path, *, ignored: bool = False):
+    """Starts `python -m jaxtune ARGS`, sends SIGINT once ``mark`` exists and gives it 5 s
+    to end; returns the exit status, stderr and the processes left."""
+    tag = uuid.uuid4().hex
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "JAXTUNE_TEST_TAG": tag,
+        "MARK": str(mark),
+        "JAXTUNE_ISOLATION": "process",
+    }
+    command = [sys.executable, "-m", "jaxtune", *args]
+    if ignored:  # a background job of a non-interactive shell inherits SIGINT ignored
+        command = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', *command]
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(mark, proc)
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"jaxtune {args[0]} still running 5 s after SIGINT")
+        time.sleep(1.0)  # a sweep child notices a dead parent within 0.5 s
+        return proc.returncode, err, tagged(tag)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in tagged(tag):  # first: the program holds the pipes open
+            os.kill(pid, signal.SIGKILL)
+        proc.communicate()
+
+
+@pytest.mark.parametrize("ignored", [False, True], ids=["default", "inherited-ignored"])
+def test_ctrl_c_while_tune_records_the_program(tmp_path, ignored):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    mark = tmp_path / "mark"
+    args = ["tune", "--", "python", "sleeper.py", str(mark)]
+    status, err, left = interrupt(args, mark, tmp_path, ignored=ignored)
+    assert status == 130, err[-3000:]
+    assert "interrupted" in err
+    assert left == []
+
+
+def test_ctrl_c_during_a_sweep_keeps_what_was_tuned(tmp_path):
+    (tmp_path / "prog.py").write_text(TWO_KERNELS)
+    mark = tmp_path / "mark"
+    cache = tmp_path / "cache"
+    os.environ["JAXTUNE_CACHE_DIR"] = str(cache)  # restored by the autouse fixture
+    status, err, left = interrupt(["tune", "--", "python", "prog.py"], mark, tmp_path)
+    assert status == 130, err[-3000:]
+    assert left == []
+    from jaxtune._tuning import cache as _cache
+
+    kernels = {e.kernel for e in _cache.CacheStore(cache).all_entries()}
+    assert "ci.quick" in kernels  # tuned before the interrupt: kept
+    assert "ci.slow" not in kernels
+
+
+@pytest.mark.parametrize("ignored", [False, True], ids=["default", "inherited-ignored"])
+def test_ctrl_c_while_profile_runs_the_program(tmp_path, ignored):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    mark = tmp_path / "mark"
+    args = ["profile", "--", "python", "sleeper.py", str(mark)]
+    status, err, left = interrupt(args, mark, tmp_path, ignored=ignored)
+    assert status == 130, err[-3000:]
+    assert left == []
