@@ -479,3 +479,24 @@ def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_
         assert row["kind"] == "pallas" and row["share"] > 0
         assert (row["calls"], row["calls_exact"]) == (ITERS, True), row
         assert row["source"].endswith(".py:19") or row["source"].endswith(".py:23"), row
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sidecar",
+    [{"kernels": 5, "calls": "x"}, {"timings": 3, "hints": [1]}, {"kernels": [{"name": 7}]}],
+)
+def test_a_sidecar_of_wrong_types_is_ignored_with_a_note(plain_trace, tmp_path, sidecar, cli):
+    import shutil
+
+    from jaxtune._codec import packb
+
+    trace = tmp_path / "trace"
+    shutil.copytree(plain_trace, trace)
+    (trace / _report.INFO_FILE).write_bytes(packb(sidecar))
+    plain = jaxtune.Profile.from_trace(plain_trace)
+    damaged = jaxtune.Profile.from_trace(trace)
+    assert any("malformed" in n for n in damaged.notes), damaged.notes
+    assert [k.name for k in damaged.kernels] == [k.name for k in plain.kernels]
+    proc = cli("report", str(trace))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

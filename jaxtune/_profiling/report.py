@@ -193,6 +193,7 @@ def report_from_trace(
     estimates and hints only the program knows. Without it, the kernels are recovered from
     the HLO metadata the trace carries (:mod:`.recover`).
     """
+    recalled = not info
     if info:
         _remember(path, info, iterations)
     else:
@@ -205,7 +206,16 @@ def report_from_trace(
     except OSError as e:
         raise ProfileError(f"cannot read a trace at {path}: {e}") from e
     try:
-        return _profile(path, space, info, iterations, start)
+        try:
+            return _profile(path, space, info, iterations, start)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            if not (recalled and info):
+                raise
+            # A sidecar of wrong types (edited, or of another jaxtune) is a lost hint:
+            # the trace alone, with a note that says so.
+            profile = _profile(path, space, {}, iterations, start)
+            note = f"{INFO_FILE} beside this trace is malformed ({type(e).__name__}); ignored"
+            return dataclasses.replace(profile, notes=(note, *profile.notes))
     except (*_xplane.MALFORMED, ArithmeticError) as e:
         # A trace that decodes but holds values of the wrong type (a str stat where a number
         # belongs, a negative duration): damaged input, reported as such.
