@@ -22,7 +22,15 @@ __all__ = [
     "SignatureError",
     "SweepError",
     "TuningFailedError",
+    "describe",
 ]
+
+
+def describe(e: BaseException) -> str:
+    """``"KeyError: 'x'"``; the type alone when the exception says nothing (no
+    ``"StackError: "`` with an empty reason)."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 class JaxtuneError(Exception):

@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import _config, _versions
 from .._codec import packb, unpackb
-from .._errors import AgreementError
+from .._errors import AgreementError, describe
 from .._isolation.runner import Runner
 from .._tuning.lookup import Choice
 from .._tuning.result import Entry
@@ -159,7 +159,7 @@ def _record(choice: Choice) -> bytes:
 
 
 def _error_record(e: BaseException) -> bytes:
-    return packb({"kind": "error", "message": f"{type(e).__name__}: {e}"})
+    return packb({"kind": "error", "message": f"{describe(e)}"})
 
 
 def _lead(s: Store, base: str, q: Question) -> Choice:

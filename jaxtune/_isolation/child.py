@@ -20,6 +20,7 @@ import time
 import traceback
 from typing import Any
 
+from .._errors import describe
 from .resolve import NOTES, preload, resolve_callable, resolve_kernel
 from .strays import TOKEN, kill_tagged
 
@@ -112,7 +113,7 @@ class _Server:
             message = f"the child could not import it ({e})"
             frame = {"t": "error", "type": "NotTransportable", "message": message}
         except Exception as e:
-            message = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+            message = f"{describe(e)}\n{traceback.format_exc(limit=8)}"
             frame = {"t": "error", "type": "SweepError", "message": message}
         frame["notes"], NOTES[:] = list(NOTES), []
         return frame

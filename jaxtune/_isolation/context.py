@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from .._errors import describe
+
 __all__ = [
     "Unencodable",
     "apply_snapshot",
@@ -226,7 +228,7 @@ def apply_snapshot(carried: Mapping[str, Any]) -> dict[str, str]:
                 continue
             _set_global(name, state, _decode(wanted))
         except Exception as e:
-            failed[name] = f"{type(e).__name__}: {e}"
+            failed[name] = f"{describe(e)}"
     return failed
 
 

@@ -13,6 +13,8 @@ import sys
 import traceback
 from typing import Any
 
+from .._errors import describe
+
 __all__ = ["NOTES", "preload", "resolve_callable", "resolve_kernel"]
 
 _MAIN_ALIAS = "__jaxtune_main__"
@@ -35,7 +37,7 @@ def _namespace(ref: dict[str, Any]) -> dict[str, Any]:
         with _config.override(mode="cached"), observing_calls() as called:
             namespace = _import(ref)
     except Exception as e:
-        raise LookupError(f"cannot import {ref['module']}: {type(e).__name__}: {e}") from e
+        raise LookupError(f"cannot import {ref['module']}: {describe(e)}") from e
     if called:
         what = ref["path"] if ref["module"] == "__main__" else f"module {ref['module']}"
         kernels = ", ".join(k.replace(_MAIN_ALIAS, "__main__") for k in called)
@@ -99,7 +101,7 @@ def _rerun_script(path: str) -> dict[str, Any]:
             raise
         frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
         line, code = (frames[-1].lineno, frames[-1].line) if frames else ("?", "?")
-        error = f"{type(e).__name__}: {e}"
+        error = f"{describe(e)}"
         raise ImportError(_UNGUARDED.format(path=path, line=line, code=code, error=error)) from e
     finally:
         sys.argv = saved

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._codec import DecodeError, atomic_write, packb, read_bounded, unpackb
-from .._errors import ProfileError
+from .._errors import ProfileError, describe
 from . import recover as _recover
 from . import roofline as _roofline
 from . import xplane as _xplane
@@ -220,7 +220,7 @@ def report_from_trace(
         # A trace that decodes but holds values of the wrong type (a str stat where a number
         # belongs, a negative duration): damaged input, reported as such.
         raise ProfileError(
-            f"{path} is a damaged XSpace trace ({type(e).__name__}: {e}); capture it again."
+            f"{path} is a damaged XSpace trace ({describe(e)}); capture it again."
         ) from e
 
 

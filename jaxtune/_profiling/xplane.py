@@ -18,6 +18,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as _PbDecodeError
 
+from .._errors import describe
 from . import schema as _schema
 from .tracefile import read_trace
 
@@ -56,7 +57,7 @@ def decode(cls: Any, data: bytes, what: str) -> Any:
     try:
         return cls.FromString(data)
     except (_PbDecodeError, *MALFORMED, MemoryError) as e:
-        raise DecodeError(f"malformed {what} ({type(e).__name__}: {e})") from e
+        raise DecodeError(f"malformed {what} ({describe(e)})") from e
 
 
 def stat_value(stat: Any, names: dict[int, str]) -> Any:

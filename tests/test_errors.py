@@ -1,0 +1,13 @@
+"""Messages built from exceptions never end in an empty reason."""
+
+from jaxtune._errors import describe
+
+
+class StackError(Exception):
+    pass
+
+
+def test_an_exception_without_a_message_is_named_alone():
+    assert describe(StackError()) == "StackError"
+    assert describe(StackError("  ")) == "StackError"
+    assert describe(KeyError("x")) == "KeyError: 'x'"
