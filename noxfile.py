@@ -152,6 +152,7 @@ def bench(session: nox.Session) -> None:
     results.mkdir(exist_ok=True)
     session.run("python", "bench/bench_hot_path.py", "--json", str(results / "hot_path.json"))
     session.run("python", "bench/bench_search.py", "--json", str(results / "search.json"))
+    session.run("python", "bench/bench_right_winner.py", "--results", str(results))
     session.run("python", "bench/bench_vs_tools.py", "--results", str(results))
     session.run("python", "bench/bench_flash_vs_tune_jax.py", "--results", str(results))
     for script in ("bench_child_runner.py", "bench_trace_reader.py", "bench_cache.py"):
