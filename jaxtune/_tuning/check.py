@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from .._errors import describe
 from .signature import dtype_name
 
 __all__ = ["check_outputs", "reason"]
@@ -30,7 +31,7 @@ def reason(e: BaseException) -> str:
     """One line about an exception: its first line, and its last when they differ (a
     wrapped error, such as a callback's traceback inside an XLA error, ends with the
     original exception)."""
-    text = f"{type(e).__name__}: {e}".strip()
+    text = describe(e)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return type(e).__name__

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._codec import packb, storable, unpackb
-from .._errors import ConfigSpaceError
+from .._errors import ConfigSpaceError, describe
 
 __all__ = ["ConfigSpec", "config_id"]
 
@@ -65,7 +65,7 @@ _MSG_CALLBACK = (
 def _callback_error(
     what: str, kernel: str, at: str, must: str, fallback: str, e: Exception
 ) -> ConfigSpaceError:
-    error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    error = describe(e)
     text = _MSG_CALLBACK.format(
         what=what, kernel=kernel, error=error, at=at, must=must, fallback=fallback
     )
