@@ -62,7 +62,12 @@ def fast_timing(monkeypatch):
     from jaxtune._tuning import timing as _timing
 
     fast = _timing.TimingOptions(
-        min_time_s=0.002, min_samples=3, max_samples=10, rounds=2, max_rounds=6
+        min_time_s=0.002,
+        min_samples=3,
+        max_samples=10,
+        rounds=2,
+        max_rounds=6,
+        round_floor_us=200.0,
     )
     monkeypatch.setattr(_timing, "DEFAULT", fast)
     return fast

@@ -82,6 +82,22 @@ def test_fault_is_recorded_and_sweep_finishes(fault, stage, words):
     parent_still_works()
 
 
+def test_a_crash_during_a_round_of_passes_is_pinned_on_its_config_and_the_rounds_go_on():
+    # late_abort works for its check and warm-up, then aborts in the rounds, where the
+    # configs are timed in passes: the crash names no single config, so the rounds are
+    # run again one config at a time, which pins it.
+    outcome = sweep(faulty, "late_abort")
+    assert failure_of(outcome, "late_abort").stage == "crash"
+    rounds = {
+        m.config["mode"]: len(m.rounds_us)
+        for m in outcome.measurements
+        if isinstance(m, Measurement)
+    }
+    assert set(rounds) == {"ok", "fast"}
+    assert min(rounds.values()) >= 2, rounds  # the survivors were still timed in rounds
+    assert outcome.best.config == {"mode": "fast"}
+
+
 def test_endless_loop_costs_the_timeout_plus_a_few_seconds():
     sweep(faulty, "ok")  # a warm child, so start-up is not counted
     start = time.monotonic()

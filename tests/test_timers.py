@@ -64,6 +64,77 @@ def test_the_profiler_timer_takes_each_calls_device_events_from_the_trace():
     assert alone.samples_us and alone.median_us > 2 * typical(shorts)
 
 
+class _FakeClock:
+    """A clock that each fake call advances by its own duration, logging who ran."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.log: list[str] = []
+
+    def __call__(self):
+        return self.now
+
+    def call(self, name, seconds, fail_on=None):
+        def run():
+            self.log.append(name)
+            if fail_on is not None and self.log.count(name) >= fail_on:
+                raise RuntimeError(f"{name} broke")
+            self.now += seconds
+
+        return run
+
+
+def test_a_round_of_passes_interleaves_the_configs_and_sizes_its_samples_by_the_floor():
+    clock = _FakeClock()
+    runs = [(clock.call("a", 250e-6), None), (clock.call("b", 500e-6), None)]
+    options = TimingOptions(round_floor_us=2000.0, round_max_samples=32, sample_floor_us=100.0)
+    a, b = _timers._round_calls(clock, runs, options, samples=2)
+    # One warm-up each, then passes a b a b ...: 2000 us over the longest sample (500 us).
+    assert clock.log == ["a", "b"] + ["a", "b"] * 4
+    assert a.wall.samples_us == pytest.approx((250.0,) * 4)
+    assert b.wall.samples_us == pytest.approx((500.0,) * 4)
+    assert a.warmup == b.warmup == 1 and a.batch == b.batch == 1
+
+
+def test_a_round_batches_short_calls_caps_its_passes_and_keeps_slow_calls_warm_up():
+    clock = _FakeClock()
+    runs = [(clock.call("tiny", 20e-6), None), (clock.call("slow", 20e-3), None)]
+    options = TimingOptions(round_floor_us=1e6, round_max_samples=3, sample_floor_us=100.0)
+    tiny, slow = _timers._round_calls(clock, runs, options, samples=2)
+    assert tiny.batch == 5 and len(tiny.wall.samples_us) == 3  # capped at round_max_samples
+    # A call over SLOW_CALL_S needs no warm-up: its first call is its first sample.
+    assert slow.warmup == 0 and len(slow.wall.samples_us) == 3
+    assert clock.log.count("slow") == 3
+
+
+def test_a_config_that_raises_in_a_round_leaves_it_and_the_others_finish():
+    clock = _FakeClock()
+    runs = [(clock.call("ok", 300e-6), None), (clock.call("bad", 300e-6, fail_on=3), None)]
+    options = TimingOptions(round_floor_us=1500.0)
+    ok, bad = _timers._round_calls(clock, runs, options, samples=2)
+    assert isinstance(bad, RuntimeError) and "bad broke" in str(bad)
+    assert len(ok.wall.samples_us) == 5
+    assert clock.log.count("bad") == 3  # no call after the one that raised
+
+
+def test_the_profiler_timer_times_a_round_of_passes_from_the_trace():
+    short, long = _loop(2), _loop(16)
+    runs = [
+        (lambda: jax.block_until_ready(short(X)), "jit_jaxtune_2"),
+        (lambda: jax.block_until_ready(long(X)), "jit_jaxtune_16"),
+    ]
+    for run, _ in runs:
+        run()
+    timer = _timers.ProfilerTimer()
+    with timer.recording() as rec:
+        walls = rec.round(runs, TimingOptions(round_floor_us=0.0), samples=5)
+    device = rec.results()
+    assert [len(t.samples_us) for t in walls] == [5, 5]
+    assert [len(t.samples_us) for t in device] == [5, 5]
+    # 8x the loop's work: noise only adds time, so the fastest samples compare.
+    assert device[1].min_us > 2 * device[0].min_us
+
+
 def test_device_timings_match_calls_per_module_and_refuse_a_short_trace():
     wall = _timers.Timing(samples_us=(1.0, 1.0))
     calls = [

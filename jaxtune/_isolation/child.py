@@ -138,6 +138,8 @@ class _Server:
             self.current = (msg["task_id"], self._sweeper(msg))
         self._arrived()
         sweeper = self.current[1]
+        # After a crash during a round of passes, rounds time one config at a time.
+        sweeper.serial_rounds = bool(msg.get("serial"))
         if op == "measure":
             results = sweeper.measure(
                 msg["todo"],

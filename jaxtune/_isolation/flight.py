@@ -32,6 +32,8 @@ class InFlight:
         self.got: dict[str, Result] = {}
         self.compiling: dict[str, float] = {}
         self.running: tuple[str, float] | None = None
+        #: The configs of a round timed in passes, while it runs (one of them is running).
+        self.round: list[str] = []
         #: When the child last said anything (first asked when the request was sent).
         self.heard: float | None = None
 
@@ -55,10 +57,13 @@ class InFlight:
             self.compiling.pop(cid, None)
         elif kind == "run_start":
             self.running = (cid, time.monotonic())
+        elif kind == "round_start":
+            self.running = (cid, time.monotonic())
+            self.round = [str(c) for c in frame.get("data") or [cid]]
         elif kind == "ran":
-            self.running = None
+            self.running, self.round = None, []
         elif kind == "result":
-            self.running = None
+            self.running, self.round = None, []
             result = measurement_from_dict(frame["data"])
             self.got[cid] = result
             return result
@@ -69,7 +74,8 @@ class InFlight:
         compiling meanwhile (a hang: those past their limit)."""
         steps = dict(self.compiling)
         if self.running is not None:
-            steps[self.running[0]] = self.running[1]
+            for cid in self.round or [self.running[0]]:
+                steps[cid] = self.running[1]
         if hung:
             now = time.monotonic()
             late = [c for c, t in steps.items() if now - t >= timeout_s]

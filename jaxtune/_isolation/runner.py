@@ -224,8 +224,19 @@ class ProcessRunner:
         def retime(todo: list[dict[str, Any]]) -> dict[str, Result]:
             # The leaders are re-timed together on one device, so they compare fairly.
             first = self._on_device(devices[0]) if devices else self
-            message = {**request, "op": "retime", "todo": todo}
-            return first._exchange(plan, message, progress=None)[1]
+            results: dict[str, Result] = {}
+            serial = False
+            for _ in range(len(todo) + 2):
+                pending = [c for c in todo if config_id(c) not in results]
+                message = {**request, "op": "retime", "todo": pending, "serial": serial}
+                crashed, got = first._exchange(plan, message, progress=None)
+                results.update(got)
+                if crashed is None or len(pending) - len(got) < 2:
+                    break
+                # A crash during a round of passes blames the round: time one config at
+                # a time to find the culprit; a culprit found: the others go on.
+                serial = serial or crashed == "serial"
+            return results
 
         return drive(plan, measure=measure, retime=retime, progress=progress)
 

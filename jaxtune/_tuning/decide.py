@@ -4,24 +4,27 @@ The configs that may win are timed in rounds, each once a round in a rotated ord
 config's time in a round is its fastest call there (interference only ever adds time).
 Two configs are compared by their per-round time ratios: the median ratio estimates how
 much slower one is, and the order statistics of the ratios give a distribution-free 95 %
-confidence interval of that median (the sign test's interval). Against the config with the
-best estimate, another config is
+confidence interval of that median (the sign test's interval).
 
-- **tied** when the interval lies inside ``1 ± tie_within``: shown equivalent;
-- **slower** when the 99 % interval lies above 1 (above ``1 + tie_within`` for a rival that
-  would win a tie: the default, or a config earlier in the space): it leaves the rounds and
-  cannot win (the stricter level because the rounds look again after every round);
-- **not faster** when its 95 % interval shows it is not faster than the best by more
-  than ``tie_within`` and it would lose a tie to the best (it is neither the default nor
-  earlier in the space, or the best is the default): more rounds could not change what is
+The candidate is the config with the best estimate, or, among the configs shown
+equivalent to it (the 95 % interval inside ``1 ± tie_within``), the one that wins a tie:
+the default, else the earliest in the space, so repeated sweeps agree. Against the
+candidate, another config is
+
+- **tied** when shown equivalent to the best estimate;
+- **slower** when the 99 % interval of its ratio over the candidate lies above 1 (above
+  ``1 + tie_within / 2`` for a rival that would win a tie against the candidate: smaller
+  differences the rounds may yet show equivalent): it leaves the rounds and cannot win
+  (the stricter level because the rounds look again after every round);
+- **not faster** when its 95 % interval shows it is not faster than the candidate by more
+  than ``tie_within`` and it would lose a tie to it: more rounds could not change what is
   stored;
-- **undecided** otherwise, and only these (with the best) are timed again.
+- **undecided** otherwise.
 
-The stored config is the best unless it is tied: then the default wins when it is among the
-tied configs, else the earliest of them in the space, so repeated sweeps agree. When the
-rounds run out with a question still open, the best estimate wins and the outcome says
-``undecided``, with the runner-up's ratio and interval. A stored config is never one the
-rounds measured slower than the default.
+With nothing undecided the candidate is stored (``tie`` when a rival was shown
+equivalent, else ``clear``). When the rounds run out with a question still open, the best
+estimate wins and the outcome says ``undecided``, with the closest undecided rival's ratio
+and interval. A stored config is never one the rounds measured slower than the default.
 """
 
 from __future__ import annotations
@@ -185,46 +188,57 @@ def decide(
     live = [c for c in order if rounds.get(c) and c not in out]
     best = _best(rounds, live)
 
-    def _ahead(a: str, b: str) -> bool:
+    def ahead(a: str, b: str) -> bool:
         """Whether ``a`` wins a tie against ``b``: the default, else the earlier."""
         if default in (a, b):
             return a == default
         return live.index(a) < live.index(b)
 
-    verdicts: dict[str, Verdict] = {c: "slower" for c in order if c in out and rounds.get(c)}
-    for c in live:
-        if c == best:
-            verdicts[c] = "best"
-            continue
-        _, low, high = ratio_interval(rounds[c], rounds[best])
-        strict_low = ratio_interval(rounds[c], rounds[best], SLOWER_LEVEL)[1]
-        if (
+    def equivalent(a: str, b: str) -> bool:
+        _, low, high = ratio_interval(rounds[a], rounds[b])
+        return (
             low is not None
             and high is not None
-            and 1 / (1 + tie_within) <= low
-            and high <= 1 + tie_within
-        ):
+            and 1 / (1 + tie_within) <= low <= high <= 1 + tie_within
+        )
+
+    # The candidate: the config that wins a tie among those shown equivalent to the best.
+    candidate = best
+    for c in live:
+        if c != best and ahead(c, candidate) and equivalent(c, best):
+            candidate = c
+    verdicts: dict[str, Verdict] = {c: "slower" for c in order if c in out and rounds.get(c)}
+    for c in live:
+        if c == candidate:
+            verdicts[c] = "best"
+            continue
+        if c == best or equivalent(c, best):
             verdicts[c] = "tied"
-        elif strict_low is not None and strict_low > (1 + tie_within if _ahead(c, best) else 1):
-            # A rival that would win a tie must be shown slower by more than tie_within to
-            # be out: until then the rounds may still show it equivalent (and store it).
+            continue
+        low = ratio_interval(rounds[c], rounds[candidate])[1]
+        strict_low = ratio_interval(rounds[c], rounds[candidate], SLOWER_LEVEL)[1]
+        if ahead(c, candidate):
+            # A rival that would win a tie must be shown slower by more than half of
+            # tie_within to be out: a smaller difference the rounds may still show
+            # equivalent (and store it), so that repeated sweeps agree.
+            slower = strict_low is not None and strict_low > 1 + tie_within / 2
+            verdicts[c] = "slower" if slower else "undecided"
+        elif strict_low is not None and strict_low > 1:
             verdicts[c] = "slower"
-        elif low is not None and low >= 1 / (1 + tie_within) and not _ahead(c, best):
-            # Not faster than the best by more than tie_within, and it would lose a tie to
-            # the best: however the question ends, the best is stored.
+        elif low is not None and low >= 1 / (1 + tie_within):
+            # Not faster than the candidate by more than tie_within, and it would lose a
+            # tie to it: however the question ends, it is not stored.
             verdicts[c] = "not faster"
         else:
             verdicts[c] = "undecided"
-    tied = [c for c in live if verdicts[c] in ("best", "tied")]
     undecided = [c for c in live if verdicts[c] == "undecided"]
     kind: DecisionKind
     if undecided:
         pick, kind = best, "undecided"
-    elif len(tied) > 1:
-        pick = default if default in tied else tied[0]
-        kind = "tie"
+    elif any(v == "tied" for v in verdicts.values()):
+        pick, kind = candidate, "tie"
     else:
-        pick, kind = best, ("clear" if len(verdicts) > 1 else "single")
+        pick, kind = candidate, ("clear" if len(verdicts) > 1 else "single")
     # Never store what the rounds measured slower than the default.
     if (
         default in live
@@ -243,9 +257,10 @@ def _margin(
     verdicts: Mapping[str, Verdict],
     kind: DecisionKind,
 ) -> tuple[str, float, float | None, float | None] | None:
-    """The closest rival of ``pick`` (among the undecided for an undecided decision,
-    everyone else otherwise) and its ratio over ``pick``."""
-    rivals = [c for c in live if c != pick and (kind != "undecided" or verdicts[c] == "undecided")]
+    """The closest rival of ``pick`` (among the undecided for an undecided decision, the
+    tied for a tie, everyone else otherwise) and its ratio over ``pick``."""
+    among = {"undecided": ("undecided",), "tie": ("best", "tied")}.get(kind)
+    rivals = [c for c in live if c != pick and (among is None or verdicts[c] in among)]
     if not rivals:
         return None
     scored = {c: ratio_interval(rounds[c], rounds[pick]) for c in rivals}

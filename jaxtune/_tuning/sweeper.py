@@ -66,6 +66,9 @@ class Sweeper:
         self._modules: dict[str, str] = {}
         self._failed: dict[str, Failure] = {}
         self._thread: threading.Thread | None = None
+        #: Rounds time one config at a time, each reported as running (to find which
+        #: config crashed a child during a round of passes); passes otherwise.
+        self.serial_rounds = False
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
 
     @property
@@ -397,6 +400,8 @@ class Sweeper:
         timer that records, such as the profiler's)."""
         options = self.task.plan.options
         recording = getattr(self.timer, "recording", None)
+        if hasattr(self.timer, "round") and not self.serial_rounds and len(configs) > 1:
+            return self._passes(configs, recording)
         if recording is None:
             return {
                 config_id(c): self._timed(
@@ -415,6 +420,40 @@ class Sweeper:
                 out[config_id(c)] = self._timed(c, measure)
         device = iter(rec.results())
         return {cid: got if isinstance(got, Failure) else next(device) for cid, got in out.items()}
+
+    def _passes(
+        self, configs: Sequence[Config], recording: Callable[[], Any] | None
+    ) -> dict[str, Timing | Failure]:
+        """One round timed in passes over ``configs`` (the timer's ``round``): every config
+        meets the same spells of machine noise. A crash or hang meanwhile is blamed on the
+        round's configs together; the runner then asks for rounds one config at a time
+        (``serial_rounds``) to find the culprit."""
+        options = self.task.plan.options
+        cids = [config_id(c) for c in configs]
+        runs = [(self._runs[cid][0], self._module(c)) for cid, c in zip(cids, configs, strict=True)]
+        self.emit("round_start", cids[0], cids)
+        start = time.perf_counter()
+        try:
+            if recording is None:
+                got = self.timer.round(runs, options, samples=options.round_samples)  # type: ignore[attr-defined]
+            else:
+                with recording() as rec:
+                    walls = rec.round(runs, options, samples=options.round_samples)
+                device = iter(rec.results())
+                got = [w if isinstance(w, Exception) else next(device) for w in walls]
+        finally:
+            self.emit("ran", cids[0], None)
+        spent = time.perf_counter() - start
+        limit_us = self.task.plan.timeout_s * 1e6
+        out: dict[str, Timing | Failure] = {}
+        for cid, config, timing in zip(cids, configs, got, strict=True):
+            if isinstance(timing, Exception):
+                out[cid] = Failure(config=config, stage="run", reason=reason(timing))
+            elif spent > self.task.plan.timeout_s and sum(timing.samples_us) > limit_us:
+                out[cid] = self._too_slow(config, "running", sum(timing.samples_us) / 1e6)
+            else:
+                out[cid] = timing
+        return out
 
     def _interleaved(self, configs: Sequence[Config]) -> dict[str, Result]:
         """Times compiled ``configs`` in interleaved rounds (:func:`~.rounds.interleaved`)."""

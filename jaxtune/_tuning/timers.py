@@ -73,6 +73,19 @@ class _Calls:
     wall: Timing
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Python's garbage collector off (as in ``timeit``): a collection of what compiling
+    left behind would land in some config's samples."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 #: A call at least this long (seconds) needs no warm-up call in a round: the warm-up is
 #: its round's first sample.
 SLOW_CALL_S = 0.01
@@ -106,6 +119,20 @@ class WallTimer:
         """
         return self._calls(run, options, best_us=best_us, samples=samples, module=None).wall
 
+    def round(
+        self,
+        runs: Sequence[tuple[Callable[[], Any], str | None]],
+        options: TimingOptions,
+        *,
+        samples: int,
+    ) -> list[Timing | Exception]:
+        """One interleaved round of several configs (``(run, module)`` each; see
+        :func:`_round_calls`): each config's wall-clock samples, or the exception its call
+        raised. Python's garbage collector is off meanwhile."""
+        with _no_gc():
+            got = _round_calls(self.clock, runs, options, samples)
+        return [c if isinstance(c, Exception) else c.wall for c in got]
+
     def _calls(
         self,
         run: Callable[[], Any],
@@ -115,13 +142,8 @@ class WallTimer:
         samples: int | None,
         module: str | None,
     ) -> _Calls:
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with _no_gc():
             return self._timed_calls(run, options, best_us, samples, module)
-        finally:
-            if collecting:
-                gc.enable()
 
     def _timed_calls(
         self,
@@ -170,6 +192,64 @@ class WallTimer:
         return _Calls(module=module, warmup=warmup, batch=batch, wall=wall)
 
 
+def _round_calls(
+    clock: Callable[[], float],
+    runs: Sequence[tuple[Callable[[], Any], str | None]],
+    options: TimingOptions,
+    samples: int,
+) -> list[_Calls | Exception]:
+    """One interleaved round of several configs: a warm-up call each (it sizes the
+    config's batches), then passes over the configs in the given order, one sample of
+    each a pass, so that every config meets the same state of the machine. The passes
+    add up to at least ``round_floor_us`` of each config's calls (short calls get more
+    samples, whose fastest is steadier), between ``samples`` and ``round_max_samples``.
+    A config whose call raises leaves the round with its exception."""
+    failed: dict[int, Exception] = {}
+    firsts: list[float] = []
+    for i, (run, _) in enumerate(runs):
+        start = clock()
+        try:
+            run()
+        except Exception as e:
+            failed[i] = e
+        firsts.append(clock() - start)
+    batches = [
+        max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9))) for first in firsts
+    ]
+    longest_us = max(first * batch for first, batch in zip(firsts, batches, strict=True)) * 1e6
+    passes = max(
+        samples, min(options.round_max_samples, math.ceil(options.round_floor_us / longest_us))
+    )
+    # A call at least SLOW_CALL_S long needs no warm-up: its first call is a sample.
+    slow = [first >= SLOW_CALL_S for first in firsts]
+    out: list[list[float]] = [
+        [first * 1e6] if s else [] for first, s in zip(firsts, slow, strict=True)
+    ]
+    for _ in range(passes):
+        for i, (run, _) in enumerate(runs):
+            if i in failed or len(out[i]) >= passes:
+                continue
+            start = clock()
+            try:
+                for _ in range(batches[i]):
+                    run()
+            except Exception as e:
+                failed[i] = e
+                continue
+            out[i].append((clock() - start) / batches[i] * 1e6)
+    return [
+        failed[i]
+        if i in failed
+        else _Calls(
+            module=module,
+            warmup=0 if slow[i] else 1,
+            batch=batches[i],
+            wall=Timing(samples_us=tuple(out[i])),
+        )
+        for i, (_, module) in enumerate(runs)
+    ]
+
+
 class Recording:
     """The calls of several ``measure`` calls inside one trace; :meth:`results` gives
     their device timings, in the order they were measured."""
@@ -191,6 +271,20 @@ class Recording:
         calls = self.timer._calls(run, options, best_us=None, samples=samples, module=module)
         self.calls.append(calls)
         return calls.wall
+
+    def round(
+        self,
+        runs: Sequence[tuple[Callable[[], Any], str | None]],
+        options: TimingOptions,
+        *,
+        samples: int,
+    ) -> list[Timing | Exception]:
+        """Runs as :meth:`WallTimer.round` does; the configs that ran count as measured,
+        in order, for :meth:`results`."""
+        with _no_gc():
+            got = _round_calls(self.timer.clock, runs, options, samples)
+        self.calls += [c for c in got if not isinstance(c, Exception)]
+        return [c if isinstance(c, Exception) else c.wall for c in got]
 
     def results(self) -> list[Timing]:
         """The device timing of each ``measure`` (after the recording ended)."""

@@ -34,8 +34,10 @@ class TimingOptions:
 
     Rounds (they decide): the ``leaders`` configs whose fastest sample is within
     ``leader_window`` of the best one's, with the default and the earliest config of the
-    space when within ``tie_window``, are timed in interleaved rounds (one warm-up call and
-    ``round_samples`` samples each a round). After at least ``rounds`` rounds, they stop
+    space when within ``tie_window``, are timed in interleaved rounds: a warm-up call of
+    each, then passes over them, one sample of each a pass, until the passes add up to
+    ``round_floor_us`` of each config's calls (between ``round_samples`` and
+    ``round_max_samples`` samples). After at least ``rounds`` rounds, they stop
     once every rival of the best is shown slower or equivalent within ``tie_within`` (see
     :mod:`jaxtune._tuning.decide`), or at ``max_rounds`` rounds or ``max_rounds_s``
     seconds. A space of at most ``first_pass_above`` configs, measured in one batch, has no
@@ -57,6 +59,8 @@ class TimingOptions:
     max_rounds_s: float = 5.0
     tie_within: float = 0.05
     round_samples: int = 2
+    round_floor_us: float = 2000.0
+    round_max_samples: int = 32
     first_pass_above: int = 4
 
 
