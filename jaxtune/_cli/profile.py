@@ -121,18 +121,11 @@ def run_report(args: argparse.Namespace) -> int:
         print(result.to_json())
     else:
         print(result.table(top=args.top))
-        if result.llo is not None:
-            print(f"llo: {result.llo['line']}")
     return 0
 
 
 def _with_llo(result: Profile, path: str) -> Profile:
     """The profile with xprof's LLO analysis of its trace (or why there is none)."""
-    import dataclasses
+    from .._profiling import llo
 
-    from .._profiling import llo, xplane
-    from .._profiling.tracefile import find_trace
-
-    trace = find_trace(path)
-    llo_data = result.platform == "tpu" and llo.has_llo_data(xplane.load(trace))
-    return dataclasses.replace(result, llo=llo.analyze(trace, result.platform, llo_data))
+    return llo.attach(result, path)
