@@ -29,7 +29,9 @@ def add_parsers(sub: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="register LLO debug info on TPU (--xla_xprof_register_llo_debug_info=true, the "
-        "default TPU profile flag); --no-llo leaves it out",
+        "default TPU profile flag) and run xprof's LLO analysis on each capture of a "
+        "@profiled function whose llo is True (its default): modelled figures per kernel, "
+        "or one line saying why there are none; --no-llo leaves the flag out",
     )
     p.add_argument(
         "--custom-call-tracing",
