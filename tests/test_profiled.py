@@ -194,14 +194,22 @@ def test_jaxtune_profile_env_profiles_first_call_per_signature(monkeypatch, tmp_
     assert "jaxtune: profiled model" in capsys.readouterr().out
 
 
-def test_llo_false_runs_no_analysis_and_llo_true_reports_it(tmp_path):
+def test_llo_false_runs_no_analysis_and_llo_true_reports_it(tmp_path, monkeypatch):
+    from jaxtune._profiling import llo
+
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TPU_TRACE))
     plain = jaxtune.Profile.from_trace(path)
     assert _profiled._with_llo(plain, str(path), (), wanted=False).llo is None
+    monkeypatch.setattr(llo, "xprof_available", lambda python=None: False)
     got = _profiled._with_llo(plain, str(path), (), wanted=True)
     assert got.platform == "tpu" and got.llo is not None and got.llo["success"] is False
+    assert got.llo["line"] == (
+        "LLO analysis needs xprof, which is not installed; pip install 'jaxtune[xprof]' "
+        "(the xprof wheel from PyPI, which embeds it)"
+    )
     assert got.table().count("llo: ") == 1
+    assert json.loads(got.to_json())["llo"]["fix"].startswith("pip install 'jaxtune[xprof]'")
 
 
 SCRIPT = textwrap.dedent(
