@@ -144,9 +144,8 @@ def profile(
     starts (``llo=True``, the default, registers LLO debug info on TPU and then runs
     xprof's LLO analysis on the trace: ``Profile.llo``, a modelled static schedule per
     kernel, or one line saying why there is none; ``custom_call_tracing=True`` also traces
-    inside custom calls). Warms up ``warmup`` (at
-    least 2) calls, traces ``iters``, keeps the trace in ``logdir`` (a new temporary
-    directory by default). Arguments may be arrays or ``jax.ShapeDtypeStruct``.
+    inside custom calls). Warms up ``warmup`` (at least 2) calls, traces ``iters``, keeps
+    the trace in ``logdir`` (a new temporary directory by default). Arguments may be arrays or ``jax.ShapeDtypeStruct``.
 
     Raises:
         ProfileError: the capture failed (the message holds the child's stderr).
