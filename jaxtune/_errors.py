@@ -13,6 +13,7 @@ __all__ = [
     "AgreementError",
     "CacheError",
     "ConfigSpaceError",
+    "CustomCallTracingWarning",
     "FlagError",
     "JaxtuneError",
     "JaxtuneWarning",
@@ -93,3 +94,10 @@ class AgreementError(JaxtuneError):
 
 class JaxtuneWarning(UserWarning):
     """Something went wrong that jaxtune recovered from (a corrupt cache file, a fallback)."""
+
+
+class CustomCallTracingWarning(JaxtuneWarning):
+    """Custom-call tracing (``--xla_xprof_enable_custom_call_tracing=true``) was in effect
+    where a sweep would time configs: trace points change a kernel's schedule and time, so
+    jaxtune removed the flag from the sweep's child (or, for a sweep in this process, which
+    cannot turn it off, says its timings include the trace points)."""

@@ -30,6 +30,7 @@ __all__ = [
     "FlagReport",
     "binary_defines",
     "child_env",
+    "custom_call_tracing_on",
     "find_jaxlib_binary",
     "find_libtpu",
     "inspect",
@@ -38,6 +39,7 @@ __all__ = [
     "parse",
     "profile_flags",
     "requested_platform",
+    "without_custom_call_tracing",
 ]
 
 LLO_DEBUG_INFO = "xla_xprof_register_llo_debug_info"
@@ -157,6 +159,55 @@ def inspect(text: str) -> FlagReport:
 def _canonical(flag: Flag) -> Flag:
     name = LEGACY_NAMES.get(flag.name)
     return flag if name is None else Flag(name=name, value=flag.value)
+
+
+#: The values that turn a boolean flag on.
+_TRUE = frozenset({"true", "1", "yes", "t", "y"})
+
+
+def _is_tracing(flag: Flag) -> bool:
+    return _canonical(flag).name == CUSTOM_CALL_TRACING
+
+
+def custom_call_tracing_on(text: str) -> bool:
+    """Whether ``text`` (``XLA_FLAGS`` / ``LIBTPU_INIT_ARGS``) turns custom-call tracing on:
+    its last ``--xla_xprof_enable_custom_call_tracing`` (or legacy
+    ``--xla_enable_custom_call_region_trace``) entry says true. Never raises.
+
+    Examples:
+        >>> custom_call_tracing_on("--xla_enable_custom_call_region_trace")
+        True
+        >>> custom_call_tracing_on("--xla_xprof_enable_custom_call_tracing=true "
+        ...                        "--xla_xprof_enable_custom_call_tracing=false")
+        False
+    """
+    on = False
+    for flag in inspect(text).flags:
+        if _is_tracing(flag):
+            on = flag.effective_value.lower() in _TRUE
+    return on
+
+
+def without_custom_call_tracing(text: str) -> str:
+    """``text`` without its custom-call tracing entries (any value, legacy name included);
+    every other entry kept as it was.
+
+    Raises:
+        FlagError: ``text`` cannot be split (unbalanced quotes).
+
+    Examples:
+        >>> without_custom_call_tracing("--a=1 --xla_xprof_enable_custom_call_tracing=true")
+        '--a=1'
+    """
+    kept = []
+    for token in _tokens(text):
+        try:
+            if _is_tracing(Flag.from_token(token)):
+                continue
+        except FlagError:
+            pass
+        kept.append(token)
+    return shlex.join(kept)
 
 
 def merge(existing: str, updates: Iterable[Flag | str]) -> str:

@@ -245,3 +245,36 @@ def test_flag_changed_after_jax_import_is_reported(monkeypatch):
     assert "before `import jax`" in problem["fix"]
     # A report about another environment (not this process's) says nothing of it.
     assert "flag-set-after-import" not in codes(collect(environ=dict(os.environ)))
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("LIBTPU_INIT_ARGS", "--xla_xprof_enable_custom_call_tracing=true"),
+        ("LIBTPU_INIT_ARGS", "--xla_enable_custom_call_region_trace"),  # legacy, bare = true
+        ("XLA_FLAGS", "--xla_dump_to=/tmp/d --xla_xprof_enable_custom_call_tracing=1"),
+    ],
+)
+def test_custom_call_tracing_left_on_is_a_warning_with_the_fix(var, value):
+    report = _doctor.collect(environ={var: value}, probe=False)
+    (problem,) = [p for p in report["problems"] if p["code"] == "flag-custom-call-tracing"]
+    assert problem["severity"] == "warning"
+    assert problem["message"].startswith(f"{var} turns on custom-call tracing")
+    assert "any time measured with it is wrong" in problem["message"]
+    assert f"remove --xla_xprof_enable_custom_call_tracing from {var}" in problem["fix"]
+    assert "jaxtune profile --custom-call-tracing" in problem["fix"]
+
+
+def test_custom_call_tracing_turned_off_is_no_problem():
+    value = "--xla_xprof_enable_custom_call_tracing=false"
+    report = _doctor.collect(environ={"LIBTPU_INIT_ARGS": value}, probe=False)
+    assert "flag-custom-call-tracing" not in codes(report)
+
+
+def test_xprof_with_the_embedded_analysis_counts_as_llo(monkeypatch):
+    monkeypatch.setattr(doctor_checks, "dist_version", lambda *names: "2.24.2")
+    monkeypatch.setattr(doctor_checks, "_embedded_llo", lambda: True)
+    assert doctor_checks.xprof_state()["llo"] is True
+    monkeypatch.setattr(doctor_checks, "_embedded_llo", lambda: False)
+    monkeypatch.setattr(doctor_checks.shutil, "which", lambda name: None)
+    assert doctor_checks.xprof_state()["llo"] is False

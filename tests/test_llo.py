@@ -4,11 +4,14 @@ one line saying why and what to do where it cannot."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import sys
 
 import pytest
 from jax.profiler import ProfileData
 
+import jaxtune
 from jaxtune._cli import main as cli_main
 from jaxtune._profiling import llo, xplane
 
@@ -60,8 +63,6 @@ def test_without_xprof_llo_says_how_to_install_it(tmp_path, monkeypatch, capsys)
     )
     path = _write(tmp_path, TPU % "")
     assert cli_main(["report", "--llo", "--json", str(path)]) == 0
-    import json
-
     doc = json.loads(capsys.readouterr().out)
     assert doc["llo"]["success"] is False
     assert "pip install 'jaxtune[xprof]'" in doc["llo"]["line"]
@@ -99,3 +100,239 @@ def test_xprof_answer_on_a_trace_with_an_llo_proto(tmp_path):
     else:
         assert got["line"].startswith("xprof's LLO analysis did not succeed")
         assert "answer" in got
+
+
+# -- per-kernel figures ----------------------------------------------------------------
+
+#: ``analyze_llo``'s answer as the xprof 2.24.2 wheel gives it (recorded on a trace whose
+#: llo_proto is a bare LloModuleProto), with the counts a real kernel would have put in.
+ANSWER = {
+    "success": True,
+    "total_modules": 1,
+    "total_instructions": 812,
+    "unique_registers": 57,
+    "opcode_histogram": {"VLD": 96, "VMATMUL": 128, "SALU_ADD": 40},
+    "execution_unit_summary": {},
+    "modules": [
+        {
+            "kernel_name": "custom-call.1",
+            "hlo_instruction_name": "custom-call.1",
+            "total_instructions": 812,
+            "unique_registers": 57,
+            "opcode_histogram": {"VLD": 96, "VMATMUL": 128, "SALU_ADD": 40},
+            "execution_unit_summary": {},
+            "source_map": {},
+        }
+    ],
+    "source_map_by_kernel": {"custom-call.1": {}},
+    "source_map": {},
+}
+
+
+def _static(mode, data):
+    """A ``get_llo_static_analysis_json`` answer, envelope as the wheel writes it."""
+    return {
+        "status": "OK",
+        "semantics": "static_modelled_schedule",
+        "semantics_note": "Static / modelled compiler schedule estimate (NOT measured hardware counters)",
+        "mode": mode,
+        "data": {"hlo_instruction_name": "custom-call.1", **data},
+    }
+
+
+STATIC = {
+    "opcodes": _static(
+        "opcodes",
+        {
+            "total_instructions": 812,
+            "top_opcodes": [{"opcode": "VMATMUL", "count": 128}, {"opcode": "VLD", "count": 96}],
+            "categories": [],
+        },
+    ),
+    "bundle_util": _static(
+        "bundle_util",
+        {
+            "hlo_module_name": "jit_step",
+            "hlo_module_id": 3,
+            "total_bundles": 400,
+            "shown_bundles": 2,
+            "truncated": True,
+            "bundles": [
+                {
+                    "bundle": 0,
+                    "mxu_used": 1,
+                    "mxu_avail": 2,
+                    "vector_alu_used": 1,
+                    "vector_alu_avail": 4,
+                },
+                {
+                    "bundle": 1,
+                    "mxu_used": 2,
+                    "mxu_avail": 2,
+                    "vector_alu_used": 0,
+                    "vector_alu_avail": 4,
+                },
+            ],
+        },
+    ),
+    "spills": _static(
+        "spills",
+        {
+            "summary": {
+                "num_allocations": 9,
+                "num_spill_allocations": 1,
+                "num_scoped_allocations": 2,
+                "total_allocation_bytes": 65536,
+                "total_spill_bytes": 4096,
+                "static_spill_bundles": 3,
+                "static_fill_bundles": 5,
+                "num_spill_fill_instructions": 8,
+            },
+            "allocations": [],
+            "spill_fill_instructions": [],
+        },
+    ),
+    "register_pressure": _static(
+        "register_pressure",
+        {
+            "total_live_ranges": 210,
+            "peak_by_register_type": {"vreg": 48, "sreg": 9},
+            "hottest_bundles": [],
+        },
+    ),
+}
+
+
+def test_per_kernel_figures_from_xprofs_answers():
+    from jaxtune._profiling import llo_figures
+
+    got = llo_figures.summary(ANSWER, {"custom-call.1": STATIC}, {"custom-call.1": "flash"})
+    assert got["success"] is True
+    assert got["semantics"] == "static_modelled_schedule"
+    (k,) = got["kernels"]
+    assert k["kernel"] == "flash" and k["hlo_op"] == "custom-call.1"
+    assert k["success"] is True and k["errors"] == {}
+    assert k["instructions"] == 812 and k["unique_registers"] == 57
+    assert k["opcodes"] == [["VMATMUL", 128], ["VLD", 96]]
+    # Slots filled over slots available, over the bundles xprof showed (2 of 400).
+    assert k["unit_utilisation"] == {"mxu": 0.75, "vector_alu": 0.125}
+    assert (k["bundles"], k["bundles_read"], k["truncated"]) == (400, 2, True)
+    assert k["spills"]["total_spill_bytes"] == 4096 and k["spills"]["static_fill_bundles"] == 5
+    assert k["register_peaks"] == {"sreg": 9, "vreg": 48} and k["live_ranges"] == 210
+    text = "\n".join(llo_figures.lines(got))
+    assert "llo: LLO analysis (modelled static schedule, not measured): 1 kernel(s)" in text
+    assert "flash (custom-call.1): 812 instructions, 57 registers" in text
+    assert "bundle slots filled mxu 75%, vector_alu 12% (over 2 of 400 bundles)" in text
+    assert "spills 4096 B in 3 bundles, fills in 5" in text
+    assert "peak live registers vreg 48, sreg 9" in text
+
+
+def test_a_failed_static_mode_marks_its_kernel_and_says_why():
+    from jaxtune._profiling import llo_figures
+
+    broken = {
+        **STATIC,
+        "bundle_util": {
+            "status": "ERROR",
+            "semantics": "static_modelled_schedule",
+            "mode": "bundle_util",
+            "error": "Failed to produce static analysis JSON.",
+        },
+    }
+    got = llo_figures.summary(ANSWER, {"custom-call.1": broken}, {})
+    (k,) = got["kernels"]
+    assert k["success"] is False
+    assert k["errors"] == {"bundle_util": "Failed to produce static analysis JSON."}
+    assert k["unit_utilisation"] == {} and k["instructions"] == 812  # the rest still read
+    assert (
+        "bundle_util failed: Failed to produce static analysis JSON." in llo_figures.lines(got)[1]
+    )
+    # Without static answers (beyond MAX_KERNELS), the module's own totals still show.
+    (alone,) = llo_figures.summary(ANSWER, {}, {})["kernels"]
+    assert alone["success"] is False and alone["instructions"] == 812
+    assert alone["opcodes"][0] == ["VMATMUL", 128]
+
+
+FAKE_PLUGIN = """
+import json, time
+ANSWER = json.loads({answer!r})
+STATIC = json.loads({static!r})
+def built_with_embedded():
+    return True
+def analyze_llo(path, kernel=""):
+    if {hang!r}:
+        time.sleep(120)
+    return ANSWER
+def get_llo_static_analysis_json(path, mode="region_tree", hlo_op="", bundle=0):
+    if mode == "list_ops":
+        return json.dumps({{"status": "OK", "mode": mode, "data": {{"ops": ["custom-call.1"]}}}})
+    if mode == "spills":
+        raise RuntimeError("INTERNAL: spills crashed")
+    return json.dumps(STATIC[mode])
+"""
+
+
+def _fake_xprof(tmp_path, monkeypatch, hang=False):
+    """An importable ``xprof`` whose plugin answers like the wheel (and whose spills mode
+    raises), on PYTHONPATH for the analysis child."""
+    import json
+
+    pkg = tmp_path / "fake" / "xprof" / "convert"
+    pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_pywrap_profiler_plugin.py").write_text(
+        FAKE_PLUGIN.format(answer=json.dumps(ANSWER), static=json.dumps(STATIC), hang=hang)
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    return sys.executable
+
+
+def test_report_llo_runs_each_kernels_static_analyses_in_the_child(tmp_path, monkeypatch, capsys):
+    python = _fake_xprof(tmp_path, monkeypatch)
+    path = _write(tmp_path, TPU % 'stats { metadata_id: 1 bytes_value: "\\x0a\\x01x" }')
+    got = llo.attach(jaxtune.Profile.from_trace(path), path, python=python).llo
+    (k,) = got["kernels"]
+    assert k["kernel"] == "flash"  # the report's name for the kernel of custom-call.1
+    assert k["unit_utilisation"]["mxu"] == 0.75
+    # One mode that raised in xprof is that mode's error, not a lost analysis.
+    assert k["errors"] == {"spills": "RuntimeError: INTERNAL: spills crashed"}
+    monkeypatch.setattr(llo, "xprof_available", lambda python=None: True)
+    assert cli_main(["report", "--llo", "--json", str(path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["llo"]["kernels"][0]["opcodes"] == [["VMATMUL", 128], ["VLD", 96]]
+    assert cli_main(["report", "--llo", str(path)]) == 0
+    assert "  flash (custom-call.1): 812 instructions" in capsys.readouterr().out
+
+
+def test_a_hanging_analysis_is_stopped_at_its_time_limit(tmp_path, monkeypatch):
+    python = _fake_xprof(tmp_path, monkeypatch, hang=True)
+    monkeypatch.setattr(llo, "LLO_TIMEOUT_S", 2)
+    got = llo.analyze(_write(tmp_path, TPU % ""), "tpu", True, python=python)
+    assert got["success"] is False
+    assert got["line"] == "xprof's LLO analysis took over 2 s and was stopped"
+
+
+#: An llo_proto that the wheel's analysis reads: a LloModuleProto whose field 1
+#: (hlo_instruction_name) is "custom-call.1", on the kernel's /host:metadata event.
+LLO_MODULE = (
+    'event_metadata { key: 5 value { id: 5 name: "custom-call.1" '
+    'stats { metadata_id: 1 bytes_value: "\\x0a\\x0dcustom-call.1" } } }'
+)
+
+
+@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+def test_the_real_embedded_analysis_answers_per_kernel(tmp_path):
+    path = _write(tmp_path, TPU % LLO_MODULE)
+    got = llo.attach(jaxtune.Profile.from_trace(path), path, python=XPROF_PYTHON).llo
+    assert got["success"] is True, got
+    assert got["semantics"] == "static_modelled_schedule"
+    (k,) = got["kernels"]
+    assert (k["hlo_op"], k["kernel"], k["llo_module"]) == (
+        "custom-call.1",
+        "flash",
+        "custom-call.1",
+    )
+    # Every static mode answered OK: a module without instructions has zero of everything.
+    assert k["success"] is True and k["errors"] == {}
+    assert k["instructions"] == 0 and k["bundles"] == 0 and k["spills"]["total_spill_bytes"] == 0

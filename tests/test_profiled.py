@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import stat
 import subprocess
 import sys
 import textwrap
@@ -58,6 +57,10 @@ def test_cpu_end_to_end_two_interpret_kernels_and_xla_ops(process, tmp_path):
     doc = json.loads(p.to_json())
     assert doc["schema"] == 1 and {k["name"] for k in doc["kernels"]} == {"double_it", "add_one"}
     assert set(p.timings) >= {"compile_s", "run_s", "parse_s"}
+    # llo=True (the default) asks for the LLO analysis too: on CPU, one plain line.
+    assert p.llo is not None and p.llo["success"] is False
+    assert "llo: LLO analysis is TPU-only: this is a cpu trace" in table
+    assert doc["llo"]["line"].startswith("LLO analysis is TPU-only")
 
 
 @pytest.mark.slow
@@ -191,14 +194,22 @@ def test_jaxtune_profile_env_profiles_first_call_per_signature(monkeypatch, tmp_
     assert "jaxtune: profiled model" in capsys.readouterr().out
 
 
-def test_llo_analysis_success_decides_validity(tmp_path, monkeypatch):
-    fake = tmp_path / "xprof"
-    fake.write_text('#!/bin/sh\necho \'{"success": true, "bundles": 12}\'\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert _profiled._llo_analysis(str(tmp_path)) == {"success": True, "bundles": 12}
-    fake.write_text("#!/bin/sh\necho 'Unknown command'; exit 2\n")
-    assert _profiled._llo_analysis(str(tmp_path))["success"] is False
+def test_llo_false_runs_no_analysis_and_llo_true_reports_it(tmp_path, monkeypatch):
+    from jaxtune._profiling import llo
+
+    path = tmp_path / "t.xplane.pb"
+    path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TPU_TRACE))
+    plain = jaxtune.Profile.from_trace(path)
+    assert _profiled._with_llo(plain, str(path), (), wanted=False).llo is None
+    monkeypatch.setattr(llo, "xprof_available", lambda python=None: False)
+    got = _profiled._with_llo(plain, str(path), (), wanted=True)
+    assert got.platform == "tpu" and got.llo is not None and got.llo["success"] is False
+    assert got.llo["line"] == (
+        "LLO analysis needs xprof, which is not installed; pip install 'jaxtune[xprof]' "
+        "(the xprof wheel from PyPI, which embeds it)"
+    )
+    assert got.table().count("llo: ") == 1
+    assert json.loads(got.to_json())["llo"]["fix"].startswith("pip install 'jaxtune[xprof]'")
 
 
 SCRIPT = textwrap.dedent(
@@ -223,6 +234,7 @@ def test_profile_command_sets_flags_and_writes_reports(tmp_path):
             "-m",
             "jaxtune",
             "profile",
+            "--llo",
             "--logdir",
             str(tmp_path / "out"),
             "--",
@@ -240,10 +252,11 @@ def test_profile_command_sets_flags_and_writes_reports(tmp_path):
     # The program prints where the report is and the report itself.
     assert "report in" in proc.stdout and "kernels (top 2 of 2)" in proc.stdout
     (report,) = (tmp_path / "out").glob("*/report.json")
-    assert {k["name"] for k in json.loads(report.read_text())["kernels"]} == {
-        "double_it",
-        "add_one",
-    }
+    doc = json.loads(report.read_text())
+    assert {k["name"] for k in doc["kernels"]} == {"double_it", "add_one"}
+    # --llo: the analysis ran on the capture and said, in the report, why it cannot here.
+    assert doc["llo"]["line"].startswith("LLO analysis is TPU-only: this is a cpu trace")
+    assert "llo: LLO analysis is TPU-only" in report.with_suffix(".txt").read_text()
 
 
 def test_reader_exposes_hlo_protos_and_dropped_events_are_reported(tmp_path):

@@ -89,9 +89,9 @@ def collect(
 _NO_LLO = Problem(
     severity="info",
     code="xprof-no-llo",
-    message="no xprof with LLO subcommands is installed; profiles will not include "
-    "the LLO analysis.",
-    fix="pip install -U xprof-nightly",
+    message="no xprof with the embedded LLO analysis is installed; profiles will not "
+    "include the LLO analysis (a modelled static schedule per kernel).",
+    fix="pip install 'jaxtune[xprof]' (the xprof wheel from PyPI embeds it)",
 )
 
 

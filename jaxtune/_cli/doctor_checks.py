@@ -103,14 +103,37 @@ def probe_backend(env: Mapping[str, str], timeout: float) -> dict[str, Any]:
     return result
 
 
+_EMBEDDED = (
+    "from xprof.convert import _pywrap_profiler_plugin as p; "
+    "print(bool(getattr(p, 'built_with_embedded', lambda: False)()))"
+)
+
+
+def _embedded_llo() -> bool:
+    """Whether this Python's xprof embeds the LLO analysis (asked in a child: importing it
+    loads a large library)."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _EMBEDDED], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.stdout.strip().endswith("True")
+
+
 def xprof_state() -> dict[str, Any]:
+    """Whether xprof is installed and has the LLO analysis (``llo``: the embedded analysis
+    of the PyPI wheel, or an ``xprof`` command with LLO subcommands)."""
     exe = shutil.which("xprof")
+    version = dist_version("xprof-nightly", "xprof")
     info: dict[str, Any] = {
-        "installed": exe is not None or dist_version("xprof", "xprof-nightly") is not None,
-        "version": dist_version("xprof-nightly", "xprof"),
+        "installed": exe is not None or version is not None,
+        "version": version,
         "path": exe,
-        "llo": False,
+        "llo": version is not None and _embedded_llo(),
     }
+    if info["llo"]:
+        return info
     if exe:
         try:
             helptext = subprocess.run(
@@ -267,8 +290,24 @@ def flag_problems(
                     fix=f"keep one --{name} in {var}",
                 )
             )
+        if _flags.custom_call_tracing_on(text):
+            problems.append(_tracing_problem(var))
         problems.extend(_unknown_flags(var, report, binary))
     return problems
+
+
+def _tracing_problem(var: str) -> Problem:
+    return Problem(
+        severity="warning",
+        code="flag-custom-call-tracing",
+        message=f"{var} turns on custom-call tracing (--{_flags.CUSTOM_CALL_TRACING}=true): "
+        "traces grow 6-12x and the trace points change each kernel's schedule, so every "
+        "program run with it is slowed and any time measured with it is wrong (jaxtune "
+        "removes it from a sweep's child; a sweep in this process cannot).",
+        fix=f"remove --{_flags.CUSTOM_CALL_TRACING} from {var}, and turn it on for one "
+        "profile only: `jaxtune profile --custom-call-tracing -- python train.py` or "
+        "jaxtune.profile(fn, *args, custom_call_tracing=True)",
+    )
 
 
 def _unknown_flags(

@@ -29,7 +29,9 @@ def add_parsers(sub: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="register LLO debug info on TPU (--xla_xprof_register_llo_debug_info=true, the "
-        "default TPU profile flag); --no-llo leaves it out",
+        "default TPU profile flag) and run xprof's LLO analysis on each capture of a "
+        "@profiled function whose llo is True (its default): modelled figures per kernel, "
+        "or one line saying why there are none; --no-llo leaves the flag out",
     )
     p.add_argument(
         "--custom-call-tracing",
@@ -121,18 +123,11 @@ def run_report(args: argparse.Namespace) -> int:
         print(result.to_json())
     else:
         print(result.table(top=args.top))
-        if result.llo is not None:
-            print(f"llo: {result.llo['line']}")
     return 0
 
 
 def _with_llo(result: Profile, path: str) -> Profile:
     """The profile with xprof's LLO analysis of its trace (or why there is none)."""
-    import dataclasses
+    from .._profiling import llo
 
-    from .._profiling import llo, xplane
-    from .._profiling.tracefile import find_trace
-
-    trace = find_trace(path)
-    llo_data = result.platform == "tpu" and llo.has_llo_data(xplane.load(trace))
-    return dataclasses.replace(result, llo=llo.analyze(trace, result.platform, llo_data))
+    return llo.attach(result, path)

@@ -7,12 +7,85 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, MutableMapping
 
-from .._errors import FlagError
-from .._flags import parse
+from .._errors import CustomCallTracingWarning, FlagError
+from .._flags import (
+    CUSTOM_CALL_TRACING,
+    custom_call_tracing_on,
+    parse,
+    without_custom_call_tracing,
+)
 
-__all__ = ["flag_base", "keyed", "pool_key", "python_path", "sync_environ", "unkeyed_environ"]
+__all__ = [
+    "TRACING_IN_PROCESS",
+    "TRACING_STRIPPED",
+    "flag_base",
+    "keyed",
+    "pool_key",
+    "python_path",
+    "strip_tracing",
+    "sync_environ",
+    "tracing_vars",
+    "unkeyed_environ",
+    "warn_tracing_inline",
+]
+
+TRACING_STRIPPED = (
+    f"jaxtune: custom-call tracing (--{CUSTOM_CALL_TRACING}=true in {{where}}) adds trace "
+    "points that change a kernel's schedule and its time, so it was removed from the "
+    "sweep's child: configs are timed without it. Keep it for `jaxtune profile "
+    "--custom-call-tracing`, and take it out of {where} where you tune."
+)
+
+TRACING_IN_PROCESS = (
+    f"jaxtune: custom-call tracing (--{CUSTOM_CALL_TRACING}=true in {{where}}) is in effect "
+    "in this process, and a sweep that runs here cannot turn it off: its timings include "
+    "the trace points, which change a kernel's schedule. Take the flag out of {where}, or "
+    "tune in a child process (JAXTUNE_ISOLATION=process, with the TPU not yet opened here)."
+)
+
+_TRACING_WARNED: set[str] = set()
+
+
+def tracing_vars(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The flag variables of ``env`` that turn custom-call tracing on."""
+    return tuple(
+        v for v in ("XLA_FLAGS", "LIBTPU_INIT_ARGS") if custom_call_tracing_on(env.get(v, ""))
+    )
+
+
+def _warn_once(template: str, where: tuple[str, ...]) -> None:
+    message = template.format(where=" and ".join(where))
+    if message not in _TRACING_WARNED:
+        _TRACING_WARNED.add(message)
+        warnings.warn(message, CustomCallTracingWarning, stacklevel=4)
+
+
+def strip_tracing(env: MutableMapping[str, str]) -> tuple[str, ...]:
+    """For a sweep's child: removes custom-call tracing from ``env``'s ``XLA_FLAGS`` and
+    ``LIBTPU_INIT_ARGS`` where it is on, says so once (:data:`TRACING_STRIPPED`), and
+    returns the variables it was removed from."""
+    where = tracing_vars(env)
+    for var in where:
+        text = without_custom_call_tracing(env[var])
+        if text:
+            env[var] = text
+        else:
+            del env[var]
+    if where:
+        _warn_once(TRACING_STRIPPED, where)
+    return where
+
+
+def warn_tracing_inline() -> None:
+    """For a sweep in this process: says once (:data:`TRACING_IN_PROCESS`) that custom-call
+    tracing is in effect here, where it cannot be turned off."""
+    where = tracing_vars(os.environ)
+    if where:
+        _warn_once(TRACING_IN_PROCESS, where)
+
 
 # The variables that can change what a child's backend does; the pool keys children on
 # these only, so that a library that sets an unrelated variable after a child was started

@@ -33,7 +33,7 @@ from .._tuning.sweep import (
 )
 from . import context as _context
 from .devices import parent_backend, sweep_devices
-from .environ import flag_base, python_path
+from .environ import flag_base, python_path, strip_tracing, warn_tracing_inline
 from .flight import InFlight, how_lost, raise_child_error
 from .process import POOL, ChildLost, ChildProcess
 from .requests import reference_config, sweep_request
@@ -68,6 +68,7 @@ class InlineRunner:
     """
 
     def sweep(self, task: SweepTask) -> SweepOutcome:
+        warn_tracing_inline()
         local_config = _context.capture()
 
         def work() -> SweepOutcome:
@@ -144,6 +145,8 @@ class ProcessRunner:
             if "JAX_PLATFORMS" in os.environ:
                 env["JAX_PLATFORMS"] = os.environ["JAX_PLATFORMS"]
         env.update(extra)
+        if self.profiling is None:  # a sweep: trace points would change what it times
+            strip_tracing(env)
         env["PYTHONPATH"] = python_path()
         env["JAXTUNE_ISOLATION"] = "inline"
         env["JAXTUNE_PARENT_PID"] = str(os.getpid())

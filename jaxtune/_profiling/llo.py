@@ -1,31 +1,56 @@
-"""LLO analysis of a TPU trace (``jaxtune report --llo``), by xprof's embedded analysis.
+"""LLO analysis of a TPU trace (``jaxtune report --llo``, ``jaxtune profile --llo``,
+``profile(llo=True)``), by xprof's embedded analysis.
 
 The ``xprof`` wheel on PyPI (the ``jaxtune[xprof]`` extra) ships the analysis compiled in
-(``xprof.convert._pywrap_profiler_plugin.built_with_embedded()``); ``analyze_llo(path,
-kernel="")`` answers ``"success": true`` with ``total_instructions``, ``unique_registers``,
-an opcode histogram and a per-kernel source map when the trace holds LLO data (an
-``llo_proto`` stat on its ``/host:metadata`` plane). Its figures are a modelled static
-schedule, not measurements. The analysis runs in a child process, bounded in time, so a
-crash or hang there costs only the analysis. Where it cannot succeed, :func:`analyze`
-says why and what to do, in one line.
+(``xprof.convert._pywrap_profiler_plugin.built_with_embedded()``). ``analyze_llo(path, "")``
+answers ``"success": true`` with ``total_instructions``, ``unique_registers``, an
+``opcode_histogram`` and one entry per LLO module (``modules``: ``kernel_name``,
+``hlo_instruction_name``, its own totals and source map) when the trace holds LLO data (an
+``llo_proto`` stat on its ``/host:metadata`` plane); ``get_llo_static_analysis_json(path,
+mode, hlo_op, 0)`` answers ``{"status": "OK", "semantics": "static_modelled_schedule",
+"mode": ..., "data": {...}}`` for the modes :data:`STATIC_MODES` read (``list_ops`` names
+the kernels). Every figure there is a modelled static schedule, not a measurement.
+
+The analysis runs in a child process, bounded in time (:data:`LLO_TIMEOUT_S`), so a crash
+or hang there costs only the analysis. Where it cannot succeed, :func:`analyze` says why
+and what to do, in one line; :mod:`.llo_figures` turns a successful answer into figures
+per kernel.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import subprocess
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from .. import _flags
 from . import xplane as _xplane
+from .llo_figures import STATIC_MODES, summary
+from .tracefile import find_trace
 
-__all__ = ["LLO_TIMEOUT_S", "NO_LLO_DATA", "TPU_ONLY", "XPROF_INSTALL", "analyze", "has_llo_data"]
+__all__ = [
+    "LLO_TIMEOUT_S",
+    "MAX_KERNELS",
+    "NO_LLO_DATA",
+    "STATIC_MODES",
+    "TPU_ONLY",
+    "XPROF_INSTALL",
+    "analyze",
+    "attach",
+    "has_llo_data",
+    "xprof_available",
+]
 
-#: How long the child running xprof's analysis may take.
+#: How long the child running xprof's analysis may take, all kernels together.
 LLO_TIMEOUT_S = 300
+
+#: At most this many kernels get the per-kernel static analyses (each one re-reads the trace).
+MAX_KERNELS = 16
 
 #: How to get the analysis.
 XPROF_INSTALL = "pip install 'jaxtune[xprof]' (the xprof wheel from PyPI, which embeds it)"
@@ -38,17 +63,33 @@ NO_LLO_DATA = (
     "profile and @jaxtune.profiled set it), on libtpu 0.0.42 or newer"
 )
 
+# Runs under the interpreter that has xprof (maybe not this one), so it imports nothing of
+# jaxtune's; it prints one JSON line: xprof's answers, as they came.
 _CHILD = """
 import json, sys
 try:
     from xprof.convert import _pywrap_profiler_plugin as plugin
 except Exception as e:
     print(json.dumps({"import_error": f"{type(e).__name__}: {e}"})); sys.exit()
+path, modes, limit = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+def static(mode, op):
+    try:
+        return json.loads(plugin.get_llo_static_analysis_json(path, mode, op, 0))
+    except Exception as e:
+        return {"status": "ERROR", "mode": mode, "error": f"{type(e).__name__}: {e}"}
 embedded = bool(getattr(plugin, "built_with_embedded", lambda: False)())
-answer = plugin.analyze_llo(sys.argv[1], "") if embedded else None
-if isinstance(answer, (bytes, str)):
-    answer = json.loads(answer)
-print(json.dumps({"embedded": embedded, "answer": answer}, default=str))
+out = {"embedded": embedded, "answer": None, "static": {}}
+if embedded:
+    answer = plugin.analyze_llo(path, "")
+    if isinstance(answer, (bytes, str)):
+        answer = json.loads(answer)
+    out["answer"] = answer
+    if isinstance(answer, dict) and answer.get("success"):
+        listed = static("list_ops", "")
+        out["list_ops"] = listed
+        ops = (listed.get("data") or {}).get("ops") or [] if listed.get("status") == "OK" else []
+        out["static"] = {op: {m: static(m, op) for m in modes} for op in ops[:limit]}
+print(json.dumps(out, default=str))
 """
 
 
@@ -62,58 +103,61 @@ def has_llo_data(space: _xplane.Space) -> bool:
     )
 
 
+def xprof_available(python: str | None = None) -> bool:
+    """Whether an xprof can be asked: ``python`` given, or xprof importable here."""
+    return python is not None or importlib.util.find_spec("xprof") is not None
+
+
 def _failed(why: str, fix: str = "") -> dict[str, Any]:
     return {"success": False, "why": why, "fix": fix, "line": f"{why}; {fix}" if fix else why}
 
 
-def _summary(answer: dict[str, Any]) -> dict[str, Any]:
-    opcodes = answer.get("opcodes") or answer.get("opcode_histogram") or {}
-    top = (
-        sorted(opcodes.items(), key=lambda kv: -float(kv[1] or 0))[:10]
-        if isinstance(opcodes, dict)
-        else []
-    )
-    kernels = answer.get("kernels") or answer.get("source_map") or {}
-    return {
-        "success": True,
-        "semantics": answer.get("semantics", "static_modelled_schedule"),
-        "total_instructions": answer.get("total_instructions"),
-        "unique_registers": answer.get("unique_registers"),
-        "top_opcodes": [list(kv) for kv in top],
-        "kernels": sorted(kernels) if isinstance(kernels, dict) else [],
-        "line": (
-            f"LLO analysis (modelled static schedule, not measured): "
-            f"{answer.get('total_instructions')} instructions, "
-            f"{answer.get('unique_registers')} registers"
-        ),
-    }
-
-
-def analyze(
-    trace_file: str | os.PathLike[str], platform: str, llo_data: bool, *, python: str | None = None
-) -> dict[str, Any]:
-    """xprof's LLO analysis of the trace, summarized; or ``success: False`` with ``why``,
-    ``fix`` and the one ``line`` a report prints."""
-    if platform != "tpu":
-        return _failed(TPU_ONLY.format(platform=platform), "capture the trace on a TPU")
-    if python is None and importlib.util.find_spec("xprof") is None:
-        return _failed("LLO analysis needs xprof, which is not installed", XPROF_INSTALL)
+def _ask_xprof(trace_file: str, python: str | None) -> dict[str, Any]:
+    """xprof's answers from the child, or ``{"failed": summary}``."""
+    proc = None
+    argv = [python or sys.executable, "-c", _CHILD, trace_file, ",".join(STATIC_MODES)]
     try:
         proc = subprocess.run(
-            [python or sys.executable, "-c", _CHILD, os.fspath(trace_file)],
+            [*argv, str(MAX_KERNELS)],
             capture_output=True,
             text=True,
             timeout=LLO_TIMEOUT_S,
         )
         got = json.loads(proc.stdout.strip().splitlines()[-1])
+        if not isinstance(got, dict):
+            raise ValueError(got)
+        return got
     except subprocess.TimeoutExpired:
-        return _failed(f"xprof's LLO analysis took over {LLO_TIMEOUT_S} s and was stopped")
+        return {
+            "failed": _failed(f"xprof's LLO analysis took over {LLO_TIMEOUT_S} s and was stopped")
+        }
     except (OSError, ValueError, IndexError):
-        return _failed(
-            "xprof's LLO analysis ended without an answer ("
-            + (proc.stderr.strip()[-200:] if "proc" in locals() else "no child")
-            + ")"
-        )
+        tail = proc.stderr.strip()[-200:] if proc is not None else "no child"
+        return {"failed": _failed(f"xprof's LLO analysis ended without an answer ({tail})")}
+
+
+def analyze(
+    trace_file: str | os.PathLike[str],
+    platform: str,
+    llo_data: bool,
+    *,
+    python: str | None = None,
+    kernels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """xprof's LLO analysis of the trace, summarized per kernel (:func:`.llo_figures.summary`);
+    or ``success: False`` with ``why``, ``fix`` and the one ``line`` a report prints.
+
+    ``python``: an interpreter with xprof (default: this one); ``kernels``: jaxtune's kernel
+    name by HLO op name, so each LLO module is shown under the kernel the report names.
+    """
+    if platform != "tpu":
+        return _failed(TPU_ONLY.format(platform=platform), "capture the trace on a TPU")
+    if not xprof_available(python):
+        return _failed("LLO analysis needs xprof, which is not installed", XPROF_INSTALL)
+    got = _ask_xprof(os.fspath(trace_file), python)
+    if "failed" in got:
+        failed: dict[str, Any] = got["failed"]
+        return failed
     if "import_error" in got:
         return _failed(f"xprof cannot be imported ({got['import_error']})", XPROF_INSTALL)
     if not got.get("embedded"):
@@ -124,7 +168,7 @@ def analyze(
         )
     answer = got.get("answer")
     if isinstance(answer, dict) and answer.get("success"):
-        return _summary(answer)
+        return summary(answer, got.get("static") or {}, kernels or {})
     if not llo_data:
         return {**_failed(NO_LLO_DATA), "answer": answer}
     error = answer.get("error") if isinstance(answer, dict) else None
@@ -132,3 +176,21 @@ def analyze(
         **_failed(f"xprof's LLO analysis did not succeed ({error or answer})"),
         "answer": answer,
     }
+
+
+P = TypeVar("P")
+
+
+def attach(profile: P, path: str | os.PathLike[str], *, python: str | None = None) -> P:
+    """``profile`` (a :class:`~jaxtune.Profile`) with its ``llo`` section: xprof's analysis
+    of the trace at ``path`` (a file or a capture's directory), or the line saying why
+    there is none. Off TPU no child runs."""
+    platform = getattr(profile, "platform", "")
+    llo_data = False
+    trace: os.PathLike[str] | str = path
+    if platform == "tpu":
+        trace = find_trace(path)
+        llo_data = has_llo_data(_xplane.load(trace))
+    names = {k.hlo_op: k.name for k in getattr(profile, "kernels", ()) if k.hlo_op}
+    got = analyze(trace, platform, llo_data, python=python, kernels=names)
+    return dataclasses.replace(profile, llo=got)  # type: ignore[type-var]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import re
 import tempfile
@@ -26,6 +25,7 @@ from .. import _config, _flags, _markers
 from .._errors import JaxtuneError, JaxtuneWarning
 from .._tuning.locate import sites_in_module
 from . import calls as _calls
+from . import llo as _llo
 from .hlo import hlo_fusions, hlo_ops
 from .report import Profile as Profile
 from .report import report_from_trace as report_from_trace
@@ -128,28 +128,6 @@ def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
     }
 
 
-def _llo_analysis(logdir: str) -> dict[str, Any] | None:
-    """Runs ``xprof get_llo_analysis`` on the trace when such an xprof is installed; the
-    capture counts as valid only when it answers ``"success": true``."""
-    import shutil
-    import subprocess
-
-    exe = shutil.which("xprof")
-    if exe is None:
-        return None
-    try:
-        proc = subprocess.run(
-            [exe, "get_llo_analysis", logdir], capture_output=True, text=True, timeout=300
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"success": False, "error": str(e)}
-    try:
-        answer = json.loads(proc.stdout)
-    except ValueError:
-        return {"success": False, "error": (proc.stderr or proc.stdout).strip()[-500:]}
-    return answer if isinstance(answer, dict) else {"success": False, "answer": answer}
-
-
 def profile(
     fn: Callable[..., Any],
     *args: Any,
@@ -163,10 +141,11 @@ def profile(
     """Captures a trace of ``fn(*args, **kwargs)`` and attributes device time to kernels.
 
     Runs in a child process with the profiling flags for the platform set before JAX
-    starts (``llo=True``, the default, registers LLO debug info on TPU;
-    ``custom_call_tracing=True`` also traces inside custom calls). Warms up ``warmup`` (at
-    least 2) calls, traces ``iters``, keeps the trace in ``logdir`` (a new temporary
-    directory by default). Arguments may be arrays or ``jax.ShapeDtypeStruct``.
+    starts (``llo=True``, the default, registers LLO debug info on TPU and then runs
+    xprof's LLO analysis on the trace: ``Profile.llo``, a modelled static schedule per
+    kernel, or one line saying why there is none; ``custom_call_tracing=True`` also traces
+    inside custom calls). Warms up ``warmup`` (at least 2) calls, traces ``iters``, keeps
+    the trace in ``logdir`` (a new temporary directory by default). Arguments may be arrays or ``jax.ShapeDtypeStruct``.
 
     Raises:
         ProfileError: the capture failed (the message holds the child's stderr).
@@ -188,7 +167,7 @@ def profile(
         info = capture(raw, args, kwargs, iters=iters, warmup=warmup, logdir=target)
         missing = _missing_flags(info["platform"], llo, custom_call_tracing)
     result = report_from_trace(target, info=info, iterations=iters)
-    return _with_llo(result, info, target, missing, wanted=llo or custom_call_tracing)
+    return _with_llo(result, target, missing, wanted=llo)
 
 
 def _capture_in_child(
@@ -214,19 +193,11 @@ def _capture_in_child(
         return None
 
 
-def _with_llo(
-    result: Profile, info: Mapping[str, Any], target: str, missing: tuple[str, ...], wanted: bool
-) -> Profile:
-    """The profile with its missing flags and, on TPU when LLO flags were asked for, the
-    xprof LLO analysis (a capture counts as valid only when it answers success)."""
-    llo_summary = _llo_analysis(target) if info["platform"] == "tpu" and wanted else None
-    notes = list(result.notes)
-    if llo_summary is not None and not llo_summary.get("success"):
-        notes.append(
-            "xprof get_llo_analysis did not answer success: the LLO capture is not "
-            "valid; check the flags with `jaxtune doctor`"
-        )
-    return dataclasses.replace(result, missing_flags=missing, llo=llo_summary, notes=tuple(notes))
+def _with_llo(result: Profile, target: str, missing: tuple[str, ...], wanted: bool) -> Profile:
+    """The profile with its missing flags and, when LLO was asked for, xprof's LLO analysis
+    of its trace (in a child, bounded in time), or the line saying why there is none."""
+    result = dataclasses.replace(result, missing_flags=missing)
+    return _llo.attach(result, target) if wanted else result
 
 
 class Profiled(Generic[P, R]):
@@ -302,7 +273,7 @@ class Profiled(Generic[P, R]):
             missing = _missing_flags(
                 info["platform"], options["llo"], options["custom_call_tracing"]
             )
-            result = dataclasses.replace(result, missing_flags=missing)
+            result = _with_llo(result, options["logdir"], missing, wanted=options["llo"])
             path = result.save(out / "report.json")
         except Exception as e:
             warnings.warn(f"jaxtune could not profile {name}: {e}", JaxtuneWarning, stacklevel=3)

@@ -8,6 +8,7 @@ from typing import Any
 from .._codec import table
 from . import units
 from .attribution import KernelStat
+from .llo_figures import lines as llo_lines
 
 __all__ = ["BOUND_HELP", "format_profile", "stat_rows", "unknown_bound_reasons"]
 
@@ -149,6 +150,8 @@ def format_profile(profile: Any, top: int = 20) -> str:
         parts.append("kernels: none (no Pallas or jaxtune kernel ran in this trace)")
     for intra in getattr(profile, "intrakernel", ()):
         parts += ["", *intra.summary()]
+    if getattr(profile, "llo", None):
+        parts += ["", *llo_lines(profile.llo)]
     ops = list(profile.ops[:top])
     if ops:
         header, rows = stat_rows(ops, mark_unknown=False)

@@ -1,0 +1,196 @@
+"""xprof's LLO answers turned into figures per kernel, and the lines a report prints.
+
+Every figure here is xprof's *modelled static schedule* (``"semantics":
+"static_modelled_schedule"``): what the compiler scheduled, counted from the LLO program,
+not what the hardware did. Measured time inside a kernel comes from custom-call tracing
+(:mod:`.intrakernel`).
+
+What is read, by mode of ``get_llo_static_analysis_json`` (shapes as the xprof 2.24 wheel
+answers them): ``opcodes`` → ``data.total_instructions``, ``data.top_opcodes`` (``opcode``,
+``count``) and ``data.categories``; ``bundle_util`` → ``data.bundles`` (each bundle's
+``<unit>_used`` / ``<unit>_avail`` slots), ``data.total_bundles``, ``data.shown_bundles``,
+``data.truncated``; ``spills`` → ``data.summary`` (``total_spill_bytes``,
+``static_spill_bundles``, ``static_fill_bundles``, ...); ``register_pressure`` →
+``data.peak_by_register_type``, ``data.total_live_ranges``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["MODELLED", "STATIC_MODES", "lines", "summary"]
+
+#: The static analyses asked for each kernel.
+STATIC_MODES = ("opcodes", "bundle_util", "spills", "register_pressure")
+
+#: How every LLO figure is labelled.
+MODELLED = "modelled static schedule, not measured"
+
+_TOP = 10
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _count(value: Any) -> int | None:
+    n = _number(value)
+    return None if n is None or isinstance(value, bool) else int(n)
+
+
+def _opcodes(data: Mapping[str, Any], module: Mapping[str, Any]) -> list[list[Any]]:
+    """``[opcode, count]`` pairs, most frequent first: the ``opcodes`` mode's
+    ``top_opcodes``, else the module's ``opcode_histogram``."""
+    pairs: list[tuple[str, float]] = []
+    for item in data.get("top_opcodes") or ():
+        if isinstance(item, Mapping):
+            name, count = item.get("opcode", item.get("name")), item.get("count")
+        elif isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2:
+            name, count = item
+        else:
+            continue
+        if (n := _number(count)) is not None:
+            pairs.append((str(name), n))
+    if not pairs and isinstance(module.get("opcode_histogram"), Mapping):
+        pairs = [
+            (str(k), n)
+            for k, v in module["opcode_histogram"].items()
+            if (n := _number(v)) is not None
+        ]
+    pairs.sort(key=lambda kv: -kv[1])
+    return [[name, int(count)] for name, count in pairs[:_TOP]]
+
+
+def _utilisation(data: Mapping[str, Any]) -> dict[str, float]:
+    """Per unit, the share of its issue slots the schedule fills over the bundles read:
+    the sum of ``<unit>_used`` over the sum of ``<unit>_avail``."""
+    used: dict[str, float] = {}
+    avail: dict[str, float] = {}
+    for bundle in data.get("bundles") or ():
+        if not isinstance(bundle, Mapping):
+            continue
+        for key, value in bundle.items():
+            if not (isinstance(key, str) and key.endswith("_used")):
+                continue
+            unit = key[: -len("_used")]
+            u, a = _number(value), _number(bundle.get(f"{unit}_avail"))
+            if u is None or a is None:
+                continue
+            used[unit] = used.get(unit, 0.0) + u
+            avail[unit] = avail.get(unit, 0.0) + a
+    return {unit: used[unit] / avail[unit] for unit in sorted(used) if avail[unit] > 0}
+
+
+def _ints(mapping: Any) -> dict[str, int]:
+    if not isinstance(mapping, Mapping):
+        return {}
+    return {str(k): n for k, v in mapping.items() if (n := _count(v)) is not None}
+
+
+def _data(answer: Any) -> tuple[dict[str, Any], str | None]:
+    """A static answer's ``data`` and its error (``None`` when it says ``OK``)."""
+    if not isinstance(answer, Mapping):
+        return {}, f"no answer ({answer!r})"
+    if answer.get("status") != "OK":
+        return {}, str(answer.get("error") or answer.get("reason") or answer.get("status"))
+    data = answer.get("data")
+    return (dict(data) if isinstance(data, Mapping) else {}), None
+
+
+def _kernel(
+    op: str, module: Mapping[str, Any], static: Mapping[str, Any], names: Mapping[str, str]
+) -> dict[str, Any]:
+    """One kernel's figures from its LLO module and its static answers."""
+    read = {mode: _data(static.get(mode)) for mode in STATIC_MODES} if static else {}
+    errors = {mode: err for mode, (_, err) in read.items() if err}
+    opcodes = read.get("opcodes", ({}, None))[0]
+    bundles = read.get("bundle_util", ({}, None))[0]
+    spills = read.get("spills", ({}, None))[0]
+    registers = read.get("register_pressure", ({}, None))[0]
+    llo_name = str(module.get("kernel_name") or "")
+    shown = bundles.get("bundles")
+    return {
+        "hlo_op": op,
+        "kernel": names.get(op) or names.get(llo_name) or llo_name or op,
+        "llo_module": llo_name,
+        "success": bool(static) and not errors,
+        "errors": errors,
+        "instructions": _count(opcodes.get("total_instructions", module.get("total_instructions"))),
+        "unique_registers": _count(module.get("unique_registers")),
+        "opcodes": _opcodes(opcodes, module),
+        "categories": list(opcodes.get("categories") or ())[:_TOP],
+        "bundles": _count(bundles.get("total_bundles")),
+        "bundles_read": len(shown) if isinstance(shown, list) else 0,
+        "truncated": bool(bundles.get("truncated")),
+        "unit_utilisation": _utilisation(bundles),
+        "spills": _ints(spills.get("summary")),
+        "register_peaks": _ints(registers.get("peak_by_register_type")),
+        "live_ranges": _count(registers.get("total_live_ranges")),
+    }
+
+
+def summary(
+    answer: Mapping[str, Any], static: Mapping[str, Any], names: Mapping[str, str]
+) -> dict[str, Any]:
+    """The report's ``llo`` section from ``analyze_llo``'s successful ``answer`` and the
+    static answers per HLO op (``static[op][mode]``); ``names`` maps HLO op names (or LLO
+    module names) to the kernel names the report uses."""
+    modules = [m for m in answer.get("modules") or () if isinstance(m, Mapping)]
+    by_op = {str(m.get("hlo_instruction_name") or m.get("kernel_name") or ""): m for m in modules}
+    ops = list(static) + [op for op in by_op if op not in static]
+    kernels = [_kernel(op, by_op.get(op, {}), static.get(op) or {}, names) for op in ops]
+    total = _count(answer.get("total_instructions"))
+    registers = _count(answer.get("unique_registers"))
+    return {
+        "success": True,
+        "semantics": "static_modelled_schedule",
+        "total_instructions": total,
+        "unique_registers": registers,
+        "top_opcodes": _opcodes({}, answer),
+        "kernels": kernels,
+        "line": (
+            f"LLO analysis ({MODELLED}): {len(kernels)} kernel(s), {total} instructions, "
+            f"{registers} registers"
+        ),
+    }
+
+
+def _kernel_line(k: Mapping[str, Any]) -> str:
+    name = k["kernel"] + (f" ({k['hlo_op']})" if k["hlo_op"] and k["hlo_op"] != k["kernel"] else "")
+    parts = [f"{k['instructions']} instructions"]
+    if k.get("unique_registers") is not None:
+        parts[0] += f", {k['unique_registers']} registers"
+    if k.get("opcodes"):
+        parts.append("opcodes " + ", ".join(f"{n} {c}" for n, c in k["opcodes"][:5]))
+    if k.get("unit_utilisation"):
+        of = f"{k['bundles_read']} of {k['bundles']}" if k["truncated"] else f"{k['bundles']}"
+        use = ", ".join(f"{u} {100 * f:.0f}%" for u, f in k["unit_utilisation"].items())
+        parts.append(f"bundle slots filled {use} (over {of} bundles)")
+    spills = k.get("spills") or {}
+    if spills:
+        parts.append(
+            f"spills {spills.get('total_spill_bytes', 0)} B in "
+            f"{spills.get('static_spill_bundles', 0)} bundles, fills in "
+            f"{spills.get('static_fill_bundles', 0)}"
+        )
+    if k.get("register_peaks"):
+        peaks = ", ".join(f"{t} {n}" for t, n in k["register_peaks"].items())
+        parts.append(f"peak live registers {peaks}")
+    errors = k.get("errors") or {}
+    if errors:
+        parts.append("; ".join(f"{mode} failed: {err}" for mode, err in errors.items()))
+    return f"  {name}: " + "; ".join(parts)
+
+
+def lines(llo: Mapping[str, Any] | None) -> list[str]:
+    """What a text report prints of its ``llo`` section: the one line, and one line per
+    kernel when the analysis succeeded."""
+    if not llo:
+        return []
+    out = [f"llo: {llo.get('line', '')}"]
+    if llo.get("success"):
+        out += [_kernel_line(k) for k in llo.get("kernels") or () if isinstance(k, Mapping)]
+    return out

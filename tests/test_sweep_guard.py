@@ -1,0 +1,77 @@
+"""A sweep never times configs with custom-call tracing in effect (issue 24): the sweep's
+child runs without the flag, and says so once; a sweep in this process says it cannot."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import jax.numpy as jnp
+import pytest
+from faulty_kernels import pid_probe
+
+from jaxtune._errors import CustomCallTracingWarning
+from jaxtune._isolation import environ as _environ
+from jaxtune._isolation import process as _process
+from jaxtune._isolation import runner as _runner
+
+TRACING = "--xla_xprof_enable_custom_call_tracing=true"
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch, fast_timing):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    monkeypatch.setattr(_environ, "_TRACING_WARNED", set())
+    yield
+    _process.shutdown_children()
+
+
+@pytest.mark.slow
+def test_a_sweep_child_runs_without_custom_call_tracing(tmp_path, monkeypatch):
+    # jaxlib on CPU does not know the flag: a child started with it would abort at backend
+    # start ("Unknown command line flag"), so a sweep that measures at all ran without it.
+    x = jnp.ones(4)  # this process's backend starts before the flag is set, as in a program
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_enable_custom_call_region_trace {TRACING}")
+    monkeypatch.setenv("PID_PROBE_FILE", str(tmp_path / "pids"))
+    with pytest.warns(CustomCallTracingWarning, match="removed from the sweep's child") as seen:
+        (entry,) = pid_probe.tune(x).values()
+    assert len(entry.measurements) == 2
+    assert len([w for w in seen if w.category is CustomCallTracingWarning]) == 1  # once
+    assert "XLA_FLAGS" in str(seen[0].message)
+    (child,) = _process.POOL.children()
+    assert "custom_call" not in (child.ready["env"].get("XLA_FLAGS") or "")
+    assert TRACING in os.environ["XLA_FLAGS"]  # this process's own flags are untouched
+
+
+def test_the_child_environment_keeps_every_other_flag(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to=/tmp/d {TRACING}")
+    with pytest.warns(CustomCallTracingWarning, match=r"--xla_xprof_enable_custom_call_tracing"):
+        env = _runner.ProcessRunner(platform="cpu").environment()
+    assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/d"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once, not per child
+        assert (
+            _runner.ProcessRunner(platform="cpu").environment()["XLA_FLAGS"]
+            == "--xla_dump_to=/tmp/d"
+        )
+
+
+def test_tracing_turned_off_or_a_profile_capture_is_left_alone(monkeypatch):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monkeypatch.setenv("XLA_FLAGS", f"{TRACING} --xla_xprof_enable_custom_call_tracing=false")
+        off = _runner.ProcessRunner(platform="cpu").environment()
+        assert "custom_call_tracing=false" in off["XLA_FLAGS"]  # the last entry counts: off
+        monkeypatch.setenv("XLA_FLAGS", TRACING)
+        capture = _runner.ProcessRunner(platform="cpu", profiling={"llo": True})
+        assert TRACING in capture.environment()["XLA_FLAGS"]  # profiling wants it
+
+
+def test_a_sweep_in_this_process_says_it_cannot_turn_tracing_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")
+    monkeypatch.setenv("PID_PROBE_FILE", str(tmp_path / "pids"))
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", TRACING)
+    with pytest.warns(CustomCallTracingWarning, match="cannot turn it off") as seen:
+        (entry,) = pid_probe.tune(jnp.ones(4)).values()
+    assert "LIBTPU_INIT_ARGS" in str(seen[0].message)
+    assert len(entry.measurements) == 2
