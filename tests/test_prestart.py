@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from jaxtune._isolation.devices import cpu_only
+
 pytestmark = pytest.mark.slow
 
 MODULE = textwrap.dedent(
@@ -55,14 +57,16 @@ PROGRAM = textwrap.dedent(
 )
 
 
-def _run(tmp_path, module_text, *, lines, **extra):
+def _run(tmp_path, module_text, *, lines, platforms="cpu", **extra):
     """Runs the program (which waits until the import log has ``lines`` lines, then
-    tunes) with ``module_text`` as the kernel's module."""
+    tunes) with ``module_text`` as the kernel's module (``platforms``: JAX_PLATFORMS,
+    ``None`` unset)."""
     (tmp_path / "prestart_probe.py").write_text(module_text)
-    env = {k: v for k, v in os.environ.items() if k != "PROBE_VALUE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PROBE_VALUE", "JAX_PLATFORMS")}
+    if platforms is not None:
+        env["JAX_PLATFORMS"] = platforms
     env.update(
         JAXTUNE_MODE="tune",
-        JAX_PLATFORMS="cpu",
         PROBE_LOG=str(tmp_path / "imports.log"),
         PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]),
         **extra,
@@ -77,8 +81,13 @@ def _run(tmp_path, module_text, *, lines, **extra):
     )
 
 
-def test_the_kernels_module_is_imported_in_the_child_before_the_first_sweep(tmp_path):
-    proc = _run(tmp_path, MODULE, lines=2)
+@pytest.mark.parametrize("platforms", ["cpu", None], ids=["JAX_PLATFORMS=cpu", "unset"])
+def test_the_kernels_module_is_imported_in_the_child_before_the_first_sweep(tmp_path, platforms):
+    # Unset, with no accelerator plugin installed, the platform can only be CPU: the
+    # child is started ahead of need all the same (before JAX starts a backend here).
+    if platforms is None and not cpu_only():
+        pytest.skip("an accelerator plugin is installed: the platform is not known ahead")
+    proc = _run(tmp_path, MODULE, lines=2, platforms=platforms)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     parent = str(out["parent"])
@@ -113,3 +122,18 @@ def test_a_module_whose_import_hangs_in_the_child_ends_in_an_error_not_a_hang(tm
     assert proc.returncode != 0
     assert "no answer within the 3 s limit" in proc.stderr, proc.stderr[-3000:]
     assert "while importing its module" in proc.stderr
+
+
+def test_cpu_only_is_false_where_a_tpu_runtime_or_a_plugin_is_installed(monkeypatch, tmp_path):
+    from jaxtune._isolation import devices
+
+    monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
+    monkeypatch.delenv("PJRT_NAMES_AND_LIBRARY_PATHS", raising=False)
+    monkeypatch.setenv("TPU_LIBRARY_PATH", "/opt/libtpu.so")
+    assert not devices.cpu_only()
+    monkeypatch.delenv("TPU_LIBRARY_PATH")
+    # A PJRT plugin in the jax_plugins namespace (where the CUDA plugin installs itself).
+    (tmp_path / "jax_plugins" / "xla_cuda12").mkdir(parents=True)
+    (tmp_path / "jax_plugins" / "xla_cuda12" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not devices.cpu_only()

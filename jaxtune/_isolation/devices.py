@@ -10,10 +10,19 @@ does not try.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import sys
 
-__all__ = ["local_devices", "parent_backend", "split", "sweep_devices", "usable_cores"]
+__all__ = [
+    "cpu_only",
+    "local_devices",
+    "parent_backend",
+    "split",
+    "sweep_devices",
+    "usable_cores",
+]
 
 SPLITTABLE = ("gpu", "cuda", "rocm", "cpu")
 
@@ -76,3 +85,18 @@ def parent_backend() -> str | None:
     if not backends:
         return None
     return str(jax_mod.default_backend())
+
+
+def cpu_only() -> bool:
+    """Whether JAX can only start its CPU backend here: no TPU runtime (``libtpu``), no
+    PJRT plugin (the ``jax_plugins`` namespace or entry points, where the CUDA and ROCm
+    plugins live) and no plugin named by the environment. Looks at what is installed
+    only: nothing is imported and no backend is started."""
+    if os.environ.get("TPU_LIBRARY_PATH") or os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS"):
+        return False
+    try:
+        if any(importlib.util.find_spec(m) for m in ("libtpu", "libtpu_nightly", "jax_plugins")):
+            return False
+        return not list(importlib.metadata.entry_points(group="jax_plugins"))
+    except (ImportError, ValueError):
+        return False

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _config
 from .._versions import toolchain
+from .devices import cpu_only
 from .environ import pool_key, unkeyed_environ
 from .process import POOL, ChildLost, ChildProcess
 from .requests import function_ref
@@ -44,7 +45,12 @@ def prestart(runner: ProcessRunner, fn: Any = None) -> bool:
     comes early wait for the same child), then imports the module of ``fn`` there. Only CPU
     and GPU children: a TPU child would hold the chip this process may still want. Returns
     whether a start was begun (once per environment and process)."""
-    if runner.expected_platform() not in ("cpu", "gpu"):
+    platform = runner.expected_platform()
+    if platform is None and cpu_only():
+        # Nothing decided the platform yet (no backend, no JAX_PLATFORMS), but JAX can
+        # only start its CPU backend: the child the sweep will ask for is the CPU one.
+        runner, platform = runner.on_platform("cpu"), "cpu"
+    if platform not in ("cpu", "gpu"):
         return False
     key = (runner.device, *pool_key(runner.environment()))
     ref = _module_ref(fn)

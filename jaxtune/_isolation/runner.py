@@ -316,6 +316,17 @@ class ProcessRunner:
             f"configs ({how}); stderr: {tail}"
         )
 
+    def on_platform(self, platform: str) -> ProcessRunner:
+        """This runner for a child on ``platform`` (its pool key is that of a runner that
+        finds ``platform`` in this process once JAX has started it)."""
+        return ProcessRunner(
+            platform=platform,
+            env=self.extra_env,
+            memory_limit=self.memory_limit,
+            device=self.device,
+            profiling=self.profiling,
+        )
+
     def _on_device(self, device: int) -> ProcessRunner:
         return ProcessRunner(
             platform=self.platform,
