@@ -18,8 +18,8 @@ import importlib
 import os
 import pathlib
 import re
+import secrets
 import stat
-import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -251,14 +251,16 @@ def unpackb(data: bytes, *, hook: Callable[[int, bytes], Any] | None = None) -> 
 def atomic_write(target: pathlib.Path, data: bytes, *, mode: int | None = None) -> None:
     """Writes ``data`` to a temporary file beside ``target``, then renames it over, so a
     reader sees the old file or the new one, never a part. ``mode``: the new file's
-    permissions (default: what the process's umask gives a new file)."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    permissions (default: what the process's umask gives a new file, applied by the OS
+    when the temporary is created; the umask itself is never changed)."""
+    fd, tmp = _temporary_beside(target)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, _umask_mode() if mode is None else mode)
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -266,10 +268,18 @@ def atomic_write(target: pathlib.Path, data: bytes, *, mode: int | None = None) 
         raise
 
 
-def _umask_mode() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+def _temporary_beside(target: pathlib.Path) -> tuple[int, str]:
+    """A new file ``.<name>.XXXXXXXX.tmp`` beside ``target`` (created exclusively, never
+    through a symlink, with mode 0o666 less the umask) and its descriptor."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

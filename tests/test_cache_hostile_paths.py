@@ -182,3 +182,50 @@ def test_undecodable_files_are_named_by_load_import_and_merge(tmp_path, capsys):
         warnings.simplefilter("error")
         with pytest.raises(CacheError, match=str(bad)):
             _cache.register_cache(bad)
+
+
+NO_FCNTL = textwrap.dedent(
+    """
+    import sys, warnings
+    sys.modules["fcntl"] = None  # as on Windows: importing fcntl fails
+    warnings.simplefilter("always")
+    sys.path.insert(0, sys.argv[2])
+    import jaxtune
+    from jaxtune._tuning import cache as _cache
+    from test_cache import make_entry
+
+    with warnings.catch_warnings(record=True) as caught:
+        store = _cache.CacheStore(sys.argv[1])
+        store.write([make_entry()])
+        store.write([make_entry(key="f32[16]")])
+    print(len(store.all_entries()), [str(w.message) for w in caught])
+    """
+)
+
+
+def test_import_and_cache_writes_work_where_fcntl_is_missing(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_FCNTL, str(tmp_path / "c"), str(ROOT / "tests")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    count, messages = proc.stdout.strip().split(" ", 1)
+    assert count == "2"  # both entries written, unlocked
+    assert messages.count("without a lock") == 1, messages  # one warning, not one a write
+
+
+def test_writes_honour_the_umask_without_changing_it(tmp_path, monkeypatch):
+    old = os.umask(0o027)
+    calls = []
+    real_umask = os.umask
+    monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or real_umask(mask))
+    try:
+        _cache.CacheStore(tmp_path / "c").write([make_entry()])
+    finally:
+        real_umask(old)
+    assert calls == []  # never flipped: another thread creating a file meanwhile would get 0
+    (written,) = (tmp_path / "c" / "cpu").glob("*.msgpack")
+    assert stat.S_IMODE(written.stat().st_mode) == 0o640

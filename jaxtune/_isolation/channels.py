@@ -4,7 +4,6 @@ pair, else a pipe) and pipes widened where the OS allows."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import socket
 
@@ -36,5 +35,7 @@ def request_channel() -> tuple[int, int]:
 def widen(fd: int) -> None:
     """Gives a pipe a 1 MiB buffer where the OS allows (Linux), so that a request carrying
     arrays crosses in a few writes instead of one per 64 KiB."""
-    with contextlib.suppress(OSError, AttributeError):
+    with contextlib.suppress(OSError, AttributeError, ImportError):
+        import fcntl
+
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)

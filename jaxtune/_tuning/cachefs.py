@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import pathlib
 import re
 import stat
 import time
+import warnings
 from collections.abc import Iterator
+from types import ModuleType
 
 from .._codec import UnsafeFileError
-from .._errors import CacheError
+from .._errors import CacheError, JaxtuneWarning
+
+fcntl: ModuleType | None
+try:
+    import fcntl
+except ImportError:  # Windows and some embedded Pythons: no POSIX file locks
+    fcntl = None
 
 __all__ = [
     "NOT_A_DIRECTORY",
@@ -75,8 +82,8 @@ def locked(path: pathlib.Path, timeout_s: float) -> Iterator[None]:
     lock = path.with_name(path.name + ".lock")
     fd = open_lock(lock)
     try:
-        wait_for_lock(fd, lock, timeout_s)
-        forget_stale_temporaries(path)
+        if wait_for_lock(fd, lock, timeout_s):
+            forget_stale_temporaries(path)  # only under the lock: no writer is live
         yield
     finally:
         os.close(fd)  # closing releases the lock
@@ -109,13 +116,31 @@ def forget_stale_temporaries(path: pathlib.Path) -> None:
             os.unlink(path.parent / name)
 
 
-def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> None:
+_UNLOCKED_WARNED: list[bool] = []
+
+
+def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> bool:
     """Takes the exclusive lock on ``fd`` within ``timeout_s`` seconds and writes this
-    process's pid into the lock file, so that whoever waits can say who holds it.
+    process's pid into the lock file, so that whoever waits can say who holds it. Where
+    Python has no ``fcntl`` (Windows), writes go unlocked, with one warning: returns
+    whether the lock is held.
 
     Raises:
         CacheError: another process held the lock all that time (named by its pid).
     """
+    if fcntl is None:
+        if not _UNLOCKED_WARNED:
+            _UNLOCKED_WARNED.append(True)
+            warnings.warn(
+                "jaxtune: this Python has no fcntl module, so cache files are written "
+                "without a lock: each write is still atomic (a reader sees a whole file), "
+                "but two processes tuning into the same JAXTUNE_CACHE_DIR at once may "
+                "lose each other's entries. Give each such process its own "
+                "JAXTUNE_CACHE_DIR.",
+                JaxtuneWarning,
+                stacklevel=4,
+            )
+        return False
     deadline = time.monotonic() + timeout_s
     pause = 0.005
     while True:
@@ -136,6 +161,7 @@ def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> None:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     except OSError:
         pass  # a lock file that cannot hold the pid still locks
+    return True
 
 
 def _holder(fd: int) -> str:
