@@ -31,7 +31,6 @@ __all__ = [
     "Fit",
     "cached_entry",
     "device_kind",
-    "find_entry",
     "nearest",
     "scoped_entry",
 ]
@@ -129,16 +128,6 @@ class Fit:
         return False
 
 
-def find_entry(
-    kernel: str, kind: str, key: str, fit: Fit, *, use_caches: bool
-) -> tuple[Entry, Source] | None:
-    """The first usable exact entry: scopes (innermost first), user cache, packaged caches."""
-    scoped = scoped_entry(kernel, kind, key, fit)
-    if scoped is not None:
-        return scoped, "scope"
-    return cached_entry(kernel, kind, key, fit) if use_caches else None
-
-
 def scoped_entry(kernel: str, kind: str, key: str, fit: Fit) -> Entry | None:
     """The usable entry of the innermost ``with TuningResult`` scope that has one."""
     for scope in reversed(active_scopes()):
@@ -202,8 +191,3 @@ def nearest(
         if fit.holds(entry.config):
             best = (d, entry)
     return None if best is None else best[1]
-
-
-def scope_ids() -> tuple[int, ...]:
-    """Identity of the active scopes, for memo keys."""
-    return tuple(id(s) for s in active_scopes())
