@@ -222,10 +222,9 @@ def test_equal_configs_settle_on_the_default_whichever_has_the_best_estimate():
         assert d.settled
 
 
-def test_an_earlier_config_slower_by_more_than_half_the_tie_margin_is_out():
-    # "a" comes first (it would win a tie) but is 4 % slower (tie_within is 3 % here), and
-    # shown so: the faster
-    # "b" is stored, clear; at 1 % slower it is shown equivalent and wins the tie.
+def test_an_earlier_config_is_out_only_when_shown_slower_by_more_than_the_tie_margin():
+    # "a" comes first (it would win a tie); tie_within is 3 % here. 4 % slower, and shown
+    # so: the faster "b" is stored, clear. 1 % slower: shown equivalent, it wins the tie.
     b = [100.0 + 0.1 * i for i in range(10)]
     slower = decide({"a": [x * 1.04 for x in b], "b": b})
     assert slower.verdicts["a"] == "slower" and (slower.pick, slower.kind) == ("b", "clear")

@@ -13,7 +13,7 @@ candidate, another config is
 
 - **tied** when shown equivalent to the best estimate;
 - **slower** when the 99 % interval of its ratio over the candidate lies above 1 (above
-  ``1 + tie_within / 2`` for a rival that would win a tie against the candidate: smaller
+  ``1 + tie_within`` for a rival that would win a tie against the candidate: smaller
   differences the rounds may yet show equivalent): it leaves the rounds and cannot win
   (the stricter level because the rounds look again after every round);
 - **not faster** when its 95 % interval shows it is not faster than the candidate by more
@@ -218,10 +218,10 @@ def decide(
         low = ratio_interval(rounds[c], rounds[candidate])[1]
         strict_low = ratio_interval(rounds[c], rounds[candidate], SLOWER_LEVEL)[1]
         if ahead(c, candidate):
-            # A rival that would win a tie must be shown slower by more than half of
-            # tie_within to be out: a smaller difference the rounds may still show
-            # equivalent (and store it), so that repeated sweeps agree.
-            slower = strict_low is not None and strict_low > 1 + tie_within / 2
+            # A rival that would win a tie must be shown slower by more than tie_within
+            # to be out: a smaller difference the rounds may still show equivalent (and
+            # store it), so that repeated sweeps agree.
+            slower = strict_low is not None and strict_low > 1 + tie_within
             verdicts[c] = "slower" if slower else "undecided"
         elif strict_low is not None and strict_low > 1:
             verdicts[c] = "slower"
