@@ -296,14 +296,17 @@ def _slots(mid: Any, acc: Accumulator) -> Any:
 def walk_columns(cols: Any, acc: Accumulator) -> bool:
     """What :func:`walk_items` does, for a line with no event inside another, in start order
     (a TPU's ``XLA Ops`` line), in array operations; ``False`` (having added nothing) for
-    any other line. Totals are summed in float64: exact below 2^53 ps (2.5 hours)."""
+    any other line. Totals are summed in float64: exact below 2^53 ps (2.5 hours); a run's
+    time in int64."""
     n = len(cols)
     if n == 0:
         return True
     start, mid = cols[:, 0], cols[:, 2]
     dur = np.maximum(cols[:, 1], 0)
     end = start + dur
-    if n > 1 and not bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
+    # Each event starting after the one before it ended: then the ends never decrease, so
+    # no event starts inside any earlier one.
+    if n > 1 and not bool(np.all(start[1:] >= end[:-1])):
         return False  # out of order, or nested
     slot = _slots(mid, acc)
     keep = slot >= 0
@@ -320,11 +323,13 @@ def walk_columns(cols: Any, acc: Accumulator) -> bool:
     xla = np.asarray(acc.xla, dtype=bool)
     new = np.empty(len(own), dtype=bool)
     new[0] = True
-    new[1:] = (own[1:] != own[:-1]) | xla[own[1:]]
-    run_id = np.cumsum(new) - 1
-    run_sum = np.rint(np.bincount(run_id, weights=dur)).astype(np.int64)
+    np.not_equal(own[1:], own[:-1], out=new[1:])
+    new[1:] |= xla[own[1:]]
     first = np.flatnonzero(new)
-    run_owner = own[first]
+    if len(first) < len(own):
+        run_sum, run_owner = np.add.reduceat(dur, first), own[first]
+    else:  # every event a run of its own (XLA ops only)
+        run_sum, run_owner = dur, own
     lo = np.full(nowners, _BIG, dtype=np.int64)
     hi = np.full(nowners, -1, dtype=np.int64)
     np.minimum.at(lo, run_owner, run_sum)
