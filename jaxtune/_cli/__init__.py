@@ -10,16 +10,18 @@ import traceback
 from collections.abc import Sequence
 
 from .._errors import JaxtuneError
-from . import cache as _cache_cli
-from . import from_profile as _from_profile
 from . import profile as _profile_cli
-from . import tune as _tune_cli
 
 __all__ = ["build_parser", "main"]
 
+#: Commands that need no JAX: their parser is built alone, so that reading a trace does not
+#: import the tuning flow (and JAX with it).
+_LIGHT = ("report",)
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (of ``profile`` and ``report`` alone when
+    ``command`` is one of :data:`_LIGHT`)."""
     parser = argparse.ArgumentParser(
         prog="jaxtune",
         description="Autotune and profile JAX/Pallas kernels.",
@@ -28,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the traceback when a command fails"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    if command in _LIGHT:
+        _profile_cli.add_parsers(sub)
+        return parser
+    from . import cache as _cache_cli
+    from . import tune as _tune_cli
 
     doctor = sub.add_parser(
         "doctor",
@@ -64,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in own  # accepted anywhere before `--`, not only before the command
     if debug:
         argv.remove("--debug")
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     args.debug = debug
     _hear_interrupts()
     try:
@@ -110,9 +117,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _profile_cli.run_report(args)
     if args.command == "tune":
         if args.from_profile:
+            from . import from_profile as _from_profile
+
             return _from_profile.run(args)
+        from . import tune as _tune_cli
+
         return _tune_cli.run(args)
     if args.command == "cache":
+        from . import cache as _cache_cli
+
         return _cache_cli.run(args)
     if args.command == "demo":
         from . import demo as _demo

@@ -10,7 +10,6 @@ from typing import Any
 
 from .._flags import child_env, find_libtpu, requested_platform
 from .._profiling.report import Profile
-from .tune import exit_text, program, run_program
 
 __all__ = ["add_parsers", "run_profile", "run_report"]
 
@@ -82,6 +81,8 @@ def _platform(explicit: str | None) -> str:
 
 def run_profile(args: argparse.Namespace) -> int:
     """Runs ``jaxtune profile``; returns the program's exit status."""
+    from .tune import exit_text, program, run_program  # JAX-heavy: not for `jaxtune report`
+
     command = program(args, "profile")
     platform = _platform(args.platform)
     env = child_env(

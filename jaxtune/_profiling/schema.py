@@ -33,6 +33,10 @@ Messages (numbers as XLA's)::
     FileLocation         file_name_id=1 function_name_id=2 line=3
     StackFrame           file_location_id=1 parent_frame_id=2
 
+``XStat`` has no ``compressed_str_value``: XLA's ``xplane.proto`` (``xla/tsl/profiler/
+protobuf/xplane.proto``, and the descriptors compiled into jaxlib 0.10.2 and 0.12 and xprof
+2.24.2) defines fields 1-7 only. A field a newer writer adds is skipped as unknown.
+
 Parsing runs no code of the input's choosing: these are plain data messages, with no
 extensions, no ``Any`` and no recursion (upb bounds the nesting of unknown groups).
 """

@@ -276,55 +276,62 @@ def columns(events: Any) -> Any:
     return np.frombuffer(buf, dtype=np.int64).reshape(-1, 3)
 
 
-def _slots(mid: Any, acc: Accumulator) -> Any:
-    """Each event's slot in ``acc``, from its metadata id (a table look-up when the ids are
-    small, as writers number them)."""
+def _owners(mid: Any, acc: Accumulator) -> Any:
+    """Each event's owner number in ``acc`` (-1: not an op), from its metadata id, counting
+    each slot's events (a table look-up when the ids are small, as writers number them)."""
 
     def slot_of(k: int) -> int:
         return acc.slot[k] if k in acc.slot else acc.new_slot(k)
 
     low, high = int(mid.min()), int(mid.max())
     if low >= 0 and high < 1 << 22:
-        present = np.flatnonzero(np.bincount(mid, minlength=high + 1)).tolist()
-        table = np.full(high + 1, -1, dtype=np.int64)
-        table[present] = [slot_of(k) for k in present]
-        return table[mid]
-    ids, inverse = np.unique(mid, return_inverse=True)
-    return np.array([slot_of(k) for k in ids.tolist()], dtype=np.int64)[inverse]
+        index, counts = mid, np.bincount(mid, minlength=high + 1)
+        ids = np.flatnonzero(counts)
+    else:
+        ids, index, counts = np.unique(mid, return_inverse=True, return_counts=True)
+    owner_table = np.full(len(counts), -1, dtype=np.int64)
+    for i, k in zip(np.flatnonzero(counts).tolist(), ids.tolist(), strict=True):
+        sl = slot_of(k)
+        if sl >= 0:
+            acc.count_of[sl] += int(counts[i])
+            owner_table[i] = acc.slot_owner[sl]
+    return owner_table[index]
 
 
 def walk_columns(cols: Any, acc: Accumulator) -> bool:
     """What :func:`walk_items` does, for a line with no event inside another, in start order
     (a TPU's ``XLA Ops`` line), in array operations; ``False`` (having added nothing) for
-    any other line. Totals are summed in float64: exact below 2^53 ps (2.5 hours)."""
+    any other line. Totals are summed in float64: exact below 2^53 ps (2.5 hours); a run's
+    time in int64."""
     n = len(cols)
     if n == 0:
         return True
     start, mid = cols[:, 0], cols[:, 2]
     dur = np.maximum(cols[:, 1], 0)
     end = start + dur
-    if n > 1 and not bool(np.all(start[1:] >= np.maximum.accumulate(end)[:-1])):
+    # Each event starting after the one before it ended: then the ends never decrease, so
+    # no event starts inside any earlier one.
+    if n > 1 and not bool(np.all(start[1:] >= end[:-1])):
         return False  # out of order, or nested
-    slot = _slots(mid, acc)
-    keep = slot >= 0
+    own = _owners(mid, acc)
+    keep = own >= 0
     if not bool(np.all(keep)):
-        slot, start, dur, end = slot[keep], start[keep], dur[keep], end[keep]
-    if len(slot) == 0:
+        own, start, dur, end = own[keep], start[keep], dur[keep], end[keep]
+    if len(own) == 0:
         return True
-    nslots, nowners = len(acc.slot_kind), len(acc.owners)
-    own = np.asarray(acc.slot_owner, dtype=np.int64)[slot]
-    for sl, c in enumerate(np.bincount(slot, minlength=nslots).tolist()):
-        acc.count_of[sl] += c
+    nowners = len(acc.owners)
     for o, t in enumerate(np.bincount(own, weights=dur, minlength=nowners).tolist()):
         acc.total[o] += round(t)
     xla = np.asarray(acc.xla, dtype=bool)
     new = np.empty(len(own), dtype=bool)
     new[0] = True
-    new[1:] = (own[1:] != own[:-1]) | xla[own[1:]]
-    run_id = np.cumsum(new) - 1
-    run_sum = np.rint(np.bincount(run_id, weights=dur)).astype(np.int64)
+    np.not_equal(own[1:], own[:-1], out=new[1:])
+    new[1:] |= xla[own[1:]]
     first = np.flatnonzero(new)
-    run_owner = own[first]
+    if len(first) < len(own):
+        run_sum, run_owner = np.add.reduceat(dur, first), own[first]
+    else:  # every event a run of its own (XLA ops only)
+        run_sum, run_owner = dur, own
     lo = np.full(nowners, _BIG, dtype=np.int64)
     hi = np.full(nowners, -1, dtype=np.int64)
     np.minimum.at(lo, run_owner, run_sum)

@@ -1,0 +1,104 @@
+"""The doorway: ``import jaxtune`` leaves JAX unimported, every public name still resolves
+(to the object its module defines), and ``jaxtune report`` reads a trace without JAX."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from jax.profiler import ProfileData
+
+import jaxtune
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+TRACE = """
+planes {
+  id: 1 name: "/device:TPU:0"
+  lines { id: 1 name: "XLA Ops" timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 4000000 }
+    events { metadata_id: 2 offset_ps: 5000000 duration_ps: 1000000 }
+    events { metadata_id: 1 offset_ps: 7000000 duration_ps: 2000000 }
+  }
+  event_metadata { key: 1 value { id: 1 name: "custom-call.1"
+    stats { metadata_id: 1 str_value: "jit(step)/tiled_matmul/pallas_call" }
+    stats { metadata_id: 2 str_value: "custom-call" } } }
+  event_metadata { key: 2 value { id: 2 name: "fusion.2"
+    stats { metadata_id: 1 str_value: "jit(step)/tanh" } } }
+  stat_metadata { key: 1 value { id: 1 name: "tf_op" } }
+  stat_metadata { key: 2 value { id: 2 name: "hlo_category" } }
+}
+"""
+
+
+def _python(code: str, **env: str) -> str:
+    """Runs ``code`` in a fresh interpreter with this checkout first on the path."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **env}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_import_jaxtune_does_not_import_jax():
+    assert _python("import sys, jaxtune; print('jax' in sys.modules)") == "False"
+
+
+@pytest.mark.parametrize("first", ["jaxtune.autotuned", "import jax"])
+def test_the_flags_jax_saw_are_remembered_whoever_imports_it(first):
+    code = (
+        "import os, sys, jaxtune\n"
+        f"{first}\n"
+        "import jax\n"
+        "assert 'jaxtune' not in type(jax.__spec__.loader).__module__\n"
+        "os.environ['XLA_FLAGS'] = '--xla_dump_to=/tmp/later'\n"
+        "from jaxtune._config import changed_since_jax_import\n"
+        "print(changed_since_jax_import())"
+    )
+    out = _python(code, XLA_FLAGS="--xla_dump_to=/tmp/first")
+    assert "/tmp/first" in out and "/tmp/later" in out
+
+
+@pytest.mark.parametrize("name", jaxtune.__all__)
+def test_every_public_name_is_the_object_its_module_defines(name):
+    value = getattr(jaxtune, name)
+    if name == "__version__":
+        assert isinstance(value, str)
+    elif name == "flags":
+        assert value is importlib.import_module("jaxtune.flags")
+    else:
+        assert getattr(importlib.import_module(value.__module__), value.__name__) is value
+    assert name in dir(jaxtune)
+
+
+def test_star_import_and_subpackages_work_as_before():
+    namespace: dict = {}
+    exec("from jaxtune import *", namespace)
+    assert set(jaxtune.__all__) <= set(namespace)
+    assert jaxtune._profiling.__name__ == "jaxtune._profiling"
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        jaxtune.no_such_name  # noqa: B018
+
+
+def test_report_command_reads_a_trace_without_importing_jax(tmp_path):
+    path = tmp_path / "t.xplane.pb"
+    path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TRACE))
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from jaxtune._cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    status = main(['report', '--json', {str(path)!r}])\n"
+        "doc = json.loads(out.getvalue())\n"
+        "print(json.dumps([status, 'jax' in sys.modules, [k['name'] for k in doc['kernels']],"
+        " [k['calls'] for k in doc['kernels']]]))"
+    )
+    status, jax_imported, names, calls = json.loads(_python(code))
+    assert (status, jax_imported) == (0, False)
+    assert names == ["tiled_matmul"] and calls == [2]
