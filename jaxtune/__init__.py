@@ -86,6 +86,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
+    _remember_environment()  # the import may have been JAX's first
     return value
 
 
@@ -95,7 +96,7 @@ def __dir__() -> list[str]:
 
 # What XLA_FLAGS / LIBTPU_INIT_ARGS hold right after JAX's import is what its backend will
 # read, so `jaxtune doctor` (in this process) can report a later change: remembered now if
-# JAX is imported, else when its import (by anyone, or by a name above) finishes.
+# JAX is imported, else when a name above first imports it.
 _remember_environment()
 
 __version__ = "0.1.0"

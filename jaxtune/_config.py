@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import importlib.abc
 import os
 import pathlib
 import sys
@@ -354,49 +353,12 @@ _AT_IMPORT: dict[str, str | None] = {}
 
 
 def remember_environment() -> None:
-    """Remembers ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` as they are right after JAX was
-    imported (which may itself edit them): now, when it is; else once ``import jax`` (by
-    anyone) has finished. ``import jaxtune`` calls it, and does not import JAX itself."""
-    if _AT_IMPORT:
-        return
-    if "jax" in sys.modules:
+    """Remembers ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` as they are when jaxtune first sees
+    JAX imported (which may itself edit them): at ``import jaxtune`` when JAX came first,
+    else when jaxtune's own names first import it. Nothing is hooked into the process: JAX
+    imported later by someone else, with no jaxtune name used since, is not seen."""
+    if not _AT_IMPORT and "jax" in sys.modules:
         _AT_IMPORT.update({var: os.environ.get(var) for var in FLAG_VARIABLES})
-    elif not any(isinstance(f, _AfterJaxImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterJaxImport())
-
-
-class _AfterJaxImport(importlib.abc.MetaPathFinder):
-    """Finds ``jax`` as the other finders do, with a loader that calls
-    :func:`remember_environment` once the module has run; then leaves ``sys.meta_path``."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != "jax":
-            return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        spec = next(
-            (s for f in sys.meta_path if (s := f.find_spec(name, path, target)) is not None),
-            None,
-        )
-        if spec is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _RememberAfter(spec.loader)
-        return spec
-
-
-class _RememberAfter(importlib.abc.Loader):
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-
-    def create_module(self, spec: Any) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        # JAX sees its own loader (importlib.resources asks it for files).
-        module.__loader__ = self.loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
-        remember_environment()
 
 
 def changed_since_jax_import(

@@ -50,12 +50,17 @@ def test_import_jaxtune_does_not_import_jax():
     assert _python("import sys, jaxtune; print('jax' in sys.modules)") == "False"
 
 
-@pytest.mark.parametrize("first", ["jaxtune.autotuned", "import jax"])
-def test_the_flags_jax_saw_are_remembered_whoever_imports_it(first):
+@pytest.mark.parametrize(
+    "first", ["import jaxtune\njaxtune.autotuned", "import jax\nimport jaxtune"]
+)
+def test_the_flags_jax_saw_are_remembered_without_hooking_imports(first):
+    # JAX imported by a jaxtune name, or before jaxtune: no import hook is installed.
     code = (
-        "import os, sys, jaxtune\n"
+        "import os, sys\n"
+        "hooks = list(sys.meta_path)\n"
         f"{first}\n"
         "import jax\n"
+        "assert sys.meta_path == hooks\n"
         "assert 'jaxtune' not in type(jax.__spec__.loader).__module__\n"
         "os.environ['XLA_FLAGS'] = '--xla_dump_to=/tmp/later'\n"
         "from jaxtune._config import changed_since_jax_import\n"
