@@ -60,4 +60,4 @@ def test_a_busy_machine_still_gets_the_fastest_config_from_the_default_child():
             assert_fastest_measured(entry)
             slower = {config_id(m.config) for m in entry.measurements if m.dropped}
             assert slower == {"reps=20", "reps=40"}
-            assert entry.margin["low"] > 1.5  # the runner-up's ratio interval, far above 1
+            assert entry.margin["low"] > 1.0  # the runner-up shown slower: its interval above 1
