@@ -230,3 +230,14 @@ def test_an_earlier_config_is_out_only_when_shown_slower_by_more_than_the_tie_ma
     assert slower.verdicts["a"] == "slower" and (slower.pick, slower.kind) == ("b", "clear")
     close = decide({"a": [x * 1.01 for x in b], "b": b})
     assert (close.pick, close.kind) == ("a", "tie")
+
+
+def test_the_sign_tests_ranks_are_the_binomial_quantiles():
+    stats = pytest.importorskip("scipy.stats")  # JAX's own dependency, as the reference
+    for level in (0.95, 0.99):
+        for n in range(1, 301):
+            k = _decide._rank(n, level)
+            alpha = (1 - level) / 2
+            # P(X < k) <= alpha < P(X < k + 1), X ~ Binomial(n, 1/2).
+            assert k == 0 or stats.binom.cdf(k - 1, n, 0.5) <= alpha
+            assert k == n or stats.binom.cdf(k, n, 0.5) > alpha

@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
-
-from scipy import stats  # type: ignore[import-untyped]
 
 from .._errors import TuningFailedError
 from .result import Failure, Measurement
@@ -106,11 +105,14 @@ class SweepOutcome:
 @functools.cache
 def _rank(n: int, level: float = LEVEL) -> int:
     """The 1-based rank ``k`` whose order statistics ``(k, n + 1 - k)`` of ``n`` values
-    bound their median with at least ``level`` coverage (0: ``n`` is too small)."""
-    k = int(stats.binom.ppf((1 - level) / 2, n, 0.5))
-    # ppf gives the smallest k with P(X <= k) >= q; the interval needs P(X < k) <= q.
-    while k > 0 and stats.binom.cdf(k - 1, n, 0.5) > (1 - level) / 2:
-        k -= 1
+    bound their median with at least ``level`` coverage (0: ``n`` is too small): the
+    largest ``k`` with ``P(X < k) <= (1 - level) / 2`` for ``X ~ Binomial(n, 1/2)``, the
+    count of values below the median (exact, in integers)."""
+    tail = (1 - level) / 2 * 2**n  # in counts of the 2**n equally likely sign patterns
+    k, below = 0, 0  # below: the patterns with fewer than k + 1 values below the median
+    while k < n and below + math.comb(n, k) <= tail:
+        below += math.comb(n, k)
+        k += 1
     return k
 
 
