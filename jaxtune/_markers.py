@@ -284,23 +284,18 @@ def owner_of(
     target: str | None,
     op: str,
     scopes: Any = (),
-    prefixes: Any = (),
 ) -> Owner:
     """``(kind, name, kernel id)`` of the kernel an executed op belongs to: a Pallas custom
     call; else the innermost ``pallas_call`` frame of its name stack; else the interpret-
     mode kernel whose scope (from :func:`scope_table`) encloses it, so the kernel's
     ``io_callback``s, loops and copies count as the kernel; else the innermost jaxtune
-    marker; else the op itself (plain XLA). ``prefixes``: ``(name-stack prefix, name)`` of
-    older captures, longest first."""
+    marker; else the op itself (plain XLA)."""
     marks = parse(name_stack)
     kernel_id = marks[-1][0] if marks else None
     if target in PALLAS_TARGETS:
         found = pallas_name(name_stack)
         last = name_stack.rsplit("/", 1)[-1] if name_stack else op
         return "pallas", found[0] if found and found[0] != PALLAS_CALL else last or op, kernel_id
-    for prefix, name in prefixes:
-        if name_stack == prefix or name_stack.startswith(prefix + "/"):
-            return "pallas", name, kernel_id
     found = pallas_name(name_stack)
     outside_marks = not marks or marks[-1][2] <= len(found[1]) if found else False
     if found is not None and found[0] != PALLAS_CALL and outside_marks:

@@ -93,7 +93,6 @@ def classifier(
     *,
     kernels: Sequence[Mapping[str, Any]] = (),
     fusions: Mapping[str, Sequence[str]] | None = None,
-    pallas_prefixes: Mapping[str, str] | None = None,
     claims: Mapping[tuple[int, str], str] | None = None,
 ) -> Callable[[OpKind], Owner]:
     """The owner of an executed op (memoized by its :class:`~.events.OpKind`), by
@@ -109,7 +108,6 @@ def classifier(
     sees to that.)
     """
     scopes = _markers.scope_table(kernels)
-    prefixes = sorted((pallas_prefixes or {}).items(), key=lambda kv: -len(kv[0]))
     known: dict[tuple[str, str | None, str], Owner] = {}
     memo: dict[OpKind, Owner] = {}
     ids = kernel_ids(kernels)
@@ -117,7 +115,7 @@ def classifier(
     def owner(stack: str, target: str | None, op: str) -> Owner:
         key = (stack, target, op if not stack else "")
         if key not in known:
-            known[key] = _markers.owner_of(stack, target, op, scopes, prefixes)
+            known[key] = _markers.owner_of(stack, target, op, scopes)
         return known[key]
 
     def classify(kind: OpKind) -> Owner:

@@ -251,7 +251,6 @@ def _profile(
     owner_of = classifier(
         kernels=info.get("kernels") or (),
         fusions=info.get("fusions"),
-        pallas_prefixes=info.get("prefixes"),
         claims=info.get("claims"),
     )
     inside = plane.name.startswith("/device:TPU:") and has_intra_lines(plane)
