@@ -278,9 +278,10 @@ def leaders(
 ) -> list[Config]:
     """The configs to time in interleaved rounds after a first pass: those whose fastest
     sample is within ``leader_window`` of the best one's (at most ``leaders``, fastest
-    first), plus the earliest config of ``space`` and the ``default`` when their fastest
-    sample is within ``tie_window`` of the best one's (a tie may go to them, and the
-    winner must be shown faster than the default); nothing when fewer than two qualify."""
+    first), plus the earliest config of ``space`` when its fastest sample is within
+    ``tie_window`` of the best one's (a tie may go to it), and the ``default`` whatever
+    its first pass measured (the stored config must be shown faster than the default, and
+    the entry's speedup comes from their rounds); nothing when fewer than two qualify."""
     live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
     if len(live) < 2:
         return []
@@ -299,7 +300,7 @@ def leaders(
     if in_space:
         extra.append(min(in_space, key=lambda m: rank[config_id(m.config)]))
     if default is not None:
-        extra += [m for m in live if m.config == default and m.min_us <= plausible]
+        extra += [m for m in live if m.config == default]
     for m in extra:
         if m not in front:
             front.append(m)

@@ -322,15 +322,16 @@ class Sweeper:
         clearly slower than ``best_us`` on the first."""
         timed: dict[str, Timing | Failure] = {}
         earliest = config_id(self.task.plan.configs[0]) if self.task.plan.configs else None
+        default = config_id(self.task.plan.default)
         for visit, sequence in enumerate((runnable, runnable[::-1])):
             for config in sequence:
                 cid = config_id(config)
                 before = timed.get(cid)
                 if isinstance(before, Failure) or (before is not None and before.dropped):
                     continue
-                # Dropping is for the first visit; the earliest config wins ties, so it is
-                # never dropped.
-                bar = None if cid == earliest or visit == 1 else best_us
+                # Dropping is for the first visit; the earliest config wins ties and the
+                # default always races in the rounds, so neither is dropped.
+                bar = None if cid in (earliest, default) or visit == 1 else best_us
                 got = self._time_one(config, bar, first_visit=visit == 0)
                 if isinstance(got, Timing):
                     if before is not None:

@@ -45,7 +45,7 @@ class TimingOptions:
     """
 
     min_time_s: float = 0.002
-    min_samples: int = 3
+    min_samples: int = 5
     max_samples: int = 200
     warmup: int = 2
     sample_floor_us: float = 100.0
