@@ -225,8 +225,9 @@ class ProcessRunner:
             return self._measure_all(plan, request, progress, order, known, rounds=rounds)
 
         def retime(todo: list[dict[str, Any]]) -> dict[str, Result]:
-            # The leaders are re-timed together on one device, so they compare fairly.
-            first = self._on_device(devices[0]) if devices else self
+            # The leaders are re-timed together on one device, so they compare fairly: the
+            # first device's child where the sweep was split, else the child that measured.
+            first = self._on_device(devices[0]) if len(devices) > 1 else self
             results: dict[str, Result] = {}
             serial = False
             for _ in range(len(todo) + 2):
