@@ -1,7 +1,7 @@
 """Does a sweep store the fastest config? On a quiet machine and with two busy processes.
 
 Each kernel below has a space whose true spread is at least 1.5x. The benchmark starts two
-busy processes itself (``while True: pass``, on this 2-core machine), sweeps each kernel
+busy processes itself (``while True: pass``, one pinned to each core of this 2-core machine), sweeps each kernel
 ``--sweeps`` times with default settings (the child process, the default timer), then ends
 the busy processes and measures every config's true time quietly, interleaved (median of
 15 rounds' fastest calls), and rates each stored config against the true best: right when
@@ -9,7 +9,11 @@ within 1.10x of it.
 
 - ``reps``: the reproduction of issue 21 (``reps`` 20/40/5 of a tanh-matmul loop), each
   sweep in a fresh process, quiet and busy.
-- ``chunked``: a scan over chunks of 2^18 f32, 6 chunk sizes.
+- ``chunked``: a scan over chunks of 2^18 f32, 6 chunk sizes, in a process pinned to one
+  core (sweeps, child and truth): XLA's CPU runtime splits the large chunks' fusions over
+  both cores, so unpinned their quiet ranking depends on what else runs (four back-to-back
+  quiet measurements put chunk=1024 at 1.00x, 1.16x, 1.11x and 1.32x of the best) and no
+  quiet truth exists to rate a pick against; pinned, it repeats within 2-3 %.
 - ``matmul``: JAX's Pallas TPU matmul in TPU interpret mode, 256x256 @ 256x256, 8 block
   shapes.
 - ``flash``: JAX's Pallas TPU flash attention in TPU interpret mode, (1, 2, 512, 128),
@@ -147,10 +151,18 @@ def cases() -> dict[str, tuple[Any, Callable[[], tuple[Any, ...]], Callable[[], 
 # -- machinery ----------------------------------------------------------------------------
 
 
+BUSY = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+#: Kernels swept and rated in a process of their own, pinned to one core (see above).
+PINNED = {"chunked"}
+
+
 @contextlib.contextmanager
 def busy(n: int) -> Iterator[None]:
-    """``n`` busy processes for the duration."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """``n`` busy processes for the duration, the i-th pinned to the i-th core (round robin)."""
+    cpus = sorted(os.sched_getaffinity(0)) if n else []
+    procs = [
+        subprocess.Popen([sys.executable, "-c", BUSY, str(cpus[i % len(cpus)])]) for i in range(n)
+    ]
     try:
         yield
     finally:
@@ -288,7 +300,11 @@ def main() -> None:
     parser.add_argument("--kernels", default="reps,chunked,matmul,flash,flash_grad,small,ties")
     parser.add_argument("--load", type=int, default=2, help="busy processes during sweeps")
     parser.add_argument("--results", type=pathlib.Path, default=None)
+    parser.add_argument("--verbose", action="store_true", help="each sweep's pick and why")
+    parser.add_argument("--pin-cpu", type=int, default=None, help=argparse.SUPPRESS)
     a = parser.parse_args()
+    if a.pin_cpu is not None:  # one of the PINNED kernels, in a process of its own
+        os.sched_setaffinity(0, {a.pin_cpu})
     wanted = a.kernels.split(",")
     print(f"jax {jax.__version__}, {os.cpu_count()} cores, {a.load} busy processes", flush=True)
     results = []
@@ -298,6 +314,9 @@ def main() -> None:
     table = cases()
     names = [n for n in table if n in wanted or (n.startswith("small") and "small" in wanted)]
     for name in names:
+        if name in PINNED and a.pin_cpu is None:
+            results += pinned(name, a)
+            continue
         kernel, make, interpret = table[name]
         args = make()
         timers = ["wall", "profiler"] if name.startswith("small") else ["auto"]
@@ -309,6 +328,8 @@ def main() -> None:
                     picks.append(config_id(entry.config))
                     times.append(seconds)
                     decisions.append(entry.decision)
+                    if a.verbose:
+                        print(f"  {picks[-1]}: {entry.decision_text()}", flush=True)
             true = truth(kernel, args, interpret)
             row = rate(name, picks, times, true, f" [{timer} timer]")
             row["decisions"] = decisions
@@ -318,9 +339,28 @@ def main() -> None:
             results.append(row)
     if "flash_grad" in wanted:
         results.append(run_flash_grad(a.sweeps, a.load))
-    if a.results:
+    if a.pin_cpu is not None:
+        print("ROWS " + json.dumps(results, default=str))
+    elif a.results:
         a.results.mkdir(parents=True, exist_ok=True)
         (a.results / "right_winner.json").write_text(json.dumps(results, indent=1, default=str))
+
+
+def pinned(name: str, a: argparse.Namespace) -> list[dict[str, Any]]:
+    """Sweeps and rates ``name`` in a process pinned to this machine's last core."""
+    cpu = max(os.sched_getaffinity(0))
+    command = [sys.executable, __file__, "--kernels", name, "--sweeps", str(a.sweeps)]
+    command += ["--load", str(a.load), "--pin-cpu", str(cpu)] + ["--verbose"] * a.verbose
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        if line.startswith("ROWS "):
+            rows = json.loads(line[5:])
+        else:
+            print(line, flush=True)
+    for row in rows:
+        row["pinned_cpu"] = cpu
+    return rows
 
 
 if __name__ == "__main__":
