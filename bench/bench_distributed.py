@@ -136,8 +136,8 @@ def _worker_devices() -> dict:
     import jax.numpy as jnp
     from distributed_worker import repeated
 
-    from jaxtune._isolation.runner import ProcessRunner
     from jaxtune._tuning import autotuned as _autotuned
+    from jaxtune._tuning.runner import ProcessRunner
 
     # One child per device even past the default cap (one child per core) on CPU.
     count = jax.local_device_count()

@@ -17,10 +17,10 @@ import jax.numpy as jnp
 
 import jaxtune
 from jaxtune._isolation.devices import sweep_devices
-from jaxtune._isolation.runner import ProcessRunner
 from jaxtune._tuning import autotuned as _autotuned
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning.result import Entry, Measurement
+from jaxtune._tuning.runner import ProcessRunner
 from jaxtune._tuning.sweep import finish, ordered
 from jaxtune._versions import toolchain
 

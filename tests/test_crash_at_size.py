@@ -10,7 +10,7 @@ import pytest
 from faulty_kernels import faulty_light, garbler
 
 from jaxtune._isolation import process as _process
-from jaxtune._isolation import runner as _runner
+from jaxtune._tuning import runner as _runner
 from jaxtune._tuning.result import Failure, Measurement
 
 pytestmark = pytest.mark.slow

@@ -21,9 +21,9 @@ from faulty_kernels import faulty, identity, pid_probe
 
 import jaxtune
 from jaxtune._isolation import process as _process
-from jaxtune._isolation import requests as _requests
-from jaxtune._isolation import runner as _runner
 from jaxtune._isolation import wire as _wire
+from jaxtune._tuning import requests as _requests
+from jaxtune._tuning import runner as _runner
 from jaxtune._tuning.result import Failure, Measurement
 
 pytestmark = pytest.mark.slow
@@ -322,7 +322,7 @@ KILL_PARENT = textwrap.dedent(
     import jax.numpy as jnp
     from faulty_kernels import faulty
     from jaxtune._isolation import process as _process
-    from jaxtune._isolation import runner as _runner
+    from jaxtune._tuning import runner as _runner
 
     def report():
         while not _process.POOL.children():

@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import JaxtuneError
-from .._isolation.runner import ProcessRunner
 from .._isolation.wire import FrameReader
 from .._profiling.units import count
 from .._tuning import cache as _cache
 from .._tuning.choose import make_entry
 from .._tuning.result import Entry, format_table
+from .._tuning.runner import ProcessRunner
 from .._tuning.sweep import SweepPlan
 
 __all__ = [

@@ -24,9 +24,9 @@ from typing import Any
 from .. import _config, _versions
 from .._codec import packb, unpackb
 from .._errors import AgreementError, describe
-from .._isolation.runner import Runner
 from .._tuning.lookup import Choice
 from .._tuning.result import Entry
+from .._tuning.runner import Runner
 from .._tuning.sweep import SweepOutcome, SweepTask
 from . import shard as _shard
 from .store import Store, StoreLostError, StoreTimeoutError, agreement_key, current

@@ -11,8 +11,8 @@ from typing import Any
 
 from .._codec import packb, unpackb
 from .._errors import TuningFailedError
-from .._isolation.runner import Runner
 from .._tuning.result import Failure, Measurement, measurement_from_dict
+from .._tuning.runner import Runner
 from .._tuning.space import config_id
 from .._tuning.sweep import SweepOutcome, SweepTask, finish
 

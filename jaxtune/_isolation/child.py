@@ -1,17 +1,22 @@
 """The child process: ``python -m jaxtune._isolation.child --cmd-fd N --res-fd M``.
 
-Started by :mod:`jaxtune._isolation.runner` with its environment (flags, ``JAX_PLATFORMS``, device
+Started by :mod:`jaxtune._isolation.process` with the environment its
+:class:`~jaxtune._isolation.service.ChildService` built (flags, ``JAX_PLATFORMS``, device
 visibility) set before JAX is imported. It answers a ``ready`` frame with what it actually
-sees, then serves ``measure`` / ``retime`` requests for one kernel at a time, streaming an
-event per step so the parent knows which config was in flight if this process dies.
-stdout and stderr go to a log file; frames travel only over the request socket and the
-result pipe. A ``preload`` request imports kernels' modules ahead of their first sweep.
+sees, then serves requests one at a time. A request names the module that answers it
+(``handler``, a module of jaxtune whose ``handle(server, msg)`` returns the ``done``
+frame): the server applies the caller's variables and JAX state, then hands it over; the
+handler may stream events (:meth:`Server.emit`) so the parent knows what was in flight if
+this process dies. A ``preload`` request imports handlers and kernels' modules ahead of
+need. stdout and stderr go to a log file; frames travel only over the request socket and
+the result pipe.
 """
 
 from __future__ import annotations
 
 import argparse
 import faulthandler
+import importlib
 import os
 import signal
 import sys
@@ -21,10 +26,10 @@ import traceback
 from typing import Any
 
 from .._errors import describe
-from .resolve import NOTES, preload, resolve_callable, resolve_kernel
+from .resolve import NOTES, preload
 from .strays import TOKEN, kill_tagged
 
-__all__ = ["main"]
+__all__ = ["Server", "main"]
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -59,46 +64,44 @@ def _limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
 
 
-def _build_task(msg: dict[str, Any], *, abstract: bool = False) -> Any:
-    """The sweep task a request describes (``abstract``: its arrays as shapes, for work
-    that can start before their bytes arrive)."""
-    from .._tuning.sweep import SweepPlan, SweepTask
-    from .wire import decode_value
-
-    kernel = resolve_kernel(msg["ref"])
-    plan = SweepPlan.from_dict({**msg["plan"], "verbose": 0})
-    args = decode_value(msg["args"], abstract=abstract)
-    kwargs = decode_value(msg["kwargs"], abstract=abstract)
-    sig = kernel.bind(tuple(args), dict(kwargs))
-    if sig.key != plan.key:
-        raise LookupError(
-            f"the child computed key {sig.key!r} for {plan.kernel}, the parent "
-            f"{plan.key!r}; the kernel's module or the JAX state its key depends on "
-            "differs between the two processes"
-        )
-    return SweepTask(
-        plan=plan, fn=kernel.__wrapped__, signature=sig, check=kernel.check, inputs=kernel.inputs
-    )
+def _handler(name: Any) -> Any:
+    """The module that answers a request (imported on first use)."""
+    if not isinstance(name, str) or not name.startswith("jaxtune."):
+        raise RuntimeError(f"the request names no jaxtune handler module ({name!r})")
+    return importlib.import_module(name)
 
 
-class _Server:
-    """Answers the parent's requests, one at a time, keeping one :class:`Sweeper` per task
-    so a ``retime`` reuses the executables its ``measure`` compiled."""
+class Server:
+    """Answers the parent's requests, one at a time. Handlers keep what must outlive one
+    request in :attr:`state` (the sweep handler keeps its sweeper there, so a ``retime``
+    reuses the executables its ``measure`` compiled)."""
 
     def __init__(self, res_fd: int, reader: Any = None) -> None:
         self.res_fd = res_fd
         #: The request pipe's reader: the arrays of a request may still be arriving.
         self.reader = reader
-        self.current: tuple[str, Any] | None = None
+        #: Per handler module, what it keeps between requests.
+        self.state: dict[str, Any] = {}
         #: Caller state the last request carried that could not be set here.
         self.unapplied: dict[str, str] = {}
 
     def emit(self, kind: str, cid: str, data: Any) -> None:
+        """Streams an event to the parent (``data`` with a ``to_dict`` is converted)."""
         from .wire import write_frame
 
         if hasattr(data, "to_dict"):
             data = data.to_dict()
         write_frame(self.res_fd, {"t": "event", "kind": kind, "cid": cid, "data": data})
+
+    def arrived(self) -> None:
+        """Waits until the whole request (its arrays) has been read."""
+        if self.reader is not None:
+            self.reader.finish()
+
+    @property
+    def pending(self) -> bool:
+        """Whether the request's arrays are still arriving."""
+        return bool(self.reader is not None and self.reader.pending)
 
     def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The frame that answers ``msg``: ``done`` with results, or an ``error``."""
@@ -122,92 +125,25 @@ class _Server:
         from .context import apply_snapshot
         from .environ import sync_environ
 
-        op = msg.get("op")
-        if op == "preload":
+        if msg.get("op") == "preload":
+            for name in msg.get("handlers") or ():
+                _handler(name)
             return {"t": "done", "imported": preload(msg["refs"])}
+        handler = _handler(msg.get("handler"))
         # Before anything is imported or traced: the caller's variables (those that do not
         # key the pool of children), interpret mode, x64, precision...
         sync_environ(msg.get("environ"))
         self.unapplied = apply_snapshot(msg.get("jax_state") or {})
-        if op == "profile":
-            self._arrived()
-            return {"t": "done", "info": _profile(msg), "unapplied": self.unapplied}
-        if self.current is None or self.current[0] != msg["task_id"]:
-            if "args" not in msg:  # the parent thought this child still held the task
-                return {"t": "error", "type": "UnknownTask", "message": msg["task_id"]}
-            self.current = (msg["task_id"], self._sweeper(msg))
-        self._arrived()
-        sweeper = self.current[1]
-        # After a crash during a round of passes, rounds time one config at a time.
-        sweeper.serial_rounds = bool(msg.get("serial"))
-        if op == "measure":
-            results = sweeper.measure(
-                msg["todo"],
-                reference=msg["reference"],
-                best_us=msg["best_us"],
-                serial_compile=msg["serial"],
-                rounds=bool(msg.get("rounds")),
-            )
-        elif op == "retime":
-            results = dict(sweeper.retime(msg["todo"]))
-        else:
-            raise LookupError(f"unknown request {op!r}")
-        done = {k: r.to_dict() for k, r in results.items()}
-        return {"t": "done", "results": done, "unapplied": self.unapplied}
-
-    def _arrived(self) -> None:
-        if self.reader is not None:
-            self.reader.finish()
-
-    def _sweeper(self, msg: dict[str, Any]) -> Any:
-        """A sweeper for a new task; when its arrays are still arriving, the configs to
-        measure start compiling for their shapes meanwhile."""
-        from .._tuning.sweep import Sweeper
-
-        if not (self.reader is not None and self.reader.pending and msg.get("op") == "measure"):
-            self._arrived()
-            return Sweeper(_build_task(msg), on_event=self.emit)
-        task = _build_task(msg, abstract=True)
-        sweeper = Sweeper(task, on_event=self.emit)
-        sweeper.precompile(
-            msg["todo"], abstract_inputs(task.signature), serial=bool(msg.get("serial"))
-        )
-        self._arrived()
-        sweeper.supply(_build_task(msg).signature)
-        return sweeper
-
-
-def abstract_inputs(sig: Any) -> dict[str, Any]:
-    """The kernel's dynamic arguments as ``jax.ShapeDtypeStruct`` leaves."""
-    import jax
-
-    return {
-        name: jax.tree_util.tree_map(
-            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), sig.value(name)
-        )
-        for name in sig.dynamic
-    }
-
-
-def _profile(msg: dict[str, Any]) -> Any:
-    from .._profiling.profiled import capture
-    from .wire import decode_value
-
-    return capture(
-        resolve_callable(msg["ref"]),
-        tuple(decode_value(msg["args"])),
-        dict(decode_value(msg["kwargs"])),
-        iters=msg["iters"],
-        warmup=msg["warmup"],
-        logdir=msg["logdir"],
-    )
+        frame: dict[str, Any] = handler.handle(self, msg)
+        frame.setdefault("unapplied", self.unapplied)
+        return frame
 
 
 def _serve(cmd_fd: int, res_fd: int) -> int:
     from .wire import FrameReader, write_frame
 
     reader = FrameReader(cmd_fd)
-    server = _Server(res_fd, reader)
+    server = Server(res_fd, reader)
     while True:
         try:
             msg = reader.read(defer=True)
@@ -274,18 +210,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _warm_up() -> None:
-    """Pays, before the first request arrives, what the first sweep of a process would
-    otherwise pay: importing jaxtune and its sweep machinery, the first transfer of a host
-    array, and XLA's first ahead-of-time compile and run. A child started ahead of need
-    (``prestart``) is then as fast as one that already swept."""
+    """Pays, before the first request arrives, what the first request of a process would
+    otherwise pay: importing JAX's numpy, the first transfer of a host array, and XLA's first
+    ahead-of-time compile and run (a child started ahead of need imports the handler
+    module of its flow next, through ``preload``)."""
     try:
         import jax
         import jax.numpy
         import numpy as np
-
-        import jaxtune  # noqa: F401  (the kernel's module imports it)
-
-        from .._tuning import sweep  # noqa: F401
 
         x = jax.device_put(np.ones(64, np.float32))
         step = jax.jit(lambda x: (x * 2).reshape(4, -1).sum(axis=1)).lower(x).compile()

@@ -26,7 +26,7 @@ from .requests import function_ref
 from .wire import NotTransportable
 
 if TYPE_CHECKING:
-    from .runner import ProcessRunner
+    from .service import ChildService
 
 __all__ = ["prestart"]
 
@@ -38,13 +38,17 @@ _PENDING: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
 _ASKED: set[tuple[tuple[Any, ...], str]] = set()
 #: Environments whose background thread is running now (it takes what is pending).
 _RUNNING: set[tuple[Any, ...]] = set()
+#: Per environment: the modules that answer requests there (a flow's ``handler``),
+#: imported before the kernels' modules.
+_HANDLERS: dict[tuple[Any, ...], list[str]] = {}
 
 
-def prestart(runner: ProcessRunner, fn: Any = None) -> bool:
-    """Starts ``runner``'s pooled child in a background thread (the pool makes a sweep that
-    comes early wait for the same child), then imports the module of ``fn`` there. Only CPU
-    and GPU children: a TPU child would hold the chip this process may still want. Returns
-    whether a start was begun (once per environment and process)."""
+def prestart(runner: ChildService, fn: Any = None, *, handler: str | None = None) -> bool:
+    """Starts ``runner``'s pooled child in a background thread (the pool makes a request
+    that comes early wait for the same child), then imports there the module that will
+    answer its requests (``handler``) and the module of ``fn``. Only CPU and GPU children:
+    a TPU child would hold the chip this process may still want. Returns whether a start
+    was begun (once per environment and process)."""
     platform = runner.expected_platform()
     if platform is None and cpu_only():
         # Nothing decided the platform yet (no backend, no JAX_PLATFORMS), but JAX can
@@ -55,6 +59,9 @@ def prestart(runner: ProcessRunner, fn: Any = None) -> bool:
     key = (runner.device, *pool_key(runner.environment()))
     ref = _module_ref(fn)
     with _LOCK:
+        handlers = _HANDLERS.setdefault(key, [])
+        if handler is not None and handler not in handlers:
+            handlers.append(handler)
         if ref is not None and (key, ref["module"]) not in _ASKED:
             _ASKED.add((key, ref["module"]))
             _PENDING.setdefault(key, []).append(ref)
@@ -81,23 +88,26 @@ def _module_ref(fn: Any) -> dict[str, Any] | None:
     return {**ref, "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS"))}
 
 
-def _start(runner: ProcessRunner, key: tuple[Any, ...]) -> None:
+def _start(runner: ChildService, key: tuple[Any, ...]) -> None:
     try:
         child = runner.child()
+        first = True  # the handlers are imported even when no module is pending
         toolchain()  # read once from package metadata, for the entries to come
         while True:
             with _LOCK:
                 refs = _PENDING.pop(key, [])
-                if not refs:
+                handlers = list(_HANDLERS.get(key, []))
+                if not refs and not first:
                     _RUNNING.discard(key)
                     return
-            _import_in(child, refs)
+            first = False
+            _import_in(child, refs, handlers)
     except Exception:
         with _LOCK:
             _RUNNING.discard(key)
 
 
-def _import_in(child: ChildProcess, refs: list[dict[str, Any]]) -> None:
+def _import_in(child: ChildProcess, refs: list[dict[str, Any]], handlers: list[str]) -> None:
     # A module may take as long to import as a config may take (JAXTUNE_TIMEOUT); past
     # that the child is replaced, and a sweep imports the module itself, under that limit.
     timeout = _config.settings().timeout
@@ -105,7 +115,8 @@ def _import_in(child: ChildProcess, refs: list[dict[str, Any]]) -> None:
         if not child.alive():
             return
         try:
-            child.request({"op": "preload", "refs": refs}, timeout=lambda: timeout)
+            request = {"op": "preload", "refs": refs, "handlers": handlers}
+            child.request(request, timeout=lambda: timeout)
         except ChildLost:
             with contextlib.suppress(Exception):
                 POOL.discard(child)

@@ -1,5 +1,5 @@
-"""The messages a parent sends a child: a sweep request (a plan, the kernel's reference and
-its encoded arguments) and a trace-capture request.
+"""What every request to a child carries about a call: the module whose ``handle`` answers
+it there, the function, its arguments, and the caller's state.
 
 A function travels as ``module:qualname`` (plus its file, for a script run as ``__main__``
 or a module the child cannot import by name); arguments travel through :mod:`.wire`.
@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from .._tuning.result import Failure, Measurement
-from .._tuning.space import config_id
-from .._tuning.sweep import SweepTask
 from .context import carried_state
 from .environ import unkeyed_environ
 from .wire import NotTransportable, encode_value
 
-__all__ = ["function_ref", "profile_request", "reference_config", "sweep_request"]
+__all__ = ["call_request", "function_ref"]
 
 
 def function_ref(fn: Any) -> dict[str, Any]:
@@ -46,55 +42,23 @@ def function_ref(fn: Any) -> dict[str, Any]:
     return {"module": module, "qualname": qualname, "path": path}
 
 
-def sweep_request(task: SweepTask) -> dict[str, Any]:
-    """The message that asks a child to measure configs of ``task``; ``op`` and the
-    per-request fields (``todo``, ``reference``...) are added by the runner.
-
-    Raises:
-        NotTransportable: the kernel or its arguments cannot travel to a child.
-    """
-    args, kwargs = task.signature.call_arguments()
-    return {
-        "task_id": uuid.uuid4().hex,
-        "ref": {**function_ref(task.fn), "kernel": task.plan.kernel},
-        "args": encode_value(tuple(args)),
-        "kwargs": encode_value(dict(kwargs)),
-        "plan": task.plan.to_dict(),
-        # The caller's interpret mode and jax.config options, applied before tracing.
-        "jax_state": carried_state(task.plan.kernel),
-        "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
-    }
-
-
-def profile_request(
-    fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], **options: Any
+def call_request(
+    handler: str, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, label: str
 ) -> dict[str, Any]:
-    """The message that asks a child to capture a trace of ``fn(*args, **kwargs)``.
+    """The fields every request about a call of ``fn`` carries: the module that answers it
+    in the child (``handler``, a module of jaxtune), where ``fn`` lives, its encoded
+    arguments, the caller's interpret mode and ``jax.config`` options (``label`` names the
+    call in warnings about state that cannot travel), and the caller's variables that do
+    not key the pool.
 
     Raises:
         NotTransportable: ``fn`` or its arguments cannot travel to a child.
     """
     return {
-        "op": "profile",
+        "handler": handler,
         "ref": function_ref(fn),
         "args": encode_value(tuple(args)),
         "kwargs": encode_value(dict(kwargs)),
-        "jax_state": carried_state(getattr(fn, "__qualname__", "profile")),
+        "jax_state": carried_state(label),
         "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
-        **options,
     }
-
-
-def reference_config(
-    order: Sequence[Any], results: Mapping[str, Measurement | Failure], default: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The config whose output others are checked against: the default unless it failed,
-    else the first config that was measured successfully (None: the child picks the first
-    that runs). ``order`` holds configs or earlier results."""
-    if not isinstance(results.get(config_id(default)), Failure):
-        return dict(default)
-    for item in order:
-        config = dict(getattr(item, "config", item))
-        if isinstance(results.get(config_id(config)), Measurement):
-            return config
-    return None

@@ -1,6 +1,9 @@
 """Finding, in the child, the function a request names: importing its module (or re-running
 the script it was defined in, under another module name), with kernels called at the
 module's top level kept from tuning there; and importing kernels' modules ahead of need.
+
+A flow's handler may register an import observer (:func:`observe_imports`) that says which
+kernels a module's top level called while it was imported: the parent is then told once.
 """
 
 from __future__ import annotations
@@ -11,38 +14,52 @@ import importlib.util
 import runpy
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import describe
 
-__all__ = ["NOTES", "preload", "resolve_callable", "resolve_kernel"]
+__all__ = ["NOTES", "find", "namespace", "observe_imports", "preload", "resolve_callable"]
 
 _MAIN_ALIAS = "__jaxtune_main__"
 
 _SCRIPTS: dict[Any, dict[str, Any]] = {}
 
+#: Entered around every import of a module a request names; each yields a list that holds,
+#: once the import is done, the kernels the module's top level called.
+_OBSERVERS: list[Callable[[], contextlib.AbstractContextManager[list[str]]]] = []
 
-def _namespace(ref: dict[str, Any]) -> dict[str, Any]:
+
+def observe_imports(observer: Callable[[], contextlib.AbstractContextManager[list[str]]]) -> None:
+    """Registers ``observer`` (once) to be entered around every import of a requested module."""
+    if observer not in _OBSERVERS:
+        _OBSERVERS.append(observer)
+
+
+def namespace(ref: dict[str, Any]) -> dict[str, Any]:
     """The globals of the module a reference names.
 
     Raises:
         LookupError: it cannot be imported here, whatever the reason.
     """
     from .. import _config
-    from .._tuning.record import observing_calls
 
     # Kernels the module's top level calls use cached or default configs here: a sweep
     # inside the import would tune them a second time, under the re-run script's name.
+    called: list[str] = []
     try:
-        with _config.override(mode="cached"), observing_calls() as called:
-            namespace = _import(ref)
+        with _config.override(mode="cached"), contextlib.ExitStack() as stack:
+            seen = [stack.enter_context(observer()) for observer in _OBSERVERS]
+            found = _import(ref)
     except Exception as e:
         raise LookupError(f"cannot import {ref['module']}: {describe(e)}") from e
+    for names in seen:
+        called += [name for name in names if name not in called]
     if called:
         what = ref["path"] if ref["module"] == "__main__" else f"module {ref['module']}"
         kernels = ", ".join(k.replace(_MAIN_ALIAS, "__main__") for k in called)
         NOTES.append(_REPEATED.format(what=what, kernels=kernels))
-    return namespace
+    return found
 
 
 #: Notes for the parent to show once (each answer carries those gathered since the last).
@@ -107,8 +124,9 @@ def _rerun_script(path: str) -> dict[str, Any]:
         sys.argv = saved
 
 
-def _walk_qualname(namespace: dict[str, Any], qualname: str) -> Any:
-    obj: Any = namespace
+def find(globals_: dict[str, Any], qualname: str) -> Any:
+    """The object at ``qualname`` in a module's globals (``None`` when missing)."""
+    obj: Any = globals_
     for part in qualname.split("."):
         obj = obj.get(part) if isinstance(obj, dict) else getattr(obj, part, None)
         if obj is None:
@@ -118,34 +136,10 @@ def _walk_qualname(namespace: dict[str, Any], qualname: str) -> Any:
 
 def resolve_callable(ref: dict[str, Any]) -> Any:
     """The function a reference names (unwrapping ``@jaxtune.profiled``)."""
-    obj = _walk_qualname(_namespace(ref), ref["qualname"])
+    obj = find(namespace(ref), ref["qualname"])
     if obj is None:
         raise LookupError(f"no function at {ref['module']}:{ref['qualname']}")
     return getattr(obj, "__wrapped_profiled__", obj)
-
-
-def resolve_kernel(ref: dict[str, Any]) -> Any:
-    """The ``Autotuned`` object a kernel reference names.
-
-    ``ref`` holds ``module``, ``qualname``, ``kernel`` (its id) and, for a kernel defined in
-    a script run as ``__main__``, ``path``: that script is re-run under another module name,
-    so its ``if __name__ == "__main__":`` block does not run.
-    """
-    from .._tuning.autotuned import Autotuned, registry
-
-    namespace = _namespace(ref)
-    obj = _walk_qualname(namespace, ref["qualname"])
-    if isinstance(obj, Autotuned):
-        return obj
-    for value in namespace.values():
-        if isinstance(value, Autotuned) and value.kernel_id == ref["kernel"]:
-            return value
-    found = registry().get(ref["kernel"])
-    if found is not None:
-        return found
-    raise LookupError(
-        f"no @autotuned kernel {ref['kernel']!r} at {ref['module']}:{ref['qualname']}"
-    )
 
 
 def preload(refs: list[dict[str, Any]]) -> list[str]:
@@ -158,6 +152,6 @@ def preload(refs: list[dict[str, Any]]) -> list[str]:
     for ref in refs:
         sync_environ(ref.get("environ"))
         with contextlib.suppress(LookupError):
-            _namespace(ref)
+            namespace(ref)
             imported.append(ref["module"])
     return imported

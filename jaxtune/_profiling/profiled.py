@@ -175,8 +175,8 @@ def _capture_in_child(
 ) -> dict[str, Any] | None:
     """What the child's capture returned, or ``None`` to capture here: inline isolation,
     or a function that cannot travel (with one warning saying so)."""
-    from .._isolation.capture import profile_in_child
     from .._isolation.wire import NotTransportable
+    from .capture import profile_in_child
 
     if _config.settings().isolation != "process":
         return None

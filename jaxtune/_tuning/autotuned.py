@@ -21,7 +21,6 @@ import jax
 from .. import _config, _markers
 from .._distributed import agree as _agree
 from .._errors import JaxtuneWarning, TuningFailedError
-from .._isolation.runner import default_runner
 from . import cache as _cache
 from . import lookup as _lookup
 from . import record as _record
@@ -41,6 +40,7 @@ from .options import (
     validate_timing,
 )
 from .result import Entry, TuningResult
+from .runner import default_runner
 from .search import Budget, strategy_of
 from .signature import Signature, is_array, is_tracing
 from .space import ConfigSpec

@@ -9,8 +9,8 @@ from typing import Any
 
 from .. import _config, _versions
 from .._errors import JaxtuneError
-from .._isolation.runner import ProcessRunner
 from .result import Entry, Measurement, now
+from .runner import ProcessRunner
 from .search import Budget
 from .sweep import SweepOutcome, SweepPlan
 from .timers import platform_of, resolve_timer

@@ -72,9 +72,9 @@ def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
     """One recorded call: kernel id, key, shapes, where its config came from, and the sweep
     request that tunes it in a child (or ``error`` when the kernel cannot travel)."""
     from .._isolation.devices import sweep_devices
-    from .._isolation.requests import sweep_request
     from .._isolation.wire import NotTransportable
     from .lookup import device_kind
+    from .requests import sweep_request
 
     space, default = kernel.space_and_default(sig)
     frame: dict[str, Any] = {

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import _errors
-from .._tuning.result import Failure, Measurement, measurement_from_dict
-from .._tuning.space import config_id
-from .wire import NotTransportable
+from .._isolation.wire import NotTransportable
+from .result import Failure, Measurement, measurement_from_dict
+from .space import config_id
 
 __all__ = ["GRACE", "InFlight", "how_lost", "raise_child_error"]
 

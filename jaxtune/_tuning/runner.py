@@ -1,6 +1,7 @@
 """Where a sweep runs: in a re-exec'd child process (default) or in this process.
 
-The child starts with its environment (flags, ``JAX_PLATFORMS``, device visibility,
+The child (a :class:`~jaxtune._isolation.service.ChildService`'s, answered there by
+:mod:`jaxtune._tuning.serve`) starts with its environment (flags, ``JAX_PLATFORMS``, device visibility,
 ``PYTHONPATH`` from ``sys.path``) set before it imports JAX, in its own process group, and
 talks over two pipes in msgpack frames. A config that kills the child (signal, abort,
 ``os._exit``, out of memory) or outlives ``JAXTUNE_TIMEOUT`` is recorded as failed with
@@ -11,18 +12,25 @@ process group, starts a new child and goes on with the remaining configs.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from .._errors import JaxtuneWarning, SweepError
-from .._flags import child_env, normalise_platform, requested_platform
-from .._tuning.progress import Progress
-from .._tuning.result import Failure, Measurement, measurement_from_dict
-from .._tuning.space import config_id
-from .._tuning.sweep import (
+from .._flags import normalise_platform
+from .._isolation import context as _context
+from .._isolation.devices import parent_backend, sweep_devices
+from .._isolation.environ import warn_tracing_inline
+from .._isolation.process import POOL, ChildLost, ChildProcess
+from .._isolation.service import ChildService
+from .._isolation.wire import NotTransportable
+from .flight import InFlight, how_lost, raise_child_error
+from .progress import Progress
+from .requests import reference_config, sweep_request
+from .result import Failure, Measurement, measurement_from_dict
+from .space import config_id
+from .sweep import (
     SweepOutcome,
     SweepPlan,
     SweepTask,
@@ -31,13 +39,6 @@ from .._tuning.sweep import (
     new_progress,
     run_sweep,
 )
-from . import context as _context
-from .devices import parent_backend, sweep_devices
-from .environ import flag_base, python_path, strip_tracing, warn_tracing_inline
-from .flight import InFlight, how_lost, raise_child_error
-from .process import POOL, ChildLost, ChildProcess
-from .requests import reference_config, sweep_request
-from .wire import NotTransportable
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner"]
 
@@ -79,15 +80,13 @@ class InlineRunner:
             return ex.submit(work).result()
 
 
-class ProcessRunner:
+class ProcessRunner(ChildService):
     """Runs sweeps in a long-lived child process, restarting it after a crash or hang.
 
-    ``platform`` defaults to the backend this process uses (or ``JAX_PLATFORMS``);
-    ``env`` adds variables (extra ``XLA_FLAGS`` merge with the user's); ``memory_limit``
-    caps the child's address space in bytes. ``device`` pins the child to one accelerator
-    (``CUDA_VISIBLE_DEVICES`` on GPU; ``TPU_VISIBLE_CHIPS`` and the process-bounds variables
-    on TPU); ``devices`` runs one child per listed device, each measuring a share of the
-    configs at the same time (on CPU each "device" is simply another child process).
+    The child is the :class:`~jaxtune._isolation.service.ChildService`'s for ``platform``,
+    ``env``, ``memory_limit``, ``device`` and ``profiling`` (see there); ``devices`` runs
+    one child per listed device, each measuring a share of the configs at the same time
+    (on CPU each "device" is simply another child process).
     """
 
     def __init__(
@@ -100,96 +99,23 @@ class ProcessRunner:
         devices: Sequence[int] | None = None,
         profiling: Mapping[str, bool] | None = None,
     ) -> None:
-        self.profiling = dict(profiling) if profiling is not None else None
-        self.platform = platform
-        self.extra_env = dict(env or {})
-        self.memory_limit = memory_limit
-        self.device = device
+        super().__init__(
+            platform=platform,
+            env=env,
+            memory_limit=memory_limit,
+            device=device,
+            profiling=profiling,
+        )
         self.devices = list(devices) if devices else None
-        #: The ready message of the last child this runner used (platform, device kind...).
-        self.ready: dict[str, Any] | None = None
-        #: The child this runner last talked to, and a flag that stops its sweep (set when
-        #: another device's share was interrupted).
-        self.held: ChildProcess | None = None
-        self.stop = threading.Event()
-
-    # -- the child ---------------------------------------------------------------------
-
-    def expected_platform(self) -> str | None:
-        """The platform the child must come up on: ``platform=``, else this process's
-        backend, else what ``JAX_PLATFORMS`` asks for (``None``: whatever JAX picks)."""
-        return (
-            normalise_platform(self.platform)
-            or normalise_platform(parent_backend())
-            or requested_platform()
-        )
-
-    def environment(self) -> dict[str, str]:
-        """The child's environment."""
-        platform = self.expected_platform()
-        extra = dict(self.extra_env)
-        xla = extra.pop("XLA_FLAGS", "")
-        libtpu = extra.pop("LIBTPU_INIT_ARGS", "")
-        env = child_env(
-            platform or "cpu",
-            base=flag_base(platform),
-            xla_flags=xla.split(),
-            libtpu_args=libtpu.split(),
-            profiling=self.profiling is not None,
-            llo=bool((self.profiling or {}).get("llo", True)),
-            custom_call_tracing=bool((self.profiling or {}).get("custom_call_tracing")),
-            check_binary=self.profiling is not None,
-        )
-        if platform is None:
-            env.pop("JAX_PLATFORMS", None)
-            if "JAX_PLATFORMS" in os.environ:
-                env["JAX_PLATFORMS"] = os.environ["JAX_PLATFORMS"]
-        env.update(extra)
-        if self.profiling is None:  # a sweep: trace points would change what it times
-            strip_tracing(env)
-        env["PYTHONPATH"] = python_path()
-        env["JAXTUNE_ISOLATION"] = "inline"
-        env["JAXTUNE_PARENT_PID"] = str(os.getpid())
-        if self.memory_limit:
-            env["JAXTUNE_CHILD_MEMORY_LIMIT"] = str(int(self.memory_limit))
-        if self.device is not None and platform == "gpu":
-            env["CUDA_VISIBLE_DEVICES"] = str(self.device)
-        if self.device is not None and platform == "tpu":
-            env["TPU_VISIBLE_CHIPS"] = str(self.device)
-            env["TPU_PROCESS_BOUNDS"] = "1,1,1"
-            env["TPU_CHIPS_PER_PROCESS_BOUNDS"] = "1,1,1"
-        return env
-
-    def child(self) -> ChildProcess:
-        """The pooled child for this runner's environment (started when needed).
-
-        Raises:
-            SweepError: the child came up on another platform than expected.
-        """
-        expected = self.expected_platform()
-
-        def check(child: ChildProcess) -> None:
-            got = normalise_platform(child.ready["platform"])
-            if expected and got != expected:
-                child.close()
-                raise SweepError(
-                    f"the jaxtune child came up on {got!r}, expected {expected!r} like this "
-                    "process; check JAX_PLATFORMS and the accelerator's visibility variables."
-                )
-
-        if self.stop.is_set():
-            raise SweepError("the sweep was interrupted")
-        child = POOL.get(self.environment(), check, slot=self.device)
-        self.ready = child.ready
-        self.held = child
-        return child
 
     def prestart(self, fn: Any = None) -> bool:
         """Starts this runner's pooled child ahead of need and imports ``fn``'s module
-        there (see :mod:`.prestart`); returns whether a start was begun."""
-        from .prestart import prestart
+        there, and the module that answers sweeps (see :mod:`jaxtune._isolation.prestart`);
+        returns whether a start was begun."""
+        from .._isolation.prestart import prestart
+        from .requests import HANDLER
 
-        return prestart(self, fn)
+        return prestart(self, fn, handler=HANDLER)
 
     # -- a sweep -------------------------------------------------------------------------
 
@@ -315,17 +241,6 @@ class ProcessRunner:
             f"the jaxtune child {'hung' if hung else 'died'} outside any config of "
             f"{plan.kernel}, while importing its module, receiving its arguments or between "
             f"configs ({how}); stderr: {tail}"
-        )
-
-    def on_platform(self, platform: str) -> ProcessRunner:
-        """This runner for a child on ``platform`` (its pool key is that of a runner that
-        finds ``platform`` in this process once JAX has started it)."""
-        return ProcessRunner(
-            platform=platform,
-            env=self.extra_env,
-            memory_limit=self.memory_limit,
-            device=self.device,
-            profiling=self.profiling,
         )
 
     def _on_device(self, device: int) -> ProcessRunner:

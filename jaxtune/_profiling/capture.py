@@ -1,5 +1,5 @@
-"""A trace capture in a child started with the profiling flags (the profiling flow's use of
-the child runner)."""
+"""A trace capture in a child started with the profiling flags: the request this process
+sends (:func:`profile_in_child`) and its handler in the child (:func:`handle`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 
 from .._config import settings
 from .._errors import ProfileError
-from .context import warn_notes, warn_unapplied
-from .process import POOL, ChildLost
-from .requests import profile_request
-from .runner import ProcessRunner
-from .wire import NotTransportable
+from .._isolation.context import warn_notes, warn_unapplied
+from .._isolation.process import POOL, ChildLost
+from .._isolation.requests import call_request
+from .._isolation.service import ChildService
+from .._isolation.wire import NotTransportable
 
-__all__ = ["profile_in_child"]
+__all__ = ["handle", "profile_in_child"]
 
 
 def profile_in_child(
@@ -35,9 +35,11 @@ def profile_in_child(
         NotTransportable: ``fn`` or its arguments cannot travel (the caller captures inline).
         ProfileError: the child failed; the message holds its stderr.
     """
-    message = profile_request(fn, args, kwargs, iters=iters, warmup=warmup, logdir=logdir)
-    runner = ProcessRunner(profiling={"llo": llo, "custom_call_tracing": custom_call_tracing})
-    child = runner.child()
+    label = getattr(fn, "__qualname__", "profile")
+    message = call_request(__name__, fn, args, kwargs, label=label)
+    message.update(op="profile", iters=iters, warmup=warmup, logdir=logdir)
+    service = ChildService(profiling={"llo": llo, "custom_call_tracing": custom_call_tracing})
+    child = service.child()
     limit = settings().timeout * (iters + max(warmup, 2) + 5)
     with child.lock:
         offset = child.log_size()
@@ -54,6 +56,24 @@ def profile_in_child(
         raise NotTransportable(answer["message"])
     if answer.get("t") == "error":
         raise ProfileError(answer["message"])
-    warn_unapplied(getattr(fn, "__qualname__", "profile"), answer)
+    warn_unapplied(label, answer)
     info: dict[str, Any] = answer["info"]
     return info
+
+
+def handle(server: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    """In the child: captures the trace a ``profile`` request asks for."""
+    from .._isolation.resolve import resolve_callable
+    from .._isolation.wire import decode_value
+    from .profiled import capture
+
+    server.arrived()
+    info = capture(
+        resolve_callable(msg["ref"]),
+        tuple(decode_value(msg["args"])),
+        dict(decode_value(msg["kwargs"])),
+        iters=msg["iters"],
+        warmup=msg["warmup"],
+        logdir=msg["logdir"],
+    )
+    return {"t": "done", "info": info}
