@@ -40,8 +40,9 @@ def _worker_agree(coordinator: str, nproc: int, pid: int, decisions: int) -> dic
             coordinator, num_processes=nproc, process_id=pid, shutdown_timeout_seconds=30
         )
     import jaxtune
+    from jaxtune._core.vocabulary import Choice
     from jaxtune._distributed import agree as _agree
-    from jaxtune._tuning.lookup import Choice
+    from jaxtune._tuning.shard import SweepSharing
 
     def question(i: int) -> _agree.Question:
         return _agree.Question(
@@ -51,7 +52,7 @@ def _worker_agree(coordinator: str, nproc: int, pid: int, decisions: int) -> dic
             device_kind="cpu",
             decide=lambda measure: Choice(config={"block": 1}, source="cache", key=f"f32[{i}]"),
             task=lambda: None,  # type: ignore[arg-type,return-value]
-            runner=NoSweeps(),
+            sharing=SweepSharing(NoSweeps()),
         )
 
     samples = []

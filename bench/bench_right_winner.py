@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxtune
-from jaxtune._tuning.space import config_id
+from jaxtune._core.vocabulary import config_id
 from jaxtune._tuning.timers import WallTimer
 from jaxtune._tuning.timing import TimingOptions
 

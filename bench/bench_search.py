@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 
 import jaxtune
+from jaxtune._core.vocabulary import config_id
 from jaxtune._tuning import search as _search
-from jaxtune._tuning.space import config_id
 
 KNOBS = {"a": [1, 2, 4, 8], "b": [1, 2, 4, 8], "c": [16, 32, 64, 128], "d": [0, 1, 2, 3]}
 
@@ -101,7 +101,7 @@ def budgeted(report: dict[str, object]) -> None:
 
 def simulated(report: dict[str, object]) -> None:
     """The strategies alone, with each config's time its known cost (no machine noise)."""
-    from jaxtune._tuning.result import Measurement
+    from jaxtune._core.vocabulary import Measurement
 
     space = [dict(zip(KNOBS, v, strict=True)) for v in itertools.product(*KNOBS.values())]
     best = min(cost(c) for c in space)

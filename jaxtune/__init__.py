@@ -14,35 +14,35 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import flags as flags
-from ._config import remember_environment as _remember_environment
-from ._errors import AgreementError as AgreementError
-from ._errors import CacheError as CacheError
-from ._errors import ConfigSpaceError as ConfigSpaceError
-from ._errors import FlagError as FlagError
-from ._errors import JaxtuneError as JaxtuneError
-from ._errors import JaxtuneWarning as JaxtuneWarning
-from ._errors import PlotsUnavailableError as PlotsUnavailableError
-from ._errors import ProfileError as ProfileError
-from ._errors import SettingsError as SettingsError
-from ._errors import SignatureError as SignatureError
-from ._errors import SweepError as SweepError
-from ._errors import TuningFailedError as TuningFailedError
+from ._core.errors import AgreementError as AgreementError
+from ._core.errors import CacheError as CacheError
+from ._core.errors import ConfigSpaceError as ConfigSpaceError
+from ._core.errors import FlagError as FlagError
+from ._core.errors import JaxtuneError as JaxtuneError
+from ._core.errors import JaxtuneWarning as JaxtuneWarning
+from ._core.errors import PlotsUnavailableError as PlotsUnavailableError
+from ._core.errors import ProfileError as ProfileError
+from ._core.errors import SettingsError as SettingsError
+from ._core.errors import SignatureError as SignatureError
+from ._core.errors import SweepError as SweepError
+from ._core.errors import TuningFailedError as TuningFailedError
+from ._core.settings import remember_environment as _remember_environment
 
 if TYPE_CHECKING:
+    from ._core.vocabulary import Choice as Choice
+    from ._core.vocabulary import Entry as Entry
+    from ._core.vocabulary import Failure as Failure
+    from ._core.vocabulary import Measurement as Measurement
     from ._profiling.attribution import KernelStat as KernelStat
     from ._profiling.profiled import Profile as Profile
     from ._profiling.profiled import Profiled as Profiled
     from ._profiling.profiled import profile as profile
     from ._profiling.profiled import profiled as profiled
+    from ._program.locate import KernelSite as KernelSite
+    from ._program.locate import locate as locate
     from ._tuning.autotuned import Autotuned as Autotuned
     from ._tuning.cache import register_cache as register_cache
     from ._tuning.decorator import autotuned as autotuned
-    from ._tuning.locate import KernelSite as KernelSite
-    from ._tuning.locate import locate as locate
-    from ._tuning.lookup import Choice as Choice
-    from ._tuning.result import Entry as Entry
-    from ._tuning.result import Failure as Failure
-    from ._tuning.result import Measurement as Measurement
     from ._tuning.result import TuningResult as TuningResult
     from ._tuning.search import Budget as Budget
     from ._tuning.search import SearchState as SearchState
@@ -59,12 +59,12 @@ _LAZY = {
     "Autotuned": "._tuning.autotuned",
     "register_cache": "._tuning.cache",
     "autotuned": "._tuning.decorator",
-    "KernelSite": "._tuning.locate",
-    "locate": "._tuning.locate",
-    "Choice": "._tuning.lookup",
-    "Entry": "._tuning.result",
-    "Failure": "._tuning.result",
-    "Measurement": "._tuning.result",
+    "KernelSite": "._program.locate",
+    "locate": "._program.locate",
+    "Choice": "._core.vocabulary",
+    "Entry": "._core.vocabulary",
+    "Failure": "._core.vocabulary",
+    "Measurement": "._core.vocabulary",
     "TuningResult": "._tuning.result",
     "Budget": "._tuning.search",
     "SearchState": "._tuning.search",

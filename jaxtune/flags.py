@@ -10,21 +10,21 @@ Examples:
     '--xla_xprof_enable_custom_call_tracing=true --xla_dump_to=/tmp/d'
 """
 
-from ._flags import BUNDLE_INSTRUMENTATION as BUNDLE_INSTRUMENTATION
-from ._flags import CUSTOM_CALL_TRACING as CUSTOM_CALL_TRACING
-from ._flags import LEGACY_NAMES as LEGACY_NAMES
-from ._flags import LLO_DEBUG_INFO as LLO_DEBUG_INFO
-from ._flags import PERIODIC_COUNTER_SAMPLING as PERIODIC_COUNTER_SAMPLING
-from ._flags import Flag as Flag
-from ._flags import FlagReport as FlagReport
-from ._flags import binary_defines as binary_defines
-from ._flags import child_env as child_env
-from ._flags import find_jaxlib_binary as find_jaxlib_binary
-from ._flags import find_libtpu as find_libtpu
-from ._flags import inspect as inspect
-from ._flags import merge as merge
-from ._flags import parse as parse
-from ._flags import profile_flags as profile_flags
+from ._core.flags import BUNDLE_INSTRUMENTATION as BUNDLE_INSTRUMENTATION
+from ._core.flags import CUSTOM_CALL_TRACING as CUSTOM_CALL_TRACING
+from ._core.flags import LEGACY_NAMES as LEGACY_NAMES
+from ._core.flags import LLO_DEBUG_INFO as LLO_DEBUG_INFO
+from ._core.flags import PERIODIC_COUNTER_SAMPLING as PERIODIC_COUNTER_SAMPLING
+from ._core.flags import Flag as Flag
+from ._core.flags import FlagReport as FlagReport
+from ._core.flags import binary_defines as binary_defines
+from ._core.flags import child_env as child_env
+from ._core.flags import find_jaxlib_binary as find_jaxlib_binary
+from ._core.flags import find_libtpu as find_libtpu
+from ._core.flags import inspect as inspect
+from ._core.flags import merge as merge
+from ._core.flags import parse as parse
+from ._core.flags import profile_flags as profile_flags
 
 __all__ = [
     "BUNDLE_INSTRUMENTATION",

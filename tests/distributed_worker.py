@@ -16,13 +16,13 @@ import jax
 import jax.numpy as jnp
 
 import jaxtune
+from jaxtune._core.versions import toolchain
+from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._isolation.devices import sweep_devices
 from jaxtune._tuning import autotuned as _autotuned
 from jaxtune._tuning import cache as _cache
-from jaxtune._tuning.result import Entry, Measurement
 from jaxtune._tuning.runner import ProcessRunner
 from jaxtune._tuning.sweep import finish, ordered
-from jaxtune._versions import toolchain
 
 BLOCKS = [1, 2, 3, 4, 5, 6, 7, 8]
 #: Fake median times (µs): blocks 2 and 3 tie for the best; block 2 comes first in the space.
@@ -65,7 +65,7 @@ class FakeRunner:
 
 
 def jaxtune_config_id(config):
-    from jaxtune._tuning.space import config_id
+    from jaxtune._core.vocabulary import config_id
 
     return config_id(config)
 

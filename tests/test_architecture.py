@@ -1,5 +1,5 @@
-"""The package's shape: no module reaches into another's private names, no import cycles,
-and the top level holds only the shared modules and the flow subpackages."""
+"""The package's shape: layers that only point down, no module reaching into another's
+private names, no import cycles, and a top level that holds only the doorway."""
 
 from __future__ import annotations
 
@@ -7,21 +7,20 @@ import ast
 import pathlib
 
 PKG = pathlib.Path(__file__).resolve().parent.parent / "jaxtune"
-TOP_LEVEL = {
-    "__init__.py",
-    "__main__.py",
-    "flags.py",
-    "py.typed",
-    "_codec.py",
-    "_config.py",
-    "_setting_values.py",
-    "_errors.py",
-    "_flags.py",
-    "_markers.py",
-    "_versions.py",
-    "_distributed.py",
-}
-SUBPACKAGES = {"_tuning", "_profiling", "_isolation", "_cli", "_distributed", "examples"}
+TOP_LEVEL = {"__init__.py", "__main__.py", "flags.py", "py.typed"}
+#: The packages from the bottom up (docs/development.md): a module may import its own
+#: package and the packages of lower layers, never one of its own layer or above.
+LAYERS = [
+    {"_core"},
+    {"_program", "_isolation", "_render"},
+    {"_distributed"},
+    {"_tuning", "_profiling"},
+    {"jaxtune"},  # the doorway: ``__init__`` (public names, re-exported) and ``flags``
+    {"examples"},  # kernels written as users write them, through the doorway
+    {"_cli"},  # ``jaxtune demo`` runs the examples
+    {"__main__"},
+]
+SUBPACKAGES = set().union(*LAYERS) - {"jaxtune", "__main__"}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -68,10 +67,66 @@ def _imports(name: str) -> list[tuple[str, str | None, int]]:
     return [f for f in found if f[0] == "jaxtune" or f[0].startswith("jaxtune.")]
 
 
-def test_top_level_holds_only_shared_modules_and_flow_packages():
+def test_top_level_holds_only_the_doorway_and_the_layer_packages():
     entries = {p.name for p in PKG.iterdir() if p.name != "__pycache__"}
     assert entries - TOP_LEVEL - SUBPACKAGES == set()
-    assert SUBPACKAGES - {"examples"} <= entries
+    assert entries >= SUBPACKAGES
+
+
+def _package(module: str) -> str:
+    """The layer package a module belongs to (``jaxtune`` for the doorway's modules)."""
+    parts = module.split(".")
+    if parts[1:] == ["__main__"]:
+        return "__main__"
+    return parts[1] if len(parts) > 1 and parts[1] in SUBPACKAGES else "jaxtune"
+
+
+def _layer(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def _all_imports(name: str) -> list[tuple[str, int]]:
+    """Every jaxtune module ``name`` imports, with the line: top level, inside functions
+    and under ``TYPE_CHECKING`` alike."""
+    is_package = MODULES[name].name == "__init__.py"
+    found = []
+    for node in ast.walk(TREES[name]):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(name, is_package, node.level, node.module)
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                found.append((full if full in MODULES else target, node.lineno))
+    return [(m, line) for m, line in found if m == "jaxtune" or m.startswith("jaxtune.")]
+
+
+def test_imports_point_down_the_layers():
+    offences = []
+    for name in MODULES:
+        here = _package(name)
+        for module, line in _all_imports(name):
+            there = _package(module)
+            if there != here and _layer(there) >= _layer(here):
+                offences.append(f"{name}:{line} imports {module} ({here} -> {there})")
+    assert offences == []
+
+
+def test_the_layer_check_sees_function_level_and_type_checking_imports():
+    """The check itself: an upward import inside a function or under ``TYPE_CHECKING``
+    counts (parsed from source, as the test reads the package)."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .._tuning.result import Entry\n"
+        "def f():\n    from .._cli import main\n"
+    )
+    name = "jaxtune._core.probe"
+    MODULES[name], TREES[name] = PKG / "_core" / "probe.py", ast.parse(source)
+    try:
+        imported = {m for m, _ in _all_imports(name)}
+    finally:
+        del MODULES[name], TREES[name]
+    assert imported == {"jaxtune._tuning.result", "jaxtune._cli"}
 
 
 def test_no_module_imports_another_modules_private_name():

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune import _config
+from jaxtune._core import settings as _config
+from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning import lookup as _lookup
-from jaxtune._tuning.result import Entry
 
 TRACES: collections.Counter[str] = collections.Counter()
 

@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import pytest
 
 import jaxtune
-from jaxtune import _config
-from jaxtune._codec import packb
+from jaxtune._core import settings as _config
+from jaxtune._core.codec import packb
+from jaxtune._core.vocabulary import Entry, Failure, Measurement
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning.cachefile import CACHE_SCHEMA
-from jaxtune._tuning.result import Entry, Failure, Measurement
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -62,11 +62,11 @@ def test_entries_record_schema_and_versions(tmp_path, fast_timing, monkeypatch):
         return x * 1
 
     (e,) = k.tune(jnp.ones(4)).values()
-    assert e.versions["jax"] == jaxtune._versions.toolchain()["jax"]
+    assert e.versions["jax"] == jaxtune._core.versions.toolchain()["jax"]
     raw = _cache.user_cache().path_for(e.device_kind, e.kernel).read_bytes()
-    doc = jaxtune._codec.unpackb(raw)
+    doc = jaxtune._core.codec.unpackb(raw)
     assert doc["schema"] == CACHE_SCHEMA == 2
-    stored = jaxtune._codec.unpackb(doc["entries"]["f32[4]"])  # each entry its own msgpack
+    stored = jaxtune._core.codec.unpackb(doc["entries"]["f32[4]"])  # each entry its own msgpack
     assert stored["versions"]["jaxlib"] is not None
 
 

@@ -6,12 +6,12 @@ import pytest
 
 import jaxtune
 from jaxtune import _cli
+from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import cache as _cache
-from jaxtune._tuning.result import Entry
 
 
 def put(key, kernel="lib.matmul", jax_version=None, config=None):
-    versions = dict(jaxtune._versions.toolchain())
+    versions = dict(jaxtune._core.versions.toolchain())
     if jax_version:
         versions["jax"] = jax_version
     _cache.user_cache().write(

@@ -12,10 +12,10 @@ import msgpack
 import pytest
 
 import jaxtune
-from jaxtune._codec import MAX_FILE_BYTES, UnsafeFileError, packb, read_bounded, unpackb
+from jaxtune._core.codec import MAX_FILE_BYTES, UnsafeFileError, packb, read_bounded, unpackb
+from jaxtune._core.vocabulary import Entry, Failure, Measurement
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning.cachefile import CACHE_SCHEMA
-from jaxtune._tuning.result import Entry, Failure, Measurement
 
 HERE = pathlib.Path(__file__).resolve().parent
 #: A cache directory written by jaxtune at commit 358017f (schema 1), from old_entries().
@@ -179,7 +179,7 @@ def test_user_cache_follows_the_cache_dir_setting(tmp_path, monkeypatch):
     assert _cache.user_cache() is first and first.root == tmp_path / "a"
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "b"))
     assert _cache.user_cache().root == tmp_path / "b"
-    with jaxtune._config.override(cache_dir=str(tmp_path / "c")):
+    with jaxtune._core.settings.override(cache_dir=str(tmp_path / "c")):
         assert _cache.user_cache().root == tmp_path / "c"
     monkeypatch.delenv("JAXTUNE_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

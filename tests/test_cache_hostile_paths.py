@@ -17,8 +17,8 @@ import pytest
 from test_cache import make_entry
 
 from jaxtune import _cli
-from jaxtune._codec import packb
-from jaxtune._errors import CacheError, JaxtuneWarning
+from jaxtune._core.codec import packb
+from jaxtune._core.errors import CacheError, JaxtuneWarning
 from jaxtune._isolation import logs as _logs
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning.result import TuningResult

@@ -14,7 +14,7 @@ import pytest
 from test_cache import make_entry
 
 import jaxtune
-from jaxtune._errors import JaxtuneWarning
+from jaxtune._core.errors import JaxtuneWarning
 from jaxtune._tuning import cache as _cache
 
 HOLDER = textwrap.dedent(

@@ -4,7 +4,8 @@ import pathlib
 
 import pytest
 
-from jaxtune import SettingsError, _config
+from jaxtune import SettingsError
+from jaxtune._core import settings as _config
 
 GOOD = [
     ("JAXTUNE_MODE", "off", "mode", "off"),

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import pytest
 from faulty_kernels import faulty_light, garbler
 
+from jaxtune._core.vocabulary import Failure, Measurement
 from jaxtune._isolation import process as _process
 from jaxtune._tuning import runner as _runner
-from jaxtune._tuning.result import Failure, Measurement
 
 pytestmark = pytest.mark.slow
 

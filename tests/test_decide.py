@@ -7,10 +7,10 @@ import random
 import numpy as np
 import pytest
 
+from jaxtune._core.vocabulary import config_id
 from jaxtune._tuning import decide as _decide
 from jaxtune._tuning import rounds as _rounds
 from jaxtune._tuning import sweep as _sweep
-from jaxtune._tuning.space import config_id
 from jaxtune._tuning.timing import Timing, TimingOptions
 
 RULE = {"tie_within": 0.03}

@@ -19,15 +19,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtune import _config
+from jaxtune._core import settings as _config
+from jaxtune._core.errors import AgreementError, SettingsError, TuningFailedError
+from jaxtune._core.vocabulary import Choice, Failure, Measurement, config_id
 from jaxtune._distributed import agree as _agree
-from jaxtune._distributed import shard as _shard
 from jaxtune._distributed.store import LocalStore, StoreLostError, agreement_key
-from jaxtune._errors import AgreementError, SettingsError, TuningFailedError
 from jaxtune._isolation import devices as _devices
-from jaxtune._tuning.lookup import Choice
-from jaxtune._tuning.result import Failure, Measurement
-from jaxtune._tuning.space import config_id
+from jaxtune._tuning import shard as _shard
 from jaxtune._tuning.sweep import finish, ordered
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -283,7 +281,7 @@ def question(decide, *, task=None, runner=None, key="f32[4]") -> _agree.Question
         device_kind="cpu",
         decide=decide,
         task=task or (lambda: None),
-        runner=runner,
+        sharing=None if runner is None else _shard.SweepSharing(runner),
     )
 
 
@@ -466,7 +464,7 @@ def test_a_missing_share_names_the_follower_and_fails_the_others_at_once(monkeyp
             return Choice(config=best.config, source="cache", key="f32[4]")
 
         q = question(decide, task=lambda: w.scaled.sweep_task(sig, space, default))
-        q = dataclasses.replace(q, runner=w.FakeRunner())
+        q = dataclasses.replace(q, sharing=_shard.SweepSharing(w.FakeRunner()))
         start = time.monotonic()
         try:
             _agree.agree(q)

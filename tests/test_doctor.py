@@ -210,7 +210,7 @@ def test_json_settings_keep_their_types(monkeypatch):
     assert settings["verbose"] == 0 and settings["mode"] == "cached"
     import dataclasses
 
-    from jaxtune import _config
+    from jaxtune._core import settings as _config
 
     assert set(settings) == {f.name for f in dataclasses.fields(_config.Settings)}
 

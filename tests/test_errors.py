@@ -1,6 +1,6 @@
 """Messages built from exceptions never end in an empty reason."""
 
-from jaxtune._errors import describe
+from jaxtune._core.errors import describe
 
 
 class StackError(Exception):

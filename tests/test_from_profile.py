@@ -83,7 +83,7 @@ def test_raw_pallas_kernels_are_listed_with_a_hint(tmp_path, capsys):
 def _recorded_profile(root, source):
     """A saved report with one autotuned kernel, and its call as recorded with a config
     from ``source`` (where the capturing process found it)."""
-    from jaxtune._codec import packb
+    from jaxtune._core.codec import packb
 
     root.mkdir(parents=True, exist_ok=True)
     kernels = [{"name": "body", "kernel_id": "lib.k", "kind": "pallas", "share": 0.9}]

@@ -63,7 +63,7 @@ def test_the_flags_jax_saw_are_remembered_without_hooking_imports(first):
         "assert sys.meta_path == hooks\n"
         "assert 'jaxtune' not in type(jax.__spec__.loader).__module__\n"
         "os.environ['XLA_FLAGS'] = '--xla_dump_to=/tmp/later'\n"
-        "from jaxtune._config import changed_since_jax_import\n"
+        "from jaxtune._core.settings import changed_since_jax_import\n"
         "print(changed_since_jax_import())"
     )
     out = _python(code, XLA_FLAGS="--xla_dump_to=/tmp/first")

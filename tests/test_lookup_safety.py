@@ -20,10 +20,10 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import matmul as tpu_matmul
 
 import jaxtune
-from jaxtune import _config
+from jaxtune._core import settings as _config
+from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning import lookup as _lookup
-from jaxtune._tuning.result import Entry
 
 
 def kind():

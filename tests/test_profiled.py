@@ -15,7 +15,7 @@ from jax.profiler import ProfileData
 from profile_models import model, with_autotuned
 
 import jaxtune
-from jaxtune import _flags
+from jaxtune._core import flags as _flags
 from jaxtune._isolation import process as _process
 from jaxtune._profiling import profiled as _profiled
 

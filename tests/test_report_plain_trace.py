@@ -489,7 +489,7 @@ def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_
 def test_a_sidecar_of_wrong_types_is_ignored_with_a_note(plain_trace, tmp_path, sidecar, cli):
     import shutil
 
-    from jaxtune._codec import packb
+    from jaxtune._core.codec import packb
 
     trace = tmp_path / "trace"
     shutil.copytree(plain_trace, trace)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune._codec import packb, unpackb
-from jaxtune._tuning.result import Entry, Failure, Measurement
+from jaxtune._core.codec import packb, unpackb
+from jaxtune._core.vocabulary import Entry, Failure, Measurement
 
 
 def full_entry(key="f32[8]", config=None, kernel="k"):
@@ -165,7 +165,7 @@ def test_scopes_nest_and_unwind():
 def test_deeply_nested_tuples_are_refused_not_a_crash():
     import msgpack
 
-    from jaxtune._codec import MAX_DEPTH, DecodeError
+    from jaxtune._core.codec import MAX_DEPTH, DecodeError
 
     value: object = ()
     for _ in range(MAX_DEPTH - 1):  # `()` itself is the innermost level

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune._tuning.space import config_id
+from jaxtune._core.vocabulary import config_id
 
 
 @contextlib.contextmanager

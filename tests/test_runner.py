@@ -20,11 +20,11 @@ import pytest
 from faulty_kernels import faulty, identity, pid_probe
 
 import jaxtune
+from jaxtune._core.vocabulary import Failure, Measurement
 from jaxtune._isolation import process as _process
 from jaxtune._isolation import wire as _wire
 from jaxtune._tuning import requests as _requests
 from jaxtune._tuning import runner as _runner
-from jaxtune._tuning.result import Failure, Measurement
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import pytest
 
 import jaxtune
-from jaxtune import _config
-from jaxtune._errors import JaxtuneWarning, SettingsError
+from jaxtune._core import settings as _config
+from jaxtune._core.errors import JaxtuneWarning, SettingsError
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from jaxtune._core.arrays import dtype_name
+from jaxtune._core.vocabulary import Failure, Measurement
 from jaxtune._tuning import check as _check
 from jaxtune._tuning import inputs as _inputs
 from jaxtune._tuning import progress as _progress
 from jaxtune._tuning import sweep as _sweep
 from jaxtune._tuning import timing as _timing
-from jaxtune._tuning.result import Failure, Measurement
-from jaxtune._tuning.signature import Signature, dtype_name
+from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.timers import WallTimer
 
 

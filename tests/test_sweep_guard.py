@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 from faulty_kernels import pid_probe
 
-from jaxtune._errors import CustomCallTracingWarning
+from jaxtune._core.errors import CustomCallTracingWarning
 from jaxtune._isolation import environ as _environ
 from jaxtune._isolation import process as _process
 from jaxtune._tuning import runner as _runner

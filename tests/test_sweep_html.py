@@ -9,8 +9,8 @@ import pytest
 
 import jaxtune
 from jaxtune import _cli
+from jaxtune._core.vocabulary import Entry, Failure, Measurement
 from jaxtune._tuning import cache as _cache
-from jaxtune._tuning.result import Entry, Failure, Measurement
 
 
 def two_knob_entry(kernel="lib.matmul", key="f32[512,512]"):

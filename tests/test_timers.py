@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune._errors import ConfigSpaceError, SettingsError
+from jaxtune._core.errors import ConfigSpaceError, SettingsError
 from jaxtune._tuning import timers as _timers
 from jaxtune._tuning.timing import TimingOptions
 

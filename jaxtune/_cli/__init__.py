@@ -9,7 +9,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 
-from .._errors import JaxtuneError
+from .._core.errors import JaxtuneError
 from . import profile as _profile_cli
 
 __all__ = ["build_parser", "main"]

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .. import _versions
-from .._errors import CacheError
+from .._core import versions as _versions
+from .._core.errors import CacheError
+from .._core.vocabulary import Entry, Measurement
 from .._tuning import cache as _cache
-from .._tuning.result import Entry, Measurement, TuningResult, format_table
+from .._tuning.result import TuningResult, format_table
 
 __all__ = ["add_parser", "run"]
 

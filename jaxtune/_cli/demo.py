@@ -23,7 +23,7 @@ def main() -> int:
     import jax
 
     from .._profiling.profiled import profile
-    from .._tuning.locate import locate
+    from .._program.locate import locate
     from .._tuning.tune import tune
     from ..examples.chunked import chunked_logsumexp, reference_logsumexp
     from ..examples.model import step

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import _flags
-from .._versions import toolchain
+from .._core import flags as _flags
+from .._core.versions import toolchain
 from .doctor_checks import (
     Problem,
     cache_problems,

@@ -15,8 +15,9 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from .. import _config, _flags
-from .._versions import dist_version
+from .._core import flags as _flags
+from .._core import settings as _config
+from .._core.versions import dist_version
 
 __all__ = [
     "TPU_FLAGS",

@@ -15,8 +15,8 @@ import json
 import pathlib
 from typing import Any
 
-from .._codec import read_bounded, unpackb
-from .._errors import JaxtuneError
+from .._core.codec import read_bounded, unpackb
+from .._core.errors import JaxtuneError
 from .._profiling.report import CALLS_SUFFIX, INFO_FILE, report_from_trace
 from .._tuning import cache as _cache
 from .._tuning.result import format_table

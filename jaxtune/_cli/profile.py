@@ -8,7 +8,7 @@ import pathlib
 import sys
 from typing import Any
 
-from .._flags import child_env, find_libtpu, requested_platform
+from .._core.flags import child_env, find_libtpu, requested_platform
 from .._profiling.report import Profile
 
 __all__ = ["add_parsers", "run_profile", "run_report"]

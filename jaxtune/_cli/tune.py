@@ -19,12 +19,13 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import JaxtuneError
+from .._core.errors import JaxtuneError
+from .._core.vocabulary import Entry
 from .._isolation.wire import FrameReader
-from .._profiling.units import count
+from .._render.units import count
 from .._tuning import cache as _cache
 from .._tuning.choose import make_entry
-from .._tuning.result import Entry, format_table
+from .._tuning.result import format_table
 from .._tuning.runner import ProcessRunner
 from .._tuning.sweep import SweepPlan
 

@@ -18,22 +18,48 @@ import dataclasses
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from .. import _config, _versions
-from .._codec import packb, unpackb
-from .._errors import AgreementError, describe
-from .._tuning.lookup import Choice
-from .._tuning.result import Entry
-from .._tuning.runner import Runner
-from .._tuning.sweep import SweepOutcome, SweepTask
-from . import shard as _shard
+from .._core import settings as _config
+from .._core import versions as _versions
+from .._core.codec import packb, unpackb
+from .._core.errors import AgreementError, describe
+from .._core.vocabulary import Choice, Entry
 from .store import Store, StoreLostError, StoreTimeoutError, agreement_key, current
 
 __all__ = ["Question", "agree", "decided", "may_write_cache", "new_round", "store", "use_store"]
 
-Measure = Callable[[SweepTask], SweepOutcome]
+#: Measures a sweep task, returns its outcome (both the tuning flow's: opaque here).
+Measure = Callable[[Any], Any]
+
+
+class Sharing(Protocol):
+    """How the tuning flow shares one sweep over the job's processes: agreement moves the
+    plan and the shares (plain data) between them, the flow knows what they are."""
+
+    def alone(self, task: Any) -> Any:
+        """The whole sweep of ``task``, measured by this process (a single-process job)."""
+        ...
+
+    def plan(self, task: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The configs ``task`` measures and its default."""
+        ...
+
+    def with_plan(
+        self, task: Any, configs: Sequence[Mapping[str, Any]], default: Mapping[str, Any]
+    ) -> Any:
+        """``task`` measuring the leader's configs against the leader's default."""
+        ...
+
+    def measure(self, task: Any, index: int, count: int) -> dict[str, Any]:
+        """Process ``index`` of ``count``: its share of ``task``, measured, as plain data."""
+        ...
+
+    def merge(self, task: Any, parts: Sequence[Mapping[str, Any]]) -> Any:
+        """The outcome of the whole sweep from every process's share, in process order."""
+        ...
+
 
 _LOCK = threading.Lock()
 # Per job and process: a lock that serialises decisions, and the decisions of this round.
@@ -74,7 +100,8 @@ class Question:
 
     ``decide(measure)`` runs the single-process lookup after the scopes, sweeping through
     ``measure`` on a miss in tune mode; ``task()`` builds the kernel's sweep (a follower
-    replaces its configs with the leader's).
+    replaces its configs with the leader's); ``sharing`` splits a sweep's task over the
+    processes and merges their shares.
     """
 
     kernel: str
@@ -82,8 +109,8 @@ class Question:
     version: str
     device_kind: str
     decide: Callable[[Measure], Choice]
-    task: Callable[[], SweepTask]
-    runner: Runner
+    task: Callable[[], Any]
+    sharing: Sharing | None
 
 
 def store() -> Store | None:
@@ -140,7 +167,7 @@ def agree(question: Question) -> Choice:
     """
     s = store()
     if s is None:
-        return question.decide(question.runner.sweep)
+        return question.decide(lambda task: _sharing(question).alone(task))
     lock, memo = _memo(s)
     with lock:
         base = _base(question.kernel, question.version, question.key, question.device_kind)
@@ -165,16 +192,18 @@ def _error_record(e: BaseException) -> bytes:
 def _lead(s: Store, base: str, q: Question) -> Choice:
     swept: list[bool] = []
 
-    def measure(task: SweepTask) -> SweepOutcome:
-        plan = {"kind": "sweep", "configs": [dict(c) for c in task.plan.configs]}
-        if not s.publish(f"{base}/plan", packb({**plan, "default": dict(task.plan.default)})):
+    def measure(task: Any) -> Any:
+        sharing = _sharing(q)
+        configs, default = sharing.plan(task)
+        plan = {"kind": "sweep", "configs": configs, "default": default}
+        if not s.publish(f"{base}/plan", packb(plan)):
             raise AgreementError(_already(q, s))
         swept.append(True)
-        parts = [_shard.measure_share(task, 0, s.process_count, q.runner)]
+        parts = [sharing.measure(task, 0, s.process_count)]
         for index in range(1, s.process_count):
             data = _wait(s, f"{base}/share/{index}", q, index, "its share of the sweep")
-            parts.append(_shard.decode_share(data))
-        return _shard.merge(task, parts)
+            parts.append(unpackb(data))
+        return sharing.merge(task, parts)
 
     try:
         choice = q.decide(measure)
@@ -201,17 +230,20 @@ def _follow(s: Store, base: str, q: Question) -> Choice:
     plan = unpackb(_wait(s, f"{base}/plan", q, 0, "the config"))
     if plan["kind"] != "sweep":
         return _adopt(plan, q, s)
-    task = q.task()
-    leaders_plan = dataclasses.replace(
-        task.plan, configs=tuple(plan["configs"]), default=dict(plan["default"])
-    )
-    task = dataclasses.replace(task, plan=leaders_plan)
-    part = _shard.measure_share(task, s.process_id, s.process_count, q.runner)
-    _publish(s, f"{base}/share/{s.process_id}", _shard.encode_share(part), q)
+    sharing = _sharing(q)
+    task = sharing.with_plan(q.task(), plan["configs"], plan["default"])
+    part = sharing.measure(task, s.process_id, s.process_count)
+    _publish(s, f"{base}/share/{s.process_id}", packb(part), q)
     # Twice the timeout: the leader may itself wait the timeout for a missing share, and
     # then publishes why, which is the better message.
     winner = _wait(s, f"{base}/result", q, 0, "the winner of the shared sweep", scale=2)
     return _adopt(unpackb(winner), q, s)
+
+
+def _sharing(q: Question) -> Sharing:
+    if q.sharing is None:
+        raise AgreementError(f"the decision on {q.kernel} for {q.key} cannot share a sweep")
+    return q.sharing
 
 
 def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: Store) -> Choice:

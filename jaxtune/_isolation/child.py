@@ -25,7 +25,7 @@ import time
 import traceback
 from typing import Any
 
-from .._errors import describe
+from .._core.errors import describe
 from .resolve import NOTES, preload
 from .strays import TOKEN, kill_tagged
 
@@ -105,7 +105,7 @@ class Server:
 
     def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The frame that answers ``msg``: ``done`` with results, or an ``error``."""
-        from .._errors import JaxtuneError
+        from .._core.errors import JaxtuneError
 
         try:
             frame = self._handle(msg)
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import jax
 
-    from .._versions import toolchain
+    from .._core.versions import toolchain
     from .wire import write_frame
 
     try:

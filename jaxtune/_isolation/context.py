@@ -21,7 +21,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .._errors import describe
+from .._core.errors import describe
+from .._core.jaxstate import INTERPRET as _INTERPRET
+from .._core.jaxstate import states as _states
 
 __all__ = [
     "Unencodable",
@@ -29,25 +31,9 @@ __all__ = [
     "capture",
     "describe_uncarried",
     "snapshot",
-    "without_interpret_mode",
 ]
 
 _UNSET: list[Any] = []
-
-
-def _states() -> dict[str, Any]:
-    try:
-        from jax._src import config as jax_config
-    except ImportError:  # pragma: no cover - a JAX without the private module
-        return {}
-    found: dict[str, Any] = dict(getattr(jax_config, "config_states", {}))
-    # Some states (Pallas' interpret-mode switch among them) are plain module attributes.
-    base = getattr(getattr(jax_config, "config_ext", None), "Config", None)
-    if base is not None:
-        for name, value in vars(jax_config).items():
-            if isinstance(value, base):
-                found.setdefault(name, value)
-    return {n: s for n, s in found.items() if hasattr(s, "get_local") and hasattr(s, "swap_local")}
 
 
 def _unset_marker() -> Any:
@@ -104,7 +90,6 @@ _CHILD_OWNS = frozenset(
     {"jax_platforms", "jax_platform_name", "jax_cuda_visible_devices", "jax_default_device"}
 )
 
-_INTERPRET = "pallas_tpu_interpret_mode_context_manager"
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -152,20 +137,6 @@ def _decode(value: Any) -> Any:
         fields = {k: _decode(v) for k, v in value["fields"].items()}
         return _resolve_class(value["dataclass"])(**fields)
     return value
-
-
-@contextlib.contextmanager
-def without_interpret_mode() -> Iterator[None]:
-    """Pallas TPU interpret mode off in this thread (to lower kernels for real hardware)."""
-    state = _states().get(_INTERPRET)
-    if state is None:
-        yield
-        return
-    previous = state.swap_local(None)
-    try:
-        yield
-    finally:
-        state.set_local(previous)
 
 
 def _carried_states() -> dict[str, Any]:
@@ -250,7 +221,7 @@ _WARNED: set[Any] = set()
 def _warn_once(key: Any, message: str) -> None:
     import warnings
 
-    from .._errors import JaxtuneWarning
+    from .._core.errors import JaxtuneWarning
 
     if key not in _WARNED:
         _WARNED.add(key)

@@ -10,8 +10,8 @@ import sys
 import warnings
 from collections.abc import Mapping, MutableMapping
 
-from .._errors import CustomCallTracingWarning, FlagError
-from .._flags import (
+from .._core.errors import CustomCallTracingWarning, FlagError
+from .._core.flags import (
     CUSTOM_CALL_TRACING,
     custom_call_tracing_on,
     parse,

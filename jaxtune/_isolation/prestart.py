@@ -17,8 +17,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .. import _config
-from .._versions import toolchain
+from .._core import settings as _config
+from .._core.versions import toolchain
 from .devices import cpu_only
 from .environ import pool_key, unkeyed_environ
 from .process import POOL, ChildLost, ChildProcess

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._codec import DecodeError
-from .._errors import SweepError
+from .._core.codec import DecodeError
+from .._core.errors import SweepError
 from .channels import close_all, request_channel, widen
 from .environ import pool_key
 from .logs import CRASH_LOG_BYTES, KEEP_CRASH_LOGS, keep_crash_log, log_dir, read_tail

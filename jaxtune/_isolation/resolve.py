@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import describe
+from .._core.errors import describe
 
 __all__ = ["NOTES", "find", "namespace", "observe_imports", "preload", "resolve_callable"]
 
@@ -42,7 +42,7 @@ def namespace(ref: dict[str, Any]) -> dict[str, Any]:
     Raises:
         LookupError: it cannot be imported here, whatever the reason.
     """
-    from .. import _config
+    from .._core import settings as _config
 
     # Kernels the module's top level calls use cached or default configs here: a sweep
     # inside the import would tune them a second time, under the re-run script's name.

@@ -16,8 +16,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import SweepError
-from .._flags import child_env, normalise_platform, requested_platform
+from .._core.errors import SweepError
+from .._core.flags import child_env, normalise_platform, requested_platform
 from .devices import parent_backend
 from .environ import flag_base, python_path, strip_tracing
 from .process import POOL, ChildProcess

@@ -24,7 +24,7 @@ import ml_dtypes
 import msgpack
 import numpy as np
 
-from .._codec import DecodeError, packb, unpackb
+from .._core.codec import DecodeError, packb, unpackb
 
 __all__ = [
     "FrameReader",

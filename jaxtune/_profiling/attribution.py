@@ -2,7 +2,7 @@
 
 The executed ops come from :mod:`.events`. An op belongs to the kernel the trace's own
 metadata names for it (:mod:`.recover`, for a trace read without its capture), else by
-:func:`jaxtune._markers.owner_of`: a Pallas custom call, the innermost ``pallas_call``
+:func:`jaxtune._program.markers.owner_of`: a Pallas custom call, the innermost ``pallas_call``
 frame of its name stack, the interpret-mode kernel whose scope encloses it, the innermost
 ``jaxtune[<id>#<digest>]`` marker; else it is a plain XLA op. Time is each op's exclusive
 time, so nothing is counted twice.
@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from .. import _markers
+from .._program import markers as _markers
 from . import roofline as _roofline
 from .events import Walk
 from .totals import OpKind, Totals
@@ -96,7 +96,7 @@ def classifier(
     claims: Mapping[tuple[int, str], str] | None = None,
 ) -> Callable[[OpKind], Owner]:
     """The owner of an executed op (memoized by its :class:`~.events.OpKind`), by
-    :func:`jaxtune._markers.owner_of`.
+    :func:`jaxtune._program.markers.owner_of`.
 
     ``kernels`` are the program's Pallas calls (name, scope, ...); ``fusions`` map a fusion
     to the op names of the instructions fused into it: a fusion that holds ops of kernels

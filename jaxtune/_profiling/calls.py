@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _markers
-from .._tuning.record import frame_for_mark
+from .._program import markers as _markers
 
 __all__ = ["autotuned_counts", "configs", "hints"]
 
@@ -36,7 +35,7 @@ def hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]
             if hint:
                 hints[mark.kernel] = hint
             if (mark.kernel, mark.key) not in calls:
-                calls[mark.kernel, mark.key] = frame_for_mark(mark)
+                calls[mark.kernel, mark.key] = mark.owner.recorded_call(mark)
     return hints, list(calls.values())
 
 
@@ -55,15 +54,9 @@ def configs(sites: Any, device_kind: str) -> dict[str, dict[str, Any]]:
 
 
 def _speedup(mark: _markers.Mark, device_kind: str) -> float | None:
-    """The tuned speedup of the mark's config, from the user cache (never an error: a
-    cache that cannot say costs only the figure)."""
-    try:
-        from .._tuning.cache import user_cache
-
-        entry = user_cache().lookup(mark.kernel, device_kind, mark.key)
-        if entry is None or dict(entry.config) != dict(mark.config):
-            return None
-        speedup = entry.speedup
-        return float(speedup) if speedup else None
-    except Exception:  # a damaged or changed cache: the figure is only a hint
+    """The tuned speedup of the mark's config, asked of its kernel (never an error: the
+    figure is only a hint)."""
+    if mark.owner is None:
         return None
+    speedup: float | None = mark.owner.tuned_speedup(mark.key, mark.config, device_kind)
+    return speedup

@@ -1,20 +1,23 @@
 """A trace capture in a child started with the profiling flags: the request this process
-sends (:func:`profile_in_child`) and its handler in the child (:func:`handle`)."""
+sends, answered in the child by :mod:`jaxtune._profiling.serve`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from .._config import settings
-from .._errors import ProfileError
+from .._core.errors import ProfileError
+from .._core.settings import settings
 from .._isolation.context import warn_notes, warn_unapplied
 from .._isolation.process import POOL, ChildLost
 from .._isolation.requests import call_request
 from .._isolation.service import ChildService
 from .._isolation.wire import NotTransportable
 
-__all__ = ["handle", "profile_in_child"]
+__all__ = ["HANDLER", "profile_in_child"]
+
+#: The module whose ``handle`` answers a capture request in the child.
+HANDLER = "jaxtune._profiling.serve"
 
 
 def profile_in_child(
@@ -36,7 +39,7 @@ def profile_in_child(
         ProfileError: the child failed; the message holds its stderr.
     """
     label = getattr(fn, "__qualname__", "profile")
-    message = call_request(__name__, fn, args, kwargs, label=label)
+    message = call_request(HANDLER, fn, args, kwargs, label=label)
     message.update(op="profile", iters=iters, warmup=warmup, logdir=logdir)
     service = ChildService(profiling={"llo": llo, "custom_call_tracing": custom_call_tracing})
     child = service.child()
@@ -59,21 +62,3 @@ def profile_in_child(
     warn_unapplied(label, answer)
     info: dict[str, Any] = answer["info"]
     return info
-
-
-def handle(server: Any, msg: dict[str, Any]) -> dict[str, Any]:
-    """In the child: captures the trace a ``profile`` request asks for."""
-    from .._isolation.resolve import resolve_callable
-    from .._isolation.wire import decode_value
-    from .profiled import capture
-
-    server.arrived()
-    info = capture(
-        resolve_callable(msg["ref"]),
-        tuple(decode_value(msg["args"])),
-        dict(decode_value(msg["kwargs"])),
-        iters=msg["iters"],
-        warmup=msg["warmup"],
-        logdir=msg["logdir"],
-    )
-    return {"t": "done", "info": info}

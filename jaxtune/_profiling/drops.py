@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _flags
+from .._core import flags as _flags
 from . import xplane as _xplane
 
 __all__ = ["DROP_FIX", "DROP_STATS", "drop_warnings"]

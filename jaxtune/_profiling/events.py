@@ -26,7 +26,7 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import _markers
+from .._program import markers as _markers
 from . import xplane as _xplane
 from .totals import TIMELINE_SPANS, Accumulator, OpKind, Totals, columns, walk_columns, walk_items
 

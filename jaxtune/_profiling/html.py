@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import page, units
+from .._render import page, units
 from . import roofline as _roofline
 from .attribution import KernelStat
 from .table import BOUND_HELP, config_text, shown_name, stat_rows, unknown_bound_reasons

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from .. import _flags
+from .._core import flags as _flags
 from . import xplane as _xplane
 from .llo_figures import STATIC_MODES, summary
 from .tracefile import find_trace

@@ -21,9 +21,11 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import jax
 import numpy as np
 
-from .. import _config, _flags, _markers
-from .._errors import JaxtuneError, JaxtuneWarning
-from .._tuning.locate import sites_in_module
+from .._core import flags as _flags
+from .._core import settings as _config
+from .._core.errors import JaxtuneError, JaxtuneWarning
+from .._program import markers as _markers
+from .._program.locate import sites_in_module
 from . import calls as _calls
 from . import llo as _llo
 from .hlo import hlo_fusions, hlo_ops
@@ -44,7 +46,7 @@ R = TypeVar("R")
 
 
 def _concrete(value: Any, seed: int) -> Any:
-    from .._tuning.inputs import random_leaf
+    from .._core.arrays import random_leaf
 
     rng = np.random.default_rng(seed)
 

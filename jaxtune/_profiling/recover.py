@@ -19,7 +19,7 @@ kernel, whose compiled ops keep no ``pallas_call`` in their names
   (under autodiff, whose stacks stop at the user's call) the innermost named scope or
   ``jit``. Its source is the site's line.
 - Other ops inside the kernel's scope (the glue of a wrapper such as ``jit(flash_attention)``)
-  are the kernel's by the rule a capture applies (:func:`jaxtune._markers.owner_of`); a
+  are the kernel's by the rule a capture applies (:func:`jaxtune._program.markers.owner_of`); a
   fusion belongs to the kernels of the instructions fused into it.
 - A site surrounded by no loop or branch (its name stack holds no ``while``, ``cond``,
   ``branch_*``, ...) runs once per run of its program, so such a kernel's calls are exact:
@@ -43,7 +43,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import _markers
+from .._program import markers as _markers
 from . import xplane as _xplane
 from .hlo import Frame, HloInstruction, HloModule, parse_hlo_proto
 

@@ -11,8 +11,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .._codec import DecodeError, atomic_write, packb, read_bounded, unpackb
-from .._errors import ProfileError, describe
+from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
+from .._core.errors import ProfileError, describe
 from . import recover as _recover
 from . import roofline as _roofline
 from . import xplane as _xplane
@@ -162,7 +162,7 @@ class Profile:
             >>> jaxtune.Profile.from_trace("/no/such/trace")  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            jaxtune._errors.ProfileError: cannot read a trace at /no/such/trace: ...
+            jaxtune._core.errors.ProfileError: cannot read a trace at /no/such/trace: ...
         """
         return report_from_trace(path)
 

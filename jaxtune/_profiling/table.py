@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._codec import table
-from . import units
+from .._core.codec import table
+from .._render import units
 from .attribution import KernelStat
 from .llo_figures import lines as llo_lines
 

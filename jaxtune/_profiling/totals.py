@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _markers
+from .._program import markers as _markers
 
 __all__ = [
     "TIMELINE_SPANS",

@@ -18,7 +18,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as _PbDecodeError
 
-from .._errors import describe
+from .._core.errors import describe
 from . import schema as _schema
 from .tracefile import read_trace
 

@@ -18,9 +18,12 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
-from .. import _config, _markers
+from .._core import settings as _config
+from .._core.arrays import is_array
+from .._core.errors import JaxtuneWarning, TuningFailedError
+from .._core.vocabulary import Choice, Entry
 from .._distributed import agree as _agree
-from .._errors import JaxtuneWarning, TuningFailedError
+from .._program import markers as _markers
 from . import cache as _cache
 from . import lookup as _lookup
 from . import record as _record
@@ -28,7 +31,6 @@ from . import timing as _timing
 from .choose import budget_setting, prestart_child
 from .choose import make_entry as make_entry
 from .eager import bump_generation, eager_jit, renew_on_cache_change
-from .lookup import Choice
 from .naming import kernel_id_for
 from .options import (
     validate_callable,
@@ -39,10 +41,11 @@ from .options import (
     validate_timer,
     validate_timing,
 )
-from .result import Entry, TuningResult
+from .result import TuningResult
 from .runner import default_runner
 from .search import Budget, strategy_of
-from .signature import Signature, is_array, is_tracing
+from .shard import SweepSharing
+from .signature import Signature, is_tracing
 from .space import ConfigSpec
 from .sweep import SweepOutcome, SweepPlan, SweepTask
 from .timing import TimingOptions
@@ -247,7 +250,7 @@ class Autotuned(Generic[P, R]):
             device_kind=kind,
             decide=lambda measure: self._decide(sig, space, default, kind, measure=measure),
             task=lambda: self.sweep_task(sig, space, default),
-            runner=default_runner(),
+            sharing=SweepSharing(default_runner()),
         )
         return _agree.agree(question)
 
@@ -459,3 +462,20 @@ class Autotuned(Generic[P, R]):
             if hint is not None:
                 out[label] = float(hint(*a, **k) if callable(hint) else hint)
         return out
+
+    def recorded_call(self, mark: Any) -> dict[str, Any]:
+        """The recorded call behind a marker of this kernel's (what ``jaxtune tune
+        --from-profile`` replays), for a profile's sidecar."""
+        return _record.frame_for_mark(mark)
+
+    def tuned_speedup(self, key: str, config: Mapping[str, Any], device_kind: str) -> float | None:
+        """The speedup over the default that the user cache measured for ``key`` on
+        ``device_kind``, when its entry stored ``config`` (``None`` otherwise: a default,
+        an entry of another config, or a cache that cannot say)."""
+        try:
+            entry = _cache.user_cache().lookup(self.kernel_id, device_kind, key)
+        except Exception:  # a damaged or changed cache: the figure is only a hint
+            return None
+        if entry is None or dict(entry.config) != dict(config):
+            return None
+        return float(entry.speedup) if entry.speedup else None

@@ -26,13 +26,14 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 
-from .. import _config
-from .._codec import DecodeError, atomic_write, read_bounded
-from .._errors import CacheError, JaxtuneWarning
+from .._core import settings as _config
+from .._core.codec import DecodeError, atomic_write, read_bounded
+from .._core.errors import CacheError, JaxtuneWarning
+from .._core.files import NOT_A_DIRECTORY, Version, file_version, fix_for, locked
+from .._core.vocabulary import Entry
 from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
-from .cachefs import NOT_A_DIRECTORY, Version, file_version, fix_for, locked
 from .eager import caches_changed
-from .result import Entry, TuningResult
+from .result import TuningResult
 
 __all__ = ["CacheStore", "layers", "register_cache", "slug", "user_cache"]
 
@@ -57,7 +58,7 @@ class CacheStore:
     """A cache directory: reads memoized per file version, writes locked and atomic.
 
     Nothing in the directory is trusted: files are opened without following symlinks, only
-    regular files of at most :data:`~jaxtune._codec.MAX_FILE_BYTES` are read, every entry is
+    regular files of at most :data:`~jaxtune._core.codec.MAX_FILE_BYTES` are read, every entry is
     checked against :mod:`.schema` when first used, and a malformed entry is skipped with
     one warning.
     """

@@ -7,9 +7,11 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from .. import _config, _versions
-from .._errors import JaxtuneError
-from .result import Entry, Measurement, now
+from .._core import settings as _config
+from .._core import versions as _versions
+from .._core.errors import JaxtuneError
+from .._core.vocabulary import Entry, Measurement
+from .result import now
 from .runner import ProcessRunner
 from .search import Budget
 from .sweep import SweepOutcome, SweepPlan

@@ -36,10 +36,9 @@ import statistics
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
-from .._errors import TuningFailedError
-from .result import Failure, Measurement
+from .._core.errors import TuningFailedError
+from .._core.vocabulary import Failure, Measurement, config_id
 from .search import Searched
-from .space import config_id
 from .timing import TimingOptions
 
 __all__ = [

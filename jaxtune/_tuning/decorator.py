@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
-from .._errors import ConfigSpaceError
+from .._core.errors import ConfigSpaceError
 from .autotuned import Autotuned
 from .search import Budget
 

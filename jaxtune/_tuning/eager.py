@@ -5,7 +5,7 @@ An autotuned kernel whose config keywords are known in advance is called through
 caller and jit's C++ dispatch, which does the shape lookup. The jit's trace picks the
 config (exactly as a trace inside the user's ``jax.jit`` does), and everything else that
 decides the config reaches jit's cache key through JAX user contexts: ``with TuningResult``
-scopes (their own context), :func:`jaxtune._config.override` blocks (:data:`_OVERRIDDEN`),
+scopes (their own context), :func:`jaxtune._core.settings.override` blocks (:data:`_OVERRIDDEN`),
 and explicit re-tuning or a changed ``JAXTUNE_*`` variable (:data:`_GENERATION`). A change
 of the caches (a sweep's entry, a write, a registered layer) renews only the eager jits
 (:func:`caches_changed`), so the caller's own jitted functions are not traced again.
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import jax
 
-from .. import _config
+from .._core import settings as _config
 
 __all__ = ["bump_generation", "caches_changed", "eager_jit", "renew_on_cache_change"]
 

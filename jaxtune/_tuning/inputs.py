@@ -13,27 +13,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import SignatureError
-from .signature import Signature, dtype_name, is_array
+from .._core.arrays import dtype_name, is_array, random_leaf
+from .._core.errors import SignatureError
+from .signature import Signature
 
 __all__ = ["make_inputs", "random_leaf"]
-
-
-def random_leaf(leaf: Any, rng: np.random.Generator) -> np.ndarray:
-    """Random values of ``leaf``'s shape and dtype: small non-negative integers (valid as
-    indices of most dimensions), booleans, or standard-normal floats (ml_dtypes included)."""
-    shape, dtype = tuple(leaf.shape), np.dtype(leaf.dtype)
-    if dtype == np.bool_:
-        return rng.random(shape) < 0.5
-    if np.issubdtype(dtype, np.integer):
-        info = np.iinfo(dtype)
-        return rng.integers(max(info.min, 0), min(info.max, 16), size=shape, endpoint=True).astype(
-            dtype
-        )
-    if np.issubdtype(dtype, np.complexfloating):
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-    # Floats, including ml_dtypes' bfloat16 and float8 types, which numpy casts to.
-    return rng.standard_normal(shape).astype(np.float32).astype(dtype)
 
 
 def make_inputs(

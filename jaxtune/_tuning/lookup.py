@@ -12,19 +12,18 @@ step borrows only a config of the new shape's pruned space.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import warnings
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import jax
 
-from .._errors import JaxtuneWarning
+from .._core.errors import JaxtuneWarning
+from .._core.vocabulary import Choice, Entry, Source, config_id
 from . import cache as _cache
-from .result import Entry, active_scopes
-from .space import config_id
+from .result import active_scopes
 
 __all__ = [
     "Choice",
@@ -34,22 +33,6 @@ __all__ = [
     "nearest",
     "scoped_entry",
 ]
-
-Source = Literal["explicit", "scope", "cache", "packaged", "nearest", "default"]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Choice:
-    """The config a call uses and where it came from.
-
-    ``source`` is one of ``"explicit"``, ``"scope"``, ``"cache"``, ``"packaged"``,
-    ``"nearest"``, ``"default"``; ``entry`` is the cache entry behind it, if any.
-    """
-
-    config: Mapping[str, Any]
-    source: Source
-    key: str
-    entry: Entry | None = None
 
 
 @functools.cache

@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import JaxtuneWarning
+from .._core.errors import JaxtuneWarning
 
 __all__ = ["MSG_UNNAMED_MAIN", "kernel_id_for"]
 

@@ -7,8 +7,8 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .. import _config
-from .._errors import ConfigSpaceError
+from .._core import settings as _config
+from .._core.errors import ConfigSpaceError
 
 __all__ = [
     "validate_callable",

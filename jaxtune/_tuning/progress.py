@@ -6,8 +6,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from .result import Failure, Measurement
-from .space import config_id
+from .._core.vocabulary import Failure, Measurement, config_id
 
 if TYPE_CHECKING:
     from .sweep import SweepOutcome

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .. import _config
+from .._core import settings as _config
 
 __all__ = ["call_frame", "frame_for_mark", "note", "observing_calls"]
 
@@ -97,9 +97,9 @@ def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
 
 
 def frame_for_mark(mark: Any) -> dict[str, Any]:
-    """The :func:`call_frame` of the call behind a marker (``jaxtune._markers.Mark``), so a
+    """The :func:`call_frame` of the call behind a marker (``jaxtune._program.markers.Mark``), so a
     profile can say how to tune each autotuned call it saw."""
-    from .lookup import Choice
+    from .._core.vocabulary import Choice
 
     sig = mark.owner.bind(mark.args, mark.kwargs)
     return call_frame(mark.owner, sig, Choice(config=mark.config, source=mark.source, key=mark.key))
@@ -125,7 +125,7 @@ def note(kernel: Any, sig: Any, choice: Any) -> None:
     if recorder is not None:
         recorder.record(kernel, sig, choice)
     if settings.verbose >= 1:
-        from .space import config_id
+        from .._core.vocabulary import config_id
 
         seen = (kernel.kernel_id, sig.key, choice.source)
         with _LOCK:

@@ -11,8 +11,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .._profiling import page, units
-from .space import config_id
+from .._core.vocabulary import config_id
+from .._render import page, units
 
 __all__ = ["knobs", "sweep_html"]
 

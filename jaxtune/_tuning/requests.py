@@ -8,9 +8,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._core.vocabulary import Failure, Measurement, config_id
 from .._isolation.requests import call_request
-from .result import Failure, Measurement
-from .space import config_id
 from .sweep import SweepTask
 
 __all__ = ["HANDLER", "reference_config", "sweep_request"]

@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._core.vocabulary import Failure, Measurement, config_id
 from .decide import decide, in_space_order, rounds_to_show
-from .result import Failure, Measurement
-from .space import config_id
 from .timing import Timing, TimingOptions
 
 __all__ = ["interleaved", "measurement"]

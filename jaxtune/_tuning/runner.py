@@ -17,8 +17,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from .._errors import JaxtuneWarning, SweepError
-from .._flags import normalise_platform
+from .._core.errors import JaxtuneWarning, SweepError
+from .._core.flags import normalise_platform
+from .._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
 from .._isolation import context as _context
 from .._isolation.devices import parent_backend, sweep_devices
 from .._isolation.environ import warn_tracing_inline
@@ -28,17 +29,7 @@ from .._isolation.wire import NotTransportable
 from .flight import InFlight, how_lost, raise_child_error
 from .progress import Progress
 from .requests import reference_config, sweep_request
-from .result import Failure, Measurement, measurement_from_dict
-from .space import config_id
-from .sweep import (
-    SweepOutcome,
-    SweepPlan,
-    SweepTask,
-    best_of,
-    drive,
-    new_progress,
-    run_sweep,
-)
+from .sweep import SweepOutcome, SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner"]
 
@@ -349,7 +340,7 @@ def _warn_once(key: Any, message: str) -> None:
 def default_runner() -> Runner:
     """The runner ``JAXTUNE_ISOLATION`` selects: ``process`` (default; one child per local
     GPU or CPU device when this process has several) or ``inline``."""
-    from .._config import settings
+    from .._core.settings import settings
 
     if settings().isolation == "inline":
         return InlineRunner()

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .._errors import ConfigSpaceError
+from .._core.errors import ConfigSpaceError
 
 __all__ = [
     "DEFAULT_CONFIGS",

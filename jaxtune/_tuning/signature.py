@@ -8,7 +8,6 @@ does Python's salted ``hash()``.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -17,59 +16,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import SignatureError
+from .._core.arrays import dtype_name, is_array
+from .._core.errors import SignatureError
 
 __all__ = ["Signature", "abstractify", "dtype_name", "is_array", "is_tracing"]
-
-_SHORT = {
-    "float64": "f64",
-    "float32": "f32",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "int64": "s64",
-    "int32": "s32",
-    "int16": "s16",
-    "int8": "s8",
-    "int4": "s4",
-    "uint64": "u64",
-    "uint32": "u32",
-    "uint16": "u16",
-    "uint8": "u8",
-    "uint4": "u4",
-    "bool": "pred",
-    "complex64": "c64",
-    "complex128": "c128",
-}
-
-
-def dtype_name(dtype: Any) -> str:
-    """XLA's short name of a dtype: ``f32``, ``bf16``, ``s32``, ``f8e4m3fn``...."""
-    try:
-        return _NAMES[dtype]
-    except (KeyError, TypeError):  # not seen yet, or not hashable
-        pass
-    name = _dtype_name(dtype)
-    with contextlib.suppress(TypeError):
-        _NAMES[dtype] = name
-    return name
-
-
-#: Short names already worked out, by the dtype given (trace-time lookups ask often).
-_NAMES: dict[Any, str] = {}
-
-
-def _dtype_name(dtype: Any) -> str:
-    name = np.dtype(dtype).name
-    if name in _SHORT:
-        return _SHORT[name]
-    if name.startswith("float8_"):
-        return "f8" + name[len("float8_") :]
-    return name
-
-
-def is_array(x: Any) -> bool:
-    """Whether ``x`` has a shape and dtype (arrays, tracers, ShapeDtypeStructs)."""
-    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type)
 
 
 def is_tracing(leaves: Sequence[Any]) -> bool:

@@ -7,17 +7,11 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._codec import packb, storable, unpackb
-from .._errors import ConfigSpaceError, describe
+from .._core.codec import packb, storable, unpackb
+from .._core.errors import ConfigSpaceError, describe
+from .._core.vocabulary import Config, config_id
 
 __all__ = ["ConfigSpec", "config_id"]
-
-Config = dict[str, Any]
-
-
-def config_id(config: Mapping[str, Any]) -> str:
-    """A readable, stable text form of a config: ``block_k=256,block_m=128``."""
-    return ",".join(f"{k}={config[k]!r}" for k in sorted(config))
 
 
 _STORABLE = (

@@ -14,15 +14,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._core.vocabulary import Failure, Measurement, config_id
 from .decide import SweepOutcome as SweepOutcome
 from .decide import finish as finish
 from .decide import leaders as leaders
 from .progress import Progress
-from .result import Failure, Measurement
 from .search import Budget, run_search, strategy_of
 from .search import plan as budget_plan
 from .signature import Signature
-from .space import config_id
 from .sweeper import EventSink, Sweeper
 from .sweeper import measurement as measurement
 from .timers import Timer

@@ -22,13 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
+from .._core.vocabulary import Failure, Measurement, config_id
 from .._isolation import context as _context
 from .check import check_outputs, reason
 from .inputs import make_inputs
-from .result import Failure, Measurement
 from .rounds import interleaved, measurement
 from .signature import Signature
-from .space import config_id
 from .timers import Timer, timer_for
 from .timing import Timing, block
 

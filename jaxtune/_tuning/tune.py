@@ -6,10 +6,11 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .. import _config, _markers
-from .._errors import JaxtuneWarning
+from .._core import settings as _config
+from .._core.errors import JaxtuneWarning
+from .._program import markers as _markers
+from .._program.locate import KernelSite, locate
 from .autotuned import differentiated_calls, retrace_jitted_functions
-from .locate import KernelSite, locate
 from .result import TuningResult
 
 __all__ = ["tune"]

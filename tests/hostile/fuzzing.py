@@ -22,9 +22,10 @@ from jax.profiler import ProfileData
 from traces import GPU_TRACE, TPU_TRACE
 
 import jaxtune
+from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning.cache import CacheStore
 from jaxtune._tuning.cachefile import CACHE_SCHEMA
-from jaxtune._tuning.result import SCHEMA_VERSION, Entry, TuningResult
+from jaxtune._tuning.result import SCHEMA_VERSION, TuningResult
 
 COUNTS: collections.Counter[str] = collections.Counter()
 

@@ -15,11 +15,12 @@ import pytest
 from hostile_helpers import one_line_error
 
 import jaxtune
-from jaxtune import _config
-from jaxtune._codec import atomic_write, packb, unpackb
+from jaxtune._core import settings as _config
+from jaxtune._core.codec import atomic_write, packb, unpackb
+from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import cache as _cache
 from jaxtune._tuning.cachefile import CACHE_SCHEMA
-from jaxtune._tuning.result import SCHEMA_VERSION, Entry, TuningResult
+from jaxtune._tuning.result import SCHEMA_VERSION, TuningResult
 
 
 def entry(key="f32[8]", kernel="k", kind="cpu", **kw):

@@ -1,6 +1,9 @@
-"""A sweep shared by the processes of a job: each measures every n-th config, publishes its
-results, and the leader merges them and picks the winner by the single-process rule
-(lowest median time; a tie goes to the config that comes first in the space).
+"""A sweep shared by the processes of a job: each measures every n-th config, and the
+leader merges the shares and picks the winner by the single-process rule.
+
+:class:`SweepSharing` is what :mod:`jaxtune._distributed.agree` is given to split a sweep
+(its ``Sharing`` protocol): agreement moves the shares between processes, this module
+knows what a share is.
 """
 
 from __future__ import annotations
@@ -9,14 +12,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._codec import packb, unpackb
-from .._errors import TuningFailedError
-from .._tuning.result import Failure, Measurement, measurement_from_dict
-from .._tuning.runner import Runner
-from .._tuning.space import config_id
-from .._tuning.sweep import SweepOutcome, SweepTask, finish
+from .._core.errors import TuningFailedError
+from .._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from .runner import Runner
+from .sweep import SweepOutcome, SweepTask, finish
 
-__all__ = ["decode_share", "encode_share", "measure_share", "merge", "share"]
+__all__ = ["SweepSharing", "measure_share", "merge", "share"]
 
 Result = Measurement | Failure
 
@@ -47,17 +48,6 @@ def measure_share(task: SweepTask, index: int, count: int, runner: Runner) -> di
     }
 
 
-def encode_share(part: Mapping[str, Any]) -> bytes:
-    """msgpack bytes of a share, for the store."""
-    return packb(dict(part))
-
-
-def decode_share(data: bytes) -> dict[str, Any]:
-    """Inverse of :func:`encode_share`."""
-    part: dict[str, Any] = unpackb(data)
-    return part
-
-
 def merge(task: SweepTask, parts: Sequence[Mapping[str, Any]]) -> SweepOutcome:
     """The outcome of the whole sweep from every process's share, in process order.
 
@@ -78,3 +68,35 @@ def merge(task: SweepTask, parts: Sequence[Mapping[str, Any]]) -> SweepOutcome:
             config=dict(task.plan.default), stage="run", reason="no process measured the default"
         )
     return finish(task.plan, results)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SweepSharing:
+    """How one sweep is shared over a job's processes, each measuring through ``runner``."""
+
+    runner: Runner
+
+    def alone(self, task: SweepTask) -> SweepOutcome:
+        """The whole sweep, measured by this process."""
+        return self.runner.sweep(task)
+
+    def plan(self, task: SweepTask) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The configs the sweep measures and its default (the leader publishes them)."""
+        return [dict(c) for c in task.plan.configs], dict(task.plan.default)
+
+    def with_plan(
+        self, task: SweepTask, configs: Sequence[Mapping[str, Any]], default: Mapping[str, Any]
+    ) -> SweepTask:
+        """``task`` measuring the leader's configs against the leader's default."""
+        plan = dataclasses.replace(
+            task.plan, configs=tuple(dict(c) for c in configs), default=dict(default)
+        )
+        return dataclasses.replace(task, plan=plan)
+
+    def measure(self, task: SweepTask, index: int, count: int) -> dict[str, Any]:
+        """Process ``index``'s share, measured, as plain data (see :func:`measure_share`)."""
+        return measure_share(task, index, count, self.runner)
+
+    def merge(self, task: SweepTask, parts: Sequence[Mapping[str, Any]]) -> SweepOutcome:
+        """The outcome of the whole sweep from every share (see :func:`merge`)."""
+        return merge(task, parts)

@@ -19,15 +19,15 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
-from ._errors import SettingsError
-from ._setting_values import BUDGET_ALLOWED as _BUDGET_ALLOWED
-from ._setting_values import MAX_SECONDS as MAX_SECONDS
-from ._setting_values import budget as _budget
-from ._setting_values import choice as _choice
-from ._setting_values import directory as _directory
-from ._setting_values import flag as _flag
-from ._setting_values import level as _level
-from ._setting_values import seconds as _seconds
+from .errors import SettingsError
+from .setting_values import BUDGET_ALLOWED as _BUDGET_ALLOWED
+from .setting_values import MAX_SECONDS as MAX_SECONDS
+from .setting_values import budget as _budget
+from .setting_values import choice as _choice
+from .setting_values import directory as _directory
+from .setting_values import flag as _flag
+from .setting_values import level as _level
+from .setting_values import seconds as _seconds
 
 __all__ = [
     "MAX_SECONDS",

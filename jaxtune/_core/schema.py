@@ -1,7 +1,7 @@
 """The typed schema of a stored entry and of a measurement, checked on every read.
 
 Cache files, TuningResult files and the child's answers all come back through
-:func:`check_entry` / :func:`check_measurement` before an :class:`~.result.Entry` is built,
+:func:`check_entry` / :func:`check_measurement` before an :class:`~.vocabulary.Entry` is built,
 so a file that decodes but holds a wrong type (``config: 5``, ``time_us: "fast"``) is named
 field by field instead of surfacing later as a ``TypeError`` in the user's call. Unknown
 fields are allowed (a newer jaxtune of the same schema may add some) and ignored.
@@ -14,8 +14,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._codec import storable
-from .._errors import CacheError
+from .codec import storable
+from .errors import CacheError
 
 __all__ = [
     "DECISIONS",
@@ -121,7 +121,7 @@ def _margin(v: Any) -> bool:
 _CONFIG = "a dict of str to None, bool, int, float, str, bytes, tuples of them, enums or dtypes"
 _TIME = "a finite number >= 0 or None"
 
-#: The fields of a stored :class:`~.result.Entry`.
+#: The fields of a stored :class:`~.vocabulary.Entry`.
 ENTRY_FIELDS: tuple[Field, ...] = (
     Field(name="kernel", accepts=_str, expected="a string"),
     Field(name="device_kind", accepts=_str, expected="a string"),
@@ -231,6 +231,6 @@ def check_entry(record: Any) -> dict[str, Any]:
         ...              "default_config": {"b": 1}, "default_time_us": 2.0})
         Traceback (most recent call last):
         ...
-        jaxtune._errors.CacheError: entry: field 'time_us' should be a finite number >= 0 or None, got str 'fast'.
+        jaxtune._core.errors.CacheError: entry: field 'time_us' should be a finite number >= 0 or None, got str 'fast'.
     """
     return _check(record, ENTRY_FIELDS, "entry")

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import jax
 
-from .. import _markers
-from .._isolation import context as _context
+from .._core import jaxstate as _jaxstate
+from . import markers as _markers
 
 __all__ = ["PALLAS_TARGETS", "KernelSite", "locate", "sites_in_module"]
 
@@ -245,7 +245,7 @@ def sites_in_module(
     """Every kernel site of an MLIR module (``ir.Module``), in program order.
 
     Interpret-mode Pallas kernels have no custom call: ``calls`` (the program's
-    ``pallas_call``s, from :func:`jaxtune._markers.pallas_calls`) names them with their
+    ``pallas_call``s, from :func:`jaxtune._program.markers.pallas_calls`) names them with their
     shapes; without it they are found by their ``pallas_call`` name stacks.
     """
     sites: list[KernelSite] = []
@@ -308,7 +308,7 @@ def locate(
         return sites_in_module(module, local, calls)
     # Lowered for real hardware, a Pallas kernel is a custom call, whatever interpret mode
     # the caller runs in here.
-    with _context.without_interpret_mode():
+    with _jaxstate.without_interpret_mode():
         exported = jax.export.export(jitted, platforms=[platform])(*args, **kwargs)
         calls = _markers.pallas_calls(jax.make_jaxpr(jitted)(*args, **kwargs))
     context = mlir.make_ir_context()

@@ -41,7 +41,7 @@ _LOCK = threading.Lock()
 
 def mark(m: Mark) -> str:
     """Registers ``m`` and returns the scope name to run the kernel under."""
-    from ._tuning.space import config_id
+    from .._core.vocabulary import config_id
 
     digest = hashlib.sha256(f"{m.kernel}|{m.key}|{config_id(m.config)}".encode()).hexdigest()
     digest = digest[:10]
@@ -191,7 +191,7 @@ def _aval(v: Any) -> tuple[str, tuple[int, ...]]:
     aval = getattr(v, "aval", v)
     import numpy as np
 
-    from ._tuning.signature import dtype_name
+    from .._core.arrays import dtype_name
 
     return dtype_name(np.dtype(aval.dtype)), tuple(int(d) for d in aval.shape)
 

@@ -12,7 +12,7 @@ import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .._errors import PlotsUnavailableError
+from .._core.errors import PlotsUnavailableError
 
 __all__ = ["INSTALL_PLOTS", "chart", "escape", "figure_svg", "page", "pyplot", "table"]
 

@@ -16,8 +16,8 @@ import warnings
 from collections.abc import Iterator
 from types import ModuleType
 
-from .._codec import UnsafeFileError
-from .._errors import CacheError, JaxtuneWarning
+from .codec import UnsafeFileError
+from .errors import CacheError, JaxtuneWarning
 
 fcntl: ModuleType | None
 try:

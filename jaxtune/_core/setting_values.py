@@ -1,5 +1,5 @@
 """How each kind of setting's value is parsed and checked (the variables themselves are in
-:mod:`jaxtune._config`): a bad value is a :class:`SettingsError` that names the variable,
+:mod:`jaxtune._core.settings`): a bad value is a :class:`SettingsError` that names the variable,
 the value and what is allowed, never a raw OSError/ValueError from deeper down."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pathlib
 from collections.abc import Callable
 
-from ._errors import SettingsError
+from .errors import SettingsError
 
 __all__ = [
     "BUDGET_ALLOWED",

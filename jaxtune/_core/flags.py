@@ -18,7 +18,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
-from ._errors import FlagError
+from .errors import FlagError
 
 __all__ = [
     "BUNDLE_INSTRUMENTATION",

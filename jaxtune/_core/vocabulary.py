@@ -1,0 +1,237 @@
+"""The vocabulary both flows and the layers between them speak: a config and its id, the
+measurement of a config (or why it failed), the cache entry of a tuned key, and the choice
+a call makes. Plain frozen values with their msgpack form (checked by :mod:`.schema`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from .schema import check_entry, check_measurement
+
+__all__ = [
+    "Choice",
+    "Config",
+    "Entry",
+    "EntryId",
+    "Failure",
+    "Measurement",
+    "Source",
+    "config_id",
+    "measurement_from_dict",
+]
+
+Config = dict[str, Any]
+#: Where a call's config came from.
+Source = Literal["explicit", "scope", "cache", "packaged", "nearest", "default"]
+
+
+def config_id(config: Mapping[str, Any]) -> str:
+    """A readable, stable text form of a config: ``block_k=256,block_m=128``."""
+    return ",".join(f"{k}={config[k]!r}" for k in sorted(config))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Measurement:
+    """The timing of one config that ran and passed the numerics check."""
+
+    config: Mapping[str, Any]
+    median_us: float
+    min_us: float
+    spread: float
+    samples: int
+    compile_s: float
+    dropped: bool = False
+    #: A 95 % confidence interval of the median (µs), from the samples' order statistics.
+    low_us: float | None = None
+    high_us: float | None = None
+    #: The median of each interleaved re-timing round (leaders only), round by round.
+    rounds_us: tuple[float, ...] = ()
+
+    ok = True
+
+    @property
+    def why_out(self) -> str:
+        """Why a ``dropped`` config is out: shown slower in the rounds, or dropped early
+        in the first pass; empty for a config that is not out."""
+        if not self.dropped:
+            return ""
+        return "shown slower in the rounds" if self.rounds_us else "dropped early (clearly slower)"
+
+    def overlaps(self, other: Measurement) -> bool:
+        """Whether the two medians' confidence intervals overlap (the timings cannot tell
+        the two configs apart); without intervals, whether the medians are equal."""
+        if None in (self.low_us, self.high_us, other.low_us, other.high_us):
+            return self.median_us == other.median_us
+        return bool(self.low_us <= other.high_us and other.low_us <= self.high_us)  # type: ignore[operator]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"ok": True, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        if not self.rounds_us:
+            del d["rounds_us"]
+        return d
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Failure:
+    """A config that did not produce a usable timing, and why (``stage``: where it failed)."""
+
+    config: Mapping[str, Any]
+    stage: Literal["compile", "run", "check", "timeout", "crash"]
+    reason: str
+
+    ok = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": False, "config": self.config, "stage": self.stage, "reason": self.reason}
+
+
+def measurement_from_dict(d: Mapping[str, Any]) -> Measurement | Failure:
+    """Inverse of ``to_dict`` of either kind.
+
+    Raises:
+        CacheError: a field is missing or has the wrong type (see :mod:`.schema`).
+    """
+    ok, fields = check_measurement(d)
+    if not ok:
+        return Failure(**fields)
+    if "rounds_us" in fields:
+        fields["rounds_us"] = tuple(fields["rounds_us"])
+    return Measurement(**fields)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Entry:
+    """The tuned outcome for one (kernel, device kind, key)."""
+
+    kernel: str
+    device_kind: str
+    key: str
+    config: Mapping[str, Any]
+    time_us: float | None
+    default_config: Mapping[str, Any]
+    default_time_us: float | None
+    measurements: tuple[Measurement | Failure, ...] = ()
+    versions: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    created: float = 0.0
+    kernel_version: str = ""
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    statics: str = ""
+    #: The search strategy's name and the size of the pruned space it searched.
+    search: str = "exhaustive"
+    space_size: int = 0
+    #: Rivals were shown equivalent within ``tie_within`` (``decision == "tie"``): the
+    #: default, when among them, or the earliest of them in the space won.
+    tie: bool = False
+    #: The speedup's 95 % interval, from the confidence intervals of both medians.
+    speedup_range: tuple[float, float] | None = None
+    #: How the winner was decided: ``clear``, ``tie``, ``undecided`` (the rounds ran out:
+    #: the best estimate won) or ``single``; empty in entries older than the field.
+    decision: str = ""
+    #: The closest rival: ``{"rival": config, "ratio": its time over the stored config's,
+    #: "low": ..., "high": ...}`` (the ratio's 95 % interval), or ``None``.
+    margin: Mapping[str, Any] | None = None
+    #: The timer (``wall``, ``profiler``, ``cupti``) and the pass timed (``forward``,
+    #: ``vjp``: forward and backward); empty in entries older than the fields.
+    timer: str = ""
+    timing: str = ""
+
+    def decision_text(self) -> str:
+        """How the stored config won, for people: ``"clear: 1.31x ahead of block=64
+        (1.25-1.40)"``, ``"tie with block=64 (0.99-1.02)"``, ``"undecided vs block=64: 0.98x
+        (0.90-1.05), best estimate"``; empty when unknown."""
+        if not self.decision or self.decision == "single" or not self.margin:
+            return self.decision if self.decision == "single" else ""
+        m = self.margin
+        low, high = m.get("low"), m.get("high")
+        span = f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else ""
+        rival = config_id(m["rival"])
+        if self.decision == "clear":
+            if low is not None and low <= 1.0:  # not shown slower: shown not faster
+                return f"clear: {rival} not faster, {m['ratio']:.2f}x{span}"
+            return f"clear: {m['ratio']:.2f}x ahead of {rival}{span}"
+        if self.decision == "tie":
+            return f"tie with {rival}: {m['ratio']:.2f}x{span}"
+        return f"undecided vs {rival}: {m['ratio']:.2f}x{span}, best estimate"
+
+    @property
+    def measured(self) -> int:
+        """How many configs of the space the sweep measured (``space_size`` in all)."""
+        return len(self.measurements)
+
+    @property
+    def speedup(self) -> float | None:
+        """Default time over best time (``None`` when either is unknown)."""
+        if not self.time_us or not self.default_time_us:
+            return None
+        return self.default_time_us / self.time_us
+
+    def summary(self, *, full: bool = False) -> dict[str, Any]:
+        """A JSON-ready summary (``full``: with every measurement); ``stale`` tells whether
+        it was tuned with another JAX, jaxlib or libtpu than the installed ones."""
+        from .versions import stale
+
+        d: dict[str, Any] = {
+            "kernel": self.kernel,
+            "device_kind": self.device_kind,
+            "key": self.key,
+            "config": dict(self.config),
+            "time_us": self.time_us,
+            "default_time_us": self.default_time_us,
+            "speedup": self.speedup,
+            "speedup_range": list(self.speedup_range) if self.speedup_range else None,
+            "tie": self.tie,
+            "decision": self.decision,
+            "margin": dict(self.margin) if self.margin else None,
+            "timer": self.timer,
+            "timing": self.timing,
+            "search": self.search,
+            "measured": self.measured,
+            "space_size": self.space_size,
+            "stale": stale(dict(self.versions)),
+            "versions": dict(self.versions),
+            "created": self.created,
+        }
+        if full:
+            d["measurements"] = [m.to_dict() for m in self.measurements]
+        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["measurements"] = [m.to_dict() for m in self.measurements]
+        d["shapes"] = [[dt, list(shape)] for dt, shape in self.shapes]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Entry:
+        """Inverse of :meth:`to_dict`; unknown fields are ignored.
+
+        Raises:
+            CacheError: a field is missing or has the wrong type (see :mod:`.schema`).
+        """
+        fields = check_entry(d)
+        fields["measurements"] = tuple(
+            measurement_from_dict(m) for m in fields.get("measurements", ())
+        )
+        fields["shapes"] = tuple((dt, tuple(shape)) for dt, shape in fields.get("shapes", ()))
+        if fields.get("speedup_range") is not None:
+            fields["speedup_range"] = tuple(fields["speedup_range"])
+        return cls(**fields)
+
+
+EntryId = tuple[str, str, str]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Choice:
+    """The config a call uses and where it came from.
+
+    ``source`` is one of ``"explicit"``, ``"scope"``, ``"cache"``, ``"packaged"``,
+    ``"nearest"``, ``"default"``; ``entry`` is the cache entry behind it, if any.
+    """
+
+    config: Mapping[str, Any]
+    source: Source
+    key: str
+    entry: Entry | None = None
