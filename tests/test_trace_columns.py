@@ -9,7 +9,6 @@ import pytest
 
 from jaxtune._profiling import schema, xplane
 
-
 _FIELDS = {1: "metadata_id", 2: "offset_ps", 3: "duration_ps", 5: "num_occurrences"}
 
 
