@@ -6,7 +6,8 @@ traces), and quantizes start times at epoch scale, so jaxtune reads the protobuf
 A trace is decoded only as far as the report reads it: :func:`load` splits the space into
 planes; a plane's metadata and stats are decoded when it is asked for (:meth:`Space.plane`);
 its lines are named without decoding their events (:attr:`Plane.lines`), and a line's events
-are decoded when it is walked (:meth:`Plane.events`), one line at a time, and not kept.
+are decoded when it is walked (:meth:`Plane.events`), one line at a time, and not kept;
+or only their offsets, durations and metadata ids, as arrays (:meth:`Plane.columns`).
 """
 
 from __future__ import annotations
