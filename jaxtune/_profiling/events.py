@@ -28,7 +28,7 @@ from typing import Any
 
 from .._program import markers as _markers
 from . import xplane as _xplane
-from .totals import TIMELINE_SPANS, Accumulator, OpKind, Totals, columns, walk_columns, walk_items
+from .totals import TIMELINE_SPANS, Accumulator, OpKind, Totals, walk_columns, walk_items
 
 __all__ = [
     "TIMELINE_SPANS",
@@ -242,7 +242,7 @@ def _walk_line(
     acc.spans = []
     items: list[tuple[int, int, Any, int | None]] | None = None
     if kinds.tpu:
-        cols = columns(plane.events(line, lite=True, drop=release))
+        cols = plane.columns(line, drop=release)
         if not walk_columns(cols, acc):
             items = list(zip(*cols.T.tolist(), itertools.repeat(None)))
     else:

@@ -124,13 +124,9 @@ class _Event:
 
 def _columns(plane: _xplane.Plane, line: _xplane.LineHead) -> tuple[Any, Any, Any]:
     """``(start ps, duration ps, metadata id)`` arrays of a line's events."""
-    events = plane.events(line, lite=True)
-    n = len(events)
-    start = np.fromiter((e.offset_ps for e in events), dtype=np.int64, count=n)
-    dur = np.fromiter((e.duration_ps for e in events), dtype=np.int64, count=n)
-    mid = np.fromiter((e.metadata_id for e in events), dtype=np.int64, count=n)
+    cols = plane.columns(line)
     base = line.timestamp_ns * 1000
-    return start + base, np.maximum(dur, 0), mid
+    return cols[:, 0] + base, np.maximum(cols[:, 1], 0), cols[:, 2]
 
 
 def _named_events(plane: _xplane.Plane, line: _xplane.LineHead, key: str) -> list[_Event]:

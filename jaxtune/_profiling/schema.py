@@ -10,6 +10,8 @@ Field numbers and wire types are XLA's; the differences are deliberate:
 - Two *index* views keep a big trace cheap: :data:`SpaceIndex` holds each plane as
   undecoded bytes, :data:`PlaneIndex` each line. The reader decodes only the planes and lines
   the report reads (:mod:`.xplane`); the events of a line are decoded line by line.
+- :data:`LineColumns` reads a line's events as one merged message, whose repeated fields are
+  the columns of the events' offsets, durations and metadata ids (no object per event).
 - Only the fields read are declared; the rest are skipped by upb as unknown fields.
 
 Messages (numbers as XLA's)::
@@ -48,8 +50,11 @@ from typing import Any
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 __all__ = [
+    "EventLite",
     "HloProto",
     "Line",
+    "LineColumns",
+    "LineEvents",
     "LineHead",
     "LineLite",
     "PlaneIndex",
@@ -111,6 +116,22 @@ _MESSAGES: dict[str, tuple[list[_Field], list[str]]] = {
         ["data"],
     ),
     "XLineLite": ([("events", 4, _MESSAGE, True, "XEventLite", None)], []),
+    # A line's events as one message: a singular message field met many times is their
+    # merge, whose repeated fields hold each event's value in turn. Its columns come out
+    # of the parse whole, with no object per event (exact when every event holds each
+    # field once; :func:`.xplane.event_columns` checks).
+    "XEventColumns": (
+        [
+            ("metadata_id", 1, _INT64, True, None, None),
+            ("offset_ps", 2, _INT64, True, None, None),
+            ("duration_ps", 3, _INT64, True, None, None),
+            ("num_occurrences", 5, _INT64, True, None, None),
+        ],
+        [],
+    ),
+    "XLineColumns": ([("events", 4, _MESSAGE, False, "XEventColumns", None)], []),
+    # A line's events, each left as bytes (to count them).
+    "XLineEvents": ([("events", 4, _BYTES, True, None, None)], []),
     # A line without its events (field 4 left undeclared, so skipped).
     "XLineHead": (
         [
@@ -287,5 +308,11 @@ LineHead: Any = _CLASSES["XLineHead"]
 Line: Any = _CLASSES["XLine"]
 #: An XLine's events without their stats.
 LineLite: Any = _CLASSES["XLineLite"]
+#: An XEvent without its stats.
+EventLite: Any = _CLASSES["XEventLite"]
+#: An XLine's events merged: ``events.metadata_id`` etc. each event's value in turn.
+LineColumns: Any = _CLASSES["XLineColumns"]
+#: An XLine's events, each as bytes.
+LineEvents: Any = _CLASSES["XLineEvents"]
 #: A serialized ``HloProto``: the module, its computations, instructions and stack frames.
 HloProto: Any = _CLASSES["HloProto"]

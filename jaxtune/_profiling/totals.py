@@ -1,12 +1,12 @@
 """Per-owner totals of a plane's op lines, taken while the events are walked: no per-event
 object is kept. :func:`walk_items` walks any line (nesting, exclusive times, host-thread
 order); :func:`walk_columns` does the same in array operations for a line with no event
-inside another (a TPU's ``XLA Ops`` line, millions of events), from :func:`columns`.
+inside another (a TPU's ``XLA Ops`` line, millions of events), from
+:func:`.xplane.event_columns`.
 """
 
 from __future__ import annotations
 
-import array
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +20,6 @@ __all__ = [
     "Accumulator",
     "OpKind",
     "Totals",
-    "columns",
     "walk_columns",
     "walk_items",
 ]
@@ -262,18 +261,6 @@ def walk_items(items: Any, acc: Accumulator) -> bool:
         if sl >= 0:
             walker.event(start, max(d, 0), sl, run)
     return True
-
-
-def columns(events: Any) -> Any:
-    """``(n, 3)`` int64 array of the events' offsets, durations and metadata ids: the one
-    pass over a TPU line's events that touches each of them."""
-    buf = array.array("q")
-    add = buf.append
-    for ev in events:
-        add(ev.offset_ps)
-        add(ev.duration_ps)
-        add(ev.metadata_id)
-    return np.frombuffer(buf, dtype=np.int64).reshape(-1, 3)
 
 
 def _owners(mid: Any, acc: Accumulator) -> Any:
