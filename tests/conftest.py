@@ -25,6 +25,12 @@ def _isolated_environment(
     monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path_factory.mktemp("profiles")))
     for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_LIBRARY_PATH"):
         monkeypatch.delenv(name, raising=False)
+    # Each test starts as a new process would: functions jitted by earlier tests (a module's
+    # kernels under jax.jit) trace again and read this test's settings. A change of
+    # os.environ alone re-traces only the kernels' eager calls (docs/autotuned.md).
+    from jaxtune._tuning import eager
+
+    eager.bump_generation()
     yield
 
 

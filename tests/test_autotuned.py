@@ -122,6 +122,30 @@ def test_eager_call_retraces_only_when_what_decides_the_config_changes(tmp_path,
     assert float(k(X)[1]) == 1.0
 
 
+def test_settings_change_retraces_eager_calls_not_the_callers_jit(tmp_path, monkeypatch):
+    @jaxtune.autotuned(
+        configs={"factor": [1, 3]}, static_argnames=("plus",), check=False, name="tests.env"
+    )
+    def k(x, plus, *, factor):
+        TRACES["env"] += 1
+        return x * factor + plus
+
+    tuned = entry("tests.env", "f32[128];plus=0", {"factor": 3}, statics="plus=0")
+    _cache.CacheStore(tmp_path / "tuned").write([tuned])
+    step = jax.jit(lambda x: k(x, 0))
+    assert float(k(X, 0)[1]) == float(step(X)[1]) == 1.0  # nothing tuned here: the default
+    traces = TRACES["env"]
+    monkeypatch.setenv("JAXTUNE_VERBOSE", "2")  # decides no config: nothing re-traces
+    assert float(k(X, 0)[1]) == 1.0
+    assert TRACES["env"] == traces
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "tuned"))
+    assert float(k(X, 0)[1]) == 3.0  # the eager call (static arguments: its Python path)
+    assert float(step(X)[1]) == 1.0  # the caller's jit keeps its trace
+    assert float(jax.jit(lambda x: k(x, 0))(X)[1]) == 3.0  # a new trace reads the settings
+    monkeypatch.setenv("JAXTUNE_MODE", "off")
+    assert float(k(X, 0)[1]) == 1.0
+
+
 def test_eager_call_uses_memo_and_is_correct():
     out = blocked_sum(X)
     np.testing.assert_allclose(out, float(X.sum()))

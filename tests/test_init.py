@@ -70,6 +70,34 @@ def test_the_flags_jax_saw_are_remembered_without_hooking_imports(first):
     assert "/tmp/first" in out and "/tmp/later" in out
 
 
+def test_import_and_eager_calls_add_no_audit_hook():
+    # sys.addaudithook raises the "sys.addaudithook" event in the hooks already there, so a
+    # hook added first sees every later one: jaxtune used to add one at import.
+    code = (
+        "import os, sys\n"
+        "added = []\n"
+        "sys.addaudithook(lambda e, a: added.append(e) if e == 'sys.addaudithook' else None)\n"
+        "import jaxtune\n"
+        "import jax.numpy as jnp\n"
+        "from jaxtune import _config\n"
+        "@jaxtune.autotuned(configs={'f': [1, 2]}, check=False, name='t.k')\n"
+        "def k(x, *, f):\n"
+        "    return x * f\n"
+        "x = jnp.ones(4)\n"
+        "k(x)\n"
+        "os.environ['JAXTUNE_MODE'] = 'off'\n"
+        "k(x)\n"
+        "with _config.override(mode='cached'):\n"
+        "    k(x)\n"
+        "umask = os.umask(0o022)\n"
+        "print(len(added), oct(umask))"
+    )
+    assert _python(code) == "0 0o22"
+    assert _python("import os; os.umask(0o077); import jaxtune; print(oct(os.umask(0)))") == (
+        "0o77"
+    )
+
+
 @pytest.mark.parametrize("name", jaxtune.__all__)
 def test_every_public_name_is_the_object_its_module_defines(name):
     value = getattr(jaxtune, name)
