@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import jax
 
 from .. import _config
+from . import cache as _cache
+from . import result as _result
 
 __all__ = [
     "bump_generation",
@@ -113,6 +115,8 @@ def _overridden(values: Mapping[str, Any]) -> Any:
 
 
 _config.on_override(_overridden)
+_cache.on_change(caches_changed)
+_result.scope_context()  # made now, beside this module's user contexts
 
 
 def eager_jit(
