@@ -221,6 +221,7 @@ def test_off_mode_ignores_caches(monkeypatch):
     assert float(jax.jit(lambda x: scale(x))(X)[1]) == 1.0
 
 
+@pytest.mark.child
 def test_tune_mode_sweeps_on_miss_then_hits(monkeypatch, fast_timing):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     y = jnp.ones((256,), jnp.float32)
@@ -236,6 +237,7 @@ def test_tune_mode_sweeps_on_miss_then_hits(monkeypatch, fast_timing):
     assert blocked_sum.config_for(y).source == "cache"
 
 
+@pytest.mark.child
 def test_a_sweep_while_the_step_traces_does_not_make_the_step_trace_again(monkeypatch, fast_timing):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     y = jnp.ones((384,), jnp.float32)
@@ -256,6 +258,7 @@ def test_a_sweep_while_the_step_traces_does_not_make_the_step_trace_again(monkey
     assert blocked_sum.config_for(y).source == "cache"
 
 
+@pytest.mark.child
 def test_retune_mode_sweeps_even_on_hit_and_overwrites(monkeypatch, fast_timing):
     y = jnp.ones((512,), jnp.float32)
     old = entry("tests.blocked_sum", "f32[512]", {"chunk": 16})
@@ -350,6 +353,7 @@ def test_version_mismatch_is_a_miss():
 # -- sweeping --------------------------------------------------------------------------------
 
 
+@pytest.mark.child
 def test_wrong_config_is_rejected_by_auto_check(fast_timing):
     result = sometimes_wrong.tune(jnp.ones((64,), jnp.float32))
     (e,) = result.values()
@@ -390,6 +394,7 @@ def test_tune_mode_falls_back_with_warning_when_all_fail(monkeypatch, fast_timin
     assert choice.source == "default"
 
 
+@pytest.mark.child
 def test_tune_with_shape_dtype_structs_and_bf16(fast_timing):
     spec = jax.ShapeDtypeStruct((64,), jnp.bfloat16)
     result = blocked_sum.tune(spec)

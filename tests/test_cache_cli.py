@@ -130,6 +130,7 @@ def test_one_entry_is_one_entry_and_export_honours_the_umask(capsys, tmp_path):
     assert "imported 1 entry into" in out
 
 
+@pytest.mark.child
 def test_every_cache_action_runs_without_importing_jax(tmp_path):
     put("f32[8]")
     put("f32[16]", kernel="lib.other", jax_version="0.4.1")

@@ -13,7 +13,7 @@ from jaxtune._isolation import process as _process
 from jaxtune._isolation import runner as _runner
 from jaxtune._tuning.result import Failure, Measurement
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 #: Runs of the sweep; every one must record the crash and pick a working config.
 RUNS = 20

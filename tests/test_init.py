@@ -46,10 +46,12 @@ def _python(code: str, **env: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.child
 def test_import_jaxtune_does_not_import_jax():
     assert _python("import sys, jaxtune; print('jax' in sys.modules)") == "False"
 
 
+@pytest.mark.child
 @pytest.mark.parametrize(
     "first", ["import jaxtune\njaxtune.autotuned", "import jax\nimport jaxtune"]
 )
@@ -70,6 +72,7 @@ def test_the_flags_jax_saw_are_remembered_without_hooking_imports(first):
     assert "/tmp/first" in out and "/tmp/later" in out
 
 
+@pytest.mark.child
 def test_import_and_eager_calls_add_no_audit_hook():
     # sys.addaudithook raises the "sys.addaudithook" event in the hooks already there, so a
     # hook added first sees every later one: jaxtune used to add one at import.
@@ -119,6 +122,7 @@ def test_star_import_and_subpackages_work_as_before():
         jaxtune.no_such_name  # noqa: B018
 
 
+@pytest.mark.child
 def test_report_command_reads_a_trace_without_importing_jax(tmp_path):
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TRACE))

@@ -26,7 +26,7 @@ from jaxtune._isolation import runner as _runner
 from jaxtune._isolation import wire as _wire
 from jaxtune._tuning.result import Failure, Measurement
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

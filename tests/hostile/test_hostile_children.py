@@ -21,7 +21,7 @@ from jaxtune._isolation import process as _process
 from jaxtune._isolation import runner as _runner
 from jaxtune._tuning.result import Failure, Measurement
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 
 @pytest.fixture(autouse=True)
