@@ -88,7 +88,8 @@ TOOLCHAINS = [
 @nox.session
 @nox.parametrize(("python", "jax"), TOOLCHAINS)
 def tests(session: nox.Session, jax: str | None) -> None:
-    """The whole suite (slow tests included) on the oldest and the newest toolchain."""
+    """The whole suite (slow and child tests included) on the oldest and the newest
+    toolchain; `nox -s tests -- -m "not child"` runs the fast tier (docs/development.md)."""
     _install(session, "test", jax=jax, extras="plots")
     session.run(
         "python",

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import pathlib
+import platform
 import subprocess
 import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# platform.platform() (in `jaxtune doctor`'s report) runs `uname -p` once per process: run
+# it now, so that whichever test asks first is not taken for one that starts a child.
+platform.platform()
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +29,56 @@ def _isolated_environment(
     monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path_factory.mktemp("profiles")))
     for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_LIBRARY_PATH"):
         monkeypatch.delenv(name, raising=False)
+    # Each test starts as a new process would: functions jitted by earlier tests (a module's
+    # kernels under jax.jit) trace again and read this test's settings. A change of
+    # os.environ alone re-traces only the kernels' eager calls (docs/autotuned.md).
+    from jaxtune._tuning import eager
+
+    eager.bump_generation()
     yield
+
+
+#: Fixtures that run a command in a fresh process: a test using one is a ``child`` test.
+CHILD_FIXTURES = frozenset({"cli", "py"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if CHILD_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.child)
+
+
+@pytest.fixture(autouse=True)
+def _children_only_in_child_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A test that starts a child process (or uses a pooled one) without the ``child``
+    marker fails, naming the marker: ``pytest -m "not child"`` must start none."""
+    if request.node.get_closest_marker("child") is not None:
+        yield
+        return
+    from jaxtune._isolation import process as _process
+
+    seen: list[str] = []
+    popen_init = subprocess.Popen.__init__
+    pool_get = _process.ChildPool.get
+
+    def popen(self, args, *rest, **kwargs):
+        seen.append(f"started {args!r}"[:200])
+        return popen_init(self, args, *rest, **kwargs)
+
+    def get(self, *args, **kwargs):
+        seen.append("used a pooled sweep child")
+        return pool_get(self, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen)
+    monkeypatch.setattr(_process.ChildPool, "get", get)
+    yield
+    if seen:
+        pytest.fail(
+            f"{request.node.nodeid} {seen[0]} but is not marked: mark it (or its module) "
+            "with @pytest.mark.child, the tier of tests that start child processes",
+            pytrace=False,
+        )
 
 
 @pytest.fixture

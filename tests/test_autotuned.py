@@ -122,6 +122,30 @@ def test_eager_call_retraces_only_when_what_decides_the_config_changes(tmp_path,
     assert float(k(X)[1]) == 1.0
 
 
+def test_settings_change_retraces_eager_calls_not_the_callers_jit(tmp_path, monkeypatch):
+    @jaxtune.autotuned(
+        configs={"factor": [1, 3]}, static_argnames=("plus",), check=False, name="tests.env"
+    )
+    def k(x, plus, *, factor):
+        TRACES["env"] += 1
+        return x * factor + plus
+
+    tuned = entry("tests.env", "f32[128];plus=0", {"factor": 3}, statics="plus=0")
+    _cache.CacheStore(tmp_path / "tuned").write([tuned])
+    step = jax.jit(lambda x: k(x, 0))
+    assert float(k(X, 0)[1]) == float(step(X)[1]) == 1.0  # nothing tuned here: the default
+    traces = TRACES["env"]
+    monkeypatch.setenv("JAXTUNE_VERBOSE", "2")  # decides no config: nothing re-traces
+    assert float(k(X, 0)[1]) == 1.0
+    assert TRACES["env"] == traces
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "tuned"))
+    assert float(k(X, 0)[1]) == 3.0  # the eager call (static arguments: its Python path)
+    assert float(step(X)[1]) == 1.0  # the caller's jit keeps its trace
+    assert float(jax.jit(lambda x: k(x, 0))(X)[1]) == 3.0  # a new trace reads the settings
+    monkeypatch.setenv("JAXTUNE_MODE", "off")
+    assert float(k(X, 0)[1]) == 1.0
+
+
 def test_eager_call_uses_memo_and_is_correct():
     out = blocked_sum(X)
     np.testing.assert_allclose(out, float(X.sum()))
@@ -197,6 +221,7 @@ def test_off_mode_ignores_caches(monkeypatch):
     assert float(jax.jit(lambda x: scale(x))(X)[1]) == 1.0
 
 
+@pytest.mark.child
 def test_tune_mode_sweeps_on_miss_then_hits(monkeypatch, fast_timing):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     y = jnp.ones((256,), jnp.float32)
@@ -212,6 +237,7 @@ def test_tune_mode_sweeps_on_miss_then_hits(monkeypatch, fast_timing):
     assert blocked_sum.config_for(y).source == "cache"
 
 
+@pytest.mark.child
 def test_a_sweep_while_the_step_traces_does_not_make_the_step_trace_again(monkeypatch, fast_timing):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     y = jnp.ones((384,), jnp.float32)
@@ -232,6 +258,7 @@ def test_a_sweep_while_the_step_traces_does_not_make_the_step_trace_again(monkey
     assert blocked_sum.config_for(y).source == "cache"
 
 
+@pytest.mark.child
 def test_retune_mode_sweeps_even_on_hit_and_overwrites(monkeypatch, fast_timing):
     y = jnp.ones((512,), jnp.float32)
     old = entry("tests.blocked_sum", "f32[512]", {"chunk": 16})
@@ -326,6 +353,7 @@ def test_version_mismatch_is_a_miss():
 # -- sweeping --------------------------------------------------------------------------------
 
 
+@pytest.mark.child
 def test_wrong_config_is_rejected_by_auto_check(fast_timing):
     result = sometimes_wrong.tune(jnp.ones((64,), jnp.float32))
     (e,) = result.values()
@@ -366,6 +394,7 @@ def test_tune_mode_falls_back_with_warning_when_all_fail(monkeypatch, fast_timin
     assert choice.source == "default"
 
 
+@pytest.mark.child
 def test_tune_with_shape_dtype_structs_and_bf16(fast_timing):
     spec = jax.ShapeDtypeStruct((64,), jnp.bfloat16)
     result = blocked_sum.tune(spec)

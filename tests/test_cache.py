@@ -171,6 +171,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_eight_processes_writing_one_kernel_lose_nothing(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -8,6 +12,8 @@ import jaxtune
 from jaxtune import _cli
 from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import cache as _cache
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def put(key, kernel="lib.matmul", jax_version=None, config=None):
@@ -122,3 +128,42 @@ def test_one_entry_is_one_entry_and_export_honours_the_umask(capsys, tmp_path):
     assert (tmp_path / "one.msgpack").stat().st_mode & 0o777 == 0o644
     _, out = run(capsys, "import", str(tmp_path / "one.msgpack"))
     assert "imported 1 entry into" in out
+
+
+@pytest.mark.child
+def test_every_cache_action_runs_without_importing_jax(tmp_path):
+    put("f32[8]")
+    put("f32[16]", kernel="lib.other", jax_version="0.4.1")
+    out = tmp_path / "out.msgpack"
+    actions = [
+        ["path"],
+        ["list"],
+        ["list", "--json"],
+        ["show", "lib.matmul"],
+        ["export", str(out)],
+        ["import", str(out)],
+        ["merge", str(out), str(out), "-o", str(tmp_path / "merged.msgpack")],
+        ["prune", "--kernel", "lib.other"],
+        ["prune", "--stale"],
+        ["clear"],
+    ]
+    code = (
+        "import contextlib, io, sys\n"
+        "from jaxtune._cli import main\n"
+        "codes = []\n"
+        f"for argv in {actions!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        codes.append(main(['cache', *argv]))\n"
+        "print(codes, sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == f"{[0] * len(actions)} []"
+    assert _cache.user_cache().all_entries() == []  # the driver really ran every action

@@ -95,6 +95,7 @@ KILLED_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.child
 def test_a_writer_killed_mid_write_leaves_no_temporary_after_the_next_write(tmp_path):
     root = tmp_path / "c"
     writer = subprocess.Popen(
@@ -151,6 +152,7 @@ def test_crash_logs_never_go_into_a_world_writable_folder(tmp_path, monkeypatch)
     assert info.st_uid == os.getuid()
 
 
+@pytest.mark.child
 def test_logs_of_dead_parents_are_deleted(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(_logs, "_PRIVATE", [])
@@ -203,6 +205,7 @@ NO_FCNTL = textwrap.dedent(
 )
 
 
+@pytest.mark.child
 def test_import_and_cache_writes_work_where_fcntl_is_missing(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", NO_FCNTL, str(tmp_path / "c"), str(ROOT / "tests")],

@@ -52,6 +52,7 @@ def hold(monkeypatch):
         proc.stdout.close()
 
 
+@pytest.mark.child
 def test_a_write_gives_up_and_names_the_holder(tmp_path, hold):
     store = _cache.CacheStore(tmp_path / "c")
     entry = make_entry()
@@ -65,6 +66,7 @@ def test_a_write_gives_up_and_names_the_holder(tmp_path, hold):
     assert store.lookup(entry.kernel, entry.device_kind, entry.key) == entry
 
 
+@pytest.mark.child
 def test_a_corrupt_file_read_gives_up_and_names_the_holder(tmp_path, hold):
     store = _cache.CacheStore(tmp_path / "c")
     entry = make_entry()
@@ -82,6 +84,7 @@ def lock_probe(x, *, c):
     return x * c
 
 
+@pytest.mark.child
 def test_tune_mode_sweeps_and_goes_on_without_the_write(hold, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")

@@ -18,7 +18,7 @@ import jaxtune
 from jaxtune._isolation import context as _context
 from jaxtune._tuning import runner as _runner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

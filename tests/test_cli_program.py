@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.child
+
 
 @pytest.mark.parametrize("verb", ["tune", "profile"])
 def test_a_failing_program_fails_the_command_with_its_status(cli, verb):

@@ -13,7 +13,7 @@ from jaxtune._core.vocabulary import Failure, Measurement
 from jaxtune._isolation import process as _process
 from jaxtune._tuning import runner as _runner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 #: Runs of the sweep; every one must record the crash and pick a working config.
 RUNS = 20

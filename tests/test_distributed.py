@@ -139,6 +139,7 @@ def run_job(
                 worker.proc.wait(timeout=10)
 
 
+@pytest.mark.child
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_conflicting_caches_all_use_the_leaders_config(tmp_path, nproc):
@@ -147,6 +148,7 @@ def test_conflicting_caches_all_use_the_leaders_config(tmp_path, nproc):
     assert [r.get("block") for r in reports] == [5.0] * nproc, reports
 
 
+@pytest.mark.child
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_sharded_sweep_picks_the_single_process_winner(tmp_path, nproc):
@@ -162,6 +164,7 @@ def test_sharded_sweep_picks_the_single_process_winner(tmp_path, nproc):
     assert reports[0]["cache_files"] and not any(r["cache_files"] for r in reports[1:])
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_silent_leader_gives_every_follower_an_agreement_error(tmp_path):
     reports = run_job(tmp_path, "silent_leader", 4, JAXTUNE_AGREE_TIMEOUT="3")
@@ -182,6 +185,7 @@ WAITING = (
 JAX_ENDS_IT = "Terminating process because the JAX distributed service detected fatal errors"
 
 
+@pytest.mark.child
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_killed_leader_ends_every_follower_after_naming_the_decision(tmp_path, nproc):
@@ -210,6 +214,7 @@ def test_killed_leader_ends_every_follower_after_naming_the_decision(tmp_path, n
         assert ours or jax_at > 0, r
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_leader_killed_at_once_ends_every_follower_within_the_timeout(tmp_path):
     """Process 0 dies half a second in, before any follower has said it waits: each
@@ -225,6 +230,7 @@ def test_leader_killed_at_once_ends_every_follower_within_the_timeout(tmp_path):
             assert "tests.distributed.scaled for f32[4]" in r["error"]
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_one_child_per_cpu_device_picks_the_one_child_winner(tmp_path):
     """16 configs in tune mode: split over 4 CPU devices' children, and in one child."""

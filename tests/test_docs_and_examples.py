@@ -32,6 +32,7 @@ def test_readme_says_how_to_install_from_a_checkout():
     assert "pip install -e '.[plots]'" in install and "'jaxtune[plots]'" in install
 
 
+@pytest.mark.child
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
 def test_example_scripts_run(script, tmp_path):

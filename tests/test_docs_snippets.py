@@ -36,6 +36,7 @@ def test_fragments_are_few_and_say_what_they_need():
     assert len(RUNNABLE) >= 8
 
 
+@pytest.mark.child
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "code"), RUNNABLE, ids=[n for n, _ in RUNNABLE])
 def test_docs_snippet_runs_in_a_fresh_process(name, code, tmp_path):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from jaxtune.examples.chunked import chunked_logsumexp, reference_logsumexp
 from jaxtune.examples.pallas_matmul import matmul
@@ -14,6 +15,7 @@ def test_chunked_logsumexp_matches_reference_for_every_chunk():
         np.testing.assert_allclose(chunked_logsumexp(x, **config), ref, rtol=1e-5)
 
 
+@pytest.mark.child
 def test_pallas_matmul_interpret_mode_is_correct_and_tunes(fast_timing):
     a = jax.random.normal(jax.random.key(1), (64, 64))
     b = jax.random.normal(jax.random.key(2), (64, 64))
@@ -24,6 +26,7 @@ def test_pallas_matmul_interpret_mode_is_correct_and_tunes(fast_timing):
     np.testing.assert_allclose(jax.jit(matmul)(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.child
 def test_chunked_tunable_records_every_config_and_the_default(fast_timing):
     # How much faster the best chunk is belongs in bench/, not in a test.
     x = jax.random.normal(jax.random.key(0), (2, 8192))

@@ -187,6 +187,7 @@ def test_real_jaxlib_binary_defines_known_xla_flags():
     assert got == {"xla_dump_to": True, "xla_surely_not_a_flag_123": False}
 
 
+@pytest.mark.child
 @pytest.mark.parametrize(("extra", "expected"), [((), True), (("--no-llo",), False)])
 def test_tpu_profile_command_registers_llo_debug_info_by_default(
     tmp_path, monkeypatch, extra, expected

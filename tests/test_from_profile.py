@@ -29,6 +29,7 @@ def captured(monkeypatch, tmp_path):
     _process.shutdown_children()
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_tunes_exactly_the_kernels_above_the_threshold(captured, capsys):
     root, _ = captured

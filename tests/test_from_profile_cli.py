@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.child
+
 
 def test_a_fifo_named_report_json_does_not_block(cli, tmp_path):
     os.mkfifo(tmp_path / "report.json")  # nobody ever writes to it

@@ -46,10 +46,12 @@ def _python(code: str, **env: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.child
 def test_import_jaxtune_does_not_import_jax():
     assert _python("import sys, jaxtune; print('jax' in sys.modules)") == "False"
 
 
+@pytest.mark.child
 @pytest.mark.parametrize(
     "first", ["import jaxtune\njaxtune.autotuned", "import jax\nimport jaxtune"]
 )
@@ -68,6 +70,35 @@ def test_the_flags_jax_saw_are_remembered_without_hooking_imports(first):
     )
     out = _python(code, XLA_FLAGS="--xla_dump_to=/tmp/first")
     assert "/tmp/first" in out and "/tmp/later" in out
+
+
+@pytest.mark.child
+def test_import_and_eager_calls_add_no_audit_hook():
+    # sys.addaudithook raises the "sys.addaudithook" event in the hooks already there, so a
+    # hook added first sees every later one: jaxtune used to add one at import.
+    code = (
+        "import os, sys\n"
+        "added = []\n"
+        "sys.addaudithook(lambda e, a: added.append(e) if e == 'sys.addaudithook' else None)\n"
+        "import jaxtune\n"
+        "import jax.numpy as jnp\n"
+        "from jaxtune._core import settings as _config\n"
+        "@jaxtune.autotuned(configs={'f': [1, 2]}, check=False, name='t.k')\n"
+        "def k(x, *, f):\n"
+        "    return x * f\n"
+        "x = jnp.ones(4)\n"
+        "k(x)\n"
+        "os.environ['JAXTUNE_MODE'] = 'off'\n"
+        "k(x)\n"
+        "with _config.override(mode='cached'):\n"
+        "    k(x)\n"
+        "umask = os.umask(0o022)\n"
+        "print(len(added), oct(umask))"
+    )
+    assert _python(code) == "0 0o22"
+    assert _python("import os; os.umask(0o077); import jaxtune; print(oct(os.umask(0)))") == (
+        "0o77"
+    )
 
 
 @pytest.mark.parametrize("name", jaxtune.__all__)
@@ -91,6 +122,7 @@ def test_star_import_and_subpackages_work_as_before():
         jaxtune.no_such_name  # noqa: B018
 
 
+@pytest.mark.child
 def test_report_command_reads_a_trace_without_importing_jax(tmp_path):
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TRACE))

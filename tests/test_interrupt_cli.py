@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -288,6 +288,7 @@ def _fake_xprof(tmp_path, monkeypatch, hang=False):
     return sys.executable
 
 
+@pytest.mark.child
 def test_report_llo_runs_each_kernels_static_analyses_in_the_child(tmp_path, monkeypatch, capsys):
     python = _fake_xprof(tmp_path, monkeypatch)
     path = _write(tmp_path, TPU % 'stats { metadata_id: 1 bytes_value: "\\x0a\\x01x" }')
@@ -305,6 +306,7 @@ def test_report_llo_runs_each_kernels_static_analyses_in_the_child(tmp_path, mon
     assert "  flash (custom-call.1): 812 instructions" in capsys.readouterr().out
 
 
+@pytest.mark.child
 def test_a_hanging_analysis_is_stopped_at_its_time_limit(tmp_path, monkeypatch):
     python = _fake_xprof(tmp_path, monkeypatch, hang=True)
     monkeypatch.setattr(llo, "LLO_TIMEOUT_S", 2)

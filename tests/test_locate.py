@@ -141,6 +141,7 @@ def test_shard_map_is_searched():
     assert [s.kernel_id for s in sites] == ["tests.locate.scale"]
 
 
+@pytest.mark.child
 def test_model_with_three_kernels_is_tuned_by_one_call_then_runs_from_cache(fast_timing):
     calls = []
     original = jaxtune.Autotuned.tune
@@ -174,6 +175,7 @@ def test_model_with_three_kernels_is_tuned_by_one_call_then_runs_from_cache(fast
     np.testing.assert_allclose(jax.jit(model)(x)[0], float(model(x)[0]), rtol=1e-5)
 
 
+@pytest.mark.child
 def test_tune_reports_raw_pallas_kernels_without_a_space(fast_timing):
     def model(x):
         return interpret_double(x) + scale(x)

@@ -13,7 +13,7 @@ import pytest
 
 from jaxtune._isolation.devices import cpu_only
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 MODULE = textwrap.dedent(
     """

@@ -29,6 +29,7 @@ def process(monkeypatch):
     _process.shutdown_children()
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_cpu_end_to_end_two_interpret_kernels_and_xla_ops(process, tmp_path):
     p = model.profile(jnp.ones((128, 128)), logdir=str(tmp_path / "trace"))
@@ -63,6 +64,7 @@ def test_cpu_end_to_end_two_interpret_kernels_and_xla_ops(process, tmp_path):
     assert doc["llo"]["line"].startswith("LLO analysis is TPU-only")
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_autotuned_kernel_with_hints_gets_achieved_rates(process):
     p = jaxtune.profile(with_autotuned, jax.ShapeDtypeStruct((16, 256), jnp.float32), iters=2)
@@ -73,6 +75,7 @@ def test_autotuned_kernel_with_hints_gets_achieved_rates(process):
     assert k.bound_by == "unknown"  # no peak table for CPU
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_the_child_sees_profiling_flags_and_the_parent_does_not(process, tmp_path, monkeypatch):
     dump = tmp_path / "dump"
@@ -223,6 +226,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_profile_command_sets_flags_and_writes_reports(tmp_path):
     script = tmp_path / "train.py"

@@ -397,6 +397,7 @@ def test_a_truncated_plain_trace_is_a_one_line_error(plain_trace, cli, tmp_path)
         assert proc.stderr.startswith(f"jaxtune report: {bad} is not a readable XSpace trace")
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_a_kernel_called_straight_from_the_step_with_and_without_the_sidecar(tmp_path):
     """The whole program is its scope, so only the trace's stack frames tell its ops; the

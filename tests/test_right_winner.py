@@ -15,6 +15,8 @@ import pytest
 import jaxtune
 from jaxtune._core.vocabulary import config_id
 
+pytestmark = pytest.mark.child
+
 
 @contextlib.contextmanager
 def busy(n=2):

@@ -26,7 +26,7 @@ from jaxtune._isolation import wire as _wire
 from jaxtune._tuning import requests as _requests
 from jaxtune._tuning import runner as _runner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

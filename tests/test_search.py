@@ -306,6 +306,7 @@ def grid(x, *, rows, scale):
     return (x.reshape(rows, -1) * scale).sum(axis=0).sum() / scale
 
 
+@pytest.mark.child
 @pytest.mark.parametrize("strategy", ["random", "coordinate", "model", "auto"])
 def test_budgeted_sweep_records_strategy_and_counts(fast_timing, strategy, capsys, monkeypatch):
     monkeypatch.setenv("JAXTUNE_VERBOSE", "2")
@@ -323,6 +324,7 @@ def test_budgeted_sweep_records_strategy_and_counts(fast_timing, strategy, capsy
     assert f"5 configs of 12 ({strategy} search)" in err
 
 
+@pytest.mark.child
 def test_jaxtune_budget_is_the_default_budget(fast_timing, monkeypatch):
     monkeypatch.setenv("JAXTUNE_BUDGET", "3")
     (entry,) = grid.tune(jnp.ones(64)).values()
@@ -342,6 +344,7 @@ def descent(x, *, rows, scale):
     return (x.reshape(rows, -1) * scale).sum(axis=0).sum() / scale
 
 
+@pytest.mark.child
 def test_budgeted_sweep_in_the_child_process(fast_timing, monkeypatch):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     (entry,) = descent.tune(jnp.ones(512)).values()
@@ -364,6 +367,7 @@ def test_a_config_listed_twice_is_measured_once():
     assert (searched.measured, searched.total) == (3, 3)
 
 
+@pytest.mark.child
 def test_a_small_space_is_decided_in_one_request_to_the_child(monkeypatch):
     from jaxtune._isolation.process import ChildProcess
 

@@ -13,7 +13,7 @@ from faulty_kernels import daemonizer
 from jaxtune._isolation import process as _process
 from jaxtune._tuning import runner as _runner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 
 def alive(pid: int) -> bool:

@@ -26,6 +26,7 @@ def _fresh(monkeypatch, fast_timing):
     _process.shutdown_children()
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_a_sweep_child_runs_without_custom_call_tracing(tmp_path, monkeypatch):
     # jaxlib on CPU does not know the flag: a child started with it would abort at backend

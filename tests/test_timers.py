@@ -153,12 +153,14 @@ def loop(x, *, reps):
     return jax.lax.fori_loop(0, reps, lambda i, c: jnp.tanh(c @ c), x)
 
 
+@pytest.mark.child
 def test_a_sweep_with_the_profiler_timer_in_the_child_records_it(fast_timing):
     (entry,) = loop.tune(X).values()
     assert (entry.timer, entry.timing, dict(entry.config)) == ("profiler", "forward", {"reps": 2})
     assert entry.summary()["timer"] == "profiler"
 
 
+@pytest.mark.child
 def test_jaxtune_timer_sets_the_default_and_bad_values_are_named(fast_timing, monkeypatch):
     kernel = jaxtune.autotuned(configs={"reps": [2, 16]}, name="tests.timers.env")(loop.__wrapped__)
     monkeypatch.setenv("JAXTUNE_TIMER", "profiler")
@@ -207,11 +209,13 @@ heavy_vjp = jaxtune.autotuned(
 Y = jnp.asarray(np.random.default_rng(0).standard_normal((128, 128), np.float32) * 0.05)
 
 
+@pytest.mark.child
 def test_timing_vjp_times_forward_and_backward():
     (entry,) = heavy_vjp.tune(Y).values()
     assert (entry.timing, dict(entry.config)) == ("vjp", {"variant": 0})
 
 
+@pytest.mark.child
 def test_jaxtune_tune_of_a_gradient_times_the_backward_pass_too():
     result = jaxtune.tune(jax.grad(lambda x: heavy(x).sum()), Y)
     (entry,) = result.values()
@@ -237,6 +241,7 @@ def forward_kernel(x, *, chunk):
     return f(x)
 
 
+@pytest.mark.child
 def test_a_backward_kernel_with_its_own_space_is_tuned_with_its_own_inputs():
     x = jnp.linspace(0.0, 1.0, 1024, dtype=jnp.float32)
     result = jaxtune.tune(jax.value_and_grad(lambda x: forward_kernel(x).sum()), x)

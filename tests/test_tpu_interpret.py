@@ -25,6 +25,7 @@ def attention(q, k, v, *, block_q, block_k):
     return fa.flash_attention(q, k, v, block_sizes=sizes)
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_flash_attention_block_sizes_tune_in_tpu_interpret_mode(fast_timing):
     q = jax.random.normal(jax.random.key(0), (1, 2, 256, 64))

@@ -14,14 +14,14 @@ from . import profile as _profile_cli
 
 __all__ = ["build_parser", "main"]
 
-#: Commands that need no JAX: their parser is built alone, so that reading a trace does not
-#: import the tuning flow (and JAX with it).
-_LIGHT = ("report",)
+#: Commands that need no JAX: their parser is built alone, so that reading a trace or the
+#: cache does not import the tuning flow (and JAX with it).
+_LIGHT = ("report", "cache")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser of every subcommand (of ``profile`` and ``report`` alone when
-    ``command`` is one of :data:`_LIGHT`)."""
+    """The argument parser of every subcommand (of ``profile`` and ``report`` alone, or of
+    ``cache`` alone, when ``command`` is one of :data:`_LIGHT`)."""
     parser = argparse.ArgumentParser(
         prog="jaxtune",
         description="Autotune and profile JAX/Pallas kernels.",
@@ -30,10 +30,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the traceback when a command fails"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    if command in _LIGHT:
+    if command == "report":
         _profile_cli.add_parsers(sub)
         return parser
     from . import cache as _cache_cli
+
+    if command == "cache":
+        _cache_cli.add_parser(sub)
+        return parser
     from . import tune as _tune_cli
 
     doctor = sub.add_parser(

@@ -1,8 +1,9 @@
 """Environment-backed settings: every ``JAXTUNE_*`` variable is parsed and validated here.
 
 :func:`settings` parses the environment again whenever a variable it reads or an override
-has changed since its last call (it runs several times per trace-time lookup), so a program
-or a test may change ``os.environ`` at any point. :func:`override` layers values on top of the
+has changed since its last call (it runs several times per trace-time lookup; it compares
+:func:`fingerprint`, the variables' current values, with the last parse's), so a program
+or a test may change ``os.environ`` at any point. Nothing is hooked into the process. :func:`override` layers values on top of the
 environment for the current thread of control, which is how tests pin a mode without
 touching the environment of other tests.
 """
@@ -37,7 +38,8 @@ __all__ = [
     "changed_since_jax_import",
     "default_cache_dir",
     "describe",
-    "on_change",
+    "fingerprint",
+    "on_override",
     "override",
     "remember_environment",
     "settings",
@@ -216,10 +218,46 @@ def _default(variable: Variable) -> str:
 
 
 _LAST: tuple[tuple[Any, ...], Settings] | None = None  # the last parse and its inputs
-#: Bumped whenever this process sets or unsets a variable the settings read (an audit hook
-#: on ``os.putenv``/``os.unsetenv``, which every change through ``os.environ`` makes).
-_ENV_GENERATION = [0]
-_WATCHED = frozenset(n for n in (*(v.name for v in VARIABLES), "XDG_CACHE_HOME", "HOME"))
+#: Every variable the settings read (``HOME`` and ``XDG_CACHE_HOME``: the default cache dir).
+WATCHED: tuple[str, ...] = (*(v.name for v in VARIABLES), "XDG_CACHE_HOME", "HOME")
+#: The variables that decide which config a traced call of a kernel uses: the mode, where
+#: the user cache is, nearest shapes. The others shape how a sweep runs or what is profiled.
+DECIDING: tuple[str, ...] = (
+    "JAXTUNE_MODE",
+    "JAXTUNE_CACHE_DIR",
+    "JAXTUNE_NEAREST",
+    "XDG_CACHE_HOME",
+    "HOME",
+)
+
+
+def probe(names: tuple[str, ...]) -> tuple[Any, Callable[[Any], Any], tuple[Any, ...]]:
+    """``(environ, get, keys)``: while ``os.environ is environ``, ``get(keys[i])`` is the
+    value of ``names[i]`` as ``os.environ`` stores it (``None``: unset). ``get`` is the
+    ``.get`` of ``os.environ``'s own dict where it has one (30 ns a name; the keys are bytes
+    on POSIX, upper case on Windows), else ``os.environ.get`` (700 ns)."""
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    encode = getattr(environ, "encodekey", None)
+    if isinstance(data, dict) and callable(encode):
+        return environ, data.get, tuple(map(encode, names))
+    return environ, environ.get, names
+
+
+_PROBES = (probe(WATCHED), probe(DECIDING))
+
+
+def fingerprint(names: tuple[str, ...] = WATCHED) -> tuple[Any, ...]:
+    """The current values of ``names`` (by default every variable :func:`settings` reads;
+    ``None`` for an unset one), in the form ``os.environ`` keeps them: equal fingerprints,
+    equal settings (unless an :func:`override` differs). About 0.5 µs for the 16 variables.
+    Nothing is hooked into the process: a value set through ``os.putenv`` alone is not in
+    ``os.environ``, and the settings never see it."""
+    environ, get, keys = _PROBES[0] if names is WATCHED else _PROBES[1]
+    if os.environ is environ and (names is WATCHED or names is DECIDING):
+        return tuple(map(get, keys))
+    env = os.environ  # other names, or os.environ replaced by the program
+    return tuple(env.get(name) for name in names)
 
 
 def settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -232,7 +270,7 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
     global _LAST
     overrides = _OVERRIDES.get()
     if environ is None:  # the process's settings: parsed again only when they may differ
-        token = (overrides, _ENV_GENERATION[0])
+        token = (overrides, fingerprint())
         last = _LAST
         if last is not None and last[0] == token:
             return last[1]
@@ -277,40 +315,17 @@ def describe(
     return values, errors
 
 
-#: Called with no arguments when a ``JAXTUNE_*`` variable is set or unset in this process
-#: (see :func:`on_change`).
-_CHANGE_HOOKS: list[Callable[[], None]] = []
 #: Entered with the overrides mapping around an :func:`override` block.
 _SCOPE_HOOKS: list[Callable[[Mapping[str, Any]], contextlib.AbstractContextManager[Any]]] = []
 
 
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event in ("os.putenv", "os.unsetenv") and args:
-        name = args[0]
-        if isinstance(name, bytes):
-            name = name.decode(errors="replace")
-        if not isinstance(name, str):
-            return
-        if name in _WATCHED or name.startswith("JAXTUNE_"):
-            _ENV_GENERATION[0] += 1
-        if name.startswith("JAXTUNE_"):
-            for hook in _CHANGE_HOOKS:
-                hook()
-
-
-sys.addaudithook(_audit)
-
-
-def on_change(
-    changed: Callable[[], None],
+def on_override(
     scoped: Callable[[Mapping[str, Any]], contextlib.AbstractContextManager[Any]],
 ) -> None:
-    """Registers ``changed``, called whenever a ``JAXTUNE_*`` variable is set or unset in
-    this process (through ``os.environ`` or ``os.putenv``: an audit hook), and
-    ``scoped``, entered with the overrides around every :func:`override` block. Compiled
-    code that depends on the settings (the eager jit of autotuned kernels) uses them to
-    re-trace when the settings change, without reading them on every call."""
-    _CHANGE_HOOKS.append(changed)
+    """Registers ``scoped``, entered with the overrides around every :func:`override` block:
+    compiled code that depends on the settings (the eager jit of autotuned kernels) puts
+    them in jit's cache key with it. A change of ``os.environ`` is not announced to anyone:
+    code that caches what the settings decide compares :func:`fingerprint` itself."""
     _SCOPE_HOOKS.append(scoped)
 
 
@@ -322,7 +337,7 @@ def override(**values: Any) -> Iterator[Settings]:
     the environment variable would be.
 
     Examples:
-        >>> from jaxtune import _config
+        >>> from jaxtune._core import settings as _config
         >>> with _config.override(mode="off"):
         ...     _config.settings().mode
         'off'

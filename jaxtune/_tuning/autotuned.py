@@ -2,7 +2,8 @@
 
 The config is chosen at trace time from abstract shapes, so under ``jax.jit`` the choice
 costs nothing after the first trace. An eager call goes through one ``jax.jit`` per kernel
-whose trace makes the same choice (see :mod:`.eager`), so it costs what jit's dispatch costs.
+whose trace makes the same choice (see :mod:`.eager`), so it costs what jit's dispatch
+costs, plus one check that the settings' variables did not change.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from . import record as _record
 from . import timing as _timing
 from .choose import budget_setting, prestart_child
 from .choose import make_entry as make_entry
-from .eager import bump_generation, eager_jit, renew_on_cache_change
+from .eager import bump_generation, eager_call, eager_jit, renew_on_cache_change
 from .naming import kernel_id_for
 from .options import (
     validate_callable,
@@ -145,13 +146,12 @@ class Autotuned(Generic[P, R]):
         self._lock = threading.RLock()
         names = self._known_config_names()
         self._jit_static = (*self.static_argnames, *(sorted(names) if names else ()))
-        self._eager_jit = eager_jit(fn, self._call, self._jit_static)
         self._fast = names is not None and not self.static_argnames
         if self._fast:
-            # Eager calls go straight to jit's C++ dispatch (see eager.py). With static
-            # arguments they go through _call first, which names an unhashable one.
-            fast = {"__call__": staticmethod(self._eager_jit), "__slots__": ()}
-            self.__class__ = type("Autotuned", (type(self),), fast)
+            # Eager calls go to jit's C++ dispatch after one check (see eager.py). With
+            # static arguments they go through _call first, which names an unhashable one.
+            self.__class__ = type("Autotuned", (type(self),), {"__slots__": ()})
+        self.renew_eager()
         renew_on_cache_change(self)
         self._jitted: dict[str, Callable[..., R]] = {}
         self._retuned: set[tuple[str, str]] = set()
@@ -168,10 +168,16 @@ class Autotuned(Generic[P, R]):
         return f"<jaxtune.autotuned {self.kernel_id}>"
 
     def renew_eager(self) -> None:
-        """Replaces the eager jit with a fresh one (no traces), after a cache changed."""
+        """Replaces the eager jit with a fresh one (no traces), after a cache or a variable
+        that decides the config changed."""
         self._eager_jit = eager_jit(self.__wrapped__, self._call, self._jit_static)
-        if self._fast:  # the per-kernel class of the C++ path
-            type(self).__call__ = staticmethod(self._eager_jit)  # type: ignore[method-assign]
+        self._deciding = _config.fingerprint(_config.DECIDING)
+        if self._fast:  # the per-kernel class of the short path
+            call = eager_call(self._current_eager, self.renew_eager)
+            type(self).__call__ = staticmethod(call)  # type: ignore[method-assign]
+
+    def _current_eager(self) -> Callable[..., Any]:
+        return self._eager_jit
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else functools.partial(self, obj)
@@ -372,6 +378,8 @@ class Autotuned(Generic[P, R]):
         if is_tracing(jax.tree_util.tree_leaves((args, kwargs))):
             return self._traced(args, kwargs)
         self.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
+        if _config.fingerprint(_config.DECIDING) != self._deciding:
+            self.renew_eager()  # a variable that decides the config changed (see eager.py)
         return self._eager_jit(*args, **kwargs)
 
     def _traced(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:

@@ -32,10 +32,25 @@ from .._core.errors import CacheError, JaxtuneWarning
 from .._core.files import NOT_A_DIRECTORY, Version, file_version, fix_for, locked
 from .._core.vocabulary import Entry
 from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
-from .eager import caches_changed
 from .result import TuningResult
 
-__all__ = ["CacheStore", "layers", "register_cache", "slug", "user_cache"]
+__all__ = ["CacheStore", "layers", "on_change", "register_cache", "slug", "user_cache"]
+
+#: Called with no arguments whenever a cache layer changes in this process (see on_change).
+_LISTENERS: list[Callable[[], None]] = []
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Registers ``listener``, called whenever a cache layer changes in this process (an
+    entry written or kept unsaved, a layer registered or forgotten): the eager jits of
+    autotuned kernels start afresh on it (:mod:`.eager`), so the store itself needs no JAX."""
+    _LISTENERS.append(listener)
+
+
+def _changed() -> None:
+    """Tells every :func:`on_change` listener that a cache layer changed."""
+    for listener in list(_LISTENERS):
+        listener()
 
 
 def slug(name: str) -> str:
@@ -269,7 +284,7 @@ class CacheStore:
                 updated = change(self._current(path))
                 memo = self._memo.pop(path, None)
                 # Eager calls of kernels traced before choose again.
-                caches_changed()
+                _changed()
                 if not updated:
                     path.unlink(missing_ok=True)
                     return
@@ -311,7 +326,7 @@ class CacheStore:
                 for entry in entries:
                     path = self.path_for(entry.device_kind, entry.kernel)
                     self._unsaved.setdefault(path, {})[entry.key] = entry
-                    caches_changed()
+                    _changed()
                     self._report(
                         path,
                         f"{e} The tuned result is used in this process but is not saved.",
@@ -385,14 +400,14 @@ def register_cache(path: str | os.PathLike[str]) -> None:
         raise CacheError(f"register_cache: {p} does not exist; expected a directory or a file.")
     with _REGISTRY_LOCK:
         _LAYERS.append(layer)
-    caches_changed()
+    _changed()
 
 
 def unregister_caches() -> None:
     """Forgets every registered packaged cache (for tests)."""
     with _REGISTRY_LOCK:
         _LAYERS.clear()
-    caches_changed()
+    _changed()
 
 
 def layers() -> list[CacheStore | TuningResult]:

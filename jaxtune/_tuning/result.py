@@ -9,11 +9,10 @@ import contextvars
 import itertools
 import os
 import pathlib
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
-
-import jax
 
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, table, unpackb
 from .._core.errors import CacheError
@@ -35,9 +34,23 @@ SCHEMA_VERSION = 1
 _SCOPES: contextvars.ContextVar[tuple[TuningResult, ...]] = contextvars.ContextVar(
     "jaxtune_scopes", default=()
 )
-# Part of jit's cache key, so entering or leaving a scope re-traces jitted functions.
-_JIT_CONTEXT = jax.make_user_context(default_value=())
 _IDS = itertools.count(1)
+#: The JAX user context of the scopes (made when first asked for; see scope_context).
+_JIT_CONTEXT: list[Any] = []
+_JIT_CONTEXT_LOCK = threading.Lock()
+
+
+def scope_context() -> Any:
+    """The JAX user context that holds the ids of the scopes in force: part of jit's cache
+    key, so entering or leaving a scope re-traces jitted functions. Made at the first call
+    (JAX imported then, not at this module's import, so that ``jaxtune cache`` runs
+    without JAX); the eager module asks for it when it is imported, beside its own."""
+    with _JIT_CONTEXT_LOCK:
+        if not _JIT_CONTEXT:
+            import jax
+
+            _JIT_CONTEXT.append(jax.make_user_context(default_value=()))
+        return _JIT_CONTEXT[0]
 
 
 def active_scopes() -> tuple[TuningResult, ...]:
@@ -106,7 +119,7 @@ class TuningResult(Mapping[EntryId, Entry]):
     def __enter__(self) -> TuningResult:
         scopes = _SCOPES.get()
         token = _SCOPES.set((*scopes, self))
-        jit_ctx = _JIT_CONTEXT(tuple(s._id for s in (*scopes, self)))
+        jit_ctx = scope_context()(tuple(s._id for s in (*scopes, self)))
         jit_ctx.__enter__()
         self._tokens.append((token, jit_ctx))
         return self

@@ -381,6 +381,7 @@ while time.monotonic() < end:
 """
 
 
+@pytest.mark.child
 @pytest.mark.slow
 def test_no_confirmed_entry_is_lost_under_writers_kills_and_quarantines(tmp_path):
     (tmp_path / "cpu").mkdir()

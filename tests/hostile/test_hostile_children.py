@@ -21,7 +21,7 @@ from jaxtune._core.vocabulary import Failure, Measurement
 from jaxtune._isolation import process as _process
 from jaxtune._tuning import runner as _runner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 
 @pytest.fixture(autouse=True)

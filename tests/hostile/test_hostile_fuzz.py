@@ -13,7 +13,7 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 
 def test_fuzzing_cache_files_result_files_and_traces_never_crashes_or_hangs():

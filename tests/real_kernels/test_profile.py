@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 ITERS = 2
 
 
+@pytest.mark.child
 @pytest.mark.parametrize("name", sorted(STEPS))
 def test_profile_rows_are_named_after_the_kernel_and_count_iterations(name, tmp_path):
     step, make_args = STEPS[name]
@@ -58,6 +59,7 @@ def _one_row_each(profile, iters):
     return rows
 
 
+@pytest.mark.child
 def test_spanning_tiles_give_one_row_per_kernel_in_profile_and_from_trace(tmp_path):
     from .kernels import spanning_args, spanning_step
 

@@ -26,6 +26,7 @@ def _check_entry(result, kernel, space):
     return entry
 
 
+@pytest.mark.child
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_tunes_in_the_child_with_the_callers_interpret_mode(name, fast_timing):
     kernel, make_args = KERNELS[name]
@@ -39,12 +40,14 @@ def test_tunes_in_the_child_with_the_callers_interpret_mode(name, fast_timing):
     assert dict(choice.config) == dict(entry.config)
 
 
+@pytest.mark.child
 def test_global_interpret_mode_reaches_the_child(interpret_globally, fast_timing):
     args = kernels.matmul_args()
     result = kernels.matmul.tune(*args)
     _check_entry(result, kernels.matmul, kernels.matmul.space(*args))
 
 
+@pytest.mark.child
 def test_flash_attention_gradient_is_tuned_through_jax_grad(fast_timing):
     args = kernels.flash_args()
     # The backward kernels run inside the tuned forward's scope: no "untuned kernel" warning.
