@@ -249,6 +249,9 @@ class Autotuned(Generic[P, R]):
         if not sweep:  # config_for: the agreed config once there is one, else this process's
             agreed = _agree.decided(self.kernel_id, self.version, sig.key, kind)
             return agreed or self._decide(sig, space, default, kind, measure=None)
+        runner = default_runner()
+        if _agree.store() is None:  # one process: nothing to agree on
+            return self._decide(sig, space, default, kind, measure=runner.sweep)
         question = _agree.Question(
             kernel=self.kernel_id,
             key=sig.key,
@@ -256,7 +259,7 @@ class Autotuned(Generic[P, R]):
             device_kind=kind,
             decide=lambda measure: self._decide(sig, space, default, kind, measure=measure),
             task=lambda: self.sweep_task(sig, space, default),
-            sharing=SweepSharing(default_runner()),
+            sharing=SweepSharing(runner),
         )
         return _agree.agree(question)
 
