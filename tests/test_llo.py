@@ -79,6 +79,7 @@ def test_llo_data_is_an_llo_proto_stat_on_the_metadata_plane(tmp_path):
     assert llo.has_llo_data(with_llo)
 
 
+@pytest.mark.child  # the analysis runs in a bounded child process
 @pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
 def test_xprof_is_called_for_real_on_a_trace_without_llo_data(tmp_path):
     got = llo.analyze(_write(tmp_path, TPU % ""), "tpu", False, python=XPROF_PYTHON)
@@ -88,6 +89,7 @@ def test_xprof_is_called_for_real_on_a_trace_without_llo_data(tmp_path):
     assert got["answer"] == {"success": False}  # xprof's own answer, kept
 
 
+@pytest.mark.child  # the analysis runs in a bounded child process
 @pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
 def test_xprof_answer_on_a_trace_with_an_llo_proto(tmp_path):
     path = _write(tmp_path, TPU % 'stats { metadata_id: 1 bytes_value: "\\x08\\x01" }')
@@ -323,6 +325,7 @@ LLO_MODULE = (
 )
 
 
+@pytest.mark.child  # the analysis runs in a bounded child process
 @pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
 def test_the_real_embedded_analysis_answers_per_kernel(tmp_path):
     path = _write(tmp_path, TPU % LLO_MODULE)
