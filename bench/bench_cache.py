@@ -33,8 +33,8 @@ import jax.numpy as jnp
 
 import jaxtune
 from jaxtune._core.vocabulary import Entry, Measurement
-from jaxtune._tuning import cache as _cache
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.store import cache as _cache
 
 
 @jaxtune.autotuned(configs={"chunk": [8, 64, 512, 4096]}, name="bench.cache.kernel")

@@ -25,10 +25,10 @@ os.environ.setdefault("JAXTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="jaxtune-benc
 
 import jaxtune
 from jaxtune._isolation import process as _process
-from jaxtune._tuning import runner as _runner
-from jaxtune._tuning import sweep as _sweep
-from jaxtune._tuning import timing as _timing
-from jaxtune._tuning.timers import WallTimer
+from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import runner as _runner
+from jaxtune._tuning.sweep import timing as _timing
+from jaxtune._tuning.sweep.timers import WallTimer
 
 
 @jaxtune.autotuned(

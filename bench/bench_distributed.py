@@ -42,7 +42,7 @@ def _worker_agree(coordinator: str, nproc: int, pid: int, decisions: int) -> dic
     import jaxtune
     from jaxtune._core.vocabulary import Choice
     from jaxtune._distributed import agree as _agree
-    from jaxtune._tuning.shard import SweepSharing
+    from jaxtune._tuning.sweep.shard import SweepSharing
 
     def question(i: int) -> _agree.Question:
         return _agree.Question(
@@ -138,7 +138,7 @@ def _worker_devices() -> dict:
     from distributed_worker import repeated
 
     from jaxtune._tuning import autotuned as _autotuned
-    from jaxtune._tuning.runner import ProcessRunner
+    from jaxtune._tuning.sweep.runner import ProcessRunner
 
     # One child per device even past the default cap (one child per core) on CPU.
     count = jax.local_device_count()

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 import jaxtune
 from jaxtune._core.vocabulary import config_id
-from jaxtune._tuning import search as _search
+from jaxtune._tuning.sweep import search as _search
 
 KNOBS = {"a": [1, 2, 4, 8], "b": [1, 2, 4, 8], "c": [16, 32, 64, 128], "d": [0, 1, 2, 3]}
 

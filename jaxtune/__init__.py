@@ -41,12 +41,12 @@ if TYPE_CHECKING:
     from ._program.locate import KernelSite as KernelSite
     from ._program.locate import locate as locate
     from ._tuning.autotuned import Autotuned as Autotuned
-    from ._tuning.cache import register_cache as register_cache
     from ._tuning.decorator import autotuned as autotuned
     from ._tuning.result import TuningResult as TuningResult
-    from ._tuning.search import Budget as Budget
-    from ._tuning.search import SearchState as SearchState
-    from ._tuning.search import Strategy as Strategy
+    from ._tuning.store.cache import register_cache as register_cache
+    from ._tuning.sweep.search import Budget as Budget
+    from ._tuning.sweep.search import SearchState as SearchState
+    from ._tuning.sweep.search import Strategy as Strategy
     from ._tuning.tune import tune as tune
 
 #: Each name imported on first use -> the module that defines it.
@@ -57,7 +57,7 @@ _LAZY = {
     "profile": "._profiling.profiled",
     "profiled": "._profiling.profiled",
     "Autotuned": "._tuning.autotuned",
-    "register_cache": "._tuning.cache",
+    "register_cache": "._tuning.store.cache",
     "autotuned": "._tuning.decorator",
     "KernelSite": "._program.locate",
     "locate": "._program.locate",
@@ -66,9 +66,9 @@ _LAZY = {
     "Failure": "._core.vocabulary",
     "Measurement": "._core.vocabulary",
     "TuningResult": "._tuning.result",
-    "Budget": "._tuning.search",
-    "SearchState": "._tuning.search",
-    "Strategy": "._tuning.search",
+    "Budget": "._tuning.sweep.search",
+    "SearchState": "._tuning.sweep.search",
+    "Strategy": "._tuning.sweep.search",
     "tune": "._tuning.tune",
 }
 

@@ -102,7 +102,7 @@ def cli():
 
 @pytest.fixture(autouse=True)
 def _no_packaged_caches():
-    from jaxtune._tuning import cache as _cache
+    from jaxtune._tuning.store import cache as _cache
 
     _cache.unregister_caches()
     yield
@@ -112,7 +112,7 @@ def _no_packaged_caches():
 @pytest.fixture
 def fast_timing(monkeypatch):
     """Shortens timing for tests that sweep but do not compare speeds."""
-    from jaxtune._tuning import timing as _timing
+    from jaxtune._tuning.sweep import timing as _timing
 
     fast = _timing.TimingOptions(
         min_time_s=0.002,

@@ -12,8 +12,8 @@ import pytest
 import jaxtune
 from jaxtune._core import settings as _config
 from jaxtune._core.vocabulary import Entry
-from jaxtune._tuning import cache as _cache
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.store import cache as _cache
 
 TRACES: collections.Counter[str] = collections.Counter()
 

@@ -13,8 +13,8 @@ import jaxtune
 from jaxtune._core import settings as _config
 from jaxtune._core.codec import packb
 from jaxtune._core.vocabulary import Entry, Failure, Measurement
-from jaxtune._tuning import cache as _cache
-from jaxtune._tuning.cachefile import CACHE_SCHEMA
+from jaxtune._tuning.store import cache as _cache
+from jaxtune._tuning.store.layout import CACHE_SCHEMA
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -159,7 +159,7 @@ def test_remove_and_clear(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys
-    from jaxtune._tuning import cache as _cache
+    from jaxtune._tuning.store import cache as _cache
     from jaxtune._tuning.result import Entry
     store = _cache.CacheStore(sys.argv[1])
     worker = int(sys.argv[2])

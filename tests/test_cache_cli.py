@@ -11,7 +11,7 @@ import pytest
 import jaxtune
 from jaxtune import _cli
 from jaxtune._core.vocabulary import Entry
-from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.store import cache as _cache
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,8 @@ import pytest
 import jaxtune
 from jaxtune._core.codec import MAX_FILE_BYTES, UnsafeFileError, packb, read_bounded, unpackb
 from jaxtune._core.vocabulary import Entry, Failure, Measurement
-from jaxtune._tuning import cache as _cache
-from jaxtune._tuning.cachefile import CACHE_SCHEMA
+from jaxtune._tuning.store import cache as _cache
+from jaxtune._tuning.store.layout import CACHE_SCHEMA
 
 HERE = pathlib.Path(__file__).resolve().parent
 #: A cache directory written by jaxtune at commit 358017f (schema 1), from old_entries().

@@ -20,8 +20,8 @@ from jaxtune import _cli
 from jaxtune._core.codec import packb
 from jaxtune._core.errors import CacheError, JaxtuneWarning
 from jaxtune._isolation import logs as _logs
-from jaxtune._tuning import cache as _cache
 from jaxtune._tuning.result import TuningResult
+from jaxtune._tuning.store import cache as _cache
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def test_writes_do_not_follow_a_symlinked_device_folder(tmp_path):
 KILLED_WRITER = textwrap.dedent(
     """
     import os, sys, time
-    from jaxtune._tuning import cache as _cache
+    from jaxtune._tuning.store import cache as _cache
     sys.path.insert(0, sys.argv[2])
     from test_cache import make_entry
     def stuck(fd):
@@ -193,7 +193,7 @@ NO_FCNTL = textwrap.dedent(
     warnings.simplefilter("always")
     sys.path.insert(0, sys.argv[2])
     import jaxtune
-    from jaxtune._tuning import cache as _cache
+    from jaxtune._tuning.store import cache as _cache
     from test_cache import make_entry
 
     with warnings.catch_warnings(record=True) as caught:

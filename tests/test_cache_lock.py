@@ -15,7 +15,7 @@ from test_cache import make_entry
 
 import jaxtune
 from jaxtune._core.errors import JaxtuneWarning
-from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.store import cache as _cache
 
 HOLDER = textwrap.dedent(
     """

@@ -16,7 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 import jaxtune
 from jaxtune._isolation import context as _context
-from jaxtune._tuning import runner as _runner
+from jaxtune._tuning.sweep import runner as _runner
 
 pytestmark = [pytest.mark.slow, pytest.mark.child]
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from jaxtune._core.vocabulary import config_id
-from jaxtune._tuning import decide as _decide
-from jaxtune._tuning import rounds as _rounds
-from jaxtune._tuning import sweep as _sweep
-from jaxtune._tuning.timing import Timing, TimingOptions
+from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import rounds as _rounds
+from jaxtune._tuning.sweep import stats as _decide
+from jaxtune._tuning.sweep.timing import Timing, TimingOptions
 
 RULE = {"tie_within": 0.03}
 
@@ -262,7 +262,7 @@ def test_the_default_always_races_whatever_its_first_pass_measured():
 
 
 def test_the_entrys_times_come_from_the_rounds_when_both_raced():
-    from jaxtune._tuning.choose import make_entry
+    from jaxtune._tuning.sweep.entry import make_entry
 
     configs = ({"k": "slow"}, {"k": "fast"})
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])

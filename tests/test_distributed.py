@@ -25,8 +25,8 @@ from jaxtune._core.vocabulary import Choice, Failure, Measurement, config_id
 from jaxtune._distributed import agree as _agree
 from jaxtune._distributed.store import LocalStore, StoreLostError, agreement_key
 from jaxtune._isolation import devices as _devices
-from jaxtune._tuning import shard as _shard
-from jaxtune._tuning.sweep import finish, ordered
+from jaxtune._tuning.sweep import shard as _shard
+from jaxtune._tuning.sweep.plan import finish, ordered
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "distributed_worker.py"

@@ -14,7 +14,7 @@ def test_an_exception_without_a_message_is_named_alone():
 
 
 def test_a_failed_configs_reason_is_never_empty():
-    from jaxtune._tuning.check import reason
+    from jaxtune._tuning.sweep.check import reason
 
     assert reason(StackError()) == "StackError"
     assert reason(StackError("first\nsecond")) == "StackError: first ... second"

@@ -13,7 +13,7 @@ import jaxtune
 from jaxtune._cli import from_profile as _from_profile
 from jaxtune._cli import main as cli_main
 from jaxtune._isolation import process as _process
-from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.store import cache as _cache
 
 KERNELS = {"tests.profile.heavy", "tests.profile.medium", "tests.profile.tiny"}
 

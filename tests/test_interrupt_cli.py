@@ -133,7 +133,7 @@ def test_ctrl_c_during_a_sweep_keeps_what_was_tuned(tmp_path):
     status, err, left = interrupt(["tune", "--", "python", "prog.py"], mark, tmp_path)
     assert status == 130, err[-3000:]
     assert left == []
-    from jaxtune._tuning import cache as _cache
+    from jaxtune._tuning.store import cache as _cache
 
     kernels = {e.kernel for e in _cache.CacheStore(cache).all_entries()}
     assert "ci.quick" in kernels  # tuned before the interrupt: kept

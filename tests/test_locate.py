@@ -10,8 +10,8 @@ import pytest
 from jax.experimental import pallas as pl
 
 import jaxtune
-from jaxtune._tuning import cache as _cache
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.store import cache as _cache
 
 
 def _matmul_kernel(x_ref, y_ref, o_ref):

@@ -22,8 +22,8 @@ from jax.experimental.pallas.ops.tpu import matmul as tpu_matmul
 import jaxtune
 from jaxtune._core import settings as _config
 from jaxtune._core.vocabulary import Entry
-from jaxtune._tuning import cache as _cache
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.store import cache as _cache
 
 
 def kind():

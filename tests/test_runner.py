@@ -23,8 +23,8 @@ import jaxtune
 from jaxtune._core.vocabulary import Failure, Measurement
 from jaxtune._isolation import process as _process
 from jaxtune._isolation import wire as _wire
-from jaxtune._tuning import requests as _requests
-from jaxtune._tuning import runner as _runner
+from jaxtune._tuning.sweep import requests as _requests
+from jaxtune._tuning.sweep import runner as _runner
 
 pytestmark = [pytest.mark.slow, pytest.mark.child]
 
@@ -322,7 +322,7 @@ KILL_PARENT = textwrap.dedent(
     import jax.numpy as jnp
     from faulty_kernels import faulty
     from jaxtune._isolation import process as _process
-    from jaxtune._tuning import runner as _runner
+    from jaxtune._tuning.sweep import runner as _runner
 
     def report():
         while not _process.POOL.children():

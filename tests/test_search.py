@@ -13,10 +13,10 @@ import pytest
 import jaxtune
 from jaxtune._core import settings as _config
 from jaxtune._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
-from jaxtune._tuning import search as _search
-from jaxtune._tuning import sweep as _sweep
-from jaxtune._tuning.choose import make_entry
-from jaxtune._tuning.timing import Timing
+from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import search as _search
+from jaxtune._tuning.sweep.entry import make_entry
+from jaxtune._tuning.sweep.timing import Timing
 
 KNOBS = {"a": [1, 2, 4, 8], "b": [1, 2, 4, 8], "c": [16, 32, 64, 128], "d": [0, 1, 2, 3]}
 SPACE = [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*KNOBS.values())]

@@ -11,7 +11,7 @@ import pytest
 from faulty_kernels import daemonizer
 
 from jaxtune._isolation import process as _process
-from jaxtune._tuning import runner as _runner
+from jaxtune._tuning.sweep import runner as _runner
 
 pytestmark = [pytest.mark.slow, pytest.mark.child]
 

@@ -12,13 +12,13 @@ import pytest
 
 from jaxtune._core.arrays import dtype_name
 from jaxtune._core.vocabulary import Failure, Measurement
-from jaxtune._tuning import check as _check
-from jaxtune._tuning import inputs as _inputs
-from jaxtune._tuning import progress as _progress
-from jaxtune._tuning import sweep as _sweep
-from jaxtune._tuning import timing as _timing
 from jaxtune._tuning.signature import Signature
-from jaxtune._tuning.timers import WallTimer
+from jaxtune._tuning.sweep import check as _check
+from jaxtune._tuning.sweep import inputs as _inputs
+from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import progress as _progress
+from jaxtune._tuning.sweep import timing as _timing
+from jaxtune._tuning.sweep.timers import WallTimer
 
 
 def task_of(fn, signature, configs, default, **plan):

@@ -13,7 +13,7 @@ from faulty_kernels import pid_probe
 from jaxtune._core.errors import CustomCallTracingWarning
 from jaxtune._isolation import environ as _environ
 from jaxtune._isolation import process as _process
-from jaxtune._tuning import runner as _runner
+from jaxtune._tuning.sweep import runner as _runner
 
 TRACING = "--xla_xprof_enable_custom_call_tracing=true"
 

@@ -10,7 +10,7 @@ import pytest
 import jaxtune
 from jaxtune import _cli
 from jaxtune._core.vocabulary import Entry, Failure, Measurement
-from jaxtune._tuning import cache as _cache
+from jaxtune._tuning.store import cache as _cache
 
 
 def two_knob_entry(kernel="lib.matmul", key="f32[512,512]"):

@@ -9,8 +9,8 @@ import pytest
 
 import jaxtune
 from jaxtune._core.errors import ConfigSpaceError, SettingsError
-from jaxtune._tuning import timers as _timers
-from jaxtune._tuning.timing import TimingOptions
+from jaxtune._tuning.sweep import timers as _timers
+from jaxtune._tuning.sweep.timing import TimingOptions
 
 
 def _loop(reps):

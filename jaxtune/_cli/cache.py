@@ -14,8 +14,8 @@ from typing import Any
 from .._core import versions as _versions
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, Measurement
-from .._tuning import cache as _cache
 from .._tuning.result import TuningResult, format_table
+from .._tuning.store import cache as _cache
 
 __all__ = ["add_parser", "run"]
 

@@ -18,8 +18,8 @@ from typing import Any
 from .._core.codec import read_bounded, unpackb
 from .._core.errors import JaxtuneError
 from .._profiling.report import CALLS_SUFFIX, INFO_FILE, report_from_trace
-from .._tuning import cache as _cache
 from .._tuning.result import format_table
+from .._tuning.store import cache as _cache
 from .tune import sweep_records
 
 __all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run", "tuned_here"]

@@ -23,11 +23,11 @@ from .._core.errors import JaxtuneError
 from .._core.vocabulary import Entry
 from .._isolation.wire import FrameReader
 from .._render.units import count
-from .._tuning import cache as _cache
-from .._tuning.choose import make_entry
 from .._tuning.result import format_table
-from .._tuning.runner import ProcessRunner
-from .._tuning.sweep import SweepPlan
+from .._tuning.store import cache as _cache
+from .._tuning.sweep.entry import make_entry
+from .._tuning.sweep.plan import SweepPlan
+from .._tuning.sweep.runner import ProcessRunner
 
 __all__ = [
     "HITS",

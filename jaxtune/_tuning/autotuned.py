@@ -25,12 +25,8 @@ from .._core.errors import JaxtuneWarning, TuningFailedError
 from .._core.vocabulary import Choice, Entry
 from .._distributed import agree as _agree
 from .._program import markers as _markers
-from . import cache as _cache
 from . import lookup as _lookup
 from . import record as _record
-from . import timing as _timing
-from .choose import budget_setting, prestart_child
-from .choose import make_entry as make_entry
 from .eager import bump_generation, eager_call, eager_jit, renew_on_cache_change
 from .naming import kernel_id_for
 from .options import (
@@ -43,13 +39,16 @@ from .options import (
     validate_timing,
 )
 from .result import TuningResult
-from .runner import default_runner
-from .search import Budget, strategy_of
-from .shard import SweepSharing
 from .signature import Signature, is_tracing
 from .space import ConfigSpec
-from .sweep import SweepOutcome, SweepPlan, SweepTask
-from .timing import TimingOptions
+from .store import cache as _cache
+from .sweep import timing as _timing
+from .sweep.entry import make_entry as make_entry
+from .sweep.plan import SweepOutcome, SweepPlan, SweepTask
+from .sweep.runner import default_runner, prestart_child
+from .sweep.search import Budget, budget_setting, strategy_of
+from .sweep.shard import SweepSharing
+from .sweep.timing import TimingOptions
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
 

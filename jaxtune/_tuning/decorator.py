@@ -7,7 +7,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .._core.errors import ConfigSpaceError
 from .autotuned import Autotuned
-from .search import Budget
+from .sweep.search import Budget
 
 __all__ = ["autotuned"]
 

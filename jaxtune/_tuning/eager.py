@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import jax
 
 from .._core import settings as _config
-from . import cache as _cache
 from . import result as _result
+from .store import cache as _cache
 
 __all__ = [
     "bump_generation",

@@ -22,8 +22,8 @@ import jax
 
 from .._core.errors import JaxtuneWarning
 from .._core.vocabulary import Choice, Entry, Source, config_id
-from . import cache as _cache
 from .result import active_scopes
+from .store import cache as _cache
 
 __all__ = [
     "Choice",

@@ -112,7 +112,7 @@ def validate_timer(timer: Any) -> str | None:
     Raises:
         ConfigSpaceError: anything else.
     """
-    from .timers import TIMERS
+    from .sweep.timers import TIMERS
 
     if timer is not None and timer != "auto" and timer not in TIMERS:
         raise ConfigSpaceError(

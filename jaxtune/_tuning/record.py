@@ -74,7 +74,7 @@ def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
     from .._isolation.devices import sweep_devices
     from .._isolation.wire import NotTransportable
     from .lookup import device_kind
-    from .requests import sweep_request
+    from .sweep.requests import sweep_request
 
     space, default = kernel.space_and_default(sig)
     frame: dict[str, Any] = {

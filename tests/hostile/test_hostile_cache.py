@@ -18,9 +18,9 @@ import jaxtune
 from jaxtune._core import settings as _config
 from jaxtune._core.codec import atomic_write, packb, unpackb
 from jaxtune._core.vocabulary import Entry
-from jaxtune._tuning import cache as _cache
-from jaxtune._tuning.cachefile import CACHE_SCHEMA
 from jaxtune._tuning.result import SCHEMA_VERSION, TuningResult
+from jaxtune._tuning.store import cache as _cache
+from jaxtune._tuning.store.layout import CACHE_SCHEMA
 
 
 def entry(key="f32[8]", kernel="k", kind="cpu", **kw):
@@ -68,7 +68,7 @@ def test_deeply_nested_cache_file_is_moved_aside_not_a_segfault(py, tmp_path, sc
     assert path.stat().st_size < 2048
     proc = py(
         f"""
-        from jaxtune._tuning.cache import CacheStore
+        from jaxtune._tuning.store.cache import CacheStore
         print("entries", len(CacheStore({str(tmp_path)!r}).read("cpu", "k")))
         """
     )
@@ -216,7 +216,7 @@ def test_mode_000_cache_file_is_reported_not_renamed(py, tmp_path):
     path.chmod(0)
     proc = py(
         f"""
-        from jaxtune._tuning.cache import CacheStore
+        from jaxtune._tuning.store.cache import CacheStore
         print("entries", len(CacheStore({str(tmp_path)!r}).read("cpu", "k")))
         """,
         unprivileged=True,
@@ -230,7 +230,7 @@ def test_mode_000_cache_file_is_reported_not_renamed(py, tmp_path):
 
 READ_ODD = """
 import os, resource
-from jaxtune._tuning.cache import CacheStore
+from jaxtune._tuning.store.cache import CacheStore
 store = CacheStore({root!r})
 print("entries", len(store.read("cpu", "k")))
 print("maxrss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
@@ -314,7 +314,7 @@ def test_precision_and_dtype_configs_are_tuned_stored_and_read_back(py, tmp_path
         result = enum_configs.tune(x)
         (e,) = result.values()
         print("stored", type(e.config["precision"]).__name__, e.config["acc"])
-        from jaxtune._tuning import cache
+        from jaxtune._tuning.store import cache
         cache._STORES.clear()
         choice = enum_configs.config_for(x)
         print("read", choice.source, choice.config["precision"] in set(jax.lax.Precision))
@@ -357,7 +357,7 @@ def test_result_file_load_never_blocks_on_a_fifo(tmp_path):
 
 CONFIRMING_WRITER = """
 import sys
-from jaxtune._tuning.cache import CacheStore
+from jaxtune._tuning.store.cache import CacheStore
 from jaxtune._tuning.result import Entry
 store = CacheStore(sys.argv[1])
 for i in range(int(sys.argv[3])):
@@ -369,7 +369,7 @@ for i in range(int(sys.argv[3])):
 
 CORRUPTING_READER = """
 import sys, time, warnings
-from jaxtune._tuning.cache import CacheStore
+from jaxtune._tuning.store.cache import CacheStore
 warnings.simplefilter("ignore")
 end = time.monotonic() + float(sys.argv[2])
 while time.monotonic() < end:

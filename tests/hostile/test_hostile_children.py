@@ -19,7 +19,7 @@ from hostile_kernels import forker
 
 from jaxtune._core.vocabulary import Failure, Measurement
 from jaxtune._isolation import process as _process
-from jaxtune._tuning import runner as _runner
+from jaxtune._tuning.sweep import runner as _runner
 
 pytestmark = [pytest.mark.slow, pytest.mark.child]
 

@@ -9,7 +9,7 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 
 import jaxtune
-from jaxtune._tuning import runner as _runner
+from jaxtune._tuning.sweep import runner as _runner
 
 from . import kernels
 from .conftest import KERNELS

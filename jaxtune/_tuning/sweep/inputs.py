@@ -13,9 +13,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._core.arrays import dtype_name, is_array, random_leaf
-from .._core.errors import SignatureError
-from .signature import Signature
+from ..._core.arrays import dtype_name, is_array, random_leaf
+from ..._core.errors import SignatureError
+from ..signature import Signature
 
 __all__ = ["make_inputs", "random_leaf"]
 

@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._core import errors as _errors
-from .._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
-from .._isolation.wire import NotTransportable
+from ..._core import errors as _errors
+from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._isolation.wire import NotTransportable
 
 __all__ = ["GRACE", "InFlight", "how_lost", "raise_child_error"]
 

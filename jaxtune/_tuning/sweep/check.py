@@ -8,8 +8,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._core.arrays import dtype_name
-from .._core.errors import describe
+from ..._core.arrays import dtype_name
+from ..._core.errors import describe
 
 __all__ = ["check_outputs", "reason"]
 

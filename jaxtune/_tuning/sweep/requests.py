@@ -1,5 +1,5 @@
 """The requests a sweep sends its child: the task (a plan, the kernel's reference and its
-encoded arguments), answered there by :mod:`jaxtune._tuning.serve`; and which config the
+encoded arguments), answered there by :mod:`jaxtune._tuning.sweep.serve`; and which config the
 others' outputs are checked against."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._core.vocabulary import Failure, Measurement, config_id
-from .._isolation.requests import call_request
-from .sweep import SweepTask
+from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._isolation.requests import call_request
+from .plan import SweepTask
 
 __all__ = ["HANDLER", "reference_config", "sweep_request"]
 
 #: The module whose ``handle`` answers a sweep's requests in the child.
-HANDLER = "jaxtune._tuning.serve"
+HANDLER = "jaxtune._tuning.sweep.serve"
 
 
 def sweep_request(task: SweepTask) -> dict[str, Any]:

@@ -36,8 +36,8 @@ import statistics
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
-from .._core.errors import TuningFailedError
-from .._core.vocabulary import Failure, Measurement, config_id
+from ..._core.errors import TuningFailedError
+from ..._core.vocabulary import Failure, Measurement, config_id
 from .search import Searched
 from .timing import TimingOptions
 

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._core.vocabulary import Failure, Measurement, config_id
-from .decide import decide, in_space_order, rounds_to_show
+from ..._core.vocabulary import Failure, Measurement, config_id
+from .stats import decide, in_space_order, rounds_to_show
 from .timing import Timing, TimingOptions
 
 __all__ = ["interleaved", "measurement"]

@@ -19,9 +19,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.codec import DecodeError, packb, unpackb
-from .._core.errors import CacheError
-from .._core.vocabulary import Entry
+from ..._core.codec import DecodeError, packb, unpackb
+from ..._core.errors import CacheError
+from ..._core.vocabulary import Entry
 
 __all__ = [
     "CACHE_FORMAT",

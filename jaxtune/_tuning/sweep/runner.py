@@ -1,7 +1,7 @@
 """Where a sweep runs: in a re-exec'd child process (default) or in this process.
 
 The child (a :class:`~jaxtune._isolation.service.ChildService`'s, answered there by
-:mod:`jaxtune._tuning.serve`) starts with its environment (flags, ``JAX_PLATFORMS``, device visibility,
+:mod:`jaxtune._tuning.sweep.serve`) starts with its environment (flags, ``JAX_PLATFORMS``, device visibility,
 ``PYTHONPATH`` from ``sys.path``) set before it imports JAX, in its own process group, and
 talks over two pipes in msgpack frames. A config that kills the child (signal, abort,
 ``os._exit``, out of memory) or outlives ``JAXTUNE_TIMEOUT`` is recorded as failed with
@@ -17,21 +17,22 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from .._core.errors import JaxtuneWarning, SweepError
-from .._core.flags import normalise_platform
-from .._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
-from .._isolation import context as _context
-from .._isolation.devices import parent_backend, sweep_devices
-from .._isolation.environ import warn_tracing_inline
-from .._isolation.process import POOL, ChildLost, ChildProcess
-from .._isolation.service import ChildService
-from .._isolation.wire import NotTransportable
+from ..._core import settings as _config
+from ..._core.errors import JaxtuneError, JaxtuneWarning, SweepError
+from ..._core.flags import normalise_platform
+from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._isolation import context as _context
+from ..._isolation.devices import parent_backend, sweep_devices
+from ..._isolation.environ import warn_tracing_inline
+from ..._isolation.process import POOL, ChildLost, ChildProcess
+from ..._isolation.service import ChildService
+from ..._isolation.wire import NotTransportable
 from .flight import InFlight, how_lost, raise_child_error
+from .plan import SweepOutcome, SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
 from .progress import Progress
 from .requests import reference_config, sweep_request
-from .sweep import SweepOutcome, SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
 
-__all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner"]
+__all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
 
 Result = Measurement | Failure
 
@@ -103,7 +104,7 @@ class ProcessRunner(ChildService):
         """Starts this runner's pooled child ahead of need and imports ``fn``'s module
         there, and the module that answers sweeps (see :mod:`jaxtune._isolation.prestart`);
         returns whether a start was begun."""
-        from .._isolation.prestart import prestart
+        from ..._isolation.prestart import prestart
         from .requests import HANDLER
 
         return prestart(self, fn, handler=HANDLER)
@@ -340,8 +341,20 @@ def _warn_once(key: Any, message: str) -> None:
 def default_runner() -> Runner:
     """The runner ``JAXTUNE_ISOLATION`` selects: ``process`` (default; one child per local
     GPU or CPU device when this process has several) or ``inline``."""
-    from .._core.settings import settings
+    from ..._core.settings import settings
 
     if settings().isolation == "inline":
         return InlineRunner()
     return ProcessRunner(devices=sweep_devices())
+
+
+def prestart_child(fn: Any = None) -> None:
+    """In ``tune``/``retune`` mode with process isolation, starts the sweep child now (in
+    the background) and imports ``fn``'s module there, so that the first sweep waits for
+    neither; bad settings are left for the first call to report."""
+    try:
+        settings = _config.settings()
+    except JaxtuneError:
+        return
+    if settings.mode in ("tune", "retune") and settings.isolation == "process":
+        ProcessRunner().prestart(fn)

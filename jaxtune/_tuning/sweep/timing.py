@@ -39,7 +39,7 @@ class TimingOptions:
     ``round_floor_us`` of each config's calls (between ``round_samples`` and
     ``round_max_samples`` samples). After at least ``rounds`` rounds, they stop
     once every rival of the best is shown slower or equivalent within ``tie_within`` (see
-    :mod:`jaxtune._tuning.decide`), or at ``max_rounds`` rounds or ``max_rounds_s``
+    :mod:`jaxtune._tuning.sweep.stats`), or at ``max_rounds`` rounds or ``max_rounds_s``
     seconds. A space of at most ``first_pass_above`` configs, measured in one batch, has no
     first pass: all its configs go straight into the rounds.
     """

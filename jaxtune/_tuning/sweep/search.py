@@ -22,7 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .._core.errors import ConfigSpaceError
+from ..._core import settings as _config
+from ..._core.errors import ConfigSpaceError
 
 __all__ = [
     "DEFAULT_CONFIGS",
@@ -35,6 +36,7 @@ __all__ = [
     "SearchState",
     "Searched",
     "Strategy",
+    "budget_setting",
     "plan",
     "run_search",
 ]
@@ -398,3 +400,9 @@ def run_search(
 def _time_of(result: Any) -> float | None:
     median = getattr(result, "median_us", None)
     return float(median) if getattr(result, "ok", False) and median is not None else None
+
+
+def budget_setting() -> Budget | None:
+    """``JAXTUNE_BUDGET`` as a :class:`Budget` (``None`` when unset)."""
+    value = _config.settings().budget
+    return None if value is None else Budget(configs=value[0], seconds=value[1])

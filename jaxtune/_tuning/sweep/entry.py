@@ -1,41 +1,18 @@
-"""From a sweep to what the kernel keeps: the budget a sweep gets, the sweep child started
-ahead of need, and the cache entry a finished sweep becomes (with its search, tie and the
-speedup's interval)."""
+"""The cache entry a finished sweep becomes: its times, decision, margin, search, timer and
+the speedup's interval."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
 
-from .._core import settings as _config
-from .._core import versions as _versions
-from .._core.errors import JaxtuneError
-from .._core.vocabulary import Entry, Measurement
-from .result import now
-from .runner import ProcessRunner
-from .search import Budget
-from .sweep import SweepOutcome, SweepPlan
+from ..._core import versions as _versions
+from ..._core.vocabulary import Entry, Measurement
+from ..result import now
+from .plan import SweepOutcome, SweepPlan
 from .timers import platform_of, resolve_timer
 
-__all__ = ["budget_setting", "make_entry", "prestart_child"]
-
-
-def budget_setting() -> Budget | None:
-    """``JAXTUNE_BUDGET`` as a :class:`Budget` (``None`` when unset)."""
-    value = _config.settings().budget
-    return None if value is None else Budget(configs=value[0], seconds=value[1])
-
-
-def prestart_child(fn: Any = None) -> None:
-    """In ``tune``/``retune`` mode with process isolation, starts the sweep child now (in
-    the background) and imports ``fn``'s module there, so that the first sweep waits for
-    neither; bad settings are left for the first call to report."""
-    try:
-        settings = _config.settings()
-    except JaxtuneError:
-        return
-    if settings.mode in ("tune", "retune") and settings.isolation == "process":
-        ProcessRunner().prestart(fn)
+__all__ = ["make_entry"]
 
 
 def _speedup_range(best: Measurement, default: Any) -> tuple[float, float] | None:

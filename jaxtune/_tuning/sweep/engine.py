@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from .._core.vocabulary import Failure, Measurement, config_id
-from .._isolation import context as _context
+from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._isolation import context as _context
+from ..signature import Signature
 from .check import check_outputs, reason
 from .inputs import make_inputs
 from .rounds import interleaved, measurement
-from .signature import Signature
 from .timers import Timer, timer_for
 from .timing import Timing, block
 
 if TYPE_CHECKING:
-    from .sweep import SweepTask
+    from .plan import SweepTask
 
 __all__ = ["EventSink", "Sweeper", "measurement"]
 

@@ -1,8 +1,8 @@
-"""The child side of a sweep: the handler of the requests :mod:`jaxtune._tuning.runner`
+"""The child side of a sweep: the handler of the requests :mod:`jaxtune._tuning.sweep.runner`
 sends (``measure`` and ``retime`` of one task at a time), registered by name in each
 request (``handler``) and imported by the child's server when the first one arrives.
 
-It keeps one :class:`~jaxtune._tuning.sweeper.Sweeper` per task, so a ``retime`` reuses
+It keeps one :class:`~jaxtune._tuning.sweep.engine.Sweeper` per task, so a ``retime`` reuses
 the executables its ``measure`` compiled, and streams an event per step (through the
 server) so the parent knows which config was in flight if the child dies.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._isolation.resolve import find, namespace, observe_imports
-from .._isolation.wire import decode_value
-from .autotuned import Autotuned, registry
-from .record import observing_calls
-from .sweep import Sweeper, SweepPlan, SweepTask
+from ..._isolation.resolve import find, namespace, observe_imports
+from ..._isolation.wire import decode_value
+from ..autotuned import Autotuned, registry
+from ..record import observing_calls
+from .plan import Sweeper, SweepPlan, SweepTask
 
 __all__ = ["abstract_inputs", "handle", "resolve_kernel"]
 

@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._core.errors import TuningFailedError
-from .._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._core.errors import TuningFailedError
+from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from .plan import SweepOutcome, SweepTask, finish
 from .runner import Runner
-from .sweep import SweepOutcome, SweepTask, finish
 
 __all__ = ["SweepSharing", "measure_share", "merge", "share"]
 

@@ -26,13 +26,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 
-from .._core import settings as _config
-from .._core.codec import DecodeError, atomic_write, read_bounded
-from .._core.errors import CacheError, JaxtuneWarning
-from .._core.files import NOT_A_DIRECTORY, Version, file_version, fix_for, locked
-from .._core.vocabulary import Entry
-from .cachefile import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
-from .result import TuningResult
+from ..._core import settings as _config
+from ..._core.codec import DecodeError, atomic_write, read_bounded
+from ..._core.errors import CacheError, JaxtuneWarning
+from ..._core.files import NOT_A_DIRECTORY, Version, file_version, fix_for, locked
+from ..._core.vocabulary import Entry
+from ..result import TuningResult
+from .layout import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
 
 __all__ = ["CacheStore", "layers", "on_change", "register_cache", "slug", "user_cache"]
 

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import jax
 
-from .._core.errors import ConfigSpaceError
+from ..._core.errors import ConfigSpaceError
 from .timing import Timing, TimingOptions
 
 __all__ = [

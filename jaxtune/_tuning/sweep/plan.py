@@ -14,16 +14,16 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._core.vocabulary import Failure, Measurement, config_id
-from .decide import SweepOutcome as SweepOutcome
-from .decide import finish as finish
-from .decide import leaders as leaders
+from ..._core.vocabulary import Failure, Measurement, config_id
+from ..signature import Signature
+from .engine import EventSink, Sweeper
+from .engine import measurement as measurement
 from .progress import Progress
 from .search import Budget, run_search, strategy_of
 from .search import plan as budget_plan
-from .signature import Signature
-from .sweeper import EventSink, Sweeper
-from .sweeper import measurement as measurement
+from .stats import SweepOutcome as SweepOutcome
+from .stats import finish as finish
+from .stats import leaders as leaders
 from .timers import Timer
 from .timing import TimingOptions
 
@@ -60,11 +60,11 @@ class SweepPlan:
     timeout_s: float = 60.0
     options: TimingOptions = dataclasses.field(default_factory=TimingOptions)
     verbose: int = 0
-    #: A strategy name or object (see :mod:`jaxtune._tuning.search`) and its budget. Only
+    #: A strategy name or object (see :mod:`jaxtune._tuning.sweep.search`) and its budget. Only
     #: names travel (a recording, a child); an object becomes ``"auto"`` there.
     search: Any = "auto"
     budget: Budget | None = None
-    #: The timer's name (see :mod:`jaxtune._tuning.timers`; ``auto`` resolves where the
+    #: The timer's name (see :mod:`jaxtune._tuning.sweep.timers`; ``auto`` resolves where the
     #: sweep runs) and the pass timed: ``forward``, or ``vjp`` (forward and backward).
     timer: str = "auto"
     timing: str = "forward"

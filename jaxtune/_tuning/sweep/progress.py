@@ -6,10 +6,10 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from .._core.vocabulary import Failure, Measurement, config_id
+from ..._core.vocabulary import Failure, Measurement, config_id
 
 if TYPE_CHECKING:
-    from .sweep import SweepOutcome
+    from .plan import SweepOutcome
 
 __all__ = ["Progress"]
 
