@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import platform
@@ -11,9 +12,14 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# platform.platform() (in `jaxtune doctor`'s report) runs `uname -p` once per process: run
-# it now, so that whichever test asks first is not taken for one that starts a child.
+# platform.platform() (in `jaxtune doctor`'s report) runs `uname -p` once per process, and
+# the doctor asks a child Python once whether xprof embeds the LLO analysis: both now, so
+# that whichever test asks first is not taken for one that starts a child.
 platform.platform()
+if importlib.util.find_spec("xprof") is not None:
+    from jaxtune._cli.doctor_checks import embedded_llo
+
+    embedded_llo()
 
 
 @pytest.fixture(autouse=True)

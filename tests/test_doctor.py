@@ -235,7 +235,12 @@ def test_no_fix_says_see_message(monkeypatch, env):
 def test_flag_changed_after_jax_import_is_reported(monkeypatch):
     import os
 
+    from jaxtune._core.settings import remember_environment
+
     assert "jax" in __import__("sys").modules
+    # What a jaxtune name used after `import jax` does (this file alone may import JAX
+    # after jaxtune, and then no jaxtune name has seen it yet).
+    remember_environment()
     before = os.environ.get("LIBTPU_INIT_ARGS", "")
     monkeypatch.setenv("LIBTPU_INIT_ARGS", before + " --xla_xprof_register_llo_debug_info=true")
     report = collect()
@@ -273,8 +278,8 @@ def test_custom_call_tracing_turned_off_is_no_problem():
 
 def test_xprof_with_the_embedded_analysis_counts_as_llo(monkeypatch):
     monkeypatch.setattr(doctor_checks, "dist_version", lambda *names: "2.24.2")
-    monkeypatch.setattr(doctor_checks, "_embedded_llo", lambda: True)
+    monkeypatch.setattr(doctor_checks, "embedded_llo", lambda: True)
     assert doctor_checks.xprof_state()["llo"] is True
-    monkeypatch.setattr(doctor_checks, "_embedded_llo", lambda: False)
+    monkeypatch.setattr(doctor_checks, "embedded_llo", lambda: False)
     monkeypatch.setattr(doctor_checks.shutil, "which", lambda name: None)
     assert doctor_checks.xprof_state()["llo"] is False

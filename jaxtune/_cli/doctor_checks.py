@@ -5,6 +5,7 @@ each finding a :class:`Problem` with its fix. Nothing here starts a backend in t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 import re
@@ -110,9 +111,10 @@ _EMBEDDED = (
 )
 
 
-def _embedded_llo() -> bool:
-    """Whether this Python's xprof embeds the LLO analysis (asked in a child: importing it
-    loads a large library)."""
+@functools.cache
+def embedded_llo() -> bool:
+    """Whether this Python's xprof embeds the LLO analysis (asked once per process, in a
+    child: importing it loads a large library)."""
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _EMBEDDED], capture_output=True, text=True, timeout=60
@@ -131,7 +133,7 @@ def xprof_state() -> dict[str, Any]:
         "installed": exe is not None or version is not None,
         "version": version,
         "path": exe,
-        "llo": version is not None and _embedded_llo(),
+        "llo": version is not None and embedded_llo(),
     }
     if info["llo"]:
         return info
