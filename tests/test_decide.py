@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
 import pytest
 
-from jaxtune._core.vocabulary import config_id
+from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep import stats as _decide
@@ -281,3 +282,29 @@ def test_the_entrys_times_come_from_the_rounds_when_both_raced():
     assert entry.time_us == np.median(fast.rounds_us)
     assert entry.default_time_us == np.median(slow.rounds_us)
     assert entry.default_time_us / entry.time_us == pytest.approx(1.3, rel=0.1)
+
+
+def test_the_outcomes_times_are_the_entrys():
+    """Round medians when the stored config and the default both raced, sample medians
+    otherwise (never one of each), and no default time when the default failed."""
+
+    def m(cfg, median, rounds=()):
+        return Measurement(
+            config=cfg,
+            median_us=median,
+            min_us=median,
+            spread=0.0,
+            samples=5,
+            compile_s=0.0,
+            rounds_us=rounds,
+        )
+
+    best, default = m({"c": 2}, 300.0, (100.0, 110.0, 90.0)), m({"c": 1}, 400.0, (200.0,))
+    outcome = _sweep.SweepOutcome(measurements=(default, best), best=best, default=default)
+    assert outcome.times() == (100.0, 200.0)
+    unraced = dataclasses.replace(default, rounds_us=())
+    outcome = _sweep.SweepOutcome(measurements=(unraced, best), best=best, default=unraced)
+    assert outcome.times() == (300.0, 400.0)
+    failed = Failure(config={"c": 1}, stage="run", reason="no")
+    outcome = _sweep.SweepOutcome(measurements=(failed, best), best=best, default=failed)
+    assert outcome.times() == (300.0, None)

@@ -182,3 +182,20 @@ def test_deeply_nested_tuples_are_refused_not_a_crash():
         unpackb(hostile)
     with pytest.raises(jaxtune.CacheError, match="decode failed"):
         jaxtune.TuningResult.loads(hostile)
+
+
+def test_a_configs_time_is_what_the_decision_used():
+    """A config timed in the rounds is shown at the median of its per-round times (what the
+    entry's time and the decision use), not at the median of every sample it took."""
+    raced = Measurement(
+        config={"b": 1},
+        median_us=266.6,
+        min_us=170.0,
+        spread=0.1,
+        samples=40,
+        compile_s=0.0,
+        rounds_us=(180.0, 190.0, 182.6),
+    )
+    assert raced.time_us == 182.6
+    first_pass_only = dataclasses.replace(raced, rounds_us=())
+    assert first_pass_only.time_us == 266.6

@@ -67,9 +67,10 @@ def _show(entries: list[Entry]) -> str:
         for m in e.measurements:
             if isinstance(m, Measurement):
                 extra = f", {m.why_out}" if m.dropped else ""
+                rounds = f"median of {len(m.rounds_us)} rounds, " if m.rounds_us else ""
                 lines.append(
-                    f"    {dict(m.config)}: {m.median_us:.1f} us "
-                    f"(min {m.min_us:.1f}, {m.samples} samples{extra})"
+                    f"    {dict(m.config)}: {m.time_us:.1f} us "
+                    f"({rounds}min {m.min_us:.1f}, {m.samples} samples{extra})"
                 )
             else:
                 lines.append(f"    {dict(m.config)}: FAILED at {m.stage}: {m.reason}")

@@ -5,6 +5,7 @@ a call makes. Plain frozen values with their msgpack form (checked by :mod:`.sch
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -50,6 +51,12 @@ class Measurement:
     rounds_us: tuple[float, ...] = ()
 
     ok = True
+
+    @property
+    def time_us(self) -> float:
+        """The time the decision used: the median of the per-round times of a config timed
+        in the interleaved rounds, else the median of its samples."""
+        return statistics.median(self.rounds_us) if self.rounds_us else self.median_us
 
     @property
     def why_out(self) -> str:

@@ -50,18 +50,18 @@ def _colour(entry: Entry, m: Measurement) -> str:
 
 def _bars(entry: Entry) -> str:
     plt = page.pyplot()
-    timed = sorted((m for m in entry.measurements if m.ok), key=lambda m: m.median_us)[:_MAX_BARS]
-    unit, _ = units.time_column(m.median_us for m in timed)
+    timed = sorted((m for m in entry.measurements if m.ok), key=lambda m: m.time_us)[:_MAX_BARS]
+    unit, _ = units.time_column(m.time_us for m in timed)
     scale = dict(units.TIME_UNITS)[unit]
     labels = [config_id(m.config) for m in timed]
     fig, ax = plt.subplots(figsize=(9, 0.36 * len(timed) + 1.4))
     y = list(range(len(timed)))[::-1]
     ax.barh(
         y,
-        [m.median_us / scale for m in timed],
+        [m.time_us / scale for m in timed],
         xerr=[
-            [min(m.spread * m.median_us / 2, m.median_us) / scale for m in timed],
-            [m.spread * m.median_us / 2 / scale for m in timed],
+            [min(m.spread * m.time_us / 2, m.time_us) / scale for m in timed],
+            [m.spread * m.time_us / 2 / scale for m in timed],
         ],
         color=[_colour(entry, m) for m in timed],
         error_kw={"ecolor": "#1d2330", "capsize": 2, "linewidth": 0.8},
@@ -95,7 +95,7 @@ def _heatmap(entry: Entry, x_knob: str, y_knob: str) -> str:
     for m in entry.measurements:
         cell = (ys.index(m.config.get(y_knob)), xs.index(m.config.get(x_knob)))
         if m.ok:
-            grid[cell[0]][cell[1]] = m.median_us
+            grid[cell[0]][cell[1]] = m.time_us
         else:
             failed.append(cell)
     fig, ax = plt.subplots(figsize=(min(2 + 1.1 * len(xs), 10), 1.4 + 0.6 * len(ys)))
@@ -127,7 +127,7 @@ def _order(value: Any) -> tuple[int, Any]:
 
 
 def _config_table(entry: Entry) -> str:
-    unit, fmt = units.time_column(m.median_us for m in entry.measurements if m.ok)
+    unit, fmt = units.time_column(m.time_us for m in entry.measurements if m.ok)
     rows: list[Sequence[str]] = []
     classes: list[str] = []
     for m in entry.measurements:
@@ -140,7 +140,7 @@ def _config_table(entry: Entry) -> str:
                 (
                     config_id(m.config),
                     role,
-                    fmt(m.median_us),
+                    fmt(m.time_us),
                     fmt(m.min_us),
                     f"{m.spread:.1%}",
                     str(m.samples),

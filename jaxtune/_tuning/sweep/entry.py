@@ -3,7 +3,6 @@ the speedup's interval."""
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from ..._core import versions as _versions
@@ -25,21 +24,12 @@ def _speedup_range(best: Measurement, default: Any) -> tuple[float, float] | Non
     return (float(low), float(high))
 
 
-def _times(outcome: SweepOutcome) -> tuple[float, float | None]:
-    best, default = outcome.best, outcome.default
-    if not isinstance(default, Measurement):
-        return best.median_us, None
-    if best.rounds_us and default.rounds_us:
-        return statistics.median(best.rounds_us), statistics.median(default.rounds_us)
-    return best.median_us, default.median_us
-
-
 def make_entry(plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str) -> Entry:
     """The cache entry for a finished sweep. When the stored config and the default were
     timed side by side in the rounds, their times are the medians of their per-round times
     (the estimator the decision used), so the speedup agrees with the decision."""
     searched = outcome.searched
-    time_us, default_time_us = _times(outcome)
+    time_us, default_time_us = outcome.times()
     return Entry(
         kernel=plan.kernel,
         device_kind=kind,

@@ -84,12 +84,8 @@ class Progress:
         if self.live:
             print("\r" + " " * 100 + "\r", end="", file=self.stream, flush=True)
         if self.verbose >= 1:
-            d = outcome.default
-            speed = (
-                f", {d.median_us / outcome.best.median_us:.2f}x over default"
-                if isinstance(d, Measurement)
-                else ""
-            )
+            best_us, default_us = outcome.times()  # the entry's figures
+            speed = f", {default_us / best_us:.2f}x over default" if default_us else ""
             failed = sum(1 for m in outcome.measurements if isinstance(m, Failure))
             searched = (
                 ""
@@ -100,7 +96,7 @@ class Progress:
             print(
                 f"jaxtune: tuned {self.label} in {time.perf_counter() - self.start:.1f} s: "
                 f"{len(outcome.measurements)} configs{searched} ({failed} failed), best "
-                f"{config_id(outcome.best.config)} at {outcome.best.median_us:.1f} us{speed}"
+                f"{config_id(outcome.best.config)} at {best_us:.1f} us{speed}"
                 f"{tie}",
                 file=self.stream,
                 flush=True,

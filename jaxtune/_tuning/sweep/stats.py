@@ -100,6 +100,18 @@ class SweepOutcome:
         """Whether the stored config won a tie (rivals shown equivalent to it)."""
         return self.decision == "tie"
 
+    def times(self) -> tuple[float, float | None]:
+        """``(stored config's time, default's time)`` in µs (``None`` when the default
+        failed): the medians of their per-round times when both were timed in the rounds
+        (the estimator the decision used, so the speedup agrees with it), else of their
+        samples."""
+        best, default = self.best, self.default
+        if not isinstance(default, Measurement):
+            return best.median_us, None
+        if best.rounds_us and default.rounds_us:
+            return best.time_us, default.time_us
+        return best.median_us, default.median_us
+
 
 @functools.cache
 def _rank(n: int, level: float = LEVEL) -> int:
