@@ -89,14 +89,15 @@ TOOLCHAINS = [
 @nox.parametrize(("python", "jax"), TOOLCHAINS)
 def tests(session: nox.Session, jax: str | None) -> None:
     """The whole suite (slow and child tests included) on the oldest and the newest
-    toolchain; `nox -s tests -- -m "not child"` runs the fast tier (docs/development.md)."""
+    toolchain, in two pytest workers (most tests wait on child processes); `nox -s tests --
+    -m "not child"` runs the fast tier, `-- -n 0` one worker (docs/development.md)."""
     _install(session, "test", jax=jax, extras="plots")
     session.run(
         "python",
         "-c",
         "import sys, jax; print('python', sys.version.split()[0], 'jax', jax.__version__)",
     )
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-n", "2", "--dist", "load", *session.posargs)
 
 
 @nox.session(python=_python_or_name(PYTHONS[0]))
