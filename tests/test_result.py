@@ -141,6 +141,10 @@ def test_table_uses_one_unit_per_time_column():
     assert "default ms" in table and "best ms" in table
     assert "957.0" in table and "33.5" in table and "0.012" in table and "0.040" in table
     assert " us" not in table.splitlines()[2] and "33516.7" not in table
+    # Values far below the column's unit keep three significant digits, not 0.000.
+    huge = dataclasses.replace(full_entry(), key="c", time_us=1_170_000.0, default_time_us=None)
+    table = jaxtune.TuningResult.of(huge, fast).table()
+    assert "best s" in table and "1.17" in table and "0.0000120" in table
 
 
 def test_packing_never_runs_code_and_rejects_objects():

@@ -9,10 +9,14 @@ Examples:
     >>> unit, fmt = time_column([957_000.0, 33_516.7])
     >>> unit, fmt(957_000.0), fmt(33_516.7)
     ('ms', '957.0', '33.5')
+    >>> unit, fmt = time_column([1_170_000.0, 166.2])
+    >>> unit, fmt(1_170_000.0), fmt(166.2)
+    ('s', '1.17', '0.000166')
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
@@ -35,8 +39,9 @@ def column(
     values: Iterable[float | None], units: Sequence[tuple[str, float]]
 ) -> tuple[str, Callable[[float | None], str]]:
     """``(unit, format)`` for one column: the largest unit that the column's largest value
-    reaches, so every cell of the column is in the same unit. Small values keep three
-    significant digits; ``None`` formats as ``-``."""
+    reaches, so every cell of the column is in the same unit. Values below one unit keep
+    three significant digits (``0.000166`` s beside ``1.17`` s, not ``0.000``); ``None``
+    formats as ``-``."""
     largest = max((abs(v) for v in values if v), default=0.0)
     name, scale = next(((n, s) for n, s in units if largest >= s), units[-1])
 
@@ -44,7 +49,10 @@ def column(
         if value is None:
             return "-"
         scaled = value / scale
-        digits = 1 if abs(scaled) >= 10 or scaled == 0 else 2 if abs(scaled) >= 1 else 3
+        if abs(scaled) >= 1 or scaled == 0:
+            digits = 1 if abs(scaled) >= 10 or scaled == 0 else 2
+        else:  # three significant digits
+            digits = min(9, 2 - math.floor(math.log10(abs(scaled))))
         return f"{scaled:.{digits}f}"
 
     return name, fmt
