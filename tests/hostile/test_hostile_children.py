@@ -133,10 +133,11 @@ def test_nothing_the_child_started_outlives_a_killed_parent(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env)
     try:
         end = time.monotonic() + 240
-        while not (tmp_path / "child").exists() and time.monotonic() < end:
+        names = ("child", "grandchild")
+        while not all((tmp_path / n).exists() for n in names) and time.monotonic() < end:
             time.sleep(0.1)
-        time.sleep(0.3)
-        pids = [int((tmp_path / name).read_text()) for name in ("child", "grandchild")]
+        time.sleep(0.3)  # past the writes
+        pids = [int((tmp_path / name).read_text()) for name in names]
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
