@@ -121,7 +121,7 @@ def _result_fd() -> int:
 
 
 @jaxtune.autotuned(
-    configs={"mode": ["ok", "bad_length", "bad_msgpack", "fast"]},
+    configs={"mode": ["ok", "bad_length", "bad_msgpack", "not_a_frame", "fast"]},
     default={"mode": "ok"},
     name="tests.garbler",
     timeout=60,
@@ -133,6 +133,8 @@ def garbler(x, *, mode):
         os.write(_result_fd(), b"\xff" * 16)
     elif mode == "bad_msgpack":
         os.write(_result_fd(), b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1")
+    elif mode == "not_a_frame":  # well-formed msgpack (an empty map), but no frame
+        os.write(_result_fd(), b"\x00\x00\x00\x01\x80")
     return x * 1.0 if mode == "fast" else x + 0.0
 
 

@@ -67,7 +67,7 @@ def test_the_same_with_two_busy_processes_on_the_machine(two_busy_processes):
         check(sweep_32mb_with_a_segfault())
 
 
-@pytest.mark.parametrize("mode", ["bad_length", "bad_msgpack"])
+@pytest.mark.parametrize("mode", ["bad_length", "bad_msgpack", "not_a_frame"])
 def test_a_child_writing_garbage_on_its_result_pipe_is_a_failed_config(mode):
     x = jnp.ones(256)
     space = [{"mode": "ok"}, {"mode": mode}, {"mode": "fast"}]

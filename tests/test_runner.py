@@ -152,15 +152,15 @@ def test_flag_for_the_child_takes_effect_there_only(tmp_path):
     assert any(dump.iterdir()), "the child did not see XLA_FLAGS"
     assert "xla_dump_to" not in os.environ.get("XLA_FLAGS", "")
     child = _process.POOL.children()[0]
-    assert f"--xla_dump_to={dump}" in child.ready["env"]["XLA_FLAGS"]
+    assert f"--xla_dump_to={dump}" in child.ready.env["XLA_FLAGS"]
 
 
 def test_child_reports_ready_with_platform_and_versions():
     sweep(faulty, "fast")
     child = _process.POOL.children()[0]
-    assert child.ready["platform"] == "cpu"
-    assert child.ready["versions"]["jax"] == jax.__version__
-    assert child.ready["pid"] == child.proc.pid
+    assert child.ready.platform == "cpu"
+    assert child.ready.versions["jax"] == jax.__version__
+    assert child.ready.pid == child.proc.pid
 
 
 def test_wrong_platform_is_an_error_not_a_cpu_fallback():
@@ -239,7 +239,7 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     send = _process.ChildProcess.send
 
     def spy(self, message, **kw):
-        sent.append("args" in message)
+        sent.append("args" in message.to_wire())
         return send(self, message, **kw)
 
     monkeypatch.setattr(_process.ChildProcess, "send", spy)
@@ -248,9 +248,8 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     space = [{"mode": "ok"}, {"mode": "fast"}]
     task = faulty.sweep_task(faulty.bind((x,), {}), space, {"mode": "ok"})
     request = _requests.sweep_request(task)
-    measure = {**request, "op": "measure", "todo": space, "reference": None}
-    measure.update(best_us=None, serial=False)
-    retime = {**request, "op": "retime", "todo": space}
+    measure = _requests.Measure(todo=space).of(request)
+    retime = _requests.Retime(todo=space).of(request)
     assert runner._exchange(task.plan, measure, progress=None)[0] is None
     assert runner._exchange(task.plan, retime, progress=None)[0] is None
     assert sent == [True, False]  # the re-timing went without the arguments

@@ -375,7 +375,7 @@ def test_a_small_space_is_decided_in_one_request_to_the_child(monkeypatch):
     request = ChildProcess.request
 
     def counting(self, message, **kw):
-        ops.append(message["op"])
+        ops.append(message.to_wire()["op"])
         return request(self, message, **kw)
 
     monkeypatch.setattr(ChildProcess, "request", counting)

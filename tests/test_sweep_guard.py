@@ -40,7 +40,7 @@ def test_a_sweep_child_runs_without_custom_call_tracing(tmp_path, monkeypatch):
     assert len([w for w in seen if w.category is CustomCallTracingWarning]) == 1  # once
     assert "XLA_FLAGS" in str(seen[0].message)
     (child,) = _process.POOL.children()
-    assert "custom_call" not in (child.ready["env"].get("XLA_FLAGS") or "")
+    assert "custom_call" not in (child.ready.env.get("XLA_FLAGS") or "")
     assert TRACING in os.environ["XLA_FLAGS"]  # this process's own flags are untouched
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from .._core.errors import JaxtuneError
 from .._core.vocabulary import Entry
+from .._isolation.frames import FrameError, Request
 from .._isolation.wire import FrameReader
 from .._render.units import count
 from .._tuning.result import format_table
@@ -205,11 +206,16 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             continue
         plan = SweepPlan.from_dict(record["request"]["plan"])
         try:
-            outcome = runner.run(plan, record["request"])
+            request = Request.from_wire(record["request"])
+        except FrameError as e:
+            problems.append(f"{record['kernel']} {record['key']}: a damaged recording ({e})")
+            continue
+        try:
+            outcome = runner.run(plan, request)
         except JaxtuneError as e:
             problems.append(f"{record['kernel']} {record['key']}: {e}")
             continue
-        kind = (runner.ready or {}).get("device_kind", record["device_kind"])
+        kind = runner.ready.device_kind if runner.ready else record["device_kind"]
         entry = make_entry(plan, outcome, kind, record["version"])
         _cache.user_cache().keep([entry])
         entries.append(entry)

@@ -3,18 +3,19 @@
 Started by :mod:`jaxtune._isolation.process` with the environment its
 :class:`~jaxtune._isolation.service.ChildService` built (flags, ``JAX_PLATFORMS``, device
 visibility) set before JAX is imported. It answers a ``ready`` frame with what it actually
-sees, then serves requests one at a time. A request names the module that answers it
-(``handler``, a module of jaxtune whose ``handle(server, msg)`` returns the ``done``
-frame): the server applies the caller's variables and JAX state, then hands it over; the
-handler may stream events (:meth:`Server.emit`) so the parent knows what was in flight if
-this process dies. A ``preload`` request imports handlers and kernels' modules ahead of
-need. stdout and stderr go to a log file; frames travel only over the request socket and
+sees (:class:`~.frames.Ready`), then serves requests one at a time. A
+:class:`~.frames.Request` names the module that answers it (``handler``, a module of
+jaxtune whose ``handle(server, request)`` returns the :class:`~.frames.Done` answer): the
+server applies the caller's variables and JAX state, then hands it over; the handler may
+stream events (:meth:`Server.emit`) so the parent knows what was in flight if this process
+dies. A :class:`~.frames.Preload` imports handlers and kernels' modules ahead of need. stdout and stderr go to a log file; frames travel only over the request socket and
 the result pipe.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
 import importlib
 import os
@@ -26,6 +27,7 @@ import traceback
 from typing import Any
 
 from .._core.errors import describe
+from .frames import Done, ErrorReply, Event, Exit, Preload, Ready, Request, request
 from .resolve import NOTES, preload
 from .strays import TOKEN, kill_tagged
 
@@ -91,7 +93,7 @@ class Server:
 
         if hasattr(data, "to_dict"):
             data = data.to_dict()
-        write_frame(self.res_fd, {"t": "event", "kind": kind, "cid": cid, "data": data})
+        write_frame(self.res_fd, Event(kind=kind, cid=cid, data=data).to_wire())
 
     def arrived(self) -> None:
         """Waits until the whole request (its arrays) has been read."""
@@ -103,40 +105,42 @@ class Server:
         """Whether the request's arrays are still arriving."""
         return bool(self.reader is not None and self.reader.pending)
 
-    def answer(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """The frame that answers ``msg``: ``done`` with results, or an ``error``."""
+    def answer(self, msg: Request | Preload) -> Done | ErrorReply:
+        """The answer to ``msg``: :class:`~.frames.Done`, or an
+        :class:`~.frames.ErrorReply` (with the notes gathered meanwhile)."""
         from .._core.errors import JaxtuneError
 
+        self.unapplied = {}
+        answer: Done | ErrorReply
         try:
-            frame = self._handle(msg)
+            answer = self._handle(msg)
         except JaxtuneError as e:
-            frame = {"t": "error", "type": type(e).__name__, "message": str(e)}
+            answer = ErrorReply(type=type(e).__name__, message=str(e))
         except (ImportError, LookupError) as e:
             # The parent tunes or profiles in its own process instead.
             message = f"the child could not import it ({e})"
-            frame = {"t": "error", "type": "NotTransportable", "message": message}
+            answer = ErrorReply(type="NotTransportable", message=message)
         except Exception as e:
             message = f"{describe(e)}\n{traceback.format_exc(limit=8)}"
-            frame = {"t": "error", "type": "SweepError", "message": message}
-        frame["notes"], NOTES[:] = list(NOTES), []
-        return frame
+            answer = ErrorReply(type="SweepError", message=message)
+        notes, NOTES[:] = tuple(NOTES), []
+        return dataclasses.replace(answer, notes=notes, unapplied=dict(self.unapplied))
 
-    def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def _handle(self, msg: Request | Preload) -> Done | ErrorReply:
         from .context import apply_snapshot
         from .environ import sync_environ
 
-        if msg.get("op") == "preload":
-            for name in msg.get("handlers") or ():
+        if isinstance(msg, Preload):
+            for name in msg.handlers:
                 _handler(name)
-            return {"t": "done", "imported": preload(msg["refs"])}
-        handler = _handler(msg.get("handler"))
+            return Done(body={"imported": preload(msg.modules)})
+        handler = _handler(msg.handler)
         # Before anything is imported or traced: the caller's variables (those that do not
         # key the pool of children), interpret mode, x64, precision...
-        sync_environ(msg.get("environ"))
-        self.unapplied = apply_snapshot(msg.get("jax_state") or {})
-        frame: dict[str, Any] = handler.handle(self, msg)
-        frame.setdefault("unapplied", self.unapplied)
-        return frame
+        sync_environ(msg.environ)
+        self.unapplied = apply_snapshot(dict(msg.jax_state))
+        answer: Done | ErrorReply = handler.handle(self, msg)
+        return answer
 
 
 def _serve(cmd_fd: int, res_fd: int) -> int:
@@ -146,14 +150,25 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
     server = Server(res_fd, reader)
     while True:
         try:
-            msg = reader.read(defer=True)
-            if msg.get("op") == "exit":
+            msg = request(reader.read(defer=True))
+            if isinstance(msg, Exit):
                 return 0
             answer = server.answer(msg)
             reader.finish()  # whatever the answer, the whole request is read
         except EOFError:
             return 0
-        write_frame(res_fd, answer)
+        write_frame(res_fd, answer.to_wire())
+
+
+#: The variables the ready frame reports, as the child sees them.
+_REPORTED_ENV = (
+    "XLA_FLAGS",
+    "LIBTPU_INIT_ARGS",
+    "JAX_PLATFORMS",
+    "CUDA_VISIBLE_DEVICES",
+    "TPU_VISIBLE_CHIPS",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,36 +190,19 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         devices = jax.devices()
-        ready: dict[str, Any] = {
-            "t": "ready",
-            "pid": os.getpid(),
-            "platform": devices[0].platform,
-            "device_kind": devices[0].device_kind,
-            "device_count": len(devices),
-            "versions": toolchain(),
-            "env": {
-                k: os.environ.get(k)
-                for k in (
-                    "XLA_FLAGS",
-                    "LIBTPU_INIT_ARGS",
-                    "JAX_PLATFORMS",
-                    "CUDA_VISIBLE_DEVICES",
-                    "TPU_VISIBLE_CHIPS",
-                    "XLA_PYTHON_CLIENT_PREALLOCATE",
-                )
-            },
-        }
-    except Exception as e:
-        write_frame(
-            args.res_fd,
-            {
-                "t": "error",
-                "type": "SweepError",
-                "message": f"the child's backend did not start: {e}",
-            },
+        ready = Ready(
+            pid=os.getpid(),
+            platform=devices[0].platform,
+            device_kind=devices[0].device_kind,
+            device_count=len(devices),
+            versions=toolchain(),
+            env={k: os.environ.get(k) for k in _REPORTED_ENV},
         )
+    except Exception as e:
+        failed = ErrorReply(type="SweepError", message=f"the child's backend did not start: {e}")
+        write_frame(args.res_fd, failed.to_wire())
         return 3
-    write_frame(args.res_fd, ready)
+    write_frame(args.res_fd, ready.to_wire())
     _warm_up()
     return _serve(args.cmd_fd, args.res_fd)
 

@@ -24,6 +24,7 @@ from typing import Any
 from .._core.errors import describe
 from .._core.jaxstate import INTERPRET as _INTERPRET
 from .._core.jaxstate import states as _states
+from .frames import Done, ErrorReply
 
 __all__ = [
     "Unencodable",
@@ -240,10 +241,10 @@ def carried_state(what: str) -> dict[str, Any]:
     return state
 
 
-def warn_unapplied(what: str, answer: Mapping[str, Any]) -> None:
+def warn_unapplied(what: str, answer: Done | ErrorReply) -> None:
     """Warns once about caller state a child received but could not set (its answer's
     ``unapplied``)."""
-    failed = answer.get("unapplied") or {}
+    failed = answer.unapplied
     if failed:
         _warn_once(
             ("unapplied", what, tuple(sorted(failed))),
@@ -251,9 +252,9 @@ def warn_unapplied(what: str, answer: Mapping[str, Any]) -> None:
         )
 
 
-def warn_notes(answer: Mapping[str, Any]) -> None:
+def warn_notes(answer: Done | ErrorReply) -> None:
     """Warns once about each note a child's answer carries (``notes``)."""
-    for note in answer.get("notes") or ():
+    for note in answer.notes:
         _warn_once(("note", note), f"jaxtune: {note}")
 
 

@@ -21,6 +21,7 @@ from .._core import settings as _config
 from .._core.versions import toolchain
 from .devices import cpu_only
 from .environ import pool_key, unkeyed_environ
+from .frames import Module, Preload
 from .process import POOL, ChildLost, ChildProcess
 from .requests import function_ref
 from .wire import NotTransportable
@@ -34,7 +35,7 @@ _LOCK = threading.Lock()
 #: Environments whose child was started ahead of need (once per process each).
 _STARTED: set[tuple[Any, ...]] = set()
 #: Per environment: the modules still to import in its child, and those already asked for.
-_PENDING: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+_PENDING: dict[tuple[Any, ...], list[Module]] = {}
 _ASKED: set[tuple[tuple[Any, ...], str]] = set()
 #: Environments whose background thread is running now (it takes what is pending).
 _RUNNING: set[tuple[Any, ...]] = set()
@@ -62,8 +63,8 @@ def prestart(runner: ChildService, fn: Any = None, *, handler: str | None = None
         handlers = _HANDLERS.setdefault(key, [])
         if handler is not None and handler not in handlers:
             handlers.append(handler)
-        if ref is not None and (key, ref["module"]) not in _ASKED:
-            _ASKED.add((key, ref["module"]))
+        if ref is not None and (key, ref.ref.module) not in _ASKED:
+            _ASKED.add((key, ref.ref.module))
             _PENDING.setdefault(key, []).append(ref)
         begun = key not in _STARTED
         if key in _RUNNING or not (begun or _PENDING.get(key)):
@@ -76,7 +77,7 @@ def prestart(runner: ChildService, fn: Any = None, *, handler: str | None = None
     return begun
 
 
-def _module_ref(fn: Any) -> dict[str, Any] | None:
+def _module_ref(fn: Any) -> Module | None:
     """Where ``fn``'s module is, with this process's environment now; ``None`` for a
     script run as ``__main__`` or a function that cannot travel."""
     if fn is None or getattr(fn, "__module__", "__main__") == "__main__":
@@ -85,7 +86,7 @@ def _module_ref(fn: Any) -> dict[str, Any] | None:
         ref = function_ref(fn)
     except NotTransportable:
         return None
-    return {**ref, "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS"))}
+    return Module(ref=ref, environ=unkeyed_environ(os.environ.get("JAX_PLATFORMS")))
 
 
 def _start(runner: ChildService, key: tuple[Any, ...]) -> None:
@@ -107,7 +108,7 @@ def _start(runner: ChildService, key: tuple[Any, ...]) -> None:
             _RUNNING.discard(key)
 
 
-def _import_in(child: ChildProcess, refs: list[dict[str, Any]], handlers: list[str]) -> None:
+def _import_in(child: ChildProcess, refs: list[Module], handlers: list[str]) -> None:
     # A module may take as long to import as a config may take (JAXTUNE_TIMEOUT); past
     # that the child is replaced, and a sweep imports the module itself, under that limit.
     timeout = _config.settings().timeout
@@ -115,7 +116,7 @@ def _import_in(child: ChildProcess, refs: list[dict[str, Any]], handlers: list[s
         if not child.alive():
             return
         try:
-            request = {"op": "preload", "refs": refs, "handlers": handlers}
+            request = Preload(modules=tuple(refs), handlers=tuple(handlers))
             child.request(request, timeout=lambda: timeout)
         except ChildLost:
             with contextlib.suppress(Exception):

@@ -2,10 +2,11 @@
 
 The child (``python -m jaxtune._isolation.child``) starts with a built environment, in its
 own process group, with a request channel (a Unix socket pair) and a result pipe for
-msgpack frames, and a log file for its stdout and
-stderr. :meth:`ChildProcess.request` is the one request/response path every caller uses: it
-sends a message, hands each ``event`` frame to a callback, and returns the final frame, or
-raises :class:`ChildLost` when the child dies or stops answering.
+msgpack frames (typed in :mod:`.frames`), and a log file for its stdout and stderr.
+:meth:`ChildProcess.request` is the one request/response path every caller uses: it sends
+a request, hands each :class:`~.frames.Event` to a callback, and returns the answer
+(:class:`~.frames.Done` or :class:`~.frames.ErrorReply`), or raises :class:`ChildLost` when
+the child dies, stops answering or writes what is no frame.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .._core.codec import DecodeError
 from .._core.errors import SweepError
 from .channels import close_all, request_channel, widen
 from .environ import pool_key
+from .frames import Done, ErrorReply, Event, Exit, FrameError, Preload, Ready, Request, reply
 from .logs import CRASH_LOG_BYTES, KEEP_CRASH_LOGS, keep_crash_log, log_dir, read_tail
 from .strays import TOKEN, kill_tagged, new_token
 from .wire import FrameReader, frame_parts
@@ -123,27 +125,27 @@ class ChildProcess:
         self.reader = FrameReader(res_r)
         self.lock = threading.Lock()
         try:
-            ready = self.receive(timeout=startup_timeout)
-        except EOFError:
+            ready = reply(self.receive(timeout=startup_timeout))
+        except (EOFError, FrameError, ChildLost):
             ready = None
-        if not isinstance(ready, dict) or ready.get("t") != "ready":
-            detail = (ready or {}).get("message") if isinstance(ready, dict) else None
+        if not isinstance(ready, Ready):
+            detail = ready.message if isinstance(ready, ErrorReply) else None
             self.kill()
             raise SweepError(
                 f"the jaxtune child process did not start ({detail or self.describe_exit()}); "
                 f"its log ({self.log_path}): {self.stderr_tail(0)}"
             )
-        self.ready: dict[str, Any] = ready
+        self.ready: Ready = ready
 
     def send(
         self,
-        message: Any,
+        message: Request | Preload | Exit,
         *,
         on_frame: Callable[[Any], object] | None = None,
         timeout: Callable[[], float | None] | None = None,
     ) -> None:
         """Writes ``message`` to the child a buffer-full at a time, reading meanwhile what
-        the child says (each frame goes to ``on_frame``): a child that compiles while its
+        the child says (each frame, as read, goes to ``on_frame``): a child that compiles while its
         arguments arrive reports which config it is at, and that report is what names the
         config when it dies before the last byte is sent.
 
@@ -152,7 +154,7 @@ class ChildProcess:
                 ``timeout()`` seconds passed with the child neither reading nor talking.
         """
         moved = time.monotonic()  # when the child last took bytes
-        for part in frame_parts(message):
+        for part in frame_parts(message.to_wire()):
             data = part
             while data:
                 limit = timeout() if timeout is not None else None
@@ -217,31 +219,36 @@ class ChildProcess:
 
     def request(
         self,
-        message: Mapping[str, Any],
+        message: Request | Preload,
         *,
         timeout: Callable[[], float | None],
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
-        """Sends ``message`` and returns the first frame that is not an ``event``.
+        on_event: Callable[[Event], None] | None = None,
+    ) -> Done | ErrorReply:
+        """Sends ``message`` and returns its answer.
 
-        ``timeout()`` is asked before each read (``None``: wait for ever); each ``event``
-        frame goes to ``on_event``. The caller holds :attr:`lock`.
+        ``timeout()`` is asked before each read (``None``: wait for ever); each event goes
+        to ``on_event``. The caller holds :attr:`lock`.
 
         Raises:
-            ChildLost: the child died, closed its pipe or gave no frame in time.
+            ChildLost: the child died, closed its pipe, gave no answer in time, or wrote
+                what is no frame of the protocol (``garbled``).
         """
-        answers: list[dict[str, Any]] = []
+        answers: list[Done | ErrorReply] = []
 
         def take(frame: Any) -> bool:
             """Follows one frame; True when it is the answer."""
-            if not isinstance(frame, dict):
+            try:
+                got = reply(frame)
+            except FrameError as e:
+                raise ChildLost(hung=False, garbled=str(e)) from None
+            if isinstance(got, Event):
+                if on_event is not None:
+                    on_event(got)
                 return False
-            if frame.get("t") != "event":
-                answers.append(frame)
-                return True
-            if on_event is not None:
-                on_event(frame)
-            return False
+            if isinstance(got, Ready):
+                raise ChildLost(hung=False, garbled="a second ready frame")
+            answers.append(got)
+            return True
 
         try:
             return self._exchange(message, take, answers, timeout)
@@ -255,11 +262,11 @@ class ChildProcess:
 
     def _exchange(
         self,
-        message: Mapping[str, Any],
+        message: Request | Preload,
         take: Callable[[Any], bool],
-        answers: list[dict[str, Any]],
+        answers: list[Done | ErrorReply],
         timeout: Callable[[], float | None],
-    ) -> dict[str, Any]:
+    ) -> Done | ErrorReply:
         try:
             self.send(message, on_frame=take, timeout=timeout)
         except ChildLost as lost:
@@ -316,7 +323,7 @@ class ChildProcess:
             return
         if self.alive():
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                self.send({"op": "exit"})
+                self.send(Exit())
                 self.proc.wait(timeout=5)
         self._end()
         with contextlib.suppress(OSError):

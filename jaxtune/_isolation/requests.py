@@ -1,5 +1,6 @@
-"""What every request to a child carries about a call: the module whose ``handle`` answers
-it there, the function, its arguments, and the caller's state.
+"""Building the request about a call that a flow sends its child (a
+:class:`~jaxtune._isolation.frames.Request`): the module whose ``handle`` answers it there,
+the function, its arguments, and the caller's state.
 
 A function travels as ``module:qualname`` (plus its file, for a script run as ``__main__``
 or a module the child cannot import by name); arguments travel through :mod:`.wire`.
@@ -7,6 +8,7 @@ or a module the child cannot import by name); arguments travel through :mod:`.wi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
@@ -14,12 +16,13 @@ from typing import Any
 
 from .context import carried_state
 from .environ import unkeyed_environ
+from .frames import FunctionRef, Request
 from .wire import NotTransportable, encode_value
 
 __all__ = ["call_request", "function_ref"]
 
 
-def function_ref(fn: Any) -> dict[str, Any]:
+def function_ref(fn: Any) -> FunctionRef:
     """``module``, ``qualname`` and the source ``path`` of a function.
 
     Raises:
@@ -39,26 +42,38 @@ def function_ref(fn: Any) -> dict[str, Any]:
         # Where the module came from, for a child that cannot import it by name (a test
         # module collected with pytest's importlib mode, a module added to sys.path late).
         path = getattr(sys.modules.get(module), "__file__", None)
-    return {"module": module, "qualname": qualname, "path": path}
+    return FunctionRef(module=module, qualname=qualname, path=path)
 
 
 def call_request(
-    handler: str, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, label: str
-) -> dict[str, Any]:
-    """The fields every request about a call of ``fn`` carries: the module that answers it
-    in the child (``handler``, a module of jaxtune), where ``fn`` lives, its encoded
-    arguments, the caller's interpret mode and ``jax.config`` options (``label`` names the
-    call in warnings about state that cannot travel), and the caller's variables that do
-    not key the pool.
+    handler: str,
+    op: str,
+    fn: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    label: str,
+    kernel: str | None = None,
+    **fields: Any,
+) -> Request:
+    """A request about a call of ``fn``: the module that answers it in the child
+    (``handler``, a module of jaxtune), the operation, where ``fn`` lives (``kernel``: its
+    id, for an ``@autotuned`` kernel), its encoded arguments, the caller's interpret mode
+    and ``jax.config`` options (``label`` names the call in warnings about state that
+    cannot travel), the caller's variables that do not key the pool, and the flow's own
+    ``fields``.
 
     Raises:
         NotTransportable: ``fn`` or its arguments cannot travel to a child.
     """
-    return {
-        "handler": handler,
-        "ref": function_ref(fn),
-        "args": encode_value(tuple(args)),
-        "kwargs": encode_value(dict(kwargs)),
-        "jax_state": carried_state(label),
-        "environ": unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
-    }
+    ref = function_ref(fn)
+    return Request(
+        handler=handler,
+        op=op,
+        ref=ref if kernel is None else dataclasses.replace(ref, kernel=kernel),
+        args=encode_value(tuple(args)),
+        kwargs=encode_value(dict(kwargs)),
+        jax_state=carried_state(label),
+        environ=unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
+        fields=fields,
+    )

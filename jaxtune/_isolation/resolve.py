@@ -14,10 +14,11 @@ import importlib.util
 import runpy
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.errors import describe
+from .frames import FunctionRef, Module
 
 __all__ = ["NOTES", "find", "namespace", "observe_imports", "preload", "resolve_callable"]
 
@@ -36,7 +37,7 @@ def observe_imports(observer: Callable[[], contextlib.AbstractContextManager[lis
         _OBSERVERS.append(observer)
 
 
-def namespace(ref: dict[str, Any]) -> dict[str, Any]:
+def namespace(ref: FunctionRef) -> dict[str, Any]:
     """The globals of the module a reference names.
 
     Raises:
@@ -52,11 +53,11 @@ def namespace(ref: dict[str, Any]) -> dict[str, Any]:
             seen = [stack.enter_context(observer()) for observer in _OBSERVERS]
             found = _import(ref)
     except Exception as e:
-        raise LookupError(f"cannot import {ref['module']}: {describe(e)}") from e
+        raise LookupError(f"cannot import {ref.module}: {describe(e)}") from e
     for names in seen:
         called += [name for name in names if name not in called]
     if called:
-        what = ref["path"] if ref["module"] == "__main__" else f"module {ref['module']}"
+        what = ref.path if ref.module == "__main__" else f"module {ref.module}"
         kernels = ", ".join(k.replace(_MAIN_ALIAS, "__main__") for k in called)
         NOTES.append(_REPEATED.format(what=what, kernels=kernels))
     return found
@@ -73,24 +74,25 @@ _REPEATED = (
 )
 
 
-def _import(ref: dict[str, Any]) -> dict[str, Any]:
-    if ref["module"] == "__main__":
-        path = ref["path"]
-        if path not in _SCRIPTS:
-            _SCRIPTS[path] = _rerun_script(path)
-        return _SCRIPTS[path]
+def _import(ref: FunctionRef) -> dict[str, Any]:
+    if ref.module == "__main__":
+        if not ref.path:
+            raise ImportError("a function of a script run as __main__ travels with its path")
+        if ref.path not in _SCRIPTS:
+            _SCRIPTS[ref.path] = _rerun_script(ref.path)
+        return _SCRIPTS[ref.path]
     try:
-        return vars(importlib.import_module(ref["module"]))
+        return vars(importlib.import_module(ref.module))
     except ImportError:
-        if not ref.get("path"):
+        if not ref.path:
             raise
-    key = ("file", ref["path"])
+    key = ("file", ref.path)
     if key not in _SCRIPTS:
-        spec = importlib.util.spec_from_file_location(ref["module"], ref["path"])
+        spec = importlib.util.spec_from_file_location(ref.module, ref.path)
         if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {ref['module']} from {ref['path']}")
+            raise ImportError(f"cannot load {ref.module} from {ref.path}")
         module = importlib.util.module_from_spec(spec)
-        sys.modules[ref["module"]] = module
+        sys.modules[ref.module] = module
         spec.loader.exec_module(module)
         _SCRIPTS[key] = vars(module)
     return _SCRIPTS[key]
@@ -134,24 +136,24 @@ def find(globals_: dict[str, Any], qualname: str) -> Any:
     return obj
 
 
-def resolve_callable(ref: dict[str, Any]) -> Any:
+def resolve_callable(ref: FunctionRef) -> Any:
     """The function a reference names (unwrapping ``@jaxtune.profiled``)."""
-    obj = find(namespace(ref), ref["qualname"])
+    obj = find(namespace(ref), ref.qualname)
     if obj is None:
-        raise LookupError(f"no function at {ref['module']}:{ref['qualname']}")
+        raise LookupError(f"no function at {ref.module}:{ref.qualname}")
     return getattr(obj, "__wrapped_profiled__", obj)
 
 
-def preload(refs: list[dict[str, Any]]) -> list[str]:
+def preload(modules: Sequence[Module]) -> list[str]:
     """Imports the modules of kernels the parent decorated, ahead of their first sweep
     (each with the parent's variables when it decorated them); returns those imported. One
     that fails is left for its sweep to report."""
     from .environ import sync_environ
 
     imported = []
-    for ref in refs:
-        sync_environ(ref.get("environ"))
+    for module in modules:
+        sync_environ(module.environ)
         with contextlib.suppress(LookupError):
-            namespace(ref)
-            imported.append(ref["module"])
+            namespace(module.ref)
+            imported.append(module.ref.module)
     return imported

@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any
 
 from .._core.errors import SweepError
 from .._core.flags import child_env, normalise_platform, requested_platform
 from .devices import parent_backend
 from .environ import flag_base, python_path, strip_tracing
+from .frames import Ready
 from .process import POOL, ChildProcess
 
 __all__ = ["ChildService"]
@@ -51,7 +51,7 @@ class ChildService:
         self.memory_limit = memory_limit
         self.device = device
         #: The ready message of the last child this service used (platform, device kind...).
-        self.ready: dict[str, Any] | None = None
+        self.ready: Ready | None = None
         #: The child this service last talked to, and a flag that stops its work (set when
         #: another device's share was interrupted).
         self.held: ChildProcess | None = None
@@ -112,7 +112,7 @@ class ChildService:
         expected = self.expected_platform()
 
         def check(child: ChildProcess) -> None:
-            got = normalise_platform(child.ready["platform"])
+            got = normalise_platform(child.ready.platform)
             if expected and got != expected:
                 child.close()
                 raise SweepError(

@@ -9,6 +9,7 @@ from typing import Any
 from .._core.errors import ProfileError
 from .._core.settings import settings
 from .._isolation.context import warn_notes, warn_unapplied
+from .._isolation.frames import ErrorReply
 from .._isolation.process import POOL, ChildLost
 from .._isolation.requests import call_request
 from .._isolation.service import ChildService
@@ -39,8 +40,9 @@ def profile_in_child(
         ProfileError: the child failed; the message holds its stderr.
     """
     label = getattr(fn, "__qualname__", "profile")
-    message = call_request(HANDLER, fn, args, kwargs, label=label)
-    message.update(op="profile", iters=iters, warmup=warmup, logdir=logdir)
+    message = call_request(
+        HANDLER, "profile", fn, args, kwargs, label=label, iters=iters, warmup=warmup, logdir=logdir
+    )
     service = ChildService(profiling={"llo": llo, "custom_call_tracing": custom_call_tracing})
     child = service.child()
     limit = settings().timeout * (iters + max(warmup, 2) + 5)
@@ -55,10 +57,12 @@ def profile_in_child(
                 f"the profiling child {how}; stderr: {child.stderr_tail(offset)}"
             ) from None
     warn_notes(answer)
-    if answer.get("t") == "error" and answer.get("type") == "NotTransportable":
-        raise NotTransportable(answer["message"])
-    if answer.get("t") == "error":
-        raise ProfileError(answer["message"])
+    if isinstance(answer, ErrorReply) and answer.type == "NotTransportable":
+        raise NotTransportable(answer.message)
+    if isinstance(answer, ErrorReply):
+        raise ProfileError(answer.message)
     warn_unapplied(label, answer)
-    info: dict[str, Any] = answer["info"]
+    info = answer.body.get("info")
+    if not isinstance(info, dict):
+        raise ProfileError("the profiling child answered without what it captured")
     return info

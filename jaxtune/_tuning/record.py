@@ -90,7 +90,7 @@ def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
         "devices": sweep_devices(),
     }
     try:
-        frame["request"] = sweep_request(kernel.sweep_task(sig, space, default))
+        frame["request"] = sweep_request(kernel.sweep_task(sig, space, default)).to_wire()
     except NotTransportable as e:
         frame["error"] = str(e)
     return frame

@@ -4,12 +4,14 @@ blame when the child dies or hangs, and how an ``error`` frame becomes an except
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import NoReturn
 
 from ..._core import errors as _errors
 from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._isolation.frames import ErrorReply, Event, Request
 from ..._isolation.wire import NotTransportable
+from .requests import Measure, Retime
 
 __all__ = ["GRACE", "InFlight", "how_lost", "raise_child_error"]
 
@@ -24,10 +26,12 @@ class InFlight:
     """What one request to a child has in flight: configs compiling, the config running,
     and the results received so far."""
 
-    def __init__(self, message: Mapping[str, Any]) -> None:
-        self.by_id = {config_id(c): dict(c) for c in message["todo"]}
-        if message.get("reference"):
-            self.by_id.setdefault(config_id(message["reference"]), dict(message["reference"]))
+    def __init__(self, message: Request) -> None:
+        op = Measure.from_request(message) if message.op == "measure" else None
+        todo = op.todo if op is not None else Retime.from_request(message).todo
+        self.by_id = {config_id(c): dict(c) for c in todo}
+        if op is not None and op.reference:
+            self.by_id.setdefault(config_id(op.reference), dict(op.reference))
         self.got: dict[str, Result] = {}
         self.compiling: dict[str, float] = {}
         self.running: tuple[str, float] | None = None
@@ -46,9 +50,9 @@ class InFlight:
         starts = list(self.compiling.values()) + ([self.running[1]] if self.running else [])
         return max(0.0, min(starts or [self.heard]) + timeout_s + GRACE - now)
 
-    def event(self, frame: Mapping[str, Any]) -> Result | None:
-        """Follows one event frame; returns the result it carries, if any."""
-        cid, kind = frame["cid"], frame["kind"]
+    def event(self, event: Event) -> Result | None:
+        """Follows one event; returns the result it carries, if any."""
+        cid, kind = event.cid, event.kind
         self.heard = time.monotonic()
         if kind == "compile_start":
             self.compiling[cid] = time.monotonic()
@@ -58,12 +62,12 @@ class InFlight:
             self.running = (cid, time.monotonic())
         elif kind == "round_start":
             self.running = (cid, time.monotonic())
-            self.round = [str(c) for c in frame.get("data") or [cid]]
+            self.round = [str(c) for c in event.data or [cid]]
         elif kind == "ran":
             self.running, self.round = None, []
         elif kind == "result":
             self.running, self.round = None, []
-            result = measurement_from_dict(frame["data"])
+            result = measurement_from_dict(event.data)
             self.got[cid] = result
             return result
         return None
@@ -82,15 +86,15 @@ class InFlight:
         return list(steps)
 
 
-def raise_child_error(frame: Mapping[str, Any], default: type[Exception]) -> None:
-    """Raises the error an ``error`` frame reports: :class:`NotTransportable` (the caller
-    falls back inline), the jaxtune error the child named, else ``default``."""
-    if frame.get("type") == "NotTransportable":
-        raise NotTransportable(frame["message"])
-    error_type = getattr(_errors, str(frame.get("type")), default)
-    if not (isinstance(error_type, type) and issubclass(error_type, Exception)):
+def raise_child_error(answer: ErrorReply, default: type[Exception]) -> NoReturn:
+    """Raises the error an answer reports: :class:`NotTransportable` (the caller falls
+    back inline), the jaxtune error the child named, else ``default``."""
+    if answer.type == "NotTransportable":
+        raise NotTransportable(answer.message)
+    error_type = getattr(_errors, answer.type, default)
+    if not (isinstance(error_type, type) and issubclass(error_type, _errors.JaxtuneError)):
         error_type = default
-    raise error_type(frame["message"])
+    raise error_type(answer.message)
 
 
 def how_lost(

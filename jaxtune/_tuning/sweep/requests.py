@@ -1,34 +1,123 @@
-"""The requests a sweep sends its child: the task (a plan, the kernel's reference and its
-encoded arguments), answered there by :mod:`jaxtune._tuning.sweep.serve`; and which config the
-others' outputs are checked against."""
+"""The requests a sweep sends its child, answered there by
+:mod:`jaxtune._tuning.sweep.serve`: a :class:`~jaxtune._isolation.frames.Request` whose
+fields are the task (``task_id``, the plan; the request also carries the kernel's reference
+and its encoded arguments) and, per operation, :class:`Measure` or :class:`Retime`; and
+which config the others' outputs are checked against."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._core.errors import SweepError
+from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._isolation.frames import Done, FrameError, Request
 from ..._isolation.requests import call_request
 from .plan import SweepTask
 
-__all__ = ["HANDLER", "reference_config", "sweep_request"]
+__all__ = [
+    "HANDLER",
+    "Measure",
+    "Retime",
+    "reference_config",
+    "results_answer",
+    "results_of",
+    "sweep_request",
+    "task_id",
+]
+
+Config = dict[str, Any]
 
 #: The module whose ``handle`` answers a sweep's requests in the child.
 HANDLER = "jaxtune._tuning.sweep.serve"
 
 
-def sweep_request(task: SweepTask) -> dict[str, Any]:
-    """The message that asks a child to measure configs of ``task``; ``op`` and the
-    per-request fields (``todo``, ``reference``...) are added by the runner.
+def sweep_request(task: SweepTask) -> Request:
+    """The request that carries ``task`` to a child; each operation sends it with its own
+    fields (:meth:`Measure.of`, :meth:`Retime.of`).
 
     Raises:
         NotTransportable: the kernel or its arguments cannot travel to a child.
     """
     args, kwargs = task.signature.call_arguments()
-    request = call_request(HANDLER, task.fn, tuple(args), dict(kwargs), label=task.plan.kernel)
-    request["ref"]["kernel"] = task.plan.kernel
-    return {**request, "task_id": uuid.uuid4().hex, "plan": task.plan.to_dict()}
+    return call_request(
+        HANDLER,
+        "measure",
+        task.fn,
+        tuple(args),
+        dict(kwargs),
+        label=task.plan.kernel,
+        kernel=task.plan.kernel,
+        task_id=uuid.uuid4().hex,
+        plan=task.plan.to_dict(),
+    )
+
+
+def task_id(request: Request) -> str:
+    """The id of the task a sweep request carries.
+
+    Raises:
+        FrameError: the request is no sweep request.
+    """
+    found = request.fields.get("task_id")
+    if not isinstance(found, str):
+        raise FrameError("a sweep request carries its task's id")
+    return found
+
+
+def _configs(raw: Any) -> list[Config]:
+    if not isinstance(raw, Sequence) or not all(isinstance(c, Mapping) for c in raw):
+        raise FrameError("a sweep request lists the configs to do as maps")
+    return [dict(c) for c in raw]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Measure:
+    """Compile, check and time ``todo``: outputs checked against ``reference`` (``None``:
+    the first config that runs), configs far slower than ``best_us`` stop early, compiles
+    one at a time when ``serial``, and, with ``rounds``, all timed in interleaved rounds."""
+
+    todo: list[Config]
+    reference: Config | None = None
+    best_us: float | None = None
+    serial: bool = False
+    rounds: bool = False
+
+    def of(self, request: Request) -> Request:
+        """``request`` (the task's) asking for this operation."""
+        return request.with_fields("measure", **dataclasses.asdict(self))
+
+    @classmethod
+    def from_request(cls, request: Request) -> Measure:
+        f = request.fields
+        reference, best = f.get("reference"), f.get("best_us")
+        return cls(
+            todo=_configs(f.get("todo")),
+            reference=dict(reference) if isinstance(reference, Mapping) else None,
+            best_us=float(best) if isinstance(best, int | float) else None,
+            serial=bool(f.get("serial")),
+            rounds=bool(f.get("rounds")),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Retime:
+    """Time ``todo`` (compiled by an earlier ``measure`` of the task) in interleaved
+    rounds; one config at a time when ``serial``."""
+
+    todo: list[Config]
+    serial: bool = False
+
+    def of(self, request: Request) -> Request:
+        return request.with_fields("retime", **dataclasses.asdict(self))
+
+    @classmethod
+    def from_request(cls, request: Request) -> Retime:
+        return cls(
+            todo=_configs(request.fields.get("todo")), serial=bool(request.fields.get("serial"))
+        )
 
 
 def reference_config(
@@ -44,3 +133,20 @@ def reference_config(
         if isinstance(results.get(config_id(config)), Measurement):
             return config
     return None
+
+
+def results_answer(results: Mapping[str, Measurement | Failure]) -> Done:
+    """The answer that carries an operation's results (by config id) to the parent."""
+    return Done(body={"results": {cid: r.to_dict() for cid, r in results.items()}})
+
+
+def results_of(answer: Done) -> dict[str, Measurement | Failure]:
+    """The results an answer carries (see :func:`results_answer`).
+
+    Raises:
+        SweepError: the answer carries none.
+    """
+    raw = answer.body.get("results")
+    if not isinstance(raw, Mapping):
+        raise SweepError("the jaxtune child answered a sweep request without its results")
+    return {str(cid): measurement_from_dict(r) for cid, r in raw.items()}

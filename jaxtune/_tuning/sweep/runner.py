@@ -20,17 +20,18 @@ from typing import Any, Protocol
 from ..._core import settings as _config
 from ..._core.errors import JaxtuneError, JaxtuneWarning, SweepError
 from ..._core.flags import normalise_platform
-from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import parent_backend, sweep_devices
 from ..._isolation.environ import warn_tracing_inline
+from ..._isolation.frames import ErrorReply, Event, Request
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from ..._isolation.wire import NotTransportable
 from .flight import InFlight, how_lost, raise_child_error
 from .plan import SweepOutcome, SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
 from .progress import Progress
-from .requests import reference_config, sweep_request
+from .requests import Measure, Retime, reference_config, results_of, sweep_request, task_id
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
 
@@ -128,7 +129,7 @@ class ProcessRunner(ChildService):
             )
             return InlineRunner().sweep(task)
 
-    def run(self, plan: SweepPlan, request: dict[str, Any]) -> SweepOutcome:
+    def run(self, plan: SweepPlan, request: Request) -> SweepOutcome:
         """Runs the sweep ``plan`` describes through a prepared request (``jaxtune tune``
         reads both from a recording; :meth:`sweep` builds them from a task): the plan's
         search strategy picks the batches, the leaders are re-timed on one device."""
@@ -150,7 +151,7 @@ class ProcessRunner(ChildService):
             serial = False
             for _ in range(len(todo) + 2):
                 pending = [c for c in todo if config_id(c) not in results]
-                message = {**request, "op": "retime", "todo": pending, "serial": serial}
+                message = Retime(todo=pending, serial=serial).of(request)
                 crashed, got = first._exchange(plan, message, progress=None)
                 results.update(got)
                 if crashed is None or len(pending) - len(got) < 2:
@@ -165,7 +166,7 @@ class ProcessRunner(ChildService):
     def _measure_all(
         self,
         plan: SweepPlan,
-        request: dict[str, Any],
+        request: Request,
         progress: Progress,
         order: list[dict[str, Any]],
         known: Mapping[str, Result] | None = None,
@@ -179,17 +180,13 @@ class ProcessRunner(ChildService):
             if not pending:
                 return results
             seen = {**(known or {}), **results}
-            message = {
-                **request,
-                "op": "measure",
-                "todo": pending,
-                "reference": reference_config(
-                    [*(known or {}).values(), *order], seen, plan.default
-                ),
-                "best_us": best_of(seen),
-                "serial": serial,
-                "rounds": rounds,
-            }
+            message = Measure(
+                todo=pending,
+                reference=reference_config([*(known or {}).values(), *order], seen, plan.default),
+                best_us=best_of(seen),
+                serial=serial,
+                rounds=rounds,
+            ).of(request)
             crashed, got = self._exchange(plan, message, progress=progress)
             results.update(got)
             if crashed == "serial":
@@ -246,7 +243,7 @@ class ProcessRunner(ChildService):
     def _measure_on_devices(
         self,
         plan: SweepPlan,
-        request: dict[str, Any],
+        request: Request,
         progress: Progress,
         order: list[dict[str, Any]],
         devices: list[int],
@@ -284,7 +281,7 @@ class ProcessRunner(ChildService):
     def _exchange(
         self,
         plan: SweepPlan,
-        message: dict[str, Any],
+        message: Request,
         *,
         progress: Progress | None,
     ) -> tuple[str | None, dict[str, Result]]:
@@ -297,12 +294,13 @@ class ProcessRunner(ChildService):
         in_space = {config_id(c) for c in plan.configs}
         flight = InFlight(message)
         child = self.child()
+        task = task_id(message)
         # A child that built this task holds its arguments and plan: they need not travel again.
-        lean = {k: v for k, v in message.items() if k not in ("args", "kwargs", "plan", "ref")}
+        lean = message.lean("plan")
 
-        def on_event(frame: dict[str, Any]) -> None:
-            result = flight.event(frame)
-            if result is not None and progress is not None and frame["cid"] in in_space:
+        def on_event(event: Event) -> None:
+            result = flight.event(event)
+            if result is not None and progress is not None and event.cid in in_space:
                 progress.update(result)
 
         with child.lock:
@@ -310,22 +308,22 @@ class ProcessRunner(ChildService):
                 return self._exchange(plan, message, progress=progress)
             offset = child.log_size()
             try:
-                frame = child.request(
-                    lean if message["task_id"] in child.tasks else message,
+                answer = child.request(
+                    lean if task in child.tasks else message,
                     timeout=lambda: flight.wait(plan.timeout_s),
                     on_event=on_event,
                 )
             except ChildLost as lost:
                 return self._lost(plan, child, offset, lost, flight, progress)
-        _context.warn_notes(frame)
-        if frame.get("t") == "error" and frame.get("type") == "UnknownTask":
-            child.tasks.discard(message["task_id"])  # it moved on to another task
+        _context.warn_notes(answer)
+        if isinstance(answer, ErrorReply) and answer.type == "UnknownTask":
+            child.tasks.discard(task)  # it moved on to another task
             return self._exchange(plan, message, progress=progress)
-        if frame.get("t") == "error":
-            raise_child_error(frame, SweepError)
-        child.tasks.add(message["task_id"])
-        _context.warn_unapplied(plan.kernel, frame)
-        flight.got.update({k: measurement_from_dict(v) for k, v in frame["results"].items()})
+        if isinstance(answer, ErrorReply):
+            raise_child_error(answer, SweepError)
+        child.tasks.add(task)
+        _context.warn_unapplied(plan.kernel, answer)
+        flight.got.update(results_of(answer))
         return None, flight.got
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..._isolation.frames import Done, ErrorReply, FrameError, FunctionRef, Request
 from ..._isolation.resolve import find, namespace, observe_imports
 from ..._isolation.wire import decode_value
 from ..autotuned import Autotuned, registry
 from ..record import observing_calls
 from .plan import Sweeper, SweepPlan, SweepTask
+from .requests import Measure, Retime, results_answer, task_id
 
 __all__ = ["abstract_inputs", "handle", "resolve_kernel"]
 
@@ -23,38 +25,38 @@ __all__ = ["abstract_inputs", "handle", "resolve_kernel"]
 observe_imports(observing_calls)
 
 
-def resolve_kernel(ref: dict[str, Any]) -> Autotuned[Any, Any]:
-    """The ``Autotuned`` object a kernel reference names.
-
-    ``ref`` holds ``module``, ``qualname``, ``kernel`` (its id) and, for a kernel defined in
-    a script run as ``__main__``, ``path``: that script is re-run under another module name,
-    so its ``if __name__ == "__main__":`` block does not run.
+def resolve_kernel(ref: FunctionRef) -> Autotuned[Any, Any]:
+    """The ``Autotuned`` object a kernel reference names (its ``kernel`` id, at
+    ``module:qualname``; a kernel defined in a script run as ``__main__`` travels with the
+    script's ``path``: that script is re-run under another module name, so its
+    ``if __name__ == "__main__":`` block does not run).
 
     Raises:
         LookupError: the module cannot be imported here, or holds no such kernel.
     """
     globals_ = namespace(ref)
-    obj = find(globals_, ref["qualname"])
+    obj = find(globals_, ref.qualname)
     if isinstance(obj, Autotuned):
         return obj
     for value in globals_.values():
-        if isinstance(value, Autotuned) and value.kernel_id == ref["kernel"]:
+        if isinstance(value, Autotuned) and value.kernel_id == ref.kernel:
             return value
-    found = registry().get(ref["kernel"])
+    found = registry().get(ref.kernel or "")
     if found is not None:
         return found
-    raise LookupError(
-        f"no @autotuned kernel {ref['kernel']!r} at {ref['module']}:{ref['qualname']}"
-    )
+    raise LookupError(f"no @autotuned kernel {ref.kernel!r} at {ref.module}:{ref.qualname}")
 
 
-def _build_task(msg: dict[str, Any], *, abstract: bool = False) -> SweepTask:
+def _build_task(request: Request, *, abstract: bool = False) -> SweepTask:
     """The sweep task a request describes (``abstract``: its arrays as shapes, for work
     that can start before their bytes arrive)."""
-    kernel = resolve_kernel(msg["ref"])
-    plan = SweepPlan.from_dict({**msg["plan"], "verbose": 0})
-    args = decode_value(msg["args"], abstract=abstract)
-    kwargs = decode_value(msg["kwargs"], abstract=abstract)
+    plan_fields = request.fields.get("plan")
+    if request.ref is None or not isinstance(plan_fields, dict):
+        raise FrameError("a sweep request for a new task carries its kernel and plan")
+    kernel = resolve_kernel(request.ref)
+    plan = SweepPlan.from_dict({**plan_fields, "verbose": 0})
+    args = decode_value(request.args, abstract=abstract)
+    kwargs = decode_value(request.kwargs, abstract=abstract)
     sig = kernel.bind(tuple(args), dict(kwargs))
     if sig.key != plan.key:
         raise LookupError(
@@ -67,46 +69,50 @@ def _build_task(msg: dict[str, Any], *, abstract: bool = False) -> SweepTask:
     )
 
 
-def handle(server: Any, msg: dict[str, Any]) -> dict[str, Any]:
+def handle(server: Any, request: Request) -> Done | ErrorReply:
     """Answers a ``measure`` or ``retime`` request (``server``: the child's
     :class:`~jaxtune._isolation.child.Server`)."""
+    task = task_id(request)
+    if request.op not in ("measure", "retime"):
+        raise FrameError(f"a sweep request asks to measure or retime, not {request.op!r}")
     current = server.state.get(__name__)
-    if current is None or current[0] != msg["task_id"]:
-        if "args" not in msg:  # the parent thought this child still held the task
-            return {"t": "error", "type": "UnknownTask", "message": msg["task_id"]}
-        current = (msg["task_id"], _sweeper(server, msg))
+    if current is None or current[0] != task:
+        if not request.has_call:  # the parent thought this child still held the task
+            return ErrorReply(type="UnknownTask", message=task)
+        current = (task, _sweeper(server, request))
         server.state[__name__] = current
     server.arrived()
     sweeper = current[1]
-    # After a crash during a round of passes, rounds time one config at a time.
-    sweeper.serial_rounds = bool(msg.get("serial"))
-    op = msg.get("op")
-    if op == "measure":
+    if request.op == "measure":
+        measure = Measure.from_request(request)
+        # After a crash during a round of passes, rounds time one config at a time.
+        sweeper.serial_rounds = measure.serial
         results = sweeper.measure(
-            msg["todo"],
-            reference=msg["reference"],
-            best_us=msg["best_us"],
-            serial_compile=msg["serial"],
-            rounds=bool(msg.get("rounds")),
+            measure.todo,
+            reference=measure.reference,
+            best_us=measure.best_us,
+            serial_compile=measure.serial,
+            rounds=measure.rounds,
         )
-    elif op == "retime":
-        results = dict(sweeper.retime(msg["todo"]))
     else:
-        raise LookupError(f"unknown request {op!r}")
-    return {"t": "done", "results": {k: r.to_dict() for k, r in results.items()}}
+        retime = Retime.from_request(request)
+        sweeper.serial_rounds = retime.serial
+        results = dict(sweeper.retime(retime.todo))
+    return results_answer(results)
 
 
-def _sweeper(server: Any, msg: dict[str, Any]) -> Sweeper:
+def _sweeper(server: Any, request: Request) -> Sweeper:
     """A sweeper for a new task; when its arrays are still arriving, the configs to
     measure start compiling for their shapes meanwhile."""
-    if not (server.pending and msg.get("op") == "measure"):
+    if not (server.pending and request.op == "measure"):
         server.arrived()
-        return Sweeper(_build_task(msg), on_event=server.emit)
-    task = _build_task(msg, abstract=True)
+        return Sweeper(_build_task(request), on_event=server.emit)
+    measure = Measure.from_request(request)
+    task = _build_task(request, abstract=True)
     sweeper = Sweeper(task, on_event=server.emit)
-    sweeper.precompile(msg["todo"], abstract_inputs(task.signature), serial=bool(msg.get("serial")))
+    sweeper.precompile(measure.todo, abstract_inputs(task.signature), serial=measure.serial)
     server.arrived()
-    sweeper.supply(_build_task(msg).signature)
+    sweeper.supply(_build_task(request).signature)
     return sweeper
 
 
