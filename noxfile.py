@@ -97,7 +97,7 @@ def tests(session: nox.Session, jax: str | None) -> None:
         "-c",
         "import sys, jax; print('python', sys.version.split()[0], 'jax', jax.__version__)",
     )
-    session.run("pytest", "-n", "2", "--dist", "load", *session.posargs)
+    session.run("pytest", "-n", "2", "--dist", "worksteal", *session.posargs)
 
 
 @nox.session(python=_python_or_name(PYTHONS[0]))

@@ -106,6 +106,25 @@ def cli():
     return run
 
 
+@pytest.fixture
+def incli(capsys):
+    """Runs `jaxtune ARGS` in this process (for what a fresh process adds nothing to: how
+    arguments and files are refused) and returns a completed process: exit status, stdout,
+    stderr."""
+    from jaxtune._cli import main
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse refusing the arguments
+            code = e.code if isinstance(e.code, int) else 2
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["jaxtune", *args], code, out.out, out.err)
+
+    return run
+
+
 @pytest.fixture(autouse=True)
 def _no_packaged_caches():
     from jaxtune._tuning.store import cache as _cache

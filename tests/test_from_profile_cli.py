@@ -7,9 +7,8 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.child
 
-
+@pytest.mark.child
 def test_a_fifo_named_report_json_does_not_block(cli, tmp_path):
     os.mkfifo(tmp_path / "report.json")  # nobody ever writes to it
     proc = cli("tune", "--from-profile", str(tmp_path), timeout=120)
@@ -19,17 +18,17 @@ def test_a_fifo_named_report_json_does_not_block(cli, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_a_garbled_calls_sidecar_is_a_message(cli, tmp_path):
+def test_a_garbled_calls_sidecar_is_a_message(incli, tmp_path):
     (tmp_path / "report.json").write_text('{"kernels": []}')
     (tmp_path / "report.calls.msgpack").write_bytes(b"\xc1\xc1")
-    proc = cli("tune", "--from-profile", str(tmp_path), timeout=120)
+    proc = incli("tune", "--from-profile", str(tmp_path))
     assert proc.returncode == 2, proc.stderr
     assert "is not a jaxtune profile report" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("raw", ["nan", "-0.1", "1.5", "inf", "lots"])
-def test_min_share_outside_zero_to_one_is_refused(cli, tmp_path, raw):
-    proc = cli("tune", "--from-profile", str(tmp_path), "--min-share", raw, timeout=120)
+def test_min_share_outside_zero_to_one_is_refused(incli, tmp_path, raw):
+    proc = incli("tune", "--from-profile", str(tmp_path), "--min-share", raw)
     assert proc.returncode == 2, proc.stderr
     assert "is not a share from 0 to 1" in proc.stderr

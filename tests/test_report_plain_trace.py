@@ -274,12 +274,12 @@ def test_a_program_with_too_many_kinds_of_callback_is_not_searched(tmp_path, mon
     assert any("could not be decoded or searched (jit_step)" in n for n in p.notes)
 
 
-def test_a_cpu_trace_without_metadata_says_so(tmp_path, cli):
+def test_a_cpu_trace_without_metadata_says_so(tmp_path, incli):
     path = write(tmp_path, cpu_trace(None))
     p = _report.report_from_trace(path)
     assert p.kernels == () and p.ops
     assert any("holds no HLO metadata" in n for n in p.notes)
-    proc = cli("report", str(path))
+    proc = incli("report", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "note: this trace holds no HLO metadata" in proc.stdout
 
@@ -337,6 +337,11 @@ def plain_trace(tmp_path_factory):
     return _traced(PROGRAM, tmp_path_factory.mktemp("plain"))
 
 
+@pytest.fixture(scope="module")
+def plain_profile(plain_trace):
+    return jaxtune.Profile.from_trace(plain_trace)
+
+
 def _traced(program: str, folder: pathlib.Path) -> pathlib.Path:
     """Runs ``program`` (it traces ITERS steps into ``argv[1]``) in a fresh process with
     no jaxtune settings; the trace directory."""
@@ -385,13 +390,14 @@ def test_report_of_a_plain_trace_has_a_row_per_bundled_kernel(plain_trace, cli):
 
 
 @pytest.mark.slow
-def test_a_truncated_plain_trace_is_a_one_line_error(plain_trace, cli, tmp_path):
+@pytest.mark.child  # the trace comes from a program run in a fresh process
+def test_a_truncated_plain_trace_is_a_one_line_error(plain_trace, incli, tmp_path):
     (trace,) = plain_trace.glob("**/*.xplane.pb")
     data = trace.read_bytes()
     for cut in (len(data) // 2, len(data) - 7):
         bad = tmp_path / f"cut{cut}.xplane.pb"
         bad.write_bytes(data[:cut])
-        proc = cli("report", str(bad))
+        proc = incli("report", str(bad))
         assert proc.returncode == 2, proc.stdout
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
         assert proc.stderr.startswith(f"jaxtune report: {bad} is not a readable XSpace trace")
@@ -467,11 +473,12 @@ GENERIC = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_path, cli):
+@pytest.mark.child  # the trace comes from a program run in a fresh process
+def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_path, incli):
     """Issue 23: ``pl.pallas_call(..., interpret=True)`` leaves no callback; two such
     kernels in one jitted step each get a row, named after the kernel function, with
     their calls; the fori_loop beside them stays XLA ops."""
-    report = cli("report", str(_traced(GENERIC, tmp_path)), "--json")
+    report = incli("report", str(_traced(GENERIC, tmp_path)), "--json")
     assert report.returncode == 0, report.stderr
     doc = json.loads(report.stdout)
     rows = {k["name"]: k for k in doc["kernels"]}
@@ -487,7 +494,9 @@ def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_
     "sidecar",
     [{"kernels": 5, "calls": "x"}, {"timings": 3, "hints": [1]}, {"kernels": [{"name": 7}]}],
 )
-def test_a_sidecar_of_wrong_types_is_ignored_with_a_note(plain_trace, tmp_path, sidecar, cli):
+def test_a_sidecar_of_wrong_types_is_ignored_with_a_note(
+    plain_trace, plain_profile, tmp_path, sidecar, incli
+):
     import shutil
 
     from jaxtune._core.codec import packb
@@ -495,9 +504,9 @@ def test_a_sidecar_of_wrong_types_is_ignored_with_a_note(plain_trace, tmp_path, 
     trace = tmp_path / "trace"
     shutil.copytree(plain_trace, trace)
     (trace / _report.INFO_FILE).write_bytes(packb(sidecar))
-    plain = jaxtune.Profile.from_trace(plain_trace)
+    plain = plain_profile
     damaged = jaxtune.Profile.from_trace(trace)
     assert any("malformed" in n for n in damaged.notes), damaged.notes
     assert [k.name for k in damaged.kernels] == [k.name for k in plain.kernels]
-    proc = cli("report", str(trace))
+    proc = incli("report", str(trace))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -34,6 +34,20 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 @pytest.fixture(autouse=True)
 def _process_isolation(monkeypatch, fast_timing):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _warm_child():
+    """One pooled child serves the module's tests (a test that crashes or kills it gets a
+    new one from the pool); it ends with the module."""
+    yield
+    _process.shutdown_children()
+
+
+@pytest.fixture
+def fresh_pool():
+    """An empty pool, for a test that looks at the child it starts."""
+    _process.shutdown_children()
     yield
     _process.shutdown_children()
 
@@ -145,7 +159,7 @@ def test_autotuned_sweeps_in_a_child_by_default(tmp_path, monkeypatch):
     assert len(entry.measurements) == 2
 
 
-def test_flag_for_the_child_takes_effect_there_only(tmp_path):
+def test_flag_for_the_child_takes_effect_there_only(fresh_pool, tmp_path):
     dump = tmp_path / "dump"
     runner = _runner.ProcessRunner(env={"XLA_FLAGS": f"--xla_dump_to={dump}"})
     sweep(faulty, "fast", runner)
@@ -155,7 +169,7 @@ def test_flag_for_the_child_takes_effect_there_only(tmp_path):
     assert f"--xla_dump_to={dump}" in child.ready.env["XLA_FLAGS"]
 
 
-def test_child_reports_ready_with_platform_and_versions():
+def test_child_reports_ready_with_platform_and_versions(fresh_pool):
     sweep(faulty, "fast")
     child = _process.POOL.children()[0]
     assert child.ready.platform == "cpu"
@@ -390,7 +404,7 @@ def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
     assert len(pids) == 2 and os.getpid() not in pids
 
 
-def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(monkeypatch):
+def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(fresh_pool, monkeypatch):
     monkeypatch.setattr(_runner, "parent_backend", lambda: "tpu")
     monkeypatch.setattr(_runner, "_WARNED", set())
     sig = faulty.bind((jnp.ones(8),), {})
