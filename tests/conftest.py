@@ -149,3 +149,22 @@ def fast_timing(monkeypatch):
     )
     monkeypatch.setattr(_timing, "DEFAULT", fast)
     return fast
+
+
+@pytest.fixture
+def crash_timing(monkeypatch):
+    """The least timing a sweep takes, for tests about crashes that only ask that the crash
+    is recorded and a working config stored: one round of one sample a config."""
+    from jaxtune._tuning.sweep import timing as _timing
+
+    least = _timing.TimingOptions(
+        min_time_s=0.0,
+        min_samples=1,
+        max_samples=2,
+        rounds=1,
+        max_rounds=1,
+        round_samples=1,
+        round_floor_us=0.0,
+    )
+    monkeypatch.setattr(_timing, "DEFAULT", least)
+    return least

@@ -20,7 +20,7 @@ RUNS = 20
 
 
 @pytest.fixture(autouse=True)
-def _process_isolation(monkeypatch, fast_timing):
+def _process_isolation(monkeypatch, crash_timing):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     yield
     _process.shutdown_children()

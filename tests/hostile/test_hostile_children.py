@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 
 @pytest.fixture(autouse=True)
-def _children(monkeypatch, fast_timing, tmp_path):
+def _children(monkeypatch, crash_timing, tmp_path):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     # A private temp dir: the logs counted are this test's, not other processes'.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
