@@ -88,6 +88,23 @@ def faulty(x, *, mode):
     return y - y + x
 
 
+@jaxtune.autotuned(
+    configs={"mode": ["ok", "slow_trace", "segfault_later", "fast"]},
+    default={"mode": "ok"},
+    name="tests.crash_beside_a_compile",
+    timeout=60,
+)
+def crash_beside_a_compile(x, *, mode):
+    """``segfault_later`` crashes at trace time while ``slow_trace`` is still being traced
+    in the other compile thread: two configs are compiling when the child dies."""
+    if mode == "slow_trace":
+        time.sleep(1.5)
+    elif mode == "segfault_later":
+        time.sleep(0.3)
+        ctypes.string_at(0)
+    return x * 1.0 if mode == "fast" else x + 0.0
+
+
 @jaxtune.autotuned(configs={"scale": [1, 2]}, check=False, name="tests.pid_probe")
 def pid_probe(x, *, scale):
     """Records, at trace time, which process traced it."""

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from faulty_kernels import faulty, identity, pid_probe
+from faulty_kernels import crash_beside_a_compile, faulty, identity, pid_probe
 
 import jaxtune
 from jaxtune._core.vocabulary import Failure, Measurement
@@ -148,6 +148,30 @@ def test_crash_while_compiling_in_parallel_is_pinned_by_serial_recompile():
         "wrong": "check",
         "compile_error": "compile",
     }
+
+
+def test_a_crash_beside_another_compile_is_pinned_by_its_thread_at_once(monkeypatch):
+    """Two configs compile in parallel when one crashes: the child's fatal-error report
+    names the crashing thread, the compile event said which config that thread compiles,
+    so the crash is pinned without compiling the suspects again one at a time (one child
+    lost, not two)."""
+    lost = []
+    discard = _process.ChildPool.discard
+
+    def counting(self, child):
+        lost.append(child.proc.pid)
+        return discard(self, child)
+
+    monkeypatch.setattr(_process.ChildPool, "discard", counting)
+    sig = crash_beside_a_compile.bind((jnp.ones(64),), {})
+    space = [{"mode": m} for m in ("ok", "slow_trace", "segfault_later", "fast")]
+    task = crash_beside_a_compile.sweep_task(sig, space, {"mode": "ok"})
+    outcome = _runner.ProcessRunner().sweep(task)
+    stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
+    assert stages == {"ok": "ok", "slow_trace": "ok", "segfault_later": "crash", "fast": "ok"}
+    crash = failure_of(outcome, "segfault_later")
+    assert "killed by signal SIGSEGV" in crash.reason and "Current thread" in crash.reason
+    assert len(lost) == 1, lost
 
 
 def test_autotuned_sweeps_in_a_child_by_default(tmp_path, monkeypatch):

@@ -11,12 +11,20 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import re
 import stat
 import tempfile
 import threading
 import time
 
-__all__ = ["CRASH_LOG_BYTES", "KEEP_CRASH_LOGS", "keep_crash_log", "log_dir", "read_tail"]
+__all__ = [
+    "CRASH_LOG_BYTES",
+    "KEEP_CRASH_LOGS",
+    "crashed_thread",
+    "keep_crash_log",
+    "log_dir",
+    "read_tail",
+]
 
 #: Crash logs kept (newest first) in :func:`log_dir`; older ones are deleted.
 KEEP_CRASH_LOGS = 5
@@ -126,3 +134,16 @@ def _tail_lines(text: str) -> str:
     else:
         lines = lines[-_TAIL_LINES:]
     return " | ".join(lines) or "(nothing on stderr)"
+
+
+_CURRENT_THREAD = re.compile(r"Current thread (0x[0-9a-fA-F]+)")
+
+
+def crashed_thread(tail: str) -> int | None:
+    """The thread that crashed the child, as :func:`threading.get_ident` named it there:
+    the ``Current thread 0x...`` of the last fatal-error report faulthandler wrote in
+    ``tail`` (what :func:`read_tail` returned); ``None`` without one (a crash outside any
+    Python thread, or no report)."""
+    fatal = tail.rfind("Fatal Python error")
+    found = _CURRENT_THREAD.search(tail, fatal) if fatal >= 0 else None
+    return int(found.group(1), 16) if found else None

@@ -164,7 +164,9 @@ class Sweeper:
         call = with_backward(forward) if self.task.plan.timing == "vjp" else forward
         call.__name__ = call.__qualname__ = self._module(config).removeprefix("jit_")
 
-        self.emit("compile_start", cid, None)
+        # The compiling thread travels with the event: a crash report that names it (the
+        # child's faulthandler does) pins the crash on this config.
+        self.emit("compile_start", cid, threading.get_ident())
         start = time.perf_counter()
         try:
             compiled = jax.jit(call).lower(lowering).compile()
@@ -201,7 +203,7 @@ class Sweeper:
     def _first_run(self, config: Config) -> tuple[Failure | None, Any]:
         """Runs a compiled config once: its failure, or ``None`` and its output."""
         cid = config_id(config)
-        self.emit("run_start", cid, None)
+        self.emit("run_start", cid, threading.get_ident())
         start = time.perf_counter()
         try:
             out = self._runs[cid][0]()
@@ -377,7 +379,7 @@ class Sweeper:
         crash or hang is blamed on it); an exception or a step over the time limit is the
         config's failure."""
         cid = config_id(config)
-        self.emit("run_start", cid, None)
+        self.emit("run_start", cid, threading.get_ident())
         start = time.perf_counter()
         try:
             timing = measure(self._runs[cid][0])

@@ -34,6 +34,10 @@ class InFlight:
             self.by_id.setdefault(config_id(op.reference), dict(op.reference))
         self.got: dict[str, Result] = {}
         self.compiling: dict[str, float] = {}
+        #: The child's thread that compiles each config, and the one that runs the config
+        #: running (their ``threading.get_ident()``).
+        self.threads: dict[str, int] = {}
+        self.run_thread: int | None = None
         self.running: tuple[str, float] | None = None
         #: The configs of a round timed in passes, while it runs (one of them is running).
         self.round: list[str] = []
@@ -56,10 +60,13 @@ class InFlight:
         self.heard = time.monotonic()
         if kind == "compile_start":
             self.compiling[cid] = time.monotonic()
+            if isinstance(event.data, int):
+                self.threads[cid] = event.data
         elif kind == "compiled":
             self.compiling.pop(cid, None)
         elif kind == "run_start":
             self.running = (cid, time.monotonic())
+            self.run_thread = event.data if isinstance(event.data, int) else None
         elif kind == "round_start":
             self.running = (cid, time.monotonic())
             self.round = [str(c) for c in event.data or [cid]]
@@ -72,9 +79,19 @@ class InFlight:
             return result
         return None
 
-    def suspects(self, *, hung: bool, timeout_s: float) -> list[str]:
+    def suspects(
+        self, *, hung: bool, timeout_s: float, crashed_thread: int | None = None
+    ) -> list[str]:
         """The configs that may have killed or hung the child: the one running and those
-        compiling meanwhile (a hang: those past their limit)."""
+        compiling meanwhile (a hang: those past their limit). A crash in the thread that
+        was compiling one of them (``crashed_thread``, from the child's fatal-error
+        report) is that config's alone."""
+        if not hung and crashed_thread is not None:
+            mine = [c for c in self.compiling if self.threads.get(c) == crashed_thread]
+            if self.running is not None and not self.round and self.run_thread == crashed_thread:
+                mine.append(self.running[0])
+            if len(mine) == 1:
+                return mine
         steps = dict(self.compiling)
         if self.running is not None:
             for cid in self.round or [self.running[0]]:

@@ -25,6 +25,7 @@ from ..._isolation import context as _context
 from ..._isolation.devices import parent_backend, sweep_devices
 from ..._isolation.environ import warn_tracing_inline
 from ..._isolation.frames import ErrorReply, Event, Request
+from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from ..._isolation.wire import NotTransportable
@@ -212,7 +213,9 @@ class ProcessRunner(ChildService):
         how = how_lost(lost.garbled, hung, plan.timeout_s, child.describe_exit)
         POOL.discard(child)
         tail = child.stderr_tail(offset)
-        suspects = flight.suspects(hung=hung, timeout_s=plan.timeout_s)
+        suspects = flight.suspects(
+            hung=hung, timeout_s=plan.timeout_s, crashed_thread=crashed_thread(tail)
+        )
         if len(suspects) == 1:
             cid = suspects[0]
             failure = Failure(
