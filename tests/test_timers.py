@@ -52,16 +52,17 @@ def test_the_profiler_timer_takes_each_calls_device_events_from_the_trace():
     device = rec.results()
     assert len(device) == 6 and all(len(t.samples_us) == 3 for t in device)
     shorts, longs = device[0::2], device[1::2]
-    # Device time: 8x the loop's work is over twice as long, and no longer than the
-    # wall clock around the same calls (which adds dispatch).
-    typical = lambda ts: sorted(t.median_us for t in ts)[1]  # noqa: E731  (of 3 rounds)
-    assert typical(longs) > 2 * typical(shorts)
+    # Device time: 8x the loop's work is over twice as long (the fastest of 9 calls each:
+    # other work on the machine only slows calls down), and no longer than the wall clock
+    # around the same calls (which adds dispatch).
+    fastest = lambda ts: min(min(t.samples_us) for t in ts)  # noqa: E731
+    assert fastest(longs) > 2 * fastest(shorts), (shorts, longs)
     mean = lambda t: sum(t.samples_us) / len(t.samples_us)  # noqa: E731
     assert mean(device[-2]) <= mean(wall_short) * 1.05
     assert mean(device[-1]) <= mean(wall_long) * 1.05
     # Outside a recording, measure traces its own calls.
     alone = timer.measure(run_long, options)
-    assert alone.samples_us and alone.median_us > 2 * typical(shorts)
+    assert alone.samples_us and alone.min_us > 2 * fastest(shorts)
 
 
 class _FakeClock:
