@@ -3,7 +3,12 @@ one by the thread its fatal-error report names. No child is started here."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import jax.numpy as jnp
+import pytest
 from faulty_kernels import faulty
 
 from jaxtune._isolation.frames import Event
@@ -68,3 +73,38 @@ def test_a_crash_in_the_running_thread_is_the_running_configs():
     # In a round of passes the running thread runs several configs: no single culprit.
     f.event(Event(kind="round_start", cid="mode='ok'", data=["mode='ok'", "mode='segfault'"]))
     assert len(f.suspects(hung=False, timeout_s=5, crashed_thread=1)) == 3
+
+
+CRASH = """
+import ctypes, faulthandler, sys, threading, time
+faulthandler.enable()
+def wait():
+    time.sleep(30)
+threading.Thread(target=wait, daemon=True).start()
+def crash():
+    print(threading.get_ident(), flush=True)
+    ctypes.string_at(0)
+if sys.argv[1] == "python":  # a Python thread crashes: faulthandler names it
+    threading.Thread(target=crash).start()
+else:  # a thread with no Python state crashes (as one of XLA's own may)
+    tid = ctypes.c_ulong()
+    ctypes.CDLL(None).pthread_create(ctypes.byref(tid), None, ctypes.c_void_p(1), None)
+time.sleep(30)
+"""
+
+
+@pytest.mark.child
+@pytest.mark.parametrize("where", ["python", "native"])
+def test_the_crash_report_names_a_python_thread_and_no_other(where):
+    """What the pinning rests on, on this toolchain: faulthandler's report calls the crashed
+    thread ``Current thread`` (with its ``threading.get_ident()``) only when it is a Python
+    thread; a crash in another thread names none, and the suspects stay as they were."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH, where], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGSEGV, proc.stderr[-2000:]
+    named = crashed_thread(proc.stderr)
+    if where == "python":
+        assert named == int(proc.stdout.split()[0]), proc.stderr[-2000:]
+    else:
+        assert named is None, proc.stderr[-2000:]
