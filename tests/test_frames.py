@@ -1,5 +1,6 @@
 """The frames parent and child exchange: typed at both ends, the request's wire layout kept
-(recorded requests in profile sidecars must read back), anything else refused."""
+(recorded requests in profile sidecars must read back), anything else refused; and the
+capture info a profile's child sends back and its sidecar keeps."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import jax.numpy as jnp
 import pytest
 from faulty_kernels import faulty
 
+from jaxtune._core.codec import packb, unpackb
+from jaxtune._core.vocabulary import CaptureInfo
 from jaxtune._isolation import frames
 from jaxtune._isolation.frames import (
     Done,
@@ -111,3 +114,27 @@ def test_requests_the_child_reads():
             frames.request(bad)
     with pytest.raises(FrameError):
         frames.request({"handler": "jaxtune.x", "op": "x", "ref": {"qualname": "f"}})
+
+
+def test_capture_info_reads_back_and_refuses_fields_of_the_wrong_kind():
+    info = CaptureInfo(
+        platform="cpu",
+        kernels=({"name": "k", "scope": ["jit(f)"]},),
+        hlo={"add.1": ("jit(f)/add", None)},
+        timings={"compile_s": 0.5},
+        env={"XLA_FLAGS": None},
+    )
+    assert CaptureInfo.from_dict(unpackb(packb(info.to_dict()))).kernels == info.kernels
+    assert not CaptureInfo() and info
+    for bad in (
+        {"kernels": 5},
+        {"kernels": [1]},
+        {"calls": "x"},
+        {"platform": 3},
+        {"hints": [1]},
+        {"timings": {"run_s": "slow"}},
+        {"env": {"XLA_FLAGS": 1}},
+        [],
+    ):
+        with pytest.raises(ValueError, match="capture info"):
+            CaptureInfo.from_dict(bad)

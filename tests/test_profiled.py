@@ -16,6 +16,7 @@ from profile_models import model, with_autotuned
 
 import jaxtune
 from jaxtune._core import flags as _flags
+from jaxtune._core.vocabulary import CaptureInfo
 from jaxtune._isolation import process as _process
 from jaxtune._profiling import profiled as _profiled
 
@@ -121,7 +122,7 @@ def test_tpu_text_proto_trace_attribution_and_roofline(tmp_path):
     path = write_trace(tmp_path, TPU_TRACE)
     costs = {"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}}
     p = _profiled.report_from_trace(
-        path, info={"costs": costs, "device_kind": "TPU v5 lite"}, iterations=2
+        path, info=CaptureInfo(costs=costs, device_kind="TPU v5 lite"), iterations=2
     )
     k = {s.name: s for s in p.kernels}
     assert set(k) == {"tiled_matmul", "no_cost", "lib.norm"}
@@ -296,7 +297,7 @@ def test_every_folder_of_a_capture_gives_the_same_report(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TPU_TRACE))
     costs = {"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}}
-    info = {"costs": costs, "device_kind": "TPU v5 lite"}
+    info = CaptureInfo(costs=costs, device_kind="TPU v5 lite")
     first = _profiled.report_from_trace(trace_dir, info=info, iterations=2)
 
     def summary(p):

@@ -10,6 +10,7 @@ from test_profiled import TPU_TRACE, write_trace
 
 import jaxtune
 from jaxtune._cli import main as cli_main
+from jaxtune._core.vocabulary import CaptureInfo
 from jaxtune._profiling import report as _report
 
 COSTS = {"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}}
@@ -22,7 +23,7 @@ NO_PEAKS_TRACE = TPU_TRACE.replace("stats { metadata_id: 10 double_value: 197.0 
 
 def tpu_profile(tmp_path, device_kind="TPU v5 lite", trace=TPU_TRACE):
     path = write_trace(tmp_path, trace)
-    info = {"costs": COSTS, "device_kind": device_kind}
+    info = CaptureInfo(costs=COSTS, device_kind=device_kind)
     return _report.report_from_trace(path, info=info, iterations=2), path
 
 
@@ -111,7 +112,7 @@ def test_a_captured_trace_reads_back_with_what_the_capture_knew(tmp_path, capsys
     folder = tmp_path / "trace"
     folder.mkdir()
     write_trace(folder, TPU_TRACE)
-    info = {"costs": COSTS, "device_kind": "TPU v5 lite", "platform": "tpu"}
+    info = CaptureInfo(costs=COSTS, device_kind="TPU v5 lite", platform="tpu")
     first = _report.report_from_trace(folder, info=info, iterations=2)
     again = _report.report_from_trace(folder)
     assert again.kernels == first.kernels and again.iterations == 2

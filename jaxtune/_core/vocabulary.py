@@ -1,17 +1,19 @@
 """The vocabulary both flows and the layers between them speak: a config and its id, the
 measurement of a config (or why it failed), the cache entry of a tuned key, and the choice
-a call makes. Plain frozen values with their msgpack form (checked by :mod:`.schema`)."""
+a call makes; and what a trace capture knew about the program it traced. Plain frozen
+values with their msgpack form (checked by :mod:`.schema`, or by ``from_dict``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from .schema import check_entry, check_measurement
 
 __all__ = [
+    "CaptureInfo",
     "Choice",
     "Config",
     "Entry",
@@ -242,3 +244,95 @@ class Choice:
     source: Source
     key: str
     entry: Entry | None = None
+
+
+#: ``CaptureInfo``'s fields that hold a map, and those that hold a list of maps.
+_INFO_MAPS = ("hlo", "fusions", "autotuned", "costs", "sources", "hints", "configs")
+_INFO_MAP_LISTS = ("kernels", "calls")
+_INFO_TEXTS = ("logdir", "platform", "device_kind")
+_INFO_NUMBERS = ("timings",)
+_INFO_ENV = ("env",)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureInfo:
+    """What a trace capture knew about the program it traced, which the trace alone does
+    not say: where the trace went and on what device, the compiled program's instruction
+    map (``hlo``: instruction -> op name and custom-call target; ``fusions``: fusion ->
+    the ops fused into it), the Pallas calls (``kernels``, one record each), the jaxtune
+    kernels' call sites (``autotuned`` counts), cost estimates (``costs``), sources,
+    FLOP/byte ``hints``, the recorded calls ``jaxtune tune --from-profile`` replays
+    (``calls``), the configs that ran (``configs``), the capture's ``timings`` and the
+    flags it ran with (``env``). ``claims`` (a program's op -> the kernel that owns it)
+    comes from the trace's own metadata when it is read, and is never stored.
+
+    It travels from the child as a map and is kept beside the trace (the profile's
+    sidecar); a trace jaxtune did not capture has only what its metadata recovers."""
+
+    logdir: str = ""
+    platform: str = ""
+    device_kind: str = ""
+    hlo: Mapping[str, tuple[str, str | None]] = dataclasses.field(default_factory=dict)
+    fusions: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    kernels: tuple[Mapping[str, Any], ...] = ()
+    claims: Mapping[tuple[int, str], str] = dataclasses.field(default_factory=dict)
+    autotuned: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    costs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    calls: tuple[Mapping[str, Any], ...] = ()
+    configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    env: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        """Whether it holds anything (an empty one stands for "no capture info")."""
+        return any(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The map it travels and is stored as (without ``claims``)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "claims":
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = [dict(v) for v in value] if f.name in _INFO_MAP_LISTS else value
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
+        """The capture info a map holds (unknown keys are ignored, missing ones empty).
+
+        Raises:
+            ValueError: a field holds a value of the wrong kind (a sidecar edited by hand,
+                or written by another program).
+        """
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"capture info is a map, not {type(raw).__name__}")
+        fields: dict[str, Any] = {}
+        for name in _INFO_TEXTS:
+            value = raw.get(name) or ""
+            if not isinstance(value, str):
+                raise ValueError(f"capture info's {name} is not text")
+            fields[name] = value
+        for name in (*_INFO_MAPS, *_INFO_NUMBERS, *_INFO_ENV):
+            value = raw.get(name) or {}
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                raise ValueError(f"capture info's {name} is not a map with text keys")
+            if name in _INFO_NUMBERS and not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+            ):
+                raise ValueError(f"capture info's {name} holds a value that is not a number")
+            if name in _INFO_ENV and not all(
+                v is None or isinstance(v, str) for v in value.values()
+            ):
+                raise ValueError(f"capture info's {name} holds a value that is not text")
+            fields[name] = dict(value)
+        for name in _INFO_MAP_LISTS:
+            items = raw.get(name) or ()
+            if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
+                raise ValueError(f"capture info's {name} is not a list")
+            if not all(isinstance(v, Mapping) for v in items):
+                raise ValueError(f"capture info's {name} holds an item that is not a map")
+            fields[name] = tuple(dict(v) for v in items)
+        return cls(**fields)

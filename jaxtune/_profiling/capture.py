@@ -8,6 +8,7 @@ from typing import Any
 
 from .._core.errors import ProfileError
 from .._core.settings import settings
+from .._core.vocabulary import CaptureInfo
 from .._isolation.context import warn_notes, warn_unapplied
 from .._isolation.frames import ErrorReply
 from .._isolation.process import POOL, ChildLost
@@ -31,7 +32,7 @@ def profile_in_child(
     llo: bool,
     custom_call_tracing: bool,
     logdir: str,
-) -> dict[str, Any]:
+) -> CaptureInfo:
     """Captures a trace of ``fn`` in a child started with the profiling flags; returns what
     :func:`jaxtune._profiling.profiled.capture` returned there.
 
@@ -62,7 +63,7 @@ def profile_in_child(
     if isinstance(answer, ErrorReply):
         raise ProfileError(answer.message)
     warn_unapplied(label, answer)
-    info = answer.body.get("info")
-    if not isinstance(info, dict):
-        raise ProfileError("the profiling child answered without what it captured")
-    return info
+    try:
+        return CaptureInfo.from_dict(answer.body.get("info") or {})
+    except ValueError as e:
+        raise ProfileError(f"the profiling child's answer is damaged: {e}") from None

@@ -24,6 +24,7 @@ import numpy as np
 from .._core import flags as _flags
 from .._core import settings as _config
 from .._core.errors import JaxtuneError, JaxtuneWarning
+from .._core.vocabulary import CaptureInfo
 from .._program import markers as _markers
 from .._program.locate import sites_in_module
 from . import calls as _calls
@@ -75,7 +76,7 @@ def capture(
     iters: int,
     warmup: int,
     logdir: str,
-) -> dict[str, Any]:
+) -> CaptureInfo:
     """Compiles ``fn``, warms it up, traces ``iters`` calls into ``logdir`` (runs wherever
     it is called: the child, or this process). Returns what the parent needs to attribute
     the trace: the HLO op map, the kernel sites with their cost estimates, the hints."""
@@ -99,22 +100,22 @@ def capture(
     hlo_text = compiled.as_text()
     hints, recorded = _calls.hints(sites)
     configs = _calls.configs(sites, device.device_kind)
-    return {
-        "logdir": logdir,
-        "platform": device.platform,
-        "device_kind": device.device_kind,
-        "hlo": hlo_ops(hlo_text),
-        "fusions": hlo_fusions(hlo_text),
-        "kernels": [_kernel_record(c) for c in calls],
-        "autotuned": _calls.autotuned_counts(sites),
-        "costs": {s.name: s.cost_estimate for s in sites if s.cost_estimate},
-        "sources": {(s.kernel_id or s.name): s.source for s in sites if s.source},
-        "hints": hints,
-        "calls": recorded,
-        "configs": configs,
-        "timings": {"compile_s": compile_s, "run_s": run_s},
-        "env": {k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
-    }
+    return CaptureInfo(
+        logdir=logdir,
+        platform=device.platform,
+        device_kind=device.device_kind,
+        hlo=hlo_ops(hlo_text),
+        fusions=hlo_fusions(hlo_text),
+        kernels=tuple(_kernel_record(c) for c in calls),
+        autotuned=_calls.autotuned_counts(sites),
+        costs={s.name: s.cost_estimate for s in sites if s.cost_estimate},
+        sources={(s.kernel_id or s.name): s.source for s in sites if s.source},
+        hints=hints,
+        calls=tuple(recorded),
+        configs=configs,
+        timings={"compile_s": compile_s, "run_s": run_s},
+        env={k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
+    )
 
 
 def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
@@ -167,14 +168,14 @@ def profile(
     missing: tuple[str, ...] = ()
     if info is None:
         info = capture(raw, args, kwargs, iters=iters, warmup=warmup, logdir=target)
-        missing = _missing_flags(info["platform"], llo, custom_call_tracing)
+        missing = _missing_flags(info.platform, llo, custom_call_tracing)
     result = report_from_trace(target, info=info, iterations=iters)
     return _with_llo(result, target, missing, wanted=llo)
 
 
 def _capture_in_child(
     raw: Callable[..., Any], args: Any, kwargs: Any, **options: Any
-) -> dict[str, Any] | None:
+) -> CaptureInfo | None:
     """What the child's capture returned, or ``None`` to capture here: inline isolation,
     or a function that cannot travel (with one warning saying so)."""
     from .._isolation.wire import NotTransportable
@@ -272,9 +273,7 @@ class Profiled(Generic[P, R]):
                 logdir=options["logdir"],
             )
             result = report_from_trace(options["logdir"], info=info, iterations=options["iters"])
-            missing = _missing_flags(
-                info["platform"], options["llo"], options["custom_call_tracing"]
-            )
+            missing = _missing_flags(info.platform, options["llo"], options["custom_call_tracing"])
             result = _with_llo(result, options["logdir"], missing, wanted=options["llo"])
             path = result.save(out / "report.json")
         except Exception as e:

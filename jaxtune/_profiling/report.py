@@ -13,6 +13,7 @@ from typing import Any
 
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._core.errors import ProfileError, describe
+from .._core.vocabulary import CaptureInfo
 from . import recover as _recover
 from . import roofline as _roofline
 from . import xplane as _xplane
@@ -181,7 +182,7 @@ class Profile:
 def report_from_trace(
     path: str | os.PathLike[str],
     *,
-    info: Mapping[str, Any] | None = None,
+    info: CaptureInfo | None = None,
     iterations: int = 0,
 ) -> Profile:
     """A :class:`Profile` from a trace file or directory, with what ``capture`` returned
@@ -193,11 +194,11 @@ def report_from_trace(
     estimates and hints only the program knows. Without it, the kernels are recovered from
     the HLO metadata the trace carries (:mod:`.recover`).
     """
-    recalled = not info
+    recalled, malformed = not info, None
     if info:
         _remember(path, info, iterations)
     else:
-        info, iterations = _recall(path, iterations)
+        info, iterations, malformed = _recall(path, iterations)
     start = time.perf_counter()
     try:
         space = _xplane.load(path)
@@ -207,15 +208,20 @@ def report_from_trace(
         raise ProfileError(f"cannot read a trace at {path}: {e}") from e
     try:
         try:
-            return _profile(path, space, info, iterations, start)
+            profile = _profile(path, space, info, iterations, start)
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             if not (recalled and info):
                 raise
             # A sidecar of wrong types (edited, or of another jaxtune) is a lost hint:
             # the trace alone, with a note that says so.
-            profile = _profile(path, space, {}, iterations, start)
-            note = f"{INFO_FILE} beside this trace is malformed ({type(e).__name__}); ignored"
-            return dataclasses.replace(profile, notes=(note, *profile.notes))
+            profile, malformed = (
+                _profile(path, space, CaptureInfo(), iterations, start),
+                describe(e),
+            )
+        if malformed is None:
+            return profile
+        note = f"{INFO_FILE} beside this trace is malformed ({malformed}); ignored"
+        return dataclasses.replace(profile, notes=(note, *profile.notes))
     except (*_xplane.MALFORMED, ArithmeticError) as e:
         # A trace that decodes but holds values of the wrong type (a str stat where a number
         # belongs, a negative duration): damaged input, reported as such.
@@ -227,7 +233,7 @@ def report_from_trace(
 def _profile(
     path: str | os.PathLike[str],
     space: _xplane.Space,
-    info: Mapping[str, Any],
+    info: CaptureInfo,
     iterations: int,
     start: float,
 ) -> Profile:
@@ -245,24 +251,22 @@ def _profile(
         # The capture knows the program's kernels; the trace's stack frames still find the
         # ops of one called straight from the jitted function, whose scope is the whole
         # program. Only kernels the capture knows are taken from them.
-        known = {k.get("name") for k in info.get("kernels") or ()}
+        known = {k.get("name") for k in info.kernels}
         claims = {key: name for key, name in found.claims.items() if name in known}
-        info = {**info, "claims": claims}
+        info = dataclasses.replace(info, claims=claims)
     owner_of = classifier(
-        kernels=info.get("kernels") or (),
-        fusions=info.get("fusions"),
-        claims=info.get("claims"),
+        kernels=info.kernels, fusions=info.fusions or None, claims=info.claims or None
     )
     inside = plane.name.startswith("/device:TPU:") and has_intra_lines(plane)
-    walked = walk(plane, owner_of, info.get("hlo"), programs, release=not inside)
+    walked = walk(plane, owner_of, info.hlo or None, programs, release=not inside)
     notes = _notes(walked) + notes
     intra, orphans = _inside_kernels(plane, owner_of, info, programs) if inside else ([], 0)
-    platform = info.get("platform") or _platform_of(plane.name)
-    device_kind = info.get("device_kind") or _device_kind_of(space, plane)
+    platform = info.platform or _platform_of(plane.name)
+    device_kind = info.device_kind or _device_kind_of(space, plane)
     kernels, ops, total_us = _attribute(walked, plane, device_kind, info, iterations)
     if any(not k.calls_exact for k in kernels):
         notes.append(ROUGH_CALLS)
-    timings = dict(info.get("timings", {}))
+    timings = dict(info.timings)
     timings["parse_s"] = time.perf_counter() - start
     return Profile(
         kernels=tuple(kernels),
@@ -270,26 +274,26 @@ def _profile(
         step_us=total_us / max(iterations, 1),
         total_us=total_us,
         iterations=iterations,
-        logdir=str(info.get("logdir") or path),
+        logdir=info.logdir or str(path),
         platform=platform,
         device_kind=device_kind,
-        flags=dict(info.get("env", {})),
+        flags=dict(info.env),
         notes=tuple(notes),
         timings=timings,
         timeline=timeline_of(walked),
         peak=_roofline.peak_for(device_kind, plane.stats),
-        calls=tuple(info.get("calls", ())),
+        calls=tuple(info.calls),
         warnings=tuple(drop_warnings(space, plane, orphans)),
         intrakernel=tuple(intra),
     )
 
 
 def _inside_kernels(
-    plane: _xplane.Plane, owner_of: Any, info: Mapping[str, Any], programs: Any
+    plane: _xplane.Plane, owner_of: Any, info: CaptureInfo, programs: Any
 ) -> tuple[list[IntraKernel], int]:
     """:func:`.intrakernel.intra_kernel` of a TPU plane, its ops owned as the walk owned
     them."""
-    kind_of = metadata_kinds(plane, info.get("hlo"), programs)
+    kind_of = metadata_kinds(plane, info.hlo or None, programs)
     return intra_kernel(plane, lambda mid: None if (k := kind_of(mid)) is None else owner_of(k))
 
 
@@ -297,7 +301,7 @@ def _attribute(
     walked: Walk,
     plane: _xplane.Plane,
     device_kind: str,
-    info: Mapping[str, Any],
+    info: CaptureInfo,
     iterations: int,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
     """:func:`attribute` with everything the capture (or its sidecar) knows."""
@@ -305,14 +309,14 @@ def _attribute(
         walked,
         plane_stats=plane.stats,
         device_kind=device_kind,
-        costs=info.get("costs"),
-        hints=info.get("hints"),
-        sources=info.get("sources"),
-        kernels=info.get("kernels") or (),
+        costs=info.costs or None,
+        hints=info.hints or None,
+        sources=info.sources or None,
+        kernels=info.kernels,
         iterations=iterations,
-        autotuned=info.get("autotuned"),
+        autotuned=info.autotuned or None,
         host_trace=plane.name == "/host:CPU",
-        configs=info.get("configs"),
+        configs=info.configs or None,
     )
 
 
@@ -326,15 +330,15 @@ ROUGH_CALLS = (
 
 def _plain_info(
     found: _recover.Recovered, space: _xplane.Space, plane: _xplane.Plane, unread: list[str]
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[CaptureInfo, list[str]]:
     """What a trace without jaxtune's sidecar says about its kernels (:mod:`.recover`),
     in the shape a capture records, and notes saying what it could not say."""
     kernels = found.kernels()
-    info = {
-        "kernels": kernels,
-        "claims": found.claims,
-        "sources": {k["name"]: k["source"] for k in kernels if k.get("source")},
-    }
+    info = CaptureInfo(
+        kernels=tuple(kernels),
+        claims=found.claims,
+        sources={k["name"]: k["source"] for k in kernels if k.get("source")},
+    )
     notes = []
     if kernels:
         notes.append(
@@ -362,24 +366,30 @@ def _notes(walked: Walk) -> list[str]:
     return [] if walked.events else ["the trace holds no executed XLA ops"]
 
 
-def _remember(path: str | os.PathLike[str], info: Mapping[str, Any], iterations: int) -> None:
+def _remember(path: str | os.PathLike[str], info: CaptureInfo, iterations: int) -> None:
     folder = pathlib.Path(path)
     if folder.is_dir():
         with contextlib.suppress(OSError, TypeError, ValueError):
-            atomic_write(folder / INFO_FILE, packb({**info, "iterations": iterations}))
+            atomic_write(folder / INFO_FILE, packb({**info.to_dict(), "iterations": iterations}))
 
 
-def _recall(path: str | os.PathLike[str], iterations: int) -> tuple[dict[str, Any], int]:
+def _recall(path: str | os.PathLike[str], iterations: int) -> tuple[CaptureInfo, int, str | None]:
     """What the capture of the trace at ``path`` knew (its :data:`INFO_FILE`): beside the
     trace file or in a folder above it, so a capture's root, its ``step-N/`` and its
-    ``step-N/trace/`` all find the same one."""
+    ``step-N/trace/`` all find the same one; and why a sidecar found is of no use (its
+    fields of the wrong kind), if it is not."""
     for sidecar in _sidecars(path):
         try:  # written by jaxtune, but a damaged one is only a lost hint
-            info = dict(unpackb(read_bounded(sidecar)))
-            return info, iterations or int(info.pop("iterations", 0) or 0)
+            raw = unpackb(read_bounded(sidecar))
         except (DecodeError, OSError, TypeError, ValueError, OverflowError):
-            return {}, iterations
-    return {}, iterations
+            return CaptureInfo(), iterations, None
+        try:
+            info = CaptureInfo.from_dict(raw)
+            stored = raw.get("iterations", 0) or 0
+            return info, iterations or int(stored), None
+        except (TypeError, ValueError, OverflowError) as e:
+            return CaptureInfo(), iterations, str(e)
+    return CaptureInfo(), iterations, None
 
 
 def _sidecars(path: str | os.PathLike[str]) -> list[pathlib.Path]:

@@ -33,4 +33,4 @@ def handle(server: Any, request: Request) -> Done:
         warmup=warmup,
         logdir=logdir,
     )
-    return Done(body={"info": info})
+    return Done(body={"info": info.to_dict()})
