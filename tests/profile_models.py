@@ -139,3 +139,12 @@ def direct_step(x):
         out_specs=block,
     )(x, jnp.sin(x))
     return jnp.cos(added)
+
+
+def rowsum_loss(x):
+    return (rowsum(x) ** 2).sum()
+
+
+def rowsum_grad_step(x):
+    """A differentiated step, defined at module level so that it can travel to a child."""
+    return jax.grad(rowsum_loss)(x)

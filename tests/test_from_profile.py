@@ -6,8 +6,9 @@ import json
 
 import jax
 import jax.numpy as jnp
+import profile_models
 import pytest
-from profile_models import three_kernels
+from profile_models import three_kernels, with_autotuned
 
 import jaxtune
 from jaxtune._cli import from_profile as _from_profile
@@ -129,3 +130,34 @@ def test_an_empty_cache_tunes_whatever_the_recording_says(tmp_path, monkeypatch,
     assert cli_main(["tune", "--from-profile", str(tmp_path / "p"), "--retune"]) == 0
     assert swept[-1] == [("lib.k", "f32[8]")]
     capsys.readouterr()
+
+
+@pytest.mark.child
+def test_a_kernel_in_a_differentiated_step_is_recorded_to_time_its_backward_too(tmp_path):
+    """A profile of a ``jax.grad`` step records the autotuned call it saw for ``tune
+    --from-profile`` with ``timing="auto"`` resolved as a sweep in that program resolves it:
+    forward and backward (``vjp``); the same kernel in a plain step: forward."""
+    x = jnp.ones((256, 128), jnp.float32)
+    timings = {}
+    for name, step in (("grad", profile_models.rowsum_grad_step), ("plain", with_autotuned)):
+        profile = jaxtune.profile(step, x, iters=2, logdir=str(tmp_path / name))
+        (call,) = [c for c in profile.calls if c["kernel"] == "tests.profile.rowsum"]
+        timings[name] = call["request"]["plan"]["timing"]
+    assert timings == {"grad": "vjp", "plain": "forward"}
+    _process.shutdown_children()
+
+
+@pytest.mark.child
+def test_a_transformed_function_is_profiled_itself_not_the_function_it_names(tmp_path):
+    """``jax.grad(loss)`` is named ``loss``: the child would profile ``loss``. It is captured
+    in this process instead, with one warning that says how to keep the child."""
+    x = jnp.ones((256, 128), jnp.float32)
+    with pytest.warns(jaxtune.JaxtuneWarning, match=r"names another function.*jax\.grad"):
+        profile = jaxtune.profile(
+            jax.grad(profile_models.rowsum_loss), x, iters=2, logdir=str(tmp_path / "g")
+        )
+    (call,) = [c for c in profile.calls if c["kernel"] == "tests.profile.rowsum"]
+    assert call["request"]["plan"]["timing"] == "vjp"  # the gradient ran, not the loss
+    # A jitted function may stand for the function it jits: still captured in the child.
+    jaxtune.profile(jax.jit(with_autotuned), x, iters=2, logdir=str(tmp_path / "j"))
+    _process.shutdown_children()

@@ -4,6 +4,7 @@ step, its ``flops``/``bytes`` hints, one recorded call per (kernel, key) for ``t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .._program import markers as _markers
@@ -30,6 +31,8 @@ def hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]
             continue
         marks = _markers.parse(site.name_stack)
         mark = _markers.lookup(marks[-1][1]) if marks else None
+        if mark is not None and _markers.differentiated(site.name_stack, mark.kernel):
+            mark = dataclasses.replace(mark, differentiated=True)
         if mark is not None and mark.owner is not None:
             hint = mark.owner.cost_hint(*mark.args, **mark.kwargs)
             if hint:

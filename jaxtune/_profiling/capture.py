@@ -3,6 +3,7 @@ sends, answered in the child by :mod:`jaxtune._profiling.serve`."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from .._isolation.context import warn_notes, warn_unapplied
 from .._isolation.frames import ErrorReply
 from .._isolation.process import POOL, ChildLost
 from .._isolation.requests import call_request
+from .._isolation.resolve import find
 from .._isolation.service import ChildService
 from .._isolation.wire import NotTransportable
 
@@ -41,6 +43,7 @@ def profile_in_child(
         ProfileError: the child failed; the message holds its stderr.
     """
     label = getattr(fn, "__qualname__", "profile")
+    _check_named(fn)
     message = call_request(
         HANDLER, "profile", fn, args, kwargs, label=label, iters=iters, warmup=warmup, logdir=logdir
     )
@@ -67,3 +70,27 @@ def profile_in_child(
         return CaptureInfo.from_dict(answer.body.get("info") or {})
     except ValueError as e:
         raise ProfileError(f"the profiling child's answer is damaged: {e}") from None
+
+
+def _check_named(fn: Any) -> None:
+    """The child finds the function by ``module:qualname``. A transformed function names
+    the function it wraps (``jax.grad(loss)`` is called ``loss``), which the child would
+    profile instead; ``jax.jit(f)`` may stand for ``f`` (the capture jits it anyway).
+
+    Raises:
+        NotTransportable: that name leads to another function than ``fn``.
+    """
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    qualname = getattr(fn, "__qualname__", "")
+    if module is None or not qualname or "<" in qualname:
+        return  # function_ref says why it cannot travel
+    found = find(vars(module), qualname)
+    if found is fn or getattr(found, "__wrapped_profiled__", None) is fn:
+        return
+    if hasattr(fn, "lower") and getattr(fn, "__wrapped__", None) is found:
+        return
+    raise NotTransportable(
+        f"{module.__name__}:{qualname} names another function than the one given (a "
+        "transformed function such as jax.grad(f) carries the name of f); wrap it in a "
+        "module-level function, e.g. def step(x): return jax.grad(f)(x)"
+    )

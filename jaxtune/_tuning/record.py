@@ -68,7 +68,9 @@ class _Recorder:
             os._exit(0)
 
 
-def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
+def call_frame(
+    kernel: Any, sig: Any, choice: Any, *, differentiated: bool = False
+) -> dict[str, Any]:
     """One recorded call: kernel id, key, shapes, where its config came from, and the sweep
     request that tunes it in a child (or ``error`` when the kernel cannot travel)."""
     from .._isolation.devices import sweep_devices
@@ -90,7 +92,8 @@ def call_frame(kernel: Any, sig: Any, choice: Any) -> dict[str, Any]:
         "devices": sweep_devices(),
     }
     try:
-        frame["request"] = sweep_request(kernel.sweep_task(sig, space, default)).to_wire()
+        task = kernel.sweep_task(sig, space, default, differentiated=differentiated)
+        frame["request"] = sweep_request(task).to_wire()
     except NotTransportable as e:
         frame["error"] = str(e)
     return frame
@@ -102,7 +105,10 @@ def frame_for_mark(mark: Any) -> dict[str, Any]:
     from .._core.vocabulary import Choice
 
     sig = mark.owner.bind(mark.args, mark.kwargs)
-    return call_frame(mark.owner, sig, Choice(config=mark.config, source=mark.source, key=mark.key))
+    choice = Choice(config=mark.config, source=mark.source, key=mark.key)
+    # A call traced under jax.grad/jax.vjp runs its backward pass too: timing="auto" times
+    # forward and backward, as a sweep in that program would.
+    return call_frame(mark.owner, sig, choice, differentiated=mark.differentiated)
 
 
 def _recorder(settings: _config.Settings) -> _Recorder | None:
