@@ -330,6 +330,27 @@ def test_a_value_that_cannot_be_stored_is_an_error_at_decoration(value):
             return x
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (float("nan"), "is or holds NaN"),
+        ((1.0, float("nan")), "is or holds NaN"),
+        (np.int64(3), r"Pass 3 \(a Python int"),
+        (np.float32(0.5), r"Pass 0.5 \(a Python float"),
+    ],
+    ids=["nan", "nan in a tuple", "numpy int", "numpy float"],
+)
+def test_nan_and_numpy_scalars_are_refused_with_the_fix(value, says):
+    """A NaN config is never equal to itself, so a stored one could never be matched to the
+    space again (it was stored, then skipped with a warning on every lookup); a numpy
+    scalar is told to become the Python number it holds."""
+    with pytest.raises(jaxtune.ConfigSpaceError, match=says):
+
+        @jaxtune.autotuned(configs={"scale": [1.0, value]}, name="tests.safety.nan")
+        def scaled(x, *, scale):
+            return x
+
+
 def test_a_value_that_cannot_be_stored_from_a_callable_space_is_an_error_when_built():
     @jaxtune.autotuned(configs=lambda x: [{"chunk": 2**70}], name="tests.safety.unstorable_fn")
     def unstorable(x, *, chunk):

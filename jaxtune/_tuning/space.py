@@ -27,7 +27,13 @@ def _round_trips(value: Any) -> bool:
         back = unpackb(packb([value]))
     except Exception:  # msgpack raises OverflowError, ValueError or TypeError
         return False
-    return bool(back == [value]) or value != value  # NaN is stored, but is never equal
+    return bool(back == [value])
+
+
+def _has_nan(value: Any) -> bool:
+    if isinstance(value, float):
+        return value != value
+    return isinstance(value, tuple) and any(_has_nan(v) for v in value)
 
 
 def _check_value(name: str, value: Any, where: str, checked: set[Any]) -> None:
@@ -41,11 +47,22 @@ def _check_value(name: str, value: Any, where: str, checked: set[Any]) -> None:
     seen = (type(value), value)
     if seen in checked:  # a large space repeats few values
         return
+    if _has_nan(value):
+        raise ConfigSpaceError(
+            f"{where}: value {value!r} of {name!r} is or holds NaN, which is never equal to "
+            "itself: a stored config holding it could never be matched to the space again. "
+            "Use a name (a str) and map it to the value inside the kernel."
+        )
     if not (storable(value) and _round_trips(value)):
+        plain = type(value).__module__ == "numpy" and hasattr(value, "item")
+        fix = (
+            f"Pass {value.item()!r} (a Python {type(value.item()).__name__}, `.item()`)."
+            if plain
+            else "Use a name (a str) and map it to the object inside the kernel."
+        )
         raise ConfigSpaceError(
             f"{where}: value {value!r} of {name!r} ({type(value).__name__}) cannot be stored "
-            f"in the cache; config values must be {_STORABLE} (ints within 64 bits). Use a "
-            "name (a str) and map it to the object inside the kernel."
+            f"in the cache; config values must be {_STORABLE} (ints within 64 bits). {fix}"
         )
     checked.add(seen)
 
