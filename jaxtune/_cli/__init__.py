@@ -7,9 +7,10 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Sequence
 
-from .._core.errors import JaxtuneError
+from .._core.errors import JaxtuneError, JaxtuneWarning
 from . import profile as _profile_cli
 
 __all__ = ["build_parser", "main"]
@@ -79,7 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.debug = debug
     _hear_interrupts()
     try:
-        return _dispatch(args)
+        with warnings.catch_warnings():  # restores how warnings show when the command ends
+            if not debug:
+                _one_line_warnings()
+            return _dispatch(args)
     except KeyboardInterrupt:
         print(f"jaxtune {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -97,6 +101,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exception(type(error), error, error.__traceback__)
     print(f"jaxtune {args.command}: {message}", file=sys.stderr)
     return status
+
+
+def _one_line_warnings() -> None:
+    """jaxtune's warnings as the one line they are on a terminal (Python's format adds the
+    file, line and source of the code that warned, which is jaxtune's, not the user's)."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, JaxtuneWarning):
+            print(str(message), file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 def _hear_interrupts() -> None:

@@ -124,3 +124,16 @@ def test_debug_flag_shows_the_traceback(cli, tmp_path):
 def test_bad_setting_is_one_line(cli):
     line = one_line_error(cli("cache", "list", env={"JAXTUNE_TIMEOUT": "1e10"}))
     assert line.startswith("jaxtune cache: JAXTUNE_TIMEOUT='1e10' is not valid")
+
+
+def test_a_damaged_user_cache_file_is_one_warning_line_in_the_cli(cli, tmp_path):
+    """The user cache's damaged file is moved aside and read as empty (a lookup must not
+    fail); the command says so in one line, not in Python's warning format with jaxtune's
+    own source line."""
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "k.msgpack").write_bytes(b"\x93\x01\x02\x03 trailing bytes")
+    proc = cli("cache", "list", env={"JAXTUNE_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jaxtune cache file "), proc.stderr
+    assert "moved to k.msgpack.corrupt-" in lines[0] and "Warning" not in lines[0]
