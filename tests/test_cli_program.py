@@ -31,7 +31,7 @@ def test_python_means_the_interpreter_jaxtune_runs_in(cli, verb):
 def test_a_missing_command_is_a_message_not_a_traceback(cli, verb):
     proc = cli(verb, "--", "no-such-command-jaxtune")
     assert proc.returncode == 2
-    assert "could not start 'no-such-command-jaxtune'" in proc.stderr
+    assert f"jaxtune {verb}: could not start 'no-such-command-jaxtune'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

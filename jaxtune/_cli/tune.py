@@ -119,7 +119,7 @@ def run_program(command: list[str], env: Mapping[str, str], verb: str, *, stdin:
         proc = subprocess.Popen(command, env=dict(env), stdin=stdin)
     except OSError as e:
         raise JaxtuneError(
-            f"jaxtune {verb} could not start {command[0]!r}: {e.strerror or e}. Expected a "
+            f"could not start {command[0]!r}: {e.strerror or e}. Expected a "
             f"command such as `jaxtune {verb} -- python train.py`; check the name and PATH."
         ) from e
     try:
