@@ -32,3 +32,10 @@ def test_min_share_outside_zero_to_one_is_refused(incli, tmp_path, raw):
     proc = incli("tune", "--from-profile", str(tmp_path), "--min-share", raw)
     assert proc.returncode == 2, proc.stderr
     assert "is not a share from 0 to 1" in proc.stderr
+
+
+def test_a_profile_path_that_does_not_exist_says_so(incli, tmp_path):
+    proc = incli("tune", "--from-profile", str(tmp_path / "nowhere"))
+    assert proc.returncode == 2, proc.stderr
+    assert f"{tmp_path / 'nowhere'} does not exist" in proc.stderr
+    assert "jaxtune profile --logdir DIR" in proc.stderr

@@ -46,6 +46,11 @@ class Ranked:
 def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[Any]]]:
     """``(path, kernels, calls)`` of each saved report under ``root`` (``report.json``
     and its ``.calls.msgpack``) or, when there is none, of each trace jaxtune captured."""
+    if not root.exists():
+        raise JaxtuneError(
+            f"--from-profile: {root} does not exist. Capture a profile first: `jaxtune profile "
+            "--logdir DIR -- python train.py`, or `jaxtune.profile(fn, *args, logdir=DIR)`."
+        )
     reports = [root] if root.is_file() else sorted(root.rglob("report.json"))
     found = []
     for path in reports:
