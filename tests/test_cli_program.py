@@ -14,6 +14,8 @@ pytestmark = pytest.mark.child
 def test_a_failing_program_fails_the_command_with_its_status(cli, verb):
     proc = cli(verb, "--", "python", "-c", "import sys; sys.exit(3)")
     assert proc.returncode == 3, proc.stderr
+    if verb == "tune":
+        assert "exited with status 3; it recorded no autotuned call" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("verb", ["tune", "profile"])

@@ -227,11 +227,12 @@ def run(args: argparse.Namespace) -> int:
     command = program(args, "tune")
     records, stopped, status = _record(command, full=args.full)
     if status != 0 and not stopped:
-        print(
-            f"jaxtune tune: the program {exit_text(status)}; tuning the "
-            f"{len(records)} calls it recorded",
-            file=sys.stderr,
+        then = (
+            f"tuning the {count(len(records), 'call')} it recorded"
+            if records
+            else "it recorded no autotuned call, so nothing is tuned"
         )
+        print(f"jaxtune tune: the program {exit_text(status)}; {then}", file=sys.stderr)
     had_config = [r for r in records if r["source"] in HITS]
     todo = [r for r in records if args.retune or r["source"] not in HITS]
     entries, problems = sweep_records(todo)
