@@ -23,16 +23,13 @@ Run: python bench/bench_tie_rounds.py [--sweeps 5] [--rounds 60] [--busy 0] [--r
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 os.environ["JAXTUNE_MODE"] = "tune"
@@ -48,8 +45,6 @@ import bench_vs_tools as vs
 
 from jaxtune._tuning.sweep import engine, rounds, stats
 from jaxtune._tuning.sweep.timing import DEFAULT
-
-BUSY = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 
 
 def cases() -> dict[str, tuple[Any, tuple[Any, ...], list[str]]]:
@@ -122,20 +117,6 @@ def replay(sweep: list[dict[str, list[float]]], order: list[str]) -> dict[str, A
     }
 
 
-@contextlib.contextmanager
-def busy(n: int) -> Iterator[None]:
-    cpus = sorted(os.sched_getaffinity(0))
-    procs = [
-        subprocess.Popen([sys.executable, "-c", BUSY, str(cpus[i % len(cpus)])]) for i in range(n)
-    ]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=5)
@@ -145,7 +126,7 @@ def main() -> None:
     parser.add_argument("--results", type=pathlib.Path)
     a = parser.parse_args()
     out: dict[str, Any] = {"busy": a.busy, "rounds": a.rounds, "kernels": {}}
-    with busy(a.busy):
+    with winner.busy(a.busy):  # pinned one to a core, as the right-winner benchmark's
         for name, (kernel, args, order) in cases().items():
             if name not in a.kernels.split(","):
                 continue

@@ -134,12 +134,20 @@ def _no_packaged_caches():
     _cache.unregister_caches()
 
 
+def _sweep_timing(monkeypatch: pytest.MonkeyPatch, **options: float) -> object:
+    """Makes ``options`` the timing every sweep of the test uses."""
+    from jaxtune._tuning.sweep import timing as _timing
+
+    chosen = _timing.TimingOptions(**options)  # type: ignore[arg-type]
+    monkeypatch.setattr(_timing, "DEFAULT", chosen)
+    return chosen
+
+
 @pytest.fixture
 def fast_timing(monkeypatch):
     """Shortens timing for tests that sweep but do not compare speeds."""
-    from jaxtune._tuning.sweep import timing as _timing
-
-    fast = _timing.TimingOptions(
+    return _sweep_timing(
+        monkeypatch,
         min_time_s=0.002,
         min_samples=3,
         max_samples=10,
@@ -147,17 +155,14 @@ def fast_timing(monkeypatch):
         max_rounds=6,
         round_floor_us=200.0,
     )
-    monkeypatch.setattr(_timing, "DEFAULT", fast)
-    return fast
 
 
 @pytest.fixture
 def crash_timing(monkeypatch):
     """The least timing a sweep takes, for tests about crashes that only ask that the crash
     is recorded and a working config stored: one round of one sample a config."""
-    from jaxtune._tuning.sweep import timing as _timing
-
-    least = _timing.TimingOptions(
+    return _sweep_timing(
+        monkeypatch,
         min_time_s=0.0,
         min_samples=1,
         max_samples=2,
@@ -166,5 +171,3 @@ def crash_timing(monkeypatch):
         round_samples=1,
         round_floor_us=0.0,
     )
-    monkeypatch.setattr(_timing, "DEFAULT", least)
-    return least
