@@ -106,10 +106,19 @@ def test_table_lists_each_entry():
         "best",
         "us",
         "speedup",
+        "pass",
         "config",
         "decided",
     ]
     assert "4.00x" in row and " 10.0 " in row and " 2.50 " in row and "layout='nt'" in row
+
+
+@pytest.mark.parametrize(("timing", "shown"), [("forward", "forward"), ("vjp", "fwd+bwd")])
+def test_the_table_names_the_pass_timed(timing, shown):
+    table = jaxtune.TuningResult.of(dataclasses.replace(full_entry(), timing=timing)).table()
+    header, _, row = table.splitlines()
+    column = header.split().index("pass") - 2  # "default us" and "best us" are two words
+    assert row.split()[column] == shown
 
 
 def test_the_table_says_how_the_winner_was_decided():

@@ -204,14 +204,17 @@ def test_sweep_records_every_failure_kind_and_picks_fastest(fast_timing):
     assert out.default is by["fast"]
 
 
-def test_default_outside_space_is_timed_as_reference(fast_timing):
+def test_default_outside_space_is_a_candidate_with_its_measurement(fast_timing):
+    """DESIGN: the default is always a candidate, whether or not it is in configs, and the
+    entry holds its measurement."""
+
     def k(x, *, c):
         return x * 1.0
 
     x = jnp.ones(8)
     task = task_of(k, bind(k, x), ({"c": 2}, {"c": 3}), {"c": 1}, options=fast_timing)
     out = _sweep.run_sweep(task)
-    assert [m.config for m in out.measurements] == [{"c": 2}, {"c": 3}]
+    assert [m.config for m in out.measurements] == [{"c": 2}, {"c": 3}, {"c": 1}]
     assert isinstance(out.default, Measurement) and out.default.config == {"c": 1}
 
 

@@ -62,7 +62,8 @@ def _show(entries: list[Entry]) -> str:
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
         lines.append(
             f"{e.kernel} on {e.device_kind}, key {e.key}: best {dict(e.config)} "
-            f"({speed} over default {dict(e.default_config)})"
+            f"({speed} over default {dict(e.default_config)}; timed {e.pass_text}"
+            f"{f', {e.timer} timer' if e.timer else ''})"
         )
         for m in e.measurements:
             if isinstance(m, Measurement):

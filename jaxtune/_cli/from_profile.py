@@ -20,7 +20,7 @@ from .._core.errors import JaxtuneError
 from .._profiling.report import CALLS_SUFFIX, INFO_FILE, report_from_trace
 from .._tuning.result import format_table
 from .._tuning.store import cache as _cache
-from .tune import sweep_records
+from .tune import sweep_records, wrong_pass
 
 __all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run", "tuned_here"]
 
@@ -136,7 +136,11 @@ def tuned_here(frame: dict[str, Any]) -> bool:
     except (KeyError, TypeError, JaxtuneError):
         return False
     version = frame.get("version")
-    return entry is not None and (version is None or entry.kernel_version == version)
+    return (
+        entry is not None
+        and (version is None or entry.kernel_version == version)
+        and not wrong_pass(frame, entry.timing)
+    )
 
 
 def run(args: argparse.Namespace) -> int:

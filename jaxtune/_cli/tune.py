@@ -34,12 +34,15 @@ __all__ = [
     "HITS",
     "add_parser",
     "exit_text",
+    "merged",
     "program",
     "run",
     "run_program",
     "stop_program",
     "summary_line",
     "sweep_records",
+    "timed_pass",
+    "wrong_pass",
 ]
 
 #: Where a config came from when the call already had a tuned one.
@@ -177,7 +180,32 @@ def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
                 records.append(frame)
     finally:
         os.close(fd)
-    return records, stopped
+    return merged(records), stopped
+
+
+def merged(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (kernel, key), in the order first seen: a call recorded again
+    because it turned out to be differentiated (its sweep times forward and backward)
+    replaces its forward record."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in records:
+        pair = (record["kernel"], record["key"])
+        if pair not in out or timed_pass(record) == "vjp":
+            out[pair] = record
+    return list(out.values())
+
+
+def timed_pass(record: dict[str, Any]) -> str:
+    """The pass a recorded call's sweep would time (``forward``, ``vjp``; ``""`` when the
+    recording holds no sweep)."""
+    plan = (record.get("request") or {}).get("plan") or {}
+    return str(plan.get("timing") or "")
+
+
+def wrong_pass(record: dict[str, Any], entry_timing: str) -> bool:
+    """Whether the entry a recorded call would reuse timed the forward pass only, while the
+    call runs its backward too: such a call is tuned again."""
+    return timed_pass(record) == "vjp" and entry_timing == "forward"
 
 
 def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) -> str:
@@ -233,8 +261,10 @@ def run(args: argparse.Namespace) -> int:
             else "it recorded no autotuned call, so nothing is tuned"
         )
         print(f"jaxtune tune: the program {exit_text(status)}; {then}", file=sys.stderr)
-    had_config = [r for r in records if r["source"] in HITS]
-    todo = [r for r in records if args.retune or r["source"] not in HITS]
+    had_config = [
+        r for r in records if r["source"] in HITS and not wrong_pass(r, r.get("entry_timing", ""))
+    ]
+    todo = [r for r in records if args.retune or r not in had_config]
     entries, problems = sweep_records(todo)
     _report(args, records, had_config, entries, problems)
     if status != 0 and not stopped:

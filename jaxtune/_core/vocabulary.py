@@ -23,11 +23,22 @@ __all__ = [
     "Source",
     "config_id",
     "measurement_from_dict",
+    "pass_text",
 ]
 
 Config = dict[str, Any]
 #: Where a call's config came from.
 Source = Literal["explicit", "scope", "cache", "packaged", "nearest", "default"]
+
+
+def pass_text(timing: str) -> str:
+    """A sweep's ``timing`` for people: ``forward``, ``fwd+bwd`` (``vjp``), ``-`` (unknown).
+
+    Examples:
+        >>> pass_text("vjp")
+        'fwd+bwd'
+    """
+    return {"forward": "forward", "vjp": "fwd+bwd"}.get(timing, timing or "-")
 
 
 def config_id(config: Mapping[str, Any]) -> str:
@@ -145,6 +156,12 @@ class Entry:
     #: ``vjp``: forward and backward); empty in entries older than the fields.
     timer: str = ""
     timing: str = ""
+
+    @property
+    def pass_text(self) -> str:
+        """The pass the sweep timed, for people: ``forward``, ``fwd+bwd`` (``vjp``), or
+        ``-`` in entries older than the field."""
+        return pass_text(self.timing)
 
     def decision_text(self) -> str:
         """How the stored config won, for people: ``"clear: 1.31x ahead of block=64

@@ -43,12 +43,11 @@ def mark(m: Mark) -> str:
     """Registers ``m`` and returns the scope name to run the kernel under."""
     from .._core.vocabulary import config_id
 
-    digest = hashlib.sha256(f"{m.kernel}|{m.key}|{config_id(m.config)}".encode()).hexdigest()
-    digest = digest[:10]
+    # A differentiated call is a mark of its own: the same call in a plain step of the same
+    # process is not differentiated.
+    text = f"{m.kernel}|{m.key}|{config_id(m.config)}" + ("|vjp" if m.differentiated else "")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
     with _LOCK:
-        seen = _MARKS.get(digest)
-        if seen is not None and seen.differentiated and not m.differentiated:
-            m = dataclasses.replace(m, differentiated=True)  # the same call, also differentiated
         _MARKS[digest] = m
     return f"jaxtune[{m.kernel}#{digest}]"
 

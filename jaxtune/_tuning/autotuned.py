@@ -153,7 +153,8 @@ class Autotuned(Generic[P, R]):
         self.renew_eager()
         renew_on_cache_change(self)
         self._jitted: dict[str, Callable[..., R]] = {}
-        self._retuned: set[tuple[str, str]] = set()
+        #: (device kind, key) -> the pass this process swept it for in retune mode.
+        self._retuned: dict[tuple[str, str], str] = {}
         #: The pruned space and default per (shapes, statics): prune runs once per shape.
         self._spaces: dict[Any, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         strategy_of(search)  # validates the name or object now, not at the first sweep
@@ -169,10 +170,10 @@ class Autotuned(Generic[P, R]):
     def renew_eager(self) -> None:
         """Replaces the eager jit with a fresh one (no traces), after a cache or a variable
         that decides the config changed."""
-        self._eager_jit = eager_jit(self.__wrapped__, self._call, self._jit_static)
+        self._eager_jit = eager_jit(self.__wrapped__, self._inside, self._jit_static)
         self._deciding = _config.fingerprint(_config.DECIDING)
         if self._fast:  # the per-kernel class of the short path
-            call = eager_call(self._current_eager, self.renew_eager)
+            call = eager_call(self._current_eager, self.renew_eager, self._inside)
             type(self).__call__ = staticmethod(call)  # type: ignore[method-assign]
 
     def _current_eager(self) -> Callable[..., Any]:
@@ -241,7 +242,7 @@ class Autotuned(Generic[P, R]):
         space, default = self.space_and_default(sig)
         # config_for never sweeps, so it answers what the caches hold even in retune mode.
         if not (sweep and self._retuning(kind, sig)):
-            fit = _lookup.Fit(self.kernel_id, self.version, space)
+            fit = _lookup.Fit(self.kernel_id, self.version, [*space, default])
             scoped = _lookup.scoped_entry(self.kernel_id, kind, sig.key, fit)
             if scoped is not None:
                 return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
@@ -263,7 +264,23 @@ class Autotuned(Generic[P, R]):
         return _agree.agree(question)
 
     def _retuning(self, kind: str, sig: Signature) -> bool:
-        return _config.settings().mode == "retune" and (kind, sig.key) not in self._retuned
+        if _config.settings().mode != "retune":
+            return False
+        swept = self._retuned.get((kind, sig.key))
+        # A sweep of forward and backward also answers a call that runs the forward only.
+        return swept is None or (swept == "forward" and self.sweep_timing() == "vjp")
+
+    def sweep_timing(self) -> str:
+        """The pass a sweep of this kernel started now would time: ``forward`` or
+        ``vjp``."""
+        if self.timing != "auto":
+            return self.timing
+        return "vjp" if _DIFFERENTIATED.get() else "forward"
+
+    def _wrong_pass(self, entry: Entry) -> bool:
+        """Whether a sweep allowed now should replace ``entry``: it timed the forward pass
+        of a kernel whose call here is differentiated (``timing="auto"``)."""
+        return self.timing == "auto" and entry.timing == "forward" and _DIFFERENTIATED.get()
 
     def _decide(
         self,
@@ -277,14 +294,15 @@ class Autotuned(Generic[P, R]):
         """The lookup after the scopes: caches, a sweep through ``measure`` (on a miss in
         tune mode), nearest (for kernels that opt in), default."""
         settings = _config.settings()
-        fit = _lookup.Fit(self.kernel_id, self.version, space)
+        fit = _lookup.Fit(self.kernel_id, self.version, [*space, default])
         use_caches = settings.mode != "off"
+        sweeping = measure is not None and settings.mode in ("tune", "retune")
         if use_caches and not (measure is not None and self._retuning(kind, sig)):
             found = _lookup.cached_entry(self.kernel_id, kind, sig.key, fit)
-            if found is not None:
+            if found is not None and not (sweeping and self._wrong_pass(found[0])):
                 entry, source = found
                 return Choice(config=dict(entry.config), source=source, key=sig.key, entry=entry)
-        if measure is not None and settings.mode in ("tune", "retune"):
+        if sweeping:
             try:
                 entry = self._sweep(sig, space, default, kind, measure=measure)
             except TuningFailedError as e:
@@ -294,6 +312,7 @@ class Autotuned(Generic[P, R]):
                     stacklevel=5,
                 )
             else:
+                assert measure is not None
                 return Choice(config=dict(entry.config), source="cache", key=sig.key, entry=entry)
         if use_caches and (self.nearest or settings.nearest):
             near = _lookup.nearest(self.kernel_id, kind, fit, sig.shapes, sig.statics)
@@ -313,9 +332,7 @@ class Autotuned(Generic[P, R]):
         the call was traced under ``jax.grad``/``jax.vjp``, so ``timing="auto"`` times
         forward and backward)."""
         settings = _config.settings()
-        timing = self.timing
-        if timing == "auto":
-            timing = "vjp" if differentiated or _DIFFERENTIATED.get() else "forward"
+        timing = "vjp" if self.timing == "auto" and differentiated else self.sweep_timing()
         plan = SweepPlan(
             kernel=self.kernel_id,
             key=sig.key,
@@ -351,7 +368,7 @@ class Autotuned(Generic[P, R]):
         if _agree.may_write_cache():
             _cache.user_cache().keep([entry])
         with self._lock:
-            self._retuned.add((kind, sig.key))
+            self._retuned[kind, sig.key] = task.plan.timing
         return entry
 
     # -- calls ---------------------------------------------------------------------------
@@ -367,31 +384,99 @@ class Autotuned(Generic[P, R]):
         return self._call(*args, **kwargs)
 
     def _call(self, *args: Any, **kwargs: Any) -> R:
+        if is_tracing(jax.tree_util.tree_leaves((args, kwargs))):
+            return self._inside(*args, **kwargs)
         explicit = self._explicit(kwargs) if kwargs else None
         if explicit is not None:
             rest = {k: v for k, v in kwargs.items() if k not in explicit}
             sig = self.bind(args, rest)
             _, default = self.space_and_default(sig)
             choice = Choice(config={**default, **explicit}, source="explicit", key=sig.key)
-            if is_tracing(jax.tree_util.tree_leaves((args, rest))):
-                with jax.named_scope(self._marker(sig, choice)):
-                    return self.__wrapped__(*args, **rest, **choice.config)
             return self._jit_for(sig, choice)(*args, **rest)
-        if is_tracing(jax.tree_util.tree_leaves((args, kwargs))):
-            return self._traced(args, kwargs)
         self.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
         if _config.fingerprint(_config.DECIDING) != self._deciding:
             self.renew_eager()  # a variable that decides the config changed (see eager.py)
         return self._eager_jit(*args, **kwargs)
 
+    def _inside(self, *args: Any, **kwargs: Any) -> R:
+        """A call inside a trace: the caller's, or the eager jit's own (which must not call
+        the eager jit again: a kernel without array arguments has no tracer to tell)."""
+        explicit = self._explicit(kwargs) if kwargs else None
+        if explicit is None:
+            return self._traced(args, kwargs)
+        rest = {k: v for k, v in kwargs.items() if k not in explicit}
+        sig = self.bind(args, rest)
+        _, default = self.space_and_default(sig)
+        choice = Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+        with jax.named_scope(self._marker(sig, choice)):
+            return self.__wrapped__(*args, **rest, **choice.config)
+
     def _traced(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         """The kernel called with the config chosen for these (traced) arguments."""
         sig = self.bind(args, kwargs)
-        differentiated = is_differentiated(jax.tree_util.tree_leaves((args, kwargs)))
-        with differentiated_calls(differentiated or _DIFFERENTIATED.get()):
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        differentiated = is_differentiated(leaves) or _DIFFERENTIATED.get()
+        with differentiated_calls(differentiated):
             choice = self._choose(sig, sweep=True)
+        if not differentiated and self._may_learn_differentiation(choice):
+            return self._watched(sig, args, kwargs, choice)
+        return self._run(sig, choice, differentiated, args, kwargs)
+
+    def _run(
+        self,
+        sig: Signature,
+        choice: Choice,
+        differentiated: bool,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> R:
         with jax.named_scope(self._marker(sig, choice, differentiated=differentiated)):
             return self.__wrapped__(*args, **kwargs, **choice.config)
+
+    def _may_learn_differentiation(self, choice: Choice) -> bool:
+        """Whether a call traced without JAX's differentiation in sight must find out if it
+        is differentiated later: ``jax.grad(jax.jit(f))`` traces ``f`` before the gradient
+        is taken. Only a sweep (tune mode) or a recording (``jaxtune tune --``) acts on
+        it, and only for ``timing="auto"`` and a config that a sweep decides."""
+        if self.timing != "auto" or choice.source in ("explicit", "scope"):
+            return False
+        settings = _config.settings()
+        if settings.record:  # the recording says which pass each call runs
+            return True
+        if settings.mode not in ("tune", "retune"):
+            return False
+        return choice.entry is None or choice.entry.timing != "vjp"
+
+    def _watched(
+        self, sig: Signature, args: tuple[Any, ...], kwargs: dict[str, Any], choice: Choice
+    ) -> R:
+        """The call under a ``jax.custom_jvp`` whose rule runs only when JAX differentiates
+        it: the rule chooses again as a differentiated call (a sweep of forward and
+        backward in tune mode, a recorded differentiated call) and computes the forward and
+        its tangent with that config. Without differentiation the program is the call
+        itself. The traced leaves are the rule's inputs; the rest stays as it was given."""
+        leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+        traced = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.core.Tracer)]
+
+        def call(chosen: Choice, differentiated: bool, *values: Any) -> Any:
+            full = list(leaves)
+            for i, v in zip(traced, values, strict=True):
+                full[i] = v
+            a, k = jax.tree_util.tree_unflatten(tree, full)
+            return self._run(sig, chosen, differentiated, a, k)
+
+        @jax.custom_jvp
+        def forward(*values: Any) -> Any:
+            return call(choice, False, *values)
+
+        @forward.defjvp
+        def differentiated(primals: Any, tangents: Any) -> Any:
+            with differentiated_calls(True):
+                chosen = self._choose(sig, sweep=True)
+            return jax.jvp(functools.partial(call, chosen, True), primals, tangents)
+
+        out: R = forward(*(leaves[i] for i in traced))
+        return out
 
     def _marker(self, sig: Signature, choice: Choice, *, differentiated: bool = False) -> str:
         args, kwargs = sig.call_arguments(abstract=True)
@@ -459,6 +544,19 @@ class Autotuned(Generic[P, R]):
         entry = self._sweep(sig, space, default, _lookup.device_kind())
         retrace_jitted_functions()
         return TuningResult.of(entry)
+
+    def current_entry(self, *args: Any, **kwargs: Any) -> Entry | None:
+        """The entry of the user or a packaged cache that a call with these arguments
+        would use and a sweep now would keep: for this kernel version, in the space, and
+        timed for the pass a sweep would time now (a forward entry does not answer a
+        differentiated call); ``None`` otherwise."""
+        sig = self.bind(args, kwargs)
+        space, default = self.space_and_default(sig)
+        fit = _lookup.Fit(self.kernel_id, self.version, [*space, default])
+        found = _lookup.cached_entry(self.kernel_id, _lookup.device_kind(), sig.key, fit)
+        if found is None or self._wrong_pass(found[0]):
+            return None
+        return found[0]
 
     def cost_hint(self, *args: Any, **kwargs: Any) -> dict[str, float] | None:
         """The ``flops=`` / ``bytes=`` hints evaluated for these arguments (for roofline

@@ -72,21 +72,31 @@ def caches_changed() -> None:
 
 
 def eager_call(
-    current: Callable[[], Callable[..., Any]], renew: Callable[[], None]
+    current: Callable[[], Callable[..., Any]],
+    renew: Callable[[], None],
+    inside: Callable[..., Any],
 ) -> Callable[..., Any]:
     """A kernel's ``__call__``: the jit ``current()`` returns, after one check that none
     of the variables that decide the config (:data:`jaxtune._core.settings.DECIDING`) changed
     since this step was made: nothing tells jaxtune when ``os.environ`` changes. On a
     change, ``renew()`` replaces the kernel's eager jit (and this step) and the call goes
     to the new jit, which traces and chooses again. The check compares the objects
-    ``os.environ`` holds by identity, five dict lookups: about 0.15 µs."""
+    ``os.environ`` holds by identity, five dict lookups: about 0.15 µs.
+
+    A positional argument that is a tracer (a call inside the caller's ``jax.jit``,
+    ``jax.grad``...) goes to ``inside`` instead: the eager jit would trace the kernel
+    again with tracers of its own, hiding that ``jax.grad`` differentiates the call."""
     jitted = current()
     environ, get, keys = _config.probe(_config.DECIDING)
     k0, k1, k2, k3, k4 = keys
     seen = _config.fingerprint(_config.DECIDING)
     s0, s1, s2, s3, s4 = map(get, keys)
+    tracer = jax.core.Tracer
 
     def call(*args: Any, **kwargs: Any) -> Any:
+        for a in args:
+            if isinstance(a, tracer):
+                return inside(*args, **kwargs)
         if (
             os.environ is environ
             and get(k0) is s0

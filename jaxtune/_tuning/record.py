@@ -51,9 +51,12 @@ class _Recorder:
             jax.monitoring.register_event_duration_secs_listener(self._on_event)
 
     def record(self, kernel: Any, sig: Any, choice: Any) -> None:
-        if (kernel.kernel_id, sig.key) in self.recorded:
+        # A call seen again differentiated is recorded again: its sweep times the backward
+        # too (jax.grad(jax.jit(f)) traces f before it is differentiated).
+        seen = (kernel.kernel_id, sig.key, kernel.sweep_timing())
+        if seen in self.recorded:
             return
-        self.recorded.add((kernel.kernel_id, sig.key))
+        self.recorded.add(seen)
         from .._isolation.wire import write_frame
 
         write_frame(self.fd, call_frame(kernel, sig, choice))
@@ -84,6 +87,9 @@ def call_frame(
         "kernel": kernel.kernel_id,
         "key": sig.key,
         "source": choice.source,
+        # The pass the entry the config came from timed ("" without one): a forward entry
+        # of a call that is differentiated is tuned again.
+        "entry_timing": choice.entry.timing if choice.entry is not None else "",
         "config": dict(choice.config),
         "device_kind": device_kind(),
         "version": kernel.version,

@@ -234,6 +234,7 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
         f"default {unit}",
         f"best {unit}",
         "speedup",
+        "pass",
         "config",
         "decided",
     )
@@ -249,6 +250,7 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
                 fmt(e.default_time_us),
                 fmt(e.time_us),
                 speed,
+                e.pass_text,
                 config_id(e.config),
                 e.decision_text() or "-",
             )

@@ -27,8 +27,22 @@ def is_tracing(leaves: Sequence[Any]) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
 
 
+#: Python scalars that jax.jit takes as 0-d arrays (weakly typed) where no static
+#: argument is declared: the key, ``config_for`` and the call treat them the same way.
+_SCALARS = (bool, int, float, complex)
+
+
+def as_leaf(x: Any) -> Any:
+    """``x``, or for a Python scalar the 0-d array jax.jit would make of it (its shape and
+    JAX's default dtype: ``1`` is ``s32[]``, ``1.5`` is ``f32[]`` without x64)."""
+    if isinstance(x, _SCALARS) and not is_array(x):
+        return jax.ShapeDtypeStruct((), jax.dtypes.canonicalize_dtype(type(x)))
+    return x
+
+
 def abstractify(x: Any) -> jax.ShapeDtypeStruct:
-    """The shape and dtype of one array-like leaf, without its value."""
+    """The shape and dtype of one array-like leaf (or Python scalar), without its value."""
+    x = as_leaf(x)
     return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)
 
 
@@ -212,15 +226,15 @@ def _array_part(name: str, value: Any) -> tuple[list[tuple[str, tuple[int, ...]]
     Raises:
         SignatureError: a leaf is not an array (the argument should have been static).
     """
-    leaves = jax.tree_util.tree_leaves(value)
+    leaves = [as_leaf(leaf) for leaf in jax.tree_util.tree_leaves(value)]
     bad = [leaf for leaf in leaves if not is_array(leaf)]
     if bad:
         raise SignatureError(
             f"argument {name!r} is a {type(bad[0]).__name__} ({bad[0]!r}), not an array. "
-            f"Non-array arguments must be static: add {name!r} to "
-            f"static_argnames=... in @autotuned."
+            f"Arguments that are not arrays or Python scalars must be static: add {name!r} "
+            f"to static_argnames=... in @autotuned."
         )
     shapes = [(dtype_name(leaf.dtype), tuple(int(d) for d in leaf.shape)) for leaf in leaves]
     described = [_describe_leaf(leaf) for leaf in leaves]
-    is_single = len(leaves) == 1 and is_array(value)
+    is_single = len(leaves) == 1 and is_array(as_leaf(value))
     return shapes, described[0] if is_single else f"({','.join(described)})"

@@ -16,17 +16,23 @@ from .result import TuningResult
 __all__ = ["tune"]
 
 
-def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
+def tune(fn: Callable[..., Any], *args: Any, retune: bool = False, **kwargs: Any) -> TuningResult:
     """Tunes, ahead of time, every ``@autotuned`` kernel that ``fn`` reaches with these
-    arguments, once per distinct (kernel, key), and writes the user cache.
+    arguments and that has no current entry, once per distinct (kernel, key), and writes
+    the user cache.
 
     The kernels are found in ``fn``'s lowered StableHLO (through nested jit, grad, vmap,
-    scan and shard_map), each with the shapes it really sees there. Sweeps run in the child
-    process unless ``JAXTUNE_ISOLATION=inline``. Raw Pallas kernels without a tuning space
-    are listed in the result's ``untuned`` attribute (and reported in one warning).
+    scan and shard_map), each with the shapes it really sees there. A kernel whose entry
+    in the user cache (or a packaged one) fits its space and was timed for the pass ``fn``
+    runs is not swept again: its entry goes into the result as it is. ``retune=True`` (or
+    ``JAXTUNE_MODE=retune``) sweeps every kernel. A kernel that ``fn`` differentiates is
+    timed forward and backward (``timing="auto"``). Sweeps run in the child process
+    unless ``JAXTUNE_ISOLATION=inline``. Raw Pallas kernels without a tuning space are
+    listed in the result's ``untuned`` attribute (and reported in one warning).
     Afterwards jitted functions re-trace, so ``fn`` picks the new configs on its next call.
 
-    Arguments may be arrays or ``jax.ShapeDtypeStruct``.
+    Arguments may be arrays or ``jax.ShapeDtypeStruct``; ``retune`` is this function's
+    own keyword, not passed to ``fn``.
 
     Raises:
         TuningFailedError: every config of some kernel failed.
@@ -56,9 +62,14 @@ def tune(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TuningResult:
         differentiated[mark.kernel, mark.key] = (
             differentiated.get((mark.kernel, mark.key), False) or under_ad
         )
+    retune = retune or _config.settings().mode == "retune"
     for pair, mark in marks.items():
         with differentiated_calls(differentiated[pair]):
-            result = result | mark.owner.tune(*mark.args, **mark.kwargs)
+            current = None if retune else mark.owner.current_entry(*mark.args, **mark.kwargs)
+            if current is not None:
+                result = result | TuningResult.of(current)
+            else:
+                result = result | mark.owner.tune(*mark.args, **mark.kwargs)
     untuned = tuple(s for s in sites if s.kind == "pallas" and s.inside is None)
     if untuned:
         names = ", ".join(sorted({s.name for s in untuned}))

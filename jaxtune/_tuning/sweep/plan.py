@@ -150,6 +150,7 @@ def new_progress(plan: SweepPlan) -> Progress:
         plan.verbose,
         space=len(plan.configs),
         strategy=strategy.name,
+        timing=plan.timing,
     )
 
 

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._core.vocabulary import Failure, Measurement, config_id, pass_text
 
 if TYPE_CHECKING:
     from .plan import SweepOutcome
@@ -30,8 +30,10 @@ class Progress:
         *,
         space: int | None = None,
         strategy: str = "exhaustive",
+        timing: str = "forward",
     ):
         self.label, self.total, self.verbose = label, total, verbose
+        self.timing = timing
         self.space = space if space is not None else total
         self.strategy = strategy
         self.stream = stream or sys.stderr
@@ -96,7 +98,8 @@ class Progress:
             print(
                 f"jaxtune: tuned {self.label} in {time.perf_counter() - self.start:.1f} s: "
                 f"{len(outcome.measurements)} configs{searched} ({failed} failed), best "
-                f"{config_id(outcome.best.config)} at {best_us:.1f} us{speed}"
+                f"{config_id(outcome.best.config)} at {best_us:.1f} us "
+                f"({pass_text(self.timing)}){speed}"
                 f"{tie}",
                 file=self.stream,
                 flush=True,

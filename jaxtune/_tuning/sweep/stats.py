@@ -334,11 +334,13 @@ def finish(
     Raises:
         TuningFailedError: no config of the space produced a usable measurement.
     """
-    measured = [results[config_id(c)] for c in plan.configs if config_id(c) in results]
     default_id = config_id(plan.default)
+    # The default is a candidate like any config, also when the space lacks it.
+    candidates = [*plan.configs, plan.default]
+    ids = list(dict.fromkeys(config_id(c) for c in candidates))
+    measured = [results[cid] for cid in ids if cid in results]
     timed = [m for m in measured if isinstance(m, Measurement)]
     default = results.get(default_id)
-    # Dropped configs compete only when all were dropped (by a default outside the space).
     ok = [m for m in timed if not m.dropped] or timed
     if not ok:
         raise TuningFailedError(
