@@ -79,3 +79,31 @@ STEPS = {
 
 #: The kernel's argument in every step.
 SHAPE = (128, 128)
+
+
+@jaxtune.autotuned(
+    configs={"reps": [20, 30]}, default={"reps": 1}, check=False, name="tests.repeated"
+)
+def repeated(x: jax.Array, *, reps: int) -> jax.Array:
+    """Work in proportion to ``reps``: the default, outside ``configs``, is the fastest."""
+    return _spin(x, reps)
+
+
+@jaxtune.autotuned(configs={"n": [1, 2]}, check=False, name="tests.no_arrays")
+def no_arrays(*, n: int) -> jax.Array:
+    """No array argument at all: the key is empty."""
+    return jnp.arange(4.0) * n
+
+
+@jaxtune.autotuned(
+    configs={"n": [1, 2]}, static_argnames=("m",), check=False, name="tests.static_only"
+)
+def static_only(m: int, *, n: int) -> jax.Array:
+    return jnp.arange(4.0) * n * m
+
+
+@jaxtune.autotuned(
+    configs={"n": [1, 2]}, static_argnames=("m",), check=False, name="tests.scalar_and_static"
+)
+def scalar_and_static(x: jax.Array, scale: float, m: int = 1, *, n: int) -> jax.Array:
+    return x * scale * n * m
