@@ -113,7 +113,7 @@ def test_sweep_page_says_how_the_stored_config_won_and_how_it_was_timed():
     )
     page = jaxtune.TuningResult.of(entry).to_html()
     assert (
-        "stored config: clear: 1.80x ahead of chunk=128 (1.70-1.90); timed with wall timer, vjp."
+        "stored config: clear: 1.80x ahead of chunk=128 (1.70-1.90); timed forward and backward (fwd+bwd) with the wall timer."
         in page
     )
     tie = dataclasses.replace(entry, decision="tie", tie=True, margin={**margin, "ratio": 1.01})

@@ -170,11 +170,19 @@ def _section(entry: Entry) -> list[str]:
         f"{len(entry.measurements)} configs, {failures} failed.</p>",
     ]
     decided = entry.decision_text()
-    timed = ", ".join(x for x in (entry.timer and f"{entry.timer} timer", entry.timing) if x)
+    passes = {"forward": "the forward pass", "vjp": "forward and backward (fwd+bwd)"}
+    timed = " ".join(
+        x
+        for x in (
+            passes.get(entry.timing, entry.timing),
+            entry.timer and f"with the {entry.timer} timer",
+        )
+        if x
+    )
     if decided or timed:
         parts.append(
             f'<p class="decision">stored config: {page.escape(decided or "-")}'
-            f"{'; timed with ' + page.escape(timed) if timed else ''}.</p>"
+            f"{'; timed ' + page.escape(timed) if timed else ''}.</p>"
         )
     if any(m.ok for m in entry.measurements):
         parts.append(
