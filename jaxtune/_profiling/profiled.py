@@ -87,12 +87,15 @@ def capture(
     lowered = jitted.lower(*args, **kwargs)
     compiled = lowered.compile()
     compile_s = time.perf_counter() - start
+    arguments = _arguments_per_call(lowered, args, kwargs)
     for _ in range(max(warmup, 2)):
-        jax.block_until_ready(compiled(*args, **kwargs))
+        call_args, call_kwargs = arguments()
+        jax.block_until_ready(compiled(*call_args, **call_kwargs))
     start = time.perf_counter()
     with jax.profiler.trace(logdir):
         for _ in range(iters):
-            jax.block_until_ready(compiled(*args, **kwargs))
+            call_args, call_kwargs = arguments()
+            jax.block_until_ready(compiled(*call_args, **call_kwargs))
     run_s = time.perf_counter() - start
     device = jax.devices()[0]
     calls = _markers.pallas_calls(jax.make_jaxpr(jitted)(*args, **kwargs))
@@ -116,6 +119,42 @@ def capture(
         timings={"compile_s": compile_s, "run_s": run_s},
         env={k: os.environ.get(k) for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "JAX_PLATFORMS")},
     )
+
+
+def _arguments_per_call(
+    lowered: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]:
+    """What each call of the capture is given: the caller's own arguments, except those the
+    function donates (``jax.jit(step, donate_argnums=0)``), which are device-side copies
+    made afresh for every call. A donated buffer is consumed by the one call it is passed
+    to: given the caller's arrays, the warm-up would delete them (and fail on its second
+    call), and the program's next step would find them gone.
+
+    The copies are ``jax.device_put(..., may_alias=False)``: a buffer copy that keeps the
+    array's sharding and is not an XLA program (``jnp.array(x, copy=True)`` is one, and its
+    ``copy`` ops would show in a CPU trace among the function's).
+    Only one set of copies is alive at a time (each becomes its call's output, dropped
+    before the next), so a capture needs at most the donated arrays' size again.
+    """
+    info = getattr(lowered, "args_info", None)
+    donated = [bool(getattr(a, "donated", False)) for a in jax.tree_util.tree_leaves(info)]
+    if not any(donated):
+        return lambda: (args, kwargs)
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    if jax.tree_util.tree_structure(info) != treedef:
+        # Static arguments are not in ``args_info``: copy every array then, to be safe.
+        donated = [True] * len(leaves)
+    where = [i for i, (x, d) in enumerate(zip(leaves, donated, strict=True)) if d]
+    where = [i for i in where if isinstance(leaves[i], jax.Array)]
+
+    def fresh() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        copies = jax.device_put([leaves[i] for i in where], may_alias=False)
+        call = list(leaves)
+        for i, copy in zip(where, copies, strict=True):
+            call[i] = copy
+        return jax.tree_util.tree_unflatten(treedef, call)
+
+    return fresh
 
 
 def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
