@@ -257,6 +257,7 @@ def test_profile_command_sets_flags_and_writes_reports(tmp_path):
     # The program prints where the report is and the report itself.
     assert "report in" in proc.stdout and "kernels (top 2 of 2)" in proc.stdout
     (report,) = (tmp_path / "out").glob("*/report.json")
+    assert f"jaxtune profile: wrote 1 report: {report}" in proc.stderr
     doc = json.loads(report.read_text())
     assert {k["name"] for k in doc["kernels"]} == {"double_it", "add_one"}
     # --llo: the analysis ran on the capture and said, in the report, why it cannot here.
@@ -306,3 +307,85 @@ def test_every_folder_of_a_capture_gives_the_same_report(tmp_path):
     assert first.iterations == 2 and any(k.flops_per_s for k in first.kernels)
     for folder in (tmp_path, tmp_path / "step-1", trace_dir, path):
         assert summary(jaxtune.Profile.from_trace(folder)) == summary(first), folder
+
+
+def test_profile_command_that_profiles_nothing_says_so_and_fails(tmp_path, cli):
+    """Issue 30: a program with no @profiled function exited 0 under `jaxtune profile`,
+    having said "reports under DIR" and written nothing."""
+    script = tmp_path / "train.py"
+    script.write_text('import jax.numpy as jnp\nprint("result", float(jnp.ones(4).sum()))\n')
+    out = tmp_path / "out"
+    proc = cli("profile", "--logdir", str(out), "--", "python", str(script))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "result 4.0" in proc.stdout
+    assert (
+        f"jaxtune profile: nothing was profiled: `{sys.executable} {script}` ran to the end, "
+        "but no @jaxtune.profiled function was called with concrete arrays, so no report was "
+        f"written under {out}."
+    ) in proc.stderr
+    assert "    @jaxtune.profiled\n    def train_step(params, batch): ...\n" in proc.stderr
+    assert not list(out.glob("**/*"))
+
+
+FAILING_CAPTURE = textwrap.dedent(
+    """
+    import jax.numpy as jnp
+    import jaxtune
+
+    @jaxtune.profiled(iters=1, llo=False)
+    def step(x):
+        return x * 2 if float(x.sum()) > 0 else x  # runs, but cannot be traced
+
+    print("result", float(step(jnp.ones(4)).sum()))
+    """
+)
+
+
+def test_profile_command_whose_captures_failed_says_so_and_fails(tmp_path, cli):
+    script = tmp_path / "train.py"
+    script.write_text(FAILING_CAPTURE)
+    out = tmp_path / "out"
+    proc = cli("profile", "--logdir", str(out), "--", "python", str(script))
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "result 8.0" in proc.stdout  # the program itself ran on
+    (failed,) = out.glob("*/error.txt")
+    assert failed.read_text().startswith("jaxtune could not profile step: ")
+    assert (
+        "jaxtune profile: nothing was profiled: 1 capture of @jaxtune.profiled functions "
+        "failed, so no report was written. The first: jaxtune could not profile step: "
+    ) in proc.stderr
+    assert f"(kept in {failed})." in proc.stderr
+    assert "no @jaxtune.profiled function was called" not in proc.stderr
+
+
+def test_profile_command_reports_the_programs_own_failure_first(tmp_path, cli):
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nsys.exit(5)\n")
+    proc = cli("profile", "--logdir", str(tmp_path / "out"), "--", "python", str(script))
+    assert proc.returncode == 5
+    assert "jaxtune profile: the program exited with status 5; no profile was written" in (
+        proc.stderr
+    )
+
+
+def test_a_capture_never_writes_over_an_earlier_one(monkeypatch, tmp_path):
+    """Each run of a program starts counting captures at 1: a second run wrote its report
+    over the first run's ``step-1``."""
+    monkeypatch.setenv("JAXTUNE_PROFILE", "1")
+    monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path))
+    earlier = tmp_path / "step-1" / "report.json"
+    earlier.parent.mkdir()
+    earlier.write_text("an earlier run's report")
+
+    def step(x):
+        return jnp.sin(x) * 2
+
+    step.__qualname__ = "step"  # as a module-level function's
+    for _ in range(2):  # two runs of a program: each has its own decorated function
+        float(jaxtune.profiled(iters=1, llo=False)(step)(jnp.ones(8)).sum())
+    assert earlier.read_text() == "an earlier run's report"
+    assert sorted(p.parent.name for p in tmp_path.glob("*/report.json")) == [
+        "step-1",
+        "step-2",
+        "step-3",
+    ]

@@ -11,7 +11,7 @@ from typing import Any
 from .._core.flags import child_env, find_libtpu, requested_platform
 from .._profiling.report import Profile
 
-__all__ = ["add_parsers", "run_profile", "run_report"]
+__all__ = ["NOTHING_PROFILED", "add_parsers", "run_profile", "run_report"]
 
 
 def add_parsers(sub: Any) -> None:
@@ -21,7 +21,8 @@ def add_parsers(sub: Any) -> None:
         help="run a program with profiling flags set before JAX starts; profile @profiled calls",
         description="Runs COMMAND with the profiling flags for its platform in XLA_FLAGS / "
         "LIBTPU_INIT_ARGS (set before JAX starts) and JAXTUNE_PROFILE=1, so the first call "
-        "per signature of every @jaxtune.profiled function writes a report under --logdir.",
+        "per signature of every @jaxtune.profiled function writes a report under --logdir. "
+        "Exit status 3 when the program ended well but no report was written.",
     )
     p.add_argument(
         "--llo",
@@ -80,8 +81,10 @@ def _platform(explicit: str | None) -> str:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    """Runs ``jaxtune profile``; returns the program's exit status."""
-    from .tune import exit_text, program, run_program  # JAX-heavy: not for `jaxtune report`
+    """Runs ``jaxtune profile``; returns the program's exit status, or
+    :data:`NOTHING_PROFILED` when it ended well but wrote no report."""
+    from .._profiling.profiled import FAILED_FILE  # JAX-heavy: not for `jaxtune report`
+    from .tune import exit_text, program, run_program
 
     command = program(args, "profile")
     platform = _platform(args.platform)
@@ -97,16 +100,69 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.logdir:
         env["JAXTUNE_PROFILE_DIR"] = args.logdir
     shown = {k: env[k] for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS") if env.get(k)}
+    where = pathlib.Path(env.get("JAXTUNE_PROFILE_DIR") or "./jaxtune-profiles")
     print(
-        f"jaxtune profile: {platform}; flags {shown or 'none needed'}; reports under "
-        f"{env.get('JAXTUNE_PROFILE_DIR', './jaxtune-profiles')}",
+        f"jaxtune profile: {platform}; flags {shown or 'none needed'}; reports under {where}",
         file=sys.stderr,
         flush=True,
     )
+    before = _captures(where, FAILED_FILE)
     status = run_program(command, env, "profile")
-    if status < 0:
-        print(f"jaxtune profile: the program {exit_text(status)}", file=sys.stderr)
-    return status if status >= 0 else 1
+    after = _captures(where, FAILED_FILE)
+    reports = sorted(after[0] - before[0])
+    failed = sorted(after[1] - before[1])
+    if status != 0:
+        then = "" if reports else "; no profile was written"
+        print(f"jaxtune profile: the program {exit_text(status)}{then}", file=sys.stderr)
+        return status if status > 0 else 1  # the program's own failure comes first
+    if reports:
+        listed = ", ".join(str(r) for r in reports)
+        print(f"jaxtune profile: wrote {_count(reports, 'report')}: {listed}", file=sys.stderr)
+        return 0
+    if failed:
+        first = (failed[0].read_text(errors="replace").strip().splitlines() or ["?"])[0]
+        print(
+            _CAPTURES_FAILED.format(n=_count(failed, "capture"), first=first, path=failed[0]),
+            file=sys.stderr,
+        )
+    else:
+        print(_NOTHING_PROFILED.format(command=" ".join(command), where=where), file=sys.stderr)
+    return NOTHING_PROFILED
+
+
+#: ``jaxtune profile``'s exit status when the program ended well but wrote no profile.
+NOTHING_PROFILED = 3
+
+_NOTHING_PROFILED = (
+    "jaxtune profile: nothing was profiled: `{command}` ran to the end, but no "
+    "@jaxtune.profiled function was called with concrete arrays, so no report was written "
+    "under {where}. JAXTUNE_PROFILE=1 (which jaxtune profile sets) profiles the first call "
+    "per signature of each @jaxtune.profiled function; decorate the step your program "
+    "calls:\n"
+    "\n"
+    "    @jaxtune.profiled\n"
+    "    def train_step(params, batch): ...\n"
+    "\n"
+    "A @profiled function called only inside another jax.jit is traced there, not run: "
+    "decorate the outermost jitted step."
+)
+
+_CAPTURES_FAILED = (
+    "jaxtune profile: nothing was profiled: {n} of @jaxtune.profiled functions failed, so "
+    "no report was written. The first: {first} (kept in {path})."
+)
+
+
+def _captures(where: pathlib.Path, failed: str) -> tuple[set[pathlib.Path], set[pathlib.Path]]:
+    """The captures' reports and their failures' notes (``failed``) under ``where``
+    (``<fn>-<n>/report.json``)."""
+    if not where.is_dir():
+        return set(), set()
+    return set(where.glob("*/report.json")), set(where.glob(f"*/{failed}"))
+
+
+def _count(items: list[Any], noun: str) -> str:
+    return f"{len(items)} {noun}" + ("" if len(items) == 1 else "s")
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -8,9 +8,11 @@ profiling flags were missing then.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
+import pathlib
 import re
 import tempfile
 import time
@@ -34,6 +36,7 @@ from .report import Profile as Profile
 from .report import report_from_trace as report_from_trace
 
 __all__ = [
+    "FAILED_FILE",
     "Profile",
     "Profiled",
     "capture",
@@ -266,7 +269,6 @@ class Profiled(Generic[P, R]):
             "logdir": logdir,
         }
         self._seen: set[Any] = set()
-        self._count = 0
 
     def __repr__(self) -> str:
         return f"<jaxtune.profiled {getattr(self, '__qualname__', '?')}>"
@@ -296,11 +298,11 @@ class Profiled(Generic[P, R]):
         if signature in self._seen:
             return
         self._seen.add(signature)
-        self._count += 1
         name = re.sub(r"[^\w.-]+", "_", getattr(self, "__qualname__", "fn"))
-        out = _config.settings().profile_dir / f"{name}-{self._count}"
-        options: dict[str, Any] = {**self.options, "logdir": str(out / "trace")}
+        out: pathlib.Path | None = None
         try:
+            out = _new_capture_dir(_config.settings().profile_dir, name)
+            options: dict[str, Any] = {**self.options, "logdir": str(out / "trace")}
             # The program is already running, so capture here: `jaxtune profile -- python`
             # set the flags before JAX started.
             info = capture(
@@ -316,10 +318,33 @@ class Profiled(Generic[P, R]):
             result = _with_llo(result, options["logdir"], missing, wanted=options["llo"])
             path = result.save(out / "report.json")
         except Exception as e:
-            warnings.warn(f"jaxtune could not profile {name}: {e}", JaxtuneWarning, stacklevel=3)
+            message = f"jaxtune could not profile {name}: {e}"
+            if out is not None:  # `jaxtune profile` tells a failed capture from none
+                with contextlib.suppress(OSError):
+                    (out / FAILED_FILE).write_text(message + "\n")
+            warnings.warn(message, JaxtuneWarning, stacklevel=3)
             return
         print(f"jaxtune: profiled {name}; report in {path}", flush=True)
         print(result.table(top=10), flush=True)
+
+
+#: What a capture that ``JAXTUNE_PROFILE=1`` started and that failed leaves in its folder
+#: instead of ``report.json``: the warning the program printed.
+FAILED_FILE = "error.txt"
+
+
+def _new_capture_dir(root: pathlib.Path, name: str) -> pathlib.Path:
+    """``root/<name>-<n>``, created, for the first ``n`` no capture has taken: a capture
+    never writes over an earlier one (another run's, or another process's now)."""
+    root.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        try:
+            (root / f"{name}-{n}").mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        return root / f"{name}-{n}"
 
 
 @overload
