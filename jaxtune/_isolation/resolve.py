@@ -8,12 +8,16 @@ kernels a module's top level called while it was imported: the parent is then to
 
 from __future__ import annotations
 
+import ast
+import builtins
 import contextlib
+import dis
 import importlib
 import importlib.util
 import runpy
 import sys
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +60,9 @@ def namespace(ref: FunctionRef) -> dict[str, Any]:
         raise LookupError(f"cannot import {ref.module}: {describe(e)}") from e
     for names in seen:
         called += [name for name in names if name not in called]
+    note = _main_block_note(ref, found)
+    if note is not None and note not in NOTES:
+        NOTES.append(note)
     if called:
         what = ref.path if ref.module == "__main__" else f"module {ref.module}"
         kernels = ", ".join(k.replace(_MAIN_ALIAS, "__main__") for k in called)
@@ -72,6 +79,136 @@ _REPEATED = (
     '`if __name__ == "__main__":` guard (or in a function), so that importing it only '
     "defines the kernels."
 )
+
+
+#: A function of a script run as ``__main__`` that depends on what only the script's
+#: ``if __name__ == "__main__":`` block sets: the child re-imports the script without it.
+_MAIN_BLOCK = (
+    "the jaxtune child process re-imported the script {path} to find {qualname}: it ran "
+    'the script\'s top level but not its `if __name__ == "__main__":` block, and {what}. '
+    "{fix}, or set JAXTUNE_ISOLATION=inline to tune and profile in this process."
+)
+
+
+def _main_block_note(ref: FunctionRef, globals_: dict[str, Any]) -> str | None:
+    """Why a function re-imported from a ``__main__`` script cannot work in the child, when
+    the reason is the script's ``__main__`` block: the function is defined only there, or
+    it reads globals that only that block sets (a ``NameError`` when it runs). ``None``
+    for any other function, and when the script's block is not the cause."""
+    if ref.module != "__main__" or not ref.path:
+        return None
+    guarded = _guarded_names(ref.path)
+    if not guarded:
+        return None
+    head = ref.qualname.split(".")[0]
+    if head not in globals_:
+        if head not in guarded:
+            return None
+        what = f"{head} is defined only in that block, so the child cannot find it"
+        fix = f"Define {head} at the script's top level"
+    else:
+        unset = sorted(n for n in _globals_read(find(globals_, ref.qualname)) if n in guarded)
+        if not unset:
+            return None
+        what = (
+            f"{ref.qualname} reads {', '.join(unset)}, which only that block sets: undefined "
+            "in the child (a NameError there)"
+        )
+        fix = "Move that setup to the script's top level (or into the function)"
+    return _MAIN_BLOCK.format(path=ref.path, qualname=ref.qualname, what=what, fix=fix)
+
+
+_GUARDED: dict[str, frozenset[str]] = {}
+
+
+def _guarded_names(path: str) -> frozenset[str]:
+    """The names a script binds in its top-level ``if __name__ == "__main__":`` blocks."""
+    if path not in _GUARDED:
+        try:
+            with open(path, "rb") as f:
+                tree = ast.parse(f.read(), path)
+        except (OSError, SyntaxError, ValueError):
+            tree = ast.Module(body=[], type_ignores=[])
+        names: set[str] = set()
+        for stmt in tree.body:
+            if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
+                for inner in stmt.body:
+                    names |= _bound(inner)
+        _GUARDED[path] = frozenset(names)
+    return _GUARDED[path]
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """Whether ``test`` is ``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    if not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides) and any(
+        isinstance(s, ast.Constant) and s.value == "__main__" for s in sides
+    )
+
+
+def _bound(stmt: ast.stmt) -> set[str]:
+    """The global names a statement of a script's top level binds (not those local to the
+    functions and classes it defines)."""
+    names: set[str] = set()
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _globals_read(obj: Any) -> set[str]:
+    """The global names ``obj`` (a function of the re-run script, or what wraps one: a
+    ``jax.jit``, an ``@autotuned`` kernel, ``@profiled``, ``functools.partial``) and the
+    script's functions it calls read that its globals lack, builtins aside."""
+    missing: set[str] = set()
+    seen: set[int] = set()
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if item is None or isinstance(item, types.ModuleType) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        for attribute in ("__wrapped_profiled__", "__wrapped__", "func"):
+            todo.append(getattr(item, attribute, None))
+        code, globals_ = getattr(item, "__code__", None), getattr(item, "__globals__", None)
+        if code is None or not isinstance(globals_, dict):
+            continue
+        if globals_.get("__name__") != _MAIN_ALIAS:
+            continue  # another module's function: its globals are its own
+        for name in _loaded_globals(code):
+            if name in globals_:
+                if callable(globals_[name]):
+                    todo.append(globals_[name])
+            elif not hasattr(builtins, name):
+                missing.add(name)
+    return missing
+
+
+def _loaded_globals(code: Any) -> set[str]:
+    """The names a code object (and the functions nested in it) loads as globals."""
+    names: set[str] = set()
+    todo = [code]
+    while todo:
+        current = todo.pop()
+        for ins in dis.get_instructions(current):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+                names.add(ins.argval)
+        todo.extend(c for c in current.co_consts if hasattr(c, "co_code"))
+    return names
 
 
 def _import(ref: FunctionRef) -> dict[str, Any]:

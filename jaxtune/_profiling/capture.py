@@ -60,11 +60,14 @@ def profile_in_child(
             raise ProfileError(
                 f"the profiling child {how}; stderr: {child.stderr_tail(offset)}"
             ) from None
+    if isinstance(answer, ErrorReply) and answer.type != "NotTransportable":
+        # The child's notes say why (a script's `__main__` block the child did not run):
+        # in the error, after its first line, rather than in warnings before it.
+        head, _, rest = answer.message.partition("\n")
+        raise ProfileError("\n".join(p for p in (head, *answer.notes, rest) if p))
     warn_notes(answer)
-    if isinstance(answer, ErrorReply) and answer.type == "NotTransportable":
-        raise NotTransportable(answer.message)
     if isinstance(answer, ErrorReply):
-        raise ProfileError(answer.message)
+        raise NotTransportable(answer.message)
     warn_unapplied(label, answer)
     try:
         return CaptureInfo.from_dict(answer.body.get("info") or {})
