@@ -1,11 +1,13 @@
-"""A cache lock another process holds for ever: writes and corrupt-file reads give up after
-JAXTUNE_LOCK_TIMEOUT with one warning that names the holder."""
+"""A cache lock another process holds for ever: writes give up after JAXTUNE_LOCK_TIMEOUT
+with one warning that names the holder; a read of a corrupt file does not wait at all."""
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 
 import jax
@@ -45,6 +47,13 @@ def hold(monkeypatch):
         assert proc.stdout.readline().strip() == "held"
         return proc.pid
 
+    def release():
+        """Ends every holder (its lock goes with it)."""
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+    start.release = release
     yield start
     for proc in procs:
         proc.kill()
@@ -67,16 +76,107 @@ def test_a_write_gives_up_and_names_the_holder(tmp_path, hold):
 
 
 @pytest.mark.child
-def test_a_corrupt_file_read_gives_up_and_names_the_holder(tmp_path, hold):
+def test_a_corrupt_file_read_names_the_holder_and_leaves_the_file_to_the_writer(tmp_path, hold):
     store = _cache.CacheStore(tmp_path / "c")
     entry = make_entry()
     path = store.path_for(entry.device_kind, entry.kernel)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\xc1 not msgpack")
     pid = hold(path)
-    with pytest.warns(JaxtuneWarning, match=rf"unreadable.* process {pid} holds it"):
+    with pytest.warns(JaxtuneWarning, match=rf"unreadable.* process {pid} holds its lock"):
         assert store.lookup(entry.kernel, entry.device_kind, entry.key) is None
-    assert path.exists()  # not moved aside without the lock
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once, not per lookup
+        assert store.lookup(entry.kernel, entry.device_kind, entry.key) is None
+    assert path.read_bytes() == b"\xc1 not msgpack"  # not moved aside without the lock
+
+
+@pytest.mark.child
+def test_the_next_writer_moves_a_corrupt_file_left_by_a_read_aside(tmp_path, hold):
+    store = _cache.CacheStore(tmp_path / "c")
+    entry = make_entry()
+    path = store.path_for(entry.device_kind, entry.kernel)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\xc1 not msgpack")
+    hold(path)
+    with pytest.warns(JaxtuneWarning, match="left in place"):
+        assert store.lookup(entry.kernel, entry.device_kind, entry.key) is None
+    hold.release()
+    store.write([entry])  # silent: the warning above said what it would do
+    assert [p.read_bytes() for p in path.parent.glob("*.corrupt-*")] == [b"\xc1 not msgpack"]
+    assert store.lookup(entry.kernel, entry.device_kind, entry.key) == entry
+
+
+READER = textwrap.dedent(
+    """
+    import warnings
+    import jax.numpy as jnp
+    import jaxtune
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 3}, name="tests.corrupt_read")
+    def kernel(x, *, c):
+        return x * c
+
+    x = jnp.ones(8)
+    print("ready", flush=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        choice = kernel.config_for(x)
+        total = float(kernel(x).sum())
+    print(choice.source, choice.config["c"], total, flush=True)
+    for w in caught:
+        print("warning:", str(w.message).replace("\\n", " "), flush=True)
+    print("end", flush=True)
+    """
+)
+
+
+@pytest.mark.child
+def test_a_cached_read_of_a_corrupt_file_does_not_wait_for_the_lock(hold, monkeypatch):
+    """Issue 30: a cached-mode call waited JAXTUNE_LOCK_TIMEOUT (twice) for a lock another
+    process held, only to move a corrupt file aside; a healthy file's read takes no lock."""
+    monkeypatch.setenv("JAXTUNE_MODE", "cached")
+    monkeypatch.setenv("JAXTUNE_LOCK_TIMEOUT", "3600")
+    path = _cache.user_cache().path_for(jax.devices()[0].device_kind, "tests.corrupt_read")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\xc1 garbage, not msgpack")
+    pid = hold(path)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def follow() -> None:
+        for line in reader.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put("")  # the reader ended
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    out: list[str] = []
+    try:
+        out.append(lines.get(timeout=300))  # JAX imported
+        if out[0] == "ready":
+            try:
+                out.append(lines.get(timeout=60))  # the lookup and the call: under a second
+            except queue.Empty:
+                pytest.fail("the cached read of a corrupt file waited for the lock's holder")
+            while out[-1] not in ("end", ""):
+                out.append(lines.get(timeout=60))
+    finally:
+        reader.kill()
+        reader.wait()
+        follower.join(timeout=30)
+        err = reader.stderr.read()
+        reader.stdout.close()
+        reader.stderr.close()
+    assert out[0] == "ready" and out[-1] == "end", (out, err)
+    out = out[1:]
+    assert out[0] == "default 3 24.0", out
+    warned = [line for line in out if line.startswith("warning:") and str(path) in line]
+    assert len(warned) == 1, out  # once, for the lookup and the call
+    assert f"process {pid} holds its lock" in warned[0]
+    assert path.exists()  # left for the next writer
 
 
 @jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 1}, name="tests.lock_probe")

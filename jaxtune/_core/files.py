@@ -27,6 +27,7 @@ except ImportError:  # Windows and some embedded Pythons: no POSIX file locks
 
 __all__ = [
     "NOT_A_DIRECTORY",
+    "LockHeldError",
     "Version",
     "file_version",
     "fix_for",
@@ -45,6 +46,18 @@ NOT_A_DIRECTORY = (
 
 #: What identifies a file's content as far as its directory entry tells.
 Version = tuple[int, int, int]
+
+
+class LockHeldError(CacheError):
+    """Another process held a cache file's lock for all the time the caller would wait
+    (none at all for a read)."""
+
+    def __init__(self, message: str, *, lock: pathlib.Path, holder: str) -> None:
+        super().__init__(message)
+        #: The lock file.
+        self.lock = lock
+        #: Who holds it: ``"process 1234"``, or a phrase when no pid was recorded.
+        self.holder = holder
 
 
 def file_version(path: pathlib.Path) -> Version:
@@ -72,9 +85,10 @@ def open_lock(path: pathlib.Path) -> int:
 def locked(path: pathlib.Path, timeout_s: float) -> Iterator[None]:
     """Holds the lock of cache file ``path`` (its holder's pid written in the lock file),
     in a real folder of the cache, and deletes dead writers' temporaries of ``path``.
+    ``timeout_s`` 0: take it only if it is free now.
 
     Raises:
-        CacheError: another process held it for ``timeout_s`` seconds.
+        LockHeldError: another process held it for ``timeout_s`` seconds.
         OSError: the folder or lock file cannot be made or is unsafe.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +140,8 @@ def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> bool:
     whether the lock is held.
 
     Raises:
-        CacheError: another process held the lock all that time (named by its pid).
+        LockHeldError: another process held the lock all that time (named by its pid); with
+            ``timeout_s`` 0, at the first try.
     """
     if fcntl is None:
         if not _UNLOCKED_WARNED:
@@ -149,10 +164,13 @@ def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> bool:
             break
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise CacheError(
+                holder = _holder(fd)
+                raise LockHeldError(
                     f"jaxtune gave up waiting for the lock {lock} after {timeout_s:g} s: "
-                    f"{_holder(fd)} holds it (JAXTUNE_LOCK_TIMEOUT sets the wait). End that "
-                    "process if it is stuck, or delete the lock file if no jaxtune runs."
+                    f"{holder} holds it (JAXTUNE_LOCK_TIMEOUT sets the wait). End that "
+                    "process if it is stuck, or delete the lock file if no jaxtune runs.",
+                    lock=lock,
+                    holder=holder,
                 ) from None
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, 0.1)

@@ -2,9 +2,10 @@
 
 ``<cache dir>/<device-kind-slug>/<kernel-id-slug>.msgpack``. Writers take a file lock,
 re-read, merge and replace atomically, so concurrent processes lose nothing. A file that
-cannot be decoded is moved aside (``*.corrupt-<time>``) under the lock, reported once, and
-read as empty; a symlink, FIFO, unreadable or oversized file is reported and ignored,
-never followed, opened or moved. A file from a newer schema is left alone: read as empty,
+cannot be decoded is reported once and read as empty; it is moved aside
+(``*.corrupt-<time>``) under the lock, by a reader only when the lock is free at once (a
+read never waits for a writer), else by the next writer. A symlink, FIFO, unreadable or
+oversized file is reported and ignored, never followed, opened or moved. A file from a newer schema is left alone: read as empty,
 and never overwritten. A write that fails keeps the entries in the process
 (:meth:`CacheStore.keep`) with a warning naming the fix.
 
@@ -29,7 +30,14 @@ from collections.abc import Callable, Iterable, Iterator
 from ..._core import settings as _config
 from ..._core.codec import DecodeError, atomic_write, read_bounded
 from ..._core.errors import CacheError, JaxtuneWarning
-from ..._core.files import NOT_A_DIRECTORY, Version, file_version, fix_for, locked
+from ..._core.files import (
+    NOT_A_DIRECTORY,
+    LockHeldError,
+    Version,
+    file_version,
+    fix_for,
+    locked,
+)
 from ..._core.vocabulary import Entry
 from ..result import TuningResult
 from .layout import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
@@ -176,22 +184,29 @@ class CacheStore:
 
     def _quarantine(self, path: pathlib.Path, version: Version, error: Exception) -> None:
         """Moves an undecodable file aside, under the file lock, unless a writer replaced
-        it since it was read (then the next read sees the writer's file)."""
+        it since it was read (then the next read sees the writer's file). A read never
+        waits for a writer: when another process holds the lock, the file is left to the
+        next writer (which moves it aside under the lock) and read as empty meanwhile."""
         if self.read_only:
             self._report(path, f"jaxtune cache file {path} is unreadable ({error}); ignored.")
             return
         try:
-            with self._locked(path):
+            with self._locked(path, wait=False):
                 self._move_aside(path, version, error)
+        except LockHeldError as e:
+            self._report(
+                path,
+                f"jaxtune cache file {path} is unreadable ({error}); it is read as empty and "
+                f"left in place: {e.holder} holds its lock {e.lock}, and a read does not "
+                "wait for a writer. The next write of this file moves it aside.",
+            )
+            # Read as empty until the file changes: no re-read, no new try for the lock.
+            self._memo[path] = (version, EntryTable({}))
         except OSError as e:
             self._report(
                 path,
                 f"jaxtune cache file {path} is unreadable ({error}) and could not be moved "
                 f"aside ({e}); it is ignored. {fix_for(e, path)}",
-            )
-        except CacheError as e:  # the lock's holder did not let go in time
-            self._report(
-                path, f"jaxtune cache file {path} is unreadable ({error}); it is ignored. {e}"
             )
 
     def _move_aside(self, path: pathlib.Path, version: Version, error: Exception) -> None:
@@ -244,9 +259,10 @@ class CacheStore:
         return out
 
     @contextlib.contextmanager
-    def _locked(self, path: pathlib.Path) -> Iterator[None]:
-        """Holds the file's lock (see :func:`.cachefs.locked`)."""
-        with locked(path, _config.settings().lock_timeout):
+    def _locked(self, path: pathlib.Path, *, wait: bool = True) -> Iterator[None]:
+        """Holds the file's lock (see :func:`~jaxtune._core.files.locked`), waiting at most
+        ``JAXTUNE_LOCK_TIMEOUT`` seconds for it, or not at all (``wait`` False)."""
+        with locked(path, _config.settings().lock_timeout if wait else 0.0):
             yield
 
     def _current(self, path: pathlib.Path) -> dict[str, bytes]:
