@@ -1,5 +1,6 @@
 """Odd paths around the cache: non-regular export targets, symlinked device folders,
-temporaries of killed writers, schemas below 1, a shared log folder, undecodable files."""
+temporaries of killed writers, schemas below 1, undecodable files (child logs:
+test_child_logs.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import warnings
 
@@ -19,7 +19,6 @@ from test_cache import make_entry
 from jaxtune import _cli
 from jaxtune._core.codec import packb
 from jaxtune._core.errors import CacheError, JaxtuneWarning
-from jaxtune._isolation import logs as _logs
 from jaxtune._tuning.result import TuningResult
 from jaxtune._tuning.store import cache as _cache
 
@@ -137,36 +136,6 @@ def test_cache_files_of_schema_below_one_are_corrupt(tmp_path, schema):
     path.write_bytes(packb({**doc, "entries": {entry.key: packb(entry.to_dict())}}))
     with pytest.warns(JaxtuneWarning, match=rf"unreadable \(schema {schema} is no jaxtune"):
         assert store.lookup(entry.kernel, entry.device_kind, entry.key) is None
-
-
-def test_crash_logs_never_go_into_a_world_writable_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(_logs, "_PRIVATE", [])
-    shared = tmp_path / f"jaxtune-{os.getuid()}"
-    shared.mkdir()
-    shared.chmod(0o777)
-    folder = _logs.log_dir()
-    assert folder != shared
-    info = os.lstat(folder)
-    assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
-    assert info.st_uid == os.getuid()
-
-
-@pytest.mark.child
-def test_logs_of_dead_parents_are_deleted(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(_logs, "_PRIVATE", [])
-    folder = tmp_path / f"jaxtune-{os.getuid()}"
-    folder.mkdir(mode=0o700)
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    ).stdout.strip()
-    stale = folder / f"child-{dead}-abcdefgh.log"
-    live = folder / f"child-{os.getpid()}-abcdefgh.log"
-    stale.write_text("x")
-    live.write_text("x")
-    assert _logs.log_dir() == folder
-    assert not stale.exists() and live.exists()
 
 
 def test_undecodable_files_are_named_by_load_import_and_merge(tmp_path, capsys):

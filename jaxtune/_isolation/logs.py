@@ -8,14 +8,19 @@ well deletes it, one that crashed or hung leaves its end as ``crash-*.log`` (the
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pathlib
 import re
+import shutil
 import stat
 import tempfile
 import threading
 import time
+import warnings
+
+from .._core.errors import JaxtuneWarning
 
 __all__ = [
     "CRASH_LOG_BYTES",
@@ -33,40 +38,98 @@ CRASH_LOG_BYTES = 1 << 20
 _TAIL_LINES = 15
 _TAIL_BYTES = 64 << 10
 
+#: Other names tried, in turn, when ``$TMPDIR/jaxtune-<uid>`` is not private: the same
+#: ones in every process, so that the rules above (dead parents' logs deleted, the newest
+#: crash logs kept) reach the folder from the next run too. Past these, a folder of this
+#: process's own, deleted with its logs when the process ends.
+SPARE_NAMES = 8
+
 _PRIVATE: list[pathlib.Path] = []
+_OWN: list[pathlib.Path] = []
+_WARNED: set[pathlib.Path] = set()
 _LOCK = threading.Lock()
 
 
-def _private(path: pathlib.Path) -> bool:
+def _unusable(path: pathlib.Path) -> str | None:
+    """Why ``path`` must not hold this user's logs; ``None`` when it is a private folder."""
     try:
         info = os.lstat(path)
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(info.st_mode)
-        and info.st_uid == os.getuid()
-        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
+    except OSError as e:
+        return f"cannot be examined ({e.strerror or e})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if info.st_uid != os.getuid():
+        return f"belongs to another user (uid {info.st_uid})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"can be written by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _claim(path: pathlib.Path) -> str | None:
+    """Makes ``path`` a private folder unless something is there; why it is unusable."""
+    with contextlib.suppress(OSError):
+        path.mkdir(mode=0o700)
+    return _unusable(path)
 
 
 def log_dir() -> pathlib.Path:
     """This user's folder for child logs (``$TMPDIR/jaxtune-<uid>``), private to the user.
 
-    Where that name is taken by something that is not private (another user's folder, a
-    world-writable one, a symlink or a file), this process uses a fresh private folder
-    ``$TMPDIR/jaxtune-<uid>-XXXXXXXX`` instead: logs never go where others can write.
+    Where that name is taken by something that is not private (a symlink, a folder others
+    can write, another user's folder, a file), it is never used: the logs go to the first
+    private ``$TMPDIR/jaxtune-<uid>.<n>`` (``n`` from 1 to :data:`SPARE_NAMES`), which
+    later runs reuse and clean as they would the first, and, were all those taken too, to a
+    folder of this process's own that is deleted when it ends. One ``JaxtuneWarning`` says
+    which folder was refused, why, and where the logs go.
     """
     with _LOCK:
-        if _PRIVATE and _private(_PRIVATE[0]):
+        if _PRIVATE and _unusable(_PRIVATE[0]) is None:
             return _PRIVATE[0]
-        path = pathlib.Path(tempfile.gettempdir()) / f"jaxtune-{os.getuid()}"
-        with contextlib.suppress(OSError):
-            path.mkdir(mode=0o700)
-        if not _private(path):
-            path = pathlib.Path(tempfile.mkdtemp(prefix=f"jaxtune-{os.getuid()}-"))
+        usual = pathlib.Path(tempfile.gettempdir()) / f"jaxtune-{os.getuid()}"
+        path = usual
+        why = _claim(usual)
+        if why is not None:
+            path = _spare(usual)
+            _say_once(usual, why, path)
         _PRIVATE[:] = [path]
         _forget_dead(path)
         return path
+
+
+def _spare(usual: pathlib.Path) -> pathlib.Path:
+    """The first private spare name of ``usual``, else a new folder of this process's own."""
+    for n in range(1, SPARE_NAMES + 1):
+        spare = usual.with_name(f"{usual.name}.{n}")
+        if _claim(spare) is None:
+            return spare
+    own = pathlib.Path(tempfile.mkdtemp(prefix=f"{usual.name}-"))
+    _OWN.append(own)
+    return own
+
+
+def _say_once(usual: pathlib.Path, why: str, path: pathlib.Path) -> None:
+    if usual in _WARNED:
+        return
+    _WARNED.add(usual)
+    if path in _OWN:
+        where = f"{path}, a private folder of this process's own, deleted when it ends"
+    else:
+        where = f"the private folder {path}, which later runs use too"
+    warnings.warn(
+        f"jaxtune: {usual} {why}, so child processes' logs are not written there; they go "
+        f"to {where}. Remove {usual} if nothing uses it, and jaxtune makes its own there.",
+        JaxtuneWarning,
+        stacklevel=3,
+    )
+
+
+@atexit.register  # registered before the child pool's own exit handler, so it runs after it
+def _remove_own() -> None:
+    """Deletes this process's own log folders (see :func:`log_dir`) with what is in them."""
+    for folder in _OWN:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _forget_dead(folder: pathlib.Path) -> None:
