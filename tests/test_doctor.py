@@ -136,14 +136,63 @@ def test_legacy_libtpu_flag_is_a_warning_with_fix(tmp_path, monkeypatch):
     assert "--xla_xprof_enable_custom_call_tracing" in problem["fix"]
 
 
-def test_unwritable_cache_dir(tmp_path, monkeypatch):
+def test_cache_dir_below_a_file(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(blocker / "cache"))
     report = collect()
-    assert "cache-not-writable" in codes(report)
+    (problem,) = [p for p in report["problems"] if p["code"] == "cache-not-a-directory"]
+    assert problem["message"].startswith(f"JAXTUNE_CACHE_DIR points at {blocker / 'cache'}, ")
+    assert f"lies below {blocker}, a file, not a directory" in problem["message"]
     assert report["cache"]["writable"] is False
     assert _doctor.exit_code(report) == 1
+
+
+def test_cache_dir_that_is_a_file_names_the_variable_in_both_forms(tmp_path, monkeypatch):
+    """Issue 30: the problem said "the cache directory F is not writable: [Errno 17] File
+    exists" and never named JAXTUNE_CACHE_DIR, which is what the user must change."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(blocker))
+    report = json.loads(json.dumps(collect()))
+    assert _doctor.exit_code(report) == 1
+    (problem,) = report["problems"]
+    assert problem["severity"] == "error" and problem["code"] == "cache-not-a-directory"
+    assert problem["message"].startswith(
+        f"JAXTUNE_CACHE_DIR points at {blocker}, which is a file, not a directory: "
+    )
+    assert problem["fix"].startswith("set JAXTUNE_CACHE_DIR to a directory")
+    assert f"or move {blocker} out of the way" in problem["fix"]
+    assert report["cache"]["error"] == f"{blocker} is a file, not a directory"
+    text = _doctor.format_text(report)
+    assert f"[error] JAXTUNE_CACHE_DIR points at {blocker}, which is a file" in text
+    assert "fix: set JAXTUNE_CACHE_DIR to a directory" in text
+    assert blocker.read_text() == "not a directory"  # doctor leaves it as it was
+
+
+def test_cli_doctor_json_names_a_cache_dir_that_is_a_file(cli, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = cli("doctor", "--json", env={"JAXTUNE_CACHE_DIR": str(blocker)})
+    assert proc.returncode == 1, proc.stderr
+    (problem,) = [p for p in json.loads(proc.stdout)["problems"] if p["severity"] == "error"]
+    assert problem["code"] == "cache-not-a-directory"
+    assert f"JAXTUNE_CACHE_DIR points at {blocker}" in problem["message"]
+    assert "set JAXTUNE_CACHE_DIR to a directory" in problem["fix"]
+
+
+def test_the_default_cache_dir_says_the_variable_is_unset(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAXTUNE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "xdg").write_text("")
+    (problem,) = collect()["problems"]
+    assert problem["message"].startswith(
+        f"the default cache directory is {tmp_path / 'xdg' / 'jaxtune'} (JAXTUNE_CACHE_DIR is "
+        f"unset), which lies below {tmp_path / 'xdg'}, a file, not a directory"
+    )
+    assert problem["fix"] == (
+        f"move {tmp_path / 'xdg'} out of the way, or set JAXTUNE_CACHE_DIR to a directory"
+    )
 
 
 def test_invalid_setting_is_reported(monkeypatch):

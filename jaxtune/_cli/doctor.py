@@ -136,11 +136,7 @@ def format_text(report: Mapping[str, Any]) -> str:
         ("jaxlib", v["jaxlib"] or "not installed"),
         ("libtpu", v["libtpu"] or "not installed"),
         ("backend", backend),
-        (
-            "cache",
-            f"{report['cache']['path']} "
-            f"({'writable' if report['cache']['writable'] else 'NOT writable'})",
-        ),
+        ("cache", _cache_row(report["cache"])),
         (
             "xprof",
             ("installed" + (" with LLO" if report["xprof"]["llo"] else ""))
@@ -167,6 +163,12 @@ def format_text(report: Mapping[str, Any]) -> str:
         "  all good" if report["ok"] else "  problems found: profiling or tuning would fail"
     )
     return "\n".join(lines)
+
+
+def _cache_row(cache: Mapping[str, Any]) -> str:
+    if cache["writable"]:
+        return f"{cache['path']} (writable)"
+    return f"{cache['path']} (NOT writable: {cache.get('error', 'permission denied')})"
 
 
 def main(*, as_json: bool = False) -> int:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import pathlib
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -390,17 +392,63 @@ def tpu_flag_problems(
 
 
 def cache_problems(env: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem]]:
-    """The state of the cache directory the environment selects, and its problem."""
+    """The state of the cache directory the environment selects, and its problem, which
+    names JAXTUNE_CACHE_DIR (or says it is unset), where it points and the fix."""
     cache_dir = pathlib.Path(_config.describe(env)[0]["cache_dir"])
+    blocker = _file_in_the_way(cache_dir)
     cache = _cache_state(cache_dir)
     if cache["writable"]:
         return cache, []
+    named = env.get("JAXTUNE_CACHE_DIR", "").strip()
+    if named:
+        chosen = f"JAXTUNE_CACHE_DIR points at {cache_dir}"
+        if named != str(cache_dir):
+            chosen += f" (it is set to {named!r})"
+    else:
+        chosen = f"the default cache directory is {cache_dir} (JAXTUNE_CACHE_DIR is unset)"
+    if blocker is not None:
+        what = "a file, not a directory" if blocker.is_file() else "not a directory"
+        cache["error"] = (
+            f"{blocker} is {what}"
+            if blocker == cache_dir
+            else f"{cache_dir} lies below {blocker}, which is {what}"
+        )
+        where = (
+            f"which is {what}" if blocker == cache_dir else f"which lies below {blocker}, {what}"
+        )
+        move = f"move {blocker} out of the way"
+        return cache, [
+            Problem(
+                severity="error",
+                code="cache-not-a-directory",
+                message=f"{chosen}, {where}: no tuned config is read from it (kernels use "
+                "their defaults) and none can be saved.",
+                fix=f"set JAXTUNE_CACHE_DIR to a directory (or unset it to use the default, "
+                f"{_config.default_cache_dir()}), or {move}"
+                if named
+                else f"{move}, or set JAXTUNE_CACHE_DIR to a directory",
+            )
+        ]
     return cache, [
         Problem(
             severity="error",
             code="cache-not-writable",
-            message=f"the cache directory {cache_dir} is not writable: "
-            f"{cache.get('error', 'permission denied')}",
-            fix="set JAXTUNE_CACHE_DIR to a writable directory",
+            message=f"{chosen}, which is not writable: {cache.get('error', 'permission denied')}",
+            fix=f"give your user write access (chmod u+rwX -R {cache_dir}) or set "
+            "JAXTUNE_CACHE_DIR to a writable directory",
         )
     ]
+
+
+def _file_in_the_way(path: pathlib.Path) -> pathlib.Path | None:
+    """``path`` or the nearest of its parents that exists when that is no directory (a
+    regular file, a FIFO, a device); ``None`` when it is a directory or cannot be told."""
+    for candidate in (path, *path.parents):
+        try:
+            info = os.stat(candidate)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            return None
+        return None if stat.S_ISDIR(info.st_mode) else candidate
+    return None
