@@ -42,17 +42,18 @@ def entry_of(result: jaxtune.TuningResult, kernel: jaxtune.Autotuned[Any, Any]) 
 def true_times(
     calls: Mapping[str, Callable[[], Any]],
     *,
-    rounds: int = 9,
-    calls_per_round: int = 3,
+    rounds: int = 30,
+    calls_per_round: int = 2,
     warmup: int = 3,
-) -> dict[str, float]:
-    """Seconds per call of each function, measured side by side in this process.
+) -> dict[str, list[float]]:
+    """Seconds per call of each function, round by round, measured side by side in this
+    process.
 
     Every function is compiled and warmed up first (``warmup`` calls: an interpret-mode
     Pallas function may retrace on its second call). Then each of ``rounds`` rounds times
     ``calls_per_round`` back-to-back calls of every function, in an order that rotates from
-    round to round, so load on the machine falls on all of them alike; a function's time is
-    the median over rounds of its mean call time in the round.
+    round to round; a round gives each function its mean call time. The functions of one
+    round run within a fraction of a second of each other, under the same load.
     """
     names = list(calls)
     for name in names:
@@ -67,7 +68,7 @@ def true_times(
             for _ in range(calls_per_round):
                 jax.block_until_ready(fn())
             per_round[name].append((time.perf_counter() - start) / calls_per_round)
-    return {name: statistics.median(times) for name, times in per_round.items()}
+    return per_round
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,24 +76,42 @@ class PickVsTruth:
     """How a sweep's stored pick compares with the truth measured afterwards."""
 
     pick: str
-    fastest: str
-    seconds: dict[str, float]  # config id -> true seconds per call
+    rounds: dict[str, list[float]]  # config id -> seconds per call, round by round
     swept: dict[str, float]  # config id -> the sweep's median, seconds
 
     @property
+    def medians(self) -> dict[str, float]:
+        return {name: statistics.median(times) for name, times in self.rounds.items()}
+
+    @property
+    def fastest(self) -> str:
+        """The config with the lowest median."""
+        medians = self.medians
+        return min(medians, key=medians.__getitem__)
+
+    def slowdown(self, name: str, against: str) -> float:
+        """The median over rounds of ``name``'s time over ``against``'s in the same round.
+        Pairing within a round cancels what the machine's load does over the seconds the
+        measurement lasts (on a busy 2-core machine the medians alone drift by 20 %)."""
+        pairs = zip(self.rounds[name], self.rounds[against], strict=True)
+        return statistics.median(a / b for a, b in pairs)
+
+    @property
     def ratio(self) -> float:
-        """The pick's true time over the truly fastest config's (1.0: the pick is it)."""
-        return self.seconds[self.pick] / self.seconds[self.fastest]
+        """The pick's time over the truly fastest config's (1.0: the pick is it)."""
+        return self.slowdown(self.pick, self.fastest)
 
     def table(self) -> str:
-        best = self.seconds[self.fastest]
-        rows = sorted(self.seconds.items(), key=lambda kv: kv[1])
-        lines = ["  truth            sweep's median   config (* the pick)"]
-        for name, seconds in rows:
+        medians, fastest = self.medians, self.fastest
+        lines = ["    truth  vs fastest  sweep's median   config (* the pick)"]
+        for name in sorted(medians, key=medians.__getitem__):
             swept = self.swept.get(name)
             sweep = f"{swept * 1e3:9.2f} ms" if swept is not None else " " * 12
             mark = "*" if name == self.pick else " "
-            lines.append(f"{seconds * 1e3:9.2f} ms {seconds / best:5.2f}x  {sweep}   {mark} {name}")
+            lines.append(
+                f"{medians[name] * 1e3:9.2f} ms  {self.slowdown(name, fastest):5.2f}x  "
+                f"{sweep}   {mark} {name}"
+            )
         return "\n".join(lines)
 
 
@@ -107,11 +126,7 @@ def pick_vs_truth(
     for config in configs:
         fn = jax.jit(functools.partial(kernel.__wrapped__, **config))
         calls[config_id(config)] = functools.partial(fn, *args)
-    seconds = true_times(calls, **timing)
     swept = {config_id(m.config): m.median_us / 1e6 for m in entry.measurements if m.ok}
     return PickVsTruth(
-        pick=config_id(entry.config),
-        fastest=min(seconds, key=seconds.__getitem__),
-        seconds=seconds,
-        swept=swept,
+        pick=config_id(entry.config), rounds=true_times(calls, **timing), swept=swept
     )
