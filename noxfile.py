@@ -71,6 +71,24 @@ def _install(session: nox.Session, *groups: str, jax: str | None = None, extras:
     session.install("-e", package, spec, *nox.project.dependency_groups(PYPROJECT, *groups))
 
 
+def _install_optional(session: nox.Session, group: str) -> None:
+    """Installs each requirement of an optional dependency group on its own, keeping the
+    JAX the session tests. One that cannot install on this toolchain is logged and the
+    session goes on: the tests that need it skip, naming the missing library."""
+    found = session.run_install("python", "-c", "import jax; print(jax.__version__)", silent=True)
+    if not found:  # --no-install: nothing is installed in this run
+        return
+    jax_version = found.strip()
+    for requirement in nox.project.dependency_groups(PYPROJECT, group):
+        try:
+            session.install(requirement, f"jax=={jax_version}")
+        except nox.command.CommandFailed as e:
+            session.warn(
+                f"{requirement} ({group} group) did not install beside jax {jax_version} ({e}); "
+                "the tests that need it will be skipped with the reason"
+            )
+
+
 for _version in (PYTHONS[0], PYTHONS[-1]):
     if find_python(_version) is None:
         print(
@@ -88,10 +106,13 @@ TOOLCHAINS = [
 @nox.session
 @nox.parametrize(("python", "jax"), TOOLCHAINS)
 def tests(session: nox.Session, jax: str | None) -> None:
-    """The whole suite (slow and child tests included) on the oldest and the newest
+    """The whole suite (slow and child tests included, tests/conformance/ with the kernel
+    libraries of the `conformance` group that install) on the oldest and the newest
     toolchain, in two pytest workers (most tests wait on child processes); `nox -s tests --
     -m "not child"` runs the fast tier, `-- -n 0` one worker (docs/development.md)."""
     _install(session, "test", jax=jax, extras="plots")
+    # Third-party kernel libraries for tests/conformance/: best effort per toolchain.
+    _install_optional(session, "conformance")
     session.run(
         "python",
         "-c",
