@@ -9,17 +9,19 @@ import os
 import sys
 
 import pytest
+from hostile.traces import EPOCH_NS
 from jax.profiler import ProfileData
 
 import jaxtune
 from jaxtune._cli import main as cli_main
 from jaxtune._profiling import llo, xplane
 
-#: A TPU-shaped trace; ``%s`` is the /host:metadata plane's stats (an llo_proto or none).
+#: A TPU-shaped trace, its line at epoch scale as real ones are; ``%s`` is the
+#: /host:metadata plane's stats (an llo_proto or none).
 TPU = """
 planes {
   id: 1 name: "/device:TPU:0"
-  lines { id: 1 name: "XLA Ops" timestamp_ns: 1000
+  lines { id: 1 name: "XLA Ops" timestamp_ns: EPOCH_NS
     events { metadata_id: 1 offset_ps: 0 duration_ps: 1000000 } }
   event_metadata { key: 1 value { id: 1 name: "custom-call.1"
     stats { metadata_id: 1 str_value: "jit(step)/flash/pallas_call" } } }
@@ -30,14 +32,14 @@ planes {
   %s
   stat_metadata { key: 1 value { id: 1 name: "llo_proto" } }
 }
-"""
+""".replace("EPOCH_NS", str(EPOCH_NS))
 CPU = """
 planes { id: 1 name: "/host:CPU"
-  lines { id: 1 name: "tf_XLAEigen" timestamp_ns: 0
+  lines { id: 1 name: "tf_XLAEigen" timestamp_ns: EPOCH_NS
     events { metadata_id: 1 offset_ps: 0 duration_ps: 1000 stats { metadata_id: 1 str_value: "add.1" } } }
   event_metadata { key: 1 value { id: 1 name: "add.1" } }
   stat_metadata { key: 1 value { id: 1 name: "hlo_op" } } }
-"""
+""".replace("EPOCH_NS", str(EPOCH_NS))
 
 #: Where xprof is: this Python (the jaxtune[xprof] extra), or JAXTUNE_XPROF_PYTHON.
 XPROF_PYTHON = os.environ.get("JAXTUNE_XPROF_PYTHON")

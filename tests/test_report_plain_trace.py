@@ -18,6 +18,7 @@ import textwrap
 import jax.numpy as jnp
 import profile_models
 import pytest
+from hostile.traces import EPOCH_NS
 from jax.experimental.pallas import tpu as pltpu
 from jax.profiler import ProfileData
 from profile_models import direct_step
@@ -164,7 +165,7 @@ planes {{
     return f"""
 planes {{
   id: 1 name: "/host:CPU"
-  lines {{ id: 1 name: "tf_XLAEigen/1" timestamp_ns: 0
+  lines {{ id: 1 name: "tf_XLAEigen/1" timestamp_ns: {EPOCH_NS}
     {" ".join(events)}
   }}
   event_metadata {{ key: 1 value {{ id: 1 name: "thunk" }} }}
@@ -272,6 +273,24 @@ def test_a_program_with_too_many_kinds_of_callback_is_not_searched(tmp_path, mon
     p = _report.report_from_trace(write(tmp_path, cpu_trace(hlo_proto())))
     assert p.kernels == ()
     assert any("could not be decoded or searched (jit_step)" in n for n in p.notes)
+
+
+def test_host_threads_at_epoch_scale_make_one_timeline(tmp_path):
+    # Each host thread's line starts at its own epoch-scale timestamp (~1.7e21 ps: past
+    # int64); the timeline orders their ops by when they ran, to the picosecond.
+    second = _event("copy.7", 1, 1, 1000).replace("offset_ps: 1000000", "offset_ps: 1000001")
+    text = cpu_trace(None, runs=1).replace(
+        "  event_metadata {",
+        f'  lines {{ id: 2 name: "python" timestamp_ns: {EPOCH_NS - 500}\n    {second}\n  }}\n'
+        "  event_metadata {",
+        1,
+    )
+    p = _report.report_from_trace(write(tmp_path, text))
+    assert p.timeline[0].start_us == 0.0
+    # copy.7 ran 0.5 us + 1 ps after the first op, on the other thread.
+    starts = [(s.name, round(s.start_us, 6)) for s in p.timeline]
+    assert starts[:3] == [("while.2", 0.0), ("copy.7", 0.500001), ("io_callback.1", 11.0)]
+    assert {o.name: o.calls for o in p.ops}["copy.7"] == 2  # one on each thread
 
 
 def test_a_cpu_trace_without_metadata_says_so(tmp_path, incli):
