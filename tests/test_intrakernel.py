@@ -1,12 +1,15 @@
 """Inside a TPU kernel (issue 24): the lines custom-call tracing adds, read per kernel, on
-TPU-shaped traces written as text protos with XProf's plane, line and stat names; event
-drops said at the top of the report with the flag change."""
+TPU-shaped traces written as text protos with XProf's plane, line and stat names, their
+lines starting at epoch-scale timestamps as real traces' do (issue 31); event drops said at
+the top of the report with the flag change."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from hostile.traces import EPOCH_NS
 from jax.profiler import ProfileData
 
 import jaxtune
@@ -16,47 +19,20 @@ KERNEL = "jit(step)/jaxtune[lib.flash#0123456789]/flash/pallas_call"
 
 #: A flash-attention-like kernel (two calls, 1 us each) and a fusion, with custom-call
 #: tracing lines. Stat ids: 1 tf_op, 2 hlo_category, 3 pallas_primitive, 4 source_info,
-#: 5 cycles, 6 tensor_core_freq_hz, 7 dropped_traces, 8 custom_call_target.
+#: 5 cycles, 6 tensor_core_freq_hz, 7 dropped_traces, 8 custom_call_target, 9 tf_op_name,
+#: 14 long_name.
 TRACE = """
 planes {
   id: 1 name: "/device:TPU:0"
   stats { metadata_id: 6 double_value: 940000000.0 }
   %(plane_stats)s
-  lines { id: 1 name: "XLA Ops" timestamp_ns: 1000
+  lines { id: 1 name: "XLA Ops" timestamp_ns: %(ops_ns)d
     events { metadata_id: 1 offset_ps: 0 duration_ps: 1000000 }
     events { metadata_id: 2 offset_ps: 1000000 duration_ps: 500000 }
     events { metadata_id: 1 offset_ps: 2000000 duration_ps: 1000000 }
   }
-  lines { id: 2 name: "LLO Ops" timestamp_ns: 1000
-    events { metadata_id: 10 offset_ps: 0 duration_ps: 200000 }
-    events { metadata_id: 11 offset_ps: 300000 duration_ps: 0 }
-    events { metadata_id: 12 offset_ps: 300000 duration_ps: 0 }
-    events { metadata_id: 13 offset_ps: 700000 duration_ps: 300000 }
-    %(stray)s
-  }
-  lines { id: 3 name: "Pallas Primitives" timestamp_ns: 1000
-    events { metadata_id: 20 offset_ps: 0 duration_ps: 600000
-             stats { metadata_id: 3 str_value: "dot_general" } }
-    events { metadata_id: 20 offset_ps: 600000 duration_ps: 400000
-             stats { metadata_id: 3 str_value: "exp" } }
-    events { metadata_id: 20 offset_ps: 2000000 duration_ps: 500000
-             stats { metadata_id: 3 str_value: "dot_general" } }
-  }
-  lines { id: 4 name: "VALU Instructions" timestamp_ns: 1000
-    events { metadata_id: 30 offset_ps: 0 duration_ps: 400000 }
-    events { metadata_id: 30 offset_ps: 2000000 duration_ps: 300000 }
-  }
-  lines { id: 5 name: "MXU0 Instructions" timestamp_ns: 1000
-    events { metadata_id: 31 offset_ps: 100000 duration_ps: 0
-             stats { metadata_id: 5 int64_value: 470 } }
-  }
-  lines { id: 6 name: "Source Lines" timestamp_ns: 1000
-    events { metadata_id: 40 offset_ps: 0 duration_ps: 700000
-             stats { metadata_id: 4 str_value: "flash.py:120" } }
-  }
-  event_metadata { key: 1 value { id: 1 name: "custom-call.1"
-    stats { metadata_id: 1 str_value: "%(kernel)s" }
-    stats { metadata_id: 8 str_value: "tpu_custom_call" } } }
+%(intra)s
+  event_metadata { key: 1 value { id: 1 %(kernel_metadata)s } }
   event_metadata { key: 2 value { id: 2 name: "fusion.2"
     stats { metadata_id: 1 str_value: "jit(step)/tanh" } } }
   event_metadata { key: 10 value { id: 10 name: "vmatmul" } }
@@ -75,12 +51,76 @@ planes {
   stat_metadata { key: 6 value { id: 6 name: "tensor_core_freq_hz" } }
   stat_metadata { key: 7 value { id: 7 name: "dropped_traces" } }
   stat_metadata { key: 8 value { id: 8 name: "custom_call_target" } }
+  stat_metadata { key: 9 value { id: 9 name: "tf_op_name" } }
+  stat_metadata { key: 14 value { id: 14 name: "long_name" } }
 }
+%(metadata_plane)s
+"""
+
+#: The custom-call tracing lines; their offsets count from the XLA Ops line's start.
+INTRA = """
+  lines { id: 2 name: "LLO Ops" timestamp_ns: %(intra_ns)d
+    events { metadata_id: 10 offset_ps: 0 duration_ps: 200000 }
+    events { metadata_id: 11 offset_ps: 300000 duration_ps: 0 }
+    events { metadata_id: 12 offset_ps: 300000 duration_ps: 0 }
+    events { metadata_id: 13 offset_ps: 700000 duration_ps: 300000 }
+    %(stray)s
+  }
+  lines { id: 3 name: "Pallas Primitives" timestamp_ns: %(intra_ns)d
+    events { metadata_id: 20 offset_ps: 0 duration_ps: 600000
+             stats { metadata_id: 3 str_value: "dot_general" } }
+    events { metadata_id: 20 offset_ps: 600000 duration_ps: 400000
+             stats { metadata_id: 3 str_value: "exp" } }
+    events { metadata_id: 20 offset_ps: 2000000 duration_ps: 500000
+             stats { metadata_id: 3 str_value: "dot_general" } }
+  }
+  lines { id: 4 name: "VALU Instructions" timestamp_ns: %(intra_ns)d
+    events { metadata_id: 30 offset_ps: 0 duration_ps: 400000 }
+    events { metadata_id: 30 offset_ps: 2000000 duration_ps: 300000 }
+  }
+  lines { id: 5 name: "MXU0 Instructions" timestamp_ns: %(intra_ns)d
+    events { metadata_id: 31 offset_ps: 100000 duration_ps: 0
+             stats { metadata_id: 5 int64_value: 470 } }
+  }
+  lines { id: 6 name: "Source Lines" timestamp_ns: %(intra_ns)d
+    events { metadata_id: 40 offset_ps: 0 duration_ps: 700000
+             stats { metadata_id: 4 str_value: "flash.py:120" } }
+  }
 """
 
 
-def _trace(tmp_path, *, plane_stats="", stray=""):
-    text = TRACE % {"plane_stats": plane_stats, "stray": stray, "kernel": KERNEL}
+def _stat(metadata_id: int, value: str) -> str:
+    return f'stats {{ metadata_id: {metadata_id} str_value: "{value}" }}'
+
+
+#: The kernel's XLA Ops metadata as a capture with HLO protos sees it (target and all).
+CAPTURED = f'name: "custom-call.1" {_stat(1, KERNEL)} {_stat(8, "tpu_custom_call")}'
+
+
+def _trace(
+    tmp_path,
+    *,
+    plane_stats="",
+    stray="",
+    kernel_metadata=CAPTURED,
+    metadata_plane="",
+    intra_earlier_ns=0,
+):
+    """The trace, its lines at epoch scale; the intra-kernel lines start
+    ``intra_earlier_ns`` before XLA Ops (their events' offsets later by as much)."""
+    shift = intra_earlier_ns * 1000
+    intra = re.sub(
+        r"offset_ps: (\d+)",
+        lambda m: f"offset_ps: {int(m[1]) + shift}",
+        INTRA % {"intra_ns": EPOCH_NS - intra_earlier_ns, "stray": stray},
+    )
+    text = TRACE % {
+        "plane_stats": plane_stats,
+        "ops_ns": EPOCH_NS,
+        "intra": intra,
+        "kernel_metadata": kernel_metadata,
+        "metadata_plane": metadata_plane,
+    }
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(ProfileData.text_proto_to_serialized_xspace(text))
     return path
@@ -95,8 +135,11 @@ def test_kernel_rows_do_not_count_the_intra_kernel_lines(tmp_path):
     assert not p.warnings
 
 
-def test_per_unit_times_top_primitives_and_interpolated_spans(tmp_path):
-    p = jaxtune.Profile.from_trace(_trace(tmp_path))
+@pytest.mark.parametrize("intra_earlier_ns", [0, 1_500], ids=["same-start", "earlier-start"])
+def test_per_unit_times_top_primitives_and_interpolated_spans(tmp_path, intra_earlier_ns):
+    # Epoch-scale lines (~1.7e21 ps: past int64) were reported as a damaged trace; an
+    # intra-kernel line that starts before XLA Ops is placed by the difference.
+    p = jaxtune.Profile.from_trace(_trace(tmp_path, intra_earlier_ns=intra_earlier_ns))
     (inside,) = p.intrakernel
     assert (inside.kernel_id, inside.calls, inside.total_us) == ("lib.flash", 2, 2.0)
     # VALU's events (0.4 + 0.3 us); MXU0's one event carries cycles only:
@@ -161,3 +204,4 @@ def test_a_kernel_that_lost_its_end_is_a_warning(tmp_path):
     assert "1 intra-kernel events lie outside every kernel event" in warning
     assert "Begin/End events were lost" in warning
     assert "trace_best_effort_frequency=100" in warning
+

@@ -18,12 +18,18 @@ add up to the kernel's. An instruction event that carries ``cycles`` but no dura
 
 An intra-kernel event outside every kernel event means the kernel's Begin/End events were
 lost (an overflowing custom-call trace drops them first): :mod:`.drops` says so.
+
+Times are picoseconds from the ``XLA Ops`` line's start: a real line's ``timestamp_ns`` counts
+from the UNIX epoch (~1.7e18 ns, ~1.7e21 ps), beyond int64 in picoseconds, so absolute times
+are never formed; a line's distance from ``XLA Ops`` is a Python int, and an event that lands
+outside int64 of it lies outside every kernel event.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -49,6 +55,8 @@ UNIT_LINE = re.compile(r"^.+ Instructions$")
 TOP = 10
 #: Spans kept of a kernel's first call.
 MAX_SPANS = 500
+
+_LO, _HI = -(1 << 63), (1 << 63) - 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,18 +130,22 @@ class _Event:
     estimate: bool = False
 
 
-def _columns(plane: _xplane.Plane, line: _xplane.LineHead) -> tuple[Any, Any, Any]:
-    """``(start ps, duration ps, metadata id)`` arrays of a line's events."""
-    cols = plane.columns(line)
-    base = line.timestamp_ns * 1000
-    return cols[:, 0] + base, np.maximum(cols[:, 1], 0), cols[:, 2]
+def _cycles_ps(cycles: Any, freq: Any) -> int | None:
+    """``cycles / freq`` in ps, or ``None`` when either is not a finite positive number."""
+    if isinstance(cycles, bool) or not isinstance(cycles, (int, float)):
+        return None
+    if isinstance(freq, bool) or not isinstance(freq, (int, float)) or not freq > 0:
+        return None
+    ps = cycles / freq * 1e12
+    return round(ps) if math.isfinite(ps) and ps >= 0 else None
 
 
-def _named_events(plane: _xplane.Plane, line: _xplane.LineHead, key: str) -> list[_Event]:
-    """A region line's events, named by their ``key`` stat (or their metadata's name);
-    an event with ``cycles`` but no duration lasts cycles / the plane's TensorCore
-    frequency."""
-    base = line.timestamp_ns * 1000
+def _named_events(
+    plane: _xplane.Plane, line: _xplane.LineHead, key: str, shift: int
+) -> list[_Event]:
+    """A region line's events (ps from ``XLA Ops``: ``shift`` is the line's distance from
+    it), named by their ``key`` stat (or their metadata's name); an event with ``cycles``
+    but no duration lasts cycles / the plane's TensorCore frequency."""
     freq = plane.stats.get("tensor_core_freq_hz")
     out = []
     for ev in plane.events(line):
@@ -141,12 +153,12 @@ def _named_events(plane: _xplane.Plane, line: _xplane.LineHead, key: str) -> lis
         meta = plane.metadata(ev.metadata_id)
         name = stats.get(key) or meta.stats.get(key) or meta.display_name or meta.name
         duration = max(ev.duration_ps, 0)
-        cycles = stats.get("cycles")
         modelled = False
-        if not duration and isinstance(cycles, (int, float)) and isinstance(freq, (int, float)):
-            duration = round(cycles / freq * 1e12) if freq > 0 else 0
-            modelled = True  # from cycles, not a trace point
-        start = base + ev.offset_ps
+        if not duration:
+            from_cycles = _cycles_ps(stats.get("cycles"), freq)
+            if from_cycles is not None:
+                duration, modelled = from_cycles, True  # from cycles, not a trace point
+        start = shift + ev.offset_ps
         out.append(_Event(start=start, end=start + duration, name=str(name), estimate=modelled))
     out.sort(key=lambda e: e.start)
     return out
@@ -215,10 +227,14 @@ def has_intra_lines(plane: _xplane.Plane) -> bool:
 def _calls(
     plane: _xplane.Plane, ops_line: _xplane.LineHead, owner_of: Callable[[int], Any]
 ) -> tuple[Any, Any, list[Any], dict[tuple[str, str, str | None], _Kernel]]:
-    """The ``XLA Ops`` events by start (starts, ends, owners) and each kernel's calls."""
-    start, dur, mid = _columns(plane, ops_line)
+    """The ``XLA Ops`` events by start (starts and ends, ps from the line's start, as int64;
+    owners) and each kernel's calls."""
+    cols = plane.columns(ops_line)
+    start, dur, mid = cols[:, 0], np.maximum(cols[:, 1], 0), cols[:, 2]
     order = np.argsort(start, kind="stable")
     start, dur, mid = start[order], dur[order], mid[order]
+    # An end past int64 (a damaged duration) is clipped there, never wrapped around.
+    end = start + np.minimum(dur, _HI - np.maximum(start, 0))
     owners: dict[int, Any] = {}
     kernel_of = []
     for m in mid.tolist():
@@ -233,8 +249,20 @@ def _calls(
         k.calls += 1
         k.total_ps += int(dur[i])
         if k.first is None:
-            k.first = (int(start[i]), int(start[i] + dur[i]))
-    return start, start + dur, kernel_of, found
+            k.first = (int(start[i]), int(end[i]))
+    return start, end, kernel_of, found
+
+
+def _around(start: Any, end: Any, events: list[_Event]) -> list[int]:
+    """For each event, the index of the ``XLA Ops`` event around its start (``start`` and
+    ``end`` sorted by start), or -1 when none is."""
+    at = np.array([min(max(e.start, _LO), _HI) for e in events], dtype=np.int64)
+    index = np.searchsorted(start, at, side="right") - 1
+    ends = end[np.maximum(index, 0)].tolist() if len(start) else [_LO] * len(events)
+    return [
+        i if i >= 0 and _LO <= e.start < around else -1
+        for e, i, around in zip(events, index.tolist(), ends, strict=True)
+    ]
 
 
 def _add(k: _Kernel, line: str, ev: _Event) -> None:
@@ -268,9 +296,12 @@ def intra_kernel(
     orphans = 0
     keys = {"Pallas Primitives": "pallas_primitive", "Source Lines": "source_info"}
     for line in intra:
-        for ev in _named_events(plane, line, keys.get(line.name, "")):
-            i = int(np.searchsorted(start, ev.start, side="right")) - 1
-            if i < 0 or ev.start >= end[i]:
+        # The line's distance from XLA Ops, in Python ints: epoch-scale timestamps in ps
+        # do not fit int64, their differences do.
+        shift = (line.timestamp_ns - ops_line.timestamp_ns) * 1000
+        events = _named_events(plane, line, keys.get(line.name, ""), shift)
+        for ev, i in zip(events, _around(start, end, events), strict=True):
+            if i < 0:
                 orphans += 1  # no kernel event around it
             elif kernel_of[i] in found:
                 _add(found[kernel_of[i]], line.name, ev)
