@@ -205,3 +205,49 @@ def test_a_kernel_that_lost_its_end_is_a_warning(tmp_path):
     assert "Begin/End events were lost" in warning
     assert "trace_best_effort_frequency=100" in warning
 
+
+#: The XLA Ops metadata of a Pallas kernel in a trace without HLO protos (a trimmed trace,
+#: another tool's export): ``hlo_category: custom-call``, no ``custom_call_target`` stat,
+#: the name stack under each stat name XLA and XProf write, or in the op's long name (its
+#: HLO text, XProf's ``long_name``; the metadata's name when it has a display name).
+STACK = "jit(step)/jit(flash)/pallas_call"
+#: The op's HLO text (quotes escaped for the text proto).
+HLO_TEXT = (
+    "%custom-call.1 = f32[8,128]{1,0} custom-call(f32[8,128]{1,0} %p0), "
+    f'custom_call_target=\\"tpu_custom_call\\", metadata={{op_name=\\"{STACK}\\"}}'
+)
+TRACE_ONLY = {
+    "tf_op": f'name: "custom-call.1" {_stat(1, STACK)}',
+    "tf_op_name": f'name: "custom-call.1" {_stat(9, STACK)}',
+    "long_name stack": f'name: "custom-call.1" {_stat(14, STACK)}',
+    "long_name HLO": f'name: "custom-call.1" {_stat(14, HLO_TEXT)}',
+    "display_name": f'name: "{HLO_TEXT}" display_name: "custom-call.1"',
+}
+#: A metadata plane without HLO protos.
+NO_HLO = """
+planes {
+  id: 2 name: "/host:metadata"
+  event_metadata { key: 1 value { id: 1 name: "jit_step" stats { metadata_id: 1 int64_value: 7 } } }
+  stat_metadata { key: 1 value { id: 1 name: "program_id" } }
+}
+"""
+
+
+@pytest.mark.parametrize("where", sorted(TRACE_ONLY))
+def test_a_kernel_known_only_from_the_trace_is_listed_with_its_lanes(tmp_path, where):
+    meta = f"{TRACE_ONLY[where]} {_stat(2, 'custom-call')}"
+    p = jaxtune.Profile.from_trace(_trace(tmp_path, kernel_metadata=meta, metadata_plane=NO_HLO))
+    assert [(k.name, k.kind, k.calls, k.hlo_op) for k in p.kernels] == [
+        ("flash", "pallas", 2, "custom-call.1")
+    ]
+    assert p.kernels[0].total_us == pytest.approx(2.0)
+    assert [o.name for o in p.ops] == ["fusion.2"]
+    (inside,) = p.intrakernel
+    assert (inside.name, inside.calls) == ("flash", 2)
+    assert inside.units == pytest.approx({"MXU0 Instructions": 0.5, "VALU Instructions": 0.7})
+    table = p.table()
+    assert "kernels: none" not in table
+    assert "inside flash (2 calls, 2.0 us):" in table
+    assert "by unit: MXU0 Instructions 0.5 us, VALU Instructions 0.7 us" in table
+    if where == "long_name HLO":  # the HLO text names the target too
+        assert p.kernels[0].target == "tpu_custom_call"

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._program import markers as _markers
+from . import hlo as _hlo
 from . import xplane as _xplane
 from .totals import TIMELINE_SPANS, Accumulator, OpKind, Totals, walk_columns, walk_items
 
@@ -108,6 +109,50 @@ def program_ids(plane: _xplane.Plane | None) -> set[int]:
     return found
 
 
+#: Stats that hold an op's name stack, as XLA and XProf write them: ``tf_op`` (XLA's, on
+#: a TPU op's event metadata and a GPU kernel's event), ``tf_op_name`` (XProf's framework op
+#: name); ``long_name`` is XProf's long form of the op (its HLO text, with the name stack in
+#: ``metadata={op_name=...}``), or the name stack itself in other tools' exports.
+NAME_STACK_STATS = ("tf_op", "tf_op_name")
+LONG_NAME_STAT = "long_name"
+
+#: The stats that make two events of one metadata different kinds of op.
+_KIND_STATS = frozenset(
+    (
+        "hlo_op",
+        "program_id",
+        *NAME_STACK_STATS,
+        LONG_NAME_STAT,
+        "custom_call_target",
+        "hlo_module",
+        "flops",
+        "bytes_accessed",
+    )
+)
+
+
+def _name_stack(
+    stat: Callable[[str], Any], meta: _xplane.EventMetadata | None
+) -> tuple[str, str | None]:
+    """An op's name stack and custom-call target as the trace says them: the first of
+    :data:`NAME_STACK_STATS`, else what its long name holds (the ``long_name`` stat, or on a
+    TPU the metadata's name when it has a display name, as XProf reads it); ``""`` and
+    ``None`` where it says nothing."""
+    for name in NAME_STACK_STATS:
+        value = stat(name)
+        if value:
+            return str(value), None
+    long = stat(LONG_NAME_STAT)
+    if not long and meta is not None and meta.display_name:
+        long = meta.name
+    if not long:
+        return "", None
+    facts = _hlo.expression_facts(str(long))
+    if facts is None:  # not HLO text: the name stack itself
+        return ("" if meta is not None and long == meta.name else str(long)), None
+    return facts
+
+
 class _Kinds:
     """Event -> its :class:`OpKind` (memoized), from its stats, else its metadata's."""
 
@@ -131,7 +176,8 @@ class _Kinds:
 
         op = stat("hlo_op")
         if op is None and self.tpu:
-            op = meta.name
+            # XProf's reading: the display name is the op, the name its long form.
+            op = meta.display_name or meta.name
         if not op:
             return None
         op = str(op)
@@ -141,11 +187,12 @@ class _Kinds:
             if program is not None
             else self.hlo.get(op)
         )
-        target = stat("custom_call_target") or (known[1] if known else None)
+        stack, target = _name_stack(stat, meta if self.tpu else None)
+        target = stat("custom_call_target") or target or (known[1] if known else None)
         return OpKind(
             op=op,
             module=str(stat("hlo_module", "")),
-            name_stack=str(stat("tf_op") or (known[0] if known else "")),
+            name_stack=stack or (known[0] if known else ""),
             target=str(target) if target else None,
             flops=_number(stat("flops")),
             bytes_accessed=_number(stat("bytes_accessed")),
@@ -161,12 +208,7 @@ class _Kinds:
     def by_stats(self, metadata_id: int, stats: dict[str, Any]) -> OpKind | None:
         key = (
             metadata_id,
-            *(
-                (k, v)
-                for k, v in stats.items()
-                if k in ("hlo_op", "program_id", "tf_op", "custom_call_target", "hlo_module")
-                or k in ("flops", "bytes_accessed")
-            ),
+            *((k, v) for k, v in stats.items() if k in _KIND_STATS),
         )
         try:
             hash(key)

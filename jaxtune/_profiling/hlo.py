@@ -15,12 +15,22 @@ from typing import Any
 from . import schema as _schema
 from .xplane import DecodeError, decode, text
 
-__all__ = ["Frame", "HloInstruction", "HloModule", "hlo_fusions", "hlo_ops", "parse_hlo_proto"]
+__all__ = [
+    "Frame",
+    "HloInstruction",
+    "HloModule",
+    "expression_facts",
+    "hlo_fusions",
+    "hlo_ops",
+    "parse_hlo_proto",
+]
 
 #: Deepest Python stack kept per instruction (a damaged index may loop).
 MAX_FRAMES = 256
 
 _HLO_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<rest>.*)$")
+#: The head of one instruction's text: ``%name =`` (``ROOT`` before it in a computation).
+_INSTRUCTION = re.compile(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=")
 _OP_NAME = re.compile(r'op_name="(?P<op>(?:[^"\\]|\\.)*)"')
 _TARGET = re.compile(r'custom_call_target="(?P<target>[^"]*)"')
 
@@ -67,6 +77,18 @@ def hlo_ops(hlo_text: str) -> dict[str, tuple[str, str | None]]:
             target.group("target") if target else None,
         )
     return out
+
+
+def expression_facts(expression: str) -> tuple[str, str | None] | None:
+    """``(op_name, custom-call target)`` of one instruction's HLO text (``%custom-call.3 =
+    bf16[...] custom-call(...), custom_call_target="tpu_custom_call", metadata={op_name=
+    "..."}``, over one line or several: what XProf calls an op's long name), ``""`` and
+    ``None`` for what it leaves out; ``None`` when the text is not an instruction."""
+    if not _INSTRUCTION.match(expression):
+        return None
+    op = _OP_NAME.search(expression)
+    target = _TARGET.search(expression)
+    return (op.group("op") if op else "", target.group("target") if target else None)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
