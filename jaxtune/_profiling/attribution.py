@@ -11,6 +11,7 @@ time, so nothing is counted twice.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -207,11 +208,19 @@ def _cost(
     return None, None, "none"
 
 
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
     kind, name, kernel_id = owner
     total = t.total_ps
     calls, exact = _calls(owner, t, ctx)
     flops, bytes_, provenance = _cost(owner, calls, exact, t, ctx)
+    # A sum past float's range (a trace's flops near 1e308) is no figure, not infinity.
+    flops, bytes_ = _finite(flops), _finite(bytes_)
+    if flops is None and bytes_ is None:
+        provenance = "none"
     seconds = total * 1e-12
     ran = ctx.configs.get(kernel_id) if kernel_id and kind != "xla" else None
     # Per-call extremes only where the trace's runs are the calls.
@@ -232,9 +241,9 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
         share=total / ctx.total_ps,
         flops=flops,
         bytes_accessed=bytes_,
-        flops_per_s=flops / seconds if flops and seconds else None,
-        bytes_per_s=bytes_ / seconds if bytes_ and seconds else None,
-        intensity=flops / bytes_ if flops and bytes_ else None,
+        flops_per_s=_finite(flops / seconds) if flops and seconds else None,
+        bytes_per_s=_finite(bytes_ / seconds) if bytes_ and seconds else None,
+        intensity=_finite(flops / bytes_) if flops and bytes_ else None,
         bound_by=_roofline.bound_by(flops, bytes_, ctx.peak),
         flops_source=provenance,
         config=ran.get("config") if ran else None,

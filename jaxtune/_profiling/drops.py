@@ -10,6 +10,7 @@ open-source UI shows none of these.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._core import flags as _flags
@@ -31,9 +32,10 @@ DROP_FIX = (
 
 
 def _count(value: Any) -> int | None:
+    """A positive count, or ``None`` for anything else (text, bool, NaN, infinity)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)) and value > 0:
+    if isinstance(value, (int, float)) and 0 < value < math.inf:
         return int(value)
     return None
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -79,7 +80,12 @@ def _op_lines(plane: _xplane.Plane) -> list[_xplane.LineHead]:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number (XLA's flops, bytes), or ``None`` for anything else: text, a bool,
+    NaN or infinity (a trace's values of the wrong kind are read as absent)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def _int_or_none(value: Any) -> int | None:

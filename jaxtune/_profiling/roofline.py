@@ -20,6 +20,7 @@ A trace that records its own peaks (plane stats ``peak_teraflops_per_second`` an
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -77,13 +78,20 @@ def peak_for(device_kind: str | None, plane_stats: Mapping[str, Any] | None = No
     stats = plane_stats or {}
     tflops = stats.get("peak_teraflops_per_second")
     gbps = stats.get("peak_hbm_bw_gigabytes_per_second")
-    if isinstance(tflops, (int, float)) and isinstance(gbps, (int, float)) and tflops > 0 < gbps:
-        return _peak(device_kind or "device", float(tflops), float(gbps), "trace")
+    if _positive(tflops) and _positive(gbps):
+        peak = _peak(device_kind or "device", float(tflops), float(gbps), "trace")
+        if _positive(peak.flops_per_s) and _positive(peak.bytes_per_s):
+            return peak
     kind = (device_kind or "").lower()
     for needles, peak in PEAKS:
         if all(n in kind for n in needles):
             return peak
     return None
+
+
+def _positive(value: Any) -> bool:
+    """A finite positive number (a trace's peak; NaN, infinity or text are no peak)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def bound_by(flops: float | None, bytes_accessed: float | None, peak: Peak | None) -> Bound:

@@ -119,3 +119,35 @@ def test_byte_flips_inside_a_good_trace_keep_the_reader_in_profile_error(tmp_pat
         except jaxtune.ProfileError:
             failed += 1
     assert ok and failed
+
+
+def test_values_of_the_wrong_kind_in_a_decoded_trace_are_read_as_absent(tmp_path):
+    # A NaN flops, an infinite drop count, a peak past float's range and an op that ends
+    # past int64 picoseconds: no figure, no warning, no peak; the report reads and prints.
+    swaps = {
+        "stats { metadata_id: 3 double_value: 2048 }": "stats { metadata_id: 3 double_value: nan }",
+        "stats { metadata_id: 10 double_value: 197.0 }": (
+            "stats { metadata_id: 10 double_value: 1e308 } "
+            "stats { metadata_id: 12 double_value: inf }"
+        ),
+        "  stat_metadata { key: 10": (
+            '  stat_metadata { key: 12 value { id: 12 name: "dropped_traces" } }\n'
+            "  stat_metadata { key: 10"
+        ),
+        "offset_ps: 17000000 duration_ps: 1000000": (
+            f"offset_ps: 17000000 duration_ps: {2**63 - 1}"
+        ),
+    }
+    text = TPU_TRACE
+    for old, new in swaps.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "t.xplane.pb"
+    path.write_bytes(ProfileData.text_proto_to_serialized_xspace(text))
+    p = jaxtune.Profile.from_trace(path)
+    fusion = {o.name: o for o in p.ops}["fusion.2"]
+    assert (fusion.flops, fusion.bytes_accessed, fusion.flops_source) == (None, 8192.0, "xla")
+    assert p.peak is None and p.warnings == ()
+    assert {k.name for k in p.kernels} == {"tiled_matmul", "no_cost", "lib.norm"}
+    table = p.table()
+    assert "fusion.2" in table and "nan" not in table.lower()
