@@ -122,7 +122,7 @@ def read_programs(
             continue
         try:
             modules[pid] = parse_hlo_proto(proto)
-        except (_xplane.DecodeError, *_xplane.MALFORMED):
+        except _xplane.DecodeError:
             unreadable.append(name)
     return modules, unreadable
 

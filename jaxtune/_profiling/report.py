@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
-from .._core.errors import ProfileError, describe
+from .._core.errors import JaxtuneError, ProfileError, describe
 from .._core.vocabulary import CaptureInfo
 from . import recover as _recover
 from . import roofline as _roofline
@@ -26,6 +26,7 @@ from .tracefile import find_trace
 __all__ = [
     "CALLS_SUFFIX",
     "INFO_FILE",
+    "INTERNAL_FAULT",
     "TIMELINE_SPANS",
     "Profile",
     "TimelineSpan",
@@ -179,6 +180,13 @@ class Profile:
         return target
 
 
+#: Added to an exception the analysis of a decoded trace raised (a bug, not damage).
+INTERNAL_FAULT = (
+    "jaxtune failed while analysing {path}, a trace that decoded: this is a bug in "
+    "jaxtune, not a damaged trace; please report it with this traceback"
+)
+
+
 def report_from_trace(
     path: str | os.PathLike[str],
     *,
@@ -210,7 +218,7 @@ def report_from_trace(
         try:
             profile = _profile(path, space, info, iterations, start)
         except (AttributeError, KeyError, TypeError, ValueError) as e:
-            if not (recalled and info):
+            if not (recalled and info) or isinstance(e, _xplane.DecodeError):
                 raise
             # A sidecar of wrong types (edited, or of another jaxtune) is a lost hint:
             # the trace alone, with a note that says so.
@@ -222,12 +230,18 @@ def report_from_trace(
             return profile
         note = f"{INFO_FILE} beside this trace is malformed ({malformed}); ignored"
         return dataclasses.replace(profile, notes=(note, *profile.notes))
-    except (*_xplane.MALFORMED, ArithmeticError) as e:
-        # A trace that decodes but holds values of the wrong type (a str stat where a number
-        # belongs, a negative duration): damaged input, reported as such.
+    except _xplane.DecodeError as e:
+        # Damaged input: a part decoded only when read (a plane, a line) that does not
+        # decode, or a value of the wrong type where the report needs one.
         raise ProfileError(
             f"{path} is a damaged XSpace trace ({describe(e)}); capture it again."
         ) from e
+    except JaxtuneError:
+        raise
+    except Exception as e:
+        # The trace decoded: anything else is a fault of jaxtune's, never called damage.
+        e.add_note(INTERNAL_FAULT.format(path=path))
+        raise
 
 
 def _profile(

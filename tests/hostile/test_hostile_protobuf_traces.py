@@ -1,6 +1,8 @@
 """Hostile input to the protobuf trace reader (issue 23): deep nesting, huge declared
 lengths, damage inside a line that is decoded only when walked, damaged HLO protos, and a
-500 MB all-zero file. ``Profile.from_trace`` raises only ProfileError, naming the path."""
+500 MB all-zero file. ``Profile.from_trace`` raises only ProfileError, naming the path.
+And the other side (issue 31): a fault of jaxtune's own while analysing a trace that
+decoded is never reported as a damaged trace."""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ from jax.profiler import ProfileData
 from traces import TPU_TRACE
 
 import jaxtune
+from jaxtune._cli import main as cli_main
+from jaxtune._core.vocabulary import CaptureInfo
 from jaxtune._profiling import hlo, xplane
+from jaxtune._profiling import report as _report
 
 TPU_BYTES = ProfileData.text_proto_to_serialized_xspace(TPU_TRACE)
 
@@ -119,6 +124,64 @@ def test_byte_flips_inside_a_good_trace_keep_the_reader_in_profile_error(tmp_pat
         except jaxtune.ProfileError:
             failed += 1
     assert ok and failed
+
+
+def _raises(exc):
+    def fault(*args, **kwargs):
+        raise exc
+
+    return fault
+
+
+#: Faults inside the analysis of a trace that decoded, at three stages of it: the walk,
+#: the attribution and the timeline (an OverflowError is what int64 time arithmetic on
+#: epoch-scale timestamps raised).
+FAULTS = {
+    "walk": ("walk", ZeroDivisionError, "division by zero"),
+    "attribution": ("attribute", KeyError, "flops"),
+    "timeline": ("timeline_of", OverflowError, "Python int too large to convert to C long"),
+}
+
+
+@pytest.mark.parametrize("sidecar", [False, True], ids=["plain", "with-sidecar"])
+@pytest.mark.parametrize("stage", sorted(FAULTS))
+def test_a_fault_inside_the_analysis_is_not_a_damaged_trace(
+    tmp_path, monkeypatch, capsys, stage, sidecar
+):
+    path = tmp_path / "t.xplane.pb"
+    path.write_bytes(TPU_BYTES)
+    if sidecar:  # a capture's sidecar: the report retries without it, then gives up
+        _report._remember(tmp_path, CaptureInfo(platform="tpu"), 2)
+        assert (tmp_path / _report.INFO_FILE).is_file()
+    name, kind, message = FAULTS[stage]
+    fault = kind(message)
+    monkeypatch.setattr(_report, name, _raises(fault))
+    with pytest.raises(type(fault)) as caught:
+        jaxtune.Profile.from_trace(path)
+    assert caught.value is fault and not isinstance(caught.value, jaxtune.ProfileError)
+    assert caught.value.__notes__ == [
+        f"jaxtune failed while analysing {path}, a trace that decoded: this is a bug in "
+        "jaxtune, not a damaged trace; please report it with this traceback"
+    ]
+    # The command line: an unexpected error (status 1), never "damaged ... capture it again".
+    assert cli_main(["report", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"jaxtune report: unexpected {type(fault).__name__}: ")
+    assert "damaged" not in err and "capture it again" not in err
+    assert cli_main(["report", "--debug", str(path)]) == 1
+    assert "this is a bug in jaxtune, not a damaged trace" in capsys.readouterr().err
+
+
+def test_a_damaged_line_with_a_sidecar_is_still_a_damaged_trace(tmp_path):
+    # The sidecar's retry is for a sidecar of wrong types, not for damage in the trace: a
+    # line whose head decodes and whose events do not (read, and let go, when walked) was
+    # read again without the sidecar, as a line without events.
+    data = _plane_with_line(_len(2, b"XLA Ops") + _len(4, b"\x08\x01\x10"))
+    path = tmp_path / "t.xplane.pb"
+    path.write_bytes(data)
+    _report._remember(tmp_path, CaptureInfo(platform="tpu"), 2)
+    with pytest.raises(jaxtune.ProfileError, match=r"damaged XSpace trace .*; capture it again\.$"):
+        jaxtune.Profile.from_trace(path)
 
 
 def test_values_of_the_wrong_kind_in_a_decoded_trace_are_read_as_absent(tmp_path):
