@@ -19,10 +19,10 @@ add up to the kernel's. An instruction event that carries ``cycles`` but no dura
 An intra-kernel event outside every kernel event means the kernel's Begin/End events were
 lost (an overflowing custom-call trace drops them first): :mod:`.drops` says so.
 
-Times are picoseconds from the ``XLA Ops`` line's start: a real line's ``timestamp_ns`` counts
-from the UNIX epoch (~1.7e18 ns, ~1.7e21 ps), beyond int64 in picoseconds, so absolute times
-are never formed; a line's distance from ``XLA Ops`` is a Python int, and an event that lands
-outside int64 of it lies outside every kernel event.
+Times are picoseconds from the ``XLA Ops`` line's start: a real line's ``timestamp_ns``
+counts from the UNIX epoch (~1.7e18 ns, ~1.7e21 ps: past int64), so no absolute time is
+formed. A line's distance from ``XLA Ops`` is a Python int; an event whose time from it is
+past int64 lies outside every kernel event.
 """
 
 from __future__ import annotations
