@@ -65,7 +65,8 @@ def test_entries_record_schema_and_versions(tmp_path, fast_timing, monkeypatch):
     assert e.versions["jax"] == jaxtune._core.versions.toolchain()["jax"]
     raw = _cache.user_cache().path_for(e.device_kind, e.kernel).read_bytes()
     doc = jaxtune._core.codec.unpackb(raw)
-    assert doc["schema"] == CACHE_SCHEMA == 2
+    # One kernel version in the file: the layout earlier jaxtune versions read (schema 2).
+    assert (doc["schema"], doc["kernel_version"], CACHE_SCHEMA) == (2, "", 3)
     stored = jaxtune._core.codec.unpackb(doc["entries"]["f32[4]"])  # each entry its own msgpack
     assert stored["versions"]["jaxlib"] is not None
 
@@ -130,12 +131,14 @@ def test_register_cache_directory_and_errors(tmp_path):
     _cache.CacheStore(tmp_path / "pkg").write([make_entry()])
     jaxtune.register_cache(tmp_path / "pkg")
     assert _cache.layers()[0].lookup("k", "cpu", "f32[8]") is not None
-    with pytest.raises(jaxtune.CacheError, match="does not exist"):
-        jaxtune.register_cache(tmp_path / "missing")
+    with pytest.warns(jaxtune.JaxtuneWarning, match=r"ignores the packaged cache .*missing: it "):
+        jaxtune.register_cache(tmp_path / "missing")  # never raises: a library's import works
+    assert len(_cache.layers()) == 1
     bogus = tmp_path / "bogus.msgpack"
     bogus.write_bytes(b"\x93\x01\x02")
-    with pytest.raises(jaxtune.CacheError, match="not a jaxtune TuningResult"):
-        jaxtune.register_cache(bogus)
+    jaxtune.register_cache(bogus)  # read when a lookup reaches it
+    with pytest.warns(jaxtune.JaxtuneWarning, match="bogus.msgpack: not a jaxtune TuningResult"):
+        assert _cache.layers()[1].lookup("k", "cpu", "f32[8]") is None
 
 
 def test_writes_merge_with_other_writers(tmp_path):

@@ -88,7 +88,7 @@ def test_a_file_holds_each_entry_as_its_own_msgpack(tmp_path):
     e = entry(measurements=old_entries()[0].measurements, shapes=(("f32", (8,)),))
     store.write([e])
     doc = stored(store.path_for("cpu", "k"))
-    assert doc["schema"] == CACHE_SCHEMA == 2
+    assert (doc["schema"], doc["kernel_version"], CACHE_SCHEMA) == (2, "", 3)
     assert (doc["format"], doc["kernel"], doc["device_kind"]) == ("jaxtune.cache", "k", "cpu")
     assert isinstance(doc["entries"]["f32[8]"], bytes)
     assert Entry.from_dict(unpackb(doc["entries"]["f32[8]"])) == e

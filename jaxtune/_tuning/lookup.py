@@ -122,12 +122,12 @@ def scoped_entry(kernel: str, kind: str, key: str, fit: Fit) -> Entry | None:
 
 def cached_entry(kernel: str, kind: str, key: str, fit: Fit) -> tuple[Entry, Source] | None:
     """The usable entry of the user cache, else of the first packaged cache that has one."""
-    entry = _cache.user_cache().lookup(kernel, kind, key)
+    entry = _cache.user_cache().lookup(kernel, kind, key, version=fit.version)
     if fit.usable(entry, "user cache"):
         assert entry is not None
         return entry, "cache"
     for layer in _cache.layers():
-        entry = layer.lookup(kernel, kind, key)
+        entry = layer.lookup(kernel, kind, key, version=fit.version)
         if fit.usable(entry, "packaged"):
             assert entry is not None
             return entry, "packaged"

@@ -37,13 +37,16 @@ def entry(key="f32[8]", kernel="k", kind="cpu", **kw):
     return Entry(**fields)
 
 
-#: Cache file layouts: each entry a map (schema 1, read only) or its own msgpack (schema 2).
-LAYOUTS = [1, CACHE_SCHEMA]
+#: Cache file layouts: each entry a map (schema 1, read only), its own msgpack (schema 2),
+#: and by kernel version (schema 3).
+LAYOUTS = [1, 2, CACHE_SCHEMA]
 
 
 def cache_doc(records: dict, schema: int = 1) -> dict:
     if schema >= 2:
         records = {k: msgpack.packb(r, use_bin_type=True) for k, r in records.items()}
+    if schema >= 3:  # every entry of these tests is of the kernel version ""
+        return {"schema": schema, "format": "jaxtune.cache", "kernel_versions": {"": records}}
     return {"schema": schema, "format": "jaxtune.cache", "entries": records}
 
 

@@ -10,22 +10,34 @@ and never overwritten. A write that fails keeps the entries in the process
 (:meth:`CacheStore.keep`) with a warning naming the fix.
 
 Reading a file decodes only its outer map; each entry is decoded and checked when first
-looked up (:mod:`.cachefile`), so a malformed entry is skipped with one warning then, and
+looked up (:mod:`.layout`), so a malformed entry is skipped with one warning then, and
 dropped the next time this process writes the file.
+
+An entry's identity in a file is its kernel version and key (:mod:`.layout`): a write
+replaces the entry of the same version only, so entries of different kernel versions
+(two versions of a library sharing a cache directory, an import of another version's
+export) coexist. A lookup names the version it wants.
+
+Packaged caches (:func:`register_cache`) are read-only layers: a directory with the cache
+layout, or a shipped TuningResult file read on first use (:mod:`.packaged`). Registering
+one never raises: a path that cannot be used is reported in one warning and ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import os
 import pathlib
 import re
+import stat
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..._core import settings as _config
 from ..._core.codec import DecodeError, atomic_write, read_bounded
@@ -39,10 +51,35 @@ from ..._core.files import (
     locked,
 )
 from ..._core.vocabulary import Entry
-from ..result import TuningResult
-from .layout import CACHE_SCHEMA, EntryTable, FutureSchemaError, blob, blobs, encode, parse
+from .layout import (
+    CACHE_SCHEMA,
+    EntryTable,
+    FutureSchemaError,
+    Ident,
+    RawIdent,
+    blob,
+    blobs,
+    decode,
+    encode,
+    ident,
+    newest,
+    parse,
+)
+from .packaged import PackagedFile, ignored
 
-__all__ = ["CacheStore", "layers", "on_change", "register_cache", "slug", "user_cache"]
+__all__ = [
+    "CacheStore",
+    "Conflict",
+    "Layer",
+    "Merged",
+    "PackagedFile",
+    "layers",
+    "on_change",
+    "open_layer",
+    "register_cache",
+    "slug",
+    "user_cache",
+]
 
 #: Called with no arguments whenever a cache layer changes in this process (see on_change).
 _LISTENERS: list[Callable[[], None]] = []
@@ -91,12 +128,17 @@ class CacheStore:
         self.read_only = read_only
         self._memo: dict[pathlib.Path, tuple[Version, EntryTable]] = {}
         self._paths: dict[tuple[str, str], pathlib.Path] = {}
-        self._unsaved: dict[pathlib.Path, dict[str, Entry]] = {}
+        self._unsaved: dict[pathlib.Path, dict[Ident, Entry]] = {}
         self._reported: set[tuple[pathlib.Path, str]] = set()
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"CacheStore({str(self.root)!r}{', read_only=True' if self.read_only else ''})"
+
+    @property
+    def source(self) -> pathlib.Path:
+        """The directory this store reads."""
+        return self.root
 
     def path_for(self, device_kind: str, kernel: str) -> pathlib.Path:
         """The file that holds ``kernel``'s entries for ``device_kind``."""
@@ -151,7 +193,7 @@ class CacheStore:
         self._memo[path] = (version, table)
         return table
 
-    def _decoded(self, path: pathlib.Path) -> dict[str, Entry]:
+    def _decoded(self, path: pathlib.Path) -> dict[Ident, Entry]:
         """Every well-formed entry on disk; the store's lock is held."""
         table = self._table(path)
         if table is None:
@@ -164,7 +206,9 @@ class CacheStore:
         """Reports the malformed entries found so far in ``table``, once per file."""
         if not table.malformed or (path, "entries") in self._reported:
             return
-        key, why = next(iter(table.malformed.items()))
+        (version, key), why = next(iter(table.malformed.items()))
+        if version:
+            key = f"{key} (kernel version {version!r})"
         if table.complete:
             found = f"{len(table.malformed)} of {len(table)} entries are malformed"
         else:
@@ -225,37 +269,57 @@ class CacheStore:
             "treated as empty. Tuned configs in it must be tuned again.",
         )
 
-    def read(self, device_kind: str, kernel: str) -> dict[str, Entry]:
-        """Every entry of ``kernel`` on ``device_kind``, by key (decodes them all)."""
-        path = self.path_for(device_kind, kernel)
-        with self._lock:
-            return {**self._decoded(path), **self._unsaved.get(path, {})}
+    def _every(self, path: pathlib.Path) -> dict[Ident, Entry]:
+        """Every entry of one file, every kernel version, with those kept unsaved; the
+        store's lock is held."""
+        return {**self._decoded(path), **self._unsaved.get(path, {})}
 
-    def lookup(self, kernel: str, device_kind: str, key: str) -> Entry | None:
-        """The entry for exactly this key, or ``None`` (decodes this entry only)."""
+    def read(
+        self, device_kind: str, kernel: str, *, version: str | None = None
+    ) -> dict[str, Entry]:
+        """The entries of ``kernel`` on ``device_kind`` by key (decodes them all): those of
+        kernel version ``version``, or (``None``) the newest version of each key."""
         path = self.path_for(device_kind, kernel)
         with self._lock:
-            unsaved = self._unsaved.get(path)
-            if unsaved and key in unsaved:
-                return unsaved[key]
+            every = self._every(path)
+        if version is not None:
+            return {key: e for (v, key), e in every.items() if v == version}
+        by_key: dict[str, list[Entry]] = {}
+        for (_, key), entry in every.items():
+            by_key.setdefault(key, []).append(entry)
+        return {key: newest(found) for key, found in by_key.items()}  # type: ignore[misc]
+
+    def lookup(
+        self, kernel: str, device_kind: str, key: str, *, version: str | None = None
+    ) -> Entry | None:
+        """The entry for exactly this key, of kernel version ``version`` (``None``: the
+        newest of its versions), or ``None`` (decodes this entry only)."""
+        path = self.path_for(device_kind, kernel)
+        with self._lock:
+            unsaved = self._unsaved.get(path, {})
+            if version is not None and (version, key) in unsaved:
+                return unsaved[version, key]
             table = self._table(path)
-            if table is None:
-                return None
-            entry = table.get(key)
-            if table.malformed:
+            entry = None if table is None else table.get(key, version)
+            if table is not None and table.malformed:
                 self._check(path, table)
+            if version is None and unsaved:
+                mine = [e for (_, k), e in unsaved.items() if k == key]
+                return newest([*mine, entry] if entry is not None else mine)
             return entry
 
     def entries_for(self, kernel: str, device_kind: str) -> list[Entry]:
-        """Every entry of one kernel on one device kind."""
-        return list(self.read(device_kind, kernel).values())
+        """Every entry of one kernel on one device kind, every kernel version."""
+        path = self.path_for(device_kind, kernel)
+        with self._lock:
+            return list(self._every(path).values())
 
     def all_entries(self) -> list[Entry]:
-        """Every readable entry under the root."""
+        """Every readable entry under the root, every kernel version."""
         out: list[Entry] = []
         with self._lock:
             for path in self.files():
-                out.extend({**self._decoded(path), **self._unsaved.get(path, {})}.values())
+                out.extend(self._every(path).values())
         return out
 
     @contextlib.contextmanager
@@ -265,9 +329,9 @@ class CacheStore:
         with locked(path, _config.settings().lock_timeout if wait else 0.0):
             yield
 
-    def _current(self, path: pathlib.Path) -> dict[str, bytes]:
-        """What the file holds now, as stored bytes by key, less the entries this process
-        found malformed; the file lock and the store's lock are held."""
+    def _current(self, path: pathlib.Path) -> dict[Ident, bytes]:
+        """What the file holds now, as stored bytes by identity, less the entries this
+        process found malformed; the file lock and the store's lock are held."""
         try:
             version = file_version(path)
             raw = parse(read_bounded(path, follow_symlinks=False))
@@ -283,13 +347,15 @@ class CacheStore:
             self._move_aside(path, version, e)
             return {}
         memo = self._memo.get(path)
-        return blobs(raw, drop=memo[1].malformed_raw() if memo else {})
+        if memo is None:
+            return blobs(raw, drop={})
+        return blobs(raw, drop=memo[1].malformed_raw(), decoded=memo[1].decoded)
 
     def _update(
         self,
         path: pathlib.Path,
         names: tuple[str, str],
-        change: Callable[[dict[str, bytes]], dict[str, bytes]],
+        change: Callable[[dict[Ident, bytes]], dict[Ident, bytes]],
     ) -> None:
         """Applies ``change`` to the file's entries under its lock; ``names``: the kernel
         and device kind the file is for."""
@@ -307,29 +373,50 @@ class CacheStore:
                 atomic_write(path, encode(*names, updated))
                 # Nobody else writes while the lock is held: what was just written is current.
                 with contextlib.suppress(OSError):
-                    table = EntryTable(updated, None if memo is None else memo[1])
+                    raw: dict[RawIdent, Any] = {w: data for w, data in updated.items()}
+                    table = EntryTable(raw, None if memo is None else memo[1])
                     self._memo[path] = (file_version(path), table)
         except OSError as e:
             raise CacheError(f"jaxtune could not write {path}: {e}. {fix_for(e, path)}") from e
 
     def write(self, entries: Iterable[Entry]) -> None:
-        """Adds or replaces entries, merging with what other processes wrote meanwhile.
+        """Adds or replaces entries (each replaces only the entry of its own kernel
+        version and key), merging with what other processes wrote meanwhile.
 
         Raises:
             CacheError: the store is read-only, a file comes from a newer schema, or the
                 directory cannot be written (the message names the path and the fix).
         """
+        self._merge(entries, report=None, keep_newer=False)
+
+    def merge(self, entries: Iterable[Entry], *, keep_newer: bool = False) -> Merged:
+        """Like :meth:`write`, and says what became of each entry: new, the same as the
+        cache's, or in conflict with the cache's entry of the same identity (the file's
+        replaced it; with ``keep_newer``, the one tuned later stays). The decision is made
+        under the file's lock, against what the file holds then.
+
+        Raises:
+            CacheError: as :meth:`write`.
+        """
+        merged = Merged()
+        self._merge(entries, report=merged, keep_newer=keep_newer)
+        return merged
+
+    def _merge(self, entries: Iterable[Entry], *, report: Merged | None, keep_newer: bool) -> None:
         groups: dict[pathlib.Path, list[Entry]] = {}
         for e in entries:
             groups.setdefault(self.path_for(e.device_kind, e.kernel), []).append(e)
         for path, group in groups.items():
-            additions = {e.key: blob(e) for e in group}
+            additions = {ident(e): e for e in group}
             names = (group[0].kernel, group[0].device_kind)
-            self._update(path, names, functools.partial(_with, additions=additions))
+            change = functools.partial(
+                _with, additions=additions, report=report, keep_newer=keep_newer
+            )
+            self._update(path, names, change)
             with self._lock:
                 unsaved = self._unsaved.get(path, {})
-                for key in additions:
-                    unsaved.pop(key, None)
+                for where in additions:
+                    unsaved.pop(where, None)
 
     def keep(self, entries: Iterable[Entry]) -> bool:
         """Writes ``entries``; when that fails, warns once (path and fix) and keeps them in
@@ -341,7 +428,7 @@ class CacheStore:
             with self._lock:
                 for entry in entries:
                     path = self.path_for(entry.device_kind, entry.kernel)
-                    self._unsaved.setdefault(path, {})[entry.key] = entry
+                    self._unsaved.setdefault(path, {})[ident(entry)] = entry
                     _changed()
                     self._report(
                         path,
@@ -352,12 +439,13 @@ class CacheStore:
         return True
 
     def remove(self, keep: Callable[[Entry], bool]) -> int:
-        """Drops every entry for which ``keep`` is false; returns how many were dropped."""
+        """Drops every entry for which ``keep`` is false (every kernel version is asked);
+        returns how many were dropped."""
         dropped = 0
         for path in self.files():
             with self._lock:
                 entries = self._decoded(path)
-            gone = [k for k, e in entries.items() if not keep(e)]
+            gone = [where for where, e in entries.items() if not keep(e)]
             if gone:
                 dropped += len(gone)
                 names = (entries[gone[0]].kernel, entries[gone[0]].device_kind)
@@ -369,16 +457,75 @@ class CacheStore:
         return self.remove(lambda e: False)
 
 
-def _with(current: dict[str, bytes], *, additions: dict[str, bytes]) -> dict[str, bytes]:
-    return {**current, **additions}
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Conflict:
+    """An entry that met one of the same identity (kernel, device kind, kernel version,
+    key) in the cache: ``incoming`` replaced ``current``, or (``kept``) did not because
+    ``current`` was tuned later. ``current`` is ``None`` when the cache's was malformed."""
+
+    incoming: Entry
+    current: Entry | None
+    kept: bool
 
 
-def _without(current: dict[str, bytes], *, gone: frozenset[str]) -> dict[str, bytes]:
+@dataclasses.dataclass(slots=True)
+class Merged:
+    """What a :meth:`CacheStore.merge` did: how many entries were new, how many equal to
+    the cache's, and each conflict."""
+
+    new: int = 0
+    unchanged: int = 0
+    conflicts: list[Conflict] = dataclasses.field(default_factory=list)
+
+    @property
+    def replaced(self) -> list[Conflict]:
+        """The conflicts where the incoming entry replaced the cache's."""
+        return [c for c in self.conflicts if not c.kept]
+
+    @property
+    def kept(self) -> list[Conflict]:
+        """The conflicts where the cache's (newer) entry stayed."""
+        return [c for c in self.conflicts if c.kept]
+
+
+def _with(
+    current: dict[Ident, bytes],
+    *,
+    additions: dict[Ident, Entry],
+    report: Merged | None,
+    keep_newer: bool,
+) -> dict[Ident, bytes]:
+    updated = dict(current)
+    for where, entry in additions.items():
+        data = blob(entry)
+        old = current.get(where)
+        if report is not None and old is not None:
+            if old == data:
+                report.unchanged += 1
+                continue
+            try:
+                mine: Entry | None = decode(where, old)
+            except CacheError:
+                mine = None
+            kept = keep_newer and mine is not None and mine.created > entry.created
+            report.conflicts.append(Conflict(incoming=entry, current=mine, kept=kept))
+            if kept:
+                continue
+        elif report is not None:
+            report.new += 1
+        updated[where] = data
+    return updated
+
+
+def _without(current: dict[Ident, bytes], *, gone: frozenset[Ident]) -> dict[Ident, bytes]:
     return {k: b for k, b in current.items() if k not in gone}
 
 
+#: A read-only packaged layer: a directory with the cache layout, or a shipped file.
+Layer = CacheStore | PackagedFile
+
 _STORES: dict[pathlib.Path, CacheStore] = {}
-_LAYERS: list[CacheStore | TuningResult] = []
+_LAYERS: list[Layer] = []
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -392,28 +539,49 @@ def user_cache() -> CacheStore:
         return store
 
 
+def open_layer(path: str | os.PathLike[str]) -> Layer | None:
+    """The read-only layer at ``path`` (a cache directory, or a TuningResult file read on
+    first use), or ``None`` after one warning naming it and why it cannot be one. Reads
+    no file: a file's problems are found, and reported, when a lookup first reaches it."""
+    p = pathlib.Path(path)
+    try:
+        info = os.stat(p)
+    except FileNotFoundError:
+        why = "it does not exist (expected a cache directory or a file)."
+    except OSError as e:
+        why = f"it cannot be read ({e})."
+    else:
+        if stat.S_ISDIR(info.st_mode):
+            return CacheStore(p, read_only=True)
+        if stat.S_ISREG(info.st_mode):
+            return PackagedFile(p)
+        why = "it is not a regular file or directory (a FIFO, device or socket)."
+    warnings.warn(ignored(p, why), JaxtuneWarning, stacklevel=3)
+    return None
+
+
 def register_cache(path: str | os.PathLike[str]) -> None:
     """Registers a read-only packaged cache that kernel libraries ship with their code.
 
     ``path`` is a cache directory (the layout of ``JAXTUNE_CACHE_DIR``, as written by
-    ``jaxtune cache export --dir``) or a file written by ``TuningResult.save``. Packaged
-    caches are consulted after the user cache, in registration order.
+    ``jaxtune cache export --dir``) or a file written by ``jaxtune cache export`` /
+    ``TuningResult.save``. Packaged caches are consulted after the user cache, in
+    registration order. Registering reads nothing: a file is read when a lookup first
+    reaches it, so importing the library costs no time.
 
-    Raises:
-        CacheError: the path does not exist or the file is not a TuningResult.
+    Never raises, so a library's ``import`` never fails for its users: a path that does not
+    exist (or is neither a file nor a directory) is reported now in one
+    ``JaxtuneWarning`` and ignored; a file that is empty, damaged or from a newer jaxtune
+    is reported in one warning when it is first read, and holds no entries.
 
     Examples:
         >>> import jaxtune, pathlib
         >>> here = pathlib.Path("mylib")  # doctest: +SKIP
         >>> jaxtune.register_cache(here / "tuned")  # doctest: +SKIP
     """
-    p = pathlib.Path(path)
-    if p.is_dir():
-        layer: CacheStore | TuningResult = CacheStore(p, read_only=True)
-    elif p.is_file():
-        layer = TuningResult.load(p)
-    else:
-        raise CacheError(f"register_cache: {p} does not exist; expected a directory or a file.")
+    layer = open_layer(path)
+    if layer is None:
+        return
     with _REGISTRY_LOCK:
         _LAYERS.append(layer)
     _changed()
@@ -426,7 +594,7 @@ def unregister_caches() -> None:
     _changed()
 
 
-def layers() -> list[CacheStore | TuningResult]:
+def layers() -> list[Layer]:
     """The registered packaged caches, in lookup order."""
     with _REGISTRY_LOCK:
         return list(_LAYERS)

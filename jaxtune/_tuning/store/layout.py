@@ -1,22 +1,38 @@
 """The layout of one cache file, and its entries decoded one at a time.
 
-Schema 2, written now::
+An entry's identity in a file is its kernel version (``version=`` of the decorator, ``""``
+without one) and its key (:data:`Ident`): entries of different kernel versions coexist, so
+no write of one version can replace another's. Two layouts are written:
+
+Schema 2, when every entry of the file has one kernel version (the common case; jaxtune
+before kernel versions coexisted reads and writes these files as before)::
 
     {"schema": 2, "format": "jaxtune.cache", "kernel": ..., "device_kind": ...,
+     "kernel_version": <the version of every entry>,
      "entries": {key: <msgpack bytes of Entry.to_dict()>}}
+
+Schema 3, when entries of several kernel versions share the file (an older jaxtune leaves
+it alone as newer, so it can never drop one of the versions)::
+
+    {"schema": 3, "format": "jaxtune.cache", "kernel": ..., "device_kind": ...,
+     "kernel_versions": {version: {key: <msgpack bytes of Entry.to_dict()>}}}
+
+A schema 2 file without ``kernel_version`` (written by an earlier jaxtune) holds at most one
+entry per key, of any version: its entries' versions are read from the entries themselves,
+when they are decoded (:data:`ANY_VERSION`), and the next write stores them by version.
 
 A read decodes the outer map only (key -> bytes), so loading a file costs little more than
 reading it; an entry is decoded and checked against :mod:`.schema` the first time it is
 asked for, and remembered (:class:`EntryTable`). A malformed entry is found then, not when
 the file is read. Schema 1 (read, never written) held each entry as a map in the file;
 those are checked on first use the same way, and stored as bytes when the file is next
-written. An older jaxtune refuses a schema 2 file as newer and never overwrites it.
+written.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..._core.codec import DecodeError, packb, unpackb
@@ -24,22 +40,53 @@ from ..._core.errors import CacheError
 from ..._core.vocabulary import Entry
 
 __all__ = [
+    "ANY_VERSION",
     "CACHE_FORMAT",
     "CACHE_SCHEMA",
     "EntryTable",
     "FutureSchemaError",
+    "Ident",
+    "RawIdent",
     "blob",
     "blobs",
     "decode",
     "encode",
+    "ident",
+    "newest",
     "parse",
 ]
 
 CACHE_FORMAT = "jaxtune.cache"
 
 #: Version of the cache file layout: 1, each entry a map; 2, each entry its own msgpack
-#: bytes. Files of a later version are read as empty and never overwritten.
-CACHE_SCHEMA = 2
+#: bytes; 3, entries of several kernel versions in one file. Files of a later version are
+#: read as empty and never overwritten.
+CACHE_SCHEMA = 3
+
+#: The identity of an entry in a cache file: (kernel version, key).
+Ident = tuple[str, str]
+
+#: The version part of an entry's identity in a file written before kernel versions
+#: coexisted (schema 1, or schema 2 without ``kernel_version``): the entry itself says it.
+ANY_VERSION = None
+
+#: An identity as read from a file: (kernel version, or ANY_VERSION, key).
+RawIdent = tuple[str | None, str]
+
+
+def ident(entry: Entry) -> Ident:
+    """The identity of ``entry`` in its cache file: (kernel version, key)."""
+    return (entry.kernel_version, entry.key)
+
+
+def newest(entries: Iterable[Entry]) -> Entry | None:
+    """The entry tuned last (``created``; the last of equals), or ``None`` when empty:
+    what a lookup that names no kernel version gets among an entry's versions."""
+    best: Entry | None = None
+    for entry in entries:
+        if best is None or entry.created >= best.created:
+            best = entry
+    return best
 
 
 class FutureSchemaError(Exception):
@@ -58,8 +105,15 @@ class FutureSchemaError(Exception):
         )
 
 
-def parse(data: bytes) -> dict[str, Any]:
-    """The entries of a cache file by key, each still raw (bytes, or a map in schema 1).
+def _by_key(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise DecodeError(f"the {what} field is not a dict keyed by str")
+    return value
+
+
+def parse(data: bytes) -> dict[RawIdent, Any]:
+    """The entries of a cache file by identity, each still raw (bytes, or a map in schema
+    1); the version is :data:`ANY_VERSION` where the file does not say it.
 
     Raises:
         DecodeError: not msgpack, or not shaped like a jaxtune cache file.
@@ -75,10 +129,18 @@ def parse(data: bytes) -> dict[str, Any]:
         raise FutureSchemaError(schema)
     if schema < 1:
         raise DecodeError(f"schema {schema} is no jaxtune cache schema (1 to {CACHE_SCHEMA})")
-    entries = doc.get("entries")
-    if not isinstance(entries, dict) or not all(isinstance(k, str) for k in entries):
-        raise DecodeError("the 'entries' field is not a dict keyed by str")
-    return entries
+    if schema == 3:
+        versions = _by_key(doc.get("kernel_versions"), "'kernel_versions'")
+        out: dict[RawIdent, Any] = {}
+        for version, entries in versions.items():
+            for key, raw in _by_key(entries, f"'kernel_versions'[{version!r}]").items():
+                out[version, key] = raw
+        return out
+    entries = _by_key(doc.get("entries"), "'entries'")
+    shared = doc.get("kernel_version", ANY_VERSION) if schema == 2 else ANY_VERSION
+    if shared is not ANY_VERSION and not isinstance(shared, str):
+        raise DecodeError("the 'kernel_version' field is not a str")
+    return {(shared, key): raw for key, raw in entries.items()}
 
 
 def blob(entry: Entry) -> bytes:
@@ -86,43 +148,67 @@ def blob(entry: Entry) -> bytes:
     return packb(entry.to_dict())
 
 
-def blobs(raw: Mapping[str, Any], *, drop: Mapping[str, Any]) -> dict[str, bytes]:
-    """Raw entries as stored bytes, less those in ``drop`` (key -> raw value found
-    malformed) whose value is still the same; a schema 1 map is packed as it was read."""
-    out: dict[str, bytes] = {}
-    for key, value in raw.items():
-        if key in drop and drop[key] == value:
+def _version_in(raw: Any) -> str:
+    """The kernel version an entry's raw form names (``""`` when it names none or cannot
+    be read: such an entry is found malformed when it is decoded)."""
+    if isinstance(raw, bytes):
+        try:
+            raw = unpackb(raw)
+        except DecodeError:
+            return ""
+    version = raw.get("kernel_version", "") if isinstance(raw, dict) else ""
+    return version if isinstance(version, str) else ""
+
+
+def blobs(
+    raw: Mapping[RawIdent, Any],
+    *,
+    drop: Mapping[RawIdent, Any],
+    decoded: Mapping[RawIdent, Entry] | None = None,
+) -> dict[Ident, bytes]:
+    """Raw entries as stored bytes by identity, less those in ``drop`` (identity -> raw
+    value found malformed) whose value is still the same; a schema 1 map is packed as it
+    was read. An entry of an older file is stored under the version it names (``decoded``:
+    the entries already decoded, which need no second look)."""
+    out: dict[Ident, bytes] = {}
+    for (version, key), value in raw.items():
+        if (version, key) in drop and drop[version, key] == value:
             continue
+        if version is ANY_VERSION:
+            known = (decoded or {}).get((version, key))
+            version = known.kernel_version if known is not None else _version_in(value)
         if isinstance(value, bytes):
-            out[key] = value
+            out[version, key] = value
             continue
         try:
-            out[key] = packb(value)
+            out[version, key] = packb(value)
         except TypeError:
             continue  # never read back from msgpack: not an entry either
     return out
 
 
-def encode(kernel: str, device_kind: str, entries: Mapping[str, bytes]) -> bytes:
-    """A whole cache file holding ``entries`` (key -> :func:`blob`)."""
-    return packb(
-        {
-            "schema": CACHE_SCHEMA,
-            "format": CACHE_FORMAT,
-            "kernel": kernel,
-            "device_kind": device_kind,
-            "entries": dict(entries),
-        }
-    )
+def encode(kernel: str, device_kind: str, entries: Mapping[Ident, bytes]) -> bytes:
+    """A whole cache file holding ``entries`` (identity -> :func:`blob`): schema 2 when
+    they share one kernel version, else schema 3."""
+    head = {"format": CACHE_FORMAT, "kernel": kernel, "device_kind": device_kind}
+    versions: dict[str, dict[str, bytes]] = {}
+    for (version, key), data in entries.items():
+        versions.setdefault(version, {})[key] = data
+    if len(versions) <= 1:
+        ((version, by_key),) = versions.items() or [("", {})]
+        return packb({"schema": 2, **head, "kernel_version": version, "entries": by_key})
+    return packb({"schema": 3, **head, "kernel_versions": versions})
 
 
-def decode(key: str, raw: Any) -> Entry:
-    """The entry stored under ``key`` (its bytes, or a schema 1 map), checked.
+def decode(where: RawIdent, raw: Any) -> Entry:
+    """The entry stored under ``where`` (its bytes, or a schema 1 map), checked.
 
     Raises:
         CacheError: the value is not msgpack, a field is missing or has the wrong type, or
-            the entry's own key is not ``key`` (the message says which).
+            the entry's own key or kernel version is not the one it is stored under (the
+            message says which).
     """
+    version, key = where
     if isinstance(raw, bytes):
         try:
             raw = unpackb(raw)
@@ -131,26 +217,33 @@ def decode(key: str, raw: Any) -> Entry:
     entry = Entry.from_dict(raw)
     if entry.key != key:
         raise CacheError(f"entry: stored under {key!r} but its key is {entry.key!r}.")
+    if version is not ANY_VERSION and entry.kernel_version != version:
+        raise CacheError(
+            f"entry: stored under kernel version {version!r} but its kernel_version is "
+            f"{entry.kernel_version!r}."
+        )
     return entry
 
 
 class EntryTable:
-    """One version of one cache file: entries by key, each decoded on first use and kept.
+    """One version of one cache file: entries by identity, each decoded on first use and
+    kept.
 
-    ``malformed`` maps each key found malformed so far to why.
+    ``malformed`` maps each identity found malformed so far to why.
     """
 
-    __slots__ = ("_all", "_decoded", "malformed", "raw")
+    __slots__ = ("_all", "_decoded", "_keys", "malformed", "raw")
 
-    def __init__(self, raw: dict[str, Any], previous: EntryTable | None = None) -> None:
+    def __init__(self, raw: dict[RawIdent, Any], previous: EntryTable | None = None) -> None:
         self.raw = raw
-        self.malformed: dict[str, str] = {}
-        self._decoded: dict[str, Entry] = {}
-        self._all: dict[str, Entry] | None = None
+        self.malformed: dict[RawIdent, str] = {}
+        self._decoded: dict[RawIdent, Entry] = {}
+        self._all: dict[Ident, Entry] | None = None
+        self._keys: dict[str, list[RawIdent]] | None = None
         if previous is not None:  # entries another writer left as they were stay decoded
-            for key, entry in previous._decoded.items():
-                if raw.get(key) == previous.raw[key]:
-                    self._decoded[key] = entry
+            for where, entry in previous._decoded.items():
+                if raw.get(where) == previous.raw[where]:
+                    self._decoded[where] = entry
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -160,26 +253,44 @@ class EntryTable:
         """Whether every entry has been decoded (or found malformed)."""
         return self._all is not None
 
-    def get(self, key: str) -> Entry | None:
-        """The entry under ``key``; ``None`` when there is none or it is malformed."""
-        entry = self._decoded.get(key)
-        if entry is not None or key not in self.raw or key in self.malformed:
+    @property
+    def decoded(self) -> Mapping[RawIdent, Entry]:
+        """The entries decoded so far, by the identity they are stored under."""
+        return self._decoded
+
+    def _entry(self, where: RawIdent) -> Entry | None:
+        entry = self._decoded.get(where)
+        if entry is not None or where not in self.raw or where in self.malformed:
             return entry
         try:
-            entry = decode(key, self.raw[key])
+            entry = decode(where, self.raw[where])
         except CacheError as e:
-            self.malformed[key] = str(e)
+            self.malformed[where] = str(e)
             return None
-        self._decoded[key] = entry
+        self._decoded[where] = entry
         return entry
 
-    def all(self) -> dict[str, Entry]:
-        """Every well-formed entry by key, in the file's order (decodes the rest)."""
+    def get(self, key: str, version: str | None = None) -> Entry | None:
+        """The entry of kernel version ``version`` under ``key`` (``None``: the newest of
+        its versions); ``None`` when there is none or it is malformed."""
+        if version is not None:
+            entry = self._entry((version, key))
+            if entry is None:
+                entry = self._entry((ANY_VERSION, key))
+            return entry if entry is not None and entry.kernel_version == version else None
+        if self._keys is None:
+            self._keys = {}
+            for where in self.raw:
+                self._keys.setdefault(where[1], []).append(where)
+        return newest(e for w in self._keys.get(key, ()) if (e := self._entry(w)) is not None)
+
+    def all(self) -> dict[Ident, Entry]:
+        """Every well-formed entry by identity, in the file's order (decodes the rest)."""
         if self._all is None:
-            found = {key: self.get(key) for key in self.raw}
-            self._all = {key: e for key, e in found.items() if e is not None}
+            found = [self._entry(where) for where in self.raw]
+            self._all = {ident(e): e for e in found if e is not None}
         return self._all
 
-    def malformed_raw(self) -> dict[str, Any]:
-        """The raw value of each entry found malformed, by key."""
-        return {key: self.raw[key] for key in self.malformed}
+    def malformed_raw(self) -> dict[RawIdent, Any]:
+        """The raw value of each entry found malformed, by identity."""
+        return {where: self.raw[where] for where in self.malformed}
