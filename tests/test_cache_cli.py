@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 
 import jaxtune
 from jaxtune import _cli
+from jaxtune._core import versions as _versions
 from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning.store import cache as _cache
 
@@ -17,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def put(key, kernel="lib.matmul", jax_version=None, config=None):
-    versions = dict(jaxtune._core.versions.toolchain())
+    versions = dict(_versions.toolchain())
     if jax_version:
         versions["jax"] = jax_version
     _cache.user_cache().write(
@@ -167,3 +169,200 @@ def test_every_cache_action_runs_without_importing_jax(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == f"{[0] * len(actions)} []"
     assert _cache.user_cache().all_entries() == []  # the driver really ran every action
+
+
+# -- export and import: what they refuse, take and report (issue 33) -------------------------
+
+
+def test_export_refuses_an_unknown_kernel_naming_the_known_ones(incli, tmp_path):
+    """The fault: `--kernel typo` wrote an empty file and exited 0."""
+    put("f32[8]")
+    put("f32[4]", kernel="other")
+    target = tmp_path / "out.msgpack"
+    proc = incli("cache", "export", str(target), "--kernel", "lib.matmull")
+    assert proc.returncode == 2
+    assert (
+        "no entries for kernel 'lib.matmull' in" in proc.stderr
+        and "nothing was written. Its kernels: lib.matmul, other." in proc.stderr
+    )
+    assert not target.exists()
+
+
+def test_export_takes_several_kernels(incli, tmp_path):
+    """The fault: a repeated --kernel kept only the last."""
+    put("f32[8]")
+    put("f32[4]", kernel="other")
+    put("f32[2]", kernel="third")
+    target = tmp_path / "two.msgpack"
+    proc = incli("cache", "export", str(target), "--kernel", "other", "--kernel", "lib.matmul")
+    assert proc.returncode == 0 and "exported 2 entries" in proc.stdout
+    assert {e.kernel for e in jaxtune.TuningResult.load(target).values()} == {"lib.matmul", "other"}
+
+
+def test_export_can_leave_out_the_measurements(incli, tmp_path):
+    from jaxtune._core.vocabulary import Measurement
+
+    measured = Measurement(
+        config={"block": 128}, median_us=10.0, min_us=9.0, spread=0.1, samples=5, compile_s=0.1
+    )
+    _cache.user_cache().write(
+        [
+            Entry(
+                kernel="lib.matmul",
+                device_kind="cpu",
+                key="f32[8]",
+                config={"block": 128},
+                time_us=10.0,
+                default_config={"block": 32},
+                default_time_us=30.0,
+                measurements=(measured,),
+            )
+        ]
+    )
+    full, lean = tmp_path / "full.msgpack", tmp_path / "lean.msgpack"
+    assert incli("cache", "export", str(full)).returncode == 0
+    proc = incli("cache", "export", str(lean), "--no-measurements", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["measurements"] is False
+    (kept,) = jaxtune.TuningResult.load(full).values()
+    (stripped,) = jaxtune.TuningResult.load(lean).values()
+    assert kept.measurements == (measured,) and stripped.measurements == ()
+    assert (stripped.config, stripped.time_us, stripped.default_time_us) == (
+        {"block": 128},
+        10.0,
+        30.0,
+    )
+
+
+def test_export_dir_writes_the_cache_layout_a_library_registers(incli, tmp_path):
+    put("f32[8]")
+    target = tmp_path / "mylib" / "tuned"
+    proc = incli("cache", "export", "--dir", str(target), "--json")
+    assert proc.returncode == 0
+    doc = json.loads(proc.stdout)
+    assert (doc["layout"], doc["entries"], doc["path"]) == ("directory", 1, str(target))
+    assert [p.relative_to(target).as_posix() for p in target.rglob("*.msgpack")] == [
+        "cpu/lib.matmul.msgpack"
+    ]
+    jaxtune.register_cache(target)
+    assert _cache.layers()[0].lookup("lib.matmul", "cpu", "f32[8]").config == {"block": 128}
+    proc = incli("cache", "export")
+    assert proc.returncode == 2 and "needs FILE" in proc.stderr
+
+
+def _tuned(key: str, block: int, created: float) -> Entry:
+    return Entry(
+        kernel="lib.matmul",
+        device_kind="cpu",
+        key=key,
+        config={"block": block},
+        time_us=10.0,
+        default_config={"block": 32},
+        default_time_us=30.0,
+        created=created,
+    )
+
+
+NEWER, OLDER = 1_800_000_000.0, 1_700_000_000.0
+
+
+@pytest.mark.parametrize("keep_newer", [False, True])
+def test_import_reports_each_conflict_and_can_keep_the_newer_entry(incli, tmp_path, keep_newer):
+    """The fault: import overwrote newer entries and said only "imported 2 entries"."""
+    _cache.user_cache().write([_tuned("f32[8]", 128, NEWER), _tuned("f32[16]", 64, NEWER)])
+    file = jaxtune.TuningResult.of(
+        _tuned("f32[8]", 256, OLDER),  # an older entry of a key the cache holds
+        _tuned("f32[16]", 64, NEWER),  # the same entry
+        _tuned("f32[32]", 32, OLDER),  # a new key
+    ).save(tmp_path / "in.msgpack")
+    flags = ["--keep-newer"] if keep_newer else []
+    proc = incli("cache", "import", str(file), *flags)
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith(
+        "1 new, 1 unchanged, 0 replaced, 1 kept"
+        if keep_newer
+        else "1 new, 1 unchanged, 1 replaced, 0 kept"
+    )
+    if keep_newer:
+        assert lines[1] == (
+            "  kept lib.matmul on cpu, key f32[8]: the cache's entry, tuned 2027-01-15 08:00:00 "
+            "UTC, is newer than the file's, tuned 2023-11-14 22:13:20 UTC"
+        )
+    else:
+        assert lines[1] == (
+            "  replaced lib.matmul on cpu, key f32[8]: the cache's entry, tuned 2027-01-15 "
+            "08:00:00 UTC, by the file's, tuned 2023-11-14 22:13:20 UTC (the file's is older; "
+            "--keep-newer keeps the newer)"
+        )
+    assert len(lines) == 2
+    stored = _cache.user_cache().lookup("lib.matmul", "cpu", "f32[8]")
+    assert stored.config == ({"block": 128} if keep_newer else {"block": 256})
+    # The JSON document holds the same report.
+    _cache.user_cache().write([_tuned("f32[8]", 128, NEWER)])
+    doc = json.loads(incli("cache", "import", str(file), "--json", *flags).stdout)
+    conflict = {
+        "kernel": "lib.matmul",
+        "device_kind": "cpu",
+        "key": "f32[8]",
+        "kernel_version": "",
+        "file_created": OLDER,
+        "cache_created": NEWER,
+    }
+    assert (doc["entries"], doc["new"], doc["unchanged"]) == (3, 0, 2)
+    assert (doc["replaced"], doc["kept"]) == (([], [conflict]) if keep_newer else ([conflict], []))
+
+
+def _documented(doc: str, start: str) -> set[str]:
+    """The backticked names of the first sentence of docs/cache.md from ``start`` on,
+    parenthesised remarks left out."""
+    text = doc[doc.index(start) + len(start) :]
+    text = re.sub(r"\([^()]*\)", "", text).split(". ")[0]
+    return set(re.findall(r"`(\w+)`", text))
+
+
+def test_the_json_of_every_cache_action_is_documented(incli, tmp_path):
+    """docs/cache.md names every key of every action's --json object, and no other."""
+    doc = (ROOT / "docs" / "cache.md").read_text()
+    put("f32[8]")
+    layer = jaxtune.TuningResult.of(
+        Entry(
+            kernel="lib.matmul",
+            device_kind="cpu",
+            key="f32[8]",
+            config={"block": 64},
+            time_us=10.0,
+            default_config={"block": 32},
+            default_time_us=30.0,
+        )
+    ).save(tmp_path / "layer.msgpack")
+    export = tmp_path / "export.msgpack"
+    runs = {
+        "path": ["path"],
+        "list": ["list", "--layer", str(layer)],
+        "show": ["show", "lib.matmul"],
+        "export": ["export", str(export)],
+        "import": ["import", str(layer)],
+        "merge": ["merge", str(export), "-o", str(tmp_path / "merged.msgpack")],
+        "prune": ["prune", "--kernel", "nothing"],
+        "clear": ["clear"],
+    }
+    json_section = doc[doc.index("### JSON output") :]
+    outputs = {}
+    for action, argv in runs.items():
+        proc = incli("cache", *argv, "--json")
+        assert proc.returncode == 0, proc.stderr
+        outputs[action] = json.loads(proc.stdout)
+        row = re.search(rf"^\| `jaxtune cache {action}` \| (.*) \|$", json_section, re.M)
+        assert row, f"docs/cache.md has no JSON row for {action}"
+        keys = set(re.findall(r"`(\w+)`:", re.sub(r"\([^()]*\)", "", row.group(1))))
+        assert keys == set(outputs[action]), action
+    entry_fields = _documented(doc, "An **entry object** (`list`, `show`) has:")
+    (listed,) = [e for e in outputs["list"]["entries"] if e["source"] == "packaged"]
+    assert entry_fields == set(listed)
+    assert set(outputs["show"]["entries"][0]) == entry_fields | {"measurements"}
+    assert "In `show` it also has `measurements`" in doc
+    assert _documented(doc, "A **conflict object** (`import`) has:") == set(
+        outputs["import"]["replaced"][0]
+    )
+    layers = re.search(r"`layers`: one object per layer shown \(([^()]*)\)", doc).group(1)
+    assert set(re.findall(r"`(\w+)`:", layers)) == set(outputs["list"]["layers"][0])

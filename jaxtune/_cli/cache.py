@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import os
 import pathlib
 import stat
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +19,7 @@ from .._core.errors import CacheError
 from .._core.vocabulary import Entry, Measurement
 from .._tuning.result import TuningResult, format_table
 from .._tuning.store import cache as _cache
+from .._tuning.store import results as _results
 
 __all__ = ["add_parser", "run"]
 
@@ -30,9 +34,33 @@ def add_parser(sub: Any) -> None:
         p.add_argument("--json", action="store_true", help="print a JSON document")
         return p
 
+    def layer_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--layer",
+            action="append",
+            default=[],
+            type=pathlib.Path,
+            metavar="PATH",
+            help="also a packaged cache: a file written by `jaxtune cache export` or a "
+            "cache directory (repeatable)",
+        )
+        p.add_argument(
+            "--package",
+            action="append",
+            default=[],
+            metavar="MODULE",
+            help="also the packaged caches MODULE registers with jaxtune.register_cache "
+            "when imported (imports MODULE, and JAX if it does; repeatable)",
+        )
+
     action("path", "print the cache directory")
-    p = action("list", "one line per tuned entry; entries from another toolchain are stale")
-    p.add_argument("--kernel", help="only this kernel id")
+    p = action(
+        "list",
+        "one line per tuned entry, of the user cache and of packaged caches; entries from "
+        "another toolchain are stale",
+    )
+    p.add_argument("--kernel", action="append", default=[], help="only this kernel id (repeatable)")
+    layer_options(p)
     p = action("show", "every entry of one kernel, with each config's measurement or failure")
     p.add_argument("kernel", nargs="?", help="kernel id (default with --html: every kernel)")
     p.add_argument("--device", help="only this device kind")
@@ -42,11 +70,37 @@ def add_parser(sub: Any) -> None:
         help="also write a self-contained HTML page of the sweeps (a chart per kernel and "
         "key) to OUT; needs pip install 'jaxtune[plots]'",
     )
-    p = action("export", "write entries to a TuningResult file (msgpack)")
+    layer_options(p)
+    p = action(
+        "export",
+        "write the user cache's entries to a TuningResult file (msgpack), or to a cache "
+        "directory (--dir) that a library can ship and register",
+    )
+    p.add_argument("file", type=pathlib.Path, nargs="?")
+    p.add_argument(
+        "--dir",
+        type=pathlib.Path,
+        metavar="DIR",
+        help="write the cache layout (one file per device kind and kernel, read lazily when "
+        "registered) to DIR instead of one file",
+    )
+    p.add_argument("--kernel", action="append", default=[], help="only this kernel id (repeatable)")
+    p.add_argument(
+        "--no-measurements",
+        action="store_true",
+        help="leave out each config's measurement (keep the best config, its time and the "
+        "default's)",
+    )
+    p = action(
+        "import",
+        "merge a TuningResult file into the cache (the file wins; each conflict is reported)",
+    )
     p.add_argument("file", type=pathlib.Path)
-    p.add_argument("--kernel", help="only this kernel id")
-    p = action("import", "merge a TuningResult file into the cache (the file wins)")
-    p.add_argument("file", type=pathlib.Path)
+    p.add_argument(
+        "--keep-newer",
+        action="store_true",
+        help="on a conflict, keep whichever entry was tuned later",
+    )
     p = action("merge", "merge TuningResult files into one (later files win)")
     p.add_argument("files", type=pathlib.Path, nargs="+")
     p.add_argument("-o", "--output", type=pathlib.Path, required=True)
@@ -56,15 +110,22 @@ def add_parser(sub: Any) -> None:
     action("clear", "remove every entry from the cache")
 
 
-def _show(entries: list[Entry]) -> str:
+def _title(e: Entry) -> str:
+    """The kernel, with its version when it has one: ``lib.matmul (version 2)``."""
+    return f"{e.kernel} (version {e.kernel_version})" if e.kernel_version else e.kernel
+
+
+def _show(found: list[tuple[Entry, Source]]) -> str:
     lines = []
-    for e in sorted(entries, key=lambda e: (e.device_kind, e.key)):
+    for e, where in sorted(found, key=lambda f: (f[0].device_kind, f[0].key, f[0].kernel_version)):
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
         lines.append(
-            f"{e.kernel} on {e.device_kind}, key {e.key}: best {dict(e.config)} "
+            f"{_title(e)} on {e.device_kind}, key {e.key}: best {dict(e.config)} "
             f"({speed} over default {dict(e.default_config)}; timed {e.pass_text}"
             f"{f', {e.timer} timer' if e.timer else ''})"
         )
+        if where.kind == "packaged":
+            lines.append(f"    from the packaged cache {where.path}")
         for m in e.measurements:
             if isinstance(m, Measurement):
                 extra = f", {m.why_out}" if m.dropped else ""
@@ -97,16 +158,92 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Source:
+    """Where listed entries come from: the user cache, or a packaged cache (``path``: its
+    directory or file)."""
+
+    kind: str  # "cache" or "packaged"
+    path: pathlib.Path
+
+    def describe(self) -> str:
+        return ("user cache " if self.kind == "cache" else "packaged cache ") + str(self.path)
+
+
+def _sources(
+    args: argparse.Namespace, store: _cache.CacheStore
+) -> list[tuple[Source, list[Entry]]]:
+    """Every layer the action shows, with its entries: the user cache, the packaged caches
+    registered in this process (``--package`` modules import theirs), then ``--layer``s.
+
+    Raises:
+        CacheError: a ``--package`` cannot be imported, or a ``--layer`` cannot be read.
+    """
+    for name in args.package:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the package's own import failing: one line, named
+            raise CacheError(
+                f"--package {name}: cannot import it ({type(e).__name__}: {e}); give a module "
+                "that calls jaxtune.register_cache, importable from this Python."
+            ) from e
+    found = [(Source(kind="cache", path=store.root), store.all_entries())]
+    seen = set()
+    for layer in _cache.layers():
+        found.append((Source(kind="packaged", path=layer.source), layer.all_entries()))
+        seen.add(layer.source)
+    for path in args.layer:
+        if path in seen:
+            continue
+        seen.add(path)
+        if path.is_dir():
+            entries = _cache.CacheStore(path, read_only=True).all_entries()
+        elif path.exists():
+            entries = _results.load(path)
+        else:
+            raise CacheError(
+                f"--layer {path} does not exist; give a file written by `jaxtune cache export` "
+                "or a cache directory."
+            )
+        found.append((Source(kind="packaged", path=path), entries))
+    return found
+
+
+def _summary(e: Entry, where: Source, *, full: bool = False) -> dict[str, Any]:
+    return {
+        **e.summary(full=full),
+        "kernel_version": e.kernel_version,
+        "source": where.kind,
+        "layer": str(where.path),
+    }
+
+
 def _path(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
     out({"path": str(store.root)}, str(store.root))
 
 
 def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
-    entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
-    stale = {(e.kernel, e.device_kind, e.key) for e in entries if _versions.stale(dict(e.versions))}
+    wanted = set(args.kernel)
+    layers = [
+        (where, [e for e in entries if not wanted or e.kernel in wanted])
+        for where, entries in _sources(args, store)
+    ]
+    sections = []
+    for where, entries in layers:
+        shown = [dataclasses.replace(e, kernel=_title(e)) for e in entries]
+        stale = {
+            (e.kernel, e.device_kind, e.key) for e in shown if _versions.stale(dict(e.versions))
+        }
+        sections.append(f"{where.describe()}:\n{format_table(shown, stale=stale)}")
     out(
-        {"path": str(store.root), "entries": [e.summary() for e in entries]},
-        format_table(entries, stale=stale),
+        {
+            "path": str(store.root),
+            "layers": [
+                {"source": w.kind, "path": str(w.path), "entries": len(es)} for w, es in layers
+            ],
+            "entries": [_summary(e, w) for w, es in layers for e in es],
+        },
+        "\n\n".join(sections),
     )
 
 
@@ -116,52 +253,144 @@ def _show_action(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -
             "cache show needs a kernel id (`jaxtune cache list` shows them), or --html OUT "
             "for a page of every kernel's sweeps."
         )
-    entries = [
-        e
-        for e in store.all_entries()
+    sources = _sources(args, store)
+    found = [
+        (e, where)
+        for where, entries in sources
+        for e in entries
         if (not args.kernel or e.kernel == args.kernel)
         and (not args.device or e.device_kind == args.device)
     ]
-    if not entries:
+    if not found:
         what = f"kernel {args.kernel!r}" if args.kernel else "any kernel"
+        layers = " or its packaged caches" if len(sources) > 1 else ""
         raise CacheError(
-            f"no entries for {what} in {store.root}; `jaxtune cache list` shows what is there."
+            f"no entries for {what} in {store.root}{layers}; `jaxtune cache list` shows what "
+            "is there."
         )
     if args.html:
         target = output_file(args.html)
-        page = TuningResult.of(*entries).to_html()
+        page = TuningResult.of(*(e for e, _ in found)).to_html()
         target.write_text(page)
         print(f"jaxtune cache show: wrote {target}", file=sys.stderr)
-    out({"entries": [e.summary(full=True) for e in entries]}, _show(entries))
+    out({"entries": [_summary(e, w, full=True) for e, w in found]}, _show(found))
 
 
 def _export(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
-    entries = [e for e in store.all_entries() if not args.kernel or e.kernel == args.kernel]
-    path = TuningResult.of(*entries).save(output_file(args.file))
+    if (args.file is None) == (args.dir is None):
+        raise CacheError(
+            "cache export needs FILE (one TuningResult file) or --dir DIR (a cache "
+            "directory), not both."
+            if args.file is not None
+            else "cache export needs FILE (one TuningResult file) or --dir DIR (a cache directory)."
+        )
+    every = store.all_entries()
+    kernels = sorted({e.kernel for e in every})
+    unknown = [k for k in dict.fromkeys(args.kernel) if k not in kernels]
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise CacheError(
+            f"no entries for kernel {names} in {store.root}; nothing was written. "
+            + (
+                f"Its kernels: {', '.join(kernels)}."
+                if kernels
+                else "The cache holds no entries: tune first (JAXTUNE_MODE=tune)."
+            )
+        )
+    entries = [e for e in every if not args.kernel or e.kernel in args.kernel]
+    if args.no_measurements:
+        entries = [dataclasses.replace(e, measurements=()) for e in entries]
+    if args.dir is not None:
+        path = _output_dir(args.dir)
+        _cache.CacheStore(path).write(entries)
+        layout = "directory"
+    else:
+        path = _results.save(output_file(args.file), entries)
+        layout = "file"
     out(
-        {"path": str(path), "entries": len(entries)},
+        {
+            "path": str(path),
+            "layout": layout,
+            "entries": len(entries),
+            "kernels": sorted({e.kernel for e in entries}),
+            "measurements": not args.no_measurements,
+        },
         f"exported {_count(len(entries), 'entry', 'entries')} to {path}",
     )
 
 
+def _when(created: float) -> str:
+    if not created:
+        return "at an unknown time"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(created))
+
+
+def _conflict(c: _cache.Conflict) -> dict[str, Any]:
+    e = c.incoming
+    return {
+        "kernel": e.kernel,
+        "device_kind": e.device_kind,
+        "key": e.key,
+        "kernel_version": e.kernel_version,
+        "file_created": e.created,
+        "cache_created": None if c.current is None else c.current.created,
+    }
+
+
+def _conflict_line(c: _cache.Conflict) -> str:
+    e = c.incoming
+    what = f"{_title(e)} on {e.device_kind}, key {e.key}"
+    if c.current is None:
+        return f"  replaced {what}: the cache's entry was malformed"
+    mine, theirs = _when(c.current.created), _when(e.created)
+    if c.kept:
+        return (
+            f"  kept {what}: the cache's entry, tuned {mine}, is newer than the file's, "
+            f"tuned {theirs}"
+        )
+    older = (
+        " (the file's is older; --keep-newer keeps the newer)"
+        if e.created < c.current.created
+        else ""
+    )
+    return (
+        f"  replaced {what}: the cache's entry, tuned {mine}, by the file's, tuned {theirs}{older}"
+    )
+
+
 def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
-    result = TuningResult.load(args.file)
-    store.write(result.values())
+    entries = _results.load(args.file)
+    merged = store.merge(entries, keep_newer=args.keep_newer)
+    replaced, kept = merged.replaced, merged.kept
+    text = (
+        f"imported {_count(len(entries), 'entry', 'entries')} into {store.root}: "
+        f"{merged.new} new, {merged.unchanged} unchanged, {len(replaced)} replaced, "
+        f"{len(kept)} kept"
+    )
     out(
-        {"path": str(store.root), "entries": len(result)},
-        f"imported {_count(len(result), 'entry', 'entries')} into {store.root}",
+        {
+            "path": str(store.root),
+            "file": str(args.file),
+            "entries": len(entries),
+            "new": merged.new,
+            "unchanged": merged.unchanged,
+            "replaced": [_conflict(c) for c in replaced],
+            "kept": [_conflict(c) for c in kept],
+        },
+        "\n".join([text, *(_conflict_line(c) for c in merged.conflicts)]),
     )
 
 
 def _merge(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
-    merged = TuningResult()
+    merged: list[Entry] = []
     for f in args.files:
-        merged = merged | TuningResult.load(f)
-    merged.save(output_file(args.output))
+        merged.extend(_results.load(f))
+    unique = {_results.identity(e): e for e in merged}
+    _results.save(output_file(args.output), unique.values())
     out(
-        {"path": str(args.output), "entries": len(merged)},
+        {"path": str(args.output), "entries": len(unique), "files": len(args.files)},
         f"merged {_count(len(args.files), 'file', 'files')} into {args.output} "
-        f"({_count(len(merged), 'entry', 'entries')})",
+        f"({_count(len(unique), 'entry', 'entries')})",
     )
 
 
@@ -183,6 +412,22 @@ def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
 def _clear(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
     dropped = store.clear()
     out({"dropped": dropped}, f"removed {_count(dropped, 'entry', 'entries')} from {store.root}")
+
+
+def _output_dir(name: pathlib.Path) -> pathlib.Path:
+    """``name`` as a cache directory to write into, made when missing.
+
+    Raises:
+        CacheError: it is a file (or lies below one).
+    """
+    try:
+        name.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CacheError(
+            f"cannot write a cache directory at {name}: it or a folder above it is a file; "
+            "give a directory."
+        ) from None
+    return name
 
 
 def output_file(name: str | os.PathLike[str]) -> pathlib.Path:
