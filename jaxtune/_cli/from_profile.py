@@ -131,11 +131,16 @@ def _plan(ranked: list[Ranked], args: argparse.Namespace) -> tuple[list[Ranked],
 def tuned_here(frame: dict[str, Any]) -> bool:
     """Whether the user cache (the one this command writes) already holds an entry for the
     recorded call: same kernel, device kind, key and kernel version."""
+    version = frame.get("version")
     try:
-        entry = _cache.user_cache().lookup(frame["kernel"], frame["device_kind"], frame["key"])
+        entry = _cache.user_cache().lookup(
+            frame["kernel"],
+            frame["device_kind"],
+            frame["key"],
+            version=None if version is None else str(version),
+        )
     except (KeyError, TypeError, JaxtuneError):
         return False
-    version = frame.get("version")
     return (
         entry is not None
         and (version is None or entry.kernel_version == version)

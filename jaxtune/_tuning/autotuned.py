@@ -581,7 +581,9 @@ class Autotuned(Generic[P, R]):
         ``device_kind``, when its entry stored ``config`` (``None`` otherwise: a default,
         an entry of another config, or a cache that cannot say)."""
         try:
-            entry = _cache.user_cache().lookup(self.kernel_id, device_kind, key)
+            entry = _cache.user_cache().lookup(
+                self.kernel_id, device_kind, key, version=self.version
+            )
         except Exception:  # a damaged or changed cache: the figure is only a hint
             return None
         if entry is None or dict(entry.config) != dict(config):
