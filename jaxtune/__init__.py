@@ -20,6 +20,7 @@ from ._core.errors import ConfigSpaceError as ConfigSpaceError
 from ._core.errors import FlagError as FlagError
 from ._core.errors import JaxtuneError as JaxtuneError
 from ._core.errors import JaxtuneWarning as JaxtuneWarning
+from ._core.errors import MissError as MissError
 from ._core.errors import PlotsUnavailableError as PlotsUnavailableError
 from ._core.errors import ProfileError as ProfileError
 from ._core.errors import SettingsError as SettingsError
@@ -116,6 +117,7 @@ __all__ = [
     "KernelSite",
     "KernelStat",
     "Measurement",
+    "MissError",
     "PlotsUnavailableError",
     "Profile",
     "ProfileError",

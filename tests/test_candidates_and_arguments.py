@@ -67,3 +67,44 @@ def test_tune_mode_sweeps_a_kernel_without_array_arguments(monkeypatch):
     jax.jit(pass_kernels.no_arrays)()
     (entry,) = list(_cache.user_cache().entries_for("tests.no_arrays", "cpu"))
     assert entry.key == "" and len(entry.measurements) == 2
+
+
+@pytest.mark.parametrize("on_miss", ["default", "warn", "error"])
+def test_on_miss_says_what_a_traced_call_without_a_tuned_config_does(on_miss, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_ON_MISS", on_miss)
+    x = jnp.ones(4)
+    if on_miss == "error":
+        for call in (pass_kernels.scalar_and_static, jax.jit(pass_kernels.scalar_and_static)):
+            with pytest.raises(
+                jaxtune.MissError,
+                match=r"tests\.scalar_and_static with key f32\[4\],f32\[\];m=1 on cpu[\s\S]*jaxtune tune --",
+            ):
+                call(x, 1.5)
+    elif on_miss == "warn":
+        with pytest.warns(
+            jaxtune.JaxtuneWarning, match="no tuned config for tests.scalar_and_static"
+        ):
+            pass_kernels.scalar_and_static(x, 1.5)
+    else:
+        pass_kernels.scalar_and_static(x, 1.5)  # no warning: the suite errors on warnings
+    # config_for answers, whatever the setting; a scope is not a miss.
+    assert pass_kernels.scalar_and_static.config_for(x, 1.5).source == "default"
+    entry = jaxtune.Entry(
+        kernel="tests.scalar_and_static",
+        device_kind="cpu",
+        key="f32[4],f32[];m=1",
+        config={"n": 2},
+        time_us=None,
+        default_config={"n": 1},
+        default_time_us=None,
+    )
+    with jaxtune.TuningResult.of(entry):
+        assert jnp.array_equal(jax.jit(pass_kernels.scalar_and_static)(x, 1.5), x * 3.0)
+
+
+def test_a_bad_on_miss_value_names_the_variable(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_ON_MISS", "raise")
+    with pytest.raises(
+        jaxtune.SettingsError, match="JAXTUNE_ON_MISS='raise'.*default, warn, error"
+    ):
+        pass_kernels.scalar_and_static(jnp.ones(4), 1.5)

@@ -17,6 +17,7 @@ __all__ = [
     "FlagError",
     "JaxtuneError",
     "JaxtuneWarning",
+    "MissError",
     "PlotsUnavailableError",
     "ProfileError",
     "SettingsError",
@@ -56,6 +57,11 @@ class SignatureError(JaxtuneError, TypeError):
 
 class CacheError(JaxtuneError):
     """A cache file cannot be used (for example it was written by a newer jaxtune)."""
+
+
+class MissError(JaxtuneError, LookupError):
+    """A kernel has no tuned config for a call and ``JAXTUNE_ON_MISS=error`` says a miss is
+    an error (the message names the kernel, the key, the device kind and how to tune it)."""
 
 
 class SweepError(JaxtuneError):

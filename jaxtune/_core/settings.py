@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 Mode = Literal["off", "cached", "tune", "retune"]
+OnMiss = Literal["default", "warn", "error"]
 Isolation = Literal["process", "inline"]
 
 
@@ -69,6 +70,8 @@ class Settings:
     budget: tuple[int | None, float | None] | None = None
     #: ``JAXTUNE_TIMER``: the timer sweeps use unless a kernel names one.
     timer: str = "auto"
+    #: ``JAXTUNE_ON_MISS``: what a traced call with no tuned config does.
+    on_miss: OnMiss = "default"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -201,6 +204,17 @@ VARIABLES: tuple[Variable, ...] = (
         doc="How sweeps time a config: auto (device time from the profiler on TPU and GPU, "
         "wall clock on CPU), wall, profiler (device events of a jax.profiler trace), "
         "cupti (the profiler on an NVIDIA GPU).",
+    ),
+    Variable(
+        name="JAXTUNE_ON_MISS",
+        field="on_miss",
+        allowed="default, warn, error",
+        default="default",
+        parse=_choice("JAXTUNE_ON_MISS", ("default", "warn", "error")),
+        doc="What a call traced with no tuned config (no scope, cache, packaged or nearest "
+        "entry, and no sweep) does: default: runs the default config; warn: the same, with "
+        "one JaxtuneWarning per kernel and key; error: raises MissError naming the kernel, "
+        "the key and the command that tunes it.",
     ),
 )
 

@@ -21,7 +21,7 @@ import jax
 
 from .._core import settings as _config
 from .._core.arrays import is_array
-from .._core.errors import JaxtuneWarning, TuningFailedError
+from .._core.errors import JaxtuneWarning, MissError, TuningFailedError
 from .._core.vocabulary import Choice, Entry
 from .._distributed import agree as _agree
 from .._program import markers as _markers
@@ -63,6 +63,15 @@ _DIFFERENTIATED: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 #: Tracer types of JAX's differentiation (``jax.grad`` and ``jax.vjp`` linearize).
 _AD_TRACERS = frozenset({"JVPTracer", "LinearizeTracer"})
+
+
+_MSG_MISS = (
+    "jaxtune has no tuned config for {kernel} with key {key} on {kind} (no scope, cache, "
+    "packaged or nearest entry), and JAXTUNE_ON_MISS says a miss is not to pass silently. "
+    "Tune it: run the program once with `jaxtune tune -- python your_program.py` (or "
+    "JAXTUNE_MODE=tune), or call jaxtune.tune(step, *args) ahead of time; ship the cache "
+    "with `jaxtune cache export`. JAXTUNE_ON_MISS=default runs the default config instead."
+)
 
 
 def is_differentiated(leaves: Iterable[Any]) -> bool:
@@ -155,6 +164,7 @@ class Autotuned(Generic[P, R]):
         self._jitted: dict[str, Callable[..., R]] = {}
         #: (device kind, key) -> the pass this process swept it for in retune mode.
         self._retuned: dict[tuple[str, str], str] = {}
+        self._warned_misses: set[tuple[str, str]] = set()
         #: The pruned space and default per (shapes, statics): prune runs once per shape.
         self._spaces: dict[Any, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         strategy_of(search)  # validates the name or object now, not at the first sweep
@@ -318,7 +328,23 @@ class Autotuned(Generic[P, R]):
             near = _lookup.nearest(self.kernel_id, kind, fit, sig.shapes, sig.statics)
             if near is not None:
                 return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
+        if measure is not None and use_caches and not sweeping:
+            self._missed(sig, kind, settings.on_miss)
         return Choice(config=default, source="default", key=sig.key)
+
+    def _missed(self, sig: Signature, kind: str, on_miss: str) -> None:
+        """What ``JAXTUNE_ON_MISS`` says a traced call with no tuned config does: nothing
+        (``default``), one warning per key (``warn``), or :class:`MissError`."""
+        if on_miss == "default":
+            return
+        text = _MSG_MISS.format(kernel=self.kernel_id, key=sig.key or "(no arguments)", kind=kind)
+        if on_miss == "error":
+            raise MissError(text)
+        with self._lock:
+            if (kind, sig.key) in self._warned_misses:
+                return
+            self._warned_misses.add((kind, sig.key))
+        warnings.warn(text, JaxtuneWarning, stacklevel=6)
 
     def sweep_task(
         self,
