@@ -125,8 +125,8 @@ def capture(
 
 
 def _arguments_per_call(
-    lowered: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]:
+    lowered: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Callable[[], tuple[tuple[Any, ...], Mapping[str, Any]]]:
     """What each call of the capture is given: the caller's own arguments, except those the
     function donates (``jax.jit(step, donate_argnums=0)``), which are device-side copies
     made afresh for every call. A donated buffer is consumed by the one call it is passed
@@ -144,13 +144,14 @@ def _arguments_per_call(
     if not any(donated):
         return lambda: (args, kwargs)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    if jax.tree_util.tree_structure(info) != treedef:
+    structure: Any = jax.tree_util.tree_structure(info)
+    if structure != treedef:
         # Static arguments are not in ``args_info``: copy every array then, to be safe.
         donated = [True] * len(leaves)
     where = [i for i, (x, d) in enumerate(zip(leaves, donated, strict=True)) if d]
     where = [i for i in where if isinstance(leaves[i], jax.Array)]
 
-    def fresh() -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def fresh() -> tuple[tuple[Any, ...], Mapping[str, Any]]:
         copies = jax.device_put([leaves[i] for i in where], may_alias=False)
         call = list(leaves)
         for i, copy in zip(where, copies, strict=True):

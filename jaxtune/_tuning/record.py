@@ -44,7 +44,7 @@ def observing_calls() -> Iterator[list[str]]:
 class _Recorder:
     def __init__(self, path: str, stop: bool) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self.recorded: set[tuple[str, str]] = set()
+        self.recorded: set[tuple[str, str, str]] = set()
         if stop:
             import jax
 
