@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRACE = """
 planes {
   id: 1 name: "/device:TPU:0"
-  lines { id: 1 name: "XLA Ops" timestamp_ns: 1000
+  lines { id: 1 name: "XLA Ops" timestamp_ns: 1764547200000001000
     events { metadata_id: 1 offset_ps: 0 duration_ps: 4000000 }
     events { metadata_id: 2 offset_ps: 5000000 duration_ps: 1000000 }
     events { metadata_id: 1 offset_ps: 7000000 duration_ps: 2000000 }

@@ -76,8 +76,8 @@ def peak_for(device_kind: str | None, plane_stats: Mapping[str, Any] | None = No
         True
     """
     stats = plane_stats or {}
-    tflops = stats.get("peak_teraflops_per_second")
-    gbps = stats.get("peak_hbm_bw_gigabytes_per_second")
+    tflops: Any = stats.get("peak_teraflops_per_second")
+    gbps: Any = stats.get("peak_hbm_bw_gigabytes_per_second")
     if _positive(tflops) and _positive(gbps):
         peak = _peak(device_kind or "device", float(tflops), float(gbps), "trace")
         if _positive(peak.flops_per_s) and _positive(peak.bytes_per_s):
