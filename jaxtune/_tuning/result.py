@@ -14,9 +14,11 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._core.codec import DecodeError, atomic_write, packb, read_bounded, table, unpackb
+from .._core.codec import atomic_write, read_bounded, table
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, EntryId, Failure, Measurement
+from .store import results as results_file
+from .store.results import SCHEMA_VERSION, records
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -28,7 +30,6 @@ __all__ = [
 ]
 
 #: Version of the on-disk layout of cache files and TuningResult files.
-SCHEMA_VERSION = 1
 
 
 _SCOPES: contextvars.ContextVar[tuple[TuningResult, ...]] = contextvars.ContextVar(
@@ -139,13 +140,7 @@ class TuningResult(Mapping[EntryId, Entry]):
 
     def dumps(self) -> bytes:
         """msgpack bytes holding every entry (measurements and failures included)."""
-        return packb(
-            {
-                "schema": SCHEMA_VERSION,
-                "format": "jaxtune.TuningResult",
-                "entries": [e.to_dict() for e in self._entries.values()],
-            }
-        )
+        return results_file.dumps(self._entries.values())
 
     @classmethod
     def loads(cls, data: bytes) -> TuningResult:
@@ -154,22 +149,7 @@ class TuningResult(Mapping[EntryId, Entry]):
         Raises:
             CacheError: the bytes are not a jaxtune result, or come from a newer schema.
         """
-        try:
-            doc = unpackb(data)
-        except DecodeError as e:
-            raise CacheError(f"not a jaxtune TuningResult (msgpack decode failed: {e}).") from e
-        if not isinstance(doc, dict) or doc.get("format") != "jaxtune.TuningResult":
-            raise CacheError("not a jaxtune TuningResult: the 'format' field is missing.")
-        if not isinstance(doc.get("schema", 0), int):
-            raise CacheError("not a jaxtune TuningResult: 'schema' should be an int.")
-        if doc.get("schema", 0) > SCHEMA_VERSION:
-            raise CacheError(
-                f"this TuningResult has schema {doc['schema']}, newer than this jaxtune "
-                f"understands ({SCHEMA_VERSION}); upgrade jaxtune to read it."
-            )
-        entries = doc.get("entries")
-        if not isinstance(entries, list):
-            raise CacheError("not a jaxtune TuningResult: 'entries' should be a list.")
+        entries = records(data)
         try:
             return cls.of(*(Entry.from_dict(e) for e in entries))
         except CacheError as e:

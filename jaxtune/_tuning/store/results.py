@@ -20,11 +20,21 @@ from typing import Any
 from ..._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from ..._core.errors import CacheError
 from ..._core.vocabulary import Entry
-from ..result import SCHEMA_VERSION
 
-__all__ = ["RESULT_FORMAT", "EntryKey", "dumps", "identity", "load", "records", "save"]
+__all__ = [
+    "RESULT_FORMAT",
+    "SCHEMA_VERSION",
+    "EntryKey",
+    "dumps",
+    "identity",
+    "load",
+    "records",
+    "save",
+]
 
 RESULT_FORMAT = "jaxtune.TuningResult"
+#: The layout version of a TuningResult file.
+SCHEMA_VERSION = 1
 
 #: An entry's identity across files: kernel, device kind, kernel version, key.
 EntryKey = tuple[str, str, str, str]
