@@ -190,3 +190,88 @@ def test_functools_partial_and_already_jitted_functions():
     f = jax.jit(functools.partial(scale, factor=2.0))
     (site,) = jaxtune.locate(f, jnp.ones(3))
     assert site.kernel_id == "tests.locate.scale" and site.config == {"factor": 2.0}
+
+
+def _program(x):
+    return interpret_double(x) + scale(x) + rowsum(x)[:, None]
+
+
+def test_a_traced_function_is_located_as_the_function_is():
+    xs = jax.ShapeDtypeStruct((3, 8, 16), jnp.float32)
+    f = jax.vmap(_program)
+    traced = jax.jit(f).trace(xs)
+    assert jaxtune.locate(traced) == jaxtune.locate(f, xs)
+    sites = jaxtune.locate(traced)
+    assert {(s.kernel_id, s.key) for s in sites if s.kind == "autotuned"} == {
+        ("tests.locate.scale", "f32[8,16]"),  # vmap: the per-example shape
+        ("tests.locate.rowsum", "f32[8,16]"),
+    }
+    (interp,) = [s for s in sites if s.kind == "pallas"]
+    assert interp.name == "double_interp" and interp.operands == (("f32", (3, 8, 16)),)
+
+
+def test_a_traced_function_lowers_for_another_platform():
+    x = jax.ShapeDtypeStruct((256, 512), jnp.float32)
+    y = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+    traced = jax.jit(tpu_matmul).trace(x, y)
+    (site,) = jaxtune.locate(traced, platform="tpu")
+    assert (site.name, site.target, site.platform) == ("tiled_matmul", "tpu_custom_call", "tpu")
+    assert site.operands == (("f32", (256, 512)), ("f32", (512, 256)))
+    assert site.source == f"{__file__}:{MATMUL_LINE}"
+
+
+def test_a_lowered_function_lists_its_kernel_sites():
+    lowered = jax.jit(jax.vmap(_program)).lower(jnp.ones((3, 8, 16)))
+    sites = jaxtune.locate(lowered)
+    assert sorted((s.kind, s.name) for s in sites) == sorted(
+        (s.kind, s.name) for s in jaxtune.locate(jax.vmap(_program), jnp.ones((3, 8, 16)))
+    )
+    found = {s.kernel_id: s for s in sites if s.kind == "autotuned"}
+    assert found["tests.locate.scale"].key == "f32[8,16]"
+    assert found["tests.locate.rowsum"].config == {"chunk": 4}
+    assert all(s.platform == jax.default_backend() for s in sites)
+    # No jaxpr: an interpret-mode kernel is found by its name stack, without shapes.
+    (interp,) = [s for s in sites if s.kind == "pallas"]
+    assert interp.name == "double_interp" and interp.target is None and interp.operands == ()
+    assert jaxtune.locate(lowered, platform=jax.default_backend()) == sites
+
+
+def test_a_lowered_function_keeps_its_platform():
+    x = jax.ShapeDtypeStruct((256, 512), jnp.float32)
+    y = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+    for_tpu = jax.jit(tpu_matmul).trace(x, y).lower(lowering_platforms=("tpu",))
+    assert jaxtune.locate(for_tpu) == jaxtune.locate(for_tpu, platform="tpu")
+    (site,) = jaxtune.locate(for_tpu)
+    assert (site.name, site.target, site.platform) == ("tiled_matmul", "tpu_custom_call", "tpu")
+    assert site.operands == (("f32", (256, 512)), ("f32", (512, 256)))
+    assert site.cost_estimate["flops"] == 2 * 256 * 256 * 512
+    here = jax.jit(scale).lower(jnp.ones(3))
+    other = "cpu" if jax.default_backend() == "tpu" else "tpu"
+    with pytest.raises(jaxtune.SignatureError, match=r"already lowered for .*lowering_platforms"):
+        jaxtune.locate(here, platform=other)
+
+
+def test_a_staged_function_with_arguments_is_refused():
+    x = jnp.ones((4, 16))
+    lowered = jax.jit(_program).lower(x)
+    traced = jax.jit(_program).trace(x)
+    with pytest.raises(TypeError, match=r"jaxtune\.locate got a jax\.stages\.Lowered and"):
+        jaxtune.locate(lowered, x)
+    with pytest.raises(jaxtune.SignatureError, match=r"Call jaxtune\.tune\(the_traced\) alone"):
+        jaxtune.tune(traced, x=x)
+    with pytest.raises(jaxtune.SignatureError, match=r"jaxtune\.tune got a jax\.stages\.Lowered"):
+        jaxtune.tune(lowered, x, retune=True)
+    with pytest.raises(jaxtune.SignatureError, match=r"Compiled, which holds no StableHLO"):
+        jaxtune.locate(lowered.compile())
+
+
+@pytest.mark.child
+def test_tune_takes_a_traced_function(fast_timing):
+    xs = jnp.arange(96.0).reshape(2, 3, 16)
+    with pytest.warns(jaxtune.JaxtuneWarning, match="without a tuning space: double_interp"):
+        result = jaxtune.tune(jax.jit(jax.vmap(_program)).trace(xs))
+    assert sorted((name, key) for name, _, key in result) == [
+        ("tests.locate.rowsum", "f32[3,16]"),
+        ("tests.locate.scale", "f32[3,16]"),
+    ]
+    assert rowsum.config_for(xs[0]).source == "cache"

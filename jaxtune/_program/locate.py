@@ -19,6 +19,7 @@ from typing import Any, Literal
 import jax
 
 from .._core import jaxstate as _jaxstate
+from .._core.errors import SignatureError
 from . import markers as _markers
 
 __all__ = ["PALLAS_TARGETS", "KernelSite", "locate", "sites_in_module"]
@@ -281,7 +282,10 @@ def sites_in_module(
 
 
 def locate(
-    fn: Callable[..., Any], *args: Any, platform: str | None = None, **kwargs: Any
+    fn: Callable[..., Any] | jax.stages.Lowered | jax.stages.Traced,
+    *args: Any,
+    platform: str | None = None,
+    **kwargs: Any,
 ) -> list[KernelSite]:
     """Every Pallas custom call and jaxtune kernel in ``fn``'s StableHLO.
 
@@ -290,18 +294,39 @@ def locate(
     machine without that hardware. Nested jit, ``lax.scan``, ``jax.grad``, ``jax.vmap`` and
     ``shard_map`` are all searched.
 
+    ``fn`` may also be what ``jax.jit(f).trace(*args)`` (a ``jax.stages.Traced``) or
+    ``jax.jit(f).lower(*args)`` (a ``jax.stages.Lowered``) returns: the shapes come from
+    that program, so no arguments are taken. A Traced is lowered for ``platform`` as it
+    was traced; a Lowered is already lowered for its own platforms, and a ``platform``
+    that is not one of them is refused. A Lowered carries no jaxpr: its interpret-mode
+    Pallas kernels are found from their name stacks alone, without shapes (a Traced gives
+    them as a function does).
+
+    Raises:
+        SignatureError: arguments given with a Traced or Lowered (or a
+            ``jax.stages.Compiled``, which holds no StableHLO), or a ``platform`` the
+            Lowered was not lowered for.
+
     Examples:
         >>> import jax, jaxtune
         >>> from jaxtune.examples.chunked import chunked_logsumexp
         >>> x = jax.ShapeDtypeStruct((4, 1024), "float32")
         >>> [s.kernel_id for s in jaxtune.locate(chunked_logsumexp, x)]
         ['jaxtune.examples.chunked_logsumexp']
+        >>> lowered = jax.jit(chunked_logsumexp).lower(x)
+        >>> [s.kernel_id for s in jaxtune.locate(lowered)]
+        ['jaxtune.examples.chunked_logsumexp']
     """
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
-    jitted: Any = fn if hasattr(fn, "lower") else jax.jit(fn)
+    check_staged_call(fn, args, kwargs, "jaxtune.locate")
     local = jax.default_backend()
+    if isinstance(fn, jax.stages.Lowered):
+        return _lowered_sites(fn, platform, local)
+    if isinstance(fn, jax.stages.Traced):
+        return _traced_sites(fn, platform, local)
+    jitted: Any = fn if hasattr(fn, "lower") else jax.jit(fn)
     if platform is None or _same_platform(platform, local):
         calls = _markers.pallas_calls(jax.make_jaxpr(jitted)(*args, **kwargs))
         module = jitted.lower(*args, **kwargs).compiler_ir("stablehlo")
@@ -314,6 +339,57 @@ def locate(
     context = mlir.make_ir_context()
     module = ir.Module.parse(exported.mlir_module(), context=context)
     return sites_in_module(module, platform, calls)
+
+
+def check_staged_call(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], caller: str) -> None:
+    """Refuses arguments given with a ``Traced``/``Lowered`` (its shapes are fixed
+    already), and a ``Compiled``, which holds no StableHLO to search."""
+    if isinstance(fn, jax.stages.Compiled):
+        raise SignatureError(
+            f"{caller} got a jax.stages.Compiled, which holds no StableHLO to search: pass "
+            f"what jax.jit(f).lower(...) returns instead (or f and its arguments)."
+        )
+    kinds = (jax.stages.Lowered, jax.stages.Traced)
+    staged = next((k.__name__ for k in kinds if isinstance(fn, k)), None)
+    if staged is not None and (args or kwargs):
+        given = ", ".join([*(type(a).__name__ for a in args), *(f"{k}=" for k in kwargs)])
+        raise SignatureError(
+            f"{caller} got a jax.stages.{staged} and arguments ({given}): a {staged} holds "
+            f"its arguments' shapes already. Call {caller}(the_{staged.lower()}) alone, or "
+            f"pass the function itself with its arguments."
+        )
+
+
+def _traced_sites(traced: Any, platform: str | None, local: str) -> list[KernelSite]:
+    """A Traced: its jaxpr names the interpret-mode kernels (under the same ``jit(f)``
+    scope as a function's), and it lowers for ``platform`` as traced."""
+    calls = [
+        dataclasses.replace(c, scope=(f"jit({traced.fun_name})", *c.scope))
+        for c in _markers.pallas_calls(traced.jaxpr)
+    ]
+    if platform is None or _same_platform(platform, local):
+        return sites_in_module(traced.lower().compiler_ir("stablehlo"), local, calls)
+    lowered = traced.lower(lowering_platforms=(platform,))
+    return sites_in_module(lowered.compiler_ir("stablehlo"), platform, calls)
+
+
+def _lowered_sites(lowered: Any, platform: str | None, local: str) -> list[KernelSite]:
+    """A Lowered: its module as it is, its sites labelled with the platform(s) it was
+    lowered for (the local backend's name when that is the one)."""
+    platforms = tuple(getattr(getattr(lowered, "_lowering", None), "_platforms", None) or ())
+    platforms = platforms or (local,)
+    if platform is not None and not any(_same_platform(platform, p) for p in platforms):
+        raise SignatureError(
+            f"jaxtune.locate(..., platform={platform!r}) got a jax.stages.Lowered already "
+            f"lowered for {', '.join(platforms)}: lower it for {platform!r} "
+            f"(jax.jit(f).trace(...).lower(lowering_platforms=({platform!r},))), or pass "
+            f"the Traced or the function with platform={platform!r}."
+        )
+    if len(platforms) == 1 and _same_platform(platforms[0], local):
+        label = local
+    else:
+        label = ",".join(platforms)
+    return sites_in_module(lowered.compiler_ir("stablehlo"), label, None)
 
 
 def _same_platform(a: str, b: str) -> bool:

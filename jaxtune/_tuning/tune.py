@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core import settings as _config
 from .._core.errors import JaxtuneWarning
 from .._program import markers as _markers
-from .._program.locate import KernelSite, locate
+from .._program.locate import KernelSite, check_staged_call, locate
 from .autotuned import differentiated_calls, retrace_jitted_functions
 from .result import TuningResult
+
+if TYPE_CHECKING:
+    import jax
 
 __all__ = ["tune"]
 
 
-def tune(fn: Callable[..., Any], *args: Any, retune: bool = False, **kwargs: Any) -> TuningResult:
+def tune(
+    fn: Callable[..., Any] | jax.stages.Lowered | jax.stages.Traced,
+    *args: Any,
+    retune: bool = False,
+    **kwargs: Any,
+) -> TuningResult:
     """Tunes, ahead of time, every ``@autotuned`` kernel that ``fn`` reaches with these
     arguments and that has no current entry, once per distinct (kernel, key), and writes
     the user cache.
@@ -32,10 +40,15 @@ def tune(fn: Callable[..., Any], *args: Any, retune: bool = False, **kwargs: Any
     Afterwards jitted functions re-trace, so ``fn`` picks the new configs on its next call.
 
     Arguments may be arrays or ``jax.ShapeDtypeStruct``; ``retune`` is this function's
-    own keyword, not passed to ``fn``.
+    own keyword, not passed to ``fn``. ``fn`` may also be what ``jax.jit(f).lower(*args)``
+    or ``jax.jit(f).trace(*args)`` returns, given alone: its kernels are tuned as for
+    ``f`` with those arguments (the marks its trace left map back to them in this
+    process). That object keeps the configs it was traced with; trace or lower ``f``
+    again to use the tuned ones.
 
     Raises:
         TuningFailedError: every config of some kernel failed.
+        SignatureError: arguments given with a ``Lowered``/``Traced``.
 
     Examples:
         >>> import jax, jaxtune
@@ -45,6 +58,8 @@ def tune(fn: Callable[..., Any], *args: Any, retune: bool = False, **kwargs: Any
         >>> sorted(k for k, _, _ in result)  # doctest: +SKIP
         ['jaxtune.examples.chunked_logsumexp']
     """
+    # A Lowered or Traced holds its shapes: arguments with it are refused, naming tune.
+    check_staged_call(fn, args, kwargs, "jaxtune.tune")
     # Finding the kernels must not start sweeps of its own (as JAXTUNE_MODE=tune would).
     with _config.override(mode="cached"):
         sites = locate(fn, *args, **kwargs)
