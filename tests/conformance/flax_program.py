@@ -73,8 +73,12 @@ def _fits(config: Mapping[str, int], q: Any, k: Any, v: Any) -> bool:
     return q.shape[2] % config["block_q"] == 0 and k.shape[2] % config["block_k"] == 0
 
 
+# Two configs and a default outside them (DESIGN: the default is always a candidate): three
+# sweeps of a real training step are the slow part of tests/conformance, so the space is no
+# larger than the question needs (256/256 trains 1.4-1.5x faster than 128/256, about 2x
+# faster than the default 128/128).
 @jaxtune.autotuned(
-    configs={"block_q": [128, 256], "block_k": [128, 256]},
+    configs={"block_q": [128, 256], "block_k": [256]},
     prune=_fits,
     default={"block_q": 128, "block_k": 128},
     name=KERNEL,
