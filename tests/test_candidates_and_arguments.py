@@ -105,6 +105,6 @@ def test_on_miss_says_what_a_traced_call_without_a_tuned_config_does(on_miss, mo
 def test_a_bad_on_miss_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("JAXTUNE_ON_MISS", "raise")
     with pytest.raises(
-        jaxtune.SettingsError, match="JAXTUNE_ON_MISS='raise'.*default, warn, error"
+        jaxtune.SettingsError, match=r"JAXTUNE_ON_MISS='raise'.*default, warn, error"
     ):
         pass_kernels.scalar_and_static(jnp.ones(4), 1.5)
