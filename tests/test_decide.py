@@ -308,3 +308,78 @@ def test_the_outcomes_times_are_the_entrys():
     failed = Failure(config={"c": 1}, stage="run", reason="no")
     outcome = _sweep.SweepOutcome(measurements=(failed, best), best=best, default=failed)
     assert outcome.times() == (300.0, None)
+
+
+def test_a_second_look_races_a_config_the_first_pass_left_out_when_it_is_among_the_fastest():
+    # "e" was left out after a first pass spoilt by a burst; side by side with the leaders
+    # it is the fastest: it races on, and wins. "f", behind on its second look too, is not
+    # raced (it is not in the result: its first pass stands).
+    truth = {"a": 130.0, "b": 110.0, "c": 105.0, "e": 90.0, "f": 150.0}
+    space = [{"k": k} for k in "abcef"]
+    leaders = [{"k": k} for k in "abc"]
+    second = [{"k": "f"}, {"k": "e"}]
+    got = _rounds.interleaved(
+        leaders,
+        timed=rounds_timer(truth, 0, busy=0.2),
+        compile_s={},
+        space=space,
+        options=TimingOptions(),
+        default=space[0],
+        second=second,
+    )
+    assert set(got) == {config_id({"k": k}) for k in "abce"}
+    e, c = (got[config_id({"k": k})] for k in "ec")
+    assert len(e.rounds_us) == len(c.rounds_us) >= 6
+    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
+    outcome = _sweep.finish(plan, {**_first_pass({"f": (400.0,)}), **got}, retimed=set(got))
+    assert (dict(outcome.best.config), outcome.decision) == ({"k": "e"}, "clear")
+
+
+def test_a_second_look_keeps_the_configs_faster_than_the_leaders_by_their_fastest_round():
+    def stay(rounds, second, count=3):
+        return _decide.stay_after_second_look(rounds, second, count=count, tie_within=0.05)
+
+    # Leaders a, b, c (fastest rounds 100, 120, 110): the third fastest is b, at 120.
+    leaders = {"a": [100.0, 140.0], "b": [300.0, 120.0], "c": [110.0, 115.0]}
+    # d (105) beats it by more than 5 %, e (118) by less, f (90) beats them all.
+    second = {"d": [105.0, 400.0], "e": [130.0, 118.0], "f": [90.0, 95.0]}
+    assert stay({**leaders, **second}, second) == {"d", "f"}
+    # With two leaders, the slower of them (b) sets the bar.
+    assert stay({**leaders, **second}, {"c", *second}, count=2) == {"c", "d", "f"}
+    # A leader alone: the fastest on a second look races it, however slow.
+    assert stay({"a": [100.0], "g": [150.0], "h": [140.0]}, {"g", "h"}) == {"h"}
+    # Every config the first pass measured outside the leaders, not dropped first.
+    results = _first_pass({"a": (90.0,), "b": (300.0,), "c": (200.0,)})
+    cid = config_id({"k": "c"})
+    results[cid] = dataclasses.replace(results[cid], dropped=True)
+    assert _decide.second_look(results, [{"k": "a"}]) == [{"k": "b"}, {"k": "c"}]
+
+
+def test_a_slow_kernels_rounds_have_time_to_show_a_config_slower_after_a_second_look():
+    # Calls of about a second: the look's two rounds of four configs alone take longer
+    # than max_rounds_s; the race still gets the rounds that can show a config slower.
+    truth = {"a": 1.0e6, "b": 1.3e6, "c": 2.0e6, "d": 0.8e6}
+    now = [0.0]
+    timer = rounds_timer(truth, 0)
+
+    def timed(configs):
+        got = timer(configs)
+        now[0] += sum(sum(t.samples_us) for t in got.values()) / 1e6
+        return got
+
+    space = [{"k": k} for k in "abcd"]
+    got = _rounds.interleaved(
+        space[:2],
+        timed=timed,
+        compile_s={},
+        space=space,
+        options=TimingOptions(),
+        default=space[0],
+        second=space[2:],
+        clock=lambda: now[0],
+    )
+    assert set(got) == {config_id(c) for c in (space[0], space[1], space[3])}
+    assert len(got[config_id(space[3])].rounds_us) >= _decide.rounds_to_show()
+    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
+    outcome = _sweep.finish(plan, got, retimed=set(got))
+    assert (dict(outcome.best.config), outcome.decision) == ({"k": "d"}, "clear")

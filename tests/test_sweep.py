@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from jaxtune._core.arrays import dtype_name
-from jaxtune._core.vocabulary import Failure, Measurement
+from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import check as _check
+from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import inputs as _inputs
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import progress as _progress
@@ -261,3 +262,98 @@ def test_progress_lines_on_a_non_terminal_show_an_eta():
     first, second, last = stream.getvalue().splitlines()
     assert re.search(r"\[1/3, ETA \d+ s\]", first) and re.search(r"\[2/3, ETA \d+ s\]", second)
     assert "[3/3]" in last  # nothing left to wait for
+
+
+class BurstSweeper(_engine.Sweeper):
+    """A sweeper whose configs "run" by advancing a fake clock by their true time, the
+    first ``n`` calls of config ``k`` ``slow`` times slower for ``burst[k] = (n, slow)`` (a
+    burst of other work on the machine during its first pass); nothing compiles."""
+
+    def __init__(self, task, clock, truth_ms, burst):
+        super().__init__(task, timer=WallTimer(clock))
+        self.clock, self.truth_ms, self.burst = clock, truth_ms, burst
+        self.calls: dict[str, int] = {}
+
+    def _compile_one(self, config, spec=None):
+        k = config["k"]
+
+        def run():
+            self.calls[k] = self.calls.get(k, 0) + 1
+            n, slow = self.burst.get(k, (0, 1.0))
+            slow = slow if self.calls[k] <= n else 1.0
+            self.clock.now += self.truth_ms[k] * slow * 1e-3
+            return np.ones(4, np.float32)
+
+        self._runs[config_id(config)] = (run, 0.0)
+        return None
+
+
+#: Six configs of milliseconds (default timing: a first pass of 3 samples a visit); "e",
+#: last in the space, is the fastest.
+TRUTH_MS = {"a": 3.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 2.0, "f": 2.8}
+
+
+def burst_sweep(burst):
+    configs = tuple({"k": k} for k in TRUTH_MS)
+    task = task_of(lambda x, *, k: x, bind(lambda x: x, jnp.ones(4)), configs, configs[0])
+    sweeper = BurstSweeper(task, FakeClock(), TRUTH_MS, burst)
+    plan = task.plan
+    outcome = _sweep.drive(
+        plan,
+        measure=lambda todo, known, rounds: sweeper.measure(
+            todo, reference=plan.default, best_us=_sweep.best_of(known), rounds=rounds
+        ),
+        retime=sweeper.retime,
+        progress=_sweep.new_progress(plan),
+    )
+    return outcome, {m.config["k"]: m for m in outcome.measurements}
+
+
+@pytest.mark.parametrize(
+    ("burst", "why"),
+    [
+        # The check run, the warm-up and the 3 samples of "e"'s first visit at 6 ms, over
+        # 1.5x the best so far (2.4 ms): dropped early, before its second visit.
+        ({"e": (5, 3.0)}, "the fastest dropped early"),
+        # Every config but the default (first, never dropped) in a burst: all dropped
+        # early, the default alone left within the leaders' window.
+        ({k: (5, 3.0) for k in "bcdef"}, "all but the default dropped early"),
+        # Both visits of "e" (last in the first, so first in the second: back to back) at
+        # 3 ms: behind the three leaders (2.4-2.6 ms), out of the rounds.
+        ({"e": (9, 1.5)}, "the fastest behind the leaders"),
+    ],
+)
+def test_a_burst_during_the_first_pass_does_not_rule_out_the_fastest(burst, why):
+    """A first pass times one config at a time for a few milliseconds: a burst of other
+    work can cover all of one config's samples. The configs it leaves out get a second look
+    in the first rounds, side by side with the leaders, and the fastest races and wins."""
+    outcome, by = burst_sweep(burst)
+    assert (dict(outcome.best.config), outcome.decision) == ({"k": "e"}, "clear"), why
+    assert by["e"].rounds_us and not by["e"].dropped
+    if "f" not in burst:
+        # Behind the leaders on its second look too: not raced, its first pass stands.
+        assert not by["f"].rounds_us and not by["f"].dropped
+
+
+def test_without_a_burst_the_second_look_costs_a_round_or_two():
+    outcome, by = burst_sweep({})
+    assert (dict(outcome.best.config), outcome.decision) == ({"k": "e"}, "clear")
+    raced = {k for k, m in by.items() if m.rounds_us}
+    assert raced == {"a", "b", "c", "e"}  # the leaders (c, e, b) and the default
+
+
+def test_a_retime_request_carries_the_second_look_and_a_crash_there_is_blamed_on_its_config():
+    from faulty_kernels import faulty
+
+    from jaxtune._tuning.sweep import requests as _requests
+    from jaxtune._tuning.sweep.flight import InFlight
+
+    task = faulty.sweep_task(faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"})
+    request = _requests.sweep_request(task)
+    leaders, second = [{"mode": "ok"}, {"mode": "fast"}], [{"mode": "late_abort"}]
+    retime = _requests.Retime(todo=leaders, second=second).of(request)
+    assert _requests.Retime.from_request(retime) == _requests.Retime(todo=leaders, second=second)
+    flight = InFlight(retime)
+    assert set(flight.by_id) == {config_id(c) for c in leaders + second}
+    flight.running = (config_id(second[0]), 0.0)
+    assert flight.suspects(hung=False, timeout_s=4) == [config_id(second[0])]

@@ -392,10 +392,18 @@ class Sweeper:
             return self._too_slow(config, "running", spent)
         return timing
 
-    def retime(self, configs: Sequence[Config]) -> dict[str, Result]:
-        """Re-times ``configs`` in interleaved rounds (see :meth:`_interleaved`)."""
+    def retime(self, configs: Sequence[Config], second: Sequence[Config] = ()) -> dict[str, Result]:
+        """Re-times ``configs`` in interleaved rounds, with a second look at ``second`` in
+        the first rounds (see :func:`~.rounds.interleaved`). Only the configs of ``second``
+        compiled here take part: one measured by another device's child would have to be
+        compiled again for its look. Nothing is timed with fewer than two configs."""
         self.compile(configs)
-        return self._interleaved([c for c in configs if config_id(c) in self._runs])
+        leading = [c for c in configs if config_id(c) in self._runs]
+        here = {config_id(c) for c in leading}
+        looked = [c for c in second if config_id(c) in self._runs and config_id(c) not in here]
+        if len(leading) + len(looked) < 2:
+            return {}
+        return self._interleaved(leading, looked)
 
     def _round(self, configs: Sequence[Config]) -> dict[str, Timing | Failure]:
         """One interleaved round: each config's samples, in order (inside one trace for a
@@ -457,8 +465,11 @@ class Sweeper:
                 out[cid] = timing
         return out
 
-    def _interleaved(self, configs: Sequence[Config]) -> dict[str, Result]:
-        """Times compiled ``configs`` in interleaved rounds (:func:`~.rounds.interleaved`)."""
+    def _interleaved(
+        self, configs: Sequence[Config], second: Sequence[Config] = ()
+    ) -> dict[str, Result]:
+        """Times compiled ``configs`` in interleaved rounds (:func:`~.rounds.interleaved`),
+        ``second`` on a second look."""
         return interleaved(
             configs,
             timed=self._round,
@@ -466,6 +477,7 @@ class Sweeper:
             space=self.task.plan.configs,
             options=self.task.plan.options,
             default=self.task.plan.default,
+            second=second,
         )
 
 

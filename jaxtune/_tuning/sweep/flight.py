@@ -28,7 +28,11 @@ class InFlight:
 
     def __init__(self, message: Request) -> None:
         op = Measure.from_request(message) if message.op == "measure" else None
-        todo = op.todo if op is not None else Retime.from_request(message).todo
+        if op is not None:
+            todo = op.todo
+        else:
+            retime = Retime.from_request(message)
+            todo = retime.todo + retime.second
         self.by_id = {config_id(c): dict(c) for c in todo}
         if op is not None and op.reference:
             self.by_id.setdefault(config_id(op.reference), dict(op.reference))

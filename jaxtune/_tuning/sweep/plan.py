@@ -1,8 +1,9 @@
 """The sweep: the search strategy picks configs to measure (every config unless a budget
 says otherwise); each batch compiles in parallel threads, is checked against the reference
 config's output and timed one config at a time with early dropping; the leaders are re-timed
-in interleaved rounds until a paired test settles them, and a tie goes to the earliest
-config of the space.
+in interleaved rounds until a paired test settles them (the other configs measured take part
+in the first rounds, a second look before they are ruled out), and a tie goes to the
+earliest config of the space.
 
 :class:`~.sweeper.Sweeper` does the work wherever the kernel runs. A failed config is a
 :class:`Failure` with its reason; only "every config failed" raises.
@@ -24,6 +25,7 @@ from .search import plan as budget_plan
 from .stats import SweepOutcome as SweepOutcome
 from .stats import finish as finish
 from .stats import leaders as leaders
+from .stats import second_look
 from .timers import Timer
 from .timing import TimingOptions
 
@@ -157,19 +159,23 @@ def new_progress(plan: SweepPlan) -> Progress:
 #: ``measure(configs, known, rounds)``: each config's result by id; ``known`` holds earlier
 #: ones; ``rounds``: time them in interleaved rounds at once, without a first pass.
 MeasureFn = Callable[[list[Config], Mapping[str, Result], bool], Mapping[str, Result]]
+#: ``retime(leaders, second)``: the leaders timed in interleaved rounds, with a second look
+#: at ``second`` in the first rounds (:func:`~.rounds.interleaved`).
+RetimeFn = Callable[[list[Config], list[Config]], Mapping[str, Result]]
 
 
 def drive(
     plan: SweepPlan,
     *,
     measure: MeasureFn,
-    retime: Callable[[list[Config]], Mapping[str, Result]],
+    retime: RetimeFn,
     progress: Progress,
 ) -> SweepOutcome:
     """A whole sweep through a runner's ``measure`` and ``retime``: search, re-time the
-    leaders, pick the winner. A small space measured in one batch (at most the options'
-    ``first_pass_above`` configs) is timed in interleaved rounds straight away, which
-    takes the place of the first pass and the re-timing."""
+    leaders with a second look at the other configs measured, pick the winner. A small
+    space measured in one batch (at most the options' ``first_pass_above`` configs) is
+    timed in interleaved rounds straight away, which takes the place of the first pass and
+    the re-timing."""
     known: dict[str, Result] = {}
     space = {config_id(c) for c in plan.configs}
     small = len(space) <= plan.options.first_pass_above
@@ -197,7 +203,11 @@ def drive(
         }
     else:
         todo = leaders(results, plan.options, plan.configs, plan.default)
-        retimed = retime(todo) if todo else {}
+        second = second_look(results, todo)
+        if not todo and len(second) >= 2:
+            # No rival within the leaders' window: the fastest races the others' second look.
+            todo, second = second[:1], second[1:]
+        retimed = retime(todo, second) if todo else {}
         results.update(retimed)
     outcome = finish(plan, results, searched, retimed=set(retimed))
     progress.finish(outcome)

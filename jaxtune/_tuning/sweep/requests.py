@@ -105,9 +105,11 @@ class Measure:
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Retime:
     """Time ``todo`` (compiled by an earlier ``measure`` of the task) in interleaved
-    rounds; one config at a time when ``serial``."""
+    rounds, with a second look at ``second`` in the first rounds (those compiled here);
+    one config at a time when ``serial``."""
 
     todo: list[Config]
+    second: list[Config] = dataclasses.field(default_factory=list)
     serial: bool = False
 
     def of(self, request: Request) -> Request:
@@ -116,7 +118,9 @@ class Retime:
     @classmethod
     def from_request(cls, request: Request) -> Retime:
         return cls(
-            todo=_configs(request.fields.get("todo")), serial=bool(request.fields.get("serial"))
+            todo=_configs(request.fields.get("todo")),
+            second=_configs(request.fields.get("second") or []),
+            serial=bool(request.fields.get("serial")),
         )
 
 

@@ -4,7 +4,9 @@ the config to store, or the rounds' limits are reached.
 
 A burst of machine noise during one config's turn then cannot decide the winner: the
 winner is decided from each round's times (``rounds_us`` of each measurement), and each
-round's time is the config's fastest call in that round.
+round's time is the config's fastest call in that round. The configs the first pass left
+out take part in the first rounds too (a second look, side by side with the leaders), so
+that a burst during a config's short first pass does not rule it out.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._core.vocabulary import Failure, Measurement, config_id
-from .stats import decide, in_space_order, rounds_to_show
+from .stats import decide, in_space_order, rounds_to_show, stay_after_second_look
 from .timing import Timing, TimingOptions
 
 __all__ = ["interleaved", "measurement"]
@@ -32,28 +34,44 @@ def interleaved(
     space: Sequence[Config],
     options: TimingOptions,
     default: Config | None = None,
+    second: Sequence[Config] = (),
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Result]:
     """Times ``configs`` (``timed(configs)``: one round's samples of each compiled config
-    in the given order, or its failure) in interleaved rounds: at least ``rounds``, then more while a rival is
-    undecided, up to ``max_rounds`` rounds or ``max_rounds_s`` seconds. A config shown
-    slower leaves the rounds and is marked ``dropped`` (it is out); one that fails in a
-    round (an exception, a step over the time limit) is a failure. ``space`` orders the
-    configs for the tie rule; ``default`` (when among ``configs``) is the default config."""
+    in the given order, or its failure) in interleaved rounds: at least ``rounds``, then
+    more while a rival is undecided, up to ``max_rounds`` rounds or ``max_rounds_s``
+    seconds. A config shown slower leaves the rounds and is marked ``dropped`` (it is out);
+    one that fails in a round (an exception, a step over the time limit) is a failure.
+    ``space`` orders the configs for the tie rule; ``default`` (when among ``configs``) is
+    the default config.
+
+    The configs of ``second`` (left out after the first pass) get a second look: they take
+    part in the first ``second_look_rounds`` rounds, side by side with ``configs``, and
+    race on only when faster there than the leaders
+    (:func:`~.stats.stay_after_second_look`); the others are not in the result (their
+    first pass stands) unless they failed. The look's rounds count as rounds, and their
+    time as the rounds' time."""
     by_id = {config_id(c): c for c in configs}
+    for c in second:
+        by_id.setdefault(config_id(c), c)
     if not by_id:
         return {}
+    leading = {config_id(c) for c in configs}
+    looking = [cid for cid in by_id if cid not in leading]
     order = in_space_order(list(by_id), space)
     default_id = config_id(default) if default is not None else None
     fresh = {cid: Timing(samples_us=()) for cid in by_id}
     rounds: dict[str, list[float]] = {cid: [] for cid in by_id}
     failed: dict[str, Failure] = {}
     out: set[str] = set()
+    left: set[str] = set()  # not faster than the leaders on their second look: not raced
     active = list(by_id)
+    look = max(1, options.second_look_rounds) if looking else 0
     start = clock()
     cap = options.max_rounds_s
     for done in range(1, max(options.rounds, options.max_rounds) + 1):
         turn = (done - 1) % len(active)
+        began = clock()
         timings = timed([by_id[cid] for cid in active[turn:] + active[:turn]])
         for cid, got in timings.items():
             if isinstance(got, Failure):
@@ -62,8 +80,19 @@ def interleaved(
             fresh[cid] = fresh[cid] + got
             rounds[cid].append(got.min_us)  # noise slows calls, never speeds them
         active = [cid for cid in active if cid not in failed]
+        if done == look:
+            stay = stay_after_second_look(
+                {cid: rounds[cid] for cid in active},
+                looking,
+                count=options.leaders,
+                tie_within=options.tie_within,
+            )
+            left = {cid for cid in looking if cid in active and cid not in stay}
+            active = [cid for cid in active if cid not in left]
         if len(active) < 2:
             break
+        if done < look:
+            continue
         decision = decide(
             {cid: rounds[cid] for cid in active},
             [cid for cid in order if cid in active],
@@ -73,11 +102,15 @@ def interleaved(
         out |= {cid for cid, v in decision.verdicts.items() if v == "slower"}
         if done >= options.rounds and decision.settled:
             break
-        if done == 1:
+        if done == look + 1:
             # Time for at least the rounds that can show a config slower, however long a
-            # round takes (a slow kernel's round may take seconds).
-            cap = max(options.max_rounds_s, (clock() - start) * rounds_to_show())
-        if clock() - start > cap:
+            # round takes (a slow kernel's round may take seconds), the look's included.
+            now = clock()
+            cap = max(
+                options.max_rounds_s,
+                now - start + (now - began) * max(0, rounds_to_show() - done),
+            )
+        if done > look and clock() - start > cap:
             break
         # Shown slower: out. Tied or undecided: go on, against the best.
         active = [cid for cid in active if cid not in out]
@@ -92,6 +125,7 @@ def interleaved(
             tuple(rounds[cid]),
         )
         for cid in by_id
+        if cid not in left
     }
 
 

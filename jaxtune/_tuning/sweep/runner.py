@@ -144,18 +144,20 @@ class ProcessRunner(ChildService):
                 return self._measure_on_devices(plan, request, progress, order, devices, known)
             return self._measure_all(plan, request, progress, order, known, rounds=rounds)
 
-        def retime(todo: list[dict[str, Any]]) -> dict[str, Result]:
+        def retime(todo: list[dict[str, Any]], second: list[dict[str, Any]]) -> dict[str, Result]:
             # The leaders are re-timed together on one device, so they compare fairly: the
             # first device's child where the sweep was split, else the child that measured.
+            # The configs on a second look are those that child compiled.
             first = self._on_device(devices[0]) if len(devices) > 1 else self
             results: dict[str, Result] = {}
             serial = False
-            for _ in range(len(todo) + 2):
+            for _ in range(len(todo) + len(second) + 2):
                 pending = [c for c in todo if config_id(c) not in results]
-                message = Retime(todo=pending, serial=serial).of(request)
+                looked = [c for c in second if config_id(c) not in results]
+                message = Retime(todo=pending, second=looked, serial=serial).of(request)
                 crashed, got = first._exchange(plan, message, progress=None)
                 results.update(got)
-                if crashed is None or len(pending) - len(got) < 2:
+                if crashed is None or len(pending) + len(looked) - len(got) < 2:
                     break
                 # A crash during a round of passes blames the round: time one config at
                 # a time to find the culprit; a culprit found: the others go on.

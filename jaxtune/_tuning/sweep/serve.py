@@ -97,7 +97,7 @@ def handle(server: Any, request: Request) -> Done | ErrorReply:
     else:
         retime = Retime.from_request(request)
         sweeper.serial_rounds = retime.serial
-        results = dict(sweeper.retime(retime.todo))
+        results = dict(sweeper.retime(retime.todo, retime.second))
     return results_answer(results)
 
 

@@ -51,6 +51,8 @@ __all__ = [
     "leaders",
     "ratio_interval",
     "rounds_to_show",
+    "second_look",
+    "stay_after_second_look",
 ]
 
 Config = dict[str, Any]
@@ -292,7 +294,8 @@ def leaders(
     first), plus the earliest config of ``space`` when its fastest sample is within
     ``tie_window`` of the best one's (a tie may go to it), and the ``default`` whatever
     its first pass measured (the stored config must be shown faster than the default, and
-    the entry's speedup comes from their rounds); nothing when fewer than two qualify."""
+    the entry's speedup comes from their rounds); nothing when fewer than two qualify. The
+    others get a :func:`second_look` in the first rounds before they are ruled out."""
     live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
     if len(live) < 2:
         return []
@@ -316,6 +319,48 @@ def leaders(
         if m not in front:
             front.append(m)
     return [dict(m.config) for m in front] if len(front) >= 2 else []
+
+
+def second_look(results: Mapping[str, Result], front: Sequence[Config]) -> list[Config]:
+    """The configs the first pass measured outside ``front`` (the leaders), dropped early
+    or not, fastest sample first (those not dropped before the dropped): each gets a second
+    look in the first rounds, side by side with the leaders, before it is ruled out. A first
+    pass times one config at a time, a few milliseconds each: a burst of other work on the
+    machine can cover all of a config's samples there and none of its rivals'."""
+    chosen = {config_id(c) for c in front}
+    measured = [
+        m
+        for m in results.values()
+        if isinstance(m, Measurement) and config_id(m.config) not in chosen
+    ]
+    measured.sort(key=lambda m: (m.dropped, m.min_us))
+    return [dict(m.config) for m in measured]
+
+
+def stay_after_second_look(
+    rounds: Mapping[str, Sequence[float]],
+    second: Collection[str],
+    *,
+    count: int,
+    tie_within: float,
+) -> set[str]:
+    """The configs of ``second`` (on a second look) that race on after the rounds of the
+    look (``rounds``: each config's per-round times there, the leaders' and theirs),
+    compared by their fastest round (other work on the machine only adds time, and the
+    configs of a round met the same spells of it): those faster by more than
+    ``tie_within`` than the ``count``-th fastest leader (the slowest, with fewer). One
+    left out is at most ``tie_within`` faster than the fastest leader, as the look measured
+    them. When fewer than two configs would race, the fastest of ``second`` races too."""
+    fastest = {c: min(r) for c, r in rounds.items() if r}
+    leading = sorted(t for c, t in fastest.items() if c not in second)
+    looked = sorted((c for c in fastest if c in second), key=lambda c: (fastest[c], c))
+    if not leading:
+        return set(looked[:count])
+    bar = leading[min(count, len(leading)) - 1]
+    stay = {c for c in looked if fastest[c] * (1 + tie_within) < bar}
+    if len(leading) + len(stay) < 2 and looked:
+        stay.add(looked[0])
+    return stay
 
 
 def finish(

@@ -37,10 +37,13 @@ class TimingOptions:
     space when within ``tie_window``, are timed in interleaved rounds: a warm-up call of
     each, then passes over them, one sample of each a pass, until the passes add up to
     ``round_floor_us`` of each config's calls (between ``round_samples`` and
-    ``round_max_samples`` samples). After at least ``rounds`` rounds, they stop
-    once every rival of the best is shown slower or equivalent within ``tie_within`` (see
-    :mod:`jaxtune._tuning.sweep.stats`), or at ``max_rounds`` rounds or ``max_rounds_s``
-    seconds. A space of at most ``first_pass_above`` configs, measured in one batch, has no
+    ``round_max_samples`` samples). Every other config the first pass measured (dropped
+    early or behind the leaders) gets a second look: it takes part in the first
+    ``second_look_rounds`` rounds, and races on when its fastest time there is faster by
+    more than ``tie_within`` than the ``leaders``-th fastest leader's. After at least
+    ``rounds`` rounds, they stop once every rival of the best is shown slower or
+    equivalent within ``tie_within`` (see :mod:`jaxtune._tuning.sweep.stats`), or at
+    ``max_rounds`` rounds or ``max_rounds_s`` seconds. A space of at most ``first_pass_above`` configs, measured in one batch, has no
     first pass: all its configs go straight into the rounds.
     """
 
@@ -61,6 +64,7 @@ class TimingOptions:
     round_samples: int = 2
     round_floor_us: float = 2000.0
     round_max_samples: int = 32
+    second_look_rounds: int = 2
     first_pass_above: int = 4
 
 
