@@ -117,9 +117,17 @@ def test_eager_call_retraces_only_when_what_decides_the_config_changes(tmp_path,
         assert float(k(X)[1]) == 1.0
     assert float(k(X)[1]) == 3.0
     assert float(k(X, factor=1)[1]) == 1.0  # explicit keywords bypass tuning
-    monkeypatch.delenv("JAXTUNE_CACHE_DIR")
+    # A variable changed in os.environ alone: jit's dispatch runs the shape's trace (no
+    # Python before it) until jaxtune next reads the settings, here for config_for.
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "empty"))
+    assert float(k(X)[1]) == 3.0
+    assert k.config_for(X).source == "default"
     assert float(k(X)[1]) == 1.0
+    traces = TRACES["eager_scale"]
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(other))
+    jax.clear_caches()  # JAX's own way to make every jitted function trace again
+    assert float(k(X)[1]) == 3.0
+    assert TRACES["eager_scale"] == traces + 1
 
 
 def test_settings_change_retraces_eager_calls_not_the_callers_jit(tmp_path, monkeypatch):
@@ -149,6 +157,9 @@ def test_settings_change_retraces_eager_calls_not_the_callers_jit(tmp_path, monk
 def test_eager_call_uses_memo_and_is_correct():
     out = blocked_sum(X)
     np.testing.assert_allclose(out, float(X.sum()))
+    # The first trace after the previous test's variables were restored reads the settings,
+    # sees the change and renews the eager jits (this one's too): one more trace at most.
+    blocked_sum(X)
     before = TRACES["blocked_sum"]
     for _ in range(20):
         blocked_sum(X)

@@ -49,6 +49,25 @@ def test_tune_mode_times_the_backward_of_a_differentiated_kernel(step, monkeypat
     assert jnp.array_equal(plain, again)
 
 
+@pytest.mark.parametrize("step", ["jit_of_grad", "grad_of_jit"])
+def test_tune_mode_sweeps_a_differentiated_kernel_once(step, monkeypatch):
+    """The kernel's trace finds the differentiation below it (the chain of JAX's traces),
+    with ``jax.jit`` on either side of the gradient: one sweep, of forward and backward,
+    not a forward sweep first."""
+    timed: list[str] = []
+    sweep = pass_kernels.lopsided._sweep
+
+    def counted(*args, **kwargs):
+        entry = sweep(*args, **kwargs)
+        timed.append(entry.timing)
+        return entry
+
+    monkeypatch.setattr(pass_kernels.lopsided, "_sweep", counted)
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    pass_kernels.STEPS[step](jnp.ones(pass_kernels.SHAPE))
+    assert timed == ["vjp"]
+
+
 def test_tune_mode_times_the_forward_of_a_kernel_nothing_differentiates(monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     pass_kernels.forward_only(jnp.ones(pass_kernels.SHAPE))

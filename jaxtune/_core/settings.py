@@ -39,6 +39,7 @@ __all__ = [
     "default_cache_dir",
     "describe",
     "fingerprint",
+    "on_deciding_change",
     "on_override",
     "override",
     "remember_environment",
@@ -299,7 +300,31 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
     parsed = Settings(**values)
     if environ is None:
         _LAST = (token, parsed)
+        _announce_deciding()
     return parsed
+
+
+#: Called when :func:`settings` finds that a variable of :data:`DECIDING` changed.
+_DECIDING_HOOKS: list[Callable[[], None]] = []
+_DECIDING_SEEN: list[tuple[Any, ...]] = []
+
+
+def on_deciding_change(changed: Callable[[], None]) -> None:
+    """Registers ``changed``, called when :func:`settings` reads the environment and finds
+    that a variable that decides the config (:data:`DECIDING`) differs from its last read:
+    code that keeps what the settings decided (the eager jits of autotuned kernels) drops
+    it. Nothing is hooked into the process, so a change is seen at the next read."""
+    _DECIDING_HOOKS.append(changed)
+
+
+def _announce_deciding() -> None:
+    now = fingerprint(DECIDING)
+    if not _DECIDING_SEEN:
+        _DECIDING_SEEN.append(now)
+    elif _DECIDING_SEEN[0] != now:
+        _DECIDING_SEEN[0] = now
+        for changed in list(_DECIDING_HOOKS):
+            changed()
 
 
 def describe(
@@ -338,8 +363,8 @@ def on_override(
 ) -> None:
     """Registers ``scoped``, entered with the overrides around every :func:`override` block:
     compiled code that depends on the settings (the eager jit of autotuned kernels) puts
-    them in jit's cache key with it. A change of ``os.environ`` is not announced to anyone:
-    code that caches what the settings decide compares :func:`fingerprint` itself."""
+    them in jit's cache key with it. A change of ``os.environ`` is seen when the settings
+    are next read (:func:`on_deciding_change`)."""
     _SCOPE_HOOKS.append(scoped)
 
 

@@ -27,7 +27,7 @@ from .._distributed import agree as _agree
 from .._program import markers as _markers
 from . import lookup as _lookup
 from . import record as _record
-from .eager import bump_generation, eager_call, eager_jit, renew_on_cache_change
+from .eager import bump_generation, eager_jit, renew_on_cache_change, under_differentiation
 from .naming import kernel_id_for
 from .options import (
     validate_callable,
@@ -156,7 +156,7 @@ class Autotuned(Generic[P, R]):
         self._jit_static = (*self.static_argnames, *(sorted(names) if names else ()))
         self._fast = names is not None and not self.static_argnames
         if self._fast:
-            # Eager calls go to jit's C++ dispatch after one check (see eager.py). With
+            # Eager calls go straight to jit's C++ dispatch (see eager.py). With
             # static arguments they go through _call first, which names an unhashable one.
             self.__class__ = type("Autotuned", (type(self),), {"__slots__": ()})
         self.renew_eager()
@@ -182,12 +182,8 @@ class Autotuned(Generic[P, R]):
         that decides the config changed."""
         self._eager_jit = eager_jit(self.__wrapped__, self._inside, self._jit_static)
         self._deciding = _config.fingerprint(_config.DECIDING)
-        if self._fast:  # the per-kernel class of the short path
-            call = eager_call(self._current_eager, self.renew_eager, self._inside)
-            type(self).__call__ = staticmethod(call)  # type: ignore[method-assign]
-
-    def _current_eager(self) -> Callable[..., Any]:
-        return self._eager_jit
+        if self._fast:  # the per-kernel class of the short path: jit's C++ dispatch
+            type(self).__call__ = staticmethod(self._eager_jit)  # type: ignore[method-assign]
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else functools.partial(self, obj)
@@ -441,7 +437,9 @@ class Autotuned(Generic[P, R]):
         """The kernel called with the config chosen for these (traced) arguments."""
         sig = self.bind(args, kwargs)
         leaves = jax.tree_util.tree_leaves((args, kwargs))
-        differentiated = is_differentiated(leaves) or _DIFFERENTIATED.get()
+        differentiated = (
+            is_differentiated(leaves) or _DIFFERENTIATED.get() or under_differentiation()
+        )
         with differentiated_calls(differentiated):
             choice = self._choose(sig, sweep=True)
         if not differentiated and self._may_learn_differentiation(choice):

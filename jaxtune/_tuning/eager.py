@@ -1,29 +1,35 @@
-"""Eager calls at close to ``jax.jit``'s cost.
+"""Eager calls at ``jax.jit``'s cost.
 
 An autotuned kernel whose config keywords are known in advance is called through one
-``jax.jit`` per kernel, behind one Python step installed as its class's ``__call__`` (a
-``staticmethod``, :func:`eager_call`): the step checks that no variable that decides the
-config changed since the jit was made (about 0.15 µs), then calls the jit, whose C++
-dispatch does the shape lookup. The jit's trace picks the config (exactly as a trace
-inside the user's ``jax.jit`` does), and everything else that decides the config reaches
-jit's cache key through JAX user contexts: ``with TuningResult`` scopes (their own
-context), :func:`jaxtune._core.settings.override` blocks (:data:`_OVERRIDDEN`) and explicit
-re-tuning (:data:`_GENERATION`). A changed ``JAXTUNE_*`` variable (seen by the step) and a
-change of the caches (a sweep's entry, a write, a registered layer) renew only the eager
-jits (:func:`caches_changed`), so the caller's own jitted functions are not traced again.
-``inline=True`` makes the jit vanish into an enclosing trace, so inside the user's own
-``jax.jit``, ``grad`` or ``vmap`` the kernel's operations sit where they did without it.
+``jax.jit`` per kernel, installed as its class's ``__call__`` (a ``staticmethod``): an
+eager call goes straight into jit's C++ dispatch, with no Python step before it. The jit's
+trace picks the config (exactly as a trace inside the user's ``jax.jit`` does), and
+everything else that decides the config reaches jit's cache key through JAX user contexts:
+``with TuningResult`` scopes (their own context), :func:`jaxtune._core.settings.override`
+blocks (:data:`_OVERRIDDEN`) and explicit re-tuning (:data:`_GENERATION`). A change of the
+caches (a sweep's entry, a write, a registered layer) and a changed ``JAXTUNE_*`` variable
+that decides the config, once jaxtune reads the settings again (any trace of an autotuned
+kernel, any jaxtune call), renew only the eager jits (:func:`caches_changed`), so the
+caller's own jitted functions are not traced again. ``inline=True`` makes the jit vanish
+into an enclosing trace, so inside the user's own ``jax.jit``, ``grad`` or ``vmap`` the
+kernel's operations sit where they did without it; the kernel finds out whether it is
+differentiated from the chain of traces (:func:`under_differentiation`).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
-import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import jax
+
+try:  # the chain of traces (see under_differentiation); absent: no chain to read
+    _jax_core: Any = importlib.import_module("jax._src.core")
+except ImportError:  # pragma: no cover - a JAX without it
+    _jax_core = None
 
 from .._core import settings as _config
 from . import result as _result
@@ -32,9 +38,9 @@ from .store import cache as _cache
 __all__ = [
     "bump_generation",
     "caches_changed",
-    "eager_call",
     "eager_jit",
     "renew_on_cache_change",
+    "under_differentiation",
 ]
 
 # Part of jit's cache key: bumped after explicit tuning, so jitted functions (and the
@@ -71,68 +77,26 @@ def caches_changed() -> None:
         owner.renew_eager()
 
 
-class _TracerTypes(dict[type, bool]):
-    """Whether a type is one of JAX's tracers, worked out once per type:
-    ``isinstance(array, jax.core.Tracer)`` costs about 0.35 µs a call, a lookup 0.04 µs."""
-
-    def __missing__(self, kind: type) -> bool:
-        self[kind] = found = issubclass(kind, jax.core.Tracer)
-        return found
+#: JAX's traces of differentiation: ``jax.jvp`` (JVPTrace) and ``jax.grad``/``jax.vjp``
+#: (LinearizeTrace where JAX linearizes directly, JVPTrace before).
+_AD_TRACES = frozenset({"JVPTrace", "LinearizeTrace"})
 
 
-_TRACED = _TracerTypes()
-
-
-def eager_call(
-    current: Callable[[], Callable[..., Any]],
-    renew: Callable[[], None],
-    inside: Callable[..., Any],
-) -> Callable[..., Any]:
-    """A kernel's ``__call__``: the jit ``current()`` returns, after one check that none
-    of the variables that decide the config (:data:`jaxtune._core.settings.DECIDING`) changed
-    since this step was made: nothing tells jaxtune when ``os.environ`` changes. On a
-    change, ``renew()`` replaces the kernel's eager jit (and this step) and the call goes
-    to the new jit, which traces and chooses again. The check compares the objects
-    ``os.environ`` holds by identity, five dict lookups: about 0.15 µs.
-
-    A positional argument that is a tracer (a call inside the caller's ``jax.jit``,
-    ``jax.grad``...) goes to ``inside`` instead: the eager jit would trace the kernel
-    again with tracers of its own, hiding that ``jax.grad`` differentiates the call."""
-    jitted = current()
-    environ, get, keys = _config.probe(_config.DECIDING)
-    k0, k1, k2, k3, k4 = keys
-    seen = _config.fingerprint(_config.DECIDING)
-    s0, s1, s2, s3, s4 = map(get, keys)
-    traced = _TRACED
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if (
-            os.environ is environ
-            and get(k0) is s0
-            and get(k1) is s1
-            and get(k2) is s2
-            and get(k3) is s3
-            and get(k4) is s4
-        ):
-            for a in args:
-                if traced[type(a)]:
-                    return inside(*args, **kwargs)
-            # jit's dispatch is quicker without an (empty) keyword dict to unpack.
-            return jitted(*args, **kwargs) if kwargs else jitted(*args)
-        return checked(*args, **kwargs)
-
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        nonlocal s0, s1, s2, s3, s4
-        if _config.fingerprint(_config.DECIDING) == seen:  # equal values, new objects
-            if os.environ is environ:
-                s0, s1, s2, s3, s4 = map(get, keys)
-            if any(traced[type(a)] for a in args):
-                return inside(*args, **kwargs)
-            return jitted(*args, **kwargs)
-        renew()
-        return current()(*args, **kwargs)
-
-    return call
+def under_differentiation() -> bool:
+    """Whether the current trace sits inside JAX's differentiation (``jax.grad``,
+    ``jax.vjp``, ``jax.jvp``, ``jax.linearize``), seen from a trace below it: each of JAX's
+    traces keeps the trace it was started from (``parent_trace``), so the eager jit's own
+    trace of a call made under ``jax.grad``, or the trace of ``f`` in
+    ``jax.grad(jax.jit(f))``, finds the differentiating trace under it. ``False`` where
+    this JAX keeps no such chain."""
+    trace = getattr(getattr(_jax_core, "trace_ctx", None), "trace", None)
+    seen = 0
+    while trace is not None and seen < 64:
+        if type(trace).__name__ in _AD_TRACES:
+            return True
+        trace = getattr(trace, "parent_trace", None)
+        seen += 1
+    return False
 
 
 def _overridden(values: Mapping[str, Any]) -> Any:
@@ -140,6 +104,7 @@ def _overridden(values: Mapping[str, Any]) -> Any:
 
 
 _config.on_override(_overridden)
+_config.on_deciding_change(caches_changed)
 _cache.on_change(caches_changed)
 _result.scope_context()  # made now, beside this module's user contexts
 
