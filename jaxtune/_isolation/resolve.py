@@ -24,7 +24,15 @@ from typing import Any
 from .._core.errors import describe
 from .frames import FunctionRef, Module
 
-__all__ = ["NOTES", "find", "namespace", "observe_imports", "preload", "resolve_callable"]
+__all__ = [
+    "NOTES",
+    "find",
+    "namespace",
+    "observe_imports",
+    "preload",
+    "resolve_callable",
+    "script_namespaces",
+]
 
 _MAIN_ALIAS = "__jaxtune_main__"
 
@@ -209,6 +217,11 @@ def _loaded_globals(code: Any) -> set[str]:
                 names.add(ins.argval)
         todo.extend(c for c in current.co_consts if hasattr(c, "co_code"))
     return names
+
+
+def script_namespaces() -> list[dict[str, Any]]:
+    """The globals of every script the child re-ran (a parent's ``__main__``)."""
+    return [ns for key, ns in _SCRIPTS.items() if not isinstance(key, tuple)]
 
 
 def _import(ref: FunctionRef) -> dict[str, Any]:

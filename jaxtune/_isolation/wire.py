@@ -5,11 +5,16 @@ Arrays travel as raw bytes with their dtype name and shape, so ml_dtypes types (
 float8_*) round-trip exactly. An array's bytes are not copied into the msgpack part: the
 frame is the msgpack part's length, the msgpack part (where an extension value stands for
 each array and gives its size), then each array's bytes as they lie in memory; the reader
-reads them straight into their own buffers. Nothing here ever runs code on read.
+reads them straight into their own buffers. Nothing here runs code on read, with one
+exception on the child's side: a pytree node of a registered type (Flax's ``nnx.State``, a
+namedtuple, a ``flax.struct`` dataclass) travels as its type's ``module:qualname``, its node
+data and its children, and the child imports that module to rebuild it, as it imports the
+module of the function a request names.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import select
 import socket
@@ -221,15 +226,77 @@ def encode_value(value: Any, *, concrete_limit: int = 1 << 26) -> Any:
             return v
         if isinstance(v, (np.integer, np.floating, np.bool_)):
             return v.item()
-        if isinstance(v, tuple):  # not a msgpack tuple: arrays inside must stay raw
+        if type(v) is tuple:  # not a msgpack tuple: arrays inside must stay raw
             return {"__tuple__": [enc(x) for x in v]}
-        if isinstance(v, list):
+        if type(v) is list:
             return {"__list__": [enc(x) for x in v]}
-        if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        if type(v) is dict and all(isinstance(k, str) for k in v):
             return {"__dict__": {k: enc(x) for k, x in v.items()}}
-        raise NotTransportable(f"{type(v).__name__} values cannot travel to a child process")
+        try:
+            return node(v)
+        except NotTransportable:
+            if isinstance(v, (tuple, list)):  # a namedtuple of a local class: its fields
+                return enc(list(v) if isinstance(v, list) else tuple(v))
+            if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+                return enc(dict(v))
+            raise
+
+    def node(v: Any) -> Any:
+        """A registered pytree node: its type by name, node data and children."""
+        structure: Any = jax.tree_util.tree_structure(v, is_leaf=lambda x: x is not v)
+        kind = type(v)
+        if structure.num_nodes == 1 and structure.num_leaves == 1:  # a leaf: not a pytree
+            raise NotTransportable(f"{kind.__name__} values cannot travel to a child process")
+        node_type, data = structure.node_data()
+        if not _importable(node_type):
+            raise NotTransportable(
+                f"{kind.__qualname__} is defined inside a function (or is not found under "
+                "its name in its module), so a child process cannot import it; define it "
+                "at module level"
+            )
+        children = jax.tree_util.tree_leaves(v, is_leaf=lambda x: x is not v)
+        try:
+            encoded_data = enc(data)
+        except NotTransportable as e:
+            raise NotTransportable(
+                f"{kind.__qualname__} pytrees cannot travel to a child process: their "
+                f"static data ({type(data).__name__}) is not plain data ({e})"
+            ) from None
+        name = f"{node_type.__module__}:{node_type.__qualname__}"
+        return {"__node__": [name, encoded_data, [enc(x) for x in children]]}
 
     return enc(value)
+
+
+def _importable(kind: type) -> bool:
+    """Whether ``kind`` is found under its own name in its module (here, the parent)."""
+    import sys
+
+    found: Any = sys.modules.get(kind.__module__)
+    for part in kind.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is kind
+
+
+def _node_type(name: str) -> type:
+    """The type a ``module:qualname`` names, its module imported here (the child); a type
+    of the parent's ``__main__`` is found in the script the child re-ran under an alias."""
+    from .resolve import script_namespaces
+
+    module_name, _, qualname = name.partition(":")
+    first, *rest = qualname.split(".")
+    found: Any = None
+    if module_name == "__main__":
+        found = next((ns[first] for ns in script_namespaces() if first in ns), None)
+        if found is None:
+            raise LookupError(f"{qualname} is not defined in the script the child re-ran")
+    else:
+        found = getattr(importlib.import_module(module_name), first)
+    for part in rest:
+        found = getattr(found, part)
+    if not isinstance(found, type):
+        raise TypeError(f"{name} is not a type")
+    return found
 
 
 def decode_value(value: Any, *, abstract: bool = False) -> Any:
@@ -255,4 +322,15 @@ def decode_value(value: Any, *, abstract: bool = False) -> Any:
             return tuple(dec(x) for x in value["__tuple__"])
         if "__dict__" in value:
             return {k: dec(x) for k, x in value["__dict__"].items()}
+        if "__node__" in value:
+            name, data, children = value["__node__"]
+            decoded = [dec(x) for x in children]
+            structure = jax.tree_util.PyTreeDef.from_node_data_and_children(
+                jax.tree_util.default_registry,
+                (_node_type(name), dec(data)),
+                [jax.tree_util.tree_structure(x) for x in decoded],
+            )
+            return structure.unflatten(
+                [leaf for x in decoded for leaf in jax.tree_util.tree_leaves(x)]
+            )
     return value

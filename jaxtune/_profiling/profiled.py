@@ -232,7 +232,9 @@ def _capture_in_child(
         warnings.warn(
             f"jaxtune.profile: {getattr(raw, '__qualname__', raw)} cannot run in a child "
             f"process ({e}); capturing in this process, where the profiling flags can no "
-            "longer take effect. Define it at module level to profile it in a child.",
+            "longer take effect. Define it and the types of its arguments at module level "
+            "to profile it in a child, or run the program as `jaxtune profile -- python "
+            "your_program.py`, which sets the flags before JAX starts.",
             JaxtuneWarning,
             stacklevel=3,
         )
