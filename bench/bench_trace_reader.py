@@ -11,8 +11,13 @@
 Each reader's per-row totals are checked against the generator's truth (and jaxtune's
 against the independent walk's). Writes bench/results/trace_reader.json.
 
+With ``--intra`` the trace also holds the lines custom-call tracing adds inside each kernel
+call (``LLO Ops``, ``MXU0``/``VALU Instructions``, on their own epoch-scale line starts;
+2.4 M op events and 0.96 M intra-kernel events by default), jaxtune's per-unit times are
+checked against the generator's, and the independent walk walks those lines too.
+
 Run: python bench/bench_trace_reader.py [--trace /tmp/jaxtune-bench.xplane.pb]
-     [--xprof-python /tmp/xprof-venv/bin/python] [--profile-model] [--runs 5]
+     [--xprof-python /tmp/xprof-venv/bin/python] [--profile-model] [--runs 5] [--intra]
 """
 
 from __future__ import annotations
@@ -86,8 +91,10 @@ t = time.perf_counter()
 p = Profile.from_trace({path!r})
 s = time.perf_counter() - t
 rows = {{r.name: r.total_us for r in (*p.kernels, *p.ops)}}
+units = {{k.name: dict(k.units) for k in p.intrakernel}}
 print(json.dumps({{"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "rows": rows, "calls": {{r.name: r.calls for r in (*p.kernels, *p.ops)}}}}))
+                  "rows": rows, "calls": {{r.name: r.calls for r in (*p.kernels, *p.ops)}},
+                  "units": units, "timeline": len(p.timeline)}}))
 """
 
 WALK = """
@@ -105,10 +112,14 @@ for k, m in plane.event_metadata.items():
     found = re.search(r"jit\\(([^()]*)\\)/pallas_call$", tf_op)
     row[k] = found.group(1) if found else m.name
 totals = collections.Counter()
+lanes = collections.Counter()
 for line in plane.lines:
     if line.name == "XLA Ops":
         for ev in line.events:
             totals[row[ev.metadata_id]] += ev.duration_ps
+    elif line.name.endswith(" Instructions") or line.name == "LLO Ops":
+        for ev in line.events:  # every intra-kernel event walked too
+            lanes[line.name] += ev.duration_ps
 s = time.perf_counter() - t
 print(json.dumps({{"s": s, "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "rows": {{k: v * 1e-6 for k, v in totals.items()}}}}))
@@ -176,7 +187,8 @@ def main() -> None:
     parser.add_argument(
         "--trace", default=os.path.join(tempfile.gettempdir(), "jaxtune-bench.xplane.pb")
     )
-    parser.add_argument("--events", type=int, default=3_200_000)
+    parser.add_argument("--events", type=int, default=None)
+    parser.add_argument("--intra", action="store_true", help="add intra-kernel lines")
     parser.add_argument("--xprof-python", default=None)
     parser.add_argument("--profile-model", action="store_true")
     parser.add_argument(
@@ -184,16 +196,22 @@ def main() -> None:
     )
     args = parser.parse_args()
     start = time.perf_counter()
-    truth = tpu_trace.generate(args.trace, args.events)
+    events = args.events or (2_400_000 if args.intra else 3_200_000)
+    truth = tpu_trace.generate(args.trace, events, intra=args.intra)
     generated = time.perf_counter() - start
     want = {name: r["total_ps"] * 1e-6 for name, r in truth["rows"].items()}
     calls = {name: r["events"] for name, r in truth["rows"].items()}
     mb = truth["bytes"] / 1e6
     print(
-        f"trace: {mb:.1f} MB, {truth['events']} op events (+{truth['host_events']} host)"
-        f", generated in {generated:.1f} s"
+        f"trace: {mb:.1f} MB, {truth['events']} op events, {truth['intra_events']} "
+        f"intra-kernel events (+{truth['host_events']} host), generated in {generated:.1f} s"
     )
-    results: dict = {"trace_mb": mb, "events": truth["events"], "host_events": truth["host_events"]}
+    results: dict = {
+        "trace_mb": mb,
+        "events": truth["events"],
+        "intra_events": truth["intra_events"],
+        "host_events": truth["host_events"],
+    }
 
     # The machine may be shared: each run's time with the load average it ran under.
     cli_runs, got_runs = [], []
@@ -213,13 +231,31 @@ def main() -> None:
     wrong_calls = sum(1 for n, c in calls.items() if got["calls"].get(n) != c)
     results["from_trace"] = {**_runs(got_runs), "wrong_calls": wrong_calls}
     print(f"Profile.from_trace     {_line(got_runs)}  rows with wrong calls: {wrong_calls}")
+    if args.intra:
+        lanes = {
+            (name, lane): ps * 1e-6
+            for name, r in truth["rows"].items()
+            for lane, ps in r["units"].items()
+        }
+        found = {(n, lane): t for n, u in got["units"].items() for lane, t in u.items()}
+        worst = max(
+            (abs(found.get(k, 0.0) - v) / max(v, 1e-12) for k, v in lanes.items()), default=0.0
+        )
+        results["from_trace"]["intra_worst_rel_diff"] = worst
+        results["from_trace"]["timeline_spans"] = got["timeline"]
+        print(
+            f"  intra-kernel: {len(got['units'])} kernels with lanes, per-unit times vs truth: "
+            f"worst rel. diff {worst:.1e}; timeline {got['timeline']} spans"
+        )
 
     walk, _, _ = _fresh(WALK.format(path=args.trace, here=str(HERE)))
     agree = _worst(got["rows"], walk["rows"])
     results["protobuf_walk"] = {"s": walk["s"], "peak_mb": walk["rss"], "jaxtune_vs_walk": agree}
+    ratio = results["from_trace"]["s"] / walk["s"]
+    results["from_trace_vs_walk"] = ratio
     print(
         f"independent pb walk    {walk['s']:6.2f} s  peak {walk['rss']:6.0f} MB  "
-        f"jaxtune vs walk: worst rel. diff {agree:.1e}"
+        f"jaxtune vs walk: worst rel. diff {agree:.1e}; from_trace / walk {ratio:.2f}x"
     )
 
     pd, _, _ = _fresh(PROFILE_DATA.format(path=args.trace))
@@ -242,7 +278,7 @@ def main() -> None:
 
     if args.profile_model:
         results["profile_model"] = _profile_model()
-    out = HERE / "results" / "trace_reader.json"
+    out = HERE / "results" / ("trace_reader_intra.json" if args.intra else "trace_reader.json")
     out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     print(f"wrote {out}")
 

@@ -6,13 +6,16 @@ facts on its event metadata: ``tf_op``, ``hlo_category``, ``flops``, ``bytes_acc
 ``program_id``, ``long_name``), a ``/host:CPU`` plane of host threads, and a
 ``/host:metadata`` plane. Of the ``kinds`` ops, every tenth is a Pallas kernel (a
 ``tpu_custom_call`` whose name stack ends in ``pallas_call``), the rest XLA fusions.
+With ``intra=True`` the plane also holds the lines custom-call tracing adds inside each
+kernel call (``LLO Ops`` regions, ``MXU0 Instructions`` and ``VALU Instructions`` lanes),
+on lines whose own epoch-scale ``timestamp_ns`` differs from the ``XLA Ops`` line's.
 
 It is written with the ``protobuf`` package and an XSpace schema declared here, apart from
 jaxtune's own (:mod:`jaxtune._profiling.schema`), and it returns the ground truth: each
 kernel's (and XLA op's) total device time and event count, so the benchmark can check the
 report against it.
 
-Run: python bench/tpu_trace.py OUT.xplane.pb [--events 3200000]
+Run: python bench/tpu_trace.py OUT.xplane.pb [--events 3200000] [--intra]
 """
 
 from __future__ import annotations
@@ -140,6 +143,7 @@ STAT_NAMES = [
     "peak_teraflops_per_second",
     "peak_hbm_bw_gigabytes_per_second",
     "device_type_string",
+    "pallas_primitive",
 ]
 SID = {n: i + 1 for i, n in enumerate(STAT_NAMES)}
 
@@ -161,9 +165,16 @@ def _stat(msg: Any, name: str, value: Any) -> None:
         s.int64_value = value
 
 
-def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0) -> dict:
+#: Intra-kernel lines: (id, name), their start after the ``XLA Ops`` line's, in ns.
+INTRA = ((4, "LLO Ops"), (5, "MXU0 Instructions"), (6, "VALU Instructions"))
+INTRA_SHIFT_NS = 5
+
+
+def generate(
+    path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0, *, intra: bool = False
+) -> dict:
     """Writes the trace; returns the truth: ``{"events", "bytes", "rows": {name: {"kind",
-    "total_ps", "events", "flops"}}}``."""
+    "total_ps", "events", "flops", "units": {lane: ps}}}, "intra_events"}``."""
     rng = random.Random(seed)
     msg = classes()
     space = msg["XSpace"]()
@@ -201,10 +212,18 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
     tpu.event_metadata[kinds + 1].name = "jit_train_step"
     tpu.event_metadata[kinds + 2].id = kinds + 2
     tpu.event_metadata[kinds + 2].name = "step"
+    # Intra-kernel event kinds: two LLO regions, one MXU and one VALU instruction.
+    intra_ids = {"dma": kinds + 3, "compute": kinds + 4, "vmatmul": kinds + 5, "vadd": kinds + 6}
+    for name, mid in intra_ids.items():
+        tpu.event_metadata[mid].id = mid
+        tpu.event_metadata[mid].name = name
 
     truth: dict[str, dict] = collections.defaultdict(
-        lambda: {"kind": "", "total_ps": 0, "events": 0, "flops": 0.0}
+        lambda: {"kind": "", "total_ps": 0, "events": 0, "flops": 0.0, "units": {}}
     )
+    shift = INTRA_SHIFT_NS * 1000  # an intra line's offsets count from its own start
+    inner: dict[int, list[bytes]] = {lid: [] for lid, _ in INTRA}
+    intra_events = 0
     base_ns = 1_700_000_000_000_000_000  # epoch-scale, as real traces are
     steps = 100
     per_step = events // steps
@@ -228,6 +247,25 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
             r = truth[row]
             r["kind"], r["total_ps"], r["events"] = kind, r["total_ps"] + d, r["events"] + 1
             r["flops"] += flops[mid]
+            if intra and kind == "pallas":
+                at, half, quarter = t - shift, d // 2, d // 4
+                for lid, name, start, length in (
+                    (4, "dma", at, half),
+                    (4, "compute", at + half, d - half),
+                    (5, "vmatmul", at + quarter, quarter),
+                    (6, "vadd", at + half, quarter),
+                ):
+                    lane = msg["XLine"]()
+                    ev = lane.events.add(
+                        metadata_id=intra_ids[name], offset_ps=start, duration_ps=length
+                    )
+                    if lid == 4:
+                        _stat(ev, "pallas_primitive", name)
+                    inner[lid].append(lane.SerializeToString())
+                    intra_events += 1
+                units = r["units"]
+                for lane_name in ("MXU0 Instructions", "VALU Instructions"):
+                    units[lane_name] = units.get(lane_name, 0) + quarter
             t += d + 1000 * (1 + i % 3)
         body.append(chunk.SerializeToString())
         modules_ev = msg["XLine"]()
@@ -240,6 +278,10 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
         chunks[1] += modules_ev.SerializeToString()
     # Concatenated serializations of one message are its merge: the lines' events join.
     lines = [chunks[0], chunks[1], head + b"".join(body)]
+    if intra:
+        for lid, name in INTRA:
+            line = msg["XLine"](id=lid, name=name, timestamp_ns=base_ns + INTRA_SHIFT_NS)
+            lines.append(line.SerializeToString() + b"".join(inner[lid]))
     tpu_bytes = tpu.SerializeToString() + b"".join(_field3(x) for x in lines)
     host = msg["XPlane"](id=2, name="/host:CPU")
     host.stat_metadata[1].id = 1
@@ -268,6 +310,7 @@ def generate(path: str, events: int = 3_200_000, kinds: int = 400, seed: int = 0
     return {
         "events": n_events,
         "host_events": 8 * HOST_EVENTS,
+        "intra_events": intra_events,
         "bytes": len(data),
         "rows": dict(truth),
     }
@@ -296,9 +339,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--events", type=int, default=3_200_000)
+    parser.add_argument("--intra", action="store_true", help="add intra-kernel lines")
     args = parser.parse_args()
-    truth = generate(args.out, args.events)
-    print(f"{args.out}: {truth['bytes'] / 1e6:.1f} MB, {truth['events']} op events")
+    truth = generate(args.out, args.events, intra=args.intra)
+    print(
+        f"{args.out}: {truth['bytes'] / 1e6:.1f} MB, {truth['events']} op events, "
+        f"{truth['intra_events']} intra-kernel events"
+    )
 
 
 if __name__ == "__main__":

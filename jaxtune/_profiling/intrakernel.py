@@ -224,33 +224,175 @@ def has_intra_lines(plane: _xplane.Plane) -> bool:
     return any(ln.name in INTRA_LINES or UNIT_LINE.match(ln.name) for ln in plane.lines)
 
 
+@dataclasses.dataclass(slots=True)
+class _Calls:
+    """The ``XLA Ops`` events by start (starts and ends, ps from the line's start, int64),
+    each one's kernel (an index into ``owners``, -1 for plain XLA ops), and the kernels in
+    the order of their first call."""
+
+    start: Any
+    end: Any
+    kernel: Any
+    owners: list[tuple[str, str, str | None]]
+    kernels: list[_Kernel]
+
+
 def _calls(
     plane: _xplane.Plane, ops_line: _xplane.LineHead, owner_of: Callable[[int], Any]
-) -> tuple[Any, Any, list[Any], dict[tuple[str, str, str | None], _Kernel]]:
-    """The ``XLA Ops`` events by start (starts and ends, ps from the line's start, as int64;
-    owners) and each kernel's calls."""
+) -> _Calls:
+    """Each kernel's calls, device time and first call, from the ``XLA Ops`` columns."""
     cols = plane.columns(ops_line)
     start, dur, mid = cols[:, 0], np.maximum(cols[:, 1], 0), cols[:, 2]
     order = np.argsort(start, kind="stable")
     start, dur, mid = start[order], dur[order], mid[order]
     # An end past int64 (a damaged duration) is clipped there, never wrapped around.
     end = start + np.minimum(dur, _HI - np.maximum(start, 0))
-    owners: dict[int, Any] = {}
-    kernel_of = []
-    for m in mid.tolist():
-        if m not in owners:
-            owners[m] = owner_of(m)
-        kernel_of.append(owners[m])
-    found: dict[tuple[str, str, str | None], _Kernel] = {}
-    for i, owner in enumerate(kernel_of):
-        if owner is None or owner[0] == "xla":
-            continue
-        k = found.setdefault(owner, _Kernel())
-        k.calls += 1
-        k.total_ps += int(dur[i])
-        if k.first is None:
-            k.first = (int(start[i]), int(end[i]))
-    return start, end, kernel_of, found
+    kinds, inverse = np.unique(mid, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    owner_by_kind = [owner_of(int(m)) for m in kinds.tolist()]
+    is_kind_kernel = np.array(
+        [o is not None and o[0] != "xla" for o in owner_by_kind], dtype=bool
+    ).reshape(-1)
+    is_kernel = is_kind_kernel[inverse] if len(kinds) else np.zeros(0, dtype=bool)
+    # Kernels numbered in the order of their first call (kinds of one owner share it).
+    calls_at = np.flatnonzero(is_kernel)
+    kind_at = inverse[calls_at]
+    _, first = np.unique(kind_at, return_index=True)
+    owner_ids: dict[Any, int] = {}
+    kind_kernel = np.full(len(kinds), -1, dtype=np.int64)
+    for pos in np.sort(first).tolist():
+        kind = int(kind_at[pos])
+        kind_kernel[kind] = owner_ids.setdefault(owner_by_kind[kind], len(owner_ids))
+    kernel = np.where(is_kernel, kind_kernel[inverse], -1) if len(kinds) else inverse
+    owners = list(owner_ids)
+    kernels = [_Kernel() for _ in owners]
+    inside = kernel >= 0
+    if inside.any():
+        counts = np.bincount(kernel[inside], minlength=len(owners))
+        totals = np.zeros(len(owners), dtype=np.int64)
+        np.add.at(totals, kernel[inside], dur[inside])
+        _, first_call = np.unique(kernel[inside], return_index=True)
+        calls_at = np.flatnonzero(inside)[first_call]
+        for n, k in enumerate(kernels):
+            k.calls, k.total_ps = int(counts[n]), int(totals[n])
+            k.first = (int(start[calls_at[n]]), int(end[calls_at[n]]))
+    return _Calls(start=start, end=end, kernel=kernel, owners=owners, kernels=kernels)
+
+
+def _line_events(
+    plane: _xplane.Plane, line: _xplane.LineHead, key: str, shift: int
+) -> tuple[Any, Any, list[str], Any] | None:
+    """An intra-kernel line's events sorted by start: starts and ends (ps from ``XLA Ops``,
+    int64), names, and which durations were modelled from ``cycles`` (estimates). An event
+    is named by its ``key`` stat (or its metadata's); an event with ``cycles`` but no
+    duration lasts cycles / the plane's TensorCore frequency. ``None`` when the starts do
+    not fit int64 (then :func:`_named_events` reads the line in Python ints)."""
+    cols = plane.columns(line)
+    offset, duration, mid = cols[:, 0], np.maximum(cols[:, 1], 0), cols[:, 2]
+    bound = 1 << 62
+    if not -bound <= shift <= bound or (len(offset) and np.abs(offset).max() > bound):
+        return None
+    start = offset + shift
+    modelled = np.zeros(len(start), dtype=bool)
+    kinds, inverse = np.unique(mid, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    metas = [plane.metadata(int(m)) for m in kinds.tolist()]
+    kind_names = [str(m.stats.get(key) or m.display_name or m.name) for m in metas]
+    names: list[str] | None = None
+    zero = np.flatnonzero(duration == 0)
+    if key or len(zero):
+        # Per-event stats: a name in the key stat, or the cycles of an event without a
+        # duration. Only those events are looked at one by one.
+        events = plane.events(line)
+        freq = plane.stats.get("tensor_core_freq_hz")
+        if key:
+            names = [kind_names[i] for i in inverse.tolist()]
+            for i, ev in enumerate(events):
+                if len(ev.stats):
+                    own = _xplane.stats_of(ev.stats, plane.stat_names).get(key)
+                    if own:
+                        names[i] = str(own)
+        for i in zero.tolist():
+            ev = events[i]
+            if len(ev.stats):
+                cycles = _xplane.stats_of(ev.stats, plane.stat_names).get("cycles")
+                from_cycles = _cycles_ps(cycles, freq)
+                if from_cycles is not None:
+                    duration[i], modelled[i] = from_cycles, True
+    order = np.argsort(start, kind="stable")
+    start, duration, modelled = start[order], duration[order], modelled[order]
+    end = start + np.minimum(duration, _HI - np.maximum(start, 0))
+    if names is None:
+        table = np.array([*kind_names, ""], dtype=object)
+        ordered = table[inverse[order]].tolist() if len(kinds) else []
+    else:
+        ordered = [names[i] for i in order.tolist()]
+    return start, end, ordered, modelled
+
+
+def _read_line(
+    calls: _Calls, plane: _xplane.Plane, line: _xplane.LineHead, key: str, shift: int
+) -> int:
+    """Adds one intra-kernel line's events to their kernels; returns how many lie outside
+    every ``XLA Ops`` event."""
+    read = _line_events(plane, line, key, shift)
+    if read is None:  # starts past int64: event by event, in Python ints
+        events = _named_events(plane, line, key, shift)
+        orphans = 0
+        for ev, i in zip(events, _around(calls.start, calls.end, events), strict=True):
+            if i < 0:
+                orphans += 1
+            elif calls.kernel[i] >= 0:
+                _add(calls.kernels[int(calls.kernel[i])], line.name, ev)
+        return orphans
+    start, end, names, modelled = read
+    if not len(start):
+        return 0
+    index = np.searchsorted(calls.start, start, side="right") - 1
+    around_end = calls.end[np.maximum(index, 0)] if len(calls.start) else np.full_like(start, _LO)
+    inside = (index >= 0) & (start < around_end)
+    orphans = int((~inside).sum())
+    kernel = np.where(inside, calls.kernel[np.maximum(index, 0)] if len(calls.start) else -1, -1)
+    ours = np.flatnonzero(kernel >= 0)
+    if not len(ours):
+        return orphans
+    length = end - start
+    which = kernel[ours]
+    unit = bool(UNIT_LINE.match(line.name))
+    if unit or line.name in ("Pallas Primitives", "Source Lines"):
+        if unit:
+            totals = np.zeros(len(calls.kernels), dtype=np.int64)
+            np.add.at(totals, which, length[ours])
+            for n in np.flatnonzero(totals).tolist():
+                calls.kernels[n].units[line.name] += int(totals[n])
+        else:
+            table, codes = np.unique(np.array(names, dtype=object)[ours], return_inverse=True)
+            pair = which * len(table) + codes.reshape(-1)
+            sums = np.zeros(len(calls.kernels) * len(table), dtype=np.int64)
+            np.add.at(sums, pair, length[ours])
+            for flat in np.flatnonzero(sums).tolist():
+                n, name = divmod(flat, len(table))
+                counter = (
+                    calls.kernels[n].primitives
+                    if line.name == "Pallas Primitives"
+                    else calls.kernels[n].sources
+                )
+                counter[str(table[name])] += int(sums[flat])
+            return orphans
+    # Spans of each kernel's first call: that call's events on region and unit lines.
+    first_start = np.array([k.first[0] if k.first else _HI for k in calls.kernels], np.int64)
+    first_end = np.array([k.first[1] if k.first else _LO for k in calls.kernels], np.int64)
+    in_first = ours[(start[ours] >= first_start[which]) & (start[ours] < first_end[which])]
+    for i in in_first.tolist():
+        k = calls.kernels[int(kernel[i])]
+        ev = _Event(start=int(start[i]), end=int(end[i]), name=names[i], estimate=bool(modelled[i]))
+        if unit:
+            kept = k.first_units.setdefault(line.name, [])
+            if len(kept) < MAX_SPANS:
+                kept.append(ev)
+        else:
+            k.first_regions.append(ev)
+    return orphans
 
 
 def _around(start: Any, end: Any, events: list[_Event]) -> list[int]:
@@ -287,25 +429,21 @@ def intra_kernel(
     """Per kernel of a TPU plane, what its custom-call tracing lines show; and how many
     intra-kernel events lie outside every kernel event (lost Begin/End). ``owner_of`` maps
     an ``XLA Ops`` metadata id to its owner (``None``: not an op). ``([], 0)`` without
-    such lines."""
+    such lines. The events are read as columns (numpy), per-event stats only where an
+    event's name or duration depends on them."""
     intra = [ln for ln in plane.lines if ln.name in INTRA_LINES or UNIT_LINE.match(ln.name)]
     ops_line = next((ln for ln in plane.lines if ln.name == "XLA Ops"), None)
     if not intra or ops_line is None:
         return [], 0
-    start, end, kernel_of, found = _calls(plane, ops_line, owner_of)
+    calls = _calls(plane, ops_line, owner_of)
     orphans = 0
     keys = {"Pallas Primitives": "pallas_primitive", "Source Lines": "source_info"}
     for line in intra:
         # The line's distance from XLA Ops, in Python ints: epoch-scale timestamps in ps
         # do not fit int64, their differences do.
         shift = (line.timestamp_ns - ops_line.timestamp_ns) * 1000
-        events = _named_events(plane, line, keys.get(line.name, ""), shift)
-        for ev, i in zip(events, _around(start, end, events), strict=True):
-            if i < 0:
-                orphans += 1  # no kernel event around it
-            elif kernel_of[i] in found:
-                _add(found[kernel_of[i]], line.name, ev)
-    out = [_result(owner, k) for owner, k in found.items()]
+        orphans += _read_line(calls, plane, line, keys.get(line.name, ""), shift)
+    out = [_result(owner, k) for owner, k in zip(calls.owners, calls.kernels, strict=True)]
     kept = [k for k in out if k is not None]
     kept.sort(key=lambda k: -k.total_us)
     return kept, orphans

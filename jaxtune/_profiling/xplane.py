@@ -189,6 +189,7 @@ class Plane:
                 stats=stats_of(m.stats, self.stat_names),
             )
         self._lines: list[bytes] = list(index.lines)
+        self._columns: dict[int, Any] = {}
         del index
         self.lines: tuple[LineHead, ...] = tuple(
             self._head(i, decode(_schema.LineHead, b, "XLine")) for i, b in enumerate(self._lines)
@@ -215,12 +216,18 @@ class Plane:
         return decode(schema, data, "XLine").events
 
     def columns(self, line: LineHead, *, drop: bool = False) -> Any:
-        """:func:`event_columns` of ``line``; ``drop``: the line is read for the last time
-        (its bytes are let go)."""
-        data = self._lines[line.index]
+        """:func:`event_columns` of ``line``, decoded once while the line is kept (two
+        readers of one line, such as the op walk and the intra-kernel analysis, share
+        them); ``drop``: the line is read for the last time (its bytes and columns are let
+        go)."""
+        cols = self._columns.pop(line.index, None) if drop else self._columns.get(line.index)
+        if cols is None:
+            cols = event_columns(self._lines[line.index])
+            if not drop:
+                self._columns[line.index] = cols
         if drop:
             self._lines[line.index] = b""
-        return event_columns(data)
+        return cols
 
     def metadata(self, metadata_id: int) -> EventMetadata:
         """The event metadata of that id (an empty one, named for the id, when the plane
