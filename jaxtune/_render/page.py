@@ -30,15 +30,19 @@ h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8p
 .summary { color: #4a5264; margin: 0 0 12px; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { padding: 4px 8px; border-bottom: 1px solid #e3e6ec; text-align: left; }
+td.wrap { overflow-wrap: anywhere; }
 th { background: #f3f5f8; position: sticky; top: 0; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap;
+                 overflow-wrap: normal; }
+h3 { font-size: 14.5px; margin: 16px 0 6px; }
 tr.winner td { background: #e8f6ec; font-weight: 600; }
 tr.failed td { color: #a3262b; }
 figure.chart { margin: 8px 0 16px; } figure.chart svg { max-width: 100%; height: auto; }
 figcaption { color: #4a5264; font-size: 12.5px; }
 .note { color: #4a5264; font-size: 12.5px; margin: 4px 0; }
 .warning { color: #a1261b; font-weight: 600; margin: 6px 0; }
-code { background: #f3f5f8; padding: 0 3px; border-radius: 3px; }
+code { background: #f3f5f8; padding: 0 3px; border-radius: 3px; overflow-wrap: anywhere; }
+p { overflow-wrap: anywhere; }
 """
 
 
@@ -89,12 +93,15 @@ def table(
     numeric: Iterable[int] = (),
     row_classes: Sequence[str] | None = None,
     name: str = "",
+    wrap: Iterable[int] = (),
 ) -> str:
-    """An HTML table; columns in ``numeric`` are right-aligned."""
-    nums = set(numeric)
+    """An HTML table; columns in ``numeric`` are right-aligned and never break, columns
+    in ``wrap`` (long names, paths, configs) may break anywhere so the table fits the
+    window; other columns break only between words."""
+    nums, wraps = set(numeric), set(wrap)
 
     def cell(tag: str, i: int, value: Any) -> str:
-        cls = ' class="num"' if i in nums else ""
+        cls = ' class="num"' if i in nums else ' class="wrap"' if i in wraps else ""
         return f"<{tag}{cls}>{escape(value)}</{tag}>"
 
     head = "".join(cell("th", i, h) for i, h in enumerate(header))
