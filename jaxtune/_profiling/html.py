@@ -270,17 +270,19 @@ def _stat_table(stats: Sequence[KernelStat], name: str) -> str:
     return page.table(header, rows, numeric=NUMBERS, name=name, wrap=(0, len(header) - 1))
 
 
-def _tuned_section(kernels: Sequence[KernelStat]) -> list[str]:
+def _tuned_section(kernels: Sequence[KernelStat], calls: Any) -> list[str]:
     """One row per jaxtune kernel: its config and tuned speedup belong to the wrapper,
     not to each Pallas kernel inside it."""
-    header, rows = tuned_rows(kernels)
+    header, rows = tuned_rows(kernels, calls)
     if not rows:
         return []
     return [
         "<h2>Autotuned kernels: the config that ran</h2>",
-        page.table(header, rows, name="autotuned", wrap=range(len(header))),
+        page.table(header, rows, name="autotuned", wrap=(0, 1, len(header) - 1)),
         '<p class="note">The speedup is the whole autotuned function\'s (every Pallas kernel '
-        "inside it), as its sweep measured it against the default config.</p>",
+        "inside it), as its sweep measured it against the default config, over the pass "
+        "timed (forward, or forward and backward: fwd+bwd); from: where the config came "
+        "from (cache, default, ...).</p>",
     ]
 
 
@@ -333,7 +335,7 @@ def profile_html(profile: Any, top: int = 50) -> str:
         f"<h2>Kernels (top {len(kernels)} of {len(profile.kernels)})</h2>",
         _stat_table(kernels, "kernels") if kernels else "<p>No Pallas or jaxtune kernel ran.</p>",
         *_bound_notes(kernels, profile.device_kind),
-        *_tuned_section(kernels),
+        *_tuned_section(kernels, profile.calls),
         *_intra_section(profile),
     ]
     ops = list(profile.ops[:top])

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._core.vocabulary import pass_text
 from .._render import configs as _configs
 from .._render import text, units
 from .attribution import KernelStat
@@ -134,9 +135,13 @@ def speedup_text(stat: KernelStat) -> str:
     return f"{stat.speedup:.2f}x over the default" if stat.speedup else "not tuned here"
 
 
-def tuned_rows(stats: Sequence[KernelStat]) -> tuple[list[str], list[list[str]]]:
+def tuned_rows(
+    stats: Sequence[KernelStat], calls: Sequence[Mapping[str, Any]] = ()
+) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)``: one row per jaxtune kernel that ran (not one per Pallas kernel
-    inside it: the config and its speedup are the wrapper's), with the kernels it ran."""
+    inside it: the config and its speedup are the wrapper's), where its config came from
+    and the pass its cache entry timed (from the profile's recorded ``calls``), and the
+    kernels it ran."""
     by_id: dict[str, list[KernelStat]] = {}
     for s in stats:
         if s.kernel_id and s.config is not None:
@@ -144,15 +149,27 @@ def tuned_rows(stats: Sequence[KernelStat]) -> tuple[list[str], list[list[str]]]
     rows = []
     for kernel_id, inside in by_id.items():
         names = [s.name for s in inside if s.name != kernel_id]
+        config = dict(inside[0].config or {})
+        call = next(
+            (
+                c
+                for c in calls
+                if c.get("kernel") == kernel_id and dict(c.get("config") or {}) == config
+            ),
+            {},
+        )
         rows.append(
             [
                 kernel_id,
                 config_text(inside[0]),
+                str(call.get("source") or "-"),
                 speedup_text(inside[0]),
+                pass_text(str(call.get("entry_timing") or "")),
                 ", ".join(names) or "-",
             ]
         )
-    return ["autotuned kernel", "config that ran", "tuned", "kernels inside"], rows
+    header = ["autotuned kernel", "config that ran", "from", "tuned", "pass timed"]
+    return [*header, "kernels inside"], rows
 
 
 def _footnote(kernels: Sequence[KernelStat], device_kind: str) -> list[str]:
@@ -194,7 +211,7 @@ def format_profile(profile: Any, top: int = 20) -> str:
             text.table(header, rows, fixed=NUMBERS),
         ]
         parts += _footnote(kernels, profile.device_kind)
-        header, rows = tuned_rows(kernels)
+        header, rows = tuned_rows(kernels, getattr(profile, "calls", ()))
         if rows:
             parts += ["", "autotuned kernels", text.table(header, rows)]
     else:

@@ -23,7 +23,7 @@ WIDTH = 120
 #: Where a long cell may break, best first; the break goes after the separator.
 _BREAKS = (", ", "; ", "],", " ", ",", ":", "/", ".", "_", "=")
 #: What splits a cell into the words a column should not break (a kernel id, a shape).
-_WORDS = re.compile(r", |; |(?<=\]),| ")
+_WORDS = re.compile(r" |(?<=\],)")
 _GAP = "  "
 
 
@@ -76,13 +76,13 @@ def _widths(
     header: Sequence[str], rows: Sequence[Sequence[str]], width: int, fixed: Collection[int]
 ) -> list[int]:
     """Each column's width: its longest cell's, the widest text columns narrowed until
-    the table fits ``width`` (none narrower than its header, its longest word up to 32
+    the table fits ``width`` (none narrower than its header, its longest word up to 20
     characters, or 12)."""
     natural = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     floor = []
     for i, n in enumerate(natural):
         words = (len(w) for r in rows for w in _WORDS.split(r[i]))
-        least = max(len(header[i]), min(max(words, default=0), 32), 12)
+        least = max(len(header[i]), min(max(words, default=0), 20), 12)
         floor.append(n if i in fixed else min(n, least))
     widths = list(natural)
     excess = sum(widths) + len(_GAP) * (len(widths) - 1) - width
