@@ -64,7 +64,7 @@ def test_list_marks_stale_entries(capsys):
 def test_show(capsys):
     put("f32[8]")
     code, out = run(capsys, "show", "lib.matmul")
-    assert code == 0 and "best {'block': 128}" in out
+    assert code == 0 and "best block=128 (3.00x over the default block=32" in out
     assert (
         json.loads(run(capsys, "show", "lib.matmul", "--json")[1])["entries"][0]["key"] == "f32[8]"
     )

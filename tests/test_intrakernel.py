@@ -191,7 +191,12 @@ def test_dropped_traces_is_a_warning_at_the_top_with_the_flag_change(tmp_path):
     assert warning.startswith("the trace dropped 17 events")
     assert "trace_best_effort_frequency=100,trace_guaranteed_frequency=100" in warning
     assert "xla_tpu_bundle_instrumentation_options" in warning
-    assert p.table().splitlines()[0] == f"warning: {warning}"
+    # At the top, wrapped between words only: the flags stay whole, to be copied.
+    lines = p.table().splitlines()
+    top = "\n".join(lines[: next(i for i, x in enumerate(lines) if x.startswith("tpu"))])
+    assert top.startswith("warning: the trace dropped 17 events")
+    assert " ".join(top.split()) == f"warning: {' '.join(warning.split())}"
+    assert all(len(line) <= 120 or " " not in line.strip() for line in top.splitlines())
     assert f"warning: {warning}" in p.to_html() or "warning: the trace dropped 17" in p.to_html()
     assert json.loads(p.to_json())["warnings"] == [warning]
 

@@ -39,7 +39,7 @@ def test_table_has_a_kernels_table_and_an_ops_table(tmp_path):
 def test_unknown_bound_has_a_footnote_that_says_how_to_supply_it(tmp_path):
     table = tpu_profile(tmp_path)[0].table()
     assert "unknown*" in table
-    assert re.search(r"no FLOP count \(no_cost, lib\.norm\): .*cost_estimate=", table)
+    assert re.search(r"no FLOP count \(no_cost, lib\.norm\): .*cost_estimate=", table, re.S)
     cpu_table = tpu_profile(tmp_path, device_kind="cpu", trace=NO_PEAKS_TRACE)[0].table()
     # With FLOPs and bytes known, only the device's peaks are missing.
     assert "no peak FLOP/s and bandwidth for device 'cpu' (tiled_matmul)" in cpu_table

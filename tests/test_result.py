@@ -108,7 +108,6 @@ def test_table_lists_each_entry():
         "speedup",
         "pass",
         "config",
-        "decided",
     ]
     assert "4.00x" in row and " 10.0 " in row and " 2.50 " in row and "layout='nt'" in row
 
@@ -128,8 +127,8 @@ def test_the_table_says_how_the_winner_was_decided():
         full_entry(), key="b", decision="tie", tie=True, margin={**margin, "ratio": 1.01}
     )
     table = jaxtune.TuningResult.of(clear, tie).table()
-    assert "clear: 1.31x ahead of block=64 (1.25-1.40)" in table
-    assert "tie with block=64: 1.01x (1.25-1.40)" in table
+    assert "decided: clear: 1.31x ahead of block=64 (95 % interval 1.25-1.40)" in table
+    assert "decided: tie with block=64: 1.01x (95 % interval 1.25-1.40)" in table
     # Through the codec and back, with the timer and the pass.
     again = jaxtune.TuningResult.loads(
         jaxtune.TuningResult.of(dataclasses.replace(clear, timer="wall", timing="vjp")).dumps()

@@ -76,8 +76,10 @@ def test_sweep_page_marks_winner_default_and_failures():
     assert page.count('data-chart="heatmap"') == 1  # only the two-knob space
     assert "failed at compile: VMEM exceeded" in page
     assert "failed at check: max error 3.1 &gt; atol 1e-05" in page
-    assert re.search(r'<tr class="winner"><td>block_m=256,block_n=64</td><td>winner</td>', page)
-    assert "<td>block_m=64,block_n=64</td><td>default</td>" in page
+    assert re.search(
+        r'<tr class="winner"><td class="wrap">block_m=256, block_n=64</td><td>winner</td>', page
+    )
+    assert '<td class="wrap">block_m=64, block_n=64</td><td>default</td>' in page
     assert "3.88x over the default" in page
     assert not re.search(r"<script|<link|<img|url\((?!#)", page)
 
@@ -112,9 +114,11 @@ def test_sweep_page_says_how_the_stored_config_won_and_how_it_was_timed():
         one_knob_entry(), decision="clear", margin=margin, timer="wall", timing="vjp"
     )
     page = jaxtune.TuningResult.of(entry).to_html()
+    assert "decided: clear: 1.80x ahead of chunk=128 (95 % interval 1.70-1.90)." in page
     assert (
-        "stored config: clear: 1.80x ahead of chunk=128 (1.70-1.90); timed forward and backward (fwd+bwd) with the wall timer."
-        in page
+        "stored config: <code>chunk=512</code>, 1.80x over the default (default <code>chunk=128"
+        '</code>); timed <span class="pass">forward and backward (fwd+bwd) with the wall timer'
+        "</span>." in page
     )
     tie = dataclasses.replace(entry, decision="tie", tie=True, margin={**margin, "ratio": 1.01})
-    assert "stored config: tie with chunk=128: 1.01x" in jaxtune.TuningResult.of(tie).to_html()
+    assert "decided: tie with chunk=128: 1.01x" in jaxtune.TuningResult.of(tie).to_html()

@@ -76,8 +76,8 @@ def test_array_walk_equals_the_event_walk(seed, n, base):
         assert g.flops == pytest.approx(t.flops) and g.bytes_accessed == pytest.approx(
             t.bytes_accessed
         )
-    assert [(s, e, by_array.owners[o]) for s, e, o in by_array.spans] == [
-        (s, e, by_event.owners[o]) for s, e, o in by_event.spans
+    assert [(s, e, by_array.owners[o], n) for s, e, o, n in by_array.span_table().tolist()] == [
+        (s, e, by_event.owners[o], n) for s, e, o, n in by_event.span_table().tolist()
     ]
 
 

@@ -17,6 +17,10 @@ from typing import Any
 from .._core import versions as _versions
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, Measurement
+from .._render import configs as _configs
+from .._render import text as _text
+from .._render import units as _units
+from .._tuning.decision import decision_text
 from .._tuning.result import TuningResult, format_table
 from .._tuning.store import cache as _cache
 from .._tuning.store import results as _results
@@ -116,26 +120,45 @@ def _title(e: Entry) -> str:
 
 
 def _show(found: list[tuple[Entry, Source]]) -> str:
-    lines = []
+    """Each entry: the stored config and how it won, which knobs varied and which were
+    fixed, then every measured config (the varied knobs only), its times in the one unit
+    of that entry; no line wider than the text tables' width."""
+    lines: list[str] = []
     for e, where in sorted(found, key=lambda f: (f[0].device_kind, f[0].key, f[0].kernel_version)):
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
-        lines.append(
-            f"{_title(e)} on {e.device_kind}, key {e.key}: best {dict(e.config)} "
-            f"({speed} over default {dict(e.default_config)}; timed {e.pass_text}"
-            f"{f', {e.timer} timer' if e.timer else ''})"
-        )
+        timer = f", {e.timer} timer" if e.timer else ""
+        head = [
+            f"{_title(e)} on {e.device_kind}, key {e.key}",
+            f"  best {_configs.text(e.config)} ({speed} over the default "
+            f"{_configs.text(e.default_config)}; timed {e.pass_text}{timer})",
+        ]
+        decided = decision_text(e)
+        if decided:
+            head.append(f"  decided: {decided}")
+        varying, fixed = _configs.knobs(m.config for m in e.measurements)
+        if e.measurements:
+            knob_line = f"  knobs varied: {', '.join(varying) or 'none'}"
+            if fixed:
+                knob_line += f"; {_configs.fixed_text(fixed)}"
+            head.append(knob_line)
         if where.kind == "packaged":
-            lines.append(f"    from the packaged cache {where.path}")
+            head.append(f"    from the packaged cache {where.path}")
+        unit, fmt = _units.time_column(
+            t for m in e.measurements if isinstance(m, Measurement) for t in (m.time_us, m.min_us)
+        )
+        shown = varying or None
         for m in e.measurements:
+            name = _configs.text(m.config, shown) or "(the only config)"
             if isinstance(m, Measurement):
                 extra = f", {m.why_out}" if m.dropped else ""
                 rounds = f"median of {len(m.rounds_us)} rounds, " if m.rounds_us else ""
-                lines.append(
-                    f"    {dict(m.config)}: {m.time_us:.1f} us "
-                    f"({rounds}min {m.min_us:.1f}, {m.samples} samples{extra})"
+                head.append(
+                    f"    {name}: {fmt(m.time_us)} {unit} "
+                    f"({rounds}min {fmt(m.min_us)} {unit}, {m.samples} samples{extra})"
                 )
             else:
-                lines.append(f"    {dict(m.config)}: FAILED at {m.stage}: {m.reason}")
+                head.append(f"    {name}: FAILED at {m.stage}: {m.reason}")
+        lines += [w for line in head for w in _text.paragraph(line)]
     return "\n".join(lines) or "(no entries)"
 
 

@@ -27,8 +27,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from .._program import markers as _markers
 from . import hlo as _hlo
+from . import timeline as _timeline
 from . import xplane as _xplane
 from .totals import TIMELINE_SPANS, Accumulator, OpKind, Totals, walk_columns, walk_items
 
@@ -48,15 +51,18 @@ Owner = _markers.Owner
 
 @dataclasses.dataclass(slots=True)
 class Walk:
-    """What walking a plane's op lines gave: each owner's totals, the timeline (top-level
-    spans ``(start ps, end ps, owner)``, the first :data:`TIMELINE_SPANS`), all device op
-    time, and how many op events there were."""
+    """What walking a plane's op lines gave: each owner's totals, the timeline (bars
+    ``(start ps, end ps, owner, spans)`` in start order, ps since the first op line's
+    timestamp, at most :data:`TIMELINE_SPANS` over the whole run: :mod:`.timeline`), all
+    device op time, and how many op events there were. ``joined_ps``: spans of one owner
+    closer than this were drawn as one bar (0: none were)."""
 
     plane: _xplane.Plane
     owners: dict[Owner, Totals]
-    spans: list[tuple[int, int, Owner]]
+    spans: list[tuple[int, int, Owner, int]]
     total_ps: int
     events: int
+    joined_ps: int = 0
 
 
 def _tpu(plane: _xplane.Plane) -> bool:
@@ -261,21 +267,29 @@ def walk(
     interned: list[OpKind | None] = []
     # A TPU event's kind is its metadata's; elsewhere its own stats count (interned).
     acc = Accumulator(kinds.by_metadata if kinds.tpu else interned.__getitem__, owner_of)
-    line_spans = [
-        _walk_line(plane, line, kinds, acc, interned, release) for line in _op_lines(plane)
-    ]
+    lines = _op_lines(plane)
+    walked = [_walk_line(plane, line, kinds, acc, interned, release) for line in lines]
+    line_spans = [bars for bars, _ in walked]
     owners = acc.totals()
-    spans: list[tuple[int, int, Owner]] = []
-    merged = sorted((s for ss in line_spans for s in ss), key=lambda s: s[0])
-    for start, end, o in merged if len(line_spans) > 1 else (line_spans[0] if line_spans else []):
-        owner = acc.owners[o]
-        if spans and spans[-1][2] == owner and owner[0] != "xla":
-            spans[-1] = (spans[-1][0], max(end, spans[-1][1]), owner)
-        elif len(spans) < TIMELINE_SPANS:
-            spans.append((start, end, owner))
+    # Each line's spans from the first line's timestamp: epoch-scale timestamps in ps do
+    # not fit int64, their differences do.
+    origin = min((line.timestamp_ns for line in lines), default=0)
+    for line, bars in zip(lines, line_spans, strict=True):
+        bars[:, :2] += (line.timestamp_ns - origin) * 1000
+    every = np.concatenate([_timeline.spans_of([]), *line_spans])
+    bars, gap = _timeline.joined(every, TIMELINE_SPANS)
+    gap = max([gap, *(g for _, g in walked)])
+    spans = [(s, e, acc.owners[o], n) for s, e, o, n in bars.tolist()]
     total = sum(t.total_ps for t in owners.values())
     count = sum(t.events for t in owners.values())
-    return Walk(plane=plane, owners=owners, spans=spans, total_ps=max(total, 0), events=count)
+    return Walk(
+        plane=plane,
+        owners=owners,
+        spans=spans,
+        total_ps=max(total, 0),
+        events=count,
+        joined_ps=gap,
+    )
 
 
 def _walk_line(
@@ -285,9 +299,11 @@ def _walk_line(
     acc: Accumulator,
     interned: list[OpKind | None],
     release: bool,
-) -> list[tuple[int, int, int]]:
-    """Walks one op line into ``acc``; its timeline spans (ps since the epoch)."""
-    acc.spans = []
+) -> tuple[Any, int]:
+    """Walks one op line into ``acc``; its timeline spans (``(start, end, owner, count)``
+    rows, ps from the line's timestamp), thinned as the whole timeline would be when the
+    line alone has more than :data:`TIMELINE_SPANS`, and the gap that thinning joined."""
+    acc.spans, acc.span_arrays = [], []
     items: list[tuple[int, int, Any, int | None]] | None = None
     if kinds.tpu:
         cols = plane.columns(line, drop=release)
@@ -307,5 +323,4 @@ def _walk_line(
         # Host threads may write a parent after its children: by start, parents first.
         items.sort(key=lambda p: (p[0], -p[1]))
         walk_items(items, acc)
-    base = line.timestamp_ns * 1000
-    return [(s + base, e + base, o) for s, e, o in acc.spans]
+    return _timeline.joined(acc.span_table(), TIMELINE_SPANS)

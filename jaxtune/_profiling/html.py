@@ -9,7 +9,16 @@ from typing import Any
 from .._render import page, units
 from . import roofline as _roofline
 from .attribution import KernelStat
-from .table import BOUND_HELP, config_text, shown_name, stat_rows, unknown_bound_reasons
+from .table import (
+    BOUND_HELP,
+    NUMBERS,
+    device_text,
+    shown_kind,
+    shown_name,
+    stat_rows,
+    tuned_rows,
+    unknown_bound_reasons,
+)
 
 __all__ = ["profile_html"]
 
@@ -38,8 +47,8 @@ def _label(name: str, width: int = 38) -> str:
 
 
 def _kind(stat: KernelStat) -> str:
-    """The colour key of a row: a Pallas kernel inside a jaxtune kernel is autotuned."""
-    return "autotuned" if stat.kernel_id and stat.kind != "xla" else stat.kind
+    """The colour key of a row: its kind as the tables show it (:func:`.table.shown_kind`)."""
+    return shown_kind(stat)
 
 
 def _span_unit(end_us: float) -> tuple[str, float]:
@@ -168,7 +177,8 @@ def _timeline_chart(profile: Any) -> str:
     # One lane per row of the table: spans by (kind, name), labelled as the table is.
     lanes = [((k.kind, k.name), shown_name(k), _kind(k)) for k in shown]
     named = {key for key, _, _ in lanes}
-    rows = [*lanes, (None, "XLA ops", "xla")]
+    rest = "XLA ops" if len(profile.kernels) <= len(shown) else "XLA ops, other kernels"
+    rows = [*lanes, (None, rest, "xla")]
     end = max((s.start_us + s.duration_us for s in spans), default=1.0)
     unit, scale = _span_unit(end)
     fig, ax = plt.subplots(figsize=(9, 0.38 * len(rows) + 1.3))
@@ -186,6 +196,24 @@ def _timeline_chart(profile: Any) -> str:
     ax.set_xlabel(f"time since the first op ({unit})")
     ax.spines[["top", "right"]].set_visible(False)
     return page.figure_svg(fig)
+
+
+def _timeline_caption(profile: Any) -> str:
+    """What the timeline draws, and how it was thinned when it was."""
+    bars = len(profile.timeline)
+    spans = sum(s.spans for s in profile.timeline)
+    lanes = "one lane per kernel of the table's first rows, the rest in the last lane"
+    if not profile.timeline_joined_us:
+        return (
+            f"When each kernel ran, from the first op of the trace; {lanes}. All {spans:,} "
+            "spans drawn, each a stretch of time one kernel ran without a gap."
+        )
+    return (
+        f"When each kernel ran, from the first op of the trace; {lanes}. {bars:,} bars for "
+        f"{spans:,} spans: to draw a trace this long, spans of one kernel less than "
+        f"{units.duration(profile.timeline_joined_us)} apart are drawn as one bar, over the "
+        "whole run (never only its first part); a longer gap always shows."
+    )
 
 
 def _intra_chart(intra: Any) -> str:
@@ -236,11 +264,26 @@ def _intra_section(profile: Any) -> list[str]:
 def _stat_table(stats: Sequence[KernelStat], name: str) -> str:
     header, rows = stat_rows(stats, mark_unknown=name == "kernels")
     if name == "kernels":
-        header += ["config that ran", "source"]
+        header += ["source"]
         for row, s in zip(rows, stats, strict=True):
-            row[0] = shown_name(s)
-            row += [config_text(s), s.source or ""]
-    return page.table(header, rows, numeric=range(2, 8), name=name)
+            row += [s.source or ""]
+    return page.table(header, rows, numeric=NUMBERS, name=name, wrap=(0, len(header) - 1))
+
+
+def _tuned_section(kernels: Sequence[KernelStat], calls: Any) -> list[str]:
+    """One row per jaxtune kernel: its config and tuned speedup belong to the wrapper,
+    not to each Pallas kernel inside it."""
+    header, rows = tuned_rows(kernels, calls)
+    if not rows:
+        return []
+    return [
+        "<h2>Autotuned kernels: the config that ran</h2>",
+        page.table(header, rows, name="autotuned", wrap=(0, 1, len(header) - 1)),
+        '<p class="note">The speedup is the whole autotuned function\'s (every Pallas kernel '
+        "inside it), as its sweep measured it against the default config, over the pass "
+        "timed (forward, or forward and backward: fwd+bwd); from: where the config came "
+        "from (cache, default, ...).</p>",
+    ]
 
 
 def _bound_notes(kernels: Sequence[KernelStat], device_kind: str) -> list[str]:
@@ -267,11 +310,11 @@ def profile_html(profile: Any, top: int = 50) -> str:
         )
     else:
         summary = f"{units.duration(profile.total_us)} of device time"
+    device = device_text(profile.platform, profile.device_kind)
     roofline, roofline_caption = _roofline_chart(profile)
     kernels = list(profile.kernels[:top])
     body: list[Any] = [
-        f"<h1>jaxtune profile: {page.escape(profile.platform)} "
-        f"({page.escape(profile.device_kind)})</h1>",
+        f"<h1>jaxtune profile: {page.escape(device)}</h1>",
         *(f'<p class="warning">warning: {page.escape(w)}</p>' for w in profile.warnings),
         f'<p class="summary">{page.escape(summary)}; {len(profile.kernels)} kernels, '
         f"{len(profile.ops)} XLA ops.</p>",
@@ -287,11 +330,12 @@ def profile_html(profile: Any, top: int = 50) -> str:
         page.chart(
             "timeline",
             _timeline_chart(profile),
-            "When each kernel ran, from the first op of the trace.",
+            _timeline_caption(profile),
         ),
         f"<h2>Kernels (top {len(kernels)} of {len(profile.kernels)})</h2>",
         _stat_table(kernels, "kernels") if kernels else "<p>No Pallas or jaxtune kernel ran.</p>",
         *_bound_notes(kernels, profile.device_kind),
+        *_tuned_section(kernels, profile.calls),
         *_intra_section(profile),
     ]
     ops = list(profile.ops[:top])
@@ -306,4 +350,4 @@ def profile_html(profile: Any, top: int = 50) -> str:
     if profile.logdir:
         notes.append(f"trace: {profile.logdir} (XProf, TensorBoard and Perfetto open it)")
     body += [f'<p class="note">{page.escape(n)}</p>' for n in notes]
-    return page.page(f"jaxtune profile ({profile.device_kind})", body)
+    return page.page(f"jaxtune profile: {device}", body)

@@ -21,6 +21,7 @@ from .attribution import KernelStat, attribute, classifier
 from .drops import drop_warnings
 from .events import TIMELINE_SPANS, Walk, device_plane, metadata_kinds, program_ids, walk
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
+from .timeline import TimelineSpan
 from .tracefile import find_trace
 
 __all__ = [
@@ -41,20 +42,10 @@ CALLS_SUFFIX = ".calls.msgpack"
 INFO_FILE = "jaxtune-info.msgpack"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class TimelineSpan:
-    """One stretch of device time spent in one kernel (or XLA op): µs from the trace's
-    first op, duration in µs."""
-
-    name: str
-    kind: str
-    start_us: float
-    duration_us: float
-
-
 def timeline_of(walked: Walk) -> tuple[TimelineSpan, ...]:
-    """The walk's top-level spans (consecutive events of one kernel merged), in µs from
-    the trace's first op."""
+    """The walk's timeline bars (:mod:`.timeline`: spans of one kernel joined only where
+    they touch, or where the timeline had to be thinned), in µs from the trace's first
+    op."""
     spans = walked.spans
     origin = spans[0][0] if spans else 0
     return tuple(
@@ -63,8 +54,9 @@ def timeline_of(walked: Walk) -> tuple[TimelineSpan, ...]:
             kind=kind,
             start_us=(start - origin) * 1e-6,
             duration_us=(end - start) * 1e-6,
+            spans=count,
         )
-        for start, end, (kind, name, _) in spans
+        for start, end, (kind, name, _), count in spans
     )
 
 
@@ -78,7 +70,9 @@ class Profile:
     capturing process saw; ``missing_flags``: profiling flags it lacked (in-process
     captures); ``llo``: the xprof LLO analysis summary when it ran; ``timings``: seconds
     spent starting the child, compiling, running and parsing; ``timeline``: when each
-    kernel ran (the first :data:`TIMELINE_SPANS` spans); ``peak``: the device's peaks that
+    kernel ran, at most :data:`TIMELINE_SPANS` bars over the whole run, and
+    ``timeline_joined_us``: spans of one kernel closer than this were drawn as one bar to
+    keep that many (0: every span is its own bar); ``peak``: the device's peaks that
     ``bound_by`` was judged against (``None`` when unknown); ``calls``: each autotuned
     call the profiled function made, with what it takes to tune it
     (``jaxtune tune --from-profile``); ``warnings``: what the trace lost (dropped events,
@@ -101,6 +95,7 @@ class Profile:
     notes: tuple[str, ...] = ()
     timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
     timeline: tuple[TimelineSpan, ...] = ()
+    timeline_joined_us: float = 0.0
     peak: _roofline.Peak | None = None
     calls: tuple[Mapping[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
@@ -142,6 +137,7 @@ class Profile:
             "kernels": [k.to_dict() for k in self.kernels],
             "ops": [o.to_dict() for o in self.ops],
             "timeline": [dataclasses.asdict(t) for t in self.timeline],
+            "timeline_joined_us": self.timeline_joined_us,
             "peak": dataclasses.asdict(self.peak) if self.peak else None,
             "warnings": list(self.warnings),
             "intrakernel": [k.to_dict() for k in self.intrakernel],
@@ -295,6 +291,7 @@ def _profile(
         notes=tuple(notes),
         timings=timings,
         timeline=timeline_of(walked),
+        timeline_joined_us=walked.joined_ps * 1e-6,
         peak=_roofline.peak_for(device_kind, plane.stats),
         calls=tuple(info.calls),
         warnings=tuple(drop_warnings(space, plane, orphans)),

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._core.codec import table
-from .._render import units
+from .._core.vocabulary import pass_text
+from .._render import configs as _configs
+from .._render import text, units
 from .attribution import KernelStat
 from .llo_figures import lines as llo_lines
 
-__all__ = ["BOUND_HELP", "format_profile", "stat_rows", "unknown_bound_reasons"]
+__all__ = [
+    "BOUND_HELP",
+    "NUMBERS",
+    "config_text",
+    "device_text",
+    "format_profile",
+    "shown_kind",
+    "shown_name",
+    "speedup_text",
+    "stat_rows",
+    "tuned_rows",
+    "unknown_bound_reasons",
+]
 
 #: How to give a kernel the figures a roofline bound needs, one line per missing figure.
 BOUND_HELP = {
@@ -25,6 +38,10 @@ BOUND_HELP = {
     "peak_teraflops_per_second and peak_hbm_bw_gigabytes_per_second uses those, and a new "
     "device is a one-line entry in PEAKS",
 }
+
+
+#: The columns of :func:`stat_rows` that hold numbers (never wrapped).
+NUMBERS = (2, 3, 4, 5, 6, 7)
 
 
 def unknown_bound_reasons(stat: KernelStat) -> tuple[str, ...]:
@@ -67,8 +84,8 @@ def stat_rows(
             bound += "*"
         rows.append(
             [
-                _shown_name(s),
-                s.kind,
+                shown_name(s),
+                shown_kind(s),
                 str(s.calls) if s.calls_exact else f"~{s.calls}",
                 total(s.total_us),
                 mean(s.mean_us),
@@ -91,21 +108,68 @@ def shown_name(stat: KernelStat) -> str:
     return name
 
 
-def _shown_name(stat: KernelStat) -> str:
-    """:func:`shown_name`, at most 60 characters (a text table's column)."""
-    name = shown_name(stat)
-    return name if len(name) <= 60 else "..." + name[-57:]
+def shown_kind(stat: KernelStat) -> str:
+    """A row's kind as every table and chart shows it: a Pallas kernel inside a jaxtune
+    kernel is ``autotuned`` (its config came from tuning), others their own kind."""
+    return "autotuned" if stat.kernel_id and stat.kind != "xla" else stat.kind
+
+
+def device_text(platform: str, device_kind: str) -> str:
+    """``tpu (TPU v5 lite)``; just ``cpu`` when the device kind repeats the platform."""
+    if not device_kind or device_kind.lower() == platform.lower():
+        return platform or device_kind
+    return f"{platform} ({device_kind})"
 
 
 def config_text(stat: KernelStat) -> str:
-    """The config an autotuned kernel ran with and its tuned speedup: ``block_q=128,
-    block_k=256 (1.31x tuned)``; empty for other rows."""
+    """The config an autotuned kernel ran with, its knobs in the order the kernel's author
+    wrote them: ``block_q=128, block_k=256``; empty for other rows."""
     if stat.config is None:
         return ""
-    shown = ", ".join(f"{k}={v}" for k, v in stat.config.items())
-    if stat.speedup:
-        return f"{shown} ({stat.speedup:.2f}x over the default, tuned)"
-    return f"{shown} (not tuned here)"
+    return _configs.text(stat.config)
+
+
+def speedup_text(stat: KernelStat) -> str:
+    """What tuning measured the config gained: ``1.31x over the default``, or ``not
+    tuned here`` (a default, or an entry of another key)."""
+    return f"{stat.speedup:.2f}x over the default" if stat.speedup else "not tuned here"
+
+
+def tuned_rows(
+    stats: Sequence[KernelStat], calls: Sequence[Mapping[str, Any]] = ()
+) -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)``: one row per jaxtune kernel that ran (not one per Pallas kernel
+    inside it: the config and its speedup are the wrapper's), where its config came from
+    and the pass its cache entry timed (from the profile's recorded ``calls``), and the
+    kernels it ran."""
+    by_id: dict[str, list[KernelStat]] = {}
+    for s in stats:
+        if s.kernel_id and s.config is not None:
+            by_id.setdefault(s.kernel_id, []).append(s)
+    rows = []
+    for kernel_id, inside in by_id.items():
+        names = [s.name for s in inside if s.name != kernel_id]
+        config = dict(inside[0].config or {})
+        call = next(
+            (
+                c
+                for c in calls
+                if c.get("kernel") == kernel_id and dict(c.get("config") or {}) == config
+            ),
+            {},
+        )
+        rows.append(
+            [
+                kernel_id,
+                config_text(inside[0]),
+                str(call.get("source") or "-"),
+                speedup_text(inside[0]),
+                pass_text(str(call.get("entry_timing") or "")),
+                ", ".join(names) or "-",
+            ]
+        )
+    header = ["autotuned kernel", "config that ran", "from", "tuned", "pass timed"]
+    return [*header, "kernels inside"], rows
 
 
 def _footnote(kernels: Sequence[KernelStat], device_kind: str) -> list[str]:
@@ -123,29 +187,33 @@ def _footnote(kernels: Sequence[KernelStat], device_kind: str) -> list[str]:
             "peak": f"no peak FLOP/s and bandwidth for device {device_kind!r}",
         }[reason]
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        lines.append(f"  {what} ({shown}): {BOUND_HELP[reason]}")
+        lines += text.paragraph(f"  {what} ({shown}): {BOUND_HELP[reason]}")
     return lines
 
 
 def format_profile(profile: Any, top: int = 20) -> str:
     """The summary line, the ``top`` kernels, the ``top`` XLA ops, then notes."""
+    device = device_text(profile.platform, profile.device_kind)
     if profile.iterations:
         summary = (
-            f"{profile.platform} ({profile.device_kind}): {profile.iterations} iterations, "
+            f"{device}: {profile.iterations} iterations, "
             f"{units.duration(profile.step_us)} of device time per step"
         )
     else:
-        summary = f"{profile.platform} ({profile.device_kind}): {units.duration(profile.total_us)} of device time"
-    parts = [f"warning: {w}" for w in getattr(profile, "warnings", ())]
+        summary = f"{device}: {units.duration(profile.total_us)} of device time"
+    parts = [x for w in getattr(profile, "warnings", ()) for x in text.paragraph(f"warning: {w}")]
     parts += [summary, ""]
     kernels = list(profile.kernels[:top])
     if kernels:
         header, rows = stat_rows(kernels, mark_unknown=True)
         parts += [
             f"kernels (top {len(kernels)} of {len(profile.kernels)})",
-            table(header, rows),
+            text.table(header, rows, fixed=NUMBERS),
         ]
         parts += _footnote(kernels, profile.device_kind)
+        header, rows = tuned_rows(kernels, getattr(profile, "calls", ()))
+        if rows:
+            parts += ["", "autotuned kernels", text.table(header, rows)]
     else:
         parts.append("kernels: none (no Pallas or jaxtune kernel ran in this trace)")
     for intra in getattr(profile, "intrakernel", ()):
@@ -158,7 +226,7 @@ def format_profile(profile: Any, top: int = 20) -> str:
         parts += [
             "",
             f"XLA ops (top {len(ops)} of {len(profile.ops)})",
-            table(header, rows),
+            text.table(header, rows, fixed=NUMBERS),
         ]
     extra = [f"note: {n}" for n in profile.notes]
     if profile.missing_flags:
@@ -166,5 +234,5 @@ def format_profile(profile: Any, top: int = 20) -> str:
     if profile.logdir:
         extra.append(f"trace: {profile.logdir}")
     if extra:
-        parts += ["", *extra]
+        parts += ["", *(x for line in extra for x in text.paragraph(line))]
     return "\n".join(parts)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._program import markers as _markers
+from .timeline import MAX_BARS, spans_of
 
 __all__ = [
     "TIMELINE_SPANS",
@@ -26,8 +27,9 @@ __all__ = [
 
 Owner = _markers.Owner
 
-#: At most this many spans of a profile's timeline are kept (the first ones in time).
-TIMELINE_SPANS = 2000
+#: At most this many bars of a profile's timeline are kept, over the whole run
+#: (:mod:`.timeline`).
+TIMELINE_SPANS = MAX_BARS
 
 _BIG = 1 << 62
 
@@ -90,7 +92,14 @@ class Accumulator:
         self.extra: list[list[Any]] = []  # [events, flops, bytes, target, all targets]
         self.program_runs: list[set[tuple[int | None, int]]] = []
         self.runless: list[bool] = []
+        # The line's spans (:mod:`.timeline`): tuples from an event walk, arrays from a
+        # column walk.
         self.spans: list[tuple[int, int, int]] = []
+        self.span_arrays: list[Any] = []
+
+    def span_table(self) -> Any:
+        """The spans of the line walked last: ``(start, end, owner, count)`` rows."""
+        return np.concatenate([spans_of(self.spans), *self.span_arrays])
 
     def owner_number(self, owner: Owner, first_op: str) -> int:
         n = self.number.get(owner)
@@ -229,10 +238,12 @@ class _Walker:
         stack.append([start + d, sl, o, d, 0])
 
     def span(self, start: int, end: int, o: int) -> None:
+        """A top-level event: it extends the span before it when that is the same owner's
+        and it starts before that one ended, else starts a span (never across a gap)."""
         spans = self.acc.spans
-        if o == self.span_o and not self.acc.xla[o]:
+        if o == self.span_o and start <= spans[-1][1]:
             spans[-1] = (spans[-1][0], max(end, spans[-1][1]), o)
-        elif len(spans) < TIMELINE_SPANS:
+        else:
             spans.append((start, end, o))
             self.span_o = o
 
@@ -332,18 +343,22 @@ def walk_columns(cols: Any, acc: Accumulator) -> bool:
         acc.run_max[o] = max(acc.run_max[o], int(hi[o]))
         acc.current[o] = int(last[o])
         acc.runless[o] = True
-    room = TIMELINE_SPANS - len(acc.spans)
-    if room > 0:
-        heads = first[: room + 1].tolist()
-        bounds = [*heads[1:], len(own)] if len(heads) <= room else heads[1:]
-        for h, after in zip(heads, bounds, strict=False):
-            acc.spans.append((int(start[h]), int(end[after - 1]), int(own[h])))
+    # A span: events of one owner each starting where the one before it ended.
+    span = np.empty(len(own), dtype=bool)
+    span[0] = True
+    span[1:] = (own[1:] != own[:-1]) | (start[1:] > end[:-1])
+    heads = np.flatnonzero(span)
+    spans = np.ones((len(heads), 4), dtype=np.int64)
+    spans[:, 0] = start[heads]
+    spans[:, 1] = end[np.r_[heads[1:], len(own)] - 1]
+    spans[:, 2] = own[heads]
+    acc.span_arrays.append(spans)
     return True
 
 
 def _snapshot(acc: Accumulator) -> tuple[Any, ...]:
     return (
-        len(acc.spans),
+        (len(acc.spans), len(acc.span_arrays)),
         list(acc.total),
         list(acc.current),
         list(acc.runs),
@@ -358,7 +373,8 @@ def _snapshot(acc: Accumulator) -> tuple[Any, ...]:
 
 def _restore(acc: Accumulator, state: tuple[Any, ...]) -> None:
     n = len(state[1])
-    del acc.spans[state[0] :]
+    del acc.spans[state[0][0] :]
+    del acc.span_arrays[state[0][1] :]
     for name, saved in zip(
         ("total", "current", "runs", "run_min", "run_max"), state[1:6], strict=True
     ):

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import html
 import io
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._core.errors import PlotsUnavailableError
 
-__all__ = ["INSTALL_PLOTS", "chart", "escape", "figure_svg", "page", "pyplot", "table"]
+__all__ = [
+    "INSTALL_PLOTS",
+    "breakable",
+    "chart",
+    "escape",
+    "figure_svg",
+    "page",
+    "pyplot",
+    "table",
+]
 
 #: What to run when matplotlib is missing.
 INSTALL_PLOTS = (
@@ -30,15 +40,19 @@ h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8p
 .summary { color: #4a5264; margin: 0 0 12px; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { padding: 4px 8px; border-bottom: 1px solid #e3e6ec; text-align: left; }
+td.wrap { overflow-wrap: break-word; }
 th { background: #f3f5f8; position: sticky; top: 0; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap;
+                 overflow-wrap: normal; }
+h3 { font-size: 14.5px; margin: 16px 0 6px; }
 tr.winner td { background: #e8f6ec; font-weight: 600; }
 tr.failed td { color: #a3262b; }
 figure.chart { margin: 8px 0 16px; } figure.chart svg { max-width: 100%; height: auto; }
 figcaption { color: #4a5264; font-size: 12.5px; }
 .note { color: #4a5264; font-size: 12.5px; margin: 4px 0; }
 .warning { color: #a1261b; font-weight: 600; margin: 6px 0; }
-code { background: #f3f5f8; padding: 0 3px; border-radius: 3px; }
+code { background: #f3f5f8; padding: 0 3px; border-radius: 3px; overflow-wrap: anywhere; }
+p { overflow-wrap: anywhere; }
 """
 
 
@@ -89,13 +103,18 @@ def table(
     numeric: Iterable[int] = (),
     row_classes: Sequence[str] | None = None,
     name: str = "",
+    wrap: Iterable[int] = (),
 ) -> str:
-    """An HTML table; columns in ``numeric`` are right-aligned."""
-    nums = set(numeric)
+    """An HTML table; columns in ``numeric`` are right-aligned and never break, columns
+    in ``wrap`` (long names, paths, configs) may also break after the ``:`` ``/`` ``.``
+    ``_`` of a long word, so the table fits the window; other columns break only between
+    words."""
+    nums, wraps = set(numeric), set(wrap)
 
     def cell(tag: str, i: int, value: Any) -> str:
-        cls = ' class="num"' if i in nums else ""
-        return f"<{tag}{cls}>{escape(value)}</{tag}>"
+        cls = ' class="num"' if i in nums else ' class="wrap"' if i in wraps else ""
+        text = breakable(value) if i in wraps else escape(value)
+        return f"<{tag}{cls}>{text}</{tag}>"
 
     head = "".join(cell("th", i, h) for i, h in enumerate(header))
     body = []
@@ -104,6 +123,24 @@ def table(
         body.append(f"<tr{cls}>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>")
     attr = f' data-table="{escape(name)}"' if name else ""
     return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def breakable(value: Any, longest: int = 24) -> str:
+    """HTML-escaped ``str(value)`` whose words longer than ``longest`` characters may
+    break after a ``:`` ``/`` ``.`` or ``_`` (``<wbr>``), not inside a name's parts.
+
+    Examples:
+        >>> breakable("lib.flash:_flash_attention_kernel 1.2 ms")
+        'lib.<wbr>flash:<wbr>_<wbr>flash_<wbr>attention_<wbr>kernel 1.2 ms'
+    """
+    words = str(value).split(" ")
+    out = []
+    for word in words:
+        text = escape(word)
+        if len(word) > longest:
+            text = re.sub(r"([:/._])", r"\1<wbr>", text)
+        out.append(text)
+    return " ".join(out)
 
 
 def page(title: str, body: Sequence[str]) -> str:

@@ -111,7 +111,18 @@ def frame_for_mark(mark: Any) -> dict[str, Any]:
     from .._core.vocabulary import Choice
 
     sig = mark.owner.bind(mark.args, mark.kwargs)
-    choice = Choice(config=mark.config, source=mark.source, key=mark.key)
+    # The entry behind the config, so the frame names the pass it timed (the report's
+    # autotuned table shows it); the lookup never sweeps, and a failed one only loses
+    # that label.
+    entry = None
+    if mark.source not in ("default", "explicit"):
+        try:
+            found = mark.owner.config_for(*mark.args, **mark.kwargs)
+        except Exception:
+            found = None
+        if found is not None and dict(found.config) == dict(mark.config):
+            entry = found.entry
+    choice = Choice(config=mark.config, source=mark.source, key=mark.key, entry=entry)
     # A call traced under jax.grad/jax.vjp runs its backward pass too: timing="auto" times
     # forward and backward, as a sweep in that program would.
     return call_frame(mark.owner, sig, choice, differentiated=mark.differentiated)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._core.codec import atomic_write, read_bounded, table
+from .._core.codec import atomic_write, read_bounded
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, EntryId, Failure, Measurement
 from .store import results as results_file
@@ -196,12 +196,14 @@ class TuningResult(Mapping[EntryId, Entry]):
 
 
 def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> str:
-    """Aligned text table of entries (each time column in one unit); ``stale`` ids are
-    marked."""
+    """Aligned text table of entries (each time column in one unit, rows wrapped to fit
+    120 columns), each followed by how its config won; ``stale`` ids are marked. The
+    config column lists the knobs the sweep varied, in the order the kernel's author
+    wrote them, then those it held fixed."""
     if not entries:
         return "(no tuned entries)"
-    from .._core.vocabulary import config_id
-    from .._render import units
+    from .._render import text, units
+    from .decision import decision_text
 
     ordered = sorted(entries, key=lambda e: (e.kernel, e.device_kind, e.key))
     unit, fmt = units.time_column(
@@ -216,9 +218,9 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
         "speedup",
         "pass",
         "config",
-        "decided",
     )
     rows = []
+    decided = []
     for e in ordered:
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
         mark = " (stale)" if stale and (e.kernel, e.device_kind, e.key) in stale else ""
@@ -231,11 +233,34 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
                 fmt(e.time_us),
                 speed,
                 e.pass_text,
-                config_id(e.config),
-                e.decision_text() or "-",
+                stored_config_text(e),
             )
         )
-    return table(header, rows)
+        decided.append(decision_text(e))
+    head, *lines = text.blocks(header, rows, fixed=(3, 4, 5, 6))
+    # Each entry's decision on the line after its row: the table stays narrow.
+    for block, why in zip(lines, decided, strict=True):
+        head += block
+        if why:
+            head += text.paragraph(f"  decided: {why}")
+    return "\n".join(head)
+
+
+def stored_config_text(entry: Entry) -> str:
+    """The stored config, the knobs its sweep varied first (in the order the kernel's
+    author wrote them), then those every measured config shared: ``block_q=256,
+    block_k=128 (fixed: block_b=1)``."""
+    from .._render import configs
+
+    measured = [m.config for m in entry.measurements]
+    if len(measured) < 2:
+        return configs.text(entry.config)
+    varying, fixed = configs.knobs([*measured, entry.config])
+    shown = configs.text(entry.config, varying)
+    held = {k: v for k, v in fixed.items() if k in entry.config}
+    if not held:
+        return shown
+    return f"{shown} ({configs.fixed_text(held)})" if shown else configs.fixed_text(held)
 
 
 def now() -> float:

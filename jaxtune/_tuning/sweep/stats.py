@@ -30,14 +30,16 @@ and interval. A stored config is never one the rounds measured slower than the d
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from ..._core.errors import TuningFailedError
 from ..._core.vocabulary import Failure, Measurement, config_id
+from .intervals import LEVEL as LEVEL
+from .intervals import SLOWER_LEVEL as SLOWER_LEVEL
+from .intervals import rank as _rank
+from .intervals import ratio_interval as ratio_interval
 from .search import Searched
 from .timing import TimingOptions
 
@@ -64,11 +66,8 @@ Result = Measurement | Failure
 #: or the configs were never timed side by side).
 DecisionKind = Literal["clear", "tie", "undecided", "single"]
 
-#: Coverage of the ratio's confidence interval that shows two configs equivalent.
-LEVEL = 0.95
-#: Coverage of the interval that shows a config slower: it leaves the rounds for good,
-#: and the rounds look again after every round, so this test is the stricter one.
-SLOWER_LEVEL = 0.99
+#: ``LEVEL``, ``SLOWER_LEVEL`` and :func:`ratio_interval` live in :mod:`.intervals` (no JAX
+#: there, so the cache commands can show the intervals a decision used).
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,38 +114,9 @@ class SweepOutcome:
         return best.median_us, default.median_us
 
 
-@functools.cache
-def _rank(n: int, level: float = LEVEL) -> int:
-    """The 1-based rank ``k`` whose order statistics ``(k, n + 1 - k)`` of ``n`` values
-    bound their median with at least ``level`` coverage (0: ``n`` is too small): the
-    largest ``k`` with ``P(X < k) <= (1 - level) / 2`` for ``X ~ Binomial(n, 1/2)``, the
-    count of values below the median (exact, in integers)."""
-    tail = (1 - level) / 2 * 2**n  # in counts of the 2**n equally likely sign patterns
-    k, below = 0, 0  # below: the patterns with fewer than k + 1 values below the median
-    while k < n and below + math.comb(n, k) <= tail:
-        below += math.comb(n, k)
-        k += 1
-    return k
-
-
 def rounds_to_show() -> int:
     """The fewest rounds whose interval can show a config slower (8 at 99 %)."""
     return next(n for n in range(1, 100) if _rank(n, SLOWER_LEVEL) > 0)
-
-
-def ratio_interval(
-    times: Sequence[float], reference: Sequence[float], level: float = LEVEL
-) -> tuple[float, float | None, float | None]:
-    """``(median, low, high)`` of the per-round ratios ``times[i] / reference[i]`` over the
-    rounds both ran, with the median's distribution-free interval of coverage ``level``
-    (``None`` bounds with too few rounds for one: 6 at 95 %, 8 at 99 %)."""
-    ratios = sorted(a / b for a, b in zip(times, reference, strict=False) if a > 0 < b)
-    if not ratios:
-        return 1.0, None, None
-    k = _rank(len(ratios), level)
-    if k == 0:
-        return statistics.median(ratios), None, None
-    return statistics.median(ratios), ratios[k - 1], ratios[len(ratios) - k]
 
 
 Verdict = Literal["best", "slower", "tied", "not faster", "undecided"]

@@ -1,0 +1,78 @@
+"""How a stored config won, in words, with the interval the decision itself used.
+
+:mod:`.sweep.stats` rules a rival out ("slower") on a 99 % interval of its per-round time
+ratio and shows configs equivalent ("tie", "not faster") on a 95 % one; the entry keeps
+the closest rival's 95 % interval. An "undecided" rival is one the 99 % test could not rule
+out, so its 95 % interval alone (``1.10x (1.04-1.34)``, wholly above 1) would read as a
+verdict the decision never reached: here each interval is recomputed from the rounds the
+entry stores, at the level of the test that decided, and says its level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._core.vocabulary import Entry, Measurement, config_id
+from .._render import configs as _configs
+from .sweep.intervals import LEVEL, SLOWER_LEVEL, ratio_interval
+
+__all__ = ["decision_text", "rival_text"]
+
+
+def rival_text(rival: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
+    """The rival by the knobs where it differs from the stored config (all of them when
+    it differs in none or has other knobs), in the order the author wrote them."""
+    differ = [k for k in rival if k not in stored or stored[k] != rival[k]]
+    if not differ or any(k not in rival for k in stored):
+        return _configs.text(rival)
+    return _configs.text(rival, differ)
+
+
+def _interval(low: float | None, high: float | None, level: float) -> str:
+    if low is None or high is None:
+        return ""
+    return f" ({level:.0%} interval {low:.2f}-{high:.2f})".replace("%", " %")
+
+
+def _rounds(entry: Entry, config: Mapping[str, Any]) -> tuple[float, ...]:
+    cid = config_id(config)
+    for m in entry.measurements:
+        if isinstance(m, Measurement) and config_id(m.config) == cid:
+            return m.rounds_us
+    return ()
+
+
+def decision_text(entry: Entry) -> str:
+    """``"clear: 1.31x ahead of block_q=256 (99 % interval 1.22-1.40)"``, ``"tie with
+    block_q=256: 1.01x (95 % interval 0.99-1.03)"``, ``"undecided vs block_q=256: 1.10x
+    (99 % interval 0.97-1.41), best estimate"``, ``"single"``; empty when unknown. The
+    rival is named by the knobs where it differs from the stored config."""
+    m = entry.margin
+    if not entry.decision or entry.decision == "single" or not m:
+        return entry.decision if entry.decision == "single" else ""
+    rival_config = m["rival"]
+    rival = rival_text(rival_config, entry.config)
+    ratio, low, high = m["ratio"], m.get("low"), m.get("high")
+    mine, theirs = _rounds(entry, entry.config), _rounds(entry, rival_config)
+    strict: tuple[float | None, float | None] = (None, None)
+    if mine and theirs:
+        _, s_low, s_high = ratio_interval(theirs, mine, SLOWER_LEVEL)
+        strict = (s_low, s_high)
+    if entry.decision == "tie":
+        return f"tie with {rival}: {ratio:.2f}x{_interval(low, high, LEVEL)}"
+    if entry.decision == "clear":
+        if strict[0] is not None and strict[0] > 1.0:  # ruled out: shown slower at 99 %
+            return f"clear: {ratio:.2f}x ahead of {rival}{_interval(*strict, SLOWER_LEVEL)}"
+        if low is None:
+            return f"clear: {ratio:.2f}x ahead of {rival} (first pass, fastest samples)"
+        if (mine and theirs) or low <= 1.0:  # not faster by more than the tie margin
+            return f"clear: {rival} not faster, {ratio:.2f}x{_interval(low, high, LEVEL)}"
+        return f"clear: {ratio:.2f}x ahead of {rival}{_interval(low, high, LEVEL)}"
+    if strict[0] is not None:
+        shown = _interval(*strict, SLOWER_LEVEL)
+    elif low is not None:
+        shown = f"{_interval(low, high, LEVEL)[:-1]}; too few rounds for a 99 % one)"
+    else:
+        shown = ""
+    return f"undecided vs {rival}: {ratio:.2f}x{shown}, best estimate"
