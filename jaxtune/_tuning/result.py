@@ -195,9 +195,11 @@ class TuningResult(Mapping[EntryId, Entry]):
         return sweep_html(self._entries.values())
 
 
-def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> str:
+def format_table(
+    entries: list[Entry], *, stale: set[EntryId] | Mapping[EntryId, str] | None = None
+) -> str:
     """Aligned text table of entries (each time column in one unit); ``stale`` ids are
-    marked."""
+    marked ``(stale)``, or ``(stale: why)`` where ``stale`` maps them to why."""
     if not entries:
         return "(no tuned entries)"
     from .._core.vocabulary import config_id
@@ -221,7 +223,10 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
     rows = []
     for e in ordered:
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
-        mark = " (stale)" if stale and (e.kernel, e.device_kind, e.key) in stale else ""
+        mark = ""
+        if stale and (e.kernel, e.device_kind, e.key) in stale:
+            why = stale.get((e.kernel, e.device_kind, e.key)) if isinstance(stale, Mapping) else ""
+            mark = f" (stale: {why})" if why else " (stale)"
         rows.append(
             (
                 e.kernel + mark,
