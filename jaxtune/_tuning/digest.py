@@ -137,31 +137,47 @@ def _copy_with(node: ast.AST, **fields: Any) -> ast.AST:
 
 # -- source trees ----------------------------------------------------------------------
 
-_TREES: dict[str, tuple[str, ast.Module | None]] = {}
-_TREES_LOCK = threading.Lock()
-
-
-def _tree(filename: str, text: str) -> ast.Module | None:
-    """The parsed module ``text`` of ``filename`` (parsed once per text per process)."""
-    with _TREES_LOCK:
-        known = _TREES.get(filename)
-        if known is not None and known[0] == text:
-            return known[1]
-    try:
-        tree: ast.Module | None = ast.parse(text, filename)
-    except (SyntaxError, ValueError):
-        tree = None
-    with _TREES_LOCK:
-        _TREES[filename] = (text, tree)
-    return tree
-
-
 _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+#: A parsed source file: its tree, and its function definitions by (first line, name).
+_Parsed = tuple[ast.Module, dict[tuple[int, str], list[ast.AST]]]
+
+_TREES: dict[str, tuple[str, _Parsed | None]] = {}
+_TREES_LOCK = threading.Lock()
 
 
 def _first_line(node: ast.AST) -> int:
     decorators = getattr(node, "decorator_list", None)
     return decorators[0].lineno if decorators else node.lineno  # type: ignore[attr-defined]
+
+
+def _parsed(filename: str, text: str) -> _Parsed | None:
+    """The parsed module ``text`` of ``filename`` and its definitions (parsed once per
+    text per process); ``None`` when it does not parse."""
+    with _TREES_LOCK:
+        known = _TREES.get(filename)
+        if known is not None and known[0] == text:
+            return known[1]
+    parsed: _Parsed | None
+    try:
+        tree = ast.parse(text, filename)
+    except (SyntaxError, ValueError):
+        parsed = None
+    else:
+        index: dict[tuple[int, str], list[ast.AST]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, _FUNCTION_NODES):
+                name = getattr(node, "name", "<lambda>")
+                index.setdefault((_first_line(node), name), []).append(node)
+        parsed = (tree, index)
+    with _TREES_LOCK:
+        _TREES[filename] = (text, parsed)
+    return parsed
+
+
+def _tree(filename: str, text: str) -> ast.Module | None:
+    parsed = _parsed(filename, text)
+    return None if parsed is None else parsed[0]
 
 
 def _node_of(fn: types.FunctionType) -> ast.AST | None:
@@ -172,16 +188,10 @@ def _node_of(fn: types.FunctionType) -> ast.AST | None:
     lines = linecache.getlines(filename, fn.__globals__)
     if not lines:
         return None
-    tree = _tree(filename, "".join(lines))
-    if tree is None:
+    parsed = _parsed(filename, "".join(lines))
+    if parsed is None:
         return None
-    found = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, _FUNCTION_NODES)
-        and _first_line(node) == code.co_firstlineno
-        and getattr(node, "name", "<lambda>") == code.co_name
-    ]
+    found = parsed[1].get((code.co_firstlineno, code.co_name), [])
     if len(found) > 1:  # several lambdas on one line: the one whose body starts first
         starts = [col for _, _, col, _ in code.co_positions() if col]
         first = min(starts) if starts else -1
