@@ -563,7 +563,9 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     ]
     if missing or stale:
         given = args.program[1:] if args.program[:1] == ["--"] else args.program
-        lines.append(f"tune them: jaxtune tune -- {' '.join(given)}")
+        again = any(m["reason"].startswith("tuned with another toolchain") for m in stale)
+        flag = "--retune " if again else ""
+        lines.append(f"tune them: jaxtune tune {flag}-- {' '.join(given)}")
     out(doc, "\n".join(lines))
     if failed:
         return status if status > 0 else 1
