@@ -331,3 +331,29 @@ def test_editing_a_kernel_body_makes_its_entries_stale_in_a_fresh_process(tmp_pa
     assert json.loads(pruned.stdout) == {"dropped": 1}
     assert program(JAXTUNE_MODE="tune")["source"] == "cache"
     assert listed()["code"] == "fresh"
+
+
+def test_a_kernel_without_source_has_no_digest_and_uses_its_entries():
+    namespace: dict = {}
+    exec(  # no file behind it: its code cannot be read
+        "def made(x, *, block):\n    return x * block\n", {"__name__": "h33made"}, namespace
+    )
+    import jaxtune
+
+    k = jaxtune.autotuned(configs={"block": [8, 16]}, name="h33.made")(namespace["made"])
+    assert k.code.value == _digest.CodeDigest()
+    _cache.user_cache().write([_entry("h33.made", "f32[16]", {"block": 16}, digest="0" * 16)])
+    assert k.config_for(jnp.ones(16)).source == "cache"
+
+
+class _Hostile:
+    """A global whose attributes raise, as some proxies' do."""
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"no {name} here")
+
+
+def test_odd_globals_do_not_break_the_digest(versions):
+    kern = versions(KERNEL.replace("def _prep(x):\n", "def _prep(x):\n    HOSTILE\n"))
+    kern.HOSTILE = _Hostile()
+    assert _digest.code_digest(kern.scale).digest

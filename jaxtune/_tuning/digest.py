@@ -310,6 +310,15 @@ def code_digest(fn: Any) -> CodeDigest:
     return CodeDigest(digest=_hash(repr(ordered)), parts=ordered)
 
 
+def _safe_digest(fn: Any) -> CodeDigest:
+    """:func:`code_digest`, or none (entries of unknown code, never stale) when reading the
+    code fails in a way nobody foresaw: a lookup must never fail for it."""
+    try:
+        return code_digest(fn)
+    except (Exception, RecursionError):
+        return CodeDigest()
+
+
 class KernelCode:
     """A kernel's :class:`CodeDigest`, worked out on first use and kept (thread-safe).
 
@@ -330,7 +339,7 @@ class KernelCode:
         if value is None:
             with self._lock:
                 if self._value is None:
-                    self._value = code_digest(self._fn) if self._enabled else CodeDigest()
+                    self._value = _safe_digest(self._fn) if self._enabled else CodeDigest()
                 value = self._value
         return value
 
@@ -407,6 +416,13 @@ def check_parts(parts: Sequence[Part], *, search: Sequence[str] | None = None) -
     (or the entry has no parts), else ``fresh``."""
     if not parts:
         return "unknown"
+    try:
+        return _check_parts(parts, search)
+    except (Exception, RecursionError):  # a file that cannot be read as expected
+        return "unknown"
+
+
+def _check_parts(parts: Sequence[Part], search: Sequence[str] | None) -> Freshness:
     where = list(search) if search is not None else [*sys.path, os.getcwd()]
     files: dict[str, pathlib.Path | None] = {}
     unknown = False
