@@ -55,7 +55,7 @@ def test_list_marks_stale_entries(capsys):
     put("f32[16]", jax_version="0.4.1")
     code, out = run(capsys, "list")
     assert code == 0
-    assert "(stale)" in out and "3.00x" in out
+    assert "lib.matmul (stale: toolchain)" in out and "3.00x" in out
     code, out = run(capsys, "list", "--json")
     doc = json.loads(out)
     assert {e["key"]: e["stale"] for e in doc["entries"]} == {"f32[8]": False, "f32[16]": True}

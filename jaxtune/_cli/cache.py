@@ -20,6 +20,7 @@ from .._core.vocabulary import Entry, Measurement
 from .._render import configs as _configs
 from .._render import text as _text
 from .._render import units as _units
+from .._tuning import digest as _digest
 from .._tuning.decision import decision_text
 from .._tuning.result import TuningResult, format_table
 from .._tuning.store import cache as _cache
@@ -60,8 +61,8 @@ def add_parser(sub: Any) -> None:
     action("path", "print the cache directory")
     p = action(
         "list",
-        "one line per tuned entry, of the user cache and of packaged caches; entries from "
-        "another toolchain are stale",
+        "one line per tuned entry, of the user cache and of packaged caches; entries tuned "
+        "with another toolchain or for other code of the kernel are marked stale",
     )
     p.add_argument("--kernel", action="append", default=[], help="only this kernel id (repeatable)")
     layer_options(p)
@@ -109,9 +110,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("files", type=pathlib.Path, nargs="+")
     p.add_argument("-o", "--output", type=pathlib.Path, required=True)
     p = action("prune", "drop entries: stale ones, or one kernel's")
-    p.add_argument("--stale", action="store_true", help="entries tuned with another toolchain")
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help="entries tuned with another toolchain or for other code of the kernel",
+    )
     p.add_argument("--kernel", help="every entry of this kernel id")
     action("clear", "remove every entry from the cache")
+    p = action(
+        "check",
+        "run a program with its kernel calls recorded (as `jaxtune tune --` does, without "
+        "tuning) and exit 1 listing the calls with no tuned config and those whose entry is "
+        "stale; 0 when every call has a current entry",
+    )
+    p.add_argument("--full", action="store_true", help="let the program run to its end")
+    p.add_argument("program", nargs=argparse.REMAINDER, help="-- python serve.py ...")
 
 
 def _title(e: Entry) -> str:
@@ -177,8 +190,7 @@ def run(args: argparse.Namespace) -> int:
         raise CacheError(
             f"the cache directory {store.root} is a file; set JAXTUNE_CACHE_DIR to a directory."
         )
-    _ACTIONS[args.action](args, store, out)
-    return 0
+    return _ACTIONS[args.action](args, store, out) or 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -232,12 +244,45 @@ def _sources(
     return found
 
 
-def _summary(e: Entry, where: Source, *, full: bool = False) -> dict[str, Any]:
+class Freshness:
+    """Why entries are stale, worked out once per distinct code (``code`` is
+    ``fresh``, ``changed`` or ``unknown``, from the kernel's source files as they are now,
+    without importing them; see :func:`jaxtune._tuning.digest.check_parts`)."""
+
+    def __init__(self) -> None:
+        self._code: dict[tuple[tuple[str, str, str], ...], str] = {}
+
+    def code(self, e: Entry) -> str:
+        if not e.code_digest:
+            return "unknown"
+        known = self._code.get(e.code_parts)
+        if known is None:
+            known = self._code[e.code_parts] = _digest.check_parts(e.code_parts)
+        return known
+
+    def reasons(self, e: Entry) -> list[str]:
+        """``["code changed", "toolchain"]``, the part of it that holds, or ``[]``."""
+        out = []
+        if self.code(e) == "changed":
+            out.append("code changed")
+        if _versions.stale(dict(e.versions)):
+            out.append("toolchain")
+        return out
+
+
+def _summary(
+    e: Entry, where: Source, *, full: bool = False, fresh: Freshness | None = None
+) -> dict[str, Any]:
+    fresh = fresh or Freshness()
+    reasons = fresh.reasons(e)
     return {
         **e.summary(full=full),
         "kernel_version": e.kernel_version,
         "source": where.kind,
         "layer": str(where.path),
+        "code": fresh.code(e),
+        "stale": bool(reasons),
+        "stale_reasons": reasons,
     }
 
 
@@ -252,11 +297,14 @@ def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
         for where, entries in _sources(args, store)
     ]
     sections = []
+    fresh = Freshness()
     for where, entries in layers:
+        stale: dict[tuple[str, str, str], str] = {}
+        for e in entries:
+            reasons = fresh.reasons(e)
+            if reasons:
+                stale[_title(e), e.device_kind, e.key] = ", ".join(reasons)
         shown = [dataclasses.replace(e, kernel=_title(e)) for e in entries]
-        stale = {
-            (e.kernel, e.device_kind, e.key) for e in shown if _versions.stale(dict(e.versions))
-        }
         sections.append(f"{where.describe()}:\n{format_table(shown, stale=stale)}")
     out(
         {
@@ -264,7 +312,7 @@ def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
             "layers": [
                 {"source": w.kind, "path": str(w.path), "entries": len(es)} for w, es in layers
             ],
-            "entries": [_summary(e, w) for w, es in layers for e in es],
+            "entries": [_summary(e, w, fresh=fresh) for w, es in layers for e in es],
         },
         "\n\n".join(sections),
     )
@@ -423,8 +471,10 @@ def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
             "prune needs --stale and/or --kernel KERNEL; `jaxtune cache clear` removes everything."
         )
 
+    fresh = Freshness()
+
     def doomed(e: Entry) -> bool:
-        return (not args.stale or _versions.stale(dict(e.versions))) and (
+        return (not args.stale or bool(fresh.reasons(e))) and (
             not args.kernel or e.kernel == args.kernel
         )
 
@@ -493,7 +543,59 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-_ACTIONS: dict[str, Callable[[argparse.Namespace, _cache.CacheStore, Out], None]] = {
+def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
+    from . import tune as _tune
+
+    command = _tune.program(args, "cache check")
+    records, stopped, status = _tune.record_program(command, full=args.full, verb="cache check")
+    current, missing, stale = [], [], []
+    for r in records:
+        row = {
+            "kernel": r["kernel"],
+            "key": r["key"],
+            "device_kind": r["device_kind"],
+            "source": r["source"],
+        }
+        why = str(r.get("stale") or "")
+        if not why and _tune.wrong_pass(r, r.get("entry_timing", "")):
+            why = "timed the forward pass only; the call is differentiated"
+        if why:
+            stale.append({**row, "reason": why})
+        elif r["source"] == "default":
+            missing.append(row)
+        else:
+            current.append(row)
+    failed = status != 0 and not stopped
+    doc = {
+        "recorded": len(records),
+        "current": current,
+        "missing": missing,
+        "stale": stale,
+        "program_status": status,
+        "cache": str(store.root),
+    }
+    lines = [
+        f"recorded {_count(len(records), 'autotuned call', 'autotuned calls')}: "
+        f"{len(current)} current, {len(missing)} missing, {len(stale)} stale"
+    ]
+    if failed:
+        lines.insert(0, f"the program {_tune.exit_text(status)}")
+    lines += [f"  missing {m['kernel']} {m['key']} on {m['device_kind']}" for m in missing]
+    lines += [
+        f"  stale   {m['kernel']} {m['key']} on {m['device_kind']}: {m['reason']}" for m in stale
+    ]
+    if missing or stale:
+        given = args.program[1:] if args.program[:1] == ["--"] else args.program
+        again = any(m["reason"].startswith("tuned with another toolchain") for m in stale)
+        flag = "--retune " if again else ""
+        lines.append(f"tune them: jaxtune tune {flag}-- {' '.join(given)}")
+    out(doc, "\n".join(lines))
+    if failed:
+        return status if status > 0 else 1
+    return 1 if missing or stale else 0
+
+
+_ACTIONS: dict[str, Callable[[argparse.Namespace, _cache.CacheStore, Out], int | None]] = {
     "path": _path,
     "list": _list,
     "show": _show_action,
@@ -502,4 +604,5 @@ _ACTIONS: dict[str, Callable[[argparse.Namespace, _cache.CacheStore, Out], None]
     "merge": _merge,
     "prune": _prune,
     "clear": _clear,
+    "check": _check,
 }

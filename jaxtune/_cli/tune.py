@@ -24,6 +24,7 @@ from .._core.vocabulary import Entry
 from .._isolation.frames import FrameError, Request
 from .._isolation.wire import FrameReader
 from .._render.units import count
+from .._tuning.digest import CodeDigest
 from .._tuning.result import format_table
 from .._tuning.store import cache as _cache
 from .._tuning.sweep.entry import make_entry
@@ -36,6 +37,7 @@ __all__ = [
     "exit_text",
     "merged",
     "program",
+    "record_program",
     "run",
     "run_program",
     "stop_program",
@@ -244,7 +246,8 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             problems.append(f"{record['kernel']} {record['key']}: {e}")
             continue
         kind = runner.ready.device_kind if runner.ready else record["device_kind"]
-        entry = make_entry(plan, outcome, kind, record["version"])
+        code = CodeDigest.from_wire(record.get("code"))
+        entry = make_entry(plan, outcome, kind, record["version"], code=code)
         _cache.user_cache().keep([entry])
         entries.append(entry)
     return entries, problems
@@ -253,7 +256,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
     command = program(args, "tune")
-    records, stopped, status = _record(command, full=args.full)
+    records, stopped, status = record_program(command, full=args.full)
     if status != 0 and not stopped:
         then = (
             f"tuning the {count(len(records), 'call')} it recorded"
@@ -272,21 +275,30 @@ def run(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _record(command: list[str], *, full: bool) -> tuple[list[dict[str, Any]], bool, int]:
-    """Runs the program with recording on: its recorded calls, whether it stopped after its
-    first step, and its exit status."""
+def record_program(
+    command: list[str], *, full: bool, verb: str = "tune"
+) -> tuple[list[dict[str, Any]], bool, int]:
+    """Runs the program with recording on (``cached`` mode, a miss running the default
+    whatever ``JAXTUNE_ON_MISS`` says, so every call is recorded): its recorded calls,
+    whether it stopped after its first step, and its exit status. ``verb`` names the
+    command in messages (``tune``, ``cache check``)."""
     with tempfile.TemporaryDirectory(prefix="jaxtune-record-") as tmp:
         path = os.path.join(tmp, "calls.msgpack")
         open(path, "wb").close()
-        env = {**os.environ, "JAXTUNE_RECORD": path, "JAXTUNE_MODE": "cached"}
+        env = {
+            **os.environ,
+            "JAXTUNE_RECORD": path,
+            "JAXTUNE_MODE": "cached",
+            "JAXTUNE_ON_MISS": "default",
+        }
         if not full:
             env["JAXTUNE_RECORD_STOP"] = "1"
         print(
-            f"jaxtune tune: running {' '.join(command)} to record its kernels...",
+            f"jaxtune {verb}: running {' '.join(command)} to record its kernels...",
             file=sys.stderr,
             flush=True,
         )
-        status = run_program(command, env, "tune", stdin=subprocess.DEVNULL)
+        status = run_program(command, env, verb, stdin=subprocess.DEVNULL)
         records, stopped = _read_records(path)
     return records, stopped, status
 

@@ -101,6 +101,13 @@ def _measurements(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and all(_mapping(m) for m in v)
 
 
+def _code_parts(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 3 and all(isinstance(x, str) for x in p)
+        for p in v
+    )
+
+
 def _stage(v: Any) -> bool:
     return v in FAILURE_STAGES
 
@@ -159,6 +166,13 @@ ENTRY_FIELDS: tuple[Field, ...] = (
     ),
     Field(name="timer", accepts=_str, expected="a string", required=False),
     Field(name="timing", accepts=_str, expected="a string", required=False),
+    Field(name="code_digest", accepts=_str, expected="a string", required=False),
+    Field(
+        name="code_parts",
+        accepts=_code_parts,
+        expected="a list of [module, qualname, hash] strings",
+        required=False,
+    ),
 )
 
 _MEASUREMENT_FIELDS: tuple[Field, ...] = (

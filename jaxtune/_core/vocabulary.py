@@ -156,6 +156,11 @@ class Entry:
     #: ``vjp``: forward and backward); empty in entries older than the fields.
     timer: str = ""
     timing: str = ""
+    #: The digest of the kernel's code it was tuned for (``jaxtune._tuning.digest``), and
+    #: the (module, qualname, hash) of each function it covers; empty in entries older
+    #: than the fields and for kernels that give ``version=``: never stale for code.
+    code_digest: str = ""
+    code_parts: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def pass_text(self) -> str:
@@ -216,6 +221,7 @@ class Entry:
             "measured": self.measured,
             "space_size": self.space_size,
             "stale": stale(dict(self.versions)),
+            "code_digest": self.code_digest,
             "versions": dict(self.versions),
             "created": self.created,
         }
@@ -227,6 +233,7 @@ class Entry:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["measurements"] = [m.to_dict() for m in self.measurements]
         d["shapes"] = [[dt, list(shape)] for dt, shape in self.shapes]
+        d["code_parts"] = [list(p) for p in self.code_parts]
         return d
 
     @classmethod
@@ -241,6 +248,7 @@ class Entry:
             measurement_from_dict(m) for m in fields.get("measurements", ())
         )
         fields["shapes"] = tuple((dt, tuple(shape)) for dt, shape in fields.get("shapes", ()))
+        fields["code_parts"] = tuple(tuple(p) for p in fields.get("code_parts", ()))
         if fields.get("speedup_range") is not None:
             fields["speedup_range"] = tuple(fields["speedup_range"])
         return cls(**fields)

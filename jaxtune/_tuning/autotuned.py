@@ -27,6 +27,8 @@ from .._distributed import agree as _agree
 from .._program import markers as _markers
 from . import lookup as _lookup
 from . import record as _record
+from .buckets import Buckets
+from .digest import KernelCode
 from .eager import bump_generation, eager_jit, renew_on_cache_change, under_differentiation
 from .naming import kernel_id_for
 from .options import (
@@ -133,17 +135,21 @@ class Autotuned(Generic[P, R]):
         timer: str | None = None,
         timing: str = "auto",
         nearest: bool = False,
+        buckets: Any = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
         self.kernel_id = kernel_id_for(fn, name)
         self.spec = ConfigSpec(fn, configs, prune=prune, default=default, kernel=self.kernel_id)
         self.version = "" if version is None else str(version)
+        #: The digest of the kernel's code, worked out on first use (version= overrides it).
+        self.code = KernelCode(fn, enabled=version is None)
         self.check = validate_check(check)
         self.inputs = validate_callable("inputs", inputs)
         self.key_fn = validate_callable("key", key)
         self.signature = inspect.signature(fn)
         self.static_argnames = validate_static_argnames(fn, self.signature, static_argnames)
+        self.buckets = Buckets.of(buckets, self.signature, self.static_argnames)
         self.timeout = validate_timeout(timeout)
         self.flops = flops
         self.bytes = bytes
@@ -219,6 +225,7 @@ class Autotuned(Generic[P, R]):
             static_argnames=self.static_argnames,
             config_names=frozenset(),
             key_fn=self.key_fn,
+            buckets=self.buckets,
         )
 
     def space_and_default(self, sig: Signature) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -239,6 +246,8 @@ class Autotuned(Generic[P, R]):
 
     def _choose(self, sig: Signature, *, sweep: bool) -> Choice:
         choice = self._lookup(sig, sweep=sweep)
+        if sig.actual is not None:  # a bucket's config, made safe for the actual shape
+            choice = _lookup.within_bucket(self, sig, choice)
         if sweep:
             _record.note(self, sig, choice)
         return choice
@@ -248,7 +257,7 @@ class Autotuned(Generic[P, R]):
         space, default = self.space_and_default(sig)
         # config_for never sweeps, so it answers what the caches hold even in retune mode.
         if not (sweep and self._retuning(kind, sig)):
-            fit = _lookup.Fit(self.kernel_id, self.version, [*space, default])
+            fit = _lookup.Fit(self.kernel_id, self.version, [*space, default], code=self.code)
             scoped = _lookup.scoped_entry(self.kernel_id, kind, sig.key, fit)
             if scoped is not None:
                 return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
@@ -300,7 +309,7 @@ class Autotuned(Generic[P, R]):
         """The lookup after the scopes: caches, a sweep through ``measure`` (on a miss in
         tune mode), nearest (for kernels that opt in), default."""
         settings = _config.settings()
-        fit = _lookup.Fit(self.kernel_id, self.version, [*space, default])
+        fit = _lookup.Fit(self.kernel_id, self.version, [*space, default], code=self.code)
         use_caches = settings.mode != "off"
         sweeping = measure is not None and settings.mode in ("tune", "retune")
         if use_caches and not (measure is not None and self._retuning(kind, sig)):
@@ -386,7 +395,7 @@ class Autotuned(Generic[P, R]):
         task = self.sweep_task(sig, space, default)
         # No lock while user code runs: a kernel that calls itself would wait on its own lock.
         outcome = (measure or default_runner().sweep)(task)
-        entry = make_entry(task.plan, outcome, kind, self.version)
+        entry = make_entry(task.plan, outcome, kind, self.version, code=self.code.value)
         if _agree.may_write_cache():
             _cache.user_cache().keep([entry])
         with self._lock:
@@ -552,7 +561,8 @@ class Autotuned(Generic[P, R]):
 
     def space(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         """The configs ``prune`` keeps for these arguments, in sweep order."""
-        return self.space_and_default(self.bind(args, kwargs))[0]
+        sig = self.bind(args, kwargs)
+        return self.space_and_default(sig.actual or sig)[0]
 
     def tune(self, *args: Any, **kwargs: Any) -> TuningResult:
         """Sweeps the space for these arguments now (whatever ``JAXTUNE_MODE`` says), writes
@@ -576,7 +586,7 @@ class Autotuned(Generic[P, R]):
         differentiated call); ``None`` otherwise."""
         sig = self.bind(args, kwargs)
         space, default = self.space_and_default(sig)
-        fit = _lookup.Fit(self.kernel_id, self.version, [*space, default])
+        fit = _lookup.Fit(self.kernel_id, self.version, [*space, default], code=self.code)
         found = _lookup.cached_entry(self.kernel_id, _lookup.device_kind(), sig.key, fit)
         if found is None or self._wrong_pass(found[0]):
             return None

@@ -43,6 +43,7 @@ def autotuned(
     timer: str | None = None,
     timing: str = "auto",
     nearest: bool = False,
+    buckets: Mapping[str, Mapping[int, Any]] | None = None,
 ) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
     """Makes a kernel tune itself: the fastest config per shape/dtype/device, from a cache.
 
@@ -76,6 +77,10 @@ def autotuned(
             cotangent of ones).
         nearest: a shape never tuned may use the nearest tuned shape's config, one ``prune``
             accepts for it; default ``False`` (``JAXTUNE_NEAREST=1`` opts every kernel in).
+        buckets: shapes that share one entry: array argument -> {dimension: rule}, the rule
+            ``"pow2"`` (powers of two) or ascending upper bounds, e.g.
+            ``{"q": {1: "pow2"}}``. Each bucket is tuned once, at its representative shape
+            (its upper bound); a config ``prune`` rejects for the actual shape is never used.
 
     Examples:
         >>> import jax.numpy as jnp

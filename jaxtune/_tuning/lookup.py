@@ -7,7 +7,9 @@ its answer.
 
 Every stored config is checked against the call's pruned space (:class:`Fit`) before it is
 used: an exact entry whose config is not in it is skipped with one warning, and the nearest
-step borrows only a config of the new shape's pruned space.
+step borrows only a config of the new shape's pruned space. An entry tuned for other code of
+the kernel (its code digest differs, :mod:`.digest`) is a miss: skipped, with one warning in
+``cached`` mode; a sweep in ``tune`` mode replaces it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from typing import Any
 
 import jax
 
+from .._core import settings as _config
+from .._core import versions as _versions
 from .._core.errors import JaxtuneWarning
-from .._core.vocabulary import Choice, Entry, Source, config_id
+from .._core.vocabulary import Choice, Entry, Measurement, Source, config_id
+from .digest import KernelCode
 from .result import active_scopes
 from .store import cache as _cache
 
@@ -32,6 +37,8 @@ __all__ = [
     "device_kind",
     "nearest",
     "scoped_entry",
+    "staleness",
+    "within_bucket",
 ]
 
 
@@ -65,17 +72,35 @@ _MSG_OUTSIDE = (
     "(JAXTUNE_MODE=retune) or drop it (jaxtune cache prune --kernel {kernel})."
 )
 
+_MSG_CODE_CHANGED = (
+    "jaxtune skips the {layer} entry of {kernel} for {key} (and any other of its entries "
+    "tuned for the same old code): it was tuned for other code (stale: code changed; the kernel, or a function or Pallas kernel body it reaches in its "
+    "package, was edited since). The lookup goes on without it, to the default config "
+    "unless another layer has a current entry. Re-tune: JAXTUNE_MODE=tune (or `jaxtune tune "
+    "-- python your_program.py`); `jaxtune cache prune --stale` drops such entries. A "
+    "kernel that gives version= is compared by its version instead."
+)
+
 
 class Fit:
     """The configs a kernel can run for one call: its pruned space for these arguments.
 
     A stored config is usable when it is one of them, value and type alike; an entry for
-    another kernel version or other config keys is ignored silently.
+    another kernel version or other config keys is ignored silently, one tuned for other
+    code of the kernel (``code``: its current digest) with one warning in cached mode.
     """
 
-    def __init__(self, kernel: str, version: str, space: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self,
+        kernel: str,
+        version: str,
+        space: Sequence[Mapping[str, Any]],
+        *,
+        code: KernelCode | None = None,
+    ) -> None:
         self.kernel = kernel
         self.version = version
+        self.code = code
         self.names = frozenset(space[0]) if space else frozenset()
         self._space = space
         self._configs: frozenset[Hashable] | None = None  # built when first asked
@@ -89,26 +114,46 @@ class Fit:
         except TypeError:  # an unhashable value read from a file
             return False
 
+    def stale_code(self, entry: Entry) -> bool:
+        """Whether ``entry`` was tuned for other code of the kernel (an entry without a
+        digest is not: its code is unknown)."""
+        return self.code is not None and self.code.changed(entry.code_digest)
+
     def matches(self, entry: Entry) -> bool:
-        """Whether ``entry`` is for this kernel version and these config keys."""
-        return entry.kernel_version == self.version and set(entry.config) == self.names
+        """Whether ``entry`` is for this kernel version, these config keys and this code."""
+        return (
+            entry.kernel_version == self.version
+            and set(entry.config) == self.names
+            and not self.stale_code(entry)
+        )
 
     def usable(self, entry: Entry | None, layer: str) -> bool:
         """Whether ``entry`` may be used as an exact entry; warns once when its config lies
-        outside the space."""
-        if entry is None or not self.matches(entry):
+        outside the space, or (in cached mode) when it was tuned for other code."""
+        if entry is None or entry.kernel_version != self.version:
+            return False
+        if set(entry.config) != self.names:
+            return False
+        if self.stale_code(entry):
+            if _config.settings().mode == "cached":
+                # Once per kernel and layer: every key of an edited kernel is stale at once.
+                self._warn_once(entry, layer, "code", _MSG_CODE_CHANGED, per_key=False)
             return False
         if self.holds(entry.config):
             return True
-        config = config_id(entry.config)
-        seen = (self.kernel, entry.device_kind, entry.key, layer, config)
+        self._warn_once(entry, layer, config_id(entry.config), _MSG_OUTSIDE)
+        return False
+
+    def _warn_once(
+        self, entry: Entry, layer: str, what: str, message: str, *, per_key: bool = True
+    ) -> None:
+        seen = (self.kernel, entry.device_kind, entry.key if per_key else "", layer, what)
         if seen not in _WARNED:
             _WARNED.add(seen)
-            text = _MSG_OUTSIDE.format(
-                layer=layer, kernel=self.kernel, key=entry.key, config=config
+            text = message.format(
+                layer=layer, kernel=self.kernel, key=entry.key, config=config_id(entry.config)
             )
-            warnings.warn(text, JaxtuneWarning, stacklevel=2)
-        return False
+            warnings.warn(text, JaxtuneWarning, stacklevel=3)
 
 
 def scoped_entry(kernel: str, kind: str, key: str, fit: Fit) -> Entry | None:
@@ -174,3 +219,85 @@ def nearest(
         if fit.holds(entry.config):
             best = (d, entry)
     return None if best is None else best[1]
+
+
+def _toolchain_text(recorded: Mapping[str, str | None]) -> str:
+    now = _versions.toolchain()
+    changed = [
+        f"{name} {recorded.get(name) or '?'}, now {now[name] or 'none'}"
+        for name in ("jax", "jaxlib", "libtpu")
+        if recorded.get(name) != now[name]
+    ]
+    return "tuned with another toolchain (" + "; ".join(changed) + ")"
+
+
+def staleness(kernel: Any, sig: Any, choice: Choice, space: Sequence[Any], default: Any) -> str:
+    """Why the entry behind a call's config, or the entry its lookup passed over, is stale:
+    ``"code changed"``, ``"tuned with another toolchain (...)"``, ``"config outside the
+    space"``; ``""`` when the call used a current entry or no entry exists (a plain miss)."""
+    if choice.entry is not None and choice.source in ("cache", "packaged", "scope"):
+        if _versions.stale(dict(choice.entry.versions)):
+            return _toolchain_text(choice.entry.versions)
+        return ""
+    if choice.source not in ("default", "nearest"):
+        return ""
+    fit = Fit(kernel.kernel_id, kernel.version, [*space, default], code=kernel.code)
+    kind = device_kind()
+    for layer in (_cache.user_cache(), *_cache.layers()):
+        entry = layer.lookup(kernel.kernel_id, kind, sig.key, version=kernel.version)
+        if entry is None:
+            continue
+        if fit.stale_code(entry):
+            return "code changed"
+        if set(entry.config) != fit.names or not fit.holds(entry.config):
+            return "config outside the space"
+    return ""
+
+
+_MSG_BUCKET = (
+    "jaxtune: {kernel}'s config {config} for the bucket {key} is one prune rejects for the "
+    "shape {actual}; that call uses {instead} instead, as does every other shape of the "
+    "bucket that prune rejects it for (said once per bucket). Give the bucket boundaries "
+    "that prune accepts alike, or tune without buckets for such shapes."
+)
+
+
+def within_bucket(kernel: Any, sig: Any, choice: Choice) -> Choice:
+    """``choice``, made for the bucket ``sig`` stands for, made safe for the call itself
+    (``sig.actual``): a config of the actual shape's pruned space (or its default), never
+    one its ``prune`` rejects. A stored config that is not becomes the fastest config the
+    entry measured that is, else the actual shape's default, with one warning per
+    bucket; a default becomes the actual shape's default."""
+    actual = sig.actual
+    if actual is None or choice.source == "explicit":
+        return choice
+    space, default = kernel.space_and_default(actual)
+    if choice.source == "default":
+        return Choice(config=default, source="default", key=choice.key)
+    fit = Fit(kernel.kernel_id, kernel.version, [*space, default])
+    if fit.holds(choice.config):
+        return choice
+    timed = [
+        m
+        for m in (choice.entry.measurements if choice.entry is not None else ())
+        if isinstance(m, Measurement) and fit.holds(m.config)
+    ]
+    best = min(timed, key=lambda m: m.time_us, default=None)
+    config = dict(best.config) if best is not None else default
+    instead = (
+        f"{config_id(config)}, the fastest config the bucket's sweep measured that prune accepts"
+        if best is not None
+        else f"the default {config_id(config)}"
+    )
+    seen = (kernel.kernel_id, device_kind(), choice.key, "bucket", config_id(choice.config))
+    if seen not in _WARNED:
+        _WARNED.add(seen)
+        text = _MSG_BUCKET.format(
+            kernel=kernel.kernel_id,
+            config=config_id(choice.config),
+            key=choice.key,
+            actual=actual.key,
+            instead=instead,
+        )
+        warnings.warn(text, JaxtuneWarning, stacklevel=4)
+    return Choice(config=config, source=choice.source, key=choice.key, entry=choice.entry)

@@ -74,11 +74,13 @@ class _Recorder:
 def call_frame(
     kernel: Any, sig: Any, choice: Any, *, differentiated: bool = False
 ) -> dict[str, Any]:
-    """One recorded call: kernel id, key, shapes, where its config came from, and the sweep
-    request that tunes it in a child (or ``error`` when the kernel cannot travel)."""
+    """One recorded call: kernel id, key, shapes, where its config came from, why the entry
+    it had is stale (``stale``, empty when fresh or none), the kernel's code digest, and
+    the sweep request that tunes it in a child (or ``error`` when the kernel cannot
+    travel)."""
     from .._isolation.devices import sweep_devices
     from .._isolation.wire import NotTransportable
-    from .lookup import device_kind
+    from .lookup import device_kind, staleness
     from .sweep.requests import sweep_request
 
     space, default = kernel.space_and_default(sig)
@@ -96,6 +98,8 @@ def call_frame(
         "shapes": [[dt, list(shape)] for dt, shape in sig.shapes],
         "statics": sig.statics,
         "devices": sweep_devices(),
+        "code": kernel.code.value.to_wire(),
+        "stale": staleness(kernel, sig, choice, space, default),
     }
     try:
         task = kernel.sweep_task(sig, space, default, differentiated=differentiated)

@@ -195,11 +195,14 @@ class TuningResult(Mapping[EntryId, Entry]):
         return sweep_html(self._entries.values())
 
 
-def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> str:
+def format_table(
+    entries: list[Entry], *, stale: set[EntryId] | Mapping[EntryId, str] | None = None
+) -> str:
     """Aligned text table of entries (each time column in one unit, rows wrapped to fit
-    120 columns), each followed by how its config won; ``stale`` ids are marked. The
-    config column lists the knobs the sweep varied, in the order the kernel's author
-    wrote them, then those it held fixed."""
+    120 columns), each followed by how its config won; ``stale`` ids are marked
+    ``(stale)``, or ``(stale: why)`` where ``stale`` maps them to why. The config column
+    lists the knobs the sweep varied, in the order the kernel's author wrote them, then
+    those it held fixed."""
     if not entries:
         return "(no tuned entries)"
     from .._render import text, units
@@ -223,7 +226,10 @@ def format_table(entries: list[Entry], *, stale: set[EntryId] | None = None) -> 
     decided = []
     for e in ordered:
         speed = f"{e.speedup:.2f}x" if e.speedup else "-"
-        mark = " (stale)" if stale and (e.kernel, e.device_kind, e.key) in stale else ""
+        mark = ""
+        if stale and (e.kernel, e.device_kind, e.key) in stale:
+            why = stale.get((e.kernel, e.device_kind, e.key)) if isinstance(stale, Mapping) else ""
+            mark = f" (stale: {why})" if why else " (stale)"
         rows.append(
             (
                 e.kernel + mark,

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._core.arrays import dtype_name, is_array
 from .._core.errors import SignatureError
+from .buckets import Buckets
 
 __all__ = ["Signature", "abstractify", "dtype_name", "is_array", "is_tracing"]
 
@@ -85,6 +86,9 @@ class Signature:
     static: tuple[str, ...]
     var_kw: str | None
     fn_signature: inspect.Signature
+    #: With ``buckets=``: the call as it was made, while this signature stands for its
+    #: bucket (key, shapes and abstract arguments of the representative shape).
+    actual: Signature | None = None
 
     @classmethod
     def bind(
@@ -96,13 +100,29 @@ class Signature:
         static_argnames: frozenset[str],
         config_names: frozenset[str],
         key_fn: Callable[..., Any] | None = None,
+        buckets: Buckets | None = None,
     ) -> Signature:
         """Splits a call into dynamic (array) and static arguments and builds its key.
 
+        With ``buckets``, the signature returned stands for the call's bucket: its key shows
+        each bucketed dimension as its range, its shapes and (abstract) arguments are the
+        representative shape's, and ``actual`` is the call itself.
+
         Raises:
             SignatureError: an argument is neither array-like nor static, a static argument
-                is unhashable, or the arguments do not match the function.
+                is unhashable, a bucketed dimension is beyond an argument's rank, or the
+                arguments do not match the function.
         """
+        if buckets is not None:
+            actual = cls.bind(
+                fn_signature,
+                args,
+                kwargs,
+                static_argnames=static_argnames,
+                config_names=config_names,
+                key_fn=key_fn,
+            )
+            return _bucketed(actual, buckets, key_fn)
         try:
             bound = fn_signature.bind_partial(*args, **kwargs)
         except TypeError as e:
@@ -218,6 +238,45 @@ def _static_part(name: str, value: Any) -> str:
             "instead of a list, or a frozen dataclass."
         ) from e
     return _static_repr(value)
+
+
+def _bucketed(actual: Signature, buckets: Buckets, key_fn: Callable[..., Any] | None) -> Signature:
+    """The signature of ``actual``'s bucket (see :meth:`Signature.bind`)."""
+    shapes: list[tuple[str, tuple[int, ...]]] = []
+    parts: list[str] = []
+    reps: dict[str, Any] = {}
+    for name in actual.dynamic:
+        value = actual.value(name)
+        leaves = [as_leaf(leaf) for leaf in jax.tree_util.tree_leaves(value)]
+        described = []
+        for leaf in leaves:
+            shape, text = buckets.shape(name, tuple(int(d) for d in leaf.shape))
+            shapes.append((dtype_name(leaf.dtype), shape))
+            described.append(f"{dtype_name(leaf.dtype)}[{','.join(text)}]")
+        is_single = len(leaves) == 1 and is_array(as_leaf(value))
+        parts.append(described[0] if is_single else f"({','.join(described)})")
+        reps[name] = jax.tree_util.tree_map(
+            lambda leaf, name=name: _representative(name, leaf, buckets), value
+        )
+    arguments = dict(actual.arguments)
+    for name, rep in reps.items():
+        if name in arguments and name != actual.var_kw:
+            arguments[name] = rep
+        else:
+            arguments[actual.var_kw] = {**arguments[actual.var_kw], name: rep}  # type: ignore[index]
+    bucketed = dataclasses.replace(actual, shapes=tuple(shapes), arguments=arguments, actual=actual)
+    if key_fn is not None:
+        args_, kwargs_ = bucketed.call_arguments(abstract=True)
+        key = str(key_fn(*args_, **kwargs_))
+    else:
+        key = ",".join(parts) + (f";{actual.statics}" if actual.statics else "")
+    return dataclasses.replace(bucketed, key=key)
+
+
+def _representative(name: str, leaf: Any, buckets: Buckets) -> jax.ShapeDtypeStruct:
+    leaf = as_leaf(leaf)
+    shape, _ = buckets.shape(name, tuple(int(d) for d in leaf.shape))
+    return jax.ShapeDtypeStruct(shape, leaf.dtype)
 
 
 def _array_part(name: str, value: Any) -> tuple[list[tuple[str, tuple[int, ...]]], str]:

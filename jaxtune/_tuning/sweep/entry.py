@@ -7,6 +7,7 @@ from typing import Any
 
 from ..._core import versions as _versions
 from ..._core.vocabulary import Entry, Measurement
+from ..digest import CodeDigest
 from ..result import now
 from .plan import SweepOutcome, SweepPlan
 from .timers import platform_of, resolve_timer
@@ -24,10 +25,19 @@ def _speedup_range(best: Measurement, default: Any) -> tuple[float, float] | Non
     return (float(low), float(high))
 
 
-def make_entry(plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str) -> Entry:
-    """The cache entry for a finished sweep. When the stored config and the default were
-    timed side by side in the rounds, their times are the medians of their per-round times
-    (the estimator the decision used), so the speedup agrees with the decision."""
+def make_entry(
+    plan: SweepPlan,
+    outcome: SweepOutcome,
+    kind: str,
+    version: str,
+    *,
+    code: CodeDigest | None = None,
+) -> Entry:
+    """The cache entry for a finished sweep (``code``: the digest of the kernel's code it
+    was tuned for). When the stored config and the default were timed side by side in the
+    rounds, their times are the medians of their per-round times (the estimator the
+    decision used), so the speedup agrees with the decision."""
+    code = code or CodeDigest()
     searched = outcome.searched
     time_us, default_time_us = outcome.times()
     return Entry(
@@ -59,4 +69,6 @@ def make_entry(plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str) 
         },
         timer=resolve_timer(plan.timer, platform_of(kind)),
         timing=plan.timing,
+        code_digest=code.digest,
+        code_parts=code.parts,
     )
