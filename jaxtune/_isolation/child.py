@@ -28,7 +28,7 @@ from typing import Any
 
 from .._core.errors import describe
 from .frames import Done, ErrorReply, Event, Exit, Preload, Ready, Request, request
-from .resolve import NOTES, preload
+from .resolve import NOTES, Unresolved, preload
 from .strays import TOKEN, kill_tagged
 
 __all__ = ["Server", "main"]
@@ -116,8 +116,10 @@ class Server:
             answer = self._handle(msg)
         except JaxtuneError as e:
             answer = ErrorReply(type=type(e).__name__, message=str(e))
-        except (ImportError, LookupError) as e:
-            # The parent tunes or profiles in its own process instead.
+        except Unresolved as e:
+            # The parent tunes or profiles in its own process instead. Any other error
+            # (a KeyError of the engine or of the user's inputs=) is no reason to: it is
+            # reported below, with its traceback.
             message = f"the child could not import it ({e})"
             answer = ErrorReply(type="NotTransportable", message=message)
         except Exception as e:

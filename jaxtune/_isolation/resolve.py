@@ -26,6 +26,7 @@ from .frames import FunctionRef, Module
 
 __all__ = [
     "NOTES",
+    "Unresolved",
     "find",
     "namespace",
     "observe_imports",
@@ -35,6 +36,13 @@ __all__ = [
 ]
 
 _MAIN_ALIAS = "__jaxtune_main__"
+
+
+class Unresolved(LookupError):  # noqa: N818 - a signal between processes, never raised to users
+    """What a request names (a function, a kernel, a type of its arguments) cannot be
+    imported or found in the child: the parent runs the work in its own process. Only this
+    error means that; any other error inside the child is a fault, reported as one."""
+
 
 _SCRIPTS: dict[Any, dict[str, Any]] = {}
 
@@ -53,7 +61,7 @@ def namespace(ref: FunctionRef) -> dict[str, Any]:
     """The globals of the module a reference names.
 
     Raises:
-        LookupError: it cannot be imported here, whatever the reason.
+        Unresolved: it cannot be imported here, whatever the reason.
     """
     from .._core import settings as _config
 
@@ -65,7 +73,7 @@ def namespace(ref: FunctionRef) -> dict[str, Any]:
             seen = [stack.enter_context(observer()) for observer in _OBSERVERS]
             found = _import(ref)
     except Exception as e:
-        raise LookupError(f"cannot import {ref.module}: {describe(e)}") from e
+        raise Unresolved(f"cannot import {ref.module}: {describe(e)}") from e
     for names in seen:
         called += [name for name in names if name not in called]
     note = _main_block_note(ref, found)
@@ -290,7 +298,7 @@ def resolve_callable(ref: FunctionRef) -> Any:
     """The function a reference names (unwrapping ``@jaxtune.profiled``)."""
     obj = find(namespace(ref), ref.qualname)
     if obj is None:
-        raise LookupError(f"no function at {ref.module}:{ref.qualname}")
+        raise Unresolved(f"no function at {ref.module}:{ref.qualname}")
     return getattr(obj, "__wrapped_profiled__", obj)
 
 

@@ -281,7 +281,7 @@ def _importable(kind: type) -> bool:
 def _node_type(name: str) -> type:
     """The type a ``module:qualname`` names, its module imported here (the child); a type
     of the parent's ``__main__`` is found in the script the child re-ran under an alias."""
-    from .resolve import script_namespaces
+    from .resolve import Unresolved, script_namespaces
 
     module_name, _, qualname = name.partition(":")
     first, *rest = qualname.split(".")
@@ -289,13 +289,16 @@ def _node_type(name: str) -> type:
     if module_name == "__main__":
         found = next((ns[first] for ns in script_namespaces() if first in ns), None)
         if found is None:
-            raise LookupError(f"{qualname} is not defined in the script the child re-ran")
+            raise Unresolved(f"{qualname} is not defined in the script the child re-ran")
     else:
-        found = getattr(importlib.import_module(module_name), first)
+        try:
+            found = getattr(importlib.import_module(module_name), first)
+        except (ImportError, AttributeError) as e:
+            raise Unresolved(f"cannot import {name} for an argument: {e}") from e
     for part in rest:
-        found = getattr(found, part)
+        found = getattr(found, part, None)
     if not isinstance(found, type):
-        raise TypeError(f"{name} is not a type")
+        raise Unresolved(f"{name} is not a type here")
     return found
 
 

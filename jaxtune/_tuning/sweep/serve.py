@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._isolation.frames import Done, ErrorReply, FrameError, FunctionRef, Request
-from ..._isolation.resolve import find, namespace, observe_imports
+from ..._isolation.resolve import Unresolved, find, namespace, observe_imports
 from ..._isolation.wire import decode_value
 from ..autotuned import Autotuned, registry
 from ..record import observing_calls
@@ -32,7 +32,7 @@ def resolve_kernel(ref: FunctionRef) -> Autotuned[Any, Any]:
     ``if __name__ == "__main__":`` block does not run).
 
     Raises:
-        LookupError: the module cannot be imported here, or holds no such kernel.
+        Unresolved: the module cannot be imported here, or holds no such kernel.
     """
     globals_ = namespace(ref)
     obj = find(globals_, ref.qualname)
@@ -44,7 +44,7 @@ def resolve_kernel(ref: FunctionRef) -> Autotuned[Any, Any]:
     found = registry().get(ref.kernel or "")
     if found is not None:
         return found
-    raise LookupError(f"no @autotuned kernel {ref.kernel!r} at {ref.module}:{ref.qualname}")
+    raise Unresolved(f"no @autotuned kernel {ref.kernel!r} at {ref.module}:{ref.qualname}")
 
 
 def _build_task(request: Request, *, abstract: bool = False) -> SweepTask:
@@ -59,7 +59,7 @@ def _build_task(request: Request, *, abstract: bool = False) -> SweepTask:
     kwargs = decode_value(request.kwargs, abstract=abstract)
     sig = kernel.bind(tuple(args), dict(kwargs))
     if sig.key != plan.key:
-        raise LookupError(
+        raise Unresolved(
             f"the child computed key {sig.key!r} for {plan.kernel}, the parent "
             f"{plan.key!r}; the kernel's module or the JAX state its key depends on "
             "differs between the two processes"
