@@ -148,3 +148,56 @@ def rowsum_loss(x):
 def rowsum_grad_step(x):
     """A differentiated step, defined at module level so that it can travel to a child."""
     return jax.grad(rowsum_loss)(x)
+
+
+# -- a training step the way model code writes one (issue 31) -----------------------------
+
+ATTN_SEQ, ATTN_MODEL, ATTN_HEADS = 128, 64, 2
+
+
+def _attention(q, k, v):
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    sizes = fa.BlockSizes(
+        block_q=128,
+        block_k_major=128,
+        block_k=128,
+        block_b=1,
+        block_q_major_dkv=128,
+        block_k_major_dkv=128,
+        block_k_dkv=128,
+        block_q_dkv=128,
+        block_k_major_dq=128,
+        block_k_dq=128,
+        block_q_dq=128,
+    )
+    return fa.flash_attention(q, k, v, causal=True, sm_scale=0.125, block_sizes=sizes)  # CALL
+
+
+def _attention_loss(params, x):
+    """One pre-norm attention block and a dense head: two matmuls of one name stack
+    (``jvp()/dot_general``), JAX's flash attention forward, and under ``jax.grad`` its dkv
+    and dq kernels."""
+    qkv_w, out_w = params
+    h = x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+    heads = ATTN_MODEL // ATTN_HEADS
+    qkv = (h @ qkv_w).reshape(1, ATTN_SEQ, 3, ATTN_HEADS, heads)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    y = _attention(q, k, v).transpose(0, 2, 1, 3).reshape(1, ATTN_SEQ, ATTN_MODEL)
+    return jnp.mean((x + y @ out_w) ** 2)
+
+
+def attention_step(params, x):
+    """A training step: loss, gradients and an SGD update. Run it in TPU interpret mode."""
+    loss, grads = jax.value_and_grad(_attention_loss)(params, x)
+    return [p - 0.01 * g for p, g in zip(params, grads, strict=True)], loss
+
+
+def attention_args():
+    key = jax.random.key(3)
+    a, b, c = jax.random.split(key, 3)
+    params = [
+        jax.random.normal(a, (ATTN_MODEL, 3 * ATTN_MODEL)) * 0.1,
+        jax.random.normal(b, (ATTN_MODEL, ATTN_MODEL)) * 0.1,
+    ]
+    return params, jax.random.normal(c, (1, ATTN_SEQ, ATTN_MODEL))

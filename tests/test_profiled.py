@@ -112,6 +112,25 @@ def test_closure_is_captured_in_process_with_missing_flags_named(monkeypatch):
     assert "captured without profiling flags: --xla_cpu_foo=1" in p.table()
 
 
+def test_a_capture_leaves_the_python_tracer_off(tmp_path):
+    # Issue 31: JAX's default (python_tracer_level=1) writes an event per Python call,
+    # hundreds of thousands on an interpret-mode step, and slows the traced calls; the
+    # report reads none of them. XLA's op events (host tracer) stay.
+    from jaxtune._profiling import xplane
+
+    def step(x):
+        return jnp.tanh(jax.nn.softmax(x) @ x).sum()
+
+    _profiled.capture(step, (jnp.ones((64, 64)),), {}, iters=2, warmup=2, logdir=str(tmp_path))
+    space = xplane.load(tmp_path)
+    plane = space.plane("/host:CPU")
+    names = [plane.metadata(ev.metadata_id).name for ln in plane.lines for ev in plane.events(ln)]
+    assert [n for n in names if n.startswith("$")] == []  # "$file.py:12 function"
+    p = jaxtune.Profile.from_trace(tmp_path)
+    assert p.ops and all(o.calls == 2 for o in p.ops), p.table()
+    assert list(space.hlo_programs())  # the HLO protos, for op names, are still written
+
+
 def write_trace(tmp_path, text):
     path = tmp_path / "trace.xplane.pb"
     path.write_bytes(ProfileData.text_proto_to_serialized_xspace(text))

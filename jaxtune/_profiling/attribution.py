@@ -18,9 +18,20 @@ from typing import Any, Literal
 from .._program import markers as _markers
 from . import roofline as _roofline
 from .events import Walk
+from .hlo import HloInstruction, HloModule
 from .totals import OpKind, Totals
 
-__all__ = ["Context", "KernelStat", "attribute", "classifier", "kernel_ids"]
+__all__ = [
+    "Context",
+    "KernelStat",
+    "ScopeStat",
+    "adopter",
+    "attribute",
+    "classifier",
+    "kernel_ids",
+    "program_key",
+    "scopes",
+]
 
 Owner = _markers.Owner
 Provenance = Literal["cost_estimate", "hint", "xla", "shapes", "none"]
@@ -44,6 +55,12 @@ class KernelStat:
     ``"unknown"`` against the device's peaks. ``config`` is the config an autotuned kernel
     ran with, and ``speedup`` what tuning measured it gained over the default config
     (``None`` when not tuned, or for a trace read without its capture).
+
+    A kernel's ``source`` is its ``pallas_call`` site (``file:line``) and ``call_site``
+    the line of the program that called into the kernel's code. A plain XLA op's row is
+    one HLO instruction of one program: ``name`` and ``hlo_op`` are the instruction,
+    ``program`` its module (``jit_step``), ``name_stack`` its op name, and ``calls`` its
+    events.
     """
 
     name: str
@@ -68,6 +85,9 @@ class KernelStat:
     flops_source: Provenance = "none"
     config: Mapping[str, Any] | None = None
     speedup: float | None = None
+    name_stack: str | None = None
+    program: str | None = None
+    call_site: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -95,6 +115,7 @@ def classifier(
     kernels: Sequence[Mapping[str, Any]] = (),
     fusions: Mapping[str, Sequence[str]] | None = None,
     claims: Mapping[tuple[int, str], str] | None = None,
+    programs: Mapping[int, HloModule] | None = None,
 ) -> Callable[[OpKind], Owner]:
     """The owner of an executed op (memoized by its :class:`~.events.OpKind`), by
     :func:`jaxtune._program.markers.owner_of`.
@@ -104,9 +125,13 @@ def classifier(
     belongs to them (one owner naming every kernel, ``"a + b"``, when there are several),
     never to an anonymous XLA row. ``claims`` name the Pallas kernel of an instruction
     (``(program id, instruction)``) where the trace's own metadata says it
-    (:mod:`.recover`). (An op without metadata inside another, and a program a callback ran
-    from inside another program's op, belong to the op that runs them: :func:`.events.walk`
-    sees to that.)
+    (:mod:`.recover`). ``programs`` are the compiled programs by id (:mod:`.hlo`): an
+    instruction XLA added without metadata (a copy of a loop's initial value, a copy in
+    a kernel's loop body) belongs to the kernel whose ops its value goes to, when that is
+    one kernel (:func:`adopter`). (A program a callback ran from inside another
+    program's op belongs to the op that runs it: :func:`.events.walk` sees to that.)
+
+    A plain XLA op's owner is its instruction in its program: ``("xla", op, program)``.
     """
     scopes = _markers.scope_table(kernels)
     known: dict[tuple[str, str | None, str], Owner] = {}
@@ -119,10 +144,8 @@ def classifier(
             known[key] = _markers.owner_of(stack, target, op, scopes)
         return known[key]
 
-    def classify(kind: OpKind) -> Owner:
-        found = memo.get(kind)
-        if found is not None:
-            return found
+    def named(kind: OpKind) -> Owner:
+        """The kernel owner of an op by its own metadata; ``("xla", ...)`` for none."""
         result = owner(kind.name_stack, kind.target, kind.op)
         claim = claims.get((kind.program, kind.op)) if claims and kind.program is not None else None
         parts = (fusions or {}).get(kind.op)
@@ -132,15 +155,113 @@ def classifier(
             result = ("pallas", claim, result[2] or ids.get(claim))
         elif result[0] == "xla" and parts:
             inner = {owner(stack, None, kind.op) for stack in parts}
-            named = sorted({o for o in inner if o[0] != "xla"}, key=lambda o: o[1])
-            if len(named) == 1:
-                result = named[0]
-            elif named:
-                result = ("pallas", " + ".join(o[1] for o in named), None)
+            fused = sorted({o for o in inner if o[0] != "xla"}, key=lambda o: o[1])
+            if len(fused) == 1:
+                result = fused[0]
+            elif fused:
+                result = ("pallas", " + ".join(o[1] for o in fused), None)
+        return result
+
+    adopt = adopter(programs or {}, named)
+
+    def classify(kind: OpKind) -> Owner:
+        found = memo.get(kind)
+        if found is not None:
+            return found
+        result = named(kind)
+        if result[0] == "xla" and not kind.name_stack and kind.program is not None:
+            result = adopt(kind.program, kind.op) or result
+        if result[0] == "xla":
+            result = ("xla", kind.op, program_key(kind))
         memo[kind] = result
         return result
 
     return classify
+
+
+def program_key(kind: OpKind) -> str | None:
+    """What tells an XLA op's program apart in its owner: the program id, else the
+    module's name."""
+    return str(kind.program) if kind.program is not None else (kind.module or None)
+
+
+def adopter(
+    programs: Mapping[int, HloModule], named: Callable[[OpKind], Owner]
+) -> Callable[[int, str], Owner | None]:
+    """``(program id, instruction) -> the kernel`` of an instruction without metadata
+    whose value goes, through other such instructions (tuples, copies), only to ops of one
+    kernel, by ``named``; ``None`` when it goes to plain XLA ops, to several owners, or
+    nowhere known. A value no instruction takes goes to the instructions that call its
+    computation (:meth:`.hlo.HloModule.consumers`), so a copy in a loop body goes where the
+    ``while`` goes."""
+    memo: dict[tuple[int, str], frozenset[Owner | None]] = {}
+    plain: Owner | None = None  # every plain XLA op, as one: it stops an adoption
+
+    def owners_of(pid: int, module: HloModule, name: str) -> frozenset[Owner | None]:
+        found: set[Owner | None] = set()
+        for c in module.consumers(name):
+            ins = module.instructions.get(c)
+            if ins is None:
+                continue
+            if ins.op_name:
+                o = named(_kind_of(pid, module, ins))
+                found.add(plain if o[0] == "xla" else o)
+            else:
+                found |= memo.get((pid, c), frozenset())
+        return frozenset(found)
+
+    def reach(pid: int, module: HloModule, start: str) -> frozenset[Owner | None]:
+        # Depth first without recursion (long chains of copies); an instruction met again
+        # on its own path (a cycle: a damaged proto) adds nothing.
+        path = [(start, iter(module.consumers(start)))]
+        on_path = {start}
+        while path:
+            name, consumers = path[-1]
+            deeper = next(
+                (
+                    c
+                    for c in consumers
+                    if c not in on_path and (pid, c) not in memo and _unnamed(module, c)
+                ),
+                None,
+            )
+            if deeper is not None:
+                path.append((deeper, iter(module.consumers(deeper))))
+                on_path.add(deeper)
+                continue
+            memo[pid, name] = owners_of(pid, module, name)
+            path.pop()
+            on_path.discard(name)
+        return memo[pid, start]
+
+    def adopt(pid: int, op: str) -> Owner | None:
+        module = programs.get(pid)
+        if module is None or not _unnamed(module, op):
+            return None
+        owners = memo.get((pid, op)) or reach(pid, module, op)
+        if len(owners) != 1:
+            return None
+        (only,) = owners
+        return only
+
+    return adopt
+
+
+def _unnamed(module: HloModule, name: str) -> bool:
+    ins = module.instructions.get(name)
+    return ins is not None and not ins.op_name
+
+
+def _kind_of(pid: int, module: HloModule, ins: HloInstruction) -> OpKind:
+    return OpKind(
+        op=ins.name,
+        module=module.name,
+        name_stack=ins.op_name,
+        target=ins.target,
+        flops=None,
+        bytes_accessed=None,
+        program=pid,
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,6 +278,8 @@ class Context:
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     io_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
     configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    call_sites: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    programs: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
 
 def _program_runs(t: Totals) -> int:
@@ -214,6 +337,9 @@ def _finite(value: float | None) -> float | None:
 
 def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
     kind, name, kernel_id = owner
+    op = t.first if kind == "xla" else None
+    if op is not None:
+        kernel_id = None  # an XLA op's owner names its program there
     total = t.total_ps
     calls, exact = _calls(owner, t, ctx)
     flops, bytes_, provenance = _cost(owner, calls, exact, t, ctx)
@@ -230,7 +356,7 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
         kind=kind,  # type: ignore[arg-type]
         target=t.target,
         hlo_op=t.first_op,
-        source=ctx.sources.get(name) or ctx.sources.get(kernel_id or ""),
+        source=None if op else ctx.sources.get(name) or ctx.sources.get(kernel_id or ""),
         kernel_id=kernel_id,
         calls=calls,
         calls_exact=exact,
@@ -248,7 +374,20 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
         flops_source=provenance,
         config=ran.get("config") if ran else None,
         speedup=ran.get("speedup") if ran else None,
+        name_stack=op.name_stack if op is not None else None,
+        program=_program_name(op, ctx) if op is not None else None,
+        call_site=ctx.call_sites.get(name) if kind != "xla" else None,
     )
+
+
+def _program_name(op: OpKind, ctx: Context) -> str | None:
+    """An XLA op's program as people read it: its module's name (the trace's, else the
+    HLO proto's), else its program id."""
+    if op.module:
+        return op.module
+    if op.program is None:
+        return None
+    return ctx.programs.get(op.program) or str(op.program)
 
 
 def attribute(
@@ -264,6 +403,7 @@ def attribute(
     autotuned: Mapping[str, int] | None = None,
     host_trace: bool = False,
     configs: Mapping[str, Mapping[str, Any]] | None = None,
+    programs: Mapping[int, str] | None = None,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
     """``(kernels, ops, total device µs)`` of a walked plane (its owners by
     :func:`classifier`), each list sorted by share.
@@ -275,7 +415,8 @@ def attribute(
     ``autotuned`` a jaxtune kernel id to its call sites per step; ``iterations`` how many
     steps the trace holds; ``host_trace`` that the ops ran on host threads (CPU), where an
     interpret-mode kernel's events interleave and cannot be counted as calls; ``configs``
-    a jaxtune kernel id to the config it ran with and its tuned ``speedup``.
+    a jaxtune kernel id to the config it ran with and its tuned ``speedup``; ``programs``
+    a program id to its module's name.
     """
     per_step: dict[str, int | None] = dict(autotuned or {})
     all_costs = dict(costs or {})
@@ -296,11 +437,58 @@ def attribute(
         sources=sources or {},
         io_bytes=io_bytes,
         configs=configs or {},
+        call_sites={
+            k["name"]: k["call_site"] for k in kernels if isinstance(k.get("call_site"), str)
+        },
+        programs=programs or {},
     )
     stats = [_stat(o, t, ctx) for o, t in walked.owners.items() if t.events]
-    stats.sort(key=lambda s: -s.share)
+    stats.sort(key=lambda s: (-s.share, s.name, s.program or ""))
     return (
         [s for s in stats if s.kind != "xla"],
         [s for s in stats if s.kind == "xla"],
         ctx.total_ps * 1e-6,
     )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ScopeStat:
+    """The plain XLA ops of one name stack in one program, together: a view of
+    :attr:`Profile.ops <jaxtune.Profile>` grouped by scope (``jit(step)/jvp(mlp)/dot_general``
+    holds every instruction XLA compiled from that line, fused or not). ``ops`` is how many
+    instructions, ``calls`` their events in all; times are µs, ``share`` the fraction of
+    all device op time. Ops without a name stack (copies XLA added) group under ``""``."""
+
+    name_stack: str
+    program: str | None
+    ops: int
+    calls: int
+    total_us: float
+    share: float
+    hlo_ops: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["hlo_ops"] = list(self.hlo_ops)
+        return out
+
+
+def scopes(ops: Sequence[KernelStat]) -> list[ScopeStat]:
+    """The ops grouped by (program, name stack), by share; each group's ops by share."""
+    groups: dict[tuple[str | None, str], list[KernelStat]] = {}
+    for op in ops:
+        groups.setdefault((op.program, op.name_stack or ""), []).append(op)
+    out = [
+        ScopeStat(
+            name_stack=stack,
+            program=program,
+            ops=len(members),
+            calls=sum(m.calls for m in members),
+            total_us=sum(m.total_us for m in members),
+            share=sum(m.share for m in members),
+            hlo_ops=tuple(m.name for m in sorted(members, key=lambda m: (-m.share, m.name))),
+        )
+        for (program, stack), members in groups.items()
+    ]
+    out.sort(key=lambda g: (-g.share, g.program or "", g.name_stack))
+    return out

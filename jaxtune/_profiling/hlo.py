@@ -106,7 +106,8 @@ class Frame:
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class HloInstruction:
     """One compiled HLO instruction; ``frames`` are outermost first, ``computation`` is
-    the id of the computation holding it, ``calls`` those it calls."""
+    the id of the computation holding it, ``calls`` those it calls, ``operands`` the
+    names of the instructions whose values it takes."""
 
     name: str
     opcode: str
@@ -115,16 +116,30 @@ class HloInstruction:
     frames: tuple[Frame, ...]
     calls: tuple[int, ...]
     computation: int = 0
+    operands: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class HloModule:
-    """A compiled program: its instructions by name, and each fusion's fused instructions
-    (by name: a fusion's own metadata names only one of them)."""
+    """A compiled program: its instructions by name, each fusion's fused instructions
+    (by name: a fusion's own metadata names only one of them), and where each
+    instruction's value goes (:meth:`consumers`)."""
 
     name: str
     instructions: dict[str, HloInstruction]
     fused: dict[str, tuple[str, ...]]
+    users: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    callers: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def consumers(self, name: str) -> tuple[str, ...]:
+        """The instructions an instruction's value goes to: those that take it as an
+        operand; for one that none takes (its computation's result, as a copy at the end
+        of a loop body), the instructions that call its computation (the ``while``)."""
+        users = self.users.get(name)
+        if users:
+            return users
+        ins = self.instructions.get(name)
+        return self.callers.get(ins.computation, ()) if ins is not None else ()
 
     def ops(self) -> dict[str, tuple[str, str | None]]:
         """Instruction name -> ``(op_name, custom-call target)``, as :func:`hlo_ops`."""
@@ -174,7 +189,9 @@ class _Stacks:
         return out
 
 
-def _instruction(ins: Any, stacks: _Stacks, computation: int) -> HloInstruction:
+def _instruction(
+    ins: Any, stacks: _Stacks, computation: int, names: dict[int, str]
+) -> HloInstruction:
     meta = ins.metadata
     frames = stacks.stack(meta.stack_frame_id)
     if not frames and meta.source_file:
@@ -187,6 +204,7 @@ def _instruction(ins: Any, stacks: _Stacks, computation: int) -> HloInstruction:
         frames=frames,
         calls=tuple(ins.called_computation_ids),
         computation=computation,
+        operands=tuple(names[i] for i in ins.operand_ids if i in names),
     )
 
 
@@ -201,17 +219,31 @@ def parse_hlo_proto(data: bytes) -> HloModule:
         raise DecodeError("not an HloProto (no hlo_module)")
     module = proto.hlo_module
     stacks = _Stacks(module.stack_frame_index)
+    # Instruction ids are unique in a module; operands name them.
+    ids = {ins.id: text(ins.name) for comp in module.computations for ins in comp.instructions}
     instructions: dict[str, HloInstruction] = {}
     by_computation: dict[int, list[str]] = {}
+    users: dict[str, list[str]] = {}
+    callers: dict[int, list[str]] = {}
     for comp in module.computations:
         names = by_computation.setdefault(comp.id, [])
         for ins in comp.instructions:
-            found = _instruction(ins, stacks, comp.id)
+            found = _instruction(ins, stacks, comp.id, ids)
             instructions[found.name] = found
             names.append(found.name)
+            for operand in found.operands:
+                users.setdefault(operand, []).append(found.name)
+            for callee in found.calls:
+                callers.setdefault(callee, []).append(found.name)
     fused = {
         i.name: tuple(by_computation.get(i.calls[0], ()))
         for i in instructions.values()
         if i.opcode == "fusion" and i.calls
     }
-    return HloModule(name=text(module.name), instructions=instructions, fused=fused)
+    return HloModule(
+        name=text(module.name),
+        instructions=instructions,
+        fused=fused,
+        users={k: tuple(v) for k, v in users.items()},
+        callers={k: tuple(v) for k, v in callers.items()},
+    )

@@ -71,6 +71,27 @@ def _missing_flags(platform: str, llo: bool, custom_call_tracing: bool) -> tuple
     return tuple(missing)
 
 
+#: The profiler's tracer levels a capture uses. The Python tracer is off: a kernel report
+#: reads no Python event, and on an interpret-mode step (whose kernels run as Python
+#: callbacks) JAX's default level 1 writes hundreds of thousands of them and makes the
+#: traced calls several times slower than untraced ones. The host tracer keeps JAX's
+#: default level 2: XLA's CPU op events need level 1, and level 2 adds the runtime's host
+#: events that XProf's trace viewer shows, at no measured cost.
+PYTHON_TRACER_LEVEL = 0
+HOST_TRACER_LEVEL = 2
+
+
+def tracer_options() -> Any:
+    """The ``jax.profiler.ProfileOptions`` of a capture (:data:`PYTHON_TRACER_LEVEL`,
+    :data:`HOST_TRACER_LEVEL`; HLO protos on, so the trace carries each program's op
+    names)."""
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = PYTHON_TRACER_LEVEL
+    options.host_tracer_level = HOST_TRACER_LEVEL
+    options.enable_hlo_proto = True
+    return options
+
+
 def capture(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -95,7 +116,7 @@ def capture(
         call_args, call_kwargs = arguments()
         jax.block_until_ready(compiled(*call_args, **call_kwargs))
     start = time.perf_counter()
-    with jax.profiler.trace(logdir):
+    with jax.profiler.trace(logdir, profiler_options=tracer_options()):
         for _ in range(iters):
             call_args, call_kwargs = arguments()
             jax.block_until_ready(compiled(*call_args, **call_kwargs))
@@ -115,7 +136,7 @@ def capture(
         kernels=tuple(_kernel_record(c) for c in calls),
         autotuned=_calls.autotuned_counts(sites),
         costs={s.name: s.cost_estimate for s in sites if s.cost_estimate},
-        sources={(s.kernel_id or s.name): s.source for s in sites if s.source},
+        sources=_sources(sites, calls),
         hints=hints,
         calls=tuple(recorded),
         configs=configs,
@@ -161,6 +182,16 @@ def _arguments_per_call(
     return fresh
 
 
+def _sources(sites: Any, calls: list[_markers.PallasCall]) -> dict[str, str]:
+    """Each kernel's ``file:line`` (by jaxtune kernel id, or Pallas kernel name): a Pallas
+    kernel's ``pallas_call`` line as the jaxpr tells it (a custom call's location names
+    the line of the function around it under autodiff, one line for all three of flash
+    attention's kernels), else its site's."""
+    found = {(s.kernel_id or s.name): s.source for s in sites if s.source}
+    found.update({c.name: c.source for c in calls if c.source})
+    return found
+
+
 def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
     """A Pallas call as plain values (it travels from the child and into the sidecar)."""
     return {
@@ -170,6 +201,7 @@ def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
         "io_bytes": call.io_bytes,
         "cost_estimate": call.cost_estimate,
         "source": call.source,
+        "call_site": call.call_site,
         "inside": call.inside,
     }
 

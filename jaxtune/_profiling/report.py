@@ -17,7 +17,7 @@ from .._core.vocabulary import CaptureInfo
 from . import recover as _recover
 from . import roofline as _roofline
 from . import xplane as _xplane
-from .attribution import KernelStat, attribute, classifier
+from .attribution import KernelStat, ScopeStat, attribute, classifier, scopes
 from .drops import drop_warnings
 from .events import TIMELINE_SPANS, Walk, device_plane, metadata_kinds, program_ids, walk
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
@@ -64,8 +64,11 @@ def timeline_of(walked: Walk) -> tuple[TimelineSpan, ...]:
 class Profile:
     """Per-kernel statistics of a captured (or read) trace.
 
-    ``kernels``: every Pallas kernel and jaxtune kernel; ``ops``: every plain XLA op;
-    ``step_us``: device time per iteration; ``logdir``: the trace directory (XProf,
+    ``kernels``: every Pallas kernel and jaxtune kernel; ``ops``: every plain XLA op,
+    one row per HLO instruction of each program (its name stack and program are columns;
+    its calls are its events); ``scopes``: the same ops grouped by name stack
+    (:class:`~.attribution.ScopeStat`: every instruction XLA compiled from one scope, for
+    "which line of my model costs most"); ``step_us``: device time per iteration; ``logdir``: the trace directory (XProf,
     TensorBoard and Perfetto open it); ``flags``: the profiling-relevant environment the
     capturing process saw; ``missing_flags``: profiling flags it lacked (in-process
     captures); ``llo``: the xprof LLO analysis summary when it ran; ``timings``: seconds
@@ -83,6 +86,7 @@ class Profile:
 
     kernels: tuple[KernelStat, ...]
     ops: tuple[KernelStat, ...]
+    scopes: tuple[ScopeStat, ...] = ()
     step_us: float
     total_us: float
     iterations: int
@@ -136,6 +140,7 @@ class Profile:
             "timings": dict(self.timings),
             "kernels": [k.to_dict() for k in self.kernels],
             "ops": [o.to_dict() for o in self.ops],
+            "scopes": [g.to_dict() for g in self.scopes],
             "timeline": [dataclasses.asdict(t) for t in self.timeline],
             "timeline_joined_us": self.timeline_joined_us,
             "peak": dataclasses.asdict(self.peak) if self.peak else None,
@@ -265,7 +270,10 @@ def _profile(
         claims = {key: name for key, name in found.claims.items() if name in known}
         info = dataclasses.replace(info, claims=claims)
     owner_of = classifier(
-        kernels=info.kernels, fusions=info.fusions or None, claims=info.claims or None
+        kernels=info.kernels,
+        fusions=info.fusions or None,
+        claims=info.claims or None,
+        programs=modules,
     )
     inside = plane.name.startswith("/device:TPU:") and has_intra_lines(plane)
     walked = walk(plane, owner_of, info.hlo or None, programs, release=not inside)
@@ -273,7 +281,8 @@ def _profile(
     intra, orphans = _inside_kernels(plane, owner_of, info, programs) if inside else ([], 0)
     platform = info.platform or _platform_of(plane.name)
     device_kind = info.device_kind or _device_kind_of(space, plane)
-    kernels, ops, total_us = _attribute(walked, plane, device_kind, info, iterations)
+    names = {pid: m.name for pid, m in modules.items() if m.name}
+    kernels, ops, total_us = _attribute(walked, plane, device_kind, info, iterations, names)
     if any(not k.calls_exact for k in kernels):
         notes.append(ROUGH_CALLS)
     timings = dict(info.timings)
@@ -281,6 +290,7 @@ def _profile(
     return Profile(
         kernels=tuple(kernels),
         ops=tuple(ops),
+        scopes=tuple(scopes(ops)),
         step_us=total_us / max(iterations, 1),
         total_us=total_us,
         iterations=iterations,
@@ -314,6 +324,7 @@ def _attribute(
     device_kind: str,
     info: CaptureInfo,
     iterations: int,
+    programs: Mapping[int, str],
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
     """:func:`attribute` with everything the capture (or its sidecar) knows."""
     return attribute(
@@ -328,6 +339,7 @@ def _attribute(
         autotuned=info.autotuned or None,
         host_trace=plane.name == "/host:CPU",
         configs=info.configs or None,
+        programs=programs,
     )
 
 

@@ -51,7 +51,9 @@ class OpKind:
 class Totals:
     """One owner's events, totalled: exclusive time, its calls as the trace shows them
     (runs of consecutive top-level events of one kernel; every event of a plain XLA op is
-    a run of its own), XLA's flops and bytes, and the program runs it appeared in."""
+    a run of its own), XLA's flops and bytes, and the program runs it appeared in.
+    ``first`` is the kind of the first op that went to it (for a plain XLA op, the op:
+    its name stack and program)."""
 
     total_ps: int = 0
     events: int = 0
@@ -66,6 +68,7 @@ class Totals:
     bytes_accessed: float = 0.0
     program_runs: set[tuple[int | None, int]] = dataclasses.field(default_factory=set)
     runless: bool = False
+    first: OpKind | None = None
 
 
 class Accumulator:
@@ -88,7 +91,7 @@ class Accumulator:
         self.run_min: list[int] = []
         self.run_max: list[int] = []
         self.xla: list[bool] = []
-        self.first_op: list[str] = []
+        self.first: list[OpKind] = []
         self.extra: list[list[Any]] = []  # [events, flops, bytes, target, all targets]
         self.program_runs: list[set[tuple[int | None, int]]] = []
         self.runless: list[bool] = []
@@ -101,7 +104,7 @@ class Accumulator:
         """The spans of the line walked last: ``(start, end, owner, count)`` rows."""
         return np.concatenate([spans_of(self.spans), *self.span_arrays])
 
-    def owner_number(self, owner: Owner, first_op: str) -> int:
+    def owner_number(self, owner: Owner, first: OpKind) -> int:
         n = self.number.get(owner)
         if n is None:
             n = self.number[owner] = len(self.owners)
@@ -115,7 +118,7 @@ class Accumulator:
             ):
                 lst.append(v)
             self.xla.append(owner[0] == "xla")
-            self.first_op.append(first_op)
+            self.first.append(first)
             self.extra.append([0, 0.0, 0.0, None, True])
             self.program_runs.append(set())
             self.runless.append(False)
@@ -128,7 +131,7 @@ class Accumulator:
             return -1
         n = self.slot[key] = len(self.slot_kind)
         self.slot_kind.append(kind)
-        self.slot_owner.append(self.owner_number(self.owner_of(kind), kind.op))
+        self.slot_owner.append(self.owner_number(self.owner_of(kind), kind))
         self.count_of.append(0)
         return n
 
@@ -174,13 +177,14 @@ class Accumulator:
                 runs=runs,
                 run_min=self.run_min[o] if runs else None,
                 run_max=self.run_max[o] if runs else None,
-                first_op=self.first_op[o],
+                first_op=self.first[o].op,
                 target=ex[3],
                 all_targets=ex[4],
                 flops=ex[1],
                 bytes_accessed=ex[2],
                 program_runs=self.program_runs[o],
                 runless=self.runless[o],
+                first=self.first[o],
             )
         for sl, kind in enumerate(self.slot_kind):
             n = self.count_of[sl]
@@ -218,8 +222,10 @@ class _Walker:
         if parent is not None:
             p_owner = parent[2]
             same_program = acc.slot_kind[parent[1]].program == kind.program
-            if not kind.name_stack or not same_program:
-                o = p_owner  # an op without metadata, or a program run from inside an op
+            if not same_program or (not kind.name_stack and not acc.xla[p_owner]):
+                # A program run from inside an op; an op without metadata inside a kernel's
+                # (a plain XLA op's is an instruction of its own, with a row of its own).
+                o = p_owner
             taken = min(d, parent[3] - parent[4])  # the parent loses the child's time
             parent[4] += taken
             acc.total[p_owner] -= taken
@@ -255,8 +261,8 @@ def walk_items(items: Any, acc: Accumulator) -> bool:
     An event that starts after every earlier one ended is top-level: its time goes to its
     key's owner, and it continues that owner's run when the event before it was the same
     owner's (a plain XLA op's events are runs of their own). An event inside another takes
-    its time from its parent (exclusive times), and goes to its parent's owner when it has
-    no name stack or belongs to another program.
+    its time from its parent (exclusive times), and goes to its parent's owner when it
+    belongs to another program, or has no name stack and its parent is a kernel's.
     """
     state = _snapshot(acc)
     walker = _Walker(acc)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import re
 import threading
 from typing import Any
+
+from . import sources as _sources
 
 __all__ = ["Mark", "differentiated", "lookup", "mark", "parse"]
 
@@ -141,6 +144,8 @@ class PallasCall:
     ``scope`` is the name stack around the call (``frames`` form); ``per_step`` how many
     times one run of the program executes it (``None`` inside a loop of unknown length);
     ``io_bytes`` the bytes of its operands and results, the least one call moves.
+    ``source`` is the ``pallas_call`` line and ``call_site`` the line of the program that
+    called into the kernel's code (:mod:`.sources`).
     """
 
     name: str
@@ -153,21 +158,25 @@ class PallasCall:
     inside: str | None
     per_step: int | None
     io_bytes: int = 0
+    call_site: str | None = None
 
 
 def pallas_calls(jaxpr: Any) -> list[PallasCall]:
     """Every ``pallas_call`` in a (closed) jaxpr, through nested jit, custom_vjp/jvp,
     scan, cond, while, vmap and grad, in program order."""
     found: list[PallasCall] = []
-    _walk_jaxpr(getattr(jaxpr, "jaxpr", jaxpr), "", 1, found)
+    _walk_jaxpr(getattr(jaxpr, "jaxpr", jaxpr), "", 1, found, ())
     return found
 
 
-def _walk_jaxpr(jaxpr: Any, prefix: str, times: int | None, found: list[PallasCall]) -> None:
+def _walk_jaxpr(
+    jaxpr: Any, prefix: str, times: int | None, found: list[PallasCall], around: tuple[Any, ...]
+) -> None:
+    """``around``: the equations whose sub-jaxprs hold this one, outermost first."""
     for eqn in jaxpr.eqns:
         here = "/".join(p for p in (prefix, str(eqn.source_info.name_stack)) if p)
         if eqn.primitive.name == PALLAS_CALL:
-            found.append(_pallas_call(eqn, here, times))
+            found.append(_pallas_call(eqn, here, times, around))
             continue
         inner = here
         if eqn.primitive.name in ("pjit", "jit", "closed_call", "core_call"):
@@ -183,7 +192,7 @@ def _walk_jaxpr(jaxpr: Any, prefix: str, times: int | None, found: list[PallasCa
             for sub in value if isinstance(value, (tuple, list)) else (value,):
                 body = getattr(sub, "jaxpr", sub)
                 if hasattr(body, "eqns"):
-                    _walk_jaxpr(body, inner, repeat, found)
+                    _walk_jaxpr(body, inner, repeat, found, (*around, eqn))
 
 
 def _aval(v: Any) -> tuple[str, tuple[int, ...]]:
@@ -195,7 +204,7 @@ def _aval(v: Any) -> tuple[str, tuple[int, ...]]:
     return dtype_name(np.dtype(aval.dtype)), tuple(int(d) for d in aval.shape)
 
 
-def _pallas_call(eqn: Any, scope: str, times: int | None) -> PallasCall:
+def _pallas_call(eqn: Any, scope: str, times: int | None, around: tuple[Any, ...]) -> PallasCall:
     params = eqn.params
     debug = getattr(params.get("jaxpr"), "debug_info", None)
     name = params.get("name") or getattr(debug, "func_name", None) or PALLAS_CALL
@@ -206,7 +215,9 @@ def _pallas_call(eqn: Any, scope: str, times: int | None) -> PallasCall:
             k: float(getattr(cost, k, 0) or 0)
             for k in ("flops", "bytes_accessed", "transcendentals")
         }
-    frame = next(iter(_user_frames(eqn)), None)
+    own = _sources.user_frames(eqn)
+    site = _sources.pallas_site(eqn, own)
+    outer = (f for e in reversed(around) for f in _sources.user_frames(e))
     marks = parse(scope)
     return PallasCall(
         name=str(name),
@@ -215,10 +226,11 @@ def _pallas_call(eqn: Any, scope: str, times: int | None) -> PallasCall:
         results=tuple(_aval(v) for v in eqn.outvars),
         interpret=bool(params.get("interpret")),
         cost_estimate=estimate,
-        source=frame,
+        source=site,
         inside=marks[-1][0] if marks else None,
         per_step=times,
         io_bytes=sum(_nbytes(v) for v in (*eqn.invars, *eqn.outvars)),
+        call_site=_sources.call_site(site, itertools.chain(own, outer)),
     )
 
 
@@ -231,19 +243,6 @@ def _nbytes(v: Any) -> int:
     for d in aval.shape:
         count *= int(d)
     return count * np.dtype(aval.dtype).itemsize
-
-
-def _user_frames(eqn: Any) -> list[str]:
-    """``file:line`` of the call site, innermost first (JAX's own frames left out)."""
-    try:
-        from jax._src import source_info_util
-
-        frame = source_info_util.user_frame(eqn.source_info.traceback)
-    except Exception:
-        return []
-    if frame is None:
-        return []
-    return [f"{frame.file_name}:{frame.start_line}"]
 
 
 Owner = tuple[str, str, "str | None"]

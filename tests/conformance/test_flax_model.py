@@ -406,6 +406,61 @@ def test_report_reads_the_capture(work, profile_cli):
     ], rows
 
 
+def test_the_reports_xla_rows_are_instructions_and_kernel_internals_are_the_kernels(
+    profile_cli, plain
+):
+    """Issue 31: one XLA-op row per instruction of each program, its calls its events; the
+    copies XLA adds for the kernels' loops are the kernels'; each kernel names its own
+    pallas_call line and the program's call; no Python tracer events in the capture."""
+    import collections
+
+    from jaxtune._profiling import events, recover, xplane
+
+    run, logdir = profile_cli
+    run.check()
+    print(f"\nplain run {plain.seconds:.1f} s, jaxtune profile -- {run.seconds:.1f} s")
+    (report,) = _reports(logdir)
+    doc = json.loads(report.read_text())
+    space = xplane.load(report.parent / "trace")
+    plane = space.plane("/host:CPU")
+    modules, _ = recover.read_programs(space, events.program_ids(plane))
+    by_module = {m.name: m for m in modules.values()}
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    python = 0
+    for line in plane.lines:
+        for ev in plane.events(line):
+            stats = xplane.stats_of(ev.stats, plane.stat_names)
+            if "hlo_op" in stats:
+                counts[stats["hlo_module"], stats["hlo_op"]] += 1
+            python += plane.metadata(ev.metadata_id).name.startswith("$")
+    assert python == 0
+    ops = doc["ops"]
+    assert len({(o["program"], o["name"]) for o in ops}) == len(ops)
+    plain_ops = {(o["program"], o["name"]) for o in ops}
+    for o in ops:
+        assert o["calls"] == counts[o["program"], o["name"]], o
+        module = by_module[o["program"]]
+        assert o["name_stack"] == module.instructions[o["name"]].op_name, o
+        if o["name_stack"]:
+            continue
+        # An instruction without metadata that is an XLA row: its value goes to plain ops
+        # (the donated state's copies), never only to the kernels' loops.
+        reached: list[str] = []
+        todo, seen = [o["name"]], set()
+        while todo:
+            for c in module.consumers(todo.pop()):
+                if c not in seen:
+                    seen.add(c)
+                    (todo if not module.instructions[c].op_name else reached).append(c)
+        assert not reached or any((o["program"], c) in plain_ops for c in reached), o
+    kernels = [k for k in doc["kernels"] if k["kernel_id"] == KERNEL]
+    assert len({k["source"] for k in kernels}) == 3, kernels
+    for k in kernels:
+        file, _, line = k["source"].rpartition(":")
+        assert "pallas_call" in pathlib.Path(file).read_text().splitlines()[int(line) - 1]
+        assert k["call_site"].startswith(str(PROGRAM) + ":"), k
+
+
 def test_tune_from_profile_stores_a_forward_and_backward_entry(from_profile):
     run, cache = from_profile
     run.check()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
@@ -168,3 +170,82 @@ def test_spanning_tiles_give_one_row_per_kernel_in_a_plain_jax_profiler_trace(tm
             for _ in range(ITERS):
                 jax.block_until_ready(step(*args))
     _one_row_each(jaxtune.Profile.from_trace(tmp_path), ITERS)
+
+
+# -- issue 31: a training step's report --------------------------------------------------
+
+
+def _trace_facts(logdir):
+    """From the trace itself: each (module, instruction)'s events, the events of
+    instructions without metadata, each instruction's name stack, and how many Python
+    tracer events (``$file:line function``) the host plane holds."""
+    import collections
+
+    from jaxtune._profiling import events, recover, xplane
+
+    space = xplane.load(logdir)
+    plane = space.plane("/host:CPU")
+    modules, _ = recover.read_programs(space, events.program_ids(plane))
+    stacks = {(m.name, n): i.op_name for m in modules.values() for n, i in m.instructions.items()}
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    python = 0
+    for line in plane.lines:
+        for ev in plane.events(line):
+            stats = xplane.stats_of(ev.stats, plane.stat_names)
+            if "hlo_op" in stats:
+                counts[stats["hlo_module"], stats["hlo_op"]] += 1
+            python += plane.metadata(ev.metadata_id).name.startswith("$")
+    unnamed = sum(n for key, n in counts.items() if not stacks.get(key))
+    return counts, unnamed, stacks, python
+
+
+def _line_of(path, line):
+    return pathlib.Path(path).read_text().splitlines()[int(line) - 1]
+
+
+@pytest.mark.child
+def test_a_training_step_reads_one_row_per_instruction_with_kernel_internals_claimed(tmp_path):
+    import profile_models
+    from profile_models import attention_args, attention_step
+
+    with pltpu.force_tpu_interpret_mode():
+        p = jaxtune.profile(
+            attention_step, *attention_args(), iters=ITERS, warmup=2, logdir=str(tmp_path)
+        )
+    flash = {"_flash_attention_kernel", "_flash_attention_dkv_kernel", "_flash_attention_dq_kernel"}
+    assert {k.name for k in p.kernels} == flash, p.table()
+    assert all(k.calls == ITERS and k.calls_exact for k in p.kernels), p.table()
+    counts, unnamed, stacks, python = _trace_facts(p.logdir)
+
+    # One row per instruction of each program; its calls are its events.
+    assert len({(o.program, o.name) for o in p.ops}) == len(p.ops)
+    for o in p.ops:
+        assert (o.hlo_op, o.calls) == (o.name, counts[o.program, o.name]), o
+        assert o.name_stack == stacks[o.program, o.name], o
+    # The two projections of the forward pass: two instructions of one scope, two rows.
+    forward = [g for g in p.scopes if g.name_stack.endswith("/jvp()/dot_general")]
+    assert forward and forward[0].ops >= 2, p.scopes
+    assert sum(g.ops for g in p.scopes) == len(p.ops)
+
+    # XLA adds copies without metadata for the kernels' loops (their initial values, their
+    # bodies); they ran (the trace holds their events) and every one is a kernel's.
+    assert unnamed > 0
+    assert [o.name for o in p.ops if not o.name_stack] == [], p.table()
+
+    # Each kernel's own pallas_call line, and the program's call of flash attention.
+    sources = {k.name: k.source for k in p.kernels}
+    assert len(set(sources.values())) == 3, sources
+    for source in sources.values():
+        file, _, line = source.rpartition(":")
+        assert file.endswith("flash_attention.py") and "pallas_call" in _line_of(file, line)
+    for k in p.kernels:
+        file, _, line = k.call_site.rpartition(":")
+        assert file == profile_models.__file__ and _line_of(file, line).endswith("# CALL")
+
+    # The capture leaves JAX's Python tracer off: no Python events in the trace.
+    assert python == 0
+
+    again = jaxtune.Profile.from_trace(p.logdir)
+    assert {(o.program, o.name, o.calls) for o in again.ops} == {
+        (o.program, o.name, o.calls) for o in p.ops
+    }
