@@ -110,7 +110,8 @@ def tests(session: nox.Session, jax: str | None) -> None:
     libraries of the `conformance` group that install) on the oldest and the newest
     toolchain, in two pytest workers (most tests wait on child processes); `nox -s tests --
     -m "not child"` runs the fast tier, `-- -n 0` one worker (docs/development.md)."""
-    _install(session, "test", jax=jax, extras="plots")
+    # `remote`: the shared-store tests run against a local S3 server (moto, test group).
+    _install(session, "test", jax=jax, extras="plots,remote")
     # Third-party kernel libraries for tests/conformance/: best effort per toolchain.
     _install_optional(session, "conformance")
     session.run(

@@ -20,6 +20,7 @@ from .._core.vocabulary import Entry, Measurement
 from .._tuning.result import TuningResult, format_table
 from .._tuning.store import cache as _cache
 from .._tuning.store import results as _results
+from . import cache_sync as _sync
 
 __all__ = ["add_parser", "run"]
 
@@ -108,6 +109,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--stale", action="store_true", help="entries tuned with another toolchain")
     p.add_argument("--kernel", help="every entry of this kernel id")
     action("clear", "remove every entry from the cache")
+    _sync.add_actions(action)  # push, pull: the shared store
 
 
 def _title(e: Entry) -> str:
@@ -480,3 +482,4 @@ _ACTIONS: dict[str, Callable[[argparse.Namespace, _cache.CacheStore, Out], None]
     "prune": _prune,
     "clear": _clear,
 }
+_ACTIONS.update(_sync.ACTIONS)

@@ -26,6 +26,7 @@ from .._isolation.wire import FrameReader
 from .._render.units import count
 from .._tuning.result import format_table
 from .._tuning.store import cache as _cache
+from .._tuning.store import shared as _shared
 from .._tuning.sweep.entry import make_entry
 from .._tuning.sweep.plan import SweepPlan
 from .._tuning.sweep.runner import ProcessRunner
@@ -246,6 +247,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
         kind = runner.ready.device_kind if runner.ready else record["device_kind"]
         entry = make_entry(plan, outcome, kind, record["version"])
         _cache.user_cache().keep([entry])
+        _shared.publish([entry])
         entries.append(entry)
     return entries, problems
 
