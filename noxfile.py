@@ -179,5 +179,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_right_winner.py", "--results", str(results))
     session.run("python", "bench/bench_vs_tools.py", "--results", str(results))
     session.run("python", "bench/bench_flash_vs_tune_jax.py", "--results", str(results))
+    session.install(".[remote]", "moto[server]")  # bench_shared_store.py's local S3 server
+    session.run("python", "bench/bench_shared_store.py", "--results", str(results))
     for script in ("bench_child_runner.py", "bench_trace_reader.py", "bench_cache.py"):
         session.run("python", str(ROOT / "bench" / script), *session.posargs)

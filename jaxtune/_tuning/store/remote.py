@@ -20,7 +20,8 @@ it after writing their union) lists again.
 
 Every operation runs in a daemon thread under one deadline (``JAXTUNE_REMOTE_TIMEOUT``),
 so a store that hangs costs at most that long; the client library's own timeouts and
-retries are set to fit in it. The client is fsspec (with s3fs or gcsfs), the ``remote``
+retries are set to fit in it. Making the client (credentials, the service's model) is
+done once, before the first operation, under a deadline of its own. The client is fsspec (with s3fs or gcsfs), the ``remote``
 extra: ``pip install 'jaxtune[remote]'``.
 """
 
@@ -77,6 +78,10 @@ class Objects(Protocol):
 
     url: str
 
+    def connect(self) -> None:
+        """Makes the client (it may read credentials); nothing when it is made already."""
+        ...
+
     def listing(self, folder: str) -> dict[str, int]:
         """The objects directly in ``folder`` (a path below the store's root): name ->
         size; empty when the folder does not exist."""
@@ -114,6 +119,10 @@ class FsspecObjects:
     shared directory (fsspec's local filesystem; a write goes to a hidden temporary name
     first and is renamed into place, so readers never see half of it).
 
+    Building it imports the client library only; :meth:`connect` makes the client, which
+    may read credentials (a metadata server) and loads the service's model (about a second
+    for S3 on a small machine), so the store runs it under a deadline of its own.
+
     Raises:
         SharedStoreError: fsspec, or the protocol's library, is not installed (``missing``).
     """
@@ -121,26 +130,41 @@ class FsspecObjects:
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url
         scheme, sep, rest = url.partition("://")
-        self.local = not sep or scheme == "file"
+        self.scheme = "file" if not sep else scheme
+        self.local = self.scheme == "file"
+        self.root = os.path.abspath(rest if sep else url) if self.local else rest.rstrip("/")
+        self.options: dict[str, Any] = {"skip_instance_cache": True}
+        if self.local:
+            self.options["auto_mkdir"] = True
+        else:
+            self.options["use_listings_cache"] = False
+        if self.scheme == "s3":
+            self.options.update(_s3_options(timeout))
         try:
             fsspec = importlib.import_module("fsspec")
-            if self.local:
-                local = importlib.import_module("fsspec.implementations.local")
-                self.fs: Any = local.LocalFileSystem(auto_mkdir=True, skip_instance_cache=True)
-                self.root = os.path.abspath(rest if sep else url)
-            else:
-                options: dict[str, Any] = {"skip_instance_cache": True}
-                options["use_listings_cache"] = False
-                if scheme == "s3":
-                    options.update(_s3_options(timeout))
-                self.fs = fsspec.filesystem(scheme, **options)
-                self.root = rest.rstrip("/")
+            self._class = fsspec.get_filesystem_class(self.scheme)
         except ImportError as e:
             raise SharedStoreError(
                 MISSING_EXTRA.format(url=url, why=describe(e)), missing=True
             ) from e
-        if scheme == "s3":
-            self.fs.retries = 2  # s3fs's own retry loop, on top of botocore's
+        self._fs: Any = None
+
+    def connect(self) -> None:
+        """Makes the client (once)."""
+        if self._fs is not None:
+            return
+        fs = self._class(**self.options)
+        if self.scheme == "s3":
+            fs.retries = 2  # s3fs's own retry loop, on top of botocore's
+            fs.connect()  # the aiobotocore client: credentials and the service model
+        self._fs = fs
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (made by :meth:`connect`)."""
+        if self._fs is None:
+            self.connect()
+        return self._fs
 
     def _path(self, relative: str) -> str:
         return f"{self.root}/{relative}" if relative else self.root
@@ -257,6 +281,7 @@ class SharedStore:
         #: Operations started (a read or a publish of one kernel, a listing), for tests
         #: that check a process stopped asking a store that failed.
         self.operations = 0
+        self._connected = False
         self._seen: dict[str, dict[Ident, Entry] | None] = {}
         self._lock = threading.Lock()
         #: Objects found unreadable (not decodable, newer schema, too large): never deleted.
@@ -268,14 +293,22 @@ class SharedStore:
     # -- bounded operations ------------------------------------------------------------
 
     def _bounded(self, what: str, fn: Callable[[], T]) -> T:
-        """``fn()`` in a daemon thread, given at most ``timeout`` seconds.
+        """``fn()`` in a daemon thread, given at most ``timeout`` seconds (the first
+        operation also makes the client, under a deadline of its own).
 
         Raises:
             SharedStoreError: it raised, or did not return in time (it is then left to
                 finish or fail in its thread; nothing waits for it, not even exit).
         """
-        with self._lock:
-            self.operations += 1
+        if not self._connected:
+            self._connected = True  # once: a failure here is the store's failure
+            self._run("connecting", self.objects.connect, request=False)
+        return self._run(what, fn)
+
+    def _run(self, what: str, fn: Callable[[], T], *, request: bool = True) -> T:
+        if request:
+            with self._lock:
+                self.operations += 1
         box: list[Any] = []
         done = threading.Event()
 
