@@ -5,7 +5,7 @@ from the environment (JAXTUNE_REMOTE_CACHE, JAXTUNE_CACHE_DIR, JAXTUNE_MODE, AWS
         calls the `spin` kernel under jax.jit and writes which config it used, where from,
         its entry's creation time and the output (which reveals the config).
     python tests/shared_store_worker.py publish WRITER COUNT
-        publishes COUNT entries to the shared store, one per publish, printing
+        publishes COUNT entries (at most 300 s) to the shared store, one per publish, printing
         `ack <key>` once each publish has returned (`fail <key> <why>` when it raised).
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 if sys.argv[1:2] != ["publish"]:  # publishers need no JAX: they start faster without it
     import jax
@@ -53,7 +54,10 @@ def publish(writer: str, count: int) -> None:
 
     settings = _config.settings()
     store = SharedStore(settings.remote_cache, settings.remote_timeout)
+    stop = time.monotonic() + 300  # bounded in count and in time: it ends by itself
     for i in range(count):
+        if time.monotonic() > stop:
+            break
         key = f"f32[{writer}-{i}]"
         entry = Entry(
             kernel="tests.shared.many",

@@ -287,7 +287,7 @@ def test_eight_publishers_killed_at_random_lose_no_acknowledged_entry(store_url)
     env = {"JAXTUNE_REMOTE_CACHE": store_url, "JAXTUNE_REMOTE_TIMEOUT": "120"}
     publishers = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), "publish", f"w{i}", "400"],
+            [sys.executable, str(WORKER), "publish", f"w{i}", "5000"],
             env={**os.environ, **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -394,7 +394,10 @@ def test_a_store_stopped_mid_run_costs_one_warning_and_one_wait(how, monkeypatch
             np.testing.assert_array_equal(jax.jit(second)(X), X)
         assert len(caught) == 1
         message = str(caught[0].message)
-        assert ("did not answer within 2 s" in message) == (how == "frozen"), message
+        assert f"the shared store {url}" in message
+        # A refused connection may fail at once or after the client's retries: a frozen
+        # server never answers, so it is the deadline that ends the wait.
+        assert how == "killed" or "did not answer within 2 s" in message, message
         asked = _shared.operations(url)
         # From now on: no request, no warning, no wait, for lookups and publishes alike.
         with warnings.catch_warnings():

@@ -90,7 +90,9 @@ def read_through(kernel: str, device_kind: str) -> bool:
     if store is None:
         return False
     memo = (store.url, device_kind, kernel)
-    with _LOCK:  # one read per kernel, even when threads trace it at the same time
+    # One read per kernel, even when threads trace it at the same time; the others wait
+    # until the entries are in the user cache.
+    with _LOCK:
         if memo in _READ:
             return False
         _READ.add(memo)
@@ -99,14 +101,14 @@ def read_through(kernel: str, device_kind: str) -> bool:
         except SharedStoreError as e:
             _give_up(store.url, e)
             return False
-    if not found:
-        return False
-    cache = user_cache()
-    try:
-        cache.merge(found, keep_newer=True)
-    except CacheError:
-        newer = [e for e in found if _newer_than_cached(e)]
-        cache.keep(newer)  # kept in this process, with one warning naming the fix
+        if not found:
+            return False
+        cache = user_cache()
+        try:
+            cache.merge(found, keep_newer=True)
+        except CacheError:
+            newer = [e for e in found if _newer_than_cached(e)]
+            cache.keep(newer)  # kept in this process, with one warning naming the fix
     return True
 
 
