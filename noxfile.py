@@ -110,7 +110,8 @@ def tests(session: nox.Session, jax: str | None) -> None:
     libraries of the `conformance` group that install) on the oldest and the newest
     toolchain, in two pytest workers (most tests wait on child processes); `nox -s tests --
     -m "not child"` runs the fast tier, `-- -n 0` one worker (docs/development.md)."""
-    _install(session, "test", jax=jax, extras="plots")
+    # `remote`: the shared-store tests run against a local S3 server (moto, test group).
+    _install(session, "test", jax=jax, extras="plots,remote")
     # Third-party kernel libraries for tests/conformance/: best effort per toolchain.
     _install_optional(session, "conformance")
     session.run(
@@ -178,5 +179,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_right_winner.py", "--results", str(results))
     session.run("python", "bench/bench_vs_tools.py", "--results", str(results))
     session.run("python", "bench/bench_flash_vs_tune_jax.py", "--results", str(results))
+    session.install(".[remote]", "moto[server]")  # bench_shared_store.py's local S3 server
+    session.run("python", "bench/bench_shared_store.py", "--results", str(results))
     for script in ("bench_child_runner.py", "bench_trace_reader.py", "bench_cache.py"):
         session.run("python", str(ROOT / "bench" / script), *session.posargs)

@@ -25,6 +25,7 @@ from .._tuning.decision import decision_text
 from .._tuning.result import TuningResult, format_table
 from .._tuning.store import cache as _cache
 from .._tuning.store import results as _results
+from . import cache_sync as _sync
 
 __all__ = ["add_parser", "run"]
 
@@ -125,6 +126,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--full", action="store_true", help="let the program run to its end")
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python serve.py ...")
+    _sync.add_actions(action)  # push, pull: the shared store
 
 
 def _title(e: Entry) -> str:
@@ -606,3 +608,4 @@ _ACTIONS: dict[str, Callable[[argparse.Namespace, _cache.CacheStore, Out], int |
     "clear": _clear,
     "check": _check,
 }
+_ACTIONS.update(_sync.ACTIONS)

@@ -27,6 +27,7 @@ from .._render.units import count
 from .._tuning.digest import CodeDigest
 from .._tuning.result import format_table
 from .._tuning.store import cache as _cache
+from .._tuning.store import shared as _shared
 from .._tuning.sweep.entry import make_entry
 from .._tuning.sweep.plan import SweepPlan
 from .._tuning.sweep.runner import ProcessRunner
@@ -249,6 +250,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
         code = CodeDigest.from_wire(record.get("code"))
         entry = make_entry(plan, outcome, kind, record["version"], code=code)
         _cache.user_cache().keep([entry])
+        _shared.publish([entry])
         entries.append(entry)
     return entries, problems
 

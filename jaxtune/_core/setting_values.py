@@ -15,12 +15,14 @@ __all__ = [
     "MAX_CONFIGS",
     "MAX_SECONDS",
     "MIN_SECONDS",
+    "REMOTE_ALLOWED",
     "bad",
     "budget",
     "choice",
     "directory",
     "flag",
     "level",
+    "remote",
     "seconds",
 ]
 
@@ -130,5 +132,37 @@ def directory(name: str, *, file_ok: bool = False) -> Callable[[str], pathlib.Pa
         if is_file and not file_ok:
             raise bad(name, raw, "a directory path (this path exists and is not a directory)")
         return path
+
+    return parse
+
+
+REMOTE_ALLOWED = (
+    "s3://bucket/prefix, gs://bucket/prefix, or a directory on a shared filesystem (a path "
+    "or file:///path); empty: no shared store"
+)
+
+
+def remote(name: str) -> Callable[[str], str]:
+    """A shared store: ``s3://``/``gs://`` (also ``gcs://``) with a bucket, or a directory
+    (returned absolute, so a program that changes its working directory keeps the store);
+    ``""`` when unset."""
+    as_directory = directory(name)
+
+    def parse(raw: str) -> str:
+        value = raw.strip()
+        if not value:
+            return ""
+        scheme, sep, rest = value.partition("://")
+        if not sep:
+            return os.path.abspath(as_directory(value))
+        scheme = scheme.lower()
+        if scheme in ("s3", "gs", "gcs"):
+            bucket = rest.split("/", 1)[0]
+            if not bucket or any(c.isspace() for c in rest):
+                raise bad(name, raw, f"{REMOTE_ALLOWED} (this one names no bucket)")
+            return f"{scheme}://{rest.rstrip('/')}"
+        if scheme == "file" and rest.startswith("/"):
+            return os.path.abspath(as_directory(rest))
+        raise bad(name, raw, REMOTE_ALLOWED)
 
     return parse

@@ -28,6 +28,7 @@ from .setting_values import choice as _choice
 from .setting_values import directory as _directory
 from .setting_values import flag as _flag
 from .setting_values import level as _level
+from .setting_values import remote as _remote
 from .setting_values import seconds as _seconds
 
 __all__ = [
@@ -73,6 +74,10 @@ class Settings:
     timer: str = "auto"
     #: ``JAXTUNE_ON_MISS``: what a traced call with no tuned config does.
     on_miss: OnMiss = "default"
+    #: ``JAXTUNE_REMOTE_CACHE``: the shared store (a URL or an absolute directory), or "".
+    remote_cache: str = ""
+    #: ``JAXTUNE_REMOTE_TIMEOUT``: seconds one operation on the shared store may take.
+    remote_timeout: float = 5.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -216,6 +221,25 @@ VARIABLES: tuple[Variable, ...] = (
         "entry, and no sweep) does: default: runs the default config; warn: the same, with "
         "one JaxtuneWarning per kernel and key; error: raises MissError naming the kernel, "
         "the key and the command that tunes it.",
+    ),
+    Variable(
+        name="JAXTUNE_REMOTE_CACHE",
+        field="remote_cache",
+        allowed="s3://bucket/prefix, gs://bucket/prefix, a directory, or empty",
+        default="",
+        parse=_remote("JAXTUNE_REMOTE_CACHE"),
+        doc="A store that a team's machines share: a miss in the user cache reads it "
+        "through (once per kernel per process), a sweep publishes its entry to it. Needs "
+        "pip install 'jaxtune[remote]'.",
+    ),
+    Variable(
+        name="JAXTUNE_REMOTE_TIMEOUT",
+        field="remote_timeout",
+        allowed="a positive number of seconds",
+        default="5",
+        parse=_seconds("JAXTUNE_REMOTE_TIMEOUT"),
+        doc="Seconds one read or publish of the shared store may take; a store that does "
+        "not answer in time is skipped for the rest of the process, with one warning.",
     ),
 )
 

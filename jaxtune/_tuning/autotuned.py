@@ -44,6 +44,7 @@ from .result import TuningResult
 from .signature import Signature, is_tracing
 from .space import ConfigSpec
 from .store import cache as _cache
+from .store import shared as _shared
 from .sweep import timing as _timing
 from .sweep.entry import make_entry as make_entry
 from .sweep.plan import SweepOutcome, SweepPlan, SweepTask
@@ -398,6 +399,7 @@ class Autotuned(Generic[P, R]):
         entry = make_entry(task.plan, outcome, kind, self.version, code=self.code.value)
         if _agree.may_write_cache():
             _cache.user_cache().keep([entry])
+            _shared.publish([entry])
         with self._lock:
             self._retuned[kind, sig.key] = task.plan.timing
         return entry

@@ -1,5 +1,5 @@
 """Lookup order for a config: explicit -> scope -> cross-host agreement -> user cache ->
-packaged -> nearest (opt-in) -> default.
+shared store (read through into the user cache) -> packaged -> nearest (opt-in) -> default.
 
 The agreement (``jaxtune._distributed``) wraps everything after the scopes: with
 ``jax.distributed`` initialised, process 0 runs the rest of the order and the others adopt
@@ -26,9 +26,11 @@ from .._core import settings as _config
 from .._core import versions as _versions
 from .._core.errors import JaxtuneWarning
 from .._core.vocabulary import Choice, Entry, Measurement, Source, config_id
+from .._distributed import agree as _agree
 from .digest import KernelCode
 from .result import active_scopes
 from .store import cache as _cache
+from .store import shared as _shared
 
 __all__ = [
     "Choice",
@@ -166,11 +168,18 @@ def scoped_entry(kernel: str, kind: str, key: str, fit: Fit) -> Entry | None:
 
 
 def cached_entry(kernel: str, kind: str, key: str, fit: Fit) -> tuple[Entry, Source] | None:
-    """The usable entry of the user cache, else of the first packaged cache that has one."""
+    """The usable entry of the user cache (after reading the shared store through into it,
+    on a miss), else of the first packaged cache that has one."""
     entry = _cache.user_cache().lookup(kernel, kind, key, version=fit.version)
     if fit.usable(entry, "user cache"):
         assert entry is not None
         return entry, "cache"
+    # Only the process that writes the cache reads the store (process 0 of a job).
+    if _agree.may_write_cache() and _shared.read_through(kernel, kind):
+        entry = _cache.user_cache().lookup(kernel, kind, key, version=fit.version)
+        if fit.usable(entry, "shared store"):
+            assert entry is not None
+            return entry, "cache"
     for layer in _cache.layers():
         entry = layer.lookup(kernel, kind, key, version=fit.version)
         if fit.usable(entry, "packaged"):

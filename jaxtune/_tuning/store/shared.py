@@ -1,0 +1,159 @@
+"""What a process does with the shared store (``JAXTUNE_REMOTE_CACHE``, :mod:`.remote`).
+
+A miss in the user cache reads the store through: the first time this process looks up a
+kernel on a device kind, the store's entries of that kernel are copied into the user cache
+(one read, bounded by ``JAXTUNE_REMOTE_TIMEOUT``); later lookups, hits or misses, are
+served by the user cache alone. A sweep publishes its new entry. A store that is down,
+slow or refuses access costs one warning and at most one timeout: this process then makes
+no further request to it, so a lookup inside ``jax.jit`` never waits on the network twice.
+A store that refuses only writes (read-only credentials) is still read.
+
+Multi-host: only the process that writes the cache reads and publishes; the callers ask
+``jaxtune._distributed`` (process 0 decides every config, the others adopt it).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable
+
+from ..._core import settings as _config
+from ..._core.errors import CacheError, JaxtuneWarning
+from ..._core.vocabulary import Entry
+from .cache import user_cache
+from .remote import SharedStore, SharedStoreError
+
+__all__ = ["current", "operations", "publish", "read_through", "reset"]
+
+_LOCK = threading.RLock()
+_STORES: dict[tuple[str, float], SharedStore] = {}
+#: Stores this process gave up on (URL -> why): no request is made to them again.
+_DOWN: dict[str, str] = {}
+#: Stores that refused a publish (URL -> why): still read, never written again.
+_NO_PUBLISH: dict[str, str] = {}
+#: (URL, device kind, kernel) already read through by this process.
+_READ: set[tuple[str, str, str]] = set()
+
+_MSG_DOWN = (
+    "jaxtune cannot use the shared store: {why}. This process goes on without it and makes "
+    "no further request to it: lookups use the user cache, packaged caches and defaults; "
+    "entries it tunes stay in the user cache (`jaxtune cache push` publishes them later). "
+    "Check the store's URL, the network and the credentials (`jaxtune cache pull` tries "
+    "the store again and raises its error)."
+)
+
+_MSG_NO_PUBLISH = (
+    "jaxtune cannot publish to the shared store: {why}. This process still reads it, but "
+    "publishes nothing more to it: entries it tunes stay in the user cache. Give these "
+    "credentials write access to the store (then `jaxtune cache push`), or keep them "
+    "read-only on purpose."
+)
+
+
+def current() -> SharedStore | None:
+    """The shared store of ``JAXTUNE_REMOTE_CACHE``, or ``None`` when it is unset, this
+    process gave up on it, or its client library is missing (one warning naming the
+    extra)."""
+    settings = _config.settings()
+    url = settings.remote_cache
+    if not url:
+        return None
+    with _LOCK:
+        if url in _DOWN:
+            return None
+        store = _STORES.get((url, settings.remote_timeout))
+        if store is None:
+            try:
+                store = SharedStore(url, settings.remote_timeout)
+            except SharedStoreError as e:
+                _give_up(url, e)
+                return None
+            _STORES[url, settings.remote_timeout] = store
+        return store
+
+
+def _give_up(url: str, e: SharedStoreError) -> None:
+    with _LOCK:
+        if url in _DOWN:
+            return
+        _DOWN[url] = str(e)
+    text = str(e) if e.missing else _MSG_DOWN.format(why=e)
+    warnings.warn(text, JaxtuneWarning, stacklevel=4)
+
+
+def read_through(kernel: str, device_kind: str) -> bool:
+    """Copies the shared store's entries of ``kernel`` on ``device_kind`` into the user
+    cache, the first time this process asks (an entry of the user cache tuned later than
+    the store's stays); returns whether the store had any."""
+    store = current()
+    if store is None:
+        return False
+    memo = (store.url, device_kind, kernel)
+    # One read per kernel, even when threads trace it at the same time; the others wait
+    # until the entries are in the user cache.
+    with _LOCK:
+        if memo in _READ:
+            return False
+        _READ.add(memo)
+        try:
+            found = list(store.read(device_kind, kernel).values())
+        except SharedStoreError as e:
+            _give_up(store.url, e)
+            return False
+        if not found:
+            return False
+        cache = user_cache()
+        try:
+            cache.merge(found, keep_newer=True)
+        except CacheError:
+            newer = [e for e in found if _newer_than_cached(e)]
+            cache.keep(newer)  # kept in this process, with one warning naming the fix
+    return True
+
+
+def _newer_than_cached(entry: Entry) -> bool:
+    mine = user_cache().lookup(
+        entry.kernel, entry.device_kind, entry.key, version=entry.kernel_version
+    )
+    return mine is None or mine.created < entry.created
+
+
+def publish(entries: Iterable[Entry]) -> bool:
+    """Publishes ``entries`` (just tuned) to the shared store; returns whether they were
+    stored there. A failure is one warning, after which this process stops asking."""
+    store = current()
+    if store is None:
+        return False
+    with _LOCK:
+        if store.url in _NO_PUBLISH:
+            return False
+    try:
+        store.publish(entries)
+    except SharedStoreError as e:
+        if not e.denied:
+            _give_up(store.url, e)
+            return False
+        with _LOCK:
+            if store.url in _NO_PUBLISH:
+                return False
+            _NO_PUBLISH[store.url] = str(e)
+        warnings.warn(_MSG_NO_PUBLISH.format(why=e), JaxtuneWarning, stacklevel=3)
+        return False
+    return True
+
+
+def operations(url: str) -> int:
+    """How many operations this process started on the store at ``url`` (for tests that
+    check a failed store is asked no more)."""
+    with _LOCK:
+        return sum(s.operations for (u, _), s in _STORES.items() if u == url)
+
+
+def reset() -> None:
+    """Forgets every store, failure and read of this process (for tests)."""
+    with _LOCK:
+        _STORES.clear()
+        _DOWN.clear()
+        _NO_PUBLISH.clear()
+        _READ.clear()
