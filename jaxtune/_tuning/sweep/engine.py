@@ -25,6 +25,7 @@ import jax
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
 from ..signature import Signature
+from .breakdown import Breakdown
 from .check import check_outputs, reason
 from .inputs import make_inputs
 from .rounds import interleaved, measurement
@@ -69,6 +70,11 @@ class Sweeper:
         #: config crashed a child during a round of passes); passes otherwise.
         self.serial_rounds = False
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
+        #: Where the time goes (see :mod:`.breakdown`); each config's calls so far, and
+        #: the count already reported.
+        self.breakdown = Breakdown()
+        self._calls: dict[str, list[int]] = {}
+        self._reported: dict[str, int] = {}
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -175,13 +181,30 @@ class Sweeper:
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
             return self._failed[cid]
         seconds = time.perf_counter() - start
+        self.breakdown.add("compile_threads", seconds)
         self.emit("compiled", cid, seconds)
         if seconds > self.task.plan.timeout_s:
             self._failed[cid] = self._too_slow(config, "compiling", seconds)
             return self._failed[cid]
-        # The inputs are looked up on each call: compiled early, they arrive afterwards.
-        self._runs[cid] = ((lambda: block(compiled(self.inputs))), seconds)
+        calls = self._calls.setdefault(cid, [0])
+
+        def run() -> Any:
+            calls[0] += 1  # a cell, not a lock: this runs inside the timed loops
+            # The inputs are looked up on each call: compiled early, they arrive afterwards.
+            return block(compiled(self.inputs))
+
+        self._runs[cid] = (run, seconds)
         return None
+
+    def account(self) -> dict[str, Any]:
+        """Where the time went since the last account, and each config's calls meanwhile
+        (see :meth:`.breakdown.Breakdown.take`)."""
+        for cid, cell in self._calls.items():
+            new = cell[0] - self._reported.get(cid, 0)
+            if new:
+                self.breakdown.count(cid, new)
+                self._reported[cid] = cell[0]
+        return self.breakdown.take()
 
     def _module(self, config: Config) -> str:
         """The HLO module name of ``config``'s executable."""
@@ -211,6 +234,7 @@ class Sweeper:
             return Failure(config=config, stage="run", reason=reason(e)), None
         finally:
             self.emit("ran", cid, None)
+            self.breakdown.add("warmup", time.perf_counter() - start)
         spent = time.perf_counter() - start
         if spent > self.task.plan.timeout_s:
             return self._too_slow(config, "running", spent), None
@@ -245,7 +269,8 @@ class Sweeper:
                         outputs[ref_id] = out
         ref: list[Any] = []
         for _ in ids:
-            cid, failure = done.get()
+            with self.breakdown.timed("compile_wait"):
+                cid, failure = done.get()
             if failure is None:
                 failure, out = self._first_run(by_id[cid])
                 if failure is None:
@@ -275,7 +300,8 @@ class Sweeper:
                 return
         for cid in list(outputs):
             out = outputs.pop(cid)
-            problem = check_outputs(out, ref[0], self.task.check)
+            with self.breakdown.timed("check"):
+                problem = check_outputs(out, ref[0], self.task.check)
             if problem is not None:
                 outcome[cid] = Failure(config=dict(by_id[cid]), stage="check", reason=problem)
 
@@ -307,7 +333,8 @@ class Sweeper:
             for config in runnable:
                 self.emit("result", config_id(config), timed[config_id(config)])
         else:
-            timed = self._first_pass(runnable, best_us)
+            with self.breakdown.timed("first_pass"):
+                timed = self._first_pass(runnable, best_us)
         results: dict[str, Result] = {}
         for config in configs:
             cid = config_id(config)
@@ -470,6 +497,10 @@ class Sweeper:
     ) -> dict[str, Result]:
         """Times compiled ``configs`` in interleaved rounds (:func:`~.rounds.interleaved`),
         ``second`` on a second look."""
+        with self.breakdown.timed("rounds"):
+            return self._rounds(configs, second)
+
+    def _rounds(self, configs: Sequence[Config], second: Sequence[Config]) -> dict[str, Result]:
         return interleaved(
             configs,
             timed=self._round,

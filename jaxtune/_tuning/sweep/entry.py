@@ -59,4 +59,5 @@ def make_entry(plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str) 
         },
         timer=resolve_timer(plan.timer, platform_of(kind)),
         timing=plan.timing,
+        phases=dict(outcome.phases),
     )

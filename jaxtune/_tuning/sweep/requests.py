@@ -21,6 +21,7 @@ __all__ = [
     "HANDLER",
     "Measure",
     "Retime",
+    "account_of",
     "reference_config",
     "results_answer",
     "results_of",
@@ -139,9 +140,20 @@ def reference_config(
     return None
 
 
-def results_answer(results: Mapping[str, Measurement | Failure]) -> Done:
-    """The answer that carries an operation's results (by config id) to the parent."""
-    return Done(body={"results": {cid: r.to_dict() for cid, r in results.items()}})
+def results_answer(
+    results: Mapping[str, Measurement | Failure], account: Mapping[str, Any] | None = None
+) -> Done:
+    """The answer that carries an operation's results (by config id) to the parent, and
+    where its time went (``account``: :meth:`~.breakdown.Breakdown.take`)."""
+    body: dict[str, Any] = {"results": {cid: r.to_dict() for cid, r in results.items()}}
+    if account is not None:
+        body["breakdown"] = dict(account)
+    return Done(body=body)
+
+
+def account_of(answer: Done) -> Any:
+    """Where an operation's time went, as its answer says (``None``: not said)."""
+    return answer.body.get("breakdown")
 
 
 def results_of(answer: Done) -> dict[str, Measurement | Failure]:
