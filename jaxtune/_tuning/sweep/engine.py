@@ -74,6 +74,8 @@ class Sweeper:
         #: the count already reported.
         self.breakdown = Breakdown()
         self._calls: dict[str, list[int]] = {}
+        #: Each config's first call, in seconds (the check's run).
+        self._first_s: dict[str, float] = {}
         self._reported: dict[str, int] = {}
 
     @property
@@ -236,6 +238,7 @@ class Sweeper:
             self.emit("ran", cid, None)
             self.breakdown.add("warmup", time.perf_counter() - start)
         spent = time.perf_counter() - start
+        self._first_s[cid] = spent
         if spent > self.task.plan.timeout_s:
             return self._too_slow(config, "running", spent), None
         return None, out
@@ -314,7 +317,7 @@ class Sweeper:
         reference: Config | None,
         best_us: float | None = None,
         serial_compile: bool = False,
-        rounds: bool = False,
+        rounds: bool | str = False,
     ) -> dict[str, Result]:
         """Compiles, checks and times each config (timed in the given order).
 
@@ -323,10 +326,15 @@ class Sweeper:
         first config that runs becomes the reference. ``best_us`` carries the best time of
         configs measured elsewhere, for early dropping. With ``rounds``, there is no first
         pass: every config that works is timed in interleaved rounds at once (as
-        :meth:`retime` does), for a batch that is the whole of a small space.
+        :meth:`retime` does), for a batch that is the whole of a small space; with
+        ``rounds="slow"``, so when every config's first call took at least the options'
+        ``rounds_above_s`` (for a batch that is the whole space).
         """
         checked = self._check_all(configs, reference, serial_compile)
         runnable = [c for c in configs if checked[config_id(c)] is None]
+        if rounds == "slow":
+            firsts = [self._first_s.get(config_id(c), 0.0) for c in runnable]
+            rounds = bool(firsts) and min(firsts) >= self.task.plan.options.rounds_above_s
         timed: Mapping[str, Result]
         if rounds:
             timed = self._interleaved(runnable)

@@ -159,8 +159,9 @@ def new_progress(plan: SweepPlan) -> Progress:
 
 
 #: ``measure(configs, known, rounds)``: each config's result by id; ``known`` holds earlier
-#: ones; ``rounds``: time them in interleaved rounds at once, without a first pass.
-MeasureFn = Callable[[list[Config], Mapping[str, Result], bool], Mapping[str, Result]]
+#: ones; ``rounds``: time them in interleaved rounds at once, without a first pass
+#: (``"slow"``: when the kernel turns out slow, see :meth:`~.engine.Sweeper.measure`).
+MeasureFn = Callable[[list[Config], Mapping[str, Result], Any], Mapping[str, Result]]
 #: ``retime(leaders, second)``: the leaders timed in interleaved rounds, with a second look
 #: at ``second`` in the first rounds (:func:`~.rounds.interleaved`).
 RetimeFn = Callable[[list[Config], list[Config]], Mapping[str, Result]]
@@ -178,7 +179,7 @@ def drive(
     leaders with a second look at the other configs measured, pick the winner. A small
     space measured in one batch (at most the options' ``first_pass_above`` configs) is
     timed in interleaved rounds straight away, which takes the place of the first pass and
-    the re-timing. ``breakdown`` gathers where the time went (the measurers add to it);
+    the re-timing; so is a whole space measured in one batch when the kernel is slow. ``breakdown`` gathers where the time went (the measurers add to it);
     the outcome carries its phases, and each measurement its calls."""
     start = time.perf_counter()
     known: dict[str, Result] = {}
@@ -186,8 +187,8 @@ def drive(
     small = len(space) <= plan.options.first_pass_above
 
     def measure_batch(configs: list[Config]) -> Mapping[str, Result]:
-        whole = small and not known and space <= {config_id(c) for c in configs}
-        got = measure(configs, known, whole)
+        whole = not known and space <= {config_id(c) for c in configs}
+        got = measure(configs, known, (True if small else "slow") if whole else False)
         known.update(got)
         return got
 

@@ -78,13 +78,14 @@ def _configs(raw: Any) -> list[Config]:
 class Measure:
     """Compile, check and time ``todo``: outputs checked against ``reference`` (``None``:
     the first config that runs), configs far slower than ``best_us`` stop early, compiles
-    one at a time when ``serial``, and, with ``rounds``, all timed in interleaved rounds."""
+    one at a time when ``serial``, and, with ``rounds``, all timed in interleaved rounds
+    (``"slow"``: when the kernel is slow; see :meth:`~.engine.Sweeper.measure`)."""
 
     todo: list[Config]
     reference: Config | None = None
     best_us: float | None = None
     serial: bool = False
-    rounds: bool = False
+    rounds: bool | str = False
 
     def of(self, request: Request) -> Request:
         """``request`` (the task's) asking for this operation."""
@@ -99,7 +100,7 @@ class Measure:
             reference=dict(reference) if isinstance(reference, Mapping) else None,
             best_us=float(best) if isinstance(best, int | float) else None,
             serial=bool(f.get("serial")),
-            rounds=bool(f.get("rounds")),
+            rounds="slow" if f.get("rounds") == "slow" else bool(f.get("rounds")),
         )
 
 

@@ -151,7 +151,7 @@ class ProcessRunner(ChildService):
         self.breakdown = Breakdown()
 
         def measure(
-            order: list[dict[str, Any]], known: Mapping[str, Result], rounds: bool
+            order: list[dict[str, Any]], known: Mapping[str, Result], rounds: bool | str
         ) -> dict[str, Result]:
             if len(devices) > 1:  # rounds compare configs on one device only
                 return self._measure_on_devices(plan, request, progress, order, devices, known)
@@ -192,7 +192,7 @@ class ProcessRunner(ChildService):
         order: list[dict[str, Any]],
         known: Mapping[str, Result] | None = None,
         *,
-        rounds: bool = False,
+        rounds: bool | str = False,
     ) -> dict[str, Result]:
         results: dict[str, Result] = {}
         serial = False
