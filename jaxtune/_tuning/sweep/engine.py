@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import os
 import queue
 import threading
 import time
@@ -24,6 +23,7 @@ import jax
 
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
+from ..._isolation.devices import usable_cores
 from ..signature import Signature
 from .breakdown import Breakdown
 from .check import check_outputs, reason
@@ -35,7 +35,7 @@ from .timing import Timing, block
 if TYPE_CHECKING:
     from .plan import SweepTask
 
-__all__ = ["EventSink", "Sweeper", "measurement"]
+__all__ = ["EventSink", "Sweeper", "compile_threads", "measurement"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -136,7 +136,7 @@ class Sweeper:
         spec: dict[str, Any] | None,
         done: Callable[[Compiled], None] | None = None,
     ) -> dict[str, Failure]:
-        threads = 1 if serial else (self.task.compile_threads or min(4, os.cpu_count() or 1))
+        threads = 1 if serial else (self.task.compile_threads or compile_threads())
         local_config = _context.capture()
 
         def one(config: Config) -> Failure | None:
@@ -518,6 +518,15 @@ class Sweeper:
             default=self.task.plan.default,
             second=second,
         )
+
+
+def compile_threads() -> int:
+    """How many configs compile at once by default: one core is left to the thread that
+    runs them, at most 4. Tracing and lowering a kernel is Python work that holds the
+    GIL (all of it for an interpret-mode Pallas kernel); on a 2-core machine a second
+    compiling thread made every compile and every run slower (issue 32: JAX's flash
+    attention, 9 configs: compile threads 188 s against 63 s, the sweep 1.38x slower)."""
+    return max(1, min(4, usable_cores() - 1))
 
 
 def _differentiable(leaf: Any) -> bool:

@@ -72,6 +72,8 @@ class SweepPlan:
     #: sweep runs) and the pass timed: ``forward``, or ``vjp`` (forward and backward).
     timer: str = "auto"
     timing: str = "forward"
+    #: Configs compiled at once (0: :func:`~.engine.compile_threads`).
+    compile_threads: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A msgpack-ready form (inverse: :meth:`from_dict`)."""
@@ -89,6 +91,7 @@ class SweepPlan:
             "budget": None if self.budget is None else [self.budget.configs, self.budget.seconds],
             "timer": self.timer,
             "timing": self.timing,
+            "compile_threads": self.compile_threads,
         }
 
     @classmethod
@@ -110,6 +113,7 @@ class SweepPlan:
             else None,
             timer=str(d.get("timer") or "auto"),
             timing=str(d.get("timing") or "forward"),
+            compile_threads=int(d.get("compile_threads") or 0),
         )
 
 

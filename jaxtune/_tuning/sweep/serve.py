@@ -66,7 +66,12 @@ def _build_task(request: Request, *, abstract: bool = False) -> SweepTask:
             "differs between the two processes"
         )
     return SweepTask(
-        plan=plan, fn=kernel.__wrapped__, signature=sig, check=kernel.check, inputs=kernel.inputs
+        plan=plan,
+        fn=kernel.__wrapped__,
+        signature=sig,
+        check=kernel.check,
+        inputs=kernel.inputs,
+        compile_threads=plan.compile_threads,
     )
 
 
