@@ -51,3 +51,28 @@ def _fake_request():
     from jaxtune._isolation.frames import Request
 
     return Request(op="measure", handler=_requests.HANDLER, ref=None, fields={"task_id": "t"})
+
+
+@pytest.mark.parametrize("isolation", ["process", "inline"])
+def test_jaxtune_tune_starts_the_child_before_it_looks_for_kernels(isolation, monkeypatch):
+    """Issue 32: `jaxtune.tune` starts the sweep child ahead of need in every mode (the
+    kernels are found meanwhile); with inline isolation there is no child to start."""
+    import jaxtune
+    from jaxtune._program import locate as _locate
+    from jaxtune._tuning import tune as _tune
+    from jaxtune._tuning.sweep import runner as _runner
+
+    events = []
+    monkeypatch.setenv("JAXTUNE_ISOLATION", isolation)
+    monkeypatch.setattr(
+        _runner.ProcessRunner, "prestart", lambda self, fn=None: events.append("start")
+    )
+    real = _locate.locate
+
+    def locate(*args, **kwargs):
+        events.append("locate")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_tune, "locate", locate)
+    jaxtune.tune(lambda x: x + 1, jnp.ones(4))
+    assert events == (["start", "locate"] if isolation == "process" else ["locate"])

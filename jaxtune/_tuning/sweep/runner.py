@@ -376,13 +376,14 @@ def default_runner() -> Runner:
     return ProcessRunner(devices=sweep_devices())
 
 
-def prestart_child(fn: Any = None) -> None:
-    """In ``tune``/``retune`` mode with process isolation, starts the sweep child now (in
-    the background) and imports ``fn``'s module there, so that the first sweep waits for
-    neither; bad settings are left for the first call to report."""
+def prestart_child(fn: Any = None, *, sweeping: bool = False) -> None:
+    """In ``tune``/``retune`` mode (or whatever the mode when ``sweeping``: the caller is
+    about to sweep) with process isolation, starts the sweep child now (in the background)
+    and imports ``fn``'s module there, so that the first sweep waits for neither; bad
+    settings are left for the first call to report."""
     try:
         settings = _config.settings()
     except JaxtuneError:
         return
-    if settings.mode in ("tune", "retune") and settings.isolation == "process":
+    if (sweeping or settings.mode in ("tune", "retune")) and settings.isolation == "process":
         ProcessRunner().prestart(fn)
