@@ -105,7 +105,7 @@ def run_swiglu(order: str) -> dict[str, object]:
         report = pallas_forge.tune(
             pallas_forge.fused_swiglu, lambda config: args, fk.GRID, verbose=False
         )
-        best = getattr(report.best, "config", report.best)
+        best = report.best(1)[0].config
         return time.perf_counter() - start, best
 
     return _both(order, lambda: _sweep(fk.swiglu, args), peer)

@@ -320,8 +320,6 @@ class ProcessRunner(ChildService):
         flight = InFlight(message)
         start = time.perf_counter()
         child = self.child()
-        if self.breakdown is not None:
-            self.breakdown.add("start", time.perf_counter() - start)
         task = task_id(message)
         # A child that built this task holds its arguments and plan: they need not travel again.
         lean = message.lean("plan")
@@ -332,6 +330,9 @@ class ProcessRunner(ChildService):
                 progress.update(result)
 
         with child.lock:
+            # Until here: the child's start, and a module import started ahead of need.
+            if self.breakdown is not None:
+                self.breakdown.add("start", time.perf_counter() - start)
             if not child.alive():  # replaced while this waited (a module import that hung)
                 return self._exchange(plan, message, progress=progress)
             offset = child.log_size()
