@@ -383,3 +383,54 @@ def test_a_slow_kernels_rounds_have_time_to_show_a_config_slower_after_a_second_
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
     outcome = _sweep.finish(plan, got, retimed=set(got))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": "d"}, "clear")
+
+
+@pytest.mark.parametrize("ratio", [1.4, 1.7])
+def test_a_config_clearly_behind_leaves_the_rounds_after_two(ratio):
+    """Issue 32: a config whose fastest round is over 1.5x (``drop_ratio``) another's
+    slowest stops being timed after ``behind_after_rounds`` (3) when its rounds are long
+    (``rounds_above_s``); one nearer keeps racing until the rounds settle it."""
+    truth = {"a": 1e5, "b": 1e5 * ratio, "c": 1e6}
+    configs = [{"k": k} for k in "abc"]
+    got = _rounds.interleaved(
+        configs,
+        timed=rounds_timer(truth, 0),
+        compile_s={},
+        space=configs,
+        options=TimingOptions(),
+        default=configs[2],
+    )
+    _, b, c = (got[config_id(x)] for x in configs)
+    # Even the default leaves once clearly behind: whatever is stored is far faster.
+    assert (len(c.rounds_us), c.dropped) == (3, True)
+    assert (len(b.rounds_us) == 3) is (ratio > 1.5) is b.dropped
+    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[2])
+    outcome = _sweep.finish(plan, got, retimed=set(got))
+    assert (dict(outcome.best.config), outcome.decision) == ({"k": "a"}, "clear")
+    assert outcome.times()[1] == pytest.approx(c.time_us)
+
+
+def test_clearly_behind_compares_fastest_rounds_of_long_calls():
+    # "b" is behind "a"'s every round by over 1.5x; "c"'s fastest round is not.
+    rounds = {"a": [10.0, 10.5], "b": [16.0, 15.8], "c": [15.7, 40.0], "d": [9.0, 30.0]}
+    assert _rounds.clearly_behind(rounds, 1.5) == {"b"}
+    # Short calls are left to the rounds' tests.
+    assert _rounds.clearly_behind(rounds, 1.5, floor_us=20.0) == set()
+    assert _rounds.clearly_behind({}, 1.5) == set()
+
+
+def test_the_clearly_behind_rule_fires_on_long_calls_only():
+    """On a busy machine (other work slows 40 % of turns up to 3x), the faster of two
+    microsecond configs may be slowed in its first rounds; it is not ruled out there."""
+    truth = {"fast": 27.0, "slow": 36.0}
+    configs = [{"k": "slow"}, {"k": "fast"}]
+    for seed in range(20):
+        got = _rounds.interleaved(
+            configs,
+            timed=rounds_timer(truth, seed, busy=0.4),
+            compile_s={},
+            space=configs,
+            options=TimingOptions(),
+            default=configs[0],
+        )
+        assert not got[config_id(configs[1])].dropped, seed

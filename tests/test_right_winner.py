@@ -62,4 +62,7 @@ def test_a_busy_machine_still_gets_the_fastest_config_from_the_default_child():
             assert_fastest_measured(entry)
             slower = {config_id(m.config) for m in entry.measurements if m.dropped}
             assert slower == {"reps=20", "reps=40"}
-            assert entry.margin["low"] > 1.0  # the runner-up shown slower: its interval above 1
+            # The runner-up shown slower: its interval above 1, or (calls of 10 ms or more,
+            # issue 32) beaten in every round by over 1.5x, out before an interval exists.
+            low = entry.margin["low"]
+            assert low > 1.0 if low is not None else entry.margin["ratio"] > 1.5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import signal
@@ -166,6 +167,8 @@ def test_a_crash_beside_another_compile_is_pinned_by_its_thread_at_once(monkeypa
     sig = crash_beside_a_compile.bind((jnp.ones(64),), {})
     space = [{"mode": m} for m in ("ok", "slow_trace", "segfault_later", "fast")]
     task = crash_beside_a_compile.sweep_task(sig, space, {"mode": "ok"})
+    # Two threads, whatever the machine's cores (one core: one thread by default).
+    task = dataclasses.replace(task, plan=dataclasses.replace(task.plan, compile_threads=2))
     outcome = _runner.ProcessRunner().sweep(task)
     stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
     assert stages == {"ok": "ok", "slow_trace": "ok", "segfault_later": "crash", "fast": "ok"}

@@ -173,6 +173,14 @@ ENTRY_FIELDS: tuple[Field, ...] = (
         expected="a list of [module, qualname, hash] strings",
         required=False,
     ),
+    Field(
+        name="phases",
+        accepts=lambda v: (
+            _mapping(v) and all(isinstance(k, str) and _number(x) for k, x in v.items())
+        ),
+        expected="a dict of str to seconds",
+        required=False,
+    ),
 )
 
 _MEASUREMENT_FIELDS: tuple[Field, ...] = (
@@ -186,6 +194,7 @@ _MEASUREMENT_FIELDS: tuple[Field, ...] = (
     Field(name="low_us", accepts=_time, expected=_TIME, required=False),
     Field(name="high_us", accepts=_time, expected=_TIME, required=False),
     Field(name="rounds_us", accepts=_times, expected="a list of times", required=False),
+    Field(name="calls", accepts=_count, expected="an int >= 0", required=False),
 )
 
 _FAILURE_FIELDS: tuple[Field, ...] = (

@@ -62,6 +62,9 @@ class Measurement:
     high_us: float | None = None
     #: The median of each interleaved re-timing round (leaders only), round by round.
     rounds_us: tuple[float, ...] = ()
+    #: How many times the sweep called the config (warm-up, check and timed calls); 0 in
+    #: entries older than the field.
+    calls: int = 0
 
     ok = True
 
@@ -90,6 +93,8 @@ class Measurement:
         d = {"ok": True, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
         if not self.rounds_us:
             del d["rounds_us"]
+        if not self.calls:
+            del d["calls"]
         return d
 
 
@@ -161,6 +166,9 @@ class Entry:
     #: than the fields and for kernels that give ``version=``: never stale for code.
     code_digest: str = ""
     code_parts: tuple[tuple[str, str, str], ...] = ()
+    #: Where the sweep's wall time went, in seconds per phase (``start``, ``transfer``,
+    #: ``compile``, ...: see docs/search.md); empty in entries older than the field.
+    phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def pass_text(self) -> str:
@@ -217,6 +225,7 @@ class Entry:
             "margin": dict(self.margin) if self.margin else None,
             "timer": self.timer,
             "timing": self.timing,
+            "phases": dict(self.phases),
             "search": self.search,
             "measured": self.measured,
             "space_size": self.space_size,

@@ -12,6 +12,7 @@ from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
 from .autotuned import differentiated_calls, retrace_jitted_functions
 from .result import TuningResult
+from .sweep.runner import prestart_child
 
 if TYPE_CHECKING:
     import jax
@@ -60,6 +61,8 @@ def tune(
     """
     # A Lowered or Traced holds its shapes: arguments with it are refused, naming tune.
     check_staged_call(fn, args, kwargs, "jaxtune.tune")
+    # The sweep child starts while the kernels are found (lowering fn takes a while).
+    prestart_child(sweeping=True)
     # Finding the kernels must not start sweeps of its own (as JAXTUNE_MODE=tune would).
     with _config.override(mode="cached"):
         sites = locate(fn, *args, **kwargs)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import os
 import queue
 import threading
 import time
@@ -24,7 +23,9 @@ import jax
 
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
+from ..._isolation.devices import usable_cores
 from ..signature import Signature
+from .breakdown import Breakdown
 from .check import check_outputs, reason
 from .inputs import make_inputs
 from .rounds import interleaved, measurement
@@ -34,7 +35,7 @@ from .timing import Timing, block
 if TYPE_CHECKING:
     from .plan import SweepTask
 
-__all__ = ["EventSink", "Sweeper", "measurement"]
+__all__ = ["EventSink", "Sweeper", "compile_threads", "measurement"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -69,6 +70,13 @@ class Sweeper:
         #: config crashed a child during a round of passes); passes otherwise.
         self.serial_rounds = False
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
+        #: Where the time goes (see :mod:`.breakdown`); each config's calls so far, and
+        #: the count already reported.
+        self.breakdown = Breakdown()
+        self._calls: dict[str, list[int]] = {}
+        #: Each config's first call, in seconds (the check's run).
+        self._first_s: dict[str, float] = {}
+        self._reported: dict[str, int] = {}
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -128,7 +136,7 @@ class Sweeper:
         spec: dict[str, Any] | None,
         done: Callable[[Compiled], None] | None = None,
     ) -> dict[str, Failure]:
-        threads = 1 if serial else (self.task.compile_threads or min(4, os.cpu_count() or 1))
+        threads = 1 if serial else (self.task.compile_threads or compile_threads())
         local_config = _context.capture()
 
         def one(config: Config) -> Failure | None:
@@ -175,13 +183,30 @@ class Sweeper:
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
             return self._failed[cid]
         seconds = time.perf_counter() - start
+        self.breakdown.add("compile_threads", seconds)
         self.emit("compiled", cid, seconds)
         if seconds > self.task.plan.timeout_s:
             self._failed[cid] = self._too_slow(config, "compiling", seconds)
             return self._failed[cid]
-        # The inputs are looked up on each call: compiled early, they arrive afterwards.
-        self._runs[cid] = ((lambda: block(compiled(self.inputs))), seconds)
+        calls = self._calls.setdefault(cid, [0])
+
+        def run() -> Any:
+            calls[0] += 1  # a cell, not a lock: this runs inside the timed loops
+            # The inputs are looked up on each call: compiled early, they arrive afterwards.
+            return block(compiled(self.inputs))
+
+        self._runs[cid] = (run, seconds)
         return None
+
+    def account(self) -> dict[str, Any]:
+        """Where the time went since the last account, and each config's calls meanwhile
+        (see :meth:`.breakdown.Breakdown.take`)."""
+        for cid, cell in self._calls.items():
+            new = cell[0] - self._reported.get(cid, 0)
+            if new:
+                self.breakdown.count(cid, new)
+                self._reported[cid] = cell[0]
+        return self.breakdown.take()
 
     def _module(self, config: Config) -> str:
         """The HLO module name of ``config``'s executable."""
@@ -211,7 +236,9 @@ class Sweeper:
             return Failure(config=config, stage="run", reason=reason(e)), None
         finally:
             self.emit("ran", cid, None)
+            self.breakdown.add("warmup", time.perf_counter() - start)
         spent = time.perf_counter() - start
+        self._first_s[cid] = spent
         if spent > self.task.plan.timeout_s:
             return self._too_slow(config, "running", spent), None
         return None, out
@@ -245,7 +272,8 @@ class Sweeper:
                         outputs[ref_id] = out
         ref: list[Any] = []
         for _ in ids:
-            cid, failure = done.get()
+            with self.breakdown.timed("compile_wait"):
+                cid, failure = done.get()
             if failure is None:
                 failure, out = self._first_run(by_id[cid])
                 if failure is None:
@@ -275,7 +303,8 @@ class Sweeper:
                 return
         for cid in list(outputs):
             out = outputs.pop(cid)
-            problem = check_outputs(out, ref[0], self.task.check)
+            with self.breakdown.timed("check"):
+                problem = check_outputs(out, ref[0], self.task.check)
             if problem is not None:
                 outcome[cid] = Failure(config=dict(by_id[cid]), stage="check", reason=problem)
 
@@ -288,7 +317,7 @@ class Sweeper:
         reference: Config | None,
         best_us: float | None = None,
         serial_compile: bool = False,
-        rounds: bool = False,
+        rounds: bool | str = False,
     ) -> dict[str, Result]:
         """Compiles, checks and times each config (timed in the given order).
 
@@ -297,17 +326,23 @@ class Sweeper:
         first config that runs becomes the reference. ``best_us`` carries the best time of
         configs measured elsewhere, for early dropping. With ``rounds``, there is no first
         pass: every config that works is timed in interleaved rounds at once (as
-        :meth:`retime` does), for a batch that is the whole of a small space.
+        :meth:`retime` does), for a batch that is the whole of a small space; with
+        ``rounds="slow"``, so when every config's first call took at least the options'
+        ``rounds_above_s`` (for a batch that is the whole space).
         """
         checked = self._check_all(configs, reference, serial_compile)
         runnable = [c for c in configs if checked[config_id(c)] is None]
+        if rounds == "slow":
+            firsts = [self._first_s.get(config_id(c), 0.0) for c in runnable]
+            rounds = bool(firsts) and min(firsts) >= self.task.plan.options.rounds_above_s
         timed: Mapping[str, Result]
         if rounds:
             timed = self._interleaved(runnable)
             for config in runnable:
                 self.emit("result", config_id(config), timed[config_id(config)])
         else:
-            timed = self._first_pass(runnable, best_us)
+            with self.breakdown.timed("first_pass"):
+                timed = self._first_pass(runnable, best_us)
         results: dict[str, Result] = {}
         for config in configs:
             cid = config_id(config)
@@ -470,6 +505,10 @@ class Sweeper:
     ) -> dict[str, Result]:
         """Times compiled ``configs`` in interleaved rounds (:func:`~.rounds.interleaved`),
         ``second`` on a second look."""
+        with self.breakdown.timed("rounds"):
+            return self._rounds(configs, second)
+
+    def _rounds(self, configs: Sequence[Config], second: Sequence[Config]) -> dict[str, Result]:
         return interleaved(
             configs,
             timed=self._round,
@@ -479,6 +518,15 @@ class Sweeper:
             default=self.task.plan.default,
             second=second,
         )
+
+
+def compile_threads() -> int:
+    """How many configs compile at once by default: one core is left to the thread that
+    runs them, at most 4. Tracing and lowering a kernel is Python work that holds the
+    GIL (all of it for an interpret-mode Pallas kernel); on a 2-core machine a second
+    compiling thread made every compile and every run slower (issue 32: JAX's flash
+    attention, 9 configs: compile threads 188 s against 63 s, the sweep 1.38x slower)."""
+    return max(1, min(4, usable_cores() - 1))
 
 
 def _differentiable(leaf: Any) -> bool:

@@ -71,4 +71,5 @@ def make_entry(
         timing=plan.timing,
         code_digest=code.digest,
         code_parts=code.parts,
+        phases=dict(outcome.phases),
     )

@@ -12,11 +12,13 @@ earliest config of the space.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..signature import Signature
+from .breakdown import Breakdown
 from .engine import EventSink, Sweeper
 from .engine import measurement as measurement
 from .progress import Progress
@@ -70,6 +72,8 @@ class SweepPlan:
     #: sweep runs) and the pass timed: ``forward``, or ``vjp`` (forward and backward).
     timer: str = "auto"
     timing: str = "forward"
+    #: Configs compiled at once (0: :func:`~.engine.compile_threads`).
+    compile_threads: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """A msgpack-ready form (inverse: :meth:`from_dict`)."""
@@ -87,6 +91,7 @@ class SweepPlan:
             "budget": None if self.budget is None else [self.budget.configs, self.budget.seconds],
             "timer": self.timer,
             "timing": self.timing,
+            "compile_threads": self.compile_threads,
         }
 
     @classmethod
@@ -108,6 +113,7 @@ class SweepPlan:
             else None,
             timer=str(d.get("timer") or "auto"),
             timing=str(d.get("timing") or "forward"),
+            compile_threads=int(d.get("compile_threads") or 0),
         )
 
 
@@ -157,8 +163,9 @@ def new_progress(plan: SweepPlan) -> Progress:
 
 
 #: ``measure(configs, known, rounds)``: each config's result by id; ``known`` holds earlier
-#: ones; ``rounds``: time them in interleaved rounds at once, without a first pass.
-MeasureFn = Callable[[list[Config], Mapping[str, Result], bool], Mapping[str, Result]]
+#: ones; ``rounds``: time them in interleaved rounds at once, without a first pass
+#: (``"slow"``: when the kernel turns out slow, see :meth:`~.engine.Sweeper.measure`).
+MeasureFn = Callable[[list[Config], Mapping[str, Result], Any], Mapping[str, Result]]
 #: ``retime(leaders, second)``: the leaders timed in interleaved rounds, with a second look
 #: at ``second`` in the first rounds (:func:`~.rounds.interleaved`).
 RetimeFn = Callable[[list[Config], list[Config]], Mapping[str, Result]]
@@ -170,19 +177,22 @@ def drive(
     measure: MeasureFn,
     retime: RetimeFn,
     progress: Progress,
+    breakdown: Breakdown | None = None,
 ) -> SweepOutcome:
     """A whole sweep through a runner's ``measure`` and ``retime``: search, re-time the
     leaders with a second look at the other configs measured, pick the winner. A small
     space measured in one batch (at most the options' ``first_pass_above`` configs) is
     timed in interleaved rounds straight away, which takes the place of the first pass and
-    the re-timing."""
+    the re-timing; so is a whole space measured in one batch when the kernel is slow. ``breakdown`` gathers where the time went (the measurers add to it);
+    the outcome carries its phases, and each measurement its calls."""
+    start = time.perf_counter()
     known: dict[str, Result] = {}
     space = {config_id(c) for c in plan.configs}
     small = len(space) <= plan.options.first_pass_above
 
     def measure_batch(configs: list[Config]) -> Mapping[str, Result]:
-        whole = small and not known and space <= {config_id(c) for c in configs}
-        got = measure(configs, known, whole)
+        whole = not known and space <= {config_id(c) for c in configs}
+        got = measure(configs, known, (True if small else "slow") if whole else False)
         known.update(got)
         return got
 
@@ -210,8 +220,37 @@ def drive(
         retimed = retime(todo, second) if todo else {}
         results.update(retimed)
     outcome = finish(plan, results, searched, retimed=set(retimed))
+    if breakdown is not None:
+        outcome = with_breakdown(outcome, breakdown, time.perf_counter() - start)
     progress.finish(outcome)
     return outcome
+
+
+def with_breakdown(outcome: SweepOutcome, breakdown: Breakdown, total_s: float) -> SweepOutcome:
+    """``outcome`` with the phases of a sweep that took ``total_s`` and each measured
+    config's calls."""
+    phases = breakdown.finish(total_s)
+    calls = breakdown.take()["calls"]
+
+    made: dict[int, Result] = {}  # one new object per old one: identities stay as they were
+
+    def counted(m: Result) -> Result:
+        n = calls.get(config_id(m.config), 0)
+        if not (isinstance(m, Measurement) and n):
+            return m
+        if id(m) not in made:
+            made[id(m)] = dataclasses.replace(m, calls=n)
+        return made[id(m)]
+
+    best = counted(outcome.best)
+    assert isinstance(best, Measurement)
+    return dataclasses.replace(
+        outcome,
+        measurements=tuple(counted(m) for m in outcome.measurements),
+        best=best,
+        default=counted(outcome.default),
+        phases=phases,
+    )
 
 
 def best_of(results: Mapping[str, Result]) -> float | None:
@@ -237,4 +276,22 @@ def run_sweep(task: SweepTask, *, timer: Timer | None = None) -> SweepOutcome:
         ),
         retime=sweeper.retime,
         progress=progress,
+        breakdown=_Accounted(sweeper),
     )
+
+
+class _Accounted(Breakdown):
+    """The breakdown of a sweeper in this process: its calls are counted as they are
+    taken."""
+
+    def __init__(self, sweeper: Sweeper) -> None:
+        super().__init__()
+        self.sweeper = sweeper
+
+    def take(self) -> dict[str, Any]:
+        self.merge(self.sweeper.account())
+        return super().take()
+
+    def finish(self, total_s: float) -> dict[str, float]:
+        self.merge(self.sweeper.account())
+        return super().finish(total_s)

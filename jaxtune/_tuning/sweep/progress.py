@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from ..._core.vocabulary import Failure, Measurement, config_id, pass_text
+from .breakdown import breakdown_text
 
 if TYPE_CHECKING:
     from .plan import SweepOutcome
@@ -101,6 +102,18 @@ class Progress:
                 f"{config_id(outcome.best.config)} at {best_us:.1f} us "
                 f"({pass_text(self.timing)}){speed}"
                 f"{tie}",
+                file=self.stream,
+                flush=True,
+            )
+        if self.verbose >= 2 and outcome.phases:
+            calls = ", ".join(
+                f"{config_id(m.config)}: {m.calls} calls, compile {m.compile_s:.2f} s"
+                for m in outcome.measurements
+                if isinstance(m, Measurement)
+            )
+            print(
+                f"jaxtune: {self.label} {breakdown_text(outcome.phases)}\n"
+                f"jaxtune: {self.label} per config: {calls}",
                 file=self.stream,
                 flush=True,
             )

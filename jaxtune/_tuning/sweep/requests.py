@@ -21,6 +21,7 @@ __all__ = [
     "HANDLER",
     "Measure",
     "Retime",
+    "account_of",
     "reference_config",
     "results_answer",
     "results_of",
@@ -77,13 +78,14 @@ def _configs(raw: Any) -> list[Config]:
 class Measure:
     """Compile, check and time ``todo``: outputs checked against ``reference`` (``None``:
     the first config that runs), configs far slower than ``best_us`` stop early, compiles
-    one at a time when ``serial``, and, with ``rounds``, all timed in interleaved rounds."""
+    one at a time when ``serial``, and, with ``rounds``, all timed in interleaved rounds
+    (``"slow"``: when the kernel is slow; see :meth:`~.engine.Sweeper.measure`)."""
 
     todo: list[Config]
     reference: Config | None = None
     best_us: float | None = None
     serial: bool = False
-    rounds: bool = False
+    rounds: bool | str = False
 
     def of(self, request: Request) -> Request:
         """``request`` (the task's) asking for this operation."""
@@ -98,7 +100,7 @@ class Measure:
             reference=dict(reference) if isinstance(reference, Mapping) else None,
             best_us=float(best) if isinstance(best, int | float) else None,
             serial=bool(f.get("serial")),
-            rounds=bool(f.get("rounds")),
+            rounds="slow" if f.get("rounds") == "slow" else bool(f.get("rounds")),
         )
 
 
@@ -139,9 +141,20 @@ def reference_config(
     return None
 
 
-def results_answer(results: Mapping[str, Measurement | Failure]) -> Done:
-    """The answer that carries an operation's results (by config id) to the parent."""
-    return Done(body={"results": {cid: r.to_dict() for cid, r in results.items()}})
+def results_answer(
+    results: Mapping[str, Measurement | Failure], account: Mapping[str, Any] | None = None
+) -> Done:
+    """The answer that carries an operation's results (by config id) to the parent, and
+    where its time went (``account``: :meth:`~.breakdown.Breakdown.take`)."""
+    body: dict[str, Any] = {"results": {cid: r.to_dict() for cid, r in results.items()}}
+    if account is not None:
+        body["breakdown"] = dict(account)
+    return Done(body=body)
+
+
+def account_of(answer: Done) -> Any:
+    """Where an operation's time went, as its answer says (``None``: not said)."""
+    return answer.body.get("breakdown")
 
 
 def results_of(answer: Done) -> dict[str, Measurement | Failure]:

@@ -20,7 +20,7 @@ from ..._core.vocabulary import Failure, Measurement, config_id
 from .stats import decide, in_space_order, rounds_to_show, stay_after_second_look
 from .timing import Timing, TimingOptions
 
-__all__ = ["interleaved", "measurement"]
+__all__ = ["clearly_behind", "interleaved", "measurement"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -40,7 +40,9 @@ def interleaved(
     """Times ``configs`` (``timed(configs)``: one round's samples of each compiled config
     in the given order, or its failure) in interleaved rounds: at least ``rounds``, then
     more while a rival is undecided, up to ``max_rounds`` rounds or ``max_rounds_s``
-    seconds. A config shown slower leaves the rounds and is marked ``dropped`` (it is out);
+    seconds. A config shown slower leaves the rounds and is marked ``dropped`` (it is out),
+    and so does one clearly behind another (:func:`clearly_behind`) after
+    ``behind_after_rounds``;
     one that fails in a round (an exception, a step over the time limit) is a failure.
     ``space`` orders the configs for the tie rule; ``default`` (when among ``configs``) is
     the default config.
@@ -93,6 +95,16 @@ def interleaved(
             break
         if done < look:
             continue
+        if done >= options.behind_after_rounds:
+            behind = clearly_behind(
+                {cid: rounds[cid] for cid in active},
+                options.drop_ratio,
+                options.rounds_above_s * 1e6,
+            )
+            out |= behind
+            active = [cid for cid in active if cid not in behind]
+            if len(active) < 2:
+                break
         decision = decide(
             {cid: rounds[cid] for cid in active},
             [cid for cid in order if cid in active],
@@ -126,6 +138,27 @@ def interleaved(
         )
         for cid in by_id
         if cid not in left
+    }
+
+
+def clearly_behind(
+    rounds: Mapping[str, Sequence[float]], ratio: float, floor_us: float = 0.0
+) -> set[str]:
+    """The configs whose fastest round is over ``ratio`` times the slowest round of some
+    other config (every round of that config beat every round of theirs by that much:
+    other work on the machine only adds time, so a config's fastest round is its best
+    showing) and at least ``floor_us`` long. They cannot be the fastest, and rounds spent
+    on them would decide nothing. The floor keeps the rule to slow kernels, whose rounds
+    are costly; a short config's rounds are cheap, and the rounds' own tests decide it,
+    however long a spell of other work slows its turns."""
+    slowest = [max(times) for times in rounds.values() if times]
+    if not slowest:
+        return set()
+    bar = ratio * min(slowest)
+    return {
+        cid
+        for cid, times in rounds.items()
+        if times and min(times) > bar and min(times) >= floor_us
     }
 
 

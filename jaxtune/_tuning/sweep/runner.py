@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -29,10 +30,19 @@ from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from ..._isolation.wire import NotTransportable
+from .breakdown import Breakdown
 from .flight import InFlight, how_lost, raise_child_error
 from .plan import SweepOutcome, SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
 from .progress import Progress
-from .requests import Measure, Retime, reference_config, results_of, sweep_request, task_id
+from .requests import (
+    Measure,
+    Retime,
+    account_of,
+    reference_config,
+    results_of,
+    sweep_request,
+    task_id,
+)
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
 
@@ -101,6 +111,8 @@ class ProcessRunner(ChildService):
             profiling=profiling,
         )
         self.devices = list(devices) if devices else None
+        #: Where the time of the sweep under way goes (see :mod:`.breakdown`).
+        self.breakdown: Breakdown | None = None
 
     def prestart(self, fn: Any = None) -> bool:
         """Starts this runner's pooled child ahead of need and imports ``fn``'s module
@@ -136,9 +148,10 @@ class ProcessRunner(ChildService):
         search strategy picks the batches, the leaders are re-timed on one device."""
         progress = new_progress(plan)
         devices = list(self.devices or [])
+        self.breakdown = Breakdown()
 
         def measure(
-            order: list[dict[str, Any]], known: Mapping[str, Result], rounds: bool
+            order: list[dict[str, Any]], known: Mapping[str, Result], rounds: bool | str
         ) -> dict[str, Result]:
             if len(devices) > 1:  # rounds compare configs on one device only
                 return self._measure_on_devices(plan, request, progress, order, devices, known)
@@ -164,7 +177,12 @@ class ProcessRunner(ChildService):
                 serial = serial or crashed == "serial"
             return results
 
-        return drive(plan, measure=measure, retime=retime, progress=progress)
+        try:
+            return drive(
+                plan, measure=measure, retime=retime, progress=progress, breakdown=self.breakdown
+            )
+        finally:
+            self.breakdown = None
 
     def _measure_all(
         self,
@@ -174,7 +192,7 @@ class ProcessRunner(ChildService):
         order: list[dict[str, Any]],
         known: Mapping[str, Result] | None = None,
         *,
-        rounds: bool = False,
+        rounds: bool | str = False,
     ) -> dict[str, Result]:
         results: dict[str, Result] = {}
         serial = False
@@ -238,12 +256,14 @@ class ProcessRunner(ChildService):
         )
 
     def _on_device(self, device: int) -> ProcessRunner:
-        return ProcessRunner(
+        runner = ProcessRunner(
             platform=self.platform,
             env=self.extra_env,
             memory_limit=self.memory_limit,
             device=device,
         )
+        runner.breakdown = self.breakdown
+        return runner
 
     def _measure_on_devices(
         self,
@@ -298,6 +318,7 @@ class ProcessRunner(ChildService):
         """
         in_space = {config_id(c) for c in plan.configs}
         flight = InFlight(message)
+        start = time.perf_counter()
         child = self.child()
         task = task_id(message)
         # A child that built this task holds its arguments and plan: they need not travel again.
@@ -309,6 +330,9 @@ class ProcessRunner(ChildService):
                 progress.update(result)
 
         with child.lock:
+            # Until here: the child's start, and a module import started ahead of need.
+            if self.breakdown is not None:
+                self.breakdown.add("start", time.perf_counter() - start)
             if not child.alive():  # replaced while this waited (a module import that hung)
                 return self._exchange(plan, message, progress=progress)
             offset = child.log_size()
@@ -327,6 +351,8 @@ class ProcessRunner(ChildService):
         if isinstance(answer, ErrorReply):
             raise_child_error(answer, SweepError)
         child.tasks.add(task)
+        if self.breakdown is not None:
+            self.breakdown.merge(account_of(answer))
         _context.warn_unapplied(plan.kernel, answer)
         flight.got.update(results_of(answer))
         return None, flight.got
@@ -351,13 +377,14 @@ def default_runner() -> Runner:
     return ProcessRunner(devices=sweep_devices())
 
 
-def prestart_child(fn: Any = None) -> None:
-    """In ``tune``/``retune`` mode with process isolation, starts the sweep child now (in
-    the background) and imports ``fn``'s module there, so that the first sweep waits for
-    neither; bad settings are left for the first call to report."""
+def prestart_child(fn: Any = None, *, sweeping: bool = False) -> None:
+    """In ``tune``/``retune`` mode (or whatever the mode when ``sweeping``: the caller is
+    about to sweep) with process isolation, starts the sweep child now (in the background)
+    and imports ``fn``'s module there, so that the first sweep waits for neither; bad
+    settings are left for the first call to report."""
     try:
         settings = _config.settings()
     except JaxtuneError:
         return
-    if settings.mode in ("tune", "retune") and settings.isolation == "process":
+    if (sweeping or settings.mode in ("tune", "retune")) and settings.isolation == "process":
         ProcessRunner().prestart(fn)

@@ -9,6 +9,7 @@ server) so the parent knows which config was in flight if the child dies.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..._isolation.frames import Done, ErrorReply, FrameError, FunctionRef, Request
@@ -65,7 +66,12 @@ def _build_task(request: Request, *, abstract: bool = False) -> SweepTask:
             "differs between the two processes"
         )
     return SweepTask(
-        plan=plan, fn=kernel.__wrapped__, signature=sig, check=kernel.check, inputs=kernel.inputs
+        plan=plan,
+        fn=kernel.__wrapped__,
+        signature=sig,
+        check=kernel.check,
+        inputs=kernel.inputs,
+        compile_threads=plan.compile_threads,
     )
 
 
@@ -76,6 +82,7 @@ def handle(server: Any, request: Request) -> Done | ErrorReply:
     if request.op not in ("measure", "retime"):
         raise FrameError(f"a sweep request asks to measure or retime, not {request.op!r}")
     current = server.state.get(__name__)
+    start = time.perf_counter()
     if current is None or current[0] != task:
         if not request.has_call:  # the parent thought this child still held the task
             return ErrorReply(type="UnknownTask", message=task)
@@ -83,6 +90,7 @@ def handle(server: Any, request: Request) -> Done | ErrorReply:
         server.state[__name__] = current
     server.arrived()
     sweeper = current[1]
+    sweeper.breakdown.add("transfer", time.perf_counter() - start)
     if request.op == "measure":
         measure = Measure.from_request(request)
         # After a crash during a round of passes, rounds time one config at a time.
@@ -98,7 +106,7 @@ def handle(server: Any, request: Request) -> Done | ErrorReply:
         retime = Retime.from_request(request)
         sweeper.serial_rounds = retime.serial
         results = dict(sweeper.retime(retime.todo, retime.second))
-    return results_answer(results)
+    return results_answer(results, sweeper.account())
 
 
 def _sweeper(server: Any, request: Request) -> Sweeper:

@@ -95,6 +95,8 @@ class SweepOutcome:
     #: The closest rival of the stored config, for ``tie`` and ``undecided`` decisions and
     #: (the runner-up) for ``clear`` ones.
     margin: Margin | None = None
+    #: Where the sweep's time went, in seconds per phase (see :mod:`.breakdown`).
+    phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def tie(self) -> bool:

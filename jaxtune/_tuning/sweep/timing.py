@@ -43,8 +43,15 @@ class TimingOptions:
     more than ``tie_within`` than the ``leaders``-th fastest leader's. After at least
     ``rounds`` rounds, they stop once every rival of the best is shown slower or
     equivalent within ``tie_within`` (see :mod:`jaxtune._tuning.sweep.stats`), or at
-    ``max_rounds`` rounds or ``max_rounds_s`` seconds. A space of at most ``first_pass_above`` configs, measured in one batch, has no
-    first pass: all its configs go straight into the rounds.
+    ``max_rounds`` rounds or ``max_rounds_s`` seconds. From round ``behind_after_rounds`` on,
+    a config whose fastest round is over ``drop_ratio`` times the slowest round of another
+    config racing, and at least ``rounds_above_s`` long, is clearly behind: it leaves the
+    rounds (it is out).
+
+    A space of at most ``first_pass_above`` configs, measured in one batch, has no first
+    pass: all its configs go straight into the rounds; so does a whole space measured in
+    one batch whose every config took at least ``rounds_above_s`` on its first call (a slow
+    kernel: its first pass would cost more calls than the rounds that decide anyway).
     """
 
     min_time_s: float = 0.002
@@ -66,6 +73,8 @@ class TimingOptions:
     round_max_samples: int = 32
     second_look_rounds: int = 2
     first_pass_above: int = 4
+    rounds_above_s: float = 0.01
+    behind_after_rounds: int = 3
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

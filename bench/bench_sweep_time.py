@@ -1,0 +1,232 @@
+"""Where a sweep's time goes on real kernels, and how long it takes beside the peers.
+
+For each kernel, each run is a fresh process that sweeps with jaxtune (default settings,
+the child process, ``JAXTUNE_MODE=tune`` so the child starts when the kernel is
+decorated) and with the peer, in an order that alternates from run to run, and prints the
+sweep's time breakdown (``Entry.phases``) and calls per config:
+
+- ``flash``: JAX's flash attention forward (TPU interpret mode), q/k/v f32[1,2,512,128]
+  causal, block_q x block_k in {128, 256, 512}: 9 configs. The peer is a plain loop in
+  this process that compiles each config and calls it as many times as the sweep did
+  (``Measurement.calls``: the check's and warm-up calls included); it runs after the sweep
+  (it needs the counts), in a process whose JAX caches the sweep's child did not warm.
+- ``swiglu``: pallas-forge's fused_swiglu over its own 3x3 grid; the peer is
+  ``pallas_forge.tune`` with its defaults.
+- ``ragged_dot``: Tokamax's ragged dot (interpret mode, ``bypass_device_check=True``) over
+  Tokamax's configs for these shapes; the peer is Tokamax's ``Autotuner`` on the same
+  configs. Needs tokamax >= 0.0.17 (the py3.12 environment).
+
+Run: python bench/bench_sweep_time.py [--kernels flash,swiglu] [--runs 3] [--results DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SIZES = [128, 256, 512]
+SHAPE = (1, 2, 512, 128)
+
+
+def attention(q, k, v, *, block_q: int, block_k: int):
+    """JAX's TPU flash attention, forward, causal."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    sizes = fa.BlockSizes(block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1)
+    return fa.flash_attention(q, k, v, causal=True, block_sizes=sizes)
+
+
+def _flash_kernel():
+    import jaxtune
+
+    return jaxtune.autotuned(
+        configs={"block_q": SIZES, "block_k": SIZES}, name="bench.sweep_time.flash"
+    )(attention)
+
+
+# Decorated at import (the child re-imports this script to find it).
+flash = _flash_kernel()
+
+
+def _entry(result, kernel):
+    (entry,) = [e for (name, _, _), e in result.items() if name == kernel.kernel_id]
+    return entry
+
+
+def _sweep(kernel, args) -> tuple[float, object]:
+    start = time.perf_counter()
+    entry = _entry(kernel.tune(*args), kernel)
+    return time.perf_counter() - start, entry
+
+
+def _plain_loop(fn, args, entry) -> float:
+    """Each config compiled and called as many times as the sweep called it, in turn."""
+    start = time.perf_counter()
+    for m in entry.measurements:
+        if not m.ok:
+            continue
+        compiled = jax.jit(functools.partial(fn, **m.config)).lower(*args).compile()
+        for _ in range(max(1, m.calls)):
+            jax.block_until_ready(compiled(*args))
+    return time.perf_counter() - start
+
+
+def run_flash(order: str) -> dict[str, object]:
+    from jax.experimental.pallas import tpu as pltpu
+
+    pltpu.set_tpu_interpret_mode()
+    q = jnp.asarray(np.random.default_rng(0).standard_normal(SHAPE), jnp.float32)
+    sweep_s, entry = _sweep(flash, (q, q, q))
+    loop_s = _plain_loop(attention, (q, q, q), entry)
+    return _report(entry, sweep_s, "plain loop", loop_s, None, order="jaxtune first")
+
+
+def run_swiglu(order: str) -> dict[str, object]:
+    import pallas_forge
+    from conformance import forge_kernels as fk
+
+    args = fk.swiglu_args()
+
+    def peer() -> tuple[float, object]:
+        start = time.perf_counter()
+        report = pallas_forge.tune(
+            pallas_forge.fused_swiglu, lambda config: args, fk.GRID, verbose=False
+        )
+        best = report.best(1)[0].config
+        return time.perf_counter() - start, best
+
+    return _both(order, lambda: _sweep(fk.swiglu, args), peer)
+
+
+def run_ragged_dot(order: str) -> dict[str, object]:
+    from conformance import tokamax_kernels as tk
+    from jax.experimental.pallas import tpu as pltpu
+    from tokamax._src.autotuning.autotuner import Autotuner
+    from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu
+
+    pltpu.set_tpu_interpret_mode()
+    args = tk.ragged_args()
+    lhs, rhs, groups = args
+    space = tk.ragged_dot.space(*args)
+
+    def peer() -> tuple[float, object]:
+        def with_config(config):
+            op = tk.OP.replace(config=pallas_mosaic_tpu.Config(**config))
+            return lambda a, b, g: op(a, b, group_sizes=g)
+
+        configs = {tuple(sorted(c.items())) for c in space}
+        start = time.perf_counter()
+        data = Autotuner().autotune(lambda c: with_config(dict(c)), configs, lhs, rhs, groups)
+        return time.perf_counter() - start, dict(data.fastest_config)
+
+    return _both(order, lambda: _sweep(tk.ragged_dot, args), peer)
+
+
+def _both(order, ours, peer) -> dict[str, object]:
+    if order == "jaxtune first":
+        sweep_s, entry = ours()
+        peer_s, peer_pick = peer()
+    else:
+        peer_s, peer_pick = peer()
+        sweep_s, entry = ours()
+    return _report(entry, sweep_s, "own tuner", peer_s, peer_pick, order=order)
+
+
+def _report(entry, sweep_s, peer_name, peer_s, peer_pick, *, order) -> dict[str, object]:
+    return {
+        "order": order,
+        "sweep_s": round(sweep_s, 2),
+        "peer": peer_name,
+        "peer_s": round(peer_s, 2),
+        "ratio": round(sweep_s / peer_s, 3),
+        "pick": dict(entry.config),
+        "peer_pick": peer_pick,
+        "decision": entry.decision_text(),
+        "phases": dict(entry.phases),
+        "calls": {
+            ",".join(f"{k}={v}" for k, v in sorted(m.config.items())): m.calls
+            for m in entry.measurements
+            if m.ok
+        },
+        "load": round(os.getloadavg()[0], 1),
+    }
+
+
+RUNS = {"flash": run_flash, "swiglu": run_swiglu, "ragged_dot": run_ragged_dot}
+
+
+def one(kernel: str, order: str) -> None:
+    print(json.dumps(RUNS[kernel](order), default=str), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", default="flash,swiglu")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--results", type=pathlib.Path, default=None)
+    parser.add_argument("--one", nargs=2, metavar=("KERNEL", "ORDER"), help=argparse.SUPPRESS)
+    a = parser.parse_args()
+    if a.one:
+        one(a.one[0], a.one[1])
+        return
+    summary: dict[str, object] = {}
+    for kernel in a.kernels.split(","):
+        runs = []
+        for run in range(a.runs):
+            order = "jaxtune first" if run % 2 == 0 else "peer first"
+            with tempfile.TemporaryDirectory() as cache:
+                env = {
+                    **os.environ,
+                    "JAXTUNE_CACHE_DIR": cache,
+                    "JAXTUNE_MODE": "tune",
+                    "PYTHONPATH": os.pathsep.join(
+                        [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+                    ),
+                }
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--one", kernel, order],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+            if proc.returncode != 0:
+                print(f"{kernel} run {run} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
+                continue
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs.append(got)
+            print(f"{kernel} run {run}: {json.dumps(got)}", flush=True)
+        if runs:
+            summary[kernel] = {
+                "runs": runs,
+                "median_sweep_s": statistics.median(r["sweep_s"] for r in runs),
+                "median_peer_s": statistics.median(r["peer_s"] for r in runs),
+                "median_ratio": statistics.median(r["ratio"] for r in runs),
+            }
+            s = summary[kernel]
+            print(
+                f"{kernel}: sweep {s['median_sweep_s']:.1f} s vs {runs[0]['peer']} "
+                f"{s['median_peer_s']:.1f} s, ratio {s['median_ratio']:.2f} (median of {len(runs)})",
+                flush=True,
+            )
+    if a.results:
+        a.results.mkdir(parents=True, exist_ok=True)
+        name = "sweep_time_" + "_".join(a.kernels.split(",")) + ".json"
+        (a.results / name).write_text(json.dumps(summary, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Where a sweep's time goes: seconds per phase and calls per config, kept where the work
+happens (the child for the process runner) and added up by the parent.
+
+Phases (seconds of wall-clock time, except ``compile_threads``):
+
+- ``start``: waiting for the child process to be ready, and for the kernel's module being
+  imported there ahead of need (0 when both were done ahead);
+- ``transfer``: the call's arguments reaching the child and being decoded there;
+- ``compile_threads``: the configs' compile times added up (the threads overlap each other
+  and the runs below, so this is no share of the wall time);
+- ``compile_wait``: time nothing could run because the next config was still compiling;
+- ``warmup``: each config's first call (its output is kept for the check);
+- ``check``: comparing outputs with the reference config's;
+- ``first_pass``: the first pass (one config at a time, early dropping);
+- ``rounds``: the interleaved rounds, second looks included;
+- ``other``: the rest of the sweep's wall time (``total`` less the phases above but
+  ``compile_threads``): requests and answers, the parent's bookkeeping;
+- ``total``: the sweep's wall time as its caller waited for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+__all__ = ["PHASES", "WALL_PHASES", "Breakdown", "breakdown_text"]
+
+#: Every phase, in the order a sweep goes through them.
+PHASES = (
+    "start",
+    "transfer",
+    "compile_threads",
+    "compile_wait",
+    "warmup",
+    "check",
+    "first_pass",
+    "rounds",
+    "other",
+    "total",
+)
+#: The phases that are shares of the wall time (they add up to ``total``).
+WALL_PHASES = ("start", "transfer", "compile_wait", "warmup", "check", "first_pass", "rounds")
+
+
+class Breakdown:
+    """Seconds per phase and calls per config, safe to add to from several threads.
+
+    :meth:`take` hands over what was added since the last take (a child answers each
+    request with its share); :meth:`merge` adds such a share.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.phases: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def add(self, phase: str, seconds: float) -> None:
+        """Adds ``seconds`` to ``phase``."""
+        with self._lock:
+            self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
+    def count(self, cid: str, calls: int = 1) -> None:
+        """Counts ``calls`` calls of config ``cid``."""
+        with self._lock:
+            self.calls[cid] = self.calls.get(cid, 0) + calls
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Adds the time the block takes to ``phase``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(phase, time.perf_counter() - start)
+
+    def take(self) -> dict[str, Any]:
+        """What was added since the last take, as plain data (``{"phases", "calls"}``),
+        and starts afresh."""
+        with self._lock:
+            out = {"phases": self.phases, "calls": self.calls}
+            self.phases, self.calls = {}, {}
+        return out
+
+    def merge(self, share: Any) -> None:
+        """Adds a share :meth:`take` gave (malformed parts are ignored: it is a report,
+        never a reason to fail a sweep)."""
+        if not isinstance(share, Mapping):
+            return
+        phases, calls = share.get("phases"), share.get("calls")
+        if isinstance(phases, Mapping):
+            for phase, seconds in phases.items():
+                if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+                    self.add(str(phase), float(seconds))
+        if isinstance(calls, Mapping):
+            for cid, n in calls.items():
+                if isinstance(n, int) and not isinstance(n, bool):
+                    self.count(str(cid), n)
+
+    def finish(self, total_s: float) -> dict[str, float]:
+        """The phases of a sweep that took ``total_s``, ``other`` and ``total`` included."""
+        with self._lock:
+            phases = dict(self.phases)
+        known = sum(phases.get(p, 0.0) for p in WALL_PHASES)
+        phases["other"] = max(0.0, total_s - known)
+        phases["total"] = total_s
+        return {p: round(phases[p], 4) for p in (*PHASES, *sorted(phases)) if p in phases}
+
+
+def breakdown_text(phases: Mapping[str, float]) -> str:
+    """A sweep's phases for people: ``total 12.3 s: start 0.0, transfer 0.1, ...``."""
+    if not phases:
+        return ""
+    parts = [f"{p.replace('_', ' ')} {phases[p]:.2f}" for p in PHASES if p in phases]
+    parts += [f"{p} {v:.2f}" for p, v in phases.items() if p not in PHASES]
+    return "time (s): " + ", ".join(parts)

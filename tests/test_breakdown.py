@@ -1,0 +1,115 @@
+"""Where a sweep's time goes: phases in the outcome and the entry, calls per config."""
+
+from __future__ import annotations
+
+import io
+
+import jax.numpy as jnp
+import pytest
+from faulty_kernels import faulty, identity
+from test_sweep import bind, task_of
+
+from jaxtune._core.vocabulary import Entry, Measurement
+from jaxtune._tuning.sweep import breakdown as _breakdown
+from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import progress as _progress
+from jaxtune._tuning.sweep import runner as _runner
+
+
+def kernel(x, *, n, tag):
+    for _ in range(n):
+        x = jnp.sin(x)
+    return x
+
+
+def _wall_share(phases):
+    return sum(phases.get(p, 0.0) for p in _breakdown.WALL_PHASES)
+
+
+def test_an_inline_sweep_says_where_its_time_went_and_counts_each_configs_calls(fast_timing):
+    x = jnp.ones(512)
+    # Equal work: the leaders are re-timed in rounds.
+    configs = [{"n": 8, "tag": t} for t in range(6)]
+    out = _sweep.run_sweep(task_of(kernel, bind(kernel, x), configs, configs[0]))
+    phases = out.phases
+    assert set(phases) >= {"compile_threads", "warmup", "first_pass", "rounds", "total"}
+    assert phases["total"] > 0 and phases["compile_threads"] > 0
+    # The wall-time phases and "other" add up to the total.
+    assert _wall_share(phases) + phases["other"] == pytest.approx(phases["total"], abs=1e-3)
+    for m in out.measurements:
+        assert isinstance(m, Measurement)
+        # A sample is at least one call; the first call (the check's) is no sample.
+        assert m.calls >= m.samples + 1, m
+    assert out.best.calls > 0 and out.default.calls > 0
+
+
+@pytest.mark.child
+@pytest.mark.slow
+def test_a_child_sweep_stores_its_breakdown_in_the_entry(monkeypatch, fast_timing):
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    x = jnp.ones(256)
+    sig = faulty.bind((x,), {})
+    task = faulty.sweep_task(sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"})
+    outcome = _runner.ProcessRunner().sweep(task)
+    phases = outcome.phases
+    # The child's phases and the parent's (its start, the arguments' transfer) meet here.
+    assert set(phases) >= {"start", "transfer", "compile_threads", "warmup", "rounds", "total"}
+    assert _wall_share(phases) <= phases["total"] + 1e-3
+    assert all(m.calls > m.samples for m in outcome.measurements)
+    (entry,) = identity.tune(x).values()
+    assert entry.phases["total"] > 0
+    assert all(m.calls > 0 for m in entry.measurements)
+    again = Entry.from_dict(entry.to_dict())
+    assert again.phases == entry.phases
+    assert [m.calls for m in again.measurements] == [m.calls for m in entry.measurements]
+
+
+def test_entries_without_a_breakdown_read_as_before():
+    old = {
+        "kernel": "k",
+        "device_kind": "cpu",
+        "key": "f32[8]",
+        "config": {"c": 1},
+        "time_us": 1.0,
+        "default_config": {"c": 1},
+        "default_time_us": 1.0,
+        "measurements": [
+            {
+                "ok": True,
+                "config": {"c": 1},
+                "median_us": 1.0,
+                "min_us": 1.0,
+                "spread": 0.0,
+                "samples": 3,
+                "compile_s": 0.1,
+            }
+        ],
+    }
+    entry = Entry.from_dict(old)
+    assert entry.phases == {} and entry.measurements[0].calls == 0
+    assert "calls" not in entry.measurements[0].to_dict()
+
+
+def test_verbose_2_prints_the_breakdown_and_each_configs_calls():
+    stream = io.StringIO()
+    m = Measurement(
+        config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.25, calls=7
+    )
+    phases = {"start": 0.5, "compile_threads": 1.0, "rounds": 2.0, "other": 0.1, "total": 2.6}
+    outcome = _sweep.SweepOutcome(measurements=(m,), best=m, default=m, phases=phases)
+    for verbose in (1, 2):
+        progress = _progress.Progress("k f32[8]", 1, verbose, stream)
+        progress.finish(outcome)
+    text = stream.getvalue()
+    assert text.count("time (s): start 0.50, compile threads 1.00, rounds 2.00") == 1
+    assert "c=1: 7 calls, compile 0.25 s" in text
+
+
+def test_a_malformed_share_is_ignored_and_shares_add_up():
+    b = _breakdown.Breakdown()
+    b.merge({"phases": {"rounds": 1.5, "bad": "x", "flag": True}, "calls": {"c=1": 3, "c=2": 2.5}})
+    b.merge({"phases": {"rounds": 0.5}, "calls": {"c=1": 1}})
+    b.merge(["not", "a", "share"])
+    share = b.take()
+    assert share == {"phases": {"rounds": 2.0}, "calls": {"c=1": 4}}
+    assert b.take() == {"phases": {}, "calls": {}}
