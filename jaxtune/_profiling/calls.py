@@ -31,8 +31,13 @@ def hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]
             continue
         marks = _markers.parse(site.name_stack)
         mark = _markers.lookup(marks[-1][1]) if marks else None
-        if mark is not None and _markers.differentiated(site.name_stack, mark.kernel):
-            mark = dataclasses.replace(mark, differentiated=True)
+        if mark is not None:
+            # What this program runs, from its name stack: a trace of the kernel made
+            # under a gradient is reused by JAX for a plain call of the same shapes, with
+            # its mark.
+            mark = dataclasses.replace(
+                mark, differentiated=_markers.differentiated(site.name_stack, mark.kernel)
+            )
         if mark is not None and mark.owner is not None:
             hint = mark.owner.cost_hint(*mark.args, **mark.kwargs)
             if hint:

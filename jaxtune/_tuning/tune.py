@@ -76,7 +76,9 @@ def tune(
         if mark is None:
             continue
         marks.setdefault((mark.kernel, mark.key), mark)
-        under_ad = mark.differentiated or _markers.differentiated(site.name_stack, mark.kernel)
+        # From the program's name stack, not the mark: JAX reuses a kernel's trace made
+        # under a gradient for a plain call of the same shapes, mark included.
+        under_ad = _markers.differentiated(site.name_stack, mark.kernel)
         differentiated[mark.kernel, mark.key] = (
             differentiated.get((mark.kernel, mark.key), False) or under_ad
         )

@@ -148,10 +148,21 @@ def _assert_vjp(entry: Any, how: str) -> None:
 
 
 def _table_row(text: str) -> str:
-    """The line of a printed table that names the kernel."""
-    rows = [line for line in text.splitlines() if line.startswith(KERNEL)]
-    assert rows, f"no table row for {KERNEL} in:\n{text}"
-    return rows[0]
+    """The row of a printed table that names the kernel, its wrapped lines joined (a row
+    wider than the table's 120 columns continues on the next lines, up to its
+    ``decided:`` line)."""
+    lines = text.splitlines()
+    head = KERNEL.split(".")[0] + "."
+    starts = [i for i, line in enumerate(lines) if line.startswith(head)]
+    assert starts, f"no table row for {KERNEL} in:\n{text}"
+    row = []
+    for line in lines[starts[0] :]:
+        if line.startswith(("  decided", "cache:")) or not line.strip():
+            break
+        row.append(line)
+    joined = " ".join(row)
+    assert "".join(joined.split()).count(KERNEL.split(".")[-1]), joined
+    return joined
 
 
 def _reports(profiles: pathlib.Path) -> list[pathlib.Path]:
