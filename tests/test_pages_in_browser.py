@@ -76,3 +76,17 @@ def test_the_profile_page_fits_1400_px_and_shows_the_config_and_pass(tmp_path):
     kernels = page[page.index('data-table="kernels"') : page.index('data-table="autotuned"')]
     shares = [float(x) for x in re.findall(r'<td class="num">([\d.]+)%</td>', kernels)]
     assert shares == sorted(shares, reverse=True) and len(shares) == 3
+
+
+def test_the_ops_and_scopes_tables_fit_1400_px_with_a_long_name_stack(tmp_path):
+    from test_report_columns import LONG, long_stacked, profile
+
+    path = tmp_path / "report.html"
+    path.write_text(long_stacked(profile(tmp_path)).to_html())
+    tool = _render_reports()
+    laid = tool.layout(path, ('table[data-table="ops"] td.cut', 'table[data-table="scopes"] td'))
+    assert laid["page"] <= 1400 and laid["overflow"] == [], laid["overflow"]
+    cut = laid["wanted"]['table[data-table="ops"] td.cut']
+    assert all(b["shown"] and b["width"] > 0 and b["right"] <= 1400 for b in cut), cut
+    assert any(b["text"].endswith("attention_kernel/dot_general") for b in cut), cut
+    assert LONG in [b["text"] for b in laid["wanted"]['table[data-table="scopes"] td']]

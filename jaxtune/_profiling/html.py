@@ -8,11 +8,14 @@ from typing import Any
 
 from .._render import page, units
 from . import roofline as _roofline
-from .attribution import KernelStat
+from .attribution import KernelStat, ScopeStat
 from .table import (
     BOUND_HELP,
     NUMBERS,
     device_text,
+    op_rows,
+    scope_rows,
+    shorten_left,
     shown_kind,
     shown_name,
     stat_rows,
@@ -261,13 +264,52 @@ def _intra_section(profile: Any) -> list[str]:
     return out
 
 
+#: The widest name stack an ops-table cell shows before CSS cuts the rest.
+_STACK_CHARS = 72
+
+
 def _stat_table(stats: Sequence[KernelStat], name: str) -> str:
-    header, rows = stat_rows(stats, mark_unknown=name == "kernels")
+    """The kernels table (with each kernel's ``pallas_call`` line and call site) or the
+    XLA ops table (with each op's program, where several, and name stack: cut from the
+    left, whole on hover)."""
     if name == "kernels":
-        header += ["source"]
+        header, rows = stat_rows(stats, mark_unknown=True)
+        header += ["source (pallas_call)", "call site"]
         for row, s in zip(rows, stats, strict=True):
-            row += [s.source or ""]
-    return page.table(header, rows, numeric=NUMBERS, name=name, wrap=(0, len(header) - 1))
+            row += [s.source or "", s.call_site or ""]
+        sites = (0, len(header) - 2, len(header) - 1)
+        return page.table(header, rows, numeric=NUMBERS, name=name, wrap=sites)
+    header, rows = op_rows(stats, width=1_000)
+    cells: list[list[Any]] = [list(r) for r in rows]
+    for cell, s in zip(cells, stats, strict=True):
+        full = s.name_stack or "-"
+        cell[-1] = page.Cut(shorten_left(full, _STACK_CHARS), full)
+    wrap = (0, *([len(header) - 2] if header[-2] == "program" else []))
+    return page.table(header, cells, numeric=NUMBERS, name=name, wrap=wrap)
+
+
+def _scope_section(scopes: Sequence[ScopeStat], top: int) -> list[str]:
+    """The scope view: the XLA ops grouped by name stack, apart from the ops table."""
+    shown = list(scopes[:top])
+    if not shown:
+        return []
+    header, rows = scope_rows(shown)
+    several = header[1] == "program"
+    numbers = range(1 + several, 5 + several)
+    return [
+        f"<h2>XLA ops by scope (top {len(shown)} of {len(scopes)})</h2>",
+        page.table(
+            header,
+            rows,
+            numeric=numbers,
+            name="scopes",
+            wrap=(0, *([1] if several else []), len(header) - 1),
+        ),
+        '<p class="note">Each row is every instruction XLA compiled from one name stack '
+        "(one line of the model, fused or not): how many, their events, their time; the "
+        "ops table above has one row per instruction. Ops XLA added without a name stack "
+        "(copies) share one row.</p>",
+    ]
 
 
 def _tuned_section(kernels: Sequence[KernelStat], calls: Any) -> list[str]:
@@ -343,7 +385,10 @@ def profile_html(profile: Any, top: int = 50) -> str:
         body += [
             f"<h2>XLA ops (top {len(ops)} of {len(profile.ops)})</h2>",
             _stat_table(ops, "ops"),
+            '<p class="note">One row per HLO instruction of each program; its name stack '
+            "is cut from the left, whole on hover.</p>",
         ]
+    body += _scope_section(list(profile.scopes), top)
     notes = [*profile.notes]
     if profile.missing_flags:
         notes.append("captured without profiling flags: " + " ".join(profile.missing_flags))

@@ -106,8 +106,10 @@ class Profile:
     intrakernel: tuple[IntraKernel, ...] = ()
 
     def table(self, top: int = 20) -> str:
-        """The ``top`` kernels, then the ``top`` XLA ops, as two aligned tables; each time
-        and rate column in one unit, and a footnote saying why a bound is unknown."""
+        """The ``top`` kernels (and their ``pallas_call`` and call sites), then the ``top``
+        XLA ops (one row per instruction, with its name stack), then the ``top`` scopes of
+        :attr:`scopes`, as aligned tables of at most 120 columns; each time and rate column
+        in one unit, and a footnote saying why a bound is unknown."""
         from .table import format_profile
 
         return format_profile(self, top)

@@ -8,7 +8,7 @@ from typing import Any
 from .._core.vocabulary import pass_text
 from .._render import configs as _configs
 from .._render import text, units
-from .attribution import KernelStat
+from .attribution import KernelStat, ScopeStat
 from .llo_figures import lines as llo_lines
 
 __all__ = [
@@ -17,8 +17,12 @@ __all__ = [
     "config_text",
     "device_text",
     "format_profile",
+    "op_rows",
+    "scope_rows",
+    "shorten_left",
     "shown_kind",
     "shown_name",
+    "site_rows",
     "speedup_text",
     "stat_rows",
     "tuned_rows",
@@ -97,6 +101,92 @@ def stat_rows(
             ]
         )
     return header, rows
+
+
+def shorten_left(stack: str, width: int) -> str:
+    """``stack`` in at most ``width`` characters, its start cut (a name stack's last
+    frames say most): ``…/jvp(mlp)/dot_general``, cut after a ``/`` where it can.
+
+    Examples:
+        >>> shorten_left("jit(train_step)/jvp(model)/mlp/dot_general", 24)
+        '…/mlp/dot_general'
+    """
+    if len(stack) <= width:
+        return stack
+    tail = stack[len(stack) - max(width - 1, 1) :]
+    slash = tail.find("/")
+    if 0 <= slash < len(tail) - 1 and slash <= len(tail) // 2:
+        tail = tail[slash:]
+    return "…" + tail
+
+
+def _programs(ops: Sequence[KernelStat | ScopeStat]) -> bool:
+    """Whether the rows come from more than one program (then a program column shows)."""
+    return len({o.program for o in ops}) > 1
+
+
+def op_rows(
+    ops: Sequence[KernelStat], width: int = text.WIDTH
+) -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)`` of plain XLA ops: :func:`stat_rows`' columns, the program when
+    the ops come from several, and each op's name stack, cut from the left to what the
+    rest of a ``width``-column row leaves (at least 24 characters)."""
+    header, rows = stat_rows(ops, mark_unknown=False)
+    if _programs(ops):
+        header.append("program")
+        for row, o in zip(rows, ops, strict=True):
+            row.append(o.program or "-")
+    used = sum(max(len(r[i]) for r in (header, *rows)) for i in range(len(header)))
+    room = max(width - used - 2 * len(header), 24)
+    header.append("name stack")
+    for row, o in zip(rows, ops, strict=True):
+        row.append(shorten_left(o.name_stack or "-", room))
+    return header, rows
+
+
+def scope_rows(scopes: Sequence[ScopeStat]) -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)`` of the scope view: each name stack (of each program, when the
+    scopes come from several), how many instructions XLA compiled from it, their events,
+    time and share, and the heaviest of them."""
+    total_unit, total = units.time_column(g.total_us for g in scopes)
+    several = _programs(scopes)
+    header = [
+        "name stack",
+        *(["program"] if several else []),
+        "ops",
+        "calls",
+        f"total {total_unit}",
+        "share",
+        "heaviest ops",
+    ]
+    rows = []
+    for g in scopes:
+        heaviest = ", ".join(g.hlo_ops[:3])
+        if len(g.hlo_ops) > 3:
+            heaviest += f" +{len(g.hlo_ops) - 3}"
+        rows.append(
+            [
+                g.name_stack or "(none: ops XLA added)",
+                *([g.program or "-"] if several else []),
+                str(g.ops),
+                str(g.calls),
+                total(g.total_us),
+                f"{g.share:.1%}",
+                heaviest,
+            ]
+        )
+    return header, rows
+
+
+def site_rows(kernels: Sequence[KernelStat]) -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)``: each kernel whose code the capture located, its ``pallas_call``
+    line (``source``) and the line of the program that called into it (``call site``)."""
+    rows = [
+        [shown_name(k), k.source or "-", k.call_site or "-"]
+        for k in kernels
+        if k.source or k.call_site
+    ]
+    return ["kernel", "source (pallas_call)", "call site"], rows
 
 
 def shown_name(stat: KernelStat) -> str:
@@ -191,8 +281,34 @@ def _footnote(kernels: Sequence[KernelStat], device_kind: str) -> list[str]:
     return lines
 
 
+def _scope_lines(scopes: Sequence[ScopeStat], top: int) -> list[str]:
+    """The scope view's section: its ``top`` rows, or, where every scope holds one
+    instruction (the view would repeat the op table), one line saying where it is."""
+    if not scopes:
+        return []
+    if all(g.ops == 1 for g in scopes):
+        return [
+            "",
+            "XLA ops by scope: one instruction per name stack, as above (Profile.scopes, "
+            '"scopes" in --json)',
+        ]
+    shown = list(scopes[:top])
+    header, rows = scope_rows(shown)
+    fixed = range(1 + ("program" in header), 5 + ("program" in header))
+    lines = [
+        "",
+        f"XLA ops by scope (top {len(shown)} of {len(scopes)}: every instruction XLA "
+        "compiled from one name stack)",
+        text.table(header, rows, fixed=fixed),
+    ]
+    if len(scopes) > len(shown):
+        lines.append(f'all {len(scopes)} scopes: Profile.scopes, "scopes" in --json')
+    return lines
+
+
 def format_profile(profile: Any, top: int = 20) -> str:
-    """The summary line, the ``top`` kernels, the ``top`` XLA ops, then notes."""
+    """The summary line, the ``top`` kernels (then where their code is), the ``top`` XLA
+    ops with their name stacks, the ``top`` scopes of the scope view, then notes."""
     device = device_text(profile.platform, profile.device_kind)
     if profile.iterations:
         summary = (
@@ -211,6 +327,9 @@ def format_profile(profile: Any, top: int = 20) -> str:
             text.table(header, rows, fixed=NUMBERS),
         ]
         parts += _footnote(kernels, profile.device_kind)
+        header, rows = site_rows(kernels)
+        if rows:
+            parts += ["", "kernel sources", text.table(header, rows)]
         header, rows = tuned_rows(kernels, getattr(profile, "calls", ()))
         if rows:
             parts += ["", "autotuned kernels", text.table(header, rows)]
@@ -222,12 +341,13 @@ def format_profile(profile: Any, top: int = 20) -> str:
         parts += ["", *llo_lines(profile.llo)]
     ops = list(profile.ops[:top])
     if ops:
-        header, rows = stat_rows(ops, mark_unknown=False)
+        header, rows = op_rows(ops)
         parts += [
             "",
-            f"XLA ops (top {len(ops)} of {len(profile.ops)})",
+            f"XLA ops (top {len(ops)} of {len(profile.ops)}): one row per instruction",
             text.table(header, rows, fixed=NUMBERS),
         ]
+    parts += _scope_lines(list(getattr(profile, "scopes", ())), top)
     extra = [f"note: {n}" for n in profile.notes]
     if profile.missing_flags:
         extra.append("captured without profiling flags: " + " ".join(profile.missing_flags))

@@ -7,6 +7,7 @@ Shared by the profile report (``jaxtune report --html``) and the sweep report
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import re
@@ -17,6 +18,7 @@ from .._core.errors import PlotsUnavailableError
 
 __all__ = [
     "INSTALL_PLOTS",
+    "Cut",
     "breakable",
     "chart",
     "escape",
@@ -53,6 +55,9 @@ figcaption { color: #4a5264; font-size: 12.5px; }
 .warning { color: #a1261b; font-weight: 600; margin: 6px 0; }
 code { background: #f3f5f8; padding: 0 3px; border-radius: 3px; overflow-wrap: anywhere; }
 p { overflow-wrap: anywhere; }
+td.cut { max-width: 300px; }
+td.cut span { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 2;
+              overflow: hidden; overflow-wrap: anywhere; }
 """
 
 
@@ -96,6 +101,16 @@ def chart(name: str, svg: str, caption: str) -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Cut:
+    """A table cell too long to show whole (a name stack): ``shown`` (already cut from
+    the left, say) in at most two lines of a 300 px column, the rest hidden by CSS, and
+    ``full`` on hover (the cell's ``title``)."""
+
+    shown: str
+    full: str
+
+
 def table(
     header: Sequence[str],
     rows: Iterable[Sequence[Any]],
@@ -108,10 +123,15 @@ def table(
     """An HTML table; columns in ``numeric`` are right-aligned and never break, columns
     in ``wrap`` (long names, paths, configs) may also break after the ``:`` ``/`` ``.``
     ``_`` of a long word, so the table fits the window; other columns break only between
-    words."""
+    words. A :class:`Cut` value shows cut, whole on hover."""
     nums, wraps = set(numeric), set(wrap)
 
     def cell(tag: str, i: int, value: Any) -> str:
+        if isinstance(value, Cut):
+            return (
+                f'<{tag} class="cut" title="{escape(value.full)}">'
+                f"<span>{escape(value.shown)}</span></{tag}>"
+            )
         cls = ' class="num"' if i in nums else ' class="wrap"' if i in wraps else ""
         text = breakable(value) if i in wraps else escape(value)
         return f"<{tag}{cls}>{text}</{tag}>"
