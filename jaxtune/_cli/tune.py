@@ -266,8 +266,13 @@ def run(args: argparse.Namespace) -> int:
             else "it recorded no autotuned call, so nothing is tuned"
         )
         print(f"jaxtune tune: the program {exit_text(status)}; {then}", file=sys.stderr)
+    # A stale entry (another toolchain, new configs in the space) is tuned again.
     had_config = [
-        r for r in records if r["source"] in HITS and not wrong_pass(r, r.get("entry_timing", ""))
+        r
+        for r in records
+        if r["source"] in HITS
+        and not wrong_pass(r, r.get("entry_timing", ""))
+        and not (r["source"] != "scope" and r.get("stale"))
     ]
     todo = [r for r in records if args.retune or r not in had_config]
     entries, problems = sweep_records(todo)

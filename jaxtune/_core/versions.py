@@ -30,6 +30,9 @@ def toolchain() -> dict[str, str | None]:
 
 
 def stale(recorded: dict[str, str | None]) -> bool:
-    """Whether an entry recorded under ``recorded`` was tuned with another jax/jaxlib/libtpu."""
+    """Whether an entry recorded under ``recorded`` was tuned with another jax/jaxlib/libtpu
+    (an entry that recorded no versions at all is not: its toolchain is unknown)."""
+    if not recorded:
+        return False
     now = toolchain()
     return any(recorded.get(k) != now[k] for k in ("jax", "jaxlib", "libtpu"))

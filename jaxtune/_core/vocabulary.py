@@ -271,13 +271,16 @@ class Choice:
     """The config a call uses and where it came from.
 
     ``source`` is one of ``"explicit"``, ``"scope"``, ``"cache"``, ``"packaged"``,
-    ``"nearest"``, ``"default"``; ``entry`` is the cache entry behind it, if any.
+    ``"nearest"``, ``"default"``; ``entry`` is the cache entry behind it, if any, and
+    ``stale`` why that entry is stale (another toolchain, new configs in the space; empty
+    when it is current).
     """
 
     config: Mapping[str, Any]
     source: Source
     key: str
     entry: Entry | None = None
+    stale: str = ""
 
 
 #: ``CaptureInfo``'s fields that hold a map, and those that hold a list of maps.

@@ -310,14 +310,28 @@ class Autotuned(Generic[P, R]):
         """The lookup after the scopes: caches, a sweep through ``measure`` (on a miss in
         tune mode), nearest (for kernels that opt in), default."""
         settings = _config.settings()
-        fit = _lookup.Fit(self.kernel_id, self.version, [*space, default], code=self.code)
         use_caches = settings.mode != "off"
         sweeping = measure is not None and settings.mode in ("tune", "retune")
+        # A sweep allowed now replaces a stale entry (another toolchain, new configs).
+        fit = _lookup.Fit(
+            self.kernel_id,
+            self.version,
+            [*space, default],
+            code=self.code,
+            swept=space,
+            refresh=sweeping,
+        )
         if use_caches and not (measure is not None and self._retuning(kind, sig)):
             found = _lookup.cached_entry(self.kernel_id, kind, sig.key, fit)
             if found is not None and not (sweeping and self._wrong_pass(found[0])):
                 entry, source = found
-                return Choice(config=dict(entry.config), source=source, key=sig.key, entry=entry)
+                return Choice(
+                    config=dict(entry.config),
+                    source=source,
+                    key=sig.key,
+                    entry=entry,
+                    stale=fit.last_stale,
+                )
         if sweeping:
             try:
                 entry = self._sweep(sig, space, default, kind, measure=measure)
@@ -327,6 +341,15 @@ class Autotuned(Generic[P, R]):
                     JaxtuneWarning,
                     stacklevel=5,
                 )
+                if fit.stale_hit is not None:  # the stale entry beats the default
+                    old, layer, why = fit.stale_hit
+                    return Choice(
+                        config=dict(old.config),
+                        source="packaged" if layer == "packaged" else "cache",
+                        key=sig.key,
+                        entry=old,
+                        stale=why,
+                    )
             else:
                 assert measure is not None
                 return Choice(config=dict(entry.config), source="cache", key=sig.key, entry=entry)

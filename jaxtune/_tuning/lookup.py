@@ -9,7 +9,11 @@ Every stored config is checked against the call's pruned space (:class:`Fit`) be
 used: an exact entry whose config is not in it is skipped with one warning, and the nearest
 step borrows only a config of the new shape's pruned space. An entry tuned for other code of
 the kernel (its code digest differs, :mod:`.digest`) is a miss: skipped, with one warning in
-``cached`` mode; a sweep in ``tune`` mode replaces it.
+``cached`` mode; a sweep in ``tune`` mode replaces it. An entry tuned with another
+jax/jaxlib/libtpu, or whose space now holds configs its sweep never measured, is stale: a
+sweep (``tune`` mode) replaces it; otherwise it is used while its config is in the space,
+with one warning per kernel in ``cached`` mode. An entry whose config keys are not the
+space's (keys renamed) is ignored, with one warning per kernel in any mode.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = [
     "Fit",
     "cached_entry",
     "device_kind",
+    "entry_staleness",
     "nearest",
     "scoped_entry",
     "staleness",
@@ -84,12 +89,72 @@ _MSG_CODE_CHANGED = (
 )
 
 
+_MSG_STALE = (
+    "jaxtune uses the {layer} entry of {kernel} for {key} although it is stale: {why} (said "
+    "once per kernel; other keys may be stale too). Its config is still in the space, so it "
+    "runs; refresh it: JAXTUNE_MODE=tune (or `jaxtune tune -- python your_program.py`) "
+    "re-tunes stale entries."
+)
+
+_MSG_KEYS = (
+    "jaxtune ignores the {layer} entry of {kernel} for {key} (and any other of its entries "
+    "with the same keys): its config has the keys {keys}, but the kernel's space has "
+    "{names} (config keys renamed since it was tuned?). The lookup goes on without it. "
+    "Re-tune: JAXTUNE_MODE=tune (or `jaxtune tune -- python your_program.py`); `jaxtune "
+    "cache prune --kernel {kernel}` drops the old entries."
+)
+
+#: (kernel, version, device kind, key, created, swept-space size) -> why the entry is stale
+#: (worked out once per process, not once per trace).
+_STALE: dict[tuple[Any, ...], str] = {}
+
+
+def _new_configs(entry: Entry, swept: Sequence[Mapping[str, Any]]) -> int:
+    """How many configs of ``swept`` (the space a sweep would measure now) ``entry``'s sweep
+    never measured because they were not in its space then; 0 when that cannot be told."""
+    if not entry.space_size:  # an entry older than the field
+        return 0
+    measured: set[Hashable] = set()
+    for m in entry.measurements:
+        try:
+            measured.add(_typed_config(m.config))
+        except TypeError:
+            continue
+    if len(measured) >= entry.space_size:  # it measured its whole space: compare configs
+        new = 0
+        for c in swept:
+            try:
+                new += _typed_config(c) not in measured
+            except TypeError:
+                continue
+        return new
+    # Measurements stripped, or a search that measured part of the space: compare sizes.
+    return max(0, len(swept) - entry.space_size)
+
+
+def entry_staleness(entry: Entry, swept: Sequence[Mapping[str, Any]] | None) -> str:
+    """Why ``entry`` is stale for its toolchain or space (``swept``: the space a sweep
+    would measure now, ``None``: not compared): ``"tuned with another toolchain (jax 0.4.1,
+    now 0.4.30)"``, ``"3 new configs in the space since it was tuned"``, ``""`` when
+    neither."""
+    if _versions.stale(dict(entry.versions)):
+        return _toolchain_text(entry.versions)
+    new = _new_configs(entry, swept) if swept is not None else 0
+    if new:
+        return f"{new} new config{'s' if new != 1 else ''} in the space since it was tuned"
+    return ""
+
+
 class Fit:
     """The configs a kernel can run for one call: its pruned space for these arguments.
 
     A stored config is usable when it is one of them, value and type alike; an entry for
-    another kernel version or other config keys is ignored silently, one tuned for other
-    code of the kernel (``code``: its current digest) with one warning in cached mode.
+    another kernel version is ignored silently, one with other config keys with one
+    warning, one tuned for other code of the kernel (``code``: its current digest) with one
+    warning in cached mode. ``swept`` is the space a sweep would measure now (to tell an
+    entry whose space gained configs); ``refresh``: a sweep may replace a stale entry now
+    (``tune`` mode), so a stale entry is a miss (kept in :attr:`stale_hit`, should the
+    sweep fail).
     """
 
     def __init__(
@@ -99,11 +164,19 @@ class Fit:
         space: Sequence[Mapping[str, Any]],
         *,
         code: KernelCode | None = None,
+        swept: Sequence[Mapping[str, Any]] | None = None,
+        refresh: bool = False,
     ) -> None:
         self.kernel = kernel
         self.version = version
         self.code = code
         self.names = frozenset(space[0]) if space else frozenset()
+        self.swept = swept
+        self.refresh = refresh
+        #: The first stale entry a refreshing lookup passed over, with its reason.
+        self.stale_hit: tuple[Entry, str, str] | None = None
+        #: Why the entry ``usable`` last accepted is stale (empty: it is current).
+        self.last_stale = ""
         self._space = space
         self._configs: frozenset[Hashable] | None = None  # built when first asked
 
@@ -132,28 +205,84 @@ class Fit:
     def usable(self, entry: Entry | None, layer: str) -> bool:
         """Whether ``entry`` may be used as an exact entry; warns once when its config lies
         outside the space, or (in cached mode) when it was tuned for other code."""
+        self.last_stale = ""
         if entry is None or entry.kernel_version != self.version:
             return False
         if set(entry.config) != self.names:
+            if self.names and not any(set(entry.config) == set(c) for c in self._space):
+                keys = ", ".join(sorted(map(str, entry.config))) or "none"
+                self._warn_once(
+                    entry,
+                    layer,
+                    "keys:" + keys,
+                    _MSG_KEYS,
+                    per_key=False,
+                    keys=keys,
+                    names=", ".join(sorted(self.names)),
+                )
             return False
         if self.stale_code(entry):
             if _config.settings().mode == "cached":
                 # Once per kernel and layer: every key of an edited kernel is stale at once.
                 self._warn_once(entry, layer, "code", _MSG_CODE_CHANGED, per_key=False)
             return False
-        if self.holds(entry.config):
-            return True
-        self._warn_once(entry, layer, config_id(entry.config), _MSG_OUTSIDE)
-        return False
+        if not self.holds(entry.config):
+            self._warn_once(entry, layer, config_id(entry.config), _MSG_OUTSIDE)
+            return False
+        why = "" if layer == "scope" else self.staleness(entry)
+        if why:
+            if self.refresh:  # a sweep replaces it now
+                if self.stale_hit is None:
+                    self.stale_hit = (entry, layer, why)
+                return False
+            settings = _config.settings()
+            # A recording (`jaxtune tune --`, `cache check`) reports stale entries itself.
+            if settings.mode == "cached" and not settings.record:
+                self._warn_once(entry, layer, "stale", _MSG_STALE, per_key=False, why=why)
+        self.last_stale = why
+        return True
+
+    def staleness(self, entry: Entry) -> str:
+        """Why ``entry`` is stale for its toolchain or space (see :func:`entry_staleness`),
+        worked out once per process for each entry."""
+        memo = (
+            self.kernel,
+            self.version,
+            entry.device_kind,
+            entry.key,
+            entry.created,
+            entry.space_size,
+            len(entry.measurements),
+            tuple(sorted(entry.versions.items())),
+            None if self.swept is None else len(self.swept),
+        )
+        why = _STALE.get(memo)
+        if why is None:
+            why = entry_staleness(entry, self.swept)
+            if len(_STALE) >= 4096:
+                _STALE.clear()
+            _STALE[memo] = why
+        return why
 
     def _warn_once(
-        self, entry: Entry, layer: str, what: str, message: str, *, per_key: bool = True
+        self,
+        entry: Entry,
+        layer: str,
+        what: str,
+        message: str,
+        *,
+        per_key: bool = True,
+        **extra: str,
     ) -> None:
         seen = (self.kernel, entry.device_kind, entry.key if per_key else "", layer, what)
         if seen not in _WARNED:
             _WARNED.add(seen)
             text = message.format(
-                layer=layer, kernel=self.kernel, key=entry.key, config=config_id(entry.config)
+                layer=layer,
+                kernel=self.kernel,
+                key=entry.key,
+                config=config_id(entry.config),
+                **extra,
             )
             warnings.warn(text, JaxtuneWarning, stacklevel=3)
 
@@ -242,9 +371,11 @@ def _toolchain_text(recorded: Mapping[str, str | None]) -> str:
 
 def staleness(kernel: Any, sig: Any, choice: Choice, space: Sequence[Any], default: Any) -> str:
     """Why the entry behind a call's config, or the entry its lookup passed over, is stale:
-    ``"code changed"``, ``"tuned with another toolchain (...)"``, ``"config outside the
-    space"``; ``""`` when the call used a current entry or no entry exists (a plain miss)."""
+    ``"code changed"``, ``"tuned with another toolchain (...)"``, ``"N new configs in the
+    space since it was tuned"``, ``"config keys renamed"``, ``"config outside the space"``; ``""`` when the call used a current entry or no entry exists (a plain miss)."""
     if choice.entry is not None and choice.source in ("cache", "packaged", "scope"):
+        if choice.stale:
+            return choice.stale
         if _versions.stale(dict(choice.entry.versions)):
             return _toolchain_text(choice.entry.versions)
         return ""
@@ -258,7 +389,9 @@ def staleness(kernel: Any, sig: Any, choice: Choice, space: Sequence[Any], defau
             continue
         if fit.stale_code(entry):
             return "code changed"
-        if set(entry.config) != fit.names or not fit.holds(entry.config):
+        if set(entry.config) != fit.names:
+            return "config keys renamed"
+        if not fit.holds(entry.config):
             return "config outside the space"
     return ""
 

@@ -159,9 +159,10 @@ def note(kernel: Any, sig: Any, choice: Any) -> None:
             if seen in _SEEN:
                 return
             _SEEN.add(seen)
+        stale = f", stale: {choice.stale}" if choice.stale else ""
         print(
             f"jaxtune: {kernel.kernel_id} {sig.key}: {config_id(choice.config)} "
-            f"(from {choice.source})",
+            f"(from {choice.source}{stale})",
             file=sys.stderr,
             flush=True,
         )
