@@ -11,7 +11,7 @@ kernel call (``LLO Ops`` regions, ``MXU0 Instructions`` and ``VALU Instructions`
 on lines whose own epoch-scale ``timestamp_ns`` differs from the ``XLA Ops`` line's.
 
 It is written with the ``protobuf`` package and an XSpace schema declared here, apart from
-jaxtune's own (:mod:`jaxtune._profiling.schema`), and it returns the ground truth: each
+jaxtune's own (:mod:`jaxtune._core.xspace.schema`), and it returns the ground truth: each
 kernel's (and XLA op's) total device time and event count, so the benchmark can check the
 report against it.
 

@@ -14,7 +14,8 @@ from jax.profiler import ProfileData
 
 import jaxtune
 from jaxtune._cli import main as cli_main
-from jaxtune._profiling import llo, xplane
+from jaxtune._core.xspace import xplane
+from jaxtune._profiling import llo
 
 #: A TPU-shaped trace, its line at epoch scale as real ones are; ``%s`` is the
 #: /host:metadata plane's stats (an llo_proto or none).

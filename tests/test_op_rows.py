@@ -117,7 +117,7 @@ def trace(tmp_path, swap=False):
 
 def _events(path):
     """(module, instruction) -> its events in the trace."""
-    from jaxtune._profiling import xplane
+    from jaxtune._core.xspace import xplane
 
     space = xplane.load(path)
     plane = space.plane("/host:CPU")

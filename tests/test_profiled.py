@@ -116,7 +116,7 @@ def test_a_capture_leaves_the_python_tracer_off(tmp_path):
     # Issue 31: JAX's default (python_tracer_level=1) writes an event per Python call,
     # hundreds of thousands on an interpret-mode step, and slows the traced calls; the
     # report reads none of them. XLA's op events (host tracer) stay.
-    from jaxtune._profiling import xplane
+    from jaxtune._core.xspace import xplane
 
     def step(x):
         return jnp.tanh(jax.nn.softmax(x) @ x).sum()
@@ -298,7 +298,7 @@ planes {
 """
     )
     path = write_trace(tmp_path, text)
-    from jaxtune._profiling import xplane as _xspace
+    from jaxtune._core.xspace import xplane as _xspace
 
     space = _xspace.load(path)
     assert space.hlo_protos() == {"jit_step": b"\x0a\x08jit_step"}

@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hostile.traces import EPOCH_NS
+from jax.profiler import ProfileData
 
 import jaxtune
 from jaxtune._core.errors import ConfigSpaceError, SettingsError
@@ -147,6 +149,92 @@ def test_device_timings_match_calls_per_module_and_refuse_a_short_trace():
     assert a.samples_us == (10.0, 10.0) and b.samples_us == (30.0, 30.0)
     with pytest.raises(RuntimeError, match="fewer than"):
         _timers.device_timings(calls, ex[:3])
+
+
+#: A GPU-shaped trace as the profiler timer reads it: module events on the device plane's
+#: ``XLA Modules`` line (another line, and the host's call events, left out), the line at
+#: epoch scale as real ones are, and starts and durations finer than 256 ns (the float
+#: resolution of an absolute epoch-scale time).
+DEVICE_TRACE = """
+planes {
+  id: 1 name: "/device:GPU:0"
+  lines { id: 1 name: "XLA Modules" timestamp_ns: EPOCH_NS
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 5000000 }
+    events { metadata_id: 2 offset_ps: 5000100 duration_ps: 8000100 }
+    events { metadata_id: 1 offset_ps: 13000300 duration_ps: 1000300 }
+    events { metadata_id: 2 offset_ps: 14000700 duration_ps: 8000900 } }
+  lines { id: 2 name: "XLA Ops" timestamp_ns: EPOCH_NS
+    events { metadata_id: 3 offset_ps: 0 duration_ps: 7 } }
+  event_metadata { key: 1 value { id: 1 name: "jit_jaxtune_2(11)" } }
+  event_metadata { key: 2 value { id: 2 name: "jit_jaxtune_16(12)" } }
+  event_metadata { key: 3 value { id: 3 name: "fusion" } }
+}
+planes {
+  id: 2 name: "/host:CPU"
+  lines { id: 1 name: "python" timestamp_ns: EPOCH_NS
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 90000000 } }
+  event_metadata { key: 1 value { id: 1 name: "PjitFunction(jit(jaxtune_2))" } }
+}
+""".replace("EPOCH_NS", str(EPOCH_NS))
+
+#: A CPU-shaped trace: the calling thread's call events, and the op events (one
+#: ``run_id`` per execution) on a ``tf_XLA`` line that starts 1 us later.
+HOST_TRACE = """
+planes {
+  id: 2 name: "/host:CPU"
+  lines { id: 1 name: "python" timestamp_ns: EPOCH_NS
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 2000000 }
+    events { metadata_id: 1 offset_ps: 10000000 duration_ps: 2000000 } }
+  lines { id: 2 name: "tf_XLACpuClient/1" timestamp_ns: EPOCH_NS_LATER
+    events { metadata_id: 2 offset_ps: 0 duration_ps: 3000500
+      stats { metadata_id: 1 int64_value: 1 } stats { metadata_id: 2 str_value: "jit_jaxtune_2" } }
+    events { metadata_id: 2 offset_ps: 9000000 duration_ps: 500
+      stats { metadata_id: 1 int64_value: 2 } stats { metadata_id: 2 str_value: "jit_jaxtune_2" } } }
+  event_metadata { key: 1 value { id: 1 name: "PjitFunction(jit(jaxtune_2))" } }
+  event_metadata { key: 2 value { id: 2 name: "dot.1" } }
+  stat_metadata { key: 1 value { id: 1 name: "run_id" } }
+  stat_metadata { key: 2 value { id: 2 name: "hlo_module" } }
+}
+""".replace("EPOCH_NS_LATER", str(EPOCH_NS + 1000)).replace("EPOCH_NS", str(EPOCH_NS))
+
+
+def test_the_profiler_timer_reads_an_epoch_scale_trace_to_the_picosecond(tmp_path):
+    """The timer reads traces with jaxtune's reader: times from the trace's earliest line,
+    so that starts and durations at epoch scale keep their picoseconds."""
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "t.xplane.pb").write_bytes(
+        ProfileData.text_proto_to_serialized_xspace(DEVICE_TRACE)
+    )
+    ex = _timers._executions(tmp_path / "gpu")
+    assert [m for m, _, _ in ex] == ["jit_jaxtune_2", "jit_jaxtune_16"] * 2
+    assert [s for _, s, _ in ex] == pytest.approx([0.0, 5000.1, 13000.3, 14000.7], abs=1e-9)
+    assert [d for _, _, d in ex] == pytest.approx([5000.0, 8000.1, 1000.3, 8000.9], abs=1e-9)
+    one, two = _timers.Timing(samples_us=(1.0,)), _timers.Timing(samples_us=(1.0, 1.0))
+    calls = [
+        _timers._Calls(module="jit_jaxtune_2", warmup=1, batch=1, wall=one),
+        _timers._Calls(module="jit_jaxtune_16", warmup=0, batch=1, wall=two),
+    ]
+    short, long = _timers.device_timings(calls, ex)
+    assert short.samples_us == pytest.approx((1.0003,), abs=1e-12)
+    assert long.samples_us == pytest.approx((8.0001, 8.0009), abs=1e-12)
+
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "t.xplane.pb").write_bytes(
+        ProfileData.text_proto_to_serialized_xspace(HOST_TRACE)
+    )
+    # Each call runs from its event's start to the end of its last op: the first call's
+    # op ends 1 us (the lines' offset) + 3.0005 us after it starts; the second call's op
+    # ends within the call's own event.
+    ex = _timers._executions(tmp_path / "cpu")
+    assert [m for m, _, _ in ex] == ["jit_jaxtune_2"] * 2
+    assert [x for _, *times in ex for x in times] == pytest.approx(
+        [0.0, 4000.5, 10000.0, 2000.0], abs=1e-9
+    )
+
+
+def test_a_directory_without_a_trace_is_a_timer_error(tmp_path):
+    with pytest.raises(RuntimeError, match="wrote no trace"):
+        _timers._executions(tmp_path)
 
 
 @jaxtune.autotuned(configs={"reps": [2, 16]}, name="tests.timers.loop", timer="profiler")

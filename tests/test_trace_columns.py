@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxtune._profiling import schema, xplane
+from jaxtune._core.xspace import schema, xplane
 
 _FIELDS = {1: "metadata_id", 2: "offset_ps", 3: "duration_ps", 5: "num_occurrences"}
 

@@ -1,2 +1,3 @@
 """The core both flows stand on: settings, errors, the codec, files and locks, flags,
-toolchain versions, the entry schema. It imports nothing else of jaxtune."""
+toolchain versions, the entry schema, the trace reader (:mod:`.xspace`). It imports
+nothing else of jaxtune."""

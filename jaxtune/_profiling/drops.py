@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from .._core import flags as _flags
-from . import xplane as _xplane
+from .._core.xspace import xplane as _xplane
 
 __all__ = ["DROP_FIX", "DROP_STATS", "drop_warnings"]
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from .._core.xspace import xplane as _xplane
 from .._program import markers as _markers
 from . import hlo as _hlo
 from . import timeline as _timeline
-from . import xplane as _xplane
 from .totals import TIMELINE_SPANS, Accumulator, OpKind, Totals, walk_columns, walk_items
 
 __all__ = [

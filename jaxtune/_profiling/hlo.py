@@ -12,8 +12,8 @@ import dataclasses
 import re
 from typing import Any
 
-from . import schema as _schema
-from .xplane import DecodeError, decode, text
+from .._core.xspace import schema as _schema
+from .._core.xspace.xplane import DecodeError, decode, text
 
 __all__ = [
     "Frame",

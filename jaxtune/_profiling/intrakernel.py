@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from . import xplane as _xplane
+from .._core.xspace import xplane as _xplane
 
 __all__ = [
     "INTRA_LINES",

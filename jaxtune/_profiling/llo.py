@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from .._core import flags as _flags
-from . import xplane as _xplane
+from .._core.xspace import xplane as _xplane
+from .._core.xspace.tracefile import find_trace
 from .llo_figures import STATIC_MODES, summary
-from .tracefile import find_trace
 
 __all__ = [
     "LLO_TIMEOUT_S",

@@ -27,6 +27,7 @@ from .._core import flags as _flags
 from .._core import settings as _config
 from .._core.errors import JaxtuneError, JaxtuneWarning
 from .._core.vocabulary import CaptureInfo
+from .._core.xspace.tracing import tracer_options
 from .._program import markers as _markers
 from .._program.locate import sites_in_module
 from . import calls as _calls
@@ -71,27 +72,6 @@ def _missing_flags(platform: str, llo: bool, custom_call_tracing: bool) -> tuple
     return tuple(missing)
 
 
-#: The profiler's tracer levels a capture uses. The Python tracer is off: a kernel report
-#: reads no Python event, and on an interpret-mode step (whose kernels run as Python
-#: callbacks) JAX's default level 1 writes hundreds of thousands of them and makes the
-#: traced calls several times slower than untraced ones. The host tracer keeps JAX's
-#: default level 2: XLA's CPU op events need level 1, and level 2 adds the runtime's host
-#: events that XProf's trace viewer shows, at no measured cost.
-PYTHON_TRACER_LEVEL = 0
-HOST_TRACER_LEVEL = 2
-
-
-def tracer_options() -> Any:
-    """The ``jax.profiler.ProfileOptions`` of a capture (:data:`PYTHON_TRACER_LEVEL`,
-    :data:`HOST_TRACER_LEVEL`; HLO protos on, so the trace carries each program's op
-    names)."""
-    options = jax.profiler.ProfileOptions()
-    options.python_tracer_level = PYTHON_TRACER_LEVEL
-    options.host_tracer_level = HOST_TRACER_LEVEL
-    options.enable_hlo_proto = True
-    return options
-
-
 def capture(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -116,7 +96,7 @@ def capture(
         call_args, call_kwargs = arguments()
         jax.block_until_ready(compiled(*call_args, **call_kwargs))
     start = time.perf_counter()
-    with jax.profiler.trace(logdir, profiler_options=tracer_options()):
+    with jax.profiler.trace(logdir, profiler_options=tracer_options(hlo_proto=True)):
         for _ in range(iters):
             call_args, call_kwargs = arguments()
             jax.block_until_ready(compiled(*call_args, **call_kwargs))

@@ -43,8 +43,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._core.xspace import xplane as _xplane
 from .._program import markers as _markers
-from . import xplane as _xplane
 from .hlo import Frame, HloInstruction, HloModule, parse_hlo_proto
 
 __all__ = ["CALLBACK_TARGETS", "Recovered", "Site", "read_programs", "recover", "sites"]

@@ -14,15 +14,15 @@ from typing import Any
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._core.errors import JaxtuneError, ProfileError, describe
 from .._core.vocabulary import CaptureInfo
+from .._core.xspace import xplane as _xplane
+from .._core.xspace.tracefile import find_trace
 from . import recover as _recover
 from . import roofline as _roofline
-from . import xplane as _xplane
 from .attribution import KernelStat, ScopeStat, attribute, classifier, scopes
 from .drops import drop_warnings
 from .events import TIMELINE_SPANS, Walk, device_plane, metadata_kinds, program_ids, walk
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
 from .timeline import TimelineSpan
-from .tracefile import find_trace
 
 __all__ = [
     "CALLS_SUFFIX",

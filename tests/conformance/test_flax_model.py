@@ -425,7 +425,8 @@ def test_the_reports_xla_rows_are_instructions_and_kernel_internals_are_the_kern
     pallas_call line and the program's call; no Python tracer events in the capture."""
     import collections
 
-    from jaxtune._profiling import events, recover, xplane
+    from jaxtune._core.xspace import xplane
+    from jaxtune._profiling import events, recover
 
     run, logdir = profile_cli
     run.check()

@@ -13,7 +13,8 @@ from traces import TPU_TRACE
 import jaxtune
 from jaxtune._cli import main as cli_main
 from jaxtune._core.vocabulary import CaptureInfo
-from jaxtune._profiling import hlo, xplane
+from jaxtune._core.xspace import xplane
+from jaxtune._profiling import hlo
 from jaxtune._profiling import report as _report
 
 TPU_BYTES = ProfileData.text_proto_to_serialized_xspace(TPU_TRACE)

@@ -181,7 +181,8 @@ def _trace_facts(logdir):
     tracer events (``$file:line function``) the host plane holds."""
     import collections
 
-    from jaxtune._profiling import events, recover, xplane
+    from jaxtune._core.xspace import xplane
+    from jaxtune._profiling import events, recover
 
     space = xplane.load(logdir)
     plane = space.plane("/host:CPU")

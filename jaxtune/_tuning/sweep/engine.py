@@ -29,7 +29,7 @@ from .breakdown import Breakdown
 from .check import check_outputs, reason
 from .inputs import make_inputs
 from .rounds import interleaved, measurement
-from .timers import Timer, timer_for
+from .timers import RecordingTimer, RoundTimer, Timer, timer_for
 from .timing import Timing, block
 
 if TYPE_CHECKING:
@@ -397,15 +397,14 @@ class Sweeper:
             min_samples=max(1, -(-options.min_samples // 2)),
             max_samples=max(1, -(-options.max_samples // 2)),
         )
-        if hasattr(self.timer, "recording"):  # a device timer: name the calls' module
+        timer = self.timer
+        if isinstance(timer, RecordingTimer):  # a device timer: name the calls' module
             module = self._module(config)
             return self._timed(
                 config,
-                lambda run: self.timer.measure(  # type: ignore[call-arg]
-                    run, options, best_us=best_us, module=module
-                ),
+                lambda run: timer.measure(run, options, best_us=best_us, module=module),
             )
-        return self._timed(config, lambda run: self.timer.measure(run, options, best_us=best_us))
+        return self._timed(config, lambda run: timer.measure(run, options, best_us=best_us))
 
     def _timed(
         self, config: Config, measure: Callable[[Callable[[], Any]], Timing]
@@ -444,9 +443,10 @@ class Sweeper:
         """One interleaved round: each config's samples, in order (inside one trace for a
         timer that records, such as the profiler's)."""
         options = self.task.plan.options
-        recording = getattr(self.timer, "recording", None)
-        if hasattr(self.timer, "round") and not self.serial_rounds and len(configs) > 1:
-            return self._passes(configs, recording)
+        timer = self.timer
+        recording = timer.recording if isinstance(timer, RecordingTimer) else None
+        if isinstance(timer, RoundTimer) and not self.serial_rounds and len(configs) > 1:
+            return self._passes(configs, timer, recording)
         if recording is None:
             return {
                 config_id(c): self._timed(
@@ -467,7 +467,10 @@ class Sweeper:
         return {cid: got if isinstance(got, Failure) else next(device) for cid, got in out.items()}
 
     def _passes(
-        self, configs: Sequence[Config], recording: Callable[[], Any] | None
+        self,
+        configs: Sequence[Config],
+        timer: RoundTimer,
+        recording: Callable[[], Any] | None,
     ) -> dict[str, Timing | Failure]:
         """One round timed in passes over ``configs`` (the timer's ``round``): every config
         meets the same spells of machine noise. A crash or hang meanwhile is blamed on the
@@ -480,7 +483,7 @@ class Sweeper:
         start = time.perf_counter()
         try:
             if recording is None:
-                got = self.timer.round(runs, options, samples=options.round_samples)  # type: ignore[attr-defined]
+                got = timer.round(runs, options, samples=options.round_samples)
             else:
                 with recording() as rec:
                     walls = rec.round(runs, options, samples=options.round_samples)

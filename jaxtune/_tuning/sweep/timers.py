@@ -10,11 +10,14 @@ default.
   (a small program on the calling thread, or the host callbacks of an interpret-mode
   Pallas kernel, leave no op events). The wall clock of a small kernel on
   TPU is mostly dispatch; its device events are not. The default on TPU and GPU.
+  The trace is taken with JAX's Python tracer off (:mod:`jaxtune._core.xspace.tracing`)
+  and read with jaxtune's trace reader (:mod:`jaxtune._core.xspace.xplane`), its times
+  to the picosecond.
 - ``cupti``: the profiler timer on an NVIDIA GPU, whose device events JAX's profiler takes
   from CUPTI; refused elsewhere.
 
-A timer that offers ``recording()`` lets a sweep time several configs inside one trace
-(one interleaved round): every :meth:`measure` inside it returns the wall-clock timing at
+A timer that offers ``recording()`` (a :class:`RecordingTimer`) lets a sweep time several
+configs inside one trace (one interleaved round): every :meth:`measure` inside it returns the wall-clock timing at
 once, and the recording's :meth:`Recording.results` gives the device timings when it ends.
 """
 
@@ -28,19 +31,22 @@ import math
 import pathlib
 import shutil
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 
 from ..._core.errors import ConfigSpaceError
+from ..._core.xspace import xplane as _xplane
+from ..._core.xspace.tracing import tracer_options
 from .timing import Timing, TimingOptions
 
 __all__ = [
     "TIMERS",
     "ProfilerTimer",
     "Recording",
+    "RecordingTimer",
+    "RoundTimer",
     "Timer",
     "WallTimer",
     "platform_of",
@@ -60,6 +66,39 @@ class Timer(Protocol):
         best_us: float | None = None,
         samples: int | None = None,
     ) -> Timing: ...
+
+
+@runtime_checkable
+class RoundTimer(Timer, Protocol):
+    """A timer that times one interleaved round of several configs in passes
+    (:meth:`WallTimer.round`)."""
+
+    def round(
+        self,
+        runs: Sequence[tuple[Callable[[], Any], str | None]],
+        options: TimingOptions,
+        *,
+        samples: int,
+    ) -> list[Timing | Exception]: ...
+
+
+@runtime_checkable
+class RecordingTimer(Timer, Protocol):
+    """A device timer: its :meth:`measure` takes the calls' ``module`` (to tell them from
+    other executables in the trace), and its :meth:`recording` times several configs
+    inside one trace (:class:`ProfilerTimer`)."""
+
+    def measure(
+        self,
+        run: Callable[[], Any],
+        options: TimingOptions,
+        *,
+        best_us: float | None = None,
+        samples: int | None = None,
+        module: str | None = None,
+    ) -> Timing: ...
+
+    def recording(self) -> contextlib.AbstractContextManager[Recording]: ...
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -331,7 +370,7 @@ class ProfilerTimer(WallTimer):
         rec = Recording(self)
         where = pathlib.Path(tempfile.mkdtemp(prefix="jaxtune-timer-"))
         try:
-            jax.profiler.start_trace(str(where))
+            jax.profiler.start_trace(str(where), profiler_options=tracer_options(hlo_proto=False))
             try:
                 yield rec
             finally:
@@ -343,44 +382,68 @@ class ProfilerTimer(WallTimer):
 
 def _executions(where: pathlib.Path) -> list[tuple[str, float, float]]:
     """``(module, start_ns, duration_ns)`` of every executable run in the trace under
-    ``where``, in start order."""
-    from jax.profiler import ProfileData
+    ``where``, in start order, read with jaxtune's trace reader (:mod:`jaxtune._core.xspace`);
+    starts are nanoseconds from the earliest line of the trace, to the picosecond.
 
-    files = sorted(where.rglob("*.xplane.pb"))
-    if not files:
-        raise RuntimeError(f"jax.profiler wrote no trace under {where}")
-    # The first look at an event's stats builds a nanobind type, which warns on Python
-    # 3.12 (DeprecationWarning); where warnings are errors, that would abort the process.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return _walk(ProfileData.from_file(str(files[-1])))
+    Raises:
+        RuntimeError: no trace is there.
+    """
+    try:
+        space = _xplane.load(where)
+    except FileNotFoundError:
+        raise RuntimeError(f"jax.profiler wrote no trace under {where}") from None
+    return _walk(space)
 
 
-def _walk(data: Any) -> list[tuple[str, float, float]]:
+#: The host's event for one call of a jitted function: ``PjitFunction(jit(f))``.
+_CALL_PREFIX, _CALL_SUFFIX = "PjitFunction(jit(", "))"
+
+
+def _walk(space: _xplane.Space) -> list[tuple[str, float, float]]:
+    """The executions of a trace: the device planes' ``XLA Modules`` events, or where there
+    are none (CPU), the host's calls joined with their ops (:func:`_host_executions`).
+
+    Times are taken relative to the trace's earliest line (``timestamp_ns`` is epoch
+    scale: in picoseconds it would not fit an int64, and as a float it would lose the
+    offsets' resolution)."""
+    planes = space.planes(
+        n for n in space.plane_names if n.startswith("/device:") or n.startswith("/host:")
+    )
+    origin = min((line.timestamp_ns for p in planes for line in p.lines), default=0)
     device: list[tuple[str, float, float]] = []
     host: dict[Any, list[Any]] = {}
     calls: list[tuple[str, float, float]] = []
-    for plane in data.planes:
-        if plane.name.startswith("/device:"):
-            for line in plane.lines:
-                if line.name == "XLA Modules":
-                    for e in line.events:
-                        device.append((e.name.split("(")[0], e.start_ns, e.duration_ns))
-        elif plane.name.startswith("/host:"):
-            for line in plane.lines:
-                for e in line.events:
-                    if e.name.startswith("PjitFunction(jit(") and e.name.endswith("))"):
-                        calls.append(("jit_" + e.name[17:-2], e.start_ns, e.duration_ns))
-                        continue
-                    if not line.name.startswith("tf_XLA"):
-                        continue
-                    stats = dict(e.stats)
-                    run_id = stats.get("run_id")
-                    if run_id is None:
-                        continue
-                    span = host.setdefault((stats.get("hlo_module"), run_id), [math.inf, 0.0])
-                    span[0] = min(span[0], e.start_ns)
-                    span[1] = max(span[1], e.end_ns)
+    for plane in planes:
+        on_device = plane.name.startswith("/device:")
+        for line in plane.lines:
+            shift_ns = float(line.timestamp_ns - origin)
+            if on_device and line.name != "XLA Modules":
+                continue
+            if on_device or not line.name.startswith("tf_XLA"):
+                cols = plane.columns(line, drop=True)
+                for offset_ps, duration_ps, mid in cols.tolist():
+                    name = plane.metadata(mid).name
+                    start = shift_ns + offset_ps / 1e3
+                    if on_device:
+                        device.append((name.split("(")[0], start, duration_ps / 1e3))
+                    elif name.startswith(_CALL_PREFIX) and name.endswith(_CALL_SUFFIX):
+                        module = "jit_" + name[len(_CALL_PREFIX) : -len(_CALL_SUFFIX)]
+                        calls.append((module, start, duration_ps / 1e3))
+                continue
+            for e in plane.events(line, drop=True):
+                name = plane.metadata(e.metadata_id).name
+                start = shift_ns + e.offset_ps / 1e3
+                if name.startswith(_CALL_PREFIX) and name.endswith(_CALL_SUFFIX):
+                    module = "jit_" + name[len(_CALL_PREFIX) : -len(_CALL_SUFFIX)]
+                    calls.append((module, start, e.duration_ps / 1e3))
+                    continue
+                stats = _xplane.stats_of(e.stats, plane.stat_names)
+                run_id = stats.get("run_id")
+                if run_id is None:
+                    continue
+                span = host.setdefault((stats.get("hlo_module"), run_id), [math.inf, -math.inf])
+                span[0] = min(span[0], start)
+                span[1] = max(span[1], start + e.duration_ps / 1e3)
     if not device:
         device = _host_executions(host, calls)
     device.sort(key=lambda x: x[1])

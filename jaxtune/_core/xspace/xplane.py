@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError as _PbDecodeError
 
-from .._core.errors import describe
+from ..errors import describe
 from . import schema as _schema
 from .tracefile import read_trace
 

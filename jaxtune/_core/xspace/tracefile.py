@@ -7,7 +7,7 @@ import os
 import pathlib
 import stat
 
-from .._core.codec import read_bounded
+from ..codec import read_bounded
 
 __all__ = ["MAX_TRACE_BYTES", "find_trace", "read_trace"]
 
