@@ -79,7 +79,7 @@ def test_spanning_tiles_give_one_row_per_kernel_in_profile_and_from_trace(tmp_pa
             rows[key].total_us,
             rows[key].flops,
         )
-    page = p.to_html()
+    page = p.to_html().replace("<wbr>", "")  # break hints inside long names
     for kernel_id, name in rows:
         assert f"{kernel_id}:{name}" in page
     path = tmp_path / "report.html"
