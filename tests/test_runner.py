@@ -113,15 +113,14 @@ def test_a_crash_during_a_round_of_passes_is_pinned_on_its_config_and_the_rounds
     assert outcome.best.config == {"mode": "fast"}
 
 
-def test_endless_loop_costs_the_timeout_plus_a_few_seconds():
-    sweep(faulty, "ok")  # a warm child, so start-up is not counted
-    start = time.monotonic()
+def test_endless_loop_ends_at_the_timeout_and_the_sweep_goes_on():
+    # That the deadline ended the hung config (it never ends by itself), and the sweep
+    # went on; no wall-time bound, which a loaded machine stretches.
+    sweep(faulty, "ok")  # a warm child
     outcome = sweep(faulty, "hang")
-    elapsed = time.monotonic() - start
     failure = failure_of(outcome, "hang")
     assert failure.stage == "timeout"
     assert "no answer within the 4 s limit" in failure.reason
-    assert elapsed < 4 + 12, elapsed
     assert outcome.best.config == {"mode": "fast"}
     parent_still_works()
 
