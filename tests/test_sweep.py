@@ -274,7 +274,7 @@ class BurstSweeper(_engine.Sweeper):
         self.clock, self.truth_ms, self.burst = clock, truth_ms, burst
         self.calls: dict[str, int] = {}
 
-    def _compile_one(self, config, spec=None):
+    def _compile_one(self, config, spec=None, lowered=None):
         k = config["k"]
 
         def run():

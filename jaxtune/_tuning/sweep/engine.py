@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import queue
 import threading
 import time
@@ -44,6 +45,14 @@ Result = Measurement | Failure
 EventSink = Callable[[str, str, Any], None]
 #: A config's compile outcome as it becomes known: its id, and its failure or ``None``.
 Compiled = tuple[str, Failure | None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lowering:
+    """A config's lowered module, waiting for XLA, and the seconds tracing it took."""
+
+    lowered: Any
+    seconds: float
 
 
 class Sweeper:
@@ -136,29 +145,52 @@ class Sweeper:
         spec: dict[str, Any] | None,
         done: Callable[[Compiled], None] | None = None,
     ) -> dict[str, Failure]:
+        """Compiles ``configs``: one at a time when ``serial``, else in a pipeline: this
+        thread traces and lowers them in turn (Python work that holds the GIL, so a second
+        tracing thread would only slow the first and the thread running configs), and XLA
+        compiles the lowered modules meanwhile in a pool of threads (work that lets go of
+        the GIL)."""
         threads = 1 if serial else (self.task.compile_threads or compile_threads())
         local_config = _context.capture()
+        failures: dict[str, Failure] = {}
 
-        def one(config: Config) -> Failure | None:
+        def settle(config: Config, compile_: Callable[[], Failure | None]) -> None:
             try:
                 with local_config():
-                    failure = self._compile_one(config, spec)
+                    failure = compile_()
             except BaseException as e:  # whoever waits on ``done`` must hear of every config
                 failure = Failure(config=config, stage="compile", reason=reason(e))
+                if done is not None:
+                    done((config_id(config), failure))
+                raise
+            if failure is not None:
+                failures[config_id(config)] = failure
             if done is not None:
                 done((config_id(config), failure))
-            return failure
 
-        if threads <= 1 or len(configs) <= 1:
-            outcomes = [one(c) for c in configs]
-        else:
-            with concurrent.futures.ThreadPoolExecutor(
-                threads, thread_name_prefix="jaxtune-compile"
-            ) as ex:
-                outcomes = list(ex.map(one, configs))
-        return {config_id(c): f for c, f in zip(configs, outcomes, strict=True) if f is not None}
+        if serial or len(configs) <= 1:
+            for config in configs:
+                settle(config, lambda c=config: self._compile_one(c, spec))
+            return failures
+        with concurrent.futures.ThreadPoolExecutor(
+            threads, thread_name_prefix="jaxtune-compile"
+        ) as ex:
+            pending = []
+            for config in configs:
+                with local_config():
+                    lowered = self._lower_one(config, spec)
+                if isinstance(lowered, Lowering):
+                    job = functools.partial(self._compile_one, config, spec, lowered)
+                    pending.append(ex.submit(settle, config, job))
+                else:
+                    settle(config, lambda got=lowered: got)
+            for future in pending:
+                future.result()
+        return failures
 
-    def _compile_one(self, config: Config, spec: dict[str, Any] | None = None) -> Failure | None:
+    def _lower_one(self, config: Config, spec: dict[str, Any] | None) -> Lowering | Failure | None:
+        """Traces and lowers ``config``: its lowering, its failure, or ``None`` when it was
+        compiled before."""
         cid = config_id(config)
         if cid in self._runs or cid in self._failed:
             return self._failed.get(cid)
@@ -172,17 +204,38 @@ class Sweeper:
         call = with_backward(forward) if self.task.plan.timing == "vjp" else forward
         call.__name__ = call.__qualname__ = self._module(config).removeprefix("jit_")
 
-        # The compiling thread travels with the event: a crash report that names it (the
+        # The tracing thread travels with the event: a crash report that names it (the
         # child's faulthandler does) pins the crash on this config.
         self.emit("compile_start", cid, threading.get_ident())
         start = time.perf_counter()
         try:
-            compiled = jax.jit(call).lower(lowering).compile()
+            lowered = jax.jit(call).lower(lowering)
         except Exception as e:
             self.emit("compiled", cid, None)
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
             return self._failed[cid]
-        seconds = time.perf_counter() - start
+        return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
+
+    def _compile_one(
+        self, config: Config, spec: dict[str, Any] | None = None, lowered: Lowering | None = None
+    ) -> Failure | None:
+        """Compiles ``config`` (lowered first unless ``lowered``); its failure or ``None``."""
+        cid = config_id(config)
+        if lowered is None:
+            got = self._lower_one(config, spec)
+            if not isinstance(got, Lowering):
+                return got
+            lowered = got
+        else:  # a compiling thread took over: a crash in it is this config's
+            self.emit("compile_start", cid, threading.get_ident())
+        start = time.perf_counter()
+        try:
+            compiled = lowered.lowered.compile()
+        except Exception as e:
+            self.emit("compiled", cid, None)
+            self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
+            return self._failed[cid]
+        seconds = lowered.seconds + time.perf_counter() - start
         self.breakdown.add("compile_threads", seconds)
         self.emit("compiled", cid, seconds)
         if seconds > self.task.plan.timeout_s:
@@ -524,11 +577,11 @@ class Sweeper:
 
 
 def compile_threads() -> int:
-    """How many configs compile at once by default: one core is left to the thread that
-    runs them, at most 4. Tracing and lowering a kernel is Python work that holds the
-    GIL (all of it for an interpret-mode Pallas kernel); on a 2-core machine a second
-    compiling thread made every compile and every run slower (issue 32: JAX's flash
-    attention, 9 configs: compile threads 188 s against 63 s, the sweep 1.38x slower)."""
+    """How many lowered configs XLA compiles at once by default: one core is left to the
+    thread that runs them, at most 4. Tracing and lowering stay on one thread (Python work
+    that holds the GIL): on a 2-core machine two threads that each traced and compiled made
+    every compile and every run slower (JAX's flash attention, 9 configs: compile threads
+    188 s against 63 s, the sweep 1.38x slower)."""
     return max(1, min(4, usable_cores() - 1))
 
 

@@ -206,6 +206,8 @@ class WallTimer:
             # length, and a second call would double the round's cost.
             out.append(first * 1e6)
             warmup = 0
+            if first >= options.one_sample_above_s:
+                samples = 1
         total = 0.0
         wanted = samples if samples else options.max_samples
         dropped = False
@@ -259,14 +261,16 @@ def _round_calls(
     passes = max(
         samples, min(options.round_max_samples, math.ceil(options.round_floor_us / longest_us))
     )
-    # A call at least SLOW_CALL_S long needs no warm-up: its first call is a sample.
+    # A call at least SLOW_CALL_S long needs no warm-up: its first call is a sample; one at
+    # least ``one_sample_above_s`` long needs no other.
     slow = [first >= SLOW_CALL_S for first in firsts]
+    wanted = [1 if first >= options.one_sample_above_s else passes for first in firsts]
     out: list[list[float]] = [
         [first * 1e6] if s else [] for first, s in zip(firsts, slow, strict=True)
     ]
     for _ in range(passes):
         for i, (run, _) in enumerate(runs):
-            if i in failed or len(out[i]) >= passes:
+            if i in failed or len(out[i]) >= wanted[i]:
                 continue
             start = clock()
             try:

@@ -37,7 +37,9 @@ class TimingOptions:
     space when within ``tie_window``, are timed in interleaved rounds: a warm-up call of
     each, then passes over them, one sample of each a pass, until the passes add up to
     ``round_floor_us`` of each config's calls (between ``round_samples`` and
-    ``round_max_samples`` samples). Every other config the first pass measured (dropped
+    ``round_max_samples`` samples; one sample, the round's first call, for a config whose
+    call takes at least ``one_sample_above_s``: at that length a round's second call
+    costs as much as a whole turn and steadies little). Every other config the first pass measured (dropped
     early or behind the leaders) gets a second look: it takes part in the first
     ``second_look_rounds`` rounds, and races on when its fastest time there is faster by
     more than ``tie_within`` than the ``leaders``-th fastest leader's. After at least
@@ -71,6 +73,7 @@ class TimingOptions:
     round_samples: int = 2
     round_floor_us: float = 2000.0
     round_max_samples: int = 32
+    one_sample_above_s: float = 0.05
     second_look_rounds: int = 2
     first_pass_above: int = 4
     rounds_above_s: float = 0.01
