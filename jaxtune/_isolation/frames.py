@@ -310,6 +310,7 @@ class CompileStarted:
 
     @classmethod
     def read(cls, cid: str, data: Any) -> CompileStarted:
+        """The event of config ``cid`` whose wire ``data`` this is."""
         return cls(cid=cid, thread=_thread(data))
 
 
@@ -326,6 +327,7 @@ class CompileFinished:
 
     @classmethod
     def read(cls, cid: str, data: Any) -> CompileFinished:
+        """The event of config ``cid`` whose wire ``data`` this is."""
         if data is not None and (not isinstance(data, int | float) or isinstance(data, bool)):
             raise FrameError(f"a compiled event carries seconds or nothing, not {data!r:.40}")
         return cls(cid=cid, seconds=None if data is None else float(data))
@@ -344,6 +346,7 @@ class RunStarted:
 
     @classmethod
     def read(cls, cid: str, data: Any) -> RunStarted:
+        """The event of config ``cid`` whose wire ``data`` this is."""
         return cls(cid=cid, thread=_thread(data))
 
 
@@ -369,6 +372,7 @@ class RoundStarted:
 
     @classmethod
     def read(cls, cid: str, data: Any) -> RoundStarted:
+        """The event of config ``cid`` whose wire ``data`` this is."""
         if data is None:
             return cls(cids=(cid,))
         if not isinstance(data, Sequence) or isinstance(data, str | bytes):
@@ -388,6 +392,7 @@ class RunFinished:
 
     @classmethod
     def read(cls, cid: str, data: Any) -> RunFinished:
+        """The event of config ``cid`` whose wire ``data`` this is."""
         return cls(cid=cid)
 
 
@@ -404,6 +409,7 @@ class ConfigResult:
 
     @classmethod
     def read(cls, cid: str, data: Any) -> ConfigResult:
+        """The event of config ``cid`` whose wire ``data`` this is."""
         if not isinstance(data, Mapping):
             raise FrameError(f"a result event carries a measurement, not {data!r:.40}")
         try:
