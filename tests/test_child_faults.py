@@ -12,11 +12,13 @@ import os
 import pytest
 
 from jaxtune._isolation import child as _child
-from jaxtune._isolation.frames import Request
+from jaxtune._isolation.frames import ErrorKind, Request, WireFields
 from jaxtune._isolation.resolve import Unresolved
 from jaxtune._tuning.sweep import serve as _serve
 
-REQUEST = Request(handler="jaxtune._tuning.sweep.serve", op="measure", ref=None)
+REQUEST = Request(
+    handler="jaxtune._tuning.sweep.serve", op="measure", ref=None, fields=WireFields()
+)
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def test_an_internal_key_error_is_a_fault_with_its_traceback(server, monkeypatch
 
     monkeypatch.setattr(_serve, "handle", broken)
     answer = server.answer(REQUEST)
-    assert answer.type == "SweepError"
+    assert answer.kind is ErrorKind.INTERNAL
     assert "KeyError" in answer.message and "'task'" in answer.message
     assert "in broken" in answer.message  # the traceback names where
     assert "could not import" not in answer.message
@@ -45,5 +47,5 @@ def test_only_what_cannot_be_imported_goes_back_to_the_parent(server, monkeypatc
 
     monkeypatch.setattr(_serve, "handle", unresolved)
     answer = server.answer(REQUEST)
-    assert answer.type == "NotTransportable"
+    assert answer.kind is ErrorKind.NOT_TRANSPORTABLE
     assert "No module named 'mylib'" in answer.message

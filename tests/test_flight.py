@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 from faulty_kernels import faulty
 
-from jaxtune._isolation.frames import Event
+from jaxtune._isolation.frames import CompileStarted, RoundStarted, RunStarted
 from jaxtune._isolation.logs import crashed_thread, read_tail
 from jaxtune._tuning.sweep import requests as _requests
 from jaxtune._tuning.sweep.flight import InFlight
@@ -54,8 +54,8 @@ def flight(*configs: str) -> InFlight:
 
 def test_a_crash_in_one_compile_thread_is_that_configs_alone():
     f = flight("ok", "segfault", "fast")
-    f.event(Event(kind="compile_start", cid="mode='ok'", data=11))
-    f.event(Event(kind="compile_start", cid="mode='segfault'", data=22))
+    f.event(CompileStarted(cid="mode='ok'", thread=11))
+    f.event(CompileStarted(cid="mode='segfault'", thread=22))
     both = sorted(["mode='ok'", "mode='segfault'"])
     assert sorted(f.suspects(hung=False, timeout_s=5)) == both
     assert f.suspects(hung=False, timeout_s=5, crashed_thread=22) == ["mode='segfault'"]
@@ -67,11 +67,11 @@ def test_a_crash_in_one_compile_thread_is_that_configs_alone():
 
 def test_a_crash_in_the_running_thread_is_the_running_configs():
     f = flight("ok", "segfault", "fast")
-    f.event(Event(kind="compile_start", cid="mode='fast'", data=11))
-    f.event(Event(kind="run_start", cid="mode='segfault'", data=1))
+    f.event(CompileStarted(cid="mode='fast'", thread=11))
+    f.event(RunStarted(cid="mode='segfault'", thread=1))
     assert f.suspects(hung=False, timeout_s=5, crashed_thread=1) == ["mode='segfault'"]
     # In a round of passes the running thread runs several configs: no single culprit.
-    f.event(Event(kind="round_start", cid="mode='ok'", data=["mode='ok'", "mode='segfault'"]))
+    f.event(RoundStarted(cids=("mode='ok'", "mode='segfault'")))
     assert len(f.suspects(hung=False, timeout_s=5, crashed_thread=1)) == 3
 
 

@@ -4,31 +4,42 @@ capture info a profile's child sends back and its sidecar keeps."""
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import jax.numpy as jnp
 import pytest
 from faulty_kernels import faulty
 
+from jaxtune._core import errors as _errors
 from jaxtune._core.codec import packb, unpackb
-from jaxtune._core.vocabulary import CaptureInfo
+from jaxtune._core.vocabulary import CaptureInfo, Failure, Measurement
 from jaxtune._isolation import frames
 from jaxtune._isolation.frames import (
+    CompileFinished,
+    CompileStarted,
+    ConfigResult,
     Done,
+    ErrorKind,
     ErrorReply,
-    Event,
     FrameError,
     FunctionRef,
     Module,
+    NotTransportable,
     Preload,
     Ready,
     Request,
+    RoundStarted,
+    RunFinished,
+    RunStarted,
+    WireFields,
 )
 from jaxtune._isolation.wire import FrameReader, decode_value, write_frame
+from jaxtune._profiling.capture import CaptureFields
 from jaxtune._tuning.sweep import requests as _requests
 
 
-def sweep_request() -> Request:
+def sweep_request() -> Request[_requests.SweepFields]:
     task = faulty.sweep_task(faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"})
     return _requests.sweep_request(task)
 
@@ -44,57 +55,184 @@ def test_a_sweep_request_keeps_its_wire_layout_and_reads_back():
     read, write = os.pipe()
     try:
         write_frame(write, wire)  # as a child receives it, or a sidecar keeps it
-        again = Request.from_wire(FrameReader(read).read())
+        received = FrameReader(read).read()
     finally:
         os.close(read)
         os.close(write)
-    assert again.ref == request.ref and _requests.task_id(again) == _requests.task_id(request)
-    assert again.fields["plan"] == wire["plan"] and again.jax_state == wire["jax_state"]
+    again = _requests.read_request(received)
+    assert again.ref == request.ref and again.fields.task_id == request.fields.task_id
+    assert again.fields.plan == request.fields.plan and again.jax_state == wire["jax_state"]
+    assert again.fields.work is None  # a recorded request: each operation fills it in
     assert decode_value(again.args)[0].shape == (8,)
+    # As it arrives, before the sweep reads it: the fields as they travelled.
+    assert Request.from_wire(received).fields == WireFields(
+        {"task_id": wire["task_id"], "plan": wire["plan"]}
+    )
 
 
 def test_operations_carry_their_fields_and_a_lean_request_drops_the_call():
     request = sweep_request()
     measure = _requests.Measure(todo=[{"mode": "ok"}], best_us=3.0, rounds=True).of(request)
     assert measure.op == "measure"
-    assert _requests.Measure.from_request(measure) == _requests.Measure(
+    assert _requests.read_request(measure.to_wire()).fields.work == _requests.Measure(
         todo=[{"mode": "ok"}], best_us=3.0, rounds=True
     )
     retime = _requests.Retime(todo=[{"mode": "ok"}], serial=True).of(request)
-    assert (retime.op, retime.fields["serial"]) == ("retime", True)
-    lean = measure.lean("plan")
+    assert (retime.op, retime.to_wire()["serial"]) == ("retime", True)
+    assert _requests.read_request(retime.to_wire()).fields == retime.fields
+    lean = measure.lean(measure.fields.lean())
     assert not lean.has_call and measure.has_call
     assert {"args", "kwargs", "ref", "plan"}.isdisjoint(lean.to_wire())
-    assert _requests.task_id(lean) == _requests.task_id(request)
+    assert _requests.read_request(lean.to_wire()).fields.task_id == request.fields.task_id
 
 
 @pytest.mark.parametrize(
     "todo", [None, 5, [1, 2], "mode=ok"], ids=["missing", "int", "not maps", "str"]
 )
 def test_a_sweep_request_with_bad_configs_is_refused(todo):
-    request = sweep_request().with_fields("measure", todo=todo)
-    with pytest.raises(FrameError):
-        _requests.Measure.from_request(request)
+    wire = {**sweep_request().to_wire(), "todo": todo}
+    with pytest.raises(FrameError, match="configs to do"):
+        _requests.read_request(wire)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"task_id": 3}, {"op": "compile"}, {"plan": [1]}, {"plan": {"kernel": "k"}}],
+    ids=["task id", "op", "plan not a map", "plan without its fields"],
+)
+def test_a_damaged_sweep_request_is_refused(change):
+    with pytest.raises(FrameError, match="sweep request"):
+        _requests.read_request({**sweep_request().to_wire(), **change})
+
+
+def test_a_flows_field_named_like_a_calls_is_refused():
+    request = sweep_request().with_fields("measure", WireFields({"args": [1]}))
+    with pytest.raises(FrameError, match="named like a call"):
+        request.to_wire()
+
+
+def test_a_capture_request_keeps_its_fields_at_the_top_level_and_reads_back():
+    ref = FunctionRef(module="m", qualname="f")
+    fields = CaptureFields(iters=3, warmup=1, logdir="/tmp/x")
+    request = Request(handler="jaxtune._profiling.serve", op="profile", ref=ref, fields=fields)
+    wire = request.to_wire()
+    assert (wire["iters"], wire["warmup"], wire["logdir"]) == (3, 1, "/tmp/x")
+    assert Request.from_wire(wire).read(CaptureFields.from_request) == request
+    with pytest.raises(FrameError, match="iters, warmup and logdir"):
+        Request.from_wire({**wire, "iters": "3"}).read(CaptureFields.from_request)
 
 
 @pytest.mark.parametrize(
     "raw",
-    [None, 3, [], {}, {"t": "nope"}, {"t": "event"}, {"t": "event", "kind": 1, "cid": "a"}],
+    [
+        None,
+        3,
+        [],
+        {},
+        {"t": "nope"},
+        {"t": "event"},
+        {"t": "event", "kind": 1, "cid": "a"},
+        {"t": "error", "type": "KeyError", "message": "x"},
+        {"t": "error", "message": "no kind"},
+    ],
 )
 def test_a_map_that_is_no_reply_is_refused(raw):
     with pytest.raises(FrameError):
         frames.reply(raw)
 
 
+MEASUREMENT = Measurement(
+    config={"mode": "ok"},
+    median_us=2.0,
+    min_us=1.5,
+    spread=0.1,
+    samples=3,
+    compile_s=0.2,
+    rounds_us=(2.0, 2.1),
+)
+EVENTS = [
+    CompileStarted(cid="mode='ok'", thread=140_000_000_001),
+    CompileFinished(cid="mode='ok'", seconds=0.25),
+    CompileFinished(cid="mode='bad'"),
+    RunStarted(cid="mode='ok'", thread=7),
+    RoundStarted(cids=("mode='ok'", "mode='fast'")),
+    RunFinished(cid="mode='ok'"),
+    ConfigResult(cid="mode='ok'", result=MEASUREMENT),
+    ConfigResult(
+        cid="mode='bad'", result=Failure(config={"mode": "bad"}, stage="compile", reason="no")
+    ),
+]
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
+def test_each_event_round_trips_through_the_wire_under_its_tag(event):
+    wire = event.to_wire()
+    assert (wire["t"], wire["kind"]) == ("event", type(event).KIND)
+    assert frames.reply(unpackb(packb(wire))) == event
+
+
+def test_every_event_kind_has_its_own_tag():
+    kinds = {type(e) for e in EVENTS}
+    assert kinds == set(frames.Event.__args__)
+    assert len({k.KIND for k in kinds}) == len(kinds)
+
+
+@pytest.mark.parametrize(
+    "raw, why",
+    [
+        ({"kind": "compile_begin", "cid": "a", "data": 1}, "no event of kind 'compile_begin'"),
+        ({"kind": "compile_start", "cid": "a", "data": "1"}, "names its thread"),
+        ({"kind": "run_start", "cid": "a", "data": True}, "names its thread"),
+        ({"kind": "compiled", "cid": "a", "data": "fast"}, "seconds or nothing"),
+        ({"kind": "round_start", "cid": "a", "data": "ab"}, "lists its configs"),
+        ({"kind": "round_start", "cid": "a", "data": []}, "at least one config"),
+        ({"kind": "result", "cid": "a", "data": [1]}, "carries a measurement"),
+        ({"kind": "result", "cid": "a", "data": {"ok": "yes"}}, "measurement"),
+        ({"kind": "ran", "cid": 3}, "names its kind and its config"),
+    ],
+)
+def test_an_event_of_an_unknown_tag_or_with_the_wrong_data_is_refused(raw, why):
+    with pytest.raises(FrameError, match=why):
+        frames.reply({"t": "event", **raw})
+
+
 def test_replies_round_trip_through_their_wire_form():
-    event = Event(kind="result", cid="mode=ok", data={"x": 1})
     done = Done(body={"results": {}}, notes=("a note",), unapplied={"x64": "why"})
-    error = ErrorReply(type="SweepError", message="boom", notes=("n",))
+    error = ErrorReply(kind=ErrorKind.SWEEP, message="boom", notes=("n",))
     ready = Ready(
         pid=7, platform="cpu", device_kind="cpu", device_count=1, versions={"jax": "0"}, env={}
     )
-    for frame in (event, done, error, ready):
+    for frame in (*EVENTS, done, error, ready):
         assert frames.reply(frame.to_wire()) == frame
+
+
+def _jaxtune_errors() -> list[type[Exception]]:
+    return [
+        c
+        for _, c in inspect.getmembers(_errors, inspect.isclass)
+        if issubclass(c, _errors.JaxtuneError)
+    ]
+
+
+@pytest.mark.parametrize("error_class", _jaxtune_errors(), ids=lambda c: c.__name__)
+def test_every_jaxtune_error_travels_as_its_own_kind_and_comes_back_as_its_class(error_class):
+    reply = frames.reply(ErrorReply.of(error_class("what went wrong")).to_wire())
+    assert isinstance(reply, ErrorReply) and reply.kind.exception_class() is error_class
+    raised = reply.exception(default=_errors.ProfileError)
+    assert type(raised) is error_class and str(raised) == "what went wrong"
+
+
+def test_an_error_of_no_listed_class_is_an_internal_fault_raised_as_the_flows_error():
+    class MyError(_errors.SweepError):
+        pass
+
+    assert ErrorReply.of(MyError("x")).kind is ErrorKind.SWEEP  # its nearest listed class
+    fault = ErrorReply.of(KeyError("task"))
+    assert fault.kind is ErrorKind.INTERNAL and fault.kind.exception_class() is None
+    assert type(fault.exception(default=_errors.ProfileError)) is _errors.ProfileError
+    moved = ErrorReply.of(NotTransportable("a closure"))
+    assert type(moved.exception(default=_errors.SweepError)) is NotTransportable
+    assert ErrorKind.UNKNOWN_TASK.exception_class() is None
 
 
 def test_a_ready_frame_without_its_fields_is_refused():

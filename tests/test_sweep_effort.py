@@ -44,13 +44,17 @@ def test_a_slow_kernels_whole_space_skips_the_first_pass(slow, fast_timing):
 
 def test_the_slow_rounds_request_travels():
     request = _requests.Measure(todo=[{"n": 1}], rounds="slow")
-    assert _requests.Measure.from_request(request.of(_fake_request())).rounds == "slow"
+    wire = request.of(_fake_request()).to_wire()
+    assert _requests.read_request(wire).fields.work == request
+    assert wire["rounds"] == "slow"
 
 
 def _fake_request():
     from jaxtune._isolation.frames import Request
 
-    return Request(op="measure", handler=_requests.HANDLER, ref=None, fields={"task_id": "t"})
+    return Request(
+        op="measure", handler=_requests.HANDLER, ref=None, fields=_requests.SweepFields(task_id="t")
+    )
 
 
 @pytest.mark.parametrize("isolation", ["process", "inline"])

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._core.errors import JaxtuneError
 from .._core.vocabulary import Entry
-from .._isolation.frames import FrameError, Request
+from .._isolation.frames import FrameError
 from .._isolation.wire import FrameReader
 from .._render.units import count
 from .._tuning.digest import CodeDigest
@@ -30,6 +30,7 @@ from .._tuning.store import cache as _cache
 from .._tuning.store import shared as _shared
 from .._tuning.sweep.entry import make_entry
 from .._tuning.sweep.plan import SweepPlan
+from .._tuning.sweep.requests import read_request
 from .._tuning.sweep.runner import ProcessRunner
 
 __all__ = [
@@ -237,7 +238,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             continue
         plan = SweepPlan.from_dict(record["request"]["plan"])
         try:
-            request = Request.from_wire(record["request"])
+            request = read_request(record["request"])
         except FrameError as e:
             problems.append(f"{record['kernel']} {record['key']}: a damaged recording ({e})")
             continue

@@ -27,7 +27,18 @@ import traceback
 from typing import Any
 
 from .._core.errors import describe
-from .frames import Done, ErrorReply, Event, Exit, Preload, Ready, Request, request
+from .frames import (
+    Done,
+    ErrorKind,
+    ErrorReply,
+    Event,
+    Exit,
+    Preload,
+    Ready,
+    Request,
+    WireFields,
+    request,
+)
 from .resolve import NOTES, Unresolved, preload
 from .strays import TOKEN, kill_tagged
 
@@ -87,13 +98,11 @@ class Server:
         #: Caller state the last request carried that could not be set here.
         self.unapplied: dict[str, str] = {}
 
-    def emit(self, kind: str, cid: str, data: Any) -> None:
-        """Streams an event to the parent (``data`` with a ``to_dict`` is converted)."""
+    def emit(self, event: Event) -> None:
+        """Streams ``event`` to the parent."""
         from .wire import write_frame
 
-        if hasattr(data, "to_dict"):
-            data = data.to_dict()
-        write_frame(self.res_fd, Event(kind=kind, cid=cid, data=data).to_wire())
+        write_frame(self.res_fd, event.to_wire())
 
     def arrived(self) -> None:
         """Waits until the whole request (its arrays) has been read."""
@@ -105,7 +114,7 @@ class Server:
         """Whether the request's arrays are still arriving."""
         return bool(self.reader is not None and self.reader.pending)
 
-    def answer(self, msg: Request | Preload) -> Done | ErrorReply:
+    def answer(self, msg: Request[WireFields] | Preload) -> Done | ErrorReply:
         """The answer to ``msg``: :class:`~.frames.Done`, or an
         :class:`~.frames.ErrorReply` (with the notes gathered meanwhile)."""
         from .._core.errors import JaxtuneError
@@ -115,20 +124,20 @@ class Server:
         try:
             answer = self._handle(msg)
         except JaxtuneError as e:
-            answer = ErrorReply(type=type(e).__name__, message=str(e))
+            answer = ErrorReply.of(e)
         except Unresolved as e:
             # The parent tunes or profiles in its own process instead. Any other error
             # (a KeyError of the engine or of the user's inputs=) is no reason to: it is
             # reported below, with its traceback.
             message = f"the child could not import it ({e})"
-            answer = ErrorReply(type="NotTransportable", message=message)
+            answer = ErrorReply(kind=ErrorKind.NOT_TRANSPORTABLE, message=message)
         except Exception as e:
             message = f"{describe(e)}\n{traceback.format_exc(limit=8)}"
-            answer = ErrorReply(type="SweepError", message=message)
+            answer = ErrorReply(kind=ErrorKind.INTERNAL, message=message)
         notes, NOTES[:] = tuple(NOTES), []
         return dataclasses.replace(answer, notes=notes, unapplied=dict(self.unapplied))
 
-    def _handle(self, msg: Request | Preload) -> Done | ErrorReply:
+    def _handle(self, msg: Request[WireFields] | Preload) -> Done | ErrorReply:
         from .context import apply_snapshot
         from .environ import sync_environ
 
@@ -201,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
             env={k: os.environ.get(k) for k in _REPORTED_ENV},
         )
     except Exception as e:
-        failed = ErrorReply(type="SweepError", message=f"the child's backend did not start: {e}")
+        failed = ErrorReply(
+            kind=ErrorKind.INTERNAL, message=f"the child's backend did not start: {e}"
+        )
         write_frame(args.res_fd, failed.to_wire())
         return 3
     write_frame(args.res_fd, ready.to_wire())

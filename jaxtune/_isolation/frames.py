@@ -1,35 +1,54 @@
 """The frames a parent and its child exchange, typed at both ends.
 
 The parent sends a :class:`Request` (the handler module that answers it in the child, the
-operation, the call it is about, and the flow's own fields), or a :class:`Preload` or an
-:class:`Exit`. The child says :class:`Ready` once, when it starts, and answers each request
-with :class:`Event` frames while it works, then one :class:`Done` or :class:`ErrorReply`.
+operation, the call it is about, and the flow's own :class:`Fields`), or a
+:class:`Preload` or an :class:`Exit`. The child says :class:`Ready` once, when it starts,
+and answers each request with events while it works (:data:`Event`: one frozen dataclass
+per step, such as :class:`CompileStarted` or :class:`ConfigResult`), then one
+:class:`Done` or :class:`ErrorReply` (whose :class:`ErrorKind` names the exception the
+parent raises, from one table).
 
 On the wire each frame is a msgpack map (see :mod:`.wire`), with ``t`` naming the kind of
-a reply; a request's map keeps its fields at the top level, because recorded requests are
-stored in profile sidecars (``jaxtune tune --from-profile`` replays them) and must read back.
-:func:`reply` turns a map that came from the child into a typed reply, and refuses
-anything else.
+a reply and an event's ``kind`` its class's tag; a request's map keeps its fields at the
+top level, because recorded requests are stored in profile sidecars (``jaxtune tune
+--from-profile`` replays them) and must read back. :func:`reply` turns a map that came from
+the child into a typed reply, and refuses anything else.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from .._core import errors as _errors
+from .._core.errors import CacheError
+from .._core.vocabulary import Failure, Measurement, measurement_from_dict
 
 __all__ = [
+    "CompileFinished",
+    "CompileStarted",
+    "ConfigResult",
     "Done",
+    "ErrorKind",
     "ErrorReply",
     "Event",
     "Exit",
+    "Fields",
     "FrameError",
     "FunctionRef",
     "Module",
+    "NotTransportable",
     "Preload",
     "Ready",
     "Reply",
     "Request",
+    "RoundStarted",
+    "RunFinished",
+    "RunStarted",
+    "WireFields",
+    "event",
     "reply",
     "request",
 ]
@@ -40,6 +59,10 @@ _CALL_FIELDS = ("handler", "op", "ref", "args", "kwargs", "jax_state", "environ"
 
 class FrameError(ValueError):
     """A map from the child that is no frame of the protocol."""
+
+
+class NotTransportable(Exception):  # noqa: N818 - a signal between modules, never raised to users
+    """A value that cannot travel to a child (the caller falls back to inline)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,56 +95,101 @@ class FunctionRef:
         )
 
 
+class Fields(Protocol):
+    """A flow's own fields of a request (a sweep's task and operation, a capture's
+    iterations): plain values, written at the top level of the request's map."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The fields as a msgpack-ready map (none of them named as a call's field)."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WireFields:
+    """A request's flow fields as they arrived, before the flow that answers it reads them
+    into its own :class:`Fields` (:meth:`Request.read`)."""
+
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return dict(self.values)
+
+
+F = TypeVar("F", bound=Fields)
+G = TypeVar("G", bound=Fields)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Request:
+class Request(Generic[F]):
     """A request about a call of a function: the jaxtune module whose ``handle(server,
     request)`` answers it in the child (``handler``), the operation (``op``), the function
     (``ref``), its arguments as :mod:`.wire` encoded them, the caller's JAX state and
-    variables, and the flow's own fields (``fields``: plain values). A request for a task
-    the child already holds may leave ``ref`` and the arguments out (``None``)."""
+    variables, and the flow's own ``fields`` (a received request holds
+    :class:`WireFields` until its flow reads them). A request for a task the child
+    already holds may leave ``ref`` and the arguments out (``None``)."""
 
     handler: str
     op: str
     ref: FunctionRef | None
+    fields: F
     args: Any = None
     kwargs: Any = None
     jax_state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     environ: Mapping[str, Any] | None = None
-    fields: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def has_call(self) -> bool:
         """Whether the request carries the function and its arguments."""
         return self.ref is not None and self.args is not None
 
-    def with_fields(self, op: str, **fields: Any) -> Request:
-        """This request for another operation, with the flow's fields updated."""
-        return dataclasses.replace(self, op=op, fields={**self.fields, **fields})
+    def with_fields(self, op: str, fields: G) -> Request[G]:
+        """This request for operation ``op``, with the flow's fields ``fields``."""
+        return Request(
+            handler=self.handler,
+            op=op,
+            ref=self.ref,
+            fields=fields,
+            args=self.args,
+            kwargs=self.kwargs,
+            jax_state=self.jax_state,
+            environ=self.environ,
+        )
 
-    def lean(self, *drop: str) -> Request:
-        """This request without the function, its arguments and the flow's fields named
-        in ``drop`` (a child that holds the task has them)."""
-        fields = {k: v for k, v in self.fields.items() if k not in drop}
+    def read(self, parse: Callable[[Request[F]], G]) -> Request[G]:
+        """This request with its flow's fields as ``parse`` reads them from it.
+
+        Raises:
+            FrameError: what ``parse`` raises for fields that are not the flow's.
+        """
+        return self.with_fields(self.op, parse(self))
+
+    def lean(self, fields: F) -> Request[F]:
+        """This request without the function and its arguments, with ``fields`` (a child
+        that holds the task has the rest)."""
         return dataclasses.replace(self, ref=None, args=None, kwargs=None, fields=fields)
 
     def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "handler": self.handler,
-            "op": self.op,
-            "jax_state": dict(self.jax_state),
-            "environ": None if self.environ is None else dict(self.environ),
-        }
+        out: dict[str, Any] = self.fields.to_wire()
+        clash = set(out) & set(_CALL_FIELDS)
+        if clash:
+            raise FrameError(f"a flow's fields may not be named like a call's: {sorted(clash)}")
+        out.update(
+            handler=self.handler,
+            op=self.op,
+            jax_state=dict(self.jax_state),
+            environ=None if self.environ is None else dict(self.environ),
+        )
         if self.ref is not None:
             out["ref"] = self.ref.to_wire()
         if self.args is not None:
             out["args"] = self.args
             out["kwargs"] = self.kwargs
-        out.update(self.fields)
         return out
 
-    @classmethod
-    def from_wire(cls, raw: Any) -> Request:
-        """The request a map describes (one this process received, or a recorded one).
+    @staticmethod
+    def from_wire(raw: Any) -> Request[WireFields]:
+        """The request a map describes (one this process received, or a recorded one),
+        its flow's fields as they arrived.
 
         Raises:
             FrameError: the map names no handler or operation.
@@ -133,15 +201,15 @@ class Request:
             raise FrameError("a request names its handler module and its operation")
         ref = raw.get("ref")
         state, environ = raw.get("jax_state"), raw.get("environ")
-        return cls(
+        return Request(
             handler=handler,
             op=op,
             ref=None if ref is None else FunctionRef.from_wire(ref),
+            fields=WireFields({k: v for k, v in raw.items() if k not in _CALL_FIELDS}),
             args=raw.get("args"),
             kwargs=raw.get("kwargs"),
             jax_state=state if isinstance(state, Mapping) else {},
             environ=environ if isinstance(environ, Mapping) else None,
-            fields={k: v for k, v in raw.items() if k not in _CALL_FIELDS},
         )
 
 
@@ -192,7 +260,7 @@ class Exit:
         return {"op": "exit"}
 
 
-def request(raw: Any) -> Request | Preload | Exit:
+def request(raw: Any) -> Request[WireFields] | Preload | Exit:
     """The typed form of a map the child received.
 
     Raises:
@@ -222,18 +290,168 @@ class Ready:
         return {"t": "ready", **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Event:
-    """A step of the work on a request (``kind``: ``compile_start``, ``compiled``,
-    ``run_start``, ``round_start``, ``ran``, ``result``...) about one config (``cid``),
-    with its data (a result's measurement, a round's configs)."""
+def _thread(data: Any) -> int:
+    if not isinstance(data, int) or isinstance(data, bool):
+        raise FrameError(f"a start event names its thread (an int), not {data!r:.40}")
+    return data
 
-    kind: str
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CompileStarted:
+    """Config ``cid`` started compiling in the child's thread ``thread`` (its
+    ``threading.get_ident()``: a crash report naming that thread pins the crash on it)."""
+
+    KIND: ClassVar[str] = "compile_start"
     cid: str
-    data: Any = None
+    thread: int
 
     def to_wire(self) -> dict[str, Any]:
-        return {"t": "event", "kind": self.kind, "cid": self.cid, "data": self.data}
+        return _wire(self.KIND, self.cid, self.thread)
+
+    @classmethod
+    def read(cls, cid: str, data: Any) -> CompileStarted:
+        """The event of config ``cid`` whose wire ``data`` this is."""
+        return cls(cid=cid, thread=_thread(data))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CompileFinished:
+    """Config ``cid`` stopped compiling: after ``seconds``, or failed (``None``)."""
+
+    KIND: ClassVar[str] = "compiled"
+    cid: str
+    seconds: float | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self.KIND, self.cid, self.seconds)
+
+    @classmethod
+    def read(cls, cid: str, data: Any) -> CompileFinished:
+        """The event of config ``cid`` whose wire ``data`` this is."""
+        if data is not None and (not isinstance(data, int | float) or isinstance(data, bool)):
+            raise FrameError(f"a compiled event carries seconds or nothing, not {data!r:.40}")
+        return cls(cid=cid, seconds=None if data is None else float(data))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RunStarted:
+    """Config ``cid`` started running in the child's thread ``thread``."""
+
+    KIND: ClassVar[str] = "run_start"
+    cid: str
+    thread: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self.KIND, self.cid, self.thread)
+
+    @classmethod
+    def read(cls, cid: str, data: Any) -> RunStarted:
+        """The event of config ``cid`` whose wire ``data`` this is."""
+        return cls(cid=cid, thread=_thread(data))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RoundStarted:
+    """A round of configs timed in passes started (``cids``, in order; one of them is
+    running at any time, so a crash blames the round)."""
+
+    KIND: ClassVar[str] = "round_start"
+    cids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.cids:
+            raise FrameError("a round holds at least one config")
+
+    @property
+    def cid(self) -> str:
+        """The round's first config (the event's config on the wire)."""
+        return self.cids[0]
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self.KIND, self.cid, list(self.cids))
+
+    @classmethod
+    def read(cls, cid: str, data: Any) -> RoundStarted:
+        """The event of config ``cid`` whose wire ``data`` this is."""
+        if data is None:
+            return cls(cids=(cid,))
+        if not isinstance(data, Sequence) or isinstance(data, str | bytes):
+            raise FrameError(f"a round lists its configs, not {data!r:.40}")
+        return cls(cids=tuple(str(c) for c in data))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RunFinished:
+    """What was running (config ``cid``, or the round it began) stopped."""
+
+    KIND: ClassVar[str] = "ran"
+    cid: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self.KIND, self.cid, None)
+
+    @classmethod
+    def read(cls, cid: str, data: Any) -> RunFinished:
+        """The event of config ``cid`` whose wire ``data`` this is."""
+        return cls(cid=cid)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ConfigResult:
+    """Config ``cid``'s result: its measurement, or why it failed."""
+
+    KIND: ClassVar[str] = "result"
+    cid: str
+    result: Measurement | Failure
+
+    def to_wire(self) -> dict[str, Any]:
+        return _wire(self.KIND, self.cid, self.result.to_dict())
+
+    @classmethod
+    def read(cls, cid: str, data: Any) -> ConfigResult:
+        """The event of config ``cid`` whose wire ``data`` this is."""
+        if not isinstance(data, Mapping):
+            raise FrameError(f"a result event carries a measurement, not {data!r:.40}")
+        try:
+            return cls(cid=cid, result=measurement_from_dict(data))
+        except CacheError as e:  # what measurement_from_dict says of a malformed map
+            raise FrameError(f"a result event's measurement: {e}") from None
+
+
+Event = CompileStarted | CompileFinished | RunStarted | RoundStarted | RunFinished | ConfigResult
+
+#: Each event class by its wire tag: the closed set :func:`event` reads.
+_KINDS: dict[str, type[Event]] = {
+    cls.KIND: cls
+    for cls in (
+        CompileStarted,
+        CompileFinished,
+        RunStarted,
+        RoundStarted,
+        RunFinished,
+        ConfigResult,
+    )
+}
+
+
+def _wire(kind: str, cid: str, data: Any) -> dict[str, Any]:
+    return {"t": "event", "kind": kind, "cid": cid, "data": data}
+
+
+def event(raw: Mapping[str, Any]) -> Event:
+    """The typed event an ``event`` frame's map holds (inverse of each class's
+    ``to_wire``).
+
+    Raises:
+        FrameError: the map names no known kind or config, or its data has the wrong type.
+    """
+    kind, cid = raw.get("kind"), raw.get("cid")
+    if not isinstance(kind, str) or not isinstance(cid, str):
+        raise FrameError("an event names its kind and its config")
+    cls = _KINDS.get(kind)
+    if cls is None:
+        raise FrameError(f"no event of kind {kind!r:.40}")
+    return cls.read(cid, raw.get("data"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -254,20 +472,89 @@ class Done:
         }
 
 
+class ErrorKind(enum.Enum):
+    """Why a request failed in the child, a closed set (the value is the wire tag): a
+    jaxtune error of one of the classes of :mod:`jaxtune._core.errors`
+    (:meth:`exception_class` is its class), a function or value that cannot be used there
+    (``NOT_TRANSPORTABLE``: the caller works in its own process instead), a task the
+    child no longer holds (``UNKNOWN_TASK``: the caller sends it again, whole), or a fault
+    that is none of these (``INTERNAL``: the message holds its traceback)."""
+
+    AGREEMENT = "AgreementError"
+    CACHE = "CacheError"
+    CONFIG_SPACE = "ConfigSpaceError"
+    FLAG = "FlagError"
+    JAXTUNE = "JaxtuneError"
+    MISS = "MissError"
+    PLOTS_UNAVAILABLE = "PlotsUnavailableError"
+    PROFILE = "ProfileError"
+    SETTINGS = "SettingsError"
+    SIGNATURE = "SignatureError"
+    SWEEP = "SweepError"
+    TUNING_FAILED = "TuningFailedError"
+    NOT_TRANSPORTABLE = "NotTransportable"
+    UNKNOWN_TASK = "UnknownTask"
+    INTERNAL = "internal"
+
+    @classmethod
+    def of(cls, error: BaseException) -> ErrorKind:
+        """The kind of ``error``: that of its nearest class in the table, else
+        ``INTERNAL``."""
+        for klass in type(error).__mro__:
+            kind = _KIND_OF_CLASS.get(klass)
+            if kind is not None:
+                return kind
+        return cls.INTERNAL
+
+    def exception_class(self) -> type[Exception] | None:
+        """The exception this kind stands for (``None``: ``UNKNOWN_TASK`` and
+        ``INTERNAL``, which the caller handles itself)."""
+        return _ERROR_CLASSES.get(self)
+
+
+#: The exception each kind of error stands for: the one table both ends read.
+_ERROR_CLASSES: dict[ErrorKind, type[Exception]] = {
+    ErrorKind.AGREEMENT: _errors.AgreementError,
+    ErrorKind.CACHE: _errors.CacheError,
+    ErrorKind.CONFIG_SPACE: _errors.ConfigSpaceError,
+    ErrorKind.FLAG: _errors.FlagError,
+    ErrorKind.JAXTUNE: _errors.JaxtuneError,
+    ErrorKind.MISS: _errors.MissError,
+    ErrorKind.PLOTS_UNAVAILABLE: _errors.PlotsUnavailableError,
+    ErrorKind.PROFILE: _errors.ProfileError,
+    ErrorKind.SETTINGS: _errors.SettingsError,
+    ErrorKind.SIGNATURE: _errors.SignatureError,
+    ErrorKind.SWEEP: _errors.SweepError,
+    ErrorKind.TUNING_FAILED: _errors.TuningFailedError,
+    ErrorKind.NOT_TRANSPORTABLE: NotTransportable,
+}
+_KIND_OF_CLASS: dict[type, ErrorKind] = {c: k for k, c in _ERROR_CLASSES.items()}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ErrorReply:
-    """A request that failed in the child: the error's type name (a jaxtune error, or
-    ``NotTransportable``, ``UnknownTask``, ``SweepError``) and message."""
+    """A request that failed in the child: why (``kind``) and the error's message, with
+    the notes the work left and the caller's state that could not be set there."""
 
-    type: str
+    kind: ErrorKind
     message: str
     notes: tuple[str, ...] = ()
     unapplied: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
+    @classmethod
+    def of(cls, error: BaseException, message: str | None = None) -> ErrorReply:
+        """The reply that reports ``error`` (its message: ``str(error)`` unless given)."""
+        return cls(kind=ErrorKind.of(error), message=str(error) if message is None else message)
+
+    def exception(self, default: type[Exception]) -> Exception:
+        """The exception to raise for this reply in the parent: the class its kind stands
+        for, else ``default`` (the flow's own error, for an ``INTERNAL`` fault)."""
+        return (self.kind.exception_class() or default)(self.message)
+
     def to_wire(self) -> dict[str, Any]:
         return {
             "t": "error",
-            "type": self.type,
+            "type": self.kind.value,
             "message": self.message,
             "notes": list(self.notes),
             "unapplied": dict(self.unapplied),
@@ -292,15 +579,17 @@ def reply(raw: Any) -> Reply:
         {str(k): str(v) for k, v in unapplied.items()} if isinstance(unapplied, Mapping) else {}
     )
     if kind == "event":
-        if not isinstance(raw.get("kind"), str) or not isinstance(raw.get("cid"), str):
-            raise FrameError("an event names its kind and its config")
-        return Event(kind=raw["kind"], cid=raw["cid"], data=raw.get("data"))
+        return event(raw)
     if kind == "done":
         body = {k: v for k, v in raw.items() if k not in ("t", "notes", "unapplied")}
         return Done(body=body, notes=notes, unapplied=unapplied)
     if kind == "error":
+        try:
+            error_kind = ErrorKind(raw.get("type"))
+        except ValueError:
+            raise FrameError(f"no error of kind {raw.get('type')!r:.40}") from None
         return ErrorReply(
-            type=str(raw.get("type") or "SweepError"),
+            kind=error_kind,
             message=str(raw.get("message") or ""),
             notes=notes,
             unapplied=unapplied,

@@ -139,7 +139,7 @@ class ChildProcess:
 
     def send(
         self,
-        message: Request | Preload | Exit,
+        message: Request[Any] | Preload | Exit,
         *,
         on_frame: Callable[[Any], object] | None = None,
         timeout: Callable[[], float | None] | None = None,
@@ -219,7 +219,7 @@ class ChildProcess:
 
     def request(
         self,
-        message: Request | Preload,
+        message: Request[Any] | Preload,
         *,
         timeout: Callable[[], float | None],
         on_event: Callable[[Event], None] | None = None,
@@ -262,7 +262,7 @@ class ChildProcess:
 
     def _exchange(
         self,
-        message: Request | Preload,
+        message: Request[Any] | Preload,
         take: Callable[[Any], bool],
         answers: list[Done | ErrorReply],
         timeout: Callable[[], float | None],

@@ -12,14 +12,16 @@ import dataclasses
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from .context import carried_state
 from .environ import unkeyed_environ
-from .frames import FunctionRef, Request
-from .wire import NotTransportable, encode_value
+from .frames import Fields, FunctionRef, NotTransportable, Request
+from .wire import encode_value
 
 __all__ = ["call_request", "function_ref"]
+
+F = TypeVar("F", bound=Fields)
 
 
 def function_ref(fn: Any) -> FunctionRef:
@@ -54,8 +56,8 @@ def call_request(
     *,
     label: str,
     kernel: str | None = None,
-    **fields: Any,
-) -> Request:
+    fields: F,
+) -> Request[F]:
     """A request about a call of ``fn``: the module that answers it in the child
     (``handler``, a module of jaxtune), the operation, where ``fn`` lives (``kernel``: its
     id, for an ``@autotuned`` kernel), its encoded arguments, the caller's interpret mode
@@ -71,9 +73,9 @@ def call_request(
         handler=handler,
         op=op,
         ref=ref if kernel is None else dataclasses.replace(ref, kernel=kernel),
+        fields=fields,
         args=encode_value(tuple(args)),
         kwargs=encode_value(dict(kwargs)),
         jax_state=carried_state(label),
         environ=unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
-        fields=fields,
     )

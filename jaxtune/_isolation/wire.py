@@ -30,6 +30,7 @@ import msgpack
 import numpy as np
 
 from .._core.codec import DecodeError, packb, unpackb
+from .frames import NotTransportable
 
 __all__ = [
     "FrameReader",
@@ -46,10 +47,6 @@ _SIZE = struct.Struct(">Q")
 _MAX_FRAME = 1 << 31
 #: The msgpack extension code of an array's bytes that follow the msgpack part.
 _RAW = 64
-
-
-class NotTransportable(Exception):  # noqa: N818 - a signal between modules, never raised to users
-    """A value that cannot travel to a child (the caller falls back to inline)."""
 
 
 class Raw:

@@ -3,6 +3,7 @@ sends, answered in the child by :mod:`jaxtune._profiling.serve`."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -11,17 +12,44 @@ from .._core.errors import ProfileError
 from .._core.settings import settings
 from .._core.vocabulary import CaptureInfo
 from .._isolation.context import warn_notes, warn_unapplied
-from .._isolation.frames import ErrorReply
+from .._isolation.frames import ErrorKind, ErrorReply, FrameError, NotTransportable, Request
 from .._isolation.process import POOL, ChildLost
 from .._isolation.requests import call_request
 from .._isolation.resolve import find
 from .._isolation.service import ChildService
-from .._isolation.wire import NotTransportable
 
-__all__ = ["HANDLER", "profile_in_child"]
+__all__ = ["HANDLER", "CaptureFields", "profile_in_child"]
 
 #: The module whose ``handle`` answers a capture request in the child.
 HANDLER = "jaxtune._profiling.serve"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CaptureFields:
+    """A capture request's own fields: the runs traced after ``warmup`` untraced ones
+    (``iters``) and the folder the trace goes to (``logdir``)."""
+
+    iters: int
+    warmup: int
+    logdir: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"iters": self.iters, "warmup": self.warmup, "logdir": self.logdir}
+
+    @classmethod
+    def from_request(cls, request: Request[Any]) -> CaptureFields:
+        """The fields of a capture request as they arrived.
+
+        Raises:
+            FrameError: the request is no capture request.
+        """
+        f = request.fields.to_wire()
+        iters, warmup, logdir = f.get("iters"), f.get("warmup"), f.get("logdir")
+        if request.op != "profile" or not (
+            isinstance(iters, int) and isinstance(warmup, int) and isinstance(logdir, str)
+        ):
+            raise FrameError("a profile request names the function, iters, warmup and logdir")
+        return cls(iters=iters, warmup=warmup, logdir=logdir)
 
 
 def profile_in_child(
@@ -45,7 +73,13 @@ def profile_in_child(
     label = getattr(fn, "__qualname__", "profile")
     _check_named(fn)
     message = call_request(
-        HANDLER, "profile", fn, args, kwargs, label=label, iters=iters, warmup=warmup, logdir=logdir
+        HANDLER,
+        "profile",
+        fn,
+        args,
+        kwargs,
+        label=label,
+        fields=CaptureFields(iters=iters, warmup=warmup, logdir=logdir),
     )
     service = ChildService(profiling={"llo": llo, "custom_call_tracing": custom_call_tracing})
     child = service.child()
@@ -60,7 +94,7 @@ def profile_in_child(
             raise ProfileError(
                 f"the profiling child {how}; stderr: {child.stderr_tail(offset)}"
             ) from None
-    if isinstance(answer, ErrorReply) and answer.type != "NotTransportable":
+    if isinstance(answer, ErrorReply) and answer.kind is not ErrorKind.NOT_TRANSPORTABLE:
         # The child's notes say why (a script's `__main__` block the child did not run):
         # in the error, after its first line, rather than in warnings before it.
         head, _, rest = answer.message.partition("\n")

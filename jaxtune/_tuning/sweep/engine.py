@@ -4,9 +4,9 @@ leaders interleaved.
 
 Configs compile in background threads; as each finishes, this thread runs it once and keeps
 its output for the numerics check, while the others still compile. Each step is reported
-through ``on_event`` (``compile_start``, ``compiled``, ``run_start``, ``ran``, ``result``),
-so a parent can follow progress live and knows which config was in flight if the child
-dies.
+through ``on_event`` as an event of :mod:`jaxtune._isolation.frames` (``CompileStarted``,
+``RunStarted``, ``ConfigResult``...), so a parent can follow progress live and knows which
+config was in flight if the child dies.
 """
 
 from __future__ import annotations
@@ -25,6 +25,15 @@ import jax
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import usable_cores
+from ..._isolation.frames import (
+    CompileFinished,
+    CompileStarted,
+    ConfigResult,
+    Event,
+    RoundStarted,
+    RunFinished,
+    RunStarted,
+)
 from ..signature import Signature
 from .breakdown import Breakdown
 from .check import check_outputs, reason
@@ -40,9 +49,8 @@ __all__ = ["EventSink", "Sweeper", "compile_threads", "measurement"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
-#: ``on_event(kind, config id, data)``; kinds: compile_start, compiled, run_start, ran,
-#: result.
-EventSink = Callable[[str, str, Any], None]
+#: ``on_event(event)``: each step, as one of :data:`~jaxtune._isolation.frames.Event`.
+EventSink = Callable[[Event], None]
 #: A config's compile outcome as it becomes known: its id, and its failure or ``None``.
 Compiled = tuple[str, Failure | None]
 
@@ -67,7 +75,7 @@ class Sweeper:
     ) -> None:
         self.task = task
         self.timer: Timer = timer or timer_for(task.plan.timer)
-        self.emit: EventSink = on_event or (lambda kind, cid, data: None)
+        self.emit: EventSink = on_event or (lambda event: None)
         self._inputs: dict[str, Any] | None = None
         self._runs: dict[str, tuple[Callable[[], Any], float]] = {}
         #: Each config's executable is named for it (``jit_jaxtune_<n>``), so a device
@@ -206,12 +214,12 @@ class Sweeper:
 
         # The tracing thread travels with the event: a crash report that names it (the
         # child's faulthandler does) pins the crash on this config.
-        self.emit("compile_start", cid, threading.get_ident())
+        self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         try:
             lowered = jax.jit(call).lower(lowering)
         except Exception as e:
-            self.emit("compiled", cid, None)
+            self.emit(CompileFinished(cid=cid))
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
             return self._failed[cid]
         return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
@@ -237,7 +245,7 @@ class Sweeper:
             return self._failed[cid]
         seconds = lowered.seconds + time.perf_counter() - start
         self.breakdown.add("compile_threads", seconds)
-        self.emit("compiled", cid, seconds)
+        self.emit(CompileFinished(cid=cid, seconds=seconds))
         if seconds > self.task.plan.timeout_s:
             self._failed[cid] = self._too_slow(config, "compiling", seconds)
             return self._failed[cid]
@@ -281,14 +289,14 @@ class Sweeper:
     def _first_run(self, config: Config) -> tuple[Failure | None, Any]:
         """Runs a compiled config once: its failure, or ``None`` and its output."""
         cid = config_id(config)
-        self.emit("run_start", cid, threading.get_ident())
+        self.emit(RunStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         try:
             out = self._runs[cid][0]()
         except Exception as e:
             return Failure(config=config, stage="run", reason=reason(e)), None
         finally:
-            self.emit("ran", cid, None)
+            self.emit(RunFinished(cid=cid))
             self.breakdown.add("warmup", time.perf_counter() - start)
         spent = time.perf_counter() - start
         self._first_s[cid] = spent
@@ -392,7 +400,7 @@ class Sweeper:
         if rounds:
             timed = self._interleaved(runnable)
             for config in runnable:
-                self.emit("result", config_id(config), timed[config_id(config)])
+                self.emit(ConfigResult(cid=config_id(config), result=timed[config_id(config)]))
         else:
             with self.breakdown.timed("first_pass"):
                 timed = self._first_pass(runnable, best_us)
@@ -401,7 +409,7 @@ class Sweeper:
             cid = config_id(config)
             failure = checked[cid]
             if failure is not None:
-                self.emit("result", cid, failure)
+                self.emit(ConfigResult(cid=cid, result=failure))
             results[cid] = failure or timed[cid]
         return results
 
@@ -429,7 +437,7 @@ class Sweeper:
                         best_us = got.min_us if best_us is None else min(best_us, got.min_us)
                 timed[cid] = got
                 if visit == 1 or not isinstance(got, Timing) or got.dropped:
-                    self.emit("result", cid, self._result(config, got))
+                    self.emit(ConfigResult(cid=cid, result=self._result(config, got)))
         return {config_id(c): self._result(c, timed[config_id(c)]) for c in runnable}
 
     def _result(self, config: Config, got: Timing | Failure) -> Result:
@@ -466,14 +474,14 @@ class Sweeper:
         crash or hang is blamed on it); an exception or a step over the time limit is the
         config's failure."""
         cid = config_id(config)
-        self.emit("run_start", cid, threading.get_ident())
+        self.emit(RunStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         try:
             timing = measure(self._runs[cid][0])
         except Exception as e:
             return Failure(config=config, stage="run", reason=reason(e))
         finally:
-            self.emit("ran", cid, None)
+            self.emit(RunFinished(cid=cid))
         spent = time.perf_counter() - start
         if spent > self.task.plan.timeout_s:
             return self._too_slow(config, "running", spent)
@@ -532,7 +540,7 @@ class Sweeper:
         options = self.task.plan.options
         cids = [config_id(c) for c in configs]
         runs = [(self._runs[cid][0], self._module(c)) for cid, c in zip(cids, configs, strict=True)]
-        self.emit("round_start", cids[0], cids)
+        self.emit(RoundStarted(cids=tuple(cids)))
         start = time.perf_counter()
         try:
             if recording is None:
@@ -543,7 +551,7 @@ class Sweeper:
                 device = iter(rec.results())
                 got = [w if isinstance(w, Exception) else next(device) for w in walls]
         finally:
-            self.emit("ran", cids[0], None)
+            self.emit(RunFinished(cid=cids[0]))
         spent = time.perf_counter() - start
         limit_us = self.task.plan.timeout_s * 1e6
         out: dict[str, Timing | Failure] = {}

@@ -7,11 +7,19 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from ..._core import errors as _errors
-from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
-from ..._isolation.frames import ErrorReply, Event, Request
-from ..._isolation.wire import NotTransportable
-from .requests import Measure, Retime
+from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._isolation.frames import (
+    CompileFinished,
+    CompileStarted,
+    ConfigResult,
+    ErrorReply,
+    Event,
+    Request,
+    RoundStarted,
+    RunFinished,
+    RunStarted,
+)
+from .requests import Measure, Retime, SweepFields
 
 __all__ = ["GRACE", "InFlight", "how_lost", "raise_child_error"]
 
@@ -26,16 +34,14 @@ class InFlight:
     """What one request to a child has in flight: configs compiling, the config running,
     and the results received so far."""
 
-    def __init__(self, message: Request) -> None:
-        op = Measure.from_request(message) if message.op == "measure" else None
-        if op is not None:
-            todo = op.todo
-        else:
-            retime = Retime.from_request(message)
-            todo = retime.todo + retime.second
+    def __init__(self, message: Request[SweepFields]) -> None:
+        work = message.fields.work
+        todo = work.todo if work is not None else []
+        if isinstance(work, Retime):
+            todo = todo + work.second
         self.by_id = {config_id(c): dict(c) for c in todo}
-        if op is not None and op.reference:
-            self.by_id.setdefault(config_id(op.reference), dict(op.reference))
+        if isinstance(work, Measure) and work.reference:
+            self.by_id.setdefault(config_id(work.reference), dict(work.reference))
         self.got: dict[str, Result] = {}
         self.compiling: dict[str, float] = {}
         #: The child's thread that compiles each config, and the one that runs the config
@@ -60,27 +66,25 @@ class InFlight:
 
     def event(self, event: Event) -> Result | None:
         """Follows one event; returns the result it carries, if any."""
-        cid, kind = event.cid, event.kind
         self.heard = time.monotonic()
-        if kind == "compile_start":
-            self.compiling[cid] = time.monotonic()
-            if isinstance(event.data, int):
-                self.threads[cid] = event.data
-        elif kind == "compiled":
-            self.compiling.pop(cid, None)
-        elif kind == "run_start":
-            self.running = (cid, time.monotonic())
-            self.run_thread = event.data if isinstance(event.data, int) else None
-        elif kind == "round_start":
-            self.running = (cid, time.monotonic())
-            self.round = [str(c) for c in event.data or [cid]]
-        elif kind == "ran":
-            self.running, self.round = None, []
-        elif kind == "result":
-            self.running, self.round = None, []
-            result = measurement_from_dict(event.data)
-            self.got[cid] = result
-            return result
+        match event:
+            case CompileStarted(cid=cid, thread=thread):
+                self.compiling[cid] = time.monotonic()
+                self.threads[cid] = thread
+            case CompileFinished(cid=cid):
+                self.compiling.pop(cid, None)
+            case RunStarted(cid=cid, thread=thread):
+                self.running = (cid, time.monotonic())
+                self.run_thread = thread
+            case RoundStarted(cids=cids):
+                self.running = (cids[0], time.monotonic())
+                self.round = list(cids)
+            case RunFinished():
+                self.running, self.round = None, []
+            case ConfigResult(cid=cid, result=result):
+                self.running, self.round = None, []
+                self.got[cid] = result
+                return result
         return None
 
     def suspects(
@@ -108,14 +112,10 @@ class InFlight:
 
 
 def raise_child_error(answer: ErrorReply, default: type[Exception]) -> NoReturn:
-    """Raises the error an answer reports: :class:`NotTransportable` (the caller falls
-    back inline), the jaxtune error the child named, else ``default``."""
-    if answer.type == "NotTransportable":
-        raise NotTransportable(answer.message)
-    error_type = getattr(_errors, answer.type, default)
-    if not (isinstance(error_type, type) and issubclass(error_type, _errors.JaxtuneError)):
-        error_type = default
-    raise error_type(answer.message)
+    """Raises the error an answer reports (:meth:`~.frames.ErrorReply.exception`):
+    ``NotTransportable`` (the caller falls back inline), the jaxtune error of its kind,
+    else ``default``."""
+    raise answer.exception(default)
 
 
 def how_lost(

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._isolation.frames import ConfigResult, Event
 from ..signature import Signature
 from .breakdown import Breakdown
 from .engine import EventSink, Sweeper
@@ -142,9 +143,9 @@ def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
     """An event sink that advances ``progress`` for each config of the space."""
     in_space = {config_id(c) for c in plan.configs}
 
-    def sink(kind: str, cid: str, data: Any) -> None:
-        if kind == "result" and cid in in_space:
-            progress.update(data)
+    def sink(event: Event) -> None:
+        if isinstance(event, ConfigResult) and event.cid in in_space:
+            progress.update(event.result)
 
     return sink
 

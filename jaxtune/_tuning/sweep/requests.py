@@ -1,71 +1,39 @@
 """The requests a sweep sends its child, answered there by
 :mod:`jaxtune._tuning.sweep.serve`: a :class:`~jaxtune._isolation.frames.Request` whose
-fields are the task (``task_id``, the plan; the request also carries the kernel's reference
-and its encoded arguments) and, per operation, :class:`Measure` or :class:`Retime`; and
-which config the others' outputs are checked against."""
+fields (:class:`SweepFields`) are the task (its id and plan; the request also carries the
+kernel's reference and its encoded arguments) and the operation, :class:`Measure` or
+:class:`Retime`; and which config the others' outputs are checked against."""
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ..._core.errors import SweepError
 from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
 from ..._isolation.frames import Done, FrameError, Request
 from ..._isolation.requests import call_request
-from .plan import SweepTask
+from .plan import SweepPlan, SweepTask
 
 __all__ = [
     "HANDLER",
     "Measure",
     "Retime",
+    "SweepFields",
     "account_of",
+    "read_request",
     "reference_config",
     "results_answer",
     "results_of",
     "sweep_request",
-    "task_id",
 ]
 
 Config = dict[str, Any]
 
 #: The module whose ``handle`` answers a sweep's requests in the child.
 HANDLER = "jaxtune._tuning.sweep.serve"
-
-
-def sweep_request(task: SweepTask) -> Request:
-    """The request that carries ``task`` to a child; each operation sends it with its own
-    fields (:meth:`Measure.of`, :meth:`Retime.of`).
-
-    Raises:
-        NotTransportable: the kernel or its arguments cannot travel to a child.
-    """
-    args, kwargs = task.signature.call_arguments()
-    return call_request(
-        HANDLER,
-        "measure",
-        task.fn,
-        tuple(args),
-        dict(kwargs),
-        label=task.plan.kernel,
-        kernel=task.plan.kernel,
-        task_id=uuid.uuid4().hex,
-        plan=task.plan.to_dict(),
-    )
-
-
-def task_id(request: Request) -> str:
-    """The id of the task a sweep request carries.
-
-    Raises:
-        FrameError: the request is no sweep request.
-    """
-    found = request.fields.get("task_id")
-    if not isinstance(found, str):
-        raise FrameError("a sweep request carries its task's id")
-    return found
 
 
 def _configs(raw: Any) -> list[Config]:
@@ -81,19 +49,27 @@ class Measure:
     one at a time when ``serial``, and, with ``rounds``, all timed in interleaved rounds
     (``"slow"``: when the kernel is slow; see :meth:`~.engine.Sweeper.measure`)."""
 
+    OP: ClassVar[str] = "measure"
     todo: list[Config]
     reference: Config | None = None
     best_us: float | None = None
     serial: bool = False
     rounds: bool | str = False
 
-    def of(self, request: Request) -> Request:
+    def of(self, request: Request[SweepFields]) -> Request[SweepFields]:
         """``request`` (the task's) asking for this operation."""
-        return request.with_fields("measure", **dataclasses.asdict(self))
+        return request.with_fields(self.OP, dataclasses.replace(request.fields, work=self))
+
+    def to_wire(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
     @classmethod
-    def from_request(cls, request: Request) -> Measure:
-        f = request.fields
+    def from_wire(cls, f: Mapping[str, Any]) -> Measure:
+        """The operation a request's fields describe.
+
+        Raises:
+            FrameError: they list no configs to do.
+        """
         reference, best = f.get("reference"), f.get("best_us")
         return cls(
             todo=_configs(f.get("todo")),
@@ -110,20 +86,107 @@ class Retime:
     rounds, with a second look at ``second`` in the first rounds (those compiled here);
     one config at a time when ``serial``."""
 
+    OP: ClassVar[str] = "retime"
     todo: list[Config]
     second: list[Config] = dataclasses.field(default_factory=list)
     serial: bool = False
 
-    def of(self, request: Request) -> Request:
-        return request.with_fields("retime", **dataclasses.asdict(self))
+    def of(self, request: Request[SweepFields]) -> Request[SweepFields]:
+        """``request`` (the task's) asking for this operation."""
+        return request.with_fields(self.OP, dataclasses.replace(request.fields, work=self))
+
+    def to_wire(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
     @classmethod
-    def from_request(cls, request: Request) -> Retime:
+    def from_wire(cls, f: Mapping[str, Any]) -> Retime:
+        """The operation a request's fields describe.
+
+        Raises:
+            FrameError: they list no configs to do.
+        """
         return cls(
-            todo=_configs(request.fields.get("todo")),
-            second=_configs(request.fields.get("second") or []),
-            serial=bool(request.fields.get("serial")),
+            todo=_configs(f.get("todo")),
+            second=_configs(f.get("second") or []),
+            serial=bool(f.get("serial")),
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SweepFields:
+    """A sweep request's own fields: its task's id, the task's plan (``None`` in a lean
+    request: the child that holds the task has it) and the operation (``work``; ``None``
+    in the request a recording keeps, which each operation fills in)."""
+
+    task_id: str
+    plan: SweepPlan | None = None
+    work: Measure | Retime | None = None
+
+    def lean(self) -> SweepFields:
+        """These fields without the plan."""
+        return dataclasses.replace(self, plan=None)
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"task_id": self.task_id}
+        if self.plan is not None:
+            out["plan"] = self.plan.to_dict()
+        if self.work is not None:
+            out.update(self.work.to_wire())
+        return out
+
+    @classmethod
+    def from_request(cls, request: Request[Any]) -> SweepFields:
+        """The fields of a sweep request as they arrived (see
+        :meth:`~jaxtune._isolation.frames.Request.read`).
+
+        Raises:
+            FrameError: the request is no sweep request, or its fields are malformed.
+        """
+        f = request.fields.to_wire()
+        task, plan = f.get("task_id"), f.get("plan")
+        if not isinstance(task, str):
+            raise FrameError("a sweep request carries its task's id")
+        if request.op not in (Measure.OP, Retime.OP):
+            raise FrameError(f"a sweep request asks to measure or retime, not {request.op!r}")
+        if plan is not None and not isinstance(plan, Mapping):
+            raise FrameError(f"a sweep request's plan is a map, not {type(plan).__name__}")
+        try:
+            read = None if plan is None else SweepPlan.from_dict(plan)
+        except (KeyError, TypeError, ValueError) as e:
+            raise FrameError(f"a sweep request's plan is damaged ({e!r:.80})") from None
+        work: Measure | Retime | None = None
+        if "todo" in f:
+            work = Measure.from_wire(f) if request.op == Measure.OP else Retime.from_wire(f)
+        return cls(task_id=task, plan=read, work=work)
+
+
+def sweep_request(task: SweepTask) -> Request[SweepFields]:
+    """The request that carries ``task`` to a child; each operation sends it with its own
+    fields (:meth:`Measure.of`, :meth:`Retime.of`).
+
+    Raises:
+        NotTransportable: the kernel or its arguments cannot travel to a child.
+    """
+    args, kwargs = task.signature.call_arguments()
+    return call_request(
+        HANDLER,
+        Measure.OP,
+        task.fn,
+        tuple(args),
+        dict(kwargs),
+        label=task.plan.kernel,
+        kernel=task.plan.kernel,
+        fields=SweepFields(task_id=uuid.uuid4().hex, plan=task.plan),
+    )
+
+
+def read_request(raw: Any) -> Request[SweepFields]:
+    """The sweep request a map holds (one a recording kept: ``jaxtune tune`` replays it).
+
+    Raises:
+        FrameError: the map is no sweep request.
+    """
+    return Request.from_wire(raw).read(SweepFields.from_request)
 
 
 def reference_config(

@@ -25,11 +25,10 @@ from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import parent_backend, sweep_devices
 from ..._isolation.environ import warn_tracing_inline
-from ..._isolation.frames import ErrorReply, Event, Request
+from ..._isolation.frames import ErrorKind, ErrorReply, Event, NotTransportable, Request
 from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
-from ..._isolation.wire import NotTransportable
 from .breakdown import Breakdown
 from .flight import InFlight, how_lost, raise_child_error
 from .plan import SweepOutcome, SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
@@ -37,11 +36,11 @@ from .progress import Progress
 from .requests import (
     Measure,
     Retime,
+    SweepFields,
     account_of,
     reference_config,
     results_of,
     sweep_request,
-    task_id,
 )
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
@@ -142,7 +141,7 @@ class ProcessRunner(ChildService):
             )
             return InlineRunner().sweep(task)
 
-    def run(self, plan: SweepPlan, request: Request) -> SweepOutcome:
+    def run(self, plan: SweepPlan, request: Request[SweepFields]) -> SweepOutcome:
         """Runs the sweep ``plan`` describes through a prepared request (``jaxtune tune``
         reads both from a recording; :meth:`sweep` builds them from a task): the plan's
         search strategy picks the batches, the leaders are re-timed on one device."""
@@ -187,7 +186,7 @@ class ProcessRunner(ChildService):
     def _measure_all(
         self,
         plan: SweepPlan,
-        request: Request,
+        request: Request[SweepFields],
         progress: Progress,
         order: list[dict[str, Any]],
         known: Mapping[str, Result] | None = None,
@@ -268,7 +267,7 @@ class ProcessRunner(ChildService):
     def _measure_on_devices(
         self,
         plan: SweepPlan,
-        request: Request,
+        request: Request[SweepFields],
         progress: Progress,
         order: list[dict[str, Any]],
         devices: list[int],
@@ -306,7 +305,7 @@ class ProcessRunner(ChildService):
     def _exchange(
         self,
         plan: SweepPlan,
-        message: Request,
+        message: Request[SweepFields],
         *,
         progress: Progress | None,
     ) -> tuple[str | None, dict[str, Result]]:
@@ -320,9 +319,9 @@ class ProcessRunner(ChildService):
         flight = InFlight(message)
         start = time.perf_counter()
         child = self.child()
-        task = task_id(message)
+        task = message.fields.task_id
         # A child that built this task holds its arguments and plan: they need not travel again.
-        lean = message.lean("plan")
+        lean = message.lean(message.fields.lean())
 
         def on_event(event: Event) -> None:
             result = flight.event(event)
@@ -345,7 +344,7 @@ class ProcessRunner(ChildService):
             except ChildLost as lost:
                 return self._lost(plan, child, offset, lost, flight, progress)
         _context.warn_notes(answer)
-        if isinstance(answer, ErrorReply) and answer.type == "UnknownTask":
+        if isinstance(answer, ErrorReply) and answer.kind is ErrorKind.UNKNOWN_TASK:
             child.tasks.discard(task)  # it moved on to another task
             return self._exchange(plan, message, progress=progress)
         if isinstance(answer, ErrorReply):

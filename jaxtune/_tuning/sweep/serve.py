@@ -9,16 +9,25 @@ server) so the parent knows which config was in flight if the child dies.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
-from ..._isolation.frames import Done, ErrorReply, FrameError, FunctionRef, Request
+from ..._isolation.frames import (
+    Done,
+    ErrorKind,
+    ErrorReply,
+    FrameError,
+    FunctionRef,
+    Request,
+    WireFields,
+)
 from ..._isolation.resolve import Unresolved, find, namespace, observe_imports
 from ..._isolation.wire import decode_value
 from ..autotuned import Autotuned, registry
 from ..record import observing_calls
-from .plan import Sweeper, SweepPlan, SweepTask
-from .requests import Measure, Retime, results_answer, task_id
+from .plan import Sweeper, SweepTask
+from .requests import Measure, Retime, SweepFields, results_answer
 
 __all__ = ["abstract_inputs", "handle", "resolve_kernel"]
 
@@ -48,14 +57,13 @@ def resolve_kernel(ref: FunctionRef) -> Autotuned[Any, Any]:
     raise Unresolved(f"no @autotuned kernel {ref.kernel!r} at {ref.module}:{ref.qualname}")
 
 
-def _build_task(request: Request, *, abstract: bool = False) -> SweepTask:
+def _build_task(request: Request[SweepFields], *, abstract: bool = False) -> SweepTask:
     """The sweep task a request describes (``abstract``: its arrays as shapes, for work
     that can start before their bytes arrive)."""
-    plan_fields = request.fields.get("plan")
-    if request.ref is None or not isinstance(plan_fields, dict):
+    if request.ref is None or request.fields.plan is None:
         raise FrameError("a sweep request for a new task carries its kernel and plan")
     kernel = resolve_kernel(request.ref)
-    plan = SweepPlan.from_dict({**plan_fields, "verbose": 0})
+    plan = dataclasses.replace(request.fields.plan, verbose=0)
     args = decode_value(request.args, abstract=abstract)
     kwargs = decode_value(request.kwargs, abstract=abstract)
     sig = kernel.bind(tuple(args), dict(kwargs))
@@ -75,24 +83,25 @@ def _build_task(request: Request, *, abstract: bool = False) -> SweepTask:
     )
 
 
-def handle(server: Any, request: Request) -> Done | ErrorReply:
+def handle(server: Any, received: Request[WireFields]) -> Done | ErrorReply:
     """Answers a ``measure`` or ``retime`` request (``server``: the child's
     :class:`~jaxtune._isolation.child.Server`)."""
-    task = task_id(request)
-    if request.op not in ("measure", "retime"):
-        raise FrameError(f"a sweep request asks to measure or retime, not {request.op!r}")
+    request = received.read(SweepFields.from_request)
+    task, work = request.fields.task_id, request.fields.work
+    if work is None:
+        raise FrameError("a sweep request lists the configs to do")
     current = server.state.get(__name__)
     start = time.perf_counter()
     if current is None or current[0] != task:
         if not request.has_call:  # the parent thought this child still held the task
-            return ErrorReply(type="UnknownTask", message=task)
-        current = (task, _sweeper(server, request))
+            return ErrorReply(kind=ErrorKind.UNKNOWN_TASK, message=task)
+        current = (task, _sweeper(server, request, work))
         server.state[__name__] = current
     server.arrived()
     sweeper = current[1]
     sweeper.breakdown.add("transfer", time.perf_counter() - start)
-    if request.op == "measure":
-        measure = Measure.from_request(request)
+    if isinstance(work, Measure):
+        measure = work
         # After a crash during a round of passes, rounds time one config at a time.
         sweeper.serial_rounds = measure.serial
         results = sweeper.measure(
@@ -103,19 +112,19 @@ def handle(server: Any, request: Request) -> Done | ErrorReply:
             rounds=measure.rounds,
         )
     else:
-        retime = Retime.from_request(request)
+        retime = work
         sweeper.serial_rounds = retime.serial
         results = dict(sweeper.retime(retime.todo, retime.second))
     return results_answer(results, sweeper.account())
 
 
-def _sweeper(server: Any, request: Request) -> Sweeper:
+def _sweeper(server: Any, request: Request[SweepFields], work: Measure | Retime) -> Sweeper:
     """A sweeper for a new task; when its arrays are still arriving, the configs to
     measure start compiling for their shapes meanwhile."""
-    if not (server.pending and request.op == "measure"):
+    if not (server.pending and isinstance(work, Measure)):
         server.arrived()
         return Sweeper(_build_task(request), on_event=server.emit)
-    measure = Measure.from_request(request)
+    measure = work
     task = _build_task(request, abstract=True)
     sweeper = Sweeper(task, on_event=server.emit)
     sweeper.precompile(measure.todo, abstract_inputs(task.signature), serial=measure.serial)
