@@ -10,7 +10,6 @@ import itertools
 import os
 import pathlib
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -28,8 +27,6 @@ __all__ = [
     "TuningResult",
     "active_scopes",
 ]
-
-#: Version of the on-disk layout of cache files and TuningResult files.
 
 
 _SCOPES: contextvars.ContextVar[tuple[TuningResult, ...]] = contextvars.ContextVar(
@@ -267,8 +264,3 @@ def stored_config_text(entry: Entry) -> str:
     if not held:
         return shown
     return f"{shown} ({configs.fixed_text(held)})" if shown else configs.fixed_text(held)
-
-
-def now() -> float:
-    """Seconds since the epoch (a seam for tests)."""
-    return time.time()

@@ -3,12 +3,12 @@ the speedup's interval."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..._core import versions as _versions
 from ..._core.vocabulary import Entry, Measurement
 from ..digest import CodeDigest
-from ..result import now
 from .plan import SweepOutcome, SweepPlan
 from .timers import platform_of, resolve_timer
 
@@ -50,7 +50,7 @@ def make_entry(
         default_time_us=default_time_us,
         measurements=outcome.measurements,
         versions=_versions.toolchain(),
-        created=now(),
+        created=time.time(),
         kernel_version=version,
         shapes=plan.shapes,
         statics=plan.statics,

@@ -5,7 +5,7 @@ in interleaved rounds until a paired test settles them (the other configs measur
 in the first rounds, a second look before they are ruled out), and a tie goes to the
 earliest config of the space.
 
-:class:`~.sweeper.Sweeper` does the work wherever the kernel runs. A failed config is a
+:class:`~.engine.Sweeper` does the work wherever the kernel runs. A failed config is a
 :class:`Failure` with its reason; only "every config failed" raises.
 """
 
