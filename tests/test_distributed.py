@@ -27,7 +27,8 @@ from jaxtune._distributed import agree as _agree
 from jaxtune._distributed.store import StoreLostError, agreement_key
 from jaxtune._isolation import devices as _devices
 from jaxtune._tuning.sweep import shard as _shard
-from jaxtune._tuning.sweep.plan import finish, ordered
+from jaxtune._tuning.sweep.plan import ordered
+from jaxtune._tuning.sweep.stats import finish
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "distributed_worker.py"

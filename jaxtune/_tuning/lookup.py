@@ -36,7 +36,6 @@ from .store import cache as _cache
 from .store import shared as _shared
 
 __all__ = [
-    "Choice",
     "Fit",
     "cached_entry",
     "device_kind",

@@ -15,15 +15,11 @@ from typing import Any
 
 from .._core.codec import atomic_write, read_bounded
 from .._core.errors import CacheError
-from .._core.vocabulary import Entry, EntryId, Failure, Measurement
+from .._core.vocabulary import Entry, EntryId
 from .store import results as results_file
-from .store.results import SCHEMA_VERSION, records
+from .store.results import records
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "Entry",
-    "Failure",
-    "Measurement",
     "TuningResult",
     "active_scopes",
 ]

@@ -72,7 +72,6 @@ __all__ = [
     "Conflict",
     "Layer",
     "Merged",
-    "PackagedFile",
     "layers",
     "on_change",
     "open_layer",

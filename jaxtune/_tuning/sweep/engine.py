@@ -35,7 +35,7 @@ from .timing import Timing, block
 if TYPE_CHECKING:
     from .plan import SweepTask
 
-__all__ = ["EventSink", "Sweeper", "compile_threads", "measurement"]
+__all__ = ["EventSink", "Sweeper", "compile_threads"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure

@@ -20,27 +20,18 @@ from ..._core.vocabulary import Failure, Measurement, config_id
 from ..signature import Signature
 from .breakdown import Breakdown
 from .engine import EventSink, Sweeper
-from .engine import measurement as measurement
 from .progress import Progress
 from .search import Budget, run_search, strategy_of
 from .search import plan as budget_plan
-from .stats import SweepOutcome as SweepOutcome
-from .stats import finish as finish
-from .stats import leaders as leaders
-from .stats import second_look
+from .stats import SweepOutcome, finish, leaders, second_look
 from .timers import Timer
 from .timing import TimingOptions
 
 __all__ = [
-    "SweepOutcome",
     "SweepPlan",
     "SweepTask",
-    "Sweeper",
     "best_of",
     "drive",
-    "finish",
-    "leaders",
-    "measurement",
     "new_progress",
     "ordered",
     "run_sweep",

@@ -31,7 +31,7 @@ from ..._isolation.service import ChildService
 from ..._isolation.wire import NotTransportable
 from .breakdown import Breakdown
 from .flight import InFlight, how_lost, raise_child_error
-from .plan import SweepOutcome, SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
+from .plan import SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
 from .progress import Progress
 from .requests import (
     Measure,
@@ -42,6 +42,7 @@ from .requests import (
     sweep_request,
     task_id,
 )
+from .stats import SweepOutcome
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
 

@@ -17,7 +17,8 @@ from ..._isolation.resolve import Unresolved, find, namespace, observe_imports
 from ..._isolation.wire import decode_value
 from ..autotuned import Autotuned, registry
 from ..record import observing_calls
-from .plan import Sweeper, SweepPlan, SweepTask
+from .engine import Sweeper
+from .plan import SweepPlan, SweepTask
 from .requests import Measure, Retime, results_answer, task_id
 
 __all__ = ["abstract_inputs", "handle", "resolve_kernel"]
