@@ -41,6 +41,7 @@ os.environ["JAXTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxtune-bench-shared-
 
 import jax
 import jax.numpy as jnp
+import shared_store_state
 
 import jaxtune
 from jaxtune._core.vocabulary import Entry
@@ -82,7 +83,7 @@ class Fresh:
     def __call__(self) -> None:
         self.n += 1
         os.environ["JAXTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxtune-bench-shared-")
-        _shared.reset()
+        shared_store_state.forget()
 
 
 def first_lookup(

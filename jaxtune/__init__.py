@@ -35,10 +35,10 @@ if TYPE_CHECKING:
     from ._core.vocabulary import Failure as Failure
     from ._core.vocabulary import Measurement as Measurement
     from ._profiling.attribution import KernelStat as KernelStat
-    from ._profiling.profiled import Profile as Profile
     from ._profiling.profiled import Profiled as Profiled
     from ._profiling.profiled import profile as profile
     from ._profiling.profiled import profiled as profiled
+    from ._profiling.report import Profile as Profile
     from ._program.locate import KernelSite as KernelSite
     from ._program.locate import locate as locate
     from ._tuning.autotuned import Autotuned as Autotuned
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 #: Each name imported on first use -> the module that defines it.
 _LAZY = {
     "KernelStat": "._profiling.attribution",
-    "Profile": "._profiling.profiled",
+    "Profile": "._profiling.report",
     "Profiled": "._profiling.profiled",
     "profile": "._profiling.profiled",
     "profiled": "._profiling.profiled",

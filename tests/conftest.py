@@ -127,11 +127,26 @@ def incli(capsys):
 
 @pytest.fixture(autouse=True)
 def _no_packaged_caches():
+    """Each test starts with no packaged cache registered, and forgets those it registers."""
     from jaxtune._tuning.store import cache as _cache
 
-    _cache.unregister_caches()
+    def forget() -> None:
+        with _cache._REGISTRY_LOCK:
+            _cache._LAYERS.clear()
+        _cache._changed()
+
+    forget()
     yield
-    _cache.unregister_caches()
+    forget()
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """This test's warn-once warnings are given again, as in a fresh process (jaxtune gives
+    each once per process: ``jaxtune._core.errors.warn_once``)."""
+    from jaxtune._core import errors as _errors
+
+    monkeypatch.setattr(_errors, "_WARNED", set())
 
 
 def _sweep_timing(monkeypatch: pytest.MonkeyPatch, **options: float) -> object:

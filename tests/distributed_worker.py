@@ -21,8 +21,9 @@ from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._isolation.devices import sweep_devices
 from jaxtune._tuning import autotuned as _autotuned
 from jaxtune._tuning.store import cache as _cache
-from jaxtune._tuning.sweep.plan import finish, ordered
+from jaxtune._tuning.sweep.plan import ordered
 from jaxtune._tuning.sweep.runner import ProcessRunner
+from jaxtune._tuning.sweep.stats import finish
 
 BLOCKS = [1, 2, 3, 4, 5, 6, 7, 8]
 #: Fake median times (µs): blocks 2 and 3 tie for the best; block 2 comes first in the space.

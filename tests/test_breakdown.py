@@ -14,6 +14,7 @@ from jaxtune._tuning.sweep import breakdown as _breakdown
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import progress as _progress
 from jaxtune._tuning.sweep import runner as _runner
+from jaxtune._tuning.sweep.stats import SweepOutcome
 
 
 def kernel(x, *, n, tag):
@@ -96,7 +97,7 @@ def test_verbose_2_prints_the_breakdown_and_each_configs_calls():
         config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.25, calls=7
     )
     phases = {"start": 0.5, "compile_threads": 1.0, "rounds": 2.0, "other": 0.1, "total": 2.6}
-    outcome = _sweep.SweepOutcome(measurements=(m,), best=m, default=m, phases=phases)
+    outcome = SweepOutcome(measurements=(m,), best=m, default=m, phases=phases)
     for verbose in (1, 2):
         progress = _progress.Progress("k f32[8]", 1, verbose, stream)
         progress.finish(outcome)

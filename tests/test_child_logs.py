@@ -20,11 +20,10 @@ from jaxtune._isolation import logs as _logs
 
 
 @pytest.fixture
-def tmpdir_here(tmp_path, monkeypatch):
+def tmpdir_here(tmp_path, monkeypatch, fresh_warnings):
     """$TMPDIR is ``tmp_path`` for this process (as a fresh process would find it)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(_logs, "_PRIVATE", [])
-    monkeypatch.setattr(_logs, "_WARNED", set(), raising=False)
     monkeypatch.setattr(_logs, "_OWN", [], raising=False)
     return tmp_path
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxtune._core.vocabulary import Failure, Measurement, config_id
+from jaxtune._tuning.sweep import intervals as _intervals
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep import stats as _decide
@@ -31,12 +32,12 @@ def decide(rounds, order=None, default=None):
 
 
 def test_the_ratio_interval_is_the_sign_tests_and_needs_six_rounds():
-    assert _decide.ratio_interval([2.0] * 5, [1.0] * 5) == (2.0, None, None)
-    ratio, low, high = _decide.ratio_interval([1, 2, 3, 4, 5, 6], [1.0] * 6)
+    assert _intervals.ratio_interval([2.0] * 5, [1.0] * 5) == (2.0, None, None)
+    ratio, low, high = _intervals.ratio_interval([1, 2, 3, 4, 5, 6], [1.0] * 6)
     assert (ratio, low, high) == (3.5, 1, 6)  # P(all six on one side) = 2/64 < 5 %
-    assert _decide.ratio_interval([1, 2, 3, 4, 5, 6], [1.0] * 6, 0.99)[1:] == (None, None)
+    assert _intervals.ratio_interval([1, 2, 3, 4, 5, 6], [1.0] * 6, 0.99)[1:] == (None, None)
     many = [1.0 + i / 100 for i in range(100)]
-    ratio, low, high = _decide.ratio_interval(many, [1.0] * 100)
+    ratio, low, high = _intervals.ratio_interval(many, [1.0] * 100)
     # Ranks 40 and 61 of 100 bound the median at 95 % (binomial order statistics).
     assert (round(low, 2), round(high, 2)) == (1.39, 1.6)
 
@@ -117,7 +118,7 @@ def test_never_stores_a_config_measured_slower_than_the_default():
         }
         default = rng.choice("wxyz")
         d = decide(rounds, default=default)
-        assert _decide.ratio_interval(rounds[d.pick], rounds[default])[0] <= 1.0, (d, default)
+        assert _intervals.ratio_interval(rounds[d.pick], rounds[default])[0] <= 1.0, (d, default)
 
 
 def test_interference_only_slows_rounds_and_the_true_best_still_wins():
@@ -165,7 +166,7 @@ def test_interleaved_rounds_on_a_busy_machine_store_the_faster_whichever_comes_f
         plan = _sweep.SweepPlan(
             kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0]
         )
-        outcome = _sweep.finish(plan, got, retimed=set(got))
+        outcome = _decide.finish(plan, got, retimed=set(got))
         assert dict(outcome.best.config) == {"k": "fast"}, seed
 
 
@@ -180,7 +181,7 @@ def test_interleaved_rounds_stop_once_settled_and_the_slower_leaves():
     # anyway, and "a" and "c" are shown equivalent: nothing is open, the rounds stop.
     assert len(b.rounds_us) == len(a.rounds_us) == 6
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0])
-    outcome = _sweep.finish(plan, got, retimed=set(got))
+    outcome = _decide.finish(plan, got, retimed=set(got))
     assert (outcome.decision, dict(outcome.best.config)) == ("tie", {"k": "a"})
 
 
@@ -189,9 +190,9 @@ def test_without_rounds_the_fastest_sample_wins_clear_with_its_runner_up():
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
     times = {0: (300.0, 310.0, 900.0), 1: (100.0, 104.0, 400.0), 2: (180.0, 181.0, 182.0)}
     results = {
-        config_id(c): _sweep.measurement(c, Timing(samples_us=times[c["k"]]), 0.0) for c in configs
+        config_id(c): _rounds.measurement(c, Timing(samples_us=times[c["k"]]), 0.0) for c in configs
     }
-    outcome = _sweep.finish(plan, results)
+    outcome = _decide.finish(plan, results)
     assert (dict(outcome.best.config), outcome.decision) == ({"k": 1}, "clear")
     assert outcome.margin.rival == {"k": 2} and outcome.margin.ratio == 1.8
 
@@ -246,7 +247,7 @@ def test_the_sign_tests_ranks_are_the_binomial_quantiles():
 
 def _first_pass(times):
     return {
-        config_id({"k": k}): _sweep.measurement({"k": k}, Timing(samples_us=t), 0.0)
+        config_id({"k": k}): _rounds.measurement({"k": k}, Timing(samples_us=t), 0.0)
         for k, t in times.items()
     }
 
@@ -276,7 +277,7 @@ def test_the_entrys_times_come_from_the_rounds_when_both_raced():
         options=TimingOptions(),
         default=configs[0],
     )
-    outcome = _sweep.finish(plan, got, retimed=set(got))
+    outcome = _decide.finish(plan, got, retimed=set(got))
     entry = make_entry(plan, outcome, "cpu", "")
     slow, fast = (got[config_id(c)] for c in configs)
     assert entry.time_us == np.median(fast.rounds_us)
@@ -300,13 +301,13 @@ def test_the_outcomes_times_are_the_entrys():
         )
 
     best, default = m({"c": 2}, 300.0, (100.0, 110.0, 90.0)), m({"c": 1}, 400.0, (200.0,))
-    outcome = _sweep.SweepOutcome(measurements=(default, best), best=best, default=default)
+    outcome = _decide.SweepOutcome(measurements=(default, best), best=best, default=default)
     assert outcome.times() == (100.0, 200.0)
     unraced = dataclasses.replace(default, rounds_us=())
-    outcome = _sweep.SweepOutcome(measurements=(unraced, best), best=best, default=unraced)
+    outcome = _decide.SweepOutcome(measurements=(unraced, best), best=best, default=unraced)
     assert outcome.times() == (300.0, 400.0)
     failed = Failure(config={"c": 1}, stage="run", reason="no")
-    outcome = _sweep.SweepOutcome(measurements=(failed, best), best=best, default=failed)
+    outcome = _decide.SweepOutcome(measurements=(failed, best), best=best, default=failed)
     assert outcome.times() == (300.0, None)
 
 
@@ -331,7 +332,7 @@ def test_a_second_look_races_a_config_the_first_pass_left_out_when_it_is_among_t
     e, c = (got[config_id({"k": k})] for k in "ec")
     assert len(e.rounds_us) == len(c.rounds_us) >= 6
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
-    outcome = _sweep.finish(plan, {**_first_pass({"f": (400.0,)}), **got}, retimed=set(got))
+    outcome = _decide.finish(plan, {**_first_pass({"f": (400.0,)}), **got}, retimed=set(got))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": "e"}, "clear")
 
 
@@ -381,7 +382,7 @@ def test_a_slow_kernels_rounds_have_time_to_show_a_config_slower_after_a_second_
     assert set(got) == {config_id(c) for c in (space[0], space[1], space[3])}
     assert len(got[config_id(space[3])].rounds_us) >= _decide.rounds_to_show()
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
-    outcome = _sweep.finish(plan, got, retimed=set(got))
+    outcome = _decide.finish(plan, got, retimed=set(got))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": "d"}, "clear")
 
 
@@ -405,7 +406,7 @@ def test_a_config_clearly_behind_leaves_the_rounds_after_two(ratio):
     assert (len(c.rounds_us), c.dropped) == (3, True)
     assert (len(b.rounds_us) == 3) is (ratio > 1.5) is b.dropped
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[2])
-    outcome = _sweep.finish(plan, got, retimed=set(got))
+    outcome = _decide.finish(plan, got, retimed=set(got))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": "a"}, "clear")
     assert outcome.times()[1] == pytest.approx(c.time_us)
 

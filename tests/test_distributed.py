@@ -18,15 +18,17 @@ import time
 import jax
 import jax.numpy as jnp
 import pytest
+from local_store import LocalStore, as_process, thread_store
 
 from jaxtune._core import settings as _config
 from jaxtune._core.errors import AgreementError, SettingsError, TuningFailedError
 from jaxtune._core.vocabulary import Choice, Failure, Measurement, config_id
 from jaxtune._distributed import agree as _agree
-from jaxtune._distributed.store import LocalStore, StoreLostError, agreement_key
+from jaxtune._distributed.store import StoreLostError, agreement_key
 from jaxtune._isolation import devices as _devices
 from jaxtune._tuning.sweep import shard as _shard
-from jaxtune._tuning.sweep.plan import finish, ordered
+from jaxtune._tuning.sweep.plan import ordered
+from jaxtune._tuning.sweep.stats import finish
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "distributed_worker.py"
@@ -261,18 +263,21 @@ def test_one_child_per_cpu_device_picks_the_one_child_winner(tmp_path):
 # -- the protocol, with threads playing the processes over an in-memory store ------------
 
 
+@pytest.fixture(autouse=True)
+def _threads_play_processes(monkeypatch):
+    monkeypatch.setattr(_agree, "store", thread_store)
+
+
 def play(nproc: int, body, *, timeout: float = 30):
     """Runs ``body(process_id)`` in one thread per process of an in-memory job."""
     store = LocalStore(nproc)
 
     def one(pid: int):
-        _agree.use_store(store.view(pid))
-        try:
-            return body(pid)
-        except Exception as e:
-            return e
-        finally:
-            _agree.use_store(None)
+        with as_process(store.view(pid)):
+            try:
+                return body(pid)
+            except Exception as e:
+                return e
 
     with concurrent.futures.ThreadPoolExecutor(nproc) as ex:
         results = list(ex.map(one, range(nproc), timeout=timeout))
@@ -397,12 +402,8 @@ class LostStore(LocalStore):
 
 def follower_error(store: LocalStore) -> AgreementError:
     """What ``agree`` raises in process 1 of ``store`` when nothing else runs."""
-    _agree.use_store(store.view(1))
-    try:
-        with pytest.raises(AgreementError) as info:
-            _agree.agree(question(lambda m: None, key="bf16[8,8]"))
-    finally:
-        _agree.use_store(None)
+    with as_process(store.view(1)), pytest.raises(AgreementError) as info:
+        _agree.agree(question(lambda m: None, key="bf16[8,8]"))
     return info.value
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from jaxtune import FlagError, flags
+from jaxtune._core import flags as _flags
 
 ALL_TPU_FLAGS = (
     flags.LLO_DEBUG_INFO,
@@ -215,3 +216,26 @@ def test_profile_apis_default_to_llo():
     assert inspect.signature(flags.profile_flags).parameters["llo"].default is True
     assert inspect.signature(jaxtune.profile).parameters["llo"].default is True
     assert inspect.signature(jaxtune.profiled).parameters["llo"].default is True
+
+
+@pytest.mark.parametrize(
+    ("name", "platform"),
+    [
+        ("cuda", "gpu"),
+        ("ROCm", "gpu"),
+        ("tpu", "tpu"),
+        ("cpu", "cpu"),
+        ("METAL", "metal"),
+        ("", None),
+        (None, None),
+        ("TPU v5 lite", "tpu"),
+        ("TPU7x", "tpu"),
+        ("NVIDIA H100 80GB HBM3", "gpu"),
+        ("AMD Instinct MI300X", "gpu"),
+        ("/device:TPU:0", "tpu"),
+        ("/device:GPU:3", "gpu"),
+        ("/host:CPU", "cpu"),
+    ],
+)
+def test_one_function_tells_the_platform_of_a_name_a_device_kind_or_a_plane(name, platform):
+    assert _flags.normalise_platform(name) == platform

@@ -19,6 +19,7 @@ from jaxtune._core import flags as _flags
 from jaxtune._core.vocabulary import CaptureInfo
 from jaxtune._isolation import process as _process
 from jaxtune._profiling import profiled as _profiled
+from jaxtune._profiling.report import report_from_trace
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -140,7 +141,7 @@ def write_trace(tmp_path, text):
 def test_tpu_text_proto_trace_attribution_and_roofline(tmp_path):
     path = write_trace(tmp_path, TPU_TRACE)
     costs = {"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}}
-    p = _profiled.report_from_trace(
+    p = report_from_trace(
         path, info=CaptureInfo(costs=costs, device_kind="TPU v5 lite"), iterations=2
     )
     k = {s.name: s for s in p.kernels}
@@ -173,7 +174,7 @@ def test_tpu_text_proto_trace_attribution_and_roofline(tmp_path):
 
 
 def test_gpu_text_proto_trace_attribution(tmp_path):
-    p = _profiled.report_from_trace(write_trace(tmp_path, GPU_TRACE))
+    p = report_from_trace(write_trace(tmp_path, GPU_TRACE))
     assert [(k.name, k.kind, k.calls, k.total_us) for k in p.kernels] == [
         ("softmax", "pallas", 1, 3.0)
     ]
@@ -302,7 +303,7 @@ planes {
 
     space = _xspace.load(path)
     assert space.hlo_protos() == {"jit_step": b"\x0a\x08jit_step"}
-    p = _profiled.report_from_trace(path)
+    p = report_from_trace(path)
     assert any("trace_best_effort_frequency=100" in w for w in p.warnings)
     # At the top of the report, before the summary line.
     assert p.table().startswith("warning: the trace dropped events (Dropped 1234 events")
@@ -318,7 +319,7 @@ def test_every_folder_of_a_capture_gives_the_same_report(tmp_path):
     path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TPU_TRACE))
     costs = {"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}}
     info = CaptureInfo(costs=costs, device_kind="TPU v5 lite")
-    first = _profiled.report_from_trace(trace_dir, info=info, iterations=2)
+    first = report_from_trace(trace_dir, info=info, iterations=2)
 
     def summary(p):
         return p.iterations, [(k.name, k.calls, k.flops_per_s, k.total_us) for k in p.kernels]

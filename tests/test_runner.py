@@ -430,9 +430,10 @@ def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
     assert len(pids) == 2 and os.getpid() not in pids
 
 
-def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(fresh_pool, monkeypatch):
+def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(
+    fresh_pool, fresh_warnings, monkeypatch
+):
     monkeypatch.setattr(_runner, "parent_backend", lambda: "tpu")
-    monkeypatch.setattr(_runner, "_WARNED", set())
     sig = faulty.bind((jnp.ones(8),), {})
     task = faulty.sweep_task(sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"})
     with pytest.warns(jaxtune.JaxtuneWarning, match=r"jaxtune tune -- python"):

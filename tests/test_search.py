@@ -14,7 +14,9 @@ import jaxtune
 from jaxtune._core import settings as _config
 from jaxtune._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
 from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep import search as _search
+from jaxtune._tuning.sweep import stats as _stats
 from jaxtune._tuning.sweep.entry import make_entry
 from jaxtune._tuning.sweep.timing import Timing
 
@@ -213,7 +215,7 @@ def test_a_default_outside_the_space_is_measured_but_not_counted():
 
 def timed(config, samples):
     t = Timing(samples_us=tuple(samples))
-    return _sweep.measurement(config, t, 0.0)
+    return _rounds.measurement(config, t, 0.0)
 
 
 def test_confidence_interval_narrows_with_samples():
@@ -248,15 +250,15 @@ def test_retimed_leaders_keep_their_rounds_and_the_entry_round_trips_them():
     drift = [1.0, 1.6, 0.7, 1.2, 0.9, 1.4, 0.8, 1.1, 1.3, 0.6]
     per_round = {cid: [t * d for d in drift] for cid, t in {"a": 100.0, "b": 90.0}.items()}
     results = {
-        config_id(c): _sweep.measurement(c, Timing(samples_us=tuple(r)), 0.0, tuple(r))
+        config_id(c): _rounds.measurement(c, Timing(samples_us=tuple(r)), 0.0, tuple(r))
         for c, r in zip(configs, per_round.values(), strict=True)
     }
-    outcome = _sweep.finish(plan, results, retimed=set(results))
+    outcome = _stats.finish(plan, results, retimed=set(results))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": 1}, "clear")
     # What the child sends and the cache stores keeps the rounds.
     again = measurement_from_dict(outcome.best.to_dict())
     assert again == outcome.best and again.rounds_us == tuple(per_round["b"])
-    plain = _sweep.measurement(configs[0], Timing(samples_us=(1.0, 2.0)), 0.0)
+    plain = _rounds.measurement(configs[0], Timing(samples_us=(1.0, 2.0)), 0.0)
     assert "rounds_us" not in plain.to_dict()
 
 

@@ -23,14 +23,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from local_store import LocalStore, as_process, thread_store
 from s3_server import MISSING, S3Server
+from shared_store_state import count_requests, forget
 
 import jaxtune
 from jaxtune._core import settings as _config
 from jaxtune._core.errors import JaxtuneWarning, SettingsError
 from jaxtune._core.vocabulary import Entry
 from jaxtune._distributed import agree as _agree
-from jaxtune._distributed.store import LocalStore
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.store import shared as _shared
@@ -76,9 +77,15 @@ def tuned(kernel, config, *, created: float = 1.0) -> Entry:
 @pytest.fixture(autouse=True)
 def _fresh_process_state():
     """Each test starts as a fresh process would: no store known, read or given up."""
-    _shared.reset()
+    forget()
     yield
-    _shared.reset()
+    forget()
+
+
+@pytest.fixture
+def requests(monkeypatch):
+    """The requests made to each store this process uses, by URL."""
+    return count_requests(monkeypatch)
 
 
 @pytest.fixture(scope="session")
@@ -156,7 +163,7 @@ def test_bad_value_names_the_allowed_stores(monkeypatch, tmp_path):
 # -- read through, on a directory (in this process) --------------------------------------
 
 
-def test_a_miss_reads_the_store_through_once_per_kernel(monkeypatch, tmp_path):
+def test_a_miss_reads_the_store_through_once_per_kernel(monkeypatch, tmp_path, requests):
     url = str(tmp_path / "shared")
     SharedStore(url, 30).publish([tuned(first, {"factor": 3})])
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
@@ -166,13 +173,13 @@ def test_a_miss_reads_the_store_through_once_per_kernel(monkeypatch, tmp_path):
     # Copied into the user cache: the next process finds it there without the store.
     local = _cache.user_cache().lookup(first.kernel_id, _lookup.device_kind(), choice.key)
     assert local is not None and dict(local.config) == {"factor": 3}
-    assert _shared.operations(url) == 1
+    assert requests[url] == 1
     # Another key of the same kernel, a miss: no second request for this kernel's file.
     assert first.config_for(jnp.ones((16,), jnp.float32)).source == "default"
-    assert _shared.operations(url) == 1
+    assert requests[url] == 1
     # Another kernel: its own file, read once.
     assert second.config_for(X).source == "default"
-    assert _shared.operations(url) == 2
+    assert requests[url] == 2
 
 
 def test_the_user_cache_entry_tuned_later_stays(monkeypatch, tmp_path):
@@ -185,20 +192,18 @@ def test_the_user_cache_entry_tuned_later_stays(monkeypatch, tmp_path):
     assert first.config_for(X).config == {"factor": 2}
 
 
-def test_only_process_zero_reads_the_store(monkeypatch, tmp_path):
+def test_only_process_zero_reads_the_store(monkeypatch, tmp_path, requests):
     url = str(tmp_path / "shared")
     SharedStore(url, 30).publish([tuned(first, {"factor": 3})])
     fit = _lookup.Fit(first.kernel_id, first.version, first.space(X))
     key = first.config_for(X).key  # before the store is set: nothing read through yet
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
+    monkeypatch.setattr(_agree, "store", thread_store)
     job = LocalStore(2)
     for pid, reads in ((1, 0), (0, 1)):
-        _agree.use_store(job.view(pid))
-        try:
+        with as_process(job.view(pid)):
             found = _lookup.cached_entry(first.kernel_id, _lookup.device_kind(), key, fit)
-        finally:
-            _agree.use_store(None)
-        assert _shared.operations(url) == reads
+        assert requests[url] == reads
         assert (found is not None) == (pid == 0)
 
 
@@ -214,19 +219,19 @@ def test_a_missing_client_library_names_the_extra_once(monkeypatch, tmp_path):
         assert _shared.publish([tuned(second, {"factor": 2})]) is False
 
 
-def test_an_unusable_directory_costs_one_warning(monkeypatch, tmp_path):
+def test_an_unusable_directory_costs_one_warning(monkeypatch, tmp_path, requests):
     (tmp_path / "file").write_text("")
     url = str(tmp_path / "file" / "shared")  # below a regular file: never a directory
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
     with pytest.warns(JaxtuneWarning, match="cannot use the shared store") as caught:
         assert first.config_for(X).source == "default"
     assert len(caught) == 1
-    asked = _shared.operations(url)
+    asked = requests[url]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert second.config_for(X).source == "default"
         assert _shared.publish([tuned(second, {"factor": 2})]) is False
-    assert _shared.operations(url) == asked
+    assert requests[url] == asked
 
 
 def test_objects_that_cannot_be_read_are_skipped_and_kept(tmp_path):
@@ -378,7 +383,7 @@ def test_push_without_a_store_says_how_to_name_one(cli):
 @pytest.mark.child
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["killed", "frozen"])
-def test_a_store_stopped_mid_run_costs_one_warning_and_one_wait(how, monkeypatch, cli):
+def test_a_store_stopped_mid_run_costs_one_warning_and_one_wait(how, monkeypatch, cli, requests):
     if MISSING:
         pytest.skip(MISSING)
     server = S3Server()
@@ -401,14 +406,14 @@ def test_a_store_stopped_mid_run_costs_one_warning_and_one_wait(how, monkeypatch
         # A refused connection may fail at once or after the client's retries: a frozen
         # server never answers, so it is the deadline that ends the wait.
         assert how == "killed" or "did not answer within 2 s" in message, message
-        asked = _shared.operations(url)
+        asked = requests[url]
         # From now on: no request, no warning, no wait, for lookups and publishes alike.
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             np.testing.assert_array_equal(jax.jit(third)(X), X)
             np.testing.assert_array_equal(jax.jit(first)(X), X * 3)  # the user cache
             assert _shared.publish([tuned(third, {"factor": 2})]) is False
-        assert _shared.operations(url) == asked
+        assert requests[url] == asked
         # An explicit sync says what failed, and fails.
         pulled = cli("cache", "pull", env={"JAXTUNE_REMOTE_TIMEOUT": "2"})
         assert pulled.returncode == 2 and f"the shared store {url}" in pulled.stderr
@@ -418,7 +423,7 @@ def test_a_store_stopped_mid_run_costs_one_warning_and_one_wait(how, monkeypatch
 
 @pytest.mark.child
 @pytest.mark.slow
-def test_refused_credentials_cost_one_warning(monkeypatch, cli):
+def test_refused_credentials_cost_one_warning(monkeypatch, cli, requests):
     if MISSING:
         pytest.skip(MISSING)
     server = S3Server(refuse=True)
@@ -431,12 +436,12 @@ def test_refused_credentials_cost_one_warning(monkeypatch, cli):
             np.testing.assert_array_equal(jax.jit(first)(X), X)
         assert len(caught) == 1
         assert "The AWS Access Key Id you provided does not exist" in str(caught[0].message)
-        asked = _shared.operations(url)
+        asked = requests[url]
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert second.config_for(X).source == "default"
             assert _shared.publish([tuned(second, {"factor": 2})]) is False
-        assert _shared.operations(url) == asked
+        assert requests[url] == asked
         pushed = cli("cache", "pull")
         assert pushed.returncode == 2 and "refused access" in pushed.stderr
     finally:

@@ -19,6 +19,7 @@ from jaxtune._tuning.sweep import inputs as _inputs
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import progress as _progress
 from jaxtune._tuning.sweep import timing as _timing
+from jaxtune._tuning.sweep.stats import SweepOutcome
 from jaxtune._tuning.sweep.timers import WallTimer
 
 
@@ -229,7 +230,7 @@ def test_progress_lines(verbose, fast_timing):
     f = Failure(config={"c": 2}, stage="run", reason="boom")
     progress.update(m)
     progress.update(f)
-    progress.finish(_sweep.SweepOutcome(measurements=(m, f), best=m, default=m))
+    progress.finish(SweepOutcome(measurements=(m, f), best=m, default=m))
     text = stream.getvalue()
     assert "tuned k f32[8]" in text and "2 configs (1 failed)" in text
     assert ("FAILED at run: boom" in text) is (verbose == 2)

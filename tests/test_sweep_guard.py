@@ -11,7 +11,6 @@ import pytest
 from faulty_kernels import pid_probe
 
 from jaxtune._core.errors import CustomCallTracingWarning
-from jaxtune._isolation import environ as _environ
 from jaxtune._isolation import process as _process
 from jaxtune._tuning.sweep import runner as _runner
 
@@ -19,9 +18,8 @@ TRACING = "--xla_xprof_enable_custom_call_tracing=true"
 
 
 @pytest.fixture(autouse=True)
-def _fresh(monkeypatch, fast_timing):
+def _fresh(monkeypatch, fast_timing, fresh_warnings):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
-    monkeypatch.setattr(_environ, "_TRACING_WARNED", set())
     yield
     _process.shutdown_children()
 

@@ -30,8 +30,8 @@ def test_the_registry_and_the_per_platform_default():
     assert _timers.resolve_timer("auto", "cpu") == "wall"
     assert _timers.resolve_timer("auto", "tpu") == "profiler"
     assert _timers.resolve_timer("auto", "gpu") == "profiler"
-    assert _timers.platform_of("TPU v5 lite") == "tpu"
-    assert _timers.platform_of("NVIDIA H100 80GB HBM3") == "gpu"
+    assert _timers.resolve_timer("auto", "TPU v5 lite") == "profiler"  # a device kind
+    assert _timers.resolve_timer("auto", "NVIDIA H100 80GB HBM3") == "profiler"
     with pytest.raises(ConfigSpaceError, match=r"cupti.*NVIDIA GPU"):
         _timers.resolve_timer("cupti", "cpu")
     with pytest.raises(ConfigSpaceError, match="not a timer"):

@@ -30,7 +30,7 @@ from .doctor_checks import (
     xprof_state,
 )
 
-__all__ = ["SCHEMA_VERSION", "Problem", "collect", "exit_code", "format_text", "main"]
+__all__ = ["SCHEMA_VERSION", "collect", "exit_code", "format_text", "main"]
 
 #: Version of the ``jaxtune doctor --json`` document; bumped on incompatible changes.
 SCHEMA_VERSION = 1

@@ -1,4 +1,4 @@
-"""The exceptions jaxtune raises.
+"""The exceptions jaxtune raises, and the warnings it gives (:func:`warn_once`).
 
 Every message says what was expected, what arrived and what to do next. Callers that want
 to catch anything jaxtune raises catch :class:`JaxtuneError`.
@@ -6,7 +6,9 @@ to catch anything jaxtune raises catch :class:`JaxtuneError`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import warnings
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "SweepError",
     "TuningFailedError",
     "describe",
+    "warn_once",
 ]
 
 
@@ -107,3 +110,37 @@ class CustomCallTracingWarning(JaxtuneWarning):
     where a sweep would time configs: trace points change a kernel's schedule and time, so
     jaxtune removed the flag from the sweep's child (or, for a sweep in this process, which
     cannot turn it off, says its timings include the trace points)."""
+
+
+#: What this process already warned about (see :func:`warn_once`).
+_WARNED: set[Hashable] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def warn_once(
+    key: Hashable,
+    message: str,
+    category: type[Warning] = JaxtuneWarning,
+    *,
+    stacklevel: int = 1,
+) -> bool:
+    """Warns ``message`` the first time this process meets ``key``, never again; returns
+    whether it warned. One registry for every warn-once in jaxtune, so a key starts with
+    what it is about (``("uncarried", kernel, ...)``). ``stacklevel`` counts as
+    :func:`warnings.warn`'s does from the caller's frame.
+
+    Examples:
+        >>> import warnings
+        >>> key = ("example", object())
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     said = [warn_once(key, "said once") for _ in range(2)]
+        >>> said, [str(w.message) for w in caught]
+        ([True, False], ['said once'])
+    """
+    with _WARNED_LOCK:
+        if key in _WARNED:
+            return False
+        _WARNED.add(key)
+    warnings.warn(message, category, stacklevel=stacklevel + 1)
+    return True

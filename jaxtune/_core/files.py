@@ -12,12 +12,11 @@ import pathlib
 import re
 import stat
 import time
-import warnings
 from collections.abc import Iterator
 from types import ModuleType
 
 from .codec import UnsafeFileError
-from .errors import CacheError, JaxtuneWarning
+from .errors import CacheError, warn_once
 
 fcntl: ModuleType | None
 try:
@@ -130,9 +129,6 @@ def forget_stale_temporaries(path: pathlib.Path) -> None:
             os.unlink(path.parent / name)
 
 
-_UNLOCKED_WARNED: list[bool] = []
-
-
 def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> bool:
     """Takes the exclusive lock on ``fd`` within ``timeout_s`` seconds and writes this
     process's pid into the lock file, so that whoever waits can say who holds it. Where
@@ -144,17 +140,15 @@ def wait_for_lock(fd: int, lock: pathlib.Path, timeout_s: float) -> bool:
             ``timeout_s`` 0, at the first try.
     """
     if fcntl is None:
-        if not _UNLOCKED_WARNED:
-            _UNLOCKED_WARNED.append(True)
-            warnings.warn(
-                "jaxtune: this Python has no fcntl module, so cache files are written "
-                "without a lock: each write is still atomic (a reader sees a whole file), "
-                "but two processes tuning into the same JAXTUNE_CACHE_DIR at once may "
-                "lose each other's entries. Give each such process its own "
-                "JAXTUNE_CACHE_DIR.",
-                JaxtuneWarning,
-                stacklevel=4,
-            )
+        warn_once(
+            ("no fcntl",),
+            "jaxtune: this Python has no fcntl module, so cache files are written "
+            "without a lock: each write is still atomic (a reader sees a whole file), "
+            "but two processes tuning into the same JAXTUNE_CACHE_DIR at once may "
+            "lose each other's entries. Give each such process its own "
+            "JAXTUNE_CACHE_DIR.",
+            stacklevel=4,
+        )
         return False
     deadline = time.monotonic() + timeout_s
     pause = 0.005

@@ -432,12 +432,32 @@ def child_env(
     return env
 
 
-def normalise_platform(platform: str | None) -> str | None:
-    """``"gpu"`` for every GPU platform name (``cuda``, ``rocm``), others lower-cased."""
-    if not platform:
+def normalise_platform(name: str | None) -> str | None:
+    """The platform a name stands for: ``"tpu"``, ``"gpu"``, ``"cpu"``, another JAX platform
+    name lower-cased, or ``None`` for no name. The one place that tells a platform from:
+
+    - a JAX platform name (``jax.default_backend()``, ``JAX_PLATFORMS``): ``cuda`` and
+      ``rocm`` are ``gpu``;
+    - a device kind (``"TPU v5 lite"``, ``"NVIDIA H100 80GB HBM3"``, ``"cpu"``): a kind of
+      several words that names no TPU is a GPU's, as JAX's GPU kinds are;
+    - a trace's plane (``/device:TPU:0``, ``/device:GPU:0``; any other, as ``/host:CPU``,
+      is ``cpu``).
+
+    Examples:
+        >>> [normalise_platform(n) for n in ("cuda", "TPU v4", "NVIDIA H100", "/host:CPU")]
+        ['gpu', 'tpu', 'gpu', 'cpu']
+    """
+    if not name or not name.strip():
         return None
-    platform = platform.strip().lower()
-    return "gpu" if platform in ("cuda", "rocm", "gpu") else platform
+    name = name.strip().lower()
+    if name.startswith("/"):
+        plane = name.removeprefix("/device:")
+        return "tpu" if plane.startswith("tpu") else "gpu" if plane.startswith("gpu") else "cpu"
+    if name in ("cuda", "rocm", "gpu"):
+        return "gpu"
+    if name.startswith("tpu"):
+        return "tpu"
+    return "gpu" if " " in name else name
 
 
 def requested_platform(environ: Mapping[str, str] | None = None) -> str | None:

@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 from .errors import SettingsError
 from .setting_values import BUDGET_ALLOWED as _BUDGET_ALLOWED
-from .setting_values import MAX_SECONDS as MAX_SECONDS
 from .setting_values import budget as _budget
 from .setting_values import choice as _choice
 from .setting_values import directory as _directory
@@ -32,7 +31,6 @@ from .setting_values import remote as _remote
 from .setting_values import seconds as _seconds
 
 __all__ = [
-    "MAX_SECONDS",
     "VARIABLES",
     "Settings",
     "Variable",

@@ -28,7 +28,7 @@ from .._core.errors import AgreementError, describe
 from .._core.vocabulary import Choice, Entry
 from .store import Store, StoreLostError, StoreTimeoutError, agreement_key, current
 
-__all__ = ["Question", "agree", "decided", "may_write_cache", "new_round", "store", "use_store"]
+__all__ = ["Question", "agree", "decided", "may_write_cache", "new_round", "store"]
 
 #: Measures a sweep task, returns its outcome (both the tuning flow's: opaque here).
 Measure = Callable[[Any], Any]
@@ -65,8 +65,6 @@ _LOCK = threading.Lock()
 # Per job and process: a lock that serialises decisions, and the decisions of this round.
 _MEMOS: dict[tuple[Any, int], tuple[threading.RLock, dict[str, Choice]]] = {}
 _ROUND = [0]
-# Tests and benchmarks play several processes with threads over one in-memory store.
-_LOCAL = threading.local()
 
 _ADVICE = (
     "Every process must trace the same autotuned kernels with the same shapes and "
@@ -115,14 +113,7 @@ class Question:
 
 def store() -> Store | None:
     """The store agreement runs on, or ``None`` when this is a single-process job."""
-    local = getattr(_LOCAL, "store", None)
-    return local if local is not None else current()
-
-
-def use_store(value: Store | None) -> None:
-    """Makes this thread agree over ``value`` (a :class:`LocalStore` view) instead of
-    ``jax.distributed``'s store; ``None`` restores the default."""
-    _LOCAL.store = value
+    return current()
 
 
 def may_write_cache() -> bool:

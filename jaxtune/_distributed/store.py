@@ -1,4 +1,4 @@
-"""The key-value store agreement runs on: JAX's coordination service, or one in memory.
+"""The key-value store agreement runs on: JAX's coordination service.
 
 ``jax.distributed.initialize`` starts a coordination service in process 0 and connects
 every process to it; its key-value store answers plain RPCs, so it works while a process is
@@ -9,14 +9,11 @@ value under a key is the one everybody reads.
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 __all__ = [
     "CoordinationStore",
-    "LocalStore",
     "Store",
     "StoreLostError",
     "StoreTimeoutError",
@@ -100,45 +97,6 @@ class CoordinationStore:
 
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
-class LocalStore:
-    """An in-memory store shared by threads that play the processes of a job (for tests
-    and benchmarks); :meth:`view` gives one process's handle."""
-
-    def __init__(self, process_count: int) -> None:
-        self.process_id = 0
-        self.process_count = process_count
-        self._values: dict[str, bytes] = {}
-        self.job = id(self._values)
-        self._changed = threading.Condition()
-        self.writes: list[tuple[int, str]] = []
-
-    def view(self, process_id: int) -> LocalStore:
-        """This store as process ``process_id`` sees it."""
-        other = object.__new__(type(self))
-        other.__dict__.update(self.__dict__)
-        other.process_id = process_id
-        return other
-
-    def publish(self, key: str, value: bytes) -> bool:
-        with self._changed:
-            if key in self._values:
-                return False
-            self._values[key] = value
-            self.writes.append((self.process_id, key))
-            self._changed.notify_all()
-            return True
-
-    def wait(self, key: str, timeout_s: float) -> bytes:
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while key not in self._values:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StoreTimeoutError(f"no value under {key} after {timeout_s:g} s")
-                self._changed.wait(left)
-            return self._values[key]
 
 
 def current() -> Store | None:

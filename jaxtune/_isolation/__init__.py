@@ -1,8 +1,10 @@
-"""Crash isolation: run sweeps and trace captures in a re-exec'd child Python process.
+"""Crash isolation: a child-process service that knows no flow.
 
-In: a request (a sweep plan, or a capture) plus the caller's JAX state (:mod:`.context`).
-:mod:`.runner` is the parent side (inline or child runner, one protocol); :mod:`.process`
-starts, pools and kills children; :mod:`.child` is the child's entry point
-(``python -m jaxtune._isolation.child``); :mod:`.wire` frames msgpack messages over pipes.
-Out: measurements, failures (a crash, a timeout) or a captured trace.
+In: a :class:`~.frames.Request` (the handler it names, its fields) plus the caller's JAX
+state (:mod:`.context`, :mod:`.environ`). :mod:`.service` picks the pooled child and its
+environment; :mod:`.process` starts, pools and kills children and watches for crashes and
+hangs; :mod:`.child` is the child's server (``python -m jaxtune._isolation.child``), which
+imports the function a request names (:mod:`.resolve`) and runs the handler; :mod:`.frames`
+types every frame both ends exchange, and :mod:`.wire` carries them as msgpack over pipes.
+Out: events, then the answer (or an error reply, or a lost child).
 """

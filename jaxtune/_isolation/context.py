@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .._core.errors import describe
+from .._core.errors import describe, warn_once
 from .._core.jaxstate import INTERPRET as _INTERPRET
 from .._core.jaxstate import states as _states
 from .frames import Done, ErrorReply
@@ -216,27 +216,15 @@ def _set_global(name: str, state: Any, value: Any) -> None:
             hook(value)
 
 
-_WARNED: set[Any] = set()
-
-
-def _warn_once(key: Any, message: str) -> None:
-    import warnings
-
-    from .._core.errors import JaxtuneWarning
-
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, JaxtuneWarning, stacklevel=6)
-
-
 def carried_state(what: str) -> dict[str, Any]:
     """:func:`snapshot` for a request about ``what`` (a kernel, a profiled function),
     warning once about any piece of the state that cannot travel."""
     state = snapshot()
     if state["uncarried"]:
-        _warn_once(
+        warn_once(
             ("uncarried", what, tuple(sorted(state["uncarried"]))),
             f"jaxtune: {what}: {describe_uncarried(state['uncarried'])}",
+            stacklevel=5,
         )
     return state
 
@@ -246,16 +234,17 @@ def warn_unapplied(what: str, answer: Done | ErrorReply) -> None:
     ``unapplied``)."""
     failed = answer.unapplied
     if failed:
-        _warn_once(
+        warn_once(
             ("unapplied", what, tuple(sorted(failed))),
             f"jaxtune: {what}: {describe_uncarried(failed)}",
+            stacklevel=5,
         )
 
 
 def warn_notes(answer: Done | ErrorReply) -> None:
     """Warns once about each note a child's answer carries (``notes``)."""
     for note in answer.notes:
-        _warn_once(("note", note), f"jaxtune: {note}")
+        warn_once(("note", note), f"jaxtune: {note}", stacklevel=5)
 
 
 def describe_uncarried(uncarried: Mapping[str, str]) -> str:

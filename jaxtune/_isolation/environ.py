@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from collections.abc import Mapping, MutableMapping
 
-from .._core.errors import CustomCallTracingWarning, FlagError
+from .._core.errors import CustomCallTracingWarning, FlagError, warn_once
 from .._core.flags import (
     CUSTOM_CALL_TRACING,
     custom_call_tracing_on,
@@ -46,8 +45,6 @@ TRACING_IN_PROCESS = (
     "tune in a child process (JAXTUNE_ISOLATION=process, with the TPU not yet opened here)."
 )
 
-_TRACING_WARNED: set[str] = set()
-
 
 def tracing_vars(env: Mapping[str, str]) -> tuple[str, ...]:
     """The flag variables of ``env`` that turn custom-call tracing on."""
@@ -58,9 +55,7 @@ def tracing_vars(env: Mapping[str, str]) -> tuple[str, ...]:
 
 def _warn_once(template: str, where: tuple[str, ...]) -> None:
     message = template.format(where=" and ".join(where))
-    if message not in _TRACING_WARNED:
-        _TRACING_WARNED.add(message)
-        warnings.warn(message, CustomCallTracingWarning, stacklevel=4)
+    warn_once(("custom-call tracing", message), message, CustomCallTracingWarning, stacklevel=4)
 
 
 def strip_tracing(env: MutableMapping[str, str]) -> tuple[str, ...]:

@@ -18,9 +18,8 @@ import stat
 import tempfile
 import threading
 import time
-import warnings
 
-from .._core.errors import JaxtuneWarning
+from .._core.errors import warn_once
 
 __all__ = [
     "CRASH_LOG_BYTES",
@@ -46,7 +45,6 @@ SPARE_NAMES = 8
 
 _PRIVATE: list[pathlib.Path] = []
 _OWN: list[pathlib.Path] = []
-_WARNED: set[pathlib.Path] = set()
 _LOCK = threading.Lock()
 
 
@@ -110,17 +108,14 @@ def _spare(usual: pathlib.Path) -> pathlib.Path:
 
 
 def _say_once(usual: pathlib.Path, why: str, path: pathlib.Path) -> None:
-    if usual in _WARNED:
-        return
-    _WARNED.add(usual)
     if path in _OWN:
         where = f"{path}, a private folder of this process's own, deleted when it ends"
     else:
         where = f"the private folder {path}, which later runs use too"
-    warnings.warn(
+    warn_once(
+        ("private log folder", usual),
         f"jaxtune: {usual} {why}, so child processes' logs are not written there; they go "
         f"to {where}. Remove {usual} if nothing uses it, and jaxtune makes its own there.",
-        JaxtuneWarning,
         stacklevel=3,
     )
 

@@ -29,19 +29,16 @@ from .._core.errors import SweepError
 from .channels import close_all, request_channel, widen
 from .environ import pool_key
 from .frames import Done, ErrorReply, Event, Exit, FrameError, Preload, Ready, Request, reply
-from .logs import CRASH_LOG_BYTES, KEEP_CRASH_LOGS, keep_crash_log, log_dir, read_tail
+from .logs import keep_crash_log, log_dir, read_tail
 from .strays import TOKEN, kill_tagged, new_token
 from .wire import FrameReader, frame_parts
 
 __all__ = [
-    "CRASH_LOG_BYTES",
-    "KEEP_CRASH_LOGS",
     "POOL",
     "STARTUP_TIMEOUT",
     "ChildLost",
     "ChildPool",
     "ChildProcess",
-    "log_dir",
     "shutdown_children",
 ]
 
@@ -78,7 +75,7 @@ class ChildProcess:
 
     A child that ends well (:meth:`close`) leaves no log; one that is killed (:meth:`kill`,
     after a crash or hang) leaves the end of its log as ``crash-*.log`` in :func:`log_dir`,
-    of which only the newest :data:`KEEP_CRASH_LOGS` are kept.
+    of which only the newest :data:`.logs.KEEP_CRASH_LOGS` are kept.
     """
 
     def __init__(self, env: Mapping[str, str], *, startup_timeout: float = STARTUP_TIMEOUT):

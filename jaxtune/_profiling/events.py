@@ -36,9 +36,6 @@ from . import timeline as _timeline
 from .totals import TIMELINE_SPANS, Accumulator, OpKind, Totals, walk_columns, walk_items
 
 __all__ = [
-    "TIMELINE_SPANS",
-    "OpKind",
-    "Totals",
     "Walk",
     "device_plane",
     "metadata_kinds",

@@ -3,7 +3,7 @@ custom-call target and Python stack frames, and the instructions fused into each
 
 From HLO *text* (what a capture has: :func:`hlo_ops`, :func:`hlo_fusions`), or from the
 serialized ``HloProto`` of every compiled program a trace's metadata plane carries
-(:func:`parse_hlo_proto`, on the schema of :mod:`.schema`).
+(:func:`parse_hlo_proto`, on the schema of :mod:`jaxtune._core.xspace.schema`).
 """
 
 from __future__ import annotations

@@ -37,7 +37,6 @@ __all__ = [
     "LLO_TIMEOUT_S",
     "MAX_KERNELS",
     "NO_LLO_DATA",
-    "STATIC_MODES",
     "TPU_ONLY",
     "XPROF_INSTALL",
     "analyze",

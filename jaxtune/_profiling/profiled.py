@@ -33,17 +33,14 @@ from .._program.locate import sites_in_module
 from . import calls as _calls
 from . import llo as _llo
 from .hlo import hlo_fusions, hlo_ops
-from .report import Profile as Profile
-from .report import report_from_trace as report_from_trace
+from .report import Profile, report_from_trace
 
 __all__ = [
     "FAILED_FILE",
-    "Profile",
     "Profiled",
     "capture",
     "profile",
     "profiled",
-    "report_from_trace",
 ]
 
 P = ParamSpec("P")

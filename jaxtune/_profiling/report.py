@@ -13,6 +13,7 @@ from typing import Any
 
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._core.errors import JaxtuneError, ProfileError, describe
+from .._core.flags import normalise_platform
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace import xplane as _xplane
 from .._core.xspace.tracefile import find_trace
@@ -20,7 +21,7 @@ from . import recover as _recover
 from . import roofline as _roofline
 from .attribution import KernelStat, ScopeStat, attribute, classifier, scopes
 from .drops import drop_warnings
-from .events import TIMELINE_SPANS, Walk, device_plane, metadata_kinds, program_ids, walk
+from .events import Walk, device_plane, metadata_kinds, program_ids, walk
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
 from .timeline import TimelineSpan
 
@@ -28,9 +29,7 @@ __all__ = [
     "CALLS_SUFFIX",
     "INFO_FILE",
     "INTERNAL_FAULT",
-    "TIMELINE_SPANS",
     "Profile",
-    "TimelineSpan",
     "report_from_trace",
     "timeline_of",
 ]
@@ -73,7 +72,7 @@ class Profile:
     capturing process saw; ``missing_flags``: profiling flags it lacked (in-process
     captures); ``llo``: the xprof LLO analysis summary when it ran; ``timings``: seconds
     spent starting the child, compiling, running and parsing; ``timeline``: when each
-    kernel ran, at most :data:`TIMELINE_SPANS` bars over the whole run, and
+    kernel ran, at most :data:`.totals.TIMELINE_SPANS` bars over the whole run, and
     ``timeline_joined_us``: spans of one kernel closer than this were drawn as one bar to
     keep that many (0: every span is its own bar); ``peak``: the device's peaks that
     ``bound_by`` was judged against (``None`` when unknown); ``calls``: each autotuned
@@ -281,7 +280,7 @@ def _profile(
     walked = walk(plane, owner_of, info.hlo or None, programs, release=not inside)
     notes = _notes(walked) + notes
     intra, orphans = _inside_kernels(plane, owner_of, info, programs) if inside else ([], 0)
-    platform = info.platform or _platform_of(plane.name)
+    platform = info.platform or normalise_platform(plane.name) or "cpu"
     device_kind = info.device_kind or _device_kind_of(space, plane)
     names = {pid: m.name for pid, m in modules.items() if m.name}
     kernels, ops, total_us = _attribute(walked, plane, device_kind, info, iterations, names)
@@ -430,14 +429,6 @@ def _sidecars(path: str | os.PathLike[str]) -> list[pathlib.Path]:
     return [f / INFO_FILE for f in folders[: depth + 5] if (f / INFO_FILE).is_file()]
 
 
-def _platform_of(plane_name: str) -> str:
-    if plane_name.startswith("/device:TPU"):
-        return "tpu"
-    if plane_name.startswith("/device:GPU"):
-        return "gpu"
-    return "cpu"
-
-
 def _device_kind_of(space: _xplane.Space, plane: _xplane.Plane) -> str:
     for key in ("device_type_string", "device_kind", "device_vendor"):
         if key in plane.stats:
@@ -445,4 +436,4 @@ def _device_kind_of(space: _xplane.Space, plane: _xplane.Plane) -> str:
     meta = space.plane("/host:metadata")
     if meta is not None and "cpu_version" in meta.stats:
         return str(meta.stats["cpu_version"])
-    return _platform_of(plane.name)
+    return normalise_platform(plane.name) or "cpu"

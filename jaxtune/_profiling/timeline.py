@@ -4,7 +4,7 @@ A *span* is a stretch of time one owner ran without a gap: consecutive top-level
 one kernel that touch. Spans are never joined across a gap that the chart could show: a
 kernel that ran in each of three steps is three bars, never one bar over the steps between
 (and over the kernels that ran there). A trace of millions of events has more spans than a
-chart can draw; then spans of one owner closer than :attr:`Timeline.joined_us` (a step of
+chart can draw; then spans of one owner closer than :attr:`.report.Profile.timeline_joined_us` (a step of
 :data:`RESOLUTION` over the whole run, doubled until at most :data:`MAX_BARS` bars remain)
 are drawn as one bar, evenly over the whole run, never only its first stretch, and each bar
 counts the spans it stands for, so the page says how many spans it drew of how many.

@@ -2,7 +2,7 @@
 object is kept. :func:`walk_items` walks any line (nesting, exclusive times, host-thread
 order); :func:`walk_columns` does the same in array operations for a line with no event
 inside another (a TPU's ``XLA Ops`` line, millions of events), from
-:func:`.xplane.event_columns`.
+:func:`jaxtune._core.xspace.xplane.event_columns`.
 """
 
 from __future__ import annotations

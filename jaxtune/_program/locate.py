@@ -20,6 +20,7 @@ import jax
 
 from .._core import jaxstate as _jaxstate
 from .._core.errors import SignatureError
+from .._core.flags import normalise_platform
 from . import markers as _markers
 
 __all__ = ["PALLAS_TARGETS", "KernelSite", "locate", "sites_in_module"]
@@ -393,5 +394,4 @@ def _lowered_sites(lowered: Any, platform: str | None, local: str) -> list[Kerne
 
 
 def _same_platform(a: str, b: str) -> bool:
-    aliases = {"cuda": "gpu", "rocm": "gpu"}
-    return aliases.get(a.lower(), a.lower()) == aliases.get(b.lower(), b.lower())
+    return normalise_platform(a) == normalise_platform(b)

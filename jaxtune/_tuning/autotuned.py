@@ -46,11 +46,12 @@ from .space import ConfigSpec
 from .store import cache as _cache
 from .store import shared as _shared
 from .sweep import timing as _timing
-from .sweep.entry import make_entry as make_entry
-from .sweep.plan import SweepOutcome, SweepPlan, SweepTask
+from .sweep.entry import make_entry
+from .sweep.plan import SweepPlan, SweepTask
 from .sweep.runner import default_runner, prestart_child
 from .sweep.search import Budget, budget_setting, strategy_of
 from .sweep.shard import SweepSharing
+from .sweep.stats import SweepOutcome
 from .sweep.timing import TimingOptions
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +27,7 @@ import jax
 
 from .._core import settings as _config
 from .._core import versions as _versions
-from .._core.errors import JaxtuneWarning
+from .._core.errors import warn_once
 from .._core.vocabulary import Choice, Entry, Measurement, Source, config_id
 from .._distributed import agree as _agree
 from .digest import KernelCode
@@ -37,7 +36,6 @@ from .store import cache as _cache
 from .store import shared as _shared
 
 __all__ = [
-    "Choice",
     "Fit",
     "cached_entry",
     "device_kind",
@@ -66,10 +64,6 @@ def _typed(value: Any) -> Hashable:
 def _typed_config(config: Mapping[str, Any]) -> Hashable:
     return tuple(sorted((str(k), _typed(v)) for k, v in config.items()))
 
-
-#: (kernel, device kind, key, layer, config) already warned about: one warning each, not one
-#: per trace.
-_WARNED: set[tuple[str, str, str, str, str]] = set()
 
 _MSG_OUTSIDE = (
     "jaxtune skips the {layer} entry of {kernel} for {key}: its config {config} is not in "
@@ -275,16 +269,14 @@ class Fit:
         **extra: str,
     ) -> None:
         seen = (self.kernel, entry.device_kind, entry.key if per_key else "", layer, what)
-        if seen not in _WARNED:
-            _WARNED.add(seen)
-            text = message.format(
-                layer=layer,
-                kernel=self.kernel,
-                key=entry.key,
-                config=config_id(entry.config),
-                **extra,
-            )
-            warnings.warn(text, JaxtuneWarning, stacklevel=3)
+        text = message.format(
+            layer=layer,
+            kernel=self.kernel,
+            key=entry.key,
+            config=config_id(entry.config),
+            **extra,
+        )
+        warn_once(("lookup", *seen), text, stacklevel=3)
 
 
 def scoped_entry(kernel: str, kind: str, key: str, fit: Fit) -> Entry | None:
@@ -432,14 +424,12 @@ def within_bucket(kernel: Any, sig: Any, choice: Choice) -> Choice:
         else f"the default {config_id(config)}"
     )
     seen = (kernel.kernel_id, device_kind(), choice.key, "bucket", config_id(choice.config))
-    if seen not in _WARNED:
-        _WARNED.add(seen)
-        text = _MSG_BUCKET.format(
-            kernel=kernel.kernel_id,
-            config=config_id(choice.config),
-            key=choice.key,
-            actual=actual.key,
-            instead=instead,
-        )
-        warnings.warn(text, JaxtuneWarning, stacklevel=4)
+    text = _MSG_BUCKET.format(
+        kernel=kernel.kernel_id,
+        config=config_id(choice.config),
+        key=choice.key,
+        actual=actual.key,
+        instead=instead,
+    )
+    warn_once(("lookup", *seen), text, stacklevel=4)
     return Choice(config=config, source=choice.source, key=choice.key, entry=choice.entry)

@@ -3,15 +3,12 @@ defined in the script being run, whose id would be ``__main__.<function>``."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
-from .._core.errors import JaxtuneWarning
+from .._core.errors import warn_once
 
 __all__ = ["MSG_UNNAMED_MAIN", "kernel_id_for"]
-
-_WARNED_UNNAMED: set[str] = set()
 
 MSG_UNNAMED_MAIN = """\
 @jaxtune.autotuned kernel {qualname} is defined in the script being run (__main__) and has no
@@ -31,7 +28,6 @@ def kernel_id_for(fn: Callable[..., Any], name: str | None) -> str:
     if name:
         return name
     qualname = fn.__qualname__
-    if fn.__module__ == "__main__" and qualname not in _WARNED_UNNAMED:
-        _WARNED_UNNAMED.add(qualname)
-        warnings.warn(MSG_UNNAMED_MAIN.format(qualname=qualname), JaxtuneWarning, stacklevel=4)
+    if fn.__module__ == "__main__":
+        warn_once(("unnamed", qualname), MSG_UNNAMED_MAIN.format(qualname=qualname), stacklevel=4)
     return f"{fn.__module__}.{qualname}"

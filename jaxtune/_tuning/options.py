@@ -7,8 +7,8 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .._core import settings as _config
 from .._core.errors import ConfigSpaceError
+from .._core.setting_values import MAX_SECONDS
 
 __all__ = [
     "validate_callable",
@@ -80,7 +80,7 @@ def validate_timeout(timeout: Any) -> float | None:
     Raises:
         ConfigSpaceError: anything else.
     """
-    most = _config.MAX_SECONDS
+    most = MAX_SECONDS
     if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout <= most):
         raise ConfigSpaceError(
             f"timeout must be a positive number of seconds <= {most:g}: {timeout!r}"

@@ -10,26 +10,19 @@ import itertools
 import os
 import pathlib
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .._core.codec import atomic_write, read_bounded
 from .._core.errors import CacheError
-from .._core.vocabulary import Entry, EntryId, Failure, Measurement
+from .._core.vocabulary import Entry, EntryId
 from .store import results as results_file
-from .store.results import SCHEMA_VERSION, records
+from .store.results import records
 
 __all__ = [
-    "SCHEMA_VERSION",
-    "Entry",
-    "Failure",
-    "Measurement",
     "TuningResult",
     "active_scopes",
 ]
-
-#: Version of the on-disk layout of cache files and TuningResult files.
 
 
 _SCOPES: contextvars.ContextVar[tuple[TuningResult, ...]] = contextvars.ContextVar(
@@ -267,8 +260,3 @@ def stored_config_text(entry: Entry) -> str:
     if not held:
         return shown
     return f"{shown} ({configs.fixed_text(held)})" if shown else configs.fixed_text(held)
-
-
-def now() -> float:
-    """Seconds since the epoch (a seam for tests)."""
-    return time.time()

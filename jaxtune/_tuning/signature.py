@@ -20,7 +20,7 @@ from .._core.arrays import dtype_name, is_array
 from .._core.errors import SignatureError
 from .buckets import Buckets
 
-__all__ = ["Signature", "abstractify", "dtype_name", "is_array", "is_tracing"]
+__all__ = ["Signature", "abstractify", "is_tracing"]
 
 
 def is_tracing(leaves: Sequence[Any]) -> bool:

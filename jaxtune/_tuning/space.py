@@ -11,7 +11,7 @@ from .._core.codec import packb, storable, unpackb
 from .._core.errors import ConfigSpaceError, describe
 from .._core.vocabulary import Config, config_id
 
-__all__ = ["ConfigSpec", "config_id"]
+__all__ = ["ConfigSpec"]
 
 
 _STORABLE = (

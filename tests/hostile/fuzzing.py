@@ -23,9 +23,10 @@ from traces import GPU_TRACE, TPU_TRACE
 
 import jaxtune
 from jaxtune._core.vocabulary import Entry
-from jaxtune._tuning.result import SCHEMA_VERSION, TuningResult
+from jaxtune._tuning.result import TuningResult
 from jaxtune._tuning.store.cache import CacheStore
 from jaxtune._tuning.store.layout import CACHE_SCHEMA
+from jaxtune._tuning.store.results import SCHEMA_VERSION
 
 COUNTS: collections.Counter[str] = collections.Counter()
 

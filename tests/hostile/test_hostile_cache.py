@@ -18,9 +18,10 @@ import jaxtune
 from jaxtune._core import settings as _config
 from jaxtune._core.codec import atomic_write, packb, unpackb
 from jaxtune._core.vocabulary import Entry
-from jaxtune._tuning.result import SCHEMA_VERSION, TuningResult
+from jaxtune._tuning.result import TuningResult
 from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.store.layout import CACHE_SCHEMA
+from jaxtune._tuning.store.results import SCHEMA_VERSION
 
 
 def entry(key="f32[8]", kernel="k", kind="cpu", **kw):

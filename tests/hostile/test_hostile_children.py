@@ -18,6 +18,7 @@ from faulty_kernels import faulty
 from hostile_kernels import forker
 
 from jaxtune._core.vocabulary import Failure, Measurement
+from jaxtune._isolation import logs as _logs
 from jaxtune._isolation import process as _process
 from jaxtune._tuning.sweep import runner as _runner
 
@@ -69,7 +70,7 @@ def test_fds_and_logs_stay_flat_across_20_sweeps_with_a_crashing_config():
         outcome = sweep(faulty, space, {"mode": "ok"}, runner)
         (crash,) = [m for m in outcome.measurements if m.config["mode"] == "segfault"]
         assert isinstance(crash, Failure) and crash.stage == "crash", crash
-        logs = _process.log_dir()
+        logs = _logs.log_dir()
         counts.append(
             (
                 open_fds(),
@@ -80,10 +81,10 @@ def test_fds_and_logs_stay_flat_across_20_sweeps_with_a_crashing_config():
     fds = [c[0] for c in counts[2:]]
     assert max(fds) == min(fds), counts  # flat after the first sweeps opened what they keep
     assert all(c[1] <= 1 for c in counts), counts  # only the live pooled child's log
-    assert counts[-1][2] == _process.KEEP_CRASH_LOGS, counts
+    assert counts[-1][2] == _logs.KEEP_CRASH_LOGS, counts
     _process.shutdown_children()
     # A healthy child leaves none (other processes on the machine may have live ones).
-    assert not list(_process.log_dir().glob(f"child-{os.getpid()}-*.log"))
+    assert not list(_logs.log_dir().glob(f"child-{os.getpid()}-*.log"))
 
 
 def test_a_large_crash_log_is_tailed_with_seek(tmp_path):

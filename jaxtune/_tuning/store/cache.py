@@ -72,7 +72,6 @@ __all__ = [
     "Conflict",
     "Layer",
     "Merged",
-    "PackagedFile",
     "layers",
     "on_change",
     "open_layer",
@@ -119,7 +118,7 @@ class CacheStore:
 
     Nothing in the directory is trusted: files are opened without following symlinks, only
     regular files of at most :data:`~jaxtune._core.codec.MAX_FILE_BYTES` are read, every entry is
-    checked against :mod:`.schema` when first used, and a malformed entry is skipped with
+    checked against :mod:`jaxtune._core.schema` when first used, and a malformed entry is skipped with
     one warning.
     """
 
@@ -584,13 +583,6 @@ def register_cache(path: str | os.PathLike[str]) -> None:
         return
     with _REGISTRY_LOCK:
         _LAYERS.append(layer)
-    _changed()
-
-
-def unregister_caches() -> None:
-    """Forgets every registered packaged cache (for tests)."""
-    with _REGISTRY_LOCK:
-        _LAYERS.clear()
     _changed()
 
 

@@ -278,9 +278,6 @@ class SharedStore:
         self.url = url
         self.timeout = timeout
         self.objects = objects if objects is not None else FsspecObjects(url, timeout)
-        #: Operations started (a read or a publish of one kernel, a listing), for tests
-        #: that check a process stopped asking a store that failed.
-        self.operations = 0
         self._connected = False
         self._seen: dict[str, dict[Ident, Entry] | None] = {}
         self._lock = threading.Lock()
@@ -302,13 +299,10 @@ class SharedStore:
         """
         if not self._connected:
             self._connected = True  # once: a failure here is the store's failure
-            self._run("connecting", self.objects.connect, request=False)
+            self._run("connecting", self.objects.connect)
         return self._run(what, fn)
 
-    def _run(self, what: str, fn: Callable[[], T], *, request: bool = True) -> T:
-        if request:
-            with self._lock:
-                self.operations += 1
+    def _run(self, what: str, fn: Callable[[], T]) -> T:
         box: list[Any] = []
         done = threading.Event()
 

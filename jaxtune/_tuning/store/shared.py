@@ -24,7 +24,7 @@ from ..._core.vocabulary import Entry
 from .cache import user_cache
 from .remote import SharedStore, SharedStoreError
 
-__all__ = ["current", "operations", "publish", "read_through", "reset"]
+__all__ = ["current", "publish", "read_through"]
 
 _LOCK = threading.RLock()
 _STORES: dict[tuple[str, float], SharedStore] = {}
@@ -141,19 +141,3 @@ def publish(entries: Iterable[Entry]) -> bool:
         warnings.warn(_MSG_NO_PUBLISH.format(why=e), JaxtuneWarning, stacklevel=3)
         return False
     return True
-
-
-def operations(url: str) -> int:
-    """How many operations this process started on the store at ``url`` (for tests that
-    check a failed store is asked no more)."""
-    with _LOCK:
-        return sum(s.operations for (u, _), s in _STORES.items() if u == url)
-
-
-def reset() -> None:
-    """Forgets every store, failure and read of this process (for tests)."""
-    with _LOCK:
-        _STORES.clear()
-        _DOWN.clear()
-        _NO_PUBLISH.clear()
-        _READ.clear()

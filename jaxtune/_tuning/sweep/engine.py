@@ -45,7 +45,7 @@ from .timing import Timing, block
 if TYPE_CHECKING:
     from .plan import SweepTask
 
-__all__ = ["EventSink", "Sweeper", "compile_threads", "measurement"]
+__all__ = ["EventSink", "Sweeper", "compile_threads"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -235,12 +235,12 @@ class Sweeper:
                 return got
             lowered = got
         else:  # a compiling thread took over: a crash in it is this config's
-            self.emit("compile_start", cid, threading.get_ident())
+            self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         try:
             compiled = lowered.lowered.compile()
         except Exception as e:
-            self.emit("compiled", cid, None)
+            self.emit(CompileFinished(cid=cid))
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
             return self._failed[cid]
         seconds = lowered.seconds + time.perf_counter() - start

@@ -3,14 +3,16 @@ the speedup's interval."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..._core import versions as _versions
+from ..._core.flags import normalise_platform
 from ..._core.vocabulary import Entry, Measurement
 from ..digest import CodeDigest
-from ..result import now
-from .plan import SweepOutcome, SweepPlan
-from .timers import platform_of, resolve_timer
+from .plan import SweepPlan
+from .stats import SweepOutcome
+from .timers import resolve_timer
 
 __all__ = ["make_entry"]
 
@@ -50,7 +52,7 @@ def make_entry(
         default_time_us=default_time_us,
         measurements=outcome.measurements,
         versions=_versions.toolchain(),
-        created=now(),
+        created=time.time(),
         kernel_version=version,
         shapes=plan.shapes,
         statics=plan.statics,
@@ -67,7 +69,7 @@ def make_entry(
             "low": outcome.margin.low,
             "high": outcome.margin.high,
         },
-        timer=resolve_timer(plan.timer, platform_of(kind)),
+        timer=resolve_timer(plan.timer, normalise_platform(kind) or kind),
         timing=plan.timing,
         code_digest=code.digest,
         code_parts=code.parts,

@@ -17,7 +17,7 @@ from ..._core.arrays import dtype_name, is_array, random_leaf
 from ..._core.errors import SignatureError
 from ..signature import Signature
 
-__all__ = ["make_inputs", "random_leaf"]
+__all__ = ["make_inputs"]
 
 
 def make_inputs(

@@ -5,7 +5,7 @@ in interleaved rounds until a paired test settles them (the other configs measur
 in the first rounds, a second look before they are ruled out), and a tie goes to the
 earliest config of the space.
 
-:class:`~.sweeper.Sweeper` does the work wherever the kernel runs. A failed config is a
+:class:`~.engine.Sweeper` does the work wherever the kernel runs. A failed config is a
 :class:`Failure` with its reason; only "every config failed" raises.
 """
 
@@ -21,27 +21,18 @@ from ..._isolation.frames import ConfigResult, Event
 from ..signature import Signature
 from .breakdown import Breakdown
 from .engine import EventSink, Sweeper
-from .engine import measurement as measurement
 from .progress import Progress
 from .search import Budget, run_search, strategy_of
 from .search import plan as budget_plan
-from .stats import SweepOutcome as SweepOutcome
-from .stats import finish as finish
-from .stats import leaders as leaders
-from .stats import second_look
+from .stats import SweepOutcome, finish, leaders, second_look
 from .timers import Timer
 from .timing import TimingOptions
 
 __all__ = [
-    "SweepOutcome",
     "SweepPlan",
     "SweepTask",
-    "Sweeper",
     "best_of",
     "drive",
-    "finish",
-    "leaders",
-    "measurement",
     "new_progress",
     "ordered",
     "run_sweep",

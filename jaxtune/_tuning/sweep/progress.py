@@ -10,7 +10,7 @@ from ..._core.vocabulary import Failure, Measurement, config_id, pass_text
 from .breakdown import breakdown_text
 
 if TYPE_CHECKING:
-    from .plan import SweepOutcome
+    from .stats import SweepOutcome
 
 __all__ = ["Progress"]
 

@@ -1,5 +1,5 @@
 """Interleaved rounds: the configs that may win are timed side by side, one turn each per
-round in a rotated order, until :func:`~.decide.decide` says no further round could change
+round in a rotated order, until :func:`~.stats.decide` says no further round could change
 the config to store, or the rounds' limits are reached.
 
 A burst of machine noise during one config's turn then cannot decide the winner: the

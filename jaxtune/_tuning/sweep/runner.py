@@ -14,12 +14,11 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ..._core import settings as _config
-from ..._core.errors import JaxtuneError, JaxtuneWarning, SweepError
+from ..._core.errors import JaxtuneError, SweepError, warn_once
 from ..._core.flags import normalise_platform
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
@@ -31,7 +30,7 @@ from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from .breakdown import Breakdown
 from .flight import InFlight, how_lost, raise_child_error
-from .plan import SweepOutcome, SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
+from .plan import SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
 from .progress import Progress
 from .requests import (
     Measure,
@@ -42,6 +41,7 @@ from .requests import (
     results_of,
     sweep_request,
 )
+from .stats import SweepOutcome
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
 
@@ -127,17 +127,18 @@ class ProcessRunner(ChildService):
     def sweep(self, task: SweepTask) -> SweepOutcome:
         kernel = task.plan.kernel
         if normalise_platform(parent_backend()) == "tpu" and self.expected_platform() == "tpu":
-            _warn_once(("tpu", kernel), f"jaxtune: tuning {kernel}: {_TPU_HELD}")
+            warn_once(("tpu held", kernel), f"jaxtune: tuning {kernel}: {_TPU_HELD}", stacklevel=4)
             return InlineRunner().sweep(task)
         try:
             return self.run(task.plan, sweep_request(task))
         except NotTransportable as e:
-            _warn_once(
-                ("inline", kernel),
+            warn_once(
+                ("not transportable", kernel),
                 f"jaxtune: {kernel} cannot be tuned in a child process: {e}. It is tuned "
                 "in this process instead, without crash isolation. Define the kernel at module "
                 "level with plain array/static arguments, or set JAXTUNE_ISOLATION=inline to "
                 "silence this warning.",
+                stacklevel=4,
             )
             return InlineRunner().sweep(task)
 
@@ -355,15 +356,6 @@ class ProcessRunner(ChildService):
         _context.warn_unapplied(plan.kernel, answer)
         flight.got.update(results_of(answer))
         return None, flight.got
-
-
-_WARNED: set[Any] = set()
-
-
-def _warn_once(key: Any, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, JaxtuneWarning, stacklevel=5)
 
 
 def default_runner() -> Runner:

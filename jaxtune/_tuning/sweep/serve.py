@@ -26,7 +26,8 @@ from ..._isolation.resolve import Unresolved, find, namespace, observe_imports
 from ..._isolation.wire import decode_value
 from ..autotuned import Autotuned, registry
 from ..record import observing_calls
-from .plan import Sweeper, SweepTask
+from .engine import Sweeper
+from .plan import SweepTask
 from .requests import Measure, Retime, SweepFields, results_answer
 
 __all__ = ["abstract_inputs", "handle", "resolve_kernel"]

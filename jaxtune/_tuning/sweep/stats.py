@@ -36,10 +36,8 @@ from typing import Any, Literal
 
 from ..._core.errors import TuningFailedError
 from ..._core.vocabulary import Failure, Measurement, config_id
-from .intervals import LEVEL as LEVEL
-from .intervals import SLOWER_LEVEL as SLOWER_LEVEL
+from .intervals import SLOWER_LEVEL, ratio_interval
 from .intervals import rank as _rank
-from .intervals import ratio_interval as ratio_interval
 from .search import Searched
 from .timing import TimingOptions
 
@@ -51,7 +49,6 @@ __all__ = [
     "finish",
     "in_space_order",
     "leaders",
-    "ratio_interval",
     "rounds_to_show",
     "second_look",
     "stay_after_second_look",

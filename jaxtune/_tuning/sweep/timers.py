@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 
 from ..._core.errors import ConfigSpaceError
+from ..._core.flags import normalise_platform
 from ..._core.xspace import xplane as _xplane
 from ..._core.xspace.tracing import tracer_options
 from .timing import Timing, TimingOptions
@@ -49,7 +50,6 @@ __all__ = [
     "RoundTimer",
     "Timer",
     "WallTimer",
-    "platform_of",
     "resolve_timer",
     "timer_for",
 ]
@@ -541,14 +541,6 @@ TIMERS: dict[str, Callable[[], Timer]] = {
 }
 
 
-def platform_of(device_kind: str) -> str:
-    """The platform of a device kind (``"cpu"``, ``"TPU v5 lite"``, ``"NVIDIA H100"``)."""
-    kind = device_kind.lower()
-    if kind.startswith("tpu"):
-        return "tpu"
-    return "cpu" if kind == "cpu" else "gpu"
-
-
 def resolve_timer(name: str, platform: str) -> str:
     """The timer a name means on ``platform`` (``auto``: ``profiler`` on TPU and GPU,
     ``wall`` elsewhere).
@@ -557,7 +549,7 @@ def resolve_timer(name: str, platform: str) -> str:
         ConfigSpaceError: an unknown name, or ``cupti`` off an NVIDIA GPU.
     """
     if name == "auto":
-        return "profiler" if platform in ("tpu", "gpu", "cuda", "rocm") else "wall"
+        return "profiler" if normalise_platform(platform) in ("tpu", "gpu") else "wall"
     if name not in TIMERS:
         raise ConfigSpaceError(
             f"timer={name!r} is not a timer: use one of 'auto', {', '.join(map(repr, TIMERS))}."
