@@ -178,7 +178,7 @@ class Sweeper:
 
         if serial or len(configs) <= 1:
             for config in configs:
-                settle(config, lambda c=config: self._compile_one(c, spec))
+                settle(config, functools.partial(self._compile_one, config, spec))
             return failures
         with concurrent.futures.ThreadPoolExecutor(
             threads, thread_name_prefix="jaxtune-compile"
@@ -191,7 +191,7 @@ class Sweeper:
                     job = functools.partial(self._compile_one, config, spec, lowered)
                     pending.append(ex.submit(settle, config, job))
                 else:
-                    settle(config, lambda got=lowered: got)
+                    settle(config, functools.partial(_given, lowered))
             for future in pending:
                 future.result()
         return failures
@@ -582,6 +582,10 @@ class Sweeper:
             default=self.task.plan.default,
             second=second,
         )
+
+
+def _given(outcome: Failure | None) -> Failure | None:
+    return outcome
 
 
 def compile_threads() -> int:
