@@ -248,18 +248,19 @@ def test_a_fault_of_jaxtunes_own_code_inside_the_traced_call_is_not_a_lowering_f
     """``call_arguments`` runs while JAX traces each config's call: its fault comes out of
     ``lower()`` like the kernel's own exceptions, and is still told apart from them."""
     real = Signature.call_arguments
-    fault = KeyError("x")
 
     def call_arguments(self, *args, **kwargs):
         if "replace" in kwargs:
-            raise fault
+            raise KeyError("x")  # each config's trace meets its own
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Signature, "call_arguments", call_arguments)
-    with pytest.raises(KeyError) as caught:
+    with pytest.raises(KeyError, match=r"^'x'") as caught:
         _sweep.run_sweep(_task(scale, CONFIGS, quick))
-    assert caught.value is fault
-    assert caught.value.__notes__ == [_engine.ENGINE_FAULT.format(config="c=1.0")]
+    (note,) = caught.value.__notes__
+    configs = "|".join(re.escape(f"c={c['c']}") for c in CONFIGS)
+    pattern = re.escape(_engine.ENGINE_FAULT).replace(re.escape("{config}"), f"({configs})")
+    assert re.fullmatch(pattern, note), note
     assert "call_arguments" in _frames(caught.value)
 
 
@@ -325,3 +326,118 @@ def test_the_kernels_own_failures_are_still_the_configs(quick):
     for mode in ("first_call", "late_call"):
         assert isinstance(by[mode], Failure) and by[mode].stage == "run", by[mode]
         assert "the kernel's run failed" in by[mode].reason
+
+
+# -- elsewhere: what a broad except used to swallow ------------------------------------
+
+
+class _Client:
+    """A coordination-service client whose calls raise ``error``."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def key_value_set_bytes(self, key, value, allow_overwrite):
+        raise self.error
+
+    def blocking_key_value_get_bytes(self, key, timeout_ms):
+        raise self.error
+
+
+def test_the_shared_stores_faults_are_told_from_the_clients():
+    from jaxtune._distributed import store as _store
+
+    def store(error):
+        return _store.CoordinationStore(_Client(error), 0, 2)
+
+    assert store(RuntimeError("ALREADY_EXISTS: key")).publish("k", b"v") is False
+    with pytest.raises(_store.StoreLostError, match="UNAVAILABLE"):
+        store(RuntimeError("UNAVAILABLE: the service went away")).publish("k", b"v")
+    with pytest.raises(_store.StoreTimeoutError):
+        store(RuntimeError("DEADLINE_EXCEEDED: waited")).wait("k", 1.0)
+    # A wrong argument of jaxtune's is a bug, not a lost store.
+    fault = TypeError("key_value_set_bytes(): incompatible function arguments")
+    with pytest.raises(TypeError) as caught:
+        store(fault).publish("k", b"v")
+    assert caught.value is fault
+    with pytest.raises(TypeError):
+        store(TypeError("bad timeout")).wait("k", 1.0)
+
+
+def test_a_fault_of_the_cache_lookup_is_not_taken_for_an_untuned_call(monkeypatch):
+    from jaxtune._cli import from_profile as _from_profile
+
+    frame = {"kernel": "lib.mm", "device_kind": "cpu", "key": "f32[8]"}
+    assert _from_profile.tuned_here(frame) is False  # nothing tuned yet
+    assert _from_profile.tuned_here({"kernel": 3, "key": None}) is False  # another shape
+    assert _from_profile.tuned_here(["lib.mm"]) is False
+
+    class Cache:
+        def __init__(self, error):
+            self.error = error
+
+        def lookup(self, *args, **kwargs):
+            raise self.error
+
+    monkeypatch.setattr(_from_profile._cache, "user_cache", lambda: Cache(jaxtune.CacheError("x")))
+    assert _from_profile.tuned_here(frame) is False  # a cache that cannot be read
+    fault = TypeError("'NoneType' object is not subscriptable")
+    monkeypatch.setattr(_from_profile._cache, "user_cache", lambda: Cache(fault))
+    with pytest.raises(TypeError) as caught:
+        _from_profile.tuned_here(frame)
+    assert caught.value is fault
+
+
+def test_a_fault_of_the_lookup_behind_a_profiles_recorded_call_surfaces(monkeypatch):
+    from types import SimpleNamespace
+
+    from jaxtune._tuning import record as _record
+
+    def mark(error):
+        def config_for(*args, **kwargs):
+            raise error
+
+        owner = SimpleNamespace(bind=lambda args, kwargs: None, config_for=config_for)
+        return SimpleNamespace(
+            owner=owner,
+            args=(),
+            kwargs={},
+            source="cache",
+            config={"c": 1},
+            key="k",
+            differentiated=False,
+        )
+
+    monkeypatch.setattr(_record, "call_frame", lambda owner, sig, choice, **kw: choice)
+    # A cache that cannot say loses only the label of the pass its entry timed.
+    assert _record.frame_for_mark(mark(jaxtune.CacheError("unreadable"))).entry is None
+    fault = AttributeError("'Entry' object has no attribute 'timing'")
+    with pytest.raises(AttributeError) as caught:
+        _record.frame_for_mark(mark(fault))
+    assert caught.value is fault
+
+
+def test_a_failed_auto_profile_keeps_its_traceback_beside_the_warning(tmp_path, monkeypatch):
+    from jaxtune._profiling import profiled as _profiled
+
+    monkeypatch.setenv("JAXTUNE_PROFILE", "1")
+    monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path))
+    fault = KeyError("flops")
+
+    def broken_capture(*args, **kwargs):
+        raise fault
+
+    monkeypatch.setattr(_profiled, "capture", broken_capture)
+
+    @jaxtune.profiled
+    def step(x):
+        return x + 1
+
+    with pytest.warns(
+        jaxtune.JaxtuneWarning, match=r"^jaxtune could not profile \S*step: 'flops'$"
+    ):
+        assert float(step(jnp.ones(2))[0]) == 2.0  # the program runs on
+    (failed,) = tmp_path.glob(f"*/{_profiled.FAILED_FILE}")
+    text = failed.read_text()
+    assert re.match(r"jaxtune could not profile \S*step: 'flops'$", text.splitlines()[0])
+    assert "Traceback (most recent call last)" in text and "broken_capture" in text
