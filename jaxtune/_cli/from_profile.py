@@ -131,15 +131,17 @@ def _plan(ranked: list[Ranked], args: argparse.Namespace) -> tuple[list[Ranked],
 def tuned_here(frame: dict[str, Any]) -> bool:
     """Whether the user cache (the one this command writes) already holds an entry for the
     recorded call: same kernel, device kind, key and kernel version."""
+    if not isinstance(frame, dict):  # read from a file: a recorded call of another shape
+        return False
     version = frame.get("version")
+    kernel, device_kind, key = (frame.get(f) for f in ("kernel", "device_kind", "key"))
+    if not (isinstance(kernel, str) and isinstance(device_kind, str) and isinstance(key, str)):
+        return False
     try:
         entry = _cache.user_cache().lookup(
-            frame["kernel"],
-            frame["device_kind"],
-            frame["key"],
-            version=None if version is None else str(version),
+            kernel, device_kind, key, version=None if version is None else str(version)
         )
-    except (KeyError, TypeError, JaxtuneError):
+    except JaxtuneError:  # a cache that cannot be read (a fault of the lookup is a bug)
         return False
     return (
         entry is not None

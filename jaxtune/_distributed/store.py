@@ -77,7 +77,7 @@ class CoordinationStore:
     def publish(self, key: str, value: bytes) -> bool:
         try:
             self._client.key_value_set_bytes(key, value, allow_overwrite=False)
-        except Exception as e:
+        except RuntimeError as e:  # the client's (jax.errors.JaxRuntimeError); others are bugs
             if "ALREADY_EXISTS" in str(e):
                 return False
             raise StoreLostError(_first_line(e)) from e
@@ -88,7 +88,7 @@ class CoordinationStore:
             value: bytes = self._client.blocking_key_value_get_bytes(
                 key, max(1, int(timeout_s * 1000))
             )
-        except Exception as e:
+        except RuntimeError as e:  # the client's (jax.errors.JaxRuntimeError); others are bugs
             if "DEADLINE_EXCEEDED" in str(e):
                 raise StoreTimeoutError(_first_line(e)) from e
             raise StoreLostError(_first_line(e)) from e

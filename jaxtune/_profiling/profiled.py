@@ -16,6 +16,7 @@ import pathlib
 import re
 import tempfile
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -330,10 +331,13 @@ class Profiled(Generic[P, R]):
             result = _with_llo(result, options["logdir"], missing, wanted=options["llo"])
             path = result.save(out / "report.json")
         except Exception as e:
+            # The program runs on whatever failed (its function, or jaxtune); the traceback
+            # is kept, so that a fault of jaxtune's own (its note says so) can be reported.
             message = f"jaxtune could not profile {name}: {e}"
             if out is not None:  # `jaxtune profile` tells a failed capture from none
+                detail = "".join(traceback.format_exception(e))
                 with contextlib.suppress(OSError):
-                    (out / FAILED_FILE).write_text(message + "\n")
+                    (out / FAILED_FILE).write_text(f"{message}\n\n{detail}")
             warnings.warn(message, JaxtuneWarning, stacklevel=3)
             return
         print(f"jaxtune: profiled {name}; report in {path}", flush=True)

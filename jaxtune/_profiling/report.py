@@ -30,6 +30,9 @@ __all__ = [
     "INFO_FILE",
     "INTERNAL_FAULT",
     "Profile",
+    "SidecarError",
+    "TimelineSpan",
+    "read_sidecar",
     "report_from_trace",
     "timeline_of",
 ]
@@ -204,7 +207,7 @@ def report_from_trace(
     estimates and hints only the program knows. Without it, the kernels are recovered from
     the HLO metadata the trace carries (:mod:`.recover`).
     """
-    recalled, malformed = not info, None
+    malformed = None
     if info:
         _remember(path, info, iterations)
     else:
@@ -217,33 +220,24 @@ def report_from_trace(
     except OSError as e:
         raise ProfileError(f"cannot read a trace at {path}: {e}") from e
     try:
-        try:
-            profile = _profile(path, space, info, iterations, start)
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            if not (recalled and info) or isinstance(e, _xplane.DecodeError):
-                raise
-            # A sidecar of wrong types (edited, or of another jaxtune) is a lost hint:
-            # the trace alone, with a note that says so.
-            profile, malformed = (
-                _profile(path, space, CaptureInfo(), iterations, start),
-                describe(e),
-            )
-        if malformed is None:
-            return profile
-        note = f"{INFO_FILE} beside this trace is malformed ({malformed}); ignored"
-        return dataclasses.replace(profile, notes=(note, *profile.notes))
+        profile = _profile(path, space, info, iterations, start)
     except _xplane.DecodeError as e:
         # Damaged input: a part decoded only when read (a plane, a line) that does not
-        # decode, or a value of the wrong type where the report needs one.
+        # decode.
         raise ProfileError(
             f"{path} is a damaged XSpace trace ({describe(e)}); capture it again."
         ) from e
     except JaxtuneError:
         raise
     except Exception as e:
-        # The trace decoded: anything else is a fault of jaxtune's, never called damage.
+        # The trace decoded and the sidecar was checked when read (:func:`read_sidecar`):
+        # anything else is a fault of jaxtune's, never called damage.
         e.add_note(INTERNAL_FAULT.format(path=path))
         raise
+    if malformed is None:
+        return profile
+    note = f"{INFO_FILE} beside this trace is malformed ({malformed}); ignored"
+    return dataclasses.replace(profile, notes=(note, *profile.notes))
 
 
 def _profile(
@@ -400,20 +394,131 @@ def _remember(path: str | os.PathLike[str], info: CaptureInfo, iterations: int) 
 def _recall(path: str | os.PathLike[str], iterations: int) -> tuple[CaptureInfo, int, str | None]:
     """What the capture of the trace at ``path`` knew (its :data:`INFO_FILE`): beside the
     trace file or in a folder above it, so a capture's root, its ``step-N/`` and its
-    ``step-N/trace/`` all find the same one; and why a sidecar found is of no use (its
-    fields of the wrong kind), if it is not."""
+    ``step-N/trace/`` all find the same one; and why a sidecar found is of no use (a
+    field of the wrong kind, :class:`SidecarError`), if it is not."""
     for sidecar in _sidecars(path):
         try:  # written by jaxtune, but a damaged one is only a lost hint
             raw = unpackb(read_bounded(sidecar))
-        except (DecodeError, OSError, TypeError, ValueError, OverflowError):
+        except (DecodeError, OSError):
             return CaptureInfo(), iterations, None
         try:
-            info = CaptureInfo.from_dict(raw)
-            stored = raw.get("iterations", 0) or 0
-            return info, iterations or int(stored), None
-        except (TypeError, ValueError, OverflowError) as e:
+            info, stored = read_sidecar(raw)
+        except SidecarError as e:
             return CaptureInfo(), iterations, str(e)
+        return info, iterations or stored, None
     return CaptureInfo(), iterations, None
+
+
+class SidecarError(ValueError):
+    """A capture's sidecar (:data:`INFO_FILE`) holds a value of a kind the report does not
+    read (edited by hand, or written by another jaxtune). Raised where the sidecar is read,
+    before any analysis, so that a fault in the analysis is never blamed on it."""
+
+
+def read_sidecar(raw: Any) -> tuple[CaptureInfo, int]:
+    """The capture info and iteration count a decoded sidecar holds, each value the
+    analysis reads checked for its kind (:meth:`CaptureInfo.from_dict` checks the fields,
+    this their contents: a kernel record's ``name``, an ``hlo`` entry's pair, ...).
+
+    Raises:
+        SidecarError: a value of the wrong kind; the message names it.
+    """
+    try:
+        info = CaptureInfo.from_dict(raw)
+    except ValueError as e:  # the one error from_dict raises: a field of the wrong kind
+        raise SidecarError(str(e)) from e
+    stored = raw.get("iterations") or 0
+    _require(_is_int(stored) and stored >= 0, "iterations", "a count")
+    for i, k in enumerate(info.kernels):
+        where = f"kernels[{i}]"
+        _require(isinstance(k.get("name"), str), f"{where}.name", "text")
+        scope = k.get("scope")
+        _require(
+            isinstance(scope, list | tuple) and all(isinstance(f, str) for f in scope),
+            f"{where}.scope",
+            "a list of text",
+        )
+        for field in ("inside", "source", "call_site"):
+            _require(_is_text_or_none(k.get(field)), f"{where}.{field}", "text")
+        for field in ("per_step", "io_bytes"):
+            _require(k.get(field) is None or _is_int(k.get(field)), f"{where}.{field}", "a count")
+        estimate = k.get("cost_estimate")
+        _require(estimate is None or _is_figures(estimate), f"{where}.cost_estimate", "figures")
+    for op, known in info.hlo.items():
+        _require(
+            isinstance(known, list | tuple)
+            and len(known) == 2
+            and isinstance(known[0], str)
+            and _is_text_or_none(known[1]),
+            f"hlo[{op!r}]",
+            "a pair (op name, custom-call target)",
+        )
+    for op, stacks in info.fusions.items():
+        _require(
+            isinstance(stacks, list | tuple) and all(isinstance(x, str) for x in stacks),
+            f"fusions[{op!r}]",
+            "a list of text",
+        )
+    for field, values in (("costs", info.costs), ("hints", info.hints)):
+        for name, figures in values.items():
+            _require(_is_figures(figures), f"{field}[{name!r}]", "figures")
+    for name, source in info.sources.items():
+        _require(isinstance(source, str), f"sources[{name!r}]", "text")
+    for name, count in info.autotuned.items():
+        _require(_is_int(count), f"autotuned[{name!r}]", "a count")
+    for name, ran in info.configs.items():
+        _require(
+            isinstance(ran, Mapping)
+            and _is_config(ran.get("config"))
+            and (ran.get("speedup") is None or _is_number(ran.get("speedup"))),
+            f"configs[{name!r}]",
+            "a config and its speedup",
+        )
+    for i, call in enumerate(info.calls):
+        _require(_is_config(call.get("config")), f"calls[{i}].config", "a config")
+    return info, stored
+
+
+def _require(ok: bool, what: str, kind: str) -> None:
+    if not ok:
+        raise SidecarError(f"its {what} is not {kind}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_text_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _is_figures(value: Any) -> bool:
+    """A map of text to numbers (a cost estimate, flops/bytes hints)."""
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and _is_number(v) for k, v in value.items()
+    )
+
+
+def _is_config(value: Any) -> bool:
+    """``None`` or a config: a map of text to plain values (as JSON writes them)."""
+    return value is None or (
+        isinstance(value, Mapping)
+        and all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    )
+
+
+def _is_plain(value: Any, depth: int = 0) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    return (
+        depth < 8
+        and isinstance(value, list | tuple)
+        and all(_is_plain(v, depth + 1) for v in value)
+    )
 
 
 def _sidecars(path: str | os.PathLike[str]) -> list[pathlib.Path]:

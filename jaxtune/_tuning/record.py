@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._core import settings as _config
+from .._core.errors import JaxtuneError
 
 __all__ = ["call_frame", "frame_for_mark", "note", "observing_calls"]
 
@@ -122,7 +123,7 @@ def frame_for_mark(mark: Any) -> dict[str, Any]:
     if mark.source not in ("default", "explicit"):
         try:
             found = mark.owner.config_for(*mark.args, **mark.kwargs)
-        except Exception:
+        except (JaxtuneError, OSError):  # a cache that cannot say (any other is a bug)
             found = None
         if found is not None and dict(found.config) == dict(mark.config):
             entry = found.entry

@@ -12,12 +12,13 @@ config was in flight if the child dies.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -45,14 +46,23 @@ from .timing import Timing, block
 if TYPE_CHECKING:
     from .plan import SweepTask
 
-__all__ = ["EventSink", "Sweeper", "compile_threads"]
+__all__ = ["ENGINE_FAULT", "EventSink", "Sweeper", "compile_threads"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
 #: ``on_event(event)``: each step, as one of :data:`~jaxtune._isolation.frames.Event`.
 EventSink = Callable[[Event], None]
-#: A config's compile outcome as it becomes known: its id, and its failure or ``None``.
-Compiled = tuple[str, Failure | None]
+#: A config's compile outcome as it becomes known: its id, and its failure or ``None``
+#: (or what the engine's own code raised while on it, for the waiter to raise).
+Compiled = tuple[str, Failure | BaseException | None]
+
+#: Added to an exception of the engine's own code (a bug), never recorded as a config's
+#: failure: a config fails only by what its kernel, JAX's lowering and compiling of it or
+#: its run raise.
+ENGINE_FAULT = (
+    "jaxtune failed in its own sweep code while on config {config}: this is a bug in "
+    "jaxtune, not a failure of the config; please report it with this traceback"
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,6 +92,8 @@ class Sweeper:
         #: timer tells its calls from the others' in a shared trace.
         self._modules: dict[str, str] = {}
         self._failed: dict[str, Failure] = {}
+        #: The exception a config's call raised last (until :meth:`_timed` looks).
+        self._raised: dict[str, Exception] = {}
         self._thread: threading.Thread | None = None
         #: Rounds time one config at a time, each reported as running (to find which
         #: config crashed a child during a round of passes); passes otherwise.
@@ -163,18 +175,23 @@ class Sweeper:
         failures: dict[str, Failure] = {}
 
         def settle(config: Config, compile_: Callable[[], Failure | None]) -> None:
+            cid = config_id(config)
             try:
                 with local_config():
                     failure = compile_()
-            except BaseException as e:  # whoever waits on ``done`` must hear of every config
-                failure = Failure(config=config, stage="compile", reason=reason(e))
-                if done is not None:
-                    done((config_id(config), failure))
-                raise
+            except BaseException as e:
+                # Not the config's failure (those are returned): a fault of the engine's
+                # own, or an interrupt. Whoever waits on ``done`` must hear of every
+                # config: it gets the exception, and raises it.
+                _blame_jaxtune(e, cid)
+                if done is None:
+                    raise
+                done((cid, e))
+                return
             if failure is not None:
-                failures[config_id(config)] = failure
+                failures[cid] = failure
             if done is not None:
-                done((config_id(config), failure))
+                done((cid, failure))
 
         if serial or len(configs) <= 1:
             for config in configs:
@@ -185,8 +202,12 @@ class Sweeper:
         ) as ex:
             pending = []
             for config in configs:
-                with local_config():
-                    lowered = self._lower_one(config, spec)
+                try:
+                    with local_config():
+                        lowered = self._lower_one(config, spec)
+                except BaseException as e:  # not the config's: settle raises or hands it on
+                    settle(config, functools.partial(_reraise, e))
+                    continue
                 if isinstance(lowered, Lowering):
                     job = functools.partial(self._compile_one, config, spec, lowered)
                     pending.append(ex.submit(settle, config, job))
@@ -206,7 +227,8 @@ class Sweeper:
         lowering = self.inputs if spec is None else spec
 
         def forward(dyn: dict[str, Any]) -> Any:
-            args, kwargs = sig.call_arguments(replace=dyn)
+            with _own_code():
+                args, kwargs = sig.call_arguments(replace=dyn)
             return fn(*args, **kwargs, **config)
 
         call = with_backward(forward) if self.task.plan.timing == "vjp" else forward
@@ -216,12 +238,19 @@ class Sweeper:
         # child's faulthandler does) pins the crash on this config.
         self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
+        own: BaseException | None = None
         try:
             lowered = jax.jit(call).lower(lowering)
-        except Exception as e:
+        except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
+            own = e.fault
+        except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
             self.emit(CompileFinished(cid=cid))
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
             return self._failed[cid]
+        if own is not None:
+            self.emit(CompileFinished(cid=cid))
+            _blame_jaxtune(own, cid)
+            raise own
         return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
 
     def _compile_one(
@@ -239,7 +268,7 @@ class Sweeper:
         start = time.perf_counter()
         try:
             compiled = lowered.lowered.compile()
-        except Exception as e:
+        except Exception as e:  # XLA failed to compile the config's module
             self.emit(CompileFinished(cid=cid))
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
             return self._failed[cid]
@@ -253,8 +282,15 @@ class Sweeper:
 
         def run() -> Any:
             calls[0] += 1  # a cell, not a lock: this runs inside the timed loops
-            # The inputs are looked up on each call: compiled early, they arrive afterwards.
-            return block(compiled(self.inputs))
+            try:
+                # The inputs are looked up on each call: compiled early, they arrive
+                # afterwards (and are made before the first run, outside it).
+                return block(compiled(self.inputs))
+            except Exception as e:
+                # The config's call raised: what tells it from a fault of the timer
+                # around it (:meth:`_timed`).
+                self._raised[cid] = e
+                raise
 
         self._runs[cid] = (run, seconds)
         return None
@@ -289,11 +325,14 @@ class Sweeper:
     def _first_run(self, config: Config) -> tuple[Failure | None, Any]:
         """Runs a compiled config once: its failure, or ``None`` and its output."""
         cid = config_id(config)
+        run = self._runs[cid][0]
+        self.inputs  # noqa: B018 - made here (inputs= is the user's), not inside the run
         self.emit(RunStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         try:
-            out = self._runs[cid][0]()
-        except Exception as e:
+            out = run()
+        except Exception as e:  # only the config's call is inside
+            self._raised.pop(cid, None)
             return Failure(config=config, stage="run", reason=reason(e)), None
         finally:
             self.emit(RunFinished(cid=cid))
@@ -335,6 +374,8 @@ class Sweeper:
         for _ in ids:
             with self.breakdown.timed("compile_wait"):
                 cid, failure = done.get()
+            if isinstance(failure, BaseException):  # the compile thread's fault, not the config's
+                raise failure
             if failure is None:
                 failure, out = self._first_run(by_id[cid])
                 if failure is None:
@@ -474,11 +515,16 @@ class Sweeper:
         crash or hang is blamed on it); an exception or a step over the time limit is the
         config's failure."""
         cid = config_id(config)
+        run = self._runs[cid][0]
+        self._raised.pop(cid, None)
         self.emit(RunStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         try:
-            timing = measure(self._runs[cid][0])
+            timing = measure(run)
         except Exception as e:
+            if self._raised.pop(cid, None) is not e:  # the timer's own fault, not the call's
+                _blame_jaxtune(e, cid)
+                raise
             return Failure(config=config, stage="run", reason=reason(e))
         finally:
             self.emit(RunFinished(cid=cid))
@@ -552,6 +598,8 @@ class Sweeper:
                 got = [w if isinstance(w, Exception) else next(device) for w in walls]
         finally:
             self.emit(RunFinished(cid=cids[0]))
+            for cid in cids:  # a call's exception came back in ``got``
+                self._raised.pop(cid, None)
         spent = time.perf_counter() - start
         limit_us = self.task.plan.timeout_s * 1e6
         out: dict[str, Timing | Failure] = {}
@@ -586,6 +634,36 @@ class Sweeper:
 
 def _given(outcome: Failure | None) -> Failure | None:
     return outcome
+
+
+def _reraise(e: BaseException) -> Failure | None:
+    raise e
+
+
+class _OwnCodeError(Exception):
+    """Carries a fault of the engine's own code out of JAX's tracing of a config's call
+    (``fault``), so that it is not taken for the config's failure to lower."""
+
+    def __init__(self, fault: Exception) -> None:
+        super().__init__(str(fault))
+        self.fault = fault
+
+
+@contextlib.contextmanager
+def _own_code() -> Iterator[None]:
+    """Marks the engine's own code inside a config's traced call (see :class:`_OwnCodeError`)."""
+    try:
+        yield
+    except Exception as e:
+        raise _OwnCodeError(e) from e
+
+
+def _blame_jaxtune(e: BaseException, cid: str) -> None:
+    """Adds :data:`ENGINE_FAULT` to a fault of the engine's own code (once; an interrupt
+    or exit is no fault and gets nothing)."""
+    note = ENGINE_FAULT.format(config=cid)
+    if isinstance(e, Exception) and note not in getattr(e, "__notes__", ()):
+        e.add_note(note)
 
 
 def compile_threads() -> int:

@@ -112,7 +112,7 @@ class InFlight:
 
 
 def raise_child_error(answer: ErrorReply, default: type[Exception]) -> NoReturn:
-    """Raises the error an answer reports (:meth:`~.frames.ErrorReply.exception`):
+    """Raises the error an answer reports (:meth:`~jaxtune._isolation.frames.ErrorReply.exception`):
     ``NotTransportable`` (the caller falls back inline), the jaxtune error of its kind,
     else ``default``."""
     raise answer.exception(default)
