@@ -12,9 +12,16 @@ sweep's time breakdown (``Entry.phases``) and calls per config:
   (it needs the counts), in a process whose JAX caches the sweep's child did not warm.
 - ``swiglu``: pallas-forge's fused_swiglu over its own 3x3 grid; the peer is
   ``pallas_forge.tune`` with its defaults.
-- ``ragged_dot``: Tokamax's ragged dot (interpret mode, ``bypass_device_check=True``) over
-  Tokamax's configs for these shapes; the peer is Tokamax's ``Autotuner`` on the same
-  configs. Needs tokamax >= 0.0.17 (the py3.12 environment).
+- ``ragged_dot``: Tokamax's ragged dot (interpret mode, ``bypass_device_check=True``), lhs
+  f32[512,256], rhs f32[4,256,256], over Tokamax's 11 configs for these shapes with two
+  input buffers; the peer is Tokamax's ``Autotuner`` on the same configs.
+- ``tokamax_flash``: Tokamax's flash attention (interpret mode), f32[1,512,2,128] causal,
+  over its 8 configs with the default layouts and its heuristics config; the peer is
+  Tokamax's ``Autotuner`` on the same 9.
+
+For Tokamax's kernels each run then measures the truth in the same process (every config
+side by side, 7 interleaved rounds) and gives each pick's time over the fastest's. They
+need tokamax >= 0.0.17 (the py3.12 environment).
 
 Run: python bench/bench_sweep_time.py [--kernels flash,swiglu] [--runs 3] [--results DIR]
 """
@@ -111,28 +118,84 @@ def run_swiglu(order: str) -> dict[str, object]:
     return _both(order, lambda: _sweep(fk.swiglu, args), peer)
 
 
+def _tokamax_peer(space, with_config, args) -> tuple[float, object]:
+    """Tokamax's autotuner over ``space`` (``with_config(config)``: the op called with it)."""
+    from tokamax._src.autotuning.autotuner import Autotuner
+
+    configs = {tuple(sorted(c.items())) for c in space}
+    start = time.perf_counter()
+    data = Autotuner().autotune(lambda c: with_config(dict(c)), configs, *args)
+    return time.perf_counter() - start, dict(data.fastest_config)
+
+
+def _with_truth(report: dict[str, object], kernel, args, default) -> dict[str, object]:
+    """Each pick's time over the truly fastest config's, measured here afterwards."""
+    from conformance.support import config_id, true_times
+
+    configs = [*kernel.space(*args), default]
+    calls = {}
+    for config in configs:
+        fn = jax.jit(functools.partial(kernel.__wrapped__, **config))
+        calls[config_id(config)] = functools.partial(fn, *args)
+    rounds = true_times(calls, rounds=7, warmup=1, calls_per_round=1)
+    medians = {name: statistics.median(times) for name, times in rounds.items()}
+    fastest = min(medians, key=medians.__getitem__)
+
+    def over_fastest(pick) -> float | None:
+        if pick is None:
+            return None
+        pairs = zip(rounds[config_id(dict(pick))], rounds[fastest], strict=True)
+        return round(statistics.median(a / b for a, b in pairs), 3)
+
+    return {
+        **report,
+        "truth_fastest": fastest,
+        "pick_vs_truth": over_fastest(report["pick"]),
+        "peer_pick_vs_truth": over_fastest(report["peer_pick"]),
+    }
+
+
 def run_ragged_dot(order: str) -> dict[str, object]:
     from conformance import tokamax_kernels as tk
     from jax.experimental.pallas import tpu as pltpu
-    from tokamax._src.autotuning.autotuner import Autotuner
     from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu
 
     pltpu.set_tpu_interpret_mode()
-    args = tk.ragged_args()
-    lhs, rhs, groups = args
+    args = tk.ragged_inputs(
+        jax.ShapeDtypeStruct((512, 256), jnp.float32),
+        jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
+        jax.ShapeDtypeStruct((4,), jnp.int32),
+    )
+
+    def with_config(config):
+        op = tk.OP.replace(config=pallas_mosaic_tpu.Config(**config))
+        return lambda a, b, g: op(a, b, group_sizes=g)
+
     space = tk.ragged_dot.space(*args)
+    report = _both(
+        order, lambda: _sweep(tk.ragged_dot, args), lambda: _tokamax_peer(space, with_config, args)
+    )
+    return _with_truth(report, tk.ragged_dot, args, tk.tokamax_heuristics(*args))
 
-    def peer() -> tuple[float, object]:
-        def with_config(config):
-            op = tk.OP.replace(config=pallas_mosaic_tpu.Config(**config))
-            return lambda a, b, g: op(a, b, group_sizes=g)
 
-        configs = {tuple(sorted(c.items())) for c in space}
-        start = time.perf_counter()
-        data = Autotuner().autotune(lambda c: with_config(dict(c)), configs, lhs, rhs, groups)
-        return time.perf_counter() - start, dict(data.fastest_config)
+def run_tokamax_flash(order: str) -> dict[str, object]:
+    from conformance import tokamax_kernels as tk
+    from jax.experimental.pallas import tpu as pltpu
 
-    return _both(order, lambda: _sweep(tk.ragged_dot, args), peer)
+    pltpu.set_tpu_interpret_mode()
+    args = tk.flash_args()
+    kernel = tk.flash_attention
+
+    def with_config(config):
+        op = tk.FLASH_OP.replace(config=tk.flash_config(**config))
+        return lambda q, k, v: op(q, k, v, is_causal=True)
+
+    default = tk.flash_heuristics(*args)
+    space = [*kernel.space(*args), default]
+    report = _both(
+        order, lambda: _sweep(kernel, args), lambda: _tokamax_peer(space, with_config, args)
+    )
+    return _with_truth(report, kernel, args, default)
 
 
 def _both(order, ours, peer) -> dict[str, object]:
@@ -165,7 +228,12 @@ def _report(entry, sweep_s, peer_name, peer_s, peer_pick, *, order) -> dict[str,
     }
 
 
-RUNS = {"flash": run_flash, "swiglu": run_swiglu, "ragged_dot": run_ragged_dot}
+RUNS = {
+    "flash": run_flash,
+    "swiglu": run_swiglu,
+    "ragged_dot": run_ragged_dot,
+    "tokamax_flash": run_tokamax_flash,
+}
 
 
 def one(kernel: str, order: str) -> None:

@@ -105,3 +105,77 @@ def ragged_args():
         jax.ShapeDtypeStruct((GROUPS, K, N), jnp.float32),
         jax.ShapeDtypeStruct((GROUPS,), jnp.int32),
     )
+
+
+# -- flash attention -----------------------------------------------------------------------
+
+#: q, k, v of Tokamax's flash attention here: [batch, sequence, heads, head_dim].
+FLASH_SHAPE = (1, 512, 2, 128)
+
+
+def _flash_op():
+    from tokamax._src.ops.attention import pallas_mosaic_tpu as fa
+
+    return fa
+
+
+def flash_configs(q, k, v) -> list[dict]:
+    """Tokamax's own candidates for these shapes with the head-dim-minor layouts it
+    defaults to (its space also crosses three layouts, 96 configs at sequence 512): each
+    of its query and key/value tiles up to the sequence length (a key/value tile computed
+    whole), with and without its experimental scheduler."""
+    tiles = [t for t in (256, 512, 1024, 2048) if t <= q.shape[1]]
+    return [
+        {"block_q": bq, "block_kv": bkv, "block_kv_compute": bkv, "experimental_scheduler": s}
+        for bq in tiles
+        for bkv in tiles
+        for s in (True, False)
+    ]
+
+
+def flash_heuristics(q, k, v) -> dict:
+    """Tokamax's heuristics config (128 tiles, its experimental scheduler): outside its
+    own autotuning space, as jaxtune's default it races too."""
+    h = _flash_op().PallasMosaicTpuFlashAttention(bypass_device_check=True)
+    c = h._get_heuristics_config(None)
+    return {
+        "block_q": c.block_q,
+        "block_kv": c.block_kv,
+        "block_kv_compute": c.block_kv_compute,
+        "experimental_scheduler": c.use_experimental_scheduler,
+    }
+
+
+def flash_config(block_q, block_kv, block_kv_compute, experimental_scheduler):
+    """Tokamax's `Config` for a jaxtune config (the layouts its heuristics use)."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sp
+
+    minor = sp.QKVLayout.HEAD_DIM_MINOR
+    return _flash_op().Config(
+        block_q=block_q,
+        block_kv=block_kv,
+        block_kv_compute=block_kv_compute,
+        q_layout=minor,
+        k_layout=minor,
+        v_layout=minor,
+        use_experimental_scheduler=experimental_scheduler,
+    )
+
+
+FLASH_OP = _flash_op().PallasMosaicTpuFlashAttention(bypass_device_check=True)
+
+
+@jaxtune.autotuned(
+    configs=flash_configs,
+    default=flash_heuristics,
+    name="conformance.tokamax.flash_attention",
+)
+def flash_attention(q, k, v, *, block_q, block_kv, block_kv_compute, experimental_scheduler):
+    """Causal attention by Tokamax's TPU flash attention kernel."""
+    config = flash_config(block_q, block_kv, block_kv_compute, experimental_scheduler)
+    return FLASH_OP.replace(config=config)(q, k, v, is_causal=True)
+
+
+def flash_args():
+    q = jnp.asarray(np.random.default_rng(0).standard_normal(FLASH_SHAPE), jnp.float32)
+    return q, q, q

@@ -70,10 +70,8 @@ def interleaved(
     active = list(by_id)
     look = max(1, options.second_look_rounds) if looking else 0
     start = clock()
-    cap = options.max_rounds_s
     for done in range(1, max(options.rounds, options.max_rounds) + 1):
         turn = (done - 1) % len(active)
-        began = clock()
         timings = timed([by_id[cid] for cid in active[turn:] + active[:turn]])
         for cid, got in timings.items():
             if isinstance(got, Failure):
@@ -114,15 +112,10 @@ def interleaved(
         out |= {cid for cid, v in decision.verdicts.items() if v == "slower"}
         if done >= options.rounds and decision.settled:
             break
-        if done == look + 1:
-            # Time for at least the rounds that can show a config slower, however long a
-            # round takes (a slow kernel's round may take seconds), the look's included.
-            now = clock()
-            cap = max(
-                options.max_rounds_s,
-                now - start + (now - began) * max(0, rounds_to_show() - done),
-            )
-        if done > look and clock() - start > cap:
+        # At least the rounds that can show a config slower, however long a round takes
+        # (a slow kernel's round may take seconds), the look's included; then no more
+        # than ``max_rounds_s`` of rounds in all.
+        if done > look and done >= rounds_to_show() and clock() - start > options.max_rounds_s:
             break
         # Shown slower: out. Tied or undecided: go on, against the best.
         active = [cid for cid in active if cid not in out]
