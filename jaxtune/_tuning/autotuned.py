@@ -245,7 +245,7 @@ class Autotuned(Generic[P, R]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         # Only for kernels with static arguments or config keywords known at trace time
-        # only; the others' class calls the eager jit directly (see __init__).
+        # only; the others' class calls the eager jit directly (see eager.EagerCalls).
         return self._call(*args, **kwargs)
 
     def _call(self, *args: Any, **kwargs: Any) -> R:

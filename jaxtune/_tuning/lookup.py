@@ -494,7 +494,8 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
             try:
                 entry = _sweep_task.run(kernel, sig, space, default, kind, measure=measure)
             except TuningFailedError as e:
-                # The caller's frame: the order <- choose <- the kernel's lookup <- its trace.
+                # The caller's frame: the order <- choose <- the kernel's lookup <- its
+                # trace <- the call.
                 warnings.warn(
                     f"jaxtune could not tune {kernel.kernel_id} for {sig.key}; falling back. {e}",
                     JaxtuneWarning,
