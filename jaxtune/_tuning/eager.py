@@ -5,8 +5,8 @@ An autotuned kernel whose config keywords are known in advance is called through
 ``staticmethod``) of a class made for that kernel alone: an eager call goes straight into
 jit's C++ dispatch, with no Python step before it. Any other kernel takes a Python step
 first (its own checks), then :meth:`EagerCalls.call`, which renews the jit when a variable
-that decides the config changed since it was made. The jit's
-trace picks the config (exactly as a trace inside the user's ``jax.jit`` does), and
+that decides the config changed since it was made. The jit's trace picks the config
+(exactly as a trace inside the user's ``jax.jit`` does), and
 everything else that decides the config reaches jit's cache key through JAX user contexts:
 ``with TuningResult`` scopes (their own context), :func:`jaxtune._core.settings.override`
 blocks (:data:`_OVERRIDDEN`) and explicit re-tuning (:data:`_GENERATION`). A change of the
