@@ -1,39 +1,45 @@
 """An ``@autotuned`` kernel: key -> lookup -> (on a miss, in tune mode) sweep -> call.
 
 The config is chosen at trace time from abstract shapes, so under ``jax.jit`` the choice
-costs nothing after the first trace. An eager call goes through one ``jax.jit`` per kernel
-whose trace makes the same choice (see :mod:`.eager`), so it costs what jit's dispatch
-costs, plus one check that the settings' variables did not change.
+costs nothing after the first trace. :class:`Autotuned` holds the decorator's options and
+the call itself, and wires the rest, each in a module named for its job:
+
+- :mod:`.options`: the options checked when a kernel is decorated, and the timing presets
+  that ``effort=`` names;
+- :mod:`.lookup`: the lookup order (:func:`~.lookup.choose`), scope to default;
+- :mod:`.sweep_task`: a sweep's task (the pass timed, the timing effort, the budget) and
+  running it into a cache entry;
+- :mod:`.profile_hook`: the marker each call runs under, and what a profile asks of the
+  kernel through it;
+- :mod:`.eager`: eager calls through one ``jax.jit`` per kernel whose trace makes the same
+  choice, so an eager call costs what jit's dispatch costs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import inspect
-import threading
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
 from .._core import settings as _config
 from .._core.arrays import is_array
-from .._core.errors import JaxtuneWarning, MissError, TuningFailedError
 from .._core.vocabulary import Choice, Entry
 from .._distributed import agree as _agree
-from .._program import markers as _markers
 from . import lookup as _lookup
+from . import profile_hook as _profile_hook
 from . import record as _record
+from . import sweep_task as _sweep_task
 from .buckets import Buckets
 from .digest import KernelCode
-from .eager import bump_generation, eager_jit, renew_on_cache_change, under_differentiation
+from .eager import EagerCalls, bump_generation, under_differentiation
 from .naming import kernel_id_for
 from .options import (
     validate_callable,
     validate_check,
+    validate_effort,
     validate_nearest,
     validate_static_argnames,
     validate_timeout,
@@ -43,16 +49,10 @@ from .options import (
 from .result import TuningResult
 from .signature import Signature, is_tracing
 from .space import ConfigSpec
-from .store import cache as _cache
-from .store import shared as _shared
-from .sweep import timing as _timing
-from .sweep.entry import make_entry
-from .sweep.plan import SweepPlan, SweepTask
-from .sweep.runner import default_runner, prestart_child
-from .sweep.search import Budget, budget_setting, strategy_of
-from .sweep.shard import SweepSharing
-from .sweep.stats import SweepOutcome
-from .sweep.timing import TimingOptions
+from .sweep.plan import SweepTask
+from .sweep.runner import prestart_child
+from .sweep.search import Budget, strategy_of
+from .sweep_task import differentiated_calls, is_differentiated
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
 
@@ -60,37 +60,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _REGISTRY: dict[str, Autotuned[Any, Any]] = {}
-#: Whether the call being looked up was traced under ``jax.grad``/``jax.vjp`` (so that
-#: ``timing="auto"`` times forward and backward).
-_DIFFERENTIATED: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "jaxtune_differentiated", default=False
-)
-#: Tracer types of JAX's differentiation (``jax.grad`` and ``jax.vjp`` linearize).
-_AD_TRACERS = frozenset({"JVPTracer", "LinearizeTracer"})
-
-
-_MSG_MISS = (
-    "jaxtune has no tuned config for {kernel} with key {key} on {kind} (no scope, cache, "
-    "packaged or nearest entry), and JAXTUNE_ON_MISS says a miss is not to pass silently. "
-    "Tune it: run the program once with `jaxtune tune -- python your_program.py` (or "
-    "JAXTUNE_MODE=tune), or call jaxtune.tune(step, *args) ahead of time; ship the cache "
-    "with `jaxtune cache export`. JAXTUNE_ON_MISS=default runs the default config instead."
-)
-
-
-def is_differentiated(leaves: Iterable[Any]) -> bool:
-    """Whether any of ``leaves`` is a tracer of ``jax.grad``/``jax.vjp``/``jax.jvp``."""
-    return any(type(leaf).__name__ in _AD_TRACERS for leaf in leaves)
-
-
-@contextlib.contextmanager
-def differentiated_calls(on: bool = True) -> Iterator[None]:
-    """Within: sweeps of ``timing="auto"`` kernels time forward and backward."""
-    token = _DIFFERENTIATED.set(on)
-    try:
-        yield
-    finally:
-        _DIFFERENTIATED.reset(token)
 
 
 def registry() -> dict[str, Autotuned[Any, Any]]:
@@ -136,6 +105,7 @@ class Autotuned(Generic[P, R]):
         budget: int | Budget | None = None,
         timer: str | None = None,
         timing: str = "auto",
+        effort: str = "full",
         nearest: bool = False,
         buckets: Any = None,
     ) -> None:
@@ -155,24 +125,24 @@ class Autotuned(Generic[P, R]):
         self.timeout = validate_timeout(timeout)
         self.flops = flops
         self.bytes = bytes
-        #: Timing options of this kernel's sweeps (``None``: the defaults).
-        self.timing_options: TimingOptions | None = None
         self.timer = validate_timer(timer)
         self.timing = validate_timing(timing)
-        self._lock = threading.RLock()
+        #: The timing preset of this kernel's sweeps (see :data:`.options.EFFORTS`).
+        self.effort = validate_effort(effort)
+        #: What this process swept in retune mode, and the misses it warned about.
+        self.retunes = _sweep_task.Retunes()
+        self.misses = _lookup.Misses()
         names = self._known_config_names()
-        self._jit_static = (*self.static_argnames, *(sorted(names) if names else ()))
-        self._fast = names is not None and not self.static_argnames
-        if self._fast:
-            # Eager calls go straight to jit's C++ dispatch (see eager.py). With
-            # static arguments they go through _call first, which names an unhashable one.
-            self.__class__ = type("Autotuned", (type(self),), {"__slots__": ()})
-        self.renew_eager()
-        renew_on_cache_change(self)
+        # Eager calls go straight to jit's C++ dispatch (see eager.py). With static
+        # arguments they go through _call first, which names an unhashable one.
+        self._eager = EagerCalls(
+            self,
+            fn,
+            self._inside,
+            (*self.static_argnames, *(sorted(names) if names else ())),
+            fast=names is not None and not self.static_argnames,
+        )
         self._jitted: dict[str, Callable[..., R]] = {}
-        #: (device kind, key) -> the pass this process swept it for in retune mode.
-        self._retuned: dict[tuple[str, str], str] = {}
-        self._warned_misses: set[tuple[str, str]] = set()
         #: The pruned space and default per (shapes, statics): prune runs once per shape.
         self._spaces: dict[Any, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         strategy_of(search)  # validates the name or object now, not at the first sweep
@@ -184,14 +154,6 @@ class Autotuned(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<jaxtune.autotuned {self.kernel_id}>"
-
-    def renew_eager(self) -> None:
-        """Replaces the eager jit with a fresh one (no traces), after a cache or a variable
-        that decides the config changed."""
-        self._eager_jit = eager_jit(self.__wrapped__, self._inside, self._jit_static)
-        self._deciding = _config.fingerprint(_config.DECIDING)
-        if self._fast:  # the per-kernel class of the short path: jit's C++ dispatch
-            type(self).__call__ = staticmethod(self._eager_jit)  # type: ignore[method-assign]
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else functools.partial(self, obj)
@@ -247,134 +209,19 @@ class Autotuned(Generic[P, R]):
     # -- lookup --------------------------------------------------------------------------
 
     def _choose(self, sig: Signature, *, sweep: bool) -> Choice:
-        choice = self._lookup(sig, sweep=sweep)
+        choice = _lookup.choose(self, sig, sweep=sweep)
         if sig.actual is not None:  # a bucket's config, made safe for the actual shape
             choice = _lookup.within_bucket(self, sig, choice)
         if sweep:
             _record.note(self, sig, choice)
         return choice
 
-    def _lookup(self, sig: Signature, *, sweep: bool) -> Choice:
-        kind = _lookup.device_kind()
-        space, default = self.space_and_default(sig)
-        # config_for never sweeps, so it answers what the caches hold even in retune mode.
-        if not (sweep and self._retuning(kind, sig)):
-            fit = _lookup.Fit(self.kernel_id, self.version, [*space, default], code=self.code)
-            scoped = _lookup.scoped_entry(self.kernel_id, kind, sig.key, fit)
-            if scoped is not None:
-                return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
-        if not sweep:  # config_for: the agreed config once there is one, else this process's
-            agreed = _agree.decided(self.kernel_id, self.version, sig.key, kind)
-            return agreed or self._decide(sig, space, default, kind, measure=None)
-        runner = default_runner()
-        if _agree.store() is None:  # one process: nothing to agree on
-            return self._decide(sig, space, default, kind, measure=runner.sweep)
-        question = _agree.Question(
-            kernel=self.kernel_id,
-            key=sig.key,
-            version=self.version,
-            device_kind=kind,
-            decide=lambda measure: self._decide(sig, space, default, kind, measure=measure),
-            task=lambda: self.sweep_task(sig, space, default),
-            sharing=SweepSharing(runner),
-        )
-        return _agree.agree(question)
-
-    def _retuning(self, kind: str, sig: Signature) -> bool:
-        if _config.settings().mode != "retune":
-            return False
-        swept = self._retuned.get((kind, sig.key))
-        # A sweep of forward and backward also answers a call that runs the forward only.
-        return swept is None or (swept == "forward" and self.sweep_timing() == "vjp")
+    # -- sweeps ----------------------------------------------------------------------------
 
     def sweep_timing(self) -> str:
         """The pass a sweep of this kernel started now would time: ``forward`` or
         ``vjp``."""
-        if self.timing != "auto":
-            return self.timing
-        return "vjp" if _DIFFERENTIATED.get() else "forward"
-
-    def _wrong_pass(self, entry: Entry) -> bool:
-        """Whether a sweep allowed now should replace ``entry``: it timed the forward pass
-        of a kernel whose call here is differentiated (``timing="auto"``)."""
-        return self.timing == "auto" and entry.timing == "forward" and _DIFFERENTIATED.get()
-
-    def _decide(
-        self,
-        sig: Signature,
-        space: list[dict[str, Any]],
-        default: dict[str, Any],
-        kind: str,
-        *,
-        measure: Callable[[SweepTask], SweepOutcome] | None,
-    ) -> Choice:
-        """The lookup after the scopes: caches, a sweep through ``measure`` (on a miss in
-        tune mode), nearest (for kernels that opt in), default."""
-        settings = _config.settings()
-        use_caches = settings.mode != "off"
-        sweeping = measure is not None and settings.mode in ("tune", "retune")
-        # A sweep allowed now replaces a stale entry (another toolchain, new configs).
-        fit = _lookup.Fit(
-            self.kernel_id,
-            self.version,
-            [*space, default],
-            code=self.code,
-            swept=space,
-            refresh=sweeping,
-        )
-        if use_caches and not (measure is not None and self._retuning(kind, sig)):
-            found = _lookup.cached_entry(self.kernel_id, kind, sig.key, fit)
-            if found is not None and not (sweeping and self._wrong_pass(found[0])):
-                entry, source = found
-                return Choice(
-                    config=dict(entry.config),
-                    source=source,
-                    key=sig.key,
-                    entry=entry,
-                    stale=fit.last_stale,
-                )
-        if sweeping:
-            try:
-                entry = self._sweep(sig, space, default, kind, measure=measure)
-            except TuningFailedError as e:
-                warnings.warn(
-                    f"jaxtune could not tune {self.kernel_id} for {sig.key}; falling back. {e}",
-                    JaxtuneWarning,
-                    stacklevel=5,
-                )
-                if fit.stale_hit is not None:  # the stale entry beats the default
-                    old, layer, why = fit.stale_hit
-                    return Choice(
-                        config=dict(old.config),
-                        source="packaged" if layer == "packaged" else "cache",
-                        key=sig.key,
-                        entry=old,
-                        stale=why,
-                    )
-            else:
-                assert measure is not None
-                return Choice(config=dict(entry.config), source="cache", key=sig.key, entry=entry)
-        if use_caches and (self.nearest or settings.nearest):
-            near = _lookup.nearest(self.kernel_id, kind, fit, sig.shapes, sig.statics)
-            if near is not None:
-                return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
-        if measure is not None and use_caches and not sweeping:
-            self._missed(sig, kind, settings.on_miss)
-        return Choice(config=default, source="default", key=sig.key)
-
-    def _missed(self, sig: Signature, kind: str, on_miss: str) -> None:
-        """What ``JAXTUNE_ON_MISS`` says a traced call with no tuned config does: nothing
-        (``default``), one warning per key (``warn``), or :class:`MissError`."""
-        if on_miss == "default":
-            return
-        text = _MSG_MISS.format(kernel=self.kernel_id, key=sig.key or "(no arguments)", kind=kind)
-        if on_miss == "error":
-            raise MissError(text)
-        with self._lock:
-            if (kind, sig.key) in self._warned_misses:
-                return
-            self._warned_misses.add((kind, sig.key))
-        warnings.warn(text, JaxtuneWarning, stacklevel=6)
+        return _sweep_task.pass_now(self.timing)
 
     def sweep_task(
         self,
@@ -387,46 +234,7 @@ class Autotuned(Generic[P, R]):
         """The sweep of this kernel for a bound call, over ``space`` (``differentiated``:
         the call was traced under ``jax.grad``/``jax.vjp``, so ``timing="auto"`` times
         forward and backward)."""
-        settings = _config.settings()
-        timing = "vjp" if self.timing == "auto" and differentiated else self.sweep_timing()
-        plan = SweepPlan(
-            kernel=self.kernel_id,
-            key=sig.key,
-            configs=tuple(space),
-            default=default,
-            shapes=sig.shapes,
-            statics=sig.statics,
-            timeout_s=self.timeout or settings.timeout,
-            options=self.timing_options or _timing.DEFAULT,
-            verbose=settings.verbose,
-            search=self.search,
-            budget=self.budget or budget_setting(),
-            timer=self.timer or settings.timer,
-            timing=timing,
-        )
-        return SweepTask(
-            plan=plan, fn=self.__wrapped__, signature=sig, check=self.check, inputs=self.inputs
-        )
-
-    def _sweep(
-        self,
-        sig: Signature,
-        space: list[dict[str, Any]],
-        default: dict[str, Any],
-        kind: str,
-        *,
-        measure: Callable[[SweepTask], SweepOutcome] | None = None,
-    ) -> Entry:
-        task = self.sweep_task(sig, space, default)
-        # No lock while user code runs: a kernel that calls itself would wait on its own lock.
-        outcome = (measure or default_runner().sweep)(task)
-        entry = make_entry(task.plan, outcome, kind, self.version, code=self.code.value)
-        if _agree.may_write_cache():
-            _cache.user_cache().keep([entry])
-            _shared.publish([entry])
-        with self._lock:
-            self._retuned[kind, sig.key] = task.plan.timing
-        return entry
+        return _sweep_task.task(self, sig, space, default, differentiated=differentiated)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -437,7 +245,7 @@ class Autotuned(Generic[P, R]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         # Only for kernels with static arguments or config keywords known at trace time
-        # only; the others' class calls the eager jit directly (see __init__).
+        # only; the others' class calls the eager jit directly (see eager.EagerCalls).
         return self._call(*args, **kwargs)
 
     def _call(self, *args: Any, **kwargs: Any) -> R:
@@ -451,9 +259,8 @@ class Autotuned(Generic[P, R]):
             choice = Choice(config={**default, **explicit}, source="explicit", key=sig.key)
             return self._jit_for(sig, choice)(*args, **rest)
         self.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
-        if _config.fingerprint(_config.DECIDING) != self._deciding:
-            self.renew_eager()  # a variable that decides the config changed (see eager.py)
-        return self._eager_jit(*args, **kwargs)
+        out: R = self._eager.call(*args, **kwargs)
+        return out
 
     def _inside(self, *args: Any, **kwargs: Any) -> R:
         """A call inside a trace: the caller's, or the eager jit's own (which must not call
@@ -473,7 +280,7 @@ class Autotuned(Generic[P, R]):
         sig = self.bind(args, kwargs)
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         differentiated = (
-            is_differentiated(leaves) or _DIFFERENTIATED.get() or under_differentiation()
+            is_differentiated(leaves) or _sweep_task.differentiated_now() or under_differentiation()
         )
         with differentiated_calls(differentiated):
             choice = self._choose(sig, sweep=True)
@@ -538,19 +345,7 @@ class Autotuned(Generic[P, R]):
         return out
 
     def _marker(self, sig: Signature, choice: Choice, *, differentiated: bool = False) -> str:
-        args, kwargs = sig.call_arguments(abstract=True)
-        return _markers.mark(
-            _markers.Mark(
-                kernel=self.kernel_id,
-                key=sig.key,
-                config=dict(choice.config),
-                source=choice.source,
-                args=args,
-                kwargs=kwargs,
-                owner=self,
-                differentiated=differentiated,
-            )
-        )
+        return _profile_hook.mark_call(self, sig, choice, differentiated=differentiated)
 
     def _jit_for(self, sig: Signature, choice: Choice) -> Callable[..., R]:
         """A jit of the kernel with an explicit config bound (one per config and key)."""
@@ -601,7 +396,7 @@ class Autotuned(Generic[P, R]):
         """
         sig = self.bind(args, kwargs)
         space, default = self.space_and_default(sig)
-        entry = self._sweep(sig, space, default, _lookup.device_kind())
+        entry = _sweep_task.run(self, sig, space, default, _lookup.device_kind())
         retrace_jitted_functions()
         return TuningResult.of(entry)
 
@@ -610,42 +405,20 @@ class Autotuned(Generic[P, R]):
         would use and a sweep now would keep: for this kernel version, in the space, and
         timed for the pass a sweep would time now (a forward entry does not answer a
         differentiated call); ``None`` otherwise."""
-        sig = self.bind(args, kwargs)
-        space, default = self.space_and_default(sig)
-        fit = _lookup.Fit(self.kernel_id, self.version, [*space, default], code=self.code)
-        found = _lookup.cached_entry(self.kernel_id, _lookup.device_kind(), sig.key, fit)
-        if found is None or self._wrong_pass(found[0]):
-            return None
-        return found[0]
+        return _lookup.current_entry(self, self.bind(args, kwargs))
 
     def cost_hint(self, *args: Any, **kwargs: Any) -> dict[str, float] | None:
         """The ``flops=`` / ``bytes=`` hints evaluated for these arguments (for roofline
         reports), or ``None`` when the decorator gave none."""
-        if self.flops is None and self.bytes is None:
-            return None
-        sig = self.bind(args, kwargs)
-        a, k = sig.call_arguments(abstract=True)
-        out: dict[str, float] = {}
-        for label, hint in (("flops", self.flops), ("bytes", self.bytes)):
-            if hint is not None:
-                out[label] = float(hint(*a, **k) if callable(hint) else hint)
-        return out
+        return _profile_hook.cost_hint(self, self.bind(args, kwargs))
 
     def recorded_call(self, mark: Any) -> dict[str, Any]:
         """The recorded call behind a marker of this kernel's (what ``jaxtune tune
         --from-profile`` replays), for a profile's sidecar."""
-        return _record.frame_for_mark(mark)
+        return _profile_hook.recorded_call(mark)
 
     def tuned_speedup(self, key: str, config: Mapping[str, Any], device_kind: str) -> float | None:
         """The speedup over the default that the user cache measured for ``key`` on
         ``device_kind``, when its entry stored ``config`` (``None`` otherwise: a default,
         an entry of another config, or a cache that cannot say)."""
-        try:
-            entry = _cache.user_cache().lookup(
-                self.kernel_id, device_kind, key, version=self.version
-            )
-        except Exception:  # a damaged or changed cache: the figure is only a hint
-            return None
-        if entry is None or dict(entry.config) != dict(config):
-            return None
-        return float(entry.speedup) if entry.speedup else None
+        return _profile_hook.tuned_speedup(self, key, config, device_kind)

@@ -42,6 +42,7 @@ def autotuned(
     budget: int | Budget | None = None,
     timer: str | None = None,
     timing: str = "auto",
+    effort: str = "full",
     nearest: bool = False,
     buckets: Mapping[str, Mapping[int, Any]] | None = None,
 ) -> Callable[[Callable[P, R]], Autotuned[P, R]]:
@@ -75,6 +76,10 @@ def autotuned(
             from a differentiated program, such as ``jaxtune.tune(jax.grad(loss), ...)``,
             forward otherwise), ``"forward"`` or ``"vjp"`` (forward and backward, with a
             cotangent of ones).
+        effort: how long a sweep times each config: ``"full"`` (default: until the
+            interleaved rounds decide, or 5 s of rounds), ``"quick"`` (shorter samples and
+            at most 1 s of rounds: faster sweeps that end undecided more often) or
+            ``"thorough"`` (longer samples and up to 20 s of rounds, for busy machines).
         nearest: a shape never tuned may use the nearest tuned shape's config, one ``prune``
             accepts for it; default ``False`` (``JAXTUNE_NEAREST=1`` opts every kernel in).
         buckets: shapes that share one entry: array argument -> {dimension: rule}, the rule

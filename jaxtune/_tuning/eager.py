@@ -1,9 +1,12 @@
 """Eager calls at ``jax.jit``'s cost.
 
 An autotuned kernel whose config keywords are known in advance is called through one
-``jax.jit`` per kernel, installed as its class's ``__call__`` (a ``staticmethod``): an
-eager call goes straight into jit's C++ dispatch, with no Python step before it. The jit's
-trace picks the config (exactly as a trace inside the user's ``jax.jit`` does), and
+``jax.jit`` per kernel (:class:`EagerCalls`), installed as the ``__call__`` (a
+``staticmethod``) of a class made for that kernel alone: an eager call goes straight into
+jit's C++ dispatch, with no Python step before it. Any other kernel takes a Python step
+first (its own checks), then :meth:`EagerCalls.call`, which renews the jit when a variable
+that decides the config changed since it was made. The jit's trace picks the config
+(exactly as a trace inside the user's ``jax.jit`` does), and
 everything else that decides the config reaches jit's cache key through JAX user contexts:
 ``with TuningResult`` scopes (their own context), :func:`jaxtune._core.settings.override`
 blocks (:data:`_OVERRIDDEN`) and explicit re-tuning (:data:`_GENERATION`). A change of the
@@ -36,6 +39,7 @@ from . import result as _result
 from .store import cache as _cache
 
 __all__ = [
+    "EagerCalls",
     "bump_generation",
     "caches_changed",
     "eager_jit",
@@ -56,15 +60,15 @@ def bump_generation() -> None:
 
 
 class _Renewable(Protocol):
-    def renew_eager(self) -> None: ...
+    def renew(self) -> None: ...
 
 
 _OWNERS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def renew_on_cache_change(owner: _Renewable) -> None:
-    """Registers ``owner``, whose ``renew_eager()`` replaces its eager jit (and so forgets
-    its traces) whenever :func:`caches_changed` is called."""
+    """Registers ``owner``, whose ``renew()`` replaces its eager jit (and so forgets its
+    traces) whenever :func:`caches_changed` is called."""
     _OWNERS.add(owner)
 
 
@@ -74,7 +78,7 @@ def caches_changed() -> None:
     Functions the caller jitted keep their traces until they re-trace for their own
     reasons: a sweep at trace time must not make the step it runs in compile twice."""
     for owner in list(_OWNERS):
-        owner.renew_eager()
+        owner.renew()
 
 
 #: JAX's traces of differentiation: ``jax.jvp`` (JVPTrace) and ``jax.grad``/``jax.vjp``
@@ -122,3 +126,50 @@ def eager_jit(
     for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
         setattr(through, attr, getattr(fn, attr, getattr(through, attr)))
     return jax.jit(through, static_argnames=tuple(static_argnames), inline=True)
+
+
+class EagerCalls:
+    """One kernel's eager calls: ``jax.jit`` of ``call`` (the kernel's call inside a trace,
+    which chooses the config), renewed whenever the caches change (:func:`caches_changed`).
+
+    ``fast``: ``kernel`` is called straight through the jit. Its class becomes a subclass
+    made for it alone, whose ``__call__`` is the jit (a ``staticmethod``, so jit's C++
+    dispatch is the whole eager call); renewing the jit replaces that ``__call__``.
+    Otherwise the kernel's own ``__call__`` runs first and ends in :meth:`call`.
+    """
+
+    __slots__ = ("__weakref__", "_call", "_cls", "_fn", "_static", "deciding", "jit")
+
+    def __init__(
+        self,
+        kernel: Any,
+        fn: Callable[..., Any],
+        call: Callable[..., Any],
+        static_argnames: Iterable[str],
+        *,
+        fast: bool,
+    ) -> None:
+        self._fn, self._call, self._static = fn, call, tuple(static_argnames)
+        self._cls: type | None = None
+        if fast:
+            base = type(kernel)
+            kernel.__class__ = self._cls = type(base.__name__, (base,), {"__slots__": ()})
+        self.renew()
+        renew_on_cache_change(self)
+
+    def renew(self) -> None:
+        """Replaces the jit with a fresh one (no traces), after a cache or a variable that
+        decides the config changed."""
+        #: The jit of the kernel's eager calls.
+        self.jit = eager_jit(self._fn, self._call, self._static)
+        #: The variables that decide the config, as they were when the jit was made.
+        self.deciding = _config.fingerprint(_config.DECIDING)
+        if self._cls is not None:  # the kernel's own class: jit's C++ dispatch
+            self._cls.__call__ = staticmethod(self.jit)  # type: ignore[method-assign]
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """An eager call, after the kernel's own checks: through the jit, renewed first
+        when a variable that decides the config changed."""
+        if _config.fingerprint(_config.DECIDING) != self.deciding:
+            self.renew()
+        return self.jit(*args, **kwargs)

@@ -1,9 +1,11 @@
 """Lookup order for a config: explicit -> scope -> cross-host agreement -> user cache ->
-shared store (read through into the user cache) -> packaged -> nearest (opt-in) -> default.
+shared store (read through into the user cache) -> packaged -> (tune mode) sweep ->
+nearest (opt-in) -> default, or a miss that ``JAXTUNE_ON_MISS`` warns about or refuses.
 
-The agreement (``jaxtune._distributed``) wraps everything after the scopes: with
-``jax.distributed`` initialised, process 0 runs the rest of the order and the others adopt
-its answer.
+:func:`choose` holds the whole order after the explicit keywords (which the kernel's call
+sees first), in one function. The agreement (``jaxtune._distributed``) wraps everything
+after the scopes: with ``jax.distributed`` initialised, process 0 runs the rest of the order
+and the others adopt its answer.
 
 Every stored config is checked against the call's pruned space (:class:`Fit`) before it is
 used: an exact entry whose config is not in it is skipped with one warning, and the nearest
@@ -20,24 +22,35 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
-from typing import Any
+import threading
+import warnings
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import jax
 
 from .._core import settings as _config
 from .._core import versions as _versions
-from .._core.errors import warn_once
+from .._core.errors import JaxtuneWarning, MissError, TuningFailedError, warn_once
 from .._core.vocabulary import Choice, Entry, Measurement, Source, config_id
 from .._distributed import agree as _agree
+from . import sweep_task as _sweep_task
 from .digest import KernelCode
 from .result import active_scopes
+from .signature import Signature
 from .store import cache as _cache
 from .store import shared as _shared
+from .sweep.plan import SweepOutcome, SweepTask
+from .sweep.runner import default_runner
+from .sweep.shard import SweepSharing
 
 __all__ = [
     "Fit",
+    "Misses",
+    "Tunable",
     "cached_entry",
+    "choose",
+    "current_entry",
     "device_kind",
     "entry_staleness",
     "nearest",
@@ -349,6 +362,189 @@ def nearest(
         if fit.holds(entry.config):
             best = (d, entry)
     return None if best is None else best[1]
+
+
+_MSG_MISS = (
+    "jaxtune has no tuned config for {kernel} with key {key} on {kind} (no scope, cache, "
+    "packaged or nearest entry), and JAXTUNE_ON_MISS says a miss is not to pass silently. "
+    "Tune it: run the program once with `jaxtune tune -- python your_program.py` (or "
+    "JAXTUNE_MODE=tune), or call jaxtune.tune(step, *args) ahead of time; ship the cache "
+    "with `jaxtune cache export`. JAXTUNE_ON_MISS=default runs the default config instead."
+)
+
+
+class Misses:
+    """What ``JAXTUNE_ON_MISS`` says a traced call of one kernel with no tuned config does:
+    nothing (``default``), one warning per device kind and key (``warn``), or
+    :class:`~jaxtune.MissError` (``error``)."""
+
+    def __init__(self) -> None:
+        self._warned: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def missed(self, kernel: str, kind: str, key: str, on_miss: str) -> None:
+        """Acts on a miss of ``kernel`` for ``key`` on ``kind``.
+
+        Raises:
+            MissError: ``on_miss`` is ``error``.
+        """
+        if on_miss == "default":
+            return
+        text = _MSG_MISS.format(kernel=kernel, key=key or "(no arguments)", kind=kind)
+        if on_miss == "error":
+            raise MissError(text)
+        with self._lock:
+            if (kind, key) in self._warned:
+                return
+            self._warned.add((kind, key))
+        # The caller's frame: missed <- the order <- choose <- the kernel's lookup <- its
+        # trace <- the call.
+        warnings.warn(text, JaxtuneWarning, stacklevel=6)
+
+
+class Tunable(_sweep_task.Sweepable, Protocol):
+    """What the lookup order asks of a kernel: its sweeps' options (the base protocol),
+    whether it may borrow the nearest shape's config, its miss warnings, and its pruned
+    space and default per call."""
+
+    nearest: bool
+    misses: Misses
+
+    def space_and_default(self, sig: Signature) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The pruned space and the default config for a bound call."""
+        ...
+
+
+def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
+    """The config of ``kernel`` for a bound call, after explicit keywords: the lookup order,
+    in one place.
+
+    ``sweep``: the call is being traced, so tune mode may sweep on a miss (and retune mode
+    on a hit), a miss is what ``JAXTUNE_ON_MISS`` says, and a ``jax.distributed`` job
+    agrees on the answer; without it (``config_for``) the order never sweeps, answers with
+    the agreed config once there is one, and a miss is silent.
+
+    1. the innermost ``with TuningResult`` scope that has a usable entry (retune mode
+       skips it for a key this process has not swept yet);
+    2. cross-host agreement: process 0 runs steps 3 to 7 and the others adopt its answer;
+    3. the user cache, then the shared store read through into it, then the packaged
+       caches (:func:`cached_entry`): a usable entry, unless tune mode would replace it
+       (stale, tuned for the forward pass of a differentiated call) or retune mode has
+       not swept this key yet;
+    4. in tune and retune mode, a sweep, whose entry the caches keep; if every config
+       fails, one warning, and a stale entry passed over in step 3 beats the default;
+    5. the nearest tuned shape's config (``nearest=True`` or ``JAXTUNE_NEAREST=1``);
+    6. a miss: what ``JAXTUNE_ON_MISS`` says (only for a traced call that does not sweep);
+    7. the default config.
+
+    ``JAXTUNE_MODE=off`` skips every cache (steps 3 and 5) and never sweeps.
+
+    Raises:
+        MissError: step 6, with ``JAXTUNE_ON_MISS=error``.
+    """
+    kind = device_kind()
+    space, default = kernel.space_and_default(sig)
+
+    # 1. Scope. config_for never sweeps, so it answers what the scopes and caches hold
+    # even in retune mode.
+    if not (sweep and kernel.retunes.pending(kind, sig.key, kernel.timing)):
+        fit = Fit(kernel.kernel_id, kernel.version, [*space, default], code=kernel.code)
+        scoped = scoped_entry(kernel.kernel_id, kind, sig.key, fit)
+        if scoped is not None:
+            return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
+
+    def rest(measure: Callable[[SweepTask], SweepOutcome] | None) -> Choice:
+        """Steps 3 to 7, sweeping through ``measure`` (``None``: never)."""
+        settings = _config.settings()
+        use_caches = settings.mode != "off"
+        sweeping = measure is not None and settings.mode in ("tune", "retune")
+        # A sweep allowed now replaces a stale entry (another toolchain, new configs).
+        fit = Fit(
+            kernel.kernel_id,
+            kernel.version,
+            [*space, default],
+            code=kernel.code,
+            swept=space,
+            refresh=sweeping,
+        )
+        # 3. User cache, shared store, packaged caches.
+        retuning = measure is not None and kernel.retunes.pending(kind, sig.key, kernel.timing)
+        if use_caches and not retuning:
+            found = cached_entry(kernel.kernel_id, kind, sig.key, fit)
+            if found is not None and not (
+                sweeping and _sweep_task.wrong_pass(kernel.timing, found[0])
+            ):
+                entry, source = found
+                return Choice(
+                    config=dict(entry.config),
+                    source=source,
+                    key=sig.key,
+                    entry=entry,
+                    stale=fit.last_stale,
+                )
+        # 4. Sweep (tune and retune mode).
+        if sweeping:
+            try:
+                entry = _sweep_task.run(kernel, sig, space, default, kind, measure=measure)
+            except TuningFailedError as e:
+                # The caller's frame: the order <- choose <- the kernel's lookup <- its
+                # trace <- the call.
+                warnings.warn(
+                    f"jaxtune could not tune {kernel.kernel_id} for {sig.key}; falling back. {e}",
+                    JaxtuneWarning,
+                    stacklevel=5,
+                )
+                if fit.stale_hit is not None:  # the stale entry beats the default
+                    old, layer, why = fit.stale_hit
+                    return Choice(
+                        config=dict(old.config),
+                        source="packaged" if layer == "packaged" else "cache",
+                        key=sig.key,
+                        entry=old,
+                        stale=why,
+                    )
+            else:
+                return Choice(config=dict(entry.config), source="cache", key=sig.key, entry=entry)
+        # 5. Nearest tuned shape (opt-in).
+        if use_caches and (kernel.nearest or settings.nearest):
+            near = nearest(kernel.kernel_id, kind, fit, sig.shapes, sig.statics)
+            if near is not None:
+                return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
+        # 6. Miss.
+        if measure is not None and use_caches and not sweeping:
+            kernel.misses.missed(kernel.kernel_id, kind, sig.key, settings.on_miss)
+        # 7. Default.
+        return Choice(config=default, source="default", key=sig.key)
+
+    # 2. Agreement.
+    if not sweep:  # config_for: the agreed config once there is one, else this process's
+        agreed = _agree.decided(kernel.kernel_id, kernel.version, sig.key, kind)
+        return agreed or rest(None)
+    runner = default_runner()
+    if _agree.store() is None:  # one process: nothing to agree on
+        return rest(runner.sweep)
+    question = _agree.Question(
+        kernel=kernel.kernel_id,
+        key=sig.key,
+        version=kernel.version,
+        device_kind=kind,
+        decide=rest,
+        task=lambda: _sweep_task.task(kernel, sig, space, default),
+        sharing=SweepSharing(runner),
+    )
+    return _agree.agree(question)
+
+
+def current_entry(kernel: Tunable, sig: Signature) -> Entry | None:
+    """The entry of the user or a packaged cache that a call of ``kernel`` bound as ``sig``
+    would use and a sweep now would keep: for this kernel version, in the space, and timed
+    for the pass a sweep would time now; ``None`` otherwise."""
+    space, default = kernel.space_and_default(sig)
+    fit = Fit(kernel.kernel_id, kernel.version, [*space, default], code=kernel.code)
+    found = cached_entry(kernel.kernel_id, device_kind(), sig.key, fit)
+    if found is None or _sweep_task.wrong_pass(kernel.timing, found[0]):
+        return None
+    return found[0]
 
 
 def _toolchain_text(recorded: Mapping[str, str | None]) -> str:

@@ -1,21 +1,31 @@
 """The options of ``@autotuned`` checked when a kernel is decorated, so a mistake is an
-error at import time rather than at the first sweep."""
+error at import time rather than at the first sweep, and the timing presets that
+``effort=`` names (:data:`EFFORTS`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .._core.errors import ConfigSpaceError
 from .._core.setting_values import MAX_SECONDS
+from .sweep import timing as _timing
+from .sweep.timing import TimingOptions
 
 __all__ = [
+    "EFFORTS",
+    "TIMINGS",
+    "timing_options",
     "validate_callable",
     "validate_check",
+    "validate_effort",
     "validate_nearest",
     "validate_static_argnames",
     "validate_timeout",
+    "validate_timer",
+    "validate_timing",
 ]
 
 
@@ -133,3 +143,58 @@ def validate_nearest(nearest: Any) -> bool:
             "use the nearest tuned shape's config (one prune accepts for it)."
         )
     return nearest
+
+
+#: ``effort=`` presets of ``@autotuned``: how long a sweep's first pass samples each config
+#: and how long its interleaved rounds may go on (the fields of
+#: :class:`~jaxtune._tuning.sweep.timing.TimingOptions` that differ from ``"full"``, the
+#: default, which is the sweeps' timing as it is). ``"quick"`` stops the rounds at 1 s
+#: instead of 5 s (faster sweeps that end undecided between close configs more often);
+#: ``"thorough"`` samples longer and lets the rounds run for up to 20 s, for a busy machine
+#: whose rounds end undecided at ``"full"``. The decision rule is the same at every effort.
+EFFORTS: dict[str, dict[str, Any]] = {
+    "quick": {
+        "min_time_s": 0.001,
+        "min_samples": 3,
+        "max_samples": 50,
+        "max_rounds": 40,
+        "max_rounds_s": 1.0,
+        "round_floor_us": 1000.0,
+        "round_max_samples": 16,
+    },
+    "full": {},
+    "thorough": {
+        "min_time_s": 0.01,
+        "min_samples": 10,
+        "max_samples": 500,
+        "rounds": 10,
+        "max_rounds": 800,
+        "max_rounds_s": 20.0,
+        "round_floor_us": 5000.0,
+        "round_max_samples": 64,
+        "second_look_rounds": 3,
+    },
+}
+
+
+def validate_effort(effort: Any) -> str:
+    """``effort=``: one of :data:`EFFORTS`.
+
+    Raises:
+        ConfigSpaceError: anything else.
+    """
+    if not isinstance(effort, str) or effort not in EFFORTS:
+        raise ConfigSpaceError(
+            f"effort must be one of {', '.join(map(repr, EFFORTS))}: {effort!r}. 'full' (the "
+            "default) times until the rounds decide or 5 s pass, 'quick' stops them at 1 s, "
+            "'thorough' at 20 s (for busy machines)."
+        )
+    return effort
+
+
+def timing_options(effort: str) -> TimingOptions:
+    """The timing options of a sweep at ``effort`` (one of :data:`EFFORTS`): the sweeps'
+    defaults with the preset's fields replaced."""
+    changed = EFFORTS[effort]
+    # The defaults are read now, not at import: a test may shorten every sweep's timing.
+    return dataclasses.replace(_timing.DEFAULT, **changed) if changed else _timing.DEFAULT

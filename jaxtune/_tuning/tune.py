@@ -10,9 +10,10 @@ from .._core import settings as _config
 from .._core.errors import JaxtuneWarning
 from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
-from .autotuned import differentiated_calls, retrace_jitted_functions
+from .autotuned import retrace_jitted_functions
 from .result import TuningResult
 from .sweep.runner import prestart_child
+from .sweep_task import differentiated_calls
 
 if TYPE_CHECKING:
     import jax

@@ -1,0 +1,86 @@
+"""What a profile asks of an autotuned kernel.
+
+Each call of a kernel runs under a marker (:func:`mark_call`) that names the kernel in the
+program and maps back, in this process, to the call: its key, config and abstract
+arguments, with the kernel as the mark's ``owner``. A capture (``jaxtune._profiling``) reads
+the markers from its trace and asks the owner for the call's ``flops``/``bytes`` hints
+(:func:`cost_hint`), the recorded call that ``jaxtune tune --from-profile`` replays
+(:func:`recorded_call`), and the speedup its config was tuned for (:func:`tuned_speedup`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from .._core.vocabulary import Choice
+from .._program import markers as _markers
+from . import record as _record
+from .signature import Signature
+from .store import cache as _cache
+
+__all__ = ["Profiled", "cost_hint", "mark_call", "recorded_call", "tuned_speedup"]
+
+
+class Profiled(Protocol):
+    """What a profile asks of a kernel: its id and version, and its cost hints."""
+
+    kernel_id: str
+    version: str
+    flops: float | Callable[..., float] | None
+    bytes: float | Callable[..., float] | None
+
+
+def mark_call(
+    kernel: Profiled, sig: Signature, choice: Choice, *, differentiated: bool = False
+) -> str:
+    """The scope name a call of ``kernel`` runs under (see :mod:`jaxtune._program.markers`)."""
+    args, kwargs = sig.call_arguments(abstract=True)
+    return _markers.mark(
+        _markers.Mark(
+            kernel=kernel.kernel_id,
+            key=sig.key,
+            config=dict(choice.config),
+            source=choice.source,
+            args=args,
+            kwargs=kwargs,
+            owner=kernel,
+            differentiated=differentiated,
+        )
+    )
+
+
+def cost_hint(kernel: Profiled, sig: Signature) -> dict[str, float] | None:
+    """The ``flops=`` / ``bytes=`` hints evaluated for a bound call, or ``None`` when the
+    decorator gave none."""
+    if kernel.flops is None and kernel.bytes is None:
+        return None
+    a, k = sig.call_arguments(abstract=True)
+    out: dict[str, float] = {}
+    for label, hint in (("flops", kernel.flops), ("bytes", kernel.bytes)):
+        if hint is not None:
+            out[label] = float(hint(*a, **k) if callable(hint) else hint)
+    return out
+
+
+def recorded_call(mark: Any) -> dict[str, Any]:
+    """The recorded call behind a marker (what ``jaxtune tune --from-profile`` replays),
+    for a profile's sidecar."""
+    return _record.frame_for_mark(mark)
+
+
+def tuned_speedup(
+    kernel: Profiled, key: str, config: Mapping[str, Any], device_kind: str
+) -> float | None:
+    """The speedup over the default that the user cache measured for ``key`` on
+    ``device_kind``, when its entry stored ``config`` (``None`` otherwise: a default, an
+    entry of another config, or a cache that cannot say)."""
+    try:
+        entry = _cache.user_cache().lookup(
+            kernel.kernel_id, device_kind, key, version=kernel.version
+        )
+    except Exception:  # a damaged or changed cache: the figure is only a hint
+        return None
+    if entry is None or dict(entry.config) != dict(config):
+        return None
+    return float(entry.speedup) if entry.speedup else None
