@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from .._core.errors import CacheError
 from .._core.vocabulary import Choice
 from .._program import markers as _markers
 from . import record as _record
@@ -79,7 +80,7 @@ def tuned_speedup(
         entry = _cache.user_cache().lookup(
             kernel.kernel_id, device_kind, key, version=kernel.version
         )
-    except Exception:  # a damaged or changed cache: the figure is only a hint
+    except (CacheError, OSError):  # a damaged or unreadable cache: the figure is a hint
         return None
     if entry is None or dict(entry.config) != dict(config):
         return None
