@@ -150,7 +150,7 @@ def rowsum_grad_step(x):
     return jax.grad(rowsum_loss)(x)
 
 
-# -- a training step the way model code writes one (issue 31) -----------------------------
+# -- a training step the way model code writes one (docs/profiling.md, "Attribution") ------
 
 ATTN_SEQ, ATTN_MODEL, ATTN_HEADS = 128, 64, 2
 

@@ -1,6 +1,9 @@
-"""Shape buckets (issue 33, point 4): shapes of one bucket share one entry, tuned once at the
-bucket's representative shape whatever shape comes first; the key shows the bucket; a config
-the actual shape's prune rejects is never used."""
+"""Shape buckets: shapes of one bucket share one entry, tuned once at the bucket's
+representative shape whatever shape comes first; the key shows the bucket; a config the
+actual shape's prune rejects is never used.
+
+Covers docs/autotuned.md, "Shape buckets", and docs/teams.md, "Shapes a server has never
+seen"."""
 
 from __future__ import annotations
 

@@ -1,3 +1,10 @@
+"""The cache's layout and its guarantees: one file per device kind and kernel, entries that
+record their schema and versions, a truncated or future-schema file handled politely,
+read-only and registered layers, and concurrent writers that lose nothing.
+
+Covers docs/cache.md, "The cache".
+"""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,8 @@
-"""`jaxtune cache check -- python serve.py` (issue 33, point 3): records a program's kernel
-calls and exits 1 listing misses and stale entries, 0 when every call has a current entry."""
+"""`jaxtune cache check -- python serve.py`: records a program's kernel calls and exits 1
+listing misses and stale entries, 0 when every call has a current entry.
+
+Covers docs/teams.md, "CI that fails on untuned or stale kernels", and docs/cache.md,
+"jaxtune cache"."""
 
 from __future__ import annotations
 

@@ -1,3 +1,10 @@
+"""`jaxtune cache`: path, list (stale entries marked), show, export/import/merge, prune and
+clear, each without importing JAX, and what export refuses, takes and reports.
+
+Covers docs/cache.md, "jaxtune cache" and "JSON output", and "Packaged caches" (the
+layout ``export --dir`` writes).
+"""
+
 from __future__ import annotations
 
 import json
@@ -171,7 +178,7 @@ def test_every_cache_action_runs_without_importing_jax(tmp_path):
     assert _cache.user_cache().all_entries() == []  # the driver really ran every action
 
 
-# -- export and import: what they refuse, take and report (issue 33) -------------------------
+# -- export and import: what they refuse, take and report (docs/cache.md, "Packaged caches") -
 
 
 def test_export_refuses_an_unknown_kernel_naming_the_known_ones(incli, tmp_path):

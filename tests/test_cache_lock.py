@@ -133,8 +133,9 @@ READER = textwrap.dedent(
 
 @pytest.mark.child
 def test_a_cached_read_of_a_corrupt_file_does_not_wait_for_the_lock(hold, monkeypatch):
-    """Issue 30: a cached-mode call waited JAXTUNE_LOCK_TIMEOUT (twice) for a lock another
-    process held, only to move a corrupt file aside; a healthy file's read takes no lock."""
+    """A cached-mode call does not wait JAXTUNE_LOCK_TIMEOUT for a lock another process
+    holds just to move a corrupt file aside (it is left for the next write); a healthy
+    file's read takes no lock (docs/cache.md, "The cache")."""
     monkeypatch.setenv("JAXTUNE_MODE", "cached")
     monkeypatch.setenv("JAXTUNE_LOCK_TIMEOUT", "3600")
     path = _cache.user_cache().path_for(jax.devices()[0].device_kind, "tests.corrupt_read")

@@ -1,6 +1,7 @@
-"""Packaged caches a kernel library ships (issue 33): ``register_cache`` never fails the
-library's import, reads a file only when a lookup reaches it, and ``jaxtune cache list`` /
-``show`` show what the library ships, with the file it came from."""
+"""Packaged caches a kernel library ships (docs/cache.md, "Packaged caches"; docs/teams.md,
+"Shipping configs with a library"): ``register_cache`` never fails the library's import, reads a
+file only when a lookup reaches it, and ``jaxtune cache list`` / ``show`` show what the library
+ships, with the file it came from."""
 
 from __future__ import annotations
 

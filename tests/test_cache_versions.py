@@ -1,5 +1,6 @@
 """Entries of different kernel versions (``version=``) coexist in one cache: no write, keep,
-import, merge or export of one version removes another's (issue 33)."""
+import, merge or export of one version removes another's (docs/cache.md, "The cache": kernel
+versions coexist)."""
 
 from __future__ import annotations
 

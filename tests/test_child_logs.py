@@ -133,8 +133,9 @@ def run(tmp_path: pathlib.Path, script: str) -> subprocess.CompletedProcess[str]
 @pytest.mark.child
 @pytest.mark.parametrize("how", ["symlink", "open"])
 def test_runs_with_a_spoiled_log_folder_leave_only_the_shared_crash_logs(tmp_path, how):
-    """Issue 30: each run used a new private folder of its own and left it, crash logs
-    and all, in $TMPDIR, where no later run ever cleaned it."""
+    """Runs with a spoiled shared log folder share one private folder instead of each
+    leaving a new one, crash logs and all, in $TMPDIR, where no later run would clean it
+    (docs/isolation.md, "Logs and descriptors")."""
     landing = spoil(tmp_path, how)
     runs = [run(tmp_path, CRASHING_RUN) for _ in range(2)]
     assert [proc.returncode for proc in runs] == [0, 0], [proc.stderr for proc in runs]

@@ -1,6 +1,7 @@
 """Entries record a digest of the kernel's code; an entry tuned for other code is stale
-(issue 33, point 1): a miss at lookup, marked in `cache list`, dropped by `prune --stale`.
-Comments, blank lines, formatting and docstrings do not change the digest."""
+(docs/cache.md, "Stale entries: the kernel's code changed"): a miss at lookup, marked in `cache
+list`, dropped by `prune --stale`. Comments, blank lines, formatting and docstrings do not
+change the digest."""
 
 from __future__ import annotations
 

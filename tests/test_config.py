@@ -1,3 +1,10 @@
+"""Settings read from ``JAXTUNE_*`` variables: good and bad values (the error names the
+variable, the value and what is allowed), defaults, directories, and overrides in code.
+
+Covers docs/settings.md, "Settings" (the table of variables) and "Overriding settings in
+code and tests".
+"""
+
 from __future__ import annotations
 
 import pathlib

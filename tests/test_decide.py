@@ -388,9 +388,10 @@ def test_a_slow_kernels_rounds_have_time_to_show_a_config_slower_after_a_second_
 
 @pytest.mark.parametrize("ratio", [1.4, 1.7])
 def test_a_config_clearly_behind_leaves_the_rounds_after_two(ratio):
-    """Issue 32: a config whose fastest round is over 1.5x (``drop_ratio``) another's
-    slowest stops being timed after ``behind_after_rounds`` (3) when its rounds are long
-    (``rounds_above_s``); one nearer keeps racing until the rounds settle it."""
+    """docs/search.md, "Calls where the decision needs them": a config whose fastest round is
+    over 1.5x (``drop_ratio``) another's slowest stops being timed after ``behind_after_rounds``
+    (3) when its rounds are long (``rounds_above_s``); one nearer keeps racing until the rounds
+    settle it."""
     truth = {"a": 1e5, "b": 1e5 * ratio, "c": 1e6}
     configs = [{"k": k} for k in "abc"]
     got = _rounds.interleaved(

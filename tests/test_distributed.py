@@ -1,5 +1,8 @@
 """Multi-host agreement with real ``jax.distributed`` jobs of 2 and 4 local CPU processes
-(coordinator on 127.0.0.1), and the protocol itself with threads over an in-memory store."""
+(coordinator on 127.0.0.1), and the protocol itself with threads over an in-memory store.
+
+Covers docs/distributed.md, "How it works", "Settings" and "When agreement fails:
+jaxtune.AgreementError"."""
 
 from __future__ import annotations
 

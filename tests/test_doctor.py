@@ -1,3 +1,9 @@
+"""`jaxtune doctor`: a healthy CPU report with a stable JSON schema, the version rules,
+libtpu flags, and a cache directory that cannot be used, named by its variable.
+
+Covers docs/doctor.md, "What it checks", "Exit status" and "JSON schema (version 1)".
+"""
+
 from __future__ import annotations
 
 import json
@@ -149,8 +155,9 @@ def test_cache_dir_below_a_file(tmp_path, monkeypatch):
 
 
 def test_cache_dir_that_is_a_file_names_the_variable_in_both_forms(tmp_path, monkeypatch):
-    """Issue 30: the problem said "the cache directory F is not writable: [Errno 17] File
-    exists" and never named JAXTUNE_CACHE_DIR, which is what the user must change."""
+    """The problem names JAXTUNE_CACHE_DIR, what the user must change, not only "the cache
+    directory F is not writable: [Errno 17] File exists" (docs/doctor.md, "What it
+    checks")."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(blocker))

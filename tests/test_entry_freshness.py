@@ -1,7 +1,8 @@
-"""Stale entries (issue 33 point 0): an entry tuned with another JAX/jaxlib/libtpu, or whose
-space now holds configs its sweep never measured, is re-tuned in tune mode and used with one
-warning in cached mode while its config is in the space; an entry whose config keys are not
-the space's is ignored with one warning, in any mode."""
+"""Stale entries (docs/cache.md, "Stale entries: another toolchain, a grown space, renamed
+keys"): an entry tuned with another JAX/jaxlib/libtpu, or whose space now holds configs its
+sweep never measured, is re-tuned in tune mode and used with one warning in cached mode while
+its config is in the space; an entry whose config keys are not the space's is ignored with one
+warning, in any mode."""
 
 from __future__ import annotations
 

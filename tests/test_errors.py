@@ -1,4 +1,5 @@
-"""Messages built from exceptions never end in an empty reason."""
+"""Messages built from exceptions never end in an empty reason (docs/errors.md, "Errors and
+warnings": a message says what arrived and what to do)."""
 
 from jaxtune._core.errors import describe
 

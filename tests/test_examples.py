@@ -1,3 +1,9 @@
+"""The bundled example kernels are correct for every config and tune.
+
+Covers docs/examples.md, "A pure-JAX tunable: jaxtune.examples.chunked" and "A Pallas
+kernel: jaxtune.examples.pallas_matmul".
+"""
+
 from __future__ import annotations
 
 import jax

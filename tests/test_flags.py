@@ -1,3 +1,10 @@
+"""`jaxtune.flags`: parsing and merging XLA_FLAGS / LIBTPU_INIT_ARGS tokens (legacy names
+rewritten), the profiling flags per platform, and a child's environment built without
+touching this process's.
+
+Covers docs/flags.md (the page's example and "Reference").
+"""
+
 from __future__ import annotations
 
 import pytest

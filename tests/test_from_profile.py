@@ -1,4 +1,7 @@
-"""`jaxtune tune --from-profile DIR`: tune the autotuned kernels a profile says matter."""
+"""`jaxtune tune --from-profile DIR`: tune the autotuned kernels a profile says matter.
+
+Covers docs/reports.md, "Tune what the profile says matters: jaxtune tune --from-profile
+DIR"."""
 
 from __future__ import annotations
 
@@ -98,7 +101,7 @@ def _recorded_profile(root, source):
 
 @pytest.mark.parametrize("source", ["cache", "packaged", "scope", "default"])
 def test_an_empty_cache_tunes_whatever_the_recording_says(tmp_path, monkeypatch, capsys, source):
-    """Issue 23: a profile captured with configs tuned elsewhere (the recorded source a cache
+    """A profile captured with configs tuned elsewhere (the recorded source a cache
     hit) still tunes into a cache that lacks them; one that has them skips them."""
     _recorded_profile(tmp_path / "p", source)
     swept = []

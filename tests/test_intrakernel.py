@@ -1,7 +1,8 @@
-"""Inside a TPU kernel (issue 24): the lines custom-call tracing adds, read per kernel, on
-TPU-shaped traces written as text protos with XProf's plane, line and stat names, their
-lines starting at epoch-scale timestamps as real traces' do (issue 31); event drops said at
-the top of the report with the flag change."""
+"""Inside a TPU kernel (docs/profiling.md, "Inside a TPU kernel: custom-call tracing" and "Event
+drops"): the lines custom-call tracing adds, read per kernel, on TPU-shaped traces written as
+text protos with XProf's plane, line and stat names, their lines starting at epoch-scale
+timestamps as real traces' do; event drops said at the top of the report with the flag
+change."""
 
 from __future__ import annotations
 

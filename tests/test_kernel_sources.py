@@ -1,7 +1,8 @@
-"""Issue 31: a kernel's source is its own ``pallas_call`` line, and its call site the line
-of the program that called into the kernel's code, also under autodiff, where JAX traces a
-``custom_vjp``'s rules under the traceback of the ``custom_vjp`` function's call (for JAX's
-flash attention, one ``return`` line of its wrapper for all three kernels)."""
+"""docs/profiling.md, "Attribution" (where a kernel is called): a kernel's source is its own
+``pallas_call`` line, and its call site the line of the program that called into the kernel's
+code, also under autodiff, where JAX traces a ``custom_vjp``'s rules under the traceback of the
+``custom_vjp`` function's call (for JAX's flash attention, one ``return`` line of its wrapper
+for all three kernels)."""
 
 from __future__ import annotations
 

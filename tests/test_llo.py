@@ -1,5 +1,6 @@
-"""``jaxtune report --llo`` (issue 24): xprof's embedded LLO analysis where it can run, and
-one line saying why and what to do where it cannot."""
+"""``jaxtune report --llo`` (docs/profiling.md, "LLO analysis: modelled per-kernel figures"):
+xprof's embedded LLO analysis where it can run, and one line saying why and what to do where it
+cannot."""
 
 from __future__ import annotations
 

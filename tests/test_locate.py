@@ -1,3 +1,11 @@
+"""`jaxtune.locate` and `jaxtune.tune(fn, ...)`: every kernel of a program found (TPU kernels
+lowered on CPU, interpret-mode and autotuned kernels through transformations, shard_map),
+from a function, a traced or a lowered program, and tuned by one call.
+
+Covers docs/whole-model.md, "jaxtune.locate", "A traced or lowered program" and
+"jaxtune.tune(fn, *args, **kwargs)".
+"""
+
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,5 @@
-"""The lookup never hands a kernel a config that cannot run it (issue 22).
+"""The lookup never hands a kernel a config that cannot run it (docs/autotuned.md, "Lookup
+order").
 
 Nearest-shape fallback is opt-in and takes only a config of the new shape's pruned space; a
 cached config outside the kernel's current space is skipped with one warning; a static

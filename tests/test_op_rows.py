@@ -1,7 +1,8 @@
-"""Issue 31: an XLA-op row is one HLO instruction of one program, its calls are its events,
-its name stack is a column, and grouping by scope is a view of its own (``Profile.scopes``);
-instructions XLA added without metadata go to the kernel their values go to (a copy of a
-kernel loop's initial value, a copy in the loop's body), never to a plain XLA row.
+"""docs/profiling.md, "Attribution" (one row per XLA instruction; kernel internals are the
+kernel's): an XLA-op row is one HLO instruction of one program, its calls are its events, its
+name stack is a column, and grouping by scope is a view of its own (``Profile.scopes``);
+instructions XLA added without metadata go to the kernel their values go to (a copy of a kernel
+loop's initial value, a copy in the loop's body), never to a plain XLA row.
 
 The traces are built by hand (:mod:`hlo_protos`), CPU- and TPU-shaped, at epoch scale; a
 real capture of a training step with JAX's flash attention is in

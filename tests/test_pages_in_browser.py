@@ -1,7 +1,7 @@
-"""Both HTML pages laid out by headless Chromium in a 1400 px window (issue 31): nothing
-wider than its box or the window, sorted as they say, the stored config and the pass timed
-shown. Skipped, saying why, where Chromium is not installed (``apt-get install -y
-chromium``; ``.ci/run`` installs it)."""
+"""Both HTML pages laid out by headless Chromium in a 1400 px window (docs/reports.md, "The
+browser check"): nothing wider than its box or the window, sorted as they say, the stored config
+and the pass timed shown. Skipped, saying why, where Chromium is not installed (``apt-get
+install -y chromium``; ``.ci/run`` installs it)."""
 
 from __future__ import annotations
 

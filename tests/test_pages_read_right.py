@@ -1,6 +1,7 @@
-"""Issue 31, point 9: the sweep page and the profile page say what they show and show it in
-order, and the text tables fit a terminal. ``tests/test_pages_in_browser.py`` lays both
-pages out in Chromium at 1400 px."""
+"""docs/reports.md, "A profile: jaxtune report PATH --html OUT, Profile.to_html()", "Sweeps:
+jaxtune cache show [KERNEL] --html OUT, TuningResult.to_html()" and "Text tables": the sweep
+page and the profile page say what they show and show it in order, and the text tables fit a
+terminal. ``tests/test_pages_in_browser.py`` lays both pages out in Chromium at 1400 px."""
 
 from __future__ import annotations
 

@@ -114,7 +114,8 @@ def test_closure_is_captured_in_process_with_missing_flags_named(monkeypatch):
 
 
 def test_a_capture_leaves_the_python_tracer_off(tmp_path):
-    # Issue 31: JAX's default (python_tracer_level=1) writes an event per Python call,
+    # docs/profiling.md, "Capture": JAX's default (python_tracer_level=1) writes an event
+    # per Python call,
     # hundreds of thousands on an interpret-mode step, and slows the traced calls; the
     # report reads none of them. XLA's op events (host tracer) stay.
     from jaxtune._core.xspace import xplane
@@ -310,7 +311,7 @@ planes {
 
 
 def test_every_folder_of_a_capture_gives_the_same_report(tmp_path):
-    """Issue 23: ``jaxtune profile`` writes ``<root>/<fn>-N/trace/...``; the capture's root,
+    """``jaxtune profile`` writes ``<root>/<fn>-N/trace/...``; the capture's root,
     ``<fn>-N/`` (what it prints) and ``<fn>-N/trace/`` give one report: same kernels, FLOP/s
     and iterations (the sidecar below the folder named is found)."""
     trace_dir = tmp_path / "step-1" / "trace"
@@ -330,8 +331,9 @@ def test_every_folder_of_a_capture_gives_the_same_report(tmp_path):
 
 
 def test_profile_command_that_profiles_nothing_says_so_and_fails(tmp_path, cli):
-    """Issue 30: a program with no @profiled function exited 0 under `jaxtune profile`,
-    having said "reports under DIR" and written nothing."""
+    """A program with no @profiled function makes `jaxtune profile` fail with status 3,
+    never exit 0 having said "reports under DIR" and written nothing (docs/profiling.md,
+    "jaxtune profile")."""
     script = tmp_path / "train.py"
     script.write_text('import jax.numpy as jnp\nprint("result", float(jnp.ones(4).sum()))\n')
     out = tmp_path / "out"

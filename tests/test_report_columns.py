@@ -1,6 +1,6 @@
-"""Issue 31, points 3 and 6 (display): the text table and the HTML page show each XLA op's
-name stack and program, the scope view as a section of its own, and each kernel's
-``pallas_call`` line and call site."""
+"""docs/profiling.md, "The tables", and docs/reports.md, "Text tables": the text table and the
+HTML page show each XLA op's name stack and program, the scope view as a section of its own, and
+each kernel's ``pallas_call`` line and call site."""
 
 from __future__ import annotations
 

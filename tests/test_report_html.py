@@ -1,4 +1,6 @@
-"""The profile's text tables and its HTML page (``jaxtune report [--top N] [--html OUT]``)."""
+"""The profile's text tables and its HTML page (``jaxtune report [--top N] [--html OUT]``):
+docs/reports.md, "A profile: jaxtune report PATH --html OUT, Profile.to_html()", and
+docs/profiling.md, "The tables"."""
 
 from __future__ import annotations
 

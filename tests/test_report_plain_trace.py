@@ -494,7 +494,7 @@ GENERIC = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.child  # the trace comes from a program run in a fresh process
 def test_generic_interpreter_kernels_are_named_and_counted_in_a_plain_trace(tmp_path, incli):
-    """Issue 23: ``pl.pallas_call(..., interpret=True)`` leaves no callback; two such
+    """``pl.pallas_call(..., interpret=True)`` leaves no callback; two such
     kernels in one jitted step each get a row, named after the kernel function, with
     their calls; the fori_loop beside them stays XLA ops."""
     report = incli("report", str(_traced(GENERIC, tmp_path)), "--json")

@@ -1,3 +1,10 @@
+"""`TuningResult`: lossless bytes and file round trips, an immutable mapping, merging,
+the table (the pass timed, how the winner was decided, one unit a column), scopes, and
+packing that never runs code.
+
+Covers docs/tuning-result.md, "TuningResult".
+"""
+
 from __future__ import annotations
 
 import dataclasses

@@ -32,7 +32,8 @@ def busy(n=2):
 
 @jaxtune.autotuned(configs={"reps": [20, 40, 5]}, name="tests.right_winner.reps")
 def reps_kernel(x, w, *, reps):
-    # The reproduction of issue 21: reps=40 once left the rounds early and won as a "tie".
+    # reps=40 (the slowest, 7x the fastest) once left the rounds early and won as a "tie"
+    # (docs/benchmarks.md, "The right winner, quiet and busy").
     junk = jax.lax.fori_loop(0, reps, lambda i, c: jnp.tanh(c @ w), x)
     return x * 2 + 0.0 * junk.sum()
 
@@ -63,6 +64,7 @@ def test_a_busy_machine_still_gets_the_fastest_config_from_the_default_child():
             slower = {config_id(m.config) for m in entry.measurements if m.dropped}
             assert slower == {"reps=20", "reps=40"}
             # The runner-up shown slower: its interval above 1, or (calls of 10 ms or more,
-            # issue 32) beaten in every round by over 1.5x, out before an interval exists.
+            # docs/search.md) beaten in every round by over 1.5x, out before an interval
+            # exists.
             low = entry.margin["low"]
             assert low > 1.0 if low is not None else entry.margin["ratio"] > 1.5

@@ -1,4 +1,5 @@
-"""Search strategies under a budget, and the tie rule of the sweep's winner."""
+"""Search strategies under a budget, and the tie rule of the sweep's winner
+(docs/search.md, "Strategies" and "Writing a strategy")."""
 
 from __future__ import annotations
 

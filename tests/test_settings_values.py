@@ -1,5 +1,6 @@
-"""Odd setting values: a SettingsError naming the variable, never a raw OSError,
-RuntimeError, TypeError or ValueError; a cache directory that is a file only warns."""
+"""Odd setting values (docs/settings.md, "Settings"): a SettingsError naming the variable, never
+a raw OSError, RuntimeError, TypeError or ValueError; a cache directory that is a file only
+warns."""
 
 from __future__ import annotations
 

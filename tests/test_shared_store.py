@@ -1,5 +1,6 @@
 """The shared store (JAXTUNE_REMOTE_CACHE): against a real S3-compatible server started
 here on localhost (moto's server mode, tests/s3_server.py) and on a shared directory.
+Covers docs/shared-store.md, "Setting it up", "How writes never collide" and "Limits".
 
 Processes with separate user caches share tuned configs through the store; concurrent
 publishers killed at random lose no acknowledged entry; a store that stops mid-run, or

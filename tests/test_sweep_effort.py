@@ -1,5 +1,6 @@
-"""Calls spent where the decision needs them (issue 32): a slow kernel's whole space goes
-straight into the rounds, without a first pass."""
+"""Calls spent where the decision needs them (docs/search.md, "Calls where the decision needs
+them"; docs/isolation.md, "One long-lived child"): a slow kernel's whole space goes straight
+into the rounds, without a first pass."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _fake_request():
 
 @pytest.mark.parametrize("isolation", ["process", "inline"])
 def test_jaxtune_tune_starts_the_child_before_it_looks_for_kernels(isolation, monkeypatch):
-    """Issue 32: `jaxtune.tune` starts the sweep child ahead of need in every mode (the
+    """`jaxtune.tune` starts the sweep child ahead of need in every mode (the
     kernels are found meanwhile); with inline isolation there is no child to start."""
     import jaxtune
     from jaxtune._program import locate as _locate

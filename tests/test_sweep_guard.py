@@ -1,5 +1,7 @@
-"""A sweep never times configs with custom-call tracing in effect (issue 24): the sweep's
-child runs without the flag, and says so once; a sweep in this process says it cannot."""
+"""A sweep never times configs with custom-call tracing in effect (docs/errors.md, the warning
+table's ``CustomCallTracingWarning``; docs/profiling.md, "Inside a TPU kernel: custom-call
+tracing"): the sweep's child runs without the flag, and says so once; a sweep in this process
+says it cannot."""
 
 from __future__ import annotations
 

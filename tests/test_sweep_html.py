@@ -1,4 +1,7 @@
-"""`TuningResult.to_html()` and `jaxtune cache show --html`."""
+"""`TuningResult.to_html()` and `jaxtune cache show --html`.
+
+Covers docs/reports.md, "Sweeps: jaxtune cache show [KERNEL] --html OUT,
+TuningResult.to_html()"."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The profile's timeline (issue 31, point 5): each kernel drawn only where it ran, never
-one bar across a gap; a trace with more spans than a chart can hold thinned over the
-whole run, and the page says how."""
+"""The profile's timeline (docs/reports.md, "A profile: jaxtune report PATH --html OUT,
+Profile.to_html()"): each kernel drawn only where it ran, never one bar across a gap; a trace
+with more spans than a chart can hold thinned over the whole run, and the page says how."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pass a sweep times (docs/autotuned.md, "Forward or forward and backward"):
+"""The pass a sweep times (docs/autotuned.md, "The pass timed"):
 ``timing="auto"`` times forward and backward whenever the kernel is reached from a
 differentiated program, in every flow, with ``jax.jit`` on either side of the gradient.
 

@@ -1,4 +1,5 @@
-"""End to end: `jaxtune tune -- python script.py`, then a plain run that uses the cache."""
+"""End to end: `jaxtune tune -- python script.py`, then a plain run that uses the cache
+(docs/whole-model.md, "jaxtune tune -- python train.py ...")."""
 
 from __future__ import annotations
 

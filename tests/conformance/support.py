@@ -17,7 +17,8 @@ import pytest
 import jaxtune
 from jaxtune._core.vocabulary import config_id
 
-#: How far above the truly fastest config a stored pick may be (issue 30).
+#: How far above the truly fastest config a stored pick may be (docs/conformance.md, "Real
+#: kernel libraries").
 PICK_WITHIN = 1.10
 
 

@@ -1,12 +1,12 @@
 """A real model library through every flow: a Flax NNX + optax transformer whose attention is
 JAX's flash attention as an ``@jaxtune.autotuned`` kernel (``flax_program.py``).
 
-Issue 30: a program nobody here wrote the parts of (Flax's modules and optimizer, optax's
-adam, JAX's flash-attention kernels), trained with ``jax.jit(..., donate_argnums=...)`` over
-``nnx.value_and_grad``, run the way users run it: ``jaxtune tune --``, ``JAXTUNE_MODE=tune``,
-``jaxtune.tune``, ``jaxtune profile --``, ``JAXTUNE_PROFILE=1``, ``jaxtune report`` and
-``jaxtune tune --from-profile``. What each flow must do, from DESIGN.md and
-docs/autotuned.md ("The pass timed"):
+Covers docs/conformance.md, "Real kernel libraries": a program nobody here wrote the parts of
+(Flax's modules and optimizer, optax's adam, JAX's flash-attention kernels), trained with
+``jax.jit(..., donate_argnums=...)`` over ``nnx.value_and_grad``, run the way users run it:
+``jaxtune tune --``, ``JAXTUNE_MODE=tune``, ``jaxtune.tune``, ``jaxtune profile --``,
+``JAXTUNE_PROFILE=1``, ``jaxtune report`` and ``jaxtune tune --from-profile``. What each flow
+must do, from DESIGN.md and docs/autotuned.md ("The pass timed"):
 
 - every flow that tunes stores an entry timed forward and backward (``timing == "vjp"``:
   the kernel's one config drives its backward kernels too), and its table says ``fwd+bwd``;
@@ -420,9 +420,10 @@ def test_report_reads_the_capture(work, profile_cli):
 def test_the_reports_xla_rows_are_instructions_and_kernel_internals_are_the_kernels(
     profile_cli, plain
 ):
-    """Issue 31: one XLA-op row per instruction of each program, its calls its events; the
-    copies XLA adds for the kernels' loops are the kernels'; each kernel names its own
-    pallas_call line and the program's call; no Python tracer events in the capture."""
+    """docs/profiling.md, "Attribution": one XLA-op row per instruction of each program, its
+    calls its events; the copies XLA adds for the kernels' loops are the kernels'; each kernel
+    names its own pallas_call line and the program's call; no Python tracer events in the
+    capture."""
     import collections
 
     from jaxtune._core.xspace import xplane

@@ -1,6 +1,6 @@
-"""Flax NNX state reaches jaxtune's child (issue 31, point 10; docs/isolation.md, "What
-travels"): ``jaxtune.profile`` of a step over an ``nnx.State`` captures in the child, with
-the profiling flags, instead of falling back to this process with a warning."""
+"""Flax NNX state reaches jaxtune's child (docs/isolation.md, "What travels" and "Your JAX state
+travels with every request"): ``jaxtune.profile`` of a step over an ``nnx.State`` captures in
+the child, with the profiling flags, instead of falling back to this process with a warning."""
 
 from __future__ import annotations
 

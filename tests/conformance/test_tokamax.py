@@ -141,7 +141,7 @@ def test_the_default_is_always_a_measured_candidate():
     (the heuristics config is in the autotuning data) and of
     tokamax/_src/ops/op_test.py::BoundArgumentsTest::test_autotuning_configs (the configs
     tuned are the op's configs plus its heuristics config): a default outside `configs` is
-    measured, and when it is the fastest it is stored (issue 30, point 2)."""
+    measured, and when it is the fastest it is stored (docs/autotuned.md, "Sweeps")."""
     entry = entry_of(pk.sleep_default.tune(X), pk.sleep_default)
     assert {"ms": 0} in _measured(entry)
     assert dict(entry.config) == {"ms": 0}
@@ -242,8 +242,8 @@ def test_every_config_failing_raises_listing_each():
 def test_tune_again_reuses_the_entry_and_retune_sweeps(monkeypatch, fast_timing):
     """Port of tokamax/_src/autotuning/api_test.py::AutotuningTest::test_autotuning_ignore_cache:
     what is known is not tuned again (Tokamax: `autotune` inside `with result:` finds
-    nothing left to tune) unless asked to (`ignore_cache=True`; here `JAXTUNE_MODE=retune`).
-    Issue 30, point 5."""
+    nothing left to tune) unless asked to (`ignore_cache=True`; here `JAXTUNE_MODE=retune`):
+    docs/whole-model.md, "jaxtune.tune(fn, *args, **kwargs)"."""
     jaxtune.tune(pk.softplus_loss, X)
     first = pk.softplus.config_for(X).entry
     assert first is not None

@@ -114,7 +114,8 @@ def test_a_kernel_reached_inside_jit_is_tuned_on_first_call(keyword, tune_mode, 
 def test_a_kernel_without_array_arguments_is_tuned(jit, tune_mode):
     """Port of tests/test_computation.py::SimpleCasesTest::test_matmul_size: a function
     whose only arguments are the knobs (it builds its own arrays) is tuned like any other;
-    the fastest (the smallest size, 512x less work) is used. Issue 30, point 3."""
+    the fastest (the smallest size, 512x less work) is used (docs/conformance.md, "Ported
+    peer tests")."""
     call = jax.jit(lambda: pk.no_arrays()) if jit else pk.no_arrays
     out = call()
     assert out.shape == (32, 32)

@@ -1,4 +1,5 @@
-"""Property-based fuzzing of cache files, TuningResult files and traces (issue 11).
+"""Property-based fuzzing of cache files, TuningResult files and traces (docs/errors.md,
+"Hostile input": a failure is a jaxtune error or warning, never a crash).
 
 Run as ``python fuzzing.py [examples]`` in a child process (a crash there is a test failure,
 not a dead test run): prints one JSON line of outcome counts; exits 1 on any exception that

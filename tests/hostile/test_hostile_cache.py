@@ -1,4 +1,9 @@
-"""Hostile and unlucky cache directories: each reproduction of issue 11 (items 1-4, 6-7)."""
+"""Hostile and unlucky cache directories: truncated, future-schema, symlinked, unreadable and
+racing cache files, each a warning or a jaxtune error and never a crash.
+
+Covers docs/errors.md, "Hostile input", and docs/cache.md, "The cache" (nothing odd in the
+directory is opened or followed; a corrupt file is moved aside).
+"""
 
 from __future__ import annotations
 

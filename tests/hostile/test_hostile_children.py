@@ -1,5 +1,8 @@
-"""Kernels that crash, fork or recurse, with the default (child) isolation: issue 11 items
-5 and 6. Nothing leaks, a crash is a crash, nothing outlives its parent, nothing deadlocks."""
+"""Kernels that crash, fork or recurse, with the default (child) isolation. Nothing leaks, a
+crash is a crash, nothing outlives its parent, nothing deadlocks.
+
+Covers docs/isolation.md, "When a config fails" and "What a child starts ends with it", and
+docs/errors.md, "Hostile input"."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""Hostile input to the protobuf trace reader (issue 23): deep nesting, huge declared
-lengths, damage inside a line that is decoded only when walked, damaged HLO protos, and a
-500 MB all-zero file. ``Profile.from_trace`` raises only ProfileError, naming the path.
-And the other side (issue 31): a fault of jaxtune's own while analysing a trace that
-decoded is never reported as a damaged trace."""
+"""Hostile input to the protobuf trace reader (docs/profiling.md, "Reading a trace:
+Profile.from_trace"; docs/errors.md, "Hostile input"): deep nesting, huge declared lengths,
+damage inside a line that is decoded only when walked, damaged HLO protos, and a 500 MB all-zero
+file. ``Profile.from_trace`` raises only ProfileError, naming the path. And the other side: a
+fault of jaxtune's own while analysing a trace that decoded is never reported as a damaged
+trace."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Damaged traces and bad command lines: issue 11 item 8. ``Profile.from_trace`` raises only
-ProfileError; every CLI failure is one line on stderr and a non-zero status."""
+"""Damaged traces and bad command lines. ``Profile.from_trace`` raises only ProfileError;
+every CLI failure is one line on stderr and a non-zero status.
+
+Covers docs/errors.md, "Hostile input" and "On the command line", and docs/profiling.md,
+"Reading a trace: Profile.from_trace"."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def test_profile_rows_are_named_after_the_kernel_and_count_iterations(name, tmp_
     assert row.name in p.table()
 
 
-# -- issue 23: one row per kernel, FLOPs once, whatever the tiling --------------------------
+# -- one row per kernel, FLOPs once, whatever the tiling (docs/profiling.md, "Attribution") -
 
 SPANNING = {"real.flash_attention", "real.matmul_whole"}
 
@@ -172,7 +172,7 @@ def test_spanning_tiles_give_one_row_per_kernel_in_a_plain_jax_profiler_trace(tm
     _one_row_each(jaxtune.Profile.from_trace(tmp_path), ITERS)
 
 
-# -- issue 31: a training step's report --------------------------------------------------
+# -- a training step's report (docs/profiling.md, "Attribution"; docs/reports.md) ---------
 
 
 def _trace_facts(logdir):

@@ -1,0 +1,358 @@
+"""The sweep engine (``Sweeper``) and its interleaved rounds, with a fake clock and fake
+compiled runs: no XLA compile, no timed kernel, so each rule is checked exactly.
+
+Covers docs/autotuned.md, "Sweeps" (the stored config is the fastest measured; a config
+that fails to compile, run or match the reference is recorded with its reason, never
+raised), docs/search.md, "Calls where the decision needs them" (one sample a round for a
+call of at least ``one_sample_above_s``; a config over 1.5x behind leaves the rounds) and
+docs/isolation.md, "When a config fails" (every config's compile outcome reaches the
+thread waiting on it).
+
+Each config is traced and lowered by JAX as in a real sweep (a trivial kernel); XLA's
+compile and the compiled call are replaced: a config's call advances :class:`FakeClock` by
+its true time, so the wall timer measures exactly that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxtune._core.vocabulary import Failure, Measurement, config_id
+from jaxtune._isolation.frames import CompileFinished
+from jaxtune._tuning.signature import Signature
+from jaxtune._tuning.sweep import engine as _engine
+from jaxtune._tuning.sweep import plan as _plan
+from jaxtune._tuning.sweep import rounds as _rounds
+from jaxtune._tuning.sweep.timers import WallTimer
+from jaxtune._tuning.sweep.timing import Timing, TimingOptions
+
+
+class FakeClock:
+    """A clock whose time advances only when a fake config runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclasses.dataclass(frozen=True)
+class Fake:
+    """How one config behaves: its call's true time, and where (if anywhere) it fails."""
+
+    ms: float
+    trace_error: bool = False  # the kernel raises while JAX traces it
+    compile_error: bool = False  # XLA refuses the lowered module
+    run_error_at: int | None = None  # the n-th call raises (1: the check's run)
+    wrong: bool = False  # its output differs from the reference's
+
+
+def kernel(x, *, k):
+    """The kernel JAX traces for each config; a config marked ``trace_error`` raises."""
+    if FAKES_NOW[k].trace_error:
+        raise ValueError(f"block {k} does not divide the array")
+    return x
+
+
+#: The fakes of the sweep under way (the kernel above reads them while JAX traces it).
+FAKES_NOW: dict[str, Fake] = {}
+
+
+class _Lowered:
+    """Stands for JAX's ``Lowered``: its ``compile()`` gives a fake executable."""
+
+    def __init__(self, sweeper: FakeSweeper, k: str) -> None:
+        self.sweeper, self.k = sweeper, k
+
+    def compile(self):
+        fake = self.sweeper.fakes[self.k]
+        if fake.compile_error:
+            raise RuntimeError(f"XLA: resource exhausted compiling block {self.k}")
+
+        def executable(inputs):
+            calls = self.sweeper.calls
+            calls[self.k] = calls.get(self.k, 0) + 1
+            self.sweeper.clock.now += fake.ms * 1e-3
+            if fake.run_error_at is not None and calls[self.k] >= fake.run_error_at:
+                raise FloatingPointError(f"block {self.k} read out of bounds")
+            return np.full(4, 2.0 if fake.wrong else 1.0, np.float32)
+
+        return executable
+
+
+class FakeSweeper(_engine.Sweeper):
+    """A sweeper whose configs JAX lowers for real, and whose compile and calls are fakes."""
+
+    def __init__(self, task, fakes: dict[str, Fake], **kwargs) -> None:
+        self.clock = FakeClock()
+        super().__init__(task, timer=WallTimer(self.clock), **kwargs)
+        self.fakes = fakes
+        self.calls: dict[str, int] = {}
+
+    def _lower_one(self, config, spec):
+        got = super()._lower_one(config, spec)
+        if isinstance(got, _engine.Lowering):
+            return _engine.Lowering(lowered=_Lowered(self, config["k"]), seconds=0.0)
+        return got
+
+
+def _sweeper(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwargs):
+    FAKES_NOW.clear()
+    FAKES_NOW.update(fakes)
+    x = jnp.ones(4, jnp.float32)
+    signature = Signature.bind(
+        inspect.signature(lambda x: x),
+        (x,),
+        {},
+        static_argnames=frozenset(),
+        config_names=frozenset(),
+    )
+    configs = tuple({"k": k} for k in fakes)
+    plan = _plan.SweepPlan(
+        kernel="k",
+        key=signature.key,
+        configs=configs,
+        default=configs[0],
+        options=options or TimingOptions(),
+        compile_threads=2,
+    )
+    task = _plan.SweepTask(plan=plan, fn=kernel, signature=signature)
+    return FakeSweeper(task, fakes, **kwargs)
+
+
+def _sweep(fakes: dict[str, Fake], options: TimingOptions | None = None):
+    """A whole sweep (search, first pass, rounds, pick) through the fake sweeper."""
+    sweeper = _sweeper(fakes, options)
+    plan = sweeper.task.plan
+    outcome = _plan.drive(
+        plan,
+        measure=lambda todo, known, rounds: sweeper.measure(
+            todo, reference=plan.default, best_us=_plan.best_of(known), rounds=rounds
+        ),
+        retime=sweeper.retime,
+        progress=_plan.new_progress(plan),
+    )
+    return outcome, {m.config["k"]: m for m in outcome.measurements}, sweeper
+
+
+# -- the stored winner ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "truth_ms",
+    [
+        # At most ``first_pass_above`` configs: straight into the rounds.
+        {"a": 3.0, "b": 1.0, "c": 2.0},
+        # More: a first pass, then the leaders re-timed in rounds.
+        {"a": 3.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 1.0, "f": 2.8},
+        # The fastest first in the space (it is also the default).
+        {"a": 1.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 3.0, "f": 2.8},
+    ],
+)
+def test_the_stored_winner_is_the_fastest_measured(truth_ms):
+    fastest = min(truth_ms, key=truth_ms.__getitem__)
+    outcome, by, _ = _sweep({k: Fake(ms=ms) for k, ms in truth_ms.items()})
+    assert outcome.best.config == {"k": fastest}
+    assert outcome.decision == "clear"
+    # Every config of the space was measured, each near its true time.
+    assert set(by) == set(truth_ms)
+    for k, m in by.items():
+        assert isinstance(m, Measurement)
+        assert m.min_us == pytest.approx(truth_ms[k] * 1e3)
+
+
+def test_a_tie_goes_to_the_earliest_config_of_the_space():
+    outcome, _, _ = _sweep({"a": Fake(ms=2.0), "b": Fake(ms=2.0), "c": Fake(ms=2.0)})
+    assert outcome.best.config == {"k": "a"}
+
+
+# -- failures are data ------------------------------------------------------------------
+
+
+def test_a_config_that_fails_to_compile_or_run_is_a_failure_with_its_reason():
+    fakes = {
+        "a": Fake(ms=3.0),
+        # Each failing config would be the fastest: a failure never wins.
+        "trace": Fake(ms=0.5, trace_error=True),
+        "xla": Fake(ms=0.5, compile_error=True),
+        "first_run": Fake(ms=0.5, run_error_at=1),
+        "later_run": Fake(ms=0.5, run_error_at=4),
+        "wrong": Fake(ms=0.5, wrong=True),
+        "b": Fake(ms=2.0),
+    }
+    outcome, by, _ = _sweep(fakes)
+    stages = {k: (m.stage if isinstance(m, Failure) else None) for k, m in by.items()}
+    assert stages == {
+        "a": None,
+        "trace": "compile",
+        "xla": "compile",
+        "first_run": "run",
+        "later_run": "run",
+        "wrong": "check",
+        "b": None,
+    }
+    assert "block trace does not divide" in by["trace"].reason
+    assert "resource exhausted compiling block xla" in by["xla"].reason
+    assert "block first_run read out of bounds" in by["first_run"].reason
+    assert "block later_run read out of bounds" in by["later_run"].reason
+    assert outcome.best.config == {"k": "b"}
+
+
+def test_a_reference_that_fails_hands_the_check_to_the_first_config_that_runs():
+    fakes = {"a": Fake(ms=1.0, compile_error=True), "b": Fake(ms=2.0), "c": Fake(ms=3.0)}
+    sweeper = _sweeper(fakes)
+    configs = list(sweeper.task.plan.configs)
+    got = sweeper.measure(configs, reference=configs[0])
+    assert isinstance(got[config_id({"k": "a"})], Failure)
+    assert all(isinstance(got[config_id({"k": k})], Measurement) for k in "bc")
+
+
+# -- dropping ---------------------------------------------------------------------------
+
+
+def test_the_first_pass_drops_a_config_over_the_drop_ratio_behind_the_best():
+    """A config whose first samples are all over ``drop_ratio`` (1.5x) the best so far
+    stops early and is not visited again; one within it is timed on both visits."""
+    truth_ms = {"a": 2.0, "b": 2.0, "c": 2.8, "d": 3.2, "e": 2.1, "f": 2.2}
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()})
+    configs = list(sweeper.task.plan.configs)
+    got = {
+        c["k"]: m
+        for c, m in zip(
+            configs, sweeper.measure(configs, reference=configs[0]).values(), strict=True
+        )
+    }
+    assert got["d"].dropped  # 1.6x
+    assert not got["c"].dropped  # 1.4x
+    assert sweeper.calls["d"] < sweeper.calls["c"]
+
+
+def _rounds_of(truth_us: dict[str, float], options: TimingOptions, rounds_cap: int = 60):
+    """``interleaved`` over configs whose every round's time is their true time."""
+    clock = FakeClock()
+    seen: dict[str, int] = {}
+
+    def timed(configs):
+        out = {}
+        for c in configs:
+            seen[c["k"]] = seen.get(c["k"], 0) + 1
+            clock.now += truth_us[c["k"]] * 1e-6
+            out[config_id(c)] = Timing(samples_us=(truth_us[c["k"]],))
+        return out
+
+    configs = [{"k": k} for k in truth_us]
+    got = _rounds.interleaved(
+        configs,
+        timed=timed,
+        compile_s={},
+        space=configs,
+        options=dataclasses.replace(options, max_rounds=rounds_cap, max_rounds_s=1e9),
+        default=configs[0],
+        clock=clock,
+    )
+    return {c["k"]: got[config_id(c)] for c in configs}, seen
+
+
+def test_a_slow_config_over_the_drop_ratio_behind_leaves_the_rounds_at_behind_after_rounds():
+    options = TimingOptions()
+    # Slow kernels (every round over ``rounds_above_s``): 20 ms against 32 ms (1.6x) and
+    # 26 ms (1.3x).
+    got, seen = _rounds_of({"a": 20_000.0, "b": 32_000.0, "c": 26_000.0}, options)
+    assert got["b"].dropped and seen["b"] == options.behind_after_rounds
+    # Within the ratio: not clearly behind, so it races on until the rounds show it slower.
+    assert seen["c"] > options.behind_after_rounds
+
+
+def test_the_behind_rule_is_kept_to_rounds_over_rounds_above_s():
+    """A short kernel's rounds are cheap: 2x behind, it races to the end of the rounds
+    the decision takes, not out at ``behind_after_rounds``."""
+    options = TimingOptions()
+    got, seen = _rounds_of({"a": 100.0, "b": 200.0}, options)
+    assert seen["b"] == seen["a"] >= options.rounds > options.behind_after_rounds
+    assert not got["b"].dropped
+    assert min(got["a"].rounds_us) < min(got["b"].rounds_us)
+
+
+def test_clearly_behind_compares_a_configs_best_round_with_anothers_worst():
+    rounds = {"a": [10.0, 14.0], "b": [15.5, 16.0], "c": [22.0, 21.5]}
+    # 1.5 x a's slowest round (14) is 21: only c's best round (21.5) is over it.
+    assert _rounds.clearly_behind(rounds, 1.5) == {"c"}
+    assert _rounds.clearly_behind(rounds, 1.5, floor_us=30.0) == set()
+    assert _rounds.clearly_behind({"a": [], "b": [5.0]}, 1.5) == set()
+
+
+# -- samples a round --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("above_s", "samples_a_round"), [(0.05, 1), (0.1, 2)])
+def test_a_call_of_at_least_one_sample_above_s_gets_one_sample_a_round(above_s, samples_a_round):
+    """60 ms calls: at the default threshold (50 ms) a round's first call is its only
+    sample; with the threshold raised past them, the round takes ``round_samples`` (2)."""
+    options = TimingOptions(one_sample_above_s=above_s, rounds=3, max_rounds=3)
+    sweeper = _sweeper({"a": Fake(ms=60.0), "b": Fake(ms=61.0)}, options)
+    configs = list(sweeper.task.plan.configs)
+    sweeper.compile(configs)
+    got = sweeper.retime(configs)
+    for c in configs:
+        m = got[config_id(c)]
+        assert isinstance(m, Measurement) and len(m.rounds_us) == 3
+        assert m.samples == samples_a_round * 3
+        assert sweeper.calls[c["k"]] == samples_a_round * 3
+
+
+def test_a_short_call_gets_at_least_round_samples_a_round():
+    options = TimingOptions(rounds=3, max_rounds=3)
+    sweeper = _sweeper({"a": Fake(ms=20.0), "b": Fake(ms=21.0)}, options)
+    configs = list(sweeper.task.plan.configs)
+    got = sweeper.retime(configs)
+    for c in configs:
+        assert got[config_id(c)].samples >= options.round_samples * 3
+
+
+# -- the compile pipeline ---------------------------------------------------------------
+
+
+def test_the_compile_pipeline_reports_every_config_to_the_waiter():
+    fakes = {
+        "a": Fake(ms=1.0),
+        "trace": Fake(ms=1.0, trace_error=True),
+        "xla": Fake(ms=1.0, compile_error=True),
+        "b": Fake(ms=1.0),
+        "c": Fake(ms=1.0),
+    }
+    sweeper = _sweeper(fakes)
+    configs = list(sweeper.task.plan.configs)
+    sweeper.inputs  # noqa: B018 - made before the threads start, as compile() does
+    reported = []
+    failures = sweeper._compile_all(configs, serial=False, spec=None, done=reported.append)
+    assert sorted(cid for cid, _ in reported) == sorted(config_id(c) for c in configs)
+    outcome = dict(reported)
+    assert outcome[config_id({"k": "a"})] is None
+    assert outcome[config_id({"k": "trace"})].stage == "compile"
+    assert outcome[config_id({"k": "xla"})].stage == "compile"
+    assert set(failures) == {config_id({"k": "trace"}), config_id({"k": "xla"})}
+
+
+def test_a_fault_in_a_compile_thread_reaches_the_waiter_as_itself():
+    """The waiter hears of the config whose compile thread faulted (it does not wait
+    forever) and raises the fault, noted as jaxtune's; it is no config's failure."""
+    fakes = {"a": Fake(ms=1.0), "b": Fake(ms=1.0), "c": Fake(ms=1.0)}
+
+    class SinkError(Exception):
+        pass
+
+    def on_event(event):
+        if isinstance(event, CompileFinished) and event.cid == config_id({"k": "b"}):
+            raise SinkError("the event sink broke")
+
+    sweeper = _sweeper(fakes, on_event=on_event)
+    configs = list(sweeper.task.plan.configs)
+    with pytest.raises(SinkError, match="the event sink broke") as caught:
+        sweeper.measure(configs, reference=configs[0])
+    assert any("bug in jaxtune" in note for note in caught.value.__notes__)
