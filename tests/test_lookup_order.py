@@ -1,4 +1,4 @@
-"""The lookup order (docs/autotuned.md, "Lookup order" and "Modes"), held by one function,
+"""The lookup order (docs/autotuned.md, "Lookup order" and "Modes (`JAXTUNE_MODE`)"), held by one function,
 ``jaxtune._tuning.lookup.choose``, tested with fakes: a kernel, the scopes, the user cache,
 the shared store, the packaged caches and the sweep. Each layer is told apart by the
 config it holds."""
