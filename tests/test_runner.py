@@ -524,3 +524,26 @@ def test_a_bad_libtpu_init_args_stops_no_cpu_sweep_and_is_named_for_tpu(monkeypa
     assert all(isinstance(m, Measurement) for m in outcome.measurements)
     with pytest.raises(jaxtune.FlagError, match=r"^LIBTPU_INIT_ARGS in this process's env"):
         _runner.ProcessRunner(platform="tpu").environment()
+
+
+def test_one_child_sweeps_every_kernel_of_a_tune_run(fresh_pool, monkeypatch, tmp_path):
+    """docs/isolation.md, "One long-lived child": all kernels of one `jaxtune.tune` share
+    one child (children are pooled by environment, not by kernel)."""
+    import subprocess
+
+    from conformance import peer_kernels as pk
+
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path))
+    started: list[object] = []
+    popen = subprocess.Popen
+
+    class Counting(popen):  # type: ignore[misc, valid-type]
+        def __init__(self, args, *rest, **kwargs):
+            if any("jaxtune._isolation.child" in str(a) for a in args):
+                started.append(args)
+            super().__init__(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Counting)
+    result = jaxtune.tune(pk.two_kernels, jnp.ones((64, 64)))
+    assert len({kernel for kernel, _, _ in result}) == 2
+    assert len(started) == 1
