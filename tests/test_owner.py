@@ -13,7 +13,7 @@ from jaxtune._profiling.attribution import attribute, classifier
 from jaxtune._profiling.events import Walk
 from jaxtune._profiling.hlo import HloInstruction, HloModule
 from jaxtune._profiling.totals import OpKind, Totals
-from jaxtune._program.markers import Owner, owner_of, scope_table
+from jaxtune._program.markers import Owner, owner_of, parse, scope_table
 
 FUSED = Owner(kind="pallas", names=("attn", "mm"))
 
@@ -138,3 +138,12 @@ def test_a_fused_row_counts_calls_from_each_kernel_and_a_name_is_never_split():
     by_name = {r.name: r for r in rows}
     assert (by_name["attn + mm"].calls, by_name["attn + mm"].calls_exact) == (6, True)
     assert (by_name["p + q"].calls, by_name["p + q"].calls_exact) == (3, True)
+
+
+def test_markers_are_read_outermost_first_with_the_scope_each_closes():
+    stack = "jit(step)/jaxtune[lib.attn#0123456789]/jaxtune[lib.mm#abcdef0123]/dot"
+    outer, inner = parse(stack)
+    assert (outer.kernel, outer.digest) == ("lib.attn", "0123456789")
+    assert (inner.kernel, inner.digest) == ("lib.mm", "abcdef0123")
+    assert stack[: inner.end] == "jit(step)/jaxtune[lib.attn#0123456789]/jaxtune[lib.mm#abcdef0123]"
+    assert owner_of(stack, None, "dot.1").kernel_id == "lib.mm"

@@ -101,7 +101,7 @@ def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     found: dict[str, set[str | None]] = {}
     for k in kernels:
         marks = _markers.parse("/".join(str(f) for f in k.get("scope") or ()))
-        inside = marks[-1][0] if marks else k.get("inside")
+        inside = marks[-1].kernel if marks else k.get("inside")
         found.setdefault(str(k.get("name")), set()).add(inside if isinstance(inside, str) else None)
     return {
         name: only

@@ -20,6 +20,7 @@ from . import sources as _sources
 
 __all__ = [
     "Mark",
+    "Marker",
     "Owner",
     "differentiated",
     "fused_names",
@@ -66,9 +67,23 @@ def mark(m: Mark) -> str:
     return f"jaxtune[{m.kernel}#{digest}]"
 
 
-def parse(name_stack: str) -> list[tuple[str, str, int]]:
-    """Every marker in a name stack: ``(kernel id, digest, end offset)``, outermost first."""
-    return [(x["kernel"], x["digest"], x.end()) for x in _PATTERN.finditer(name_stack)]
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Marker:
+    """One marker in a name stack: the kernel id, the digest :func:`lookup` maps back to
+    its :class:`Mark`, and the offset just past it (the name stack up to ``end`` is the
+    kernel's scope)."""
+
+    kernel: str
+    digest: str
+    end: int
+
+
+def parse(name_stack: str) -> list[Marker]:
+    """Every marker in a name stack, outermost first."""
+    return [
+        Marker(kernel=x["kernel"], digest=x["digest"], end=x.end())
+        for x in _PATTERN.finditer(name_stack)
+    ]
 
 
 def differentiated(name_stack: str, kernel: str) -> bool:
@@ -238,7 +253,7 @@ def _pallas_call(eqn: Any, scope: str, times: int | None, around: tuple[Any, ...
         interpret=bool(params.get("interpret")),
         cost_estimate=estimate,
         source=site,
-        inside=marks[-1][0] if marks else None,
+        inside=marks[-1].kernel if marks else None,
         per_step=times,
         io_bytes=sum(_nbytes(v) for v in (*eqn.invars, *eqn.outvars)),
         call_site=_sources.call_site(site, itertools.chain(own, outer)),
@@ -336,14 +351,14 @@ def owner_of(
     loops and copies count as the kernel; else the innermost jaxtune marker; else the op
     itself (plain XLA, no program)."""
     marks = parse(name_stack)
-    kernel_id = marks[-1][0] if marks else None
+    kernel_id = marks[-1].kernel if marks else None
     if target in PALLAS_TARGETS:
         found = pallas_name(name_stack)
         last = name_stack.rsplit("/", 1)[-1] if name_stack else op
         name = found[0] if found and found[0] != PALLAS_CALL else last or op
         return Owner(kind="pallas", names=(name,), kernel_id=kernel_id)
     found = pallas_name(name_stack)
-    outside_marks = not marks or marks[-1][2] <= len(found[1]) if found else False
+    outside_marks = not marks or marks[-1].end <= len(found[1]) if found else False
     if found is not None and found[0] != PALLAS_CALL and outside_marks:
         return Owner(kind="pallas", names=(found[0],), kernel_id=kernel_id)
     if scopes:
