@@ -233,7 +233,7 @@ def test_sites_name_the_kernel_after_the_function_below_the_pallas_call_line():
     # The body's copy has no metadata but only kernel ops beside it; the entry's has the
     # step's multiply beside it, so it stays an XLA op.
     kernel_ops = ("io_callback.1", "while.2", "io_callback.3", "fusion.4", "add.5", "add.8")
-    assert claims == dict.fromkeys((*kernel_ops, "copy.9"), "attn_kernel")
+    assert claims == dict.fromkeys((*kernel_ops, "copy.9"), ("attn_kernel",))
 
 
 # -- report on hand-built CPU traces --------------------------------------------------------

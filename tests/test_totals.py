@@ -11,15 +11,16 @@ import numpy as np
 import pytest
 
 from jaxtune._profiling.totals import Accumulator, OpKind, walk_columns, walk_items
+from jaxtune._program.markers import Owner
 
 #: metadata id -> (op, owner); ids 0-2 belong to two kernels, 3-5 are XLA ops, 6 no op.
 OWNERS = {
-    0: ("pallas", "attn", None),
-    1: ("pallas", "attn", None),
-    2: ("pallas", "mm", None),
-    3: ("xla", "fusion.3", None),
-    4: ("xla", "fusion.4", None),
-    5: ("xla", "fusion.3", None),
+    0: Owner(kind="pallas", names=("attn",)),
+    1: Owner(kind="pallas", names=("attn",)),
+    2: Owner(kind="pallas", names=("mm",)),
+    3: Owner(kind="xla", names=("fusion.3",)),
+    4: Owner(kind="xla", names=("fusion.4",)),
+    5: Owner(kind="xla", names=("fusion.3",)),
 }
 
 

@@ -300,7 +300,7 @@ class CaptureInfo:
     kernels' call sites (``autotuned`` counts), cost estimates (``costs``), sources,
     FLOP/byte ``hints``, the recorded calls ``jaxtune tune --from-profile`` replays
     (``calls``), the configs that ran (``configs``), the capture's ``timings`` and the
-    flags it ran with (``env``). ``claims`` (a program's op -> the kernel that owns it)
+    flags it ran with (``env``). ``claims`` (a program's op -> the kernels that own it)
     comes from the trace's own metadata when it is read, and is never stored.
 
     It travels from the child as a map and is kept beside the trace (the profile's
@@ -312,7 +312,7 @@ class CaptureInfo:
     hlo: Mapping[str, tuple[str, str | None]] = dataclasses.field(default_factory=dict)
     fusions: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     kernels: tuple[Mapping[str, Any], ...] = ()
-    claims: Mapping[tuple[int, str], str] = dataclasses.field(default_factory=dict)
+    claims: Mapping[tuple[int, str], tuple[str, ...]] = dataclasses.field(default_factory=dict)
     autotuned: Mapping[str, int] = dataclasses.field(default_factory=dict)
     costs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)

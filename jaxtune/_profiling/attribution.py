@@ -101,7 +101,7 @@ def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     found: dict[str, set[str | None]] = {}
     for k in kernels:
         marks = _markers.parse("/".join(str(f) for f in k.get("scope") or ()))
-        inside = marks[-1][0] if marks else k.get("inside")
+        inside = marks[-1].kernel if marks else k.get("inside")
         found.setdefault(str(k.get("name")), set()).add(inside if isinstance(inside, str) else None)
     return {
         name: only
@@ -114,7 +114,7 @@ def classifier(
     *,
     kernels: Sequence[Mapping[str, Any]] = (),
     fusions: Mapping[str, Sequence[str]] | None = None,
-    claims: Mapping[tuple[int, str], str] | None = None,
+    claims: Mapping[tuple[int, str], tuple[str, ...]] | None = None,
     programs: Mapping[int, HloModule] | None = None,
 ) -> Callable[[OpKind], Owner]:
     """The owner of an executed op (memoized by its :class:`~.events.OpKind`), by
@@ -122,8 +122,8 @@ def classifier(
 
     ``kernels`` are the program's Pallas calls (name, scope, ...); ``fusions`` map a fusion
     to the op names of the instructions fused into it: a fusion that holds ops of kernels
-    belongs to them (one owner naming every kernel, ``"a + b"``, when there are several),
-    never to an anonymous XLA row. ``claims`` name the Pallas kernel of an instruction
+    belongs to them (one owner naming every kernel when there are several), never to an
+    anonymous XLA row. ``claims`` name the Pallas kernel(s) of an instruction
     (``(program id, instruction)``) where the trace's own metadata says it
     (:mod:`.recover`). ``programs`` are the compiled programs by id (:mod:`.hlo`): an
     instruction XLA added without metadata (a copy of a loop's initial value, a copy in
@@ -131,7 +131,7 @@ def classifier(
     one kernel (:func:`adopter`). (A program a callback ran from inside another
     program's op belongs to the op that runs it: :func:`.events.walk` sees to that.)
 
-    A plain XLA op's owner is its instruction in its program: ``("xla", op, program)``.
+    A plain XLA op's owner is its instruction in its program (:func:`program_key`).
     """
     scopes = _markers.scope_table(kernels)
     known: dict[tuple[str, str | None, str], Owner] = {}
@@ -145,21 +145,24 @@ def classifier(
         return known[key]
 
     def named(kind: OpKind) -> Owner:
-        """The kernel owner of an op by its own metadata; ``("xla", ...)`` for none."""
+        """The kernel owner of an op by its own metadata; an ``"xla"`` one for none."""
         result = owner(kind.name_stack, kind.target, kind.op)
         claim = claims.get((kind.program, kind.op)) if claims and kind.program is not None else None
         parts = (fusions or {}).get(kind.op)
         if claim is not None:
             # An op claimed by the trace's metadata (a copy XLA added to the kernel's loop
             # body, without a name stack) is the kernel's: the same row, kernel id and all.
-            result = ("pallas", claim, result[2] or ids.get(claim))
-        elif result[0] == "xla" and parts:
+            only = claim[0] if len(claim) == 1 else None
+            kernel_id = result.kernel_id or (ids.get(only) if only is not None else None)
+            result = Owner(kind="pallas", names=claim, kernel_id=kernel_id)
+        elif result.kind == "xla" and parts:
             inner = {owner(stack, None, kind.op) for stack in parts}
-            fused = sorted({o for o in inner if o[0] != "xla"}, key=lambda o: o[1])
+            fused = [o for o in inner if o.kind != "xla"]
             if len(fused) == 1:
                 result = fused[0]
             elif fused:
-                result = ("pallas", " + ".join(o[1] for o in fused), None)
+                names = _markers.fused_names(o.names for o in fused)
+                result = Owner(kind="pallas", names=names)
         return result
 
     adopt = adopter(programs or {}, named)
@@ -169,10 +172,10 @@ def classifier(
         if found is not None:
             return found
         result = named(kind)
-        if result[0] == "xla" and not kind.name_stack and kind.program is not None:
+        if result.kind == "xla" and not kind.name_stack and kind.program is not None:
             result = adopt(kind.program, kind.op) or result
-        if result[0] == "xla":
-            result = ("xla", kind.op, program_key(kind))
+        if result.kind == "xla":
+            result = Owner(kind="xla", names=(kind.op,), program=program_key(kind))
         memo[kind] = result
         return result
 
@@ -205,7 +208,7 @@ def adopter(
                 continue
             if ins.op_name:
                 o = named(_kind_of(pid, module, ins))
-                found.add(plain if o[0] == "xla" else o)
+                found.add(plain if o.kind == "xla" else o)
             else:
                 found |= memo.get((pid, c), frozenset())
         return frozenset(found)
@@ -294,10 +297,9 @@ def _calls(owner: Owner, t: Totals, ctx: Context) -> tuple[int, bool]:
     trace read without its capture, the runs of the program it shows) when the program
     says how often a kernel runs; else what the trace shows, exact only where one event is
     one call (a plain op, a custom call, any op on a device plane)."""
-    kind, name, _ = owner
-    if kind == "xla" or not ctx.host_trace or t.all_targets:
+    if owner.kind == "xla" or not ctx.host_trace or t.all_targets:
         return t.runs, True
-    per_step = [ctx.per_step.get(n) for n in name.split(" + ")]
+    per_step = [ctx.per_step.get(n) for n in owner.names]
     known = [n for n in per_step if isinstance(n, int) and n > 0]
     steps = ctx.iterations or _program_runs(t)
     if steps and per_step and len(known) == len(per_step):
@@ -310,9 +312,9 @@ def _cost(
 ) -> tuple[float | None, float | None, Provenance]:
     """Total flops and bytes of an owner over the profile, and where they came from: a
     per-call figure times the calls (only when the calls are exact), or XLA's own."""
-    kind, name, kernel_id = owner
-    per_call = ctx.costs.get(name) if kind == "pallas" else None
-    hint = ctx.hints.get(kernel_id or "") if kind != "xla" else None
+    kind, name, kernel_id = owner.kind, owner.kernel, owner.kernel_id
+    per_call = ctx.costs.get(name) if kind == "pallas" and name is not None else None
+    hint = ctx.hints.get(kernel_id) if kind != "xla" and kernel_id is not None else None
     if exact and per_call and (per_call.get("flops") or per_call.get("bytes_accessed")):
         flops = per_call.get("flops", 0.0) * calls or None
         return flops, per_call.get("bytes_accessed", 0.0) * calls or None, "cost_estimate"
@@ -324,7 +326,7 @@ def _cost(
         )
     if t.flops or t.bytes_accessed:
         return t.flops or None, t.bytes_accessed or None, "xla"
-    io_bytes = ctx.io_bytes.get(name) if kind == "pallas" else None
+    io_bytes = ctx.io_bytes.get(name) if kind == "pallas" and name is not None else None
     if exact and io_bytes:
         # The operands and results' sizes: a lower bound of the bytes a call moves.
         return None, float(io_bytes * calls), "shapes"
@@ -336,10 +338,8 @@ def _finite(value: float | None) -> float | None:
 
 
 def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
-    kind, name, kernel_id = owner
+    kind, name, kernel_id = owner.kind, owner.kernel, owner.kernel_id
     op = t.first if kind == "xla" else None
-    if op is not None:
-        kernel_id = None  # an XLA op's owner names its program there
     total = t.total_ps
     calls, exact = _calls(owner, t, ctx)
     flops, bytes_, provenance = _cost(owner, calls, exact, t, ctx)
@@ -351,12 +351,15 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
     ran = ctx.configs.get(kernel_id) if kernel_id and kind != "xla" else None
     # Per-call extremes only where the trace's runs are the calls.
     extremes = t.runs and t.runs == calls and t.run_min is not None and t.run_max is not None
+    source = None
+    if op is None:
+        source = ctx.sources.get(name or "") or ctx.sources.get(kernel_id or "")
     return KernelStat(
-        name=name,
-        kind=kind,  # type: ignore[arg-type]
+        name=owner.label,
+        kind=kind,
         target=t.target,
         hlo_op=t.first_op,
-        source=None if op else ctx.sources.get(name) or ctx.sources.get(kernel_id or ""),
+        source=source,
         kernel_id=kernel_id,
         calls=calls,
         calls_exact=exact,
@@ -376,7 +379,7 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
         speedup=ran.get("speedup") if ran else None,
         name_stack=op.name_stack if op is not None else None,
         program=_program_name(op, ctx) if op is not None else None,
-        call_site=ctx.call_sites.get(name) if kind != "xla" else None,
+        call_site=ctx.call_sites.get(name) if kind != "xla" and name is not None else None,
     )
 
 

@@ -30,7 +30,7 @@ def hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]
         if site.kind != "autotuned":
             continue
         marks = _markers.parse(site.name_stack)
-        mark = _markers.lookup(marks[-1][1]) if marks else None
+        mark = _markers.lookup(marks[-1].digest) if marks else None
         if mark is not None:
             # What this program runs, from its name stack: a trace of the kernel made
             # under a gradient is reused by JAX for a plain call of the same shapes, with
@@ -54,7 +54,7 @@ def configs(sites: Any, device_kind: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for site in sites:
         marks = _markers.parse(site.name_stack) if site.kind == "autotuned" else []
-        mark = _markers.lookup(marks[-1][1]) if marks else None
+        mark = _markers.lookup(marks[-1].digest) if marks else None
         if mark is None or mark.kernel in out:
             continue
         out[mark.kernel] = {"config": dict(mark.config), "speedup": _speedup(mark, device_kind)}

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .._core.xspace import xplane as _xplane
+from .._program.markers import Owner
 
 __all__ = [
     "INTRA_LINES",
@@ -233,12 +234,12 @@ class _Calls:
     start: Any
     end: Any
     kernel: Any
-    owners: list[tuple[str, str, str | None]]
+    owners: list[Owner]
     kernels: list[_Kernel]
 
 
 def _calls(
-    plane: _xplane.Plane, ops_line: _xplane.LineHead, owner_of: Callable[[int], Any]
+    plane: _xplane.Plane, ops_line: _xplane.LineHead, owner_of: Callable[[int], Owner | None]
 ) -> _Calls:
     """Each kernel's calls, device time and first call, from the ``XLA Ops`` columns."""
     cols = plane.columns(ops_line)
@@ -251,18 +252,20 @@ def _calls(
     inverse = inverse.reshape(-1)
     owner_by_kind = [owner_of(int(m)) for m in kinds.tolist()]
     is_kind_kernel = np.array(
-        [o is not None and o[0] != "xla" for o in owner_by_kind], dtype=bool
+        [o is not None and o.kind != "xla" for o in owner_by_kind], dtype=bool
     ).reshape(-1)
     is_kernel = is_kind_kernel[inverse] if len(kinds) else np.zeros(0, dtype=bool)
     # Kernels numbered in the order of their first call (kinds of one owner share it).
     calls_at = np.flatnonzero(is_kernel)
     kind_at = inverse[calls_at]
     _, first = np.unique(kind_at, return_index=True)
-    owner_ids: dict[Any, int] = {}
+    owner_ids: dict[Owner, int] = {}
     kind_kernel = np.full(len(kinds), -1, dtype=np.int64)
     for pos in np.sort(first).tolist():
         kind = int(kind_at[pos])
-        kind_kernel[kind] = owner_ids.setdefault(owner_by_kind[kind], len(owner_ids))
+        owner = owner_by_kind[kind]
+        if owner is not None:  # always: only a kernel's kinds are called
+            kind_kernel[kind] = owner_ids.setdefault(owner, len(owner_ids))
     kernel = np.where(is_kernel, kind_kernel[inverse], -1) if len(kinds) else inverse
     owners = list(owner_ids)
     kernels = [_Kernel() for _ in owners]
@@ -424,7 +427,7 @@ def _add(k: _Kernel, line: str, ev: _Event) -> None:
 
 
 def intra_kernel(
-    plane: _xplane.Plane, owner_of: Callable[[int], tuple[str, str, str | None] | None]
+    plane: _xplane.Plane, owner_of: Callable[[int], Owner | None]
 ) -> tuple[list[IntraKernel], int]:
     """Per kernel of a TPU plane, what its custom-call tracing lines show; and how many
     intra-kernel events lie outside every kernel event (lost Begin/End). ``owner_of`` maps
@@ -449,13 +452,13 @@ def intra_kernel(
     return kept, orphans
 
 
-def _result(owner: tuple[str, str, str | None], k: _Kernel) -> IntraKernel | None:
+def _result(owner: Owner, k: _Kernel) -> IntraKernel | None:
     if not (k.units or k.primitives or k.sources or k.first_regions):
         return None
     spans = spans_of(*k.first, k.first_regions) if k.first and k.first_regions else []
     return IntraKernel(
-        name=owner[1],
-        kernel_id=owner[2],
+        name=owner.label,
+        kernel_id=owner.kernel_id,
         calls=k.calls,
         total_us=k.total_ps * 1e-6,
         units={u: t * 1e-6 for u, t in sorted(k.units.items())},

@@ -82,10 +82,10 @@ class Site:
 class Recovered:
     """What a trace's HLO protos say about its kernels: the sites found in each program
     (by program id), and the kernel each instruction belongs to (``(program id, op) ->
-    name``)."""
+    names``: several kernels for a fusion of their ops)."""
 
     sites: dict[int, list[Site]]
-    claims: dict[tuple[int, str], str]
+    claims: dict[tuple[int, str], tuple[str, ...]]
     skipped: tuple[str, ...] = ()
 
     def kernels(self) -> list[dict[str, Any]]:
@@ -214,39 +214,41 @@ def _inside(call: tuple[Any, Any], site: tuple[Any, Any]) -> bool:
 
 
 def _claim(
-    ins: HloInstruction, by_depth: list[Site], scopes: list[tuple[tuple[str, ...], str]]
-) -> str | None:
+    ins: HloInstruction,
+    by_depth: list[Site],
+    scopes: list[tuple[tuple[str, ...], tuple[str, ...]]],
+) -> tuple[str, ...] | None:
     here = _markers.frames(ins.op_name)
     for site in by_depth:
         if _starts(ins.frames, site.frames) and _starts(here, site.scope):
-            return site.name
+            return (site.name,)
     if scopes and ins.op_name:
-        kind, name, _ = _markers.owner_of(ins.op_name, ins.target, ins.name, scopes)
-        if kind == "pallas":
-            return name
+        owner = _markers.owner_of(ins.op_name, ins.target, ins.name, scopes)
+        if owner.kind == "pallas":
+            return owner.names
     return None
 
 
-def claims(module: HloModule, found: list[Site]) -> dict[str, str]:
-    """Instruction -> the kernel it belongs to, for the instructions of ``found``'s
+def claims(module: HloModule, found: list[Site]) -> dict[str, tuple[str, ...]]:
+    """Instruction -> the kernel(s) it belongs to, for the instructions of ``found``'s
     kernels (by stack, then by scope, then fusions by what they fuse)."""
     if not found:
         return {}
     # The most specific site first: a backward kernel's scope extends the forward's.
     by_depth = sorted(found, key=lambda s: (-len(s.scope), -len(s.frames)))
     scopes = _markers.scope_table([{"name": s.name, "scope": s.scope} for s in found])
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, ...]] = {}
     for ins in module.instructions.values():
         owner = _claim(ins, by_depth, scopes)
         if owner is not None:
             out[ins.name] = owner
     for fusion, parts in module.fused.items():
-        names = sorted({out[p] for p in parts if p in out})
-        if fusion not in out and names:
-            out[fusion] = " + ".join(names)
+        inner = {out[p] for p in parts if p in out}
+        if fusion not in out and inner:
+            out[fusion] = _markers.fused_names(inner)
     # Copies XLA added without metadata belong to the kernel that owns every other
     # instruction of their computation (a loop body of the kernel's).
-    owners: dict[int, set[str | None]] = collections.defaultdict(set)
+    owners: dict[int, set[tuple[str, ...] | None]] = collections.defaultdict(set)
     for ins in module.instructions.values():
         if ins.op_name:
             owners[ins.computation].add(out.get(ins.name))

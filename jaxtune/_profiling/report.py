@@ -8,7 +8,7 @@ import json
 import os
 import pathlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
@@ -17,6 +17,7 @@ from .._core.flags import normalise_platform
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace import xplane as _xplane
 from .._core.xspace.tracefile import find_trace
+from .._program.markers import Owner
 from . import recover as _recover
 from . import roofline as _roofline
 from .attribution import KernelStat, ScopeStat, attribute, classifier, scopes
@@ -24,6 +25,7 @@ from .drops import drop_warnings
 from .events import Walk, device_plane, metadata_kinds, program_ids, walk
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
 from .timeline import TimelineSpan
+from .totals import OpKind
 
 __all__ = [
     "CALLS_SUFFIX",
@@ -52,13 +54,13 @@ def timeline_of(walked: Walk) -> tuple[TimelineSpan, ...]:
     origin = spans[0][0] if spans else 0
     return tuple(
         TimelineSpan(
-            name=name,
-            kind=kind,
+            name=owner.label,
+            kind=owner.kind,
             start_us=(start - origin) * 1e-6,
             duration_us=(end - start) * 1e-6,
             spans=count,
         )
-        for start, end, (kind, name, _), count in spans
+        for start, end, owner, count in spans
     )
 
 
@@ -262,7 +264,11 @@ def _profile(
         # ops of one called straight from the jitted function, whose scope is the whole
         # program. Only kernels the capture knows are taken from them.
         known = {k.get("name") for k in info.kernels}
-        claims = {key: name for key, name in found.claims.items() if name in known}
+        claims = {
+            key: names
+            for key, names in found.claims.items()
+            if all(name in known for name in names)
+        }
         info = dataclasses.replace(info, claims=claims)
     owner_of = classifier(
         kernels=info.kernels,
@@ -305,7 +311,10 @@ def _profile(
 
 
 def _inside_kernels(
-    plane: _xplane.Plane, owner_of: Any, info: CaptureInfo, programs: Any
+    plane: _xplane.Plane,
+    owner_of: Callable[[OpKind], Owner],
+    info: CaptureInfo,
+    programs: Any,
 ) -> tuple[list[IntraKernel], int]:
     """:func:`.intrakernel.intra_kernel` of a TPU plane, its ops owned as the walk owned
     them."""

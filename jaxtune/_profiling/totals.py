@@ -76,7 +76,9 @@ class Accumulator:
     per *key* (a kind of event: its metadata id on a TPU, its interned kind elsewhere)
     the owner it goes to and how many events went there (for XLA's flops and bytes)."""
 
-    def __init__(self, kind_of: Callable[[Any], OpKind | None], owner_of: Any) -> None:
+    def __init__(
+        self, kind_of: Callable[[Any], OpKind | None], owner_of: Callable[[OpKind], Owner]
+    ) -> None:
         self.kind_of, self.owner_of = kind_of, owner_of
         self.owners: list[Owner] = []
         self.number: dict[Owner, int] = {}
@@ -117,7 +119,7 @@ class Accumulator:
                 (self.run_max, -1),
             ):
                 lst.append(v)
-            self.xla.append(owner[0] == "xla")
+            self.xla.append(owner.kind == "xla")
             self.first.append(first)
             self.extra.append([0, 0.0, 0.0, None, True])
             self.program_runs.append(set())

@@ -147,8 +147,8 @@ def _innermost_marker(name_stack: str) -> tuple[str, str, str] | None:
     marks = _markers.parse(name_stack)
     if not marks:
         return None
-    kernel, digest, end = marks[-1]
-    return kernel, digest, name_stack[:end]
+    last = marks[-1]
+    return last.kernel, last.digest, name_stack[: last.end]
 
 
 def _inside_kernel(owner: Any, source: str | None) -> str | None:

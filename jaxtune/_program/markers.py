@@ -13,11 +13,23 @@ import hashlib
 import itertools
 import re
 import threading
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from . import sources as _sources
 
-__all__ = ["Mark", "differentiated", "lookup", "mark", "parse"]
+__all__ = [
+    "Mark",
+    "Marker",
+    "Owner",
+    "differentiated",
+    "fused_names",
+    "lookup",
+    "mark",
+    "owner_of",
+    "parse",
+    "scope_table",
+]
 
 _PATTERN = re.compile(r"jaxtune\[(?P<kernel>[^\]#]+)#(?P<digest>[0-9a-f]{10})\]")
 
@@ -55,9 +67,23 @@ def mark(m: Mark) -> str:
     return f"jaxtune[{m.kernel}#{digest}]"
 
 
-def parse(name_stack: str) -> list[tuple[str, str, int]]:
-    """Every marker in a name stack: ``(kernel id, digest, end offset)``, outermost first."""
-    return [(x["kernel"], x["digest"], x.end()) for x in _PATTERN.finditer(name_stack)]
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Marker:
+    """One marker in a name stack: the kernel id, the digest :func:`lookup` maps back to
+    its :class:`Mark`, and the offset just past it (the name stack up to ``end`` is the
+    kernel's scope)."""
+
+    kernel: str
+    digest: str
+    end: int
+
+
+def parse(name_stack: str) -> list[Marker]:
+    """Every marker in a name stack, outermost first."""
+    return [
+        Marker(kernel=x["kernel"], digest=x["digest"], end=x.end())
+        for x in _PATTERN.finditer(name_stack)
+    ]
 
 
 def differentiated(name_stack: str, kernel: str) -> bool:
@@ -227,7 +253,7 @@ def _pallas_call(eqn: Any, scope: str, times: int | None, around: tuple[Any, ...
         interpret=bool(params.get("interpret")),
         cost_estimate=estimate,
         source=site,
-        inside=marks[-1][0] if marks else None,
+        inside=marks[-1].kernel if marks else None,
         per_step=times,
         io_bytes=sum(_nbytes(v) for v in (*eqn.invars, *eqn.outvars)),
         call_site=_sources.call_site(site, itertools.chain(own, outer)),
@@ -245,21 +271,57 @@ def _nbytes(v: Any) -> int:
     return count * np.dtype(aval.dtype).itemsize
 
 
-Owner = tuple[str, str, "str | None"]
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Owner:
+    """What an executed op's time goes to: a row of a profile.
+
+    ``kind``: ``"pallas"`` (a Pallas kernel), ``"autotuned"`` (the ops of a jaxtune kernel
+    outside any Pallas call) or ``"xla"`` (a plain XLA op). ``names``: the kernels, in the
+    order they are shown: one, or several when their ops cannot be told apart (XLA fused
+    them into one op, or they share one scope); a jaxtune kernel's id; a plain op's
+    instruction. ``kernel_id``: the jaxtune kernel the op ran inside (its innermost
+    marker). ``program``: what tells a plain op's program apart (its program id, else its
+    module's name). Owners are dictionary keys: equal fields, one owner.
+
+    >>> Owner(kind="pallas", names=("attn", "mm")).label
+    'attn + mm'
+    """
+
+    kind: Literal["pallas", "autotuned", "xla"]
+    names: tuple[str, ...]
+    kernel_id: str | None = None
+    program: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The names as tables, pages and reports show them: ``"a + b"``."""
+        return " + ".join(self.names)
+
+    @property
+    def kernel(self) -> str | None:
+        """The one kernel (or op) it names; ``None`` when it names several."""
+        return self.names[0] if len(self.names) == 1 else None
 
 
-def scope_table(kernels: Any) -> list[tuple[tuple[str, ...], str]]:
-    """``(scope, name)`` of the interpret-mode kernels whose ops a scope tells apart,
-    longest first. A scope no deeper than the program itself (a ``pallas_call`` straight
-    in the jitted function) would claim every op of the program, so it is left out; those
-    kernels are found by the ``pallas_call`` frame of their ops' name stacks. Kernels that
-    share one scope read as one owner naming all of them (``"a + b"``)."""
+def fused_names(parts: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
+    """The names of several owners' ``names`` tuples as one owner's: in the order of the
+    parts' labels, each name once."""
+    ordered = sorted(parts, key=" + ".join)
+    return tuple(dict.fromkeys(n for names in ordered for n in names))
+
+
+def scope_table(kernels: Any) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """``(scope, kernel names)`` of the interpret-mode kernels whose ops a scope tells
+    apart, longest first. A scope no deeper than the program itself (a ``pallas_call``
+    straight in the jitted function) would claim every op of the program, so it is left
+    out; those kernels are found by the ``pallas_call`` frame of their ops' name stacks.
+    Kernels that share one scope read as one owner naming all of them."""
     names: dict[tuple[str, ...], list[str]] = {}
     for k in kernels:
         scope = tuple(k["scope"])
         if len(scope) > 1 and k["name"] not in names.setdefault(scope, []):
             names[scope].append(k["name"])
-    return sorted(((s, " + ".join(n)) for s, n in names.items()), key=lambda x: -len(x[0]))
+    return sorted(((s, tuple(n)) for s, n in names.items()), key=lambda x: -len(x[0]))
 
 
 def _encloses(scope: tuple[str, ...], here: tuple[str, ...]) -> bool:
@@ -283,28 +345,29 @@ def owner_of(
     op: str,
     scopes: Any = (),
 ) -> Owner:
-    """``(kind, name, kernel id)`` of the kernel an executed op belongs to: a Pallas custom
-    call; else the innermost ``pallas_call`` frame of its name stack; else the interpret-
-    mode kernel whose scope (from :func:`scope_table`) encloses it, so the kernel's
-    ``io_callback``s, loops and copies count as the kernel; else the innermost jaxtune
-    marker; else the op itself (plain XLA)."""
+    """The :class:`Owner` an executed op belongs to: a Pallas custom call; else the
+    innermost ``pallas_call`` frame of its name stack; else the interpret-mode kernel(s)
+    whose scope (from :func:`scope_table`) encloses it, so the kernel's ``io_callback``s,
+    loops and copies count as the kernel; else the innermost jaxtune marker; else the op
+    itself (plain XLA, no program)."""
     marks = parse(name_stack)
-    kernel_id = marks[-1][0] if marks else None
+    kernel_id = marks[-1].kernel if marks else None
     if target in PALLAS_TARGETS:
         found = pallas_name(name_stack)
         last = name_stack.rsplit("/", 1)[-1] if name_stack else op
-        return "pallas", found[0] if found and found[0] != PALLAS_CALL else last or op, kernel_id
+        name = found[0] if found and found[0] != PALLAS_CALL else last or op
+        return Owner(kind="pallas", names=(name,), kernel_id=kernel_id)
     found = pallas_name(name_stack)
-    outside_marks = not marks or marks[-1][2] <= len(found[1]) if found else False
+    outside_marks = not marks or marks[-1].end <= len(found[1]) if found else False
     if found is not None and found[0] != PALLAS_CALL and outside_marks:
-        return "pallas", found[0], kernel_id
+        return Owner(kind="pallas", names=(found[0],), kernel_id=kernel_id)
     if scopes:
         here = frames(name_stack)
-        for scope, name in scopes:
+        for scope, names in scopes:
             if _encloses(scope, here):
-                return "pallas", name, kernel_id
+                return Owner(kind="pallas", names=names, kernel_id=kernel_id)
     if found is not None:
-        return "pallas", found[0], kernel_id
+        return Owner(kind="pallas", names=(found[0],), kernel_id=kernel_id)
     if kernel_id is not None:
-        return "autotuned", kernel_id, kernel_id
-    return "xla", op, None
+        return Owner(kind="autotuned", names=(kernel_id,), kernel_id=kernel_id)
+    return Owner(kind="xla", names=(op,))

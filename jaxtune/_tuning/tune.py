@@ -108,4 +108,4 @@ def _mark_of(site: KernelSite) -> _markers.Mark | None:
     if site.kind != "autotuned":
         return None
     found = _markers.parse(site.name_stack)
-    return _markers.lookup(found[-1][1]) if found else None
+    return _markers.lookup(found[-1].digest) if found else None
