@@ -163,7 +163,7 @@ def browser(session: nox.Session) -> None:
 
 #: Other autotuners compared in bench/bench_vs_tools.py and bench_flash_vs_tune_jax.py:
 #: installed in the bench session's own environment only, never dependencies of jaxtune.
-BENCH_TOOLS = ("tokamax", "tune-jax")
+BENCH_TOOLS = ("tokamax", "tune-jax", "pallas-forge")
 
 
 @nox.session(python=_python_or_name(PYTHONS[-1]))
@@ -181,5 +181,18 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_flash_vs_tune_jax.py", "--results", str(results))
     session.install(".[remote]", "moto[server]")  # bench_shared_store.py's local S3 server
     session.run("python", "bench/bench_shared_store.py", "--results", str(results))
-    for script in ("bench_child_runner.py", "bench_trace_reader.py", "bench_cache.py"):
+    kernels = "flash,swiglu,ragged_dot,tokamax_flash"
+    session.run(
+        "python", "bench/bench_sweep_time.py", "--kernels", kernels, "--results", str(results)
+    )
+    session.run("python", "bench/bench_tie_rounds.py", "--results", str(results))
+    session.run("python", "bench/bench_buckets.py", "--json", str(results / "buckets.json"))
+    session.run("python", "bench/bench_digest.py", "--json", str(results / "digest.json"))
+    for script in (
+        "bench_child_runner.py",
+        "bench_trace_reader.py",
+        "bench_cache.py",
+        "bench_distributed.py",
+        "bench_examples_pick.py",
+    ):
         session.run("python", str(ROOT / "bench" / script), *session.posargs)
