@@ -149,9 +149,8 @@ def validate_nearest(nearest: Any) -> bool:
 #: and how long its interleaved rounds may go on (the fields of
 #: :class:`~jaxtune._tuning.sweep.timing.TimingOptions` that differ from ``"full"``, the
 #: default, which is the sweeps' timing as it is). ``"quick"`` stops the rounds at 1 s
-#: instead of 5 s or the configs' compile time (faster sweeps that end undecided between close configs more often);
-#: ``"thorough"`` samples longer and lets the rounds run for up to 20 s whatever the
-#: compile time, for a busy machine
+#: instead of 5 s (faster sweeps that end undecided between close configs more often);
+#: ``"thorough"`` samples longer and lets the rounds run for up to 20 s, for a busy machine
 #: whose rounds end undecided at ``"full"``. The decision rule is the same at every effort.
 EFFORTS: dict[str, dict[str, Any]] = {
     "quick": {
@@ -171,7 +170,6 @@ EFFORTS: dict[str, dict[str, Any]] = {
         "rounds": 10,
         "max_rounds": 800,
         "max_rounds_s": 20.0,
-        "rounds_per_compile": 1e6,  # the 20 s alone
         "round_floor_us": 5000.0,
         "round_max_samples": 64,
         "second_look_rounds": 3,

@@ -20,7 +20,7 @@ from ..._core.vocabulary import Failure, Measurement, config_id
 from .stats import decide, in_space_order, rounds_to_show, stay_after_second_look
 from .timing import Timing, TimingOptions
 
-__all__ = ["clearly_behind", "interleaved", "measurement", "rounds_budget"]
+__all__ = ["clearly_behind", "interleaved", "measurement"]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -69,7 +69,6 @@ def interleaved(
     left: set[str] = set()  # not faster than the leaders on their second look: not raced
     active = list(by_id)
     look = max(1, options.second_look_rounds) if looking else 0
-    budget = rounds_budget(options, sum(compile_s.values()))
     start = clock()
     for done in range(1, max(options.rounds, options.max_rounds) + 1):
         turn = (done - 1) % len(active)
@@ -115,8 +114,8 @@ def interleaved(
             break
         # At least the rounds that can show a config slower, however long a round takes
         # (a slow kernel's round may take seconds), the look's included; then no more
-        # than the rounds' budget.
-        if done > look and done >= rounds_to_show() and clock() - start > budget:
+        # than ``max_rounds_s`` of rounds in all.
+        if done > look and done >= rounds_to_show() and clock() - start > options.max_rounds_s:
             break
         # Shown slower: out. Tied or undecided: go on, against the best.
         active = [cid for cid in active if cid not in out]
@@ -133,23 +132,6 @@ def interleaved(
         for cid in by_id
         if cid not in left
     }
-
-
-def rounds_budget(options: TimingOptions, compile_s: float) -> float:
-    """Seconds of rounds past those that can show a config slower: ``max_rounds_s``, or
-    ``rounds_per_compile`` times the configs' compile time ``compile_s`` when that is less
-    (but at least ``min_rounds_s``). Between near-equal configs the rounds may never
-    decide; they then cost about what compiling the configs did, not a fixed 5 s more.
-
-    Examples:
-        >>> from jaxtune._tuning.sweep.timing import TimingOptions
-        >>> rounds_budget(TimingOptions(), 2.5), rounds_budget(TimingOptions(), 40.0)
-        (2.5, 5.0)
-        >>> rounds_budget(TimingOptions(), 0.2)
-        1.0
-    """
-    by_compile = max(options.min_rounds_s, options.rounds_per_compile * compile_s)
-    return min(options.max_rounds_s, by_compile)
 
 
 def clearly_behind(

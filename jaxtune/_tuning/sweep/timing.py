@@ -45,10 +45,7 @@ class TimingOptions:
     more than ``tie_within`` than the ``leaders``-th fastest leader's. After at least
     ``rounds`` rounds, they stop once every rival of the best is shown slower or
     equivalent within ``tie_within`` (see :mod:`jaxtune._tuning.sweep.stats`), or at
-    ``max_rounds`` rounds, or once the rounds that can show a config slower have run and
-    the rounds have taken ``max_rounds_s`` seconds or ``rounds_per_compile`` times what
-    compiling the configs took (at least ``min_rounds_s``), whichever comes first: a
-    decision between near-equal configs costs at most about what the sweep cost so far. From round ``behind_after_rounds`` on,
+    ``max_rounds`` rounds or ``max_rounds_s`` seconds. From round ``behind_after_rounds`` on,
     a config whose fastest round is over ``drop_ratio`` times the slowest round of another
     config racing, and at least ``rounds_above_s`` long, is clearly behind: it leaves the
     rounds (it is out).
@@ -72,8 +69,6 @@ class TimingOptions:
     rounds: int = 6
     max_rounds: int = 200
     max_rounds_s: float = 5.0
-    min_rounds_s: float = 1.0
-    rounds_per_compile: float = 1.0
     tie_within: float = 0.05
     round_samples: int = 2
     round_floor_us: float = 2000.0
