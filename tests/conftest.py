@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pathlib
@@ -53,6 +54,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if CHILD_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.child)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Builds matplotlib's font cache (when matplotlib is installed) before any test runs:
+    in a fresh environment its first import starts ``fc-list``, which the guard below would
+    take for a child process of whichever test imported it first."""
+    with contextlib.suppress(ImportError):
+        import matplotlib.font_manager  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

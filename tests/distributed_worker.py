@@ -19,7 +19,8 @@ import jaxtune
 from jaxtune._core.versions import toolchain
 from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._isolation.devices import sweep_devices
-from jaxtune._tuning import autotuned as _autotuned
+from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning import sweep_task as _sweep_task
 from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.sweep.plan import ordered
 from jaxtune._tuning.sweep.runner import ProcessRunner
@@ -63,6 +64,13 @@ class FakeRunner:
                 config=dict(config), median_us=t, min_us=t, spread=0.0, samples=5, compile_s=0.0
             )
         return finish(task.plan, results)
+
+
+def _use_runner(make) -> None:
+    """Every sweep of this process goes to ``make()`` (the lookup order asks for the runner;
+    a sweep run without one asks too)."""
+    _lookup.default_runner = make
+    _sweep_task.default_runner = make
 
 
 def jaxtune_config_id(config):
@@ -109,7 +117,7 @@ def main() -> None:
         # so the split is the same on any machine.
         count = jax.local_device_count()
         by_default = sweep_devices()
-        _autotuned.default_runner = lambda: ProcessRunner(devices=list(range(count)))
+        _use_runner(lambda: ProcessRunner(devices=list(range(count))))
         start = time.monotonic()
         out = jax.jit(repeated)(jnp.ones((128, 128)))
         choice = repeated.config_for(jax.ShapeDtypeStruct((128, 128), jnp.float32))
@@ -117,7 +125,7 @@ def main() -> None:
         report = {"reps": choice.config["reps"], "seconds": seconds, "by_default": by_default}
         print(json.dumps(report), flush=True)
         return
-    _autotuned.default_runner = lambda: runner
+    _use_runner(lambda: runner)
     if scenario == "conflict":
         plant(pid + 5, x)  # a config of the space: 5, 6, 7, 8
     if client is not None:
