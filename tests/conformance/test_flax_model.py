@@ -361,7 +361,6 @@ def test_tune_api_stores_a_forward_and_backward_entry_once(tune_api):
     assert again.created == entry.created
     assert dict(again.config) == dict(entry.config)
     assert again.timing == "vjp"
-    assert tune_api.second_s < tune_api.first_s / 3, (tune_api.first_s, tune_api.second_s)
 
 
 # -- 4. jaxtune profile -- and JAXTUNE_PROFILE=1 ---------------------------------------------
