@@ -1,5 +1,6 @@
 """End to end: `jaxtune tune -- python script.py`, then a plain run that uses the cache
-(docs/whole-model.md, "jaxtune tune -- python train.py ...")."""
+(docs/whole-model.md, "jaxtune tune -- python train.py ..."); the sweep child starts while
+the program runs (docs/isolation.md, "One long-lived child")."""
 
 from __future__ import annotations
 
@@ -95,6 +96,79 @@ def test_tune_command_records_tunes_and_a_plain_run_uses_the_cache(tmp_path):
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "2 already had a config; tuned 0" in again.stdout
+
+
+#: A program that, before its step, waits for a sweep child of the command running it (a
+#: sibling: its parent is this program's parent) and says which.
+WAITS_FOR_THE_CHILD = textwrap.dedent(
+    """
+    import os, pathlib, sys, time
+    import jax, jax.numpy as jnp
+    from jaxtune.examples.chunked import chunked_logsumexp
+
+    def sibling_child():
+        for proc in pathlib.Path("/proc").iterdir():
+            try:
+                cmd = (proc / "cmdline").read_bytes()
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if b"jaxtune._isolation.child" in cmd and ppid == os.getppid():
+                return int(proc.name)
+        return None
+
+    deadline = time.monotonic() + 120
+    while (pid := sibling_child()) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("SIBLING-CHILD", pid, file=sys.stderr, flush=True)
+    jax.jit(lambda x: chunked_logsumexp(x).sum())(jnp.ones((8, 4096)))
+    """
+)
+
+#: The command, with every sweep child it starts named on stderr.
+COUNTS_CHILDREN = textwrap.dedent(
+    """
+    import subprocess, sys
+    real = subprocess.Popen.__init__
+
+    def counting(self, args, *a, **k):
+        real(self, args, *a, **k)
+        if any("jaxtune._isolation.child" in str(x) for x in args):
+            print("STARTED-CHILD", self.pid, file=sys.stderr, flush=True)
+
+    subprocess.Popen.__init__ = counting
+    from jaxtune import _cli
+    sys.exit(_cli.main(sys.argv[1:]))
+    """
+)
+
+
+@pytest.mark.skipif(
+    not pathlib.Path("/proc/self/stat").exists(), reason="the program finds its sibling in /proc"
+)
+def test_the_sweep_child_starts_while_the_program_runs_and_serves_the_sweeps(tmp_path):
+    from jaxtune._isolation.devices import cpu_only
+
+    if not cpu_only() and not os.environ.get("JAX_PLATFORMS"):
+        pytest.skip("an accelerator plugin is installed: the platform is not known ahead")
+    script = tmp_path / "train.py"
+    script.write_text(WAITS_FOR_THE_CHILD)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAXTUNE_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", COUNTS_CHILDREN, "tune", "--", sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    started = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("STARTED-")]
+    seen = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("SIBLING-")]
+    # The program saw the command's sweep child while it ran, and that one child swept.
+    assert seen == started[:1] and seen != ["None"], proc.stderr[-3000:]
+    assert len(started) == 1, proc.stderr[-3000:]
+    assert "tuned 1" in proc.stdout
 
 
 def test_tune_command_needs_a_program(cli):

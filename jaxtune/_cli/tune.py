@@ -1,9 +1,10 @@
 """``jaxtune tune -- python train.py ...``: record a program's kernel calls, tune the misses.
 
 The program runs in a child with ``JAXTUNE_RECORD`` set; it stops after the first step it
-traces (``--full``: at its end). This parent then sweeps every recorded call that had no
-cached config, each in a sweep child, writes the cache and prints a table. The parent never
-starts a JAX backend, so on TPU the chip is free for the children.
+traces (``--full``: at its end); meanwhile the sweep child starts (CPU and GPU). This
+parent then sweeps every recorded call that had no cached config, each in a sweep child,
+writes the cache and prints a table. The parent never starts a JAX backend, so on TPU the
+chip is free for the children.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core.errors import JaxtuneError
+from .._core.flags import requested_platform
 from .._core.vocabulary import Entry
+from .._isolation.devices import cpu_only
 from .._isolation.frames import FrameError
 from .._isolation.wire import FrameReader
 from .._render.units import count
@@ -45,6 +48,7 @@ __all__ = [
     "stop_program",
     "summary_line",
     "sweep_records",
+    "sweep_runner",
     "timed_pass",
     "wrong_pass",
 ]
@@ -231,7 +235,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
     entries: list[Entry] = []
     problems: list[str] = []
     # One sweep child per device the program saw, where devices can be split.
-    runner = ProcessRunner(devices=next((r.get("devices") for r in records), None))
+    runner = sweep_runner(devices=next((r.get("devices") for r in records), None))
     for record in records:
         if "request" not in record:
             problems.append(f"{record['kernel']} {record['key']}: {record['error']}")
@@ -256,9 +260,20 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
     return entries, problems
 
 
+def sweep_runner(devices: list[int] | None = None) -> ProcessRunner:
+    """The runner of this command's sweeps. This parent starts no backend, so where
+    ``JAX_PLATFORMS`` does not name the platform and JAX can start nothing but its CPU
+    backend, the children are CPU children, as the one started while the program runs."""
+    platform = "cpu" if requested_platform() is None and cpu_only() else None
+    return ProcessRunner(platform=platform, devices=devices)
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
     command = program(args, "tune")
+    # The sweep child starts while the program runs and records its calls (CPU and GPU:
+    # this parent still starts no backend, so a TPU stays free for the program).
+    sweep_runner().prestart()
     records, stopped, status = record_program(command, full=args.full)
     if status != 0 and not stopped:
         then = (
