@@ -186,6 +186,7 @@ def bench(session: nox.Session) -> None:
         "python", "bench/bench_sweep_time.py", "--kernels", kernels, "--results", str(results)
     )
     session.run("python", "bench/bench_tie_rounds.py", "--results", str(results))
+    session.run("python", "bench/bench_tune_command.py", "--results", str(results))
     session.run("python", "bench/bench_buckets.py", "--json", str(results / "buckets.json"))
     session.run("python", "bench/bench_digest.py", "--json", str(results / "digest.json"))
     for script in (
