@@ -98,13 +98,30 @@ def test_tune_command_records_tunes_and_a_plain_run_uses_the_cache(tmp_path):
     assert "2 already had a config; tuned 0" in again.stdout
 
 
+#: A kernel's module that notes each process importing it (its pid, one line each).
+KERNELS = textwrap.dedent(
+    """
+    import os
+    import jaxtune
+
+    with open(os.environ["IMPORT_LOG"], "a") as log:
+        print(os.getpid(), file=log)
+
+    @jaxtune.autotuned(configs={"chunk": [256, 4096]}, name="test.cli.scaled")
+    def scaled(x, *, chunk):
+        return (x.reshape(-1, chunk) * 2).reshape(x.shape)
+    """
+)
+
 #: A program that, before its step, waits for a sweep child of the command running it (a
-#: sibling: its parent is this program's parent) and says which.
+#: sibling: its parent is this program's parent), then, once its call is recorded (traced)
+#: and before its step compiles (where recording stops it), for that child to import the
+#: kernel's module; it says what it saw.
 WAITS_FOR_THE_CHILD = textwrap.dedent(
     """
     import os, pathlib, sys, time
     import jax, jax.numpy as jnp
-    from jaxtune.examples.chunked import chunked_logsumexp
+    from kernels import scaled
 
     def sibling_child():
         for proc in pathlib.Path("/proc").iterdir():
@@ -117,11 +134,21 @@ WAITS_FOR_THE_CHILD = textwrap.dedent(
                 return int(proc.name)
         return None
 
-    deadline = time.monotonic() + 120
-    while (pid := sibling_child()) is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    def imported_in(pid):
+        return str(pid) in pathlib.Path(os.environ["IMPORT_LOG"]).read_text().split()
+
+    def wait(until):
+        deadline = time.monotonic() + 120
+        while not until() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    wait(lambda: sibling_child() is not None)
+    pid = sibling_child()
     print("SIBLING-CHILD", pid, file=sys.stderr, flush=True)
-    jax.jit(lambda x: chunked_logsumexp(x).sum())(jnp.ones((8, 4096)))
+    lowered = jax.jit(lambda x: scaled(x).sum()).lower(jnp.ones(1 << 16))
+    wait(lambda: imported_in(pid))
+    print("IMPORTED-IN", pid if imported_in(pid) else None, file=sys.stderr, flush=True)
+    lowered.compile()
     """
 )
 
@@ -146,14 +173,20 @@ COUNTS_CHILDREN = textwrap.dedent(
 @pytest.mark.skipif(
     not pathlib.Path("/proc/self/stat").exists(), reason="the program finds its sibling in /proc"
 )
-def test_the_sweep_child_starts_while_the_program_runs_and_serves_the_sweeps(tmp_path):
+def test_the_sweep_child_starts_and_imports_the_kernel_while_the_program_runs(tmp_path):
     from jaxtune._isolation.devices import cpu_only
 
     if not cpu_only() and not os.environ.get("JAX_PLATFORMS"):
         pytest.skip("an accelerator plugin is installed: the platform is not known ahead")
     script = tmp_path / "train.py"
     script.write_text(WAITS_FOR_THE_CHILD)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAXTUNE_CACHE_DIR": str(tmp_path / "cache")}
+    (tmp_path / "kernels.py").write_text(KERNELS)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "JAXTUNE_CACHE_DIR": str(tmp_path / "cache"),
+        "IMPORT_LOG": str(tmp_path / "imports.log"),
+    }
     proc = subprocess.run(
         [sys.executable, "-c", COUNTS_CHILDREN, "tune", "--", sys.executable, str(script)],
         env=env,
@@ -165,9 +198,16 @@ def test_the_sweep_child_starts_while_the_program_runs_and_serves_the_sweeps(tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     started = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("STARTED-")]
     seen = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("SIBLING-")]
-    # The program saw the command's sweep child while it ran, and that one child swept.
+    imported = [
+        line.split()[1] for line in proc.stderr.splitlines() if line.startswith("IMPORTED-")
+    ]
+    # The program saw the command's sweep child while it ran, and that child imported the
+    # kernel's module once the call was recorded, before the program's step compiled...
     assert seen == started[:1] and seen != ["None"], proc.stderr[-3000:]
+    assert imported == seen, proc.stderr[-3000:]
+    # ...and that one child swept, without importing the module again.
     assert len(started) == 1, proc.stderr[-3000:]
+    assert (tmp_path / "imports.log").read_text().split().count(seen[0]) == 1
     assert "tuned 1" in proc.stdout
 
 

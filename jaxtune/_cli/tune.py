@@ -17,14 +17,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._core.codec import DecodeError
 from .._core.errors import JaxtuneError
 from .._core.flags import requested_platform
 from .._core.vocabulary import Entry
 from .._isolation.devices import cpu_only
-from .._isolation.frames import FrameError
+from .._isolation.frames import FrameError, Module
 from .._isolation.wire import FrameReader
 from .._render.units import count
 from .._tuning.digest import CodeDigest
@@ -40,6 +42,7 @@ __all__ = [
     "HITS",
     "add_parser",
     "exit_text",
+    "had_config",
     "merged",
     "program",
     "record_program",
@@ -174,20 +177,11 @@ def stop_program(proc: subprocess.Popen[Any]) -> None:
 def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
     records: list[dict[str, Any]] = []
     stopped = False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        reader = FrameReader(fd)
-        while True:
-            try:
-                frame = reader.read()
-            except EOFError:
-                break
-            if frame.get("t") == "stopped":
-                stopped = True
-            elif frame.get("t") == "call":
-                records.append(frame)
-    finally:
-        os.close(fd)
+    for frame in _frames(path):
+        if frame.get("t") == "stopped":
+            stopped = True
+        elif frame.get("t") == "call":
+            records.append(frame)
     return merged(records), stopped
 
 
@@ -268,13 +262,36 @@ def sweep_runner(devices: list[int] | None = None) -> ProcessRunner:
     return ProcessRunner(platform=platform, devices=devices)
 
 
+def had_config(record: dict[str, Any]) -> bool:
+    """Whether a recorded call had a config to keep: from the cache or a scope, timed for
+    the pass the call runs, and not stale (another toolchain, new configs in the space)."""
+    return (
+        record["source"] in HITS
+        and not wrong_pass(record, record.get("entry_timing", ""))
+        and not (record["source"] != "scope" and record.get("stale"))
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
     command = program(args, "tune")
     # The sweep child starts while the program runs and records its calls (CPU and GPU:
-    # this parent still starts no backend, so a TPU stays free for the program).
-    sweep_runner().prestart()
-    records, stopped, status = record_program(command, full=args.full)
+    # this parent still starts no backend, so a TPU stays free for the program), and
+    # imports the module of each call to sweep as soon as the call is recorded.
+    runner = sweep_runner()
+    runner.prestart()
+
+    def on_call(record: dict[str, Any]) -> None:
+        if "request" not in record or not (args.retune or not had_config(record)):
+            return
+        try:
+            request = read_request(record["request"])
+        except FrameError:  # the sweeps report it
+            return
+        if request.ref is not None:
+            runner.preload([Module(ref=request.ref, environ=request.environ)])
+
+    records, stopped, status = record_program(command, full=args.full, on_call=on_call)
     if status != 0 and not stopped:
         then = (
             f"tuning the {count(len(records), 'call')} it recorded"
@@ -282,29 +299,27 @@ def run(args: argparse.Namespace) -> int:
             else "it recorded no autotuned call, so nothing is tuned"
         )
         print(f"jaxtune tune: the program {exit_text(status)}; {then}", file=sys.stderr)
-    # A stale entry (another toolchain, new configs in the space) is tuned again.
-    had_config = [
-        r
-        for r in records
-        if r["source"] in HITS
-        and not wrong_pass(r, r.get("entry_timing", ""))
-        and not (r["source"] != "scope" and r.get("stale"))
-    ]
-    todo = [r for r in records if args.retune or r not in had_config]
+    kept = [r for r in records if had_config(r)]
+    todo = [r for r in records if args.retune or r not in kept]
     entries, problems = sweep_records(todo)
-    _report(args, records, had_config, entries, problems)
+    _report(args, records, kept, entries, problems)
     if status != 0 and not stopped:
         return status if status > 0 else 1  # the program's own failure comes first
     return 1 if problems else 0
 
 
 def record_program(
-    command: list[str], *, full: bool, verb: str = "tune"
+    command: list[str],
+    *,
+    full: bool,
+    verb: str = "tune",
+    on_call: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], bool, int]:
     """Runs the program with recording on (``cached`` mode, a miss running the default
     whatever ``JAXTUNE_ON_MISS`` says, so every call is recorded): its recorded calls,
     whether it stopped after its first step, and its exit status. ``verb`` names the
-    command in messages (``tune``, ``cache check``)."""
+    command in messages (``tune``, ``cache check``); ``on_call`` is given each call
+    frame while the program runs, as soon as the program has written it."""
     with tempfile.TemporaryDirectory(prefix="jaxtune-record-") as tmp:
         path = os.path.join(tmp, "calls.msgpack")
         open(path, "wb").close()
@@ -321,9 +336,51 @@ def record_program(
             file=sys.stderr,
             flush=True,
         )
-        status = run_program(command, env, verb, stdin=subprocess.DEVNULL)
+        done = threading.Event()
+        follower = None
+        if on_call is not None:
+            follower = threading.Thread(
+                target=_follow, args=(path, on_call, done), name="jaxtune-record", daemon=True
+            )
+            follower.start()
+        try:
+            status = run_program(command, env, verb, stdin=subprocess.DEVNULL)
+        finally:
+            done.set()
+            if follower is not None:
+                follower.join()
         records, stopped = _read_records(path)
     return records, stopped, status
+
+
+def _follow(path: str, on_call: Callable[[dict[str, Any]], None], done: threading.Event) -> None:
+    """Gives ``on_call`` each call frame the program appends to ``path``, until ``done``
+    (the file is read again every 0.2 s, up to its last whole frame)."""
+    seen = 0
+    while not done.wait(0.2):
+        try:
+            frames = _frames(path)
+        except (DecodeError, OSError):  # reported when the program is done
+            return
+        for frame in frames[seen:]:
+            if isinstance(frame, dict) and frame.get("t") == "call":
+                on_call(frame)
+        seen = len(frames)
+
+
+def _frames(path: str) -> list[Any]:
+    """The whole frames in ``path`` (one the program is still writing is left out)."""
+    frames = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = FrameReader(fd)
+        while True:
+            try:
+                frames.append(reader.read())
+            except EOFError:
+                return frames
+    finally:
+        os.close(fd)
 
 
 def _report(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core import settings as _config
@@ -29,7 +30,7 @@ from .wire import NotTransportable
 if TYPE_CHECKING:
     from .service import ChildService
 
-__all__ = ["prestart"]
+__all__ = ["preload", "prestart"]
 
 _LOCK = threading.Lock()
 #: Environments whose child was started ahead of need (once per process each).
@@ -50,6 +51,19 @@ def prestart(runner: ChildService, fn: Any = None, *, handler: str | None = None
     answer its requests (``handler``) and the module of ``fn``. Only CPU and GPU children:
     a TPU child would hold the chip this process may still want. Returns whether a start
     was begun (once per environment and process)."""
+    ref = _module_ref(fn)
+    return _begin(runner, [] if ref is None else [ref], handler)
+
+
+def preload(runner: ChildService, modules: Sequence[Module]) -> bool:
+    """Imports ``modules`` (with the variables each carries) in ``runner``'s pooled child
+    ahead of need, as :func:`prestart` does for a decorated kernel's module, starting the
+    child where it is not started yet; a script run as ``__main__`` is re-run there too,
+    so name one only when a sweep will need it. Returns whether a start was begun."""
+    return _begin(runner, list(modules), None)
+
+
+def _begin(runner: ChildService, modules: list[Module], handler: str | None) -> bool:
     platform = runner.expected_platform()
     if platform is None and cpu_only():
         # Nothing decided the platform yet (no backend, no JAX_PLATFORMS), but JAX can
@@ -58,14 +72,14 @@ def prestart(runner: ChildService, fn: Any = None, *, handler: str | None = None
     if platform not in ("cpu", "gpu"):
         return False
     key = (runner.device, *pool_key(runner.environment()))
-    ref = _module_ref(fn)
     with _LOCK:
         handlers = _HANDLERS.setdefault(key, [])
         if handler is not None and handler not in handlers:
             handlers.append(handler)
-        if ref is not None and (key, ref.ref.module) not in _ASKED:
-            _ASKED.add((key, ref.ref.module))
-            _PENDING.setdefault(key, []).append(ref)
+        for ref in modules:
+            if (key, ref.ref.module) not in _ASKED:
+                _ASKED.add((key, ref.ref.module))
+                _PENDING.setdefault(key, []).append(ref)
         begun = key not in _STARTED
         if key in _RUNNING or not (begun or _PENDING.get(key)):
             return False

@@ -3,8 +3,8 @@ happens (the child for the process runner) and added up by the parent.
 
 Phases (seconds of wall-clock time, except ``compile_threads``):
 
-- ``start``: waiting for the child process to be ready, and for the kernel's module being
-  imported there ahead of need (0 when both were done ahead);
+- ``start``: waiting for the child process to be ready, and for the kernel's module to be
+  imported there, ahead of need or when the sweep begins (0 when both were done ahead);
 - ``transfer``: the call's arguments reaching the child and being decoded there;
 - ``compile_threads``: the configs' compile times added up (the threads overlap each other
   and the runs below, so this is no share of the wall time);

@@ -24,7 +24,7 @@ from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import parent_backend, sweep_devices
 from ..._isolation.environ import warn_tracing_inline
-from ..._isolation.frames import ErrorKind, ErrorReply, Event, NotTransportable, Request
+from ..._isolation.frames import ErrorKind, ErrorReply, Event, Module, NotTransportable, Request
 from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
@@ -121,6 +121,13 @@ class ProcessRunner(ChildService):
         from .requests import HANDLER
 
         return prestart(self, fn, handler=HANDLER)
+
+    def preload(self, modules: Sequence[Module]) -> bool:
+        """Imports ``modules`` in this runner's pooled child ahead of need, starting the
+        child where it is not started (see :func:`jaxtune._isolation.prestart.preload`)."""
+        from ..._isolation.prestart import preload
+
+        return preload(self, modules)
 
     # -- a sweep -------------------------------------------------------------------------
 

@@ -93,14 +93,21 @@ def handle(server: Any, received: Request[WireFields]) -> Done | ErrorReply:
         raise FrameError("a sweep request lists the configs to do")
     current = server.state.get(__name__)
     start = time.perf_counter()
+    importing = 0.0
     if current is None or current[0] != task:
         if not request.has_call:  # the parent thought this child still held the task
             return ErrorReply(kind=ErrorKind.UNKNOWN_TASK, message=task)
+        if request.ref is not None:
+            # The kernel's module, where nothing imported it ahead of need: part of the
+            # sweep's start, not of its arguments' transfer.
+            resolve_kernel(request.ref)
+            importing = time.perf_counter() - start
         current = (task, _sweeper(server, request, work))
         server.state[__name__] = current
     server.arrived()
     sweeper = current[1]
-    sweeper.breakdown.add("transfer", time.perf_counter() - start)
+    sweeper.breakdown.add("start", importing)
+    sweeper.breakdown.add("transfer", time.perf_counter() - start - importing)
     if isinstance(work, Measure):
         measure = work
         # After a crash during a round of passes, rounds time one config at a time.
