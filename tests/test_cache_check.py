@@ -112,4 +112,4 @@ def test_check_without_a_command_is_refused(tmp_path):
         cwd=ROOT,
     )
     assert done.returncode != 0
-    assert "jaxtune cache check needs a command" in done.stderr
+    assert "jaxtune cache: it needs a command to run: jaxtune cache check --" in done.stderr

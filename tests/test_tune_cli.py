@@ -214,7 +214,7 @@ def test_the_sweep_child_starts_and_imports_the_kernel_while_the_program_runs(tm
 def test_tune_command_needs_a_program(cli):
     proc = cli("tune")
     assert proc.returncode == 2
-    assert "jaxtune tune needs a command" in proc.stderr
+    assert "jaxtune tune: it needs a command to run: jaxtune tune -- python" in proc.stderr
 
 
 def test_retune_summary_counts_the_calls_that_had_a_config():

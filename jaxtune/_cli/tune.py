@@ -111,7 +111,7 @@ def program(args: argparse.Namespace, verb: str) -> list[str]:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise JaxtuneError(f"jaxtune {verb} needs a command: jaxtune {verb} -- python train.py")
+        raise JaxtuneError(f"it needs a command to run: jaxtune {verb} -- python train.py")
     if command[0] in ("python", "python3"):
         command[0] = sys.executable
     return command
