@@ -20,29 +20,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-PROGRAM = textwrap.dedent(
-    """
-    import jax, jax.numpy as jnp
-    from jaxtune.examples.chunked import chunked_logsumexp
-    from jaxtune.examples.pallas_matmul import matmul
-
-    @jax.jit
-    def step(w, x):
-        h = matmul(x, w)
-        return chunked_logsumexp(jnp.tile(h, (1, 16))).mean()
-
-    if __name__ == "__main__":
-        w = jnp.full((64, 64), 0.01)
-        x = jnp.ones((64, 64))
-        for _ in range(3):
-            print("loss", float(step(w, x)), flush=True)
-    """
-)
+sys.path.insert(0, str(ROOT / "tests"))
+from example_program import TRAIN as PROGRAM  # noqa: E402 - found on the line above
 
 
 def one_run(tree: pathlib.Path, work: pathlib.Path) -> dict[str, object]:

@@ -12,29 +12,13 @@ import sys
 import textwrap
 
 import pytest
+from example_program import TRAIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-SCRIPT = textwrap.dedent(
-    """
-    import jax, jax.numpy as jnp
-    from jaxtune.examples.chunked import chunked_logsumexp
-    from jaxtune.examples.pallas_matmul import matmul
-
-    @jax.jit
-    def step(w, x):
-        h = matmul(x, w)
-        return chunked_logsumexp(jnp.tile(h, (1, 16))).mean()
-
-    if __name__ == "__main__":
-        w = jnp.full((64, 64), 0.01)
-        x = jnp.ones((64, 64))
-        for _ in range(3):
-            print("loss", float(step(w, x)), flush=True)
-    """
-)
+SCRIPT = TRAIN
 
 PARENT = textwrap.dedent(
     """
