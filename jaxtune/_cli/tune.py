@@ -278,8 +278,10 @@ def run(args: argparse.Namespace) -> int:
     # The sweep child starts while the program runs and records its calls (CPU and GPU:
     # this parent still starts no backend, so a TPU stays free for the program), and
     # imports the module of each call to sweep as soon as the call is recorded.
+    # Bad settings (a malformed XLA_FLAGS) are left for the sweeps to report.
     runner = sweep_runner()
-    runner.prestart()
+    with contextlib.suppress(JaxtuneError):
+        runner.prestart()
 
     def on_call(record: dict[str, Any]) -> None:
         if "request" not in record or not (args.retune or not had_config(record)):
@@ -289,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
         except FrameError:  # the sweeps report it
             return
         if request.ref is not None:
-            runner.preload([Module(ref=request.ref, environ=request.environ)])
+            with contextlib.suppress(JaxtuneError):
+                runner.preload([Module(ref=request.ref, environ=request.environ)])
 
     records, stopped, status = record_program(command, full=args.full, on_call=on_call)
     if status != 0 and not stopped:
