@@ -87,8 +87,7 @@ def run_job(
     one's JSON report (``{}`` for a process that printed none), by process id.
 
     With ``kill_leader_after``, process 0 gets SIGKILL once every other process has written
-    that text to stderr; each report then says how long after the kill it ended
-    (``after_kill``, seconds)."""
+    that text to stderr."""
     coordinator = f"127.0.0.1:{free_port()}"
     workers: list[Worker] = []
     try:
@@ -112,7 +111,6 @@ def run_job(
             )
             workers.append(Worker(proc))
         deadline = time.monotonic() + timeout
-        killed_at = None
         if kill_leader_after is not None:
             while not all(kill_leader_after in "".join(w.err) for w in workers[1:]):
                 if time.monotonic() > deadline or any(w.proc.poll() is not None for w in workers):
@@ -125,17 +123,13 @@ def run_job(
                     )
                 time.sleep(0.05)
             workers[0].proc.kill()
-            killed_at = time.monotonic()
         reports = []
         for worker in workers:
             try:
                 worker.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pytest.fail(f"a {scenario} worker did not finish within {timeout} s")
-            report = worker.report()
-            if killed_at is not None:
-                report["after_kill"] = time.monotonic() - killed_at
-            reports.append(report)
+            reports.append(worker.report())
         return reports
     finally:
         for worker in workers:
@@ -175,7 +169,8 @@ def test_silent_leader_gives_every_follower_an_agreement_error(tmp_path):
     reports = run_job(tmp_path, "silent_leader", 4, JAXTUNE_AGREE_TIMEOUT="3")
     for r in reports[1:]:
         assert r["returncode"] == 3, r
-        assert r["seconds"] > 2.5, r  # it waited out the agreement timeout (3 s) first
+        # It waited out the agreement timeout first (only that wait ends in this message).
+        assert "waited 3 s (JAXTUNE_AGREE_TIMEOUT)" in r["error"], r
         assert "process 0 (the leader)" in r["error"]
         assert "tests.distributed.scaled" in r["error"] and "f32[4]" in r["error"]
         assert "JAXTUNE_AGREE_TIMEOUT" in r["error"]
@@ -209,7 +204,8 @@ def test_killed_leader_ends_every_follower_after_naming_the_decision(tmp_path, n
     assert reports[0]["returncode"] == -9
     for pid, r in enumerate(reports[1:], start=1):
         assert r["returncode"] != 0 and "block" not in r, r
-        assert r["after_kill"] < 15, r  # ended by the kill, not by JAXTUNE_AGREE_TIMEOUT
+        # Ended by the kill, not by waiting out JAXTUNE_AGREE_TIMEOUT.
+        assert "waited 30 s (JAXTUNE_AGREE_TIMEOUT)" not in r.get("error", "") + r["stderr"], r
         notice = r["stderr"].find(WAITING.format(pid=pid))
         assert notice >= 0, r
         assert "process 0's log says why" in r["stderr"][notice:], r
