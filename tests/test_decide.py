@@ -235,7 +235,8 @@ def test_an_earlier_config_is_out_only_when_shown_slower_by_more_than_the_tie_ma
 
 
 def test_the_sign_tests_ranks_are_the_binomial_quantiles():
-    stats = pytest.importorskip("scipy.stats")  # JAX's own dependency, as the reference
+    # SciPy comes with JAX (a dependency of jaxlib): the reference binomial quantiles.
+    stats = pytest.importorskip("scipy.stats", reason="scipy is not installed (JAX needs it)")
     for level in (0.95, 0.99):
         for n in range(1, 301):
             k = _decide._rank(n, level)
