@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from example_program import TRAIN
@@ -193,6 +194,46 @@ def test_the_sweep_child_starts_and_imports_the_kernel_while_the_program_runs(tm
     assert len(started) == 1, proc.stderr[-3000:]
     assert (tmp_path / "imports.log").read_text().split().count(seen[0]) == 1
     assert "tuned 1" in proc.stdout
+
+
+def test_the_recording_is_followed_frame_by_frame_while_it_is_written(tmp_path):
+    """Each call frame reaches the follower once, a frame written in two parts only once
+    it is whole, and nothing but call frames."""
+    import threading
+
+    from jaxtune._cli.tune import _follow
+    from jaxtune._isolation.wire import frame_parts
+
+    path = tmp_path / "calls.msgpack"
+    path.write_bytes(b"")
+    got: list[dict] = []
+    done = threading.Event()
+    follower = threading.Thread(target=_follow, args=(str(path), got.append, done))
+    follower.start()
+
+    def append(data: bytes) -> None:
+        with open(path, "ab") as f:
+            f.write(data)
+
+    def wait_for(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    try:
+        append(b"".join(frame_parts({"t": "call", "kernel": "a"})))
+        wait_for(1)
+        whole = b"".join(frame_parts({"t": "call", "kernel": "b"}))
+        append(whole[:7])  # the program is still writing this one
+        time.sleep(0.5)  # the follower reads meanwhile (more than twice): b is not whole
+        assert [f["kernel"] for f in got] == ["a"]
+        append(whole[7:] + b"".join(frame_parts({"t": "stopped"})))
+        append(b"".join(frame_parts({"t": "call", "kernel": "c"})))
+        wait_for(3)
+    finally:
+        done.set()
+        follower.join()
+    assert [f["kernel"] for f in got] == ["a", "b", "c"]
 
 
 def test_tune_command_needs_a_program(cli):

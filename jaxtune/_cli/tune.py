@@ -358,17 +358,23 @@ def record_program(
 
 def _follow(path: str, on_call: Callable[[dict[str, Any]], None], done: threading.Event) -> None:
     """Gives ``on_call`` each call frame the program appends to ``path``, until ``done``
-    (the file is read again every 0.2 s, up to its last whole frame)."""
-    seen = 0
-    while not done.wait(0.2):
-        try:
-            frames = _frames(path)
-        except (DecodeError, OSError):  # reported when the program is done
-            return
-        for frame in frames[seen:]:
-            if isinstance(frame, dict) and frame.get("t") == "call":
-                on_call(frame)
-        seen = len(frames)
+    (every 0.2 s, the whole frames written since; one the program is still writing waits
+    in the reader's buffer for its end)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = FrameReader(fd)
+        while not done.wait(0.2):
+            while True:
+                try:
+                    frame = reader.read()
+                except EOFError:
+                    break
+                except DecodeError:  # reported when the program is done
+                    return
+                if isinstance(frame, dict) and frame.get("t") == "call":
+                    on_call(frame)
+    finally:
+        os.close(fd)
 
 
 def _frames(path: str) -> list[Any]:

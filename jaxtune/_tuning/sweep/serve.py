@@ -58,12 +58,13 @@ def resolve_kernel(ref: FunctionRef) -> Autotuned[Any, Any]:
     raise Unresolved(f"no @autotuned kernel {ref.kernel!r} at {ref.module}:{ref.qualname}")
 
 
-def _build_task(request: Request[SweepFields], *, abstract: bool = False) -> SweepTask:
-    """The sweep task a request describes (``abstract``: its arrays as shapes, for work
-    that can start before their bytes arrive)."""
-    if request.ref is None or request.fields.plan is None:
+def _build_task(
+    request: Request[SweepFields], kernel: Autotuned[Any, Any], *, abstract: bool = False
+) -> SweepTask:
+    """The sweep task a request for ``kernel`` describes (``abstract``: its arrays as
+    shapes, for work that can start before their bytes arrive)."""
+    if request.fields.plan is None:
         raise FrameError("a sweep request for a new task carries its kernel and plan")
-    kernel = resolve_kernel(request.ref)
     plan = dataclasses.replace(request.fields.plan, verbose=0)
     args = decode_value(request.args, abstract=abstract)
     kwargs = decode_value(request.kwargs, abstract=abstract)
@@ -97,12 +98,13 @@ def handle(server: Any, received: Request[WireFields]) -> Done | ErrorReply:
     if current is None or current[0] != task:
         if not request.has_call:  # the parent thought this child still held the task
             return ErrorReply(kind=ErrorKind.UNKNOWN_TASK, message=task)
-        if request.ref is not None:
-            # The kernel's module, where nothing imported it ahead of need: part of the
-            # sweep's start, not of its arguments' transfer.
-            resolve_kernel(request.ref)
-            importing = time.perf_counter() - start
-        current = (task, _sweeper(server, request, work))
+        if request.ref is None:
+            raise FrameError("a sweep request for a new task carries its kernel and plan")
+        # The kernel's module, where nothing imported it ahead of need: part of the
+        # sweep's start, not of its arguments' transfer.
+        kernel = resolve_kernel(request.ref)
+        importing = time.perf_counter() - start
+        current = (task, _sweeper(server, request, work, kernel))
         server.state[__name__] = current
     server.arrived()
     sweeper = current[1]
@@ -126,18 +128,20 @@ def handle(server: Any, received: Request[WireFields]) -> Done | ErrorReply:
     return results_answer(results, sweeper.account())
 
 
-def _sweeper(server: Any, request: Request[SweepFields], work: Measure | Retime) -> Sweeper:
+def _sweeper(
+    server: Any, request: Request[SweepFields], work: Measure | Retime, kernel: Autotuned[Any, Any]
+) -> Sweeper:
     """A sweeper for a new task; when its arrays are still arriving, the configs to
     measure start compiling for their shapes meanwhile."""
     if not (server.pending and isinstance(work, Measure)):
         server.arrived()
-        return Sweeper(_build_task(request), on_event=server.emit)
+        return Sweeper(_build_task(request, kernel), on_event=server.emit)
     measure = work
-    task = _build_task(request, abstract=True)
+    task = _build_task(request, kernel, abstract=True)
     sweeper = Sweeper(task, on_event=server.emit)
     sweeper.precompile(measure.todo, abstract_inputs(task.signature), serial=measure.serial)
     server.arrived()
-    sweeper.supply(_build_task(request).signature)
+    sweeper.supply(_build_task(request, kernel).signature)
     return sweeper
 
 
