@@ -8,6 +8,7 @@ run each "process" inside :func:`as_process`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,10 @@ def as_process(store: Store) -> Iterator[None]:
         _LOCAL.store = None
 
 
+#: Job numbers, one per store made in this process.
+_JOBS = itertools.count(1)
+
+
 class LocalStore:
     """An in-memory store shared by threads that play the processes of a job;
     :meth:`view` gives one process's handle."""
@@ -42,7 +47,9 @@ class LocalStore:
         self.process_id = 0
         self.process_count = process_count
         self._values: dict[str, bytes] = {}
-        self.job = id(self._values)
+        # A new job every time: jaxtune keeps each job's decisions in the process, and an
+        # id() is reused once an earlier store is gone (its decisions would be found).
+        self.job = next(_JOBS)
         self._changed = threading.Condition()
         self.writes: list[tuple[int, str]] = []
 
