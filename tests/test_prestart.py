@@ -137,3 +137,104 @@ def test_cpu_only_is_false_where_a_tpu_runtime_or_a_plugin_is_installed(monkeypa
     (tmp_path / "jax_plugins" / "xla_cuda12" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert not devices.cpu_only()
+
+
+LOWER_PALLAS = textwrap.dedent(
+    """
+    import json, sys
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from jaxtune._isolation import child
+
+    if sys.argv[1] == "warm":
+        child._warm_up_pallas()
+    before = set(sys.modules)
+
+    def double(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    x = jax.ShapeDtypeStruct((16, 256), jnp.float32)
+    jax.jit(pl.pallas_call(double, out_shape=x, interpret=True)).lower(x)
+    print(json.dumps(sorted(set(sys.modules) - before)))
+    """
+)
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warmed", "cold"])
+def test_the_childs_pallas_warm_up_leaves_no_import_to_a_kernels_first_lowering(warm):
+    """What a CPU child does once a kernel's module imported Pallas, while it waits for
+    the sweep: afterwards an interpret-mode kernel lowers without importing anything (the
+    cold process shows that the first lowering otherwise does)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, "-c", LOWER_PALLAS, "warm" if warm else "cold"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    if warm:
+        assert imported == []
+    else:
+        assert any(name.startswith("jax._src.pallas.") for name in imported), imported
+
+
+PALLAS_MODULE = textwrap.dedent(
+    """
+    import os, sys, threading, time
+
+    import jax
+    from jax.experimental import pallas as pl
+
+    import jaxtune
+
+    def _watch(log, known):
+        # In the child: notes when more of JAX's Pallas is imported than the module's
+        # import brought, with no sweep asked for yet (the program tunes only after this).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(m.startswith("jax._src.pallas.") and m not in known for m in list(sys.modules)):
+                with open(log, "a") as out:
+                    out.write(f"{os.getpid()} pallas warmed\\n")
+                return
+            time.sleep(0.01)
+
+    with open(os.environ["PROBE_LOG"], "a") as log:
+        log.write(f"{os.getpid()} imported module\\n")
+    if os.environ.get("JAXTUNE_PARENT_PID"):
+        threading.Thread(
+            target=_watch, args=(os.environ["PROBE_LOG"], set(sys.modules)), daemon=True
+        ).start()
+
+
+    def _double(x_ref, o_ref, *, c):
+        o_ref[...] = x_ref[...] * c
+
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.prestart.pallas_kernel")
+    def kernel(x, *, c):
+        return pl.pallas_call(
+            lambda x_ref, o_ref: _double(x_ref, o_ref, c=2),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            interpret=True,
+        )(x)
+    """
+)
+
+
+def test_a_cpu_child_warms_pallas_lowering_before_the_first_sweep_of_a_pallas_kernel(tmp_path):
+    # Two lines before tuning: the module imported here, then the child's "pallas warmed"
+    # (the child's own import line makes three; the program waits for all of them).
+    proc = _run(tmp_path, PALLAS_MODULE, lines=3)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    parent = str(out["parent"])
+    children = {line[0] for line in out["before"] if line[0] != parent}
+    assert len(children) == 1, out["before"]
+    assert [*children, "pallas", "warmed"] in out["before"]
+    assert out["config"] in ({"c": 1}, {"c": 2})

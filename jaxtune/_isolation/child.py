@@ -169,6 +169,8 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
         except EOFError:
             return 0
         write_frame(res_fd, answer.to_wire())
+        if isinstance(msg, Preload) and reader.idle():
+            _warm_up_pallas()
 
 
 #: The variables the ready frame reports, as the child sees them.
@@ -234,6 +236,34 @@ def _warm_up() -> None:
         step = jax.jit(lambda x: (x * 2).reshape(4, -1).sum(axis=1)).lower(x).compile()
         jax.block_until_ready(step(x))
     except Exception:  # a backend that cannot run this reports on the first real request
+        pass
+
+
+_PALLAS_WARM: list[bool] = []
+
+
+def _warm_up_pallas() -> None:
+    """Pays, once, while the child waits for its first sweep, the imports JAX makes the
+    first time it lowers a Pallas kernel in interpret mode (~0.4 s on the 2-core machine;
+    a sweep's first config paid them otherwise). Only for a CPU child, where interpret mode
+    is how Pallas runs, and only once a kernel's module imported Pallas."""
+    if _PALLAS_WARM or "jax.experimental.pallas" not in sys.modules:
+        return
+    _PALLAS_WARM.append(True)
+    try:
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental import pallas as pl
+
+        if jax.default_backend() != "cpu":
+            return
+
+        def copy(x_ref: Any, o_ref: Any) -> None:
+            o_ref[...] = x_ref[...]
+
+        x = jax.ShapeDtypeStruct((8, 128), jnp.float32)
+        jax.jit(pl.pallas_call(copy, out_shape=x, interpret=True)).lower(x)
+    except Exception:  # nothing lost: the first sweep pays the imports, as it would have
         pass
 
 
