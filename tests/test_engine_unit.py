@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import threading
 
 import jax.numpy as jnp
 import numpy as np
@@ -52,8 +51,6 @@ class Fake:
     compile_error: bool = False  # XLA refuses the lowered module
     run_error_at: int | None = None  # the n-th call raises (1: the check's run)
     wrong: bool = False  # its output differs from the reference's
-    compile_waits_for: threading.Event | None = None  # XLA's compile waits for this
-    compile_sets: threading.Event | None = None  # ...and sets this once it ran
 
 
 def kernel(x, *, k):
@@ -75,11 +72,6 @@ class _Lowered:
 
     def compile(self):
         fake = self.sweeper.fakes[self.k]
-        self.sweeper.compiled_by[self.k] = threading.get_ident()
-        if fake.compile_waits_for is not None:
-            fake.compile_waits_for.wait(60)
-        if fake.compile_sets is not None:
-            fake.compile_sets.set()
         if fake.compile_error:
             raise RuntimeError(f"XLA: resource exhausted compiling block {self.k}")
 
@@ -102,8 +94,6 @@ class FakeSweeper(_engine.Sweeper):
         super().__init__(task, timer=WallTimer(self.clock), **kwargs)
         self.fakes = fakes
         self.calls: dict[str, int] = {}
-        #: The thread each config's XLA compile ran on.
-        self.compiled_by: dict[str, int] = {}
 
     def _lower_one(self, config, spec):
         got = super()._lower_one(config, spec)
@@ -112,9 +102,7 @@ class FakeSweeper(_engine.Sweeper):
         return got
 
 
-def _sweeper(
-    fakes: dict[str, Fake], options: TimingOptions | None = None, compile_threads=2, **kwargs
-):
+def _sweeper(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwargs):
     FAKES_NOW.clear()
     FAKES_NOW.update(fakes)
     x = jnp.ones(4, jnp.float32)
@@ -132,7 +120,7 @@ def _sweeper(
         configs=configs,
         default=configs[0],
         options=options or TimingOptions(),
-        compile_threads=compile_threads,
+        compile_threads=2,
     )
     task = _plan.SweepTask(plan=plan, fn=kernel, signature=signature)
     return FakeSweeper(task, fakes, **kwargs)
@@ -349,23 +337,6 @@ def test_the_compile_pipeline_reports_every_config_to_the_waiter():
     assert outcome[config_id({"k": "trace"})].stage == "compile"
     assert outcome[config_id({"k": "xla"})].stage == "compile"
     assert set(failures) == {config_id({"k": "trace"}), config_id({"k": "xla"})}
-
-
-def test_the_thread_that_runs_configs_compiles_one_while_it_has_none_to_run():
-    """With one compile thread busy on ``a``, the thread waiting to run a config compiles
-    the next one (``b``) itself: ``a``'s compile ends only after ``b``'s ran."""
-    b_compiled = threading.Event()
-    fakes = {
-        "a": Fake(ms=1.0, compile_waits_for=b_compiled),
-        "b": Fake(ms=1.0, compile_sets=b_compiled),
-    }
-    sweeper = _sweeper(fakes, compile_threads=1)
-    configs = list(sweeper.task.plan.configs)
-    results = sweeper.measure(configs, reference=configs[0])
-    assert all(isinstance(r, Measurement) for r in results.values()), results
-    assert b_compiled.is_set()
-    assert sweeper.compiled_by["b"] == threading.get_ident()
-    assert sweeper.compiled_by["a"] != threading.get_ident()
 
 
 def test_a_fault_in_a_compile_thread_reaches_the_waiter_as_itself():

@@ -3,8 +3,7 @@ child for the process runner): compile configs, run and check each, time them, r
 leaders interleaved.
 
 Configs compile in background threads; as each finishes, this thread runs it once and keeps
-its output for the numerics check, while the others still compile (and compiles a waiting
-one itself when it has none to run). Each step is reported
+its output for the numerics check, while the others still compile. Each step is reported
 through ``on_event`` as an event of :mod:`jaxtune._isolation.frames` (``CompileStarted``,
 ``RunStarted``, ``ConfigResult``...), so a parent can follow progress live and knows which
 config was in flight if the child dies.
@@ -99,7 +98,7 @@ class Sweeper:
         #: Rounds time one config at a time, each reported as running (to find which
         #: config crashed a child during a round of passes); passes otherwise.
         self.serial_rounds = False
-        self._launched: tuple[list[str], queue.SimpleQueue[Compiled], _Waiting] | None = None
+        self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
         #: Where the time goes (see :mod:`.breakdown`); each config's calls so far, and
         #: the count already reported.
         self.breakdown = Breakdown()
@@ -137,16 +136,15 @@ class Sweeper:
         if spec is None:
             self.inputs  # noqa: B018 - built here, before the threads start
         done: queue.SimpleQueue[Compiled] = queue.SimpleQueue()
-        waiting = _Waiting()
         local_config = _context.capture()
 
         def work() -> None:
             with local_config():
-                self._compile_all(configs, serial=serial, spec=spec, done=done.put, waiting=waiting)
+                self._compile_all(configs, serial=serial, spec=spec, done=done.put)
 
         self._thread = threading.Thread(target=work, name="jaxtune-compile", daemon=True)
         self._thread.start()
-        self._launched = ([config_id(c) for c in configs], done, waiting)
+        self._launched = ([config_id(c) for c in configs], done)
 
     def _wait(self) -> None:
         thread, self._thread = self._thread, None
@@ -166,15 +164,12 @@ class Sweeper:
         serial: bool,
         spec: dict[str, Any] | None,
         done: Callable[[Compiled], None] | None = None,
-        waiting: _Waiting | None = None,
     ) -> dict[str, Failure]:
         """Compiles ``configs``: one at a time when ``serial``, else in a pipeline: this
         thread traces and lowers them in turn (Python work that holds the GIL, so a second
         tracing thread would only slow the first and the thread running configs), and XLA
         compiles the lowered modules meanwhile in a pool of threads (work that lets go of
-        the GIL), helped by the thread that runs configs whenever it waits for one
-        (``waiting``, see :meth:`_next_compiled`)."""
-        waiting = waiting or _Waiting()
+        the GIL)."""
         threads = 1 if serial else (self.task.compile_threads or compile_threads())
         local_config = _context.capture()
         failures: dict[str, Failure] = {}
@@ -215,8 +210,7 @@ class Sweeper:
                     continue
                 if isinstance(lowered, Lowering):
                     job = functools.partial(self._compile_one, config, spec, lowered)
-                    waiting.put(functools.partial(settle, config, job))
-                    pending.append(ex.submit(waiting.take))
+                    pending.append(ex.submit(settle, config, job))
                 else:
                     settle(config, functools.partial(_given, lowered))
             for future in pending:
@@ -360,7 +354,7 @@ class Sweeper:
         if self._launched is None or self._launched[0] != ids:
             self._launch(configs, serial=serial, spec=None)
         assert self._launched is not None
-        _, done, waiting = self._launched
+        done = self._launched[1]
         self._launched = None
         if serial:  # one step at a time, so that a crash names its config
             self._wait()
@@ -379,7 +373,7 @@ class Sweeper:
         ref: list[Any] = []
         for _ in ids:
             with self.breakdown.timed("compile_wait"):
-                cid, failure = _next_compiled(done, waiting)
+                cid, failure = done.get()
             if isinstance(failure, BaseException):  # the compile thread's fault, not the config's
                 raise failure
             if failure is None:
@@ -636,42 +630,6 @@ class Sweeper:
             default=self.task.plan.default,
             second=second,
         )
-
-
-class _Waiting:
-    """Lowered configs waiting for a thread to compile them: each is taken once, by a
-    thread of the compile pool or by the thread that runs configs while it has nothing to
-    run (a core that would otherwise sit idle; it never compiles while it times)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-
-    def put(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
-
-    def take(self) -> bool:
-        """Runs one waiting job, if any; returns whether there was one."""
-        try:
-            job = self._jobs.get_nowait()
-        except queue.Empty:
-            return False
-        job()
-        return True
-
-
-def _next_compiled(done: queue.SimpleQueue[Compiled], waiting: _Waiting) -> Compiled:
-    """The next config whose compile ended, compiling waiting ones meanwhile."""
-    while True:
-        try:
-            return done.get_nowait()
-        except queue.Empty:
-            pass
-        if not waiting.take():
-            try:
-                # Short, so that a config lowered meanwhile is taken up here.
-                return done.get(timeout=0.01)
-            except queue.Empty:
-                pass
 
 
 def _given(outcome: Failure | None) -> Failure | None:
