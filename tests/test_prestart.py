@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -238,3 +239,69 @@ def test_a_cpu_child_warms_pallas_lowering_before_the_first_sweep_of_a_pallas_ke
     assert len(children) == 1, out["before"]
     assert [*children, "pallas", "warmed"] in out["before"]
     assert out["config"] in ({"c": 1}, {"c": 2})
+
+
+#: Where a sweep child starts (``JAXTUNE_PARENT_PID`` is set in it), Python's start-up
+#: notes the child's pid and then does not finish for ten minutes.
+SLOW_CHILD_START = textwrap.dedent(
+    """
+    import os, time
+
+    if os.environ.get("JAXTUNE_PARENT_PID"):
+        with open(os.environ["PROBE_LOG"], "a") as log:
+            log.write(f"{os.getpid()}\\n")
+        time.sleep(600)
+    """
+)
+
+ENDS_AFTER_DECORATING = textwrap.dedent(
+    """
+    import os, time
+    import prestart_probe  # decorates a kernel in tune mode: its child starts
+
+    # Ends once the child is on its way (its start-up noted its pid).
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not os.path.exists(os.environ["PROBE_LOG"]):
+        time.sleep(0.05)
+    print("ENDING", flush=True)
+    """
+)
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie not yet reaped has ended too)."""
+    try:
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return any(line.split()[1] == "Z" for line in status.splitlines() if line.startswith("State:"))
+
+
+def test_a_program_that_ends_while_its_child_still_starts_does_not_wait_for_it(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(SLOW_CHILD_START)
+    (tmp_path / "prestart_probe.py").write_text(MODULE.replace("PROBE_LOG", "IMPORT_LOG"))
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env.update(
+        JAX_PLATFORMS="cpu",
+        JAXTUNE_MODE="tune",
+        PROBE_LOG=str(tmp_path / "child.pid"),
+        IMPORT_LOG=str(tmp_path / "imports.log"),
+        TMPDIR=str(tmp_path),
+        PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]),
+    )
+    # Before, the program's exit waited for the child's ready frame, which never comes.
+    proc = subprocess.run(
+        [sys.executable, "-c", ENDS_AFTER_DECORATING],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ENDING" in proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    pid = int((tmp_path / "child.pid").read_text().split()[0])
+    assert _gone(pid)  # the child is gone with the program
+    # Nothing went wrong in the child: no crash log is kept.
+    assert not list(tmp_path.rglob("crash-*.log"))

@@ -251,3 +251,67 @@ def test_retune_summary_counts_the_calls_that_had_a_config():
     assert summary_line(1, 0, 1, retune=False) == (
         "recorded 1 autotuned call; 0 already had a config; tuned 1"
     )
+
+
+#: Two kernels' modules: ``good`` imports anywhere, ``refuses`` raises where a sweep child
+#: imports it (the program itself imports it fine).
+GOOD_AND_REFUSING = {
+    "good.py": textwrap.dedent(
+        """
+        import jaxtune
+
+        @jaxtune.autotuned(configs={"chunk": [256, 4096]}, name="test.cli.good")
+        def good(x, *, chunk):
+            return (x.reshape(-1, chunk) * 2).reshape(x.shape)
+        """
+    ),
+    "refuses.py": textwrap.dedent(
+        """
+        import os
+        import jaxtune
+
+        if os.environ.get("JAXTUNE_PARENT_PID"):
+            raise RuntimeError("refuses: not in a sweep child")
+
+        @jaxtune.autotuned(configs={"chunk": [256, 4096]}, name="test.cli.refuses")
+        def refuses(x, *, chunk):
+            return (x.reshape(-1, chunk) * 3).reshape(x.shape)
+        """
+    ),
+    "train.py": textwrap.dedent(
+        """
+        import jax, jax.numpy as jnp
+        from good import good
+        from refuses import refuses
+
+        x = jnp.ones(2**14)
+        print(float(jax.jit(lambda x: good(x) + refuses(x))(x).sum()))
+        """
+    ),
+}
+
+
+def test_a_kernel_the_child_cannot_import_is_a_problem_line_and_the_others_are_tuned(tmp_path):
+    for name, text in GOOD_AND_REFUSING.items():
+        (tmp_path / name).write_text(text)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "JAXTUNE_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxtune", "tune", "--json", "--", sys.executable, "train.py"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "unexpected" not in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [t["kernel"] for t in doc["tuned"]] == ["test.cli.good"]
+    (problem,) = doc["problems"]
+    assert problem.startswith("test.cli.refuses ")
+    assert "not tuned" in problem and "refuses: not in a sweep child" in problem
+    assert "importable on its own" in problem

@@ -26,7 +26,7 @@ from .._core.errors import JaxtuneError
 from .._core.flags import requested_platform
 from .._core.vocabulary import Entry
 from .._isolation.devices import cpu_only
-from .._isolation.frames import FrameError, Module
+from .._isolation.frames import FrameError, Module, NotTransportable
 from .._isolation.wire import FrameReader
 from .._render.units import count
 from .._tuning.digest import CodeDigest
@@ -244,6 +244,16 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             outcome = runner.run(plan, request)
         except JaxtuneError as e:
             problems.append(f"{record['kernel']} {record['key']}: {e}")
+            continue
+        except NotTransportable as e:
+            # The program tuned in its own process where no child could; this command
+            # has only its children.
+            problems.append(
+                f"{record['kernel']} {record['key']}: not tuned: {e}. This command sweeps "
+                "in a child only, which imports the kernel's module by name: make that "
+                "module importable on its own, or tune in the program (JAXTUNE_MODE=tune "
+                "tunes in the program's process where a child cannot)"
+            )
             continue
         kind = runner.ready.device_kind if runner.ready else record["device_kind"]
         code = CodeDigest.from_wire(record.get("code"))

@@ -28,6 +28,7 @@ from typing import Any
 
 from .._core.errors import describe
 from .frames import (
+    UNIMPORTABLE,
     Done,
     ErrorKind,
     ErrorReply,
@@ -97,6 +98,9 @@ class Server:
         self.state: dict[str, Any] = {}
         #: Caller state the last request carried that could not be set here.
         self.unapplied: dict[str, str] = {}
+        #: Seconds the request under way spent importing its handler module (its first
+        #: use in this process; a preload ahead of need spares it).
+        self.handler_s = 0.0
 
     def emit(self, event: Event) -> None:
         """Streams ``event`` to the parent."""
@@ -129,7 +133,7 @@ class Server:
             # The parent tunes or profiles in its own process instead. Any other error
             # (a KeyError of the engine or of the user's inputs=) is no reason to: it is
             # reported below, with its traceback.
-            message = f"the child could not import it ({e})"
+            message = f"{UNIMPORTABLE} ({e})"
             answer = ErrorReply(kind=ErrorKind.NOT_TRANSPORTABLE, message=message)
         except Exception as e:
             message = f"{describe(e)}\n{traceback.format_exc(limit=8)}"
@@ -145,7 +149,9 @@ class Server:
             for name in msg.handlers:
                 _handler(name)
             return Done(body={"imported": preload(msg.modules)})
+        start = time.perf_counter()
         handler = _handler(msg.handler)
+        self.handler_s = time.perf_counter() - start
         # Before anything is imported or traced: the caller's variables (those that do not
         # key the pool of children), interpret mode, x64, precision...
         sync_environ(msg.environ)

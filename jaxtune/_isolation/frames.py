@@ -27,6 +27,7 @@ from .._core.errors import CacheError
 from .._core.vocabulary import Failure, Measurement, measurement_from_dict
 
 __all__ = [
+    "UNIMPORTABLE",
     "CompileFinished",
     "CompileStarted",
     "ConfigResult",
@@ -63,6 +64,11 @@ class FrameError(ValueError):
 
 class NotTransportable(Exception):  # noqa: N818 - a signal between modules, never raised to users
     """A value that cannot travel to a child (the caller falls back to inline)."""
+
+
+#: How a child's :class:`NotTransportable` answer begins when the child could not import
+#: the function's module (the function itself could travel).
+UNIMPORTABLE = "the child could not import it"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

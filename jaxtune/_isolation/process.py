@@ -121,12 +121,23 @@ class ChildProcess:
         self.cmd_fd = cmd_w
         self.reader = FrameReader(res_r)
         self.lock = threading.Lock()
+        #: Set when this process ends while the child was still starting (see
+        #: :func:`shutdown_children`): nothing went wrong in it.
+        self.abandoned = False
+        with _STARTING_LOCK:
+            _STARTING.add(self)
         try:
             ready = reply(self.receive(timeout=startup_timeout))
         except (EOFError, FrameError, ChildLost):
             ready = None
+        finally:
+            with _STARTING_LOCK:
+                _STARTING.discard(self)
         if not isinstance(ready, Ready):
             detail = ready.message if isinstance(ready, ErrorReply) else None
+            if self.abandoned:
+                self.abandon()
+                raise SweepError("the jaxtune child process was stopped while it started")
             self.kill()
             raise SweepError(
                 f"the jaxtune child process did not start ({detail or self.describe_exit()}); "
@@ -407,8 +418,21 @@ class ChildPool:
 #: The pool every runner of this process draws its children from.
 POOL = ChildPool()
 
+#: Children still waiting for their ``ready`` frame (a start ahead of need runs in a
+#: background thread, holding the pool's lock meanwhile).
+_STARTING: set[ChildProcess] = set()
+_STARTING_LOCK = threading.Lock()
+
 
 @atexit.register
 def shutdown_children() -> None:
-    """Stops every pooled child (also run at interpreter exit)."""
+    """Stops every pooled child (also run at interpreter exit). A child still starting is
+    killed at once, without a crash log: a program that ends right after decorating a
+    kernel in tune mode does not wait for the child started for it."""
+    with _STARTING_LOCK:
+        starting = list(_STARTING)
+    for child in starting:
+        child.abandoned = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.proc.pid, signal.SIGKILL)
     POOL.shutdown()

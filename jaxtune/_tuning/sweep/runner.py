@@ -24,7 +24,15 @@ from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import parent_backend, sweep_devices
 from ..._isolation.environ import warn_tracing_inline
-from ..._isolation.frames import ErrorKind, ErrorReply, Event, Module, NotTransportable, Request
+from ..._isolation.frames import (
+    UNIMPORTABLE,
+    ErrorKind,
+    ErrorReply,
+    Event,
+    Module,
+    NotTransportable,
+    Request,
+)
 from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
@@ -139,12 +147,16 @@ class ProcessRunner(ChildService):
         try:
             return self.run(task.plan, sweep_request(task))
         except NotTransportable as e:
+            advice = (
+                "Make the kernel's module importable on its own in a fresh Python process"
+                if str(e).startswith(UNIMPORTABLE)
+                else "Define the kernel at module level with plain array/static arguments"
+            )
             warn_once(
                 ("not transportable", kernel),
                 f"jaxtune: {kernel} cannot be tuned in a child process: {e}. It is tuned "
-                "in this process instead, without crash isolation. Define the kernel at module "
-                "level with plain array/static arguments, or set JAXTUNE_ISOLATION=inline to "
-                "silence this warning.",
+                f"in this process instead, without crash isolation. {advice}, or set "
+                "JAXTUNE_ISOLATION=inline to silence this warning.",
                 stacklevel=4,
             )
             return InlineRunner().sweep(task)

@@ -94,6 +94,8 @@ def handle(server: Any, received: Request[WireFields]) -> Done | ErrorReply:
         raise FrameError("a sweep request lists the configs to do")
     current = server.state.get(__name__)
     start = time.perf_counter()
+    # Importing this module (the child's first request of its kind) is part of the start.
+    handler_s = server.handler_s
     importing = 0.0
     if current is None or current[0] != task:
         if not request.has_call:  # the parent thought this child still held the task
@@ -108,7 +110,7 @@ def handle(server: Any, received: Request[WireFields]) -> Done | ErrorReply:
         server.state[__name__] = current
     server.arrived()
     sweeper = current[1]
-    sweeper.breakdown.add("start", importing)
+    sweeper.breakdown.add("start", handler_s + importing)
     sweeper.breakdown.add("transfer", time.perf_counter() - start - importing)
     if isinstance(work, Measure):
         measure = work
