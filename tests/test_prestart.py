@@ -277,9 +277,34 @@ def _gone(pid: int) -> bool:
     return any(line.split()[1] == "Z" for line in status.splitlines() if line.startswith("State:"))
 
 
-def test_a_program_that_ends_while_its_child_still_starts_does_not_wait_for_it(tmp_path):
-    (tmp_path / "sitecustomize.py").write_text(SLOW_CHILD_START)
-    (tmp_path / "prestart_probe.py").write_text(MODULE.replace("PROBE_LOG", "IMPORT_LOG"))
+#: The kernel's module, whose import in a sweep child notes the child's pid and then does
+#: not finish for ten minutes (the child is busy with its preload).
+SLOW_CHILD_IMPORT = MODULE.replace("PROBE_LOG", "IMPORT_LOG").replace(
+    "import jaxtune\n",
+    textwrap.dedent(
+        """
+        import time
+
+        import jaxtune
+
+        if os.environ.get("JAXTUNE_PARENT_PID"):
+            with open(os.environ["PROBE_LOG"], "a") as log:
+                log.write(f"{os.getpid()}\\n")
+            time.sleep(600)
+        """
+    ),
+)
+
+
+@pytest.mark.parametrize("stuck", ["starting", "importing"])
+def test_a_program_that_ends_while_its_child_is_still_busy_does_not_wait_for_it(tmp_path, stuck):
+    """The program ends while its child still starts (before its ready frame), or while
+    the child imports the kernel's module ahead of need: either way it ends at once."""
+    if stuck == "starting":
+        (tmp_path / "sitecustomize.py").write_text(SLOW_CHILD_START)
+        (tmp_path / "prestart_probe.py").write_text(MODULE.replace("PROBE_LOG", "IMPORT_LOG"))
+    else:
+        (tmp_path / "prestart_probe.py").write_text(SLOW_CHILD_IMPORT)
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     env.update(
         JAX_PLATFORMS="cpu",
@@ -289,7 +314,8 @@ def test_a_program_that_ends_while_its_child_still_starts_does_not_wait_for_it(t
         TMPDIR=str(tmp_path),
         PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]),
     )
-    # Before, the program's exit waited for the child's ready frame, which never comes.
+    # Before, the program's exit waited for the child's ready frame or for its answer to
+    # the import, neither of which comes.
     proc = subprocess.run(
         [sys.executable, "-c", ENDS_AFTER_DECORATING],
         env=env,

@@ -78,6 +78,10 @@ class ChildProcess:
     of which only the newest :data:`.logs.KEEP_CRASH_LOGS` are kept.
     """
 
+    #: Set when this process stops the child as it ends (see :func:`shutdown_children`):
+    #: nothing went wrong in it, and it leaves no crash log.
+    abandoned = False
+
     def __init__(self, env: Mapping[str, str], *, startup_timeout: float = STARTUP_TIMEOUT):
         self._trimmed = 0
         #: Sweep tasks whose arguments this child holds (a request for one of them need
@@ -121,9 +125,6 @@ class ChildProcess:
         self.cmd_fd = cmd_w
         self.reader = FrameReader(res_r)
         self.lock = threading.Lock()
-        #: Set when this process ends while the child was still starting (see
-        #: :func:`shutdown_children`): nothing went wrong in it.
-        self.abandoned = False
         with _STARTING_LOCK:
             _STARTING.add(self)
         try:
@@ -309,7 +310,11 @@ class ChildProcess:
         self.cmd_fd = self.reader.fd = -1
 
     def kill(self) -> None:
-        """Kills the child (a crash or a hang) and keeps the end of its log as a crash log."""
+        """Kills the child (a crash or a hang) and keeps the end of its log as a crash log
+        (none for a child this process stopped as it ended: :attr:`abandoned`)."""
+        if self.abandoned:
+            self.abandon()
+            return
         if self.cmd_fd == -1:
             return
         self._end()
@@ -407,12 +412,21 @@ class ChildPool:
             return list(self._children.values())
 
     def shutdown(self) -> None:
-        """Stops every pooled child."""
+        """Stops every pooled child: an idle one is asked to exit; one busy with a request
+        (work ahead of need, such as importing a kernel's module, or a sweep nobody will
+        wait for any longer) is stopped at once, without a crash log."""
         with self._lock:
             children = list(self._children.values())
             self._children.clear()
         for child in children:
-            child.close()
+            if child.lock.acquire(blocking=False):
+                try:
+                    child.close()
+                finally:
+                    child.lock.release()
+            else:
+                child.abandoned = True  # its request's thread may see it die: no crash log
+                child.abandon()
 
 
 #: The pool every runner of this process draws its children from.
