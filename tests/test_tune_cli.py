@@ -313,5 +313,5 @@ def test_a_kernel_the_child_cannot_import_is_a_problem_line_and_the_others_are_t
     assert [t["kernel"] for t in doc["tuned"]] == ["test.cli.good"]
     (problem,) = doc["problems"]
     assert problem.startswith("test.cli.refuses ")
-    assert "not tuned" in problem and "refuses: not in a sweep child" in problem
+    assert "could not import it" in problem and "refuses: not in a sweep child" in problem
     assert "importable on its own" in problem

@@ -249,7 +249,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             # The program tuned in its own process where no child could; this command
             # has only its children.
             problems.append(
-                f"{record['kernel']} {record['key']}: not tuned: {e}. This command sweeps "
+                f"{record['kernel']} {record['key']}: {e}. This command sweeps "
                 "in a child only, which imports the kernel's module by name: make that "
                 "module importable on its own, or tune in the program (JAXTUNE_MODE=tune "
                 "tunes in the program's process where a child cannot)"
