@@ -250,7 +250,7 @@ _PALLAS_WARM: list[bool] = []
 
 def _warm_up_pallas() -> None:
     """Pays, once, while the child waits for its first sweep, the imports JAX makes the
-    first time it lowers a Pallas kernel in interpret mode (~0.4 s on the 2-core machine;
+    first time it lowers a Pallas kernel in interpret mode (0.25-0.45 s on the 2-core machine;
     a sweep's first config paid them otherwise). Only for a CPU child, where interpret mode
     is how Pallas runs, and only once a kernel's module imported Pallas."""
     if _PALLAS_WARM or "jax.experimental.pallas" not in sys.modules:

@@ -136,10 +136,9 @@ class ChildProcess:
                 _STARTING.discard(self)
         if not isinstance(ready, Ready):
             detail = ready.message if isinstance(ready, ErrorReply) else None
-            if self.abandoned:
-                self.abandon()
-                raise SweepError("the jaxtune child process was stopped while it started")
             self.kill()
+            if self.abandoned:
+                raise SweepError("the jaxtune child process was stopped while it started")
             raise SweepError(
                 f"the jaxtune child process did not start ({detail or self.describe_exit()}); "
                 f"its log ({self.log_path}): {self.stderr_tail(0)}"
