@@ -97,7 +97,7 @@ def interleaved(
             behind = clearly_behind(
                 {cid: rounds[cid] for cid in active},
                 options.drop_ratio,
-                options.rounds_above_s * 1e6,
+                options.behind_above_s * 1e6,
             )
             out |= behind
             active = [cid for cid in active if cid not in behind]

@@ -47,8 +47,11 @@ class TimingOptions:
     equivalent within ``tie_within`` (see :mod:`jaxtune._tuning.sweep.stats`), or at
     ``max_rounds`` rounds or ``max_rounds_s`` seconds. From round ``behind_after_rounds`` on,
     a config whose fastest round is over ``drop_ratio`` times the slowest round of another
-    config racing, and at least ``rounds_above_s`` long, is clearly behind: it leaves the
-    rounds (it is out).
+    config racing, and whose calls take at least ``behind_above_s``, is clearly behind: it
+    leaves the rounds (it is out). Such a config would need ``rounds_to_show`` rounds (8)
+    to be shown slower, and its long calls beside the leaders' slow theirs down in the
+    rounds it shares with them (a 3x slower swiglu tile beside the best one: the best's
+    per-round times spread 0.6-1.5x of its own instead of 0.95-1.4x).
 
     A space of at most ``first_pass_above`` configs, measured in one batch, has no first
     pass: all its configs go straight into the rounds; so does a whole space measured in
@@ -78,6 +81,7 @@ class TimingOptions:
     first_pass_above: int = 4
     rounds_above_s: float = 0.01
     behind_after_rounds: int = 3
+    behind_above_s: float = 0.001
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
