@@ -269,7 +269,7 @@ def test_a_slow_config_over_the_drop_ratio_behind_leaves_the_rounds_at_behind_af
     assert seen["c"] > options.behind_after_rounds
 
 
-def test_the_behind_rule_is_kept_to_rounds_over_rounds_above_s():
+def test_the_behind_rule_is_kept_to_calls_over_behind_above_s():
     """A short kernel's rounds are cheap: 2x behind, it races to the end of the rounds
     the decision takes, not out at ``behind_after_rounds``."""
     options = TimingOptions()
@@ -277,6 +277,18 @@ def test_the_behind_rule_is_kept_to_rounds_over_rounds_above_s():
     assert seen["b"] == seen["a"] >= options.rounds > options.behind_after_rounds
     assert not got["b"].dropped
     assert min(got["a"].rounds_us) < min(got["b"].rounds_us)
+
+
+def test_a_default_of_milliseconds_3x_behind_leaves_the_rounds_with_its_three_rounds():
+    """pallas-forge's swiglu: calls of 2.7 ms (best), 3.2 ms (runner-up) and 8.3 ms (the
+    default tile). The default leaves at round 3, under the 10 ms of a slow kernel's
+    ``rounds_above_s``; its three rounds still give the entry its time."""
+    options = TimingOptions()
+    assert options.behind_above_s * 1e6 <= 2_700.0 < options.rounds_above_s * 1e6
+    got, seen = _rounds_of({"default": 8_300.0, "best": 2_700.0, "next": 3_200.0}, options)
+    assert got["default"].dropped and seen["default"] == options.behind_after_rounds
+    assert len(got["default"].rounds_us) == options.behind_after_rounds
+    assert seen["next"] > options.behind_after_rounds  # 1.19x: the rounds' tests decide it
 
 
 def test_clearly_behind_compares_a_configs_best_round_with_anothers_worst():

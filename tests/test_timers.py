@@ -110,6 +110,15 @@ def test_a_round_batches_short_calls_caps_its_passes_and_keeps_slow_calls_warm_u
     assert clock.log.count("slow") == 3
 
 
+def test_a_call_of_a_millisecond_or_more_has_no_warm_up_in_a_round():
+    """A swiglu tile's 3 ms call: its turn's first call is a sample, two calls a round."""
+    clock = _FakeClock()
+    runs = [(clock.call("ms", 3e-3), None), (clock.call("us", 300e-6), None)]
+    ms, us = _timers._round_calls(clock, runs, TimingOptions(), samples=2)
+    assert ms.warmup == 0 and clock.log.count("ms") == len(ms.wall.samples_us) == 2
+    assert us.warmup == 1 and clock.log.count("us") == len(us.wall.samples_us) + 1
+
+
 def test_a_config_that_raises_in_a_round_leaves_it_and_the_others_finish():
     clock = _FakeClock()
     runs = [(clock.call("ok", 300e-6), None), (clock.call("bad", 300e-6, fail_on=3), None)]

@@ -141,9 +141,10 @@ def clearly_behind(
     other config (every round of that config beat every round of theirs by that much:
     other work on the machine only adds time, so a config's fastest round is its best
     showing) and at least ``floor_us`` long. They cannot be the fastest, and rounds spent
-    on them would decide nothing. The floor keeps the rule to slow kernels, whose rounds
-    are costly; a short config's rounds are cheap, and the rounds' own tests decide it,
-    however long a spell of other work slows its turns."""
+    on them would decide nothing (a long call beside the leaders' also spreads their
+    per-round times). The floor keeps the rule to calls of a millisecond or more, whose
+    rounds are costly; a short config's rounds are cheap, and the rounds' own tests decide
+    it, however long a spell of other work slows its turns."""
     slowest = [max(times) for times in rounds.values() if times]
     if not slowest:
         return set()
