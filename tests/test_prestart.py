@@ -241,6 +241,54 @@ def test_a_cpu_child_warms_pallas_lowering_before_the_first_sweep_of_a_pallas_ke
     assert out["config"] in ({"c": 1}, {"c": 2})
 
 
+TRACES_NOTE_WARM_UP = textwrap.dedent(
+    """
+    import os, time
+
+    import jax
+    from jax.experimental import pallas as pl
+
+    import jaxtune
+
+    if os.environ.get("JAXTUNE_PARENT_PID"):
+        time.sleep(1)  # a slow import: the child has nothing else to do meanwhile
+
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.prestart.traced_kernel")
+    def kernel(x, *, c):
+        if os.environ.get("JAXTUNE_PARENT_PID"):  # traced in the child: was Pallas warmed?
+            import sys
+
+            warmed = bool(sys.modules["__main__"]._PALLAS_WARM)  # python -m ...child
+            with open(os.environ["PROBE_LOG"], "a") as log:
+                log.write(f"{os.getpid()} traced warmed={warmed}\\n")
+        return pl.pallas_call(
+            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * c),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            interpret=True,
+        )(x) / c
+
+
+    # Last: the program tunes once the child has written this line (its import is over).
+    with open(os.environ["PROBE_LOG"], "a") as log:
+        log.write(f"{os.getpid()} imported module\\n")
+    """
+)
+
+
+def test_a_sweep_waiting_for_the_childs_import_is_not_held_up_by_its_pallas_warm_up(tmp_path):
+    """The program tunes the moment the child has imported the kernel's module (as a sweep
+    that waited for that import does). The child serves the sweep's request, instead of
+    warming Pallas up first: a warm-up is for a child with nothing to do."""
+    # Two lines: the module imported here, then in the child.
+    proc = _run(tmp_path, TRACES_NOTE_WARM_UP, lines=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    traced = [line for line in out["after"] if line[1] == "traced"]
+    assert traced and traced[0][2] == "warmed=False", out["after"]
+    assert out["config"] in ({"c": 1}, {"c": 2})
+
+
 #: Where a sweep child starts (``JAXTUNE_PARENT_PID`` is set in it), Python's start-up
 #: notes the child's pid and then does not finish for ten minutes.
 SLOW_CHILD_START = textwrap.dedent(

@@ -175,7 +175,7 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
         except EOFError:
             return 0
         write_frame(res_fd, answer.to_wire())
-        if isinstance(msg, Preload) and reader.idle():
+        if isinstance(msg, Preload) and reader.idle(wait=_WARM_UP_AFTER_S):
             _warm_up_pallas()
 
 
@@ -246,6 +246,13 @@ def _warm_up() -> None:
 
 
 _PALLAS_WARM: list[bool] = []
+
+
+#: How long a child that imported a module ahead of need waits for a request before it
+#: warms Pallas up: a sweep that waited for that import sends its request at once, and a
+#: warm-up begun meanwhile would hold it up (0.3 s on pallas-forge's swiglu). A child
+#: started ahead of need usually waits seconds for the program's first call.
+_WARM_UP_AFTER_S = 1.0
 
 
 def _warm_up_pallas() -> None:

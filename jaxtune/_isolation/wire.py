@@ -145,9 +145,10 @@ class FrameReader:
         if taken < len(view):
             _read_exactly(self.fd, view[taken:])
 
-    def idle(self) -> bool:
-        """Whether no bytes of a next frame have arrived yet."""
-        return not self.buffer and not select.select([self.fd], [], [], 0)[0]
+    def idle(self, wait: float = 0.0) -> bool:
+        """Whether no bytes of a next frame have arrived yet, nor arrive within ``wait``
+        seconds."""
+        return not self.buffer and not select.select([self.fd], [], [], wait)[0]
 
     def finish(self) -> None:
         """Reads the bytes of the arrays the last frame announced (``read(defer=True)``
