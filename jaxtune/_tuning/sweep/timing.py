@@ -49,9 +49,9 @@ class TimingOptions:
     a config whose fastest round is over ``drop_ratio`` times the slowest round of another
     config racing, and whose calls take at least ``behind_above_s``, is clearly behind: it
     leaves the rounds (it is out). Such a config would need ``rounds_to_show`` rounds (8)
-    to be shown slower, and its long calls beside the leaders' slow theirs down in the
-    rounds it shares with them (a 3x slower swiglu tile beside the best one: the best's
-    per-round times spread 0.6-1.5x of its own instead of 0.95-1.4x).
+    to be shown slower, and its long calls beside the leaders' disturb theirs in the
+    rounds it shares with them (a 3x slower swiglu tile beside the best two: the
+    runner-up's per-round ratio to the best spread 0.57-1.49 instead of 0.95-1.35).
 
     A space of at most ``first_pass_above`` configs, measured in one batch, has no first
     pass: all its configs go straight into the rounds; so does a whole space measured in
