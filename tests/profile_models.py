@@ -92,7 +92,7 @@ def _pallas_matmuls(x, reps, block, name):
 
 @jaxtune.autotuned(configs={"block": [64, 128]}, name="tests.profile.heavy")
 def heavy(x, *, block):
-    return _pallas_matmuls(x, 8, block, "heavy_matmuls")
+    return _pallas_matmuls(x, 32, block, "heavy_matmuls")
 
 
 @jaxtune.autotuned(configs={"block": [64, 128]}, name="tests.profile.medium")
@@ -118,7 +118,7 @@ def _tiled_add(v, block):
 
 
 def three_kernels(x, v):
-    """Three autotuned Pallas kernels: about 4 : 1 : 0 in device time."""
+    """Three autotuned Pallas kernels: about 14 : 1 : 0 in compute (so noise cannot swap them)."""
     return heavy(x).sum() + medium(x).sum() + tiny(v).sum()
 
 
