@@ -24,6 +24,10 @@ side by side, 21 interleaved rounds) and gives each pick's time over the fastest
 (median and quartiles of the round-by-round ratios). They
 need tokamax >= 0.0.17 (the py3.12 environment).
 
+``--truth ragged_dot --truth-rounds 61`` measures only the truth, for every config of a
+Tokamax kernel, and prints each config's time over the fastest's: a longer, quieter look
+where 21 rounds under load leave near-equal configs' ratios spread wide.
+
 Run: python bench/bench_sweep_time.py [--kernels flash,swiglu] [--runs 3] [--results DIR]
 """
 
@@ -132,18 +136,24 @@ def _tokamax_peer(space, with_config, args) -> tuple[float, object]:
     return time.perf_counter() - start, dict(data.fastest_config)
 
 
-def _with_truth(report: dict[str, object], kernel, args, default) -> dict[str, object]:
-    """Each pick's time over the truly fastest config's, measured here afterwards."""
+def _truth(kernel, args, default, rounds: int) -> tuple[dict[str, list[float]], str]:
+    """Seconds per call of every config, round by round, and the fastest config's id."""
     from conformance.support import config_id, true_times
 
-    configs = [*kernel.space(*args), default]
     calls = {}
-    for config in configs:
+    for config in [*kernel.space(*args), default]:
         fn = jax.jit(functools.partial(kernel.__wrapped__, **config))
         calls[config_id(config)] = functools.partial(fn, *args)
-    rounds = true_times(calls, rounds=TRUTH_ROUNDS, warmup=1, calls_per_round=1)
-    medians = {name: statistics.median(times) for name, times in rounds.items()}
-    fastest = min(medians, key=medians.__getitem__)
+    times = true_times(calls, rounds=rounds, warmup=1, calls_per_round=1)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    return times, min(medians, key=medians.__getitem__)
+
+
+def _with_truth(report: dict[str, object], kernel, args, default) -> dict[str, object]:
+    """Each pick's time over the truly fastest config's, measured here afterwards."""
+    from conformance.support import config_id
+
+    rounds, fastest = _truth(kernel, args, default, TRUTH_ROUNDS)
 
     def ratios(pick) -> list[float]:
         pairs = zip(rounds[config_id(dict(pick))], rounds[fastest], strict=True)
@@ -169,10 +179,9 @@ def _with_truth(report: dict[str, object], kernel, args, default) -> dict[str, o
     }
 
 
-def run_ragged_dot(order: str) -> dict[str, object]:
+def _ragged_dot_setup():
     from conformance import tokamax_kernels as tk
     from jax.experimental.pallas import tpu as pltpu
-    from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu
 
     pltpu.set_tpu_interpret_mode()
     args = tk.ragged_inputs(
@@ -180,31 +189,62 @@ def run_ragged_dot(order: str) -> dict[str, object]:
         jax.ShapeDtypeStruct((4, 256, 256), jnp.float32),
         jax.ShapeDtypeStruct((4,), jnp.int32),
     )
-
-    def with_config(config):
-        op = tk.OP.replace(config=pallas_mosaic_tpu.Config(**config))
-        return lambda a, b, g: op(a, b, group_sizes=g)
-
-    space = tk.ragged_dot.space(*args)
-    report = _both(
-        order, lambda: _sweep(tk.ragged_dot, args), lambda: _tokamax_peer(space, with_config, args)
-    )
-    return _with_truth(report, tk.ragged_dot, args, tk.tokamax_heuristics(*args))
+    return tk.ragged_dot, args, tk.tokamax_heuristics(*args)
 
 
-def run_tokamax_flash(order: str) -> dict[str, object]:
+def _tokamax_flash_setup():
     from conformance import tokamax_kernels as tk
     from jax.experimental.pallas import tpu as pltpu
 
     pltpu.set_tpu_interpret_mode()
     args = tk.flash_args()
-    kernel = tk.flash_attention
+    return tk.flash_attention, args, tk.flash_heuristics(*args)
+
+
+def truth_table(kernel_name: str, rounds: int) -> None:
+    """Print every config's median time and its round-by-round ratio to the fastest's."""
+    kernel, args, default = {
+        "ragged_dot": _ragged_dot_setup,
+        "tokamax_flash": _tokamax_flash_setup,
+    }[kernel_name]()
+    times, fastest = _truth(kernel, args, default, rounds)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    print(f"{kernel_name}: {rounds} interleaved rounds, load {os.getloadavg()[0]:.1f}")
+    for name in sorted(medians, key=medians.__getitem__):
+        ratios = [a / b for a, b in zip(times[name], times[fastest], strict=True)]
+        q = statistics.quantiles(ratios, n=4)
+        print(
+            f"  {medians[name] * 1e3:8.2f} ms  {statistics.median(ratios):.3f}x "
+            f"({q[0]:.2f}-{q[2]:.2f})  {name}"
+        )
+
+
+def run_ragged_dot(order: str) -> dict[str, object]:
+    from conformance import tokamax_kernels as tk
+    from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu
+
+    kernel, args, default = _ragged_dot_setup()
+
+    def with_config(config):
+        op = tk.OP.replace(config=pallas_mosaic_tpu.Config(**config))
+        return lambda a, b, g: op(a, b, group_sizes=g)
+
+    space = kernel.space(*args)
+    report = _both(
+        order, lambda: _sweep(kernel, args), lambda: _tokamax_peer(space, with_config, args)
+    )
+    return _with_truth(report, kernel, args, default)
+
+
+def run_tokamax_flash(order: str) -> dict[str, object]:
+    from conformance import tokamax_kernels as tk
+
+    kernel, args, default = _tokamax_flash_setup()
 
     def with_config(config):
         op = tk.FLASH_OP.replace(config=tk.flash_config(**config))
         return lambda q, k, v: op(q, k, v, is_causal=True)
 
-    default = tk.flash_heuristics(*args)
     space = [*kernel.space(*args), default]
     report = _both(
         order, lambda: _sweep(kernel, args), lambda: _tokamax_peer(space, with_config, args)
@@ -259,10 +299,16 @@ def main() -> None:
     parser.add_argument("--kernels", default="flash,swiglu")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--results", type=pathlib.Path, default=None)
+    parser.add_argument("--truth", choices=["ragged_dot", "tokamax_flash"], default=None)
+    parser.add_argument("--truth-rounds", type=int, default=TRUTH_ROUNDS)
     parser.add_argument("--one", nargs=2, metavar=("KERNEL", "ORDER"), help=argparse.SUPPRESS)
     a = parser.parse_args()
     if a.one:
         one(a.one[0], a.one[1])
+        return
+    if a.truth:
+        sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+        truth_table(a.truth, a.truth_rounds)
         return
     summary: dict[str, object] = {}
     for kernel in a.kernels.split(","):
