@@ -334,6 +334,70 @@ def test_editing_a_kernel_body_makes_its_entries_stale_in_a_fresh_process(tmp_pa
     assert listed()["code"] == "fresh"
 
 
+#: A script that defines a kernel, and when run, calls it.
+SCRIPT = textwrap.dedent(
+    """
+    import json, warnings
+    import jax.numpy as jnp
+    import jaxtune
+
+    def _twice(x):
+        return x * 2
+
+    @jaxtune.autotuned(configs={"block": [8, 16]}, name="h33.script_scale")
+    def scale(x, *, block):
+        return _twice(x) + block
+
+    def report():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            choice = scale.config_for(jnp.ones(16))
+        print(json.dumps({"source": choice.source, "config": dict(choice.config),
+                          "warnings": [str(w.message) for w in caught]}))
+
+    if __name__ == "__main__":
+        scale(jnp.ones(16))
+        report()
+    """
+)
+
+
+@pytest.mark.child
+def test_a_kernel_tuned_by_running_its_script_is_fresh_where_the_script_is_imported(tmp_path):
+    """The script's module is ``__main__`` when run and ``h33script`` when imported (or
+    ``h33script`` again under ``python -m``): the same code has the same digest."""
+    (tmp_path / "h33script.py").write_text(SCRIPT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "JAXTUNE_ISOLATION": "inline",
+        "JAXTUNE_CACHE_DIR": str(tmp_path / "cache"),
+    }
+
+    def run(*args: str, **extra: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, *args],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.splitlines()[-1])
+
+    tuned = run("h33script.py", JAXTUNE_MODE="tune")
+    assert tuned["source"] == "cache"
+    imported = run("-c", "import h33script; h33script.report()")
+    assert imported == {**tuned, "warnings": []}
+    assert run("-m", "h33script") == imported
+    # Still a digest of the code: an edit of the helper the kernel calls makes it stale.
+    (tmp_path / "h33script.py").write_text(SCRIPT.replace("return x * 2", "return x * 3"))
+    edited = run("-c", "import h33script; h33script.report()")
+    assert edited["source"] == "default"
+    assert len(edited["warnings"]) == 1 and "stale: code changed" in edited["warnings"][0]
+
+
 def test_a_kernel_without_source_has_no_digest_and_uses_its_entries():
     namespace: dict = {}
     exec(  # no file behind it: its code cannot be read

@@ -216,17 +216,36 @@ def _top(module: str) -> str:
     return module.split(".")[0]
 
 
+def _imported_name(module: str) -> str:
+    """The name ``module`` has when imported: the script being run (``__main__``) is
+    ``pkg.mod`` when run as ``python -m pkg.mod`` and ``name`` when run as ``name.py``, so
+    that a kernel's digest is the same whether its file was run or imported."""
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name and name != "__main__":
+        return name
+    file = getattr(main, "__file__", None)
+    if isinstance(file, str):
+        stem = pathlib.Path(file).stem
+        if stem.isidentifier():
+            return stem
+    return module
+
+
 class _Walk:
     """The functions of one kernel's package that its function reaches."""
 
     def __init__(self, root: types.FunctionType) -> None:
-        self.package = _top(root.__module__ or "")
+        self.package = _top(_imported_name(root.__module__ or ""))
         self.functions: dict[int, types.FunctionType] = {}
         self._seen: set[int] = set()
 
     def inside(self, module: Any) -> bool:
         """Whether a module name lies in the kernel's package (jaxtune's own code never)."""
-        if not isinstance(module, str) or _top(module) != self.package:
+        if not isinstance(module, str) or _top(_imported_name(module)) != self.package:
             return False
         return not (module == "jaxtune" or module.startswith("jaxtune._"))
 
@@ -307,7 +326,10 @@ def code_digest(fn: Any) -> CodeDigest:
             continue
         parts.append((f.__module__, f.__qualname__, _part_hash(node, root=f is fn)))
     ordered = tuple(sorted(set(parts)))
-    return CodeDigest(digest=_hash(repr(ordered)), parts=ordered)
+    # The parts keep the names the functions have here (``cache list`` finds their files
+    # by them); the digest hashes the names their modules have when imported.
+    named = tuple(sorted((_imported_name(m), q, h) for m, q, h in ordered))
+    return CodeDigest(digest=_hash(repr(named)), parts=ordered)
 
 
 def _safe_digest(fn: Any) -> CodeDigest:
