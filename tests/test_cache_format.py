@@ -3,6 +3,7 @@ and files written by earlier jaxtune versions (schema 1: each entry a map)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import shutil
 import types
@@ -231,3 +232,21 @@ def test_an_oversized_cache_file_is_reported_and_left_alone(tmp_path):
     with pytest.warns(jaxtune.JaxtuneWarning, match="over the .* limit"):
         assert store.lookup("k", "cpu", "f32[8]") is None
     assert path.stat().st_size == MAX_FILE_BYTES + 1 and not list(tmp_path.glob("cpu/*.corrupt*"))
+
+
+def test_why_a_config_left_the_rounds_is_kept_by_the_cache(tmp_path):
+    """``behind`` (clearly behind in the rounds) is stored only when true, read back, and
+    checked by type; entries without it read as not behind."""
+    base = old_entries()[0].measurements[0]
+    raced = dataclasses.replace(base, rounds_us=(20.0, 21.0, 20.5), dropped=True)
+    behind = dataclasses.replace(raced, config={"block": (4, 64), "order": "kn"}, behind=True)
+    store = _cache.CacheStore(tmp_path)
+    e = entry(measurements=(behind, raced))
+    store.write([e])
+    (got_behind, got_raced) = _cache.CacheStore(tmp_path).lookup("k", "cpu", "f32[8]").measurements
+    assert got_behind.why_out == "clearly behind in the rounds"
+    assert got_raced.why_out == "shown slower in the rounds"
+    assert base.why_out == "" and "behind" not in raced.to_dict()
+    bad = {**e.to_dict(), "measurements": [{**behind.to_dict(), "behind": "yes"}]}
+    with pytest.raises(jaxtune.CacheError, match="field 'behind' should be a bool"):
+        Entry.from_dict(bad)

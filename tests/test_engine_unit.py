@@ -288,7 +288,11 @@ def test_a_default_of_milliseconds_3x_behind_leaves_the_rounds_with_its_three_ro
     got, seen = _rounds_of({"default": 8_300.0, "best": 2_700.0, "next": 3_200.0}, options)
     assert got["default"].dropped and seen["default"] == options.behind_after_rounds
     assert len(got["default"].rounds_us) == options.behind_after_rounds
+    assert got["default"].behind and got["default"].why_out == "clearly behind in the rounds"
     assert seen["next"] > options.behind_after_rounds  # 1.19x: the rounds' tests decide it
+    assert not got["next"].behind and not got["best"].behind
+    if got["next"].dropped:
+        assert got["next"].why_out == "shown slower in the rounds"
 
 
 def test_clearly_behind_compares_a_configs_best_round_with_anothers_worst():

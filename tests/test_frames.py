@@ -149,6 +149,8 @@ MEASUREMENT = Measurement(
     samples=3,
     compile_s=0.2,
     rounds_us=(2.0, 2.1),
+    dropped=True,
+    behind=True,
 )
 EVENTS = [
     CompileStarted(cid="mode='ok'", thread=140_000_000_001),

@@ -195,6 +195,7 @@ _MEASUREMENT_FIELDS: tuple[Field, ...] = (
     Field(name="high_us", accepts=_time, expected=_TIME, required=False),
     Field(name="rounds_us", accepts=_times, expected="a list of times", required=False),
     Field(name="calls", accepts=_count, expected="an int >= 0", required=False),
+    Field(name="behind", accepts=_flag, expected="a bool", required=False),
 )
 
 _FAILURE_FIELDS: tuple[Field, ...] = (

@@ -65,6 +65,9 @@ class Measurement:
     #: How many times the sweep called the config (warm-up, check and timed calls); 0 in
     #: entries older than the field.
     calls: int = 0
+    #: Left the rounds clearly behind: its fastest round over 1.5x another config's
+    #: slowest (``dropped`` too). False in entries older than the field.
+    behind: bool = False
 
     ok = True
 
@@ -76,11 +79,14 @@ class Measurement:
 
     @property
     def why_out(self) -> str:
-        """Why a ``dropped`` config is out: shown slower in the rounds, or dropped early
-        in the first pass; empty for a config that is not out."""
+        """Why a ``dropped`` config is out: dropped early in the first pass, clearly
+        behind in the rounds (every round of another config beat all of its by 1.5x), or
+        shown slower by the rounds' test; empty for a config that is not out."""
         if not self.dropped:
             return ""
-        return "shown slower in the rounds" if self.rounds_us else "dropped early (clearly slower)"
+        if not self.rounds_us:
+            return "dropped early (clearly slower)"
+        return "clearly behind in the rounds" if self.behind else "shown slower in the rounds"
 
     def overlaps(self, other: Measurement) -> bool:
         """Whether the two medians' confidence intervals overlap (the timings cannot tell
@@ -95,6 +101,8 @@ class Measurement:
             del d["rounds_us"]
         if not self.calls:
             del d["calls"]
+        if not self.behind:
+            del d["behind"]
         return d
 
 

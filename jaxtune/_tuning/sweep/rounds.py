@@ -66,6 +66,7 @@ def interleaved(
     rounds: dict[str, list[float]] = {cid: [] for cid in by_id}
     failed: dict[str, Failure] = {}
     out: set[str] = set()
+    behind: set[str] = set()  # out for being clearly behind (the rest of out: shown slower)
     left: set[str] = set()  # not faster than the leaders on their second look: not raced
     active = list(by_id)
     look = max(1, options.second_look_rounds) if looking else 0
@@ -94,7 +95,7 @@ def interleaved(
         if done < look:
             continue
         if done >= options.behind_after_rounds:
-            behind = clearly_behind(
+            behind |= clearly_behind(
                 {cid: rounds[cid] for cid in active},
                 options.drop_ratio,
                 options.behind_above_s * 1e6,
@@ -128,6 +129,7 @@ def interleaved(
             dataclasses.replace(fresh[cid], dropped=cid in out),
             compile_s.get(cid, 0.0),
             tuple(rounds[cid]),
+            behind=cid in behind,
         )
         for cid in by_id
         if cid not in left
@@ -161,11 +163,14 @@ def measurement(
     timing: Timing,
     compile_s: float,
     rounds_us: tuple[float, ...] = (),
+    *,
+    behind: bool = False,
 ) -> Measurement:
     """A :class:`Measurement` from a timing (and, for configs timed in rounds, their
-    per-round times)."""
+    per-round times and whether they left them clearly behind)."""
     return Measurement(
         rounds_us=rounds_us,
+        behind=behind,
         config=dict(config),
         median_us=timing.median_us,
         min_us=timing.min_us,
