@@ -87,6 +87,13 @@ def test_an_unusable_space_or_default_is_refused_saying_what_to_do(configs, defa
         spec(configs, default=default)
 
 
+def test_a_refused_space_names_the_function_and_the_kernels_name():
+    with pytest.raises(ConfigSpaceError, match=r"^configs of kernel \(kernel 'lib.kernel'\) is an"):
+        spec([])
+    with pytest.raises(ConfigSpaceError, match=r"^configs of kernel is an empty list"):
+        ConfigSpec(kernel, [], prune=None, default=None, kernel=f"{__name__}.kernel")
+
+
 @pytest.mark.parametrize(
     ("make", "where"),
     [

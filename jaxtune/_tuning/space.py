@@ -99,9 +99,15 @@ class ConfigSpec:
         default: Mapping[str, Any] | Callable[..., Mapping[str, Any]] | None,
         kernel: str | None = None,
     ) -> None:
-        self.fn_name = getattr(fn, "__qualname__", repr(fn))
+        qualname = getattr(fn, "__qualname__", repr(fn))
         #: The kernel's cache id, which messages about its callbacks name.
-        self.kernel = kernel or self.fn_name
+        self.kernel = kernel or qualname
+        #: The function as messages name it, with the kernel's ``name=`` when it has one.
+        self.fn_name = (
+            qualname
+            if self.kernel in (qualname, f"{getattr(fn, '__module__', '')}.{qualname}")
+            else f"{qualname} (kernel {self.kernel!r})"
+        )
         self.prune = prune
         self.default = default
         self._accepts = _accepted_keywords(fn)
