@@ -184,6 +184,20 @@ def test_model_with_three_kernels_is_tuned_by_one_call_then_runs_from_cache(fast
 
 
 @pytest.mark.child
+def test_verbose_tune_reports_the_configs_the_program_runs_not_the_finding_trace(
+    fast_timing, monkeypatch, capsys
+):
+    """jaxtune.tune traces the function with the default configs only to find its kernels;
+    JAXTUNE_VERBOSE=1 reports what a call then runs (the tuned config), not that trace."""
+    monkeypatch.setenv("JAXTUNE_VERBOSE", "1")
+    x = jnp.ones((3, 37))  # a key no other test uses: each line is printed once a process
+    jaxtune.tune(lambda v: power(v).sum(), x)
+    assert "(from default)" not in capsys.readouterr().err
+    jax.jit(lambda v: power(v).sum())(x)
+    assert "jaxtune: tests.locate.power f32[3,37]: power=" in capsys.readouterr().err
+
+
+@pytest.mark.child
 def test_tune_reports_raw_pallas_kernels_without_a_space(fast_timing):
     def model(x):
         return interpret_double(x) + scale(x)

@@ -20,7 +20,7 @@ from typing import Any
 from .._core import settings as _config
 from .._core.errors import JaxtuneError
 
-__all__ = ["call_frame", "frame_for_mark", "note", "observing_calls"]
+__all__ = ["call_frame", "finding_kernels", "frame_for_mark", "note", "observing_calls"]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _LOCK = threading.Lock()
@@ -40,6 +40,22 @@ def observing_calls() -> Iterator[list[str]]:
         yield calls
     finally:
         _OBSERVED.reset(token)
+
+
+_FINDING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxtune_finding_kernels", default=False
+)
+
+
+@contextlib.contextmanager
+def finding_kernels() -> Iterator[None]:
+    """A trace only to find the kernels (``jaxtune.tune``): the configs it traces with
+    are not the ones the program will run, so ``JAXTUNE_VERBOSE`` does not report them."""
+    token = _FINDING.set(True)
+    try:
+        yield
+    finally:
+        _FINDING.reset(token)
 
 
 class _Recorder:
@@ -152,7 +168,7 @@ def note(kernel: Any, sig: Any, choice: Any) -> None:
     recorder = _recorder(settings)
     if recorder is not None:
         recorder.record(kernel, sig, choice)
-    if settings.verbose >= 1:
+    if settings.verbose >= 1 and not _FINDING.get():
         from .._core.vocabulary import config_id
 
         seen = (kernel.kernel_id, sig.key, choice.source)

@@ -11,6 +11,7 @@ from .._core.errors import JaxtuneWarning
 from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
 from .autotuned import retrace_jitted_functions
+from .record import finding_kernels
 from .result import TuningResult
 from .sweep.runner import prestart_child
 from .sweep_task import differentiated_calls
@@ -65,7 +66,7 @@ def tune(
     # The sweep child starts while the kernels are found (lowering fn takes a while).
     prestart_child(sweeping=True)
     # Finding the kernels must not start sweeps of its own (as JAXTUNE_MODE=tune would).
-    with _config.override(mode="cached"):
+    with _config.override(mode="cached"), finding_kernels():
         sites = locate(fn, *args, **kwargs)
     result = TuningResult()
     # A kernel is differentiated when a site shows its scope under jvp (and its transpose,
