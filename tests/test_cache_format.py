@@ -250,3 +250,17 @@ def test_why_a_config_left_the_rounds_is_kept_by_the_cache(tmp_path):
     bad = {**e.to_dict(), "measurements": [{**behind.to_dict(), "behind": "yes"}]}
     with pytest.raises(jaxtune.CacheError, match="field 'behind' should be a bool"):
         Entry.from_dict(bad)
+
+
+@pytest.mark.parametrize(
+    ("decision", "ratio", "text"),
+    [
+        ("clear", 1.31, "clear: 1.31x ahead of block=4 (95 % interval 1.25-1.40)"),
+        ("tie", 1.01, "tie with block=4: 1.01x (95 % interval 1.25-1.40)"),
+        ("undecided", 1.10, "undecided vs block=4: 1.10x (95 % interval 1.25-1.40), best estimate"),
+    ],
+)
+def test_an_entrys_decision_text_names_its_intervals_level(decision, ratio, text):
+    margin = {"rival": {"block": 4}, "ratio": ratio, "low": 1.25, "high": 1.40}
+    assert entry(decision=decision, margin=margin).decision_text() == text
+    assert entry(decision="single").decision_text() == "single"

@@ -185,14 +185,17 @@ class Entry:
         return pass_text(self.timing)
 
     def decision_text(self) -> str:
-        """How the stored config won, for people: ``"clear: 1.31x ahead of block=64
-        (1.25-1.40)"``, ``"tie with block=64 (0.99-1.02)"``, ``"undecided vs block=64: 0.98x
-        (0.90-1.05), best estimate"``; empty when unknown."""
+        """How the stored config won, for people, with the 95 % interval of the rival's
+        time ratio the entry keeps: ``"clear: 1.31x ahead of block=64 (95 % interval
+        1.25-1.40)"``, ``"tie with block=64: 1.01x (95 % interval 0.99-1.02)"``,
+        ``"undecided vs block=64: 0.98x (95 % interval 0.90-1.05), best estimate"``; empty
+        when unknown. The tables and pages show the interval at the level of the test that
+        decided (99 % where a rival was ruled out or left undecided)."""
         if not self.decision or self.decision == "single" or not self.margin:
             return self.decision if self.decision == "single" else ""
         m = self.margin
         low, high = m.get("low"), m.get("high")
-        span = f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else ""
+        span = f" (95 % interval {low:.2f}-{high:.2f})" if None not in (low, high) else ""
         rival = config_id(m["rival"])
         if self.decision == "clear":
             if low is not None and low <= 1.0:  # not shown slower: shown not faster
