@@ -79,6 +79,45 @@ def test_show(capsys):
     assert "no entries for kernel 'nope'" in capsys.readouterr().err
 
 
+def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
+    from jaxtune._core.vocabulary import Measurement
+
+    def measured(block, rounds, calls):
+        return Measurement(
+            config={"block": block},
+            median_us=10.0 * block,
+            min_us=9.0 * block,
+            spread=0.1,
+            samples=5,
+            compile_s=0.1,
+            rounds_us=rounds,
+            calls=calls,
+        )
+
+    phases = {"start": 0.5, "compile_wait": 1.0, "rounds": 0.25, "other": 0.05, "total": 1.8}
+    _cache.user_cache().write(
+        [
+            Entry(
+                kernel="lib.phased",
+                device_kind="cpu",
+                key="f32[8]",
+                config={"block": 1},
+                time_us=10.0,
+                default_config={"block": 3},
+                default_time_us=30.0,
+                measurements=(measured(1, (10.0, 11.0), 9), measured(3, (30.0,), 4)),
+                phases=phases,
+            )
+        ]
+    )
+    code, out = run(capsys, "show", "lib.phased")
+    assert code == 0
+    assert "sweep time (s): start 0.50, compile wait 1.00, rounds 0.25, other 0.05, " in out
+    assert "total 1.80" in out
+    assert "(median of 2 rounds, min 9.00 us, 5 samples, 9 calls)" in out
+    assert "(median of 1 round, min 27.0 us, 5 samples, 4 calls)" in out
+
+
 def test_export_import_merge(capsys, tmp_path, monkeypatch):
     put("f32[8]")
     put("f32[4]", kernel="other")

@@ -25,6 +25,7 @@ from .._tuning.decision import decision_text
 from .._tuning.result import TuningResult, format_table
 from .._tuning.store import cache as _cache
 from .._tuning.store import results as _results
+from .._tuning.sweep.breakdown import breakdown_text
 from . import cache_sync as _sync
 
 __all__ = ["add_parser", "run"]
@@ -156,6 +157,8 @@ def _show(found: list[tuple[Entry, Source]]) -> str:
             if fixed:
                 knob_line += f"; {_configs.fixed_text(fixed)}"
             head.append(knob_line)
+        if e.phases:
+            head.append(f"  sweep {breakdown_text(e.phases)}")
         if where.kind == "packaged":
             head.append(f"    from the packaged cache {where.path}")
         unit, fmt = _units.time_column(
@@ -166,10 +169,12 @@ def _show(found: list[tuple[Entry, Source]]) -> str:
             name = _configs.text(m.config, shown) or "(the only config)"
             if isinstance(m, Measurement):
                 extra = f", {m.why_out}" if m.dropped else ""
-                rounds = f"median of {len(m.rounds_us)} rounds, " if m.rounds_us else ""
+                n = len(m.rounds_us)
+                rounds = f"median of {n} round{'s' * (n != 1)}, " if n else ""
+                calls = f", {m.calls} calls" if m.calls else ""
                 head.append(
                     f"    {name}: {fmt(m.time_us)} {unit} "
-                    f"({rounds}min {fmt(m.min_us)} {unit}, {m.samples} samples{extra})"
+                    f"({rounds}min {fmt(m.min_us)} {unit}, {m.samples} samples{calls}{extra})"
                 )
             else:
                 head.append(f"    {name}: FAILED at {m.stage}: {m.reason}")
