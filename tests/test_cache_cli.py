@@ -7,6 +7,7 @@ layout ``export --dir`` writes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -116,6 +117,11 @@ def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
     assert "total 1.80" in out
     assert "(median of 2 rounds, min 9.00 us, 5 samples, 9 calls)" in out
     assert "(median of 1 round, min 27.0 us, 5 samples, 4 calls)" in out
+    put("f32[4]", kernel="lib.nodefault")
+    only = _cache.user_cache().lookup("lib.nodefault", "cpu", "f32[4]")
+    _cache.user_cache().write([dataclasses.replace(only, default_time_us=None)])
+    code, out = run(capsys, "show", "lib.nodefault")
+    assert "best block=128 (the default block=32 has no time; timed" in out
 
 
 def test_export_import_merge(capsys, tmp_path, monkeypatch):

@@ -141,12 +141,15 @@ def _show(found: list[tuple[Entry, Source]]) -> str:
     of that entry; no line wider than the text tables' width."""
     lines: list[str] = []
     for e, where in sorted(found, key=lambda f: (f[0].device_kind, f[0].key, f[0].kernel_version)):
-        speed = f"{e.speedup:.2f}x" if e.speedup else "-"
         timer = f", {e.timer} timer" if e.timer else ""
+        default = _configs.text(e.default_config)
+        if e.speedup:
+            against = f"{e.speedup:.2f}x over the default {default}"
+        else:  # the default failed, or was not timed
+            against = f"the default {default} has no time"
         head = [
             f"{_title(e)} on {e.device_kind}, key {e.key}",
-            f"  best {_configs.text(e.config)} ({speed} over the default "
-            f"{_configs.text(e.default_config)}; timed {e.pass_text}{timer})",
+            f"  best {_configs.text(e.config)} ({against}; timed {e.pass_text}{timer})",
         ]
         decided = decision_text(e)
         if decided:
