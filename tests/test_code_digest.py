@@ -391,11 +391,27 @@ def test_a_kernel_tuned_by_running_its_script_is_fresh_where_the_script_is_impor
     imported = run("-c", "import h33script; h33script.report()")
     assert imported == {**tuned, "warnings": []}
     assert run("-m", "h33script") == imported
+    # Profiled: sys.modules["__main__"] is cProfile's, the script's own globals still say.
+    assert run("-m", "cProfile", "-o", os.devnull, "h33script.py") == imported
     # Still a digest of the code: an edit of the helper the kernel calls makes it stale.
     (tmp_path / "h33script.py").write_text(SCRIPT.replace("return x * 2", "return x * 3"))
     edited = run("-c", "import h33script; h33script.report()")
     assert edited["source"] == "default"
     assert len(edited["warnings"]) == 1 and "stale: code changed" in edited["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    ("globals_", "name"),
+    [
+        ({"__spec__": None, "__file__": "/w/train.py"}, "train"),  # python train.py
+        ({"__spec__": importlib.util.spec_from_loader("pkg.train", None)}, "pkg.train"),
+        ({"__spec__": importlib.util.spec_from_loader("__main__", None), "__file__": "t.py"}, "t"),
+        ({"__file__": "/w/my-train.py"}, None),  # no module could have that name
+        ({"__spec__": None}, None),  # python -c, a REPL, a notebook
+    ],
+)
+def test_a_running_scripts_module_is_named_as_it_would_be_imported(globals_, name):
+    assert _digest._script_name(globals_) == name
 
 
 def test_a_kernel_without_source_has_no_digest_and_uses_its_entries():

@@ -198,8 +198,8 @@ def test_a_config_that_fails_to_compile_or_run_is_a_failure_with_its_reason():
         "b": None,
     }
     assert "block trace does not divide" in by["trace"].reason
-    # The stage is "compile" either way; the reason says when tracing was what raised.
-    assert by["trace"].reason.startswith("while tracing: ")
+    # The stage is "compile" either way; the reason says when tracing or lowering raised.
+    assert by["trace"].reason.startswith("while tracing or lowering: ")
     assert not by["xla"].reason.startswith("while tracing")
     assert "resource exhausted compiling block xla" in by["xla"].reason
     assert "block first_run read out of bounds" in by["first_run"].reason

@@ -216,38 +216,50 @@ def _top(module: str) -> str:
     return module.split(".")[0]
 
 
-def _imported_name(module: str) -> str:
-    """The name ``module`` has when imported: the script being run (``__main__``) is
-    ``pkg.mod`` when run as ``python -m pkg.mod`` and ``name`` when run as ``name.py``, so
-    that a kernel's digest is the same whether its file was run or imported."""
-    if module != "__main__":
-        return module
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
+#: The names a script's own module has while it runs: as the program (``__main__``), in
+#: a ``multiprocessing`` spawn worker (``__mp_main__``) and in jaxtune's child.
+_SCRIPT_NAMES = frozenset({"__main__", "__mp_main__", "__jaxtune_main__"})
+
+
+def _script_name(globals_: dict[str, Any]) -> str | None:
+    """The name a running script's module has when imported, from its own globals:
+    ``pkg.mod`` when run as ``python -m pkg.mod``, ``name`` when run as ``name.py`` (also
+    under ``python -m cProfile name.py``, whose ``sys.modules["__main__"]`` is cProfile);
+    ``None`` without either (``python -c``, a REPL, a notebook)."""
+    spec = globals_.get("__spec__")
     name = getattr(spec, "name", None)
-    if isinstance(name, str) and name and name != "__main__":
+    if isinstance(name, str) and name and name not in _SCRIPT_NAMES:
         return name
-    file = getattr(main, "__file__", None)
+    file = globals_.get("__file__")
     if isinstance(file, str):
         stem = pathlib.Path(file).stem
         if stem.isidentifier():
             return stem
-    return module
+    return None
 
 
 class _Walk:
     """The functions of one kernel's package that its function reaches."""
 
     def __init__(self, root: types.FunctionType) -> None:
-        self.package = _top(_imported_name(root.__module__ or ""))
+        module = root.__module__ or ""
+        #: What the running script's module is called when imported (the kernel's own,
+        #: when the kernel is defined in the script), so that a kernel's digest is the
+        #: same whether its file was run or imported.
+        self.script = _script_name(root.__globals__) if module in _SCRIPT_NAMES else None
+        self.package = _top(self.named(module))
         self.functions: dict[int, types.FunctionType] = {}
         self._seen: set[int] = set()
 
     def inside(self, module: Any) -> bool:
         """Whether a module name lies in the kernel's package (jaxtune's own code never)."""
-        if not isinstance(module, str) or _top(_imported_name(module)) != self.package:
+        if not isinstance(module, str) or _top(self.named(module)) != self.package:
             return False
         return not (module == "jaxtune" or module.startswith("jaxtune._"))
+
+    def named(self, module: str) -> str:
+        """``module``'s name when imported (the script's, for the script's own names)."""
+        return self.script or module if module in _SCRIPT_NAMES else module
 
     def visit(self, value: Any, names: frozenset[str], depth: int = 0) -> None:
         if id(value) in self._seen or depth > 8:
@@ -326,9 +338,10 @@ def code_digest(fn: Any) -> CodeDigest:
             continue
         parts.append((f.__module__, f.__qualname__, _part_hash(node, root=f is fn)))
     ordered = tuple(sorted(set(parts)))
-    # The parts keep the names the functions have here (``cache list`` finds their files
-    # by them); the digest hashes the names their modules have when imported.
-    named = tuple(sorted((_imported_name(m), q, h) for m, q, h in ordered))
+    # The digest hashes the names the modules have when imported; the parts keep the names
+    # they have here, so ``cache list`` says "unknown" for a script's functions rather
+    # than guess which file on its path a script's name means.
+    named = tuple(sorted({(walk.named(m), q, h) for m, q, h in ordered}))
     return CodeDigest(digest=_hash(repr(named)), parts=ordered)
 
 

@@ -37,7 +37,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "winner": ("#20a464", "the stored config"),
     "default": ("#e0a526", "the default config"),
     "raced": ("#3867d6", "timed in the rounds to the end, not shown slower than the winner"),
-    "ruled out": ("#8fa3d9", "timed in the rounds, shown slower than the winner"),
+    "ruled out": ("#8fa3d9", "timed in the rounds, shown slower than the winner or clearly behind"),
     "first pass": ("#b6bfd0", "first pass only: not near enough the fastest to race"),
     "dropped": ("#d9dde6", "dropped during the first pass: clearly slower"),
 }

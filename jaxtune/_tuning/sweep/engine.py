@@ -245,7 +245,7 @@ class Sweeper:
             own = e.fault
         except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
             self.emit(CompileFinished(cid=cid))
-            why = f"while tracing: {reason(e)}"
+            why = f"while tracing or lowering: {reason(e)}"
             self._failed[cid] = Failure(config=config, stage="compile", reason=why)
             return self._failed[cid]
         if own is not None:
