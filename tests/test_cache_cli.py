@@ -7,7 +7,6 @@ layout ``export --dir`` writes).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pathlib
@@ -26,21 +25,24 @@ from jaxtune._tuning.store import cache as _cache
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def put(key, kernel="lib.matmul", jax_version=None, config=None):
+def put(key, kernel="lib.matmul", jax_version=None, config=None, **fields):
     versions = dict(_versions.toolchain())
     if jax_version:
         versions["jax"] = jax_version
     _cache.user_cache().write(
         [
             Entry(
-                kernel=kernel,
-                device_kind="cpu",
-                key=key,
-                config=config or {"block": 128},
-                time_us=10.0,
-                default_config={"block": 32},
-                default_time_us=30.0,
-                versions=versions,
+                **{
+                    "kernel": kernel,
+                    "device_kind": "cpu",
+                    "key": key,
+                    "config": config or {"block": 128},
+                    "time_us": 10.0,
+                    "default_config": {"block": 32},
+                    "default_time_us": 30.0,
+                    "versions": versions,
+                    **fields,
+                }
             )
         ]
     )
@@ -96,20 +98,13 @@ def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
         )
 
     phases = {"start": 0.5, "compile_wait": 1.0, "rounds": 0.25, "other": 0.05, "total": 1.8}
-    _cache.user_cache().write(
-        [
-            Entry(
-                kernel="lib.phased",
-                device_kind="cpu",
-                key="f32[8]",
-                config={"block": 1},
-                time_us=10.0,
-                default_config={"block": 3},
-                default_time_us=30.0,
-                measurements=(measured(1, (10.0, 11.0), 9), measured(3, (30.0,), 4)),
-                phases=phases,
-            )
-        ]
+    put(
+        "f32[8]",
+        kernel="lib.phased",
+        config={"block": 1},
+        default_config={"block": 3},
+        measurements=(measured(1, (10.0, 11.0), 9), measured(3, (30.0,), 4)),
+        phases=phases,
     )
     code, out = run(capsys, "show", "lib.phased")
     assert code == 0
@@ -117,9 +112,7 @@ def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
     assert "total 1.80" in out
     assert "(median of 2 rounds, min 9.00 us, 5 samples, 9 calls)" in out
     assert "(median of 1 round, min 27.0 us, 5 samples, 4 calls)" in out
-    put("f32[4]", kernel="lib.nodefault")
-    only = _cache.user_cache().lookup("lib.nodefault", "cpu", "f32[4]")
-    _cache.user_cache().write([dataclasses.replace(only, default_time_us=None)])
+    put("f32[4]", kernel="lib.nodefault", default_time_us=None)
     code, out = run(capsys, "show", "lib.nodefault")
     assert "best block=128 (the default block=32 has no time; timed" in out
 

@@ -275,6 +275,13 @@ RUN = textwrap.dedent(
 )
 
 
+def _python(cwd: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a fresh process, in ``cwd``, with ``env``."""
+    return subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
 @pytest.mark.child
 def test_editing_a_kernel_body_makes_its_entries_stale_in_a_fresh_process(tmp_path):
     work = tmp_path / "work"
@@ -286,14 +293,7 @@ def test_editing_a_kernel_body_makes_its_entries_stale_in_a_fresh_process(tmp_pa
     }
 
     def run(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, *args],
-            env={**env, **extra},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=work,
-        )
+        return _python(work, {**env, **extra}, *args)
 
     def program(**extra: str) -> dict:
         done = run("-c", RUN, **extra)
@@ -375,14 +375,7 @@ def test_a_kernel_tuned_by_running_its_script_is_fresh_where_the_script_is_impor
     }
 
     def run(*args: str, **extra: str) -> dict:
-        done = subprocess.run(
-            [sys.executable, *args],
-            env={**env, **extra},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-        )
+        done = _python(tmp_path, {**env, **extra}, *args)
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.splitlines()[-1])
 
