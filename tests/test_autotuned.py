@@ -3,6 +3,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -570,6 +571,21 @@ def test_error_invalid_mode(monkeypatch):
         match="JAXTUNE_MODE='always' is not valid; allowed values: off, cached, tune, retune",
     ):
         scale(jnp.ones(3))
+
+
+def test_a_warning_names_the_users_line_even_from_inside_jit(monkeypatch):
+    """A lookup's warning is raised deep in JAX's tracing of the caller's function: it
+    names the line of this file that called the jitted function, not jaxtune's or JAX's."""
+    monkeypatch.setenv("JAXTUNE_ON_MISS", "warn")
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.warned_where")
+    def warned_where(x, *, c):
+        return x * c
+
+    with pytest.warns(jaxtune.JaxtuneWarning, match="no tuned config") as record:
+        line = inspect.currentframe().f_lineno + 1
+        jax.jit(lambda x: warned_where(x) + 1)(jnp.ones(5))
+    assert (record[0].filename, record[0].lineno) == (__file__, line)
 
 
 def test_an_unnamed_kernel_defined_in_main_warns_once_with_how_to_name_it():

@@ -217,9 +217,10 @@ def test_an_entry_for_other_code_is_a_miss_with_one_warning_in_cached_mode(versi
     kern = versions()
     x = jnp.ones(16)
     _cache.user_cache().write([_entry("h33.scale", "f32[16]", {"block": 16}, digest="0" * 16)])
-    with pytest.warns(JaxtuneWarning, match=r"stale: code changed.*JAXTUNE_MODE=tune"):
+    with pytest.warns(JaxtuneWarning, match=r"stale: code changed.*JAXTUNE_MODE=tune") as got:
         choice = kern.scale.config_for(x)
     assert (choice.source, dict(choice.config)) == ("default", {"block": 8})
+    assert got[0].filename == __file__  # the user's line, not jaxtune's
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert kern.scale.config_for(x).source == "default"  # warned once

@@ -6,7 +6,10 @@ to catch anything jaxtune raises catch :class:`JaxtuneError`.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import types
 import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -112,6 +115,45 @@ class CustomCallTracingWarning(JaxtuneWarning):
     cannot turn it off, says its timings include the trace points)."""
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """The folders of jaxtune's own code and of JAX's, whose frames a warning skips."""
+    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # jaxtune/
+    for name in ("jax", "jaxlib"):
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None)
+        if file:
+            dirs.append(os.path.dirname(os.path.abspath(file)))
+    return tuple(d + os.sep for d in dirs)
+
+
+def user_stacklevel(fallback: int) -> int:
+    """The ``stacklevel`` for :func:`warnings.warn` in :func:`warn_once` that names the
+    first frame outside jaxtune, JAX and Python's import machinery: the user's line that
+    led there (a kernel call, a decoration, ``jax.jit(f)(x)``). ``fallback`` when there is
+    none (a thread of jaxtune's own)."""
+    skip = _library_dirs()
+    frame: types.FrameType | None = sys._getframe(2)  # the caller's caller: stacklevel 2
+    level = 2
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "importlib" in name and "_bootstrap" in name:
+            frame = frame.f_back  # warnings.warn does not count import machinery's frames
+            continue
+        if not (name.startswith(skip) or name.startswith("<frozen ")):
+            return level
+        frame = frame.f_back
+        level += 1
+    return fallback
+
+
+def warn(message: str, category: type[Warning] = JaxtuneWarning, *, stacklevel: int = 1) -> None:
+    """:func:`warnings.warn` naming the user's line that led to the warning: the first
+    frame outside jaxtune and JAX (see :func:`user_stacklevel`); without one (a thread of
+    jaxtune's), ``stacklevel``, counted as :func:`warnings.warn` counts it from the
+    caller's frame."""
+    warnings.warn(message, category, stacklevel=user_stacklevel(stacklevel + 1))
+
+
 #: What this process already warned about (see :func:`warn_once`).
 _WARNED: set[Hashable] = set()
 _WARNED_LOCK = threading.Lock()
@@ -126,8 +168,10 @@ def warn_once(
 ) -> bool:
     """Warns ``message`` the first time this process meets ``key``, never again; returns
     whether it warned. One registry for every warn-once in jaxtune, so a key starts with
-    what it is about (``("uncarried", kernel, ...)``). ``stacklevel`` counts as
-    :func:`warnings.warn`'s does from the caller's frame.
+    what it is about (``("uncarried", kernel, ...)``). The warning names the user's line
+    that led to it: the first frame outside jaxtune and JAX; without one (a thread of
+    jaxtune's), ``stacklevel``, counted as :func:`warnings.warn` counts it from the
+    caller's frame.
 
     Examples:
         >>> import warnings
@@ -142,5 +186,5 @@ def warn_once(
         if key in _WARNED:
             return False
         _WARNED.add(key)
-    warnings.warn(message, category, stacklevel=stacklevel + 1)
+    warnings.warn(message, category, stacklevel=user_stacklevel(stacklevel + 1))
     return True

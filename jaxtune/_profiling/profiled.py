@@ -17,7 +17,6 @@ import re
 import tempfile
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -27,6 +26,7 @@ import numpy as np
 from .._core import flags as _flags
 from .._core import settings as _config
 from .._core.errors import JaxtuneError, JaxtuneWarning
+from .._core.errors import warn as _warn
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace.tracing import tracer_options
 from .._program import markers as _markers
@@ -239,7 +239,7 @@ def _capture_in_child(
     try:
         return profile_in_child(raw, args, kwargs, **options)
     except NotTransportable as e:
-        warnings.warn(
+        _warn(
             f"jaxtune.profile: {getattr(raw, '__qualname__', raw)} cannot run in a child "
             f"process ({e}); capturing in this process, where the profiling flags can no "
             "longer take effect. Define it and the types of its arguments at module level "
@@ -338,7 +338,7 @@ class Profiled(Generic[P, R]):
                 detail = "".join(traceback.format_exception(e))
                 with contextlib.suppress(OSError):
                     (out / FAILED_FILE).write_text(f"{message}\n\n{detail}")
-            warnings.warn(message, JaxtuneWarning, stacklevel=3)
+            _warn(message, JaxtuneWarning, stacklevel=3)
             return
         print(f"jaxtune: profiled {name}; report in {path}", flush=True)
         print(result.table(top=10), flush=True)

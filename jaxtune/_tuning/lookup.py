@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import math
 import threading
-import warnings
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -32,6 +31,7 @@ import jax
 from .._core import settings as _config
 from .._core import versions as _versions
 from .._core.errors import JaxtuneWarning, MissError, TuningFailedError, warn_once
+from .._core.errors import warn as _warn
 from .._core.vocabulary import Choice, Entry, Measurement, Source, config_id
 from .._distributed import agree as _agree
 from . import sweep_task as _sweep_task
@@ -399,7 +399,7 @@ class Misses:
             self._warned.add((kind, key))
         # The caller's frame: missed <- the order <- choose <- the kernel's lookup <- its
         # trace <- the call.
-        warnings.warn(text, JaxtuneWarning, stacklevel=6)
+        _warn(text, JaxtuneWarning, stacklevel=6)
 
 
 class Tunable(_sweep_task.Sweepable, Protocol):
@@ -489,7 +489,7 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
             except TuningFailedError as e:
                 # The caller's frame: the order <- choose <- the kernel's lookup <- its
                 # trace <- the call.
-                warnings.warn(
+                _warn(
                     f"jaxtune could not tune {kernel.kernel_id} for {sig.key}; falling back. {e}",
                     JaxtuneWarning,
                     stacklevel=5,

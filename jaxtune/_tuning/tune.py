@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._core import settings as _config
 from .._core.errors import JaxtuneWarning
+from .._core.errors import warn as _warn
 from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
 from .autotuned import retrace_jitted_functions
@@ -95,7 +95,7 @@ def tune(
     untuned = tuple(s for s in sites if s.kind == "pallas" and s.inside is None)
     if untuned:
         names = ", ".join(sorted({s.name for s in untuned}))
-        warnings.warn(
+        _warn(
             f"jaxtune.tune found Pallas kernels without a tuning space: {names}. Wrap them "
             "in @jaxtune.autotuned(configs=...) to tune their block sizes.",
             JaxtuneWarning,

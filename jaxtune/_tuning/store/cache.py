@@ -35,13 +35,13 @@ import re
 import stat
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..._core import settings as _config
 from ..._core.codec import DecodeError, atomic_write, read_bounded
 from ..._core.errors import CacheError, JaxtuneWarning
+from ..._core.errors import warn as _warn
 from ..._core.files import (
     NOT_A_DIRECTORY,
     LockHeldError,
@@ -223,7 +223,7 @@ class CacheStore:
     def _report(self, path: pathlib.Path, message: str, *, kind: str = "file") -> None:
         if (path, kind) not in self._reported:
             self._reported.add((path, kind))
-            warnings.warn(message, JaxtuneWarning, stacklevel=5)
+            _warn(message, JaxtuneWarning, stacklevel=5)
 
     def _quarantine(self, path: pathlib.Path, version: Version, error: Exception) -> None:
         """Moves an undecodable file aside, under the file lock, unless a writer replaced
@@ -555,7 +555,7 @@ def open_layer(path: str | os.PathLike[str]) -> Layer | None:
         if stat.S_ISREG(info.st_mode):
             return PackagedFile(p)
         why = "it is not a regular file or directory (a FIFO, device or socket)."
-    warnings.warn(ignored(p, why), JaxtuneWarning, stacklevel=3)
+    _warn(ignored(p, why), JaxtuneWarning, stacklevel=3)
     return None
 
 

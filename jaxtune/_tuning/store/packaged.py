@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import pathlib
 import threading
-import warnings
 from typing import Any
 
 from ..._core.codec import read_bounded
 from ..._core.errors import CacheError, JaxtuneWarning
+from ..._core.errors import warn as _warn
 from ..._core.vocabulary import Entry
 from .layout import Ident, newest
 from .results import records
@@ -65,7 +65,7 @@ class PackagedFile:
     def _report(self, kind: str, message: str) -> None:
         if kind not in self._reported:
             self._reported.add(kind)
-            warnings.warn(message, JaxtuneWarning, stacklevel=5)
+            _warn(message, JaxtuneWarning, stacklevel=5)
 
     def _groups(self) -> dict[tuple[str, str], dict[Ident, Any]]:
         """The file's raw entries by (kernel, device kind), then identity; the lock is held."""

@@ -15,11 +15,11 @@ Multi-host: only the process that writes the cache reads and publishes; the call
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Iterable
 
 from ..._core import settings as _config
 from ..._core.errors import CacheError, JaxtuneWarning
+from ..._core.errors import warn as _warn
 from ..._core.vocabulary import Entry
 from .cache import user_cache
 from .remote import SharedStore, SharedStoreError
@@ -79,7 +79,7 @@ def _give_up(url: str, e: SharedStoreError) -> None:
             return
         _DOWN[url] = str(e)
     text = str(e) if e.missing else _MSG_DOWN.format(why=e)
-    warnings.warn(text, JaxtuneWarning, stacklevel=4)
+    _warn(text, JaxtuneWarning, stacklevel=4)
 
 
 def read_through(kernel: str, device_kind: str) -> bool:
@@ -138,6 +138,6 @@ def publish(entries: Iterable[Entry]) -> bool:
             if store.url in _NO_PUBLISH:
                 return False
             _NO_PUBLISH[store.url] = str(e)
-        warnings.warn(_MSG_NO_PUBLISH.format(why=e), JaxtuneWarning, stacklevel=3)
+        _warn(_MSG_NO_PUBLISH.format(why=e), JaxtuneWarning, stacklevel=3)
         return False
     return True
