@@ -19,3 +19,26 @@ def test_a_failed_configs_reason_is_never_empty():
 
     assert reason(StackError()) == "StackError"
     assert reason(StackError("first\nsecond")) == "StackError: first ... second"
+
+
+def test_a_warning_from_jaxtunes_own_thread_keeps_its_stacklevel():
+    """No user frame above a thread of jaxtune's (only the standard library's thread
+    code): the warning keeps its ``stacklevel``, here the frame that called ``warn``."""
+    import functools
+    import threading
+    import warnings
+
+    from jaxtune._core.errors import JaxtuneWarning, warn
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        thread = threading.Thread(target=functools.partial(warn, "from a thread", stacklevel=1))
+        thread.start()
+        thread.join()
+        warn("from here", stacklevel=1)
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (JaxtuneWarning, "from a thread"),
+        (JaxtuneWarning, "from here"),
+    ]
+    assert caught[0].filename == threading.__file__
+    assert caught[1].filename == __file__

@@ -116,14 +116,22 @@ class CustomCallTracingWarning(JaxtuneWarning):
 
 
 def _library_dirs() -> tuple[str, ...]:
-    """The folders of jaxtune's own code and of JAX's, whose frames a warning skips."""
+    """Where the frames a warning skips live: jaxtune's own code, JAX's, and the standard
+    library's threads (a thread of jaxtune's has no user frame; its warning keeps its
+    ``stacklevel``)."""
     dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # jaxtune/
     for name in ("jax", "jaxlib"):
         module = sys.modules.get(name)
         file = getattr(module, "__file__", None)
         if file:
             dirs.append(os.path.dirname(os.path.abspath(file)))
-    return tuple(d + os.sep for d in dirs)
+    skip = tuple(d + os.sep for d in dirs)
+    stdlib = os.path.dirname(os.path.abspath(threading.__file__))
+    return (
+        *skip,
+        os.path.join(stdlib, "threading.py"),
+        os.path.join(stdlib, "concurrent") + os.sep,
+    )
 
 
 def user_stacklevel(fallback: int) -> int:
