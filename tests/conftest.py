@@ -7,12 +7,20 @@ import importlib.util
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: The temporary directory of this test process and every process it starts (traces that
+#: `jaxtune.profile` keeps by default, child logs): removed when the session ends, so
+#: that the suite leaves nothing in the system's temporary directory.
+SESSION_TMP = tempfile.mkdtemp(prefix="jaxtune-tests-")
+os.environ["TMPDIR"] = SESSION_TMP
+tempfile.tempdir = None  # read TMPDIR again
 # platform.platform() (in `jaxtune doctor`'s report) runs `uname -p` once per process, and
 # the doctor asks a child Python once whether xprof embeds the LLO analysis: both now, so
 # that whichever test asks first is not taken for one that starts a child.
@@ -54,6 +62,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if CHILD_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.child)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Removes this process's temporary directory (its children have ended by now)."""
+    shutil.rmtree(SESSION_TMP, ignore_errors=True)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
