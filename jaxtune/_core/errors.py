@@ -6,6 +6,7 @@ to catch anything jaxtune raises catch :class:`JaxtuneError`.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -140,7 +141,10 @@ def user_stacklevel(fallback: int) -> int:
     led there (a kernel call, a decoration, ``jax.jit(f)(x)``). ``fallback`` when there is
     none (a thread of jaxtune's own)."""
     skip = _library_dirs()
-    frame: types.FrameType | None = sys._getframe(2)  # the caller's caller: stacklevel 2
+    here = inspect.currentframe()  # this function's frame
+    caller = here.f_back if here is not None else None
+    # The caller's caller (warn_once's or warn's): stacklevel 2 there.
+    frame: types.FrameType | None = caller.f_back if caller is not None else None
     level = 2
     while frame is not None:
         name = frame.f_code.co_filename
