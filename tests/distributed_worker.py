@@ -122,7 +122,20 @@ def main() -> None:
         out = jax.jit(repeated)(jnp.ones((128, 128)))
         choice = repeated.config_for(jax.ShapeDtypeStruct((128, 128), jnp.float32))
         seconds = time.monotonic() - start
-        report = {"reps": choice.config["reps"], "seconds": seconds, "by_default": by_default}
+        entry = choice.entry
+        report = {
+            "reps": choice.config["reps"],
+            "seconds": seconds,
+            "by_default": by_default,
+            # Why, should a run ever store another config: the decision and every time.
+            "decision": entry.decision_text() if entry is not None else None,
+            "times": {
+                m.config["reps"]: [round(m.time_us), m.why_out or "in", len(m.rounds_us)]
+                if m.ok
+                else m.reason
+                for m in (entry.measurements if entry is not None else ())
+            },
+        }
         print(json.dumps(report), flush=True)
         return
     _use_runner(lambda: runner)
