@@ -136,7 +136,7 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 def user_stacklevel(fallback: int) -> int:
-    """The ``stacklevel`` for :func:`warnings.warn` in :func:`warn_once` that names the
+    """The ``stacklevel`` for :func:`warnings.warn` in :func:`warn` that names the
     first frame outside jaxtune, JAX and Python's import machinery: the user's line that
     led there (a kernel call, a decoration, ``jax.jit(f)(x)``). ``fallback`` when there is
     none (a thread of jaxtune's own)."""
@@ -198,5 +198,5 @@ def warn_once(
         if key in _WARNED:
             return False
         _WARNED.add(key)
-    warnings.warn(message, category, stacklevel=user_stacklevel(stacklevel + 1))
+    warn(message, category, stacklevel=stacklevel + 1)
     return True

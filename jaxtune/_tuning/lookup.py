@@ -397,8 +397,8 @@ class Misses:
             if (kind, key) in self._warned:
                 return
             self._warned.add((kind, key))
-        # The caller's frame: missed <- the order <- choose <- the kernel's lookup <- its
-        # trace <- the call.
+        # Names the user's line; without one, the frame: missed <- the order <- choose <-
+        # the kernel's lookup <- its trace <- the call.
         _warn(text, JaxtuneWarning, stacklevel=6)
 
 
@@ -487,8 +487,8 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
             try:
                 entry = _sweep_task.run(kernel, sig, space, default, kind, measure=measure)
             except TuningFailedError as e:
-                # The caller's frame: the order <- choose <- the kernel's lookup <- its
-                # trace <- the call.
+                # Names the user's line; without one, the frame: the order <- choose <-
+                # the kernel's lookup <- its trace <- the call.
                 _warn(
                     f"jaxtune could not tune {kernel.kernel_id} for {sig.key}; falling back. {e}",
                     JaxtuneWarning,
