@@ -125,7 +125,9 @@ def add_parser(sub: Any) -> None:
         "tuning) and exit 1 listing the calls with no tuned config and those whose entry is "
         "stale; 0 when every call has a current entry",
     )
-    p.add_argument("--full", action="store_true", help="let the program run to its end")
+    from .tune import add_recording_options
+
+    add_recording_options(p)  # what the check records is what `jaxtune tune` records
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python serve.py ...")
     _sync.add_actions(action)  # push, pull: the shared store
 
@@ -557,7 +559,9 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     from . import tune as _tune
 
     command = _tune.program(args, "cache check")
-    records, stopped, status = _tune.record_program(command, full=args.full, verb="cache check")
+    records, stopped, status = _tune.record_program(
+        command, full=args.full, settle=args.settle, verb="cache check", json=args.json
+    )
     current, missing, stale = [], [], []
     for r in records:
         row = {
@@ -597,8 +601,11 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     if missing or stale:
         given = args.program[1:] if args.program[:1] == ["--"] else args.program
         again = any(m["reason"].startswith("tuned with another toolchain") for m in stale)
-        flag = "--retune " if again else ""
-        lines.append(f"tune them: jaxtune tune {flag}-- {' '.join(given)}")
+        flags = ["--retune"] if again else []
+        # The same recording as this check: what it saw, the tune sees.
+        flags += ["--full"] if args.full else []
+        flags += [f"--settle {args.settle:g}"] if args.settle is not None else []
+        lines.append(f"tune them: jaxtune tune {' '.join([*flags, '--'])} {' '.join(given)}")
     out(doc, "\n".join(lines))
     if failed:
         return status if status > 0 else 1

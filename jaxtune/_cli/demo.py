@@ -3,6 +3,12 @@
 Checks the toolchain, tunes a model step's two example kernels (a pure-JAX chunked
 log-sum-exp and a tiled Pallas matmul) with one ``jaxtune.tune`` call, shows that the
 jitted step then picks the tuned configs, and profiles it: time per kernel and roofline.
+
+On CPU the step is small (float32 ``[128, 128]``: Pallas runs in interpret mode there); on a
+TPU or GPU it is what such a chip runs, bfloat16 ``[2048, 4096] @ [4096, 4096]`` with blocks
+that keep Mosaic's tiling rule. This process holds the accelerator once it has made the
+inputs, so on TPU the sweeps and the capture run here, and say which flags they could not
+apply.
 """
 
 from __future__ import annotations
@@ -11,7 +17,23 @@ import time
 
 from . import doctor as _doctor
 
-__all__ = ["main"]
+__all__ = ["main", "shapes"]
+
+#: ``(x, w)`` shapes and dtype of the step per platform: interpret mode on CPU is slow.
+SHAPES = {
+    "cpu": ((128, 128), (128, 128), "float32"),
+    "accelerator": ((2048, 4096), (4096, 4096), "bfloat16"),
+}
+
+
+def shapes(platform: str) -> tuple[tuple[int, int], tuple[int, int], str]:
+    """The demo step's ``x`` and ``w`` shapes and their dtype on ``platform``.
+
+    Examples:
+        >>> shapes("tpu")
+        ((2048, 4096), (4096, 4096), 'bfloat16')
+    """
+    return SHAPES["cpu" if platform == "cpu" else "accelerator"]
 
 
 def main() -> int:
@@ -29,8 +51,9 @@ def main() -> int:
     from ..examples.model import step
 
     device = jax.devices()[0]
-    x = jax.random.normal(jax.random.key(1), (128, 128))
-    w = jax.random.normal(jax.random.key(2), (128, 128)) * 0.1
+    x_shape, w_shape, dtype = shapes(device.platform)
+    x = jax.random.normal(jax.random.key(1), x_shape, dtype)
+    w = (jax.random.normal(jax.random.key(2), w_shape) * 0.1).astype(dtype)
     print(f"tuning every kernel of the example step on {device.platform} ({device.device_kind})...")
     start = time.perf_counter()
     result = tune(step, x, w)
@@ -47,7 +70,12 @@ def main() -> int:
     print(f"tuned configs are cached in {report['cache']['path']}; `jaxtune cache list` shows them")
     print()
 
-    print("profiling the tuned step (in a child process with the profiling flags)...")
+    where = (
+        "in this process, which holds the TPU"
+        if device.platform == "tpu"
+        else "in a child process with the profiling flags"
+    )
+    print(f"profiling the tuned step ({where})...")
     prof = profile(step, x, w, iters=5)
     print(prof.table(top=8))
     print()

@@ -1,7 +1,8 @@
 """``jaxtune tune -- python train.py ...``: record a program's kernel calls, tune the misses.
 
-The program runs in a child with ``JAXTUNE_RECORD`` set; it stops after the first step it
-traces (``--full``: at its end); meanwhile the sweep child starts (CPU and GPU). This
+The program runs in a child with ``JAXTUNE_RECORD`` set; it is stopped once it has settled,
+having traced and compiled nothing new for ``--settle`` seconds after its first autotuned
+call (``--full``: it runs to its end); meanwhile the sweep child starts (CPU and GPU). This
 parent then sweeps every recorded call that had no cached config, each in a sweep child,
 writes the cache and prints a table. The parent never starts a JAX backend, so on TPU the
 chip is free for the children.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -40,7 +42,9 @@ from .._tuning.sweep.runner import ProcessRunner
 
 __all__ = [
     "HITS",
+    "Stopped",
     "add_parser",
+    "add_recording_options",
     "exit_text",
     "had_config",
     "merged",
@@ -65,12 +69,13 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "tune",
         help="run a program, record its autotuned calls, tune the ones without a config",
-        description="Runs COMMAND with recording on (it stops after its first traced step "
-        "unless --full), sweeps every autotuned call that had no cached config in a child "
-        "process, writes the cache and prints a table. A later plain run uses the cache.",
+        description="Runs COMMAND with recording on (it is stopped once it has traced and "
+        "compiled nothing new for --settle seconds, unless --full), sweeps every autotuned "
+        "call that had no cached config in a child process, writes the cache and prints a "
+        "table. A later plain run uses the cache.",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--full", action="store_true", help="let the program run to its end")
+    add_recording_options(p)
     p.add_argument("--retune", action="store_true", help="also re-tune calls that had a config")
     p.add_argument(
         "--from-profile",
@@ -87,6 +92,34 @@ def add_parser(sub: Any) -> None:
         help="with --from-profile: the smallest share of device time worth tuning (default 0.05)",
     )
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python train.py ...")
+
+
+def add_recording_options(p: argparse.ArgumentParser) -> None:
+    """``--full`` and ``--settle``: when a recorded program is stopped."""
+    p.add_argument("--full", action="store_true", help="let the program run to its end")
+    p.add_argument(
+        "--settle",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop the program once it has traced and compiled nothing new for this long "
+        f"after its first autotuned call (default {SETTLE_S:g})",
+    )
+
+
+#: ``--settle``'s default, seconds.
+SETTLE_S = 3.0
+
+
+def _seconds(raw: str) -> float:
+    """A positive number of seconds (``nan``, ``inf`` and the like are refused)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < float("inf"):  # false for nan
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive number of seconds, such as 5")
+    return value
 
 
 def _share(raw: str) -> float:
@@ -122,7 +155,9 @@ def program(args: argparse.Namespace, verb: str) -> list[str]:
 _INTERRUPT_GRACE_S = (1.0, 1.5)
 
 
-def run_program(command: list[str], env: Mapping[str, str], verb: str, *, stdin: Any = None) -> int:
+def run_program(
+    command: list[str], env: Mapping[str, str], verb: str, *, stdin: Any = None, stdout: Any = None
+) -> int:
     """Runs the program and returns its exit status. On Ctrl-C the program is given a
     moment to end, is sent SIGINT, then is killed, and the interrupt goes on.
 
@@ -130,7 +165,7 @@ def run_program(command: list[str], env: Mapping[str, str], verb: str, *, stdin:
         JaxtuneError: the command does not exist or cannot be executed.
     """
     try:
-        proc = subprocess.Popen(command, env=dict(env), stdin=stdin)
+        proc = subprocess.Popen(command, env=dict(env), stdin=stdin, stdout=stdout)
     except OSError as e:
         raise JaxtuneError(
             f"could not start {command[0]!r}: {e.strerror or e}. Expected a "
@@ -174,12 +209,46 @@ def stop_program(proc: subprocess.Popen[Any]) -> None:
         proc.wait(timeout=5)
 
 
-def _read_records(path: str) -> tuple[list[dict[str, Any]], bool]:
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Stopped:
+    """Why a recorded program was stopped: ``after_s`` seconds from its start, once it had
+    traced and compiled nothing new for ``settle_s`` seconds, ``compiles`` programs compiled
+    since its first autotuned call."""
+
+    after_s: float
+    settle_s: float
+    compiles: int
+
+    def text(self, verb: str) -> str:
+        """What the command says about the stop.
+
+        Examples:
+            >>> print(Stopped(after_s=12.3, settle_s=3.0, compiles=2).text("tune"))
+            ... # doctest: +NORMALIZE_WHITESPACE
+            jaxtune tune: stopped the program after 12.3 s, once it had traced and compiled
+            nothing new for 3 s (2 compilations since its first autotuned call). A kernel it
+            would first trace later (an eval step every N steps, a later request's shape) is
+            not recorded: --settle SECONDS waits longer, --full runs it to its end.
+        """
+        return (
+            f"jaxtune {verb}: stopped the program after {self.after_s:.1f} s, once it had "
+            f"traced and compiled nothing new for {self.settle_s:g} s "
+            f"({count(self.compiles, 'compilation')} since its first autotuned call). A kernel "
+            "it would first trace later (an eval step every N steps, a later request's shape) "
+            "is not recorded: --settle SECONDS waits longer, --full runs it to its end."
+        )
+
+
+def _read_records(path: str) -> tuple[list[dict[str, Any]], Stopped | None]:
     records: list[dict[str, Any]] = []
-    stopped = False
+    stopped = None
     for frame in _frames(path):
         if frame.get("t") == "stopped":
-            stopped = True
+            stopped = Stopped(
+                after_s=float(frame.get("after_s", 0.0)),
+                settle_s=float(frame.get("settle_s", 0.0)),
+                compiles=int(frame.get("compiles", 0)),
+            )
         elif frame.get("t") == "call":
             records.append(frame)
     return merged(records), stopped
@@ -304,7 +373,9 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(JaxtuneError):
                 runner.preload([Module(ref=request.ref, environ=request.environ)])
 
-    records, stopped, status = record_program(command, full=args.full, on_call=on_call)
+    records, stopped, status = record_program(
+        command, full=args.full, settle=args.settle, on_call=on_call, json=args.json
+    )
     if status != 0 and not stopped:
         then = (
             f"tuning the {count(len(records), 'call')} it recorded"
@@ -325,14 +396,20 @@ def record_program(
     command: list[str],
     *,
     full: bool,
+    settle: float | None = None,
     verb: str = "tune",
     on_call: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[list[dict[str, Any]], bool, int]:
+    json: bool = False,
+) -> tuple[list[dict[str, Any]], Stopped | None, int]:
     """Runs the program with recording on (``cached`` mode, a miss running the default
     whatever ``JAXTUNE_ON_MISS`` says, so every call is recorded): its recorded calls,
-    whether it stopped after its first step, and its exit status. ``verb`` names the
-    command in messages (``tune``, ``cache check``); ``on_call`` is given each call
-    frame while the program runs, as soon as the program has written it."""
+    why jaxtune stopped it (``None``: it ended by itself), and its exit status. Unless
+    ``full``, the program is stopped once it has traced and compiled nothing new for
+    ``settle`` seconds (default :data:`SETTLE_S`) after its first autotuned call; the stop
+    is reported on stderr. ``verb`` names the command in messages (``tune``, ``cache
+    check``); ``on_call`` is given each call frame while the program runs, as soon as the
+    program has written it. With ``json`` the program's standard output goes to stderr, so
+    that this command's stdout holds its JSON document alone."""
     with tempfile.TemporaryDirectory(prefix="jaxtune-record-") as tmp:
         path = os.path.join(tmp, "calls.msgpack")
         open(path, "wb").close()
@@ -344,6 +421,7 @@ def record_program(
         }
         if not full:
             env["JAXTUNE_RECORD_STOP"] = "1"
+            env["JAXTUNE_RECORD_SETTLE"] = repr(SETTLE_S if settle is None else settle)
         print(
             f"jaxtune {verb}: running {' '.join(command)} to record its kernels...",
             file=sys.stderr,
@@ -357,12 +435,15 @@ def record_program(
             )
             follower.start()
         try:
-            status = run_program(command, env, verb, stdin=subprocess.DEVNULL)
+            stdout = sys.stderr if json else None
+            status = run_program(command, env, verb, stdin=subprocess.DEVNULL, stdout=stdout)
         finally:
             done.set()
             if follower is not None:
                 follower.join()
         records, stopped = _read_records(path)
+    if stopped is not None:
+        print(stopped.text(verb), file=sys.stderr, flush=True)
     return records, stopped, status
 
 

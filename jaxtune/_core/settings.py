@@ -66,6 +66,9 @@ class Settings:
     lock_timeout: float = 60.0
     record: str = ""
     record_stop: bool = False
+    #: ``JAXTUNE_RECORD_SETTLE``: with ``record_stop``, seconds without a new trace or
+    #: compilation after which the recorded program is stopped.
+    record_settle: float = 3.0
     #: ``JAXTUNE_BUDGET`` as ``(configs, seconds)``, one of them set; ``None``: unset.
     budget: tuple[int | None, float | None] | None = None
     #: ``JAXTUNE_TIMER``: the timer sweeps use unless a kernel names one.
@@ -188,7 +191,18 @@ VARIABLES: tuple[Variable, ...] = (
     _flag_variable(
         "JAXTUNE_RECORD_STOP",
         "record_stop",
-        "Set by `jaxtune tune`: 1 stops the recorded program after its first traced step.",
+        "Set by `jaxtune tune`: 1 stops the recorded program once it has settled "
+        "(JAXTUNE_RECORD_SETTLE).",
+    ),
+    Variable(
+        name="JAXTUNE_RECORD_SETTLE",
+        field="record_settle",
+        allowed="a positive number of seconds",
+        default="3",
+        parse=_seconds("JAXTUNE_RECORD_SETTLE"),
+        doc="Set by `jaxtune tune --settle`: with JAXTUNE_RECORD_STOP=1, the recorded program "
+        "is stopped once it has traced and compiled nothing new for this many seconds after "
+        "its first autotuned call.",
     ),
     Variable(
         name="JAXTUNE_BUDGET",

@@ -27,6 +27,7 @@ from .._core import flags as _flags
 from .._core import settings as _config
 from .._core.errors import JaxtuneError, JaxtuneWarning
 from .._core.errors import warn as _warn
+from .._core.errors import warn_once
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace.tracing import tracer_options
 from .._program import markers as _markers
@@ -226,15 +227,39 @@ def profile(
     return _with_llo(result, target, missing, wanted=llo)
 
 
+def _holds_tpu() -> bool:
+    """Whether this process already started JAX's TPU backend (the chip is then its own:
+    no child could open it)."""
+    from .._isolation.devices import parent_backend
+
+    return _flags.normalise_platform(parent_backend()) == "tpu"
+
+
 def _capture_in_child(
     raw: Callable[..., Any], args: Any, kwargs: Any, **options: Any
 ) -> CaptureInfo | None:
     """What the child's capture returned, or ``None`` to capture here: inline isolation,
-    or a function that cannot travel (with one warning saying so)."""
+    a process that holds the TPU, or a function that cannot travel (each of the last two
+    with one warning saying so)."""
     from .._isolation.wire import NotTransportable
     from .capture import profile_in_child
 
     if _config.settings().isolation != "process":
+        return None
+    if _holds_tpu():
+        wanted = _flags.profile_flags(
+            "tpu", llo=options["llo"], custom_call_tracing=options["custom_call_tracing"]
+        )
+        named = " ".join(str(f) for flags in wanted.values() for f in flags) or "none"
+        warn_once(
+            ("profile: tpu held",),
+            f"jaxtune.profile: this process already opened the TPU, and only one process can "
+            f"hold a TPU chip, so the capture runs here, where the profiling flags set before "
+            f"the chip starts ({named}) cannot take effect; the report names the ones "
+            "missing. For a capture with them, run the program as `jaxtune profile -- python "
+            "your_program.py`, or profile before this process first uses the TPU.",
+            stacklevel=4,
+        )
         return None
     try:
         return profile_in_child(raw, args, kwargs, **options)

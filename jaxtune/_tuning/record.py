@@ -2,8 +2,13 @@
 
 When ``JAXTUNE_RECORD`` names a file, every autotuned call a program traces is appended to
 it as one msgpack frame (kernel reference, abstract arguments, key, space, default, where
-its config came from). With ``JAXTUNE_RECORD_STOP=1`` the program stops right after the
-first compilation that follows a recorded call, i.e. after the first step it traces.
+its config came from). With ``JAXTUNE_RECORD_STOP=1`` the program is stopped once it has
+settled: after its first recorded call, nothing traced, lowered or compiled for
+``JAXTUNE_RECORD_SETTLE`` seconds (3 by default) and nothing being traced or compiled now.
+A program's kernels often sit in several jitted functions (a train and an eval step, an
+optimizer update, a sampler) that each compile on their first call, so stopping after the
+first compilation would miss all but one; a program that has compiled nothing new for a
+while is running steps it has already seen. The last frame says when and why it stopped.
 At ``JAXTUNE_VERBOSE>=1`` each (kernel, key) prints, once, which config it uses and why.
 """
 
@@ -14,6 +19,7 @@ import contextvars
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +29,17 @@ from .._core.errors import JaxtuneError
 __all__ = ["call_frame", "finding_kernels", "frame_for_mark", "note", "observing_calls"]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+#: JAX's phases from a Python function to an executable: each reports its start (a scalar
+#: event) and its end (a duration event).
+_PHASES = frozenset(
+    {
+        "/jax/core/compile/jaxpr_trace_duration",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration",
+        _COMPILE_EVENT,
+    }
+)
+#: How often the settle watch looks at the clock.
+_WATCH_S = 0.05
 _LOCK = threading.Lock()
 _SEEN: set[tuple[str, str, str]] = set()
 _RECORDER: list[Any] = []
@@ -59,17 +76,17 @@ def finding_kernels() -> Iterator[None]:
 
 
 class _Recorder:
-    def __init__(self, path: str, stop: bool) -> None:
+    def __init__(self, path: str, stop: bool, settle_s: float) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.recorded: set[tuple[str, str, str]] = set()
         if stop:
-            import jax
-
-            jax.monitoring.register_event_duration_secs_listener(self._on_event)
+            _Settle(self.fd, settle_s).start()
 
     def record(self, kernel: Any, sig: Any, choice: Any) -> None:
         # A call seen again differentiated is recorded again: its sweep times the backward
         # too (jax.grad(jax.jit(f)) traces f before it is differentiated).
+        if _SETTLE:
+            _SETTLE[0].saw_call()
         seen = (kernel.kernel_id, sig.key, kernel.sweep_timing())
         if seen in self.recorded:
             return
@@ -78,14 +95,84 @@ class _Recorder:
 
         write_frame(self.fd, call_frame(kernel, sig, choice))
 
-    def _on_event(self, event: str, duration_secs: float, **_: str | int) -> None:
-        if event == _COMPILE_EVENT and self.recorded:
-            from .._isolation.wire import write_frame
 
-            write_frame(self.fd, {"t": "stopped"})
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+_SETTLE: list[_Settle] = []
+
+
+class _Settle:
+    """Stops the recorded program once it has settled (see the module's docstring), with a
+    last ``stopped`` frame that says after how long, after how many compilations, and why."""
+
+    def __init__(self, fd: int, settle_s: float) -> None:
+        self.fd = fd
+        self.settle_s = settle_s
+        self.lock = threading.Lock()
+        self.begun = time.monotonic()
+        self.first_call: float | None = None
+        self.last = self.begun
+        #: Phases under way (begun, not ended), in any thread.
+        self.busy = 0
+        #: Programs compiled since the first recorded call.
+        self.compiles = 0
+
+    def start(self) -> None:
+        import jax
+
+        _SETTLE.append(self)
+        jax.monitoring.register_event_duration_secs_listener(self._ended)
+        scalars = getattr(jax.monitoring, "register_scalar_listener", None)
+        if scalars is not None:  # without it only the phases' ends are seen
+            scalars(self._began)
+        threading.Thread(target=self._watch, name="jaxtune-record-settle", daemon=True).start()
+
+    def saw_call(self) -> None:
+        with self.lock:
+            self.last = time.monotonic()
+            if self.first_call is None:
+                self.first_call = self.last
+
+    def _began(self, event: str, value: float, **_: Any) -> None:
+        if event in _PHASES:
+            with self.lock:
+                self.busy += 1
+                self.last = time.monotonic()
+
+    def _ended(self, event: str, duration_secs: float, **_: Any) -> None:
+        if event in _PHASES:
+            with self.lock:
+                self.busy = max(0, self.busy - 1)
+                self.last = time.monotonic()
+                if event == _COMPILE_EVENT and self.first_call is not None:
+                    self.compiles += 1
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(_WATCH_S)
+            with self.lock:
+                settled = (
+                    self.first_call is not None
+                    and self.busy == 0
+                    and time.monotonic() - self.last >= self.settle_s
+                )
+                if settled:
+                    self._stop()
+
+    def _stop(self) -> None:
+        from .._isolation.wire import write_frame
+
+        now = time.monotonic()
+        write_frame(
+            self.fd,
+            {
+                "t": "stopped",
+                "after_s": round(now - self.begun, 3),
+                "settle_s": self.settle_s,
+                "compiles": self.compiles,
+            },
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def call_frame(
@@ -154,7 +241,9 @@ def _recorder(settings: _config.Settings) -> _Recorder | None:
         return None
     with _LOCK:
         if not _RECORDER:
-            _RECORDER.append(_Recorder(settings.record, settings.record_stop))
+            _RECORDER.append(
+                _Recorder(settings.record, settings.record_stop, settings.record_settle)
+            )
         recorder: _Recorder = _RECORDER[0]
         return recorder
 

@@ -1,7 +1,9 @@
 """A tiled Pallas matmul with block sizes to tune.
 
 On TPU and GPU this is a real kernel; on CPU it runs in Pallas interpret mode, where bigger
-blocks mean fewer grid steps, so the tuner has something real to find everywhere.
+blocks mean fewer grid steps, so the tuner has something real to find everywhere. On TPU the
+space keeps Mosaic's tiling rule (a block's last two dimensions divisible by 8 and 128; here
+every block is at least 128 wide) and the default is 128x128x128; elsewhere it starts at 32.
 """
 
 from __future__ import annotations
@@ -15,15 +17,28 @@ from jax.experimental import pallas as pl
 
 import jaxtune
 
-__all__ = ["BLOCKS", "matmul"]
+__all__ = ["BLOCKS", "TPU_MIN_BLOCK", "matmul"]
 
-BLOCKS = (32, 64, 128, 256)
+BLOCKS = (32, 64, 128, 256, 512)
+#: Mosaic TPU's smallest legal block edge used here (its rule: the last two dimensions of a
+#: block divisible by 8 and 128).
+TPU_MIN_BLOCK = 128
+
+
+def _on_tpu() -> bool:
+    return jax.default_backend() == "tpu"
 
 
 def _fits(config: dict[str, int], x: jax.ShapeDtypeStruct, y: jax.ShapeDtypeStruct) -> bool:
     m, k = x.shape
     _, n = y.shape
-    return m % config["block_m"] == 0 and n % config["block_n"] == 0 and k % config["block_k"] == 0
+    divides = m % config["block_m"] == 0 and n % config["block_n"] == 0 and k % config["block_k"] == 0
+    return divides and (not _on_tpu() or min(config.values()) >= TPU_MIN_BLOCK)
+
+
+def _default(x: jax.ShapeDtypeStruct, y: jax.ShapeDtypeStruct) -> dict[str, int]:
+    edge = TPU_MIN_BLOCK if _on_tpu() else BLOCKS[0]
+    return {"block_m": edge, "block_n": edge, "block_k": edge}
 
 
 def _kernel(x_ref: Any, y_ref: Any, o_ref: Any, *, steps_k: int) -> None:
@@ -31,16 +46,16 @@ def _kernel(x_ref: Any, y_ref: Any, o_ref: Any, *, steps_k: int) -> None:
     def _init() -> None:
         o_ref[...] = jnp.zeros_like(o_ref)
 
-    o_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32).astype(
-        o_ref.dtype
-    )
+    # The output block is float32: the sum over k steps keeps its precision whatever
+    # block_k is, so every config agrees with the default within the sweep's check.
+    o_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
     del steps_k
 
 
 @jaxtune.autotuned(
     configs={"block_m": list(BLOCKS), "block_n": list(BLOCKS), "block_k": list(BLOCKS)},
     prune=_fits,
-    default={"block_m": 32, "block_n": 32, "block_k": 32},
+    default=_default,
     name="jaxtune.examples.pallas_matmul",
     flops=lambda x, y: 2.0 * x.shape[0] * x.shape[1] * y.shape[1],
     bytes=lambda x, y: float((x.size + y.size + x.shape[0] * y.shape[1]) * x.dtype.itemsize),
@@ -61,7 +76,7 @@ def matmul(x: jax.Array, y: jax.Array, *, block_m: int, block_n: int, block_k: i
     grid = (m // block_m, n // block_n, k // block_k)
     return pl.pallas_call(
         functools.partial(_kernel, steps_k=grid[2]),
-        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
         grid=grid,
         in_specs=[
             pl.BlockSpec((block_m, block_k), lambda i, j, kk: (i, kk)),
@@ -70,4 +85,4 @@ def matmul(x: jax.Array, y: jax.Array, *, block_m: int, block_n: int, block_k: i
         out_specs=pl.BlockSpec((block_m, block_n), lambda i, j, kk: (i, j)),
         interpret=jax.default_backend() == "cpu",
         name="jaxtune_example_matmul",
-    )(x, y)
+    )(x, y).astype(x.dtype)
