@@ -25,9 +25,8 @@ import numpy as np
 
 from .._core import flags as _flags
 from .._core import settings as _config
-from .._core.errors import JaxtuneError, JaxtuneWarning
+from .._core.errors import JaxtuneError, JaxtuneWarning, warn_once
 from .._core.errors import warn as _warn
-from .._core.errors import warn_once
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace.tracing import tracer_options
 from .._program import markers as _markers

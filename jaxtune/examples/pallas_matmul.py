@@ -32,7 +32,9 @@ def _on_tpu() -> bool:
 def _fits(config: dict[str, int], x: jax.ShapeDtypeStruct, y: jax.ShapeDtypeStruct) -> bool:
     m, k = x.shape
     _, n = y.shape
-    divides = m % config["block_m"] == 0 and n % config["block_n"] == 0 and k % config["block_k"] == 0
+    divides = (
+        m % config["block_m"] == 0 and n % config["block_n"] == 0 and k % config["block_k"] == 0
+    )
     return divides and (not _on_tpu() or min(config.values()) >= TPU_MIN_BLOCK)
 
 

@@ -64,7 +64,9 @@ def flash(q: jax.Array, k: jax.Array, v: jax.Array, *, block_q: int, block_k: in
     )
 
 
-def qkv(batch: int = 2, heads: int = 8, seq: int = 2048, head_dim: int = 128) -> tuple[jax.Array, ...]:
+def qkv(
+    batch: int = 2, heads: int = 8, seq: int = 2048, head_dim: int = 128
+) -> tuple[jax.Array, ...]:
     """bf16 q, k, v of ``(batch, heads, seq, head_dim)``."""
     keys = jax.random.split(jax.random.key(0), 3)
     shape = (batch, heads, seq, head_dim)
