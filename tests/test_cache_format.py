@@ -257,7 +257,11 @@ def test_why_a_config_left_the_rounds_is_kept_by_the_cache(tmp_path):
     [
         ("clear", 1.31, "clear: 1.31x ahead of block=4 (95 % interval 1.25-1.40)"),
         ("tie", 1.01, "tie with block=4: 1.01x (95 % interval 1.25-1.40)"),
-        ("undecided", 1.10, "undecided vs block=4: 1.10x (95 % interval 1.25-1.40), best estimate"),
+        (
+            "undecided",
+            1.10,
+            "undecided vs block=4: 1.10x (95 % interval 1.25-1.40)",
+        ),
     ],
 )
 def test_an_entrys_decision_text_names_its_intervals_level(decision, ratio, text):

@@ -84,7 +84,7 @@ def test_the_undecided_interval_is_the_one_the_decision_used():
     text = jaxtune.TuningResult.of(flash_entry()).table()
     # 12 rounds: the 95 % interval (1.04-1.15) is wholly above 1, the 99 % one is not.
     assert (
-        "undecided vs block_q=128, block_k_major=256, block_k=256: 1.10x (99 % interval 0.98-1.20), best estimate"
+        "undecided vs block_q=128, block_k_major=256, block_k=256: 1.10x (99 % interval 0.98-1.20) after 12 rounds"
         in text
     )
     assert "1.04-1.15" not in text
@@ -168,3 +168,30 @@ def test_titles_name_the_device_once(tmp_path):
     assert "<h1>jaxtune profile: cpu</h1>" in cpu.to_html()
     assert cpu.table().startswith("cpu: 2 iterations")
     assert "<h1>jaxtune profile: tpu (TPU v5 lite)</h1>" in p.to_html()
+
+
+def test_a_rival_that_left_the_rounds_clearly_behind_is_compared_by_its_rounds():
+    # docs/autotuned.md "Sweeps": the decision comes from the rounds whenever two configs
+    # ran in them; a rival out after 3 rounds (clearly behind) has no interval in the
+    # margin, and its label must say so, not "first pass".
+    best, rival = {"tm": 256}, {"tm": 128}
+    entry = Entry(
+        kernel="k",
+        device_kind="cpu",
+        key="f32[8]",
+        config=best,
+        time_us=100.0,
+        default_config=rival,
+        default_time_us=270.0,
+        measurements=(
+            measurement(best, 100.0, rounds=[100.0, 101.0, 99.0, 100.0]),
+            dataclasses.replace(
+                measurement(rival, 270.0, rounds=[270.0, 272.0, 268.0]), dropped=True, behind=True
+            ),
+        ),
+        decision="clear",
+        margin={"rival": rival, "ratio": 2.5, "low": None, "high": None},
+    )
+    text = jaxtune.TuningResult.of(entry).table()
+    assert "clear: 2.70x ahead of tm=128 (clearly behind after 3 rounds)" in text, text
+    assert "first pass" not in text

@@ -27,6 +27,7 @@ from .._tuning.store import cache as _cache
 from .._tuning.store import results as _results
 from .._tuning.sweep.breakdown import breakdown_text
 from . import cache_sync as _sync
+from .recording import add_recording_options
 
 __all__ = ["add_parser", "run"]
 
@@ -125,8 +126,6 @@ def add_parser(sub: Any) -> None:
         "tuning) and exit 1 listing the calls with no tuned config and those whose entry is "
         "stale; 0 when every call has a current entry",
     )
-    from .tune import add_recording_options
-
     add_recording_options(p)  # what the check records is what `jaxtune tune` records
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python serve.py ...")
     _sync.add_actions(action)  # push, pull: the shared store

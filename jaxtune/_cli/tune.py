@@ -39,12 +39,12 @@ from .._tuning.sweep.entry import make_entry
 from .._tuning.sweep.plan import SweepPlan
 from .._tuning.sweep.requests import read_request
 from .._tuning.sweep.runner import ProcessRunner
+from .recording import SETTLE_S, add_recording_options
 
 __all__ = [
     "HITS",
     "Stopped",
     "add_parser",
-    "add_recording_options",
     "exit_text",
     "had_config",
     "merged",
@@ -92,34 +92,6 @@ def add_parser(sub: Any) -> None:
         help="with --from-profile: the smallest share of device time worth tuning (default 0.05)",
     )
     p.add_argument("program", nargs=argparse.REMAINDER, help="-- python train.py ...")
-
-
-def add_recording_options(p: argparse.ArgumentParser) -> None:
-    """``--full`` and ``--settle``: when a recorded program is stopped."""
-    p.add_argument("--full", action="store_true", help="let the program run to its end")
-    p.add_argument(
-        "--settle",
-        type=_seconds,
-        default=None,
-        metavar="SECONDS",
-        help="stop the program once it has traced and compiled nothing new for this long "
-        f"after its first autotuned call (default {SETTLE_S:g})",
-    )
-
-
-#: ``--settle``'s default, seconds.
-SETTLE_S = 3.0
-
-
-def _seconds(raw: str) -> float:
-    """A positive number of seconds (``nan``, ``inf`` and the like are refused)."""
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 < value < float("inf"):  # false for nan
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive number of seconds, such as 5")
-    return value
 
 
 def _share(raw: str) -> float:

@@ -188,7 +188,7 @@ class Entry:
         """How the stored config won, for people, with the 95 % interval of the rival's
         time ratio the entry keeps: ``"clear: 1.31x ahead of block=64 (95 % interval
         1.25-1.40)"``, ``"tie with block=64: 1.01x (95 % interval 0.99-1.02)"``,
-        ``"undecided vs block=64: 0.98x (95 % interval 0.90-1.05), best estimate"``; empty
+        ``"undecided vs block=64: 0.98x (95 % interval 0.90-1.05)"``; empty
         when unknown. The tables and pages show the interval at the level of the test that
         decided (99 % where a rival was ruled out or left undecided)."""
         if not self.decision or self.decision == "single" or not self.margin:
@@ -203,7 +203,7 @@ class Entry:
             return f"clear: {m['ratio']:.2f}x ahead of {rival}{span}"
         if self.decision == "tie":
             return f"tie with {rival}: {m['ratio']:.2f}x{span}"
-        return f"undecided vs {rival}: {m['ratio']:.2f}x{span}, best estimate"
+        return f"undecided vs {rival}: {m['ratio']:.2f}x{span}"
 
     @property
     def measured(self) -> int:

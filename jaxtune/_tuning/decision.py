@@ -15,6 +15,7 @@ from typing import Any
 
 from .._core.vocabulary import Entry, Measurement, config_id
 from .._render import configs as _configs
+from .._render.units import count
 from .sweep.intervals import LEVEL, SLOWER_LEVEL, ratio_interval
 
 __all__ = ["decision_text", "rival_text"]
@@ -35,6 +36,14 @@ def _interval(low: float | None, high: float | None, level: float) -> str:
     return f" ({level:.0%} interval {low:.2f}-{high:.2f})".replace("%", " %")
 
 
+def _behind(entry: Entry, config: Mapping[str, Any]) -> bool:
+    cid = config_id(config)
+    return any(
+        isinstance(m, Measurement) and m.behind and config_id(m.config) == cid
+        for m in entry.measurements
+    )
+
+
 def _rounds(entry: Entry, config: Mapping[str, Any]) -> tuple[float, ...]:
     cid = config_id(config)
     for m in entry.measurements:
@@ -46,8 +55,10 @@ def _rounds(entry: Entry, config: Mapping[str, Any]) -> tuple[float, ...]:
 def decision_text(entry: Entry) -> str:
     """``"clear: 1.31x ahead of block_q=256 (99 % interval 1.22-1.40)"``, ``"tie with
     block_q=256: 1.01x (95 % interval 0.99-1.03)"``, ``"undecided vs block_q=256: 1.10x
-    (99 % interval 0.97-1.41), best estimate"``, ``"single"``; empty when unknown. The
-    rival is named by the knobs where it differs from the stored config."""
+    (99 % interval 0.97-1.41) after 200 rounds"``,
+    ``"single"``; empty when unknown. The rival is named by the knobs where it differs from
+    the stored config. A rival that left the rounds early (clearly behind) is compared by
+    the rounds it ran, never by the first pass's samples."""
     m = entry.margin
     if not entry.decision or entry.decision == "single" or not m:
         return entry.decision if entry.decision == "single" else ""
@@ -64,6 +75,14 @@ def decision_text(entry: Entry) -> str:
     if entry.decision == "clear":
         if strict[0] is not None and strict[0] > 1.0:  # ruled out: shown slower at 99 %
             return f"clear: {ratio:.2f}x ahead of {rival}{_interval(*strict, SLOWER_LEVEL)}"
+        if low is None and mine and theirs:
+            # The rival left the rounds before an interval of the whole race: its rounds
+            # beside the stored config's still give the ratio (and an interval, from 6).
+            r_ratio, r_low, r_high = ratio_interval(theirs, mine)
+            if r_low is not None:
+                return f"clear: {r_ratio:.2f}x ahead of {rival}{_interval(r_low, r_high, LEVEL)}"
+            how = "clearly behind" if _behind(entry, rival_config) else "median"
+            return f"clear: {r_ratio:.2f}x ahead of {rival} ({how} after {count(len(theirs), 'round')})"
         if low is None:
             return f"clear: {ratio:.2f}x ahead of {rival} (first pass, fastest samples)"
         if (mine and theirs) or low <= 1.0:  # not faster by more than the tie margin
@@ -75,4 +94,5 @@ def decision_text(entry: Entry) -> str:
         shown = f"{_interval(low, high, LEVEL)[:-1]}; too few rounds for a 99 % one)"
     else:
         shown = ""
-    return f"undecided vs {rival}: {ratio:.2f}x{shown}, best estimate"
+    after = f" after {count(len(mine), 'round')}" if mine else ""
+    return f"undecided vs {rival}: {ratio:.2f}x{shown}{after}"

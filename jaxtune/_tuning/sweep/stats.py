@@ -7,24 +7,26 @@ much slower one is, and the order statistics of the ratios give a distribution-f
 confidence interval of that median (the sign test's interval).
 
 The candidate is the config with the best estimate, or, among the configs shown
-equivalent to it (the 95 % interval inside ``1 ± tie_within``), the one that wins a tie:
-the default, else the earliest in the space, so repeated sweeps agree. Against the
-candidate, another config is
+equivalent to it (the 95 % interval inside ``1 ± tie_within`` and holding 1: an interval
+that excludes 1 shows a difference, however small, and a device timer on a quiet chip shows
+3 % to within a fraction of a percent), the one that wins a tie: the default, else the
+earliest in the space, so repeated sweeps agree. Against the candidate, another config is
 
 - **tied** when shown equivalent to the best estimate;
-- **slower** when the 99 % interval of its ratio over the candidate lies above 1 (above
-  ``1 + tie_within`` for a rival that would win a tie against the candidate: smaller
-  differences the rounds may yet show equivalent): it leaves the rounds and cannot win
-  (the stricter level because the rounds look again after every round);
-- **not faster** when its 95 % interval shows it is not faster than the candidate by more
-  than ``tie_within`` and it would lose a tie to it: more rounds could not change what is
-  stored;
+- **slower** when the 99 % interval of its ratio over the candidate lies above 1: it
+  leaves the rounds and cannot win (the stricter level because the rounds look again
+  after every round);
+- **not faster** when its 95 % interval holds no ratio below ``1 / (1 + tie_within)``
+  nor lies wholly below 1, and it would lose a tie to the candidate: more rounds could
+  not change what is stored;
 - **undecided** otherwise.
 
 With nothing undecided the candidate is stored (``tie`` when a rival was shown
-equivalent, else ``clear``). When the rounds run out with a question still open, the best
-estimate wins and the outcome says ``undecided``, with the closest undecided rival's ratio
-and interval. A stored config is never one the rounds measured slower than the default.
+equivalent, else ``clear``). When the rounds run out with a question still open, the candidate
+is stored and the outcome says ``undecided``, with the closest undecided rival's ratio and
+interval against it. A stored config is never one the rounds measured slower than the default.
+So a verdict never contradicts the interval it is shown with: a tie's interval holds 1,
+and a rival whose 99 % interval lies above 1 is slower, never undecided.
 """
 
 from __future__ import annotations
@@ -183,7 +185,7 @@ def decide(
         return (
             low is not None
             and high is not None
-            and 1 / (1 + tie_within) <= low <= high <= 1 + tie_within
+            and 1 / (1 + tie_within) <= low <= 1.0 <= high <= 1 + tie_within
         )
 
     # The candidate: the config that wins a tie among those shown equivalent to the best.
@@ -199,26 +201,30 @@ def decide(
         if c == best or equivalent(c, best):
             verdicts[c] = "tied"
             continue
-        low = ratio_interval(rounds[c], rounds[candidate])[1]
+        _, low, high = ratio_interval(rounds[c], rounds[candidate])
         strict_low = ratio_interval(rounds[c], rounds[candidate], SLOWER_LEVEL)[1]
-        if ahead(c, candidate):
-            # A rival that would win a tie must be shown slower by more than tie_within
-            # to be out: a smaller difference the rounds may still show equivalent (and
-            # store it), so that repeated sweeps agree.
-            slower = strict_low is not None and strict_low > 1 + tie_within
-            verdicts[c] = "slower" if slower else "undecided"
-        elif strict_low is not None and strict_low > 1:
+        if strict_low is not None and strict_low > 1:
+            # Shown slower: an interval above 1 is never shown equivalent later, so a
+            # rival that would win a tie is out as well.
             verdicts[c] = "slower"
-        elif low is not None and low >= 1 / (1 + tie_within):
-            # Not faster than the candidate by more than tie_within, and it would lose a
-            # tie to it: however the question ends, it is not stored.
+        elif (
+            not ahead(c, candidate)
+            and low is not None
+            and high is not None
+            and low >= 1 / (1 + tie_within)
+            and high >= 1.0
+        ):
+            # Not faster than the candidate by more than tie_within, not shown faster,
+            # and it would lose a tie to it: however the question ends, it is not stored.
             verdicts[c] = "not faster"
         else:
             verdicts[c] = "undecided"
     undecided = [c for c in live if verdicts[c] == "undecided"]
     kind: DecisionKind
     if undecided:
-        pick, kind = best, "undecided"
+        # The candidate, not the best estimate: the open questions are against it, and so
+        # are the verdicts and the interval the outcome shows.
+        pick, kind = candidate, "undecided"
     elif any(v == "tied" for v in verdicts.values()):
         pick, kind = candidate, "tie"
     else:

@@ -1,0 +1,36 @@
+"""The options that say when a recorded program is stopped (``jaxtune tune --`` and
+``jaxtune cache check --``): one module without JAX, so that ``cache`` stays light."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["SETTLE_S", "add_recording_options"]
+
+
+def add_recording_options(p: argparse.ArgumentParser) -> None:
+    """``--full`` and ``--settle``: when a recorded program is stopped."""
+    p.add_argument("--full", action="store_true", help="let the program run to its end")
+    p.add_argument(
+        "--settle",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop the program once it has traced and compiled nothing new for this long "
+        f"after its first autotuned call (default {SETTLE_S:g})",
+    )
+
+
+#: ``--settle``'s default, seconds.
+SETTLE_S = 3.0
+
+
+def _seconds(raw: str) -> float:
+    """A positive number of seconds (``nan``, ``inf`` and the like are refused)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < float("inf"):  # false for nan
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive number of seconds, such as 5")
+    return value
