@@ -151,6 +151,15 @@ def demo(session: nox.Session) -> None:
     session.run("jaxtune", "demo")
 
 
+@nox.session(python=_python_or_name(PYTHONS[-1]))
+def tpu(session: nox.Session) -> None:
+    """The TPU tier (tests/tpu/) on a TPU VM with network access, in one pytest process:
+    one process at a time can hold a TPU chip (docs/development.md, "The TPU tier")."""
+    _install(session, "test", extras="tpu,xprof")
+    session.install("flax", "optax")
+    session.run("pytest", "-p", "no:xdist", "tests/tpu", *session.posargs)
+
+
 @nox.session(python=_python_or_name(PYTHONS[0]))
 def browser(session: nox.Session) -> None:
     """Renders each HTML report of the demo in headless Chromium, screenshots it, and fails

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -53,8 +54,8 @@ def test_tune_command_records_tunes_and_a_plain_run_uses_the_cache(tmp_path):
         "jaxtune.examples.pallas_matmul",
     }
     assert all(t["speedup"] for t in doc["tuned"])
-    # The program stopped after its first traced step: no loss was printed.
-    assert "loss" not in tuned.stdout
+    # With --json the program's own output goes to stderr: stdout is the document alone.
+    assert "loss" not in tuned.stdout and "loss" in tuned.stderr
     # The orchestrating parent never started a JAX backend.
     assert "PARENT-BACKENDS []" in tuned.stderr
 
@@ -81,6 +82,81 @@ def test_tune_command_records_tunes_and_a_plain_run_uses_the_cache(tmp_path):
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "2 already had a config; tuned 0" in again.stdout
+
+
+#: A program whose kernels sit in two jitted functions, the second first called on the
+#: third step, that would loop for ever: recording must reach both, and stop it.
+TWO_JITS = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp
+    import jaxtune
+
+    @jaxtune.autotuned(configs={"chunk": [128, 256]}, name="test.cli.train_kernel")
+    def train_kernel(x, *, chunk):
+        return (x.reshape(-1, chunk) * 2).reshape(x.shape)
+
+    @jaxtune.autotuned(configs={"chunk": [128, 512]}, name="test.cli.eval_kernel")
+    def eval_kernel(x, *, chunk):
+        return (x.reshape(-1, chunk) + 1).reshape(x.shape)
+
+    train = jax.jit(lambda x: train_kernel(x).sum())
+    evaluate = jax.jit(lambda x: eval_kernel(x).mean())
+
+    if __name__ == "__main__":
+        x = jnp.ones(1024)
+        step = 0
+        while True:
+            float(train(x))
+            if step >= 2:
+                float(evaluate(x))
+            step += 1
+    """
+)
+
+
+def test_tune_reaches_kernels_in_two_jitted_functions_and_says_why_it_stopped(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(TWO_JITS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxtune", "tune", "--settle", "1", "--", "python", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "recorded 2 autotuned calls; 0 already had a config; tuned 2" in done.stdout
+    assert "test.cli.train_kernel" in done.stdout and "test.cli.eval_kernel" in done.stdout
+    assert re.search(
+        r"stopped the program after [\d.]+ s, once it had traced and compiled nothing new "
+        r"for 1 s \([2-9] compilations since its first autotuned call\)",
+        done.stderr,
+    ), done.stderr[-3000:]
+    assert "--full runs it to its end" in done.stderr
+    # cache check records the same calls: both current now.
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxtune",
+            "cache",
+            "check",
+            "--settle",
+            "1",
+            "--",
+            "python",
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr[-3000:]
+    assert "recorded 2 autotuned calls: 2 current, 0 missing, 0 stale" in check.stdout
 
 
 #: A kernel's module that notes each process importing it (its pid, one line each).

@@ -9,15 +9,24 @@ lower them for TPU through ``jax.export``); on the chip they are real Mosaic ker
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 import jaxtune
+
+#: ``JAXTUNE_TPU_DRY=1``: the tier's dry run on CPU (TPU interpret mode, small shapes), set
+#: here at import so that jaxtune's children have it too. Nothing here asks JAX for its
+#: backend at import: on a TPU that would open the chip.
+DRY = os.environ.get("JAXTUNE_TPU_DRY") == "1"
+if DRY:
+    pltpu.set_tpu_interpret_mode()
 
 #: Block sizes of the flash space: 16 configs at sequence 2048, all legal on Mosaic.
 FLASH_BLOCKS = (128, 256, 512, 1024)
@@ -98,6 +107,6 @@ def tiles(x: jax.Array, *, rows: int, cols: int) -> jax.Array:
         grid=grid,
         in_specs=[pl.BlockSpec((rows, cols), lambda i, j: (i, j))],
         out_specs=pl.BlockSpec((rows, cols), lambda i, j: (i, j)),
-        interpret=jax.default_backend() == "cpu",
+        interpret=DRY,
         name="tiles",
     )(x)

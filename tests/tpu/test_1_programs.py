@@ -1,0 +1,124 @@
+"""The TPU tier, part 1: programs in fresh processes, while this process has not opened the
+chip (see conftest.py). Each tuning test checks the stored configs against the truth it
+measures in the same run (:mod:`tests.tpu.truth`)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.tpu.truth import check_pick
+
+TWO_JITS = ("-m", "tests.tpu.two_jits")
+KERNELS = ("tpu.flash_attention", "jaxtune.examples.pallas_matmul")
+
+
+def cached(program, cache) -> dict[str, dict]:
+    """``{kernel: entry summary}`` of the cache (read by a fresh process)."""
+    done = program("-m", "jaxtune", "cache", "list", "--json", env={"JAXTUNE_CACHE_DIR": cache})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {e["kernel"]: e for e in json.loads(done.stdout)["entries"]}
+
+
+def test_demo_prints_its_table_on_the_chip(program, tmp_path):
+    done = program("-m", "jaxtune", "demo", env={"JAXTUNE_CACHE_DIR": str(tmp_path)})
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "tuning every kernel of the example step on tpu" in out
+    assert "tuned 2 kernels" in out and "speedup" in out
+    # The profile ran in the demo's process, which holds the chip, and says so.
+    assert "kernels (top" in out and "captured without profiling flags" in out
+
+
+def test_tune_records_and_tunes_kernels_in_two_jitted_functions(program, tmp_path):
+    cache = str(tmp_path)
+    done = program(
+        "-m", "jaxtune", "tune", "--", "python", *TWO_JITS, env={"JAXTUNE_CACHE_DIR": cache}
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "recorded 2 autotuned calls; 0 already had a config; tuned 2" in out, out[-4000:]
+    assert "stopped the program after" in out
+    entries = cached(program, cache)
+    assert set(KERNELS) <= set(entries), entries.keys()
+    truth = program("-m", "tests.tpu.truth", "two_jits")
+    assert truth.returncode == 0, truth.stderr[-3000:]
+    times = json.loads(truth.stdout.strip().splitlines()[-1])
+    for kernel in KERNELS:
+        assert not check_pick(entries[kernel]["config"], times[kernel]), (
+            kernel,
+            check_pick(entries[kernel]["config"], times[kernel]),
+        )
+
+
+def test_tune_mode_in_a_process_that_holds_the_chip(program, tmp_path):
+    cache = str(tmp_path)
+    env = {"JAXTUNE_CACHE_DIR": cache, "JAXTUNE_MODE": "tune"}
+    done = program(*TWO_JITS, "--steps", "3", env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "this process already opened the TPU" in done.stderr
+    assert set(KERNELS) <= set(cached(program, cache))
+
+
+def test_tiling_and_vmem_failures_in_the_child_are_reasons_and_the_sweep_goes_on(program, tmp_path):
+    cache = str(tmp_path)
+    done = program(
+        "-m",
+        "jaxtune",
+        "tune",
+        "--",
+        "python",
+        *TWO_JITS,
+        "--tiles",
+        env={"JAXTUNE_CACHE_DIR": cache},
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    shown = program(
+        "-m", "jaxtune", "cache", "show", "tpu.tiles", "--json", env={"JAXTUNE_CACHE_DIR": cache}
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    _assert_tiles_entry(json.loads(shown.stdout)["entries"][0])
+
+
+def _assert_tiles_entry(entry: dict) -> None:
+    failed = {
+        (m["config"]["rows"], m["config"]["cols"]): m
+        for m in entry["measurements"]
+        if not m.get("ok", True) or "reason" in m
+    }
+    assert (8, 100) in failed and (4096, 4096) in failed, entry["measurements"]
+    for m in failed.values():
+        assert m["reason"], m
+    assert (entry["config"]["rows"], entry["config"]["cols"]) in {(8, 128), (256, 512)}
+
+
+def _report(where) -> dict:
+    (path,) = sorted(where.glob("*/report.json"))
+    return json.loads(path.read_text())
+
+
+def test_profile_command_with_and_without_llo(program, tmp_path):
+    for llo in (False, True):
+        where = tmp_path / ("llo" if llo else "plain")
+        flags = ["--llo"] if llo else []
+        done = program(
+            "-m",
+            "jaxtune",
+            "profile",
+            *flags,
+            "--logdir",
+            str(where),
+            "--",
+            "python",
+            *TWO_JITS,
+            "--steps",
+            "2",
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-4000:]
+        report = _report(where)
+        # The program started with the flags: its capture (in the program, which holds
+        # the chip) lacks none of them.
+        assert report["missing_flags"] == [], report["missing_flags"]
+        assert "tpu.flash_attention" in {k.get("kernel_id") or k["name"] for k in report["kernels"]}
+        if llo:
+            assert report["llo"] and not report["llo"].get("failed"), report["llo"]
