@@ -1,4 +1,4 @@
-"""Autotuned TPU kernels for the TPU tier, the v5e fixtures and bench/tpu: JAX's own Pallas
+"""Autotuned TPU kernels for the TPU tier, the v5e fixtures and bench/bench_tpu.py: JAX's own Pallas
 TPU flash attention (nobody here wrote it) with its block sizes as the tuning space, the
 example Pallas matmul, and a kernel whose space holds configs Mosaic refuses.
 

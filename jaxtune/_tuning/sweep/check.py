@@ -1,11 +1,19 @@
-"""The numerics check: does a config's output match the reference config's?"""
+"""The numerics check: does a config's output match the reference config's?
+
+The comparison runs where the outputs are, on the device: one fused reduction per output
+leaf, of which only a few scalars come back (how many elements differ, the first, the
+largest error). Copying every output to the host to compare it there cost a sweep on a
+TPU up to 72 % of its time.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..._core.arrays import dtype_name
@@ -62,36 +70,66 @@ def check_outputs(out: Any, ref: Any, check: Any) -> str | None:
     if str(jax.tree_util.tree_structure(out)) != str(jax.tree_util.tree_structure(ref)):
         return "output structure differs from the default config's"
     for i, (o, r) in enumerate(zip(out_leaves, ref_leaves, strict=True)):
-        o_np, r_np = np.asarray(o), np.asarray(r)
-        if o_np.shape != r_np.shape or o_np.dtype != r_np.dtype:
+        o_shape, r_shape = tuple(np.shape(o)), tuple(np.shape(r))
+        o_dtype, r_dtype = _dtype(o), _dtype(r)
+        if o_shape != r_shape or o_dtype != r_dtype:
             return (
-                f"output {i} is {dtype_name(o_np.dtype)}{list(o_np.shape)}, the default "
-                f"config's is {dtype_name(r_np.dtype)}{list(r_np.shape)}"
+                f"output {i} is {dtype_name(o_dtype)}{list(o_shape)}, the default "
+                f"config's is {dtype_name(r_dtype)}{list(r_shape)}"
             )
-        if isinstance(check, Mapping):
-            rtol, atol = float(check.get("rtol", 0.0)), float(check.get("atol", 0.0))
-        else:
-            tol = _tolerance(r_np.dtype)
-            if tol is None:
-                if not np.array_equal(o_np, r_np):
-                    bad = int(np.sum(o_np != r_np))
-                    return f"output {i} differs from the default config's in {bad} elements"
+        if not o_shape or int(np.prod(o_shape)) == 0:
+            if not o_shape:  # a scalar: compared like the rest, as a one-element array
+                o, r, o_shape = jnp.reshape(o, (1,)), jnp.reshape(r, (1,)), (1,)
+            else:
                 continue
-            scale = float(np.max(np.abs(r_np.astype(np.float64)))) if r_np.size else 0.0
-            rtol, atol = tol, tol * max(scale, 1.0)
-        o64, r64 = (
-            o_np.astype(np.complex128 if np.iscomplexobj(o_np) else np.float64),
-            r_np.astype(np.complex128 if np.iscomplexobj(r_np) else np.float64),
+        if isinstance(check, Mapping):
+            rtol, atol, scaled = float(check.get("rtol", 0.0)), float(check.get("atol", 0.0)), 0.0
+        else:
+            tol = _tolerance(r_dtype)
+            if tol is None:
+                bad, first, _, _ = jax.device_get(_exact(o, r))
+                if bad:
+                    return f"output {i} differs from the default config's in {int(bad)} elements"
+                continue
+            rtol, atol, scaled = tol, 0.0, tol
+        bad, first, worst, limit = jax.device_get(
+            _within(o, r, rtol=rtol, atol=atol, scaled=scaled)
         )
-        err = np.abs(o64 - r64)
-        limit = atol + rtol * np.abs(r64)
-        finite = np.isfinite(o64) == np.isfinite(r64)
-        bad_mask = (err > limit) | ~finite
-        if np.any(bad_mask):
-            where = tuple(int(x) for x in np.unravel_index(int(np.argmax(bad_mask)), o_np.shape))
-            worst = float(np.nanmax(np.where(np.isfinite(err), err, np.inf)))
+        if bad:
+            where = [int(x) for x in np.unravel_index(int(first), o_shape)]
             return (
-                f"output {i} differs from the default config's: max abs error {worst:.3g} "
-                f"(first at index {list(where)}) exceeds atol={atol:.3g} + rtol={rtol:.3g}*|ref|"
+                f"output {i} differs from the default config's: max abs error "
+                f"{float(worst):.3g} (first at index {where}) exceeds atol={float(limit):.3g} "
+                f"+ rtol={rtol:.3g}*|ref|"
             )
     return None
+
+
+def _dtype(x: Any) -> np.dtype[Any]:
+    """An output leaf's dtype, read without copying it to the host."""
+    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.result_type(x)
+
+
+@jax.jit
+def _exact(o: Any, r: Any) -> tuple[Any, Any, Any, Any]:
+    """How many elements differ, and the first that does (integers, booleans)."""
+    bad = (o != r).ravel()
+    return bad.sum(), jnp.argmax(bad), 0, 0
+
+
+@functools.partial(jax.jit, static_argnames=("rtol", "atol", "scaled"))
+def _within(o: Any, r: Any, *, rtol: float, atol: float, scaled: float) -> tuple[Any, ...]:
+    """``|o - r| <= atol' + rtol * |r|`` elementwise, with ``atol' = atol + scaled *
+    max(max|r|, 1)`` (blocked reductions that reorder additions pass, a wrong tile does
+    not), and both finite or both not: how many elements fail, the first, the largest
+    finite error, and ``atol'``. Computed in float32 (complex64), or in the outputs' own
+    precision where it is wider."""
+    wide = jnp.promote_types(o.dtype, jnp.complex64 if jnp.iscomplexobj(o) else jnp.float32)
+    o, r = o.astype(wide).ravel(), r.astype(wide).ravel()
+    scale = jnp.maximum(jnp.max(jnp.abs(r)), 1.0)
+    limit = atol + scaled * scale
+    err = jnp.abs(o - r)
+    finite = jnp.isfinite(o) == jnp.isfinite(r)
+    bad = (err > limit + rtol * jnp.abs(r)) | ~finite
+    worst = jnp.max(jnp.where(jnp.isfinite(err), err, jnp.inf))
+    return bad.sum(), jnp.argmax(bad), worst, limit

@@ -1,5 +1,6 @@
 """TPU benchmarks for docs/benchmarks.md's TPU section, run on a TPU machine from the
-repository root (``. tools/tpu/env.sh && python3 bench/tpu/bench_tpu.py --json OUT.json``).
+repository root: ``python bench/bench_tpu.py --json OUT.json`` (on a machine without
+network access, after ``. tools/tpu/env.sh``).
 
 All in one process, which holds the chip (jaxtune's sweeps run in it, as in a user's
 program that has already used the TPU), side by side:
