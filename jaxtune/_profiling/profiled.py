@@ -246,19 +246,18 @@ def _capture_in_child(
     if _config.settings().isolation != "process":
         return None
     if _holds_tpu():
-        wanted = _flags.profile_flags(
-            "tpu", llo=options["llo"], custom_call_tracing=options["custom_call_tracing"]
-        )
-        named = " ".join(str(f) for flags in wanted.values() for f in flags) or "none"
-        warn_once(
-            ("profile: tpu held",),
-            f"jaxtune.profile: this process already opened the TPU, and only one process can "
-            f"hold a TPU chip, so the capture runs here, where the profiling flags set before "
-            f"the chip starts ({named}) cannot take effect; the report names the ones "
-            "missing. For a capture with them, run the program as `jaxtune profile -- python "
-            "your_program.py`, or profile before this process first uses the TPU.",
-            stacklevel=4,
-        )
+        # Under `jaxtune profile --` the program started with the flags: nothing is lost.
+        missing = _missing_flags("tpu", options["llo"], options["custom_call_tracing"])
+        if missing:
+            warn_once(
+                ("profile: tpu held",),
+                "jaxtune.profile: this process already opened the TPU, and only one process "
+                "can hold a TPU chip, so the capture runs here, where profiling flags set "
+                f"after the chip started ({' '.join(missing)}) cannot take effect; the report "
+                "names them. For a capture with them, run the program as `jaxtune profile -- "
+                "python your_program.py`, or profile before this process first uses the TPU.",
+                stacklevel=4,
+            )
         return None
     try:
         return profile_in_child(raw, args, kwargs, **options)

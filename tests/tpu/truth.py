@@ -1,6 +1,7 @@
 """The truth a tuning test checks a stored config against: every config of a kernel's space
-timed here, side by side, by the wall clock over back-to-back calls (on a TPU, kernels of
-tens of microseconds and more; the chip is quiet). ``python -m tests.tpu.truth two_jits``
+timed here, side by side, by the wall clock over 50 back-to-back calls (on a TPU, whose
+dispatch queues calls ahead of the chip, so kernels of tens of microseconds and more are
+timed by the chip; it is quiet). ``python -m tests.tpu.truth two_jits``
 prints the times of the two-jit program's kernels as JSON, for tests whose own process must
 not open the chip."""
 
@@ -27,7 +28,7 @@ def wall_times(
     configs: Sequence[Mapping[str, Any]],
     args: Sequence[Any],
     *,
-    calls: int = 10,
+    calls: int = 50,
     repeats: int = 5,
 ) -> dict[str, float]:
     """``{config id: seconds a call}``: the fastest of ``repeats`` runs of ``calls``
