@@ -142,12 +142,18 @@ _OVERCOUNT = {
 }
 
 
-def peak_footnote(stats: Sequence[KernelStat], peak: _roofline.Peak | None) -> list[str]:
+def peak_footnote(
+    stats: Sequence[KernelStat],
+    peak: _roofline.Peak | None,
+    *,
+    names: Sequence[str] | None = None,
+) -> list[str]:
     """The lines under a table that marked a figure with :data:`OVER_PEAK`: the peaks,
-    and for each marked row where its count came from and why it may overcount."""
+    and for each marked row (by its name in ``names``, else its own) where its count came
+    from and why it may overcount."""
     marked = [
-        (s, over)
-        for s in stats
+        (s, over, names[i] if names is not None else shown_name(s))
+        for i, s in enumerate(stats)
         if (over := _roofline.over_peak(s.flops_per_s, s.bytes_per_s, peak))
     ]
     if not marked or peak is None:
@@ -159,11 +165,10 @@ def peak_footnote(stats: Sequence[KernelStat], peak: _roofline.Peak | None) -> l
         "the work done; read the figure as a bound on that count, not as a measurement."
     )
     by_reason: dict[str, list[str]] = {}
-    for s, over in marked:
+    for s, over, name in marked:
         why = "; ".join(
             _OVERCOUNT[what].get(s.flops_source, f"{what} from {s.flops_source}") for what in over
         )
-        name = f"{s.name} {AROUND}" if s.kind == "autotuned" else shown_name(s)
         by_reason.setdefault(why, []).append(name)
     for why, names in by_reason.items():
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
@@ -465,14 +470,16 @@ def format_profile(profile: Any, top: int = 20) -> str:
     peak = getattr(profile, "peak", None)
     groups = kernel_tree(profile.kernels, peak)
     tree = [row for group in groups[:top] for row in group]
-    kernels = [k for group in groups[:top] for k, _, kind in group if kind != "autotuned"]
+    # The kernels of the rows shown, without the rows that total a jaxtune kernel's parts.
+    kernels = [k for g in groups[:top] for k, _, _ in (g[1:] if len(g) > 1 else g)]
     if tree:
         shown = [stat for stat, _, _ in tree]
         header, rows = stat_rows(
             shown, mark_unknown=True, peak=peak, shown=[(n, k) for _, n, k in tree]
         )
-        for row, (stat, _, kind) in zip(rows, tree, strict=True):
-            if kind == "autotuned" and stat.bound_by == "unknown":
+        heads = {id(g[0][0]) for g in groups[:top] if len(g) > 1}
+        for row, (stat, _, _) in zip(rows, tree, strict=True):
+            if id(stat) in heads and stat.bound_by == "unknown":
                 row[8] = "-"  # its parts' rows say why
         parts += [
             f"kernels (top {min(top, len(groups))} of {len(groups)}: one row per autotuned "
@@ -480,7 +487,7 @@ def format_profile(profile: Any, top: int = 20) -> str:
             text.table(header, rows, fixed=NUMBERS),
         ]
         parts += _footnote(kernels, profile.device_kind)
-        parts += peak_footnote(shown, peak)
+        parts += peak_footnote(shown, peak, names=[n.strip() for _, n, _ in tree])
         header, rows = site_rows(kernels)
         if rows:
             parts += ["", "kernel sources", text.table(header, rows)]
