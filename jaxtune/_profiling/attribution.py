@@ -328,9 +328,10 @@ def _calls(owner: Owner, t: Totals, ctx: Context) -> tuple[int, bool]:
     added inside it, are no calls)."""
     if owner.kind == "pallas" and not ctx.host_trace and t.kernel_calls:
         return t.kernel_calls, True
-    if owner.kind == "autotuned" and owner.kernel_id in ctx.kernel_calls:
+    around = ctx.kernel_calls.get(owner.kernel_id or "") if owner.kind == "autotuned" else None
+    if around:
         # Its own ops (outside its Pallas calls) run around each call: the kernel's calls.
-        return ctx.kernel_calls[owner.kernel_id], True
+        return around, True
     if owner.kind == "xla" or not ctx.host_trace or t.all_targets:
         return t.runs, True
     per_step = [ctx.per_step.get(n) for n in owner.names]
