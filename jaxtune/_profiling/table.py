@@ -487,7 +487,8 @@ def format_profile(profile: Any, top: int = 20) -> str:
             text.table(header, rows, fixed=NUMBERS),
         ]
         parts += _footnote(kernels, profile.device_kind)
-        parts += peak_footnote(shown, peak, names=[n.strip() for _, n, _ in tree])
+        names = [f"{k.name} {n.strip()}" if n.strip() == AROUND else n.strip() for k, n, _ in tree]
+        parts += peak_footnote(shown, peak, names=names)
         header, rows = site_rows(kernels)
         if rows:
             parts += ["", "kernel sources", text.table(header, rows)]
