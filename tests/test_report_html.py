@@ -31,7 +31,8 @@ def tpu_profile(tmp_path, device_kind="TPU v5 lite", trace=TPU_TRACE):
 
 def test_table_has_a_kernels_table_and_an_ops_table(tmp_path):
     table = tpu_profile(tmp_path)[0].table(top=2)
-    kernels_at = table.index("kernels (top 2 of 3)")
+    # Rows group by autotuned kernel (its Pallas kernels beneath it): top 2 of 3 groups.
+    kernels_at = table.index("kernels (top 2 of 3: one row per autotuned kernel")
     ops_at = table.index("XLA ops (top 1 of 1)")
     assert kernels_at < ops_at
     assert "fusion.2" in table[ops_at:] and "fusion.2" not in table[:ops_at]

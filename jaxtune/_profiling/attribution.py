@@ -22,6 +22,7 @@ from .hlo import HloInstruction, HloModule
 from .totals import OpKind, Totals
 
 __all__ = [
+    "ASYNC_OPCODES",
     "Context",
     "KernelStat",
     "ScopeStat",
@@ -128,7 +129,8 @@ def classifier(
     (:mod:`.recover`). ``programs`` are the compiled programs by id (:mod:`.hlo`): an
     instruction XLA added without metadata (a copy of a loop's initial value, a copy in
     a kernel's loop body) belongs to the kernel whose ops its value goes to, when that is
-    one kernel (:func:`adopter`). (A program a callback ran from inside another
+    one kernel (:func:`adopter`), unless it is one of XLA's asynchronous ops
+    (:data:`ASYNC_OPCODES`). (A program a callback ran from inside another
     program's op belongs to the op that runs it: :func:`.events.walk` sees to that.)
 
     A plain XLA op's owner is its instruction in its program (:func:`program_key`).
@@ -239,7 +241,7 @@ def adopter(
 
     def adopt(pid: int, op: str) -> Owner | None:
         module = programs.get(pid)
-        if module is None or not _unnamed(module, op):
+        if module is None or not _unnamed(module, op) or _asynchronous(module, op):
             return None
         owners = memo.get((pid, op)) or reach(pid, module, op)
         if len(owners) != 1:
@@ -248,6 +250,18 @@ def adopter(
         return only
 
     return adopt
+
+
+#: Opcodes of XLA's asynchronous ops (``slice-start``/``copy-done`` are their instances):
+#: XLA's data movement beside a kernel, overlapping it, never the kernel's own time.
+ASYNC_OPCODES = frozenset({"async-start", "async-update", "async-done", "copy-start", "copy-done"})
+
+
+def _asynchronous(module: HloModule, name: str) -> bool:
+    ins = module.instructions.get(name)
+    return ins is not None and (
+        ins.opcode in ASYNC_OPCODES or ins.opcode.endswith(("-start", "-done", "-update"))
+    )
 
 
 def _unnamed(module: HloModule, name: str) -> bool:
@@ -283,6 +297,19 @@ class Context:
     configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     call_sites: Mapping[str, str] = dataclasses.field(default_factory=dict)
     programs: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    kernel_calls: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _kernel_calls(walked: Walk, ctx: Context) -> dict[str, int]:
+    """On a device plane, each jaxtune kernel's calls as its busiest Pallas kernel's (a
+    kernel under ``grad`` runs its forward and backward kernels once per call each)."""
+    if ctx.host_trace:
+        return {}
+    out: dict[str, int] = {}
+    for owner, t in walked.owners.items():
+        if owner.kind == "pallas" and owner.kernel_id and t.kernel_calls:
+            out[owner.kernel_id] = max(out.get(owner.kernel_id, 0), t.kernel_calls)
+    return out
 
 
 def _program_runs(t: Totals) -> int:
@@ -296,7 +323,15 @@ def _calls(owner: Owner, t: Totals, ctx: Context) -> tuple[int, bool]:
     """``(calls, exact)``: executions per step (from the program) x iterations (or, for a
     trace read without its capture, the runs of the program it shows) when the program
     says how often a kernel runs; else what the trace shows, exact only where one event is
-    one call (a plain op, a custom call, any op on a device plane)."""
+    one call (a plain op, a custom call, any op on a device plane). A Pallas kernel on a
+    device plane is called once per event of its custom call (its other ops, copies XLA
+    added inside it, are no calls)."""
+    if owner.kind == "pallas" and not ctx.host_trace and t.kernel_calls:
+        return t.kernel_calls, True
+    around = ctx.kernel_calls.get(owner.kernel_id or "") if owner.kind == "autotuned" else None
+    if around:
+        # Its own ops (outside its Pallas calls) run around each call: the kernel's calls.
+        return around, True
     if owner.kind == "xla" or not ctx.host_trace or t.all_targets:
         return t.runs, True
     per_step = [ctx.per_step.get(n) for n in owner.names]
@@ -350,7 +385,14 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
     seconds = total * 1e-12
     ran = ctx.configs.get(kernel_id) if kernel_id and kind != "xla" else None
     # Per-call extremes only where the trace's runs are the calls.
-    extremes = t.runs and t.runs == calls and t.run_min is not None and t.run_max is not None
+    around = kind == "autotuned" and kernel_id in ctx.kernel_calls  # runs are not calls
+    extremes = (
+        not around
+        and t.runs
+        and t.runs == calls
+        and t.run_min is not None
+        and t.run_max is not None
+    )
     source = None
     if op is None:
         source = ctx.sources.get(name or "") or ctx.sources.get(kernel_id or "")
@@ -445,6 +487,7 @@ def attribute(
         },
         programs=programs or {},
     )
+    ctx = dataclasses.replace(ctx, kernel_calls=_kernel_calls(walked, ctx))
     stats = [_stat(o, t, ctx) for o, t in walked.owners.items() if t.events]
     stats.sort(key=lambda s: (-s.share, s.name, s.program or ""))
     return (

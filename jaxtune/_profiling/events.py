@@ -39,6 +39,7 @@ __all__ = [
     "Walk",
     "device_plane",
     "metadata_kinds",
+    "op_name_of",
     "program_ids",
     "walk",
 ]
@@ -140,6 +141,20 @@ _KIND_STATS = frozenset(
 )
 
 
+def op_name_of(tf_op: str) -> str:
+    """The name stack in XLA's ``tf_op`` stat, which writes ``<op name>:<op type>`` (a
+    TPU op reads ``jit(f)/jit(attention)/pallas_call:``, JAX giving no op type); a value
+    without that suffix is the name stack itself.
+
+    >>> op_name_of("jit(loss)/jvp(jit(f))/pallas_call:")
+    'jit(loss)/jvp(jit(f))/pallas_call'
+    """
+    head, colon, tail = tf_op.rpartition(":")
+    if colon and not any(c in tail for c in "/()[]"):
+        return head
+    return tf_op
+
+
 def _name_stack(
     stat: Callable[[str], Any], meta: _xplane.EventMetadata | None
 ) -> tuple[str, str | None]:
@@ -150,7 +165,7 @@ def _name_stack(
     for name in NAME_STACK_STATS:
         value = stat(name)
         if value:
-            return str(value), None
+            return op_name_of(str(value)), None
     long = stat(LONG_NAME_STAT)
     if not long and meta is not None and meta.display_name:
         long = meta.name

@@ -14,6 +14,7 @@ from typing import Any
 
 from .._core.xspace import schema as _schema
 from .._core.xspace.xplane import DecodeError, decode, text
+from . import mosaic as _mosaic
 
 __all__ = [
     "Frame",
@@ -107,7 +108,8 @@ class Frame:
 class HloInstruction:
     """One compiled HLO instruction; ``frames`` are outermost first, ``computation`` is
     the id of the computation holding it, ``calls`` those it calls, ``operands`` the
-    names of the instructions whose values it takes."""
+    names of the instructions whose values it takes. A Mosaic TPU custom call also
+    carries its Pallas kernel's name and cost estimate (:mod:`.mosaic`)."""
 
     name: str
     opcode: str
@@ -117,6 +119,8 @@ class HloInstruction:
     calls: tuple[int, ...]
     computation: int = 0
     operands: tuple[str, ...] = ()
+    kernel_name: str | None = None
+    cost_estimate: dict[str, float] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -196,11 +200,15 @@ def _instruction(
     frames = stacks.stack(meta.stack_frame_id)
     if not frames and meta.source_file:
         frames = (Frame(file=text(meta.source_file), line=meta.source_line, function=""),)
+    target = text(ins.custom_call_target) or None
+    config = bytes(ins.backend_config) if target == _mosaic.TARGET else b""
     return HloInstruction(
         name=text(ins.name),
         opcode=text(ins.opcode),
         op_name=text(meta.op_name),
-        target=text(ins.custom_call_target) or None,
+        target=target,
+        kernel_name=_mosaic.kernel_name(config) if config else None,
+        cost_estimate=_mosaic.cost_estimate(config) if config else None,
         frames=frames,
         calls=tuple(ins.called_computation_ids),
         computation=computation,

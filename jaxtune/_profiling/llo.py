@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 from .._core import flags as _flags
 from .._core.xspace import xplane as _xplane
 from .._core.xspace.tracefile import find_trace
-from .llo_figures import STATIC_MODES, summary
+from .events import device_plane, program_ids
+from .llo_figures import STATIC_MODES, Scope, summary
 
 __all__ = [
     "LLO_TIMEOUT_S",
@@ -42,6 +43,7 @@ __all__ = [
     "analyze",
     "attach",
     "has_llo_data",
+    "scope_of",
     "xprof_available",
 ]
 
@@ -71,6 +73,7 @@ try:
 except Exception as e:
     print(json.dumps({"import_error": f"{type(e).__name__}: {e}"})); sys.exit()
 path, modes, limit = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
+wanted = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
 def static(mode, op):
     try:
         return json.loads(plugin.get_llo_static_analysis_json(path, mode, op, 0))
@@ -87,6 +90,8 @@ if embedded:
         listed = static("list_ops", "")
         out["list_ops"] = listed
         ops = (listed.get("data") or {}).get("ops") or [] if listed.get("status") == "OK" else []
+        if wanted is not None:
+            ops = sorted((op for op in ops if op in wanted), key=wanted.index)
         out["static"] = {op: {m: static(m, op) for m in modes} for op in ops[:limit]}
 print(json.dumps(out, default=str))
 """
@@ -102,6 +107,34 @@ def has_llo_data(space: _xplane.Space) -> bool:
     )
 
 
+def scope_of(space: _xplane.Space) -> Scope | None:
+    """The LLO modules of the programs that ran on the trace's device plane (its
+    ``/host:metadata`` events named ``<module>(<n>)::<HLO op>``): LLO debug info registers
+    every program the process compiled, random-number initialisers included, and only the
+    profiled ones belong in its report. ``None`` when the trace names no such module."""
+    plane = device_plane(space)
+    meta = space.plane("/host:metadata")
+    if plane is None or meta is None:
+        return None
+    ran = program_ids(plane)
+    programs = {
+        name.split("(", 1)[0] for pid, name, _ in space.hlo_programs() if pid in ran and name
+    }
+    ops: set[str] = set()
+    others = 0
+    for m in meta.event_metadata.values():
+        if "llo_proto" not in m.stats or "::" not in m.name:
+            continue
+        module, _, op = m.name.partition("::")
+        if module.split("(", 1)[0] in programs:
+            ops.add(op)
+        else:
+            others += 1
+    if not ops and not others:
+        return None
+    return Scope(programs=tuple(sorted(programs)), ops=frozenset(ops), others=others)
+
+
 def xprof_available(python: str | None = None) -> bool:
     """Whether an xprof can be asked: ``python`` given, or xprof importable here."""
     return python is not None or importlib.util.find_spec("xprof") is not None
@@ -111,13 +144,17 @@ def _failed(why: str, fix: str = "") -> dict[str, Any]:
     return {"success": False, "why": why, "fix": fix, "line": f"{why}; {fix}" if fix else why}
 
 
-def _ask_xprof(trace_file: str, python: str | None) -> dict[str, Any]:
-    """xprof's answers from the child, or ``{"failed": summary}``."""
+def _ask_xprof(
+    trace_file: str, python: str | None, wanted: list[str] | None = None
+) -> dict[str, Any]:
+    """xprof's answers from the child (the static analyses of the ``wanted`` ops only, in
+    that order, when given), or ``{"failed": summary}``."""
     proc = None
     argv = [python or sys.executable, "-c", _CHILD, trace_file, ",".join(STATIC_MODES)]
+    argv += [str(MAX_KERNELS), *([json.dumps(wanted)] if wanted is not None else [])]
     try:
         proc = subprocess.run(
-            [*argv, str(MAX_KERNELS)],
+            argv,
             capture_output=True,
             text=True,
             timeout=LLO_TIMEOUT_S,
@@ -142,18 +179,25 @@ def analyze(
     *,
     python: str | None = None,
     kernels: Mapping[str, str] | None = None,
+    scope: Scope | None = None,
 ) -> dict[str, Any]:
     """xprof's LLO analysis of the trace, summarized per kernel (:func:`.llo_figures.summary`);
     or ``success: False`` with ``why``, ``fix`` and the one ``line`` a report prints.
 
     ``python``: an interpreter with xprof (default: this one); ``kernels``: jaxtune's kernel
-    name by HLO op name, so each LLO module is shown under the kernel the report names.
+    name by HLO op name, so each LLO module is shown under the kernel the report names;
+    ``scope``: the LLO modules of the profiled programs (:func:`scope_of`), the only ones
+    analysed and counted (every module of the trace when ``None``).
     """
     if platform != "tpu":
         return _failed(TPU_ONLY.format(platform=platform), "capture the trace on a TPU")
     if not xprof_available(python):
         return _failed("LLO analysis needs xprof, which is not installed", XPROF_INSTALL)
-    got = _ask_xprof(os.fspath(trace_file), python)
+    wanted = None
+    if scope is not None:
+        # The report's kernels first: MAX_KERNELS of them get the static analyses.
+        wanted = sorted(scope.ops, key=lambda op: (op not in (kernels or {}), op))
+    got = _ask_xprof(os.fspath(trace_file), python, wanted)
     if "failed" in got:
         failed: dict[str, Any] = got["failed"]
         return failed
@@ -167,7 +211,7 @@ def analyze(
         )
     answer = got.get("answer")
     if isinstance(answer, dict) and answer.get("success"):
-        return summary(answer, got.get("static") or {}, kernels or {})
+        return summary(answer, got.get("static") or {}, kernels or {}, scope)
     if not llo_data:
         return {**_failed(NO_LLO_DATA), "answer": answer}
     error = answer.get("error") if isinstance(answer, dict) else None
@@ -189,7 +233,11 @@ def attach(profile: P, path: str | os.PathLike[str], *, python: str | None = Non
     trace: os.PathLike[str] | str = path
     if platform == "tpu":
         trace = find_trace(path)
-        llo_data = has_llo_data(_xplane.load(trace))
+    scope = None
+    if platform == "tpu":
+        space = _xplane.load(trace)
+        llo_data = has_llo_data(space)
+        scope = scope_of(space)
     names = {k.hlo_op: k.name for k in getattr(profile, "kernels", ()) if k.hlo_op}
-    got = analyze(trace, platform, llo_data, python=python, kernels=names)
+    got = analyze(trace, platform, llo_data, python=python, kernels=names, scope=scope)
     return dataclasses.replace(profile, llo=got)  # type: ignore[type-var]

@@ -16,10 +16,11 @@ answers them): ``opcodes`` → ``data.total_instructions``, ``data.top_opcodes``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MODELLED", "STATIC_MODES", "lines", "summary"]
+__all__ = ["MODELLED", "STATIC_MODES", "Scope", "lines", "summary"]
 
 #: The static analyses asked for each kernel.
 STATIC_MODES = ("opcodes", "bundle_util", "spills", "register_pressure")
@@ -28,6 +29,16 @@ STATIC_MODES = ("opcodes", "bundle_util", "spills", "register_pressure")
 MODELLED = "modelled static schedule, not measured"
 
 _TOP = 10
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Scope:
+    """The LLO modules a report analyses: those of the profiled ``programs`` (module
+    names), by HLO op; ``others`` counts the trace's LLO modules of other programs."""
+
+    programs: tuple[str, ...]
+    ops: frozenset[str]
+    others: int = 0
 
 
 def _number(value: Any) -> float | None:
@@ -133,29 +144,49 @@ def _kernel(
 
 
 def summary(
-    answer: Mapping[str, Any], static: Mapping[str, Any], names: Mapping[str, str]
+    answer: Mapping[str, Any],
+    static: Mapping[str, Any],
+    names: Mapping[str, str],
+    scope: Scope | None = None,
 ) -> dict[str, Any]:
     """The report's ``llo`` section from ``analyze_llo``'s successful ``answer`` and the
     static answers per HLO op (``static[op][mode]``); ``names`` maps HLO op names (or LLO
-    module names) to the kernel names the report uses."""
+    module names) to the kernel names the report uses; ``scope``: only the modules of the
+    profiled programs are shown and counted (their own totals summed), the rest only
+    counted as left out."""
     modules = [m for m in answer.get("modules") or () if isinstance(m, Mapping)]
     by_op = {str(m.get("hlo_instruction_name") or m.get("kernel_name") or ""): m for m in modules}
+    if scope is not None:
+        static = {op: v for op, v in static.items() if op in scope.ops}
+        by_op = {op: m for op, m in by_op.items() if op in scope.ops}
     ops = list(static) + [op for op in by_op if op not in static]
     kernels = [_kernel(op, by_op.get(op, {}), static.get(op) or {}, names) for op in ops]
     total = _count(answer.get("total_instructions"))
     registers = _count(answer.get("unique_registers"))
-    return {
+    where = ""
+    if scope is not None:
+        counts = [_count(m.get("total_instructions")) for m in by_op.values()]
+        total = sum(c for c in counts if c is not None) if by_op else None
+        registers = None  # registers are per module; the trace's count spans every program
+        where = f" of {', '.join(scope.programs) or 'the profiled programs'}"
+        if scope.others:
+            where += f" ({scope.others} LLO modules of other programs left out)"
+    out = {
         "success": True,
         "semantics": "static_modelled_schedule",
         "total_instructions": total,
         "unique_registers": registers,
-        "top_opcodes": _opcodes({}, answer),
+        "top_opcodes": _opcodes({}, answer) if scope is None else [],
         "kernels": kernels,
         "line": (
-            f"LLO analysis ({MODELLED}): {len(kernels)} kernel(s), {total} instructions, "
-            f"{registers} registers"
+            f"LLO analysis ({MODELLED}): {len(kernels)} kernel(s){where}, {total} instructions"
+            + (f", {registers} registers" if registers is not None else "")
         ),
     }
+    if scope is not None:
+        out["programs"] = list(scope.programs)
+        out["left_out"] = scope.others
+    return out
 
 
 def _kernel_line(k: Mapping[str, Any]) -> str:
@@ -166,9 +197,14 @@ def _kernel_line(k: Mapping[str, Any]) -> str:
     if k.get("opcodes"):
         parts.append("opcodes " + ", ".join(f"{n} {c}" for n, c in k["opcodes"][:5]))
     if k.get("unit_utilisation"):
-        of = f"{k['bundles_read']} of {k['bundles']}" if k["truncated"] else f"{k['bundles']}"
         use = ", ".join(f"{u} {100 * f:.0f}%" for u, f in k["unit_utilisation"].items())
-        parts.append(f"bundle slots filled {use} (over {of} bundles)")
+        if k["truncated"]:
+            parts.append(
+                f"bundle slots filled {use} in a sample: the first {k['bundles_read']} of "
+                f"{k['bundles']} bundles, not the kernel's whole schedule"
+            )
+        else:
+            parts.append(f"bundle slots filled {use} (over all {k['bundles']} bundles)")
     spills = k.get("spills") or {}
     if spills:
         parts.append(

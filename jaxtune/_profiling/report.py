@@ -23,6 +23,7 @@ from . import roofline as _roofline
 from .attribution import KernelStat, ScopeStat, attribute, classifier, scopes
 from .drops import drop_warnings
 from .events import Walk, device_plane, metadata_kinds, program_ids, walk
+from .hlo import HloModule
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
 from .timeline import TimelineSpan
 from .totals import OpKind
@@ -270,6 +271,7 @@ def _profile(
             if all(name in known for name in names)
         }
         info = dataclasses.replace(info, claims=claims)
+    info = _with_mosaic_kernels(info, modules)
     owner_of = classifier(
         kernels=info.kernels,
         fusions=info.fusions or None,
@@ -308,6 +310,32 @@ def _profile(
         warnings=tuple(drop_warnings(space, plane, orphans)),
         intrakernel=tuple(intra),
     )
+
+
+def _with_mosaic_kernels(info: CaptureInfo, modules: Mapping[int, HloModule]) -> CaptureInfo:
+    """``info`` with each Mosaic TPU call named by its Pallas kernel (the kernel function
+    its ``backend_config`` holds, not the HLO instruction's name, which is the scope's:
+    ``flash_attention.1``, ``flash_mha_bwd_dq_block_q_major_128_...``), and the kernel's
+    own cost estimate where the capture knew none (one per name: kernels of one name
+    with different estimates get none)."""
+    claims = dict(info.claims)
+    estimates: dict[str, dict[str, float] | None] = {}
+    for pid, module in modules.items():
+        for ins in module.instructions.values():
+            if ins.kernel_name is None:
+                continue
+            claims[pid, ins.name] = (ins.kernel_name,)
+            if ins.kernel_name in estimates and estimates[ins.kernel_name] != ins.cost_estimate:
+                estimates[ins.kernel_name] = None
+            else:
+                estimates[ins.kernel_name] = ins.cost_estimate
+    if len(claims) == len(info.claims) and not estimates:
+        return info
+    costs = dict(info.costs)
+    for name, estimate in estimates.items():
+        if estimate and name not in costs:
+            costs[name] = estimate
+    return dataclasses.replace(info, claims=claims, costs=costs)
 
 
 def _inside_kernels(

@@ -13,8 +13,10 @@ vendors' published specifications:
 - NVIDIA H200 SXM: 989 TFLOP/s, 4800 GB/s — NVIDIA H200 datasheet.
 - NVIDIA B200: 2250 TFLOP/s, 8000 GB/s — NVIDIA DGX B200 / Blackwell datasheet (dense).
 
-A trace that records its own peaks (plane stats ``peak_teraflops_per_second`` and
-``peak_hbm_bw_gigabytes_per_second``) wins over this table.
+A device this table lacks is judged against the peaks its trace records (plane stats
+``peak_teraflops_per_second`` and ``peak_hbm_bw_gigabytes_per_second``); the table wins
+where it has the device, so a report's peaks are the published ones (a v5e trace records
+202.7 TFLOP/s, its clock's, against the published 197).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-__all__ = ["PEAKS", "Peak", "bound_by", "peak_for"]
+__all__ = ["PEAKS", "Peak", "bound_by", "over_peak", "peak_for"]
 
 Bound = Literal["compute", "memory", "unknown"]
 
@@ -67,7 +69,8 @@ PEAKS: tuple[tuple[tuple[str, ...], Peak], ...] = (
 
 
 def peak_for(device_kind: str | None, plane_stats: Mapping[str, Any] | None = None) -> Peak | None:
-    """The peaks of a device: the trace's own when it records them, else the table's.
+    """The peaks of a device: the table's (by its kind), else the trace's own when it
+    records them.
 
     Examples:
         >>> peak_for("TPU v5 lite").device
@@ -75,16 +78,16 @@ def peak_for(device_kind: str | None, plane_stats: Mapping[str, Any] | None = No
         >>> peak_for("cpu") is None
         True
     """
+    kind = (device_kind or "").lower()
+    for needles, peak in PEAKS:
+        if all(n in kind for n in needles):
+            return peak
     stats = plane_stats or {}
     tflops: Any = stats.get("peak_teraflops_per_second")
     gbps: Any = stats.get("peak_hbm_bw_gigabytes_per_second")
     if _positive(tflops) and _positive(gbps):
         peak = _peak(device_kind or "device", float(tflops), float(gbps), "trace")
         if _positive(peak.flops_per_s) and _positive(peak.bytes_per_s):
-            return peak
-    kind = (device_kind or "").lower()
-    for needles, peak in PEAKS:
-        if all(n in kind for n in needles):
             return peak
     return None
 
@@ -100,3 +103,24 @@ def bound_by(flops: float | None, bytes_accessed: float | None, peak: Peak | Non
     if not flops or not bytes_accessed or peak is None:
         return "unknown"
     return "compute" if flops / bytes_accessed >= peak.ridge else "memory"
+
+
+def over_peak(
+    flops_per_s: float | None, bytes_per_s: float | None, peak: Peak | None
+) -> tuple[str, ...]:
+    """Which achieved rates exceed the device's peak: ``"flops"``, ``"bytes"``, both or
+    none. No chip runs past its peak: such a figure says the count it divides is larger
+    than the work done (or the time shorter than the work's), never a measurement.
+
+    Examples:
+        >>> over_peak(203.9e12, 0.5e12, peak_for("TPU v5 lite"))
+        ('flops',)
+    """
+    if peak is None:
+        return ()
+    over = []
+    if flops_per_s is not None and flops_per_s > peak.flops_per_s:
+        over.append("flops")
+    if bytes_per_s is not None and bytes_per_s > peak.bytes_per_s:
+        over.append("bytes")
+    return tuple(over)

@@ -8,16 +8,22 @@ from typing import Any
 from .._core.vocabulary import pass_text
 from .._render import configs as _configs
 from .._render import text, units
+from . import roofline as _roofline
 from .attribution import KernelStat, ScopeStat
 from .llo_figures import lines as llo_lines
 
 __all__ = [
+    "AROUND",
     "BOUND_HELP",
     "NUMBERS",
+    "OVER_PEAK",
+    "autotuned_total",
     "config_text",
     "device_text",
     "format_profile",
+    "kernel_tree",
     "op_rows",
+    "peak_footnote",
     "scope_rows",
     "shorten_left",
     "shown_kind",
@@ -62,9 +68,15 @@ def unknown_bound_reasons(stat: KernelStat) -> tuple[str, ...]:
 
 
 def stat_rows(
-    stats: Sequence[KernelStat], *, mark_unknown: bool
+    stats: Sequence[KernelStat],
+    *,
+    mark_unknown: bool,
+    peak: _roofline.Peak | None = None,
+    shown: Sequence[tuple[str, str]] | None = None,
 ) -> tuple[list[str], list[list[str]]]:
-    """``(header, rows)`` of stats; each time or rate column in one unit."""
+    """``(header, rows)`` of stats; each time or rate column in one unit. A rate above
+    ``peak`` ends in :data:`OVER_PEAK` (:func:`peak_footnote` says why); ``shown`` gives
+    each row's name and kind as a tree shows them (:func:`kernel_tree`)."""
     total_unit, total = units.time_column(s.total_us for s in stats)
     mean_unit, mean = units.time_column(s.mean_us for s in stats)
     flops_unit, flops = units.rate_column(s.flops_per_s for s in stats)
@@ -82,25 +94,161 @@ def stat_rows(
         "flops from",
     ]
     rows = []
-    for s in stats:
+    for i, s in enumerate(stats):
         bound: str = s.bound_by
         if mark_unknown and bound == "unknown":
             bound += "*"
+        over = _roofline.over_peak(s.flops_per_s, s.bytes_per_s, peak)
+        name, kind = shown[i] if shown is not None else (shown_name(s), shown_kind(s))
         rows.append(
             [
-                shown_name(s),
-                shown_kind(s),
+                name,
+                kind,
                 str(s.calls) if s.calls_exact else f"~{s.calls}",
                 total(s.total_us),
                 mean(s.mean_us),
                 f"{s.share:.1%}",
-                flops(s.flops_per_s),
-                bytes_(s.bytes_per_s),
+                flops(s.flops_per_s) + (OVER_PEAK if "flops" in over else ""),
+                bytes_(s.bytes_per_s) + (OVER_PEAK if "bytes" in over else ""),
                 bound,
                 s.flops_source,
             ]
         )
     return header, rows
+
+
+#: The mark after a FLOP/s or B/s figure above the device's peak.
+OVER_PEAK = "!"
+
+#: Why a count may exceed what ran, by where it came from (:func:`peak_footnote`).
+_OVERCOUNT = {
+    "flops": {
+        "cost_estimate": "FLOPs from the kernel's own cost_estimate, which may count work "
+        "the kernel skips (a causal attention kernel's masked blocks)",
+        "xla": "FLOPs from XLA's cost analysis; for a Pallas kernel that is its "
+        "cost_estimate, which may count work the kernel skips (a causal kernel's masked "
+        "blocks)",
+        "hint": "FLOPs from the @autotuned flops= hint, which may count more than the kernel does",
+    },
+    "bytes": {
+        "cost_estimate": "bytes from the kernel's own cost_estimate, which may count "
+        "blocks the kernel never loads",
+        "xla": "bytes from XLA's cost analysis, which counts every operand and result in "
+        "full (an async op's whole transfer against its start event alone, a slice's or "
+        "broadcast's whole buffer)",
+        "hint": "bytes from the @autotuned bytes= hint",
+        "shapes": "bytes from the operands' and results' sizes",
+    },
+}
+
+
+def peak_footnote(
+    stats: Sequence[KernelStat],
+    peak: _roofline.Peak | None,
+    *,
+    names: Sequence[str] | None = None,
+) -> list[str]:
+    """The lines under a table that marked a figure with :data:`OVER_PEAK`: the peaks,
+    and for each marked row (by its name in ``names``, else its own) where its count came
+    from and why it may overcount."""
+    marked = [
+        (s, over, names[i] if names is not None else shown_name(s))
+        for i, s in enumerate(stats)
+        if (over := _roofline.over_peak(s.flops_per_s, s.bytes_per_s, peak))
+    ]
+    if not marked or peak is None:
+        return []
+    lines = text.paragraph(
+        f"{OVER_PEAK} above the device's peak ({peak.device}: "
+        f"{peak.flops_per_s / 1e12:g} TFLOP/s, {peak.bytes_per_s / 1e9:g} GB/s, "
+        f"{peak.source}): no chip runs past its peak, so the count divided is larger than "
+        "the work done; read the figure as a bound on that count, not as a measurement."
+    )
+    by_reason: dict[str, list[str]] = {}
+    for s, over, name in marked:
+        why = "; ".join(
+            _OVERCOUNT[what].get(s.flops_source, f"{what} from {s.flops_source}") for what in over
+        )
+        by_reason.setdefault(why, []).append(name)
+    for why, names in by_reason.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        lines += text.paragraph(f"  {shown}: {why}")
+    return lines
+
+
+#: A jaxtune kernel's own ops, outside its Pallas calls, as its last row in the tree.
+AROUND = "(its ops outside Pallas calls)"
+
+
+def kernel_tree(
+    kernels: Sequence[KernelStat], peak: _roofline.Peak | None = None
+) -> list[list[tuple[KernelStat, str, str]]]:
+    """The kernels table's rows in groups, by share: per jaxtune kernel, one row named by
+    its id over everything it ran (:func:`autotuned_total`), then its Pallas kernels
+    beneath it, named by their kernel functions, then its own ops outside them
+    (:data:`AROUND`); a Pallas kernel of no jaxtune kernel is a group of its own. Each row
+    is ``(stat, name, kind)``."""
+    members: dict[str, list[KernelStat]] = {}
+    groups: list[list[tuple[KernelStat, str, str]]] = []
+    for k in kernels:
+        if k.kernel_id and k.kind != "xla":
+            members.setdefault(k.kernel_id, []).append(k)
+        else:
+            groups.append([(k, k.name, k.kind)])
+    for kernel_id, inside in members.items():
+        pallas = sorted((k for k in inside if k.kind == "pallas"), key=lambda k: -k.share)
+        own = [k for k in inside if k.kind != "pallas"]
+        if not pallas:
+            groups += [[(k, k.name, k.kind)] for k in own]
+            continue
+        head = autotuned_total(kernel_id, inside, peak)
+        rows = [(head, kernel_id, "autotuned")]
+        rows += [(k, f"  {k.name}", "pallas") for k in pallas]
+        rows += [(k, f"  {AROUND}", "xla") for k in own]
+        groups.append(rows)
+    groups.sort(key=lambda g: (-g[0][0].share, g[0][1]))
+    return groups
+
+
+def autotuned_total(
+    kernel_id: str, inside: Sequence[KernelStat], peak: _roofline.Peak | None = None
+) -> KernelStat:
+    """One jaxtune kernel over everything it ran (its Pallas kernels and its own ops): time
+    and share summed; calls those of its own row (the program's call sites, else its
+    busiest Pallas kernel's calls); FLOPs and bytes summed where every part has them from
+    one source, else none."""
+    own = next((k for k in inside if k.kind != "pallas"), None)
+    calls = own.calls if own is not None else max(k.calls for k in inside)
+    total = sum(k.total_us for k in inside)
+    sources = {k.flops_source for k in inside}
+    whole = len(sources) == 1
+    flops = sum(k.flops or 0.0 for k in inside) if whole and all(k.flops for k in inside) else None
+    bytes_ = (
+        sum(k.bytes_accessed or 0.0 for k in inside)
+        if whole and all(k.bytes_accessed for k in inside)
+        else None
+    )
+    seconds = total * 1e-6
+    ran = next((k for k in inside if k.config is not None), None)
+    return KernelStat(
+        name=kernel_id,
+        kind="autotuned",
+        kernel_id=kernel_id,
+        calls=calls,
+        calls_exact=all(k.calls_exact for k in inside),
+        total_us=total,
+        mean_us=total / max(calls, 1),
+        share=sum(k.share for k in inside),
+        flops=flops,
+        bytes_accessed=bytes_,
+        flops_per_s=flops / seconds if flops and seconds else None,
+        bytes_per_s=bytes_ / seconds if bytes_ and seconds else None,
+        intensity=flops / bytes_ if flops and bytes_ else None,
+        bound_by=_roofline.bound_by(flops, bytes_, peak),
+        flops_source=next(iter(sources)) if flops or bytes_ else "none",
+        config=ran.config if ran is not None else None,
+        speedup=ran.speedup if ran is not None else None,
+    )
 
 
 def shorten_left(stack: str, width: int) -> str:
@@ -126,12 +274,12 @@ def _programs(ops: Sequence[KernelStat | ScopeStat]) -> bool:
 
 
 def op_rows(
-    ops: Sequence[KernelStat], width: int = text.WIDTH
+    ops: Sequence[KernelStat], width: int = text.WIDTH, *, peak: _roofline.Peak | None = None
 ) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)`` of plain XLA ops: :func:`stat_rows`' columns, the program when
     the ops come from several, and each op's name stack, cut from the left to what the
     rest of a ``width``-column row leaves (at least 24 characters)."""
-    header, rows = stat_rows(ops, mark_unknown=False)
+    header, rows = stat_rows(ops, mark_unknown=False, peak=peak)
     if _programs(ops):
         header.append("program")
         for row, o in zip(rows, ops, strict=True):
@@ -319,14 +467,28 @@ def format_profile(profile: Any, top: int = 20) -> str:
         summary = f"{device}: {units.duration(profile.total_us)} of device time"
     parts = [x for w in getattr(profile, "warnings", ()) for x in text.paragraph(f"warning: {w}")]
     parts += [summary, ""]
-    kernels = list(profile.kernels[:top])
-    if kernels:
-        header, rows = stat_rows(kernels, mark_unknown=True)
+    peak = getattr(profile, "peak", None)
+    groups = kernel_tree(profile.kernels, peak)
+    tree = [row for group in groups[:top] for row in group]
+    # The kernels of the rows shown, without the rows that total a jaxtune kernel's parts.
+    kernels = [k for g in groups[:top] for k, _, _ in (g[1:] if len(g) > 1 else g)]
+    if tree:
+        shown = [stat for stat, _, _ in tree]
+        header, rows = stat_rows(
+            shown, mark_unknown=True, peak=peak, shown=[(n, k) for _, n, k in tree]
+        )
+        heads = {id(g[0][0]) for g in groups[:top] if len(g) > 1}
+        for row, (stat, _, _) in zip(rows, tree, strict=True):
+            if id(stat) in heads and stat.bound_by == "unknown":
+                row[8] = "-"  # its parts' rows say why
         parts += [
-            f"kernels (top {len(kernels)} of {len(profile.kernels)})",
+            f"kernels (top {min(top, len(groups))} of {len(groups)}: one row per autotuned "
+            "kernel, its Pallas kernels beneath it)",
             text.table(header, rows, fixed=NUMBERS),
         ]
         parts += _footnote(kernels, profile.device_kind)
+        names = [f"{k.name} {n.strip()}" if n.strip() == AROUND else n.strip() for k, n, _ in tree]
+        parts += peak_footnote(shown, peak, names=names)
         header, rows = site_rows(kernels)
         if rows:
             parts += ["", "kernel sources", text.table(header, rows)]
@@ -341,11 +503,12 @@ def format_profile(profile: Any, top: int = 20) -> str:
         parts += ["", *llo_lines(profile.llo)]
     ops = list(profile.ops[:top])
     if ops:
-        header, rows = op_rows(ops)
+        header, rows = op_rows(ops, peak=peak)
         parts += [
             "",
             f"XLA ops (top {len(ops)} of {len(profile.ops)}): one row per instruction",
             text.table(header, rows, fixed=NUMBERS),
+            *peak_footnote(ops, peak),
         ]
     parts += _scope_lines(list(getattr(profile, "scopes", ())), top)
     extra = [f"note: {n}" for n in profile.notes]

@@ -53,7 +53,8 @@ class Totals:
     (runs of consecutive top-level events of one kernel; every event of a plain XLA op is
     a run of its own), XLA's flops and bytes, and the program runs it appeared in.
     ``first`` is the kind of the first op that went to it (for a plain XLA op, the op:
-    its name stack and program)."""
+    its name stack and program). ``kernel_calls``: its events of Pallas custom calls (on
+    a device plane one event is one call, also when two calls run back to back)."""
 
     total_ps: int = 0
     events: int = 0
@@ -69,6 +70,7 @@ class Totals:
     program_runs: set[tuple[int | None, int]] = dataclasses.field(default_factory=set)
     runless: bool = False
     first: OpKind | None = None
+    kernel_calls: int = 0
 
 
 class Accumulator:
@@ -198,6 +200,8 @@ class Accumulator:
             t.bytes_accessed += (kind.bytes_accessed or 0.0) * n
             t.target = t.target or kind.target
             t.all_targets = t.all_targets and bool(kind.target)
+            if kind.target in _markers.PALLAS_TARGETS:
+                t.kernel_calls += n
         return out
 
 

@@ -29,7 +29,7 @@ Messages (numbers as XLA's)::
     HloModuleProto       name=1 computations=3 id=5 stack_frame_index=17
     HloComputationProto  name=1 instructions=2 id=5
     HloInstructionProto  name=1 opcode=2 metadata=7 custom_call_target=28 id=35
-                         operand_ids=36 called_computation_ids=38
+                         operand_ids=36 called_computation_ids=38 backend_config=43
     OpMetadata           op_type=1 op_name=2 source_file=3 source_line=4 stack_frame_id=15
     StackFrameIndexProto file_names=1 function_names=2 file_locations=3 stack_frames=4
     FileLocation         file_name_id=1 function_name_id=2 line=3
@@ -225,6 +225,7 @@ _MESSAGES: dict[str, tuple[list[_Field], list[str]]] = {
             ("id", 35, _INT64, False, None, None),
             ("operand_ids", 36, _INT64, True, None, None),
             ("called_computation_ids", 38, _INT64, True, None, None),
+            ("backend_config", 43, _BYTES, False, None, None),
         ],
         [],
     ),
