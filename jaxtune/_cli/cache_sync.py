@@ -19,7 +19,7 @@ from .._core.vocabulary import Entry
 from .._tuning.store import cache as _cache
 from .._tuning.store.remote import SharedStore
 
-__all__ = ["ACTIONS", "add_actions"]
+__all__ = ["ACTIONS", "add_actions", "named"]
 
 Out = Callable[[Any, str], None]
 
@@ -72,7 +72,8 @@ def _shared(args: argparse.Namespace, verb: str) -> SharedStore:
     return shared
 
 
-def _named(entry: Entry) -> dict[str, Any]:
+def named(entry: Entry) -> dict[str, Any]:
+    """An entry's identity, as the JSON documents name it."""
     return {
         "kernel": entry.kernel,
         "device_kind": entry.device_kind,
@@ -132,8 +133,8 @@ def _pull(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
             "entries": len(entries),
             "new": merged.new,
             "unchanged": merged.unchanged,
-            "replaced": [_named(c.incoming) for c in merged.replaced],
-            "kept": [_named(c.incoming) for c in merged.kept],
+            "replaced": [named(c.incoming) for c in merged.replaced],
+            "kept": [named(c.incoming) for c in merged.kept],
             "unreadable": unreadable,
         },
         "\n".join(lines),
