@@ -18,6 +18,7 @@ def forget() -> None:
         _shared._DOWN.clear()
         _shared._NO_PUBLISH.clear()
         _shared._READ.clear()
+        _shared._STRAYS.clear()
 
 
 def count_requests(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:

@@ -15,15 +15,17 @@ import sys
 import textwrap
 import warnings
 
+import jax
 import jax.numpy as jnp
 import pytest
 
 from jaxtune._core import settings as _config
-from jaxtune._core.errors import JaxtuneWarning
+from jaxtune._core.errors import JaxtuneWarning, MissError
 from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import digest as _digest
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
+from jaxtune._tuning.store import results as _results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -200,6 +202,67 @@ def test_check_parts_reads_the_source_files_without_importing(tmp_path, versions
     assert _digest.check_parts((), search=[str(root)]) == "unknown"
 
 
+#: The kernel's module reads module-level names: its own constant, a derived one and one
+#: imported from another module of the package.
+KERNEL_CONSTANTS = KERNEL.replace(
+    "from . import helpers\n",
+    "from . import helpers\nfrom .helpers import OFFSET\n\nA = 0.99\nB = A * 2  # derived\n",
+).replace("* factor\n", "* factor * A + B + OFFSET\n")
+# Its own name: the lookups below warn once per kernel and process.
+KERNEL_CONSTANTS = KERNEL_CONSTANTS.replace('name="h33.scale"', 'name="h33.constants"')
+HELPERS_CONSTANTS = HELPERS + "\nOFFSET = 1.0\n"
+
+
+@pytest.mark.parametrize(
+    ("what", "kernel", "helpers"),
+    [
+        ("the constant", KERNEL_CONSTANTS.replace("A = 0.99", "A = 0.5"), HELPERS_CONSTANTS),
+        ("the derived one", KERNEL_CONSTANTS.replace("B = A * 2", "B = A * 3"), HELPERS_CONSTANTS),
+        ("the imported one", KERNEL_CONSTANTS, HELPERS_CONSTANTS.replace("1.0", "2.0")),
+    ],
+)
+def test_a_module_level_constant_the_kernel_reads_is_in_the_digest(versions, what, kernel, helpers):
+    before = _digest.code_digest(versions(KERNEL_CONSTANTS, HELPERS_CONSTANTS).scale)
+    assert ("h33pkg.kern", "global A") in {(m, q) for m, q, _ in before.parts}
+    after = _digest.code_digest(versions(kernel, helpers).scale)
+    assert before.digest != after.digest, what
+    # Comments and layout around it still do not count.
+    reformatted = KERNEL_CONSTANTS.replace("A = 0.99\n", "A = (\n    0.99  # tuned for v5e\n)\n")
+    same = _digest.code_digest(versions(reformatted, HELPERS_CONSTANTS).scale)
+    assert same == before
+
+
+def test_a_changed_module_constant_makes_the_entry_stale(versions, tmp_path, monkeypatch, incli):
+    """docs/cache.md: a changed constant makes entries stale, in the lookup and in
+    `jaxtune cache list` (which reads the source files without importing them)."""
+    kern = versions(KERNEL_CONSTANTS, HELPERS_CONSTANTS)
+    code = kern.scale.code.value
+    entry = dataclasses.replace(
+        _entry("h33.constants", "f32[16]", {"block": 16}, digest=code.digest),
+        code_parts=code.parts,
+    )
+    _cache.user_cache().write([entry])
+    assert kern.scale.config_for(jnp.ones(16)).source == "cache"
+    on_disk = tmp_path / "disk"
+    _package(on_disk, KERNEL_CONSTANTS, HELPERS_CONSTANTS)
+    monkeypatch.syspath_prepend(str(on_disk))
+
+    def listed() -> dict:
+        done = incli("cache", "list", "--json")
+        assert done.returncode == 0, done.stderr
+        (found,) = json.loads(done.stdout)["entries"]
+        return found
+
+    assert listed()["code"] == "fresh"
+    edited = KERNEL_CONSTANTS.replace("A = 0.99", "A = 0.5")
+    _package(on_disk, edited, HELPERS_CONSTANTS)
+    assert (listed()["code"], listed()["stale_reasons"]) == ("changed", ["code changed"])
+    with pytest.warns(JaxtuneWarning, match=r"stale: code changed"):
+        assert versions(edited, HELPERS_CONSTANTS).scale.config_for(jnp.ones(16)).source == (
+            "default"
+        )
+
+
 def _entry(kernel, key, config, *, digest=""):
     return Entry(
         kernel=kernel,
@@ -224,6 +287,75 @@ def test_an_entry_for_other_code_is_a_miss_with_one_warning_in_cached_mode(versi
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert kern.scale.config_for(x).source == "default"  # warned once
+
+
+def test_a_miss_on_a_code_stale_entry_says_it_is_stale(versions, monkeypatch):
+    """JAXTUNE_ON_MISS=error: the MissError says why there is no config (the entry is
+    stale for code), not only that there is none."""
+    kern = versions(KERNEL.replace('name="h33.scale"', 'name="h33.missed"'))
+    _cache.user_cache().write([_entry("h33.missed", "f32[16]", {"block": 16}, digest="0" * 16)])
+    monkeypatch.setenv("JAXTUNE_ON_MISS", "error")
+    with (
+        pytest.warns(JaxtuneWarning, match="stale: code changed"),
+        pytest.raises(
+            MissError,
+            match=r"^jaxtune has only a stale tuned config for h33.missed with key f32\[16\] "
+            r"on .* \(its user cache entry is stale: it was tuned for other code of the kernel",
+        ),
+    ):
+        jax.jit(kern.scale)(jnp.ones(16))
+    # A key with no entry at all is still "no tuned config".
+    with pytest.raises(MissError, match=r"^jaxtune has no tuned config for h33\.missed"):
+        jax.jit(kern.scale)(jnp.ones(32))
+
+
+def test_import_says_an_entry_is_stale_for_the_code_here_and_source_names_the_code(
+    versions, tmp_path, monkeypatch, incli
+):
+    """An export of entries tuned for old code, imported where the kernel was edited: the
+    import says they are stale. `--source DIR` finds the code wherever the command runs."""
+    code = versions().scale.code.value
+    old = dataclasses.replace(
+        _entry("h33.scale", "f32[16]", {"block": 16}, digest=code.digest), code_parts=code.parts
+    )
+    exported = tmp_path / "tuned.msgpack"
+    _results.save(exported, [old])
+    checkout = tmp_path / "checkout"
+    _package(checkout, KERNEL.replace("* factor\n", "* factor * 1.5\n"))  # edited since
+    monkeypatch.chdir(checkout)  # run from the checkout: its modules are found
+    done = incli("cache", "import", str(exported))
+    assert done.returncode == 0, done.stderr
+    assert "1 new, 0 unchanged, 0 replaced, 0 kept, 1 stale" in done.stdout
+    kind = _lookup.device_kind()
+    assert f"  stale    h33.scale on {kind}, key f32[16]: code changed (tuned for other" in (
+        done.stdout
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # from elsewhere: unknown, unless --source says where
+    again = json.loads(incli("cache", "import", str(exported), "--json").stdout)
+    assert again["stale"] == []
+    again = json.loads(
+        incli("cache", "import", str(exported), "--json", "--source", str(checkout)).stdout
+    )
+    assert again["stale"] == [
+        {
+            "kernel": "h33.scale",
+            "device_kind": kind,
+            "key": "f32[16]",
+            "kernel_version": "",
+            "stale_reasons": ["code changed"],
+        }
+    ]
+    (listed,) = json.loads(incli("cache", "list", "--json").stdout)["entries"]
+    assert listed["code"] == "unknown"
+    listed = json.loads(incli("cache", "list", "--json", "--source", str(checkout)).stdout)
+    assert listed["entries"][0]["code"] == "changed"
+    assert json.loads(incli("cache", "prune", "--stale", "--json").stdout) == {"dropped": 0}
+    pruned = incli("cache", "prune", "--stale", "--json", "--source", str(checkout))
+    assert json.loads(pruned.stdout) == {"dropped": 1}
+    missing = incli("cache", "list", "--source", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "--source" in missing.stderr
 
 
 def test_an_entry_without_a_digest_is_used(versions):

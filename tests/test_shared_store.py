@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -104,11 +105,17 @@ def _use_s3(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
     return f"s3://{server.bucket()}/team"
 
 
+def _directory(tmp_path: pathlib.Path) -> str:
+    """A fresh directory store: made here, since jaxtune never makes a store's root."""
+    (tmp_path / "shared").mkdir()
+    return str(tmp_path / "shared")
+
+
 @pytest.fixture(params=["s3", "directory"])
 def store_url(request, tmp_path, monkeypatch) -> str:
     """A fresh shared store: a bucket of the session's S3 server, or a directory."""
     if request.param == "directory":
-        return str(tmp_path / "shared")
+        return _directory(tmp_path)
     return _use_s3(request.getfixturevalue("s3_server"), monkeypatch)
 
 
@@ -165,7 +172,7 @@ def test_bad_value_names_the_allowed_stores(monkeypatch, tmp_path):
 
 
 def test_a_miss_reads_the_store_through_once_per_kernel(monkeypatch, tmp_path, requests):
-    url = str(tmp_path / "shared")
+    url = _directory(tmp_path)
     SharedStore(url, 30).publish([tuned(first, {"factor": 3})])
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
     choice = first.config_for(X)
@@ -184,7 +191,7 @@ def test_a_miss_reads_the_store_through_once_per_kernel(monkeypatch, tmp_path, r
 
 
 def test_the_user_cache_entry_tuned_later_stays(monkeypatch, tmp_path):
-    url = str(tmp_path / "shared")
+    url = _directory(tmp_path)
     SharedStore(url, 30).publish([tuned(first, {"factor": 3}, created=1.0)])
     newer = tuned(first, {"factor": 2}, created=2.0)
     _cache.user_cache().write([newer])
@@ -194,7 +201,7 @@ def test_the_user_cache_entry_tuned_later_stays(monkeypatch, tmp_path):
 
 
 def test_only_process_zero_reads_the_store(monkeypatch, tmp_path, requests):
-    url = str(tmp_path / "shared")
+    url = _directory(tmp_path)
     SharedStore(url, 30).publish([tuned(first, {"factor": 3})])
     fit = _lookup.Fit(first.kernel_id, first.version, first.space(X))
     key = first.config_for(X).key  # before the store is set: nothing read through yet
@@ -235,8 +242,84 @@ def test_an_unusable_directory_costs_one_warning(monkeypatch, tmp_path, requests
     assert requests[url] == asked
 
 
+def test_a_missing_directory_is_one_warning_naming_it_never_an_empty_store(
+    monkeypatch, tmp_path, requests
+):
+    """A typo in JAXTUNE_REMOTE_CACHE (or an unmounted filesystem) is said, and the store
+    is never made by jaxtune: the next publish does not turn the typo into a store."""
+    url = str(tmp_path / "shraed")
+    monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
+    with pytest.warns(JaxtuneWarning, match="cannot use the shared store") as caught:
+        assert first.config_for(X).source == "default"
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert f"the shared store {url} does not exist (no such directory)" in message
+    assert "mkdir -p" in message and "credentials" not in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert second.config_for(X).source == "default"
+        assert _shared.publish([tuned(second, {"factor": 2})]) is False
+    assert not os.path.exists(url)
+
+
+def test_a_store_deleted_mid_run_is_not_made_again(monkeypatch, tmp_path):
+    url = _directory(tmp_path)
+    monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
+    assert _shared.publish([tuned(first, {"factor": 3})]) is True
+    shutil.rmtree(url)
+    with pytest.warns(JaxtuneWarning, match=r"does not exist \(no such directory\)") as caught:
+        assert _shared.publish([tuned(second, {"factor": 2})]) is False
+    assert len(caught) == 1
+    assert not os.path.exists(url)
+
+
+@pytest.mark.child
+def test_pull_and_push_of_a_missing_directory_exit_2(cli, tmp_path):
+    missing = tmp_path / "no-such-store"
+    _cache.user_cache().write([tuned(first, {"factor": 3})])
+    for action in ("pull", "push"):
+        done = cli("cache", action, "--store", str(missing))
+        assert done.returncode == 2, (action, done.stdout, done.stderr)
+        assert f"the shared store {missing} does not exist" in done.stderr, done.stderr
+    assert not missing.exists()
+
+
+def test_a_stray_file_where_a_kernels_folder_belongs_skips_that_kernel_only(
+    monkeypatch, tmp_path, cli
+):
+    url = _directory(tmp_path)
+    store = SharedStore(url, 30)
+    stray = pathlib.Path(url, store.folder(_lookup.device_kind(), first.kernel_id))
+    stray.parent.mkdir()
+    stray.write_text("not a folder")
+    SharedStore(url, 30).publish([tuned(third, {"factor": 3})])
+    monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
+    with pytest.warns(JaxtuneWarning, match="is not a folder") as caught:
+        assert _shared.publish([tuned(first, {"factor": 2})]) is False
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert str(stray.relative_to(url)) in message and "remove it" in message
+    assert "network" not in message and "credentials" not in message
+    # Everything else still goes to the store and comes from it, without a word.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _shared.publish([tuned(second, {"factor": 2})]) is True
+        assert _shared.publish([tuned(first, {"factor": 3})]) is False  # said once
+        assert third.config_for(X).config == {"factor": 3}  # read through
+    held = SharedStore(url, 30).read(_lookup.device_kind(), second.kernel_id)
+    assert [dict(e.config) for e in held.values()] == [{"factor": 2}]
+    assert stray.read_text() == "not a folder"
+    # `cache push` publishes the rest, names the stray and exits 1.
+    _cache.user_cache().write([tuned(first, {"factor": 2}, created=9.0)])
+    _cache.user_cache().write([tuned(second, {"factor": 3}, created=9.0)])
+    pushed = cli("cache", "push", "--json", "--store", url)
+    assert pushed.returncode == 1, pushed.stderr
+    doc = json.loads(pushed.stdout)
+    assert (doc["published"], list(doc["unwritable"])) == (1, [str(stray.relative_to(url))])
+
+
 def test_objects_that_cannot_be_read_are_skipped_and_kept(tmp_path):
-    url = str(tmp_path / "shared")
+    url = _directory(tmp_path)
     store = SharedStore(url, 30)
     store.publish([tuned(first, {"factor": 3})])
     folder = next((tmp_path / "shared").glob("*/*"))

@@ -11,7 +11,7 @@ import pathlib
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core import versions as _versions
@@ -61,6 +61,18 @@ def add_parser(sub: Any) -> None:
             "when imported (imports MODULE, and JAX if it does; repeatable)",
         )
 
+    def source_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--source",
+            action="append",
+            default=[],
+            type=pathlib.Path,
+            metavar="DIR",
+            help="look for the kernels' modules in DIR first (a checkout's root, or the folder "
+            "of a script), then on sys.path and in the working directory, to tell which "
+            "entries are stale for code (repeatable)",
+        )
+
     action("path", "print the cache directory")
     p = action(
         "list",
@@ -69,6 +81,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--kernel", action="append", default=[], help="only this kernel id (repeatable)")
     layer_options(p)
+    source_option(p)
     p = action("show", "every entry of one kernel, with each config's measurement or failure")
     p.add_argument("kernel", nargs="?", help="kernel id (default with --html: every kernel)")
     p.add_argument("--device", help="only this device kind")
@@ -79,6 +92,7 @@ def add_parser(sub: Any) -> None:
         "key) to OUT; needs pip install 'jaxtune[plots]'",
     )
     layer_options(p)
+    source_option(p)
     p = action(
         "export",
         "write the user cache's entries to a TuningResult file (msgpack), or to a cache "
@@ -109,6 +123,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="on a conflict, keep whichever entry was tuned later",
     )
+    source_option(p)
     p = action("merge", "merge TuningResult files into one (later files win)")
     p.add_argument("files", type=pathlib.Path, nargs="+")
     p.add_argument("-o", "--output", type=pathlib.Path, required=True)
@@ -119,6 +134,7 @@ def add_parser(sub: Any) -> None:
         help="entries tuned with another toolchain or for other code of the kernel",
     )
     p.add_argument("--kernel", help="every entry of this kernel id")
+    source_option(p)
     action("clear", "remove every entry from the cache")
     p = action(
         "check",
@@ -258,17 +274,38 @@ def _sources(
 class Freshness:
     """Why entries are stale, worked out once per distinct code (``code`` is
     ``fresh``, ``changed`` or ``unknown``, from the kernel's source files as they are now,
-    without importing them; see :func:`jaxtune._tuning.digest.check_parts`)."""
+    without importing them; see :func:`jaxtune._tuning.digest.check_parts`), the modules
+    looked for in ``sources`` first, then on ``sys.path`` and in the working directory."""
 
-    def __init__(self) -> None:
+    def __init__(self, sources: Sequence[pathlib.Path] = ()) -> None:
         self._code: dict[tuple[tuple[str, str, str], ...], str] = {}
+        self._search = (
+            [*(str(d.resolve()) for d in sources), *sys.path, os.getcwd()] if sources else None
+        )
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Freshness:
+        """The freshness ``--source`` asks for.
+
+        Raises:
+            CacheError: a ``--source`` is not a directory.
+        """
+        for d in args.source:
+            if not d.is_dir():
+                raise CacheError(
+                    f"--source {d} is not a directory; give the folder the kernels' modules "
+                    "are imported from (a checkout's root, or a script's folder)."
+                )
+        return cls(args.source)
 
     def code(self, e: Entry) -> str:
         if not e.code_digest:
             return "unknown"
         known = self._code.get(e.code_parts)
         if known is None:
-            known = self._code[e.code_parts] = _digest.check_parts(e.code_parts)
+            known = self._code[e.code_parts] = _digest.check_parts(
+                e.code_parts, search=self._search
+            )
         return known
 
     def reasons(self, e: Entry) -> list[str]:
@@ -308,7 +345,7 @@ def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
         for where, entries in _sources(args, store)
     ]
     sections = []
-    fresh = Freshness()
+    fresh = Freshness.of(args)
     for where, entries in layers:
         stale: dict[tuple[str, str, str], str] = {}
         for e in entries:
@@ -355,7 +392,8 @@ def _show_action(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -
         page = TuningResult.of(*(e for e, _ in found)).to_html()
         target.write_text(page)
         print(f"jaxtune cache show: wrote {target}", file=sys.stderr)
-    out({"entries": [_summary(e, w, full=True) for e, w in found]}, _show(found))
+    fresh = Freshness.of(args)
+    out({"entries": [_summary(e, w, full=True, fresh=fresh) for e, w in found]}, _show(found))
 
 
 def _export(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
@@ -410,10 +448,7 @@ def _when(created: float) -> str:
 def _conflict(c: _cache.Conflict) -> dict[str, Any]:
     e = c.incoming
     return {
-        "kernel": e.kernel,
-        "device_kind": e.device_kind,
-        "key": e.key,
-        "kernel_version": e.kernel_version,
+        **_sync.named(e),
         "file_created": e.created,
         "cache_created": None if c.current is None else c.current.created,
     }
@@ -441,13 +476,22 @@ def _conflict_line(c: _cache.Conflict) -> str:
 
 
 def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+    fresh = Freshness.of(args)
     entries = _results.load(args.file)
     merged = store.merge(entries, keep_newer=args.keep_newer)
     replaced, kept = merged.replaced, merged.kept
+    # What the cache holds now from the file, and will not use: tuned for other code here,
+    # or with another toolchain.
+    left = {_results.identity(c.incoming) for c in kept}
+    stale = [
+        (e, reasons)
+        for e in entries
+        if _results.identity(e) not in left and (reasons := fresh.reasons(e))
+    ]
     text = (
         f"imported {_count(len(entries), 'entry', 'entries')} into {store.root}: "
         f"{merged.new} new, {merged.unchanged} unchanged, {len(replaced)} replaced, "
-        f"{len(kept)} kept"
+        f"{len(kept)} kept" + (f", {len(stale)} stale" if stale else "")
     )
     out(
         {
@@ -458,8 +502,33 @@ def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> Non
             "unchanged": merged.unchanged,
             "replaced": [_conflict(c) for c in replaced],
             "kept": [_conflict(c) for c in kept],
+            "stale": [{**_sync.named(e), "stale_reasons": reasons} for e, reasons in stale],
         },
-        "\n".join([text, *(_conflict_line(c) for c in merged.conflicts)]),
+        "\n".join(
+            [
+                text,
+                *(_conflict_line(c) for c in merged.conflicts),
+                *(_stale_line(e, reasons) for e, reasons in stale),
+            ]
+        ),
+    )
+
+
+#: What a stale reason means for an imported entry.
+_STALE_MEANS = {
+    "code changed": "tuned for other code of the kernel than the code here, so a lookup "
+    "passes it over (a miss)",
+    "toolchain": "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a "
+    "warning and tune mode re-tunes it",
+}
+
+
+def _stale_line(e: Entry, reasons: list[str]) -> str:
+    what = f"{_title(e)} on {e.device_kind}, key {e.key}"
+    means = "; ".join(_STALE_MEANS.get(r, r) for r in reasons)
+    return (
+        f"  stale    {what}: {', '.join(reasons)} ({means}; re-tune it: JAXTUNE_MODE=tune "
+        "or `jaxtune tune -- python prog.py`)"
     )
 
 
@@ -482,7 +551,7 @@ def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
             "prune needs --stale and/or --kernel KERNEL; `jaxtune cache clear` removes everything."
         )
 
-    fresh = Freshness()
+    fresh = Freshness.of(args)
 
     def doomed(e: Entry) -> bool:
         return (not args.stale or bool(fresh.reasons(e))) and (

@@ -19,7 +19,7 @@ from .._core.vocabulary import Entry
 from .._tuning.store import cache as _cache
 from .._tuning.store.remote import SharedStore
 
-__all__ = ["ACTIONS", "add_actions"]
+__all__ = ["ACTIONS", "add_actions", "named"]
 
 Out = Callable[[Any, str], None]
 
@@ -59,17 +59,21 @@ def _shared(args: argparse.Namespace, verb: str) -> SharedStore:
     """The store of ``--store`` or ``JAXTUNE_REMOTE_CACHE``.
 
     Raises:
-        CacheError: none is given, or its client library is missing.
+        CacheError: none is given, it cannot be used (a directory that does not exist,
+            a client that cannot be made), or its client library is missing.
         SettingsError: ``--store`` is not a store URL or directory.
     """
     settings = _config.settings()
     url = _remote_value("--store")(args.store) if args.store else settings.remote_cache
     if not url:
         raise CacheError(_NO_STORE.format(verb=verb))
-    return SharedStore(url, settings.remote_timeout)
+    shared = SharedStore(url, settings.remote_timeout)
+    shared.reach()  # before anything is read or offered: an absent store is an error
+    return shared
 
 
-def _named(entry: Entry) -> dict[str, Any]:
+def named(entry: Entry) -> dict[str, Any]:
+    """An entry's identity, as the JSON documents name it."""
     return {
         "kernel": entry.kernel,
         "device_kind": entry.device_kind,
@@ -78,7 +82,7 @@ def _named(entry: Entry) -> dict[str, Any]:
     }
 
 
-def _push(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
+def _push(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     entries = store.all_entries()
     if args.kernel:
         missing = sorted(set(args.kernel) - {e.kernel for e in entries})
@@ -90,6 +94,13 @@ def _push(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
         entries = [e for e in entries if e.kernel in set(args.kernel)]
     shared = _shared(args, "push to")
     published = shared.publish(entries)
+    unwritable = dict(sorted(shared.unwritable.items()))
+    unwritten = ", or could not write" if unwritable else ""
+    lines = [
+        f"published {published} of {len(entries)} entries from {store.root} to {shared.url} "
+        f"({len(entries) - published} the store already held, or held tuned later{unwritten})"
+    ]
+    lines += [f"  could not write to {p}: it {why}" for p, why in unwritable.items()]
     out(
         {
             "store": shared.url,
@@ -97,10 +108,11 @@ def _push(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
             "entries": len(entries),
             "published": published,
             "skipped": len(entries) - published,
+            "unwritable": unwritable,
         },
-        f"published {published} of {len(entries)} entries from {store.root} to {shared.url} "
-        f"({len(entries) - published} the store already held, or held tuned later)",
+        "\n".join(lines),
     )
+    return 1 if unwritable else 0
 
 
 def _pull(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
@@ -121,8 +133,8 @@ def _pull(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
             "entries": len(entries),
             "new": merged.new,
             "unchanged": merged.unchanged,
-            "replaced": [_named(c.incoming) for c in merged.replaced],
-            "kept": [_named(c.incoming) for c in merged.kept],
+            "replaced": [named(c.incoming) for c in merged.replaced],
+            "kept": [named(c.incoming) for c in merged.kept],
             "unreadable": unreadable,
         },
         "\n".join(lines),
@@ -130,7 +142,7 @@ def _pull(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
 
 
 #: The actions this module adds to ``jaxtune cache``.
-ACTIONS: dict[str, Callable[[argparse.Namespace, _cache.CacheStore, Out], None]] = {
+ACTIONS: dict[str, Callable[[argparse.Namespace, _cache.CacheStore, Out], int | None]] = {
     "push": _push,
     "pull": _pull,
 }

@@ -5,7 +5,9 @@ package (the top-level package of its module; JAX's functions and jaxtune's own 
 outside it): functions named in its body, module-level helpers of a package module it
 names, Pallas kernel bodies handed to ``pl.pallas_call`` (directly or through
 ``functools.partial``), closures, ``jax.custom_vjp``/``custom_jvp`` rules, other
-``@autotuned`` kernels, and so on, recursively. Each function counts by its syntax tree
+``@autotuned`` kernels, and so on, recursively, and the module-level names they read
+that their modules assign (constants such as ``A = 0.99``, tables, aliases: the assigning
+statements count, :func:`_global_parts`). Each function counts by its syntax tree
 without positions, comments, docstrings, ``ctx`` or empty fields (:func:`canonical`), so
 reformatting, comments and blank lines change nothing; the ``@autotuned(...)`` decorator
 of the kernel itself is left out (its space and prune have their own checks).
@@ -26,6 +28,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.machinery
+import importlib.util
 import linecache
 import os
 import pathlib
@@ -139,8 +142,18 @@ def _copy_with(node: ast.AST, **fields: Any) -> ast.AST:
 
 _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
-#: A parsed source file: its tree, and its function definitions by (first line, name).
-_Parsed = tuple[ast.Module, dict[tuple[int, str], list[ast.AST]]]
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Parsed:
+    """A parsed source file: its tree, its function definitions by (first line, name), the
+    module-level statements that assign each name, and the names it imports from modules
+    (name -> (module, level, name there))."""
+
+    tree: ast.Module
+    defs: dict[tuple[int, str], list[ast.AST]]
+    assigns: dict[str, list[ast.stmt]]
+    imports: dict[str, tuple[str, int, str]]
+
 
 _TREES: dict[str, tuple[str, _Parsed | None]] = {}
 _TREES_LOCK = threading.Lock()
@@ -169,15 +182,46 @@ def _parsed(filename: str, text: str) -> _Parsed | None:
             if isinstance(node, _FUNCTION_NODES):
                 name = getattr(node, "name", "<lambda>")
                 index.setdefault((_first_line(node), name), []).append(node)
-        parsed = (tree, index)
+        assigns: dict[str, list[ast.stmt]] = {}
+        imports: dict[str, tuple[str, int, str]] = {}
+        _module_names(tree.body, assigns, imports)
+        parsed = _Parsed(tree, index, assigns, imports)
     with _TREES_LOCK:
         _TREES[filename] = (text, parsed)
     return parsed
 
 
-def _tree(filename: str, text: str) -> ast.Module | None:
-    parsed = _parsed(filename, text)
-    return None if parsed is None else parsed[0]
+def _module_names(
+    body: list[ast.stmt],
+    assigns: dict[str, list[ast.stmt]],
+    imports: dict[str, tuple[str, int, str]],
+) -> None:
+    """Fills ``assigns`` with the module-level statements that assign (or change) each
+    name, and ``imports`` with the names ``from ... import`` binds, looking through
+    ``if``/``try``/``with``/``for`` but not into definitions. An ``@autotuned`` kernel
+    made by a call (``k = autotuned(...)(f)``) is not an assignment of a value: its space
+    has its own checks, and ``f`` counts by its code."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (node.module or "", node.level, alias.name)
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            value = node.value
+            if not (isinstance(value, ast.Call) and _is_autotuned(value.func)):
+                targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            targets = [node.target]
+        for target in targets:
+            for name in ast.walk(target):  # a, b = ...; TABLE["k"] = ...
+                if isinstance(name, ast.Name):
+                    assigns.setdefault(name.id, []).append(node)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                _module_names(inner, assigns, imports)
 
 
 def _node_of(fn: types.FunctionType) -> ast.AST | None:
@@ -191,7 +235,7 @@ def _node_of(fn: types.FunctionType) -> ast.AST | None:
     parsed = _parsed(filename, "".join(lines))
     if parsed is None:
         return None
-    found = parsed[1].get((code.co_firstlineno, code.co_name), [])
+    found = parsed.defs.get((code.co_firstlineno, code.co_name), [])
     if len(found) > 1:  # several lambdas on one line: the one whose body starts first
         starts = [col for _, _, col, _ in code.co_positions() if col]
         first = min(starts) if starts else -1
@@ -249,6 +293,10 @@ class _Walk:
         self.script = _script_name(root.__globals__) if module in _SCRIPT_NAMES else None
         self.package = _top(self.named(module))
         self.functions: dict[int, types.FunctionType] = {}
+        #: Module-level names the functions read: (module, name).
+        self.read: dict[tuple[str, str], None] = {}
+        #: Where each module's source is: module -> (file name, its globals).
+        self.sources: dict[str, tuple[str, dict[str, Any]]] = {}
         self._seen: set[int] = set()
 
     def inside(self, module: Any) -> bool:
@@ -279,7 +327,12 @@ class _Walk:
             return
         if isinstance(value, types.ModuleType):
             if self.inside(value.__name__):
+                file = getattr(value, "__file__", None)
+                if isinstance(file, str):
+                    self.sources.setdefault(value.__name__, (file, value.__dict__))
                 for name in names:
+                    if name in value.__dict__:
+                        self.read[value.__name__, name] = None
                     member = value.__dict__.get(name)
                     if member is not None:
                         self.visit(member, names, depth + 1)
@@ -306,8 +359,11 @@ class _Walk:
     def _reach(self, fn: types.FunctionType) -> None:
         names = frozenset(_names(fn.__code__))
         scope = fn.__globals__
+        module = fn.__module__ or ""
+        self.sources.setdefault(module, (fn.__code__.co_filename, scope))
         for name in names:
             if name in scope:
+                self.read[module, name] = None
                 self.visit(scope[name], names)
         for cell in fn.__closure__ or ():
             try:
@@ -316,6 +372,78 @@ class _Walk:
                 continue
         for default in (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()):
             self.visit(default, names)
+
+    def source(self, module: str) -> _Parsed | None:
+        """The parsed source of ``module`` (one the functions live in, or an imported one
+        of the package); ``None`` when it cannot be read."""
+        known = self.sources.get(module)
+        if known is None:
+            loaded = sys.modules.get(module)
+            file = getattr(loaded, "__file__", None)
+            if loaded is None or not isinstance(file, str):
+                return None
+            known = self.sources[module] = (file, vars(loaded))
+        filename, globals_ = known
+        lines = linecache.getlines(filename, globals_)
+        return _parsed(filename, "".join(lines)) if lines else None
+
+    def origin(self, module: str, imported: tuple[str, int, str]) -> str | None:
+        """The module that ``from ... import`` in ``module`` reads a name from, when it
+        lies in the kernel's package."""
+        name, level, _ = imported
+        if level:
+            globals_ = self.sources.get(module, ("", {}))[1]
+            package = globals_.get("__package__") or self.named(module).rpartition(".")[0]
+            try:
+                name = importlib.util.resolve_name("." * level + name, str(package))
+            except (ImportError, ValueError):
+                return None
+        return name if self.inside(name) else None
+
+
+#: The qualified name of a module-level name's part (its assignments, not a function).
+_GLOBAL = "global "
+
+#: At most this many module-level names are followed per kernel (a bound, not a budget:
+#: real kernels read a few dozen).
+_MAX_GLOBALS = 4096
+
+
+def _global_hash(statements: Sequence[ast.stmt]) -> str:
+    return _hash(repr([canonical(s) for s in statements]))
+
+
+def _global_parts(walk: _Walk) -> list[Part]:
+    """A part for each module-level name the kernel's functions read that its module
+    assigns (``A = 0.99``, ``BLOCKS = (128, 256)``, ``act = jax.nn.gelu``): the statements
+    that assign it, and in turn those of the module-level names their values read; a name
+    imported from another module of the package (``from .consts import A``) counts by
+    that module's assignment. Definitions count by their code (:func:`code_digest`), and
+    imports of other packages not at all."""
+    out: list[Part] = []
+    pending = list(walk.read)
+    seen: set[tuple[str, str]] = set()
+    while pending and len(seen) < _MAX_GLOBALS:
+        module, name = pending.pop()
+        if (module, name) in seen:
+            continue
+        seen.add((module, name))
+        parsed = walk.source(module)
+        if parsed is None:
+            continue
+        statements = parsed.assigns.get(name)
+        if statements:
+            out.append((module, _GLOBAL + name, _global_hash(statements)))
+            values = [v for s in statements if (v := getattr(s, "value", None)) is not None]
+            pending += [
+                (module, n.id) for v in values for n in ast.walk(v) if isinstance(n, ast.Name)
+            ]
+            continue
+        imported = parsed.imports.get(name)
+        origin = walk.origin(module, imported) if imported else None
+        if imported and origin:
+            pending.append((origin, imported[2]))
+    return out
 
 
 def code_digest(fn: Any) -> CodeDigest:
@@ -337,6 +465,7 @@ def code_digest(fn: Any) -> CodeDigest:
                 return CodeDigest()  # no source for the kernel itself: nothing to compare
             continue
         parts.append((f.__module__, f.__qualname__, _part_hash(node, root=f is fn)))
+    parts += _global_parts(walk)
     ordered = tuple(sorted(set(parts)))
     # The digest hashes the names the modules have when imported; the parts keep the names
     # they have here, so ``cache list`` says "unknown" for a script's functions rather
@@ -473,11 +602,16 @@ def _check_parts(parts: Sequence[Part], search: Sequence[str] | None) -> Freshne
         except (OSError, UnicodeDecodeError):
             unknown = True
             continue
-        tree = _tree(str(path), text)
-        if tree is None:
+        parsed = _parsed(str(path), text)
+        if parsed is None:
             return "changed"
+        if qualname.startswith(_GLOBAL):
+            statements = parsed.assigns.get(qualname.removeprefix(_GLOBAL))
+            if not statements or _global_hash(statements) != recorded:
+                return "changed"
+            continue
         hashes = set()
-        for node in _candidates(tree, qualname):
+        for node in _candidates(parsed.tree, qualname):
             hashes.add(_part_hash(node, root=False))
             hashes.add(_part_hash(node, root=True))
         if recorded not in hashes:

@@ -184,6 +184,9 @@ class Fit:
         self.stale_hit: tuple[Entry, str, str] | None = None
         #: Why the entry ``usable`` last accepted is stale (empty: it is current).
         self.last_stale = ""
+        #: The layer of the first entry passed over as tuned for other code (empty: none),
+        #: so that a miss can say the entry is stale rather than absent.
+        self.code_stale = ""
         self._space = space
         self._configs: frozenset[Hashable] | None = None  # built when first asked
 
@@ -229,6 +232,7 @@ class Fit:
                 )
             return False
         if self.stale_code(entry):
+            self.code_stale = self.code_stale or layer
             if _config.settings().mode == "cached":
                 # Once per kernel and layer: every key of an edited kernel is stale at once.
                 self._warn_once(entry, layer, "code", _MSG_CODE_CHANGED, per_key=False)
@@ -364,9 +368,17 @@ def nearest(
     return None if best is None else best[1]
 
 
+#: Why a call has no tuned config: none at all, or only one tuned for other code.
+_WHY_NONE = "no scope, cache, packaged or nearest entry"
+_WHY_STALE = (
+    "its {layer} entry is stale: it was tuned for other code of the kernel (code changed: "
+    "the kernel, a function or Pallas kernel body it reaches, or a module-level constant it "
+    "reads, was edited since), and no other layer has a current one"
+)
+
 _MSG_MISS = (
-    "jaxtune has no tuned config for {kernel} with key {key} on {kind} (no scope, cache, "
-    "packaged or nearest entry), and JAXTUNE_ON_MISS says a miss is not to pass silently. "
+    "jaxtune has {what} for {kernel} with key {key} on {kind} ({why}), and "
+    "JAXTUNE_ON_MISS says a miss is not to pass silently. "
     "Tune it: run the program once with `jaxtune tune -- python your_program.py` (or "
     "JAXTUNE_MODE=tune), or call jaxtune.tune(step, *args) ahead of time; ship the cache "
     "with `jaxtune cache export`. JAXTUNE_ON_MISS=default runs the default config instead."
@@ -382,15 +394,23 @@ class Misses:
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
-    def missed(self, kernel: str, kind: str, key: str, on_miss: str) -> None:
-        """Acts on a miss of ``kernel`` for ``key`` on ``kind``.
+    def missed(self, kernel: str, kind: str, key: str, on_miss: str, *, stale: str = "") -> None:
+        """Acts on a miss of ``kernel`` for ``key`` on ``kind`` (``stale``: the layer whose
+        entry was passed over as tuned for other code, if any).
 
         Raises:
             MissError: ``on_miss`` is ``error``.
         """
         if on_miss == "default":
             return
-        text = _MSG_MISS.format(kernel=kernel, key=key or "(no arguments)", kind=kind)
+        what, why = (
+            ("only a stale tuned config", _WHY_STALE.format(layer=stale))
+            if stale
+            else ("no tuned config", _WHY_NONE)
+        )
+        text = _MSG_MISS.format(
+            what=what, kernel=kernel, key=key or "(no arguments)", kind=kind, why=why
+        )
         if on_miss == "error":
             raise MissError(text)
         with self._lock:
@@ -512,7 +532,9 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
                 return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
         # 6. Miss.
         if measure is not None and use_caches and not sweeping:
-            kernel.misses.missed(kernel.kernel_id, kind, sig.key, settings.on_miss)
+            kernel.misses.missed(
+                kernel.kernel_id, kind, sig.key, settings.on_miss, stale=fit.code_stale
+            )
         # 7. Default.
         return Choice(config=default, source="default", key=sig.key)
 

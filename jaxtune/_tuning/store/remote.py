@@ -64,13 +64,37 @@ MISSING_EXTRA = (
 
 
 class SharedStoreError(CacheError):
-    """The shared store could not be used: unreachable, too slow, access denied, or its
-    client library missing (``denied``: the store refused this process's credentials)."""
+    """The shared store could not be used: unreachable, too slow, access denied, its
+    directory absent, or its client library missing (``denied``: the store refused this
+    process's credentials; ``absent``: a directory store's root does not exist)."""
 
-    def __init__(self, message: str, *, denied: bool = False, missing: bool = False) -> None:
+    def __init__(
+        self, message: str, *, denied: bool = False, missing: bool = False, absent: bool = False
+    ) -> None:
         super().__init__(message)
         self.denied = denied
         self.missing = missing
+        self.absent = absent
+
+
+class StrayObjectError(Exception):
+    """One object of the store (or a folder where objects belong) cannot be used, the rest
+    of the store can: a plain file where a kernel's folder belongs, an object this user
+    cannot read. Raised by :class:`Objects` methods; the store skips that object or folder
+    and reports it (:attr:`SharedStore.unreadable`, :attr:`SharedStore.unwritable`)."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path = path
+        self.why = why
+
+
+#: Why a directory store is an error rather than an empty store when its root is absent.
+MSG_ABSENT = (
+    "the shared store {url} does not exist (no such directory). jaxtune never creates a "
+    "store's root, so that a typo or an unmounted filesystem is never taken for an empty "
+    "store: create it (mkdir -p {url}) or correct JAXTUNE_REMOTE_CACHE (--store)"
+)
 
 
 class Objects(Protocol):
@@ -92,11 +116,13 @@ class Objects(Protocol):
         ...
 
     def get(self, path: str) -> bytes:
-        """The bytes of one object (``FileNotFoundError`` when it is gone)."""
+        """The bytes of one object (``FileNotFoundError`` when it is gone,
+        :class:`StrayObjectError` when this object alone cannot be read)."""
         ...
 
     def put(self, path: str, data: bytes) -> None:
-        """Writes one object whole: a reader sees all of it or nothing."""
+        """Writes one object whole: a reader sees all of it or nothing
+        (:class:`StrayObjectError` when its folder cannot hold objects)."""
         ...
 
     def delete(self, paths: list[str]) -> None:
@@ -133,10 +159,9 @@ class FsspecObjects:
         self.scheme = "file" if not sep else scheme
         self.local = self.scheme == "file"
         self.root = os.path.abspath(rest if sep else url) if self.local else rest.rstrip("/")
+        # A local store's folders are made by put, level by level, never its root.
         self.options: dict[str, Any] = {"skip_instance_cache": True}
-        if self.local:
-            self.options["auto_mkdir"] = True
-        else:
+        if not self.local:
             self.options["use_listings_cache"] = False
         if self.scheme == "s3":
             self.options.update(_s3_options(timeout))
@@ -150,14 +175,24 @@ class FsspecObjects:
         self._fs: Any = None
 
     def connect(self) -> None:
-        """Makes the client (once)."""
+        """Makes the client (once); a directory store's root must exist.
+
+        Raises:
+            SharedStoreError: the store is a directory that does not exist (``absent``).
+        """
         if self._fs is not None:
             return
         fs = self._class(**self.options)
         if self.scheme == "s3":
             fs.retries = 2  # s3fs's own retry loop, on top of botocore's
             fs.connect()  # the aiobotocore client: credentials and the service model
+        self._check_root()
         self._fs = fs
+
+    def _check_root(self) -> None:
+        """A directory store's root is there (an object store has no folders to check)."""
+        if self.local and not os.path.isdir(self.root):
+            raise SharedStoreError(MSG_ABSENT.format(url=self.url), absent=True)
 
     @property
     def fs(self) -> Any:
@@ -179,19 +214,23 @@ class FsspecObjects:
 
     def listing(self, folder: str) -> dict[str, int]:
         """See :meth:`Objects.listing`."""
+        path = self._path(folder)
         try:
-            found = self.fs.ls(self._path(folder), detail=True)
-        except FileNotFoundError:  # nothing published yet
+            found = self.fs.ls(path, detail=True)
+        except (FileNotFoundError, NotADirectoryError):  # nothing published yet, or a stray
+            self._check_root()
             return {}
         out: dict[str, int] = {}
         for info in found:
             name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
-            if info.get("type") == "file" and _is_object(name):
+            here = str(info["name"]).rstrip("/") != path.rstrip("/")  # not a file at path
+            if here and info.get("type") == "file" and _is_object(name):
                 out[name] = int(info.get("size") or 0)
         return out
 
     def walk(self) -> dict[str, int]:
         """See :meth:`Objects.walk`."""
+        self._check_root()
         try:
             found = self.fs.find(self.root, detail=True)
         except FileNotFoundError:  # nothing published yet
@@ -205,7 +244,39 @@ class FsspecObjects:
 
     def get(self, path: str) -> bytes:
         """See :meth:`Objects.get`."""
-        return bytes(self.fs.cat_file(self._path(path)))
+        if not self.local:
+            return bytes(self.fs.cat_file(self._path(path)))
+        try:
+            return bytes(self.fs.cat_file(self._path(path)))
+        except FileNotFoundError:
+            raise
+        except OSError as e:  # this object only: mode 000, a directory, a FIFO's error
+            raise StrayObjectError(path, describe(e)) from e
+
+    def _folders(self, path: str) -> None:
+        """Makes the folders of the object ``path`` below the root, one level at a time,
+        never the root itself.
+
+        Raises:
+            SharedStoreError: the root is gone (``absent``).
+            StrayObjectError: something other than a folder stands where one belongs.
+        """
+        self._check_root()
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            relative = "/".join(parts[:depth])
+            folder = self._path(relative)
+            try:
+                os.mkdir(folder)
+            except FileExistsError:
+                if not os.path.isdir(folder) or os.path.islink(folder):
+                    raise StrayObjectError(
+                        relative,
+                        "is not a folder, where the store keeps a folder of objects: remove it",
+                    ) from None
+            except FileNotFoundError:  # the root deleted since it was checked
+                self._check_root()
+                raise
 
     def put(self, path: str, data: bytes) -> None:
         """See :meth:`Objects.put`."""
@@ -213,6 +284,7 @@ class FsspecObjects:
         if not self.local:
             self.fs.pipe_file(target, data)
             return
+        self._folders(path)
         folder, name = target.rsplit("/", 1)
         temporary = f"{folder}/.{name}.{secrets.token_hex(4)}.tmp"
         self.fs.pipe_file(temporary, data)
@@ -281,8 +353,12 @@ class SharedStore:
         self._connected = False
         self._seen: dict[str, dict[Ident, Entry] | None] = {}
         self._lock = threading.Lock()
-        #: Objects found unreadable (not decodable, newer schema, too large): never deleted.
+        #: Objects found unreadable (not decodable, newer schema, too large, refused by
+        #: the filesystem): never deleted.
         self.unreadable: dict[str, str] = {}
+        #: Folders no object could be written to (a stray file where one belongs) -> why;
+        #: their entries were not published, every other folder's were.
+        self.unwritable: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"SharedStore({self.url!r}, timeout={self.timeout:g})"
@@ -323,11 +399,23 @@ class SharedStore:
         ok, value = box[0]
         if ok:
             return value
+        if isinstance(value, (SharedStoreError, StrayObjectError)):
+            raise value  # already says what is wrong, and with which part of the store
         raise _failure(self.url, what, value) from value
+
+    def reach(self) -> None:
+        """Makes the client, under its deadline, once: a store that cannot be used at all
+        (a directory store that does not exist, a client that cannot be made) says so now.
+
+        Raises:
+            SharedStoreError: it cannot be used.
+        """
+        self._bounded("connecting", lambda: None)
 
     # -- reading -----------------------------------------------------------------------
 
-    def _folder(self, device_kind: str, kernel: str) -> str:
+    def folder(self, device_kind: str, kernel: str) -> str:
+        """The folder of ``kernel``'s objects on ``device_kind``, below the root."""
         return f"{slug(device_kind)}/{slug(kernel)}"
 
     def _object(self, folder: str, name: str, size: int) -> dict[Ident, Entry] | None:
@@ -346,10 +434,11 @@ class SharedStore:
         else:
             try:
                 data = self.objects.get(path)
+                table = _entries_of(folder, parse(data))
             except FileNotFoundError:
                 raise _GoneError(path) from None
-            try:
-                table = _entries_of(folder, parse(data))
+            except StrayObjectError as e:
+                self.unreadable[path] = e.why
             except (DecodeError, FutureSchemaError) as e:
                 why = f"schema {e.schema}, newer" if isinstance(e, FutureSchemaError) else str(e)
                 self.unreadable[path] = why
@@ -381,7 +470,7 @@ class SharedStore:
         Raises:
             SharedStoreError: unreachable, too slow or denied.
         """
-        folder = self._folder(device_kind, kernel)
+        folder = self.folder(device_kind, kernel)
         return self._bounded(f"reading {folder}", functools.partial(self._entries, folder))
 
     def _entries(self, folder: str) -> dict[Ident, Entry]:
@@ -434,22 +523,27 @@ class SharedStore:
     def publish(self, entries: Iterable[Entry]) -> int:
         """Adds ``entries`` to the store, never losing what other writers publish at the
         same time; returns how many it added or replaced (an entry the store already holds,
-        or holds tuned later, is not written again). When it returns, they are stored.
+        or holds tuned later, is not written again). When it returns, they are stored, but
+        for those of a folder that cannot hold objects (a stray file where it belongs:
+        skipped, and named in :attr:`unwritable`).
 
         Raises:
             SharedStoreError: unreachable, too slow or denied (nothing is acknowledged).
         """
         groups: dict[str, dict[Ident, Entry]] = {}
         for entry in entries:
-            groups.setdefault(self._folder(entry.device_kind, entry.kernel), {})[ident(entry)] = (
+            groups.setdefault(self.folder(entry.device_kind, entry.kernel), {})[ident(entry)] = (
                 entry
             )
         added = 0
         for folder, new in groups.items():
-            added += self._bounded(
-                f"publishing to {folder}",
-                functools.partial(self._publish_folder, folder, new),
-            )
+            try:
+                added += self._bounded(
+                    f"publishing to {folder}",
+                    functools.partial(self._publish_folder, folder, new),
+                )
+            except StrayObjectError as e:  # that folder only: the others are published
+                self.unwritable[e.path] = e.why
         return added
 
 

@@ -32,6 +32,8 @@ _STORES: dict[tuple[str, float], SharedStore] = {}
 _DOWN: dict[str, str] = {}
 #: Stores that refused a publish (URL -> why): still read, never written again.
 _NO_PUBLISH: dict[str, str] = {}
+#: (URL, folder) this process warned about: a stray object where a kernel's folder belongs.
+_STRAYS: set[tuple[str, str]] = set()
 #: (URL, device kind, kernel) already read through by this process.
 _READ: set[tuple[str, str, str]] = set()
 
@@ -39,8 +41,19 @@ _MSG_DOWN = (
     "jaxtune cannot use the shared store: {why}. This process goes on without it and makes "
     "no further request to it: lookups use the user cache, packaged caches and defaults; "
     "entries it tunes stay in the user cache (`jaxtune cache push` publishes them later). "
-    "Check the store's URL, the network and the credentials (`jaxtune cache pull` tries "
-    "the store again and raises its error)."
+    "{check}`jaxtune cache pull` tries the store again and raises its error."
+)
+
+#: What to check, by the kind of store that failed (an absent directory says it itself).
+_CHECK_REMOTE = "Check the store's URL, the network and the credentials; "
+_CHECK_DIRECTORY = (
+    "Check that the directory is there (mounted) and that this user may read and write it; "
+)
+
+_MSG_STRAY = (
+    "jaxtune cannot publish to the shared store {url}: {path} {why}. The entries of that "
+    "folder stay in the user cache (`jaxtune cache push` publishes them once it is "
+    "removed); every other kernel is still read from and published to the store."
 )
 
 _MSG_NO_PUBLISH = (
@@ -78,7 +91,12 @@ def _give_up(url: str, e: SharedStoreError) -> None:
         if url in _DOWN:
             return
         _DOWN[url] = str(e)
-    text = str(e) if e.missing else _MSG_DOWN.format(why=e)
+    if e.missing:
+        text = str(e)
+    else:
+        local = "://" not in url  # the setting makes a directory an absolute path
+        check = "" if e.absent else _CHECK_DIRECTORY if local else _CHECK_REMOTE
+        text = _MSG_DOWN.format(why=e, check=check)
     _warn(text, JaxtuneWarning, stacklevel=4)
 
 
@@ -121,13 +139,16 @@ def _newer_than_cached(entry: Entry) -> bool:
 
 def publish(entries: Iterable[Entry]) -> bool:
     """Publishes ``entries`` (just tuned) to the shared store; returns whether they were
-    stored there. A failure is one warning, after which this process stops asking."""
+    stored there. A failure is one warning, after which this process stops asking; a
+    stray object where a kernel's folder belongs is one warning naming it, and only that
+    folder is skipped."""
     store = current()
     if store is None:
         return False
     with _LOCK:
         if store.url in _NO_PUBLISH:
             return False
+    entries = list(entries)
     try:
         store.publish(entries)
     except SharedStoreError as e:
@@ -140,4 +161,17 @@ def publish(entries: Iterable[Entry]) -> bool:
             _NO_PUBLISH[store.url] = str(e)
         _warn(_MSG_NO_PUBLISH.format(why=e), JaxtuneWarning, stacklevel=3)
         return False
-    return True
+    # The stray objects that kept these entries out (a file where a folder belongs).
+    folders = {store.folder(e.device_kind, e.kernel) + "/" for e in entries}
+    strays = {
+        path: why
+        for path, why in list(store.unwritable.items())
+        if any(f.startswith(path + "/") for f in folders)
+    }
+    for path, why in strays.items():
+        with _LOCK:
+            if (store.url, path) in _STRAYS:
+                continue
+            _STRAYS.add((store.url, path))
+        _warn(_MSG_STRAY.format(url=store.url, path=path, why=why), JaxtuneWarning, stacklevel=3)
+    return not strays
