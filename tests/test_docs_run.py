@@ -32,9 +32,11 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from sybil import Document, Example, Region, Sybil
+from sybil.example import SybilFailure
 from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, FencedCodeBlockLexer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -252,11 +254,12 @@ def _evaluate(example: Example) -> str | None:
     page: Page = example.namespace["page"]
     if block.not_run or block.tpu != (page.tier == "tpu"):
         return None
+    start = time.perf_counter()
     failed = _prepare(block, page)
     if failed is None:
         run = _run_python if block.language == "python" else _run_shell
         failed = run(block, page)
-    page.ran.append(block.name)
+    page.ran.append(f"{block.name} ran in {time.perf_counter() - start:.1f} s")
     return failed
 
 
@@ -304,6 +307,7 @@ def test_page_runs_as_shown(page, tmp_path):
     for example in document.examples():
         example.evaluate()
     assert state.ran
+    print("\n".join(state.ran))  # pytest -rP shows each block's time
 
 
 TPU_BLOCKS = [b for b in BLOCKS if b.tpu and not b.not_run]
@@ -322,3 +326,26 @@ def test_tpu_block_runs_on_a_tpu(name, tmp_path):
     document.namespace["page"] = Page(folder=tmp_path, tier="tpu")
     (example,) = [e for e in document.examples() if e.parsed.line == int(line)]
     example.evaluate()
+
+
+@pytest.mark.child
+@pytest.mark.parametrize(
+    ("block", "says"),
+    [
+        ("```python\nprint(1 + 1)\n#> 3\n```", "the page shows\n3\nbut it printed\n2"),
+        ("```python\nraise SystemExit(4)\n```", "the block exited 4"),
+        ("```console\n$ echo 2\n3\n```", "`echo 2` shows\n3\nbut printed\n2"),
+        ("```bash\ntrue\nfalse  # the second line\n```", "`false  # the second line` exited 1"),
+    ],
+)
+def test_a_block_that_breaks_fails_its_page(block, says, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        f"# A page\n\n<!-- docs: output-varies -->\n```console\n$ echo 1\n0\n```\n\n{block}\n"
+    )
+    document = SYBIL.parse(page)
+    document.namespace["page"] = Page(folder=tmp_path, tier="cpu")
+    first, second = document.examples()
+    first.evaluate()  # its output varies, as the page says
+    with pytest.raises(SybilFailure, match=re.escape(says)):
+        second.evaluate()
