@@ -6,7 +6,7 @@ which mkdocs does not render); each page then runs in a fresh directory of its o
 blocks in order: a ```python block as a script in a fresh process (a sweep's child
 re-imports the script, as it does the reader's), a ```console block's ``$`` commands and a
 ```bash block's lines in ``bash``, with the page's own user cache. The lines a ```python
-block shows after ``#>`` are the block's output, and a console block's lines after a ``$``
+block shows after ``# ->`` are the block's output, and a console block's lines after a ``$``
 command are that command's, compared with ``...`` matching anything, unless the page says
 the output varies. The directives (several separated by ``;``):
 
@@ -213,7 +213,7 @@ def _run_python(block: Block, page: Page) -> str | None:
     if done.returncode or "Traceback" in done.stderr:
         return _failed(block, "the block", done)
     shown = [
-        line.strip()[3:] for line in block.source.splitlines() if line.strip().startswith("#> ")
+        line.strip()[5:] for line in block.source.splitlines() if line.strip().startswith("# -> ")
     ]
     if shown and not _same("\n".join(shown), done.stdout):
         return (
@@ -332,7 +332,7 @@ def test_tpu_block_runs_on_a_tpu(name, tmp_path):
 @pytest.mark.parametrize(
     ("block", "says"),
     [
-        ("```python\nprint(1 + 1)\n#> 3\n```", "the page shows\n3\nbut it printed\n2"),
+        ("```python\nprint(1 + 1)\n# -> 3\n```", "the page shows\n3\nbut it printed\n2"),
         ("```python\nraise SystemExit(4)\n```", "the block exited 4"),
         ("```console\n$ echo 2\n3\n```", "`echo 2` shows\n3\nbut printed\n2"),
         ("```bash\ntrue\nfalse  # the second line\n```", "`false  # the second line` exited 1"),
