@@ -285,7 +285,8 @@ def test_export_dir_writes_the_cache_layout_a_library_registers(incli, tmp_path)
     assert proc.returncode == 0
     doc = json.loads(proc.stdout)
     assert (doc["layout"], doc["entries"], doc["path"]) == ("directory", 1, str(target))
-    assert [p.relative_to(target).as_posix() for p in target.rglob("*.msgpack")] == [
+    # What a library ships: the cache files, without the lock files the writes took.
+    assert [p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()] == [
         "cpu/lib.matmul.msgpack"
     ]
     jaxtune.register_cache(target)
@@ -411,3 +412,16 @@ def test_the_json_of_every_cache_action_is_documented(incli, tmp_path):
     )
     layers = re.search(r"`layers`: one object per layer shown \(([^()]*)\)", doc).group(1)
     assert set(re.findall(r"`(\w+)`:", layers)) == set(outputs["list"]["layers"][0])
+
+
+def test_package_is_found_in_the_directory_the_command_runs_in(incli, tmp_path, monkeypatch):
+    """As `python -m jaxtune` finds it, though the `jaxtune` script's sys.path starts with
+    the script's folder, not the working directory."""
+    (tmp_path / "herelib").mkdir()
+    (tmp_path / "herelib" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "herelib", raising=False)
+    proc = incli("cache", "list", "--package", "herelib")
+    assert proc.returncode == 0, proc.stderr
+    assert sys.modules.pop("herelib").__file__ == str(tmp_path / "herelib" / "__init__.py")

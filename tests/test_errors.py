@@ -1,6 +1,11 @@
 """Messages built from exceptions never end in an empty reason (docs/errors.md, "Errors and
 warnings": a message says what arrived and what to do)."""
 
+import traceback
+
+import pytest
+
+import jaxtune
 from jaxtune._core.errors import describe
 
 
@@ -42,3 +47,11 @@ def test_a_warning_from_jaxtunes_own_thread_keeps_its_stacklevel():
     ]
     assert caught[0].filename == threading.__file__
     assert caught[1].filename == __file__
+
+
+@pytest.mark.parametrize("name", [n for n in jaxtune.__all__ if n.endswith(("Error", "Warning"))])
+def test_a_public_exception_is_named_by_its_public_name(name):
+    """A traceback prints `jaxtune.SettingsError: ...`, the name users import and catch."""
+    cls = getattr(jaxtune, name)
+    assert f"{cls.__module__}.{cls.__qualname__}" == f"jaxtune.{name}"
+    assert traceback.format_exception_only(cls("x"))[-1] == f"jaxtune.{name}: x\n"

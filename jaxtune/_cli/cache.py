@@ -241,6 +241,10 @@ def _sources(
     Raises:
         CacheError: a ``--package`` cannot be imported, or a ``--layer`` cannot be read.
     """
+    if args.package and "" not in sys.path and os.getcwd() not in sys.path:
+        # As `python -m jaxtune` finds it: the `jaxtune` script's sys.path starts with the
+        # script's own folder, not the directory the command runs in.
+        sys.path.insert(0, os.getcwd())
     for name in args.package:
         try:
             importlib.import_module(name)
@@ -422,7 +426,7 @@ def _export(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> Non
         entries = [dataclasses.replace(e, measurements=()) for e in entries]
     if args.dir is not None:
         path = _output_dir(args.dir)
-        _cache.CacheStore(path).write(entries)
+        _write_shipped(path, entries)
         layout = "directory"
     else:
         path = _results.save(output_file(args.file), entries)
@@ -565,6 +569,16 @@ def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
 def _clear(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
     dropped = store.clear()
     out({"dropped": dropped}, f"removed {_count(dropped, 'entry', 'entries')} from {store.root}")
+
+
+def _write_shipped(path: pathlib.Path, entries: list[Entry]) -> None:
+    """Writes ``entries`` into the cache directory ``path`` as a library ships it: without
+    the ``.lock`` files the writes took (a packaged cache is never written, so never
+    locked), keeping those that were there before."""
+    before = set(path.glob("*/*.msgpack.lock"))
+    _cache.CacheStore(path).write(entries)
+    for lock in set(path.glob("*/*.msgpack.lock")) - before:
+        lock.unlink(missing_ok=True)
 
 
 def _output_dir(name: pathlib.Path) -> pathlib.Path:

@@ -16,6 +16,7 @@ from .._core import settings as _config
 from .._core.errors import CacheError
 from .._core.setting_values import remote as _remote_value
 from .._core.vocabulary import Entry
+from .._render.units import count as _count
 from .._tuning.store import cache as _cache
 from .._tuning.store.remote import SharedStore
 
@@ -97,7 +98,8 @@ def _push(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     unwritable = dict(sorted(shared.unwritable.items()))
     unwritten = ", or could not write" if unwritable else ""
     lines = [
-        f"published {published} of {len(entries)} entries from {store.root} to {shared.url} "
+        f"published {published} of {_count(len(entries), 'entry', 'entries')} from {store.root} "
+        f"to {shared.url} "
         f"({len(entries) - published} the store already held, or held tuned later{unwritten})"
     ]
     lines += [f"  could not write to {p}: it {why}" for p, why in unwritable.items()]
@@ -121,7 +123,7 @@ def _pull(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
     merged = store.merge(entries, keep_newer=True)
     unreadable = dict(sorted(shared.unreadable.items()))
     lines = [
-        f"pulled {len(entries)} entries from {shared.url} into {store.root}: {merged.new} new, "
+        f"pulled {_count(len(entries), 'entry', 'entries')} from {shared.url} into {store.root}: {merged.new} new, "
         f"{merged.unchanged} unchanged, {len(merged.replaced)} replaced, "
         f"{len(merged.kept)} kept (the user cache's, tuned later)"
     ]

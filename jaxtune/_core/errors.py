@@ -116,6 +116,27 @@ class CustomCallTracingWarning(JaxtuneWarning):
     cannot turn it off, says its timings include the trace points)."""
 
 
+# A traceback names an exception by its module and qualname: make it the public name
+# (`jaxtune.SettingsError: ...`), not this private module's. Each of these is in
+# jaxtune's __all__ (CustomCallTracingWarning is not, and keeps its module).
+for _public in (
+    AgreementError,
+    CacheError,
+    ConfigSpaceError,
+    FlagError,
+    JaxtuneError,
+    JaxtuneWarning,
+    MissError,
+    PlotsUnavailableError,
+    ProfileError,
+    SettingsError,
+    SignatureError,
+    SweepError,
+    TuningFailedError,
+):
+    _public.__module__ = "jaxtune"
+
+
 def _library_dirs() -> tuple[str, ...]:
     """Where the frames a warning skips live: jaxtune's own code, JAX's, and the standard
     library's threads (a thread of jaxtune's has no user frame; its warning keeps its

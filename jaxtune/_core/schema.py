@@ -255,6 +255,6 @@ def check_entry(record: Any) -> dict[str, Any]:
         ...              "default_config": {"b": 1}, "default_time_us": 2.0})
         Traceback (most recent call last):
         ...
-        jaxtune._core.errors.CacheError: entry: field 'time_us' should be a finite number >= 0 or None, got str 'fast'.
+        jaxtune.CacheError: entry: field 'time_us' should be a finite number >= 0 or None, got str 'fast'.
     """
     return _check(record, ENTRY_FIELDS, "entry")

@@ -172,7 +172,7 @@ class Profile:
             >>> jaxtune.Profile.from_trace("/no/such/trace")  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            jaxtune._core.errors.ProfileError: cannot read a trace at /no/such/trace: ...
+            jaxtune.ProfileError: cannot read a trace at /no/such/trace: ...
         """
         return report_from_trace(path)
 
@@ -187,6 +187,10 @@ class Profile:
             atomic_write(target.with_suffix(CALLS_SUFFIX), packb(list(self.calls)))
         return target
 
+
+#: The one message of a trace that does not decode, whole or in a part read later
+#: (docs/profiling.md quotes it).
+DAMAGED = "{path} is a damaged XSpace trace ({why}); capture it again."
 
 #: Added to an exception the analysis of a decoded trace raised (a bug, not damage).
 INTERNAL_FAULT = (
@@ -219,7 +223,7 @@ def report_from_trace(
     try:
         space = _xplane.load(path)
     except _xplane.DecodeError as e:
-        raise ProfileError(f"{path} is not a readable XSpace trace: {e}") from e
+        raise ProfileError(DAMAGED.format(path=path, why=describe(e))) from e
     except OSError as e:
         raise ProfileError(f"cannot read a trace at {path}: {e}") from e
     try:
@@ -227,9 +231,7 @@ def report_from_trace(
     except _xplane.DecodeError as e:
         # Damaged input: a part decoded only when read (a plane, a line) that does not
         # decode.
-        raise ProfileError(
-            f"{path} is a damaged XSpace trace ({describe(e)}); capture it again."
-        ) from e
+        raise ProfileError(DAMAGED.format(path=path, why=describe(e))) from e
     except JaxtuneError:
         raise
     except Exception as e:
