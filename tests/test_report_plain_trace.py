@@ -419,7 +419,7 @@ def test_a_truncated_plain_trace_is_a_one_line_error(plain_trace, incli, tmp_pat
         proc = incli("report", str(bad))
         assert proc.returncode == 2, proc.stdout
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-        assert proc.stderr.startswith(f"jaxtune report: {bad} is not a readable XSpace trace")
+        assert proc.stderr.startswith(f"jaxtune report: {bad} is a damaged XSpace trace")
 
 
 @pytest.mark.child

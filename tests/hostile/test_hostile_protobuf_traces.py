@@ -107,7 +107,7 @@ def test_a_500_mb_all_zero_file_is_a_profile_error(tmp_path):
     path = tmp_path / "zeros.xplane.pb"
     with path.open("wb") as f:
         f.truncate(500 << 20)  # sparse: no disk used
-    with pytest.raises(jaxtune.ProfileError, match="not a readable XSpace trace"):
+    with pytest.raises(jaxtune.ProfileError, match="is a damaged XSpace trace"):
         jaxtune.Profile.from_trace(path)
 
 
