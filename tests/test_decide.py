@@ -309,8 +309,14 @@ def test_the_entrys_times_come_from_the_rounds_when_both_raced():
     entry = make_entry(plan, outcome, "cpu", "")
     slow, fast = (got[config_id(c)] for c in configs)
     assert entry.time_us == np.median(fast.rounds_us)
-    assert entry.default_time_us == np.median(slow.rounds_us)
-    assert entry.default_time_us / entry.time_us == pytest.approx(1.3, rel=0.1)
+    # The speedup is the median of the per-round ratios, the decision's estimator, and
+    # its interval holds it.
+    ratios = [s / f for s, f in zip(slow.rounds_us, fast.rounds_us, strict=False)]
+    assert entry.speedup == pytest.approx(np.median(ratios))
+    assert entry.default_time_us == pytest.approx(np.median(slow.rounds_us), rel=0.01)
+    assert entry.speedup == pytest.approx(1.3, rel=0.1)
+    low, high = entry.speedup_range
+    assert low <= entry.speedup <= high
 
 
 def test_the_outcomes_times_are_the_entrys():
@@ -437,7 +443,8 @@ def test_a_config_clearly_behind_leaves_the_rounds_after_two(ratio):
     plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[2])
     outcome = _decide.finish(plan, got, retimed=set(got))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": "a"}, "clear")
-    assert outcome.times()[1] == pytest.approx(c.time_us)
+    # The default's time as the rounds compare it (the ratio over its 3 rounds).
+    assert outcome.times()[1] == pytest.approx(c.time_us, rel=0.01)
 
 
 def test_clearly_behind_compares_fastest_rounds_of_long_calls():

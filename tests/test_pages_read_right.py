@@ -195,3 +195,37 @@ def test_a_rival_that_left_the_rounds_clearly_behind_is_compared_by_its_rounds()
     text = jaxtune.TuningResult.of(entry).table()
     assert "clear: 2.70x ahead of tm=128 (clearly behind after 3 rounds)" in text, text
     assert "first pass" not in text
+
+
+def test_a_rival_ahead_by_its_estimate_that_loses_a_tie_is_not_called_not_faster():
+    # A rival whose estimate is 0.99x of the stored config's but whose interval reaches
+    # no further than 4 % faster, and which would lose a tie: the label says so.
+    best, rival = {"chunk": 256}, {"chunk": 1024}
+    mine = [100.0 + i for i in range(12)]
+    theirs = [
+        m * f
+        for m, f in zip(
+            mine,
+            [0.96, 0.97, 0.98, 0.99, 0.99, 0.99] + [1.0, 1.01, 1.02, 1.03, 1.05, 1.07],
+            strict=True,
+        )
+    ]
+    entry = Entry(
+        kernel="k",
+        device_kind="cpu",
+        key="f32[8]",
+        config=best,
+        time_us=100.0,
+        default_config=best,
+        default_time_us=100.0,
+        measurements=(
+            measurement(best, 100.0, rounds=mine),
+            measurement(rival, 99.0, rounds=theirs),
+        ),
+        decision="clear",
+        margin={"rival": rival, "ratio": 0.995, "low": 0.96, "high": 1.07},
+    )
+    text = jaxtune.TuningResult.of(entry).table()
+    assert (
+        "clear: chunk=1024 at most 4 % faster, loses a tie: 0.99x (95 % interval 0.96-1.07)" in text
+    ), text

@@ -25,12 +25,20 @@ def add_recording_options(p: argparse.ArgumentParser) -> None:
 SETTLE_S = 3.0
 
 
+#: The seconds ``--settle`` takes: what ``JAXTUNE_RECORD_SETTLE`` takes in the program.
+SETTLE_RANGE = (0.001, 1e6)
+
+
 def _seconds(raw: str) -> float:
-    """A positive number of seconds (``nan``, ``inf`` and the like are refused)."""
+    """A number of seconds in :data:`SETTLE_RANGE` (``nan``, ``inf`` and the like are
+    refused)."""
     try:
         value = float(raw)
     except ValueError:
         value = float("nan")
-    if not 0.0 < value < float("inf"):  # false for nan
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive number of seconds, such as 5")
+    low, high = SETTLE_RANGE
+    if not low <= value <= high:  # false for nan
+        raise argparse.ArgumentTypeError(
+            f"{raw!r} is not a number of seconds from {low:g} to {high:g}, such as 5"
+        )
     return value

@@ -400,6 +400,9 @@ def record_program(
             flush=True,
         )
         done = threading.Event()
+        threading.Thread(
+            target=_note_no_call, args=(path, done, verb), name="jaxtune-record-note", daemon=True
+        ).start()
         follower = None
         if on_call is not None:
             follower = threading.Thread(
@@ -417,6 +420,28 @@ def record_program(
     if stopped is not None:
         print(stopped.text(verb), file=sys.stderr, flush=True)
     return records, stopped, status
+
+
+#: Seconds after which a program that has made no autotuned call is said to run on.
+NO_CALL_NOTE_S = 30.0
+
+
+def _note_no_call(path: str, done: threading.Event, verb: str) -> None:
+    """Says once, after :data:`NO_CALL_NOTE_S`, that the program has made no autotuned
+    call yet (the settle clock starts at the first): it runs on until it does or ends."""
+    if done.wait(NO_CALL_NOTE_S):
+        return
+    with contextlib.suppress(OSError):
+        if os.path.getsize(path) > 0:
+            return
+    print(
+        f"jaxtune {verb}: the program has made no autotuned call in {NO_CALL_NOTE_S:g} s; "
+        "it runs on until it makes one (then it is stopped once it settles) or ends. A "
+        "program that never calls an @jaxtune.autotuned kernel has nothing to record: "
+        "Ctrl-C stops it.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _follow(path: str, on_call: Callable[[dict[str, Any]], None], done: threading.Event) -> None:

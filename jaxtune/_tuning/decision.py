@@ -86,6 +86,12 @@ def decision_text(entry: Entry) -> str:
         if low is None:
             return f"clear: {ratio:.2f}x ahead of {rival} (first pass, fastest samples)"
         if (mine and theirs) or low <= 1.0:  # not faster by more than the tie margin
+            if ratio < 1.0 and low is not None and low > 0:
+                # Its estimate is ahead, but not by enough to win: it would lose a tie.
+                return (
+                    f"clear: {rival} at most {1 / low - 1:.0%} faster, loses a tie: "
+                    f"{ratio:.2f}x{_interval(low, high, LEVEL)}"
+                ).replace("%", " %", 1)
             return f"clear: {rival} not faster, {ratio:.2f}x{_interval(low, high, LEVEL)}"
         return f"clear: {ratio:.2f}x ahead of {rival}{_interval(low, high, LEVEL)}"
     if strict[0] is not None:

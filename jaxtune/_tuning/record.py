@@ -258,7 +258,7 @@ def note(kernel: Any, sig: Any, choice: Any) -> None:
     if recorder is not None:
         recorder.record(kernel, sig, choice)
     if settings.verbose >= 1 and not _FINDING.get():
-        from .._core.vocabulary import config_id
+        from .._render.configs import text as config_text
 
         seen = (kernel.kernel_id, sig.key, choice.source)
         with _LOCK:
@@ -267,7 +267,7 @@ def note(kernel: Any, sig: Any, choice: Any) -> None:
             _SEEN.add(seen)
         stale = f", stale: {choice.stale}" if choice.stale else ""
         print(
-            f"jaxtune: {kernel.kernel_id} {sig.key}: {config_id(choice.config)} "
+            f"jaxtune: {kernel.kernel_id} {sig.key}: {config_text(choice.config)} "
             f"(from {choice.source}{stale})",
             file=sys.stderr,
             flush=True,

@@ -10,6 +10,7 @@ from ..._core import versions as _versions
 from ..._core.flags import normalise_platform
 from ..._core.vocabulary import Entry, Measurement
 from ..digest import CodeDigest
+from .intervals import ratio_interval
 from .plan import SweepPlan
 from .stats import SweepOutcome
 from .timers import resolve_timer
@@ -18,8 +19,15 @@ __all__ = ["make_entry"]
 
 
 def _speedup_range(best: Measurement, default: Any) -> tuple[float, float] | None:
+    """The speedup's 95 % interval: of the per-round ratios where both raced in the rounds
+    (the decision's estimator), else what the two medians' intervals allow; it always
+    holds the speedup the entry states."""
     if not isinstance(default, Measurement):
         return None
+    if best.rounds_us and default.rounds_us and default.config != best.config:
+        ratio, low, high = ratio_interval(default.rounds_us, best.rounds_us)
+        if low is not None and high is not None:
+            return (float(min(low, ratio)), float(max(high, ratio)))
     if None in (best.low_us, best.high_us, default.low_us, default.high_us):
         return None
     low = default.low_us / best.high_us  # type: ignore[operator]
@@ -37,8 +45,8 @@ def make_entry(
 ) -> Entry:
     """The cache entry for a finished sweep (``code``: the digest of the kernel's code it
     was tuned for). When the stored config and the default were timed side by side in the
-    rounds, their times are the medians of their per-round times (the estimator the
-    decision used), so the speedup agrees with the decision."""
+    rounds, the speedup is the median of their per-round ratios (the estimator the
+    decision used) and its interval theirs, so the speedup agrees with the decision."""
     code = code or CodeDigest()
     searched = outcome.searched
     time_us, default_time_us = outcome.times()

@@ -104,14 +104,18 @@ class SweepOutcome:
 
     def times(self) -> tuple[float, float | None]:
         """``(stored config's time, default's time)`` in µs (``None`` when the default
-        failed): the medians of their per-round times when both were timed in the rounds
-        (the estimator the decision used, so the speedup agrees with it), else of their
-        samples."""
+        failed). When both were timed in the rounds: the stored config's median per-round
+        time, and the default's as that times the median of the per-round ratios (the
+        estimator the decision used, so the speedup is the ratio the decision saw, inside
+        its interval); else the medians of their samples."""
         best, default = self.best, self.default
         if not isinstance(default, Measurement):
             return best.median_us, None
         if best.rounds_us and default.rounds_us:
-            return best.time_us, default.time_us
+            if default.config == best.config:
+                return best.time_us, best.time_us
+            ratio = ratio_interval(default.rounds_us, best.rounds_us)[0]
+            return best.time_us, best.time_us * ratio
         return best.median_us, default.median_us
 
 
