@@ -206,7 +206,7 @@ def test_a_rival_ahead_by_its_estimate_that_loses_a_tie_is_not_called_not_faster
         m * f
         for m, f in zip(
             mine,
-            [0.96, 0.97, 0.98, 0.99, 0.99, 0.99] + [1.0, 1.01, 1.02, 1.03, 1.05, 1.07],
+            [0.96, 0.97, 0.98, 0.99, 0.99, 0.99, 1.0, 1.01, 1.02, 1.03, 1.05, 1.07],
             strict=True,
         )
     ]
