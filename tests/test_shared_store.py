@@ -217,6 +217,7 @@ def test_only_process_zero_reads_the_store(monkeypatch, tmp_path, requests):
 
 def test_a_missing_client_library_names_the_extra_once(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "fsspec", None)  # import fsspec raises ImportError
+    (tmp_path / "shared").mkdir()
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", str(tmp_path / "shared"))
     with pytest.warns(JaxtuneWarning, match=r"pip install 'jaxtune\[remote\]'") as caught:
         assert first.config_for(X).source == "default"
@@ -225,6 +226,16 @@ def test_a_missing_client_library_names_the_extra_once(monkeypatch, tmp_path):
         warnings.simplefilter("error")
         assert second.config_for(X).source == "default"
         assert _shared.publish([tuned(second, {"factor": 2})]) is False
+
+
+def test_an_absent_directory_is_said_before_a_missing_client_library(monkeypatch, tmp_path):
+    # A typo needs no client to be seen, and is the likelier mistake.
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", str(tmp_path / "typo"))
+    with pytest.warns(JaxtuneWarning, match="does not exist") as caught:
+        assert first.config_for(X).source == "default"
+    assert len(caught) == 1
+    assert "jaxtune[remote]" not in str(caught[0].message)
 
 
 def test_an_unusable_directory_costs_one_warning(monkeypatch, tmp_path, requests):

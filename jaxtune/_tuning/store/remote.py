@@ -59,7 +59,7 @@ T = TypeVar("T")
 MISSING_EXTRA = (
     "JAXTUNE_REMOTE_CACHE={url} needs the `remote` extra, which is not installed here "
     "({why}): pip install 'jaxtune[remote]' (fsspec, with s3fs for s3:// and gcsfs for "
-    "gs://). Until then this process uses the user cache only."
+    "gs://). Without it, lookups use the user cache only."
 )
 
 
@@ -93,7 +93,8 @@ class StrayObjectError(Exception):
 MSG_ABSENT = (
     "the shared store {url} does not exist (no such directory). jaxtune never creates a "
     "store's root, so that a typo or an unmounted filesystem is never taken for an empty "
-    "store: create it (mkdir -p {url}) or correct JAXTUNE_REMOTE_CACHE (--store)"
+    "store: create it (mkdir -p {url}) or correct JAXTUNE_REMOTE_CACHE (or the --store "
+    "of jaxtune cache push/pull)"
 )
 
 
@@ -165,6 +166,9 @@ class FsspecObjects:
             self.options["use_listings_cache"] = False
         if self.scheme == "s3":
             self.options.update(_s3_options(timeout))
+        # An absent directory is said first: it needs no client to see, and it is the
+        # likelier mistake (a typo, an unmounted filesystem) than a missing extra.
+        self._check_root()
         try:
             fsspec = importlib.import_module("fsspec")
             self._class = fsspec.get_filesystem_class(self.scheme)
