@@ -71,11 +71,15 @@ def test_the_profile_page_fits_1400_px_and_shows_the_config_and_pass(tmp_path):
     cells = [b["text"] for b in laid["wanted"]['table[data-table="autotuned"] td']]
     assert "block_q=256, block_k_major=512, block_k=128, block_b=1" in cells
     assert "fwd+bwd" in cells and "2.76x over the default" in cells
-    # Sorted as it says: kernels by share of device time, largest first.
+    # Sorted as it says: kernels by share of device time, largest first (an autotuned
+    # kernel's head row, its parts beneath it).
     page = path.read_text()
     kernels = page[page.index('data-table="kernels"') : page.index('data-table="autotuned"')]
-    shares = [float(x) for x in re.findall(r'<td class="num">([\d.]+)%</td>', kernels)]
+    body = kernels.split("<tbody>")[1]
+    rows = re.findall(r'<tr(?: class="(\w*)")?>.*?<td class="num">([\d.]+)%</td>', body)
+    shares = [float(share) for cls, share in rows if cls != "part"]
     assert shares == sorted(shares, reverse=True) and len(shares) == 3
+    assert [cls for cls, _ in rows] == ["head", "part", "", ""]
 
 
 def test_the_ops_and_scopes_tables_fit_1400_px_with_a_long_name_stack(tmp_path):

@@ -4,6 +4,9 @@ docs/profiling.md, "The tables"."""
 
 from __future__ import annotations
 
+import html
+import itertools
+import pathlib
 import re
 import sys
 
@@ -14,6 +17,7 @@ import jaxtune
 from jaxtune._cli import main as cli_main
 from jaxtune._core.vocabulary import CaptureInfo
 from jaxtune._profiling import report as _report
+from jaxtune._profiling import table
 
 COSTS = {"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}}
 
@@ -122,3 +126,102 @@ def test_a_captured_trace_reads_back_with_what_the_capture_knew(tmp_path, capsys
     assert again.kernels[0].flops_source == "cost_estimate"
     assert cli_main(["report", str(folder / "trace.xplane.pb")]) == 0
     assert "cost_estimate" in capsys.readouterr().out
+
+
+V5E = pathlib.Path(__file__).parent / "fixtures" / "v5e"
+
+
+def _table_rows(page: str, name: str) -> list[tuple[str, list[str]]]:
+    """``(row class, cell texts)`` of the page's table ``name``, tags and breaks removed."""
+    body = page[page.index(f'data-table="{name}"') :]
+    body = body[: body.index("</table>")]
+    rows = []
+    for cls, cells in re.findall(r'<tr(?: class="(\w*)")?>(.*?)</tr>', body.split("<tbody>")[1]):
+        texts = re.findall(r"<td[^>]*>(.*?)</td>", cells)
+        rows.append((cls, [html.unescape(re.sub(r"<[^>]+>", "", t)) for t in texts]))
+    return rows
+
+
+def _chart_texts(page: str, name: str) -> list[str]:
+    chart = page[page.index(f'data-chart="{name}"') :]
+    chart = chart[: chart.index("</figure>")]
+    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", chart)]
+
+
+@pytest.mark.parametrize("fixture", ["flash_grad", "nnx_step", "flash_fwd", "matmul"])
+def test_page_groups_kernels_as_the_text_table_does(fixture):
+    p = jaxtune.Profile.from_trace(V5E / f"{fixture}.xplane.pb")
+    page = p.to_html()
+    rows = _table_rows(page, "kernels")
+    text = p.table(top=50).split("\nXLA ops")[0]
+    # Each row of the page is a row of the text table: same name (indented there under
+    # its head row), kind and figures, the "!" marks included.
+    for cls, cells in rows:
+        indent = "  " if cls == "part" else ""
+        line = r"\s+".join(re.escape(c) for c in cells[:10])
+        assert re.search(rf"^{indent}{line}\s*$", text, re.M), (cells, text)
+    below = text.split("\n-----")[1].splitlines()[1:]
+    shown = [line for line in itertools.takewhile(lambda x: x and x[0] not in "*!", below)]
+    assert len(rows) == len(shown)
+    # One head row per autotuned kernel, named by its id, over its parts; no flat
+    # ``id:name`` row, and each part beneath the head it belongs to.
+    ids = {k.kernel_id for k in p.kernels if k.kind == "pallas" and k.kernel_id}
+    heads = [cells for cls, cells in rows if cls == "head"]
+    assert sorted(cells[0] for cells in heads) == sorted(ids) and ids
+    assert all(cells[1] == "autotuned" for cells in heads)
+    for kernel_id in ids:
+        assert not any(cells[0].startswith(f"{kernel_id}:") for _, cells in rows)
+    at = [i for i, (cls, _) in enumerate(rows) if cls == "head"]
+    for start, end in zip(at, [*at[1:], len(rows)], strict=True):
+        kernel_id = rows[start][1][0]
+        beneath = [cells for cls, cells in rows[start + 1 : end] if cls == "part"]
+        assert {c[0] for c in beneath if c[1] == "pallas"} == {
+            k.name for k in p.kernels if k.kernel_id == kernel_id and k.kind == "pallas"
+        }
+    assert "one row per autotuned kernel, its Pallas kernels beneath it" in page
+
+
+def test_page_marks_figures_above_peak_with_the_text_tables_footnote():
+    p = jaxtune.Profile.from_trace(V5E / "flash_grad.xplane.pb")
+    page = p.to_html()
+    rows = _table_rows(page, "kernels")
+    (around,) = [cells for _, cells in rows if cells[0] == table.AROUND]
+    assert around[1] == "xla" and around[7].endswith(table.OVER_PEAK)
+    assert float(around[7][:-1]) > 819  # GB/s, above v5e's 819 GB/s
+    # Every figure above the peak is marked, and none other, in both tables.
+    peak_flops, peak_bytes = 197e12, 819e9
+    for name in ("kernels", "ops"):
+        header = re.findall(r"<th[^>]*>(.*?)</th>", page[page.index(f'data-table="{name}"') :])
+        flops_unit, bytes_unit = header[6], header[7]
+        scale = {
+            "T": 1e12, "G": 1e9, "M": 1e6, "k": 1e3, "": 1.0
+        }  # fmt: skip
+        for _, cells in _table_rows(page, name):
+            for cell, unit, limit in (
+                (cells[6], flops_unit.removesuffix("FLOP/s"), peak_flops),
+                (cells[7], bytes_unit.removesuffix("B/s"), peak_bytes),
+            ):
+                if cell != "-":
+                    above = float(cell.rstrip(table.OVER_PEAK)) * scale[unit] > limit * 1.001
+                    assert cell.endswith(table.OVER_PEAK) == above, (name, cells)
+    notes = [html.unescape(n) for n in re.findall(r'<p class="note[^"]*">(.*?)</p>', page)]
+    assert "! above the device's peak (TPU v5e: 197 TFLOP/s, 819 GB/s" in "\n".join(notes)
+    assert any(
+        n.startswith(f"tpu.flash_attention {table.AROUND}: bytes from XLA's cost analysis")
+        for n in notes
+    )
+    # The text table says the same.
+    assert f"tpu.flash_attention {table.AROUND}: bytes from XLA's cost analysis" in (
+        " ".join(p.table().split())
+    )
+
+
+def test_charts_draw_each_kernel_once_not_the_head_rows():
+    p = jaxtune.Profile.from_trace(V5E / "flash_grad.xplane.pb")
+    page = p.to_html()
+    shares = [float(t.strip()[:-1]) for t in _chart_texts(page, "share") if t.endswith("%")]
+    # Four kernels and one bar of XLA ops: their shares, never the head row's 99.7 %.
+    assert len(shares) == 5 and sum(shares) == pytest.approx(100.0, abs=0.3)
+    labels = " ".join(_chart_texts(page, "share"))
+    assert f"tpu.flash_attention {table.AROUND}" in labels
+    assert "tpu.flash_attention:_flash_attention_" in labels

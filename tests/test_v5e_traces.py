@@ -15,6 +15,7 @@ import re
 import sys
 
 import pytest
+from test_llo import HAS_XPROF, XPROF_PYTHON
 
 import jaxtune
 from jaxtune._core.xspace import xplane
@@ -246,34 +247,110 @@ def test_llo_summary_counts_only_the_scoped_modules():
     assert "of jit_flash (14 LLO modules of other programs left out)" in got["line"]
 
 
+#: xprof's plugin as the 2.24 wheel behaves: each name asked is matched as a substring of
+#: the LLO module names (``<program>(<n>)::<HLO op>``); ``analyze_llo`` answers every module
+#: that holds it (none: ``{"success": False}``), a static analysis the first. The decoy is
+#: a module of another program whose name holds the profiled one's.
 FAKE_PLUGIN = """
 import json
 def built_with_embedded():
     return True
-def analyze_llo(path, kernel=""):
-    return {"success": True, "total_instructions": 5000, "unique_registers": 9, "modules": [
-        {"hlo_instruction_name": "flash_attention.1", "total_instructions": 1713},
-        {"hlo_instruction_name": "fusion.48", "total_instructions": 3287}]}
-def get_llo_static_analysis_json(path, mode="region_tree", hlo_op="", bundle=0):
-    if mode == "list_ops":
-        return json.dumps({"status": "OK", "data": {"ops": ["fusion.48", "flash_attention.1"]}})
+def _matching(name):
+    return [m for m in MODULES if name in m[0]]
+def _ask(what, name):
     with open(ASKED, "a") as f:
-        f.write(hlo_op + "\\n")
-    return json.dumps({"status": "OK", "mode": mode, "data": {}})
+        f.write(what + " " + name + "\\n")
+def analyze_llo(path, kernel=""):
+    _ask("analyze_llo", kernel)
+    found = _matching(kernel)
+    if not found:
+        return {"success": False}
+    return {"success": True, "total_instructions": sum(n for _, n in found),
+            "unique_registers": 9, "opcode_histogram": {"VADD": 3},
+            "modules": [{"kernel_name": m, "hlo_instruction_name": m.split("::")[1],
+                         "total_instructions": n} for m, n in found]}
+def get_llo_static_analysis_json(path, mode="region_tree", hlo_op="", bundle=0):
+    _ask(mode, hlo_op)
+    (name, n), *_ = _matching(hlo_op)
+    data = {"hlo_instruction_name": name.split("::")[1], "total_instructions": n}
+    return json.dumps({"status": "OK", "mode": mode, "data": data})
 """
+
+REAL = ("jit_flash(31)::flash_attention.1", 1713)
+DECOY = ("xjit_flash(31)::flash_attention.12", 40)
+OTHER = ("jit__normal(22)::fusion.48", 3287)
 
 
 @pytest.mark.child
-def test_llo_child_analyses_only_the_profiled_programs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("decoy_first", [False, True])
+def test_llo_child_analyses_only_the_profiled_programs(tmp_path, monkeypatch, decoy_first):
     pkg = tmp_path / "fake" / "xprof" / "convert"
     pkg.mkdir(parents=True)
     (pkg.parent / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     asked = tmp_path / "asked.txt"
-    (pkg / "_pywrap_profiler_plugin.py").write_text(f"ASKED = {str(asked)!r}\n" + FAKE_PLUGIN)
+    modules = [DECOY, REAL, OTHER] if decoy_first else [REAL, DECOY, OTHER]
+    (pkg / "_pywrap_profiler_plugin.py").write_text(
+        f"ASKED = {str(asked)!r}\nMODULES = {modules!r}\n" + FAKE_PLUGIN
+    )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
     path = FIXTURES / "flash_fwd_llo.xplane.pb"
     got = llo.attach(jaxtune.Profile.from_trace(path), path, python=sys.executable).llo
     assert got["success"], got
-    assert [k["kernel"] for k in got["kernels"]] == ["_flash_attention_kernel"]
-    assert set(asked.read_text().split()) == {"flash_attention.1"}
+    # analyze_llo was asked for the profiled program alone, the static analyses for its
+    # kernel's whole module name: never the whole trace, never by op name alone.
+    lines = [line.split(" ", 1) for line in asked.read_text().splitlines()]
+    assert [name for what, name in lines if what == "analyze_llo"] == ["jit_flash(31)::"]
+    assert {name for what, name in lines if what != "analyze_llo"} == {REAL[0]}
+    (kernel,) = got["kernels"]
+    assert kernel["kernel"] == "_flash_attention_kernel" and kernel["llo_module"] == REAL[0]
+    # The decoy matched the prefix inside another program's name: left out, and with it
+    # the answer's histogram and registers, which span it.
+    assert got["total_instructions"] == 1713
+    assert got["unique_registers"] is None and got["top_opcodes"] == []
+    if decoy_first:  # xprof answered for the decoy: refused, not shown as the kernel's
+        assert not kernel["success"]
+        assert kernel["errors"]["opcodes"] == "xprof answered for flash_attention.12"
+    else:
+        assert kernel["success"] and kernel["instructions"] == 1713
+
+
+def test_llo_summary_keeps_a_scoped_answers_registers_and_opcodes():
+    scope = llo.scope_of(xplane.load(FIXTURES / "flash_fwd_llo.xplane.pb"))
+    answer = {
+        "success": True,
+        "scoped": ["jit_flash(31)::"],
+        "total_instructions": 1206,
+        "unique_registers": 125,
+        "opcode_histogram": {"VMUL": 144, "VST": 104},
+        "modules": [{"kernel_name": REAL[0], "hlo_instruction_name": "flash_attention.1",
+                     "total_instructions": 1206}],
+    }  # fmt: skip
+    got = llo_figures.summary(answer, {}, {"flash_attention.1": "_flash_attention_kernel"}, scope)
+    assert got["unique_registers"] == 125 and got["top_opcodes"] == [["VMUL", 144], ["VST", 104]]
+    assert got["line"].endswith("1206 instructions, 125 registers")
+
+
+@pytest.mark.child
+@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+def test_real_xprof_analyses_the_profiled_program_alone():
+    path = FIXTURES / "flash_fwd_llo.xplane.pb"
+    got = llo.attach(jaxtune.Profile.from_trace(path), path, python=XPROF_PYTHON).llo
+    assert got["success"], got
+    (kernel,) = got["kernels"]
+    assert kernel["llo_module"] == "jit_flash(31)::flash_attention.1" and kernel["success"]
+    # The program's own totals (the whole trace's are 54936 instructions over 15 modules).
+    assert got["total_instructions"] == 1206 and got["unique_registers"] == 125
+    assert "(14 LLO modules of other programs left out)" in got["line"]
+
+
+def test_llo_of_other_programs_alone_is_not_analysed():
+    scope = llo.scope_of(xplane.load(FIXTURES / "flash_fwd_llo.xplane.pb"))
+    assert scope is not None
+    none = dataclasses.replace(scope, ops=frozenset(), modules=())
+    # No child runs (this Python has no xprof to ask): the line says why.
+    got = llo.analyze(FIXTURES / "flash_fwd_llo.xplane.pb", "tpu", True, python="/", scope=none)
+    assert not got["success"]
+    assert got["why"] == (
+        "the trace's 14 LLO modules are all of programs other than jit_flash, which have none"
+    )

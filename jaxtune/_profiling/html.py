@@ -12,13 +12,15 @@ from .attribution import KernelStat, ScopeStat
 from .table import (
     BOUND_HELP,
     NUMBERS,
+    KernelTable,
     device_text,
+    kernel_table,
     op_rows,
+    part_labels,
+    peak_notes,
     scope_rows,
     shorten_left,
     shown_kind,
-    shown_name,
-    stat_rows,
     tuned_rows,
     unknown_bound_reasons,
 )
@@ -33,16 +35,16 @@ _TIMELINE_ROWS = 10
 
 
 def _label(name: str, width: int = 38) -> str:
-    """A chart label: a long name is wrapped (at ``:``, ``/``, ``.`` or ``_`` where it
-    can), not cut, onto at most three lines; only a longer one loses its middle."""
+    """A chart label: a long name is wrapped (after a space, ``:``, ``/``, ``.`` or ``_``
+    where it can), not cut, onto at most three lines; only a longer one loses its middle."""
     if len(name) <= width:
         return name
     lines: list[str] = []
     rest = name
     while len(rest) > width and len(lines) < 2:
-        cut = max(rest.rfind(c, 0, width) for c in ":/._")
+        cut = max(rest.rfind(c, 0, width) for c in ":/._ ")
         cut = cut + 1 if cut > width // 3 else width
-        lines.append(rest[:cut])
+        lines.append(rest[:cut].rstrip())
         rest = rest[cut:]
     if len(rest) > width:
         rest = "..." + rest[-(width - 3) :]
@@ -60,9 +62,11 @@ def _span_unit(end_us: float) -> tuple[str, float]:
 
 def _share_chart(profile: Any) -> str:
     plt = page.pyplot()
+    # One bar per kernel, never per head row of the table, which totals other bars.
     kernels = list(profile.kernels[:_SHARE_BARS])
+    labels = part_labels(profile.kernels)
     ops = list(profile.ops)
-    bars = [(_label(shown_name(k)), k.share, _kind(k)) for k in kernels]
+    bars = [(_label(labels[id(k)]), k.share, _kind(k)) for k in kernels]
     if ops:
         bars.append((f"XLA ops ({len(ops)})", sum(o.share for o in ops), "xla"))
     bars.reverse()
@@ -113,6 +117,7 @@ def _roofline_chart(profile: Any) -> tuple[str, str]:
     plt = page.pyplot()
     peak = profile.peak
     points = [k for k in profile.kernels if k.intensity and k.flops_per_s]
+    labels = part_labels(profile.kernels)
     fig, ax = plt.subplots(figsize=(9, 5.2))
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -145,7 +150,7 @@ def _roofline_chart(profile: Any) -> tuple[str, str]:
             )
     for k in points:
         ax.annotate(
-            _label(shown_name(k), 28),
+            _label(labels[id(k)], 28),
             (k.intensity, k.flops_per_s),
             fontsize=8,
             xytext=(5, 4),
@@ -178,7 +183,8 @@ def _timeline_chart(profile: Any) -> str:
     spans = list(profile.timeline)
     shown = list(profile.kernels[:_TIMELINE_ROWS])
     # One lane per row of the table: spans by (kind, name), labelled as the table is.
-    lanes = [((k.kind, k.name), shown_name(k), _kind(k)) for k in shown]
+    labels = part_labels(profile.kernels)
+    lanes = [((k.kind, k.name), labels[id(k)], _kind(k)) for k in shown]
     named = {key for key, _, _ in lanes}
     rest = "XLA ops" if len(profile.kernels) <= len(shown) else "XLA ops, other kernels"
     rows = [*lanes, (None, rest, "xla")]
@@ -268,24 +274,44 @@ def _intra_section(profile: Any) -> list[str]:
 _STACK_CHARS = 72
 
 
-def _stat_table(stats: Sequence[KernelStat], name: str) -> str:
-    """The kernels table (with each kernel's ``pallas_call`` line and call site) or the
-    XLA ops table (with each op's program, where several, and name stack: cut from the
-    left, whole on hover)."""
-    if name == "kernels":
-        header, rows = stat_rows(stats, mark_unknown=True)
-        header += ["source (pallas_call)", "call site"]
-        for row, s in zip(rows, stats, strict=True):
-            row += [s.source or "", s.call_site or ""]
-        sites = (0, len(header) - 2, len(header) - 1)
-        return page.table(header, rows, numeric=NUMBERS, name=name, wrap=sites)
-    header, rows = op_rows(stats, width=1_000)
+def _kernel_table(table: KernelTable) -> str:
+    """The kernels table grouped as the text's (:func:`.table.kernel_table`): a head row
+    per autotuned kernel, its kernels beneath it indented, then each kernel's
+    ``pallas_call`` line and call site."""
+    header = [*table.header, "source (pallas_call)", "call site"]
+    rows = [
+        [*row, "" if head else stat.source or "", "" if head else stat.call_site or ""]
+        for row, stat, head in zip(table.rows, table.stats, table.heads, strict=True)
+    ]
+    classes = [
+        "head" if head else "part" if below else ""
+        for head, below in zip(table.heads, table.beneath, strict=True)
+    ]
+    sites = (0, len(header) - 2, len(header) - 1)
+    return page.table(
+        header, rows, numeric=NUMBERS, row_classes=classes, name="kernels", wrap=sites
+    )
+
+
+def _ops_table(ops: Sequence[KernelStat], peak: _roofline.Peak | None) -> str:
+    """The XLA ops table, with each op's program (where several) and name stack: cut from
+    the left, whole on hover."""
+    header, rows = op_rows(ops, width=1_000, peak=peak)
     cells: list[list[Any]] = [list(r) for r in rows]
-    for cell, s in zip(cells, stats, strict=True):
+    for cell, s in zip(cells, ops, strict=True):
         full = s.name_stack or "-"
         cell[-1] = page.Cut(shorten_left(full, _STACK_CHARS), full)
     wrap = (0, *([len(header) - 2] if header[-2] == "program" else []))
-    return page.table(header, cells, numeric=NUMBERS, name=name, wrap=wrap)
+    return page.table(header, cells, numeric=NUMBERS, name="ops", wrap=wrap)
+
+
+def _notes(lines: Sequence[str]) -> list[str]:
+    """Footnote lines as notes; an indented line (a footnote's detail) stays indented."""
+    return [
+        f'<p class="note{" detail" if line.startswith(" ") else ""}">'
+        f"{page.escape(line.strip())}</p>"
+        for line in lines
+    ]
 
 
 def _scope_section(scopes: Sequence[ScopeStat], top: int) -> list[str]:
@@ -354,7 +380,8 @@ def profile_html(profile: Any, top: int = 50) -> str:
         summary = f"{units.duration(profile.total_us)} of device time"
     device = device_text(profile.platform, profile.device_kind)
     roofline, roofline_caption = _roofline_chart(profile)
-    kernels = list(profile.kernels[:top])
+    table = kernel_table(profile.kernels, profile.peak, top)
+    kernels = list(table.kernels)
     body: list[Any] = [
         f"<h1>jaxtune profile: {page.escape(device)}</h1>",
         *(f'<p class="warning">warning: {page.escape(w)}</p>' for w in profile.warnings),
@@ -364,7 +391,8 @@ def profile_html(profile: Any, top: int = 50) -> str:
         page.chart(
             "share",
             _share_chart(profile),
-            "Kernels by share of device time; all plain XLA ops together in one bar.",
+            "Kernels by share of device time, one bar each (an autotuned kernel's total is "
+            "the kernels table's, not a bar); all plain XLA ops together in one bar.",
         ),
         "<h2>Roofline</h2>",
         page.chart("roofline", roofline, roofline_caption),
@@ -374,9 +402,11 @@ def profile_html(profile: Any, top: int = 50) -> str:
             _timeline_chart(profile),
             _timeline_caption(profile),
         ),
-        f"<h2>Kernels (top {len(kernels)} of {len(profile.kernels)})</h2>",
-        _stat_table(kernels, "kernels") if kernels else "<p>No Pallas or jaxtune kernel ran.</p>",
+        f"<h2>Kernels (top {table.shown_groups} of {table.groups}: one row per autotuned "
+        "kernel, its Pallas kernels beneath it)</h2>",
+        _kernel_table(table) if table.rows else "<p>No Pallas or jaxtune kernel ran.</p>",
         *_bound_notes(kernels, profile.device_kind),
+        *_notes(table.peak_notes),
         *_tuned_section(kernels, profile.calls),
         *_intra_section(profile),
     ]
@@ -384,9 +414,10 @@ def profile_html(profile: Any, top: int = 50) -> str:
     if ops:
         body += [
             f"<h2>XLA ops (top {len(ops)} of {len(profile.ops)})</h2>",
-            _stat_table(ops, "ops"),
+            _ops_table(ops, profile.peak),
             '<p class="note">One row per HLO instruction of each program; its name stack '
             "is cut from the left, whole on hover.</p>",
+            *_notes(peak_notes(ops, profile.peak)),
         ]
     body += _scope_section(list(profile.scopes), top)
     notes = [*profile.notes]

@@ -65,7 +65,13 @@ NO_LLO_DATA = (
 )
 
 # Runs under the interpreter that has xprof (maybe not this one), so it imports nothing of
-# jaxtune's; it prints one JSON line: xprof's answers, as they came.
+# jaxtune's; it prints one JSON line: xprof's answers, as they came. Given the profiled
+# programs' LLO modules (``<program>(<n>)::<HLO op>``, the report's kernels first), it asks
+# only about them: xprof takes one name per call and matches it as a substring of module
+# names (analyze_llo: every module whose name holds it; the static analyses: one such
+# module), so analyze_llo is asked once per program by its ``<program>(<n>)::`` prefix
+# (the modules it answers kept by that prefix), and the static analyses by whole module
+# name, an answer for another module (a name that holds this one) refused.
 _CHILD = """
 import json, sys
 try:
@@ -76,22 +82,58 @@ path, modes, limit = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 wanted = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
 def static(mode, op):
     try:
-        return json.loads(plugin.get_llo_static_analysis_json(path, mode, op, 0))
+        got = json.loads(plugin.get_llo_static_analysis_json(path, mode, op, 0))
     except Exception as e:
         return {"status": "ERROR", "mode": mode, "error": f"{type(e).__name__}: {e}"}
+    asked = op.partition("::")[2] or op
+    named = (got.get("data") or {}).get("hlo_instruction_name") if isinstance(got, dict) else None
+    if named is not None and named != asked:
+        return {"status": "ERROR", "mode": mode, "error": f"xprof answered for {named}"}
+    return got
+def analyze(kernel):
+    answer = plugin.analyze_llo(path, kernel)
+    return json.loads(answer) if isinstance(answer, (bytes, str)) else answer
+def scoped(modules):
+    prefixes = sorted({m.partition("::")[0] + "::" for m in modules})
+    out = {"success": False, "scoped": prefixes, "modules": [], "opcode_histogram": {},
+           "execution_unit_summary": {}, "unique_registers": None}
+    exact, failed = True, None
+    for prefix in prefixes:
+        answer = analyze(prefix)
+        if not (isinstance(answer, dict) and answer.get("success")):
+            failed = answer
+            continue
+        theirs = [m for m in answer.get("modules") or [] if isinstance(m, dict)]
+        mine = [m for m in theirs if str(m.get("kernel_name", "")).startswith(prefix)]
+        exact = exact and len(mine) == len(theirs)
+        out["modules"] += mine
+        for key in ("opcode_histogram", "execution_unit_summary"):
+            for k, v in (answer.get(key) or {}).items():
+                out[key][k] = out[key].get(k, 0) + v
+        if len(prefixes) == 1:
+            out["unique_registers"] = answer.get("unique_registers")
+    if not out["modules"]:
+        return failed if failed is not None else {"success": False}
+    if not exact:  # a prefix matched inside another program's name: totals of modules only
+        out["opcode_histogram"], out["execution_unit_summary"] = {}, {}
+        out["unique_registers"] = None
+    counts = [m.get("total_instructions") or 0 for m in out["modules"]]
+    out.update(success=True, total_modules=len(counts), total_instructions=sum(counts))
+    return out
 embedded = bool(getattr(plugin, "built_with_embedded", lambda: False)())
 out = {"embedded": embedded, "answer": None, "static": {}}
-if embedded:
-    answer = plugin.analyze_llo(path, "")
-    if isinstance(answer, (bytes, str)):
-        answer = json.loads(answer)
-    out["answer"] = answer
+if embedded and wanted is not None:
+    out["answer"] = answer = scoped(wanted)
+    if answer.get("success"):
+        out["static"] = {
+            m.partition("::")[2]: {mode: static(mode, m) for mode in modes} for m in wanted[:limit]
+        }
+elif embedded:
+    out["answer"] = answer = analyze("")
     if isinstance(answer, dict) and answer.get("success"):
         listed = static("list_ops", "")
         out["list_ops"] = listed
         ops = (listed.get("data") or {}).get("ops") or [] if listed.get("status") == "OK" else []
-        if wanted is not None:
-            ops = sorted((op for op in ops if op in wanted), key=wanted.index)
         out["static"] = {op: {m: static(m, op) for m in modes} for op in ops[:limit]}
 print(json.dumps(out, default=str))
 """
@@ -121,6 +163,7 @@ def scope_of(space: _xplane.Space) -> Scope | None:
         name.split("(", 1)[0] for pid, name, _ in space.hlo_programs() if pid in ran and name
     }
     ops: set[str] = set()
+    modules: set[str] = set()
     others = 0
     for m in meta.event_metadata.values():
         if "llo_proto" not in m.stats or "::" not in m.name:
@@ -128,11 +171,17 @@ def scope_of(space: _xplane.Space) -> Scope | None:
         module, _, op = m.name.partition("::")
         if module.split("(", 1)[0] in programs:
             ops.add(op)
+            modules.add(m.name)
         else:
             others += 1
     if not ops and not others:
         return None
-    return Scope(programs=tuple(sorted(programs)), ops=frozenset(ops), others=others)
+    return Scope(
+        programs=tuple(sorted(programs)),
+        ops=frozenset(ops),
+        modules=tuple(sorted(modules)),
+        others=others,
+    )
 
 
 def xprof_available(python: str | None = None) -> bool:
@@ -147,8 +196,8 @@ def _failed(why: str, fix: str = "") -> dict[str, Any]:
 def _ask_xprof(
     trace_file: str, python: str | None, wanted: list[str] | None = None
 ) -> dict[str, Any]:
-    """xprof's answers from the child (the static analyses of the ``wanted`` ops only, in
-    that order, when given), or ``{"failed": summary}``."""
+    """xprof's answers from the child (when ``wanted`` is given, of those LLO modules
+    only, the static analyses in that order), or ``{"failed": summary}``."""
     proc = None
     argv = [python or sys.executable, "-c", _CHILD, trace_file, ",".join(STATIC_MODES)]
     argv += [str(MAX_KERNELS), *([json.dumps(wanted)] if wanted is not None else [])]
@@ -193,10 +242,20 @@ def analyze(
         return _failed(TPU_ONLY.format(platform=platform), "capture the trace on a TPU")
     if not xprof_available(python):
         return _failed("LLO analysis needs xprof, which is not installed", XPROF_INSTALL)
+    if scope is not None and not scope.modules:
+        return _failed(
+            f"the trace's {scope.others} LLO modules are all of programs other than "
+            f"{', '.join(scope.programs) or 'the profiled ones'}, which have none",
+            f"capture with LIBTPU_INIT_ARGS=--{_flags.LLO_DEBUG_INFO}=true set before "
+            "`import jax`, so every program is compiled with it",
+        )
     wanted = None
     if scope is not None:
         # The report's kernels first: MAX_KERNELS of them get the static analyses.
-        wanted = sorted(scope.ops, key=lambda op: (op not in (kernels or {}), op))
+        wanted = sorted(
+            scope.modules,
+            key=lambda m: (m.partition("::")[2] not in (kernels or {}), m.partition("::")[2], m),
+        )
     got = _ask_xprof(os.fspath(trace_file), python, wanted)
     if "failed" in got:
         failed: dict[str, Any] = got["failed"]

@@ -34,10 +34,12 @@ _TOP = 10
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Scope:
     """The LLO modules a report analyses: those of the profiled ``programs`` (module
-    names), by HLO op; ``others`` counts the trace's LLO modules of other programs."""
+    names), by HLO op, and by their whole LLO module names (``<program>(<n>)::<HLO op>``,
+    what xprof is asked for); ``others`` counts the trace's LLO modules of other programs."""
 
     programs: tuple[str, ...]
     ops: frozenset[str]
+    modules: tuple[str, ...] = ()
     others: int = 0
 
 
@@ -153,7 +155,8 @@ def summary(
     static answers per HLO op (``static[op][mode]``); ``names`` maps HLO op names (or LLO
     module names) to the kernel names the report uses; ``scope``: only the modules of the
     profiled programs are shown and counted (their own totals summed), the rest only
-    counted as left out."""
+    counted as left out. An answer ``scoped`` by xprof itself (asked per program) keeps
+    its opcode histogram, and its register count where it has one."""
     modules = [m for m in answer.get("modules") or () if isinstance(m, Mapping)]
     by_op = {str(m.get("hlo_instruction_name") or m.get("kernel_name") or ""): m for m in modules}
     if scope is not None:
@@ -167,7 +170,8 @@ def summary(
     if scope is not None:
         counts = [_count(m.get("total_instructions")) for m in by_op.values()]
         total = sum(c for c in counts if c is not None) if by_op else None
-        registers = None  # registers are per module; the trace's count spans every program
+        # The trace's register count spans every program; a scoped answer's, only one.
+        registers = _count(answer.get("unique_registers")) if answer.get("scoped") else None
         where = f" of {', '.join(scope.programs) or 'the profiled programs'}"
         if scope.others:
             where += f" ({scope.others} LLO modules of other programs left out)"
@@ -176,7 +180,7 @@ def summary(
         "semantics": "static_modelled_schedule",
         "total_instructions": total,
         "unique_registers": registers,
-        "top_opcodes": _opcodes({}, answer) if scope is None else [],
+        "top_opcodes": _opcodes({}, answer) if scope is None or answer.get("scoped") else [],
         "kernels": kernels,
         "line": (
             f"LLO analysis ({MODELLED}): {len(kernels)} kernel(s){where}, {total} instructions"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,13 +18,17 @@ __all__ = [
     "BOUND_HELP",
     "NUMBERS",
     "OVER_PEAK",
+    "KernelTable",
     "autotuned_total",
     "config_text",
     "device_text",
     "format_profile",
+    "kernel_table",
     "kernel_tree",
     "op_rows",
+    "part_labels",
     "peak_footnote",
+    "peak_notes",
     "scope_rows",
     "shorten_left",
     "shown_kind",
@@ -142,15 +147,15 @@ _OVERCOUNT = {
 }
 
 
-def peak_footnote(
+def peak_notes(
     stats: Sequence[KernelStat],
     peak: _roofline.Peak | None,
     *,
     names: Sequence[str] | None = None,
 ) -> list[str]:
-    """The lines under a table that marked a figure with :data:`OVER_PEAK`: the peaks,
-    and for each marked row (by its name in ``names``, else its own) where its count came
-    from and why it may overcount."""
+    """The notes under a table that marked a figure with :data:`OVER_PEAK`, unwrapped:
+    the peaks, then (indented two spaces) for the marked rows (by their names in
+    ``names``, else their own) where their counts came from and why they may overcount."""
     marked = [
         (s, over, names[i] if names is not None else shown_name(s))
         for i, s in enumerate(stats)
@@ -158,12 +163,12 @@ def peak_footnote(
     ]
     if not marked or peak is None:
         return []
-    lines = text.paragraph(
+    notes = [
         f"{OVER_PEAK} above the device's peak ({peak.device}: "
         f"{peak.flops_per_s / 1e12:g} TFLOP/s, {peak.bytes_per_s / 1e9:g} GB/s, "
         f"{peak.source}): no chip runs past its peak, so the count divided is larger than "
         "the work done; read the figure as a bound on that count, not as a measurement."
-    )
+    ]
     by_reason: dict[str, list[str]] = {}
     for s, over, name in marked:
         why = "; ".join(
@@ -172,8 +177,18 @@ def peak_footnote(
         by_reason.setdefault(why, []).append(name)
     for why, names in by_reason.items():
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        lines += text.paragraph(f"  {shown}: {why}")
-    return lines
+        notes.append(f"  {shown}: {why}")
+    return notes
+
+
+def peak_footnote(
+    stats: Sequence[KernelStat],
+    peak: _roofline.Peak | None,
+    *,
+    names: Sequence[str] | None = None,
+) -> list[str]:
+    """:func:`peak_notes` as the lines under a text table, wrapped."""
+    return [x for note in peak_notes(stats, peak, names=names) for x in text.paragraph(note)]
 
 
 #: A jaxtune kernel's own ops, outside its Pallas calls, as its last row in the tree.
@@ -249,6 +264,75 @@ def autotuned_total(
         config=ran.config if ran is not None else None,
         speedup=ran.speedup if ran is not None else None,
     )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class KernelTable:
+    """The kernels table as the text report and the HTML page both show it: the first
+    groups of :func:`kernel_tree`, each row :func:`stat_rows`' cells (its name not
+    indented: ``beneath`` says which rows sit under a head row), and the notes under it."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    #: Each row's stat: a head row's is its kernel's total (:func:`autotuned_total`).
+    stats: tuple[KernelStat, ...]
+    #: Whether each row totals an autotuned kernel's parts, the rows beneath it.
+    heads: tuple[bool, ...]
+    beneath: tuple[bool, ...]
+    #: The kernels of the rows shown, without the head rows (what footnotes, the sources
+    #: and the autotuned table list: nothing counted twice).
+    kernels: tuple[KernelStat, ...]
+    #: :func:`peak_notes` for the rows' marked figures.
+    peak_notes: tuple[str, ...]
+    groups: int
+    shown_groups: int
+
+
+def kernel_table(
+    kernels: Sequence[KernelStat], peak: _roofline.Peak | None, top: int
+) -> KernelTable:
+    """The kernels table of the first ``top`` groups of :func:`kernel_tree`: a head row's
+    bound is ``-`` where unknown (its parts' rows say why), and a figure above ``peak`` is
+    marked, the notes naming its row (an autotuned kernel's own ops by its id)."""
+    groups = kernel_tree(kernels, peak)
+    shown = groups[:top]
+    tree = [row for group in shown for row in group]
+    heads = [i == 0 and len(group) > 1 for group in shown for i in range(len(group))]
+    beneath = [i > 0 for group in shown for i in range(len(group))]
+    stats = [stat for stat, _, _ in tree]
+    header, rows = stat_rows(
+        stats, mark_unknown=True, peak=peak, shown=[(name.strip(), k) for _, name, k in tree]
+    )
+    for row, stat, head in zip(rows, stats, heads, strict=True):
+        if head and stat.bound_by == "unknown":
+            row[8] = "-"  # its parts' rows say why
+    names = [
+        f"{stat.name} {AROUND}" if name.strip() == AROUND else name.strip()
+        for stat, name, _ in tree
+    ]
+    return KernelTable(
+        header=tuple(header),
+        rows=tuple(tuple(row) for row in rows),
+        stats=tuple(stats),
+        heads=tuple(heads),
+        beneath=tuple(beneath),
+        kernels=tuple(stat for stat, head in zip(stats, heads, strict=True) if not head),
+        peak_notes=tuple(peak_notes(stats, peak, names=names)),
+        groups=len(groups),
+        shown_groups=len(shown),
+    )
+
+
+def part_labels(kernels: Sequence[KernelStat]) -> dict[int, str]:
+    """Each kernel's name (by ``id()`` of its stat) where it stands without its group, as
+    a chart bar does: a Pallas kernel inside a jaxtune kernel ``<kernel id>:<kernel
+    function>``, the kernel's own ops ``<kernel id> (its ops outside Pallas calls)``."""
+    labels = {}
+    for group in kernel_tree(kernels):
+        for stat, name, _ in group[1:] if len(group) > 1 else group:
+            around = name.strip() == AROUND
+            labels[id(stat)] = f"{stat.name} {AROUND}" if around else shown_name(stat)
+    return labels
 
 
 def shorten_left(stack: str, width: int) -> str:
@@ -468,27 +552,20 @@ def format_profile(profile: Any, top: int = 20) -> str:
     parts = [x for w in getattr(profile, "warnings", ()) for x in text.paragraph(f"warning: {w}")]
     parts += [summary, ""]
     peak = getattr(profile, "peak", None)
-    groups = kernel_tree(profile.kernels, peak)
-    tree = [row for group in groups[:top] for row in group]
-    # The kernels of the rows shown, without the rows that total a jaxtune kernel's parts.
-    kernels = [k for g in groups[:top] for k, _, _ in (g[1:] if len(g) > 1 else g)]
-    if tree:
-        shown = [stat for stat, _, _ in tree]
-        header, rows = stat_rows(
-            shown, mark_unknown=True, peak=peak, shown=[(n, k) for _, n, k in tree]
-        )
-        heads = {id(g[0][0]) for g in groups[:top] if len(g) > 1}
-        for row, (stat, _, _) in zip(rows, tree, strict=True):
-            if id(stat) in heads and stat.bound_by == "unknown":
-                row[8] = "-"  # its parts' rows say why
+    table = kernel_table(profile.kernels, peak, top)
+    kernels = list(table.kernels)
+    if table.rows:
+        rows = [
+            ["  " + row[0] if below else row[0], *row[1:]]
+            for row, below in zip(table.rows, table.beneath, strict=True)
+        ]
         parts += [
-            f"kernels (top {min(top, len(groups))} of {len(groups)}: one row per autotuned "
+            f"kernels (top {table.shown_groups} of {table.groups}: one row per autotuned "
             "kernel, its Pallas kernels beneath it)",
-            text.table(header, rows, fixed=NUMBERS),
+            text.table(list(table.header), rows, fixed=NUMBERS),
         ]
         parts += _footnote(kernels, profile.device_kind)
-        names = [f"{k.name} {n.strip()}" if n.strip() == AROUND else n.strip() for k, n, _ in tree]
-        parts += peak_footnote(shown, peak, names=names)
+        parts += [x for note in table.peak_notes for x in text.paragraph(note)]
         header, rows = site_rows(kernels)
         if rows:
             parts += ["", "kernel sources", text.table(header, rows)]

@@ -49,9 +49,10 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 h3 { font-size: 14.5px; margin: 16px 0 6px; }
 tr.winner td { background: #e8f6ec; font-weight: 600; }
 tr.failed td { color: #a3262b; }
+tr.head td { font-weight: 600; } tr.part td:first-child { padding-left: 28px; }
 figure.chart { margin: 8px 0 16px; } figure.chart svg { max-width: 100%; height: auto; }
 figcaption { color: #4a5264; font-size: 12.5px; }
-.note { color: #4a5264; font-size: 12.5px; margin: 4px 0; }
+.note { color: #4a5264; font-size: 12.5px; margin: 4px 0; } .note.detail { margin-left: 20px; }
 .warning { color: #a1261b; font-weight: 600; margin: 6px 0; }
 code { background: #f3f5f8; padding: 0 3px; border-radius: 3px; overflow-wrap: anywhere; }
 p { overflow-wrap: anywhere; }
