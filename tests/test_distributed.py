@@ -30,7 +30,6 @@ from jaxtune._distributed import agree as _agree
 from jaxtune._distributed.store import StoreLostError, agreement_key
 from jaxtune._isolation import devices as _devices
 from jaxtune._tuning.sweep import shard as _shard
-from jaxtune._tuning.sweep.plan import ordered
 from jaxtune._tuning.sweep.stats import finish
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -462,7 +461,7 @@ def test_merge_uses_the_single_process_rule_ties_to_config_order():
 class FailingRunner:
     def sweep(self, task):
         results = {}
-        for c in ordered(task.plan):
+        for c in (task.plan.default, *task.plan.configs):
             results[config_id(c)] = Failure(config=c, stage="compile", reason="no")
         return finish(task.plan, results)
 

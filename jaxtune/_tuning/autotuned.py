@@ -49,9 +49,9 @@ from .options import (
 from .result import TuningResult
 from .signature import Signature, is_tracing
 from .space import ConfigSpec
-from .sweep.plan import SweepTask
 from .sweep.runner import prestart_child
 from .sweep.search import Budget, strategy_of
+from .sweep.work import SweepTask
 from .sweep_task import differentiated_calls, is_differentiated
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]

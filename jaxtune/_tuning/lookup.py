@@ -40,9 +40,10 @@ from .result import active_scopes
 from .signature import Signature
 from .store import cache as _cache
 from .store import shared as _shared
-from .sweep.plan import SweepOutcome, SweepTask
 from .sweep.runner import default_runner
 from .sweep.shard import SweepSharing
+from .sweep.stats import SweepOutcome
+from .sweep.work import SweepTask
 
 __all__ = [
     "Fit",

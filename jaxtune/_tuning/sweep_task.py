@@ -23,9 +23,10 @@ from .signature import Signature
 from .store import cache as _cache
 from .store import shared as _shared
 from .sweep.entry import make_entry
-from .sweep.plan import SweepOutcome, SweepPlan, SweepTask
 from .sweep.runner import default_runner
 from .sweep.search import Budget, budget_setting
+from .sweep.stats import SweepOutcome
+from .sweep.work import SweepPlan, SweepTask
 
 __all__ = [
     "Retunes",

@@ -38,7 +38,7 @@ from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from .breakdown import Breakdown
 from .flight import InFlight, how_lost, raise_child_error
-from .plan import SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
+from .plan import best_of, drive, new_progress, run_sweep
 from .progress import Progress
 from .requests import (
     Measure,
@@ -50,6 +50,7 @@ from .requests import (
     sweep_request,
 )
 from .stats import SweepOutcome
+from .work import SweepPlan, SweepTask
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
 
