@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import rounds as _rounds
@@ -333,7 +333,7 @@ def test_jaxtune_budget_is_the_default_budget(fast_timing, monkeypatch):
     monkeypatch.setenv("JAXTUNE_BUDGET", "3")
     (entry,) = grid.tune(jnp.ones(64)).values()
     assert (entry.search, entry.measured, entry.space_size) == ("auto", 3, 12)
-    with _config.override(budget="100s"):
+    with _settings.override(budget="100s"):
         (entry,) = grid.tune(jnp.ones(128)).values()
     assert entry.measured == 12
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ..._core import settings as _config
+from ..._core import settings as _settings
 from ..._core.errors import JaxtuneError, SweepError, warn_once
 from ..._core.flags import normalise_platform
 from ..._core.vocabulary import Failure, Measurement, config_id
@@ -394,7 +394,7 @@ def prestart_child(fn: Any = None, *, sweeping: bool = False) -> None:
     and imports ``fn``'s module there, so that the first sweep waits for neither; bad
     settings are left for the first call to report."""
     try:
-        settings = _config.settings()
+        settings = _settings.settings()
     except JaxtuneError:
         return
     if (sweeping or settings.mode in ("tune", "retune")) and settings.isolation == "process":
