@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
 
@@ -56,7 +56,7 @@ def serve(project: jaxtune.Autotuned, lengths: list[int]) -> tuple[int, float]: 
     """Runs the loop in tune mode: (sweeps, seconds)."""
     w = jnp.asarray(np.random.default_rng(0).standard_normal((64, 64)), jnp.float32) / 8
     start = time.perf_counter()
-    with _config.override(mode="tune"):
+    with _settings.override(mode="tune"):
         for n in lengths:
             x = jnp.asarray(np.random.default_rng(n).standard_normal((n, 64)), jnp.float32)
             out = project(x, w)
@@ -78,7 +78,7 @@ def main() -> None:
     # 50 distinct lengths from 65 to 1024, as a server meets them: shuffled.
     lengths = sorted(random.Random(args.seed).sample(range(65, 1025), 50))
     random.Random(args.seed + 1).shuffle(lengths)
-    isolation = _config.settings().isolation
+    isolation = _settings.settings().isolation
     print(
         f"jax {jax.__version__}, python {sys.version.split()[0]}, backend "
         f"{jax.default_backend()}, isolation {isolation}; 50 lengths in 65..1024"

@@ -22,7 +22,6 @@ from jaxtune._isolation.devices import sweep_devices
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning import sweep_task as _sweep_task
 from jaxtune._tuning.store import cache as _cache
-from jaxtune._tuning.sweep.plan import ordered
 from jaxtune._tuning.sweep.runner import ProcessRunner
 from jaxtune._tuning.sweep.stats import finish
 
@@ -58,7 +57,7 @@ class FakeRunner:
     def sweep(self, task):
         self.seen.extend(c["block"] for c in task.plan.configs)
         results = {}
-        for config in ordered(task.plan):
+        for config in (task.plan.default, *task.plan.configs):
             t = TIMES[config["block"]]
             results[jaxtune_config_id(config)] = Measurement(
                 config=dict(config), median_us=t, min_us=t, spread=0.0, samples=5, compile_s=0.0

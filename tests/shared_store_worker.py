@@ -48,11 +48,11 @@ def tune(out: str) -> None:
 
 
 def publish(writer: str, count: int) -> None:
-    from jaxtune._core import settings as _config
+    from jaxtune._core import settings as _settings
     from jaxtune._core.vocabulary import Entry
     from jaxtune._tuning.store.remote import SharedStore, SharedStoreError
 
-    settings = _config.settings()
+    settings = _settings.settings()
     store = SharedStore(settings.remote_cache, settings.remote_timeout)
     stop = time.monotonic() + 300  # bounded in count and in time: it ends by itself
     for i in range(count):

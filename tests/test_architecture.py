@@ -180,13 +180,13 @@ def test_no_module_touches_another_modules_private_attribute():
     assert offences == []
 
 
-def test_no_import_cycles():
-    graph = {
-        name: {m for m, _, _ in _imports(name) if m in MODULES and m != name} for name in MODULES
-    }
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each import circle of ``graph`` (module -> modules it imports), as ``a -> b -> a``."""
     # A package's __init__ re-exporting its children is not a cycle of behaviour.
-    for name in graph:
-        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    graph = {
+        name: {m for m in imported if not name.startswith(m + ".")}
+        for name, imported in graph.items()
+    }
     state: dict[str, int] = {}
     cycles = []
 
@@ -202,4 +202,56 @@ def test_no_import_cycles():
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
-    assert cycles == []
+    return cycles
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Every jaxtune module to the jaxtune modules it imports: at module level, inside a
+    function and under ``TYPE_CHECKING`` alike. A deferred or annotation-only import still
+    makes the two modules need each other (the sweep's engine and plan once did so under
+    ``TYPE_CHECKING``); the way out is a leaf module both import, not a hidden import."""
+    return {
+        name: {m for m, _ in _all_imports(name) if m in MODULES and m != name} for name in MODULES
+    }
+
+
+def test_no_import_cycles():
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_cycle_check_sees_function_level_and_type_checking_imports():
+    """The check itself: a circle closed only under ``TYPE_CHECKING`` or inside a function
+    counts, as the engine <-> plan circle of the sweep did before the plan's types moved to
+    ``sweep/work.py``."""
+    probes = {
+        "jaxtune._core.probe_a": "from . import probe_b, probe_c\n",
+        "jaxtune._core.probe_b": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import probe_a\n"
+        ),
+        "jaxtune._core.probe_c": "def f():\n    from . import probe_a\n",
+    }
+    for name, source in probes.items():
+        MODULES[name], TREES[name] = (
+            PKG / "_core" / f"{name.rsplit('.', 1)[1]}.py",
+            ast.parse(source),
+        )
+    try:
+        cycles = _cycles(_import_graph())
+    finally:
+        for name in probes:
+            del MODULES[name], TREES[name]
+    assert cycles == [
+        "jaxtune._core.probe_a -> jaxtune._core.probe_b -> jaxtune._core.probe_a",
+        "jaxtune._core.probe_a -> jaxtune._core.probe_c -> jaxtune._core.probe_a",
+    ]
+
+
+def test_the_sweep_plan_and_task_live_in_a_leaf_of_the_sweep():
+    """``sweep/work.py`` (``SweepPlan``, ``SweepTask``) imports no other sweep module but the
+    plain values it holds, so the engine and the plan that drives it both read it."""
+    imported = {m for m, _ in _all_imports("jaxtune._tuning.sweep.work")}
+    sweep = {m for m in imported if m.startswith("jaxtune._tuning.sweep.")}
+    assert sweep <= {"jaxtune._tuning.sweep.search", "jaxtune._tuning.sweep.timing"}
+    assert "jaxtune._tuning.sweep.plan" not in {
+        m for m, _ in _all_imports("jaxtune._tuning.sweep.engine")
+    }

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
@@ -111,7 +111,7 @@ def test_eager_call_retraces_only_when_what_decides_the_config_changes(tmp_path,
     _cache.CacheStore(other).write([tuned])
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(other))
     assert float(k(X)[1]) == 3.0
-    with _config.override(mode="off"):  # no caches: the default again, in this block only
+    with _settings.override(mode="off"):  # no caches: the default again, in this block only
         assert float(k(X)[1]) == 1.0
     assert float(k(X)[1]) == 3.0
     with jaxtune.TuningResult.of(dataclasses.replace(tuned, config={"factor": 1})):
@@ -212,7 +212,7 @@ def test_works_under_vmap_scan_and_shard_map():
 
 
 def test_cached_mode_uses_cache_and_never_sweeps(fast_timing):
-    assert _config.settings().mode == "cached"
+    assert _settings.settings().mode == "cached"
     assert scale.config_for(X).source == "default"
     assert float(scale(X)[1]) == 1.0
     assert _cache.user_cache().all_entries() == []  # cached mode never sweeps
@@ -304,7 +304,7 @@ def test_every_source_is_reachable(monkeypatch):
 
     # packaged: a registered read-only layer
     packaged = jaxtune.TuningResult.of(entry("tests.scale", "f32[64]", {"factor": 3}))
-    path = packaged.save(_config.settings().cache_dir.parent / "packaged.msgpack")
+    path = packaged.save(_settings.settings().cache_dir.parent / "packaged.msgpack")
     jaxtune.register_cache(path)
     assert scale.config_for(x).source == "packaged"
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.errors import ConfigSpaceError, JaxtuneWarning, SignatureError
 from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._tuning import lookup as _lookup
@@ -179,7 +179,7 @@ def test_the_sweep_runs_once_per_bucket_at_its_representative_shape_in_any_order
         return (jnp.ones(x.shape, x.dtype),)
 
     k = _kernel("t.order", inputs=inputs)
-    with _config.override(mode="tune"):
+    with _settings.override(mode="tune"):
         for n in order:
             # prune for 100 or 80 alone would keep only blocks 1 to 4 (or 16): the sweep
             # sees the representative, 128, whichever comes first.

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.codec import packb
 from jaxtune._core.vocabulary import Entry, Failure, Measurement
 from jaxtune._tuning.store import cache as _cache
@@ -197,7 +197,7 @@ def test_eight_processes_writing_one_kernel_lose_nothing(tmp_path):
 def test_settings_cache_dir_is_used(tmp_path, monkeypatch):
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "here"))
     assert _cache.user_cache().root == tmp_path / "here"
-    assert _config.settings().cache_dir == tmp_path / "here"
+    assert _settings.settings().cache_dir == tmp_path / "here"
 
 
 def test_measurements_and_failures_survive_the_cache(tmp_path):

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.errors import JaxtuneWarning, MissError
 from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import digest as _digest
@@ -382,7 +382,7 @@ def test_tune_mode_tunes_a_stale_entry_again(versions, monkeypatch, fast_timing)
     monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")
     kern = versions()
     _cache.user_cache().write([_entry("h33.scale", "f32[16]", {"block": 16}, digest="0" * 16)])
-    with _config.override(mode="tune"), warnings.catch_warnings():
+    with _settings.override(mode="tune"), warnings.catch_warnings():
         warnings.simplefilter("error")  # no stale warning: the sweep replaces the entry
         kern.scale(jnp.ones(16))
     entry = _cache.user_cache().lookup("h33.scale", _lookup.device_kind(), "f32[16]", version="")

@@ -12,7 +12,7 @@ import pathlib
 import pytest
 
 from jaxtune import SettingsError
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 
 GOOD = [
     ("JAXTUNE_MODE", "off", "mode", "off"),
@@ -57,21 +57,21 @@ BAD = [
 @pytest.mark.parametrize(("name", "raw", "field", "expected"), GOOD)
 def test_good_values(monkeypatch, name, raw, field, expected):
     monkeypatch.setenv(name, raw)
-    assert getattr(_config.settings(), field) == expected
+    assert getattr(_settings.settings(), field) == expected
 
 
 @pytest.mark.parametrize(("name", "raw", "allowed"), BAD)
 def test_bad_values_name_variable_value_and_allowed(monkeypatch, name, raw, allowed):
     monkeypatch.setenv(name, raw)
     with pytest.raises(SettingsError) as info:
-        _config.settings()
+        _settings.settings()
     message = str(info.value)
     assert message.startswith(f"{name}={raw!r} is not valid")
     assert f"allowed values: {allowed}" in message
 
 
 def test_every_design_variable_is_handled():
-    names = {v.name for v in _config.VARIABLES}
+    names = {v.name for v in _settings.VARIABLES}
     assert names >= {
         "JAXTUNE_MODE",
         "JAXTUNE_CACHE_DIR",
@@ -90,18 +90,18 @@ def test_every_design_variable_is_handled():
 def test_record_variables_go_through_settings(monkeypatch, tmp_path):
     monkeypatch.setenv("JAXTUNE_RECORD", str(tmp_path / "calls"))
     monkeypatch.setenv("JAXTUNE_RECORD_STOP", "1")
-    s = _config.settings()
+    s = _settings.settings()
     assert s.record == str(tmp_path / "calls") and s.record_stop is True
     monkeypatch.setenv("JAXTUNE_RECORD_STOP", "yes")
     with pytest.raises(SettingsError, match="JAXTUNE_RECORD_STOP='yes' is not valid"):
-        _config.settings()
+        _settings.settings()
 
 
 def test_defaults(monkeypatch, tmp_path):
-    for v in _config.VARIABLES:
+    for v in _settings.VARIABLES:
         monkeypatch.delenv(v.name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    s = _config.settings()
+    s = _settings.settings()
     assert s.mode == "cached"
     assert s.cache_dir == tmp_path / "jaxtune"
     assert s.profile is False
@@ -117,69 +117,69 @@ def test_cache_dir_default_without_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv("JAXTUNE_CACHE_DIR")
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert _config.settings().cache_dir == tmp_path / ".cache" / "jaxtune"
+    assert _settings.settings().cache_dir == tmp_path / ".cache" / "jaxtune"
 
 
 @pytest.mark.parametrize("name", ["JAXTUNE_PROFILE_DIR"])
 def test_directory_variables(monkeypatch, tmp_path, name):
     monkeypatch.setenv(name, str(tmp_path / "new"))
     field = {"JAXTUNE_CACHE_DIR": "cache_dir", "JAXTUNE_PROFILE_DIR": "profile_dir"}[name]
-    assert getattr(_config.settings(), field) == tmp_path / "new"
+    assert getattr(_settings.settings(), field) == tmp_path / "new"
     a_file = tmp_path / "file"
     a_file.write_text("x")
     monkeypatch.setenv(name, str(a_file))
     with pytest.raises(SettingsError, match=f"{name}=.* is not valid.*not a directory"):
-        _config.settings()
+        _settings.settings()
 
 
 def test_empty_value_means_default(monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "  ")
-    assert _config.settings().mode == "cached"
+    assert _settings.settings().mode == "cached"
 
 
 def test_override_validates_and_restores(monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
-    with _config.override(mode="off", profile=True, timeout=5) as s:
+    with _settings.override(mode="off", profile=True, timeout=5) as s:
         assert (s.mode, s.profile, s.timeout) == ("off", True, 5.0)
-        assert _config.settings().mode == "off"
-        with _config.override(mode="retune"):
-            assert _config.settings().mode == "retune"
-            assert _config.settings().timeout == 5.0
-        assert _config.settings().mode == "off"
-    assert _config.settings().mode == "tune"
+        assert _settings.settings().mode == "off"
+        with _settings.override(mode="retune"):
+            assert _settings.settings().mode == "retune"
+            assert _settings.settings().timeout == 5.0
+        assert _settings.settings().mode == "off"
+    assert _settings.settings().mode == "tune"
     with (
         pytest.raises(SettingsError, match="JAXTUNE_VERBOSE='9' is not valid"),
-        _config.override(verbose=9),
+        _settings.override(verbose=9),
     ):
         pass
     with (
         pytest.raises(SettingsError, match="unknown setting 'colour'"),
-        _config.override(colour="red"),
+        _settings.override(colour="red"),
     ):
         pass
 
 
 def test_settings_from_explicit_mapping():
-    s = _config.settings({"JAXTUNE_MODE": "tune", "JAXTUNE_CACHE_DIR": "/tmp/x"})
+    s = _settings.settings({"JAXTUNE_MODE": "tune", "JAXTUNE_CACHE_DIR": "/tmp/x"})
     assert s.mode == "tune"
     assert s.cache_dir == pathlib.Path("/tmp/x")
 
 
 def test_settings_follow_the_environment_and_overrides_between_calls(tmp_path, monkeypatch):
-    first = _config.settings()
-    assert _config.settings() is first  # parsed once while nothing changes
+    first = _settings.settings()
+    assert _settings.settings() is first  # parsed once while nothing changes
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
-    assert _config.settings().mode == "tune"
-    with _config.override(mode="off"):
-        assert _config.settings().mode == "off"
-    assert _config.settings().mode == "tune"
+    assert _settings.settings().mode == "tune"
+    with _settings.override(mode="off"):
+        assert _settings.settings().mode == "off"
+    assert _settings.settings().mode == "tune"
     monkeypatch.setenv("JAXTUNE_MODE", "fast")
     with pytest.raises(SettingsError, match="JAXTUNE_MODE='fast'"):
-        _config.settings()
+        _settings.settings()
     monkeypatch.delenv("JAXTUNE_MODE")
     monkeypatch.delenv("JAXTUNE_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert _config.settings().cache_dir == tmp_path / "xdg" / "jaxtune"
+    assert _settings.settings().cache_dir == tmp_path / "xdg" / "jaxtune"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert _config.settings().cache_dir == tmp_path / "home" / ".cache" / "jaxtune"
+    assert _settings.settings().cache_dir == tmp_path / "home" / ".cache" / "jaxtune"

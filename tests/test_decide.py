@@ -10,10 +10,10 @@ import pytest
 
 from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._tuning.sweep import intervals as _intervals
-from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep import stats as _decide
 from jaxtune._tuning.sweep.timing import Timing, TimingOptions
+from jaxtune._tuning.sweep.work import SweepPlan
 
 RULE = {"tie_within": 0.03}
 
@@ -170,9 +170,7 @@ def test_interleaved_rounds_on_a_busy_machine_store_the_faster_whichever_comes_f
             options=TimingOptions(),
             default=configs[0],
         )
-        plan = _sweep.SweepPlan(
-            kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0]
-        )
+        plan = SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0])
         outcome = _decide.finish(plan, got, retimed=set(got))
         assert dict(outcome.best.config) == {"k": "fast"}, seed
 
@@ -187,14 +185,14 @@ def test_interleaved_rounds_stop_once_settled_and_the_slower_leaves():
     # At the first interval (6 rounds) "b" is shown not faster and would lose a tie to "a"
     # anyway, and "a" and "c" are shown equivalent: nothing is open, the rounds stop.
     assert len(b.rounds_us) == len(a.rounds_us) == 6
-    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0])
+    plan = SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[0])
     outcome = _decide.finish(plan, got, retimed=set(got))
     assert (outcome.decision, dict(outcome.best.config)) == ("tie", {"k": "a"})
 
 
 def test_without_rounds_the_fastest_sample_wins_clear_with_its_runner_up():
     configs = ({"k": 0}, {"k": 1}, {"k": 2})
-    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
+    plan = SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
     times = {0: (300.0, 310.0, 900.0), 1: (100.0, 104.0, 400.0), 2: (180.0, 181.0, 182.0)}
     results = {
         config_id(c): _rounds.measurement(c, Timing(samples_us=times[c["k"]]), 0.0) for c in configs
@@ -295,7 +293,7 @@ def test_the_entrys_times_come_from_the_rounds_when_both_raced():
     from jaxtune._tuning.sweep.entry import make_entry
 
     configs = ({"k": "slow"}, {"k": "fast"})
-    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
+    plan = SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
     truth = {"slow": 130.0, "fast": 100.0}
     got = _rounds.interleaved(
         list(configs),
@@ -365,7 +363,7 @@ def test_a_second_look_races_a_config_the_first_pass_left_out_when_it_is_among_t
     assert set(got) == {config_id({"k": k}) for k in "abce"}
     e, c = (got[config_id({"k": k})] for k in "ec")
     assert len(e.rounds_us) == len(c.rounds_us) >= 6
-    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
+    plan = SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
     outcome = _decide.finish(plan, {**_first_pass({"f": (400.0,)}), **got}, retimed=set(got))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": "e"}, "clear")
 
@@ -415,7 +413,7 @@ def test_a_slow_kernels_rounds_have_time_to_show_a_config_slower_after_a_second_
     )
     assert set(got) == {config_id(c) for c in (space[0], space[1], space[3])}
     assert len(got[config_id(space[3])].rounds_us) >= _decide.rounds_to_show()
-    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
+    plan = SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0])
     outcome = _decide.finish(plan, got, retimed=set(got))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": "d"}, "clear")
 
@@ -440,7 +438,7 @@ def test_a_config_clearly_behind_leaves_the_rounds_after_two(ratio):
     # Even the default leaves once clearly behind: whatever is stored is far faster.
     assert (len(c.rounds_us), c.dropped) == (3, True)
     assert (len(b.rounds_us) == 3) is (ratio > 1.5) is b.dropped
-    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[2])
+    plan = SweepPlan(kernel="k", key="f32[8]", configs=tuple(configs), default=configs[2])
     outcome = _decide.finish(plan, got, retimed=set(got))
     assert (dict(outcome.best.config), outcome.decision) == ({"k": "a"}, "clear")
     # The default's time as the rounds compare it (the ratio over its 3 rounds).

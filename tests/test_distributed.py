@@ -23,14 +23,13 @@ import jax.numpy as jnp
 import pytest
 from local_store import LocalStore, as_process, thread_store
 
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.errors import AgreementError, SettingsError, TuningFailedError
 from jaxtune._core.vocabulary import Choice, Failure, Measurement, config_id
 from jaxtune._distributed import agree as _agree
 from jaxtune._distributed.store import StoreLostError, agreement_key
 from jaxtune._isolation import devices as _devices
 from jaxtune._tuning.sweep import shard as _shard
-from jaxtune._tuning.sweep.plan import ordered
 from jaxtune._tuning.sweep.stats import finish
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -419,7 +418,7 @@ def test_a_lost_store_names_the_decision_on_stderr_before_raising(capsys):
 
 
 def test_follower_times_out_naming_kernel_key_and_leader():
-    with _config.override(agree_timeout=0.3):
+    with _settings.override(agree_timeout=0.3):
         message = str(follower_error(LocalStore(2)))  # its leader never publishes
     assert "process 1 waited 0.3 s (JAXTUNE_AGREE_TIMEOUT) for process 0 (the leader)" in message
     assert "of k for bf16[8,8]" in message
@@ -430,7 +429,7 @@ def test_follower_times_out_naming_kernel_key_and_leader():
 def test_agree_timeout_is_validated(monkeypatch, raw):
     monkeypatch.setenv("JAXTUNE_AGREE_TIMEOUT", raw)
     with pytest.raises(SettingsError, match=r"JAXTUNE_AGREE_TIMEOUT=.* is not valid"):
-        _config.settings()
+        _settings.settings()
 
 
 def _measured(config, us):
@@ -462,7 +461,7 @@ def test_merge_uses_the_single_process_rule_ties_to_config_order():
 class FailingRunner:
     def sweep(self, task):
         results = {}
-        for c in ordered(task.plan):
+        for c in (task.plan.default, *task.plan.configs):
             results[config_id(c)] = Failure(config=c, stage="compile", reason="no")
         return finish(task.plan, results)
 

@@ -266,9 +266,9 @@ def test_json_settings_keep_their_types(monkeypatch):
     assert settings["verbose"] == 0 and settings["mode"] == "cached"
     import dataclasses
 
-    from jaxtune._core import settings as _config
+    from jaxtune._core import settings as _settings
 
-    assert set(settings) == {f.name for f in dataclasses.fields(_config.Settings)}
+    assert set(settings) == {f.name for f in dataclasses.fields(_settings.Settings)}
 
 
 @pytest.mark.parametrize(

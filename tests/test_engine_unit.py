@@ -30,6 +30,7 @@ from jaxtune._tuning.sweep import plan as _plan
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep.timers import WallTimer
 from jaxtune._tuning.sweep.timing import Timing, TimingOptions
+from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
 
 
 class FakeClock:
@@ -114,7 +115,7 @@ def _sweeper(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwa
         config_names=frozenset(),
     )
     configs = tuple({"k": k} for k in fakes)
-    plan = _plan.SweepPlan(
+    plan = SweepPlan(
         kernel="k",
         key=signature.key,
         configs=configs,
@@ -122,7 +123,7 @@ def _sweeper(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwa
         options=options or TimingOptions(),
         compile_threads=2,
     )
-    task = _plan.SweepTask(plan=plan, fn=kernel, signature=signature)
+    task = SweepTask(plan=plan, fn=kernel, signature=signature)
     return FakeSweeper(task, fakes, **kwargs)
 
 

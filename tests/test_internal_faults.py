@@ -33,6 +33,7 @@ from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import timers as _timers
+from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
 
 TPU_BYTES = ProfileData.text_proto_to_serialized_xspace(TPU_TRACE)
 CONFIG = {"block_q": 256, "block_k": 128}
@@ -208,14 +209,14 @@ def _task(fn, configs, options, *, check="auto"):
         static_argnames=frozenset(),
         config_names=frozenset(),
     )
-    plan = _sweep.SweepPlan(
+    plan = SweepPlan(
         kernel="k",
         key=sig.key,
         configs=tuple(configs),
         default=configs[0],
         options=options,
     )
-    return _sweep.SweepTask(plan=plan, fn=fn, signature=sig, check=check)
+    return SweepTask(plan=plan, fn=fn, signature=sig, check=check)
 
 
 def scale(x, *, c):

@@ -21,7 +21,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import matmul as tpu_matmul
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
@@ -146,7 +146,7 @@ def test_nearest_is_off_unless_the_kernel_or_jaxtune_nearest_opts_in(monkeypatch
 def test_jaxtune_nearest_bad_value_names_the_variable(monkeypatch, raw):
     monkeypatch.setenv("JAXTUNE_NEAREST", raw)
     with pytest.raises(jaxtune.SettingsError, match=r"JAXTUNE_NEAREST=.*allowed values: 0, 1"):
-        _config.settings()
+        _settings.settings()
 
 
 def test_nearest_option_must_be_a_bool():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import rounds as _rounds
@@ -20,6 +20,7 @@ from jaxtune._tuning.sweep import search as _search
 from jaxtune._tuning.sweep import stats as _stats
 from jaxtune._tuning.sweep.entry import make_entry
 from jaxtune._tuning.sweep.timing import Timing
+from jaxtune._tuning.sweep.work import SweepPlan
 
 KNOBS = {"a": [1, 2, 4, 8], "b": [1, 2, 4, 8], "c": [16, 32, 64, 128], "d": [0, 1, 2, 3]}
 SPACE = [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*KNOBS.values())]
@@ -247,7 +248,7 @@ def test_a_small_space_goes_straight_into_the_rounds_and_a_larger_one_has_a_firs
 
 def test_retimed_leaders_keep_their_rounds_and_the_entry_round_trips_them():
     configs = ({"k": 0}, {"k": 1})
-    plan = _sweep.SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
+    plan = SweepPlan(kernel="k", key="f32[8]", configs=configs, default=configs[0])
     drift = [1.0, 1.6, 0.7, 1.2, 0.9, 1.4, 0.8, 1.1, 1.3, 0.6]
     per_round = {cid: [t * d for d in drift] for cid, t in {"a": 100.0, "b": 90.0}.items()}
     results = {
@@ -332,7 +333,7 @@ def test_jaxtune_budget_is_the_default_budget(fast_timing, monkeypatch):
     monkeypatch.setenv("JAXTUNE_BUDGET", "3")
     (entry,) = grid.tune(jnp.ones(64)).values()
     assert (entry.search, entry.measured, entry.space_size) == ("auto", 3, 12)
-    with _config.override(budget="100s"):
+    with _settings.override(budget="100s"):
         (entry,) = grid.tune(jnp.ones(128)).values()
     assert entry.measured == 12
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.errors import JaxtuneWarning, SettingsError
 
 
@@ -33,7 +33,7 @@ from jaxtune._core.errors import JaxtuneWarning, SettingsError
 )
 def test_odd_values_are_a_settings_error_naming_the_variable(name, raw, words):
     with pytest.raises(SettingsError, match=rf"^{name}=.*is not valid.*{words}"):
-        _config.settings({name: raw})
+        _settings.settings({name: raw})
 
 
 @jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 1}, name="tests.file_cache_dir")

@@ -30,7 +30,7 @@ from s3_server import MISSING, S3Server
 from shared_store_state import count_requests, forget
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.errors import JaxtuneWarning, SettingsError
 from jaxtune._core.vocabulary import Entry
 from jaxtune._distributed import agree as _agree
@@ -133,13 +133,13 @@ def store_url(request, tmp_path, monkeypatch) -> str:
 )
 def test_setting_accepts_buckets_and_directories(monkeypatch, raw, value):
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", raw)
-    assert _config.settings().remote_cache == value
+    assert _settings.settings().remote_cache == value
 
 
 def test_setting_makes_a_directory_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", "team-store")
-    assert _config.settings().remote_cache == str(tmp_path / "team-store")
+    assert _settings.settings().remote_cache == str(tmp_path / "team-store")
 
 
 @pytest.mark.parametrize(
@@ -155,17 +155,17 @@ def test_setting_makes_a_directory_absolute(monkeypatch, tmp_path):
 def test_bad_values_name_the_variable(monkeypatch, name, raw):
     monkeypatch.setenv(name, raw)
     with pytest.raises(SettingsError, match=rf"^{name}='{raw}' is not valid; allowed values: "):
-        _config.settings()
+        _settings.settings()
 
 
 def test_bad_value_names_the_allowed_stores(monkeypatch, tmp_path):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", "ftp://host/x")
     with pytest.raises(SettingsError, match=r"s3://bucket/prefix, gs://bucket/prefix, or a dir"):
-        _config.settings()
+        _settings.settings()
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", str(tmp_path / "file"))
     with pytest.raises(SettingsError, match="exists and is not a directory"):
-        _config.settings()
+        _settings.settings()
 
 
 # -- read through, on a directory (in this process) --------------------------------------

@@ -21,12 +21,13 @@ from jaxtune._tuning.sweep import progress as _progress
 from jaxtune._tuning.sweep import timing as _timing
 from jaxtune._tuning.sweep.stats import SweepOutcome
 from jaxtune._tuning.sweep.timers import WallTimer
+from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
 
 
 def task_of(fn, signature, configs, default, **plan):
     """A sweep task of kernel "k" over ``configs``."""
-    return _sweep.SweepTask(
-        plan=_sweep.SweepPlan(
+    return SweepTask(
+        plan=SweepPlan(
             kernel="k", key=signature.key, configs=tuple(configs), default=default, **plan
         ),
         fn=fn,

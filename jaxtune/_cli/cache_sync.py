@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core.errors import CacheError
 from .._core.setting_values import remote as _remote_value
 from .._core.vocabulary import Entry
@@ -64,7 +64,7 @@ def _shared(args: argparse.Namespace, verb: str) -> SharedStore:
             a client that cannot be made), or its client library is missing.
         SettingsError: ``--store`` is not a store URL or directory.
     """
-    settings = _config.settings()
+    settings = _settings.settings()
     url = _remote_value("--store")(args.store) if args.store else settings.remote_cache
     if not url:
         raise CacheError(_NO_STORE.format(verb=verb))

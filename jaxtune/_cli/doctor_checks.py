@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from .._core import flags as _flags
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core.versions import dist_version
 
 __all__ = [
@@ -339,8 +339,8 @@ def _unknown_flags(
 def settings_problems(env: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem]]:
     """The settings the environment gives (JSON-ready, each with its own type), and one
     problem per bad variable: each is checked on its own, so one does not hide the others."""
-    by_name = {v.name: v for v in _config.VARIABLES}
-    values, errors = _config.describe(env)
+    by_name = {v.name: v for v in _settings.VARIABLES}
+    values, errors = _settings.describe(env)
     return values, [
         Problem(
             severity="error",
@@ -366,7 +366,7 @@ def flags_changed_after_import(env: Mapping[str, str]) -> list[Problem]:
             "script), or let jaxtune run the work in a child process (JAXTUNE_ISOLATION="
             "process, jaxtune.profile, jaxtune profile -- ...), whose flags it sets itself",
         )
-        for var, before, now in _config.changed_since_jax_import(env)
+        for var, before, now in _settings.changed_since_jax_import(env)
     ]
 
 
@@ -394,7 +394,7 @@ def tpu_flag_problems(
 def cache_problems(env: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem]]:
     """The state of the cache directory the environment selects, and its problem, which
     names JAXTUNE_CACHE_DIR (or says it is unset), where it points and the fix."""
-    cache_dir = pathlib.Path(_config.describe(env)[0]["cache_dir"])
+    cache_dir = pathlib.Path(_settings.describe(env)[0]["cache_dir"])
     blocker = _file_in_the_way(cache_dir)
     cache = _cache_state(cache_dir)
     if cache["writable"]:
@@ -424,7 +424,7 @@ def cache_problems(env: Mapping[str, str]) -> tuple[dict[str, Any], list[Problem
                 message=f"{chosen}, {where}: no tuned config is read from it (kernels use "
                 "their defaults) and none can be saved.",
                 fix=f"set JAXTUNE_CACHE_DIR to a directory (or unset it to use the default, "
-                f"{_config.default_cache_dir()}), or {move}"
+                f"{_settings.default_cache_dir()}), or {move}"
                 if named
                 else f"{move}, or set JAXTUNE_CACHE_DIR to a directory",
             )

@@ -36,9 +36,9 @@ from .._tuning.result import format_table
 from .._tuning.store import cache as _cache
 from .._tuning.store import shared as _shared
 from .._tuning.sweep.entry import make_entry
-from .._tuning.sweep.plan import SweepPlan
 from .._tuning.sweep.requests import read_request
 from .._tuning.sweep.runner import ProcessRunner
+from .._tuning.sweep.work import SweepPlan
 from .recording import SETTLE_S, add_recording_options
 
 __all__ = [

@@ -1,5 +1,5 @@
 """How jaxtune writes its data: msgpack for every file and frame (cache files, TuningResult
-files, the frames between parent and child), and aligned text tables for people.
+files, the frames between parent and child).
 
 msgpack only, so reading never runs code. Three extension types carry config values that
 plain msgpack cannot: tuples (so they come back as tuples), enums from an allow-list
@@ -21,7 +21,7 @@ import re
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
@@ -37,7 +37,6 @@ __all__ = [
     "packb",
     "read_bounded",
     "storable",
-    "table",
     "unpackb",
 ]
 
@@ -280,24 +279,6 @@ def _temporary_beside(target: pathlib.Path) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name beside {target}")
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """An aligned text table: the header, a rule, then one line per row.
-
-    Examples:
-        >>> print(table(("kernel", "us"), [("matmul", "12.5")]))
-        kernel  us
-        ------  ----
-        matmul  12.5
-    """
-    everything = [tuple(header), *(tuple(r) for r in rows)]
-    widths = [max(len(r[i]) for r in everything) for i in range(len(header))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in everything
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def read_bounded(

@@ -412,9 +412,9 @@ def override(**values: Any) -> Iterator[Settings]:
     the environment variable would be.
 
     Examples:
-        >>> from jaxtune._core import settings as _config
-        >>> with _config.override(mode="off"):
-        ...     _config.settings().mode
+        >>> from jaxtune._core import settings as _settings
+        >>> with _settings.override(mode="off"):
+        ...     _settings.settings().mode
         'off'
     """
     parsed = dict(_OVERRIDES.get())

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core import versions as _versions
 from .._core.codec import packb, unpackb
 from .._core.errors import AgreementError, describe
@@ -249,7 +249,7 @@ def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: Store) -> Choice:
 
 
 def _wait(s: Store, key: str, q: Question, other: int, what: str, *, scale: float = 1) -> bytes:
-    timeout = _config.settings().agree_timeout * scale
+    timeout = _settings.settings().agree_timeout * scale
     role = "the leader" if other == 0 else "a follower"
     subject = f"process {other} ({role}) to publish {what} of {q.kernel} for {q.key}"
     start = time.monotonic()

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core.versions import toolchain
 from .devices import cpu_only
 from .environ import pool_key, unkeyed_environ
@@ -125,7 +125,7 @@ def _start(runner: ChildService, key: tuple[Any, ...]) -> None:
 def _import_in(child: ChildProcess, refs: list[Module], handlers: list[str]) -> None:
     # A module may take as long to import as a config may take (JAXTUNE_TIMEOUT); past
     # that the child is replaced, and a sweep imports the module itself, under that limit.
-    timeout = _config.settings().timeout
+    timeout = _settings.settings().timeout
     with child.lock:
         if not child.alive():
             return

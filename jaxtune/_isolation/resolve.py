@@ -63,13 +63,13 @@ def namespace(ref: FunctionRef) -> dict[str, Any]:
     Raises:
         Unresolved: it cannot be imported here, whatever the reason.
     """
-    from .._core import settings as _config
+    from .._core import settings as _settings
 
     # Kernels the module's top level calls use cached or default configs here: a sweep
     # inside the import would tune them a second time, under the re-run script's name.
     called: list[str] = []
     try:
-        with _config.override(mode="cached"), contextlib.ExitStack() as stack:
+        with _settings.override(mode="cached"), contextlib.ExitStack() as stack:
             seen = [stack.enter_context(observer()) for observer in _OBSERVERS]
             found = _import(ref)
     except Exception as e:

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from .._core import flags as _flags
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core.errors import JaxtuneError, JaxtuneWarning, warn_once
 from .._core.errors import warn as _warn
 from .._core.vocabulary import CaptureInfo
@@ -243,7 +243,7 @@ def _capture_in_child(
     from .._isolation.wire import NotTransportable
     from .capture import profile_in_child
 
-    if _config.settings().isolation != "process":
+    if _settings.settings().isolation != "process":
         return None
     if _holds_tpu():
         # Under `jaxtune profile --` the program started with the flags: nothing is lost.
@@ -319,7 +319,7 @@ class Profiled(Generic[P, R]):
         return profile(self.__wrapped_profiled__, *args, **options, **kwargs)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        if _config.settings().profile:
+        if _settings.settings().profile:
             self._auto_profile(args, kwargs)
         return self.__wrapped_profiled__(*args, **kwargs)
 
@@ -337,7 +337,7 @@ class Profiled(Generic[P, R]):
         name = re.sub(r"[^\w.-]+", "_", getattr(self, "__qualname__", "fn"))
         out: pathlib.Path | None = None
         try:
-            out = _new_capture_dir(_config.settings().profile_dir, name)
+            out = _new_capture_dir(_settings.settings().profile_dir, name)
             options: dict[str, Any] = {**self.options, "logdir": str(out / "trace")}
             # The program is already running, so capture here: `jaxtune profile -- python`
             # set the flags before JAX started.

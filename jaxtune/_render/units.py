@@ -1,4 +1,4 @@
-"""Units for the text tables: one unit per column chosen by magnitude (``_codec.table``
+"""Units for the text tables: one unit per column chosen by magnitude (:func:`.text.table`
 aligns the columns).
 
 Shared by the tuning tables (``jaxtune cache list``, ``TuningResult.table``) and the

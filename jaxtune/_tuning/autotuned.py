@@ -24,7 +24,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import jax
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core.arrays import is_array
 from .._core.vocabulary import Choice, Entry
 from .._distributed import agree as _agree
@@ -49,9 +49,9 @@ from .options import (
 from .result import TuningResult
 from .signature import Signature, is_tracing
 from .space import ConfigSpec
-from .sweep.plan import SweepTask
 from .sweep.runner import prestart_child
 from .sweep.search import Budget, strategy_of
+from .sweep.work import SweepTask
 from .sweep_task import differentiated_calls, is_differentiated
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
@@ -306,7 +306,7 @@ class Autotuned(Generic[P, R]):
         it, and only for ``timing="auto"`` and a config that a sweep decides."""
         if self.timing != "auto" or choice.source in ("explicit", "scope"):
             return False
-        settings = _config.settings()
+        settings = _settings.settings()
         if settings.record:  # the recording says which pass each call runs
             return True
         if settings.mode not in ("tune", "retune"):

@@ -34,7 +34,7 @@ try:  # the chain of traces (see under_differentiation); absent: no chain to rea
 except ImportError:  # pragma: no cover - a JAX without it
     _jax_core = None
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from . import result as _result
 from .store import cache as _cache
 
@@ -107,8 +107,8 @@ def _overridden(values: Mapping[str, Any]) -> Any:
     return _OVERRIDDEN(tuple(sorted(values.items())))
 
 
-_config.on_override(_overridden)
-_config.on_deciding_change(caches_changed)
+_settings.on_override(_overridden)
+_settings.on_deciding_change(caches_changed)
 _cache.on_change(caches_changed)
 _result.scope_context()  # made now, beside this module's user contexts
 
@@ -163,13 +163,13 @@ class EagerCalls:
         #: The jit of the kernel's eager calls.
         self.jit = eager_jit(self._fn, self._call, self._static)
         #: The variables that decide the config, as they were when the jit was made.
-        self.deciding = _config.fingerprint(_config.DECIDING)
+        self.deciding = _settings.fingerprint(_settings.DECIDING)
         if self._cls is not None:  # the kernel's own class: jit's C++ dispatch
             self._cls.__call__ = staticmethod(self.jit)  # type: ignore[method-assign]
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """An eager call, after the kernel's own checks: through the jit, renewed first
         when a variable that decides the config changed."""
-        if _config.fingerprint(_config.DECIDING) != self.deciding:
+        if _settings.fingerprint(_settings.DECIDING) != self.deciding:
             self.renew()
         return self.jit(*args, **kwargs)

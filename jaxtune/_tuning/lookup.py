@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import jax
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core import versions as _versions
 from .._core.errors import JaxtuneWarning, MissError, TuningFailedError, warn_once
 from .._core.errors import warn as _warn
@@ -40,9 +40,10 @@ from .result import active_scopes
 from .signature import Signature
 from .store import cache as _cache
 from .store import shared as _shared
-from .sweep.plan import SweepOutcome, SweepTask
 from .sweep.runner import default_runner
 from .sweep.shard import SweepSharing
+from .sweep.stats import SweepOutcome
+from .sweep.work import SweepTask
 
 __all__ = [
     "Fit",
@@ -233,7 +234,7 @@ class Fit:
             return False
         if self.stale_code(entry):
             self.code_stale = self.code_stale or layer
-            if _config.settings().mode == "cached":
+            if _settings.settings().mode == "cached":
                 # Once per kernel and layer: every key of an edited kernel is stale at once.
                 self._warn_once(entry, layer, "code", _MSG_CODE_CHANGED, per_key=False)
             return False
@@ -246,7 +247,7 @@ class Fit:
                 if self.stale_hit is None:
                     self.stale_hit = (entry, layer, why)
                 return False
-            settings = _config.settings()
+            settings = _settings.settings()
             # A recording (`jaxtune tune --`, `cache check`) reports stale entries itself.
             if settings.mode == "cached" and not settings.record:
                 self._warn_once(entry, layer, "stale", _MSG_STALE, per_key=False, why=why)
@@ -475,7 +476,7 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
 
     def rest(measure: Callable[[SweepTask], SweepOutcome] | None) -> Choice:
         """Steps 3 to 7, sweeping through ``measure`` (``None``: never)."""
-        settings = _config.settings()
+        settings = _settings.settings()
         use_caches = settings.mode != "off"
         sweeping = measure is not None and settings.mode in ("tune", "retune")
         # A sweep allowed now replaces a stale entry (another toolchain, new configs).

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core.errors import JaxtuneError
 
 __all__ = ["call_frame", "finding_kernels", "frame_for_mark", "note", "observing_calls"]
@@ -236,7 +236,7 @@ def frame_for_mark(mark: Any) -> dict[str, Any]:
     return call_frame(mark.owner, sig, choice, differentiated=mark.differentiated)
 
 
-def _recorder(settings: _config.Settings) -> _Recorder | None:
+def _recorder(settings: _settings.Settings) -> _Recorder | None:
     if not settings.record:
         return None
     with _LOCK:
@@ -253,7 +253,7 @@ def note(kernel: Any, sig: Any, choice: Any) -> None:
     observed = _OBSERVED.get()
     if observed is not None and kernel.kernel_id not in observed:
         observed.append(kernel.kernel_id)
-    settings = _config.settings()
+    settings = _settings.settings()
     recorder = _recorder(settings)
     if recorder is not None:
         recorder.record(kernel, sig, choice)

@@ -1,6 +1,9 @@
-"""Measurements, cache entries and :class:`TuningResult`, with their msgpack form.
+"""A :class:`TuningResult` (the entries a scope tuned, saved to and loaded from a file), the
+scopes in force, and the text table of entries.
 
-They are stored through :mod:`jaxtune._core.codec` (msgpack only: loading never runs code).
+Its entries and their measurements are :mod:`jaxtune._core.vocabulary`'s values; the file is
+:mod:`.store.results`'s layout, written through :mod:`jaxtune._core.codec` (msgpack only:
+loading never runs code).
 """
 
 from __future__ import annotations

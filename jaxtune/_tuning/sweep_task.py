@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core.vocabulary import Entry
 from .._distributed import agree as _agree
 from .digest import KernelCode
@@ -23,9 +23,10 @@ from .signature import Signature
 from .store import cache as _cache
 from .store import shared as _shared
 from .sweep.entry import make_entry
-from .sweep.plan import SweepOutcome, SweepPlan, SweepTask
 from .sweep.runner import default_runner
 from .sweep.search import Budget, budget_setting
+from .sweep.stats import SweepOutcome
+from .sweep.work import SweepPlan, SweepTask
 
 __all__ = [
     "Retunes",
@@ -94,7 +95,7 @@ class Retunes:
     def pending(self, kind: str, key: str, timing: str) -> bool:
         """Whether retune mode is on and this key still has to be swept for the pass a
         sweep would time now."""
-        if _config.settings().mode != "retune":
+        if _settings.settings().mode != "retune":
             return False
         swept = self._swept.get((kind, key))
         # A sweep of forward and backward also answers a call that runs the forward only.
@@ -135,7 +136,7 @@ def task(
     """The sweep of ``kernel`` for a bound call, over ``space`` (``differentiated``: the
     call was traced under ``jax.grad``/``jax.vjp``, so ``timing="auto"`` times forward and
     backward)."""
-    settings = _config.settings()
+    settings = _settings.settings()
     timed = "vjp" if kernel.timing == "auto" and differentiated else pass_now(kernel.timing)
     plan = SweepPlan(
         kernel=kernel.kernel_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._core import settings as _config
+from .._core import settings as _settings
 from .._core.errors import JaxtuneWarning
 from .._core.errors import warn as _warn
 from .._program import markers as _markers
@@ -66,7 +66,7 @@ def tune(
     # The sweep child starts while the kernels are found (lowering fn takes a while).
     prestart_child(sweeping=True)
     # Finding the kernels must not start sweeps of its own (as JAXTUNE_MODE=tune would).
-    with _config.override(mode="cached"), finding_kernels():
+    with _settings.override(mode="cached"), finding_kernels():
         sites = locate(fn, *args, **kwargs)
     result = TuningResult()
     # A kernel is differentiated when a site shows its scope under jvp (and its transpose,
@@ -84,7 +84,7 @@ def tune(
         differentiated[mark.kernel, mark.key] = (
             differentiated.get((mark.kernel, mark.key), False) or under_ad
         )
-    retune = retune or _config.settings().mode == "retune"
+    retune = retune or _settings.settings().mode == "retune"
     for pair, mark in marks.items():
         with differentiated_calls(differentiated[pair]):
             current = None if retune else mark.owner.current_entry(*mark.args, **mark.kwargs)

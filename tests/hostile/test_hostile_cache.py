@@ -20,7 +20,7 @@ import pytest
 from hostile_helpers import one_line_error
 
 import jaxtune
-from jaxtune._core import settings as _config
+from jaxtune._core import settings as _settings
 from jaxtune._core.codec import atomic_write, packb, unpackb
 from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning.result import TuningResult
@@ -346,8 +346,8 @@ def test_config_value_the_cache_cannot_store_is_refused_at_decoration():
 def test_huge_timeout_is_a_settings_error_not_overflow():
     for raw in ("1e10", "1e300", "inf", "nan", "-1", "0"):
         with pytest.raises(jaxtune.SettingsError, match=r"JAXTUNE_TIMEOUT=.* up to 1e\+06"):
-            _config.settings({"JAXTUNE_TIMEOUT": raw})
-    assert _config.settings({"JAXTUNE_TIMEOUT": "1e6"}).timeout == 1e6
+            _settings.settings({"JAXTUNE_TIMEOUT": raw})
+    assert _settings.settings({"JAXTUNE_TIMEOUT": "1e6"}).timeout == 1e6
     with pytest.raises(jaxtune.ConfigSpaceError, match="timeout must be a positive number"):
 
         @jaxtune.autotuned(configs={"c": [1]}, timeout=1e10)

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..._core import settings as _config
+from ..._core import settings as _settings
 from ..._core.codec import DecodeError, atomic_write, read_bounded
 from ..._core.errors import CacheError, JaxtuneWarning
 from ..._core.errors import warn as _warn
@@ -325,7 +325,7 @@ class CacheStore:
     def _locked(self, path: pathlib.Path, *, wait: bool = True) -> Iterator[None]:
         """Holds the file's lock (see :func:`~jaxtune._core.files.locked`), waiting at most
         ``JAXTUNE_LOCK_TIMEOUT`` seconds for it, or not at all (``wait`` False)."""
-        with locked(path, _config.settings().lock_timeout if wait else 0.0):
+        with locked(path, _settings.settings().lock_timeout if wait else 0.0):
             yield
 
     def _current(self, path: pathlib.Path) -> dict[Ident, bytes]:
@@ -530,7 +530,7 @@ _REGISTRY_LOCK = threading.Lock()
 
 def user_cache() -> CacheStore:
     """The store at ``JAXTUNE_CACHE_DIR`` (one object per directory, so reads are memoized)."""
-    root = _config.settings().cache_dir
+    root = _settings.settings().cache_dir
     with _REGISTRY_LOCK:
         store = _STORES.get(root)
         if store is None:

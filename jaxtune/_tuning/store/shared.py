@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from ..._core import settings as _config
+from ..._core import settings as _settings
 from ..._core.errors import CacheError, JaxtuneWarning
 from ..._core.errors import warn as _warn
 from ..._core.vocabulary import Entry
@@ -68,7 +68,7 @@ def current() -> SharedStore | None:
     """The shared store of ``JAXTUNE_REMOTE_CACHE``, or ``None`` when it is unset, this
     process gave up on it, or its client library is missing (one warning naming the
     extra)."""
-    settings = _config.settings()
+    settings = _settings.settings()
     url = settings.remote_cache
     if not url:
         return None

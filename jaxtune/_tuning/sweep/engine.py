@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 
@@ -42,9 +42,7 @@ from .inputs import make_inputs
 from .rounds import interleaved, measurement
 from .timers import RecordingTimer, RoundTimer, Timer, timer_for
 from .timing import Timing, block
-
-if TYPE_CHECKING:
-    from .plan import SweepTask
+from .work import SweepTask
 
 __all__ = ["ENGINE_FAULT", "EventSink", "Sweeper", "compile_threads"]
 

@@ -11,9 +11,9 @@ from ..._core.flags import normalise_platform
 from ..._core.vocabulary import Entry, Measurement
 from ..digest import CodeDigest
 from .intervals import ratio_interval
-from .plan import SweepPlan
 from .stats import SweepOutcome
 from .timers import resolve_timer
+from .work import SweepPlan
 
 __all__ = ["make_entry"]
 

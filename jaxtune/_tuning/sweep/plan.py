@@ -5,8 +5,9 @@ in interleaved rounds until a paired test settles them (the other configs measur
 in the first rounds, a second look before they are ruled out), and a tie goes to the
 earliest config of the space.
 
-:class:`~.engine.Sweeper` does the work wherever the kernel runs. A failed config is a
-:class:`Failure` with its reason; only "every config failed" raises.
+What a sweep is (:class:`~.work.SweepPlan`, :class:`~.work.SweepTask`) lives in
+:mod:`.work`; :class:`~.engine.Sweeper` does the work wherever the kernel runs. A failed
+config is a :class:`Failure` with its reason; only "every config failed" raises.
 """
 
 from __future__ import annotations
@@ -18,116 +19,24 @@ from typing import Any
 
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult, Event
-from ..signature import Signature
 from .breakdown import Breakdown
 from .engine import EventSink, Sweeper
 from .progress import Progress
-from .search import Budget, run_search, strategy_of
 from .search import plan as budget_plan
+from .search import run_search, strategy_of
 from .stats import SweepOutcome, finish, leaders, second_look
 from .timers import Timer
-from .timing import TimingOptions
+from .work import SweepPlan, SweepTask
 
 __all__ = [
-    "SweepPlan",
-    "SweepTask",
     "best_of",
     "drive",
     "new_progress",
-    "ordered",
     "run_sweep",
 ]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class SweepPlan:
-    """What the parent decides about one sweep: plain data, so it travels to a child or a
-    recording file and comes back unchanged. The parent orchestrates from the plan alone."""
-
-    kernel: str
-    key: str
-    configs: tuple[Config, ...]
-    default: Config
-    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    statics: str = ""
-    timeout_s: float = 60.0
-    options: TimingOptions = dataclasses.field(default_factory=TimingOptions)
-    verbose: int = 0
-    #: A strategy name or object (see :mod:`jaxtune._tuning.sweep.search`) and its budget. Only
-    #: names travel (a recording, a child); an object becomes ``"auto"`` there.
-    search: Any = "auto"
-    budget: Budget | None = None
-    #: The timer's name (see :mod:`jaxtune._tuning.sweep.timers`; ``auto`` resolves where the
-    #: sweep runs) and the pass timed: ``forward``, or ``vjp`` (forward and backward).
-    timer: str = "auto"
-    timing: str = "forward"
-    #: Configs compiled at once (0: :func:`~.engine.compile_threads`).
-    compile_threads: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """A msgpack-ready form (inverse: :meth:`from_dict`)."""
-        return {
-            "kernel": self.kernel,
-            "key": self.key,
-            "configs": [dict(c) for c in self.configs],
-            "default": dict(self.default),
-            "shapes": [[dt, list(shape)] for dt, shape in self.shapes],
-            "statics": self.statics,
-            "timeout_s": self.timeout_s,
-            "options": dataclasses.asdict(self.options),
-            "verbose": self.verbose,
-            "search": self.search if isinstance(self.search, str) else "auto",
-            "budget": None if self.budget is None else [self.budget.configs, self.budget.seconds],
-            "timer": self.timer,
-            "timing": self.timing,
-            "compile_threads": self.compile_threads,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SweepPlan:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            kernel=d["kernel"],
-            key=d["key"],
-            configs=tuple(dict(c) for c in d["configs"]),
-            default=dict(d["default"]),
-            shapes=tuple((dt, tuple(shape)) for dt, shape in d.get("shapes", ())),
-            statics=d.get("statics", ""),
-            timeout_s=float(d["timeout_s"]),
-            options=TimingOptions(**d["options"]),
-            verbose=int(d.get("verbose", 0)),
-            search=d.get("search") or "auto",
-            budget=Budget(configs=d["budget"][0], seconds=d["budget"][1])
-            if d.get("budget")
-            else None,
-            timer=str(d.get("timer") or "auto"),
-            timing=str(d.get("timing") or "forward"),
-            compile_threads=int(d.get("compile_threads") or 0),
-        )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class SweepTask:
-    """The work of one sweep, where the kernel runs: the plan plus the kernel itself, its
-    bound arguments, its numerics check and its input builder."""
-
-    plan: SweepPlan
-    fn: Callable[..., Any]
-    signature: Signature
-    check: Any = "auto"
-    inputs: Callable[..., Any] | None = None
-    compile_threads: int = 0
-
-
-def ordered(plan: SweepPlan) -> list[Config]:
-    """The configs to measure: the default first (also when the space lacks it), then the
-    space in order."""
-    default_id = config_id(plan.default)
-    rest = [dict(c) for c in plan.configs if config_id(c) != default_id]
-    return [dict(plan.default), *rest]
 
 
 def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:

@@ -15,7 +15,7 @@ from ..._core.errors import SweepError
 from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
 from ..._isolation.frames import Done, FrameError, Request
 from ..._isolation.requests import call_request
-from .plan import SweepPlan, SweepTask
+from .work import SweepPlan, SweepTask
 
 __all__ = [
     "HANDLER",

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ..._core import settings as _config
+from ..._core import settings as _settings
 from ..._core.errors import JaxtuneError, SweepError, warn_once
 from ..._core.flags import normalise_platform
 from ..._core.vocabulary import Failure, Measurement, config_id
@@ -38,7 +38,7 @@ from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from .breakdown import Breakdown
 from .flight import InFlight, how_lost, raise_child_error
-from .plan import SweepPlan, SweepTask, best_of, drive, new_progress, run_sweep
+from .plan import best_of, drive, new_progress, run_sweep
 from .progress import Progress
 from .requests import (
     Measure,
@@ -50,6 +50,7 @@ from .requests import (
     sweep_request,
 )
 from .stats import SweepOutcome
+from .work import SweepPlan, SweepTask
 
 __all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
 
@@ -393,7 +394,7 @@ def prestart_child(fn: Any = None, *, sweeping: bool = False) -> None:
     and imports ``fn``'s module there, so that the first sweep waits for neither; bad
     settings are left for the first call to report."""
     try:
-        settings = _config.settings()
+        settings = _settings.settings()
     except JaxtuneError:
         return
     if (sweeping or settings.mode in ("tune", "retune")) and settings.isolation == "process":

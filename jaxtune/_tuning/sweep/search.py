@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..._core import settings as _config
+from ..._core import settings as _settings
 from ..._core.errors import ConfigSpaceError
 
 __all__ = [
@@ -404,5 +404,5 @@ def _time_of(result: Any) -> float | None:
 
 def budget_setting() -> Budget | None:
     """``JAXTUNE_BUDGET`` as a :class:`Budget` (``None`` when unset)."""
-    value = _config.settings().budget
+    value = _settings.settings().budget
     return None if value is None else Budget(configs=value[0], seconds=value[1])

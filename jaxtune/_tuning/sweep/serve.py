@@ -27,8 +27,8 @@ from ..._isolation.wire import decode_value
 from ..autotuned import Autotuned, registry
 from ..record import observing_calls
 from .engine import Sweeper
-from .plan import SweepTask
 from .requests import Measure, Retime, SweepFields, results_answer
+from .work import SweepTask
 
 __all__ = ["abstract_inputs", "handle", "resolve_kernel"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from ..._core.errors import TuningFailedError
 from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
-from .plan import SweepTask
 from .runner import Runner
 from .stats import SweepOutcome, finish
+from .work import SweepTask
 
 __all__ = ["SweepSharing", "measure_share", "merge", "share"]
 

@@ -1,0 +1,100 @@
+"""What one sweep is asked to do: the plan the parent decides (plain data, so it travels to
+a child or a recording file) and the task, the plan with the kernel where it runs.
+
+A leaf of the sweep: the engine (:mod:`.engine`) that does the work and the orchestration
+(:mod:`.plan`) that drives it both read these types, and neither is imported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..signature import Signature
+from .search import Budget
+from .timing import TimingOptions
+
+__all__ = ["SweepPlan", "SweepTask"]
+
+Config = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SweepPlan:
+    """What the parent decides about one sweep: plain data, so it travels to a child or a
+    recording file and comes back unchanged. The parent orchestrates from the plan alone."""
+
+    kernel: str
+    key: str
+    configs: tuple[Config, ...]
+    default: Config
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    statics: str = ""
+    timeout_s: float = 60.0
+    options: TimingOptions = dataclasses.field(default_factory=TimingOptions)
+    verbose: int = 0
+    #: A strategy name or object (see :mod:`jaxtune._tuning.sweep.search`) and its budget. Only
+    #: names travel (a recording, a child); an object becomes ``"auto"`` there.
+    search: Any = "auto"
+    budget: Budget | None = None
+    #: The timer's name (see :mod:`jaxtune._tuning.sweep.timers`; ``auto`` resolves where the
+    #: sweep runs) and the pass timed: ``forward``, or ``vjp`` (forward and backward).
+    timer: str = "auto"
+    timing: str = "forward"
+    #: Configs compiled at once (0: :func:`~.engine.compile_threads`).
+    compile_threads: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A msgpack-ready form (inverse: :meth:`from_dict`)."""
+        return {
+            "kernel": self.kernel,
+            "key": self.key,
+            "configs": [dict(c) for c in self.configs],
+            "default": dict(self.default),
+            "shapes": [[dt, list(shape)] for dt, shape in self.shapes],
+            "statics": self.statics,
+            "timeout_s": self.timeout_s,
+            "options": dataclasses.asdict(self.options),
+            "verbose": self.verbose,
+            "search": self.search if isinstance(self.search, str) else "auto",
+            "budget": None if self.budget is None else [self.budget.configs, self.budget.seconds],
+            "timer": self.timer,
+            "timing": self.timing,
+            "compile_threads": self.compile_threads,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SweepPlan:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            kernel=d["kernel"],
+            key=d["key"],
+            configs=tuple(dict(c) for c in d["configs"]),
+            default=dict(d["default"]),
+            shapes=tuple((dt, tuple(shape)) for dt, shape in d.get("shapes", ())),
+            statics=d.get("statics", ""),
+            timeout_s=float(d["timeout_s"]),
+            options=TimingOptions(**d["options"]),
+            verbose=int(d.get("verbose", 0)),
+            search=d.get("search") or "auto",
+            budget=Budget(configs=d["budget"][0], seconds=d["budget"][1])
+            if d.get("budget")
+            else None,
+            timer=str(d.get("timer") or "auto"),
+            timing=str(d.get("timing") or "forward"),
+            compile_threads=int(d.get("compile_threads") or 0),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SweepTask:
+    """The work of one sweep, where the kernel runs: the plan plus the kernel itself, its
+    bound arguments, its numerics check and its input builder."""
+
+    plan: SweepPlan
+    fn: Callable[..., Any]
+    signature: Signature
+    check: Any = "auto"
+    inputs: Callable[..., Any] | None = None
+    compile_threads: int = 0
