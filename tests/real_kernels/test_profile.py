@@ -79,15 +79,19 @@ def test_spanning_tiles_give_one_row_per_kernel_in_profile_and_from_trace(tmp_pa
             rows[key].total_us,
             rows[key].flops,
         )
+    # The page's table groups the kernels as the text table does: a head row per
+    # autotuned kernel (its id), its Pallas kernels beneath it by name; the chart, which
+    # draws each kernel alone, names it "<id>:<name>".
     page = p.to_html().replace("<wbr>", "")  # break hints inside long names
     for kernel_id, name in rows:
-        assert f"{kernel_id}:{name}" in page
+        assert f">{kernel_id}<" in page and name in page, (kernel_id, name)
     path = tmp_path / "report.html"
     path.write_text(page)
     labels = _browser_labels(path)
     if labels is not None:  # a headless Chromium read the page as a reader sees it
         cells, chart_text = labels
-        assert sorted(cells) == sorted(f"{i}:{n}" for i, n in rows), cells
+        shown = {c.strip() for c in cells}
+        assert {i for i, _ in rows} | {n for _, n in rows} <= shown, cells
         for kernel_id, name in rows:
             assert f"{kernel_id}:{name}" in chart_text, chart_text
 
