@@ -34,3 +34,10 @@ def test_a_program_without_an_autotuned_call_is_said_to_run_on(tmp_path, monkeyp
     ended.set()
     _tune._note_no_call(str(tmp_path / "none"), ended, "tune")
     assert capsys.readouterr().err == ""
+
+
+def test_full_and_settle_are_one_or_the_other(incli):
+    for verb in (["tune"], ["cache", "check"]):
+        done = incli(*verb, "--full", "--settle", "2", "--", "python", "prog.py")
+        assert done.returncode == 2
+        assert "not allowed with argument" in done.stderr

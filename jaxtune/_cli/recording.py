@@ -9,9 +9,11 @@ __all__ = ["SETTLE_S", "add_recording_options"]
 
 
 def add_recording_options(p: argparse.ArgumentParser) -> None:
-    """``--full`` and ``--settle``: when a recorded program is stopped."""
-    p.add_argument("--full", action="store_true", help="let the program run to its end")
-    p.add_argument(
+    """``--full`` or ``--settle``: when a recorded program is stopped (one or the other: a
+    program run to its end is never stopped once it settles)."""
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--full", action="store_true", help="let the program run to its end")
+    when.add_argument(
         "--settle",
         type=_seconds,
         default=None,
