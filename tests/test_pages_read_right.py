@@ -229,3 +229,25 @@ def test_a_rival_ahead_by_its_estimate_that_loses_a_tie_is_not_called_not_faster
     assert (
         "clear: chunk=1024 at most 4 % faster, loses a tie: 0.99x (95 % interval 0.96-1.07)" in text
     ), text
+
+
+def test_a_single_survivor_says_the_others_failed():
+    ok, bad = {"r": 1}, {"r": 2}
+    entry = Entry(
+        kernel="k",
+        device_kind="cpu",
+        key="f32[8]",
+        config=ok,
+        time_us=100.0,
+        default_config=ok,
+        default_time_us=100.0,
+        measurements=(
+            measurement(ok, 100.0),
+            Failure(config=bad, stage="check", reason="output 0 differs"),
+        ),
+        decision="single",
+    )
+    text = jaxtune.TuningResult.of(entry).table()
+    assert (
+        "single: the only config that ran; 1 other failed (`jaxtune cache show k` says why)" in text
+    )

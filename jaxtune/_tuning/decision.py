@@ -60,8 +60,16 @@ def decision_text(entry: Entry) -> str:
     the stored config. A rival that left the rounds early (clearly behind) is compared by
     the rounds it ran, never by the first pass's samples."""
     m = entry.margin
-    if not entry.decision or entry.decision == "single" or not m:
-        return entry.decision if entry.decision == "single" else ""
+    if entry.decision == "single":
+        failed = sum(1 for x in entry.measurements if not x.ok)
+        if failed:  # the others did not lose a race: they never ran to the end
+            return (
+                f"single: the only config that ran; {count(failed, 'other')} failed "
+                f"(`jaxtune cache show {entry.kernel}` says why)"
+            )
+        return "single"
+    if not entry.decision or not m:
+        return ""
     rival_config = m["rival"]
     rival = rival_text(rival_config, entry.config)
     ratio, low, high = m["ratio"], m.get("low"), m.get("high")
