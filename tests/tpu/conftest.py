@@ -6,8 +6,10 @@ at a time can hold the chip):
 
 Modules run in name order: ``test_1_*`` start programs in fresh processes while this one
 has not opened the chip; ``test_2_*`` then use the chip from this process (a process that
-holds the TPU: sweeps and captures run here). ``JAXTUNE_TPU_DRY=1`` runs the tier on CPU in
-TPU interpret mode at small shapes, to check the tier itself before spending chip time.
+holds the TPU: sweeps and captures run here). ``JAXTUNE_TPU_DRY=1`` runs the tier's
+kernels on CPU in TPU interpret mode at small shapes, to try one test (``-k``) before
+spending chip time: slowly, and the checks of what only a chip does (Mosaic refusing a
+tile, a chip-holding process's warnings) fail there.
 """
 
 from __future__ import annotations
