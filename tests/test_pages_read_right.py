@@ -170,29 +170,39 @@ def test_titles_name_the_device_once(tmp_path):
     assert "<h1>jaxtune profile: tpu (TPU v5 lite)</h1>" in p.to_html()
 
 
+def decided(config, *measurements, decision, margin=None, default=None, default_us=100.0):
+    """The table of one small entry of kernel ``k`` that stored ``config`` at 100 us."""
+    entry = Entry(
+        kernel="k",
+        device_kind="cpu",
+        key="f32[8]",
+        config=config,
+        time_us=100.0,
+        default_config=default or config,
+        default_time_us=default_us,
+        measurements=measurements,
+        decision=decision,
+        margin=margin,
+    )
+    return jaxtune.TuningResult.of(entry).table()
+
+
 def test_a_rival_that_left_the_rounds_clearly_behind_is_compared_by_its_rounds():
     # docs/autotuned.md "Sweeps": the decision comes from the rounds whenever two configs
     # ran in them; a rival out after 3 rounds (clearly behind) has no interval in the
     # margin, and its label must say so, not "first pass".
     best, rival = {"tm": 256}, {"tm": 128}
-    entry = Entry(
-        kernel="k",
-        device_kind="cpu",
-        key="f32[8]",
-        config=best,
-        time_us=100.0,
-        default_config=rival,
-        default_time_us=270.0,
-        measurements=(
-            measurement(best, 100.0, rounds=[100.0, 101.0, 99.0, 100.0]),
-            dataclasses.replace(
-                measurement(rival, 270.0, rounds=[270.0, 272.0, 268.0]), dropped=True, behind=True
-            ),
+    text = decided(
+        best,
+        measurement(best, 100.0, rounds=[100.0, 101.0, 99.0, 100.0]),
+        dataclasses.replace(
+            measurement(rival, 270.0, rounds=[270.0, 272.0, 268.0]), dropped=True, behind=True
         ),
         decision="clear",
         margin={"rival": rival, "ratio": 2.5, "low": None, "high": None},
+        default=rival,
+        default_us=270.0,
     )
-    text = jaxtune.TuningResult.of(entry).table()
     assert "clear: 2.70x ahead of tm=128 (clearly behind after 3 rounds)" in text, text
     assert "first pass" not in text
 
@@ -202,30 +212,14 @@ def test_a_rival_ahead_by_its_estimate_that_loses_a_tie_is_not_called_not_faster
     # no further than 4 % faster, and which would lose a tie: the label says so.
     best, rival = {"chunk": 256}, {"chunk": 1024}
     mine = [100.0 + i for i in range(12)]
-    theirs = [
-        m * f
-        for m, f in zip(
-            mine,
-            [0.96, 0.97, 0.98, 0.99, 0.99, 0.99, 1.0, 1.01, 1.02, 1.03, 1.05, 1.07],
-            strict=True,
-        )
-    ]
-    entry = Entry(
-        kernel="k",
-        device_kind="cpu",
-        key="f32[8]",
-        config=best,
-        time_us=100.0,
-        default_config=best,
-        default_time_us=100.0,
-        measurements=(
-            measurement(best, 100.0, rounds=mine),
-            measurement(rival, 99.0, rounds=theirs),
-        ),
+    factors = [0.96, 0.97, 0.98, 0.99, 0.99, 0.99, 1.0, 1.01, 1.02, 1.03, 1.05, 1.07]
+    text = decided(
+        best,
+        measurement(best, 100.0, rounds=mine),
+        measurement(rival, 99.0, rounds=[m * f for m, f in zip(mine, factors, strict=True)]),
         decision="clear",
         margin={"rival": rival, "ratio": 0.995, "low": 0.96, "high": 1.07},
     )
-    text = jaxtune.TuningResult.of(entry).table()
     assert (
         "clear: chunk=1024 at most 4 % faster, loses a tie: 0.99x (95 % interval 0.96-1.07)" in text
     ), text
@@ -233,21 +227,12 @@ def test_a_rival_ahead_by_its_estimate_that_loses_a_tie_is_not_called_not_faster
 
 def test_a_single_survivor_says_the_others_failed():
     ok, bad = {"r": 1}, {"r": 2}
-    entry = Entry(
-        kernel="k",
-        device_kind="cpu",
-        key="f32[8]",
-        config=ok,
-        time_us=100.0,
-        default_config=ok,
-        default_time_us=100.0,
-        measurements=(
-            measurement(ok, 100.0),
-            Failure(config=bad, stage="check", reason="output 0 differs"),
-        ),
+    text = decided(
+        ok,
+        measurement(ok, 100.0),
+        Failure(config=bad, stage="check", reason="output 0 differs"),
         decision="single",
     )
-    text = jaxtune.TuningResult.of(entry).table()
     assert (
         "single: the only config that ran; 1 other failed (`jaxtune cache show k` says why)" in text
     )
