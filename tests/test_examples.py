@@ -44,3 +44,33 @@ def test_chunked_tunable_records_every_config_and_the_default(fast_timing):
     }
     assert dict(entry.config) in space
     assert entry.default_time_us is not None and entry.time_us is not None
+
+
+@pytest.mark.parametrize(
+    ("shape", "default", "legal"),
+    [
+        # 64 spans the whole 64-wide array: Mosaic takes it; 32 and 128 do not fit it.
+        ((64, 64, 64), (64, 64, 64), {(64, 64, 64)}),
+        ((256, 128, 64), (128, 128, 64), {(128, 128, 64), (256, 128, 64)}),
+    ],
+)
+def test_pallas_matmul_keeps_mosaics_tiling_rule_on_tpu(monkeypatch, shape, default, legal):
+    """On TPU a block edge is at least 128 or spans its dimension (Mosaic's (8, 128) rule),
+    so the small shapes the docs use keep a config there, and the default is one of them."""
+    from jaxtune.examples import pallas_matmul
+
+    monkeypatch.setattr(pallas_matmul, "_on_tpu", lambda: True)
+    m, n, k = shape
+    x = jax.ShapeDtypeStruct((m, k), np.float32)
+    y = jax.ShapeDtypeStruct((k, n), np.float32)
+    edges = pallas_matmul.BLOCKS
+    kept = {
+        (bm, bn, bk)
+        for bm in edges
+        for bn in edges
+        for bk in edges
+        if pallas_matmul._fits({"block_m": bm, "block_n": bn, "block_k": bk}, x, y)
+    }
+    assert kept == legal
+    got = pallas_matmul._default(x, y)
+    assert (got["block_m"], got["block_n"], got["block_k"]) == default

@@ -2,8 +2,9 @@
 
 On TPU and GPU this is a real kernel; on CPU it runs in Pallas interpret mode, where bigger
 blocks mean fewer grid steps, so the tuner has something real to find everywhere. On TPU the
-space keeps Mosaic's tiling rule (a block's last two dimensions divisible by 8 and 128; here
-every block is at least 128 wide) and the default is 128x128x128; elsewhere it starts at 32.
+space keeps Mosaic's tiling rule (a block's last two dimensions divisible by 8 and 128, or
+spanning the array): every block edge is at least 128 or its whole dimension, and the default
+is 128 (or the whole dimension where 128 does not divide it); elsewhere it starts at 32.
 """
 
 from __future__ import annotations
@@ -30,17 +31,23 @@ def _on_tpu() -> bool:
 
 
 def _fits(config: dict[str, int], x: jax.ShapeDtypeStruct, y: jax.ShapeDtypeStruct) -> bool:
-    m, k = x.shape
-    _, n = y.shape
-    divides = (
-        m % config["block_m"] == 0 and n % config["block_n"] == 0 and k % config["block_k"] == 0
-    )
-    return divides and (not _on_tpu() or min(config.values()) >= TPU_MIN_BLOCK)
+    (m, k), n = x.shape, y.shape[1]
+    edges = ((config["block_m"], m), (config["block_n"], n), (config["block_k"], k))
+    if any(dim % block for block, dim in edges):
+        return False
+    # Mosaic takes a block edge of at least 128 here, or one that spans its whole dimension.
+    return not _on_tpu() or all(block >= TPU_MIN_BLOCK or block == dim for block, dim in edges)
 
 
 def _default(x: jax.ShapeDtypeStruct, y: jax.ShapeDtypeStruct) -> dict[str, int]:
-    edge = TPU_MIN_BLOCK if _on_tpu() else BLOCKS[0]
-    return {"block_m": edge, "block_n": edge, "block_k": edge}
+    (m, k), n = x.shape, y.shape[1]
+    if not _on_tpu():
+        return {"block_m": BLOCKS[0], "block_n": BLOCKS[0], "block_k": BLOCKS[0]}
+
+    def edge(dim: int) -> int:
+        return TPU_MIN_BLOCK if dim % TPU_MIN_BLOCK == 0 else dim
+
+    return {"block_m": edge(m), "block_n": edge(n), "block_k": edge(k)}
 
 
 def _kernel(x_ref: Any, y_ref: Any, o_ref: Any, *, steps_k: int) -> None:
