@@ -15,8 +15,10 @@ its true time, so the wall timer measures exactly that.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -28,7 +30,7 @@ from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import plan as _plan
 from jaxtune._tuning.sweep import rounds as _rounds
-from jaxtune._tuning.sweep.timers import WallTimer
+from jaxtune._tuning.sweep.timers import ProfilerTimer, Recording, WallTimer
 from jaxtune._tuning.sweep.timing import Timing, TimingOptions
 from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
 
@@ -52,6 +54,7 @@ class Fake:
     compile_error: bool = False  # XLA refuses the lowered module
     run_error_at: int | None = None  # the n-th call raises (1: the check's run)
     wrong: bool = False  # its output differs from the reference's
+    dispatch_ms: float = 0.0  # what the wall clock adds to each call, the device timer not
 
 
 def kernel(x, *, k):
@@ -79,7 +82,8 @@ class _Lowered:
         def executable(inputs):
             calls = self.sweeper.calls
             calls[self.k] = calls.get(self.k, 0) + 1
-            self.sweeper.clock.now += fake.ms * 1e-3
+            self.sweeper.clock.now += (fake.ms + fake.dispatch_ms) * 1e-3
+            self.sweeper.on_call(self.k)
             if fake.run_error_at is not None and calls[self.k] >= fake.run_error_at:
                 raise FloatingPointError(f"block {self.k} read out of bounds")
             return np.full(4, 2.0 if fake.wrong else 1.0, np.float32)
@@ -87,14 +91,42 @@ class _Lowered:
         return executable
 
 
-class FakeSweeper(_engine.Sweeper):
-    """A sweeper whose configs JAX lowers for real, and whose compile and calls are fakes."""
+class FakeDeviceTimer(ProfilerTimer):
+    """The profiler timer over a fake trace: each call's device time is its config's
+    ``ms``, without the ``dispatch_ms`` the wall clock adds. ``captures`` counts the
+    captures (``recording()`` entries); ``on_end`` runs as each capture ends."""
 
-    def __init__(self, task, fakes: dict[str, Fake], **kwargs) -> None:
+    def __init__(self, sweeper: FakeSweeper) -> None:
+        super().__init__(sweeper.clock)
+        self.sweeper = sweeper
+        self.captures = 0
+        self.on_end = lambda: None
+
+    @contextlib.contextmanager
+    def recording(self):
+        self.captures += 1
+        rec = Recording(self)
+        yield rec
+        self.on_end()
+        module_of = {m: cid for cid, m in self.sweeper._modules.items()}
+        fakes = {config_id({"k": k}): f for k, f in self.sweeper.fakes.items()}
+        rec._results = [
+            Timing(samples_us=(fakes[module_of[c.module]].ms * 1e3,) * len(c.wall.samples_us))
+            for c in rec.calls
+        ]
+
+
+class FakeSweeper(_engine.Sweeper):
+    """A sweeper whose configs JAX lowers for real, and whose compile and calls are fakes
+    (timed by the wall clock, or with ``device`` by :class:`FakeDeviceTimer`)."""
+
+    def __init__(self, task, fakes: dict[str, Fake], *, device: bool = False, **kwargs) -> None:
         self.clock = FakeClock()
-        super().__init__(task, timer=WallTimer(self.clock), **kwargs)
         self.fakes = fakes
+        timer = FakeDeviceTimer(self) if device else WallTimer(self.clock)
+        super().__init__(task, timer=timer, **kwargs)
         self.calls: dict[str, int] = {}
+        self.on_call: Callable[[str], None] = lambda k: None
 
     def _lower_one(self, config, spec):
         got = super()._lower_one(config, spec)
@@ -127,9 +159,9 @@ def _sweeper(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwa
     return FakeSweeper(task, fakes, **kwargs)
 
 
-def _sweep(fakes: dict[str, Fake], options: TimingOptions | None = None):
+def _sweep(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwargs):
     """A whole sweep (search, first pass, rounds, pick) through the fake sweeper."""
-    sweeper = _sweeper(fakes, options)
+    sweeper = _sweeper(fakes, options, **kwargs)
     plan = sweeper.task.plan
     outcome = _plan.drive(
         plan,
@@ -235,6 +267,126 @@ def test_the_first_pass_drops_a_config_over_the_drop_ratio_behind_the_best():
     assert got["d"].dropped  # 1.6x
     assert not got["c"].dropped  # 1.4x
     assert sweeper.calls["d"] < sweeper.calls["c"]
+
+
+# -- the first pass with a device timer --------------------------------------------------
+
+
+def test_a_device_timer_times_each_visit_of_the_first_pass_in_one_capture():
+    """The first pass of six configs takes two captures (one a visit), not one per config
+    and visit, and each config's time is its device time: "e", the fastest on the device,
+    would be the slowest by the wall clock, which adds its dispatch."""
+    truth_ms = {"a": 2.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 1.9, "f": 2.8}
+    fakes = {k: Fake(ms=ms, dispatch_ms=2.0 if k == "e" else 0.0) for k, ms in truth_ms.items()}
+    sweeper = _sweeper(fakes, device=True)
+    configs = list(sweeper.task.plan.configs)
+    got = sweeper.measure(configs, reference=configs[0])
+    assert sweeper.timer.captures == 2
+    for c in configs:
+        m = got[config_id(c)]
+        assert isinstance(m, Measurement) and not m.dropped
+        assert m.min_us == pytest.approx(truth_ms[c["k"]] * 1e3)
+        # Both visits' samples: 3 a visit (half of min_samples, rounded up).
+        assert m.samples == 6
+    # One config per capture after a crash (``serial_rounds``): the captures of before.
+    serial = _sweeper(fakes, device=True)
+    serial.serial_rounds = True
+    again = serial.measure(configs, reference=configs[0])
+    assert serial.timer.captures == 2 * len(configs)
+    assert {cid: m.min_us for cid, m in again.items()} == {cid: m.min_us for cid, m in got.items()}
+
+
+@pytest.mark.parametrize(
+    "truth_ms",
+    [
+        {"a": 3.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 1.0, "f": 2.8},
+        {"a": 1.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 3.0, "f": 2.8},
+        {"a": 2.0, "b": 2.05, "c": 4.0, "d": 1.98, "e": 2.6, "f": 2.0, "g": 9.0},
+        {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)},  # two captures a visit
+    ],
+)
+def test_the_device_timers_shared_captures_keep_the_picks(truth_ms):
+    """The same sweep timed by the wall clock, by the device timer in shared captures and
+    in one capture per config stores the same config with the same verdict."""
+    fakes = {k: Fake(ms=ms) for k, ms in truth_ms.items()}
+    picks = set()
+    for device, serial in [(False, False), (True, False), (True, True)]:
+        sweeper = _sweeper(fakes, device=device)
+        sweeper.serial_rounds = serial
+        plan = sweeper.task.plan
+        outcome = _plan.drive(
+            plan,
+            measure=lambda todo, known, rounds, s=sweeper, p=plan: s.measure(
+                todo, reference=p.default, best_us=_plan.best_of(known), rounds=rounds
+            ),
+            retime=sweeper.retime,
+            progress=_plan.new_progress(plan),
+        )
+        picks.add((outcome.best.config["k"], outcome.decision))
+    assert picks == {(min(truth_ms, key=truth_ms.__getitem__), "clear")}
+
+
+def test_a_device_timer_drops_by_the_first_visits_device_times_before_the_second():
+    """Dropping needs the device times, which arrive when the first visit's capture ends:
+    a config clearly slower (over 1.5x) than the best of the visit, even one measured
+    after it, is dropped and not visited again; the earliest config (the default here) is
+    never dropped, however slow."""
+    truth_ms = {"a": 5.0, "b": 3.2, "c": 2.0, "d": 2.8, "e": 2.1, "f": 2.2}
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    configs = list(sweeper.task.plan.configs)
+    got = {
+        c["k"]: m
+        for c, m in zip(
+            configs, sweeper.measure(configs, reference=configs[0]).values(), strict=True
+        )
+    }
+    assert {k for k, m in got.items() if m.dropped} == {"b"}  # 1.6x "c", measured after it
+    assert not got["a"].dropped  # 2.5x, but the default and earliest
+    assert got["b"].samples == 3 and got["d"].samples == 6
+    assert sweeper.calls["b"] < sweeper.calls["d"]
+    # A best measured in an earlier batch counts too.
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    got = sweeper.measure(configs, reference=configs[0], best_us=1000.0)
+    assert {c["k"] for c in configs if got[config_id(c)].dropped} == {"b", "c", "d", "e", "f"}
+
+
+@pytest.mark.parametrize("where", ["calls", "capture end"])
+def test_a_crash_in_a_shared_capture_is_blamed_on_the_config_running_or_on_the_captures(where):
+    """The runner blames a lost child on what the events say was in flight: during a
+    config's calls, that config alone; at the capture's end (the trace stopped and read),
+    the capture's configs, which makes the runner ask again one config per capture."""
+    from jaxtune._tuning.sweep import requests as _requests
+    from jaxtune._tuning.sweep.flight import InFlight
+
+    truth_ms = {"a": 2.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 1.9}
+    suspects: list[list[str]] = []
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    configs = list(sweeper.task.plan.configs)
+    request = _requests.Measure(todo=configs).of(_requests.sweep_request(sweeper.task))
+    flight = InFlight(request)
+    sweeper.emit = flight.event
+
+    def crash() -> None:
+        suspects.append(sorted(flight.suspects(hung=False, timeout_s=60)))
+
+    if where == "calls":
+        # The check's run precedes the capture; the warm-up (second call) is in it.
+        sweeper.on_call = lambda k: k == "c" and sweeper.calls["c"] == 3 and crash()
+        expected = [config_id({"k": "c"})]
+    else:
+        sweeper.timer.on_end = lambda: not suspects and crash()
+        expected = sorted(config_id(c) for c in configs)
+    sweeper.measure(configs, reference=configs[0])
+    assert suspects == [expected]
+    # One config per capture: the end of each capture is its one config's.
+    suspects.clear()
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    sweeper.serial_rounds = True
+    flight = InFlight(request)
+    sweeper.emit = flight.event
+    sweeper.timer.on_end = lambda: not suspects and crash()
+    sweeper.measure(configs, reference=configs[0])
+    assert suspects == [[config_id(configs[0])]]
 
 
 def _rounds_of(truth_us: dict[str, float], options: TimingOptions, rounds_cap: int = 60):
