@@ -528,3 +528,121 @@ def test_a_fault_in_a_compile_thread_reaches_the_waiter_as_itself():
     with pytest.raises(SinkError, match="the event sink broke") as caught:
         sweeper.measure(configs, reference=configs[0])
     assert any("bug in jaxtune" in note for note in caught.value.__notes__)
+
+
+@pytest.mark.parametrize(
+    ("cores", "children", "threads"),
+    [(1, 1, 1), (2, 1, 1), (4, 1, 3), (13, 1, 12), (64, 1, 16), (13, 2, 5), (13, 8, 1)],
+)
+def test_compile_threads_use_the_hosts_cores_less_the_one_that_runs(
+    monkeypatch, cores, children, threads
+):
+    """One fewer than the cores (shared among the children of a split sweep), 1 to 16: a
+    2-core machine keeps its one compiling thread, a 13-core TPU host gets 12."""
+    monkeypatch.setattr(_engine, "usable_cores", lambda: cores)
+    assert _engine.compile_threads(children) == threads
+
+
+def test_the_children_of_a_split_sweep_share_the_cores_for_compiling(monkeypatch):
+    from jaxtune._tuning.sweep import requests as _requests
+    from jaxtune._tuning.sweep import runner as _runner
+
+    monkeypatch.setattr(_engine, "usable_cores", lambda: 13)
+    sweeper = _sweeper({k: Fake(ms=1.0) for k in "abcd"})
+    plan = dataclasses.replace(sweeper.task.plan, compile_threads=0)  # the default
+    asked = []
+
+    def measure_all(self, plan, request, progress, order, known=None, **kwargs):
+        asked.append(request.fields.plan.compile_threads)
+        return {}
+
+    monkeypatch.setattr(_runner.ProcessRunner, "_measure_all", measure_all)
+    request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
+    order = list(plan.configs)
+    _runner.ProcessRunner()._measure_on_devices(
+        plan, request, _plan.new_progress(plan), order, [0, 1, 2]
+    )
+    assert asked == [3, 3, 3]  # 13 cores // 3 children, less 1
+    # A plan that says how many threads keeps its word.
+    asked.clear()
+    plan = dataclasses.replace(plan, compile_threads=2)
+    request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
+    _runner.ProcessRunner()._measure_on_devices(
+        plan, request, _plan.new_progress(plan), order, [0, 1, 2]
+    )
+    assert asked == [2, 2, 2]
+
+
+def test_a_config_that_fails_to_lower_compile_or_check_is_out_before_any_timing():
+    """Each failure is reported as soon as known, before the first capture of the first
+    pass, and the failing configs are never timed."""
+    fakes = {
+        "a": Fake(ms=1.0),
+        "trace": Fake(ms=0.5, trace_error=True),
+        "b": Fake(ms=1.1),
+        "xla": Fake(ms=0.5, compile_error=True),
+        "wrong": Fake(ms=0.5, wrong=True),
+        "c": Fake(ms=1.2),
+    }
+    reported: dict[str, tuple[object, int]] = {}
+    sweeper = _sweeper(fakes, device=True)
+    sweeper.emit = lambda event: (
+        isinstance(event, _engine.ConfigResult)
+        and reported.setdefault(event.cid, (event.result, sweeper.timer.captures))
+    )
+    configs = list(sweeper.task.plan.configs)
+    got = sweeper.measure(configs, reference=configs[0])
+    when = {k: reported[config_id({"k": k})][1] for k in fakes}
+    assert when == {"a": 2, "trace": 0, "b": 2, "xla": 0, "wrong": 0, "c": 2}
+    assert {k: getattr(got[config_id({"k": k})], "stage", None) for k in fakes} == {
+        "a": None,
+        "trace": "compile",
+        "b": None,
+        "xla": "compile",
+        "wrong": "check",
+        "c": None,
+    }
+    assert "trace" not in sweeper.calls and "xla" not in sweeper.calls
+    assert sweeper.calls["wrong"] == 1  # the check's run only
+
+
+def test_progress_shows_configs_compiled_while_they_compile(monkeypatch):
+    """What a user sees while many configs compile: the live line counts them (and the
+    failures), and at JAXTUNE_VERBOSE=2 a line says so every COMPILE_LINE_S seconds."""
+    import io
+
+    from jaxtune._tuning.sweep import progress as _progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    fakes = {
+        "a": Fake(ms=1.0),
+        "trace": Fake(ms=1.0, trace_error=True),
+        "b": Fake(ms=2.0),
+        "xla": Fake(ms=1.0, compile_error=True),
+        "c": Fake(ms=3.0),
+    }
+    live = Tty()
+    plan = _sweeper(fakes).task.plan
+    progress = _progress.Progress("k", len(fakes), 0, live)
+    sweeper = _sweeper(fakes, on_event=_plan.progress_sink(plan, progress))
+    configs = list(plan.configs)
+    sweeper.compile(configs)
+    assert "\rjaxtune: tuning k 0/5, compiled 5/5 (2 failed)" in live.getvalue()
+    # A config compiled again (by a new child after a crash) counts once.
+    progress.compile_done(config_id({"k": "a"}), failed=False)
+    assert progress.compiled[config_id({"k": "a"})] is False and len(progress.compiled) == 5
+
+    monkeypatch.setattr(_progress, "COMPILE_LINE_S", 0.0)
+    lines = io.StringIO()
+    progress = _progress.Progress("k", len(fakes), 2, lines)
+    sweeper = _sweeper(fakes, on_event=_plan.progress_sink(plan, progress))
+    sweeper.compile(configs)
+    said = [line for line in lines.getvalue().splitlines() if " compiled " in line]
+    assert len(said) == 5 and said[-1].startswith("jaxtune: k compiled 5/5 (2 failed) in ")
+    quiet = io.StringIO()  # verbose 1: one line per sweep, none about compiling
+    progress = _progress.Progress("k", len(fakes), 1, quiet)
+    _sweeper(fakes, on_event=_plan.progress_sink(plan, progress)).compile(configs)
+    assert quiet.getvalue() == ""

@@ -44,7 +44,14 @@ from .timers import Recording, RecordingTimer, RoundTimer, Timer, timer_for
 from .timing import Timing, TimingOptions, block, clearly_slower
 from .work import SweepTask
 
-__all__ = ["CONFIGS_PER_CAPTURE", "ENGINE_FAULT", "EventSink", "Sweeper", "compile_threads"]
+__all__ = [
+    "CONFIGS_PER_CAPTURE",
+    "ENGINE_FAULT",
+    "MAX_COMPILE_THREADS",
+    "EventSink",
+    "Sweeper",
+    "compile_threads",
+]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -365,7 +372,9 @@ class Sweeper:
     ) -> dict[str, Failure | None]:
         """Compiles ``configs``, runs each once as soon as it compiled (while the others
         still compile) and checks its output against the reference: ``reference`` if it
-        runs, else the first of ``configs`` that does. Returns each config's failure."""
+        runs, else the first of ``configs`` that does. Returns each config's failure; each
+        failure is reported as soon as known (a config that fails to lower or compile is
+        out before any timing, and counts in the progress shown meanwhile)."""
         ids = [config_id(c) for c in configs]
         by_id = dict(zip(ids, configs, strict=True))
         if self._launched is None or self._launched[0] != ids:
@@ -398,7 +407,11 @@ class Sweeper:
                 if failure is None:
                     outputs[cid] = out
             outcome[cid] = failure
-            self._compare(candidates, outcome, outputs, ref, by_id)
+            failed = {cid: failure} if failure is not None else {}
+            failed |= self._compare(candidates, outcome, outputs, ref, by_id)
+            for out_id, why in failed.items():
+                if out_id in by_id:  # not a reference measured in an earlier batch
+                    self.emit(ConfigResult(cid=out_id, result=why))
         return {cid: outcome[cid] for cid in ids}
 
     def _compare(
@@ -408,24 +421,27 @@ class Sweeper:
         outputs: dict[str, Any],
         ref: list[Any],
         by_id: Mapping[str, Config],
-    ) -> None:
+    ) -> dict[str, Failure]:
         """Settles the reference once the candidates before it are known, then checks
-        (and lets go of) every output waiting for it."""
+        (and lets go of) every output waiting for it; returns the checks' failures."""
         if not ref:
             for cid in candidates:
                 if cid not in outcome:
-                    return
+                    return {}
                 if outcome[cid] is None:
                     ref.append(outputs.pop(cid))
                     break
             else:
-                return
+                return {}
+        failed = {}
         for cid in list(outputs):
             out = outputs.pop(cid)
             with self.breakdown.timed("check"):
                 problem = check_outputs(out, ref[0], self.task.check)
             if problem is not None:
-                outcome[cid] = Failure(config=dict(by_id[cid]), stage="check", reason=problem)
+                failed[cid] = Failure(config=dict(by_id[cid]), stage="check", reason=problem)
+                outcome[cid] = failed[cid]
+        return failed
 
     # -- timing --------------------------------------------------------------------------
 
@@ -462,14 +478,8 @@ class Sweeper:
         else:
             with self.breakdown.timed("first_pass"):
                 timed = self._first_pass(runnable, best_us)
-        results: dict[str, Result] = {}
-        for config in configs:
-            cid = config_id(config)
-            failure = checked[cid]
-            if failure is not None:
-                self.emit(ConfigResult(cid=cid, result=failure))
-            results[cid] = failure or timed[cid]
-        return results
+        # Failures were reported as they became known (:meth:`_check_all`).
+        return {config_id(c): checked[config_id(c)] or timed[config_id(c)] for c in configs}
 
     def _first_pass(self, runnable: Sequence[Config], best_us: float | None) -> dict[str, Result]:
         """Times each config in two visits, the second in reverse order (a slow spell of
@@ -762,13 +772,24 @@ def _blame_jaxtune(e: BaseException, cid: str) -> None:
         e.add_note(note)
 
 
-def compile_threads() -> int:
-    """How many lowered configs XLA compiles at once by default: one core is left to the
-    thread that runs them, at most 4. Tracing and lowering stay on one thread (Python work
-    that holds the GIL): on a 2-core machine two threads that each traced and compiled made
-    every compile and every run slower (JAX's flash attention, 9 configs: compile threads
-    188 s against 63 s, the sweep 1.38x slower)."""
-    return max(1, min(4, usable_cores() - 1))
+#: The most lowered configs XLA compiles at once by default, however many cores.
+MAX_COMPILE_THREADS = 16
+
+
+def compile_threads(children: int = 1) -> int:
+    """How many lowered configs XLA compiles at once by default: the usable cores, shared
+    among ``children`` sweep children compiling at once (one per device), less one each
+    for the thread that runs configs; at least 1, at most :data:`MAX_COMPILE_THREADS`. A
+    2-core machine gets 1, a 13-core TPU v5e host 12 (Tokamax's ragged_dot proposes 540
+    configs: a cap of 4 left most of its cores idle).
+
+    Tracing and lowering stay on one thread (Python work that holds the GIL), which feeds
+    the compiling threads (XLA's compile lets go of the GIL): on a 2-core machine two
+    threads that each traced and compiled made every compile and every run slower (JAX's
+    flash attention, 9 configs: compile threads 188 s against 63 s, the sweep 1.38x
+    slower). A compiling thread that the lowering thread cannot keep busy waits. Configs
+    run their check while others compile, but none is timed until all compiled."""
+    return max(1, min(MAX_COMPILE_THREADS, usable_cores() // max(1, children) - 1))
 
 
 def _differentiable(leaf: Any) -> bool:
