@@ -55,6 +55,7 @@ class Fake:
     run_error_at: int | None = None  # the n-th call raises (1: the check's run)
     wrong: bool = False  # its output differs from the reference's
     dispatch_ms: float = 0.0  # what the wall clock adds to each call, the device timer not
+    noise: tuple[float, ...] = ()  # each call's time is ``ms`` times the next of these, cycling
 
 
 def kernel(x, *, k):
@@ -82,7 +83,8 @@ class _Lowered:
         def executable(inputs):
             calls = self.sweeper.calls
             calls[self.k] = calls.get(self.k, 0) + 1
-            self.sweeper.clock.now += (fake.ms + fake.dispatch_ms) * 1e-3
+            slow = fake.noise[(calls[self.k] - 1) % len(fake.noise)] if fake.noise else 1.0
+            self.sweeper.clock.now += (fake.ms * slow + fake.dispatch_ms) * 1e-3
             self.sweeper.on_call(self.k)
             if fake.run_error_at is not None and calls[self.k] >= fake.run_error_at:
                 raise FloatingPointError(f"block {self.k} read out of bounds")
@@ -203,6 +205,32 @@ def test_the_stored_winner_is_the_fastest_measured(truth_ms):
 def test_a_tie_goes_to_the_earliest_config_of_the_space():
     outcome, _, _ = _sweep({"a": Fake(ms=2.0), "b": Fake(ms=2.0), "c": Fake(ms=2.0)})
     assert outcome.best.config == {"k": "a"}
+
+
+def test_near_equal_configs_undecided_after_the_round_budget_say_so_in_the_table():
+    """Two configs within 2 % of each other whose rounds swing by +-30 %: the rounds run
+    out (``max_rounds``) with neither shown slower nor shown equal, and the table's line
+    under the entry says ``undecided``, with the interval the decision used and the
+    rounds it took, not a tie or a clear win."""
+    import jaxtune
+    from jaxtune._tuning.sweep.entry import make_entry
+
+    swing = (1.0, 1.3, 0.8, 1.25, 0.9, 1.2, 1.0, 0.75)
+    fakes = {"a": Fake(ms=2.0, noise=swing), "b": Fake(ms=1.96, noise=swing[::-1])}
+    options = TimingOptions(rounds=4, max_rounds=8, round_samples=1, round_floor_us=0.0)
+    outcome, by, _ = _sweep(fakes, options)
+    assert outcome.decision == "undecided"
+    assert all(len(m.rounds_us) == 8 for m in by.values())  # the whole round budget
+    entry = make_entry(outcome_plan(fakes, options), outcome, "cpu", "1")
+    table = jaxtune.TuningResult.of(entry).table()
+    (line,) = [x for x in table.splitlines() if "decided:" in x]
+    rival = "a" if outcome.best.config == {"k": "b"} else "b"
+    assert f"decided: undecided vs k={rival!r}: " in line and "after 8 rounds" in line, line
+
+
+def outcome_plan(fakes: dict[str, Fake], options: TimingOptions) -> SweepPlan:
+    """The plan of the fake sweep of ``fakes`` (what :func:`_sweep` ran)."""
+    return _sweeper(fakes, options).task.plan
 
 
 # -- failures are data ------------------------------------------------------------------
