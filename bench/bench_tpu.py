@@ -11,7 +11,10 @@ program that has already used the TPU), side by side:
 - ``flash_fwd``, ``flash_grad``, ``matmul``: ``jaxtune.tune`` of the kernel (retune, its
   whole space) against a plain loop that compiles every config of the same space and
   times each over 12 interleaved rounds (wall clock, 10 calls a round): wall times, and the
-  stored config's time over the plain loop's best (the truth).
+  stored config's time over the plain loop's best (the truth). Where the time went on
+  either side: the sweep's breakdown (``Entry.phases``: child start, compile, check, first
+  pass, rounds; see docs/search.md) and the loop's compile and timing seconds, each
+  printed as a line and kept in the JSON, with the compile threads the sweep used.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import jax.numpy as jnp
 
 import jaxtune
 from jaxtune._core.vocabulary import config_id
+from jaxtune._tuning.sweep.breakdown import breakdown_text
+from jaxtune._tuning.sweep.engine import compile_threads
 
 
 def _block(x: Any) -> Any:
@@ -78,9 +83,12 @@ def _attention_args(size: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
     return (jax.ShapeDtypeStruct(shape, jnp.bfloat16),) * 3
 
 
-def plain_loop(fn: Any, configs: list[dict[str, Any]], args: tuple[Any, ...]) -> dict[str, float]:
+def plain_loop(
+    fn: Any, configs: list[dict[str, Any]], args: tuple[Any, ...]
+) -> tuple[dict[str, float], dict[str, float]]:
     """Compile every config, then 12 interleaved rounds of 10 calls each: seconds a call
-    (the fastest round)."""
+    (the fastest round), and the seconds compiling (with two warm-up calls) and timing."""
+    start = time.perf_counter()
     compiled = {}
     for c in configs:
         f = jax.jit(functools.partial(fn, **c))
@@ -90,6 +98,7 @@ def plain_loop(fn: Any, configs: list[dict[str, Any]], args: tuple[Any, ...]) ->
         except Exception:
             continue
         compiled[config_id(c)] = f
+    compile_s = time.perf_counter() - start
     best = dict.fromkeys(compiled, float("inf"))
     for _ in range(12):
         for cid, f in compiled.items():
@@ -98,7 +107,8 @@ def plain_loop(fn: Any, configs: list[dict[str, Any]], args: tuple[Any, ...]) ->
                 out = f(*args)
             _block(out)
             best[cid] = min(best[cid], (time.perf_counter() - start) / 10)
-    return best
+    total_s = time.perf_counter() - start
+    return best, {"compile": compile_s, "rounds": total_s - compile_s, "total": total_s}
 
 
 def bench_kernel(name: str) -> dict[str, Any]:
@@ -126,14 +136,16 @@ def bench_kernel(name: str) -> dict[str, Any]:
 
             target = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
     configs = [dict(c) for c in kernel.space(*args)]
-    start = time.perf_counter()
-    loop = plain_loop(raw, configs, args)
-    loop_s = time.perf_counter() - start
+    loop, loop_phases = plain_loop(raw, configs, args)
+    loop_s = loop_phases["total"]
     start = time.perf_counter()
     result = jaxtune.tune(target, *args, retune=True)
     sweep_s = time.perf_counter() - start
     (entry,) = result.values()
     best = min(loop, key=loop.__getitem__)
+    phases = dict(getattr(entry, "phases", {}) or {})
+    print(f"{name} sweep {breakdown_text(phases)}", flush=True)
+    print(f"{name} plain loop {breakdown_text(loop_phases)}", flush=True)
     return {
         "configs": len(configs),
         "plain_loop_s": loop_s,
@@ -143,7 +155,10 @@ def bench_kernel(name: str) -> dict[str, Any]:
         "truth_best": best,
         "stored_over_best": loop[config_id(entry.config)] / loop[best],
         "decision": entry.decision_text(),
-        "phases": dict(getattr(entry, "phases", {}) or {}),
+        "phases": phases,
+        "plain_loop_phases": loop_phases,
+        "compile_threads": compile_threads(),
+        "calls": {config_id(m.config): m.calls for m in entry.measurements if m.ok},
     }
 
 

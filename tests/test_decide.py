@@ -75,6 +75,19 @@ def test_rounds_that_run_out_undecided_give_the_better_estimate_with_its_interva
     assert rival != d.pick and low < 1.0 < high
 
 
+def test_an_undecided_race_kept_on_the_default_names_the_config_it_was_undecided_against():
+    """Near-equal configs whose rounds swing: "b" has the lower median time (the
+    candidate), but its per-round ratio to the default "a" is over 1, so the default is
+    kept. The decision stays undecided, and its margin names "b" (without it, the table
+    would not say the race was undecided)."""
+    swing = [1.0, 1.3, 0.8, 1.25, 0.9, 1.2, 1.0, 0.75]
+    rounds = {"a": [2000 * s for s in swing], "b": [1960 * s for s in swing[::-1]]}
+    d = decide(rounds, default="a")
+    assert (d.best, d.pick, d.kind) == ("b", "a", "undecided")
+    rival, ratio, low, high = d.margin
+    assert rival == "b" and ratio > 1.0 and low < 1.0 < high
+
+
 def test_a_config_that_left_the_rounds_is_out_not_tied():
     # "b" left after 3 rounds (far slower); its few rounds prove nothing about a tie and
     # must not let it win as "the earliest of the tied".

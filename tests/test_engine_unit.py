@@ -15,8 +15,10 @@ its true time, so the wall timer measures exactly that.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -28,7 +30,7 @@ from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import plan as _plan
 from jaxtune._tuning.sweep import rounds as _rounds
-from jaxtune._tuning.sweep.timers import WallTimer
+from jaxtune._tuning.sweep.timers import ProfilerTimer, Recording, WallTimer
 from jaxtune._tuning.sweep.timing import Timing, TimingOptions
 from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
 
@@ -52,6 +54,8 @@ class Fake:
     compile_error: bool = False  # XLA refuses the lowered module
     run_error_at: int | None = None  # the n-th call raises (1: the check's run)
     wrong: bool = False  # its output differs from the reference's
+    dispatch_ms: float = 0.0  # what the wall clock adds to each call, the device timer not
+    noise: tuple[float, ...] = ()  # each call's time is ``ms`` times the next of these, cycling
 
 
 def kernel(x, *, k):
@@ -79,7 +83,9 @@ class _Lowered:
         def executable(inputs):
             calls = self.sweeper.calls
             calls[self.k] = calls.get(self.k, 0) + 1
-            self.sweeper.clock.now += fake.ms * 1e-3
+            slow = fake.noise[(calls[self.k] - 1) % len(fake.noise)] if fake.noise else 1.0
+            self.sweeper.clock.now += (fake.ms * slow + fake.dispatch_ms) * 1e-3
+            self.sweeper.on_call(self.k)
             if fake.run_error_at is not None and calls[self.k] >= fake.run_error_at:
                 raise FloatingPointError(f"block {self.k} read out of bounds")
             return np.full(4, 2.0 if fake.wrong else 1.0, np.float32)
@@ -87,14 +93,42 @@ class _Lowered:
         return executable
 
 
-class FakeSweeper(_engine.Sweeper):
-    """A sweeper whose configs JAX lowers for real, and whose compile and calls are fakes."""
+class FakeDeviceTimer(ProfilerTimer):
+    """The profiler timer over a fake trace: each call's device time is its config's
+    ``ms``, without the ``dispatch_ms`` the wall clock adds. ``captures`` counts the
+    captures (``recording()`` entries); ``on_end`` runs as each capture ends."""
 
-    def __init__(self, task, fakes: dict[str, Fake], **kwargs) -> None:
+    def __init__(self, sweeper: FakeSweeper) -> None:
+        super().__init__(sweeper.clock)
+        self.sweeper = sweeper
+        self.captures = 0
+        self.on_end = lambda: None
+
+    @contextlib.contextmanager
+    def recording(self):
+        self.captures += 1
+        rec = Recording(self)
+        yield rec
+        self.on_end()
+        module_of = {m: cid for cid, m in self.sweeper._modules.items()}
+        fakes = {config_id({"k": k}): f for k, f in self.sweeper.fakes.items()}
+        rec._results = [
+            Timing(samples_us=(fakes[module_of[c.module]].ms * 1e3,) * len(c.wall.samples_us))
+            for c in rec.calls
+        ]
+
+
+class FakeSweeper(_engine.Sweeper):
+    """A sweeper whose configs JAX lowers for real, and whose compile and calls are fakes
+    (timed by the wall clock, or with ``device`` by :class:`FakeDeviceTimer`)."""
+
+    def __init__(self, task, fakes: dict[str, Fake], *, device: bool = False, **kwargs) -> None:
         self.clock = FakeClock()
-        super().__init__(task, timer=WallTimer(self.clock), **kwargs)
         self.fakes = fakes
+        timer = FakeDeviceTimer(self) if device else WallTimer(self.clock)
+        super().__init__(task, timer=timer, **kwargs)
         self.calls: dict[str, int] = {}
+        self.on_call: Callable[[str], None] = lambda k: None
 
     def _lower_one(self, config, spec):
         got = super()._lower_one(config, spec)
@@ -127,9 +161,9 @@ def _sweeper(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwa
     return FakeSweeper(task, fakes, **kwargs)
 
 
-def _sweep(fakes: dict[str, Fake], options: TimingOptions | None = None):
+def _sweep(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwargs):
     """A whole sweep (search, first pass, rounds, pick) through the fake sweeper."""
-    sweeper = _sweeper(fakes, options)
+    sweeper = _sweeper(fakes, options, **kwargs)
     plan = sweeper.task.plan
     outcome = _plan.drive(
         plan,
@@ -171,6 +205,32 @@ def test_the_stored_winner_is_the_fastest_measured(truth_ms):
 def test_a_tie_goes_to_the_earliest_config_of_the_space():
     outcome, _, _ = _sweep({"a": Fake(ms=2.0), "b": Fake(ms=2.0), "c": Fake(ms=2.0)})
     assert outcome.best.config == {"k": "a"}
+
+
+def test_near_equal_configs_undecided_after_the_round_budget_say_so_in_the_table():
+    """Two configs within 2 % of each other whose rounds swing by +-30 %: the rounds run
+    out (``max_rounds``) with neither shown slower nor shown equal, and the table's line
+    under the entry says ``undecided``, with the interval the decision used and the
+    rounds it took, not a tie or a clear win."""
+    import jaxtune
+    from jaxtune._tuning.sweep.entry import make_entry
+
+    swing = (1.0, 1.3, 0.8, 1.25, 0.9, 1.2, 1.0, 0.75)
+    fakes = {"a": Fake(ms=2.0, noise=swing), "b": Fake(ms=1.96, noise=swing[::-1])}
+    options = TimingOptions(rounds=4, max_rounds=8, round_samples=1, round_floor_us=0.0)
+    outcome, by, _ = _sweep(fakes, options)
+    assert outcome.decision == "undecided"
+    assert all(len(m.rounds_us) == 8 for m in by.values())  # the whole round budget
+    entry = make_entry(outcome_plan(fakes, options), outcome, "cpu", "1")
+    table = jaxtune.TuningResult.of(entry).table()
+    (line,) = [x for x in table.splitlines() if "decided:" in x]
+    rival = "a" if outcome.best.config == {"k": "b"} else "b"
+    assert f"decided: undecided vs k={rival!r}: " in line and "after 8 rounds" in line, line
+
+
+def outcome_plan(fakes: dict[str, Fake], options: TimingOptions) -> SweepPlan:
+    """The plan of the fake sweep of ``fakes`` (what :func:`_sweep` ran)."""
+    return _sweeper(fakes, options).task.plan
 
 
 # -- failures are data ------------------------------------------------------------------
@@ -235,6 +295,126 @@ def test_the_first_pass_drops_a_config_over_the_drop_ratio_behind_the_best():
     assert got["d"].dropped  # 1.6x
     assert not got["c"].dropped  # 1.4x
     assert sweeper.calls["d"] < sweeper.calls["c"]
+
+
+# -- the first pass with a device timer --------------------------------------------------
+
+
+def test_a_device_timer_times_each_visit_of_the_first_pass_in_one_capture():
+    """The first pass of six configs takes two captures (one a visit), not one per config
+    and visit, and each config's time is its device time: "e", the fastest on the device,
+    would be the slowest by the wall clock, which adds its dispatch."""
+    truth_ms = {"a": 2.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 1.9, "f": 2.8}
+    fakes = {k: Fake(ms=ms, dispatch_ms=2.0 if k == "e" else 0.0) for k, ms in truth_ms.items()}
+    sweeper = _sweeper(fakes, device=True)
+    configs = list(sweeper.task.plan.configs)
+    got = sweeper.measure(configs, reference=configs[0])
+    assert sweeper.timer.captures == 2
+    for c in configs:
+        m = got[config_id(c)]
+        assert isinstance(m, Measurement) and not m.dropped
+        assert m.min_us == pytest.approx(truth_ms[c["k"]] * 1e3)
+        # Both visits' samples: 3 a visit (half of min_samples, rounded up).
+        assert m.samples == 6
+    # One config per capture after a crash (``serial_rounds``): the captures of before.
+    serial = _sweeper(fakes, device=True)
+    serial.serial_rounds = True
+    again = serial.measure(configs, reference=configs[0])
+    assert serial.timer.captures == 2 * len(configs)
+    assert {cid: m.min_us for cid, m in again.items()} == {cid: m.min_us for cid, m in got.items()}
+
+
+@pytest.mark.parametrize(
+    "truth_ms",
+    [
+        {"a": 3.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 1.0, "f": 2.8},
+        {"a": 1.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 3.0, "f": 2.8},
+        {"a": 2.0, "b": 2.05, "c": 4.0, "d": 1.98, "e": 2.6, "f": 2.0, "g": 9.0},
+        {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)},  # two captures a visit
+    ],
+)
+def test_the_device_timers_shared_captures_keep_the_picks(truth_ms):
+    """The same sweep timed by the wall clock, by the device timer in shared captures and
+    in one capture per config stores the same config with the same verdict."""
+    fakes = {k: Fake(ms=ms) for k, ms in truth_ms.items()}
+    picks = set()
+    for device, serial in [(False, False), (True, False), (True, True)]:
+        sweeper = _sweeper(fakes, device=device)
+        sweeper.serial_rounds = serial
+        plan = sweeper.task.plan
+        outcome = _plan.drive(
+            plan,
+            measure=lambda todo, known, rounds, s=sweeper, p=plan: s.measure(
+                todo, reference=p.default, best_us=_plan.best_of(known), rounds=rounds
+            ),
+            retime=sweeper.retime,
+            progress=_plan.new_progress(plan),
+        )
+        picks.add((outcome.best.config["k"], outcome.decision))
+    assert picks == {(min(truth_ms, key=truth_ms.__getitem__), "clear")}
+
+
+def test_a_device_timer_drops_by_the_first_visits_device_times_before_the_second():
+    """Dropping needs the device times, which arrive when the first visit's capture ends:
+    a config clearly slower (over 1.5x) than the best of the visit, even one measured
+    after it, is dropped and not visited again; the earliest config (the default here) is
+    never dropped, however slow."""
+    truth_ms = {"a": 5.0, "b": 3.2, "c": 2.0, "d": 2.8, "e": 2.1, "f": 2.2}
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    configs = list(sweeper.task.plan.configs)
+    got = {
+        c["k"]: m
+        for c, m in zip(
+            configs, sweeper.measure(configs, reference=configs[0]).values(), strict=True
+        )
+    }
+    assert {k for k, m in got.items() if m.dropped} == {"b"}  # 1.6x "c", measured after it
+    assert not got["a"].dropped  # 2.5x, but the default and earliest
+    assert got["b"].samples == 3 and got["d"].samples == 6
+    assert sweeper.calls["b"] < sweeper.calls["d"]
+    # A best measured in an earlier batch counts too.
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    got = sweeper.measure(configs, reference=configs[0], best_us=1000.0)
+    assert {c["k"] for c in configs if got[config_id(c)].dropped} == {"b", "c", "d", "e", "f"}
+
+
+@pytest.mark.parametrize("where", ["calls", "capture end"])
+def test_a_crash_in_a_shared_capture_is_blamed_on_the_config_running_or_on_the_captures(where):
+    """The runner blames a lost child on what the events say was in flight: during a
+    config's calls, that config alone; at the capture's end (the trace stopped and read),
+    the capture's configs, which makes the runner ask again one config per capture."""
+    from jaxtune._tuning.sweep import requests as _requests
+    from jaxtune._tuning.sweep.flight import InFlight
+
+    truth_ms = {"a": 2.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 1.9}
+    suspects: list[list[str]] = []
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    configs = list(sweeper.task.plan.configs)
+    request = _requests.Measure(todo=configs).of(_requests.sweep_request(sweeper.task))
+    flight = InFlight(request)
+    sweeper.emit = flight.event
+
+    def crash() -> None:
+        suspects.append(sorted(flight.suspects(hung=False, timeout_s=60)))
+
+    if where == "calls":
+        # The check's run precedes the capture; the warm-up (second call) is in it.
+        sweeper.on_call = lambda k: k == "c" and sweeper.calls["c"] == 3 and crash()
+        expected = [config_id({"k": "c"})]
+    else:
+        sweeper.timer.on_end = lambda: not suspects and crash()
+        expected = sorted(config_id(c) for c in configs)
+    sweeper.measure(configs, reference=configs[0])
+    assert suspects == [expected]
+    # One config per capture: the end of each capture is its one config's.
+    suspects.clear()
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    sweeper.serial_rounds = True
+    flight = InFlight(request)
+    sweeper.emit = flight.event
+    sweeper.timer.on_end = lambda: not suspects and crash()
+    sweeper.measure(configs, reference=configs[0])
+    assert suspects == [[config_id(configs[0])]]
 
 
 def _rounds_of(truth_us: dict[str, float], options: TimingOptions, rounds_cap: int = 60):
@@ -376,3 +556,121 @@ def test_a_fault_in_a_compile_thread_reaches_the_waiter_as_itself():
     with pytest.raises(SinkError, match="the event sink broke") as caught:
         sweeper.measure(configs, reference=configs[0])
     assert any("bug in jaxtune" in note for note in caught.value.__notes__)
+
+
+@pytest.mark.parametrize(
+    ("cores", "children", "threads"),
+    [(1, 1, 1), (2, 1, 1), (4, 1, 3), (13, 1, 12), (64, 1, 16), (13, 2, 5), (13, 8, 1)],
+)
+def test_compile_threads_use_the_hosts_cores_less_the_one_that_runs(
+    monkeypatch, cores, children, threads
+):
+    """One fewer than the cores (shared among the children of a split sweep), 1 to 16: a
+    2-core machine keeps its one compiling thread, a 13-core TPU host gets 12."""
+    monkeypatch.setattr(_engine, "usable_cores", lambda: cores)
+    assert _engine.compile_threads(children) == threads
+
+
+def test_the_children_of_a_split_sweep_share_the_cores_for_compiling(monkeypatch):
+    from jaxtune._tuning.sweep import requests as _requests
+    from jaxtune._tuning.sweep import runner as _runner
+
+    monkeypatch.setattr(_engine, "usable_cores", lambda: 13)
+    sweeper = _sweeper({k: Fake(ms=1.0) for k in "abcd"})
+    plan = dataclasses.replace(sweeper.task.plan, compile_threads=0)  # the default
+    asked = []
+
+    def measure_all(self, plan, request, progress, order, known=None, **kwargs):
+        asked.append(request.fields.plan.compile_threads)
+        return {}
+
+    monkeypatch.setattr(_runner.ProcessRunner, "_measure_all", measure_all)
+    request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
+    order = list(plan.configs)
+    _runner.ProcessRunner()._measure_on_devices(
+        plan, request, _plan.new_progress(plan), order, [0, 1, 2]
+    )
+    assert asked == [3, 3, 3]  # 13 cores // 3 children, less 1
+    # A plan that says how many threads keeps its word.
+    asked.clear()
+    plan = dataclasses.replace(plan, compile_threads=2)
+    request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
+    _runner.ProcessRunner()._measure_on_devices(
+        plan, request, _plan.new_progress(plan), order, [0, 1, 2]
+    )
+    assert asked == [2, 2, 2]
+
+
+def test_a_config_that_fails_to_lower_compile_or_check_is_out_before_any_timing():
+    """Each failure is reported as soon as known, before the first capture of the first
+    pass, and the failing configs are never timed."""
+    fakes = {
+        "a": Fake(ms=1.0),
+        "trace": Fake(ms=0.5, trace_error=True),
+        "b": Fake(ms=1.1),
+        "xla": Fake(ms=0.5, compile_error=True),
+        "wrong": Fake(ms=0.5, wrong=True),
+        "c": Fake(ms=1.2),
+    }
+    reported: dict[str, tuple[object, int]] = {}
+    sweeper = _sweeper(fakes, device=True)
+    sweeper.emit = lambda event: (
+        isinstance(event, _engine.ConfigResult)
+        and reported.setdefault(event.cid, (event.result, sweeper.timer.captures))
+    )
+    configs = list(sweeper.task.plan.configs)
+    got = sweeper.measure(configs, reference=configs[0])
+    when = {k: reported[config_id({"k": k})][1] for k in fakes}
+    assert when == {"a": 2, "trace": 0, "b": 2, "xla": 0, "wrong": 0, "c": 2}
+    assert {k: getattr(got[config_id({"k": k})], "stage", None) for k in fakes} == {
+        "a": None,
+        "trace": "compile",
+        "b": None,
+        "xla": "compile",
+        "wrong": "check",
+        "c": None,
+    }
+    assert "trace" not in sweeper.calls and "xla" not in sweeper.calls
+    assert sweeper.calls["wrong"] == 1  # the check's run only
+
+
+def test_progress_shows_configs_compiled_while_they_compile(monkeypatch):
+    """What a user sees while many configs compile: the live line counts them (and the
+    failures), and at JAXTUNE_VERBOSE=2 a line says so every COMPILE_LINE_S seconds."""
+    import io
+
+    from jaxtune._tuning.sweep import progress as _progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    fakes = {
+        "a": Fake(ms=1.0),
+        "trace": Fake(ms=1.0, trace_error=True),
+        "b": Fake(ms=2.0),
+        "xla": Fake(ms=1.0, compile_error=True),
+        "c": Fake(ms=3.0),
+    }
+    live = Tty()
+    plan = _sweeper(fakes).task.plan
+    progress = _progress.Progress("k", len(fakes), 0, live)
+    sweeper = _sweeper(fakes, on_event=_plan.progress_sink(plan, progress))
+    configs = list(plan.configs)
+    sweeper.compile(configs)
+    assert "\rjaxtune: tuning k 0/5, compiled 5/5 (2 failed)" in live.getvalue()
+    # A config compiled again (by a new child after a crash) counts once.
+    progress.compile_done(config_id({"k": "a"}), failed=False)
+    assert progress.compiled[config_id({"k": "a"})] is False and len(progress.compiled) == 5
+
+    monkeypatch.setattr(_progress, "COMPILE_LINE_S", 0.0)
+    lines = io.StringIO()
+    progress = _progress.Progress("k", len(fakes), 2, lines)
+    sweeper = _sweeper(fakes, on_event=_plan.progress_sink(plan, progress))
+    sweeper.compile(configs)
+    said = [line for line in lines.getvalue().splitlines() if " compiled " in line]
+    assert len(said) == 5 and said[-1].startswith("jaxtune: k compiled 5/5 (2 failed) in ")
+    quiet = io.StringIO()  # verbose 1: one line per sweep, none about compiling
+    progress = _progress.Progress("k", len(fakes), 1, quiet)
+    _sweeper(fakes, on_event=_plan.progress_sink(plan, progress)).compile(configs)
+    assert quiet.getvalue() == ""

@@ -67,6 +67,20 @@ def failure_of(outcome, mode):
     return result
 
 
+def sweep_space(kernel, modes, **plan):
+    """A sweep of ``kernel`` over ``modes`` (the first is the default), its plan changed
+    by ``plan``."""
+    space = [{"mode": m} for m in modes]
+    task = kernel.sweep_task(kernel.bind((jnp.ones(64),), {}), space, space[0])
+    task = dataclasses.replace(task, plan=dataclasses.replace(task.plan, **plan))
+    return _runner.ProcessRunner().sweep(task)
+
+
+def stages_of(outcome):
+    """Each config's failure stage, or ``"ok"``, by its mode."""
+    return {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
+
+
 def parent_still_works():
     assert float(jax.jit(lambda a: a.sum())(jnp.ones(8))) == 8.0
 
@@ -113,6 +127,26 @@ def test_a_crash_during_a_round_of_passes_is_pinned_on_its_config_and_the_rounds
     assert outcome.best.config == {"mode": "fast"}
 
 
+def test_a_crash_in_a_shared_capture_of_the_first_pass_is_pinned_on_its_config(fresh_pool):
+    """With the profiler timer, each visit of the first pass is one capture of several
+    configs (five: a first pass). late_abort aborts on its third call, inside the first
+    visit's capture: the crash is its alone, and the others are measured again in a new
+    child, by their device time."""
+    outcome = sweep_space(
+        faulty, ["ok", "late_abort", "fast", "late_error", "wrong"], timer="profiler"
+    )
+    assert stages_of(outcome) == {
+        "ok": "ok",
+        "late_abort": "crash",
+        "fast": "ok",
+        "late_error": "run",
+        "wrong": "check",
+    }
+    assert "killed by signal SIGABRT" in failure_of(outcome, "late_abort").reason
+    assert "boom on a later call" in failure_of(outcome, "late_error").reason
+    assert outcome.best.config == {"mode": "fast"}
+
+
 def test_endless_loop_ends_at_the_timeout_and_the_sweep_goes_on():
     # That the deadline ended the hung config (it never ends by itself), and the sweep
     # went on; no wall-time bound, which a loaded machine stretches.
@@ -136,12 +170,8 @@ def test_memory_blow_up_under_a_memory_limit():
 
 
 def test_crash_while_compiling_in_parallel_is_pinned_by_serial_recompile():
-    sig = faulty.bind((jnp.ones(64),), {})
-    space = [{"mode": m} for m in ("ok", "fast", "segfault", "wrong", "compile_error")]
-    task = faulty.sweep_task(sig, space, {"mode": "ok"})
-    outcome = _runner.ProcessRunner().sweep(task)
-    stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
-    assert stages == {
+    outcome = sweep_space(faulty, ["ok", "fast", "segfault", "wrong", "compile_error"])
+    assert stages_of(outcome) == {
         "ok": "ok",
         "fast": "ok",
         "segfault": "crash",
@@ -163,14 +193,15 @@ def test_a_crash_beside_another_compile_is_pinned_by_its_thread_at_once(monkeypa
         return discard(self, child)
 
     monkeypatch.setattr(_process.ChildPool, "discard", counting)
-    sig = crash_beside_a_compile.bind((jnp.ones(64),), {})
-    space = [{"mode": m} for m in ("ok", "slow_trace", "segfault_later", "fast")]
-    task = crash_beside_a_compile.sweep_task(sig, space, {"mode": "ok"})
     # Two threads, whatever the machine's cores (one core: one thread by default).
-    task = dataclasses.replace(task, plan=dataclasses.replace(task.plan, compile_threads=2))
-    outcome = _runner.ProcessRunner().sweep(task)
-    stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
-    assert stages == {"ok": "ok", "slow_trace": "ok", "segfault_later": "crash", "fast": "ok"}
+    modes = ["ok", "slow_trace", "segfault_later", "fast"]
+    outcome = sweep_space(crash_beside_a_compile, modes, compile_threads=2)
+    assert stages_of(outcome) == {
+        "ok": "ok",
+        "slow_trace": "ok",
+        "segfault_later": "crash",
+        "fast": "ok",
+    }
     crash = failure_of(outcome, "segfault_later")
     assert "killed by signal SIGSEGV" in crash.reason and "Current thread" in crash.reason
     assert len(lost) == 1, lost
@@ -411,7 +442,7 @@ def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
     space = [{"mode": m} for m in ("ok", "fast", "segfault", "wrong", "exit3")]
     task = faulty.sweep_task(sig, space, {"mode": "ok"})
     outcome = _runner.ProcessRunner(devices=[0, 1]).sweep(task)
-    stages = {m.config["mode"]: getattr(m, "stage", "ok") for m in outcome.measurements}
+    stages = stages_of(outcome)
     assert stages == {
         "ok": "ok",
         "fast": "ok",

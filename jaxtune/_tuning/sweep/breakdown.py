@@ -11,7 +11,8 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``compile_wait``: time nothing could run because the next config was still compiling;
 - ``warmup``: each config's first call (its output is kept for the check);
 - ``check``: comparing outputs with the reference config's;
-- ``first_pass``: the first pass (one config at a time, early dropping);
+- ``first_pass``: the first pass (one config at a time, early dropping; a device timer's
+  captures of a visit's configs included);
 - ``rounds``: the interleaved rounds, second looks included;
 - ``other``: the rest of the sweep's wall time (``total`` less the phases above but
   ``compile_threads``): requests and answers, the parent's bookkeeping;

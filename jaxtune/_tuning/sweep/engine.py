@@ -40,11 +40,18 @@ from .breakdown import Breakdown
 from .check import check_outputs, reason
 from .inputs import make_inputs
 from .rounds import interleaved, measurement
-from .timers import RecordingTimer, RoundTimer, Timer, timer_for
-from .timing import Timing, block
+from .timers import Recording, RecordingTimer, RoundTimer, Timer, timer_for
+from .timing import Timing, TimingOptions, block, clearly_slower
 from .work import SweepTask
 
-__all__ = ["ENGINE_FAULT", "EventSink", "Sweeper", "compile_threads"]
+__all__ = [
+    "CONFIGS_PER_CAPTURE",
+    "ENGINE_FAULT",
+    "MAX_COMPILE_THREADS",
+    "EventSink",
+    "Sweeper",
+    "compile_threads",
+]
 
 Config = dict[str, Any]
 Result = Measurement | Failure
@@ -61,6 +68,22 @@ ENGINE_FAULT = (
     "jaxtune failed in its own sweep code while on config {config}: this is a bug in "
     "jaxtune, not a failure of the config; please report it with this traceback"
 )
+
+#: The most configs a device timer times inside one capture (:meth:`Sweeper._captured`).
+#: A capture costs about 1.2 s on a TPU v5e whatever it holds (flash attention, 16
+#: configs: a first pass of one capture per config and visit took 19.9 s of a 40.9 s
+#: sweep); a bound keeps a 540-config space's trace to a size that is quick to read and
+#: a crash at a capture's end to a group small enough to pin one config at a time.
+CONFIGS_PER_CAPTURE = 32
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Dropping:
+    """The first visit's dropping: the best time known before it (measured in earlier
+    batches), and the configs never dropped (the earliest of the space, the default)."""
+
+    best_us: float | None
+    kept: frozenset[str | None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -93,8 +116,10 @@ class Sweeper:
         #: The exception a config's call raised last (until :meth:`_timed` looks).
         self._raised: dict[str, Exception] = {}
         self._thread: threading.Thread | None = None
-        #: Rounds time one config at a time, each reported as running (to find which
-        #: config crashed a child during a round of passes); passes otherwise.
+        #: Rounds time one config at a time, each reported as running, and a device timer
+        #: captures one config at a time (to find which config crashed a child during a
+        #: round of passes or at a shared capture's end); passes and shared captures
+        #: otherwise.
         self.serial_rounds = False
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
         #: Where the time goes (see :mod:`.breakdown`); each config's calls so far, and
@@ -347,7 +372,9 @@ class Sweeper:
     ) -> dict[str, Failure | None]:
         """Compiles ``configs``, runs each once as soon as it compiled (while the others
         still compile) and checks its output against the reference: ``reference`` if it
-        runs, else the first of ``configs`` that does. Returns each config's failure."""
+        runs, else the first of ``configs`` that does. Returns each config's failure; each
+        failure is reported as soon as known (a config that fails to lower or compile is
+        out before any timing, and counts in the progress shown meanwhile)."""
         ids = [config_id(c) for c in configs]
         by_id = dict(zip(ids, configs, strict=True))
         if self._launched is None or self._launched[0] != ids:
@@ -380,7 +407,11 @@ class Sweeper:
                 if failure is None:
                     outputs[cid] = out
             outcome[cid] = failure
-            self._compare(candidates, outcome, outputs, ref, by_id)
+            failed = {cid: failure} if failure is not None else {}
+            failed |= self._compare(candidates, outcome, outputs, ref, by_id)
+            for out_id, why in failed.items():
+                if out_id in by_id:  # not a reference measured in an earlier batch
+                    self.emit(ConfigResult(cid=out_id, result=why))
         return {cid: outcome[cid] for cid in ids}
 
     def _compare(
@@ -390,24 +421,27 @@ class Sweeper:
         outputs: dict[str, Any],
         ref: list[Any],
         by_id: Mapping[str, Config],
-    ) -> None:
+    ) -> dict[str, Failure]:
         """Settles the reference once the candidates before it are known, then checks
-        (and lets go of) every output waiting for it."""
+        (and lets go of) every output waiting for it; returns the checks' failures."""
         if not ref:
             for cid in candidates:
                 if cid not in outcome:
-                    return
+                    return {}
                 if outcome[cid] is None:
                     ref.append(outputs.pop(cid))
                     break
             else:
-                return
+                return {}
+        failed = {}
         for cid in list(outputs):
             out = outputs.pop(cid)
             with self.breakdown.timed("check"):
                 problem = check_outputs(out, ref[0], self.task.check)
             if problem is not None:
-                outcome[cid] = Failure(config=dict(by_id[cid]), stage="check", reason=problem)
+                failed[cid] = Failure(config=dict(by_id[cid]), stage="check", reason=problem)
+                outcome[cid] = failed[cid]
+        return failed
 
     # -- timing --------------------------------------------------------------------------
 
@@ -444,40 +478,41 @@ class Sweeper:
         else:
             with self.breakdown.timed("first_pass"):
                 timed = self._first_pass(runnable, best_us)
-        results: dict[str, Result] = {}
-        for config in configs:
-            cid = config_id(config)
-            failure = checked[cid]
-            if failure is not None:
-                self.emit(ConfigResult(cid=cid, result=failure))
-            results[cid] = failure or timed[cid]
-        return results
+        # Failures were reported as they became known (:meth:`_check_all`).
+        return {config_id(c): checked[config_id(c)] or timed[config_id(c)] for c in configs}
 
     def _first_pass(self, runnable: Sequence[Config], best_us: float | None) -> dict[str, Result]:
         """Times each config in two visits, the second in reverse order (a slow spell of
         the machine during one config's turn does not decide its rank), dropping configs
-        clearly slower than ``best_us`` on the first."""
+        clearly slower than the best (``best_us`` or better) on the first. The earliest
+        config of the space wins ties and the default always races in the rounds, so
+        neither is dropped.
+
+        A device timer (a :class:`~.timers.RecordingTimer`) times a whole visit inside one
+        capture (:meth:`_captured`): its device timings arrive when the capture ends, so
+        the first visit drops by them, against the best of the visit, before the second
+        begins. The wall timer times one config at a time and stops a config's samples
+        as soon as they show it clearly slower than the best so far."""
         timed: dict[str, Timing | Failure] = {}
         earliest = config_id(self.task.plan.configs[0]) if self.task.plan.configs else None
-        default = config_id(self.task.plan.default)
+        kept = frozenset({earliest, config_id(self.task.plan.default)})
         for visit, sequence in enumerate((runnable, runnable[::-1])):
-            for config in sequence:
+            todo = [c for c in sequence if _timed_on(timed.get(config_id(c)))]
+            first_visit = visit == 0
+            options = self._visit_options(first_visit=first_visit)
+            dropping = _Dropping(best_us=best_us, kept=kept) if first_visit else None
+            if isinstance(self.timer, RecordingTimer):
+                got = self._visit_captured(todo, options, dropping)
+            else:
+                got = self._visit_in_turn(todo, options, dropping)
+            for config in todo:
                 cid = config_id(config)
-                before = timed.get(cid)
-                if isinstance(before, Failure) or (before is not None and before.dropped):
-                    continue
-                # Dropping is for the first visit; the earliest config wins ties and the
-                # default always races in the rounds, so neither is dropped.
-                bar = None if cid in (earliest, default) or visit == 1 else best_us
-                got = self._time_one(config, bar, first_visit=visit == 0)
-                if isinstance(got, Timing):
-                    if before is not None:
-                        got = before + got
-                    if not got.dropped:
-                        best_us = got.min_us if best_us is None else min(best_us, got.min_us)
-                timed[cid] = got
-                if visit == 1 or not isinstance(got, Timing) or got.dropped:
-                    self.emit(ConfigResult(cid=cid, result=self._result(config, got)))
+                now, before = got[cid], timed.get(cid)
+                if isinstance(now, Timing) and isinstance(before, Timing):
+                    now = before + now
+                timed[cid] = now
+                if not first_visit or not isinstance(now, Timing) or now.dropped:
+                    self.emit(ConfigResult(cid=cid, result=self._result(config, now)))
         return {config_id(c): self._result(c, timed[config_id(c)]) for c in runnable}
 
     def _result(self, config: Config, got: Timing | Failure) -> Result:
@@ -485,12 +520,10 @@ class Sweeper:
             return got
         return measurement(config, got, self._runs[config_id(config)][1])
 
-    def _time_one(
-        self, config: Config, best_us: float | None, *, first_visit: bool
-    ) -> Timing | Failure:
+    def _visit_options(self, *, first_visit: bool) -> TimingOptions:
         """One visit's share of a config's samples (half the minimum time and count)."""
         options = self.task.plan.options
-        options = dataclasses.replace(
+        return dataclasses.replace(
             options,
             # On the first visit, the first run (for the check) was the first warm-up call.
             warmup=max(1, options.warmup - 1) if first_visit else 1,
@@ -498,14 +531,88 @@ class Sweeper:
             min_samples=max(1, -(-options.min_samples // 2)),
             max_samples=max(1, -(-options.max_samples // 2)),
         )
+
+    def _visit_in_turn(
+        self, configs: Sequence[Config], options: TimingOptions, dropping: _Dropping | None
+    ) -> dict[str, Timing | Failure]:
+        """One visit, one config at a time; with ``dropping``, a config stops once
+        clearly slower than the best so far (see :func:`~.timing.clearly_slower`)."""
         timer = self.timer
-        if isinstance(timer, RecordingTimer):  # a device timer: name the calls' module
-            module = self._module(config)
-            return self._timed(
-                config,
-                lambda run: timer.measure(run, options, best_us=best_us, module=module),
+        best_us = dropping.best_us if dropping is not None else None
+        out: dict[str, Timing | Failure] = {}
+        for config in configs:
+            cid = config_id(config)
+            bar = best_us if dropping is not None and cid not in dropping.kept else None
+            got = self._timed(
+                config, functools.partial(timer.measure, options=options, best_us=bar)
             )
-        return self._timed(config, lambda run: timer.measure(run, options, best_us=best_us))
+            if isinstance(got, Timing) and not got.dropped:
+                best_us = got.min_us if best_us is None else min(best_us, got.min_us)
+            out[cid] = got
+        return out
+
+    def _visit_captured(
+        self, configs: Sequence[Config], options: TimingOptions, dropping: _Dropping | None
+    ) -> dict[str, Timing | Failure]:
+        """One visit inside one capture of the device timer; with ``dropping``, the
+        configs clearly slower than the best of the visit (or the best known before) are
+        dropped once the capture has ended."""
+        out = self._captured(
+            configs, lambda rec, module, run: rec.measure(run, options, module=module)
+        )
+        if dropping is None:
+            return out
+        times = [got.min_us for got in out.values() if isinstance(got, Timing)]
+        if dropping.best_us is not None:
+            times.append(dropping.best_us)
+        best = min(times, default=None)
+        for cid, got in out.items():
+            if (
+                isinstance(got, Timing)
+                and cid not in dropping.kept
+                and clearly_slower(got.samples_us, best, options)
+            ):
+                out[cid] = dataclasses.replace(got, dropped=True)
+        return out
+
+    def _captured(
+        self,
+        configs: Sequence[Config],
+        measure: Callable[[Recording, str, Callable[[], Any]], Timing],
+    ) -> dict[str, Timing | Failure]:
+        """``measure(recording, module, run)`` of each config in turn, inside captures of
+        the device timer of up to :data:`CONFIGS_PER_CAPTURE` configs each (one each after
+        a crash: ``serial_rounds``); each config's device timing, or its failure.
+
+        Each config is reported as running while its calls run, so a crash or hang then
+        is blamed on it alone; the capture's end (the trace stopped and read) is reported
+        as a round of its configs, so a crash there makes the runner ask again one config
+        per capture, which pins it."""
+        timer = self.timer
+        assert isinstance(timer, RecordingTimer)
+        size = 1 if self.serial_rounds else CONFIGS_PER_CAPTURE
+        out: dict[str, Timing | Failure] = {}
+        for first in range(0, len(configs), size):
+            chunk = configs[first : first + size]
+            cids = tuple(config_id(c) for c in chunk)
+            got: dict[str, Timing | Failure] = {}
+            # Where each config's calls stand in the recording (a config that failed
+            # after its calls, over the time limit, still has them there).
+            at: dict[str, int] = {}
+            try:
+                with timer.recording() as rec:
+                    for config, cid in zip(chunk, cids, strict=True):
+                        module = self._module(config)
+                        at[cid] = len(rec.calls)
+                        got[cid] = self._timed(config, functools.partial(measure, rec, module))
+                    self.emit(RoundStarted(cids=cids))
+            finally:
+                self.emit(RunFinished(cid=cids[0]))
+            device = rec.results()
+            out.update(
+                {cid: t if isinstance(t, Failure) else device[at[cid]] for cid, t in got.items()}
+            )
+        return out
 
     def _timed(
         self, config: Config, measure: Callable[[Callable[[], Any]], Timing]
@@ -547,7 +654,7 @@ class Sweeper:
 
     def _round(self, configs: Sequence[Config]) -> dict[str, Timing | Failure]:
         """One interleaved round: each config's samples, in order (inside one trace for a
-        timer that records, such as the profiler's)."""
+        timer that records, such as the profiler's: :meth:`_captured`)."""
         options = self.task.plan.options
         timer = self.timer
         recording = timer.recording if isinstance(timer, RecordingTimer) else None
@@ -560,17 +667,12 @@ class Sweeper:
                 )
                 for c in configs
             }
-        out: dict[str, Timing | Failure] = {}
-        with recording() as rec:
-            for c in configs:
-                module = self._module(c)
-
-                def measure(run: Callable[[], Any], module: str = module) -> Timing:
-                    return rec.measure(run, options, samples=options.round_samples, module=module)
-
-                out[config_id(c)] = self._timed(c, measure)
-        device = iter(rec.results())
-        return {cid: got if isinstance(got, Failure) else next(device) for cid, got in out.items()}
+        return self._captured(
+            configs,
+            lambda rec, module, run: rec.measure(
+                run, options, samples=options.round_samples, module=module
+            ),
+        )
 
     def _passes(
         self,
@@ -631,6 +733,11 @@ class Sweeper:
         )
 
 
+def _timed_on(got: Timing | Failure | None) -> bool:
+    """Whether a config goes on to its next visit (it has not failed nor been dropped)."""
+    return got is None or (isinstance(got, Timing) and not got.dropped)
+
+
 def _given(outcome: Failure | None) -> Failure | None:
     return outcome
 
@@ -665,13 +772,24 @@ def _blame_jaxtune(e: BaseException, cid: str) -> None:
         e.add_note(note)
 
 
-def compile_threads() -> int:
-    """How many lowered configs XLA compiles at once by default: one core is left to the
-    thread that runs them, at most 4. Tracing and lowering stay on one thread (Python work
-    that holds the GIL): on a 2-core machine two threads that each traced and compiled made
-    every compile and every run slower (JAX's flash attention, 9 configs: compile threads
-    188 s against 63 s, the sweep 1.38x slower)."""
-    return max(1, min(4, usable_cores() - 1))
+#: The most lowered configs XLA compiles at once by default, however many cores.
+MAX_COMPILE_THREADS = 16
+
+
+def compile_threads(children: int = 1) -> int:
+    """How many lowered configs XLA compiles at once by default: the usable cores, shared
+    among ``children`` sweep children compiling at once (one per device), less one each
+    for the thread that runs configs; at least 1, at most :data:`MAX_COMPILE_THREADS`. A
+    2-core machine gets 1, a 13-core TPU v5e host 12 (Tokamax's ragged_dot proposes 540
+    configs: a cap of 4 left most of its cores idle).
+
+    Tracing and lowering stay on one thread (Python work that holds the GIL), which feeds
+    the compiling threads (XLA's compile lets go of the GIL): on a 2-core machine two
+    threads that each traced and compiled made every compile and every run slower (JAX's
+    flash attention, 9 configs: compile threads 188 s against 63 s, the sweep 1.38x
+    slower). A compiling thread that the lowering thread cannot keep busy waits. Configs
+    run their check while others compile, but none is timed until all compiled."""
+    return max(1, min(MAX_COMPILE_THREADS, usable_cores() // max(1, children) - 1))
 
 
 def _differentiable(leaf: Any) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._core.vocabulary import Failure, Measurement, config_id
-from ..._isolation.frames import ConfigResult, Event
+from ..._isolation.frames import CompileFinished, ConfigResult, Event
 from .breakdown import Breakdown
 from .engine import EventSink, Sweeper
 from .progress import Progress
@@ -32,6 +32,7 @@ __all__ = [
     "best_of",
     "drive",
     "new_progress",
+    "progress_sink",
     "run_sweep",
 ]
 
@@ -40,12 +41,17 @@ Result = Measurement | Failure
 
 
 def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
-    """An event sink that advances ``progress`` for each config of the space."""
+    """An event sink that advances ``progress`` for each config of the space: as it
+    compiles, and as it is measured or fails."""
     in_space = {config_id(c) for c in plan.configs}
 
     def sink(event: Event) -> None:
-        if isinstance(event, ConfigResult) and event.cid in in_space:
+        if event.cid not in in_space:
+            return
+        if isinstance(event, ConfigResult):
             progress.update(event.result)
+        elif isinstance(event, CompileFinished):
+            progress.compile_done(event.cid, failed=event.seconds is None)
 
     return sink
 

@@ -1,4 +1,10 @@
-"""Progress of a sweep on stderr: a live line on a terminal, lines at ``JAXTUNE_VERBOSE``."""
+"""Progress of a sweep on stderr: a live line on a terminal, lines at ``JAXTUNE_VERBOSE``.
+
+Configs count as done when measured or failed; while many compile (a 540-config space
+compiles for minutes before the first is timed), the configs compiled so far are shown
+too: in the live line, and at ``JAXTUNE_VERBOSE=2`` in a line every
+:data:`COMPILE_LINE_S` seconds.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,10 @@ from .breakdown import breakdown_text
 if TYPE_CHECKING:
     from .stats import SweepOutcome
 
-__all__ = ["Progress"]
+__all__ = ["COMPILE_LINE_S", "Progress"]
+
+#: At ``JAXTUNE_VERBOSE=2``, seconds between two lines about compiling (and the last).
+COMPILE_LINE_S = 5.0
 
 
 class Progress:
@@ -42,6 +51,10 @@ class Progress:
         self.done = 0
         self.best: float | None = None
         self.start = time.perf_counter()
+        #: Each config compiled so far: whether it failed to (counted once, however
+        #: often a new child compiles it again).
+        self.compiled: dict[str, bool] = {}
+        self._compile_said = self.start
 
     def eta(self) -> str:
         """``", ETA 12 s"`` from the mean time per config so far; ``""`` when done."""
@@ -75,13 +88,38 @@ class Progress:
                 flush=True,
             )
         elif self.live:
-            best = f", best {self.best:.1f} us" if self.best is not None else ""
-            print(
-                f"\rjaxtune: tuning {self.label} {self._count()}{best}{self.eta()}   ",
-                end="",
-                file=self.stream,
-                flush=True,
-            )
+            self._live_line()
+
+    def compile_done(self, cid: str, *, failed: bool) -> None:
+        """Counts config ``cid`` compiled (``failed``: it failed to lower or compile)."""
+        if cid in self.compiled:
+            return
+        self.compiled[cid] = failed
+        if self.live:
+            self._live_line()
+        elif self.verbose >= 2:
+            now = time.perf_counter()
+            if now - self._compile_said >= COMPILE_LINE_S or len(self.compiled) == self.total:
+                self._compile_said = now
+                print(
+                    f"jaxtune: {self.label} {self._compiling()} in {now - self.start:.0f} s",
+                    file=self.stream,
+                    flush=True,
+                )
+
+    def _compiling(self) -> str:
+        """``compiled 120/540 (3 failed)``."""
+        failed = sum(self.compiled.values())
+        return f"compiled {len(self.compiled)}/{self.total}" + (
+            f" ({failed} failed)" if failed else ""
+        )
+
+    def _live_line(self) -> None:
+        best = f", best {self.best:.1f} us" if self.best is not None else ""
+        # Shown while configs compiled outnumber those done (the rest are compiling).
+        compiling = f", {self._compiling()}" if len(self.compiled) > self.done else ""
+        line = f"\rjaxtune: tuning {self.label} {self._count()}{compiling}{best}{self.eta()}   "
+        print(line, end="", file=self.stream, flush=True)
 
     def finish(self, outcome: SweepOutcome) -> None:
         if self.live:

@@ -12,6 +12,7 @@ process group, starts a new child and goes on with the remaining configs.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -37,8 +38,9 @@ from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from .breakdown import Breakdown
+from .engine import compile_threads
 from .flight import InFlight, how_lost, raise_child_error
-from .plan import best_of, drive, new_progress, run_sweep
+from .plan import best_of, drive, new_progress, progress_sink, run_sweep
 from .progress import Progress
 from .requests import (
     Measure,
@@ -297,6 +299,13 @@ class ProcessRunner(ChildService):
         """One child per device, each measuring its share of the configs at once; the
         default (the reference) is measured on the first device."""
         shares: list[list[dict[str, Any]]] = [[order[0]]] + [[] for _ in devices[1:]]
+        fields = request.fields
+        if fields.plan is not None and not fields.plan.compile_threads:
+            # The children compile at once: the host's cores are shared among them.
+            plan_here = dataclasses.replace(
+                fields.plan, compile_threads=compile_threads(children=len(devices))
+            )
+            request = request.with_fields(request.op, dataclasses.replace(fields, plan=plan_here))
         for i, config in enumerate(order[1:]):
             shares[i % len(devices)].append(config)
         runners = [self._on_device(d) for d in devices]
@@ -336,7 +345,6 @@ class ProcessRunner(ChildService):
         failures it could attribute, and ``"serial"`` when it could not tell which of
         several configs compiling in parallel was at fault.
         """
-        in_space = {config_id(c) for c in plan.configs}
         flight = InFlight(message)
         start = time.perf_counter()
         child = self.child()
@@ -344,10 +352,12 @@ class ProcessRunner(ChildService):
         # A child that built this task holds its arguments and plan: they need not travel again.
         lean = message.lean(message.fields.lean())
 
+        shown = progress_sink(plan, progress) if progress is not None else None
+
         def on_event(event: Event) -> None:
-            result = flight.event(event)
-            if result is not None and progress is not None and event.cid in in_space:
-                progress.update(result)
+            flight.event(event)
+            if shown is not None:
+                shown(event)
 
         with child.lock:
             # Until here: the child's start, and a module import started ahead of need.

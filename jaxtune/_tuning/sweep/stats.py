@@ -252,8 +252,12 @@ def _margin(
     kind: DecisionKind,
 ) -> tuple[str, float, float | None, float | None] | None:
     """The closest rival of ``pick`` (among the undecided for an undecided decision, the
-    tied for a tie, everyone else otherwise) and its ratio over ``pick``."""
-    among = {"undecided": ("undecided",), "tie": ("best", "tied")}.get(kind)
+    tied for a tie, everyone else otherwise) and its ratio over ``pick``. The candidate
+    (``best``) is a rival too where the pick is not it: the default, kept because the
+    rounds measured the candidate slower than it (an undecided race of near-equal configs
+    whose medians disagree with their per-round ratios), must still say what it was
+    undecided against."""
+    among = {"undecided": ("best", "undecided"), "tie": ("best", "tied")}.get(kind)
     rivals = [c for c in live if c != pick and (among is None or verdicts[c] in among)]
     if not rivals:
         return None

@@ -40,7 +40,7 @@ from ..._core.errors import ConfigSpaceError
 from ..._core.flags import normalise_platform
 from ..._core.xspace import xplane as _xplane
 from ..._core.xspace.tracing import tracer_options
-from .timing import Timing, TimingOptions
+from .timing import Timing, TimingOptions, clearly_slower
 
 __all__ = [
     "TIMERS",
@@ -223,11 +223,7 @@ class WallTimer:
             out.append(elapsed / batch * 1e6)
             if samples:
                 continue
-            if (
-                best_us is not None
-                and len(out) >= options.drop_after
-                and min(out) > options.drop_ratio * best_us
-            ):
+            if clearly_slower(out, best_us, options):
                 dropped = True
                 break
             if len(out) >= options.min_samples and total >= options.min_time_s:
@@ -362,12 +358,7 @@ class ProfilerTimer(WallTimer):
         with self.recording() as rec:
             rec.measure(run, options, samples=samples, module=module)
         timing = rec.results()[0]
-        if (
-            not samples
-            and best_us is not None
-            and len(timing.samples_us) >= options.drop_after
-            and min(timing.samples_us) > options.drop_ratio * best_us
-        ):
+        if not samples and clearly_slower(timing.samples_us, best_us, options):
             timing = dataclasses.replace(timing, dropped=True)
         return timing
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 
-__all__ = ["DEFAULT", "Timing", "TimingOptions", "block"]
+__all__ = ["DEFAULT", "Timing", "TimingOptions", "block", "clearly_slower"]
 
 
 def block(out: Any) -> Any:
@@ -122,6 +123,19 @@ class Timing:
         return Timing(
             samples_us=self.samples_us + other.samples_us, dropped=self.dropped or other.dropped
         )
+
+
+def clearly_slower(
+    samples_us: Sequence[float], best_us: float | None, options: TimingOptions
+) -> bool:
+    """The first pass's dropping rule: at least ``drop_after`` samples, all over
+    ``drop_ratio`` times ``best_us`` (other work on the machine only adds time, so even a
+    config's fastest sample being that far behind is a clear verdict)."""
+    return (
+        best_us is not None
+        and len(samples_us) >= options.drop_after
+        and min(samples_us) > options.drop_ratio * best_us
+    )
 
 
 #: The options sweeps use unless a kernel sets its own ``timing`` attribute.
