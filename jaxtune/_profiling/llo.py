@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -32,6 +33,7 @@ from .._core import flags as _flags
 from .._core.xspace import xplane as _xplane
 from .._core.xspace.tracefile import find_trace
 from .events import device_plane, program_ids
+from .llo_bundles import BundleSlots, of_modules
 from .llo_figures import STATIC_MODES, Scope, summary
 
 __all__ = [
@@ -50,7 +52,10 @@ __all__ = [
 #: How long the child running xprof's analysis may take, all kernels together.
 LLO_TIMEOUT_S = 300
 
-#: At most this many kernels get the per-kernel static analyses (each one re-reads the trace).
+#: At most this many of the report's kernels get xprof's static analyses (spills, register
+#: pressure, ...). The profiled programs' other LLO modules (XLA's fusions) are shown with
+#: ``analyze_llo``'s figures and their slot fill alone: each static analysis costs xprof a
+#: pass over the trace's LLO modules, and a training step has hundreds of fusions.
 MAX_KERNELS = 16
 
 #: How to get the analysis.
@@ -65,24 +70,59 @@ NO_LLO_DATA = (
 )
 
 # Runs under the interpreter that has xprof (maybe not this one), so it imports nothing of
-# jaxtune's; it prints one JSON line: xprof's answers, as they came. Given the profiled
-# programs' LLO modules (``<program>(<n>)::<HLO op>``, the report's kernels first), it asks
-# only about them: xprof takes one name per call and matches it as a substring of module
-# names (analyze_llo: every module whose name holds it; the static analyses: one such
-# module), so analyze_llo is asked once per program by its ``<program>(<n>)::`` prefix
-# (the modules it answers kept by that prefix), and the static analyses by whole module
-# name, an answer for another module (a name that holds this one) refused.
+# jaxtune's; it prints one JSON line: xprof's answers, as they came, and how long each step
+# took. Given the profiled programs' LLO modules (``<program>(<n>)::<HLO op>``, the report's
+# kernels first), it asks only about them: xprof takes one name per call and matches it as
+# a substring of module names (analyze_llo: every module whose name holds it; the static
+# analyses: one such module), so analyze_llo is asked once per program by its
+# ``<program>(<n>)::`` prefix (the modules it answers kept by that prefix), and the static
+# analyses by whole module name, an answer for another module (a name that holds this one)
+# refused.
+# xprof's Python functions each load the whole trace again (CreateLloAnalysis on the path,
+# then free it): on a big trace that load is nearly all the cost, paid once per call. Where
+# the plugin exposes its library (the 2.24 wheel's ``_lib``), the trace is loaded once and
+# every question asked of that one handle; otherwise the functions are called as they are.
 _CHILD = """
-import json, sys
+import json, sys, time
+began = time.perf_counter()
 try:
     from xprof.convert import _pywrap_profiler_plugin as plugin
 except Exception as e:
     print(json.dumps({"import_error": f"{type(e).__name__}: {e}"})); sys.exit()
 path, modes, limit = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 wanted = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
+seconds = {"import": time.perf_counter() - began, "load": 0.0, "analyze": 0.0, "static": 0.0}
+calls = {"load": 0, "analyze": 0, "static": 0}
+lib = getattr(plugin, "_lib", None)
+names = ("CreateLloAnalysis", "GetLloAnalysisJson", "GetLloStaticAnalysisJson", "FreeLloAnalysis")
+shared = lib is not None and all(hasattr(lib, n) for n in names)
+handle = None
+def timed(what, fn, *args):
+    t = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        seconds[what] += time.perf_counter() - t
+        calls[what] += 1
+def loaded():
+    global handle
+    if handle is None:
+        handle = timed("load", lib.CreateLloAnalysis, path.encode()) or 0
+    return handle
+def static_json(mode, op):
+    if not shared:
+        return timed("static", plugin.get_llo_static_analysis_json, path, mode, op, 0)
+    if not loaded():
+        return json.dumps({"status": "ERROR", "mode": mode,
+                           "error": "Could not load XSpace or no LLO modules found."})
+    got = timed("static", lib.GetLloStaticAnalysisJson, handle, mode.encode(), op.encode(), 0)
+    if not got:
+        return json.dumps({"status": "ERROR", "mode": mode,
+                           "error": "Failed to produce static analysis JSON."})
+    return got.decode()
 def static(mode, op):
     try:
-        got = json.loads(plugin.get_llo_static_analysis_json(path, mode, op, 0))
+        got = json.loads(static_json(mode, op))
     except Exception as e:
         return {"status": "ERROR", "mode": mode, "error": f"{type(e).__name__}: {e}"}
     asked = op.partition("::")[2] or op
@@ -91,8 +131,13 @@ def static(mode, op):
         return {"status": "ERROR", "mode": mode, "error": f"xprof answered for {named}"}
     return got
 def analyze(kernel):
-    answer = plugin.analyze_llo(path, kernel)
-    return json.loads(answer) if isinstance(answer, (bytes, str)) else answer
+    if not shared:
+        answer = timed("analyze", plugin.analyze_llo, path, kernel)
+        return json.loads(answer) if isinstance(answer, (bytes, str)) else answer
+    if not loaded():
+        return {"success": False}
+    got = timed("analyze", lib.GetLloAnalysisJson, handle, kernel.encode() or None)
+    return json.loads(got.decode()) if got else {"success": False}
 def scoped(modules):
     prefixes = sorted({m.partition("::")[0] + "::" for m in modules})
     out = {"success": False, "scoped": prefixes, "modules": [], "opcode_histogram": {},
@@ -121,7 +166,7 @@ def scoped(modules):
     out.update(success=True, total_modules=len(counts), total_instructions=sum(counts))
     return out
 embedded = bool(getattr(plugin, "built_with_embedded", lambda: False)())
-out = {"embedded": embedded, "answer": None, "static": {}}
+out = {"embedded": embedded, "answer": None, "static": {}, "shared_load": shared}
 if embedded and wanted is not None:
     out["answer"] = answer = scoped(wanted)
     if answer.get("success"):
@@ -135,6 +180,9 @@ elif embedded:
         out["list_ops"] = listed
         ops = (listed.get("data") or {}).get("ops") or [] if listed.get("status") == "OK" else []
         out["static"] = {op: {m: static(m, op) for m in modes} for op in ops[:limit]}
+if handle:
+    lib.FreeLloAnalysis(handle)
+out["seconds"], out["calls"] = seconds, calls
 print(json.dumps(out, default=str))
 """
 
@@ -194,13 +242,13 @@ def _failed(why: str, fix: str = "") -> dict[str, Any]:
 
 
 def _ask_xprof(
-    trace_file: str, python: str | None, wanted: list[str] | None = None
+    trace_file: str, python: str | None, wanted: list[str] | None = None, limit: int = MAX_KERNELS
 ) -> dict[str, Any]:
     """xprof's answers from the child (when ``wanted`` is given, of those LLO modules
-    only, the static analyses in that order), or ``{"failed": summary}``."""
+    only, the static analyses for the first ``limit`` of them), or ``{"failed": summary}``."""
     proc = None
     argv = [python or sys.executable, "-c", _CHILD, trace_file, ",".join(STATIC_MODES)]
-    argv += [str(MAX_KERNELS), *([json.dumps(wanted)] if wanted is not None else [])]
+    argv += [str(limit), *([json.dumps(wanted)] if wanted is not None else [])]
     try:
         proc = subprocess.run(
             argv,
@@ -229,6 +277,7 @@ def analyze(
     python: str | None = None,
     kernels: Mapping[str, str] | None = None,
     scope: Scope | None = None,
+    slots: Mapping[str, BundleSlots | str] | None = None,
 ) -> dict[str, Any]:
     """xprof's LLO analysis of the trace, summarized per kernel (:func:`.llo_figures.summary`);
     or ``success: False`` with ``why``, ``fix`` and the one ``line`` a report prints.
@@ -236,7 +285,10 @@ def analyze(
     ``python``: an interpreter with xprof (default: this one); ``kernels``: jaxtune's kernel
     name by HLO op name, so each LLO module is shown under the kernel the report names;
     ``scope``: the LLO modules of the profiled programs (:func:`scope_of`), the only ones
-    analysed and counted (every module of the trace when ``None``).
+    analysed and counted (every module of the trace when ``None``); ``slots``: each HLO
+    op's bundle slots read from the trace (:func:`.llo_bundles.of_modules`). A successful
+    answer's ``seconds`` says where the time went: xprof's import, its loads of the trace,
+    ``analyze_llo`` and the static analyses, and the child as a whole.
     """
     if platform != "tpu":
         return _failed(TPU_ONLY.format(platform=platform), "capture the trace on a TPU")
@@ -250,13 +302,18 @@ def analyze(
             "`import jax`, so every program is compiled with it",
         )
     wanted = None
+    limit = MAX_KERNELS
     if scope is not None:
-        # The report's kernels first: MAX_KERNELS of them get the static analyses.
+        # The report's kernels first: they alone (MAX_KERNELS at most) get the static analyses.
         wanted = sorted(
             scope.modules,
             key=lambda m: (m.partition("::")[2] not in (kernels or {}), m.partition("::")[2], m),
         )
-    got = _ask_xprof(os.fspath(trace_file), python, wanted)
+        mine = sum(1 for m in wanted if m.partition("::")[2] in (kernels or {}))
+        limit = min(MAX_KERNELS, mine)
+    began = time.perf_counter()
+    got = _ask_xprof(os.fspath(trace_file), python, wanted, limit)
+    child_s = time.perf_counter() - began
     if "failed" in got:
         failed: dict[str, Any] = got["failed"]
         return failed
@@ -270,7 +327,11 @@ def analyze(
         )
     answer = got.get("answer")
     if isinstance(answer, dict) and answer.get("success"):
-        return summary(answer, got.get("static") or {}, kernels or {}, scope)
+        out = summary(answer, got.get("static") or {}, kernels or {}, scope, slots)
+        seconds = got.get("seconds")
+        out["seconds"] = {**(seconds if isinstance(seconds, dict) else {}), "child": child_s}
+        out["xprof_calls"] = got.get("calls")
+        return out
     if not llo_data:
         return {**_failed(NO_LLO_DATA), "answer": answer}
     error = answer.get("error") if isinstance(answer, dict) else None
@@ -293,10 +354,17 @@ def attach(profile: P, path: str | os.PathLike[str], *, python: str | None = Non
     if platform == "tpu":
         trace = find_trace(path)
     scope = None
+    slots: dict[str, BundleSlots | str] = {}
+    began = time.perf_counter()
     if platform == "tpu":
         space = _xplane.load(trace)
         llo_data = has_llo_data(space)
         scope = scope_of(space)
+        read = of_modules(space, scope.modules if scope is not None else None)
+        slots = {name.partition("::")[2] or name: got for name, got in read.items()}
+    read_s = time.perf_counter() - began
     names = {k.hlo_op: k.name for k in getattr(profile, "kernels", ()) if k.hlo_op}
-    got = analyze(trace, platform, llo_data, python=python, kernels=names, scope=scope)
+    got = analyze(trace, platform, llo_data, python=python, kernels=names, scope=scope, slots=slots)
+    if isinstance(got.get("seconds"), dict):
+        got["seconds"]["read"] = read_s
     return dataclasses.replace(profile, llo=got)  # type: ignore[type-var]
