@@ -354,3 +354,52 @@ def test_llo_of_other_programs_alone_is_not_analysed():
     assert got["why"] == (
         "the trace's 14 LLO modules are all of programs other than jit_flash, which have none"
     )
+
+
+def test_xprof_is_handed_the_profiled_programs_llo_modules_alone():
+    space = xplane.load(FIXTURES / "flash_fwd_llo.xplane.pb")
+    scope = llo.scope_of(space)
+    assert scope is not None
+    scoped = xplane.parse(llo.scoped_trace(space, scope.modules))
+    assert scoped.plane_names == ["/host:metadata"]
+    meta = scoped.plane("/host:metadata")
+    original = {m.name: m.stats["llo_proto"] for m in space.plane("/host:metadata").event_metadata.values() if "llo_proto" in m.stats}  # fmt: skip
+    assert {m.name: m.stats["llo_proto"] for m in meta.event_metadata.values()} == {
+        name: original[name] for name in scope.modules
+    }
+    assert llo.has_llo_data(scoped)
+
+
+#: xprof's answers for the profiled program's modules, asked of a file.
+_ANSWERS = """
+import json, sys
+from xprof.convert import _pywrap_profiler_plugin as plugin
+path, module = sys.argv[1], sys.argv[2]
+static = {m: json.loads(plugin.get_llo_static_analysis_json(path, m, module, 0))
+          for m in ("opcodes", "bundle_util", "spills", "register_pressure")}
+print(json.dumps({"analyze": plugin.analyze_llo(path, module.partition("::")[0] + "::"),
+                  "static": static}))
+"""
+
+
+@pytest.mark.child
+@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+def test_xprof_answers_the_same_on_the_scoped_file_as_on_the_whole_trace(tmp_path):
+    import subprocess
+
+    whole = FIXTURES / "flash_fwd_llo.xplane.pb"
+    space = xplane.load(whole)
+    scope = llo.scope_of(space)
+    assert scope is not None
+    scoped = tmp_path / "llo.xplane.pb"
+    scoped.write_bytes(llo.scoped_trace(space, scope.modules))
+    assert scoped.stat().st_size < whole.stat().st_size / 30
+
+    def answers(path):
+        out = subprocess.run(
+            [XPROF_PYTHON or sys.executable, "-c", _ANSWERS, str(path), REAL[0]],
+            capture_output=True, text=True, check=True, timeout=120,
+        ).stdout  # fmt: skip
+        return json.loads(out)
+
+    assert answers(scoped) == answers(whole)

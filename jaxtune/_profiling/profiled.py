@@ -14,6 +14,7 @@ import functools
 import os
 import pathlib
 import re
+import sys
 import tempfile
 import time
 import traceback
@@ -34,6 +35,7 @@ from .._program.locate import sites_in_module
 from . import calls as _calls
 from . import llo as _llo
 from .hlo import hlo_fusions, hlo_ops
+from .llo_figures import lines as llo_lines
 from .report import Profile, report_from_trace
 
 __all__ = [
@@ -351,6 +353,17 @@ class Profiled(Generic[P, R]):
             )
             result = report_from_trace(options["logdir"], info=info, iterations=options["iters"])
             missing = _missing_flags(info.platform, options["llo"], options["custom_call_tracing"])
+            if options["llo"] and result.platform == "tpu":
+                # The report first; xprof's analysis, which can take a while on a big
+                # trace, after it, saying so.
+                result = dataclasses.replace(result, missing_flags=missing)
+                print(f"jaxtune: profiled {name}", flush=True)
+                print(result.table(top=10), flush=True)
+                result = _llo_after(result, options["logdir"], name)
+                path = result.save(out / "report.json")
+                print("\n".join(llo_lines(result.llo)), flush=True)
+                print(f"jaxtune: report in {path}", flush=True)
+                return
             result = _with_llo(result, options["logdir"], missing, wanted=options["llo"])
             path = result.save(out / "report.json")
         except Exception as e:
@@ -365,6 +378,24 @@ class Profiled(Generic[P, R]):
             return
         print(f"jaxtune: profiled {name}; report in {path}", flush=True)
         print(result.table(top=10), flush=True)
+
+
+def _llo_after(result: Profile, logdir: str, name: str) -> Profile:
+    """``result`` with xprof's LLO analysis, begun and ended with a line on stderr."""
+    print(
+        f"jaxtune: LLO analysis of {name}'s trace (xprof, in a child, at most "
+        f"{_llo.LLO_TIMEOUT_S} s)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    began = time.perf_counter()
+    result = _llo.attach(result, logdir)
+    print(
+        f"jaxtune: LLO analysis of {name} took {time.perf_counter() - began:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return result
 
 
 #: What a capture that ``JAXTUNE_PROFILE=1`` started and that failed leaves in its folder
