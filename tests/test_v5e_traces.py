@@ -403,3 +403,50 @@ def test_xprof_answers_the_same_on_the_scoped_file_as_on_the_whole_trace(tmp_pat
         return json.loads(out)
 
     assert answers(scoped) == answers(whole)
+
+
+def _xla_flops(name: str) -> dict[str, float]:
+    """XLA's ``flops`` stat of each Pallas call of a fixture, by kernel function."""
+    plane = xplane.load(FIXTURES / f"{name}.xplane.pb").plane("/device:TPU:0")
+    assert plane is not None
+    return {
+        _kernel_function(m.display_name): m.stats["flops"]
+        for m in plane.event_metadata.values()
+        if 'custom_call_target="tpu_custom_call"' in m.name
+    }
+
+
+def test_backward_kernels_without_a_flop_count_show_none_and_say_why():
+    """Issue 43: JAX's flash attention backward kernels declare no cost estimate, so XLA's
+    figure for their calls is 0: their rows show no rate, never 0 FLOP/s, and say why."""
+    xla = _xla_flops("flash_grad")
+    assert xla["_flash_attention_dkv_kernel"] == xla["_flash_attention_dq_kernel"] == 0
+    p = jaxtune.Profile.from_trace(FIXTURES / "flash_grad.xplane.pb")
+    kernels = {k.name: k for k in p.kernels}
+    doc = {k["name"]: k for k in json.loads(p.to_json())["kernels"]}
+    for name in ("_flash_attention_dkv_kernel", "_flash_attention_dq_kernel"):
+        k = kernels[name]
+        assert (k.flops, k.flops_per_s, k.intensity) == (None, None, None), name
+        assert (k.flops_source, k.bound_by) == ("none", "unknown")
+        assert doc[name]["flops"] is None and doc[name]["flops_per_s"] is None
+    # The forward kernel's figure is its cost estimate, as XLA counted it (3 calls).
+    forward = kernels["_flash_attention_kernel"]
+    assert forward.flops_source == "cost_estimate"
+    assert forward.flops == 3 * xla["_flash_attention_kernel"]
+    text = p.table()
+    for name in ("_flash_attention_dkv_kernel", "_flash_attention_dq_kernel"):
+        row = re.search(
+            rf"^  {name}\s+pallas\s+3\s+\S+\s+\S+\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)", text, re.M
+        )
+        assert row is not None and row.groups() == ("-", "-", "unknown*"), text
+    note = " ".join(text.split("* bound unknown")[1].split())
+    assert note.startswith(
+        ": the roofline needs FLOPs, bytes and the device's peaks. no FLOP count "
+        "(_flash_attention_dkv_kernel, _flash_attention_dq_kernel): XLA's cost analysis "
+        "cannot see inside a Pallas call: it counts one as 0 FLOPs unless the kernel "
+        "declares a cost_estimate"
+    ), note
+    assert "shows no rate (-) rather than 0 FLOP/s" in note
+    page = p.to_html()
+    assert "bound unknown, no FLOP count (_flash_attention_dkv_kernel, " in page
+    assert "rather than 0 FLOP/s" in page
