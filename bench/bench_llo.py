@@ -175,7 +175,12 @@ def main() -> None:
     args = ap.parse_args()
     python = args.python
     if not llo.xprof_available(python):
-        sys.exit("needs xprof: pip install 'jaxtune[xprof]', or --python a Python that has it")
+        # A skip, not a failure: `nox -s bench` runs this where xprof may be missing.
+        print(
+            "bench_llo: skipped: needs xprof (pip install 'jaxtune[xprof]', or --python a "
+            "Python that has it, or JAXTUNE_XPROF_PYTHON)"
+        )
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = [(n, FIXTURES / f"{n}.xplane.pb") for n in TRACES]
