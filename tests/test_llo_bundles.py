@@ -96,6 +96,34 @@ def test_the_fill_over_every_bundle_is_used_only_where_it_agrees_with_xprof():
     assert sample in wrong["text"]
 
 
+def test_after_a_disagreement_no_unchecked_reading_is_shown():
+    slots = {name.partition("::")[2]: got for name, got in _read().items()}
+    flash = slots["flash_attention.1"]
+    assert isinstance(flash, llo_bundles.BundleSlots)
+    modules = [{"kernel_name": FLASH, "hlo_instruction_name": "flash_attention.1"},
+               {"kernel_name": "jit__normal(22)::fusion.35", "hlo_instruction_name": "fusion.35"}]  # fmt: skip
+    answer = {"success": True, "modules": modules}
+    names = {"flash_attention.1": "_flash_attention_kernel"}
+
+    def fusion(bundle_util: dict) -> dict:
+        static = {"flash_attention.1": {"bundle_util": bundle_util}}
+        got = llo_figures.summary(answer, static, names, None, slots)
+        (k,) = [k for k in got["kernels"] if k["hlo_op"] == "fusion.35"]
+        return k | {"text": "\n".join(llo_figures.lines(got))}
+
+    # No static analyses for the fusion: its reading is unchecked, and shown while the
+    # checked kernel agrees with xprof.
+    agreed = fusion(_sample(flash, 30))
+    assert agreed["fill_from"] == "llo_proto: every bundle, unchecked"
+    assert agreed["bundles_read"] == 13319 and agreed["unit_utilisation"]["vector_alu"] > 0
+    wrong = fusion(_sample(flash, 30, scalar_alu_used=0))
+    assert wrong["unit_utilisation"] == {} and wrong["fill_from"] is None
+    assert wrong["fill_note"] == (
+        "not read: the trace's LLO module disagreed with xprof on _flash_attention_kernel"
+    )
+    assert "(fusion.35): None instructions; bundle slots not shown: not read:" in wrong["text"]
+
+
 #: Asks the real xprof for ``bundle_util`` of each LLO module named on the command line.
 _ASK = """
 import json, sys

@@ -37,6 +37,8 @@ MODELLED = "modelled static schedule, not measured"
 
 _TOP = 10
 
+_DISAGREES = "the trace's LLO module disagrees with xprof"
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Scope:
@@ -144,7 +146,7 @@ def _slot_fill(
                 "fill_from": f"llo_proto: every bundle, {checked}",
                 "fill_note": None,
             }
-        why = f"the trace's LLO module disagrees with xprof ({why})"
+        why = f"{_DISAGREES} ({why})"
     return {
         "bundles": _count(bundles.get("total_bundles")),
         "bundles_read": len(listed),
@@ -154,6 +156,24 @@ def _slot_fill(
         "fill_from": "bundle_util" if listed else None,
         "fill_note": why,
     }
+
+
+def _distrust_unchecked(kernels: list[dict[str, Any]]) -> None:
+    """Where the trace's LLO module disagreed with xprof for one kernel, the readings no
+    xprof listing checked (modules without static analyses) are not shown either."""
+    wrong = next((k for k in kernels if (k.get("fill_note") or "").startswith(_DISAGREES)), None)
+    if wrong is None:
+        return
+    for k in kernels:
+        if str(k.get("fill_from") or "").endswith("unchecked"):
+            k.update(
+                bundles_read=0,
+                unit_utilisation={},
+                unit_slots={},
+                fill_from=None,
+                fill_note=f"not read: the trace's LLO module disagreed with xprof on "
+                f"{wrong['kernel']}",
+            )
 
 
 def _kernel(
@@ -214,6 +234,7 @@ def summary(
     kernels = [
         _kernel(op, by_op.get(op, {}), static.get(op) or {}, names, slots.get(op)) for op in ops
     ]
+    _distrust_unchecked(kernels)
     total = _count(answer.get("total_instructions"))
     registers = _count(answer.get("unique_registers"))
     where = ""
@@ -260,6 +281,8 @@ def _kernel_line(k: Mapping[str, Any]) -> str:
             )
         else:
             parts.append(f"bundle slots filled {use} (over all {k['bundles']} bundles)")
+    elif k.get("fill_note"):
+        parts.append(f"bundle slots not shown: {k['fill_note']}")
     spills = k.get("spills") or {}
     if spills:
         parts.append(
