@@ -14,7 +14,10 @@ the kernels). Every figure there is a modelled static schedule, not a measuremen
 The analysis runs in a child process, bounded in time (:data:`LLO_TIMEOUT_S`), so a crash
 or hang there costs only the analysis. Where it cannot succeed, :func:`analyze` says why
 and what to do, in one line; :mod:`.llo_figures` turns a successful answer into figures
-per kernel.
+per kernel. xprof is handed the profiled programs' LLO modules alone
+(:func:`scoped_trace`), and each file is loaded once for all its questions; the slot fill
+over every bundle is read from the trace here (:mod:`.llo_bundles`), since xprof lists
+only a kernel's first 30 bundles.
 """
 
 from __future__ import annotations
