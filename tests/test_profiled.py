@@ -251,11 +251,12 @@ def test_on_tpu_the_auto_profile_prints_its_report_before_the_llo_analysis(
     monkeypatch.setattr(
         _profiled, "capture", lambda *a, **k: type("Info", (), {"platform": "tpu"})()
     )
+    monkeypatch.setattr(_profiled, "read_space", lambda path: None)
     monkeypatch.setattr(
         _profiled, "report_from_trace", lambda *a, **k: jaxtune.Profile.from_trace(fixture)
     )
 
-    def attach(profile, path):
+    def attach(profile, path, space=None):
         print("ANALYSING")
         return dataclasses.replace(profile, llo={"success": False, "line": "the LLO line"})
 

@@ -450,3 +450,24 @@ def test_backward_kernels_without_a_flop_count_show_none_and_say_why():
     page = p.to_html()
     assert "bound unknown, no FLOP count (_flash_attention_dkv_kernel, " in page
     assert "rather than 0 FLOP/s" in page
+
+
+@pytest.mark.parametrize("name", ["flash_fwd", "flash_fwd_llo"])
+def test_report_llo_reads_the_trace_once(name, monkeypatch, capsys):
+    from jaxtune._cli import main as cli_main
+
+    reads = []
+    real = xplane.load
+    monkeypatch.setattr(xplane, "load", lambda path: reads.append(path) or real(path))
+    monkeypatch.setattr(llo, "xprof_available", lambda python=None: False)
+    assert cli_main(["report", "--llo", str(FIXTURES / f"{name}.xplane.pb")]) == 0
+    assert len(reads) == 1  # the report and the LLO analysis share one reading
+    assert "llo: LLO analysis needs xprof" in capsys.readouterr().out
+
+
+def test_a_tpu_trace_without_llo_data_starts_no_child(monkeypatch):
+    path = FIXTURES / "flash_fwd.xplane.pb"
+    monkeypatch.setattr(llo, "_ask_xprof", lambda *a, **k: pytest.fail("a child was started"))
+    got = llo.attach(jaxtune.Profile.from_trace(path), path, python=sys.executable).llo
+    assert got is not None and not got["success"]
+    assert got["line"].startswith("the trace holds no LLO data (no llo_proto stat")

@@ -388,12 +388,19 @@ def scoped_trace(space: _xplane.Space, modules: Iterable[str]) -> bytes:
     return bytes(schema.SpaceIndex(planes=[plane.SerializeToString()]).SerializeToString())
 
 
-def attach(profile: P, path: str | os.PathLike[str], *, python: str | None = None) -> P:
+def attach(
+    profile: P,
+    path: str | os.PathLike[str],
+    *,
+    python: str | None = None,
+    space: _xplane.Space | None = None,
+) -> P:
     """``profile`` (a :class:`~jaxtune.Profile`) with its ``llo`` section: xprof's analysis
     of the trace at ``path`` (a file or a capture's directory), or the line saying why
     there is none. Off TPU no child runs. Where the trace names the profiled programs,
     xprof is handed their LLO modules alone (:func:`scoped_trace`), never the whole trace,
-    and the static analyses the report's kernels' modules alone."""
+    and the static analyses the report's kernels' modules alone. ``space``: the trace at
+    ``path`` as the report read it, so that it is not read twice."""
     platform = getattr(profile, "platform", "")
     llo_data = False
     trace: os.PathLike[str] | str = path
@@ -406,7 +413,8 @@ def attach(profile: P, path: str | os.PathLike[str], *, python: str | None = Non
     names = {k.hlo_op: k.name for k in getattr(profile, "kernels", ()) if k.hlo_op}
     began = time.perf_counter()
     if platform == "tpu":
-        space = _xplane.load(trace)
+        if space is None:
+            space = _xplane.load(trace)
         llo_data = has_llo_data(space)
         scope = scope_of(space)
         read = of_modules(space, scope.modules if scope is not None else None)
