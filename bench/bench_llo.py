@@ -43,16 +43,20 @@ sys.path.insert(0, str(ROOT))
 import jaxtune  # noqa: E402
 from jaxtune._core.xspace import schema  # noqa: E402
 from jaxtune._profiling import llo  # noqa: E402
+from jaxtune._profiling.report import read_space, report_from_trace  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "v5e"
 TRACES = ("flash_fwd_llo", "flash_fwd", "flash_grad", "nnx_step", "matmul")
 
 
 def _report(path: pathlib.Path, with_llo: bool, python: str | None) -> tuple[float, dict]:
+    """What ``jaxtune report [--llo] PATH`` does, in this process: its seconds and LLO."""
     start = time.perf_counter()
-    profile = jaxtune.Profile.from_trace(path)
     if with_llo:
-        profile = llo.attach(profile, path, python=python)
+        space = read_space(path)  # one reading for the report and the analysis
+        profile = llo.attach(report_from_trace(path, space=space), path, python=python, space=space)
+    else:
+        profile = jaxtune.Profile.from_trace(path)
     profile.table()
     return time.perf_counter() - start, dict(profile.llo or {})
 
