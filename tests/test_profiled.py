@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -235,6 +236,43 @@ def test_llo_false_runs_no_analysis_and_llo_true_reports_it(tmp_path, monkeypatc
     )
     assert got.table().count("llo: ") == 1
     assert json.loads(got.to_json())["llo"]["fix"].startswith("pip install 'jaxtune[xprof]'")
+
+
+def test_on_tpu_the_auto_profile_prints_its_report_before_the_llo_analysis(
+    tmp_path, monkeypatch, capsys
+):
+    """Under ``jaxtune profile --`` the table comes first; xprof's analysis, which can take
+    a while on a big trace, after it, begun and ended with a line (issue 43)."""
+    from jaxtune._profiling import llo
+
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "v5e" / "flash_fwd_llo.xplane.pb"
+    monkeypatch.setenv("JAXTUNE_PROFILE", "1")
+    monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path))
+    monkeypatch.setattr(
+        _profiled, "capture", lambda *a, **k: type("Info", (), {"platform": "tpu"})()
+    )
+    monkeypatch.setattr(_profiled, "read_space", lambda path: None)
+    monkeypatch.setattr(
+        _profiled, "report_from_trace", lambda *a, **k: jaxtune.Profile.from_trace(fixture)
+    )
+
+    def attach(profile, path, space=None):
+        print("ANALYSING")
+        return dataclasses.replace(profile, llo={"success": False, "line": "the LLO line"})
+
+    monkeypatch.setattr(llo, "attach", attach)
+    float(model(jnp.ones((40, 40))))  # a signature no other test profiles
+    captured = capsys.readouterr()
+    out = captured.out
+    assert out.index("jaxtune: profiled model") < out.index("_flash_attention_kernel")
+    assert out.index("_flash_attention_kernel") < out.index("ANALYSING")
+    assert out.index("ANALYSING") < out.index("llo: the LLO line") < out.index("report in")
+    assert "jaxtune: LLO analysis of model's trace (xprof, in a child, at most 300 s)" in (
+        captured.err
+    )
+    assert "jaxtune: LLO analysis of model took " in captured.err
+    (report,) = tmp_path.glob("*/report.json")
+    assert json.loads(report.read_text())["llo"]["line"] == "the LLO line"
 
 
 SCRIPT = textwrap.dedent(

@@ -354,3 +354,120 @@ def test_llo_of_other_programs_alone_is_not_analysed():
     assert got["why"] == (
         "the trace's 14 LLO modules are all of programs other than jit_flash, which have none"
     )
+
+
+def test_xprof_is_handed_the_profiled_programs_llo_modules_alone():
+    space = xplane.load(FIXTURES / "flash_fwd_llo.xplane.pb")
+    scope = llo.scope_of(space)
+    assert scope is not None
+    scoped = xplane.parse(llo.scoped_trace(space, scope.modules))
+    assert scoped.plane_names == ["/host:metadata"]
+    meta = scoped.plane("/host:metadata")
+    original = {m.name: m.stats["llo_proto"] for m in space.plane("/host:metadata").event_metadata.values() if "llo_proto" in m.stats}  # fmt: skip
+    assert {m.name: m.stats["llo_proto"] for m in meta.event_metadata.values()} == {
+        name: original[name] for name in scope.modules
+    }
+    assert llo.has_llo_data(scoped)
+
+
+#: xprof's answers for the profiled program's modules, asked of a file.
+_ANSWERS = """
+import json, sys
+from xprof.convert import _pywrap_profiler_plugin as plugin
+path, module = sys.argv[1], sys.argv[2]
+static = {m: json.loads(plugin.get_llo_static_analysis_json(path, m, module, 0))
+          for m in ("opcodes", "bundle_util", "spills", "register_pressure")}
+print(json.dumps({"analyze": plugin.analyze_llo(path, module.partition("::")[0] + "::"),
+                  "static": static}))
+"""
+
+
+@pytest.mark.child
+@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+def test_xprof_answers_the_same_on_the_scoped_file_as_on_the_whole_trace(tmp_path):
+    import subprocess
+
+    whole = FIXTURES / "flash_fwd_llo.xplane.pb"
+    space = xplane.load(whole)
+    scope = llo.scope_of(space)
+    assert scope is not None
+    scoped = tmp_path / "llo.xplane.pb"
+    scoped.write_bytes(llo.scoped_trace(space, scope.modules))
+    assert scoped.stat().st_size < whole.stat().st_size / 30
+
+    def answers(path):
+        out = subprocess.run(
+            [XPROF_PYTHON or sys.executable, "-c", _ANSWERS, str(path), REAL[0]],
+            capture_output=True, text=True, check=True, timeout=120,
+        ).stdout  # fmt: skip
+        return json.loads(out)
+
+    assert answers(scoped) == answers(whole)
+
+
+def _xla_flops(name: str) -> dict[str, float]:
+    """XLA's ``flops`` stat of each Pallas call of a fixture, by kernel function."""
+    plane = xplane.load(FIXTURES / f"{name}.xplane.pb").plane("/device:TPU:0")
+    assert plane is not None
+    return {
+        _kernel_function(m.display_name): m.stats["flops"]
+        for m in plane.event_metadata.values()
+        if 'custom_call_target="tpu_custom_call"' in m.name
+    }
+
+
+def test_backward_kernels_without_a_flop_count_show_none_and_say_why():
+    """Issue 43: JAX's flash attention backward kernels declare no cost estimate, so XLA's
+    figure for their calls is 0: their rows show no rate, never 0 FLOP/s, and say why."""
+    xla = _xla_flops("flash_grad")
+    assert xla["_flash_attention_dkv_kernel"] == xla["_flash_attention_dq_kernel"] == 0
+    p = jaxtune.Profile.from_trace(FIXTURES / "flash_grad.xplane.pb")
+    kernels = {k.name: k for k in p.kernels}
+    doc = {k["name"]: k for k in json.loads(p.to_json())["kernels"]}
+    for name in ("_flash_attention_dkv_kernel", "_flash_attention_dq_kernel"):
+        k = kernels[name]
+        assert (k.flops, k.flops_per_s, k.intensity) == (None, None, None), name
+        assert (k.flops_source, k.bound_by) == ("none", "unknown")
+        assert doc[name]["flops"] is None and doc[name]["flops_per_s"] is None
+    # The forward kernel's figure is its cost estimate, as XLA counted it (3 calls).
+    forward = kernels["_flash_attention_kernel"]
+    assert forward.flops_source == "cost_estimate"
+    assert forward.flops == 3 * xla["_flash_attention_kernel"]
+    text = p.table()
+    for name in ("_flash_attention_dkv_kernel", "_flash_attention_dq_kernel"):
+        row = re.search(
+            rf"^  {name}\s+pallas\s+3\s+\S+\s+\S+\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)", text, re.M
+        )
+        assert row is not None and row.groups() == ("-", "-", "unknown*"), text
+    note = " ".join(text.split("* bound unknown")[1].split())
+    assert note.startswith(
+        ": the roofline needs FLOPs, bytes and the device's peaks. no FLOP count "
+        "(_flash_attention_dkv_kernel, _flash_attention_dq_kernel): XLA's cost analysis "
+        "cannot see inside a Pallas call: it counts one as 0 FLOPs unless the kernel "
+        "declares a cost_estimate"
+    ), note
+    assert "shows no rate (-) rather than 0 FLOP/s" in note
+    page = p.to_html()
+    assert "bound unknown, no FLOP count (_flash_attention_dkv_kernel, " in page
+    assert "rather than 0 FLOP/s" in page
+
+
+@pytest.mark.parametrize("name", ["flash_fwd", "flash_fwd_llo"])
+def test_report_llo_reads_the_trace_once(name, monkeypatch, capsys):
+    from jaxtune._cli import main as cli_main
+
+    reads = []
+    real = xplane.load
+    monkeypatch.setattr(xplane, "load", lambda path: reads.append(path) or real(path))
+    monkeypatch.setattr(llo, "xprof_available", lambda python=None: False)
+    assert cli_main(["report", "--llo", str(FIXTURES / f"{name}.xplane.pb")]) == 0
+    assert len(reads) == 1  # the report and the LLO analysis share one reading
+    assert "llo: LLO analysis needs xprof" in capsys.readouterr().out
+
+
+def test_a_tpu_trace_without_llo_data_starts_no_child(monkeypatch):
+    path = FIXTURES / "flash_fwd.xplane.pb"
+    monkeypatch.setattr(llo, "_ask_xprof", lambda *a, **k: pytest.fail("a child was started"))
+    got = llo.attach(jaxtune.Profile.from_trace(path), path, python=sys.executable).llo
+    assert got is not None and not got["success"]
+    assert got["line"].startswith("the trace holds no LLO data (no llo_proto stat")

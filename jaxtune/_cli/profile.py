@@ -9,7 +9,8 @@ import sys
 from typing import Any
 
 from .._core.flags import child_env, find_libtpu, requested_platform
-from .._profiling.report import Profile
+from .._core.xspace.xplane import Space
+from .._profiling.report import Profile, read_space, report_from_trace
 
 __all__ = ["NOTHING_PROFILED", "add_parsers", "run_profile", "run_report"]
 
@@ -167,9 +168,11 @@ def _count(items: list[Any], noun: str) -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     """Runs ``jaxtune report``."""
-    result = Profile.from_trace(args.path)
     if getattr(args, "llo", False):
-        result = _with_llo(result, args.path)
+        space = read_space(args.path)  # read once for the report and the analysis
+        result = _with_llo(report_from_trace(args.path, space=space), args.path, space)
+    else:
+        result = Profile.from_trace(args.path)
     if args.html:
         page = result.to_html(top=max(args.top, 50))
         out = pathlib.Path(args.html)
@@ -183,8 +186,8 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_llo(result: Profile, path: str) -> Profile:
+def _with_llo(result: Profile, path: str, space: Space) -> Profile:
     """The profile with xprof's LLO analysis of its trace (or why there is none)."""
     from .._profiling import llo
 
-    return llo.attach(result, path)
+    return llo.attach(result, path, space=space)

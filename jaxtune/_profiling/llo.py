@@ -14,7 +14,10 @@ the kernels). Every figure there is a modelled static schedule, not a measuremen
 The analysis runs in a child process, bounded in time (:data:`LLO_TIMEOUT_S`), so a crash
 or hang there costs only the analysis. Where it cannot succeed, :func:`analyze` says why
 and what to do, in one line; :mod:`.llo_figures` turns a successful answer into figures
-per kernel.
+per kernel. xprof is handed the profiled programs' LLO modules alone
+(:func:`scoped_trace`), and each file is loaded once for all its questions; the slot fill
+over every bundle is read from the trace here (:mod:`.llo_bundles`), since xprof lists
+only a kernel's first 30 bundles.
 """
 
 from __future__ import annotations
@@ -23,15 +26,20 @@ import dataclasses
 import importlib.util
 import json
 import os
+import pathlib
 import subprocess
 import sys
-from collections.abc import Mapping
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from .._core import flags as _flags
+from .._core.xspace import schema
 from .._core.xspace import xplane as _xplane
 from .._core.xspace.tracefile import find_trace
 from .events import device_plane, program_ids
+from .llo_bundles import BundleSlots, of_modules
 from .llo_figures import STATIC_MODES, Scope, summary
 
 __all__ = [
@@ -44,13 +52,17 @@ __all__ = [
     "attach",
     "has_llo_data",
     "scope_of",
+    "scoped_trace",
     "xprof_available",
 ]
 
 #: How long the child running xprof's analysis may take, all kernels together.
 LLO_TIMEOUT_S = 300
 
-#: At most this many kernels get the per-kernel static analyses (each one re-reads the trace).
+#: At most this many of the report's kernels get xprof's static analyses (spills, register
+#: pressure, ...). The profiled programs' other LLO modules (XLA's fusions) are shown with
+#: ``analyze_llo``'s figures and their slot fill alone: each static analysis costs xprof a
+#: pass over the trace's LLO modules, and a training step has hundreds of fusions.
 MAX_KERNELS = 16
 
 #: How to get the analysis.
@@ -65,24 +77,61 @@ NO_LLO_DATA = (
 )
 
 # Runs under the interpreter that has xprof (maybe not this one), so it imports nothing of
-# jaxtune's; it prints one JSON line: xprof's answers, as they came. Given the profiled
-# programs' LLO modules (``<program>(<n>)::<HLO op>``, the report's kernels first), it asks
-# only about them: xprof takes one name per call and matches it as a substring of module
-# names (analyze_llo: every module whose name holds it; the static analyses: one such
-# module), so analyze_llo is asked once per program by its ``<program>(<n>)::`` prefix
-# (the modules it answers kept by that prefix), and the static analyses by whole module
-# name, an answer for another module (a name that holds this one) refused.
+# jaxtune's; it prints one JSON line: xprof's answers, as they came, and how long each step
+# took. Given the profiled programs' LLO modules (``<program>(<n>)::<HLO op>``, the report's
+# kernels first), it asks only about them: xprof takes one name per call and matches it as
+# a substring of module names (analyze_llo: every module whose name holds it; the static
+# analyses: one such module), so analyze_llo is asked once per program by its
+# ``<program>(<n>)::`` prefix (the modules it answers kept by that prefix), and the static
+# analyses by whole module name, an answer for another module (a name that holds this one)
+# refused.
+# xprof's Python functions each load the whole trace again (CreateLloAnalysis on the path,
+# then free it): on a big trace that load is nearly all the cost, paid once per call. Where
+# the plugin exposes its library (the 2.24 wheel's ``_lib``), each file is loaded once and
+# every question asked of its one handle; otherwise the functions are called as they are.
+# The static analyses may be asked of another file (the report's kernels alone, argv[5]).
 _CHILD = """
-import json, sys
+import json, sys, time
+began = time.perf_counter()
 try:
     from xprof.convert import _pywrap_profiler_plugin as plugin
 except Exception as e:
     print(json.dumps({"import_error": f"{type(e).__name__}: {e}"})); sys.exit()
 path, modes, limit = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 wanted = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
+static_path = sys.argv[5] if len(sys.argv) > 5 else path
+seconds = {"import": time.perf_counter() - began, "load": 0.0, "analyze": 0.0, "static": 0.0}
+calls = {"load": 0, "analyze": 0, "static": 0}
+lib = getattr(plugin, "_lib", None)
+names = ("CreateLloAnalysis", "GetLloAnalysisJson", "GetLloStaticAnalysisJson", "FreeLloAnalysis")
+shared = lib is not None and all(hasattr(lib, n) for n in names)
+handles = {}
+def timed(what, fn, *args):
+    t = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        seconds[what] += time.perf_counter() - t
+        calls[what] += 1
+def loaded(file):
+    if file not in handles:
+        handles[file] = timed("load", lib.CreateLloAnalysis, file.encode()) or 0
+    return handles[file]
+def static_json(mode, op):
+    if not shared:
+        return timed("static", plugin.get_llo_static_analysis_json, static_path, mode, op, 0)
+    handle = loaded(static_path)
+    if not handle:
+        return json.dumps({"status": "ERROR", "mode": mode,
+                           "error": "Could not load XSpace or no LLO modules found."})
+    got = timed("static", lib.GetLloStaticAnalysisJson, handle, mode.encode(), op.encode(), 0)
+    if not got:
+        return json.dumps({"status": "ERROR", "mode": mode,
+                           "error": "Failed to produce static analysis JSON."})
+    return got.decode()
 def static(mode, op):
     try:
-        got = json.loads(plugin.get_llo_static_analysis_json(path, mode, op, 0))
+        got = json.loads(static_json(mode, op))
     except Exception as e:
         return {"status": "ERROR", "mode": mode, "error": f"{type(e).__name__}: {e}"}
     asked = op.partition("::")[2] or op
@@ -91,8 +140,14 @@ def static(mode, op):
         return {"status": "ERROR", "mode": mode, "error": f"xprof answered for {named}"}
     return got
 def analyze(kernel):
-    answer = plugin.analyze_llo(path, kernel)
-    return json.loads(answer) if isinstance(answer, (bytes, str)) else answer
+    if not shared:
+        answer = timed("analyze", plugin.analyze_llo, path, kernel)
+        return json.loads(answer) if isinstance(answer, (bytes, str)) else answer
+    handle = loaded(path)
+    if not handle:
+        return {"success": False}
+    got = timed("analyze", lib.GetLloAnalysisJson, handle, kernel.encode() or None)
+    return json.loads(got.decode()) if got else {"success": False}
 def scoped(modules):
     prefixes = sorted({m.partition("::")[0] + "::" for m in modules})
     out = {"success": False, "scoped": prefixes, "modules": [], "opcode_histogram": {},
@@ -121,7 +176,7 @@ def scoped(modules):
     out.update(success=True, total_modules=len(counts), total_instructions=sum(counts))
     return out
 embedded = bool(getattr(plugin, "built_with_embedded", lambda: False)())
-out = {"embedded": embedded, "answer": None, "static": {}}
+out = {"embedded": embedded, "answer": None, "static": {}, "shared_load": shared}
 if embedded and wanted is not None:
     out["answer"] = answer = scoped(wanted)
     if answer.get("success"):
@@ -135,6 +190,10 @@ elif embedded:
         out["list_ops"] = listed
         ops = (listed.get("data") or {}).get("ops") or [] if listed.get("status") == "OK" else []
         out["static"] = {op: {m: static(m, op) for m in modes} for op in ops[:limit]}
+for handle in handles.values():
+    if handle:
+        lib.FreeLloAnalysis(handle)
+out["seconds"], out["calls"] = seconds, calls
 print(json.dumps(out, default=str))
 """
 
@@ -194,13 +253,20 @@ def _failed(why: str, fix: str = "") -> dict[str, Any]:
 
 
 def _ask_xprof(
-    trace_file: str, python: str | None, wanted: list[str] | None = None
+    trace_file: str,
+    python: str | None,
+    wanted: list[str] | None = None,
+    limit: int = MAX_KERNELS,
+    static_file: str | None = None,
 ) -> dict[str, Any]:
     """xprof's answers from the child (when ``wanted`` is given, of those LLO modules
-    only, the static analyses in that order), or ``{"failed": summary}``."""
+    only, the static analyses for the first ``limit`` of them, asked of ``static_file``
+    when given), or ``{"failed": summary}``."""
     proc = None
     argv = [python or sys.executable, "-c", _CHILD, trace_file, ",".join(STATIC_MODES)]
-    argv += [str(MAX_KERNELS), *([json.dumps(wanted)] if wanted is not None else [])]
+    argv += [str(limit), *([json.dumps(wanted)] if wanted is not None else [])]
+    if wanted is not None and static_file is not None:
+        argv.append(static_file)
     try:
         proc = subprocess.run(
             argv,
@@ -229,6 +295,8 @@ def analyze(
     python: str | None = None,
     kernels: Mapping[str, str] | None = None,
     scope: Scope | None = None,
+    slots: Mapping[str, BundleSlots | str] | None = None,
+    static_file: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """xprof's LLO analysis of the trace, summarized per kernel (:func:`.llo_figures.summary`);
     or ``success: False`` with ``why``, ``fix`` and the one ``line`` a report prints.
@@ -236,7 +304,12 @@ def analyze(
     ``python``: an interpreter with xprof (default: this one); ``kernels``: jaxtune's kernel
     name by HLO op name, so each LLO module is shown under the kernel the report names;
     ``scope``: the LLO modules of the profiled programs (:func:`scope_of`), the only ones
-    analysed and counted (every module of the trace when ``None``).
+    analysed and counted (every module of the trace when ``None``); ``slots``: each HLO
+    op's bundle slots read from the trace (:func:`.llo_bundles.of_modules`);
+    ``static_file``: a trace holding the report's kernels' LLO modules, which the static
+    analyses are asked of (the whole ``trace_file`` when ``None``). A successful
+    answer's ``seconds`` says where the time went: xprof's import, its loads of the trace,
+    ``analyze_llo`` and the static analyses, and the child as a whole.
     """
     if platform != "tpu":
         return _failed(TPU_ONLY.format(platform=platform), "capture the trace on a TPU")
@@ -250,13 +323,19 @@ def analyze(
             "`import jax`, so every program is compiled with it",
         )
     wanted = None
+    limit = MAX_KERNELS
     if scope is not None:
-        # The report's kernels first: MAX_KERNELS of them get the static analyses.
+        # The report's kernels first: they alone (MAX_KERNELS at most) get the static analyses.
         wanted = sorted(
             scope.modules,
             key=lambda m: (m.partition("::")[2] not in (kernels or {}), m.partition("::")[2], m),
         )
-    got = _ask_xprof(os.fspath(trace_file), python, wanted)
+        mine = sum(1 for m in wanted if m.partition("::")[2] in (kernels or {}))
+        limit = min(MAX_KERNELS, mine)
+    began = time.perf_counter()
+    statics = os.fspath(static_file) if static_file is not None else None
+    got = _ask_xprof(os.fspath(trace_file), python, wanted, limit, statics)
+    child_s = time.perf_counter() - began
     if "failed" in got:
         failed: dict[str, Any] = got["failed"]
         return failed
@@ -270,7 +349,11 @@ def analyze(
         )
     answer = got.get("answer")
     if isinstance(answer, dict) and answer.get("success"):
-        return summary(answer, got.get("static") or {}, kernels or {}, scope)
+        out = summary(answer, got.get("static") or {}, kernels or {}, scope, slots)
+        seconds = got.get("seconds")
+        out["seconds"] = {**(seconds if isinstance(seconds, dict) else {}), "child": child_s}
+        out["xprof_calls"] = got.get("calls")
+        return out
     if not llo_data:
         return {**_failed(NO_LLO_DATA), "answer": answer}
     error = answer.get("error") if isinstance(answer, dict) else None
@@ -283,20 +366,87 @@ def analyze(
 P = TypeVar("P")
 
 
-def attach(profile: P, path: str | os.PathLike[str], *, python: str | None = None) -> P:
+def scoped_trace(space: _xplane.Space, modules: Iterable[str]) -> bytes:
+    """A serialized XSpace holding only the named LLO modules of ``space`` (its
+    ``/host:metadata`` events with an ``llo_proto``): what xprof is given instead of the
+    whole trace. xprof loads every plane and LLO module of the file it is handed and walks
+    all of its modules for each static analysis, so its cost follows the file, not the
+    question (on a 182 MB trace, 7.5 s to load and 3 s a static analysis); its answers on
+    this file are those it gives on the whole trace for these modules."""
+    meta = space.plane("/host:metadata")
+    plane = schema.PlaneIndex(id=meta.id if meta else 0, name=b"/host:metadata")
+    stat_id = 1
+    plane.stat_metadata[stat_id].id = stat_id
+    plane.stat_metadata[stat_id].name = b"llo_proto"
+    wanted = set(modules)
+    for key, m in (meta.event_metadata if meta else {}).items():
+        proto = m.stats.get("llo_proto")
+        if m.name in wanted and isinstance(proto, bytes):
+            event = plane.event_metadata[key]
+            event.id, event.name = m.id, m.name.encode()
+            event.stats.add(metadata_id=stat_id, bytes_value=proto)
+    return bytes(schema.SpaceIndex(planes=[plane.SerializeToString()]).SerializeToString())
+
+
+def attach(
+    profile: P,
+    path: str | os.PathLike[str],
+    *,
+    python: str | None = None,
+    space: _xplane.Space | None = None,
+) -> P:
     """``profile`` (a :class:`~jaxtune.Profile`) with its ``llo`` section: xprof's analysis
     of the trace at ``path`` (a file or a capture's directory), or the line saying why
-    there is none. Off TPU no child runs."""
+    there is none. Off TPU no child runs. Where the trace names the profiled programs,
+    xprof is handed their LLO modules alone (:func:`scoped_trace`), never the whole trace,
+    and the static analyses the report's kernels' modules alone. ``space``: the trace at
+    ``path`` as the report read it, so that it is not read twice."""
     platform = getattr(profile, "platform", "")
     llo_data = False
     trace: os.PathLike[str] | str = path
     if platform == "tpu":
         trace = find_trace(path)
     scope = None
+    slots: dict[str, BundleSlots | str] = {}
+    scoped: bytes | None = None
+    kernel_modules: bytes | None = None
+    names = {k.hlo_op: k.name for k in getattr(profile, "kernels", ()) if k.hlo_op}
+    began = time.perf_counter()
     if platform == "tpu":
-        space = _xplane.load(trace)
+        if space is None:
+            space = _xplane.load(trace)
         llo_data = has_llo_data(space)
         scope = scope_of(space)
-    names = {k.hlo_op: k.name for k in getattr(profile, "kernels", ()) if k.hlo_op}
-    got = analyze(trace, platform, llo_data, python=python, kernels=names, scope=scope)
+        read = of_modules(space, scope.modules if scope is not None else None)
+        slots = {name.partition("::")[2] or name: got for name, got in read.items()}
+        if scope is not None and scope.modules:
+            scoped = scoped_trace(space, scope.modules)
+            mine = [m for m in scope.modules if m.partition("::")[2] in names]
+            if mine and len(mine) < len(scope.modules):
+                kernel_modules = scoped_trace(space, mine)
+        del space
+    read_s = time.perf_counter() - began
+    if platform == "tpu" and not llo_data and xprof_available(python):
+        # Nothing for xprof to read: no child is started to hear it say so.
+        return dataclasses.replace(profile, llo=_failed(NO_LLO_DATA))  # type: ignore[type-var]
+    with tempfile.TemporaryDirectory(prefix="jaxtune-llo-") as tmp:
+        static_file = None
+        if scoped is not None:
+            trace = pathlib.Path(tmp) / "llo.xplane.pb"
+            trace.write_bytes(scoped)
+        if kernel_modules is not None:
+            static_file = pathlib.Path(tmp) / "kernels.xplane.pb"
+            static_file.write_bytes(kernel_modules)
+        got = analyze(
+            trace,
+            platform,
+            llo_data,
+            python=python,
+            kernels=names,
+            scope=scope,
+            slots=slots,
+            static_file=static_file,
+        )
+    if isinstance(got.get("seconds"), dict):
+        got["seconds"]["read"] = read_s
     return dataclasses.replace(profile, llo=got)  # type: ignore[type-var]

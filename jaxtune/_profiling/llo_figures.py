@@ -12,6 +12,11 @@ answers them): ``opcodes`` → ``data.total_instructions``, ``data.top_opcodes``
 ``data.truncated``; ``spills`` → ``data.summary`` (``total_spill_bytes``,
 ``static_spill_bundles``, ``static_fill_bundles``, ...); ``register_pressure`` →
 ``data.peak_by_register_type``, ``data.total_live_ranges``.
+
+``bundle_util`` lists only a kernel's first 30 bundles. Slot fill is therefore taken over
+every bundle from the trace's own LLO module (:mod:`.llo_bundles`) where that reading agrees
+with xprof's listing; only where it cannot be read, or disagrees, is xprof's listing used,
+and then labelled as the sample it is.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .llo_bundles import UNITS, BundleSlots
 
 __all__ = ["MODELLED", "STATIC_MODES", "Scope", "lines", "summary"]
 
@@ -29,6 +36,8 @@ STATIC_MODES = ("opcodes", "bundle_util", "spills", "register_pressure")
 MODELLED = "modelled static schedule, not measured"
 
 _TOP = 10
+
+_DISAGREES = "the trace's LLO module disagrees with xprof"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -113,10 +122,69 @@ def _data(answer: Any) -> tuple[dict[str, Any], str | None]:
     return (dict(data) if isinstance(data, Mapping) else {}), None
 
 
-def _kernel(
-    op: str, module: Mapping[str, Any], static: Mapping[str, Any], names: Mapping[str, str]
+def _slot_fill(
+    bundles: Mapping[str, Any], slots: BundleSlots | str | None, sampled: bool
 ) -> dict[str, Any]:
-    """One kernel's figures from its LLO module and its static answers."""
+    """A kernel's slot fill: over every bundle from the trace's LLO module (``slots``) when
+    it reads and agrees with xprof's listing (``bundles``), else over xprof's listing, with
+    why the whole was not used (``fill_note``)."""
+    listed = bundles.get("bundles")
+    listed = listed if isinstance(listed, list) else []
+    why = slots if isinstance(slots, str) else None
+    if isinstance(slots, BundleSlots):
+        why = slots.disagreement(bundles.get("total_bundles"), listed) if sampled else None
+        if why is None:
+            checked = f"checked against xprof's first {len(listed)}" if listed else "unchecked"
+            return {
+                "bundles": slots.bundles,
+                "bundles_read": slots.bundles,
+                "truncated": False,
+                "unit_utilisation": slots.utilisation(),
+                "unit_slots": {
+                    u: [sum(slots.used[u]), slots.bundles * slots.avail[u]] for u in UNITS
+                },
+                "fill_from": f"llo_proto: every bundle, {checked}",
+                "fill_note": None,
+            }
+        why = f"{_DISAGREES} ({why})"
+    return {
+        "bundles": _count(bundles.get("total_bundles")),
+        "bundles_read": len(listed),
+        "truncated": bool(bundles.get("truncated")),
+        "unit_utilisation": _utilisation(bundles),
+        "unit_slots": {},
+        "fill_from": "bundle_util" if listed else None,
+        "fill_note": why,
+    }
+
+
+def _distrust_unchecked(kernels: list[dict[str, Any]]) -> None:
+    """Where the trace's LLO module disagreed with xprof for one kernel, the readings no
+    xprof listing checked (modules without static analyses) are not shown either."""
+    wrong = next((k for k in kernels if (k.get("fill_note") or "").startswith(_DISAGREES)), None)
+    if wrong is None:
+        return
+    for k in kernels:
+        if str(k.get("fill_from") or "").endswith("unchecked"):
+            k.update(
+                bundles_read=0,
+                unit_utilisation={},
+                unit_slots={},
+                fill_from=None,
+                fill_note=f"not read: the trace's LLO module disagreed with xprof on "
+                f"{wrong['kernel']}",
+            )
+
+
+def _kernel(
+    op: str,
+    module: Mapping[str, Any],
+    static: Mapping[str, Any],
+    names: Mapping[str, str],
+    slots: BundleSlots | str | None = None,
+) -> dict[str, Any]:
+    """One kernel's figures from its LLO module, its static answers and its bundles' slot
+    use read from the trace (``slots``)."""
     read = {mode: _data(static.get(mode)) for mode in STATIC_MODES} if static else {}
     errors = {mode: err for mode, (_, err) in read.items() if err}
     opcodes = read.get("opcodes", ({}, None))[0]
@@ -124,7 +192,6 @@ def _kernel(
     spills = read.get("spills", ({}, None))[0]
     registers = read.get("register_pressure", ({}, None))[0]
     llo_name = str(module.get("kernel_name") or "")
-    shown = bundles.get("bundles")
     return {
         "hlo_op": op,
         "kernel": names.get(op) or names.get(llo_name) or llo_name or op,
@@ -135,10 +202,7 @@ def _kernel(
         "unique_registers": _count(module.get("unique_registers")),
         "opcodes": _opcodes(opcodes, module),
         "categories": list(opcodes.get("categories") or ())[:_TOP],
-        "bundles": _count(bundles.get("total_bundles")),
-        "bundles_read": len(shown) if isinstance(shown, list) else 0,
-        "truncated": bool(bundles.get("truncated")),
-        "unit_utilisation": _utilisation(bundles),
+        **_slot_fill(bundles, slots, "bundle_util" in read and not errors.get("bundle_util")),
         "spills": _ints(spills.get("summary")),
         "register_peaks": _ints(registers.get("peak_by_register_type")),
         "live_ranges": _count(registers.get("total_live_ranges")),
@@ -150,20 +214,27 @@ def summary(
     static: Mapping[str, Any],
     names: Mapping[str, str],
     scope: Scope | None = None,
+    slots: Mapping[str, BundleSlots | str] | None = None,
 ) -> dict[str, Any]:
     """The report's ``llo`` section from ``analyze_llo``'s successful ``answer`` and the
     static answers per HLO op (``static[op][mode]``); ``names`` maps HLO op names (or LLO
     module names) to the kernel names the report uses; ``scope``: only the modules of the
     profiled programs are shown and counted (their own totals summed), the rest only
     counted as left out. An answer ``scoped`` by xprof itself (asked per program) keeps
-    its opcode histogram, and its register count where it has one."""
+    its opcode histogram, and its register count where it has one. ``slots``: each HLO
+    op's bundles as the trace's LLO module holds them (:func:`.llo_bundles.read`), for the
+    slot fill over every bundle."""
     modules = [m for m in answer.get("modules") or () if isinstance(m, Mapping)]
     by_op = {str(m.get("hlo_instruction_name") or m.get("kernel_name") or ""): m for m in modules}
     if scope is not None:
         static = {op: v for op, v in static.items() if op in scope.ops}
         by_op = {op: m for op, m in by_op.items() if op in scope.ops}
     ops = list(static) + [op for op in by_op if op not in static]
-    kernels = [_kernel(op, by_op.get(op, {}), static.get(op) or {}, names) for op in ops]
+    slots = slots or {}
+    kernels = [
+        _kernel(op, by_op.get(op, {}), static.get(op) or {}, names, slots.get(op)) for op in ops
+    ]
+    _distrust_unchecked(kernels)
     total = _count(answer.get("total_instructions"))
     registers = _count(answer.get("unique_registers"))
     where = ""
@@ -201,14 +272,17 @@ def _kernel_line(k: Mapping[str, Any]) -> str:
     if k.get("opcodes"):
         parts.append("opcodes " + ", ".join(f"{n} {c}" for n, c in k["opcodes"][:5]))
     if k.get("unit_utilisation"):
-        use = ", ".join(f"{u} {100 * f:.0f}%" for u, f in k["unit_utilisation"].items())
+        use = ", ".join(f"{u} {_percent(f)}" for u, f in k["unit_utilisation"].items())
         if k["truncated"]:
             parts.append(
                 f"bundle slots filled {use} in a sample: the first {k['bundles_read']} of "
                 f"{k['bundles']} bundles, not the kernel's whole schedule"
+                + (f" ({k['fill_note']})" if k.get("fill_note") else "")
             )
         else:
             parts.append(f"bundle slots filled {use} (over all {k['bundles']} bundles)")
+    elif k.get("fill_note"):
+        parts.append(f"bundle slots not shown: {k['fill_note']}")
     spills = k.get("spills") or {}
     if spills:
         parts.append(
@@ -223,6 +297,13 @@ def _kernel_line(k: Mapping[str, Any]) -> str:
     if errors:
         parts.append("; ".join(f"{mode} failed: {err}" for mode, err in errors.items()))
     return f"  {name}: " + "; ".join(parts)
+
+
+def _percent(fraction: float) -> str:
+    """A fill as a percentage: a unit used at all never reads as 0 %."""
+    if 0 < fraction < 0.005:
+        return "<1%"
+    return f"{100 * fraction:.0f}%"
 
 
 def lines(llo: Mapping[str, Any] | None) -> list[str]:

@@ -14,6 +14,7 @@ import functools
 import os
 import pathlib
 import re
+import sys
 import tempfile
 import time
 import traceback
@@ -29,12 +30,14 @@ from .._core.errors import JaxtuneError, JaxtuneWarning, warn_once
 from .._core.errors import warn as _warn
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace.tracing import tracer_options
+from .._core.xspace.xplane import Space
 from .._program import markers as _markers
 from .._program.locate import sites_in_module
 from . import calls as _calls
 from . import llo as _llo
 from .hlo import hlo_fusions, hlo_ops
-from .report import Profile, report_from_trace
+from .llo_figures import lines as llo_lines
+from .report import Profile, read_space, report_from_trace
 
 __all__ = [
     "FAILED_FILE",
@@ -222,8 +225,10 @@ def profile(
     if info is None:
         info = capture(raw, args, kwargs, iters=iters, warmup=warmup, logdir=target)
         missing = _missing_flags(info.platform, llo, custom_call_tracing)
-    result = report_from_trace(target, info=info, iterations=iters)
-    return _with_llo(result, target, missing, wanted=llo)
+    # Read once for the report and the LLO analysis both.
+    space = read_space(target) if llo else None
+    result = report_from_trace(target, info=info, iterations=iters, space=space)
+    return _with_llo(result, target, missing, wanted=llo, space=space)
 
 
 def _holds_tpu() -> bool:
@@ -274,11 +279,18 @@ def _capture_in_child(
         return None
 
 
-def _with_llo(result: Profile, target: str, missing: tuple[str, ...], wanted: bool) -> Profile:
+def _with_llo(
+    result: Profile,
+    target: str,
+    missing: tuple[str, ...],
+    wanted: bool,
+    space: Space | None = None,
+) -> Profile:
     """The profile with its missing flags and, when LLO was asked for, xprof's LLO analysis
-    of its trace (in a child, bounded in time), or the line saying why there is none."""
+    of its trace (in a child, bounded in time), or the line saying why there is none;
+    ``space``: the trace as the report read it."""
     result = dataclasses.replace(result, missing_flags=missing)
-    return _llo.attach(result, target) if wanted else result
+    return _llo.attach(result, target, space=space) if wanted else result
 
 
 class Profiled(Generic[P, R]):
@@ -349,9 +361,25 @@ class Profiled(Generic[P, R]):
                 warmup=options["warmup"],
                 logdir=options["logdir"],
             )
-            result = report_from_trace(options["logdir"], info=info, iterations=options["iters"])
+            space = read_space(options["logdir"]) if options["llo"] else None
+            result = report_from_trace(
+                options["logdir"], info=info, iterations=options["iters"], space=space
+            )
             missing = _missing_flags(info.platform, options["llo"], options["custom_call_tracing"])
-            result = _with_llo(result, options["logdir"], missing, wanted=options["llo"])
+            if options["llo"] and result.platform == "tpu":
+                # The report first; xprof's analysis, which can take a while on a big
+                # trace, after it, saying so.
+                result = dataclasses.replace(result, missing_flags=missing)
+                print(f"jaxtune: profiled {name}", flush=True)
+                print(result.table(top=10), flush=True)
+                result = _llo_after(result, options["logdir"], name, space)
+                path = result.save(out / "report.json")
+                print("\n".join(llo_lines(result.llo)), flush=True)
+                print(f"jaxtune: report in {path}", flush=True)
+                return
+            result = _with_llo(
+                result, options["logdir"], missing, wanted=options["llo"], space=space
+            )
             path = result.save(out / "report.json")
         except Exception as e:
             # The program runs on whatever failed (its function, or jaxtune); the traceback
@@ -365,6 +393,24 @@ class Profiled(Generic[P, R]):
             return
         print(f"jaxtune: profiled {name}; report in {path}", flush=True)
         print(result.table(top=10), flush=True)
+
+
+def _llo_after(result: Profile, logdir: str, name: str, space: Space | None) -> Profile:
+    """``result`` with xprof's LLO analysis, begun and ended with a line on stderr."""
+    print(
+        f"jaxtune: LLO analysis of {name}'s trace (xprof, in a child, at most "
+        f"{_llo.LLO_TIMEOUT_S} s)...",
+        file=sys.stderr,
+        flush=True,
+    )
+    began = time.perf_counter()
+    result = _llo.attach(result, logdir, space=space)
+    print(
+        f"jaxtune: LLO analysis of {name} took {time.perf_counter() - began:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return result
 
 
 #: What a capture that ``JAXTUNE_PROFILE=1`` started and that failed leaves in its folder

@@ -36,6 +36,7 @@ __all__ = [
     "SidecarError",
     "TimelineSpan",
     "read_sidecar",
+    "read_space",
     "report_from_trace",
     "timeline_of",
 ]
@@ -199,15 +200,31 @@ INTERNAL_FAULT = (
 )
 
 
+def read_space(path: str | os.PathLike[str]) -> _xplane.Space:
+    """The trace at ``path`` (a file or the newest below a directory), split into planes.
+
+    Raises:
+        ProfileError: no trace there, or it cannot be read or decoded.
+    """
+    try:
+        return _xplane.load(path)
+    except _xplane.DecodeError as e:
+        raise ProfileError(DAMAGED.format(path=path, why=describe(e))) from e
+    except OSError as e:
+        raise ProfileError(f"cannot read a trace at {path}: {e}") from e
+
+
 def report_from_trace(
     path: str | os.PathLike[str],
     *,
     info: CaptureInfo | None = None,
     iterations: int = 0,
+    space: _xplane.Space | None = None,
 ) -> Profile:
     """A :class:`Profile` from a trace file or directory, with what ``capture`` returned
     (or nothing, for a trace written by someone else). ``iterations`` = 0 means unknown:
-    ``step_us`` is then the trace's whole device time.
+    ``step_us`` is then the trace's whole device time. ``space``: the trace already read
+    (:func:`read_space`), for a caller that reads it again afterwards (the LLO analysis).
 
     What ``capture`` returned is kept beside the trace (:data:`INFO_FILE`), so reading the
     same trace later (``jaxtune report DIR``) attributes it the same way, with the cost
@@ -220,12 +237,8 @@ def report_from_trace(
     else:
         info, iterations, malformed = _recall(path, iterations)
     start = time.perf_counter()
-    try:
-        space = _xplane.load(path)
-    except _xplane.DecodeError as e:
-        raise ProfileError(DAMAGED.format(path=path, why=describe(e))) from e
-    except OSError as e:
-        raise ProfileError(f"cannot read a trace at {path}: {e}") from e
+    if space is None:
+        space = read_space(path)
     try:
         profile = _profile(path, space, info, iterations, start)
     except _xplane.DecodeError as e:

@@ -42,7 +42,10 @@ __all__ = [
 
 #: How to give a kernel the figures a roofline bound needs, one line per missing figure.
 BOUND_HELP = {
-    "flops": "give the Pallas kernel a cost estimate "
+    "flops": "XLA's cost analysis cannot see inside a Pallas call: it counts one as 0 FLOPs "
+    "unless the kernel declares a cost_estimate (JAX's flash attention backward kernels, "
+    "dkv and dq, declare none), so jaxtune shows no rate (-) rather than 0 FLOP/s. For a "
+    "figure, give the Pallas kernel a cost estimate "
     "(pl.pallas_call(..., cost_estimate=pl.CostEstimate(flops=..., bytes_accessed=..., "
     "transcendentals=0))) or an autotuned kernel flops=/bytes= hints "
     "(@jaxtune.autotuned(..., flops=lambda x, y: 2 * x.shape[0] * ..., bytes=...))",

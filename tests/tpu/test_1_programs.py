@@ -99,7 +99,7 @@ def _report(where) -> dict:
 def test_profile_command_with_and_without_llo(program, tmp_path):
     for llo in (False, True):
         where = tmp_path / ("llo" if llo else "plain")
-        flags = ["--llo"] if llo else []
+        flags = ["--llo"] if llo else ["--no-llo"]  # --llo is the default
         done = program(
             "-m",
             "jaxtune",
@@ -122,3 +122,12 @@ def test_profile_command_with_and_without_llo(program, tmp_path):
         assert "tpu.flash_attention" in {k.get("kernel_id") or k["name"] for k in report["kernels"]}
         if llo:
             assert report["llo"] and not report["llo"].get("failed"), report["llo"]
+            # Issue 43: scoped to the profiled program, every bundle read, the report first.
+            assert report["llo"]["success"], report["llo"]
+            assert "LLO modules of other programs left out" in report["llo"]["line"]
+            assert "jaxtune: LLO analysis of train took" in done.stderr
+            flash = [k for k in report["llo"]["kernels"] if "flash" in k["kernel"]]
+            assert flash and all(not k["truncated"] for k in flash), flash
+            assert all(k["unit_utilisation"].get("mxu", 0) > 0 for k in flash), flash
+        else:
+            assert report["llo"] is None

@@ -35,6 +35,20 @@ Messages (numbers as XLA's)::
     FileLocation         file_name_id=1 function_name_id=2 line=3
     StackFrame           file_location_id=1 parent_frame_id=2
 
+    LloModuleProto       hlo_instruction_name=1 bundle_slots=6 hlo_module_id=11
+    LloBundleSlots       mxu=1 xlu=2 vector_alu=3 vector_eup=4 vector_load=5
+                         vector_store=6 scalar_alu=7 spill=8 fill=9
+    LloUnitSlots         used=1 avail=2
+
+The LLO module (the ``llo_proto`` stat that ``--xla_xprof_register_llo_debug_info`` puts on
+``/host:metadata``) has no published schema: xprof reads it with one compiled into its
+extension. The fields above were read off the v5e fixtures (libtpu 0.0.42.1) and match, bundle
+for bundle and unit for unit, what xprof 2.24.2's ``bundle_util`` analysis answers for every
+LLO module there; the names are xprof's JSON keys (``mxu_used``, ``mxu_avail``, ...). Field 6
+holds, per unit, one count of filled slots per bundle (packed) and the slots a bundle has;
+8 and 9 one spill and one fill flag per bundle. :mod:`jaxtune._profiling.llo_bundles`
+checks what it reads before it uses it.
+
 ``XStat`` has no ``compressed_str_value``: XLA's ``xplane.proto`` (``xla/tsl/profiler/
 protobuf/xplane.proto``, and the descriptors compiled into jaxlib 0.10.2 and 0.12 and xprof
 2.24.2) defines fields 1-7 only. A field a newer writer adds is skipped as unknown.
@@ -57,12 +71,14 @@ __all__ = [
     "LineEvents",
     "LineHead",
     "LineLite",
+    "LloModule",
     "PlaneIndex",
     "SpaceIndex",
 ]
 
 _F = descriptor_pb2.FieldDescriptorProto
 _INT64, _UINT64, _INT32, _DOUBLE = _F.TYPE_INT64, _F.TYPE_UINT64, _F.TYPE_INT32, _F.TYPE_DOUBLE
+_UINT32 = _F.TYPE_UINT32
 _BYTES, _MESSAGE = _F.TYPE_BYTES, _F.TYPE_MESSAGE
 _OPTIONAL, _REPEATED = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 
@@ -247,6 +263,34 @@ _MESSAGES: dict[str, tuple[list[_Field], list[str]]] = {
         [],
     ),
     "HloProto": ([("hlo_module", 1, _MESSAGE, False, "HloModuleProto", None)], []),
+    # One unit's issue slots in each bundle of an LLO module: filled (one count per bundle)
+    # and available per bundle.
+    "LloUnitSlots": (
+        [("used", 1, _UINT32, True, None, None), ("avail", 2, _UINT32, False, None, None)],
+        [],
+    ),
+    "LloBundleSlots": (
+        [
+            ("mxu", 1, _MESSAGE, False, "LloUnitSlots", None),
+            ("xlu", 2, _MESSAGE, False, "LloUnitSlots", None),
+            ("vector_alu", 3, _MESSAGE, False, "LloUnitSlots", None),
+            ("vector_eup", 4, _MESSAGE, False, "LloUnitSlots", None),
+            ("vector_load", 5, _MESSAGE, False, "LloUnitSlots", None),
+            ("vector_store", 6, _MESSAGE, False, "LloUnitSlots", None),
+            ("scalar_alu", 7, _MESSAGE, False, "LloUnitSlots", None),
+            ("spill", 8, _UINT32, True, None, None),
+            ("fill", 9, _UINT32, True, None, None),
+        ],
+        [],
+    ),
+    "LloModuleProto": (
+        [
+            ("hlo_instruction_name", 1, _BYTES, False, None, None),
+            ("bundle_slots", 6, _MESSAGE, False, "LloBundleSlots", None),
+            ("hlo_module_id", 11, _INT64, False, None, None),
+        ],
+        [],
+    ),
 }
 
 #: Map entries of XPlaneIndex: key -> value message.
@@ -318,3 +362,5 @@ LineColumns: Any = _CLASSES["XLineColumns"]
 LineEvents: Any = _CLASSES["XLineEvents"]
 #: A serialized ``HloProto``: the module, its computations, instructions and stack frames.
 HloProto: Any = _CLASSES["HloProto"]
+#: The ``llo_proto`` stat of an LLO module (``/host:metadata``): its slot use per bundle.
+LloModule: Any = _CLASSES["LloModuleProto"]
