@@ -20,7 +20,8 @@ from typing import Any
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation.frames import CompileFinished, ConfigResult, Event
 from .breakdown import Breakdown
-from .engine import EventSink, Sweeper
+from .compile import EventSink
+from .engine import Sweeper
 from .progress import Progress
 from .search import plan as budget_plan
 from .search import run_search, strategy_of

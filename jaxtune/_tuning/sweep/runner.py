@@ -38,7 +38,7 @@ from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from .breakdown import Breakdown
-from .engine import compile_threads
+from .compile import compile_threads
 from .flight import InFlight, how_lost, raise_child_error
 from .plan import best_of, drive, new_progress, progress_sink, run_sweep
 from .progress import Progress
