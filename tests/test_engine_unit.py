@@ -176,14 +176,7 @@ def _sweep(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwarg
     """A whole sweep (search, first pass, rounds, pick) through the fake sweeper."""
     sweeper = _sweeper(fakes, options, **kwargs)
     plan = sweeper.task.plan
-    outcome = _plan.drive(
-        plan,
-        measure=lambda todo, known, rounds: sweeper.measure(
-            todo, reference=plan.default, best_us=_plan.best_of(known), rounds=rounds
-        ),
-        retime=sweeper.retime,
-        progress=_plan.new_progress(plan),
-    )
+    outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
     return outcome, {m.config["k"]: m for m in outcome.measurements}, sweeper
 
 
@@ -353,14 +346,7 @@ def test_the_device_timers_shared_captures_keep_the_picks(truth_ms):
         sweeper = _sweeper(fakes, device=device)
         sweeper.serial_rounds = serial
         plan = sweeper.task.plan
-        outcome = _plan.drive(
-            plan,
-            measure=lambda todo, known, rounds, s=sweeper, p=plan: s.measure(
-                todo, reference=p.default, best_us=_plan.best_of(known), rounds=rounds
-            ),
-            retime=sweeper.retime,
-            progress=_plan.new_progress(plan),
-        )
+        outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
         picks.add((outcome.best.config["k"], outcome.decision))
     assert picks == {(min(truth_ms, key=truth_ms.__getitem__), "clear")}
 
@@ -591,24 +577,21 @@ def test_the_children_of_a_split_sweep_share_the_cores_for_compiling(monkeypatch
     plan = dataclasses.replace(sweeper.task.plan, compile_threads=0)  # the default
     asked = []
 
-    def measure_all(self, plan, request, progress, order, known=None, **kwargs):
+    def in_child(self, runner, request, order, known=None, **kwargs):
         asked.append(request.fields.plan.compile_threads)
         return {}
 
-    monkeypatch.setattr(_runner.ProcessRunner, "_measure_all", measure_all)
+    monkeypatch.setattr(_runner.InChildren, "in_child", in_child)
+    runner = _runner.ProcessRunner(devices=[0, 1, 2])
     request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
     order = list(plan.configs)
-    _runner.ProcessRunner()._measure_on_devices(
-        plan, request, _plan.new_progress(plan), order, [0, 1, 2]
-    )
+    _runner.InChildren(runner, plan, request, _plan.new_progress(plan)).on_devices(order)
     assert asked == [3, 3, 3]  # 13 cores // 3 children, less 1
     # A plan that says how many threads keeps its word.
     asked.clear()
     plan = dataclasses.replace(plan, compile_threads=2)
     request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
-    _runner.ProcessRunner()._measure_on_devices(
-        plan, request, _plan.new_progress(plan), order, [0, 1, 2]
-    )
+    _runner.InChildren(runner, plan, request, _plan.new_progress(plan)).on_devices(order)
     assert asked == [2, 2, 2]
 
 

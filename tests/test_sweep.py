@@ -314,14 +314,7 @@ def burst_sweep(burst):
     compiler = functools.partial(BurstCompiler, clock=clock, truth_ms=TRUTH_MS, burst=burst)
     sweeper = _engine.Sweeper(task, timer=WallTimer(clock), compiler=compiler)
     plan = task.plan
-    outcome = _sweep.drive(
-        plan,
-        measure=lambda todo, known, rounds: sweeper.measure(
-            todo, reference=plan.default, best_us=_sweep.best_of(known), rounds=rounds
-        ),
-        retime=sweeper.retime,
-        progress=_sweep.new_progress(plan),
-    )
+    outcome = _sweep.drive(plan, _sweep.InProcess(sweeper), progress=_sweep.new_progress(plan))
     return outcome, {m.config["k"]: m for m in outcome.measurements}
 
 

@@ -28,7 +28,7 @@ from .breakdown import Breakdown
 from .compile import Compiler, EventSink
 from .first_pass import first_pass
 from .first_run import FirstRuns
-from .measure import Measurer
+from .measure import Stopwatch
 from .rounds import interleaved
 from .timers import Timer, timer_for
 from .work import SweepTask
@@ -59,7 +59,7 @@ class Sweeper:
         self.breakdown = Breakdown()
         self.compiler = compiler(task, emit=self._relay, breakdown=self.breakdown)
         self.first_runs = FirstRuns(self.compiler, emit=self._relay)
-        self.measurer = Measurer(self.compiler, self.timer, emit=self._relay)
+        self.stopwatch = Stopwatch(self.compiler, self.timer, emit=self._relay)
 
     def _relay(self, event: Event) -> None:
         # ``emit`` may be replaced after the parts were made (a test follows the events).
@@ -75,12 +75,12 @@ class Sweeper:
 
     @property
     def serial_rounds(self) -> bool:
-        """Rounds and captures one config at a time (see :class:`~.measure.Measurer`)."""
-        return self.measurer.serial_rounds
+        """Rounds and captures one config at a time (see :class:`~.measure.Stopwatch`)."""
+        return self.stopwatch.serial_rounds
 
     @serial_rounds.setter
     def serial_rounds(self, serial: bool) -> None:
-        self.measurer.serial_rounds = serial
+        self.stopwatch.serial_rounds = serial
 
     def precompile(
         self, configs: Sequence[Config], spec: dict[str, Any], *, serial: bool = False
@@ -136,7 +136,7 @@ class Sweeper:
                 self.emit(ConfigResult(cid=config_id(config), result=timed[config_id(config)]))
         else:
             with self.breakdown.timed("first_pass"):
-                timed = first_pass(self.measurer, runnable, best_us)
+                timed = first_pass(self.stopwatch, runnable, best_us)
         # Failures were reported as they became known (:meth:`.FirstRuns.check`).
         return {config_id(c): checked[config_id(c)] or timed[config_id(c)] for c in configs}
 
@@ -163,7 +163,7 @@ class Sweeper:
         with self.breakdown.timed("rounds"):
             return interleaved(
                 configs,
-                timed=self.measurer.round,
+                timed=self.stopwatch.round,
                 compile_s=self.compiler.compile_s(),
                 space=plan.configs,
                 options=plan.options,

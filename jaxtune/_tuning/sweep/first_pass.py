@@ -5,7 +5,7 @@ The earliest config of the space wins ties and the default always races in the r
 neither is dropped.
 
 A device timer (a :class:`~.timers.RecordingTimer`) times a whole visit inside one capture
-(:meth:`~.measure.Measurer.captured`): its device timings arrive when the capture ends, so
+(:meth:`~.measure.Stopwatch.captured`): its device timings arrive when the capture ends, so
 the first visit drops by them, against the best of the visit, before the second begins.
 The wall timer times one config at a time and stops a config's samples as soon as they
 show it clearly slower than the best so far.
@@ -20,7 +20,7 @@ from typing import Any
 
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult
-from .measure import Measurer
+from .measure import Stopwatch
 from .rounds import measurement
 from .timers import RecordingTimer
 from .timing import Timing, TimingOptions, clearly_slower
@@ -41,13 +41,13 @@ class _Dropping:
 
 
 def first_pass(
-    measurer: Measurer, runnable: Sequence[Config], best_us: float | None
+    stopwatch: Stopwatch, runnable: Sequence[Config], best_us: float | None
 ) -> dict[str, Result]:
     """Times ``runnable`` (compiled and checked) in two visits, dropping configs clearly
     slower than the best (``best_us``, measured in earlier batches, or better) on the
     first; reports each config's result once it is final."""
-    plan = measurer.compiler.task.plan
-    compile_s = measurer.compiler.compile_s()
+    plan = stopwatch.compiler.task.plan
+    compile_s = stopwatch.compiler.compile_s()
     timed: dict[str, Timing | Failure] = {}
     earliest = config_id(plan.configs[0]) if plan.configs else None
     kept = frozenset({earliest, config_id(plan.default)})
@@ -62,10 +62,10 @@ def first_pass(
         first_visit = visit == 0
         options = _visit_options(plan.options, first_visit=first_visit)
         dropping = _Dropping(best_us=best_us, kept=kept) if first_visit else None
-        if isinstance(measurer.timer, RecordingTimer):
-            got = _visit_captured(measurer, todo, options, dropping)
+        if isinstance(stopwatch.timer, RecordingTimer):
+            got = _visit_captured(stopwatch, todo, options, dropping)
         else:
-            got = _visit_in_turn(measurer, todo, options, dropping)
+            got = _visit_in_turn(stopwatch, todo, options, dropping)
         for config in todo:
             cid = config_id(config)
             now, before = got[cid], timed.get(cid)
@@ -73,7 +73,7 @@ def first_pass(
                 now = before + now
             timed[cid] = now
             if not first_visit or not isinstance(now, Timing) or now.dropped:
-                measurer.emit(ConfigResult(cid=cid, result=result(config, now)))
+                stopwatch.emit(ConfigResult(cid=cid, result=result(config, now)))
     return {config_id(c): result(c, timed[config_id(c)]) for c in runnable}
 
 
@@ -95,20 +95,22 @@ def _visit_options(options: TimingOptions, *, first_visit: bool) -> TimingOption
 
 
 def _visit_in_turn(
-    measurer: Measurer,
+    stopwatch: Stopwatch,
     configs: Sequence[Config],
     options: TimingOptions,
     dropping: _Dropping | None,
 ) -> dict[str, Timing | Failure]:
     """One visit, one config at a time; with ``dropping``, a config stops once clearly
     slower than the best so far (see :func:`~.timing.clearly_slower`)."""
-    timer = measurer.timer
+    timer = stopwatch.timer
     best_us = dropping.best_us if dropping is not None else None
     out: dict[str, Timing | Failure] = {}
     for config in configs:
         cid = config_id(config)
         bar = best_us if dropping is not None and cid not in dropping.kept else None
-        got = measurer.timed(config, functools.partial(timer.measure, options=options, best_us=bar))
+        got = stopwatch.timed(
+            config, functools.partial(timer.measure, options=options, best_us=bar)
+        )
         if isinstance(got, Timing) and not got.dropped:
             best_us = got.min_us if best_us is None else min(best_us, got.min_us)
         out[cid] = got
@@ -116,7 +118,7 @@ def _visit_in_turn(
 
 
 def _visit_captured(
-    measurer: Measurer,
+    stopwatch: Stopwatch,
     configs: Sequence[Config],
     options: TimingOptions,
     dropping: _Dropping | None,
@@ -124,7 +126,7 @@ def _visit_captured(
     """One visit inside one capture of the device timer; with ``dropping``, the configs
     clearly slower than the best of the visit (or the best known before) are dropped once
     the capture has ended."""
-    out = measurer.captured(
+    out = stopwatch.captured(
         configs, lambda rec, module, run: rec.measure(run, options, module=module)
     )
     if dropping is None:

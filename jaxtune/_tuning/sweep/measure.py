@@ -23,11 +23,11 @@ from .compile import Compiler, EventSink, blame_jaxtune, too_slow
 from .timers import Recording, RecordingTimer, RoundTimer, Timer
 from .timing import Timing
 
-__all__ = ["CONFIGS_PER_CAPTURE", "Measurer"]
+__all__ = ["CONFIGS_PER_CAPTURE", "Stopwatch"]
 
 Config = dict[str, Any]
 
-#: The most configs a device timer times inside one capture (:meth:`Measurer.captured`).
+#: The most configs a device timer times inside one capture (:meth:`Stopwatch.captured`).
 #: A capture costs about 1.2 s on a TPU v5e whatever it holds (flash attention, 16
 #: configs: a first pass of one capture per config and visit took 19.9 s of a 40.9 s
 #: sweep); a bound keeps a 540-config space's trace to a size that is quick to read and
@@ -35,7 +35,7 @@ Config = dict[str, Any]
 CONFIGS_PER_CAPTURE = 32
 
 
-class Measurer:
+class Stopwatch:
     """Times the configs ``compiler`` compiled with ``timer``."""
 
     def __init__(self, compiler: Compiler, timer: Timer, *, emit: EventSink) -> None:
