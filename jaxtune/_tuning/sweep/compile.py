@@ -92,9 +92,8 @@ class Compiler:
         self._raised: dict[str, Exception] = {}
         self._thread: threading.Thread | None = None
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
-        #: Each config's calls so far (a cell each), and the count already reported.
+        #: Each config's calls so far and the count already reported (a cell each).
         self._calls: dict[str, list[int]] = {}
-        self._reported: dict[str, int] = {}
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -103,12 +102,9 @@ class Compiler:
         return self._inputs
 
     def supply(self, signature: Signature) -> None:
-        """The call's concrete arguments, once they have arrived (after a :meth:`launch`
-        for their shapes)."""
+        """The call's concrete arguments, once arrived (after a :meth:`launch` for shapes)."""
         self.task = dataclasses.replace(self.task, signature=signature)
         self._inputs = None
-
-    # -- what was compiled ---------------------------------------------------------------
 
     def compiled(self, cid: str) -> bool:
         """Whether config ``cid`` compiled here (and has a run)."""
@@ -137,10 +133,9 @@ class Compiler:
     def count_calls(self) -> None:
         """Counts each config's calls since the last count into the breakdown."""
         for cid, cell in self._calls.items():
-            new = cell[0] - self._reported.get(cid, 0)
-            if new:
-                self.breakdown.count(cid, new)
-                self._reported[cid] = cell[0]
+            if cell[0] > cell[1]:
+                self.breakdown.count(cid, cell[0] - cell[1])
+                cell[1] = cell[0]
 
     # -- compiling -----------------------------------------------------------------------
 
@@ -312,7 +307,7 @@ class Compiler:
         if seconds > self.task.plan.timeout_s:
             self._failed[cid] = too_slow(config, "compiling", seconds, self.task.plan.timeout_s)
             return self._failed[cid]
-        calls = self._calls.setdefault(cid, [0])
+        calls = self._calls.setdefault(cid, [0, 0])
 
         def run() -> Any:
             calls[0] += 1  # a cell, not a lock: this runs inside the timed loops
