@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import jaxtune
 from jaxtune._core.vocabulary import config_id
 from jaxtune._tuning.sweep.breakdown import breakdown_text
-from jaxtune._tuning.sweep.engine import compile_threads
+from jaxtune._tuning.sweep.compile import compile_threads
 
 
 def _block(x: Any) -> Any:

@@ -255,3 +255,38 @@ def test_the_sweep_plan_and_task_live_in_a_leaf_of_the_sweep():
     assert "jaxtune._tuning.sweep.plan" not in {
         m for m, _ in _all_imports("jaxtune._tuning.sweep.engine")
     }
+
+
+#: The most lines a class of the sweep may span: one job each (issue 47 split the
+#: 558-line ``Sweeper`` into the compiler, first runs, stopwatch and first pass).
+MOST_CLASS_LINES = 250
+
+
+def test_no_class_of_the_sweep_does_several_jobs():
+    """Each class of ``_tuning/sweep`` stays within :data:`MOST_CLASS_LINES`: a class that
+    grows past it is doing a second job, which belongs in a module of its own."""
+    sweep = PKG / "_tuning" / "sweep"
+    long = [
+        f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in sorted(sweep.glob("*.py"))
+        for node in ast.walk(TREES[_module_name(path)])
+        if isinstance(node, ast.ClassDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MOST_CLASS_LINES
+    ]
+    assert long == []
+
+
+def test_the_engines_modules_sit_below_the_orchestration():
+    """The work where the kernel runs (compile, first runs, first pass, stopwatch, and the
+    ``Sweeper`` over them) imports neither the loop that drives it (``plan``) nor where it
+    runs (``runner``, ``serve``, ``requests``): those hand it work through its methods."""
+    engine = ["engine", "compile", "first_run", "first_pass", "measure", "backward"]
+    above = {f"jaxtune._tuning.sweep.{m}" for m in ("plan", "runner", "serve", "requests")}
+    reached = {
+        f"{m} -> {imported}"
+        for m in engine
+        for imported, _ in _all_imports(f"jaxtune._tuning.sweep.{m}")
+        if imported in above
+    }
+    assert reached == set()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable
 
@@ -25,8 +26,9 @@ import numpy as np
 import pytest
 
 from jaxtune._core.vocabulary import Failure, Measurement, config_id
-from jaxtune._isolation.frames import CompileFinished
+from jaxtune._isolation.frames import CompileFinished, ConfigResult
 from jaxtune._tuning.signature import Signature
+from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import plan as _plan
 from jaxtune._tuning.sweep import rounds as _rounds
@@ -110,12 +112,26 @@ class FakeDeviceTimer(ProfilerTimer):
         rec = Recording(self)
         yield rec
         self.on_end()
-        module_of = {m: cid for cid, m in self.sweeper._modules.items()}
+        module_of = {m: cid for cid, m in self.sweeper.compiler.modules.items()}
         fakes = {config_id({"k": k}): f for k, f in self.sweeper.fakes.items()}
         rec._results = [
             Timing(samples_us=(fakes[module_of[c.module]].ms * 1e3,) * len(c.wall.samples_us))
             for c in rec.calls
         ]
+
+
+class FakeCompiler(_compile.Compiler):
+    """A compiler whose configs JAX lowers for real, and whose XLA compile is a fake."""
+
+    def __init__(self, sweeper: FakeSweeper, task, **kwargs) -> None:
+        super().__init__(task, **kwargs)
+        self.sweeper = sweeper
+
+    def lower(self, config, spec):
+        got = super().lower(config, spec)
+        if isinstance(got, _compile.Lowering):
+            return _compile.Lowering(lowered=_Lowered(self.sweeper, config["k"]), seconds=0.0)
+        return got
 
 
 class FakeSweeper(_engine.Sweeper):
@@ -126,15 +142,10 @@ class FakeSweeper(_engine.Sweeper):
         self.clock = FakeClock()
         self.fakes = fakes
         timer = FakeDeviceTimer(self) if device else WallTimer(self.clock)
-        super().__init__(task, timer=timer, **kwargs)
+        compiler = functools.partial(FakeCompiler, self)
+        super().__init__(task, timer=timer, compiler=compiler, **kwargs)
         self.calls: dict[str, int] = {}
         self.on_call: Callable[[str], None] = lambda k: None
-
-    def _lower_one(self, config, spec):
-        got = super()._lower_one(config, spec)
-        if isinstance(got, _engine.Lowering):
-            return _engine.Lowering(lowered=_Lowered(self, config["k"]), seconds=0.0)
-        return got
 
 
 def _sweeper(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwargs):
@@ -165,14 +176,7 @@ def _sweep(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwarg
     """A whole sweep (search, first pass, rounds, pick) through the fake sweeper."""
     sweeper = _sweeper(fakes, options, **kwargs)
     plan = sweeper.task.plan
-    outcome = _plan.drive(
-        plan,
-        measure=lambda todo, known, rounds: sweeper.measure(
-            todo, reference=plan.default, best_us=_plan.best_of(known), rounds=rounds
-        ),
-        retime=sweeper.retime,
-        progress=_plan.new_progress(plan),
-    )
+    outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
     return outcome, {m.config["k"]: m for m in outcome.measurements}, sweeper
 
 
@@ -342,14 +346,7 @@ def test_the_device_timers_shared_captures_keep_the_picks(truth_ms):
         sweeper = _sweeper(fakes, device=device)
         sweeper.serial_rounds = serial
         plan = sweeper.task.plan
-        outcome = _plan.drive(
-            plan,
-            measure=lambda todo, known, rounds, s=sweeper, p=plan: s.measure(
-                todo, reference=p.default, best_us=_plan.best_of(known), rounds=rounds
-            ),
-            retime=sweeper.retime,
-            progress=_plan.new_progress(plan),
-        )
+        outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
         picks.add((outcome.best.config["k"], outcome.decision))
     assert picks == {(min(truth_ms, key=truth_ms.__getitem__), "clear")}
 
@@ -530,7 +527,7 @@ def test_the_compile_pipeline_reports_every_config_to_the_waiter():
     configs = list(sweeper.task.plan.configs)
     sweeper.inputs  # noqa: B018 - made before the threads start, as compile() does
     reported = []
-    failures = sweeper._compile_all(configs, serial=False, spec=None, done=reported.append)
+    failures = sweeper.compiler.compile_all(configs, serial=False, spec=None, done=reported.append)
     assert sorted(cid for cid, _ in reported) == sorted(config_id(c) for c in configs)
     outcome = dict(reported)
     assert outcome[config_id({"k": "a"})] is None
@@ -567,37 +564,34 @@ def test_compile_threads_use_the_hosts_cores_less_the_one_that_runs(
 ):
     """One fewer than the cores (shared among the children of a split sweep), 1 to 16: a
     2-core machine keeps its one compiling thread, a 13-core TPU host gets 12."""
-    monkeypatch.setattr(_engine, "usable_cores", lambda: cores)
-    assert _engine.compile_threads(children) == threads
+    monkeypatch.setattr(_compile, "usable_cores", lambda: cores)
+    assert _compile.compile_threads(children) == threads
 
 
 def test_the_children_of_a_split_sweep_share_the_cores_for_compiling(monkeypatch):
     from jaxtune._tuning.sweep import requests as _requests
     from jaxtune._tuning.sweep import runner as _runner
 
-    monkeypatch.setattr(_engine, "usable_cores", lambda: 13)
+    monkeypatch.setattr(_compile, "usable_cores", lambda: 13)
     sweeper = _sweeper({k: Fake(ms=1.0) for k in "abcd"})
     plan = dataclasses.replace(sweeper.task.plan, compile_threads=0)  # the default
     asked = []
 
-    def measure_all(self, plan, request, progress, order, known=None, **kwargs):
+    def in_child(self, runner, request, order, known=None, **kwargs):
         asked.append(request.fields.plan.compile_threads)
         return {}
 
-    monkeypatch.setattr(_runner.ProcessRunner, "_measure_all", measure_all)
+    monkeypatch.setattr(_runner.InChildren, "in_child", in_child)
+    runner = _runner.ProcessRunner(devices=[0, 1, 2])
     request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
     order = list(plan.configs)
-    _runner.ProcessRunner()._measure_on_devices(
-        plan, request, _plan.new_progress(plan), order, [0, 1, 2]
-    )
+    _runner.InChildren(runner, plan, request, _plan.new_progress(plan)).on_devices(order)
     assert asked == [3, 3, 3]  # 13 cores // 3 children, less 1
     # A plan that says how many threads keeps its word.
     asked.clear()
     plan = dataclasses.replace(plan, compile_threads=2)
     request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
-    _runner.ProcessRunner()._measure_on_devices(
-        plan, request, _plan.new_progress(plan), order, [0, 1, 2]
-    )
+    _runner.InChildren(runner, plan, request, _plan.new_progress(plan)).on_devices(order)
     assert asked == [2, 2, 2]
 
 
@@ -615,7 +609,7 @@ def test_a_config_that_fails_to_lower_compile_or_check_is_out_before_any_timing(
     reported: dict[str, tuple[object, int]] = {}
     sweeper = _sweeper(fakes, device=True)
     sweeper.emit = lambda event: (
-        isinstance(event, _engine.ConfigResult)
+        isinstance(event, ConfigResult)
         and reported.setdefault(event.cid, (event.result, sweeper.timer.captures))
     )
     configs = list(sweeper.task.plan.configs)

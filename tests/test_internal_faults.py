@@ -30,7 +30,7 @@ from jaxtune._core.codec import packb, unpackb
 from jaxtune._core.vocabulary import CaptureInfo, Failure, Measurement
 from jaxtune._profiling import report as _report
 from jaxtune._tuning.signature import Signature
-from jaxtune._tuning.sweep import engine as _engine
+from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import timers as _timers
 from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
@@ -229,7 +229,7 @@ CONFIGS = [{"c": 1.0}, {"c": 2.0}, {"c": 3.0}]
 def test_a_fault_in_the_compile_threads_bookkeeping_surfaces_as_a_bug(monkeypatch, quick):
     """The compiling thread hands the fault to the thread waiting on it, which raises it:
     every config is heard of, none is recorded as failing to compile."""
-    real = _engine.Sweeper._module
+    real = _compile.Compiler.module
     fault = TypeError("module names got a config they cannot name")
 
     def broken_module(self, config):
@@ -237,11 +237,11 @@ def test_a_fault_in_the_compile_threads_bookkeeping_surfaces_as_a_bug(monkeypatc
             raise fault
         return real(self, config)
 
-    monkeypatch.setattr(_engine.Sweeper, "_module", broken_module)
+    monkeypatch.setattr(_compile.Compiler, "module", broken_module)
     with pytest.raises(TypeError) as caught:
         _sweep.run_sweep(_task(scale, CONFIGS, quick))
     assert caught.value is fault and not isinstance(caught.value, jaxtune.JaxtuneError)
-    assert caught.value.__notes__ == [_engine.ENGINE_FAULT.format(config="c=2.0")]
+    assert caught.value.__notes__ == [_compile.ENGINE_FAULT.format(config="c=2.0")]
     assert "this is a bug in jaxtune, not a failure of the config" in caught.value.__notes__[0]
     assert "broken_module" in _frames(caught.value)
 
@@ -263,7 +263,7 @@ def test_a_fault_of_jaxtunes_own_code_inside_the_traced_call_is_not_a_lowering_f
         _sweep.run_sweep(_task(scale, CONFIGS, quick))
     (note,) = caught.value.__notes__
     configs = "|".join(re.escape(f"c={c['c']}") for c in CONFIGS)
-    pattern = re.escape(_engine.ENGINE_FAULT).replace(re.escape("{config}"), f"({configs})")
+    pattern = re.escape(_compile.ENGINE_FAULT).replace(re.escape("{config}"), f"({configs})")
     assert re.fullmatch(pattern, note), note
     assert "call_arguments" in _frames(caught.value)
 
@@ -279,7 +279,7 @@ def test_a_fault_of_the_timer_around_a_call_is_not_the_configs_failure(monkeypat
     with pytest.raises(TypeError) as caught:
         _sweep.run_sweep(_task(scale, CONFIGS, quick), timer=_timers.WallTimer())
     assert caught.value is fault
-    assert caught.value.__notes__ == [_engine.ENGINE_FAULT.format(config="c=1.0")]
+    assert caught.value.__notes__ == [_compile.ENGINE_FAULT.format(config="c=1.0")]
     assert "broken_timer" in _frames(caught.value)
 
 
@@ -287,7 +287,7 @@ def test_an_interrupt_while_compiling_goes_up_as_itself(monkeypatch, quick):
     def interrupted(self, config):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_engine.Sweeper, "_module", interrupted)
+    monkeypatch.setattr(_compile.Compiler, "module", interrupted)
     with pytest.raises(KeyboardInterrupt) as caught:
         _sweep.run_sweep(_task(scale, CONFIGS, quick))
     assert not getattr(caught.value, "__notes__", None)

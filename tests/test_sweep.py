@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import re
@@ -14,6 +15,7 @@ from jaxtune._core.arrays import dtype_name
 from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import check as _check
+from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import inputs as _inputs
 from jaxtune._tuning.sweep import plan as _sweep
@@ -266,28 +268,38 @@ def test_progress_lines_on_a_non_terminal_show_an_eta():
     assert "[3/3]" in last  # nothing left to wait for
 
 
-class BurstSweeper(_engine.Sweeper):
-    """A sweeper whose configs "run" by advancing a fake clock by their true time, the
+class BurstCompiler(_compile.Compiler):
+    """A compiler whose configs "run" by advancing a fake clock by their true time, the
     first ``n`` calls of config ``k`` ``slow`` times slower for ``burst[k] = (n, slow)`` (a
-    burst of other work on the machine during its first pass); nothing compiles."""
+    burst of other work on the machine during its first pass); nothing is traced or
+    compiled."""
 
-    def __init__(self, task, clock, truth_ms, burst):
-        super().__init__(task, timer=WallTimer(clock))
+    def __init__(self, task, *, clock, truth_ms, burst, **kwargs):
+        super().__init__(task, **kwargs)
         self.clock, self.truth_ms, self.burst = clock, truth_ms, burst
         self.calls: dict[str, int] = {}
 
-    def _compile_one(self, config, spec=None, lowered=None):
+    def lower(self, config, spec):
         k = config["k"]
 
-        def run():
+        def run(inputs):
             self.calls[k] = self.calls.get(k, 0) + 1
             n, slow = self.burst.get(k, (0, 1.0))
             slow = slow if self.calls[k] <= n else 1.0
             self.clock.now += self.truth_ms[k] * slow * 1e-3
             return np.ones(4, np.float32)
 
-        self._runs[config_id(config)] = (run, 0.0)
-        return None
+        return _compile.Lowering(lowered=_Compiled(run), seconds=0.0)
+
+
+class _Compiled:
+    """Stands for JAX's ``Lowered``: its ``compile()`` gives ``run``."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def compile(self):
+        return self.run
 
 
 #: Six configs of milliseconds (default timing: a first pass of 3 samples a visit); "e",
@@ -298,16 +310,11 @@ TRUTH_MS = {"a": 3.0, "b": 2.5, "c": 2.4, "d": 2.6, "e": 2.0, "f": 2.8}
 def burst_sweep(burst):
     configs = tuple({"k": k} for k in TRUTH_MS)
     task = task_of(lambda x, *, k: x, bind(lambda x: x, jnp.ones(4)), configs, configs[0])
-    sweeper = BurstSweeper(task, FakeClock(), TRUTH_MS, burst)
+    clock = FakeClock()
+    compiler = functools.partial(BurstCompiler, clock=clock, truth_ms=TRUTH_MS, burst=burst)
+    sweeper = _engine.Sweeper(task, timer=WallTimer(clock), compiler=compiler)
     plan = task.plan
-    outcome = _sweep.drive(
-        plan,
-        measure=lambda todo, known, rounds: sweeper.measure(
-            todo, reference=plan.default, best_us=_sweep.best_of(known), rounds=rounds
-        ),
-        retime=sweeper.retime,
-        progress=_sweep.new_progress(plan),
-    )
+    outcome = _sweep.drive(plan, _sweep.InProcess(sweeper), progress=_sweep.new_progress(plan))
     return outcome, {m.config["k"]: m for m in outcome.measurements}
 
 

@@ -1,5 +1,5 @@
 """A sweep: its plan and the loop that drives its search (``plan``), where it runs
 (``runner``: a child, or this process; ``serve``: its handler in the child), the work of
-measuring configs wherever the kernel runs (``engine``: compile, check, first pass,
-interleaved ``rounds`` timed by ``timers``), the decision rule (``stats``), and the cache
-entry it becomes (``entry``)."""
+measuring configs wherever the kernel runs (``engine``, over ``compile``, ``first_run``,
+``first_pass`` and ``measure``; interleaved ``rounds`` timed by ``timers``), the decision
+rule (``stats``), and the cache entry it becomes (``entry``)."""

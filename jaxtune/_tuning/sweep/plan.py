@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation.frames import CompileFinished, ConfigResult, Event
 from .breakdown import Breakdown
-from .engine import EventSink, Sweeper
+from .compile import EventSink
+from .engine import Sweeper
 from .progress import Progress
 from .search import plan as budget_plan
 from .search import run_search, strategy_of
@@ -29,6 +30,8 @@ from .timers import Timer
 from .work import SweepPlan, SweepTask
 
 __all__ = [
+    "InProcess",
+    "Measurer",
     "best_of",
     "drive",
     "new_progress",
@@ -69,46 +72,46 @@ def new_progress(plan: SweepPlan) -> Progress:
     )
 
 
-#: ``measure(configs, known, rounds)``: each config's result by id; ``known`` holds earlier
-#: ones; ``rounds``: time them in interleaved rounds at once, without a first pass
-#: (``"slow"``: when the kernel turns out slow, see :meth:`~.engine.Sweeper.measure`).
-MeasureFn = Callable[[list[Config], Mapping[str, Result], Any], Mapping[str, Result]]
-#: ``retime(leaders, second)``: the leaders timed in interleaved rounds, with a second look
-#: at ``second`` in the first rounds (:func:`~.rounds.interleaved`).
-RetimeFn = Callable[[list[Config], list[Config]], Mapping[str, Result]]
+class Measurer(Protocol):
+    """What a runner offers :func:`drive`: configs measured and re-timed where the kernel
+    runs (:class:`InProcess` here; the runner's children, :mod:`.runner`)."""
+
+    def measure(
+        self, configs: list[Config], known: Mapping[str, Result], rounds: bool | str
+    ) -> Mapping[str, Result]:
+        """Each config's result by id. ``known`` holds the results of earlier batches;
+        ``rounds``: time them in interleaved rounds at once, without a first pass
+        (``"slow"``: when the kernel turns out slow, see :meth:`~.engine.Sweeper.measure`)."""
+        ...
+
+    def retime(self, leaders: list[Config], second: list[Config]) -> Mapping[str, Result]:
+        """The leaders timed in interleaved rounds, with a second look at ``second`` in the
+        first rounds (:func:`~.rounds.interleaved`)."""
+        ...
 
 
 def drive(
     plan: SweepPlan,
+    measurer: Measurer,
     *,
-    measure: MeasureFn,
-    retime: RetimeFn,
     progress: Progress,
     breakdown: Breakdown | None = None,
 ) -> SweepOutcome:
-    """A whole sweep through a runner's ``measure`` and ``retime``: search, re-time the
-    leaders with a second look at the other configs measured, pick the winner. A small
-    space measured in one batch (at most the options' ``first_pass_above`` configs) is
-    timed in interleaved rounds straight away, which takes the place of the first pass and
-    the re-timing; so is a whole space measured in one batch when the kernel is slow. ``breakdown`` gathers where the time went (the measurers add to it);
-    the outcome carries its phases, and each measurement its calls."""
+    """A whole sweep through a runner's ``measurer``: search, re-time the leaders with a
+    second look at the other configs measured, pick the winner. A small space measured in
+    one batch (at most the options' ``first_pass_above`` configs) is timed in interleaved
+    rounds straight away, which takes the place of the first pass and the re-timing; so is
+    a whole space measured in one batch when the kernel is slow. ``breakdown`` gathers
+    where the time went (the measurers add to it); the outcome carries its phases, and
+    each measurement its calls."""
     start = time.perf_counter()
-    known: dict[str, Result] = {}
-    space = {config_id(c) for c in plan.configs}
-    small = len(space) <= plan.options.first_pass_above
-
-    def measure_batch(configs: list[Config]) -> Mapping[str, Result]:
-        whole = not known and space <= {config_id(c) for c in configs}
-        got = measure(configs, known, (True if small else "slow") if whole else False)
-        known.update(got)
-        return got
-
+    batches = _Batches(plan, measurer)
     results, searched = run_search(
         [dict(c) for c in plan.configs],
         dict(plan.default),
         strategy=strategy_of(plan.search),
         budget=plan.budget,
-        measure=measure_batch,
+        measure=batches.measure,
         config_id=config_id,
     )
     live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
@@ -124,13 +127,32 @@ def drive(
         if not todo and len(second) >= 2:
             # No rival within the leaders' window: the fastest races the others' second look.
             todo, second = second[:1], second[1:]
-        retimed = retime(todo, second) if todo else {}
+        retimed = measurer.retime(todo, second) if todo else {}
         results.update(retimed)
     outcome = finish(plan, results, searched, retimed=set(retimed))
     if breakdown is not None:
         outcome = with_breakdown(outcome, breakdown, time.perf_counter() - start)
     progress.finish(outcome)
     return outcome
+
+
+class _Batches:
+    """The search's batches, measured in turn by ``measurer``; each sees what the batches
+    before it measured. A batch that is the whole space, measured first, is timed in
+    rounds at once when the space is small, and when the kernel turns out slow."""
+
+    def __init__(self, plan: SweepPlan, measurer: Measurer) -> None:
+        self.measurer = measurer
+        self.known: dict[str, Result] = {}
+        self.space = {config_id(c) for c in plan.configs}
+        self.small = len(self.space) <= plan.options.first_pass_above
+
+    def measure(self, configs: list[Config]) -> Mapping[str, Result]:
+        whole = not self.known and self.space <= {config_id(c) for c in configs}
+        rounds = (True if self.small else "slow") if whole else False
+        got = self.measurer.measure(configs, self.known, rounds)
+        self.known.update(got)
+        return got
 
 
 def with_breakdown(outcome: SweepOutcome, breakdown: Breakdown, total_s: float) -> SweepOutcome:
@@ -176,15 +198,26 @@ def run_sweep(task: SweepTask, *, timer: Timer | None = None) -> SweepOutcome:
     plan = task.plan
     progress = new_progress(plan)
     sweeper = Sweeper(task, timer=timer, on_event=progress_sink(plan, progress))
-    return drive(
-        plan,
-        measure=lambda configs, known, rounds: sweeper.measure(
-            configs, reference=plan.default, best_us=best_of(known), rounds=rounds
-        ),
-        retime=sweeper.retime,
-        progress=progress,
-        breakdown=_Accounted(sweeper),
-    )
+    return drive(plan, InProcess(sweeper), progress=progress, breakdown=_Accounted(sweeper))
+
+
+class InProcess:
+    """A :class:`Measurer` in this process: ``sweeper``'s, checked against the plan's
+    default."""
+
+    def __init__(self, sweeper: Sweeper) -> None:
+        self.sweeper = sweeper
+
+    def measure(
+        self, configs: list[Config], known: Mapping[str, Result], rounds: bool | str
+    ) -> Mapping[str, Result]:
+        default = self.sweeper.task.plan.default
+        return self.sweeper.measure(
+            configs, reference=default, best_us=best_of(known), rounds=rounds
+        )
+
+    def retime(self, leaders: list[Config], second: list[Config]) -> Mapping[str, Result]:
+        return self.sweeper.retime(leaders, second)
 
 
 class _Accounted(Breakdown):

@@ -38,7 +38,7 @@ from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from .breakdown import Breakdown
-from .engine import compile_threads
+from .compile import compile_threads
 from .flight import InFlight, how_lost, raise_child_error
 from .plan import best_of, drive, new_progress, progress_sink, run_sweep
 from .progress import Progress
@@ -54,8 +54,16 @@ from .requests import (
 from .stats import SweepOutcome
 from .work import SweepPlan, SweepTask
 
-__all__ = ["InlineRunner", "ProcessRunner", "Runner", "default_runner", "prestart_child"]
+__all__ = [
+    "InChildren",
+    "InlineRunner",
+    "ProcessRunner",
+    "Runner",
+    "default_runner",
+    "prestart_child",
+]
 
+Config = dict[str, Any]
 Result = Measurement | Failure
 
 _TPU_HELD = (
@@ -169,75 +177,12 @@ class ProcessRunner(ChildService):
         reads both from a recording; :meth:`sweep` builds them from a task): the plan's
         search strategy picks the batches, the leaders are re-timed on one device."""
         progress = new_progress(plan)
-        devices = list(self.devices or [])
         self.breakdown = Breakdown()
-
-        def measure(
-            order: list[dict[str, Any]], known: Mapping[str, Result], rounds: bool | str
-        ) -> dict[str, Result]:
-            if len(devices) > 1:  # rounds compare configs on one device only
-                return self._measure_on_devices(plan, request, progress, order, devices, known)
-            return self._measure_all(plan, request, progress, order, known, rounds=rounds)
-
-        def retime(todo: list[dict[str, Any]], second: list[dict[str, Any]]) -> dict[str, Result]:
-            # The leaders are re-timed together on one device, so they compare fairly: the
-            # first device's child where the sweep was split, else the child that measured.
-            # The configs on a second look are those that child compiled.
-            first = self._on_device(devices[0]) if len(devices) > 1 else self
-            results: dict[str, Result] = {}
-            serial = False
-            for _ in range(len(todo) + len(second) + 2):
-                pending = [c for c in todo if config_id(c) not in results]
-                looked = [c for c in second if config_id(c) not in results]
-                message = Retime(todo=pending, second=looked, serial=serial).of(request)
-                crashed, got = first._exchange(plan, message, progress=None)
-                results.update(got)
-                if crashed is None or len(pending) + len(looked) - len(got) < 2:
-                    break
-                # A crash during a round of passes blames the round: time one config at
-                # a time to find the culprit; a culprit found: the others go on.
-                serial = serial or crashed == "serial"
-            return results
-
         try:
-            return drive(
-                plan, measure=measure, retime=retime, progress=progress, breakdown=self.breakdown
-            )
+            measurer = InChildren(self, plan, request, progress)
+            return drive(plan, measurer, progress=progress, breakdown=self.breakdown)
         finally:
             self.breakdown = None
-
-    def _measure_all(
-        self,
-        plan: SweepPlan,
-        request: Request[SweepFields],
-        progress: Progress,
-        order: list[dict[str, Any]],
-        known: Mapping[str, Result] | None = None,
-        *,
-        rounds: bool | str = False,
-    ) -> dict[str, Result]:
-        results: dict[str, Result] = {}
-        serial = False
-        for _ in range(2 * len(order) + 4):
-            pending = [c for c in order if config_id(c) not in results]
-            if not pending:
-                return results
-            seen = {**(known or {}), **results}
-            message = Measure(
-                todo=pending,
-                reference=reference_config([*(known or {}).values(), *order], seen, plan.default),
-                best_us=best_of(seen),
-                serial=serial,
-                rounds=rounds,
-            ).of(request)
-            crashed, got = self._exchange(plan, message, progress=progress)
-            results.update(got)
-            if crashed == "serial":
-                serial = True
-        raise SweepError(
-            f"the sweep of {plan.kernel} kept losing its child process; results so far: "
-            f"{ {k: type(v).__name__ for k, v in results.items()} }"
-        )
 
     def _lost(
         self,
@@ -286,51 +231,6 @@ class ProcessRunner(ChildService):
         )
         runner.breakdown = self.breakdown
         return runner
-
-    def _measure_on_devices(
-        self,
-        plan: SweepPlan,
-        request: Request[SweepFields],
-        progress: Progress,
-        order: list[dict[str, Any]],
-        devices: list[int],
-        known: Mapping[str, Result] | None = None,
-    ) -> dict[str, Result]:
-        """One child per device, each measuring its share of the configs at once; the
-        default (the reference) is measured on the first device."""
-        shares: list[list[dict[str, Any]]] = [[order[0]]] + [[] for _ in devices[1:]]
-        fields = request.fields
-        if fields.plan is not None and not fields.plan.compile_threads:
-            # The children compile at once: the host's cores are shared among them.
-            plan_here = dataclasses.replace(
-                fields.plan, compile_threads=compile_threads(children=len(devices))
-            )
-            request = request.with_fields(request.op, dataclasses.replace(fields, plan=plan_here))
-        for i, config in enumerate(order[1:]):
-            shares[i % len(devices)].append(config)
-        runners = [self._on_device(d) for d in devices]
-        stop = threading.Event()
-        for runner in runners:
-            runner.stop = stop
-        ex = concurrent.futures.ThreadPoolExecutor(len(devices))
-        try:
-            parts = list(
-                ex.map(
-                    lambda pair: pair[0]._measure_all(plan, request, progress, pair[1], known),
-                    [(r, share) for r, share in zip(runners, shares, strict=True) if share],
-                )
-            )
-        except BaseException:  # Ctrl-C: the other devices' requests end too, at once
-            stop.set()
-            for held in [r.held for r in runners if r.held is not None]:
-                held.abandon()
-            raise
-        finally:
-            ex.shutdown(wait=True)
-        results: dict[str, Result] = {}
-        for part in parts:
-            results.update(part)
-        return results
 
     def _exchange(
         self,
@@ -386,6 +286,125 @@ class ProcessRunner(ChildService):
         _context.warn_unapplied(plan.kernel, answer)
         flight.got.update(results_of(answer))
         return None, flight.got
+
+
+class InChildren:
+    """A :class:`~.plan.Measurer` through ``runner``'s children: its child, or one child
+    per device of ``runner.devices``, each measuring a share of each batch."""
+
+    def __init__(
+        self,
+        runner: ProcessRunner,
+        plan: SweepPlan,
+        request: Request[SweepFields],
+        progress: Progress,
+    ) -> None:
+        self.runner, self.plan, self.request, self.progress = runner, plan, request, progress
+        self.devices = list(runner.devices or [])
+
+    def measure(
+        self, configs: list[Config], known: Mapping[str, Result], rounds: bool | str
+    ) -> dict[str, Result]:
+        if len(self.devices) > 1:  # rounds compare configs on one device only
+            return self.on_devices(configs, known)
+        return self.in_child(self.runner, self.request, configs, known, rounds=rounds)
+
+    def retime(self, leaders: list[Config], second: list[Config]) -> dict[str, Result]:
+        # The leaders are re-timed together on one device, so they compare fairly: the
+        # first device's child where the sweep was split, else the child that measured.
+        # The configs on a second look are those that child compiled.
+        devices = self.devices
+        first = self.runner._on_device(devices[0]) if len(devices) > 1 else self.runner
+        results: dict[str, Result] = {}
+        serial = False
+        for _ in range(len(leaders) + len(second) + 2):
+            pending = [c for c in leaders if config_id(c) not in results]
+            looked = [c for c in second if config_id(c) not in results]
+            message = Retime(todo=pending, second=looked, serial=serial).of(self.request)
+            crashed, got = first._exchange(self.plan, message, progress=None)
+            results.update(got)
+            if crashed is None or len(pending) + len(looked) - len(got) < 2:
+                break
+            # A crash during a round of passes blames the round: time one config at
+            # a time to find the culprit; a culprit found: the others go on.
+            serial = serial or crashed == "serial"
+        return results
+
+    def in_child(
+        self,
+        runner: ProcessRunner,
+        request: Request[SweepFields],
+        order: list[Config],
+        known: Mapping[str, Result] | None = None,
+        *,
+        rounds: bool | str = False,
+    ) -> dict[str, Result]:
+        """``order`` measured in ``runner``'s child, asked again after each crash for the
+        configs it did not answer (one at a time, when it could not tell which crashed)."""
+        plan = self.plan
+        results: dict[str, Result] = {}
+        serial = False
+        for _ in range(2 * len(order) + 4):
+            pending = [c for c in order if config_id(c) not in results]
+            if not pending:
+                return results
+            seen = {**(known or {}), **results}
+            message = Measure(
+                todo=pending,
+                reference=reference_config([*(known or {}).values(), *order], seen, plan.default),
+                best_us=best_of(seen),
+                serial=serial,
+                rounds=rounds,
+            ).of(request)
+            crashed, got = runner._exchange(plan, message, progress=self.progress)
+            results.update(got)
+            if crashed == "serial":
+                serial = True
+        raise SweepError(
+            f"the sweep of {plan.kernel} kept losing its child process; results so far: "
+            f"{ {k: type(v).__name__ for k, v in results.items()} }"
+        )
+
+    def on_devices(
+        self, order: list[Config], known: Mapping[str, Result] | None = None
+    ) -> dict[str, Result]:
+        """One child per device, each measuring its share of the configs at once; the
+        default (the reference) is measured on the first device."""
+        devices = self.devices
+        shares: list[list[Config]] = [[order[0]]] + [[] for _ in devices[1:]]
+        request = self.request
+        fields = request.fields
+        if fields.plan is not None and not fields.plan.compile_threads:
+            # The children compile at once: the host's cores are shared among them.
+            plan_here = dataclasses.replace(
+                fields.plan, compile_threads=compile_threads(children=len(devices))
+            )
+            request = request.with_fields(request.op, dataclasses.replace(fields, plan=plan_here))
+        for i, config in enumerate(order[1:]):
+            shares[i % len(devices)].append(config)
+        runners = [self.runner._on_device(d) for d in devices]
+        stop = threading.Event()
+        for runner in runners:
+            runner.stop = stop
+        ex = concurrent.futures.ThreadPoolExecutor(len(devices))
+        try:
+            parts = list(
+                ex.map(
+                    lambda pair: self.in_child(pair[0], request, pair[1], known),
+                    [(r, share) for r, share in zip(runners, shares, strict=True) if share],
+                )
+            )
+        except BaseException:  # Ctrl-C: the other devices' requests end too, at once
+            stop.set()
+            for held in [r.held for r in runners if r.held is not None]:
+                held.abandon()
+            raise
+        finally:
+            ex.shutdown(wait=True)
+        results: dict[str, Result] = {}
+        for part in parts:
+            results.update(part)
+        return results
 
 
 def default_runner() -> Runner:

@@ -42,7 +42,7 @@ class SweepPlan:
     #: sweep runs) and the pass timed: ``forward``, or ``vjp`` (forward and backward).
     timer: str = "auto"
     timing: str = "forward"
-    #: Configs compiled at once (0: :func:`~.engine.compile_threads`).
+    #: Configs compiled at once (0: :func:`~.compile.compile_threads`).
     compile_threads: int = 0
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,389 @@
+"""Compiling a sweep's configs, and the compiled runs kept for the checks and the timing.
+
+This thread traces and lowers each config in turn (Python work that holds the GIL) while a
+pool of threads has XLA compile the lowered modules (work that lets go of it); each
+outcome is queued as it becomes known, so the configs compiled first run their check while
+the others still compile (:mod:`.first_run`). Each step is reported as an event of
+:mod:`jaxtune._isolation.frames` (``CompileStarted``, ``CompileFinished``), with the thread
+that works on it, so a crash report pins the config.
+
+A config fails only by what its kernel, JAX's lowering and compiling of it or its run
+raise; a fault of jaxtune's own code on the way is raised, noted as such
+(:data:`ENGINE_FAULT`), never recorded as the config's failure.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import functools
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+
+from ..._core.vocabulary import Failure, config_id
+from ..._isolation import context as _context
+from ..._isolation.devices import usable_cores
+from ..._isolation.frames import CompileFinished, CompileStarted, Event
+from ..signature import Signature
+from .backward import with_backward
+from .breakdown import Breakdown
+from .check import reason
+from .inputs import make_inputs
+from .timing import block
+from .work import SweepTask
+
+__all__ = [
+    "ENGINE_FAULT",
+    "MAX_COMPILE_THREADS",
+    "Compiled",
+    "Compiler",
+    "EventSink",
+    "Lowering",
+    "blame_jaxtune",
+    "compile_threads",
+    "too_slow",
+]
+
+Config = dict[str, Any]
+#: ``on_event(event)``: each step, as one of :data:`~jaxtune._isolation.frames.Event`.
+EventSink = Callable[[Event], None]
+#: A config's compile outcome as it becomes known: its id, and its failure or ``None``
+#: (or what the engine's own code raised while on it, for the waiter to raise).
+Compiled = tuple[str, Failure | BaseException | None]
+
+#: Added to an exception of the engine's own code (a bug), never recorded as a config's
+#: failure: a config fails only by what its kernel, JAX's lowering and compiling of it or
+#: its run raise.
+ENGINE_FAULT = (
+    "jaxtune failed in its own sweep code while on config {config}: this is a bug in "
+    "jaxtune, not a failure of the config; please report it with this traceback"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lowering:
+    """A config's lowered module, waiting for XLA, and the seconds tracing it took."""
+
+    lowered: Any
+    seconds: float
+
+
+class Compiler:
+    """Compiles the configs of one task and keeps each compiled config's run (a call of
+    its executable on the task's inputs) and compile time, or its failure."""
+
+    def __init__(self, task: SweepTask, *, emit: EventSink, breakdown: Breakdown) -> None:
+        self.task = task
+        self.emit = emit
+        self.breakdown = breakdown
+        self._inputs: dict[str, Any] | None = None
+        self._runs: dict[str, tuple[Callable[[], Any], float]] = {}
+        #: Each config's executable is named for it (``jit_jaxtune_<n>``), so a device
+        #: timer tells its calls from the others' in a shared trace.
+        self.modules: dict[str, str] = {}
+        self._failed: dict[str, Failure] = {}
+        #: The exception a config's call raised last (until :meth:`raised` looks).
+        self._raised: dict[str, Exception] = {}
+        self._thread: threading.Thread | None = None
+        self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
+        #: Each config's calls so far and the count already reported (a cell each).
+        self._calls: dict[str, list[int]] = {}
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        if self._inputs is None:
+            self._inputs = make_inputs(self.task.plan.kernel, self.task.signature, self.task.inputs)
+        return self._inputs
+
+    def supply(self, signature: Signature) -> None:
+        """The call's concrete arguments, once arrived (after a :meth:`launch` for shapes)."""
+        self.task = dataclasses.replace(self.task, signature=signature)
+        self._inputs = None
+
+    def compiled(self, cid: str) -> bool:
+        """Whether config ``cid`` compiled here (and has a run)."""
+        return cid in self._runs
+
+    def run(self, cid: str) -> Callable[[], Any]:
+        """Config ``cid``'s run: one call of its executable, blocked until done."""
+        return self._runs[cid][0]
+
+    def compile_s(self) -> dict[str, float]:
+        """Each compiled config's compile time in seconds (tracing and lowering included)."""
+        return {cid: run[1] for cid, run in self._runs.items()}
+
+    def raised(self, cid: str) -> Exception | None:
+        """The exception config ``cid``'s call raised since the last look, if any (what
+        tells a config's failure from a fault of the timer around its call)."""
+        return self._raised.pop(cid, None)
+
+    def module(self, config: Config) -> str:
+        """The HLO module name of ``config``'s executable."""
+        cid = config_id(config)
+        if cid not in self.modules:
+            self.modules[cid] = f"jit_jaxtune_{len(self.modules)}"
+        return self.modules[cid]
+
+    def count_calls(self) -> None:
+        """Counts each config's calls since the last count into the breakdown."""
+        for cid, cell in self._calls.items():
+            if cell[0] > cell[1]:
+                self.breakdown.count(cid, cell[0] - cell[1])
+                cell[1] = cell[0]
+
+    # -- compiling -----------------------------------------------------------------------
+
+    def launch(
+        self, configs: Sequence[Config], *, serial: bool, spec: dict[str, Any] | None = None
+    ) -> None:
+        """Compiles ``configs`` in a background thread (for arguments shaped as ``spec``,
+        ``jax.ShapeDtypeStruct`` leaves, while the arrays are still arriving); each outcome
+        is queued as known, for :meth:`outcomes`."""
+        self.wait()
+        if spec is None:
+            self.inputs  # noqa: B018 - built here, before the threads start
+        done: queue.SimpleQueue[Compiled] = queue.SimpleQueue()
+        local_config = _context.capture()
+
+        def work() -> None:
+            with local_config():
+                self.compile_all(configs, serial=serial, spec=spec, done=done.put)
+
+        self._thread = threading.Thread(target=work, name="jaxtune-compile", daemon=True)
+        self._thread.start()
+        self._launched = ([config_id(c) for c in configs], done)
+
+    def outcomes(self, configs: Sequence[Config], *, serial: bool) -> queue.SimpleQueue[Compiled]:
+        """The queue of ``configs``' compile outcomes, one each as it becomes known: those
+        of a :meth:`launch` of the same configs, else of one begun now (``serial``: done
+        before this returns, one step at a time, so that a crash names its config)."""
+        ids = [config_id(c) for c in configs]
+        if self._launched is None or self._launched[0] != ids:
+            self.launch(configs, serial=serial)
+        assert self._launched is not None
+        done = self._launched[1]
+        self._launched = None
+        if serial:
+            self.wait()
+        return done
+
+    def wait(self) -> None:
+        """Waits for the background compiling of the last :meth:`launch`, if any."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def compile(self, configs: Sequence[Config], *, serial: bool = False) -> dict[str, Failure]:
+        """Compiles ``configs`` now (in parallel threads unless ``serial``); returns failures."""
+        self.wait()
+        self.inputs  # noqa: B018 - built here, before the threads start
+        return self.compile_all(configs, serial=serial, spec=None)
+
+    def compile_all(
+        self,
+        configs: Sequence[Config],
+        *,
+        serial: bool,
+        spec: dict[str, Any] | None,
+        done: Callable[[Compiled], None] | None = None,
+    ) -> dict[str, Failure]:
+        """Compiles ``configs``: one at a time when ``serial``, else in a pipeline: this
+        thread traces and lowers them in turn (Python work that holds the GIL, so a second
+        tracing thread would only slow the first and the thread running configs), and XLA
+        compiles the lowered modules meanwhile in a pool of threads (work that lets go of
+        the GIL)."""
+        threads = 1 if serial else (self.task.compile_threads or compile_threads())
+        local_config = _context.capture()
+        failures: dict[str, Failure] = {}
+
+        def settle(config: Config, compile_: Callable[[], Failure | None]) -> None:
+            cid = config_id(config)
+            try:
+                with local_config():
+                    failure = compile_()
+            except BaseException as e:
+                # Not the config's failure (those are returned): a fault of the engine's
+                # own, or an interrupt. Whoever waits on ``done`` must hear of every
+                # config: it gets the exception, and raises it.
+                blame_jaxtune(e, cid)
+                if done is None:
+                    raise
+                done((cid, e))
+                return
+            if failure is not None:
+                failures[cid] = failure
+            if done is not None:
+                done((cid, failure))
+
+        if serial or len(configs) <= 1:
+            for config in configs:
+                settle(config, functools.partial(self.compile_one, config, spec))
+            return failures
+        with concurrent.futures.ThreadPoolExecutor(
+            threads, thread_name_prefix="jaxtune-compile"
+        ) as ex:
+            pending = []
+            for config in configs:
+                try:
+                    with local_config():
+                        lowered = self.lower(config, spec)
+                except BaseException as e:  # not the config's: settle raises or hands it on
+                    settle(config, functools.partial(_reraise, e))
+                    continue
+                if isinstance(lowered, Lowering):
+                    job = functools.partial(self.compile_one, config, spec, lowered)
+                    pending.append(ex.submit(settle, config, job))
+                else:
+                    settle(config, functools.partial(_given, lowered))
+            for future in pending:
+                future.result()
+        return failures
+
+    def lower(self, config: Config, spec: dict[str, Any] | None) -> Lowering | Failure | None:
+        """Traces and lowers ``config``: its lowering, its failure, or ``None`` when it was
+        compiled before."""
+        cid = config_id(config)
+        if cid in self._runs or cid in self._failed:
+            return self._failed.get(cid)
+        sig, fn = self.task.signature, self.task.fn
+        lowering = self.inputs if spec is None else spec
+
+        def forward(dyn: dict[str, Any]) -> Any:
+            with _own_code():
+                args, kwargs = sig.call_arguments(replace=dyn)
+            return fn(*args, **kwargs, **config)
+
+        call = with_backward(forward) if self.task.plan.timing == "vjp" else forward
+        call.__name__ = call.__qualname__ = self.module(config).removeprefix("jit_")
+
+        # The tracing thread travels with the event: a crash report that names it (the
+        # child's faulthandler does) pins the crash on this config.
+        self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
+        start = time.perf_counter()
+        own: BaseException | None = None
+        try:
+            lowered = jax.jit(call).lower(lowering)
+        except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
+            own = e.fault
+        except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
+            self.emit(CompileFinished(cid=cid))
+            why = f"while tracing or lowering: {reason(e)}"
+            self._failed[cid] = Failure(config=config, stage="compile", reason=why)
+            return self._failed[cid]
+        if own is not None:
+            self.emit(CompileFinished(cid=cid))
+            blame_jaxtune(own, cid)
+            raise own
+        return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
+
+    def compile_one(
+        self, config: Config, spec: dict[str, Any] | None = None, lowered: Lowering | None = None
+    ) -> Failure | None:
+        """Compiles ``config`` (lowered first unless ``lowered``); its failure or ``None``."""
+        cid = config_id(config)
+        if lowered is None:
+            got = self.lower(config, spec)
+            if not isinstance(got, Lowering):
+                return got
+            lowered = got
+        else:  # a compiling thread took over: a crash in it is this config's
+            self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
+        start = time.perf_counter()
+        try:
+            compiled = lowered.lowered.compile()
+        except Exception as e:  # XLA failed to compile the config's module
+            self.emit(CompileFinished(cid=cid))
+            self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
+            return self._failed[cid]
+        seconds = lowered.seconds + time.perf_counter() - start
+        self.breakdown.add("compile_threads", seconds)
+        self.emit(CompileFinished(cid=cid, seconds=seconds))
+        if seconds > self.task.plan.timeout_s:
+            self._failed[cid] = too_slow(config, "compiling", seconds, self.task.plan.timeout_s)
+            return self._failed[cid]
+        calls = self._calls.setdefault(cid, [0, 0])
+
+        def run() -> Any:
+            calls[0] += 1  # a cell, not a lock: this runs inside the timed loops
+            try:
+                # The inputs are looked up on each call: compiled early, they arrive
+                # afterwards (and are made before the first run, outside it).
+                return block(compiled(self.inputs))
+            except Exception as e:
+                # The config's call raised: what tells it from a fault of the timer
+                # around it (:meth:`raised`).
+                self._raised[cid] = e
+                raise
+
+        self._runs[cid] = (run, seconds)
+        return None
+
+
+def too_slow(config: Config, step: str, seconds: float, limit_s: float) -> Failure:
+    """The failure of a config whose ``step`` took ``seconds``, over ``limit_s``."""
+    return Failure(
+        config=config,
+        stage="timeout",
+        reason=f"{step} took {seconds:.1f} s, over the {limit_s:g} s limit "
+        "(JAXTUNE_TIMEOUT / timeout=)",
+    )
+
+
+def blame_jaxtune(e: BaseException, cid: str) -> None:
+    """Adds :data:`ENGINE_FAULT` to a fault of the engine's own code (once; an interrupt
+    or exit is no fault and gets nothing)."""
+    note = ENGINE_FAULT.format(config=cid)
+    if isinstance(e, Exception) and note not in getattr(e, "__notes__", ()):
+        e.add_note(note)
+
+
+def _given(outcome: Failure | None) -> Failure | None:
+    return outcome
+
+
+def _reraise(e: BaseException) -> Failure | None:
+    raise e
+
+
+class _OwnCodeError(Exception):
+    """Carries a fault of the engine's own code out of JAX's tracing of a config's call
+    (``fault``), so that it is not taken for the config's failure to lower."""
+
+    def __init__(self, fault: Exception) -> None:
+        super().__init__(str(fault))
+        self.fault = fault
+
+
+@contextlib.contextmanager
+def _own_code() -> Iterator[None]:
+    """Marks the engine's own code inside a config's traced call (see :class:`_OwnCodeError`)."""
+    try:
+        yield
+    except Exception as e:
+        raise _OwnCodeError(e) from e
+
+
+#: The most lowered configs XLA compiles at once by default, however many cores.
+MAX_COMPILE_THREADS = 16
+
+
+def compile_threads(children: int = 1) -> int:
+    """How many lowered configs XLA compiles at once by default: the usable cores, shared
+    among ``children`` sweep children compiling at once (one per device), less one each
+    for the thread that runs configs; at least 1, at most :data:`MAX_COMPILE_THREADS`. A
+    2-core machine gets 1, a 13-core TPU v5e host 12 (Tokamax's ragged_dot proposes 540
+    configs: a cap of 4 left most of its cores idle).
+
+    Tracing and lowering stay on one thread (Python work that holds the GIL), which feeds
+    the compiling threads (XLA's compile lets go of the GIL): on a 2-core machine two
+    threads that each traced and compiled made every compile and every run slower (JAX's
+    flash attention, 9 configs: compile threads 188 s against 63 s, the sweep 1.38x
+    slower). A compiling thread that the lowering thread cannot keep busy waits. Configs
+    run their check while others compile, but none is timed until all compiled."""
+    return max(1, min(MAX_COMPILE_THREADS, usable_cores() // max(1, children) - 1))

@@ -1,0 +1,145 @@
+"""The first pass: each checked config timed in two visits, the second in reverse order (a
+slow spell of the machine during one config's turn does not decide its rank), dropping
+configs clearly slower than the best on the first (see :func:`~.timing.clearly_slower`).
+The earliest config of the space wins ties and the default always races in the rounds, so
+neither is dropped.
+
+A device timer (a :class:`~.timers.RecordingTimer`) times a whole visit inside one capture
+(:meth:`~.measure.Stopwatch.captured`): its device timings arrive when the capture ends, so
+the first visit drops by them, against the best of the visit, before the second begins.
+The wall timer times one config at a time and stops a config's samples as soon as they
+show it clearly slower than the best so far.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._isolation.frames import ConfigResult
+from .measure import Stopwatch
+from .rounds import measurement
+from .timers import RecordingTimer
+from .timing import Timing, TimingOptions, clearly_slower
+
+__all__ = ["first_pass"]
+
+Config = dict[str, Any]
+Result = Measurement | Failure
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Dropping:
+    """The first visit's dropping: the best time known before it (measured in earlier
+    batches), and the configs never dropped (the earliest of the space, the default)."""
+
+    best_us: float | None
+    kept: frozenset[str | None]
+
+
+def first_pass(
+    stopwatch: Stopwatch, runnable: Sequence[Config], best_us: float | None
+) -> dict[str, Result]:
+    """Times ``runnable`` (compiled and checked) in two visits, dropping configs clearly
+    slower than the best (``best_us``, measured in earlier batches, or better) on the
+    first; reports each config's result once it is final."""
+    plan = stopwatch.compiler.task.plan
+    compile_s = stopwatch.compiler.compile_s()
+    timed: dict[str, Timing | Failure] = {}
+    earliest = config_id(plan.configs[0]) if plan.configs else None
+    kept = frozenset({earliest, config_id(plan.default)})
+
+    def result(config: Config, got: Timing | Failure) -> Result:
+        if isinstance(got, Failure):
+            return got
+        return measurement(config, got, compile_s[config_id(config)])
+
+    for visit, sequence in enumerate((runnable, runnable[::-1])):
+        todo = [c for c in sequence if _timed_on(timed.get(config_id(c)))]
+        first_visit = visit == 0
+        options = _visit_options(plan.options, first_visit=first_visit)
+        dropping = _Dropping(best_us=best_us, kept=kept) if first_visit else None
+        if isinstance(stopwatch.timer, RecordingTimer):
+            got = _visit_captured(stopwatch, todo, options, dropping)
+        else:
+            got = _visit_in_turn(stopwatch, todo, options, dropping)
+        for config in todo:
+            cid = config_id(config)
+            now, before = got[cid], timed.get(cid)
+            if isinstance(now, Timing) and isinstance(before, Timing):
+                now = before + now
+            timed[cid] = now
+            if not first_visit or not isinstance(now, Timing) or now.dropped:
+                stopwatch.emit(ConfigResult(cid=cid, result=result(config, now)))
+    return {config_id(c): result(c, timed[config_id(c)]) for c in runnable}
+
+
+def _timed_on(got: Timing | Failure | None) -> bool:
+    """Whether a config goes on to its next visit (it has not failed nor been dropped)."""
+    return got is None or (isinstance(got, Timing) and not got.dropped)
+
+
+def _visit_options(options: TimingOptions, *, first_visit: bool) -> TimingOptions:
+    """One visit's share of a config's samples (half the minimum time and count)."""
+    return dataclasses.replace(
+        options,
+        # On the first visit, the first run (for the check) was the first warm-up call.
+        warmup=max(1, options.warmup - 1) if first_visit else 1,
+        min_time_s=options.min_time_s / 2,
+        min_samples=max(1, -(-options.min_samples // 2)),
+        max_samples=max(1, -(-options.max_samples // 2)),
+    )
+
+
+def _visit_in_turn(
+    stopwatch: Stopwatch,
+    configs: Sequence[Config],
+    options: TimingOptions,
+    dropping: _Dropping | None,
+) -> dict[str, Timing | Failure]:
+    """One visit, one config at a time; with ``dropping``, a config stops once clearly
+    slower than the best so far (see :func:`~.timing.clearly_slower`)."""
+    timer = stopwatch.timer
+    best_us = dropping.best_us if dropping is not None else None
+    out: dict[str, Timing | Failure] = {}
+    for config in configs:
+        cid = config_id(config)
+        bar = best_us if dropping is not None and cid not in dropping.kept else None
+        got = stopwatch.timed(
+            config, functools.partial(timer.measure, options=options, best_us=bar)
+        )
+        if isinstance(got, Timing) and not got.dropped:
+            best_us = got.min_us if best_us is None else min(best_us, got.min_us)
+        out[cid] = got
+    return out
+
+
+def _visit_captured(
+    stopwatch: Stopwatch,
+    configs: Sequence[Config],
+    options: TimingOptions,
+    dropping: _Dropping | None,
+) -> dict[str, Timing | Failure]:
+    """One visit inside one capture of the device timer; with ``dropping``, the configs
+    clearly slower than the best of the visit (or the best known before) are dropped once
+    the capture has ended."""
+    out = stopwatch.captured(
+        configs, lambda rec, module, run: rec.measure(run, options, module=module)
+    )
+    if dropping is None:
+        return out
+    times = [got.min_us for got in out.values() if isinstance(got, Timing)]
+    if dropping.best_us is not None:
+        times.append(dropping.best_us)
+    best = min(times, default=None)
+    for cid, got in out.items():
+        if (
+            isinstance(got, Timing)
+            and cid not in dropping.kept
+            and clearly_slower(got.samples_us, best, options)
+        ):
+            out[cid] = dataclasses.replace(got, dropped=True)
+    return out

@@ -1,0 +1,181 @@
+"""Timing compiled configs: one config's calls under a timer, a device timer's shared
+captures, and one interleaved round (in passes over its configs where the timer can).
+
+Each config is reported as running (``RunStarted``/``RunFinished``) while its calls run, and
+a round of passes or a capture's end as a round of its configs (``RoundStarted``), so that
+a crash or hang is blamed on what was in flight. What a config's call raises, or a step
+over the time limit, is the config's failure; a fault of the timer around the calls is
+jaxtune's, raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..._core.vocabulary import Failure, config_id
+from ..._isolation.frames import RoundStarted, RunFinished, RunStarted
+from .check import reason
+from .compile import Compiler, EventSink, blame_jaxtune, too_slow
+from .timers import Recording, RecordingTimer, RoundTimer, Timer
+from .timing import Timing
+
+__all__ = ["CONFIGS_PER_CAPTURE", "Stopwatch"]
+
+Config = dict[str, Any]
+
+#: The most configs a device timer times inside one capture (:meth:`Stopwatch.captured`).
+#: A capture costs about 1.2 s on a TPU v5e whatever it holds (flash attention, 16
+#: configs: a first pass of one capture per config and visit took 19.9 s of a 40.9 s
+#: sweep); a bound keeps a 540-config space's trace to a size that is quick to read and
+#: a crash at a capture's end to a group small enough to pin one config at a time.
+CONFIGS_PER_CAPTURE = 32
+
+
+class Stopwatch:
+    """Times the configs ``compiler`` compiled with ``timer``."""
+
+    def __init__(self, compiler: Compiler, timer: Timer, *, emit: EventSink) -> None:
+        self.compiler = compiler
+        self.timer = timer
+        self.emit = emit
+        #: Rounds time one config at a time, each reported as running, and a device timer
+        #: captures one config at a time (to find which config crashed a child during a
+        #: round of passes or at a shared capture's end); passes and shared captures
+        #: otherwise.
+        self.serial_rounds = False
+
+    @property
+    def limit_s(self) -> float:
+        return self.compiler.task.plan.timeout_s
+
+    def timed(
+        self, config: Config, measure: Callable[[Callable[[], Any]], Timing]
+    ) -> Timing | Failure:
+        """``measure(run)`` of a compiled config, reported as running meanwhile (so that a
+        crash or hang is blamed on it); an exception or a step over the time limit is the
+        config's failure."""
+        cid = config_id(config)
+        run = self.compiler.run(cid)
+        self.compiler.raised(cid)
+        self.emit(RunStarted(cid=cid, thread=threading.get_ident()))
+        start = time.perf_counter()
+        try:
+            timing = measure(run)
+        except Exception as e:
+            if self.compiler.raised(cid) is not e:  # the timer's own fault, not the call's
+                blame_jaxtune(e, cid)
+                raise
+            return Failure(config=config, stage="run", reason=reason(e))
+        finally:
+            self.emit(RunFinished(cid=cid))
+        spent = time.perf_counter() - start
+        if spent > self.limit_s:
+            return too_slow(config, "running", spent, self.limit_s)
+        return timing
+
+    def captured(
+        self,
+        configs: Sequence[Config],
+        measure: Callable[[Recording, str, Callable[[], Any]], Timing],
+    ) -> dict[str, Timing | Failure]:
+        """``measure(recording, module, run)`` of each config in turn, inside captures of
+        the device timer of up to :data:`CONFIGS_PER_CAPTURE` configs each (one each after
+        a crash: ``serial_rounds``); each config's device timing, or its failure.
+
+        Each config is reported as running while its calls run, so a crash or hang then
+        is blamed on it alone; the capture's end (the trace stopped and read) is reported
+        as a round of its configs, so a crash there makes the runner ask again one config
+        per capture, which pins it."""
+        timer = self.timer
+        assert isinstance(timer, RecordingTimer)
+        size = 1 if self.serial_rounds else CONFIGS_PER_CAPTURE
+        out: dict[str, Timing | Failure] = {}
+        for first in range(0, len(configs), size):
+            chunk = configs[first : first + size]
+            cids = tuple(config_id(c) for c in chunk)
+            got: dict[str, Timing | Failure] = {}
+            # Where each config's calls stand in the recording (a config that failed
+            # after its calls, over the time limit, still has them there).
+            at: dict[str, int] = {}
+            try:
+                with timer.recording() as rec:
+                    for config, cid in zip(chunk, cids, strict=True):
+                        module = self.compiler.module(config)
+                        at[cid] = len(rec.calls)
+                        got[cid] = self.timed(config, functools.partial(measure, rec, module))
+                    self.emit(RoundStarted(cids=cids))
+            finally:
+                self.emit(RunFinished(cid=cids[0]))
+            device = rec.results()
+            out.update(
+                {cid: t if isinstance(t, Failure) else device[at[cid]] for cid, t in got.items()}
+            )
+        return out
+
+    def round(self, configs: Sequence[Config]) -> dict[str, Timing | Failure]:
+        """One interleaved round: each config's samples, in order (inside one trace for a
+        timer that records, such as the profiler's: :meth:`captured`)."""
+        options = self.compiler.task.plan.options
+        timer = self.timer
+        recording = timer.recording if isinstance(timer, RecordingTimer) else None
+        if isinstance(timer, RoundTimer) and not self.serial_rounds and len(configs) > 1:
+            return self._passes(configs, timer, recording)
+        if recording is None:
+            return {
+                config_id(c): self.timed(
+                    c, lambda run: timer.measure(run, options, samples=options.round_samples)
+                )
+                for c in configs
+            }
+        return self.captured(
+            configs,
+            lambda rec, module, run: rec.measure(
+                run, options, samples=options.round_samples, module=module
+            ),
+        )
+
+    def _passes(
+        self,
+        configs: Sequence[Config],
+        timer: RoundTimer,
+        recording: Callable[[], Any] | None,
+    ) -> dict[str, Timing | Failure]:
+        """One round timed in passes over ``configs`` (the timer's ``round``): every config
+        meets the same spells of machine noise. A crash or hang meanwhile is blamed on the
+        round's configs together; the runner then asks for rounds one config at a time
+        (``serial_rounds``) to find the culprit."""
+        options = self.compiler.task.plan.options
+        cids = [config_id(c) for c in configs]
+        runs = [
+            (self.compiler.run(cid), self.compiler.module(c))
+            for cid, c in zip(cids, configs, strict=True)
+        ]
+        self.emit(RoundStarted(cids=tuple(cids)))
+        start = time.perf_counter()
+        try:
+            if recording is None:
+                got = timer.round(runs, options, samples=options.round_samples)
+            else:
+                with recording() as rec:
+                    walls = rec.round(runs, options, samples=options.round_samples)
+                device = iter(rec.results())
+                got = [w if isinstance(w, Exception) else next(device) for w in walls]
+        finally:
+            self.emit(RunFinished(cid=cids[0]))
+            for cid in cids:  # a call's exception came back in ``got``
+                self.compiler.raised(cid)
+        spent = time.perf_counter() - start
+        limit_us = self.limit_s * 1e6
+        out: dict[str, Timing | Failure] = {}
+        for cid, config, timing in zip(cids, configs, got, strict=True):
+            if isinstance(timing, Exception):
+                out[cid] = Failure(config=config, stage="run", reason=reason(timing))
+            elif spent > self.limit_s and sum(timing.samples_us) > limit_us:
+                out[cid] = too_slow(config, "running", sum(timing.samples_us) / 1e6, self.limit_s)
+            else:
+                out[cid] = timing
+        return out
