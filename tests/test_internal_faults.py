@@ -397,27 +397,21 @@ def test_a_fault_of_the_lookup_behind_a_profiles_recorded_call_surfaces(monkeypa
 
     from jaxtune._tuning import record as _record
 
-    def mark(error):
+    def kernel(error):
         def config_for(*args, **kwargs):
             raise error
 
-        owner = SimpleNamespace(bind=lambda args, kwargs: None, config_for=config_for)
-        return SimpleNamespace(
-            owner=owner,
-            args=(),
-            kwargs={},
-            source="cache",
-            config={"c": 1},
-            key="k",
-            differentiated=False,
-        )
+        return SimpleNamespace(bind=lambda args, kwargs: None, config_for=config_for)
 
-    monkeypatch.setattr(_record, "call_frame", lambda owner, sig, choice, **kw: choice)
+    mark = SimpleNamespace(
+        args=(), kwargs={}, source="cache", config={"c": 1}, key="k", differentiated=False
+    )
+    monkeypatch.setattr(_record, "call_frame", lambda kernel, sig, choice, **kw: choice)
     # A cache that cannot say loses only the label of the pass its entry timed.
-    assert _record.frame_for_mark(mark(jaxtune.CacheError("unreadable"))).entry is None
+    assert _record.frame_for_mark(kernel(jaxtune.CacheError("unreadable")), mark).entry is None
     fault = AttributeError("'Entry' object has no attribute 'timing'")
     with pytest.raises(AttributeError) as caught:
-        _record.frame_for_mark(mark(fault))
+        _record.frame_for_mark(kernel(fault), mark)
     assert caught.value is fault
 
 

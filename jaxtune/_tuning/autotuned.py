@@ -28,6 +28,7 @@ from .._core import settings as _settings
 from .._core.arrays import is_array
 from .._core.vocabulary import Choice, Entry
 from .._distributed import agree as _agree
+from .._program.markers import Mark
 from . import lookup as _lookup
 from . import profile_hook as _profile_hook
 from . import record as _record
@@ -412,10 +413,10 @@ class Autotuned(Generic[P, R]):
         reports), or ``None`` when the decorator gave none."""
         return _profile_hook.cost_hint(self, self.bind(args, kwargs))
 
-    def recorded_call(self, mark: Any) -> dict[str, Any]:
+    def recorded_call(self, mark: Mark) -> dict[str, Any]:
         """The recorded call behind a marker of this kernel's (what ``jaxtune tune
         --from-profile`` replays), for a profile's sidecar."""
-        return _profile_hook.recorded_call(mark)
+        return _record.frame_for_mark(self, mark)
 
     def tuned_speedup(self, key: str, config: Mapping[str, Any], device_kind: str) -> float | None:
         """The speedup over the default that the user cache measured for ``key`` on

@@ -580,7 +580,13 @@ def _toolchain_text(recorded: Mapping[str, str | None]) -> str:
     return "tuned with another toolchain (" + "; ".join(changed) + ")"
 
 
-def staleness(kernel: Any, sig: Any, choice: Choice, space: Sequence[Any], default: Any) -> str:
+def staleness(
+    kernel: Tunable,
+    sig: Signature,
+    choice: Choice,
+    space: Sequence[Mapping[str, Any]],
+    default: Mapping[str, Any],
+) -> str:
     """Why the entry behind a call's config, or the entry its lookup passed over, is stale:
     ``"code changed"``, ``"tuned with another toolchain (...)"``, ``"N new configs in the
     space since it was tuned"``, ``"config keys renamed"``, ``"config outside the space"``; ``""`` when the call used a current entry or no entry exists (a plain miss)."""
@@ -615,7 +621,7 @@ _MSG_BUCKET = (
 )
 
 
-def within_bucket(kernel: Any, sig: Any, choice: Choice) -> Choice:
+def within_bucket(kernel: Tunable, sig: Signature, choice: Choice) -> Choice:
     """``choice``, made for the bucket ``sig`` stands for, made safe for the call itself
     (``sig.actual``): a config of the actual shape's pruned space (or its default), never
     one its ``prune`` rejects. A stored config that is not becomes the fastest config the
