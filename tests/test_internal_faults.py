@@ -349,15 +349,15 @@ class _Client:
 
 
 def test_the_shared_stores_faults_are_told_from_the_clients():
-    from jaxtune._distributed import store as _store
+    from jaxtune._distributed import coordination as _coordination
 
     def store(error):
-        return _store.CoordinationStore(_Client(error), 0, 2)
+        return _coordination.CoordinationKeyValue(_Client(error), 0, 2)
 
     assert store(RuntimeError("ALREADY_EXISTS: key")).publish("k", b"v") is False
-    with pytest.raises(_store.StoreLostError, match="UNAVAILABLE"):
+    with pytest.raises(_coordination.KeyValueLostError, match="UNAVAILABLE"):
         store(RuntimeError("UNAVAILABLE: the service went away")).publish("k", b"v")
-    with pytest.raises(_store.StoreTimeoutError):
+    with pytest.raises(_coordination.KeyValueTimeoutError):
         store(RuntimeError("DEADLINE_EXCEEDED: waited")).wait("k", 1.0)
     # A wrong argument of jaxtune's is a bug, not a lost store.
     fault = TypeError("key_value_set_bytes(): incompatible function arguments")

@@ -7,7 +7,7 @@ the call itself, and wires the rest, each in a module named for its job:
 - :mod:`.options`: the options checked when a kernel is decorated, and the timing presets
   that ``effort=`` names;
 - :mod:`.lookup`: the lookup order (:func:`~.lookup.choose`), scope to default;
-- :mod:`.sweep_task`: a sweep's task (the pass timed, the timing effort, the budget) and
+- :mod:`.kernel_sweep`: a sweep's task (the pass timed, the timing effort, the budget) and
   running it into a cache entry;
 - :mod:`.profile_hook`: the marker each call runs under, and what a profile asks of the
   kernel through it;
@@ -29,13 +29,14 @@ from .._core.arrays import is_array
 from .._core.vocabulary import Choice, Entry
 from .._distributed import agree as _agree
 from .._program.markers import Mark
+from . import kernel_sweep as _kernel_sweep
 from . import lookup as _lookup
 from . import profile_hook as _profile_hook
 from . import record as _record
-from . import sweep_task as _sweep_task
 from .buckets import Buckets
 from .digest import KernelCode
 from .eager import EagerCalls, bump_generation, under_differentiation
+from .kernel_sweep import differentiated_calls, is_differentiated
 from .naming import kernel_id_for
 from .options import (
     validate_callable,
@@ -53,7 +54,6 @@ from .space import ConfigSpec
 from .sweep.runner import prestart_child
 from .sweep.search import Budget, strategy_of
 from .sweep.work import SweepTask
-from .sweep_task import differentiated_calls, is_differentiated
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
 
@@ -131,7 +131,7 @@ class Autotuned(Generic[P, R]):
         #: The timing preset of this kernel's sweeps (see :data:`.options.EFFORTS`).
         self.effort = validate_effort(effort)
         #: What this process swept in retune mode, and the misses it warned about.
-        self.retunes = _sweep_task.Retunes()
+        self.retunes = _kernel_sweep.Retunes()
         self.misses = _lookup.Misses()
         names = self._known_config_names()
         # Eager calls go straight to jit's C++ dispatch (see eager.py). With static
@@ -222,7 +222,7 @@ class Autotuned(Generic[P, R]):
     def sweep_timing(self) -> str:
         """The pass a sweep of this kernel started now would time: ``forward`` or
         ``vjp``."""
-        return _sweep_task.pass_now(self.timing)
+        return _kernel_sweep.pass_now(self.timing)
 
     def sweep_task(
         self,
@@ -235,7 +235,7 @@ class Autotuned(Generic[P, R]):
         """The sweep of this kernel for a bound call, over ``space`` (``differentiated``:
         the call was traced under ``jax.grad``/``jax.vjp``, so ``timing="auto"`` times
         forward and backward)."""
-        return _sweep_task.task(self, sig, space, default, differentiated=differentiated)
+        return _kernel_sweep.task(self, sig, space, default, differentiated=differentiated)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -281,7 +281,9 @@ class Autotuned(Generic[P, R]):
         sig = self.bind(args, kwargs)
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         differentiated = (
-            is_differentiated(leaves) or _sweep_task.differentiated_now() or under_differentiation()
+            is_differentiated(leaves)
+            or _kernel_sweep.differentiated_now()
+            or under_differentiation()
         )
         with differentiated_calls(differentiated):
             choice = self._choose(sig, sweep=True)
@@ -397,7 +399,7 @@ class Autotuned(Generic[P, R]):
         """
         sig = self.bind(args, kwargs)
         space, default = self.space_and_default(sig)
-        entry = _sweep_task.run(self, sig, space, default, _lookup.device_kind())
+        entry = _kernel_sweep.run(self, sig, space, default, _lookup.device_kind())
         retrace_jitted_functions()
         return TuningResult.of(entry)
 

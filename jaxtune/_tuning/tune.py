@@ -11,10 +11,10 @@ from .._core.errors import warn as _warn
 from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
 from .autotuned import Autotuned, retrace_jitted_functions
+from .kernel_sweep import differentiated_calls
 from .record import finding_kernels
 from .result import TuningResult
 from .sweep.runner import prestart_child
-from .sweep_task import differentiated_calls
 
 if TYPE_CHECKING:
     import jax
