@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from .schema import check_entry, check_measurement
+from .entry_schema import check_entry, check_measurement
 
 __all__ = [
     "CaptureInfo",

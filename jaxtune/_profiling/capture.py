@@ -12,10 +12,10 @@ from .._core import typed
 from .._core.errors import ProfileError
 from .._core.settings import settings
 from .._core.vocabulary import CaptureInfo
+from .._isolation.calling import call_request
 from .._isolation.context import warn_notes, warn_unapplied
 from .._isolation.frames import ErrorKind, ErrorReply, FrameError, NotTransportable, Request
 from .._isolation.process import POOL, ChildLost
-from .._isolation.requests import call_request
 from .._isolation.resolve import find
 from .._isolation.service import ChildService
 
