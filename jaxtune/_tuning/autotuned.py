@@ -244,6 +244,17 @@ class Autotuned(Generic[P, R]):
         given = {k: kwargs[k] for k in names if k in kwargs}
         return given or None
 
+    def _explicit_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], explicit: dict[str, Any]
+    ) -> tuple[Signature, dict[str, Any], Choice]:
+        """A call that passes config keywords (``explicit``): the call bound without them,
+        its other arguments, and the config it runs with (the default, with the keywords
+        given over it)."""
+        rest = {k: v for k, v in kwargs.items() if k not in explicit}
+        sig = self.bind(args, rest)
+        _, default = self.space_and_default(sig)
+        return sig, rest, Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         # Only for kernels with static arguments or config keywords known at trace time
         # only; the others' class calls the eager jit directly (see eager.EagerCalls).
@@ -254,10 +265,7 @@ class Autotuned(Generic[P, R]):
             return self._inside(*args, **kwargs)
         explicit = self._explicit(kwargs) if kwargs else None
         if explicit is not None:
-            rest = {k: v for k, v in kwargs.items() if k not in explicit}
-            sig = self.bind(args, rest)
-            _, default = self.space_and_default(sig)
-            choice = Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+            sig, rest, choice = self._explicit_call(args, kwargs, explicit)
             return self._jit_for(sig, choice)(*args, **rest)
         self.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
         out: R = self._eager.call(*args, **kwargs)
@@ -269,10 +277,7 @@ class Autotuned(Generic[P, R]):
         explicit = self._explicit(kwargs) if kwargs else None
         if explicit is None:
             return self._traced(args, kwargs)
-        rest = {k: v for k, v in kwargs.items() if k not in explicit}
-        sig = self.bind(args, rest)
-        _, default = self.space_and_default(sig)
-        choice = Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+        sig, rest, choice = self._explicit_call(args, kwargs, explicit)
         with jax.named_scope(self._marker(sig, choice)):
             return self.__wrapped__(*args, **rest, **choice.config)
 
@@ -377,10 +382,7 @@ class Autotuned(Generic[P, R]):
         """
         explicit = self._explicit(kwargs)
         if explicit is not None:
-            rest = {k: v for k, v in kwargs.items() if k not in explicit}
-            sig = self.bind(args, rest)
-            _, default = self.space_and_default(sig)
-            return Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+            return self._explicit_call(args, kwargs, explicit)[2]
         return self._choose(self.bind(args, kwargs), sweep=False)
 
     def space(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
