@@ -186,7 +186,7 @@ def test_every_event_kind_has_its_own_tag():
         ({"t": "compile_begin", "cid": "a", "thread": 1}, "no frame of kind 'compile_begin'"),
         ({"t": "compile_start", "cid": "a", "thread": "1"}, r"thread: expected int, got str"),
         ({"t": "run_start", "cid": "a", "thread": True}, r"thread: expected int, got bool"),
-        ({"t": "run_start", "cid": "a"}, r"RunStarted: no thread"),
+        ({"t": "run_start", "cid": "a"}, r"RunStarted.thread: missing"),
         ({"t": "compiled", "cid": "a", "seconds": "fast"}, r"seconds: expected float"),
         ({"t": "round_start", "cids": "ab"}, r"cids: expected a list"),
         ({"t": "round_start", "cids": []}, "at least one config"),
@@ -244,7 +244,7 @@ def test_an_error_of_no_listed_class_is_an_internal_fault_raised_as_the_flows_er
 
 
 def test_a_ready_frame_without_its_fields_is_refused():
-    with pytest.raises(FrameError, match="Ready: no platform"):
+    with pytest.raises(FrameError, match=r"Ready\.platform: missing"):
         frames.reply({"t": "ready", "pid": 3})
 
 

@@ -29,6 +29,7 @@ import jaxtune
 from jaxtune._core.codec import packb, unpackb
 from jaxtune._core.vocabulary import CaptureInfo, Failure, Measurement
 from jaxtune._profiling import report as _report
+from jaxtune._profiling import sidecar as _sidecar
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import plan as _sweep
@@ -70,8 +71,8 @@ INFO = CaptureInfo(
 def _trace_with_sidecar(tmp_path, info=INFO):
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(TPU_BYTES)
-    _report._remember(tmp_path, info, 2)
-    assert (tmp_path / _report.INFO_FILE).is_file()
+    _sidecar.remember(tmp_path, info, 2)
+    assert (tmp_path / _sidecar.INFO_FILE).is_file()
     return path
 
 
@@ -83,7 +84,7 @@ def _frames(e: BaseException) -> list[str]:
 
 
 def test_a_sidecar_as_a_capture_writes_it_reads_back_whole():
-    info, iterations = _report.read_sidecar(unpackb(packb({**INFO.to_dict(), "iterations": 2})))
+    info, iterations = _sidecar.read_sidecar(unpackb(packb({**INFO.to_dict(), "iterations": 2})))
     assert info == INFO and iterations == 2
 
 
@@ -166,12 +167,12 @@ def test_a_malformed_sidecar_is_still_ignored_with_a_note(tmp_path, case):
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(TPU_BYTES)
     plain = jaxtune.Profile.from_trace(path)
-    (tmp_path / _report.INFO_FILE).write_bytes(packb(raw))
-    with pytest.raises(_report.SidecarError, match=re.escape(named)):
-        _report.read_sidecar(raw)
+    (tmp_path / _sidecar.INFO_FILE).write_bytes(packb(raw))
+    with pytest.raises(_sidecar.SidecarError, match=re.escape(named)):
+        _sidecar.read_sidecar(raw)
     profile = jaxtune.Profile.from_trace(path)
     note = profile.notes[0]
-    assert note.startswith(f"{_report.INFO_FILE} beside this trace is malformed (") and named in (
+    assert note.startswith(f"{_sidecar.INFO_FILE} beside this trace is malformed (") and named in (
         note
     ), note
     assert note.endswith("); ignored")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Required, TypedDict
 
 import pytest
 
@@ -80,7 +80,7 @@ def test_missing_fields_take_their_defaults_and_unknown_keys_are_ignored():
 @pytest.mark.parametrize(
     "change, why",
     [
-        ({"inner": {}}, r"^Outer\.inner: no name$"),
+        ({"inner": {}}, r"^Outer\.inner\.name: missing$"),
         ({"inner": {"name": "a", "size": True}}, r"^Outer\.inner\.size: expected int, got bool"),
         ({"items": [{"name": "b"}, {"name": 2}]}, r"^Outer\.items\[1\]\.name: expected str"),
         ({"items": "ab"}, r"^Outer\.items: expected a list, got str"),
@@ -114,3 +114,19 @@ def test_a_class_check_is_a_mismatch_and_where_names_the_value():
         typed.decode(Positive, {"n": 0}, "the count")
     with pytest.raises(typed.MismatchError, match=r"^Positive: expected a Positive \(a map\)"):
         typed.decode(Positive, [("n", 1)])
+
+
+class Record(TypedDict, total=False):
+    name: Required[str]
+    sizes: Sequence[int]
+
+
+def test_a_typeddict_is_read_as_a_checked_dict_of_its_keys():
+    assert typed.decode(Record, {"name": "a", "sizes": [1, 2], "x": 3}) == {
+        "name": "a",
+        "sizes": (1, 2),
+    }
+    with pytest.raises(typed.MismatchError, match=r"^sizes\[1\]: expected int, got str"):
+        typed.decode(Record, {"name": "a", "sizes": [1, "2"]}, "")
+    with pytest.raises(typed.MismatchError, match=r"^Record\.name: missing$"):
+        typed.decode(Record, {"sizes": []})

@@ -6,11 +6,12 @@ type it is asked for, checking every field against its annotation: ``int`` (neve
 ``bool``), ``float`` (an ``int`` too), ``str``, ``bool``, ``bytes``, ``None``, enums (by
 value), ``Literal[...]``, ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``, ``Sequence[X]``
 (read as a tuple), ``Mapping[K, V]`` / ``dict[K, V]``, unions (``X | None``; a union of
-dataclasses takes the first that reads), nested dataclasses, and ``Any`` (taken as it is:
-config values, encoded arguments). A missing field takes its default; a field without one,
-or a value of the wrong type, raises :class:`MismatchError` naming the field by its path. Keys a
-map holds beyond the fields are ignored (a newer writer may add some). Nothing is built but
-the dataclass asked for and the types its annotations name, so a hostile map runs no code.
+dataclasses takes the first that reads), nested dataclasses, ``TypedDict`` maps (read as
+plain dicts), and ``Any`` (taken as it is: config values, encoded arguments). A missing
+field takes its default; a field without one, or a value of the wrong type, raises
+:class:`MismatchError` naming the field by its path. Keys a map holds beyond the fields are
+ignored (a newer writer may add some). Nothing is built but the dataclass asked for and the
+types its annotations name, so a hostile map runs no code.
 
 Each class's reader and writer are built once, from its annotations, and cached.
 
@@ -63,7 +64,8 @@ class MismatchError(ValueError):
         return self
 
     def __str__(self) -> str:
-        return f"{''.join(self.path)}: {self.detail}" if self.path else self.detail
+        path = "".join(self.path).lstrip(".")
+        return f"{path}: {self.detail}" if path else self.detail
 
 
 def encode(value: Any) -> Any:
@@ -77,7 +79,7 @@ def decode(kind: type[T], raw: Any, where: str | None = None) -> T: ...
 def decode(kind: Any, raw: Any, where: str | None = None) -> Any: ...
 def decode(kind: Any, raw: Any, where: str | None = None) -> Any:
     """``raw`` read as ``kind`` (a dataclass, or any annotation the module's doc lists);
-    ``where`` names it in an error (default: the type's name).
+    ``where`` names it in an error (default: the type's name; ``""``: its fields alone).
 
     Raises:
         MismatchError: ``raw`` does not have the shape ``kind``'s annotations say.
@@ -85,7 +87,7 @@ def decode(kind: Any, raw: Any, where: str | None = None) -> Any:
     try:
         return _reader(kind)(raw)
     except MismatchError as e:
-        raise e.at(where or str(getattr(kind, "__name__", kind))) from None
+        raise e.at(str(getattr(kind, "__name__", kind)) if where is None else where) from None
 
 
 def _fail(expected: str, raw: Any) -> typing.NoReturn:
@@ -204,6 +206,8 @@ def _reader(tp: Any) -> _Read:
         return _scalar_reader(tp)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _dataclass_reader(tp)
+    if typing.is_typeddict(tp):
+        return _typeddict_reader(tp)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _enum_reader(tp)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -395,7 +399,7 @@ def _dataclass_reader(cls: type) -> _Read:
             value = raw.get(name, _MISSING)
             if value is _MISSING:
                 if not has_default:
-                    raise MismatchError(f"no {name}")
+                    raise MismatchError("missing").at(f".{name}")
             elif type(value) is exact:
                 values[name] = value
             else:
@@ -407,5 +411,37 @@ def _dataclass_reader(cls: type) -> _Read:
             return cls(**values)
         except (TypeError, ValueError) as e:  # what the class's own checks refuse
             raise MismatchError(str(e)) from None
+
+    return read
+
+
+def _typeddict_reader(kind: Any) -> _Read:
+    """A map checked key by key against a ``TypedDict`` (its required keys must be there);
+    read as a plain ``dict`` of the keys it names."""
+    keys = []
+    for name, tp in typing.get_type_hints(kind, include_extras=True).items():
+        # Read from the annotation itself: Python 3.11 misses Required[...] written as a
+        # string (postponed annotations) when it works out __required_keys__.
+        required = name in kind.__required_keys__
+        if typing.get_origin(tp) in (typing.Required, typing.NotRequired):
+            required, tp = typing.get_origin(tp) is typing.Required, typing.get_args(tp)[0]
+        keys.append((name, _reader(tp), required))
+    expected = f"a {kind.__name__} (a map)"
+
+    def read(raw: Any) -> dict[str, Any]:
+        if not _is_map(raw):
+            _fail(expected, raw)
+        out = {}
+        for name, r, required in keys:
+            value = raw.get(name, _MISSING)
+            if value is _MISSING:
+                if required:
+                    raise MismatchError("missing").at(f".{name}")
+                continue
+            try:
+                out[name] = r(value)
+            except MismatchError as e:
+                raise e.at(f".{name}") from None
+        return out
 
     return read
