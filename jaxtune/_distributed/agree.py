@@ -154,7 +154,7 @@ def agree(question: Question) -> Choice:
 
     Raises:
         AgreementError: the leader (or, in a shared sweep, another process) did not publish
-            in time, the store was lost, or the leader failed while deciding.
+            in time, the key-value store was lost, or the leader failed while deciding.
     """
     s = key_value()
     if s is None:
@@ -274,7 +274,7 @@ def _wait(s: KeyValue, key: str, q: Question, other: int, what: str, *, scale: f
 
 
 def _lost(s: KeyValue, doing: str, e: KeyValueLostError) -> AgreementError:
-    """The error of a process that lost the store, also written to stderr at once: JAX's
+    """The error of a process that lost the key-value store, also written to stderr at once: JAX's
     runtime usually ends the process within milliseconds, before the error can surface."""
     message = _LOST.format(me=s.process_id, doing=doing, reason=e)
     _say(message)

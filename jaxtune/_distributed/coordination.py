@@ -30,7 +30,7 @@ class KeyValueTimeoutError(Exception):
 
 
 class KeyValueLostError(Exception):
-    """The store stopped answering (the process that hosts it died)."""
+    """The key-value store stopped answering (the process that hosts it died)."""
 
 
 class KeyValue(Protocol):
@@ -38,7 +38,7 @@ class KeyValue(Protocol):
 
     process_id: int
     process_count: int
-    #: Identifies the job (the same for every handle on one store), for per-job memos.
+    #: Identifies the job (the same for every handle on one key-value store), for per-job memos.
     job: Any
 
     def publish(self, key: str, value: bytes) -> bool:
@@ -50,7 +50,7 @@ class KeyValue(Protocol):
 
         Raises:
             KeyValueTimeoutError: nothing was published in time.
-            KeyValueLostError: the store is gone.
+            KeyValueLostError: the key-value store is gone.
         """
         ...
 
@@ -58,7 +58,7 @@ class KeyValue(Protocol):
 def agreement_key(
     kernel: str, version: str, key: str, device_kind: str, toolchain: Mapping[str, Any], round: int
 ) -> str:
-    """The store key of one decision: a sha256 of everything that must match, never
+    """The key of one decision: a sha256 of everything that must match, never
     Python's salted ``hash()``, so every process derives the same key."""
     parts = [kernel, version, key, device_kind, repr(sorted(toolchain.items())), str(round)]
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
@@ -100,7 +100,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def current() -> KeyValue | None:
-    """The coordination store when ``jax.distributed`` is initialised with more than one
+    """The coordination service's key-value store when ``jax.distributed`` is initialised with more than one
     process, else ``None``. Never starts a backend."""
     try:
         from jax._src import distributed
