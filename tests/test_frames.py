@@ -105,8 +105,9 @@ def test_a_damaged_sweep_request_is_refused(change):
         _requests.read_request({**sweep_request().to_wire(), **change})
 
 
-def test_a_flows_field_named_like_a_calls_is_refused():
-    request = sweep_request().with_fields("measure", WireFields({"args": [1]}))
+@pytest.mark.parametrize("name", ["args", "t"])
+def test_a_flows_field_named_like_a_calls_or_a_tag_is_refused(name):
+    request = sweep_request().with_fields("measure", WireFields({name: [1]}))
     with pytest.raises(FrameError, match="named like a call"):
         request.to_wire()
 

@@ -54,8 +54,9 @@ __all__ = [
     "request",
 ]
 
-#: The fields of a request that every flow's request carries (the rest are the flow's).
-_CALL_FIELDS = ("handler", "op", "ref", "args", "kwargs", "jax_state", "environ")
+#: The fields of a request that every flow's request carries (the rest are the flow's), and
+#: the tag of the other frames (``t``), which no flow's field may take.
+_CALL_FIELDS = ("handler", "op", "ref", "args", "kwargs", "jax_state", "environ", "t")
 
 
 class FrameError(ValueError):
