@@ -198,6 +198,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_tune_command.py", "--results", str(results))
     session.run("python", "bench/bench_buckets.py", "--json", str(results / "buckets.json"))
     session.run("python", "bench/bench_digest.py", "--json", str(results / "digest.json"))
+    session.run("python", "bench/bench_wire.py", "--json", str(results / "wire.json"))
     for script in (
         "bench_child_runner.py",
         "bench_trace_reader.py",
