@@ -216,16 +216,34 @@ def _reader(tp: Any) -> _Read:
     if origin is typing.Literal:
         return _literal_reader(args)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return _sequence_reader(_reader(args[0]), tuple)
+        return _sequence_reader(_reader(args[0]), tuple, _exact(args[0])[0])
     if origin is tuple:
         return _fixed_reader([_reader(a) for a in args])
     if origin in (list, collections.abc.Sequence):
         make = list if origin is list else tuple
-        return _sequence_reader(_reader(args[0] if args else Any), make)
+        item = args[0] if args else Any
+        return _sequence_reader(_reader(item), make, _exact(item)[0])
     if origin in (dict, collections.abc.Mapping):
-        key, item = (_reader(a) for a in (args or (Any, Any)))
-        return _mapping_reader(key, item)
+        key, item = args or (Any, Any)
+        return _mapping_reader(_reader(key), _reader(item), _exact(key), _exact(item))
     raise TypeError(f"jaxtune's typed codec cannot read {tp!r}")  # a programming error
+
+
+#: The types a value is checked against by ``type(value) is ...`` alone, in line.
+_EXACT = (str, int, bool, bytes)
+
+
+def _exact(tp: Any) -> tuple[type | None, bool]:
+    """The type of ``_EXACT`` that ``tp`` is, or that ``tp`` is with ``None`` (and whether
+    ``None`` may stand for it); ``(None, False)`` for any other annotation."""
+    if tp in _EXACT:
+        return tp, False
+    args = typing.get_args(tp) if _is_union(tp) else ()
+    if len(args) == 2 and type(None) in args:
+        (other,) = (a for a in args if a is not type(None))
+        if other in _EXACT:
+            return other, True
+    return None, False
 
 
 def _none(raw: Any) -> None:
@@ -317,11 +335,11 @@ def _is_sequence(raw: Any) -> bool:
     return type(raw) in (list, tuple)  # what msgpack reads back; never a str or a map
 
 
-def _sequence_reader(item: _Read, make: type) -> _Read:
+def _sequence_reader(item: _Read, make: type, exact: type | None = None) -> _Read:
     def read(raw: Any) -> Any:
         if not _is_sequence(raw):
             _fail("a list", raw)
-        if item is _any:
+        if item is _any or (exact is not None and all(type(v) is exact for v in raw)):
             return make(raw)
         try:
             return make([item(v) for v in raw])
@@ -359,11 +377,28 @@ def _is_map(raw: Any) -> bool:
     return type(raw) is dict or isinstance(raw, Mapping)  # the ABC check is slow
 
 
-def _mapping_reader(key: _Read, item: _Read) -> _Read:
+def _mapping_reader(
+    key: _Read,
+    item: _Read,
+    key_exact: tuple[type | None, bool] = (None, False),
+    item_exact: tuple[type | None, bool] = (None, False),
+) -> _Read:
+    kx, vx, v_none = key_exact[0], item_exact[0], item_exact[1]
+
+    def quick(raw: Any) -> bool:
+        """Whether every key and value passes by its type alone."""
+        if key is not _any and (kx is None or not all(type(k) is kx for k in raw)):
+            return False
+        if item is _any:
+            return True
+        if vx is None:
+            return False
+        return all(type(v) is vx or (v_none and v is None) for v in raw.values())
+
     def read(raw: Any) -> dict[Any, Any]:
         if not _is_map(raw):
             _fail("a map", raw)
-        if key is _any and item is _any:
+        if quick(raw):
             return dict(raw)
         try:
             return {key(k): item(v) for k, v in raw.items()}
@@ -386,8 +421,7 @@ def _failing_key(key: _Read, item: _Read, raw: Mapping[Any, Any]) -> Any:
 def _dataclass_reader(cls: type) -> _Read:
     # A field of an exact type (str, int...) is checked in line: most fields are.
     fields = [
-        (name, _reader(tp), has_default, tp if tp in (str, int, bool, bytes) else None)
-        for name, tp, has_default in _fields(cls)
+        (name, _reader(tp), has_default, *_exact(tp)) for name, tp, has_default in _fields(cls)
     ]
     expected = f"a {cls.__name__} (a map)"
 
@@ -395,12 +429,12 @@ def _dataclass_reader(cls: type) -> _Read:
         if not _is_map(raw):
             _fail(expected, raw)
         values = {}
-        for name, r, has_default, exact in fields:
+        for name, r, has_default, exact, nullable in fields:
             value = raw.get(name, _MISSING)
             if value is _MISSING:
                 if not has_default:
                     raise MismatchError("missing").at(f".{name}")
-            elif type(value) is exact:
+            elif type(value) is exact or (nullable and value is None):
                 values[name] = value
             else:
                 try:
