@@ -200,6 +200,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_digest.py", "--json", str(results / "digest.json"))
     # xprof from JAXTUNE_XPROF_PYTHON (its pins are not this environment's); skips without.
     session.run("python", "bench/bench_llo.py", "--json", str(results / "llo.json"))
+    session.run("python", "bench/bench_wire.py", "--json", str(results / "wire.json"))
     for script in (
         "bench_child_runner.py",
         "bench_trace_reader.py",

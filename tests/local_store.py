@@ -1,7 +1,7 @@
 """An in-memory job for tests and benchmarks: threads play the processes of a
 ``jax.distributed`` job over one :class:`LocalStore`, as jaxtune's agreement sees them.
 
-Install :func:`thread_store` as ``jaxtune._distributed.agree.store`` (``monkeypatch``), then
+Install :func:`thread_store` as ``jaxtune._distributed.agree.key_value`` (``monkeypatch``), then
 run each "process" inside :func:`as_process`.
 """
 
@@ -13,20 +13,20 @@ import threading
 import time
 from collections.abc import Iterator
 
-from jaxtune._distributed import store as _store
-from jaxtune._distributed.store import Store, StoreTimeoutError
+from jaxtune._distributed import coordination as _coordination
+from jaxtune._distributed.coordination import KeyValue, KeyValueTimeoutError
 
 _LOCAL = threading.local()
 
 
-def thread_store() -> Store | None:
+def thread_store() -> KeyValue | None:
     """The store this thread plays a process over (:func:`as_process`), else the real one."""
     local = getattr(_LOCAL, "store", None)
-    return local if local is not None else _store.current()
+    return local if local is not None else _coordination.current()
 
 
 @contextlib.contextmanager
-def as_process(store: Store) -> Iterator[None]:
+def as_process(store: KeyValue) -> Iterator[None]:
     """Within: this thread agrees over ``store`` (a :meth:`LocalStore.view`)."""
     _LOCAL.store = store
     try:
@@ -75,6 +75,6 @@ class LocalStore:
             while key not in self._values:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise StoreTimeoutError(f"no value under {key} after {timeout_s:g} s")
+                    raise KeyValueTimeoutError(f"no value under {key} after {timeout_s:g} s")
                 self._changed.wait(left)
             return self._values[key]

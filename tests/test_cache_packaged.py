@@ -20,7 +20,7 @@ import jaxtune
 from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
-from jaxtune._tuning.store.results import SCHEMA_VERSION
+from jaxtune._tuning.store.result_files import SCHEMA_VERSION
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 X = jnp.ones((64,), jnp.float32)

@@ -25,7 +25,7 @@ from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning import digest as _digest
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
-from jaxtune._tuning.store import results as _results
+from jaxtune._tuning.store import result_files as _results
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -27,7 +27,7 @@ from jaxtune._core import settings as _settings
 from jaxtune._core.errors import AgreementError, SettingsError, TuningFailedError
 from jaxtune._core.vocabulary import Choice, Failure, Measurement, config_id
 from jaxtune._distributed import agree as _agree
-from jaxtune._distributed.store import StoreLostError, agreement_key
+from jaxtune._distributed.coordination import KeyValueLostError, agreement_key
 from jaxtune._isolation import devices as _devices
 from jaxtune._tuning.sweep import shard as _shard
 from jaxtune._tuning.sweep.stats import finish
@@ -263,7 +263,7 @@ def test_one_child_per_cpu_device_picks_the_one_child_winner(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _threads_play_processes(monkeypatch):
-    monkeypatch.setattr(_agree, "store", thread_store)
+    monkeypatch.setattr(_agree, "key_value", thread_store)
 
 
 def play(nproc: int, body, *, timeout: float = 30):
@@ -395,7 +395,7 @@ class LostStore(LocalStore):
     """A store whose service died: every wait fails at once."""
 
     def wait(self, key: str, timeout_s: float) -> bytes:
-        raise StoreLostError("UNAVAILABLE: Socket closed")
+        raise KeyValueLostError("UNAVAILABLE: Socket closed")
 
 
 def follower_error(store: LocalStore) -> AgreementError:

@@ -105,8 +105,9 @@ def test_a_damaged_sweep_request_is_refused(change):
         _requests.read_request({**sweep_request().to_wire(), **change})
 
 
-def test_a_flows_field_named_like_a_calls_is_refused():
-    request = sweep_request().with_fields("measure", WireFields({"args": [1]}))
+@pytest.mark.parametrize("name", ["args", "t"])
+def test_a_flows_field_named_like_a_calls_or_a_tag_is_refused(name):
+    request = sweep_request().with_fields("measure", WireFields({name: [1]}))
     with pytest.raises(FrameError, match="named like a call"):
         request.to_wire()
 
@@ -130,10 +131,11 @@ def test_a_capture_request_keeps_its_fields_at_the_top_level_and_reads_back():
         [],
         {},
         {"t": "nope"},
-        {"t": "event"},
-        {"t": "event", "kind": 1, "cid": "a"},
-        {"t": "error", "type": "KeyError", "message": "x"},
+        {"t": 1},
+        {"t": "event", "kind": "ran", "cid": "a"},
+        {"t": "error", "kind": "KeyError", "message": "x"},
         {"t": "error", "message": "no kind"},
+        {"t": "done", "body": [1]},
     ],
 )
 def test_a_map_that_is_no_reply_is_refused(raw):
@@ -169,33 +171,38 @@ EVENTS = [
 @pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
 def test_each_event_round_trips_through_the_wire_under_its_tag(event):
     wire = event.to_wire()
-    assert (wire["t"], wire["kind"]) == ("event", type(event).KIND)
+    assert wire["t"] == type(event).TAG
     assert frames.reply(unpackb(packb(wire))) == event
 
 
 def test_every_event_kind_has_its_own_tag():
     kinds = {type(e) for e in EVENTS}
     assert kinds == set(frames.Event.__args__)
-    assert len({k.KIND for k in kinds}) == len(kinds)
+    assert len({k.TAG for k in kinds}) == len(kinds)
 
 
 @pytest.mark.parametrize(
     "raw, why",
     [
-        ({"kind": "compile_begin", "cid": "a", "data": 1}, "no event of kind 'compile_begin'"),
-        ({"kind": "compile_start", "cid": "a", "data": "1"}, "names its thread"),
-        ({"kind": "run_start", "cid": "a", "data": True}, "names its thread"),
-        ({"kind": "compiled", "cid": "a", "data": "fast"}, "seconds or nothing"),
-        ({"kind": "round_start", "cid": "a", "data": "ab"}, "lists its configs"),
-        ({"kind": "round_start", "cid": "a", "data": []}, "at least one config"),
-        ({"kind": "result", "cid": "a", "data": [1]}, "carries a measurement"),
-        ({"kind": "result", "cid": "a", "data": {"ok": "yes"}}, "measurement"),
-        ({"kind": "ran", "cid": 3}, "names its kind and its config"),
+        ({"t": "compile_begin", "cid": "a", "thread": 1}, "no frame of kind 'compile_begin'"),
+        ({"t": "compile_start", "cid": "a", "thread": "1"}, r"thread: expected int, got str"),
+        ({"t": "run_start", "cid": "a", "thread": True}, r"thread: expected int, got bool"),
+        ({"t": "run_start", "cid": "a"}, r"RunStarted.thread: missing"),
+        ({"t": "compiled", "cid": "a", "seconds": "fast"}, r"seconds: expected float"),
+        ({"t": "round_start", "cids": "ab"}, r"cids: expected a list"),
+        ({"t": "round_start", "cids": []}, "at least one config"),
+        ({"t": "round_start", "cids": ["a", 2]}, r"cids\[1\]: expected str"),
+        ({"t": "result", "cid": "a", "result": [1]}, "expected a Measurement"),
+        (
+            {"t": "result", "cid": "a", "result": {"ok": "yes"}},
+            r"result: as Measurement: no compile_s, .*; as Failure: no config, reason, stage",
+        ),
+        ({"t": "ran", "cid": 3}, r"RunFinished.cid: expected str, got int 3"),
     ],
 )
 def test_an_event_of_an_unknown_tag_or_with_the_wrong_data_is_refused(raw, why):
     with pytest.raises(FrameError, match=why):
-        frames.reply({"t": "event", **raw})
+        frames.reply(raw)
 
 
 def test_replies_round_trip_through_their_wire_form():
@@ -238,7 +245,7 @@ def test_an_error_of_no_listed_class_is_an_internal_fault_raised_as_the_flows_er
 
 
 def test_a_ready_frame_without_its_fields_is_refused():
-    with pytest.raises(FrameError, match="ready frame"):
+    with pytest.raises(FrameError, match=r"Ready\.platform: missing"):
         frames.reply({"t": "ready", "pid": 3})
 
 
@@ -248,8 +255,17 @@ def test_requests_the_child_reads():
         handlers=("jaxtune._tuning.sweep.serve",),
     )
     assert frames.request(preload.to_wire()) == preload
-    assert isinstance(frames.request({"op": "exit"}), frames.Exit)
-    for bad in ({}, {"op": "measure"}, {"handler": 3, "op": "x"}, "exit"):
+    assert isinstance(frames.request(frames.Exit().to_wire()), frames.Exit)
+    bad_requests = (
+        {},
+        {"op": "measure"},
+        {"handler": 3, "op": "x"},
+        "exit",
+        {"t": "quit"},
+        {"t": "preload", "modules": [{"environ": {}}]},
+        {"handler": "jaxtune.x", "op": "x", "jax_state": [1]},
+    )
+    for bad in bad_requests:
         with pytest.raises(FrameError):
             frames.request(bad)
     with pytest.raises(FrameError):

@@ -29,6 +29,7 @@ import jaxtune
 from jaxtune._core.codec import packb, unpackb
 from jaxtune._core.vocabulary import CaptureInfo, Failure, Measurement
 from jaxtune._profiling import report as _report
+from jaxtune._profiling import sidecar as _sidecar
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import plan as _sweep
@@ -70,8 +71,8 @@ INFO = CaptureInfo(
 def _trace_with_sidecar(tmp_path, info=INFO):
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(TPU_BYTES)
-    _report._remember(tmp_path, info, 2)
-    assert (tmp_path / _report.INFO_FILE).is_file()
+    _sidecar.remember(tmp_path, info, 2)
+    assert (tmp_path / _sidecar.INFO_FILE).is_file()
     return path
 
 
@@ -83,7 +84,7 @@ def _frames(e: BaseException) -> list[str]:
 
 
 def test_a_sidecar_as_a_capture_writes_it_reads_back_whole():
-    info, iterations = _report.read_sidecar(unpackb(packb({**INFO.to_dict(), "iterations": 2})))
+    info, iterations = _sidecar.read_sidecar(unpackb(packb({**INFO.to_dict(), "iterations": 2})))
     assert info == INFO and iterations == 2
 
 
@@ -166,12 +167,12 @@ def test_a_malformed_sidecar_is_still_ignored_with_a_note(tmp_path, case):
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(TPU_BYTES)
     plain = jaxtune.Profile.from_trace(path)
-    (tmp_path / _report.INFO_FILE).write_bytes(packb(raw))
-    with pytest.raises(_report.SidecarError, match=re.escape(named)):
-        _report.read_sidecar(raw)
+    (tmp_path / _sidecar.INFO_FILE).write_bytes(packb(raw))
+    with pytest.raises(_sidecar.SidecarError, match=re.escape(named)):
+        _sidecar.read_sidecar(raw)
     profile = jaxtune.Profile.from_trace(path)
     note = profile.notes[0]
-    assert note.startswith(f"{_report.INFO_FILE} beside this trace is malformed (") and named in (
+    assert note.startswith(f"{_sidecar.INFO_FILE} beside this trace is malformed (") and named in (
         note
     ), note
     assert note.endswith("); ignored")
@@ -349,15 +350,15 @@ class _Client:
 
 
 def test_the_shared_stores_faults_are_told_from_the_clients():
-    from jaxtune._distributed import store as _store
+    from jaxtune._distributed import coordination as _coordination
 
     def store(error):
-        return _store.CoordinationStore(_Client(error), 0, 2)
+        return _coordination.CoordinationKeyValue(_Client(error), 0, 2)
 
     assert store(RuntimeError("ALREADY_EXISTS: key")).publish("k", b"v") is False
-    with pytest.raises(_store.StoreLostError, match="UNAVAILABLE"):
+    with pytest.raises(_coordination.KeyValueLostError, match="UNAVAILABLE"):
         store(RuntimeError("UNAVAILABLE: the service went away")).publish("k", b"v")
-    with pytest.raises(_store.StoreTimeoutError):
+    with pytest.raises(_coordination.KeyValueTimeoutError):
         store(RuntimeError("DEADLINE_EXCEEDED: waited")).wait("k", 1.0)
     # A wrong argument of jaxtune's is a bug, not a lost store.
     fault = TypeError("key_value_set_bytes(): incompatible function arguments")
@@ -397,27 +398,21 @@ def test_a_fault_of_the_lookup_behind_a_profiles_recorded_call_surfaces(monkeypa
 
     from jaxtune._tuning import record as _record
 
-    def mark(error):
+    def kernel(error):
         def config_for(*args, **kwargs):
             raise error
 
-        owner = SimpleNamespace(bind=lambda args, kwargs: None, config_for=config_for)
-        return SimpleNamespace(
-            owner=owner,
-            args=(),
-            kwargs={},
-            source="cache",
-            config={"c": 1},
-            key="k",
-            differentiated=False,
-        )
+        return SimpleNamespace(bind=lambda args, kwargs: None, config_for=config_for)
 
-    monkeypatch.setattr(_record, "call_frame", lambda owner, sig, choice, **kw: choice)
+    mark = SimpleNamespace(
+        args=(), kwargs={}, source="cache", config={"c": 1}, key="k", differentiated=False
+    )
+    monkeypatch.setattr(_record, "call_frame", lambda kernel, sig, choice, **kw: choice)
     # A cache that cannot say loses only the label of the pass its entry timed.
-    assert _record.frame_for_mark(mark(jaxtune.CacheError("unreadable"))).entry is None
+    assert _record.frame_for_mark(kernel(jaxtune.CacheError("unreadable")), mark).entry is None
     fault = AttributeError("'Entry' object has no attribute 'timing'")
     with pytest.raises(AttributeError) as caught:
-        _record.frame_for_mark(mark(fault))
+        _record.frame_for_mark(kernel(fault), mark)
     assert caught.value is fault
 
 

@@ -13,8 +13,8 @@ import jaxtune
 from jaxtune._core.errors import MissError, TuningFailedError
 from jaxtune._core.vocabulary import Choice, Entry
 from jaxtune._distributed import agree as _agree
+from jaxtune._tuning import kernel_sweep as _kernel_sweep
 from jaxtune._tuning import lookup as _lookup
-from jaxtune._tuning import sweep_task as _sweep_task
 from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.store import shared as _shared
 
@@ -49,7 +49,7 @@ class FakeKernel:
         self.code = None  # no code digest: never stale for code
         self.timing = timing
         self.nearest = nearest
-        self.retunes = _sweep_task.Retunes()
+        self.retunes = _kernel_sweep.Retunes()
         self.misses = _lookup.Misses()
 
     def space_and_default(self, sig):
@@ -90,7 +90,7 @@ class Stores:
         return bool(self.shared.entries)
 
     def run(self, kernel, sig, space, default, kind, *, measure=None):
-        timed = _sweep_task.pass_now(kernel.timing)
+        timed = _kernel_sweep.pass_now(kernel.timing)
         self.sweeps.append(timed)
         if self.sweep_fails:
             raise TuningFailedError("every config failed")
@@ -110,7 +110,7 @@ def stores(monkeypatch):
     monkeypatch.setattr(_cache, "user_cache", lambda: fake.user)
     monkeypatch.setattr(_cache, "layers", lambda: [fake.packaged])
     monkeypatch.setattr(_shared, "read_through", fake.read_through)
-    monkeypatch.setattr(_sweep_task, "run", fake.run)
+    monkeypatch.setattr(_kernel_sweep, "run", fake.run)
     return fake
 
 
@@ -232,14 +232,14 @@ def test_a_forward_entry_answers_a_differentiated_call_except_where_tune_mode_sw
 ):
     stores.user.keep([entry(CONFIG["user"], timing="forward")])
     kernel = FakeKernel()
-    with _sweep_task.differentiated_calls(True):
+    with _kernel_sweep.differentiated_calls(True):
         assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("cache", CONFIG["user"])
         monkeypatch.setenv("JAXTUNE_MODE", "tune")
         assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["vjp"]
     # A kernel that says which pass to time keeps a forward entry for every call.
     stores.user.keep([entry(CONFIG["user"], timing="forward")])
-    with _sweep_task.differentiated_calls(True):
+    with _kernel_sweep.differentiated_calls(True):
         got = _lookup.choose(FakeKernel(timing="forward"), SIG, sweep=True)
     assert answer(got) == ("cache", CONFIG["user"])
 

@@ -27,6 +27,7 @@ import jaxtune
 from jaxtune._isolation import process as _process
 from jaxtune._profiling import hlo, recover
 from jaxtune._profiling import report as _report
+from jaxtune._profiling import sidecar as _sidecar
 
 # -- a minimal protobuf encoder, for HloProtos built by hand --------------------------------
 
@@ -380,7 +381,7 @@ def _traced(program: str, folder: pathlib.Path) -> pathlib.Path:
 
 @pytest.mark.slow
 def test_report_of_a_plain_trace_has_a_row_per_bundled_kernel(plain_trace, cli):
-    assert not list(plain_trace.glob(f"**/{_report.INFO_FILE}"))
+    assert not list(plain_trace.glob(f"**/{_sidecar.INFO_FILE}"))
     proc = cli("report", str(plain_trace), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -436,7 +437,7 @@ def test_a_kernel_called_straight_from_the_step_with_and_without_the_sidecar(tmp
             )
     finally:
         _process.shutdown_children()
-    (sidecar,) = tmp_path.glob(f"**/{_report.INFO_FILE}")
+    (sidecar,) = tmp_path.glob(f"**/{_sidecar.INFO_FILE}")
     sidecar.unlink()
     plain = jaxtune.Profile.from_trace(tmp_path)
     for p in (captured, plain):
@@ -522,7 +523,7 @@ def test_a_sidecar_of_wrong_types_is_ignored_with_a_note(
 
     trace = tmp_path / "trace"
     shutil.copytree(plain_trace, trace)
-    (trace / _report.INFO_FILE).write_bytes(packb(sidecar))
+    (trace / _sidecar.INFO_FILE).write_bytes(packb(sidecar))
     plain = plain_profile
     damaged = jaxtune.Profile.from_trace(trace)
     assert any("malformed" in n for n in damaged.notes), damaged.notes

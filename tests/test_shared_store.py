@@ -206,7 +206,7 @@ def test_only_process_zero_reads_the_store(monkeypatch, tmp_path, requests):
     fit = _lookup.Fit(first.kernel_id, first.version, first.space(X))
     key = first.config_for(X).key  # before the store is set: nothing read through yet
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
-    monkeypatch.setattr(_agree, "store", thread_store)
+    monkeypatch.setattr(_agree, "key_value", thread_store)
     job = LocalStore(2)
     for pid, reads in ((1, 0), (0, 1)):
         with as_process(job.view(pid)):

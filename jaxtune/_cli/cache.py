@@ -21,10 +21,10 @@ from .._render import configs as _configs
 from .._render import text as _text
 from .._render import units as _units
 from .._tuning import digest as _digest
-from .._tuning.decision import decision_text
+from .._tuning.explain import decision_text
 from .._tuning.result import TuningResult, format_table
 from .._tuning.store import cache as _cache
-from .._tuning.store import results as _results
+from .._tuning.store import result_files as _results
 from .._tuning.sweep.breakdown import breakdown_text
 from . import cache_sync as _sync
 from .recording import add_recording_options

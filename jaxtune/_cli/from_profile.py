@@ -17,7 +17,8 @@ from typing import Any
 
 from .._core.codec import read_bounded, unpackb
 from .._core.errors import JaxtuneError
-from .._profiling.report import CALLS_SUFFIX, INFO_FILE, report_from_trace
+from .._profiling.report import CALLS_SUFFIX, report_from_trace
+from .._profiling.sidecar import INFO_FILE
 from .._tuning.result import format_table
 from .._tuning.store import cache as _cache
 from .tune import sweep_records, wrong_pass

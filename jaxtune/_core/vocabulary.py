@@ -1,7 +1,7 @@
 """The vocabulary both flows and the layers between them speak: a config and its id, the
 measurement of a config (or why it failed), the cache entry of a tuned key, and the choice
 a call makes; and what a trace capture knew about the program it traced. Plain frozen
-values with their msgpack form (checked by :mod:`.schema`, or by ``from_dict``)."""
+values with their msgpack form (checked by :mod:`.entry_schema`, or by ``from_dict``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from .schema import check_entry, check_measurement
+from .entry_schema import check_entry, check_measurement
 
 __all__ = [
     "CaptureInfo",
@@ -124,7 +124,7 @@ def measurement_from_dict(d: Mapping[str, Any]) -> Measurement | Failure:
     """Inverse of ``to_dict`` of either kind.
 
     Raises:
-        CacheError: a field is missing or has the wrong type (see :mod:`.schema`).
+        CacheError: a field is missing or has the wrong type (see :mod:`.entry_schema`).
     """
     ok, fields = check_measurement(d)
     if not ok:
@@ -261,7 +261,7 @@ class Entry:
         """Inverse of :meth:`to_dict`; unknown fields are ignored.
 
         Raises:
-            CacheError: a field is missing or has the wrong type (see :mod:`.schema`).
+            CacheError: a field is missing or has the wrong type (see :mod:`.entry_schema`).
         """
         fields = check_entry(d)
         fields["measurements"] = tuple(

@@ -26,9 +26,9 @@ from .._core import versions as _versions
 from .._core.codec import packb, unpackb
 from .._core.errors import AgreementError, describe
 from .._core.vocabulary import Choice, Entry
-from .store import Store, StoreLostError, StoreTimeoutError, agreement_key, current
+from .coordination import KeyValue, KeyValueLostError, KeyValueTimeoutError, agreement_key, current
 
-__all__ = ["Question", "agree", "decided", "may_write_cache", "new_round", "store"]
+__all__ = ["Question", "agree", "decided", "key_value", "may_write_cache", "new_round"]
 
 #: Measures a sweep task, returns its outcome (both the tuning flow's: opaque here).
 Measure = Callable[[Any], Any]
@@ -111,14 +111,14 @@ class Question:
     sharing: Sharing | None
 
 
-def store() -> Store | None:
-    """The store agreement runs on, or ``None`` when this is a single-process job."""
+def key_value() -> KeyValue | None:
+    """The key-value store agreement runs on, or ``None`` in a single-process job."""
     return current()
 
 
 def may_write_cache() -> bool:
     """Whether this process writes the cache file: only process 0 of a distributed job."""
-    s = store()
+    s = key_value()
     return s is None or s.process_id == 0
 
 
@@ -130,7 +130,7 @@ def new_round() -> None:
         _MEMOS.clear()
 
 
-def _memo(s: Store) -> tuple[threading.RLock, dict[str, Choice]]:
+def _memo(s: KeyValue) -> tuple[threading.RLock, dict[str, Choice]]:
     with _LOCK:
         return _MEMOS.setdefault((s.job, s.process_id), (threading.RLock(), {}))
 
@@ -141,7 +141,7 @@ def _base(kernel: str, version: str, key: str, device_kind: str) -> str:
 
 def decided(kernel: str, version: str, key: str, device_kind: str) -> Choice | None:
     """The agreed config of this key in the current round, if this process has one."""
-    s = store()
+    s = key_value()
     if s is None:
         return None
     lock, memo = _memo(s)
@@ -154,9 +154,9 @@ def agree(question: Question) -> Choice:
 
     Raises:
         AgreementError: the leader (or, in a shared sweep, another process) did not publish
-            in time, the store was lost, or the leader failed while deciding.
+            in time, the key-value store was lost, or the leader failed while deciding.
     """
-    s = store()
+    s = key_value()
     if s is None:
         return question.decide(lambda task: _sharing(question).alone(task))
     lock, memo = _memo(s)
@@ -180,7 +180,7 @@ def _error_record(e: BaseException) -> bytes:
     return packb({"kind": "error", "message": f"{describe(e)}"})
 
 
-def _lead(s: Store, base: str, q: Question) -> Choice:
+def _lead(s: KeyValue, base: str, q: Question) -> Choice:
     swept: list[bool] = []
 
     def measure(task: Any) -> Any:
@@ -200,7 +200,7 @@ def _lead(s: Store, base: str, q: Question) -> Choice:
         choice = q.decide(measure)
     except BaseException as e:
         # Followers fail at once with the leader's reason instead of waiting out the timeout.
-        with contextlib.suppress(StoreLostError):
+        with contextlib.suppress(KeyValueLostError):
             s.publish(f"{base}/result" if swept else f"{base}/plan", _error_record(e))
         raise
     final = f"{base}/result" if swept else f"{base}/plan"
@@ -209,15 +209,15 @@ def _lead(s: Store, base: str, q: Question) -> Choice:
     return choice
 
 
-def _publish(s: Store, key: str, value: bytes, q: Question) -> bool:
+def _publish(s: KeyValue, key: str, value: bytes, q: Question) -> bool:
     try:
         return s.publish(key, value)
-    except StoreLostError as e:
+    except KeyValueLostError as e:
         doing = f"publishing its part of the decision on {q.kernel} for {q.key}"
         raise _lost(s, doing, e) from None
 
 
-def _follow(s: Store, base: str, q: Question) -> Choice:
+def _follow(s: KeyValue, base: str, q: Question) -> Choice:
     plan = unpackb(_wait(s, f"{base}/plan", q, 0, "the config"))
     if plan["kind"] != "sweep":
         return _adopt(plan, q, s)
@@ -237,7 +237,7 @@ def _sharing(q: Question) -> Sharing:
     return q.sharing
 
 
-def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: Store) -> Choice:
+def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: KeyValue) -> Choice:
     record: Mapping[str, Any] = unpackb(data) if isinstance(data, bytes) else data
     if record["kind"] == "error":
         raise AgreementError(
@@ -248,7 +248,7 @@ def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: Store) -> Choice:
     return Choice(config=dict(record["config"]), source=record["source"], key=q.key, entry=entry)
 
 
-def _wait(s: Store, key: str, q: Question, other: int, what: str, *, scale: float = 1) -> bytes:
+def _wait(s: KeyValue, key: str, q: Question, other: int, what: str, *, scale: float = 1) -> bytes:
     timeout = _settings.settings().agree_timeout * scale
     role = "the leader" if other == 0 else "a follower"
     subject = f"process {other} ({role}) to publish {what} of {q.kernel} for {q.key}"
@@ -256,25 +256,25 @@ def _wait(s: Store, key: str, q: Question, other: int, what: str, *, scale: floa
     try:
         try:
             return s.wait(key, min(timeout, NOTICE_AFTER_S))
-        except StoreTimeoutError:
+        except KeyValueTimeoutError:
             if timeout <= NOTICE_AFTER_S:
                 raise
         _say(_WAITING.format(me=s.process_id, subject=subject, timeout=timeout, other=other))
         left = timeout - (time.monotonic() - start)
         if left <= 0:
-            raise StoreTimeoutError(key)
+            raise KeyValueTimeoutError(key)
         return s.wait(key, left)
-    except StoreTimeoutError:
+    except KeyValueTimeoutError:
         raise AgreementError(
             f"process {s.process_id} waited {timeout:g} s (JAXTUNE_AGREE_TIMEOUT) for "
             f"{subject}, and nothing came. " + _ADVICE.format(timeout=timeout)
         ) from None
-    except StoreLostError as e:
+    except KeyValueLostError as e:
         raise _lost(s, f"waiting for {subject}", e) from None
 
 
-def _lost(s: Store, doing: str, e: StoreLostError) -> AgreementError:
-    """The error of a process that lost the store, also written to stderr at once: JAX's
+def _lost(s: KeyValue, doing: str, e: KeyValueLostError) -> AgreementError:
+    """The error of a process that lost the key-value store, also written to stderr at once: JAX's
     runtime usually ends the process within milliseconds, before the error can surface."""
     message = _LOST.format(me=s.process_id, doing=doing, reason=e)
     _say(message)
@@ -285,7 +285,7 @@ def _say(message: str) -> None:
     print(f"jaxtune: {message}", file=sys.stderr, flush=True)
 
 
-def _already(q: Question, s: Store) -> str:
+def _already(q: Question, s: KeyValue) -> str:
     return (
         f"the config of {q.kernel} for {q.key} was already being decided in this round when "
         f"process {s.process_id} started a sweep for it; call jaxtune's tuning functions in "

@@ -8,23 +8,24 @@ per step, such as :class:`CompileStarted` or :class:`ConfigResult`), then one
 :class:`Done` or :class:`ErrorReply` (whose :class:`ErrorKind` names the exception the
 parent raises, from one table).
 
-On the wire each frame is a msgpack map (see :mod:`.wire`), with ``t`` naming the kind of
-a reply and an event's ``kind`` its class's tag; a request's map keeps its fields at the
-top level, because recorded requests are stored in profile sidecars (``jaxtune tune
---from-profile`` replays them) and must read back. :func:`reply` turns a map that came from
-the child into a typed reply, and refuses anything else.
+On the wire each frame is a msgpack map (see :mod:`.wire`) written and read from its
+class's annotations by :mod:`jaxtune._core.typed`, with ``t`` naming its class (its
+``TAG``). A request's map has no tag and keeps its flow's fields at the top level, because
+recorded requests are stored in profile sidecars (``jaxtune tune --from-profile`` replays
+them) and must read back. :func:`request` and :func:`reply` turn a map that arrived into a
+typed frame, and refuse anything else with a :class:`FrameError` that names the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from .._core import errors as _errors
-from .._core.errors import CacheError
-from .._core.vocabulary import Failure, Measurement, measurement_from_dict
+from .._core import typed
+from .._core.vocabulary import Failure, Measurement
 
 __all__ = [
     "UNIMPORTABLE",
@@ -49,17 +50,17 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "WireFields",
-    "event",
     "reply",
     "request",
 ]
 
-#: The fields of a request that every flow's request carries (the rest are the flow's).
-_CALL_FIELDS = ("handler", "op", "ref", "args", "kwargs", "jax_state", "environ")
+#: The fields of a request that every flow's request carries (the rest are the flow's), and
+#: the tag of the other frames (``t``), which no flow's field may take.
+_CALL_FIELDS = ("handler", "op", "ref", "args", "kwargs", "jax_state", "environ", "t")
 
 
 class FrameError(ValueError):
-    """A map from the child that is no frame of the protocol."""
+    """A map that is no frame of the protocol."""
 
 
 class NotTransportable(Exception):  # noqa: N818 - a signal between modules, never raised to users
@@ -69,6 +70,26 @@ class NotTransportable(Exception):  # noqa: N818 - a signal between modules, nev
 #: How a child's :class:`NotTransportable` answer begins when the child could not import
 #: the function's module (the function itself could travel).
 UNIMPORTABLE = "the child could not import it"
+
+
+def _read(kind: Any, raw: Any, where: str | None = None) -> Any:
+    """``raw`` read as ``kind`` (:func:`jaxtune._core.typed.decode`), refused as a
+    :class:`FrameError`."""
+    try:
+        return typed.decode(kind, raw, where)
+    except typed.MismatchError as e:
+        raise FrameError(f"a malformed frame: {e}") from None
+
+
+class _Tagged:
+    """A frame written as its fields under its class's tag (``t``)."""
+
+    __slots__ = ()
+    TAG: ClassVar[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The frame as a msgpack-ready map."""
+        return {"t": self.TAG, **typed.encode(self)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,24 +102,6 @@ class FunctionRef:
     qualname: str
     path: str | None = None
     kernel: str | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"module": self.module, "qualname": self.qualname, "path": self.path}
-        if self.kernel is not None:
-            out["kernel"] = self.kernel
-        return out
-
-    @classmethod
-    def from_wire(cls, raw: Any) -> FunctionRef:
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("module"), str):
-            raise FrameError(f"a function reference is a map with a module, not {raw!r:.80}")
-        path, kernel = raw.get("path"), raw.get("kernel")
-        return cls(
-            module=raw["module"],
-            qualname=str(raw.get("qualname") or ""),
-            path=path if isinstance(path, str) else None,
-            kernel=kernel if isinstance(kernel, str) else None,
-        )
 
 
 class Fields(Protocol):
@@ -186,7 +189,7 @@ class Request(Generic[F]):
             environ=None if self.environ is None else dict(self.environ),
         )
         if self.ref is not None:
-            out["ref"] = self.ref.to_wire()
+            out["ref"] = typed.encode(self.ref)
         if self.args is not None:
             out["args"] = self.args
             out["kwargs"] = self.kwargs
@@ -198,25 +201,32 @@ class Request(Generic[F]):
         its flow's fields as they arrived.
 
         Raises:
-            FrameError: the map names no handler or operation.
+            FrameError: the map names no handler or operation, or a field has the wrong type.
         """
         if not isinstance(raw, Mapping):
             raise FrameError(f"a request is a map, not {type(raw).__name__}")
-        handler, op = raw.get("handler"), raw.get("op")
-        if not isinstance(handler, str) or not isinstance(op, str):
-            raise FrameError("a request names its handler module and its operation")
-        ref = raw.get("ref")
-        state, environ = raw.get("jax_state"), raw.get("environ")
+        call = _read(_Call, raw, "a request")
         return Request(
-            handler=handler,
-            op=op,
-            ref=None if ref is None else FunctionRef.from_wire(ref),
+            handler=call.handler,
+            op=call.op,
+            ref=call.ref,
             fields=WireFields({k: v for k, v in raw.items() if k not in _CALL_FIELDS}),
             args=raw.get("args"),
             kwargs=raw.get("kwargs"),
-            jax_state=state if isinstance(state, Mapping) else {},
-            environ=environ if isinstance(environ, Mapping) else None,
+            jax_state=call.jax_state or {},
+            environ=call.environ,
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Call:
+    """The call's fields of a request's map, as :meth:`Request.from_wire` checks them."""
+
+    handler: str
+    op: str
+    ref: FunctionRef | None = None
+    jax_state: Mapping[str, Any] | None = None
+    environ: Mapping[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -229,41 +239,20 @@ class Module:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Preload:
+class Preload(_Tagged):
     """Asks the child to import ``handlers`` (modules of jaxtune) and ``modules``, ahead
     of need; the child answers with the modules it imported (``imported``)."""
 
+    TAG: ClassVar[str] = "preload"
     modules: tuple[Module, ...] = ()
     handlers: tuple[str, ...] = ()
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "op": "preload",
-            "refs": [{**m.ref.to_wire(), "environ": m.environ} for m in self.modules],
-            "handlers": list(self.handlers),
-        }
-
-    @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> Preload:
-        refs, handlers = raw.get("refs") or (), raw.get("handlers") or ()
-        return cls(
-            modules=tuple(
-                Module(
-                    ref=FunctionRef.from_wire(r),
-                    environ=r.get("environ") if isinstance(r.get("environ"), Mapping) else None,
-                )
-                for r in refs
-            ),
-            handlers=tuple(h for h in handlers if isinstance(h, str)),
-        )
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Exit:
+class Exit(_Tagged):
     """Asks the child to end."""
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"op": "exit"}
+    TAG: ClassVar[str] = "exit"
 
 
 def request(raw: Any) -> Request[WireFields] | Preload | Exit:
@@ -272,19 +261,21 @@ def request(raw: Any) -> Request[WireFields] | Preload | Exit:
     Raises:
         FrameError: the map is no request.
     """
-    op = raw.get("op") if isinstance(raw, Mapping) else None
-    if op == "exit":
-        return Exit()
-    if op == "preload":
-        return Preload.from_wire(raw)
-    return Request.from_wire(raw)
+    tag = raw.get("t") if isinstance(raw, Mapping) else None
+    if tag is None:
+        return Request.from_wire(raw)
+    kind = {Exit.TAG: Exit, Preload.TAG: Preload}.get(tag)
+    if kind is None:
+        raise FrameError(f"no request of kind {tag!r:.40}")
+    return _read(kind, raw)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Ready:
+class Ready(_Tagged):
     """What the child sees once it started: its pid, platform, device kind and count, the
     versions of its toolchain, and the flags and visibility variables it runs with."""
 
+    TAG: ClassVar[str] = "ready"
     pid: int
     platform: str
     device_kind: str
@@ -292,76 +283,41 @@ class Ready:
     versions: Mapping[str, str | None]
     env: Mapping[str, str | None]
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "ready", **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
-
-
-def _thread(data: Any) -> int:
-    if not isinstance(data, int) or isinstance(data, bool):
-        raise FrameError(f"a start event names its thread (an int), not {data!r:.40}")
-    return data
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class CompileStarted:
+class CompileStarted(_Tagged):
     """Config ``cid`` started compiling in the child's thread ``thread`` (its
     ``threading.get_ident()``: a crash report naming that thread pins the crash on it)."""
 
-    KIND: ClassVar[str] = "compile_start"
+    TAG: ClassVar[str] = "compile_start"
     cid: str
     thread: int
 
-    def to_wire(self) -> dict[str, Any]:
-        return _wire(self.KIND, self.cid, self.thread)
-
-    @classmethod
-    def read(cls, cid: str, data: Any) -> CompileStarted:
-        """The event of config ``cid`` whose wire ``data`` this is."""
-        return cls(cid=cid, thread=_thread(data))
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class CompileFinished:
+class CompileFinished(_Tagged):
     """Config ``cid`` stopped compiling: after ``seconds``, or failed (``None``)."""
 
-    KIND: ClassVar[str] = "compiled"
+    TAG: ClassVar[str] = "compiled"
     cid: str
     seconds: float | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        return _wire(self.KIND, self.cid, self.seconds)
-
-    @classmethod
-    def read(cls, cid: str, data: Any) -> CompileFinished:
-        """The event of config ``cid`` whose wire ``data`` this is."""
-        if data is not None and (not isinstance(data, int | float) or isinstance(data, bool)):
-            raise FrameError(f"a compiled event carries seconds or nothing, not {data!r:.40}")
-        return cls(cid=cid, seconds=None if data is None else float(data))
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class RunStarted:
+class RunStarted(_Tagged):
     """Config ``cid`` started running in the child's thread ``thread``."""
 
-    KIND: ClassVar[str] = "run_start"
+    TAG: ClassVar[str] = "run_start"
     cid: str
     thread: int
 
-    def to_wire(self) -> dict[str, Any]:
-        return _wire(self.KIND, self.cid, self.thread)
-
-    @classmethod
-    def read(cls, cid: str, data: Any) -> RunStarted:
-        """The event of config ``cid`` whose wire ``data`` this is."""
-        return cls(cid=cid, thread=_thread(data))
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class RoundStarted:
+class RoundStarted(_Tagged):
     """A round of configs timed in passes started (``cids``, in order; one of them is
     running at any time, so a crash blames the round)."""
 
-    KIND: ClassVar[str] = "round_start"
+    TAG: ClassVar[str] = "round_start"
     cids: tuple[str, ...]
 
     def __post_init__(self) -> None:
@@ -370,112 +326,39 @@ class RoundStarted:
 
     @property
     def cid(self) -> str:
-        """The round's first config (the event's config on the wire)."""
+        """The round's first config (the one a crash report names)."""
         return self.cids[0]
 
-    def to_wire(self) -> dict[str, Any]:
-        return _wire(self.KIND, self.cid, list(self.cids))
-
-    @classmethod
-    def read(cls, cid: str, data: Any) -> RoundStarted:
-        """The event of config ``cid`` whose wire ``data`` this is."""
-        if data is None:
-            return cls(cids=(cid,))
-        if not isinstance(data, Sequence) or isinstance(data, str | bytes):
-            raise FrameError(f"a round lists its configs, not {data!r:.40}")
-        return cls(cids=tuple(str(c) for c in data))
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class RunFinished:
+class RunFinished(_Tagged):
     """What was running (config ``cid``, or the round it began) stopped."""
 
-    KIND: ClassVar[str] = "ran"
+    TAG: ClassVar[str] = "ran"
     cid: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return _wire(self.KIND, self.cid, None)
-
-    @classmethod
-    def read(cls, cid: str, data: Any) -> RunFinished:
-        """The event of config ``cid`` whose wire ``data`` this is."""
-        return cls(cid=cid)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ConfigResult:
+class ConfigResult(_Tagged):
     """Config ``cid``'s result: its measurement, or why it failed."""
 
-    KIND: ClassVar[str] = "result"
+    TAG: ClassVar[str] = "result"
     cid: str
     result: Measurement | Failure
-
-    def to_wire(self) -> dict[str, Any]:
-        return _wire(self.KIND, self.cid, self.result.to_dict())
-
-    @classmethod
-    def read(cls, cid: str, data: Any) -> ConfigResult:
-        """The event of config ``cid`` whose wire ``data`` this is."""
-        if not isinstance(data, Mapping):
-            raise FrameError(f"a result event carries a measurement, not {data!r:.40}")
-        try:
-            return cls(cid=cid, result=measurement_from_dict(data))
-        except CacheError as e:  # what measurement_from_dict says of a malformed map
-            raise FrameError(f"a result event's measurement: {e}") from None
 
 
 Event = CompileStarted | CompileFinished | RunStarted | RoundStarted | RunFinished | ConfigResult
 
-#: Each event class by its wire tag: the closed set :func:`event` reads.
-_KINDS: dict[str, type[Event]] = {
-    cls.KIND: cls
-    for cls in (
-        CompileStarted,
-        CompileFinished,
-        RunStarted,
-        RoundStarted,
-        RunFinished,
-        ConfigResult,
-    )
-}
-
-
-def _wire(kind: str, cid: str, data: Any) -> dict[str, Any]:
-    return {"t": "event", "kind": kind, "cid": cid, "data": data}
-
-
-def event(raw: Mapping[str, Any]) -> Event:
-    """The typed event an ``event`` frame's map holds (inverse of each class's
-    ``to_wire``).
-
-    Raises:
-        FrameError: the map names no known kind or config, or its data has the wrong type.
-    """
-    kind, cid = raw.get("kind"), raw.get("cid")
-    if not isinstance(kind, str) or not isinstance(cid, str):
-        raise FrameError("an event names its kind and its config")
-    cls = _KINDS.get(kind)
-    if cls is None:
-        raise FrameError(f"no event of kind {kind!r:.40}")
-    return cls.read(cid, raw.get("data"))
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Done:
+class Done(_Tagged):
     """A request's answer: the handler's fields (``body``), the notes the child's work
     left, and the caller's JAX state that could not be set there (``unapplied``)."""
 
+    TAG: ClassVar[str] = "done"
     body: Mapping[str, Any]
     notes: tuple[str, ...] = ()
     unapplied: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            **self.body,
-            "t": "done",
-            "notes": list(self.notes),
-            "unapplied": dict(self.unapplied),
-        }
 
 
 class ErrorKind(enum.Enum):
@@ -538,10 +421,11 @@ _KIND_OF_CLASS: dict[type, ErrorKind] = {c: k for k, c in _ERROR_CLASSES.items()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class ErrorReply:
+class ErrorReply(_Tagged):
     """A request that failed in the child: why (``kind``) and the error's message, with
     the notes the work left and the caller's state that could not be set there."""
 
+    TAG: ClassVar[str] = "error"
     kind: ErrorKind
     message: str
     notes: tuple[str, ...] = ()
@@ -557,59 +441,37 @@ class ErrorReply:
         for, else ``default`` (the flow's own error, for an ``INTERNAL`` fault)."""
         return (self.kind.exception_class() or default)(self.message)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "t": "error",
-            "type": self.kind.value,
-            "message": self.message,
-            "notes": list(self.notes),
-            "unapplied": dict(self.unapplied),
-        }
-
 
 Reply = Ready | Event | Done | ErrorReply
 
+#: Each reply's class by its tag: the closed set :func:`reply` reads.
+_REPLIES: dict[str, type[Reply]] = {
+    cls.TAG: cls
+    for cls in (
+        Ready,
+        CompileStarted,
+        CompileFinished,
+        RunStarted,
+        RoundStarted,
+        RunFinished,
+        ConfigResult,
+        Done,
+        ErrorReply,
+    )
+}
+
 
 def reply(raw: Any) -> Reply:
-    """The typed form of a map the child wrote.
+    """The typed form of a map the child wrote (inverse of each reply's ``to_wire``).
 
     Raises:
-        FrameError: the map is no reply of the protocol.
+        FrameError: the map is no reply of the protocol: no known tag, or a field missing
+            or of the wrong type.
     """
     if not isinstance(raw, Mapping):
         raise FrameError(f"a reply is a map, not {type(raw).__name__}")
-    kind = raw.get("t")
-    notes = tuple(str(n) for n in raw.get("notes") or () if isinstance(n, str))
-    unapplied = raw.get("unapplied")
-    unapplied = (
-        {str(k): str(v) for k, v in unapplied.items()} if isinstance(unapplied, Mapping) else {}
-    )
-    if kind == "event":
-        return event(raw)
-    if kind == "done":
-        body = {k: v for k, v in raw.items() if k not in ("t", "notes", "unapplied")}
-        return Done(body=body, notes=notes, unapplied=unapplied)
-    if kind == "error":
-        try:
-            error_kind = ErrorKind(raw.get("type"))
-        except ValueError:
-            raise FrameError(f"no error of kind {raw.get('type')!r:.40}") from None
-        return ErrorReply(
-            kind=error_kind,
-            message=str(raw.get("message") or ""),
-            notes=notes,
-            unapplied=unapplied,
-        )
-    if kind == "ready":
-        try:
-            return Ready(
-                pid=int(raw["pid"]),
-                platform=str(raw["platform"]),
-                device_kind=str(raw["device_kind"]),
-                device_count=int(raw["device_count"]),
-                versions=dict(raw.get("versions") or {}),
-                env=dict(raw.get("env") or {}),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise FrameError(f"a ready frame without its {e}") from None
-    raise FrameError(f"no frame of kind {kind!r:.40}")
+    tag = raw.get("t")
+    kind = _REPLIES.get(tag) if isinstance(tag, str) else None
+    if kind is None:
+        raise FrameError(f"no frame of kind {tag!r:.40}")
+    return _read(kind, raw)

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from .._core import settings as _settings
 from .._core.versions import toolchain
+from .calling import function_ref
 from .devices import cpu_only
 from .environ import pool_key, unkeyed_environ
 from .frames import Module, Preload
 from .process import POOL, ChildLost, ChildProcess
-from .requests import function_ref
 from .wire import NotTransportable
 
 if TYPE_CHECKING:

@@ -5,14 +5,16 @@ step, its ``flops``/``bytes`` hints, one recorded call per (kernel, key) for ``t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from .._program import markers as _markers
+from .._program.locate import KernelSite
 
 __all__ = ["autotuned_counts", "configs", "hints"]
 
 
-def autotuned_counts(sites: Any) -> dict[str, int]:
+def autotuned_counts(sites: Iterable[KernelSite]) -> dict[str, int]:
     """How many call sites of each jaxtune kernel one run of the program has."""
     counts: dict[str, int] = {}
     for site in sites:
@@ -21,7 +23,7 @@ def autotuned_counts(sites: Any) -> dict[str, int]:
     return counts
 
 
-def hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+def hints(sites: Iterable[KernelSite]) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
     """Per-call ``flops``/``bytes`` hints of the jaxtune kernels among ``sites``, and one
     recorded call per (kernel, key) (what ``tune from a profile`` replays)."""
     hints: dict[str, dict[str, float]] = {}
@@ -38,16 +40,16 @@ def hints(sites: Any) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]
             mark = dataclasses.replace(
                 mark, differentiated=_markers.differentiated(site.name_stack, mark.kernel)
             )
-        if mark is not None and mark.owner is not None:
-            hint = mark.owner.cost_hint(*mark.args, **mark.kwargs)
+        if mark is not None and mark.autotuned is not None:
+            hint = mark.autotuned.cost_hint(*mark.args, **mark.kwargs)
             if hint:
                 hints[mark.kernel] = hint
             if (mark.kernel, mark.key) not in calls:
-                calls[mark.kernel, mark.key] = mark.owner.recorded_call(mark)
+                calls[mark.kernel, mark.key] = mark.autotuned.recorded_call(mark)
     return hints, list(calls.values())
 
 
-def configs(sites: Any, device_kind: str) -> dict[str, dict[str, Any]]:
+def configs(sites: Iterable[KernelSite], device_kind: str) -> dict[str, dict[str, Any]]:
     """Each jaxtune kernel's config that ran (by kernel id), and the speedup over its
     default config the cache measured for it (``None`` when the config was not tuned
     here: a default, or an entry of another key)."""
@@ -64,7 +66,6 @@ def configs(sites: Any, device_kind: str) -> dict[str, dict[str, Any]]:
 def _speedup(mark: _markers.Mark, device_kind: str) -> float | None:
     """The tuned speedup of the mark's config, asked of its kernel (never an error: the
     figure is only a hint)."""
-    if mark.owner is None:
+    if mark.autotuned is None:
         return None
-    speedup: float | None = mark.owner.tuned_speedup(mark.key, mark.config, device_kind)
-    return speedup
+    return mark.autotuned.tuned_speedup(mark.key, mark.config, device_kind)

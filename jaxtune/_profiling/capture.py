@@ -8,13 +8,14 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from .._core import typed
 from .._core.errors import ProfileError
 from .._core.settings import settings
 from .._core.vocabulary import CaptureInfo
+from .._isolation.calling import call_request
 from .._isolation.context import warn_notes, warn_unapplied
 from .._isolation.frames import ErrorKind, ErrorReply, FrameError, NotTransportable, Request
 from .._isolation.process import POOL, ChildLost
-from .._isolation.requests import call_request
 from .._isolation.resolve import find
 from .._isolation.service import ChildService
 
@@ -34,7 +35,7 @@ class CaptureFields:
     logdir: str
 
     def to_wire(self) -> dict[str, Any]:
-        return {"iters": self.iters, "warmup": self.warmup, "logdir": self.logdir}
+        return typed.encode(self)
 
     @classmethod
     def from_request(cls, request: Request[Any]) -> CaptureFields:
@@ -43,13 +44,13 @@ class CaptureFields:
         Raises:
             FrameError: the request is no capture request.
         """
-        f = request.fields.to_wire()
-        iters, warmup, logdir = f.get("iters"), f.get("warmup"), f.get("logdir")
-        if request.op != "profile" or not (
-            isinstance(iters, int) and isinstance(warmup, int) and isinstance(logdir, str)
-        ):
-            raise FrameError("a profile request names the function, iters, warmup and logdir")
-        return cls(iters=iters, warmup=warmup, logdir=logdir)
+        why = f"an operation {request.op!r:.40}"
+        if request.op == "profile":
+            try:
+                return typed.decode(cls, request.fields.to_wire())
+            except typed.MismatchError as e:
+                why = str(e)
+        raise FrameError(f"a profile request names the function, iters, warmup and logdir ({why})")
 
 
 def profile_in_child(

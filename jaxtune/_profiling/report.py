@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -11,12 +10,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
+from .._core.codec import atomic_write, packb
 from .._core.errors import JaxtuneError, ProfileError, describe
 from .._core.flags import normalise_platform
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace import xplane as _xplane
-from .._core.xspace.tracefile import find_trace
 from .._program.markers import Owner
 from . import recover as _recover
 from . import roofline as _roofline
@@ -25,17 +23,15 @@ from .drops import drop_warnings
 from .events import Walk, device_plane, metadata_kinds, program_ids, walk
 from .hlo import HloModule
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
+from .sidecar import INFO_FILE, recall, remember
 from .timeline import TimelineSpan
 from .totals import OpKind
 
 __all__ = [
     "CALLS_SUFFIX",
-    "INFO_FILE",
     "INTERNAL_FAULT",
     "Profile",
-    "SidecarError",
     "TimelineSpan",
-    "read_sidecar",
     "read_space",
     "report_from_trace",
     "timeline_of",
@@ -43,9 +39,6 @@ __all__ = [
 
 #: Beside ``report.json``: the autotuned calls of the profile, in msgpack (tuples survive).
 CALLS_SUFFIX = ".calls.msgpack"
-
-#: Beside a trace that jaxtune captured: what the capture knew (HLO op names, costs, hints).
-INFO_FILE = "jaxtune-info.msgpack"
 
 
 def timeline_of(walked: Walk) -> tuple[TimelineSpan, ...]:
@@ -233,9 +226,9 @@ def report_from_trace(
     """
     malformed = None
     if info:
-        _remember(path, info, iterations)
+        remember(path, info, iterations)
     else:
-        info, iterations, malformed = _recall(path, iterations)
+        info, iterations, malformed = recall(path, iterations)
     start = time.perf_counter()
     if space is None:
         space = read_space(path)
@@ -248,7 +241,7 @@ def report_from_trace(
     except JaxtuneError:
         raise
     except Exception as e:
-        # The trace decoded and the sidecar was checked when read (:func:`read_sidecar`):
+        # The trace decoded and the sidecar was checked when read (:mod:`.sidecar`):
         # anything else is a fault of jaxtune's, never called damage.
         e.add_note(INTERNAL_FAULT.format(path=path))
         raise
@@ -434,156 +427,6 @@ def _plain_info(
 
 def _notes(walked: Walk) -> list[str]:
     return [] if walked.events else ["the trace holds no executed XLA ops"]
-
-
-def _remember(path: str | os.PathLike[str], info: CaptureInfo, iterations: int) -> None:
-    folder = pathlib.Path(path)
-    if folder.is_dir():
-        with contextlib.suppress(OSError, TypeError, ValueError):
-            atomic_write(folder / INFO_FILE, packb({**info.to_dict(), "iterations": iterations}))
-
-
-def _recall(path: str | os.PathLike[str], iterations: int) -> tuple[CaptureInfo, int, str | None]:
-    """What the capture of the trace at ``path`` knew (its :data:`INFO_FILE`): beside the
-    trace file or in a folder above it, so a capture's root, its ``step-N/`` and its
-    ``step-N/trace/`` all find the same one; and why a sidecar found is of no use (a
-    field of the wrong kind, :class:`SidecarError`), if it is not."""
-    for sidecar in _sidecars(path):
-        try:  # written by jaxtune, but a damaged one is only a lost hint
-            raw = unpackb(read_bounded(sidecar))
-        except (DecodeError, OSError):
-            return CaptureInfo(), iterations, None
-        try:
-            info, stored = read_sidecar(raw)
-        except SidecarError as e:
-            return CaptureInfo(), iterations, str(e)
-        return info, iterations or stored, None
-    return CaptureInfo(), iterations, None
-
-
-class SidecarError(ValueError):
-    """A capture's sidecar (:data:`INFO_FILE`) holds a value of a kind the report does not
-    read (edited by hand, or written by another jaxtune). Raised where the sidecar is read,
-    before any analysis, so that a fault in the analysis is never blamed on it."""
-
-
-def read_sidecar(raw: Any) -> tuple[CaptureInfo, int]:
-    """The capture info and iteration count a decoded sidecar holds, each value the
-    analysis reads checked for its kind (:meth:`CaptureInfo.from_dict` checks the fields,
-    this their contents: a kernel record's ``name``, an ``hlo`` entry's pair, ...).
-
-    Raises:
-        SidecarError: a value of the wrong kind; the message names it.
-    """
-    try:
-        info = CaptureInfo.from_dict(raw)
-    except ValueError as e:  # the one error from_dict raises: a field of the wrong kind
-        raise SidecarError(str(e)) from e
-    stored = raw.get("iterations") or 0
-    _require(_is_int(stored) and stored >= 0, "iterations", "a count")
-    for i, k in enumerate(info.kernels):
-        where = f"kernels[{i}]"
-        _require(isinstance(k.get("name"), str), f"{where}.name", "text")
-        scope = k.get("scope")
-        _require(
-            isinstance(scope, list | tuple) and all(isinstance(f, str) for f in scope),
-            f"{where}.scope",
-            "a list of text",
-        )
-        for field in ("inside", "source", "call_site"):
-            _require(_is_text_or_none(k.get(field)), f"{where}.{field}", "text")
-        for field in ("per_step", "io_bytes"):
-            _require(k.get(field) is None or _is_int(k.get(field)), f"{where}.{field}", "a count")
-        estimate = k.get("cost_estimate")
-        _require(estimate is None or _is_figures(estimate), f"{where}.cost_estimate", "figures")
-    for op, known in info.hlo.items():
-        _require(
-            isinstance(known, list | tuple)
-            and len(known) == 2
-            and isinstance(known[0], str)
-            and _is_text_or_none(known[1]),
-            f"hlo[{op!r}]",
-            "a pair (op name, custom-call target)",
-        )
-    for op, stacks in info.fusions.items():
-        _require(
-            isinstance(stacks, list | tuple) and all(isinstance(x, str) for x in stacks),
-            f"fusions[{op!r}]",
-            "a list of text",
-        )
-    for field, values in (("costs", info.costs), ("hints", info.hints)):
-        for name, figures in values.items():
-            _require(_is_figures(figures), f"{field}[{name!r}]", "figures")
-    for name, source in info.sources.items():
-        _require(isinstance(source, str), f"sources[{name!r}]", "text")
-    for name, count in info.autotuned.items():
-        _require(_is_int(count), f"autotuned[{name!r}]", "a count")
-    for name, ran in info.configs.items():
-        _require(
-            isinstance(ran, Mapping)
-            and _is_config(ran.get("config"))
-            and (ran.get("speedup") is None or _is_number(ran.get("speedup"))),
-            f"configs[{name!r}]",
-            "a config and its speedup",
-        )
-    for i, call in enumerate(info.calls):
-        _require(_is_config(call.get("config")), f"calls[{i}].config", "a config")
-    return info, stored
-
-
-def _require(ok: bool, what: str, kind: str) -> None:
-    if not ok:
-        raise SidecarError(f"its {what} is not {kind}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_text_or_none(value: Any) -> bool:
-    return value is None or isinstance(value, str)
-
-
-def _is_figures(value: Any) -> bool:
-    """A map of text to numbers (a cost estimate, flops/bytes hints)."""
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and _is_number(v) for k, v in value.items()
-    )
-
-
-def _is_config(value: Any) -> bool:
-    """``None`` or a config: a map of text to plain values (as JSON writes them)."""
-    return value is None or (
-        isinstance(value, Mapping)
-        and all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
-    )
-
-
-def _is_plain(value: Any, depth: int = 0) -> bool:
-    if value is None or isinstance(value, bool | int | float | str):
-        return True
-    return (
-        depth < 8
-        and isinstance(value, list | tuple)
-        and all(_is_plain(v, depth + 1) for v in value)
-    )
-
-
-def _sidecars(path: str | os.PathLike[str]) -> list[pathlib.Path]:
-    """Where the capture of the trace at ``path`` kept what it knew, nearest first: the
-    folders from the trace file up to ``path`` and a few above it."""
-    here = pathlib.Path(path)
-    try:
-        start = find_trace(here).parent
-    except (OSError, ValueError):
-        start = here
-    folders = [start, *start.parents]
-    depth = folders.index(here) + 1 if here in folders else 1
-    return [f / INFO_FILE for f in folders[: depth + 5] if (f / INFO_FILE).is_file()]
 
 
 def _device_kind_of(space: _xplane.Space, plane: _xplane.Plane) -> str:

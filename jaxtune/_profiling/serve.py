@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from .._isolation.child import Server
 from .._isolation.frames import Done, FrameError, Request, WireFields
 from .._isolation.resolve import resolve_callable
 from .._isolation.wire import decode_value
@@ -14,7 +13,7 @@ from .profiled import capture
 __all__ = ["handle"]
 
 
-def handle(server: Any, received: Request[WireFields]) -> Done:
+def handle(server: Server, received: Request[WireFields]) -> Done:
     """In the child: captures the trace a ``profile`` request asks for (its fields:
     :class:`~.capture.CaptureFields`)."""
     server.arrived()

@@ -13,13 +13,15 @@ import hashlib
 import itertools
 import re
 import threading
-from collections.abc import Iterable
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, Protocol
 
+from .._core.vocabulary import Source, config_id
 from . import sources as _sources
 
 __all__ = [
     "Mark",
+    "MarkedKernel",
     "Marker",
     "Owner",
     "differentiated",
@@ -34,18 +36,42 @@ __all__ = [
 _PATTERN = re.compile(r"jaxtune\[(?P<kernel>[^\]#]+)#(?P<digest>[0-9a-f]{10})\]")
 
 
+class MarkedKernel(Protocol):
+    """What a reader of a mark (a profile's capture, ``jaxtune.tune``, a recording) asks
+    of the ``@autotuned`` kernel whose call left it. The kernel lives in a flow above this
+    package, so it is met through this protocol (``jaxtune._tuning.autotuned.Autotuned``
+    meets it)."""
+
+    kernel_id: str
+    #: The decorated function (its source lines locate the kernel's ops).
+    __wrapped__: Callable[..., Any]
+
+    def cost_hint(self, *args: Any, **kwargs: Any) -> dict[str, float] | None:
+        """The ``flops=`` / ``bytes=`` hints for a call with these arguments, or ``None``."""
+        ...
+
+    def recorded_call(self, mark: Mark) -> dict[str, Any]:
+        """The recorded call behind ``mark`` (what ``jaxtune tune --from-profile`` replays)."""
+        ...
+
+    def tuned_speedup(self, key: str, config: Mapping[str, Any], device_kind: str) -> float | None:
+        """The speedup over the default the cache measured for ``key`` with ``config``."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Mark:
-    """What a marker stands for: the kernel, its key and config, and the call's abstract
-    arguments (enough to tune that call again)."""
+    """What a marker stands for: the kernel (its id, and the ``@autotuned`` object when
+    this process made the mark), its key and config, and the call's abstract arguments
+    (enough to tune that call again)."""
 
     kernel: str
     key: str
     config: dict[str, Any]
-    source: str
+    source: Source
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    owner: Any = dataclasses.field(default=None, compare=False)
+    autotuned: MarkedKernel | None = dataclasses.field(default=None, compare=False)
     #: The call was traced under ``jax.grad``/``jax.vjp`` (its backward pass runs too).
     differentiated: bool = False
 
@@ -56,8 +82,6 @@ _LOCK = threading.Lock()
 
 def mark(m: Mark) -> str:
     """Registers ``m`` and returns the scope name to run the kernel under."""
-    from .._core.vocabulary import config_id
-
     # A differentiated call is a mark of its own: the same call in a plain step of the same
     # process is not differentiated.
     text = f"{m.kernel}|{m.key}|{config_id(m.config)}" + ("|vjp" if m.differentiated else "")

@@ -7,7 +7,7 @@ the call itself, and wires the rest, each in a module named for its job:
 - :mod:`.options`: the options checked when a kernel is decorated, and the timing presets
   that ``effort=`` names;
 - :mod:`.lookup`: the lookup order (:func:`~.lookup.choose`), scope to default;
-- :mod:`.sweep_task`: a sweep's task (the pass timed, the timing effort, the budget) and
+- :mod:`.kernel_sweep`: a sweep's task (the pass timed, the timing effort, the budget) and
   running it into a cache entry;
 - :mod:`.profile_hook`: the marker each call runs under, and what a profile asks of the
   kernel through it;
@@ -28,13 +28,15 @@ from .._core import settings as _settings
 from .._core.arrays import is_array
 from .._core.vocabulary import Choice, Entry
 from .._distributed import agree as _agree
+from .._program.markers import Mark
+from . import kernel_sweep as _kernel_sweep
 from . import lookup as _lookup
 from . import profile_hook as _profile_hook
 from . import record as _record
-from . import sweep_task as _sweep_task
 from .buckets import Buckets
 from .digest import KernelCode
 from .eager import EagerCalls, bump_generation, under_differentiation
+from .kernel_sweep import differentiated_calls, is_differentiated
 from .naming import kernel_id_for
 from .options import (
     validate_callable,
@@ -52,7 +54,6 @@ from .space import ConfigSpec
 from .sweep.runner import prestart_child
 from .sweep.search import Budget, strategy_of
 from .sweep.work import SweepTask
-from .sweep_task import differentiated_calls, is_differentiated
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
 
@@ -130,7 +131,7 @@ class Autotuned(Generic[P, R]):
         #: The timing preset of this kernel's sweeps (see :data:`.options.EFFORTS`).
         self.effort = validate_effort(effort)
         #: What this process swept in retune mode, and the misses it warned about.
-        self.retunes = _sweep_task.Retunes()
+        self.retunes = _kernel_sweep.Retunes()
         self.misses = _lookup.Misses()
         names = self._known_config_names()
         # Eager calls go straight to jit's C++ dispatch (see eager.py). With static
@@ -221,7 +222,7 @@ class Autotuned(Generic[P, R]):
     def sweep_timing(self) -> str:
         """The pass a sweep of this kernel started now would time: ``forward`` or
         ``vjp``."""
-        return _sweep_task.pass_now(self.timing)
+        return _kernel_sweep.pass_now(self.timing)
 
     def sweep_task(
         self,
@@ -234,7 +235,7 @@ class Autotuned(Generic[P, R]):
         """The sweep of this kernel for a bound call, over ``space`` (``differentiated``:
         the call was traced under ``jax.grad``/``jax.vjp``, so ``timing="auto"`` times
         forward and backward)."""
-        return _sweep_task.task(self, sig, space, default, differentiated=differentiated)
+        return _kernel_sweep.task(self, sig, space, default, differentiated=differentiated)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -242,6 +243,17 @@ class Autotuned(Generic[P, R]):
         names = self._config_names(kwargs)
         given = {k: kwargs[k] for k in names if k in kwargs}
         return given or None
+
+    def _explicit_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], explicit: dict[str, Any]
+    ) -> tuple[Signature, dict[str, Any], Choice]:
+        """A call that passes config keywords (``explicit``): the call bound without them,
+        its other arguments, and the config it runs with (the default, with the keywords
+        given over it)."""
+        rest = {k: v for k, v in kwargs.items() if k not in explicit}
+        sig = self.bind(args, rest)
+        _, default = self.space_and_default(sig)
+        return sig, rest, Choice(config={**default, **explicit}, source="explicit", key=sig.key)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         # Only for kernels with static arguments or config keywords known at trace time
@@ -253,10 +265,7 @@ class Autotuned(Generic[P, R]):
             return self._inside(*args, **kwargs)
         explicit = self._explicit(kwargs) if kwargs else None
         if explicit is not None:
-            rest = {k: v for k, v in kwargs.items() if k not in explicit}
-            sig = self.bind(args, rest)
-            _, default = self.space_and_default(sig)
-            choice = Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+            sig, rest, choice = self._explicit_call(args, kwargs, explicit)
             return self._jit_for(sig, choice)(*args, **rest)
         self.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
         out: R = self._eager.call(*args, **kwargs)
@@ -268,10 +277,7 @@ class Autotuned(Generic[P, R]):
         explicit = self._explicit(kwargs) if kwargs else None
         if explicit is None:
             return self._traced(args, kwargs)
-        rest = {k: v for k, v in kwargs.items() if k not in explicit}
-        sig = self.bind(args, rest)
-        _, default = self.space_and_default(sig)
-        choice = Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+        sig, rest, choice = self._explicit_call(args, kwargs, explicit)
         with jax.named_scope(self._marker(sig, choice)):
             return self.__wrapped__(*args, **rest, **choice.config)
 
@@ -280,7 +286,9 @@ class Autotuned(Generic[P, R]):
         sig = self.bind(args, kwargs)
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         differentiated = (
-            is_differentiated(leaves) or _sweep_task.differentiated_now() or under_differentiation()
+            is_differentiated(leaves)
+            or _kernel_sweep.differentiated_now()
+            or under_differentiation()
         )
         with differentiated_calls(differentiated):
             choice = self._choose(sig, sweep=True)
@@ -374,10 +382,7 @@ class Autotuned(Generic[P, R]):
         """
         explicit = self._explicit(kwargs)
         if explicit is not None:
-            rest = {k: v for k, v in kwargs.items() if k not in explicit}
-            sig = self.bind(args, rest)
-            _, default = self.space_and_default(sig)
-            return Choice(config={**default, **explicit}, source="explicit", key=sig.key)
+            return self._explicit_call(args, kwargs, explicit)[2]
         return self._choose(self.bind(args, kwargs), sweep=False)
 
     def space(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -396,7 +401,7 @@ class Autotuned(Generic[P, R]):
         """
         sig = self.bind(args, kwargs)
         space, default = self.space_and_default(sig)
-        entry = _sweep_task.run(self, sig, space, default, _lookup.device_kind())
+        entry = _kernel_sweep.run(self, sig, space, default, _lookup.device_kind())
         retrace_jitted_functions()
         return TuningResult.of(entry)
 
@@ -412,10 +417,10 @@ class Autotuned(Generic[P, R]):
         reports), or ``None`` when the decorator gave none."""
         return _profile_hook.cost_hint(self, self.bind(args, kwargs))
 
-    def recorded_call(self, mark: Any) -> dict[str, Any]:
+    def recorded_call(self, mark: Mark) -> dict[str, Any]:
         """The recorded call behind a marker of this kernel's (what ``jaxtune tune
         --from-profile`` replays), for a profile's sidecar."""
-        return _profile_hook.recorded_call(mark)
+        return _record.frame_for_mark(self, mark)
 
     def tuned_speedup(self, key: str, config: Mapping[str, Any], device_kind: str) -> float | None:
         """The speedup over the default that the user cache measured for ``key`` on

@@ -34,7 +34,7 @@ from .._core.errors import JaxtuneWarning, MissError, TuningFailedError, warn_on
 from .._core.errors import warn as _warn
 from .._core.vocabulary import Choice, Entry, Measurement, Source, config_id
 from .._distributed import agree as _agree
-from . import sweep_task as _sweep_task
+from . import kernel_sweep as _kernel_sweep
 from .digest import KernelCode
 from .result import active_scopes
 from .signature import Signature
@@ -423,7 +423,7 @@ class Misses:
         _warn(text, JaxtuneWarning, stacklevel=6)
 
 
-class Tunable(_sweep_task.Sweepable, Protocol):
+class Tunable(_kernel_sweep.Sweepable, Protocol):
     """What the lookup order asks of a kernel: its sweeps' options (the base protocol),
     whether it may borrow the nearest shape's config, its miss warnings, and its pruned
     space and default per call."""
@@ -493,7 +493,7 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
         if use_caches and not retuning:
             found = cached_entry(kernel.kernel_id, kind, sig.key, fit)
             if found is not None and not (
-                sweeping and _sweep_task.wrong_pass(kernel.timing, found[0])
+                sweeping and _kernel_sweep.wrong_pass(kernel.timing, found[0])
             ):
                 entry, source = found
                 return Choice(
@@ -506,7 +506,7 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
         # 4. Sweep (tune and retune mode).
         if sweeping:
             try:
-                entry = _sweep_task.run(kernel, sig, space, default, kind, measure=measure)
+                entry = _kernel_sweep.run(kernel, sig, space, default, kind, measure=measure)
             except TuningFailedError as e:
                 # Names the user's line; without one, the frame: the order <- choose <-
                 # the kernel's lookup <- its trace <- the call.
@@ -544,7 +544,7 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
         agreed = _agree.decided(kernel.kernel_id, kernel.version, sig.key, kind)
         return agreed or rest(None)
     runner = default_runner()
-    if _agree.store() is None:  # one process: nothing to agree on
+    if _agree.key_value() is None:  # one process: nothing to agree on
         return rest(runner.sweep)
     question = _agree.Question(
         kernel=kernel.kernel_id,
@@ -552,7 +552,7 @@ def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
         version=kernel.version,
         device_kind=kind,
         decide=rest,
-        task=lambda: _sweep_task.task(kernel, sig, space, default),
+        task=lambda: _kernel_sweep.task(kernel, sig, space, default),
         sharing=SweepSharing(runner),
     )
     return _agree.agree(question)
@@ -565,7 +565,7 @@ def current_entry(kernel: Tunable, sig: Signature) -> Entry | None:
     space, default = kernel.space_and_default(sig)
     fit = Fit(kernel.kernel_id, kernel.version, [*space, default], code=kernel.code)
     found = cached_entry(kernel.kernel_id, device_kind(), sig.key, fit)
-    if found is None or _sweep_task.wrong_pass(kernel.timing, found[0]):
+    if found is None or _kernel_sweep.wrong_pass(kernel.timing, found[0]):
         return None
     return found[0]
 
@@ -580,7 +580,13 @@ def _toolchain_text(recorded: Mapping[str, str | None]) -> str:
     return "tuned with another toolchain (" + "; ".join(changed) + ")"
 
 
-def staleness(kernel: Any, sig: Any, choice: Choice, space: Sequence[Any], default: Any) -> str:
+def staleness(
+    kernel: Tunable,
+    sig: Signature,
+    choice: Choice,
+    space: Sequence[Mapping[str, Any]],
+    default: Mapping[str, Any],
+) -> str:
     """Why the entry behind a call's config, or the entry its lookup passed over, is stale:
     ``"code changed"``, ``"tuned with another toolchain (...)"``, ``"N new configs in the
     space since it was tuned"``, ``"config keys renamed"``, ``"config outside the space"``; ``""`` when the call used a current entry or no entry exists (a plain miss)."""
@@ -615,7 +621,7 @@ _MSG_BUCKET = (
 )
 
 
-def within_bucket(kernel: Any, sig: Any, choice: Choice) -> Choice:
+def within_bucket(kernel: Tunable, sig: Signature, choice: Choice) -> Choice:
     """``choice``, made for the bucket ``sig`` stands for, made safe for the call itself
     (``sig.actual``): a config of the actual shape's pruned space (or its default), never
     one its ``prune`` rejects. A stored config that is not becomes the fastest config the

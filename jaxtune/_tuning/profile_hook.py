@@ -2,10 +2,12 @@
 
 Each call of a kernel runs under a marker (:func:`mark_call`) that names the kernel in the
 program and maps back, in this process, to the call: its key, config and abstract
-arguments, with the kernel as the mark's ``owner``. A capture (``jaxtune._profiling``) reads
-the markers from its trace and asks the owner for the call's ``flops``/``bytes`` hints
+arguments, with the kernel as the mark's ``autotuned``. A capture (``jaxtune._profiling``)
+reads the markers from its trace and asks that kernel, through
+:class:`~jaxtune._program.markers.MarkedKernel`, for the call's ``flops``/``bytes`` hints
 (:func:`cost_hint`), the recorded call that ``jaxtune tune --from-profile`` replays
-(:func:`recorded_call`), and the speedup its config was tuned for (:func:`tuned_speedup`).
+(:func:`jaxtune._tuning.record.frame_for_mark`), and the speedup its config was tuned for
+(:func:`tuned_speedup`).
 """
 
 from __future__ import annotations
@@ -16,17 +18,16 @@ from typing import Any, Protocol
 from .._core.errors import CacheError
 from .._core.vocabulary import Choice
 from .._program import markers as _markers
-from . import record as _record
 from .signature import Signature
 from .store import cache as _cache
 
-__all__ = ["Profiled", "cost_hint", "mark_call", "recorded_call", "tuned_speedup"]
+__all__ = ["Profiled", "cost_hint", "mark_call", "tuned_speedup"]
 
 
-class Profiled(Protocol):
-    """What a profile asks of a kernel: its id and version, and its cost hints."""
+class Profiled(_markers.MarkedKernel, Protocol):
+    """What a profile asks of a kernel: what it asks through a mark, its version, and its
+    cost hints."""
 
-    kernel_id: str
     version: str
     flops: float | Callable[..., float] | None
     bytes: float | Callable[..., float] | None
@@ -45,7 +46,7 @@ def mark_call(
             source=choice.source,
             args=args,
             kwargs=kwargs,
-            owner=kernel,
+            autotuned=kernel,
             differentiated=differentiated,
         )
     )
@@ -62,12 +63,6 @@ def cost_hint(kernel: Profiled, sig: Signature) -> dict[str, float] | None:
         if hint is not None:
             out[label] = float(hint(*a, **k) if callable(hint) else hint)
     return out
-
-
-def recorded_call(mark: Any) -> dict[str, Any]:
-    """The recorded call behind a marker (what ``jaxtune tune --from-profile`` replays),
-    for a profile's sidecar."""
-    return _record.frame_for_mark(mark)
 
 
 def tuned_speedup(

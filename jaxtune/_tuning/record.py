@@ -20,13 +20,25 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 from .._core import settings as _settings
 from .._core.errors import JaxtuneError
+from .._core.vocabulary import Choice
+from .._program.markers import Mark
+from .lookup import Tunable
+from .signature import Signature
+from .sweep.work import SweepTask
 
-__all__ = ["call_frame", "finding_kernels", "frame_for_mark", "note", "observing_calls"]
+__all__ = [
+    "Recordable",
+    "call_frame",
+    "finding_kernels",
+    "frame_for_mark",
+    "note",
+    "observing_calls",
+]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 #: JAX's phases from a Python function to an executable: each reports its start (a scalar
@@ -75,6 +87,34 @@ def finding_kernels() -> Iterator[None]:
         _FINDING.reset(token)
 
 
+class Recordable(Tunable, Protocol):
+    """What a recording asks of a kernel: what the lookup asks, a call's arguments bound,
+    the config a call would use, and the sweep that would tune it."""
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature:
+        """The call's arguments split into arrays and static values, with its key."""
+        ...
+
+    def config_for(self, *args: Any, **kwargs: Any) -> Choice:
+        """The config a call with these arguments would use; never sweeps."""
+        ...
+
+    def sweep_timing(self) -> str:
+        """The pass a sweep started now would time."""
+        ...
+
+    def sweep_task(
+        self,
+        sig: Signature,
+        space: list[dict[str, Any]],
+        default: dict[str, Any],
+        *,
+        differentiated: bool = False,
+    ) -> SweepTask:
+        """The sweep of this kernel for a bound call, over ``space``."""
+        ...
+
+
 class _Recorder:
     def __init__(self, path: str, stop: bool, settle_s: float) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -82,7 +122,7 @@ class _Recorder:
         if stop:
             _Settle(self.fd, settle_s).start()
 
-    def record(self, kernel: Any, sig: Any, choice: Any) -> None:
+    def record(self, kernel: Recordable, sig: Signature, choice: Choice) -> None:
         # A call seen again differentiated is recorded again: its sweep times the backward
         # too (jax.grad(jax.jit(f)) traces f before it is differentiated).
         if _SETTLE:
@@ -176,7 +216,7 @@ class _Settle:
 
 
 def call_frame(
-    kernel: Any, sig: Any, choice: Any, *, differentiated: bool = False
+    kernel: Recordable, sig: Signature, choice: Choice, *, differentiated: bool = False
 ) -> dict[str, Any]:
     """One recorded call: kernel id, key, shapes, where its config came from, why the entry
     it had is stale (``stale``, empty when fresh or none), the kernel's code digest, and
@@ -213,19 +253,17 @@ def call_frame(
     return frame
 
 
-def frame_for_mark(mark: Any) -> dict[str, Any]:
-    """The :func:`call_frame` of the call behind a marker (``jaxtune._program.markers.Mark``), so a
-    profile can say how to tune each autotuned call it saw."""
-    from .._core.vocabulary import Choice
-
-    sig = mark.owner.bind(mark.args, mark.kwargs)
+def frame_for_mark(kernel: Recordable, mark: Mark) -> dict[str, Any]:
+    """The :func:`call_frame` of the call of ``kernel`` behind a marker, so a profile can
+    say how to tune each autotuned call it saw."""
+    sig = kernel.bind(mark.args, mark.kwargs)
     # The entry behind the config, so the frame names the pass it timed (the report's
     # autotuned table shows it); the lookup never sweeps, and a failed one only loses
     # that label.
     entry = None
     if mark.source not in ("default", "explicit"):
         try:
-            found = mark.owner.config_for(*mark.args, **mark.kwargs)
+            found = kernel.config_for(*mark.args, **mark.kwargs)
         except (JaxtuneError, OSError):  # a cache that cannot say (any other is a bug)
             found = None
         if found is not None and dict(found.config) == dict(mark.config):
@@ -233,7 +271,7 @@ def frame_for_mark(mark: Any) -> dict[str, Any]:
     choice = Choice(config=mark.config, source=mark.source, key=mark.key, entry=entry)
     # A call traced under jax.grad/jax.vjp runs its backward pass too: timing="auto" times
     # forward and backward, as a sweep in that program would.
-    return call_frame(mark.owner, sig, choice, differentiated=mark.differentiated)
+    return call_frame(kernel, sig, choice, differentiated=mark.differentiated)
 
 
 def _recorder(settings: _settings.Settings) -> _Recorder | None:
@@ -248,7 +286,7 @@ def _recorder(settings: _settings.Settings) -> _Recorder | None:
         return recorder
 
 
-def note(kernel: Any, sig: Any, choice: Any) -> None:
+def note(kernel: Recordable, sig: Signature, choice: Choice) -> None:
     """Called for every config chosen for a call: records it, and reports it once."""
     observed = _OBSERVED.get()
     if observed is not None and kernel.kernel_id not in observed:

@@ -16,7 +16,7 @@ from typing import Any
 from .._core.vocabulary import config_id
 from .._render import configs as _configs
 from .._render import page, units
-from .decision import decision_text
+from .explain import decision_text
 
 __all__ = ["STAGES", "knobs", "stage", "sweep_html"]
 

@@ -2,7 +2,7 @@
 scopes in force, and the text table of entries.
 
 Its entries and their measurements are :mod:`jaxtune._core.vocabulary`'s values; the file is
-:mod:`.store.results`'s layout, written through :mod:`jaxtune._core.codec` (msgpack only:
+:mod:`.store.result_files`'s layout, written through :mod:`jaxtune._core.codec` (msgpack only:
 loading never runs code).
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 from .._core.codec import atomic_write, read_bounded
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, EntryId
-from .store import results as results_file
-from .store.results import records
+from .store import result_files as results_file
+from .store.result_files import records
 
 __all__ = [
     "TuningResult",
@@ -202,7 +202,7 @@ def format_table(
     if not entries:
         return "(no tuned entries)"
     from .._render import text, units
-    from .decision import decision_text
+    from .explain import decision_text
 
     ordered = sorted(entries, key=lambda e: (e.kernel, e.device_kind, e.key))
     unit, fmt = units.time_column(

@@ -10,11 +10,11 @@ from .._core.errors import JaxtuneWarning
 from .._core.errors import warn as _warn
 from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
-from .autotuned import retrace_jitted_functions
+from .autotuned import Autotuned, retrace_jitted_functions
+from .kernel_sweep import differentiated_calls
 from .record import finding_kernels
 from .result import TuningResult
 from .sweep.runner import prestart_child
-from .sweep_task import differentiated_calls
 
 if TYPE_CHECKING:
     import jax
@@ -86,12 +86,15 @@ def tune(
         )
     retune = retune or _settings.settings().mode == "retune"
     for pair, mark in marks.items():
+        kernel = mark.autotuned
+        if not isinstance(kernel, Autotuned):  # a mark this process did not make
+            continue
         with differentiated_calls(differentiated[pair]):
-            current = None if retune else mark.owner.current_entry(*mark.args, **mark.kwargs)
+            current = None if retune else kernel.current_entry(*mark.args, **mark.kwargs)
             if current is not None:
                 result = result | TuningResult.of(current)
             else:
-                result = result | mark.owner.tune(*mark.args, **mark.kwargs)
+                result = result | kernel.tune(*mark.args, **mark.kwargs)
     untuned = tuple(s for s in sites if s.kind == "pallas" and s.inside is None)
     if untuned:
         names = ", ".join(sorted({s.name for s in untuned}))

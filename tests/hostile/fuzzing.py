@@ -27,7 +27,7 @@ from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning.result import TuningResult
 from jaxtune._tuning.store.cache import CacheStore
 from jaxtune._tuning.store.layout import CACHE_SCHEMA
-from jaxtune._tuning.store.results import SCHEMA_VERSION
+from jaxtune._tuning.store.result_files import SCHEMA_VERSION
 
 COUNTS: collections.Counter[str] = collections.Counter()
 

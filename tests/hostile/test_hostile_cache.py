@@ -26,7 +26,7 @@ from jaxtune._core.vocabulary import Entry
 from jaxtune._tuning.result import TuningResult
 from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.store.layout import CACHE_SCHEMA
-from jaxtune._tuning.store.results import SCHEMA_VERSION
+from jaxtune._tuning.store.result_files import SCHEMA_VERSION
 
 
 def entry(key="f32[8]", kernel="k", kind="cpu", **kw):

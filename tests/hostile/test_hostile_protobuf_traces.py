@@ -17,6 +17,7 @@ from jaxtune._core.vocabulary import CaptureInfo
 from jaxtune._core.xspace import xplane
 from jaxtune._profiling import hlo
 from jaxtune._profiling import report as _report
+from jaxtune._profiling import sidecar as _sidecar
 
 TPU_BYTES = ProfileData.text_proto_to_serialized_xspace(TPU_TRACE)
 
@@ -153,8 +154,8 @@ def test_a_fault_inside_the_analysis_is_not_a_damaged_trace(
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(TPU_BYTES)
     if sidecar:  # a capture's sidecar: the report retries without it, then gives up
-        _report._remember(tmp_path, CaptureInfo(platform="tpu"), 2)
-        assert (tmp_path / _report.INFO_FILE).is_file()
+        _sidecar.remember(tmp_path, CaptureInfo(platform="tpu"), 2)
+        assert (tmp_path / _sidecar.INFO_FILE).is_file()
     name, kind, message = FAULTS[stage]
     fault = kind(message)
     monkeypatch.setattr(_report, name, _raises(fault))
@@ -181,7 +182,7 @@ def test_a_damaged_line_with_a_sidecar_is_still_a_damaged_trace(tmp_path):
     data = _plane_with_line(_len(2, b"XLA Ops") + _len(4, b"\x08\x01\x10"))
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(data)
-    _report._remember(tmp_path, CaptureInfo(platform="tpu"), 2)
+    _sidecar.remember(tmp_path, CaptureInfo(platform="tpu"), 2)
     with pytest.raises(jaxtune.ProfileError, match=r"damaged XSpace trace .*; capture it again\.$"):
         jaxtune.Profile.from_trace(path)
 

@@ -118,7 +118,7 @@ class CacheStore:
 
     Nothing in the directory is trusted: files are opened without following symlinks, only
     regular files of at most :data:`~jaxtune._core.codec.MAX_FILE_BYTES` are read, every entry is
-    checked against :mod:`jaxtune._core.schema` when first used, and a malformed entry is skipped with
+    checked against :mod:`jaxtune._core.entry_schema` when first used, and a malformed entry is skipped with
     one warning.
     """
 

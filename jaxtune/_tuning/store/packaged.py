@@ -20,7 +20,7 @@ from ..._core.errors import CacheError, JaxtuneWarning
 from ..._core.errors import warn as _warn
 from ..._core.vocabulary import Entry
 from .layout import Ident, newest
-from .results import records
+from .result_files import records
 
 __all__ = ["PackagedFile", "ignored"]
 

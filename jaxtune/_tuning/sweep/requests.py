@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 from ..._core.errors import SweepError
 from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._isolation.calling import call_request
 from ..._isolation.frames import Done, FrameError, Request
-from ..._isolation.requests import call_request
 from .work import SweepPlan, SweepTask
 
 __all__ = [

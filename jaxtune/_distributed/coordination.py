@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 __all__ = [
-    "CoordinationStore",
-    "Store",
-    "StoreLostError",
-    "StoreTimeoutError",
+    "CoordinationKeyValue",
+    "KeyValue",
+    "KeyValueLostError",
+    "KeyValueTimeoutError",
     "agreement_key",
     "current",
 ]
@@ -25,20 +25,20 @@ __all__ = [
 PREFIX = "jaxtune/v1"
 
 
-class StoreTimeoutError(Exception):
+class KeyValueTimeoutError(Exception):
     """Nothing was published under the key in time."""
 
 
-class StoreLostError(Exception):
-    """The store stopped answering (the process that hosts it died)."""
+class KeyValueLostError(Exception):
+    """The key-value store stopped answering (the process that hosts it died)."""
 
 
-class Store(Protocol):
+class KeyValue(Protocol):
     """A create-only key-value store shared by every process of a job."""
 
     process_id: int
     process_count: int
-    #: Identifies the job (the same for every handle on one store), for per-job memos.
+    #: Identifies the job (the same for every handle on one key-value store), for per-job memos.
     job: Any
 
     def publish(self, key: str, value: bytes) -> bool:
@@ -49,8 +49,8 @@ class Store(Protocol):
         """The value under ``key``, waiting up to ``timeout_s`` for it to appear.
 
         Raises:
-            StoreTimeoutError: nothing was published in time.
-            StoreLostError: the store is gone.
+            KeyValueTimeoutError: nothing was published in time.
+            KeyValueLostError: the key-value store is gone.
         """
         ...
 
@@ -58,14 +58,14 @@ class Store(Protocol):
 def agreement_key(
     kernel: str, version: str, key: str, device_kind: str, toolchain: Mapping[str, Any], round: int
 ) -> str:
-    """The store key of one decision: a sha256 of everything that must match, never
+    """The key of one decision: a sha256 of everything that must match, never
     Python's salted ``hash()``, so every process derives the same key."""
     parts = [kernel, version, key, device_kind, repr(sorted(toolchain.items())), str(round)]
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
     return f"{PREFIX}/{digest}"
 
 
-class CoordinationStore:
+class CoordinationKeyValue:
     """The key-value store of the coordination service behind ``jax.distributed``."""
 
     def __init__(self, client: Any, process_id: int, process_count: int) -> None:
@@ -80,7 +80,7 @@ class CoordinationStore:
         except RuntimeError as e:  # the client's (jax.errors.JaxRuntimeError); others are bugs
             if "ALREADY_EXISTS" in str(e):
                 return False
-            raise StoreLostError(_first_line(e)) from e
+            raise KeyValueLostError(_first_line(e)) from e
         return True
 
     def wait(self, key: str, timeout_s: float) -> bytes:
@@ -90,8 +90,8 @@ class CoordinationStore:
             )
         except RuntimeError as e:  # the client's (jax.errors.JaxRuntimeError); others are bugs
             if "DEADLINE_EXCEEDED" in str(e):
-                raise StoreTimeoutError(_first_line(e)) from e
-            raise StoreLostError(_first_line(e)) from e
+                raise KeyValueTimeoutError(_first_line(e)) from e
+            raise KeyValueLostError(_first_line(e)) from e
         return value
 
 
@@ -99,8 +99,8 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
-def current() -> Store | None:
-    """The coordination store when ``jax.distributed`` is initialised with more than one
+def current() -> KeyValue | None:
+    """The coordination service's key-value store when ``jax.distributed`` is initialised with more than one
     process, else ``None``. Never starts a backend."""
     try:
         from jax._src import distributed
@@ -111,4 +111,4 @@ def current() -> Store | None:
     count = getattr(state, "num_processes", None) or 1
     if client is None or count <= 1:
         return None
-    return CoordinationStore(client, int(getattr(state, "process_id", 0) or 0), int(count))
+    return CoordinationKeyValue(client, int(getattr(state, "process_id", 0) or 0), int(count))

@@ -1,0 +1,481 @@
+"""Frozen dataclasses to msgpack-ready values and back, read from their annotations.
+
+:func:`encode` turns a dataclass into a map of its fields (nested dataclasses as maps,
+tuples as lists, enums as their values) and :func:`decode` reads such a map back as the
+type it is asked for, checking every field against its annotation: ``int`` (never a
+``bool``), ``float`` (an ``int`` too), ``str``, ``bool``, ``bytes``, ``None``, enums (by
+value), ``Literal[...]``, ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``, ``Sequence[X]``
+(read as a tuple), ``Mapping[K, V]`` / ``dict[K, V]``, unions (``X | None``; a union of
+dataclasses takes the first that reads), nested dataclasses, ``TypedDict`` maps (read as
+plain dicts), and ``Any`` (taken as it is: config values, encoded arguments). A missing
+field takes its default; a field without one, or a value of the wrong type, raises
+:class:`MismatchError` naming the field by its path. Keys a map holds beyond the fields are
+ignored (a newer writer may add some). Nothing is built but the dataclass asked for and the
+types its annotations name, so a hostile map runs no code.
+
+Each class's reader and writer are built once, from its annotations, and cached.
+
+Examples:
+    >>> @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+    ... class Point:
+    ...     x: int
+    ...     tags: tuple[str, ...] = ()
+    >>> encode(Point(x=1, tags=("a",)))
+    {'x': 1, 'tags': ['a']}
+    >>> decode(Point, {"x": 1})
+    Point(x=1, tags=())
+    >>> decode(Point, {"x": "1"})
+    Traceback (most recent call last):
+    ...
+    jaxtune._core.typed.MismatchError: Point.x: expected int, got str '1'
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import enum
+import functools
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+__all__ = ["MismatchError", "decode", "encode"]
+
+T = TypeVar("T")
+_Read = Callable[[Any], Any]
+_Write = Callable[[Any], Any]
+
+
+class MismatchError(ValueError):
+    """A value that is not of the type it is read as (the message names the field)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        #: Where the value sits, innermost last (``.thread``, ``[2]``), gathered on the
+        #: way out so that a value read without fault builds no path.
+        self.path: list[str] = []
+
+    def at(self, step: str) -> MismatchError:
+        """This error, one step further out (``step`` goes before the path so far)."""
+        self.path.insert(0, step)
+        return self
+
+    def __str__(self) -> str:
+        path = "".join(self.path).lstrip(".")
+        return f"{path}: {self.detail}" if path else self.detail
+
+
+def encode(value: Any) -> Any:
+    """``value`` (a dataclass instance) as msgpack-ready values: see the module's doc."""
+    return _writer(type(value))(value)  # type: ignore[arg-type]
+
+
+@typing.overload
+def decode(kind: type[T], raw: Any, where: str | None = None) -> T: ...
+@typing.overload
+def decode(kind: Any, raw: Any, where: str | None = None) -> Any: ...
+def decode(kind: Any, raw: Any, where: str | None = None) -> Any:
+    """``raw`` read as ``kind`` (a dataclass, or any annotation the module's doc lists);
+    ``where`` names it in an error (default: the type's name; ``""``: its fields alone).
+
+    Raises:
+        MismatchError: ``raw`` does not have the shape ``kind``'s annotations say.
+    """
+    try:
+        return _reader(kind)(raw)
+    except MismatchError as e:
+        raise e.at(str(getattr(kind, "__name__", kind)) if where is None else where) from None
+
+
+def _fail(expected: str, raw: Any) -> typing.NoReturn:
+    raise MismatchError(f"expected {expected}, got {type(raw).__name__} {raw!r:.60}")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fields(cls: type) -> list[tuple[str, Any, bool]]:
+    """(name, annotation, has a default) of each of the dataclass's init fields."""
+    hints = _hints(cls)
+    return [
+        (
+            f.name,
+            hints[f.name],
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+        if f.init
+    ]
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@functools.cache
+def _writer(tp: Any) -> _Write:
+    """How a value of annotation ``tp`` is written (built once per annotation)."""
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _dataclass_writer(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return _enum_value
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _is_union(tp):
+        return _union_writer(args)
+    if origin in (tuple, list, collections.abc.Sequence):
+        items = [_writer(a) for a in args if a is not Ellipsis]
+        if not items or all(w is _same for w in items):
+            return list
+        if len(items) == 1:
+            one = items[0]
+            return lambda value: [one(v) for v in value]
+        return lambda value: [w(v) for w, v in zip(items, value, strict=True)]
+    if origin in (dict, collections.abc.Mapping):
+        item = _writer(args[1]) if args else _same
+        if item is _same:
+            return dict
+        return lambda value: {k: item(v) for k, v in value.items()}
+    return _same
+
+
+def _enum_value(value: enum.Enum) -> Any:
+    return value.value
+
+
+def _dataclass_writer(cls: type) -> _Write:
+    fields = [(name, _writer(tp)) for name, tp, _ in _fields(cls)]
+
+    def write(value: Any) -> dict[str, Any]:
+        return {name: w(getattr(value, name)) for name, w in fields}
+
+    return write
+
+
+def _union_writer(args: tuple[Any, ...]) -> _Write:
+    writers = {a: _writer(a) for a in args if a is not type(None)}
+    if all(w is _same for w in writers.values()):
+        return _same
+    if len(writers) == 1:
+        (only,) = writers.values()
+        return lambda value: None if value is None else only(value)
+
+    def write(value: Any) -> Any:
+        w = writers.get(type(value))
+        if w is None:  # a subclass, or a parameterised annotation (list[int])
+            w = next((w for a, w in writers.items() if _is_instance(value, a)), _same)
+        return None if value is None else w(value)
+
+    return write
+
+
+def _is_instance(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp) or tp
+    return isinstance(origin, type) and isinstance(value, origin)
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _any(raw: Any) -> Any:
+    return raw
+
+
+_MISSING = object()
+_NAMES = {int: "int", float: "float", str: "str", bool: "bool", bytes: "bytes"}
+
+
+@functools.cache
+def _reader(tp: Any) -> _Read:
+    """How a value of annotation ``tp`` is read (built once per annotation)."""
+    if tp is Any or tp is object:
+        return _any
+    if tp is None or tp is type(None):
+        return _none
+    if tp in _NAMES:
+        return _scalar_reader(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _dataclass_reader(tp)
+    if typing.is_typeddict(tp):
+        return _typeddict_reader(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return _enum_reader(tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _is_union(tp):
+        return _union_reader(args)
+    if origin is typing.Literal:
+        return _literal_reader(args)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _sequence_reader(_reader(args[0]), tuple, _exact(args[0])[0])
+    if origin is tuple:
+        return _fixed_reader([_reader(a) for a in args])
+    if origin in (list, collections.abc.Sequence):
+        make = list if origin is list else tuple
+        item = args[0] if args else Any
+        return _sequence_reader(_reader(item), make, _exact(item)[0])
+    if origin in (dict, collections.abc.Mapping):
+        key, item = args or (Any, Any)
+        return _mapping_reader(_reader(key), _reader(item), _exact(key), _exact(item))
+    raise TypeError(f"jaxtune's typed codec cannot read {tp!r}")  # a programming error
+
+
+#: The types a value is checked against by ``type(value) is ...`` alone, in line.
+_EXACT = (str, int, bool, bytes)
+
+
+def _exact(tp: Any) -> tuple[type | None, bool]:
+    """The type of ``_EXACT`` that ``tp`` is, or that ``tp`` is with ``None`` (and whether
+    ``None`` may stand for it); ``(None, False)`` for any other annotation."""
+    if tp in _EXACT:
+        return tp, False
+    args = typing.get_args(tp) if _is_union(tp) else ()
+    if len(args) == 2 and type(None) in args:
+        (other,) = (a for a in args if a is not type(None))
+        if other in _EXACT:
+            return other, True
+    return None, False
+
+
+def _none(raw: Any) -> None:
+    if raw is not None:
+        _fail("nothing (None)", raw)
+
+
+def _scalar_reader(kind: type) -> _Read:
+    name = _NAMES[kind]
+    if kind is float:
+
+        def read_float(raw: Any) -> float:
+            if type(raw) is float:
+                return raw
+            if type(raw) is int:
+                return float(raw)
+            _fail(name, raw)
+
+        return read_float
+
+    def read(raw: Any) -> Any:
+        if type(raw) is kind:  # exact: a bool is no int here
+            return raw
+        _fail(name, raw)
+
+    return read
+
+
+def _enum_reader(kind: type[enum.Enum]) -> _Read:
+    def read(raw: Any) -> enum.Enum:
+        try:
+            return kind(raw)
+        except (ValueError, TypeError):
+            _fail(f"one of {[m.value for m in kind]}", raw)
+
+    return read
+
+
+def _literal_reader(values: tuple[Any, ...]) -> _Read:
+    def read(raw: Any) -> Any:
+        for v in values:  # by type too: True is not 1
+            if raw == v and type(raw) is type(v):
+                return raw
+        _fail(f"one of {list(values)}", raw)
+
+    return read
+
+
+def _union_reader(args: tuple[Any, ...]) -> _Read:
+    optional = type(None) in args
+    readers = [(_reader(a), _name(a), _required(a)) for a in args if a is not type(None)]
+    if len(readers) == 1:
+        ((only, _, _),) = readers
+
+        def read_optional(raw: Any) -> Any:
+            return None if raw is None else only(raw)
+
+        return read_optional
+
+    def read(raw: Any) -> Any:
+        if raw is None and optional:
+            return None
+        errors = []
+        for r, name, required in readers:
+            if required and _is_map(raw) and not required <= raw.keys():
+                errors.append(f"as {name}: no {', '.join(sorted(required - raw.keys()))}")
+                continue  # a dataclass the map cannot be: spare the attempt
+            try:
+                return r(raw)
+            except MismatchError as e:
+                errors.append(f"as {name}: {e}")
+        raise MismatchError("; ".join(errors))
+
+    return read
+
+
+def _required(tp: Any) -> frozenset[str]:
+    """The fields a dataclass cannot do without (none for another type)."""
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return frozenset(name for name, _, has_default in _fields(tp) if not has_default)
+    return frozenset()
+
+
+def _name(tp: Any) -> str:
+    return str(getattr(tp, "__name__", tp))
+
+
+def _is_sequence(raw: Any) -> bool:
+    return type(raw) in (list, tuple)  # what msgpack reads back; never a str or a map
+
+
+def _sequence_reader(item: _Read, make: type, exact: type | None = None) -> _Read:
+    def read(raw: Any) -> Any:
+        if not _is_sequence(raw):
+            _fail("a list", raw)
+        if item is _any or (exact is not None and all(type(v) is exact for v in raw)):
+            return make(raw)
+        try:
+            return make([item(v) for v in raw])
+        except MismatchError as e:
+            raise e.at(f"[{_failing(item, raw)}]") from None
+
+    return read
+
+
+def _failing(item: _Read, values: Any) -> int:
+    """The index of the first of ``values`` that ``item`` refuses."""
+    for i, v in enumerate(values):
+        try:
+            item(v)
+        except MismatchError:
+            return i
+    return -1
+
+
+def _fixed_reader(items: list[_Read]) -> _Read:
+    def read(raw: Any) -> tuple[Any, ...]:
+        if not _is_sequence(raw) or len(raw) != len(items):
+            _fail(f"a list of {len(items)}", raw)
+        for i, (r, v) in enumerate(zip(items, raw, strict=True)):
+            try:
+                r(v)
+            except MismatchError as e:
+                raise e.at(f"[{i}]") from None
+        return tuple(r(v) for r, v in zip(items, raw, strict=True))
+
+    return read
+
+
+def _is_map(raw: Any) -> bool:
+    return type(raw) is dict or isinstance(raw, Mapping)  # the ABC check is slow
+
+
+def _mapping_reader(
+    key: _Read,
+    item: _Read,
+    key_exact: tuple[type | None, bool] = (None, False),
+    item_exact: tuple[type | None, bool] = (None, False),
+) -> _Read:
+    kx, vx, v_none = key_exact[0], item_exact[0], item_exact[1]
+
+    def quick(raw: Any) -> bool:
+        """Whether every key and value passes by its type alone."""
+        if key is not _any and (kx is None or not all(type(k) is kx for k in raw)):
+            return False
+        if item is _any:
+            return True
+        if vx is None:
+            return False
+        return all(type(v) is vx or (v_none and v is None) for v in raw.values())
+
+    def read(raw: Any) -> dict[Any, Any]:
+        if not _is_map(raw):
+            _fail("a map", raw)
+        if quick(raw):
+            return dict(raw)
+        try:
+            return {key(k): item(v) for k, v in raw.items()}
+        except MismatchError as e:
+            raise e.at(f"[{_failing_key(key, item, raw)!r:.40}]") from None
+
+    return read
+
+
+def _failing_key(key: _Read, item: _Read, raw: Mapping[Any, Any]) -> Any:
+    """The first key of ``raw`` that ``key`` refuses, or whose value ``item`` refuses."""
+    for k, v in raw.items():
+        try:
+            key(k), item(v)
+        except MismatchError:
+            return k
+    return None
+
+
+def _dataclass_reader(cls: type) -> _Read:
+    # A field of an exact type (str, int...) is checked in line: most fields are.
+    fields = [
+        (name, _reader(tp), has_default, *_exact(tp)) for name, tp, has_default in _fields(cls)
+    ]
+    expected = f"a {cls.__name__} (a map)"
+
+    def read(raw: Any) -> Any:
+        if not _is_map(raw):
+            _fail(expected, raw)
+        values = {}
+        for name, r, has_default, exact, nullable in fields:
+            value = raw.get(name, _MISSING)
+            if value is _MISSING:
+                if not has_default:
+                    raise MismatchError("missing").at(f".{name}")
+            elif type(value) is exact or (nullable and value is None):
+                values[name] = value
+            else:
+                try:
+                    values[name] = r(value)
+                except MismatchError as e:
+                    raise e.at(f".{name}") from None
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as e:  # what the class's own checks refuse
+            raise MismatchError(str(e)) from None
+
+    return read
+
+
+def _typeddict_reader(kind: Any) -> _Read:
+    """A map checked key by key against a ``TypedDict`` (its required keys must be there);
+    read as a plain ``dict`` of the keys it names."""
+    keys = []
+    for name, tp in typing.get_type_hints(kind, include_extras=True).items():
+        # Read from the annotation itself: Python 3.11 misses Required[...] written as a
+        # string (postponed annotations) when it works out __required_keys__.
+        required = name in kind.__required_keys__
+        if typing.get_origin(tp) in (typing.Required, typing.NotRequired):
+            required, tp = typing.get_origin(tp) is typing.Required, typing.get_args(tp)[0]
+        keys.append((name, _reader(tp), required))
+    expected = f"a {kind.__name__} (a map)"
+
+    def read(raw: Any) -> dict[str, Any]:
+        if not _is_map(raw):
+            _fail(expected, raw)
+        out = {}
+        for name, r, required in keys:
+            value = raw.get(name, _MISSING)
+            if value is _MISSING:
+                if required:
+                    raise MismatchError("missing").at(f".{name}")
+                continue
+            try:
+                out[name] = r(value)
+            except MismatchError as e:
+                raise e.at(f".{name}") from None
+        return out
+
+    return read

@@ -1,0 +1,156 @@
+"""A capture's sidecar: what the capture knew about the program it traced
+(:class:`~jaxtune._core.vocabulary.CaptureInfo`), kept beside its trace (:data:`INFO_FILE`)
+so that reading the same trace later (``jaxtune report DIR``) attributes it the same way.
+
+A sidecar is read back whole and checked before the analysis sees any of it: its fields by
+:meth:`CaptureInfo.from_dict`, their contents against :class:`_Contents` (a kernel
+record's ``name``, an ``hlo`` entry's pair, ...) by :mod:`jaxtune._core.typed`. A sidecar
+of the wrong shape (edited by hand, or written by another jaxtune) is a
+:class:`SidecarError` that names the value, and the report goes on without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Required, TypedDict
+
+from .._core import typed
+from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
+from .._core.vocabulary import CaptureInfo
+from .._core.xspace.tracefile import find_trace
+
+__all__ = ["INFO_FILE", "SidecarError", "read_sidecar", "recall", "remember"]
+
+#: Beside a trace that jaxtune captured: what the capture knew (HLO op names, costs, hints).
+INFO_FILE = "jaxtune-info.msgpack"
+
+
+class SidecarError(ValueError):
+    """A capture's sidecar (:data:`INFO_FILE`) holds a value of a kind the report does not
+    read (edited by hand, or written by another jaxtune). Raised where the sidecar is read,
+    before any analysis, so that a fault in the analysis is never blamed on it."""
+
+
+#: A cost estimate or flops/bytes hints: figures by name.
+_Figures = Mapping[str, float]
+#: A config as the analysis reads it (its values are checked by :func:`_is_plain`).
+_Config = Mapping[str, Any] | None
+
+
+class _Kernel(TypedDict, total=False):
+    name: Required[str]
+    scope: Required[Sequence[str]]
+    inside: str | None
+    source: str | None
+    call_site: str | None
+    per_step: int | None
+    io_bytes: int | None
+    cost_estimate: _Figures | None
+
+
+class _Ran(TypedDict, total=False):
+    config: _Config
+    speedup: float | None
+
+
+class _Call(TypedDict, total=False):
+    config: _Config
+
+
+class _Contents(TypedDict, total=False):
+    """What the analysis reads of a sidecar's fields, each value checked for its kind."""
+
+    iterations: int
+    kernels: Sequence[_Kernel]
+    hlo: Mapping[str, tuple[str, str | None]]
+    fusions: Mapping[str, Sequence[str]]
+    costs: Mapping[str, _Figures]
+    hints: Mapping[str, _Figures]
+    sources: Mapping[str, str]
+    autotuned: Mapping[str, int]
+    configs: Mapping[str, _Ran]
+    calls: Sequence[_Call]
+
+
+def remember(path: str | os.PathLike[str], info: CaptureInfo, iterations: int) -> None:
+    """Keeps ``info`` and the capture's iteration count in the trace folder ``path``
+    (never an error: a sidecar that cannot be written is a lost hint)."""
+    folder = pathlib.Path(path)
+    if folder.is_dir():
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            atomic_write(folder / INFO_FILE, packb({**info.to_dict(), "iterations": iterations}))
+
+
+def recall(path: str | os.PathLike[str], iterations: int) -> tuple[CaptureInfo, int, str | None]:
+    """What the capture of the trace at ``path`` knew (its :data:`INFO_FILE`): beside the
+    trace file or in a folder above it, so a capture's root, its ``step-N/`` and its
+    ``step-N/trace/`` all find the same one; and why a sidecar found is of no use (a
+    field of the wrong kind, :class:`SidecarError`), if it is not."""
+    for sidecar in _sidecars(path):
+        try:  # written by jaxtune, but a damaged one is only a lost hint
+            raw = unpackb(read_bounded(sidecar))
+        except (DecodeError, OSError):
+            return CaptureInfo(), iterations, None
+        try:
+            info, stored = read_sidecar(raw)
+        except SidecarError as e:
+            return CaptureInfo(), iterations, str(e)
+        return info, iterations or stored, None
+    return CaptureInfo(), iterations, None
+
+
+def read_sidecar(raw: Any) -> tuple[CaptureInfo, int]:
+    """The capture info and iteration count a decoded sidecar holds, each value the
+    analysis reads checked for its kind.
+
+    Raises:
+        SidecarError: a value of the wrong kind; the message names it.
+    """
+    try:
+        info = CaptureInfo.from_dict(raw)
+    except ValueError as e:  # the one error from_dict raises: a field of the wrong kind
+        raise SidecarError(str(e)) from e
+    stored = raw.get("iterations") or 0
+    try:
+        typed.decode(_Contents, {**info.to_dict(), "iterations": stored}, "")
+    except typed.MismatchError as e:
+        raise SidecarError(str(e)) from None
+    if stored < 0:
+        raise SidecarError(f"iterations: expected a count, got {stored}")
+    for where, config in _configs(info):
+        if config is not None and not all(_is_plain(v) for v in config.values()):
+            raise SidecarError(f"{where}: expected a config of plain values, got {config!r:.60}")
+    return info, stored
+
+
+def _configs(info: CaptureInfo) -> list[tuple[str, Any]]:
+    """Each config the sidecar holds, with where it sits."""
+    ran = [(f"configs[{name!r}].config", r.get("config")) for name, r in info.configs.items()]
+    return ran + [(f"calls[{i}].config", call.get("config")) for i, call in enumerate(info.calls)]
+
+
+def _is_plain(value: Any, depth: int = 0) -> bool:
+    """A value as JSON writes it: text, a number, a bool, ``None``, or a list of them."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    return (
+        depth < 8
+        and isinstance(value, list | tuple)
+        and all(_is_plain(v, depth + 1) for v in value)
+    )
+
+
+def _sidecars(path: str | os.PathLike[str]) -> list[pathlib.Path]:
+    """Where the capture of the trace at ``path`` kept what it knew, nearest first: the
+    folders from the trace file up to ``path`` and a few above it."""
+    here = pathlib.Path(path)
+    try:
+        start = find_trace(here).parent
+    except (OSError, ValueError):
+        start = here
+    folders = [start, *start.parents]
+    depth = folders.index(here) + 1 if here in folders else 1
+    return [f / INFO_FILE for f in folders[: depth + 5] if (f / INFO_FILE).is_file()]
