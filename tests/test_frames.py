@@ -37,6 +37,7 @@ from jaxtune._isolation.frames import (
 from jaxtune._isolation.wire import FrameReader, decode_value, write_frame
 from jaxtune._profiling.capture import CaptureFields
 from jaxtune._tuning.sweep import requests as _requests
+from jaxtune._tuning.sweep.work import Rounds
 
 
 def sweep_request() -> Request[_requests.SweepFields]:
@@ -72,10 +73,12 @@ def test_a_sweep_request_keeps_its_wire_layout_and_reads_back():
 
 def test_operations_carry_their_fields_and_a_lean_request_drops_the_call():
     request = sweep_request()
-    measure = _requests.Measure(todo=[{"mode": "ok"}], best_us=3.0, rounds=True).of(request)
+    measure = _requests.Measure(todo=[{"mode": "ok"}], best_us=3.0, rounds=Rounds.AT_ONCE).of(
+        request
+    )
     assert measure.op == "measure"
     assert _requests.read_request(measure.to_wire()).fields.work == _requests.Measure(
-        todo=[{"mode": "ok"}], best_us=3.0, rounds=True
+        todo=[{"mode": "ok"}], best_us=3.0, rounds=Rounds.AT_ONCE
     )
     retime = _requests.Retime(todo=[{"mode": "ok"}], serial=True).of(request)
     assert (retime.op, retime.to_wire()["serial"]) == ("retime", True)

@@ -12,6 +12,7 @@ from jaxtune._core.vocabulary import Measurement
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import requests as _requests
 from jaxtune._tuning.sweep.timing import TimingOptions
+from jaxtune._tuning.sweep.work import Rounds
 
 
 def kernel(x, *, n, tag):
@@ -44,10 +45,10 @@ def test_a_slow_kernels_whole_space_skips_the_first_pass(slow, fast_timing):
 
 
 def test_the_slow_rounds_request_travels():
-    request = _requests.Measure(todo=[{"n": 1}], rounds="slow")
+    request = _requests.Measure(todo=[{"n": 1}], rounds=Rounds.IF_SLOW)
     wire = request.of(_fake_request()).to_wire()
     assert _requests.read_request(wire).fields.work == request
-    assert wire["rounds"] == "slow"
+    assert wire["rounds"] == "if slow"
 
 
 def _fake_request():

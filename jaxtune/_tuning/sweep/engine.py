@@ -31,7 +31,7 @@ from .first_run import FirstRuns
 from .measure import Stopwatch
 from .rounds import interleaved
 from .timers import Timer, timer_for
-from .work import SweepTask
+from .work import Rounds, SweepTask
 
 __all__ = ["Sweeper"]
 
@@ -111,26 +111,25 @@ class Sweeper:
         reference: Config | None,
         best_us: float | None = None,
         serial_compile: bool = False,
-        rounds: bool | str = False,
+        rounds: Rounds = Rounds.FIRST_PASS,
     ) -> dict[str, Result]:
         """Compiles, checks and times each config (timed in the given order).
 
         ``reference`` is the config whose output the others must match (the default, or
         the first that worked when the default failed); when ``None`` or failing, the
         first config that runs becomes the reference. ``best_us`` carries the best time of
-        configs measured elsewhere, for early dropping. With ``rounds``, there is no first
-        pass: every config that works is timed in interleaved rounds at once (as
-        :meth:`retime` does), for a batch that is the whole of a small space; with
-        ``rounds="slow"``, so when every config's first call took at least the options'
-        ``rounds_above_s`` (for a batch that is the whole space).
+        configs measured elsewhere, for early dropping. ``rounds`` says how the configs
+        that work are timed (:class:`~.work.Rounds`): in a first pass, or in interleaved
+        rounds at once (as :meth:`retime` does), without a first pass.
         """
         checked = self.first_runs.check(configs, reference, serial=serial_compile)
         runnable = [c for c in configs if checked[config_id(c)] is None]
-        if rounds == "slow":
+        at_once = rounds is Rounds.AT_ONCE
+        if rounds is Rounds.IF_SLOW:
             firsts = [self.first_runs.first_s.get(config_id(c), 0.0) for c in runnable]
-            rounds = bool(firsts) and min(firsts) >= self.task.plan.options.rounds_above_s
+            at_once = bool(firsts) and min(firsts) >= self.task.plan.options.rounds_above_s
         timed: Mapping[str, Result]
-        if rounds:
+        if at_once:
             timed = self._interleaved(runnable)
             for config in runnable:
                 self.emit(ConfigResult(cid=config_id(config), result=timed[config_id(config)]))

@@ -27,7 +27,7 @@ from .search import plan as budget_plan
 from .search import run_search, strategy_of
 from .stats import SweepOutcome, finish, leaders, second_look
 from .timers import Timer
-from .work import SweepPlan, SweepTask
+from .work import Rounds, SweepPlan, SweepTask
 
 __all__ = [
     "InProcess",
@@ -77,11 +77,10 @@ class Measurer(Protocol):
     runs (:class:`InProcess` here; the runner's children, :mod:`.runner`)."""
 
     def measure(
-        self, configs: list[Config], known: Mapping[str, Result], rounds: bool | str
+        self, configs: list[Config], known: Mapping[str, Result], rounds: Rounds
     ) -> Mapping[str, Result]:
         """Each config's result by id. ``known`` holds the results of earlier batches;
-        ``rounds``: time them in interleaved rounds at once, without a first pass
-        (``"slow"``: when the kernel turns out slow, see :meth:`~.engine.Sweeper.measure`)."""
+        ``rounds``: how they are timed (:class:`~.work.Rounds`)."""
         ...
 
     def retime(self, leaders: list[Config], second: list[Config]) -> Mapping[str, Result]:
@@ -149,7 +148,9 @@ class _Batches:
 
     def measure(self, configs: list[Config]) -> Mapping[str, Result]:
         whole = not self.known and self.space <= {config_id(c) for c in configs}
-        rounds = (True if self.small else "slow") if whole else False
+        rounds = (
+            Rounds.FIRST_PASS if not whole else Rounds.AT_ONCE if self.small else Rounds.IF_SLOW
+        )
         got = self.measurer.measure(configs, self.known, rounds)
         self.known.update(got)
         return got
@@ -209,7 +210,7 @@ class InProcess:
         self.sweeper = sweeper
 
     def measure(
-        self, configs: list[Config], known: Mapping[str, Result], rounds: bool | str
+        self, configs: list[Config], known: Mapping[str, Result], rounds: Rounds
     ) -> Mapping[str, Result]:
         default = self.sweeper.task.plan.default
         return self.sweeper.measure(

@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
+from ..._core import typed
 from ..._core.errors import SweepError
 from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
 from ..._isolation.calling import call_request
 from ..._isolation.frames import Done, FrameError, Request
-from .work import SweepPlan, SweepTask
+from .work import Rounds, SweepPlan, SweepTask
 
 __all__ = [
     "HANDLER",
@@ -31,53 +32,39 @@ __all__ = [
 ]
 
 Config = dict[str, Any]
+W = TypeVar("W", "Measure", "Retime")
 
 #: The module whose ``handle`` answers a sweep's requests in the child.
 HANDLER = "jaxtune._tuning.sweep.serve"
 
 
-def _configs(raw: Any) -> list[Config]:
-    if not isinstance(raw, Sequence) or not all(isinstance(c, Mapping) for c in raw):
-        raise FrameError("a sweep request lists the configs to do as maps")
-    return [dict(c) for c in raw]
+def _read(kind: type[W], f: Mapping[str, Any]) -> W:
+    try:
+        return typed.decode(kind, f, "")
+    except typed.MismatchError as e:
+        raise FrameError(f"a sweep request lists the configs to do as maps ({e})") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Measure:
     """Compile, check and time ``todo``: outputs checked against ``reference`` (``None``:
     the first config that runs), configs far slower than ``best_us`` stop early, compiles
-    one at a time when ``serial``, and, with ``rounds``, all timed in interleaved rounds
-    (``"slow"``: when the kernel is slow; see :meth:`~.engine.Sweeper.measure`)."""
+    one at a time when ``serial``, and timed as ``rounds`` says (:class:`~.work.Rounds`;
+    see :meth:`~.engine.Sweeper.measure`)."""
 
     OP: ClassVar[str] = "measure"
     todo: list[Config]
     reference: Config | None = None
     best_us: float | None = None
     serial: bool = False
-    rounds: bool | str = False
+    rounds: Rounds = Rounds.FIRST_PASS
 
     def of(self, request: Request[SweepFields]) -> Request[SweepFields]:
         """``request`` (the task's) asking for this operation."""
         return request.with_fields(self.OP, dataclasses.replace(request.fields, work=self))
 
     def to_wire(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_wire(cls, f: Mapping[str, Any]) -> Measure:
-        """The operation a request's fields describe.
-
-        Raises:
-            FrameError: they list no configs to do.
-        """
-        reference, best = f.get("reference"), f.get("best_us")
-        return cls(
-            todo=_configs(f.get("todo")),
-            reference=dict(reference) if isinstance(reference, Mapping) else None,
-            best_us=float(best) if isinstance(best, int | float) else None,
-            serial=bool(f.get("serial")),
-            rounds="slow" if f.get("rounds") == "slow" else bool(f.get("rounds")),
-        )
+        return typed.encode(self)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,20 +83,7 @@ class Retime:
         return request.with_fields(self.OP, dataclasses.replace(request.fields, work=self))
 
     def to_wire(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_wire(cls, f: Mapping[str, Any]) -> Retime:
-        """The operation a request's fields describe.
-
-        Raises:
-            FrameError: they list no configs to do.
-        """
-        return cls(
-            todo=_configs(f.get("todo")),
-            second=_configs(f.get("second") or []),
-            serial=bool(f.get("serial")),
-        )
+        return typed.encode(self)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,7 +130,7 @@ class SweepFields:
             raise FrameError(f"a sweep request's plan is damaged ({e!r:.80})") from None
         work: Measure | Retime | None = None
         if "todo" in f:
-            work = Measure.from_wire(f) if request.op == Measure.OP else Retime.from_wire(f)
+            work = _read(Measure, f) if request.op == Measure.OP else _read(Retime, f)
         return cls(task_id=task, plan=read, work=work)
 
 

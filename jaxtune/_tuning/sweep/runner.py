@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import enum
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -52,11 +53,12 @@ from .requests import (
     sweep_request,
 )
 from .stats import SweepOutcome
-from .work import SweepPlan, SweepTask
+from .work import Rounds, SweepPlan, SweepTask
 
 __all__ = [
     "InChildren",
     "InlineRunner",
+    "Lost",
     "ProcessRunner",
     "Runner",
     "default_runner",
@@ -100,6 +102,15 @@ class InlineRunner:
 
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxtune-sweep") as ex:
             return ex.submit(work).result()
+
+
+class Lost(enum.Enum):
+    """What a request that lost its child asks of the next try."""
+
+    #: The config in flight was blamed (its failure kept): ask again for the others.
+    RESTART = "restart"
+    #: Several configs were in flight and none could be blamed: ask again one at a time.
+    SERIAL = "serial"
 
 
 class ProcessRunner(ChildService):
@@ -192,10 +203,10 @@ class ProcessRunner(ChildService):
         lost: ChildLost,
         flight: InFlight,
         progress: Progress | None,
-    ) -> tuple[str | None, dict[str, Result]]:
+    ) -> tuple[Lost, dict[str, Result]]:
         """The child crashed, hung or garbled its pipe: kill it, and blame the config in
-        flight if there is exactly one; ``"serial"`` asks for one-at-a-time compilation to
-        find the culprit."""
+        flight if there is exactly one; :attr:`Lost.SERIAL` asks for one-at-a-time
+        compilation to find the culprit."""
         hung = lost.hung
         how = how_lost(lost.garbled, hung, plan.timeout_s, child.describe_exit)
         POOL.discard(child)
@@ -213,9 +224,9 @@ class ProcessRunner(ChildService):
             flight.got[cid] = failure
             if progress is not None and cid in {config_id(c) for c in plan.configs}:
                 progress.update(failure)
-            return "restart", flight.got
+            return Lost.RESTART, flight.got
         if suspects:
-            return "serial", flight.got
+            return Lost.SERIAL, flight.got
         raise SweepError(
             f"the jaxtune child {'hung' if hung else 'died'} outside any config of "
             f"{plan.kernel}, while importing its module, receiving its arguments or between "
@@ -238,11 +249,11 @@ class ProcessRunner(ChildService):
         message: Request[SweepFields],
         *,
         progress: Progress | None,
-    ) -> tuple[str | None, dict[str, Result]]:
+    ) -> tuple[Lost | None, dict[str, Result]]:
         """Sends one request and follows its events until ``done``, a crash or a hang.
 
         Returns ``(None, results)`` when the request finished; on a crash or hang, the
-        failures it could attribute, and ``"serial"`` when it could not tell which of
+        failures it could attribute, and :attr:`Lost.SERIAL` when it could not tell which of
         several configs compiling in parallel was at fault.
         """
         flight = InFlight(message)
@@ -303,7 +314,7 @@ class InChildren:
         self.devices = list(runner.devices or [])
 
     def measure(
-        self, configs: list[Config], known: Mapping[str, Result], rounds: bool | str
+        self, configs: list[Config], known: Mapping[str, Result], rounds: Rounds
     ) -> dict[str, Result]:
         if len(self.devices) > 1:  # rounds compare configs on one device only
             return self.on_devices(configs, known)
@@ -327,7 +338,7 @@ class InChildren:
                 break
             # A crash during a round of passes blames the round: time one config at
             # a time to find the culprit; a culprit found: the others go on.
-            serial = serial or crashed == "serial"
+            serial = serial or crashed is Lost.SERIAL
         return results
 
     def in_child(
@@ -337,7 +348,7 @@ class InChildren:
         order: list[Config],
         known: Mapping[str, Result] | None = None,
         *,
-        rounds: bool | str = False,
+        rounds: Rounds = Rounds.FIRST_PASS,
     ) -> dict[str, Result]:
         """``order`` measured in ``runner``'s child, asked again after each crash for the
         configs it did not answer (one at a time, when it could not tell which crashed)."""
@@ -358,7 +369,7 @@ class InChildren:
             ).of(request)
             crashed, got = runner._exchange(plan, message, progress=self.progress)
             results.update(got)
-            if crashed == "serial":
+            if crashed is Lost.SERIAL:
                 serial = True
         raise SweepError(
             f"the sweep of {plan.kernel} kept losing its child process; results so far: "

@@ -13,6 +13,7 @@ import dataclasses
 import time
 from typing import Any
 
+from ..._isolation.child import Server
 from ..._isolation.frames import (
     Done,
     ErrorKind,
@@ -85,7 +86,7 @@ def _build_task(
     )
 
 
-def handle(server: Any, received: Request[WireFields]) -> Done | ErrorReply:
+def handle(server: Server, received: Request[WireFields]) -> Done | ErrorReply:
     """Answers a ``measure`` or ``retime`` request (``server``: the child's
     :class:`~jaxtune._isolation.child.Server`)."""
     request = received.read(SweepFields.from_request)
@@ -131,7 +132,10 @@ def handle(server: Any, received: Request[WireFields]) -> Done | ErrorReply:
 
 
 def _sweeper(
-    server: Any, request: Request[SweepFields], work: Measure | Retime, kernel: Autotuned[Any, Any]
+    server: Server,
+    request: Request[SweepFields],
+    work: Measure | Retime,
+    kernel: Autotuned[Any, Any],
 ) -> Sweeper:
     """A sweeper for a new task; when its arrays are still arriving, the configs to
     measure start compiling for their shapes meanwhile."""

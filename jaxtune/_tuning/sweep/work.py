@@ -8,6 +8,7 @@ A leaf of the sweep: the engine (:mod:`.engine`) that does the work and the orch
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,9 +16,22 @@ from ..signature import Signature
 from .search import Budget
 from .timing import TimingOptions
 
-__all__ = ["SweepPlan", "SweepTask"]
+__all__ = ["Rounds", "SweepPlan", "SweepTask"]
 
 Config = dict[str, Any]
+
+
+class Rounds(enum.Enum):
+    """How a batch of configs is timed once each has run and passed its check."""
+
+    #: A first pass (two visits, dropping the clearly slower), then rounds for the leaders.
+    FIRST_PASS = "first pass"
+    #: Interleaved rounds at once, no first pass: a batch that is the whole of a small space.
+    AT_ONCE = "at once"
+    #: Rounds at once when every config's first call took at least the options'
+    #: ``rounds_above_s`` (the kernel is slow), else a first pass: a batch that is the
+    #: whole of a larger space.
+    IF_SLOW = "if slow"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
