@@ -27,6 +27,7 @@ from ..._isolation.resolve import Unresolved, find, namespace, observe_imports
 from ..._isolation.wire import decode_value
 from ..autotuned import Autotuned, registry
 from ..record import observing_calls
+from ..signature import Signature
 from .engine import Sweeper
 from .requests import Measure, Retime, SweepFields, results_answer
 from .work import SweepTask
@@ -151,7 +152,7 @@ def _sweeper(
     return sweeper
 
 
-def abstract_inputs(sig: Any) -> dict[str, Any]:
+def abstract_inputs(sig: Signature) -> dict[str, Any]:
     """The kernel's dynamic arguments as ``jax.ShapeDtypeStruct`` leaves."""
     import jax
 
