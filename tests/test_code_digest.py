@@ -447,7 +447,8 @@ def test_editing_a_kernel_body_makes_its_entries_stale_in_a_fresh_process(tmp_pa
     (pkg / "kern.py").write_text(KERNEL_REFORMATTED)
     again = program()
     assert again["source"] == "cache" and again["warnings"] == []
-    assert listed()["code"] == "fresh" and not listed()["stale"]
+    entry = listed()
+    assert entry["code"] == "fresh" and not entry["stale"]
 
     # The Pallas body edited: a miss (the default, one warning), marked in `cache list`.
     (pkg / "kern.py").write_text(KERNEL.replace("* factor\n", "* factor * 1.5\n"))

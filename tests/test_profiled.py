@@ -184,23 +184,23 @@ def test_gpu_text_proto_trace_attribution(tmp_path):
     assert p.platform == "gpu"
 
 
-def test_report_on_a_plain_jax_profiler_trace(tmp_path, cli):
+def test_report_on_a_plain_jax_profiler_trace(tmp_path, incli):
     f = jax.jit(lambda x: jnp.sin(x) @ x)
     x = jnp.ones((64, 64))
     f(x).block_until_ready()
     with jax.profiler.trace(str(tmp_path)):
         f(x).block_until_ready()
-    proc = cli("report", str(tmp_path), "--json")
+    proc = incli("report", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["ops"] and all(o["kind"] == "xla" for o in doc["ops"])
     assert doc["total_us"] > 0
-    text = cli("report", str(tmp_path), "--top", "3")
+    text = incli("report", str(tmp_path), "--top", "3")
     assert text.returncode == 0 and "kind" in text.stdout
 
 
-def test_report_on_a_missing_trace_is_a_clear_error(tmp_path, cli):
-    proc = cli("report", str(tmp_path))
+def test_report_on_a_missing_trace_is_a_clear_error(tmp_path, incli):
+    proc = incli("report", str(tmp_path))
     assert proc.returncode == 2
     assert "no .xplane.pb under" in proc.stderr
 

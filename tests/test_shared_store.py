@@ -284,19 +284,18 @@ def test_a_store_deleted_mid_run_is_not_made_again(monkeypatch, tmp_path):
     assert not os.path.exists(url)
 
 
-@pytest.mark.child
-def test_pull_and_push_of_a_missing_directory_exit_2(cli, tmp_path):
+def test_pull_and_push_of_a_missing_directory_exit_2(incli, tmp_path):
     missing = tmp_path / "no-such-store"
     _cache.user_cache().write([tuned(first, {"factor": 3})])
     for action in ("pull", "push"):
-        done = cli("cache", action, "--store", str(missing))
+        done = incli("cache", action, "--store", str(missing))
         assert done.returncode == 2, (action, done.stdout, done.stderr)
         assert f"the shared store {missing} does not exist" in done.stderr, done.stderr
     assert not missing.exists()
 
 
 def test_a_stray_file_where_a_kernels_folder_belongs_skips_that_kernel_only(
-    monkeypatch, tmp_path, cli
+    monkeypatch, tmp_path, incli
 ):
     url = _directory(tmp_path)
     store = SharedStore(url, 30)
@@ -323,7 +322,7 @@ def test_a_stray_file_where_a_kernels_folder_belongs_skips_that_kernel_only(
     # `cache push` publishes the rest, names the stray and exits 1.
     _cache.user_cache().write([tuned(first, {"factor": 2}, created=9.0)])
     _cache.user_cache().write([tuned(second, {"factor": 3}, created=9.0)])
-    pushed = cli("cache", "push", "--json", "--store", url)
+    pushed = incli("cache", "push", "--json", "--store", url)
     assert pushed.returncode == 1, pushed.stderr
     doc = json.loads(pushed.stdout)
     assert (doc["published"], list(doc["unwritable"])) == (1, [str(stray.relative_to(url))])
@@ -437,11 +436,12 @@ def test_eight_publishers_killed_at_random_lose_no_acknowledged_entry(store_url)
 
 
 @pytest.mark.child
-def test_push_and_pull(store_url, cli, tmp_path):
+def test_push_and_pull(store_url, incli, tmp_path, monkeypatch):
+    # `jaxtune cache push` and `pull` in this process: a fresh one adds nothing to them.
     entries = [tuned(first, {"factor": 3}), tuned(second, {"factor": 2})]
     _cache.user_cache().write(entries)
-    env = {"JAXTUNE_REMOTE_CACHE": store_url}
-    pushed = cli("cache", "push", "--json", env=env)
+    monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", store_url)
+    pushed = incli("cache", "push", "--json")
     assert pushed.returncode == 0, pushed.stderr
     doc = json.loads(pushed.stdout)
     assert (doc["store"], doc["entries"], doc["published"], doc["skipped"]) == (
@@ -450,24 +450,24 @@ def test_push_and_pull(store_url, cli, tmp_path):
         2,
         0,
     )
-    again = json.loads(cli("cache", "push", "--json", env=env).stdout)
+    again = json.loads(incli("cache", "push", "--json").stdout)
     assert (again["published"], again["skipped"]) == (0, 2)
+    unknown = incli("cache", "push", "--kernel", "no.such.kernel")
+    assert unknown.returncode == 2 and "has no entry of no.such.kernel" in unknown.stderr
     other = tmp_path / "other-cache"
-    pulled = cli("cache", "pull", "--json", env={**env, "JAXTUNE_CACHE_DIR": str(other)})
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(other))
+    pulled = incli("cache", "pull", "--json")
     assert pulled.returncode == 0, pulled.stderr
     doc = json.loads(pulled.stdout)
     assert (doc["entries"], doc["new"], doc["unchanged"], doc["replaced"]) == (2, 2, 0, [])
     got = sorted(blob(e) for e in _cache.CacheStore(other).all_entries())
     assert got == sorted(blob(e) for e in entries)
-    text = cli("cache", "pull", env={**env, "JAXTUNE_CACHE_DIR": str(other)})
+    text = incli("cache", "pull")
     assert "0 new, 2 unchanged" in text.stdout
-    unknown = cli("cache", "push", "--kernel", "no.such.kernel", env=env)
-    assert unknown.returncode == 2 and "has no entry of no.such.kernel" in unknown.stderr
 
 
-@pytest.mark.child
-def test_push_without_a_store_says_how_to_name_one(cli):
-    done = cli("cache", "push")
+def test_push_without_a_store_says_how_to_name_one(incli):
+    done = incli("cache", "push")
     assert done.returncode == 2
     assert "no shared store to push to: set JAXTUNE_REMOTE_CACHE" in done.stderr
 

@@ -65,11 +65,16 @@ def wait_gone(pids, seconds=15.0) -> bool:
     return False
 
 
-def test_fds_and_logs_stay_flat_across_20_sweeps_with_a_crashing_config():
+#: Sweeps with a crash: past the first two (which open what they keep), enough to see one
+#: fd or log a sweep pile up, and more than ``KEEP_CRASH_LOGS`` crash logs written.
+SWEEPS = _logs.KEEP_CRASH_LOGS + 3
+
+
+def test_fds_and_logs_stay_flat_across_sweeps_with_a_crashing_config():
     runner = _runner.ProcessRunner()
     space = [{"mode": "ok"}, {"mode": "segfault"}]
     counts = []
-    for _ in range(20):
+    for _ in range(SWEEPS):
         outcome = sweep(faulty, space, {"mode": "ok"}, runner)
         (crash,) = [m for m in outcome.measurements if m.config["mode"] == "segfault"]
         assert isinstance(crash, Failure) and crash.stage == "crash", crash
