@@ -27,7 +27,7 @@ import jaxtune
 from jaxtune._isolation import process as _process
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import runner as _runner
-from jaxtune._tuning.sweep import timing as _timing
+from jaxtune._tuning.sweep import samples as _samples
 from jaxtune._tuning.sweep.timers import WallTimer
 
 
@@ -53,7 +53,7 @@ class CountingTimer(WallTimer):
         super().__init__()
         self.spent = 0.0
 
-    def measure(self, run: Any, options: Any, **kw: Any) -> _timing.Timing:
+    def measure(self, run: Any, options: Any, **kw: Any) -> _samples.Timing:
         start = time.perf_counter()
         try:
             return super().measure(run, options, **kw)

@@ -51,8 +51,8 @@ import numpy as np
 
 import jaxtune
 from jaxtune._core.vocabulary import config_id
+from jaxtune._tuning.sweep.samples import TimingOptions
 from jaxtune._tuning.sweep.timers import WallTimer
-from jaxtune._tuning.sweep.timing import TimingOptions
 
 # -- kernels ------------------------------------------------------------------------------
 

@@ -32,8 +32,8 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from bench_right_winner import _small
 
+from jaxtune._tuning.sweep.samples import TimingOptions
 from jaxtune._tuning.sweep.timers import WallTimer, _round_calls
-from jaxtune._tuning.sweep.timing import TimingOptions
 
 WORK = (13, 10)
 

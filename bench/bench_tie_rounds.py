@@ -44,7 +44,7 @@ import bench_right_winner as winner
 import bench_vs_tools as vs
 
 from jaxtune._tuning.sweep import engine, rounds, stats
-from jaxtune._tuning.sweep.timing import DEFAULT
+from jaxtune._tuning.sweep.samples import DEFAULT
 
 
 def cases() -> dict[str, tuple[Any, tuple[Any, ...], list[str]]]:

@@ -173,10 +173,10 @@ def fresh_warnings(monkeypatch):
 
 def _sweep_timing(monkeypatch: pytest.MonkeyPatch, **options: float) -> object:
     """Makes ``options`` the timing every sweep of the test uses."""
-    from jaxtune._tuning.sweep import timing as _timing
+    from jaxtune._tuning.sweep import samples as _samples
 
-    chosen = _timing.TimingOptions(**options)  # type: ignore[arg-type]
-    monkeypatch.setattr(_timing, "DEFAULT", chosen)
+    chosen = _samples.TimingOptions(**options)  # type: ignore[arg-type]
+    monkeypatch.setattr(_samples, "DEFAULT", chosen)
     return chosen
 
 

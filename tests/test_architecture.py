@@ -251,7 +251,7 @@ def test_the_sweep_plan_and_task_live_in_a_leaf_of_the_sweep():
     plain values it holds, so the engine and the plan that drives it both read it."""
     imported = {m for m, _ in _all_imports("jaxtune._tuning.sweep.work")}
     sweep = {m for m in imported if m.startswith("jaxtune._tuning.sweep.")}
-    assert sweep <= {"jaxtune._tuning.sweep.search", "jaxtune._tuning.sweep.timing"}
+    assert sweep <= {"jaxtune._tuning.sweep.search", "jaxtune._tuning.sweep.samples"}
     assert "jaxtune._tuning.sweep.plan" not in {
         m for m, _ in _all_imports("jaxtune._tuning.sweep.engine")
     }

@@ -12,7 +12,7 @@ from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._tuning.sweep import intervals as _intervals
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep import stats as _decide
-from jaxtune._tuning.sweep.timing import Timing, TimingOptions
+from jaxtune._tuning.sweep.samples import Timing, TimingOptions
 from jaxtune._tuning.sweep.work import SweepPlan
 
 RULE = {"tie_within": 0.03}

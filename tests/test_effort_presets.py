@@ -10,7 +10,7 @@ import pytest
 
 import jaxtune
 from jaxtune._tuning import options as _options
-from jaxtune._tuning.sweep import timing as _timing
+from jaxtune._tuning.sweep import samples as _samples
 
 
 def _kernel(**options):
@@ -22,22 +22,22 @@ def _kernel(**options):
     return scaled
 
 
-def _options_of(kernel) -> _timing.TimingOptions:
+def _options_of(kernel) -> _samples.TimingOptions:
     sig = kernel.bind((jnp.ones(8),), {})
     space, default = kernel.space_and_default(sig)
     return kernel.sweep_task(sig, space, default).plan.options
 
 
 def test_the_default_effort_is_full_and_times_as_before():
-    assert _options_of(_kernel()) == _timing.TimingOptions()
-    assert _options_of(_kernel(effort="full")) == _timing.TimingOptions()
-    assert _options.timing_options("full") is _timing.DEFAULT
+    assert _options_of(_kernel()) == _samples.TimingOptions()
+    assert _options_of(_kernel(effort="full")) == _samples.TimingOptions()
+    assert _options.timing_options("full") is _samples.DEFAULT
 
 
 @pytest.mark.parametrize("effort", ["quick", "thorough"])
 def test_a_preset_changes_only_its_own_fields(effort):
     got = dataclasses.asdict(_options_of(_kernel(effort=effort)))
-    full = dataclasses.asdict(_timing.TimingOptions())
+    full = dataclasses.asdict(_samples.TimingOptions())
     changed = {name for name in got if got[name] != full[name]}
     assert changed == set(_options.EFFORTS[effort])
     assert {name: got[name] for name in changed} == _options.EFFORTS[effort]
@@ -51,8 +51,8 @@ def test_quick_measures_less_and_thorough_more_than_full():
 
 def test_a_preset_applies_on_top_of_the_sweeps_defaults(monkeypatch):
     """The defaults are read when a sweep is planned (tests shorten them), not at import."""
-    shortened = _timing.TimingOptions(warmup=1, tie_within=0.1)
-    monkeypatch.setattr(_timing, "DEFAULT", shortened)
+    shortened = _samples.TimingOptions(warmup=1, tie_within=0.1)
+    monkeypatch.setattr(_samples, "DEFAULT", shortened)
     quick = _options_of(_kernel(effort="quick"))
     assert (quick.warmup, quick.tie_within) == (1, 0.1)
     assert quick.max_rounds_s == _options.EFFORTS["quick"]["max_rounds_s"]

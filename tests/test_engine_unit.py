@@ -32,8 +32,8 @@ from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import plan as _plan
 from jaxtune._tuning.sweep import rounds as _rounds
+from jaxtune._tuning.sweep.samples import Timing, TimingOptions
 from jaxtune._tuning.sweep.timers import ProfilerTimer, Recording, WallTimer
-from jaxtune._tuning.sweep.timing import Timing, TimingOptions
 from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
 
 

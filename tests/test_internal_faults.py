@@ -194,10 +194,10 @@ def test_a_truncated_trace_is_still_a_profile_error(tmp_path):
 @pytest.fixture
 def quick(monkeypatch):
     """Short timing: these tests are about who is blamed, not about speed."""
-    from jaxtune._tuning.sweep import timing as _timing
+    from jaxtune._tuning.sweep import samples as _samples
 
-    chosen = _timing.TimingOptions(min_time_s=0.001, min_samples=2, max_samples=4, rounds=1)
-    monkeypatch.setattr(_timing, "DEFAULT", chosen)
+    chosen = _samples.TimingOptions(min_time_s=0.001, min_samples=2, max_samples=4, rounds=1)
+    monkeypatch.setattr(_samples, "DEFAULT", chosen)
     return chosen
 
 

@@ -19,7 +19,7 @@ from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep import search as _search
 from jaxtune._tuning.sweep import stats as _stats
 from jaxtune._tuning.sweep.entry import make_entry
-from jaxtune._tuning.sweep.timing import Timing
+from jaxtune._tuning.sweep.samples import Timing
 from jaxtune._tuning.sweep.work import SweepPlan
 
 KNOBS = {"a": [1, 2, 4, 8], "b": [1, 2, 4, 8], "c": [16, 32, 64, 128], "d": [0, 1, 2, 3]}

@@ -20,7 +20,7 @@ from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import inputs as _inputs
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import progress as _progress
-from jaxtune._tuning.sweep import timing as _timing
+from jaxtune._tuning.sweep import samples as _samples
 from jaxtune._tuning.sweep.stats import SweepOutcome
 from jaxtune._tuning.sweep.timers import WallTimer
 from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
@@ -159,7 +159,7 @@ def test_timer_warms_up_and_reaches_min_time():
         calls.append(1)
         clock.now += 1e-3
 
-    opts = _timing.TimingOptions(min_time_s=0.02, min_samples=5, max_samples=100, warmup=2)
+    opts = _samples.TimingOptions(min_time_s=0.02, min_samples=5, max_samples=100, warmup=2)
     t = WallTimer(clock).measure(run, opts)
     assert len(t.samples_us) == 20
     assert t.median_us == pytest.approx(1000.0)
@@ -172,14 +172,14 @@ def test_timer_batches_short_calls_and_drops_slow_configs():
     def fast():
         clock.now += 1e-6
 
-    opts = _timing.TimingOptions(min_time_s=0.001, sample_floor_us=100.0)
+    opts = _samples.TimingOptions(min_time_s=0.001, sample_floor_us=100.0)
     t = WallTimer(clock).measure(fast, opts)
     assert t.median_us == pytest.approx(1.0)
 
     def slow():
         clock.now += 1e-3
 
-    t = WallTimer(clock).measure(slow, _timing.TimingOptions(min_time_s=1.0), best_us=100.0)
+    t = WallTimer(clock).measure(slow, _samples.TimingOptions(min_time_s=1.0), best_us=100.0)
     assert t.dropped and len(t.samples_us) == 3
 
 

@@ -11,7 +11,7 @@ from test_sweep import bind, task_of
 from jaxtune._core.vocabulary import Measurement
 from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import requests as _requests
-from jaxtune._tuning.sweep.timing import TimingOptions
+from jaxtune._tuning.sweep.samples import TimingOptions
 from jaxtune._tuning.sweep.work import Rounds
 
 

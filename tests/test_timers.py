@@ -12,7 +12,7 @@ from jax.profiler import ProfileData
 import jaxtune
 from jaxtune._core.errors import ConfigSpaceError, SettingsError
 from jaxtune._tuning.sweep import timers as _timers
-from jaxtune._tuning.sweep.timing import TimingOptions
+from jaxtune._tuning.sweep.samples import TimingOptions
 
 
 def _loop(reps):

@@ -16,7 +16,7 @@ from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 import jaxtune
 from jaxtune._isolation import context as _context
-from jaxtune._tuning.sweep import timing as _timing
+from jaxtune._tuning.sweep import samples as _samples
 
 
 @jaxtune.autotuned(
@@ -62,7 +62,7 @@ def test_flash_attention_with_the_profiler_timer_has_a_first_pass_of_shared_capt
     inside) is told from the others' by its module; every config is measured, and the
     stored config computes attention."""
     # Interpret-mode calls take over rounds_above_s: the whole space would race at once.
-    monkeypatch.setattr(_timing, "DEFAULT", dataclasses.replace(fast_timing, rounds_above_s=1e9))
+    monkeypatch.setattr(_samples, "DEFAULT", dataclasses.replace(fast_timing, rounds_above_s=1e9))
     q = jax.random.normal(jax.random.key(0), (1, 2, 256, 64))
     with pltpu.force_tpu_interpret_mode():
         (entry,) = attention_by_device_time.tune(q, q, q).values()

@@ -11,8 +11,8 @@ from typing import Any
 
 from .._core.errors import ConfigSpaceError
 from .._core.setting_values import MAX_SECONDS
-from .sweep import timing as _timing
-from .sweep.timing import TimingOptions
+from .sweep import samples as _samples
+from .sweep.samples import TimingOptions
 
 __all__ = [
     "EFFORTS",
@@ -147,7 +147,7 @@ def validate_nearest(nearest: Any) -> bool:
 
 #: ``effort=`` presets of ``@autotuned``: how long a sweep's first pass samples each config
 #: and how long its interleaved rounds may go on (the fields of
-#: :class:`~jaxtune._tuning.sweep.timing.TimingOptions` that differ from ``"full"``, the
+#: :class:`~jaxtune._tuning.sweep.samples.TimingOptions` that differ from ``"full"``, the
 #: default, which is the sweeps' timing as it is). ``"quick"`` stops the rounds at 1 s
 #: instead of 5 s (faster sweeps that end undecided between close configs more often);
 #: ``"thorough"`` samples longer and lets the rounds run for up to 20 s, for a busy machine
@@ -197,4 +197,4 @@ def timing_options(effort: str) -> TimingOptions:
     defaults with the preset's fields replaced."""
     changed = EFFORTS[effort]
     # The defaults are read now, not at import: a test may shorten every sweep's timing.
-    return dataclasses.replace(_timing.DEFAULT, **changed) if changed else _timing.DEFAULT
+    return dataclasses.replace(_samples.DEFAULT, **changed) if changed else _samples.DEFAULT

@@ -35,7 +35,7 @@ from .backward import with_backward
 from .breakdown import Breakdown
 from .check import reason
 from .inputs import make_inputs
-from .timing import block
+from .samples import block
 from .work import SweepTask
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The first pass: each checked config timed in two visits, the second in reverse order (a
 slow spell of the machine during one config's turn does not decide its rank), dropping
-configs clearly slower than the best on the first (see :func:`~.timing.clearly_slower`).
+configs clearly slower than the best on the first (see :func:`~.samples.clearly_slower`).
 The earliest config of the space wins ties and the default always races in the rounds, so
 neither is dropped.
 
@@ -22,8 +22,8 @@ from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult
 from .measure import Stopwatch
 from .rounds import measurement
+from .samples import Timing, TimingOptions, clearly_slower
 from .timers import RecordingTimer
-from .timing import Timing, TimingOptions, clearly_slower
 
 __all__ = ["first_pass"]
 
@@ -101,7 +101,7 @@ def _visit_in_turn(
     dropping: _Dropping | None,
 ) -> dict[str, Timing | Failure]:
     """One visit, one config at a time; with ``dropping``, a config stops once clearly
-    slower than the best so far (see :func:`~.timing.clearly_slower`)."""
+    slower than the best so far (see :func:`~.samples.clearly_slower`)."""
     timer = stopwatch.timer
     best_us = dropping.best_us if dropping is not None else None
     out: dict[str, Timing | Failure] = {}

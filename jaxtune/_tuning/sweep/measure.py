@@ -20,8 +20,8 @@ from ..._core.vocabulary import Failure, config_id
 from ..._isolation.frames import RoundStarted, RunFinished, RunStarted
 from .check import reason
 from .compile import Compiler, EventSink, blame_jaxtune, too_slow
+from .samples import Timing
 from .timers import Recording, RecordingTimer, RoundTimer, Timer
-from .timing import Timing
 
 __all__ = ["CONFIGS_PER_CAPTURE", "Stopwatch"]
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._core.vocabulary import Failure, Measurement, config_id
+from .samples import Timing, TimingOptions
 from .stats import decide, in_space_order, rounds_to_show, stay_after_second_look
-from .timing import Timing, TimingOptions
 
 __all__ = ["clearly_behind", "interleaved", "measurement"]
 

@@ -40,8 +40,8 @@ from ..._core.errors import TuningFailedError
 from ..._core.vocabulary import Failure, Measurement, config_id
 from .intervals import SLOWER_LEVEL, ratio_interval
 from .intervals import rank as _rank
+from .samples import TimingOptions
 from .search import Searched
-from .timing import TimingOptions
 
 __all__ = [
     "Decision",

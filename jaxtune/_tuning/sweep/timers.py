@@ -40,7 +40,7 @@ from ..._core.errors import ConfigSpaceError
 from ..._core.flags import normalise_platform
 from ..._core.xspace import xplane as _xplane
 from ..._core.xspace.tracing import tracer_options
-from .timing import Timing, TimingOptions, clearly_slower
+from .samples import Timing, TimingOptions, clearly_slower
 
 __all__ = [
     "TIMERS",

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..signature import Signature
+from .samples import TimingOptions
 from .search import Budget
-from .timing import TimingOptions
 
 __all__ = ["Rounds", "SweepPlan", "SweepTask"]
 
