@@ -88,7 +88,7 @@ def plain_loop(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Compile every config, then 12 interleaved rounds of 10 calls each: seconds a call
     (the fastest round), and the seconds compiling (with two warm-up calls) and timing."""
-    start = time.perf_counter()
+    begin = time.perf_counter()
     compiled = {}
     for c in configs:
         f = jax.jit(functools.partial(fn, **c))
@@ -98,7 +98,7 @@ def plain_loop(
         except Exception:
             continue
         compiled[config_id(c)] = f
-    compile_s = time.perf_counter() - start
+    compile_s = time.perf_counter() - begin
     best = dict.fromkeys(compiled, float("inf"))
     for _ in range(12):
         for cid, f in compiled.items():
@@ -107,7 +107,7 @@ def plain_loop(
                 out = f(*args)
             _block(out)
             best[cid] = min(best[cid], (time.perf_counter() - start) / 10)
-    total_s = time.perf_counter() - start
+    total_s = time.perf_counter() - begin
     return best, {"compile": compile_s, "rounds": total_s - compile_s, "total": total_s}
 
 

@@ -208,11 +208,15 @@ def test_tpu_profile_command_registers_llo_debug_info_by_default(
     libtpu.write_bytes(b"\x7fELF\x00" + flags.LLO_DEBUG_INFO.encode() + b"\x00")
     monkeypatch.setenv("TPU_LIBRARY_PATH", str(libtpu))
     seen = tmp_path / "seen.txt"
-    show = f"import os; open({str(seen)!r}, 'w').write(os.environ.get('LIBTPU_INIT_ARGS', ''))"
+    show = (
+        f"import os; open({str(seen)!r}, 'w').write(os.environ.get('LIBTPU_INIT_ARGS', '')"
+        " + ' LLO=' + os.environ['JAXTUNE_PROFILE_LLO'])"
+    )
     argv = ["profile", "--platform", "tpu", *extra, "--", sys.executable, "-c", show]
     # The program profiles nothing: 3 says so (docs/errors.md); the flags reached it.
     assert _cli.main(argv) == 3
     assert ("--xla_xprof_register_llo_debug_info=true" in seen.read_text()) is expected
+    assert seen.read_text().endswith(" LLO=1" if expected else " LLO=0")
 
 
 def test_profile_apis_default_to_llo():

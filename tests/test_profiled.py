@@ -218,6 +218,18 @@ def test_jaxtune_profile_env_profiles_first_call_per_signature(monkeypatch, tmp_
     assert {k["name"] for k in doc["kernels"]} == {"double_it", "add_one"}
     assert (reports[0].parent / "report.txt").exists()
     assert "jaxtune: profiled model" in capsys.readouterr().out
+    assert doc["llo"] is not None  # llo=True, the default: the analysis or why there is none
+
+
+def test_profile_llo_0_leaves_the_llo_analysis_out_of_automatic_profiles(monkeypatch, tmp_path):
+    # What `jaxtune profile --no-llo` sets: no analysis, and its flag is not "missing".
+    monkeypatch.setenv("JAXTUNE_PROFILE", "1")
+    monkeypatch.setenv("JAXTUNE_PROFILE_LLO", "0")
+    monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path))
+    float(model(jnp.ones((32, 32))))
+    (report,) = tmp_path.glob("*/report.json")
+    doc = json.loads(report.read_text())
+    assert doc["llo"] is None and doc["missing_flags"] == []
 
 
 def test_llo_false_runs_no_analysis_and_llo_true_reports_it(tmp_path, monkeypatch):

@@ -98,6 +98,7 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.platform is None and "JAX_PLATFORMS" not in os.environ:
         env.pop("JAX_PLATFORMS", None)
     env["JAXTUNE_PROFILE"] = "1"
+    env["JAXTUNE_PROFILE_LLO"] = "1" if args.llo else "0"
     if args.logdir:
         env["JAXTUNE_PROFILE_DIR"] = args.logdir
     shown = {k: env[k] for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS") if env.get(k)}

@@ -69,6 +69,9 @@ class Settings:
     #: ``JAXTUNE_RECORD_SETTLE``: with ``record_stop``, seconds without a new trace or
     #: compilation after which the recorded program is stopped.
     record_settle: float = 3.0
+    #: ``JAXTUNE_PROFILE_LLO``: ``False`` (``jaxtune profile --no-llo``) runs no LLO
+    #: analysis in automatic profiles, whatever a decorator's ``llo``.
+    profile_llo: bool = True
     #: ``JAXTUNE_BUDGET`` as ``(configs, seconds)``, one of them set; ``None``: unset.
     budget: tuple[int | None, float | None] | None = None
     #: ``JAXTUNE_TIMER``: the timer sweeps use unless a kernel names one.
@@ -127,6 +130,15 @@ VARIABLES: tuple[Variable, ...] = (
         "JAXTUNE_PROFILE",
         "profile",
         "1 profiles the first call per signature of every @profiled function.",
+    ),
+    Variable(
+        name="JAXTUNE_PROFILE_LLO",
+        field="profile_llo",
+        allowed="0, 1",
+        default="1",
+        parse=_flag("JAXTUNE_PROFILE_LLO"),
+        doc="Set by `jaxtune profile --no-llo`: 0 leaves the LLO analysis (and its flag) out "
+        "of automatic profiles, whatever a @profiled function's llo.",
     ),
     Variable(
         name="JAXTUNE_PROFILE_DIR",

@@ -351,6 +351,8 @@ class Profiled(Generic[P, R]):
         try:
             out = _new_capture_dir(_settings.settings().profile_dir, name)
             options: dict[str, Any] = {**self.options, "logdir": str(out / "trace")}
+            # `jaxtune profile --no-llo` left the LLO flag out: no analysis, nothing missing.
+            options["llo"] = options["llo"] and _settings.settings().profile_llo
             # The program is already running, so capture here: `jaxtune profile -- python`
             # set the flags before JAX started.
             info = capture(

@@ -11,7 +11,7 @@ if [ ! -d "$SITE" ]; then
         --no-compile --no-cache-dir --target "$SITE" .whl-tpu/*.whl
     if [ -d /opt/pypi/simple ]; then
         PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
-            --index-url file:///opt/pypi/simple --target "$SITE.index" flax optax
+            --index-url file:///opt/pypi/simple --target "$SITE.index" flax optax matplotlib
     fi
     mkdir -p "$SITE.bin"
     printf '#!/bin/sh\nexec python3 -m jaxtune "$@"\n' > "$SITE.bin/jaxtune"
