@@ -119,7 +119,20 @@ def tests(session: nox.Session, jax: str | None) -> None:
         "-c",
         "import sys, jax; print('python', sys.version.split()[0], 'jax', jax.__version__)",
     )
-    session.run("pytest", "-n", "2", "--dist", "worksteal", *session.posargs)
+    # The integration runs (every docs page, the Flax model through every flow: a fifth of
+    # the suite's time) once, on the newest toolchain; CI runs them on the oldest too
+    # (`oldest_integration`). A `-m` of the caller's comes later and wins.
+    only = ["-m", "not integration"] if jax == OLDEST_JAX else []
+    session.run("pytest", "-n", "2", "--dist", "worksteal", *only, *session.posargs)
+
+
+@nox.session(python=_python_or_name(PYTHONS[0]))
+def oldest_integration(session: nox.Session) -> None:
+    """The `integration` tests (every docs page, the Flax NNX model through every flow) on
+    the oldest toolchain, which `nox -s tests` leaves to the newest; CI runs both."""
+    _install(session, "test", jax=OLDEST_JAX, extras="plots,remote")
+    _install_optional(session, "conformance")
+    session.run("pytest", "-n", "2", "--dist", "worksteal", "-m", "integration", *session.posargs)
 
 
 @nox.session(python=_python_or_name(PYTHONS[0]))
