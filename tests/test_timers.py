@@ -92,11 +92,26 @@ def test_a_round_of_passes_interleaves_the_configs_and_sizes_its_samples_by_the_
     runs = [(clock.call("a", 250e-6), None), (clock.call("b", 500e-6), None)]
     options = TimingOptions(round_floor_us=2000.0, round_max_samples=32, sample_floor_us=100.0)
     a, b = _timers._round_calls(clock, runs, options, samples=2)
-    # One warm-up each, then passes a b a b ...: 2000 us over the longest sample (500 us).
-    assert clock.log == ["a", "b"] + ["a", "b"] * 4
-    assert a.wall.samples_us == pytest.approx((250.0,) * 4)
+    # One warm-up each, then 4 passes (2000 us over the longest sample, 500 us): each
+    # config's samples add up to the floor, the shorter one's two a pass.
+    assert clock.log == ["a", "b"] + ["a", "a", "b"] * 4
+    assert a.wall.samples_us == pytest.approx((250.0,) * 8)
     assert b.wall.samples_us == pytest.approx((500.0,) * 4)
     assert a.warmup == b.warmup == 1 and a.batch == b.batch == 1
+
+
+def test_a_short_config_raced_beside_a_long_one_gets_the_floor_of_samples():
+    """Issue 44: the passes are sized by the longest config; a 120 us config beside a
+    900 us one used to get 3 samples a round (one a pass), not the floor's 17."""
+    clock = _FakeClock()
+    runs = [(clock.call("long", 900e-6), None), (clock.call("short", 120e-6), None)]
+    long, short = _timers._round_calls(clock, runs, TimingOptions(), samples=2)
+    assert len(long.wall.samples_us) == 3  # ceil(2000 / 900)
+    assert len(short.wall.samples_us) == 17  # ceil(2000 / 120)
+    # Still interleaved: the short config's samples spread over the three passes.
+    warm_ups, calls = clock.log[:2], clock.log[2:]
+    assert warm_ups == ["long", "short"]
+    assert calls == (["long"] + ["short"] * 6) * 2 + ["long"] + ["short"] * 5
 
 
 def test_a_round_batches_short_calls_caps_its_passes_and_keeps_slow_calls_warm_up():

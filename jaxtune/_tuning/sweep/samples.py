@@ -38,9 +38,9 @@ class TimingOptions:
     Rounds (they decide): the ``leaders`` configs whose fastest sample is within
     ``leader_window`` of the best one's, with the default and the earliest config of the
     space when within ``tie_window``, are timed in interleaved rounds: a warm-up call of
-    each, then passes over them, one sample of each a pass, until the passes add up to
-    ``round_floor_us`` of each config's calls (between ``round_samples`` and
-    ``round_max_samples`` samples; one sample, the round's first call, for a config whose
+    each, then passes over them until each config's samples add up to ``round_floor_us``
+    of its calls (between ``round_samples`` and ``round_max_samples`` samples; the longest
+    config takes one a pass, a shorter one several, spread over the passes; one sample, the round's first call, for a config whose
     call takes at least ``one_sample_above_s``: at that length a round's second call
     costs as much as a whole turn and steadies little). Every other config the first pass measured (dropped
     early or behind the leaders) gets a second look: it takes part in the first

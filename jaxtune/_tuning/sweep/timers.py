@@ -239,11 +239,13 @@ def _round_calls(
     samples: int,
 ) -> list[_Calls | Exception]:
     """One interleaved round of several configs: a warm-up call each (it sizes the
-    config's batches), then passes over the configs in the given order, one sample of
-    each a pass, so that every config meets the same state of the machine. The passes
-    add up to at least ``round_floor_us`` of each config's calls (short calls get more
-    samples, whose fastest is steadier), between ``samples`` and ``round_max_samples``.
-    A config whose call raises leaves the round with its exception."""
+    config's batches), then passes over the configs in the given order, so that every
+    config meets the same state of the machine. Each config takes samples until they add
+    up to at least ``round_floor_us`` of its calls (short calls get more samples, whose
+    fastest is steadier), between ``samples`` and ``round_max_samples``; the longest
+    config's count sets the passes, one sample of it a pass, and a shorter config spreads
+    its samples evenly over them (several in a row a pass). A config whose call raises
+    leaves the round with its exception."""
     failed: dict[int, Exception] = {}
     firsts: list[float] = []
     for i, (run, _) in enumerate(runs):
@@ -256,29 +258,38 @@ def _round_calls(
     batches = [
         max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9))) for first in firsts
     ]
-    longest_us = max(first * batch for first, batch in zip(firsts, batches, strict=True)) * 1e6
-    passes = max(
-        samples, min(options.round_max_samples, math.ceil(options.round_floor_us / longest_us))
-    )
+
+    def samples_for(sample_us: float) -> int:
+        return max(
+            samples, min(options.round_max_samples, math.ceil(options.round_floor_us / sample_us))
+        )
+
+    lengths_us = [first * batch * 1e6 for first, batch in zip(firsts, batches, strict=True)]
+    passes = samples_for(max(lengths_us))
     # A call at least SLOW_CALL_S long needs no warm-up: its first call is a sample; one at
     # least ``one_sample_above_s`` long needs no other.
     slow = [first >= SLOW_CALL_S for first in firsts]
-    wanted = [1 if first >= options.one_sample_above_s else passes for first in firsts]
+    wanted = [
+        1 if first >= options.one_sample_above_s else samples_for(length)
+        for first, length in zip(firsts, lengths_us, strict=True)
+    ]
+    per_pass = [math.ceil(w / passes) for w in wanted]
     out: list[list[float]] = [
         [first * 1e6] if s else [] for first, s in zip(firsts, slow, strict=True)
     ]
     for _ in range(passes):
         for i, (run, _) in enumerate(runs):
-            if i in failed or len(out[i]) >= wanted[i]:
-                continue
-            start = clock()
-            try:
-                for _ in range(batches[i]):
-                    run()
-            except Exception as e:
-                failed[i] = e
-                continue
-            out[i].append((clock() - start) / batches[i] * 1e6)
+            for _ in range(per_pass[i]):
+                if i in failed or len(out[i]) >= wanted[i]:
+                    break
+                start = clock()
+                try:
+                    for _ in range(batches[i]):
+                        run()
+                except Exception as e:
+                    failed[i] = e
+                    break
+                out[i].append((clock() - start) / batches[i] * 1e6)
     return [
         failed[i]
         if i in failed
