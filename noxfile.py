@@ -119,20 +119,21 @@ def tests(session: nox.Session, jax: str | None) -> None:
         "-c",
         "import sys, jax; print('python', sys.version.split()[0], 'jax', jax.__version__)",
     )
-    # The integration runs (every docs page, the Flax model through every flow: a fifth of
-    # the suite's time) once, on the newest toolchain; CI runs them on the oldest too
-    # (`oldest_integration`). A `-m` of the caller's comes later and wins.
-    only = ["-m", "not integration"] if jax == OLDEST_JAX else []
+    # The `once` tests (whole-program runs, multi-process robustness: tests/conftest.py's
+    # ONCE) on the newest toolchain only; CI runs them on the oldest too (`oldest_once`).
+    # A `-m` of the caller's comes later and wins.
+    only = ["-m", "not once"] if jax == OLDEST_JAX else []
     session.run("pytest", "-n", "2", "--dist", "worksteal", *only, *session.posargs)
 
 
 @nox.session(python=_python_or_name(PYTHONS[0]))
-def oldest_integration(session: nox.Session) -> None:
-    """The `integration` tests (every docs page, the Flax NNX model through every flow) on
-    the oldest toolchain, which `nox -s tests` leaves to the newest; CI runs both."""
+def oldest_once(session: nox.Session) -> None:
+    """The `once` tests (whole-program runs and multi-process robustness tests that do not
+    depend on JAX's version; tests/conftest.py's ONCE) on the oldest toolchain, which `nox
+    -s tests` leaves to the newest; CI runs both."""
     _install(session, "test", jax=OLDEST_JAX, extras="plots,remote")
     _install_optional(session, "conformance")
-    session.run("pytest", "-n", "2", "--dist", "worksteal", "-m", "integration", *session.posargs)
+    session.run("pytest", "-n", "2", "--dist", "worksteal", "-m", "once", *session.posargs)
 
 
 @nox.session(python=_python_or_name(PYTHONS[0]))

@@ -57,11 +57,37 @@ def _isolated_environment(
 CHILD_FIXTURES = frozenset({"cli", "py"})
 
 
+#: The `once` tests (pyproject's markers): README's `nox -s tests` runs them on the newest
+#: toolchain only, CI on both (`nox -s oldest_once`). Whole-program runs, and tests of
+#: what processes, files and signals do to jaxtune, whose outcome JAX's version does not
+#: change (the JAX-facing parts they pass through are tested on both toolchains elsewhere).
+#: Keys: a test file, or a file and a test function.
+ONCE: dict[str, str] = {
+    "tests/test_docs_run.py::test_page_runs_as_shown": "every docs page, run as shown",
+    "tests/conformance/test_flax_model.py": "a Flax NNX model through every flow",
+    "tests/test_docs_and_examples.py::test_example_scripts_run": "examples/*.py",
+    "tests/test_docs_and_examples.py::test_demo_tunes_and_uses_the_examples": "jaxtune demo",
+    "tests/test_cache_check.py": "a team's CI recipe, `jaxtune cache check` runs",
+    "tests/test_cache_versions.py": "two jaxtune versions sharing a cache directory",
+    "tests/test_code_digest.py": "kernel source digests in fresh processes",
+    "tests/test_shared_store.py": "the shared store under concurrent, killed publishers",
+    "tests/test_crash_at_size.py": "children crashing while arguments arrive",
+    "tests/test_interrupt_cli.py": "Ctrl-C during commands",
+    "tests/test_child_logs.py": "child logs in spoiled folders",
+    "tests/hostile/test_hostile_cache.py": "cache writers killed mid-write",
+    "tests/hostile/test_hostile_children.py": "crashing and orphaned children",
+    "tests/hostile/test_hostile_fuzz.py": "fuzzed cache, result and trace files",
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by the markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if CHILD_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.child)
+        where = item.nodeid.split("[")[0]
+        if where in ONCE or where.split("::")[0] in ONCE:
+            item.add_marker(pytest.mark.once)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

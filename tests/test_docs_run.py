@@ -308,7 +308,6 @@ def test_every_block_runs_or_says_why_not():
 
 @pytest.mark.child
 @pytest.mark.slow
-@pytest.mark.integration
 @pytest.mark.parametrize("page", [p.name for p in PAGES if _runs_on_cpu(p)])
 def test_page_runs_as_shown(page, tmp_path):
     document = SYBIL.parse(DOCS / page)

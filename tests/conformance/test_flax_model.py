@@ -44,7 +44,7 @@ from .support import PICK_WITHIN, PickVsTruth, require, true_times
 require("flax", why="the model library this conformance test trains (Flax NNX)")
 require("optax", why="the optimizer of the Flax training step")
 
-pytestmark = [pytest.mark.slow, pytest.mark.child, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.child]
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
