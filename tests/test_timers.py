@@ -114,6 +114,26 @@ def test_a_short_config_raced_beside_a_long_one_gets_the_floor_of_samples():
     assert calls == (["long"] + ["short"] * 6) * 2 + ["long"] + ["short"] * 5
 
 
+def test_a_short_configs_samples_are_spread_over_every_pass():
+    """400 us beside 130 us: 5 passes, 16 samples of the short one, 4 3 3 3 3 (not 4 4 4 4 0:
+    the long one would meet the last pass's machine alone)."""
+    clock = _FakeClock()
+    runs = [(clock.call("long", 400e-6), None), (clock.call("short", 130e-6), None)]
+    long, short = _timers._round_calls(clock, runs, TimingOptions(), samples=2)
+    assert len(long.wall.samples_us) == 5 and len(short.wall.samples_us) == 16
+    passes = "".join("L" if name == "long" else "s" for name in clock.log[2:]).split("L")[1:]
+    assert [len(p) for p in passes] == [4, 3, 3, 3, 3]
+
+
+def test_a_config_that_fails_its_warm_up_sizes_nothing_in_the_round():
+    clock = _FakeClock()
+    runs = [(clock.call("bad", 0.0, fail_on=1), None), (clock.call("ok", 500e-6), None)]
+    bad, ok = _timers._round_calls(clock, runs, TimingOptions(), samples=2)
+    assert isinstance(bad, RuntimeError)
+    assert len(ok.wall.samples_us) == 4  # 2000 us / 500 us
+    assert clock.log.count("bad") == 1
+
+
 def test_a_round_batches_short_calls_caps_its_passes_and_keeps_slow_calls_warm_up():
     clock = _FakeClock()
     runs = [(clock.call("tiny", 20e-6), None), (clock.call("slow", 20e-3), None)]

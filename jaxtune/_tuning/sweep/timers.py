@@ -260,12 +260,13 @@ def _round_calls(
     ]
 
     def samples_for(sample_us: float) -> int:
-        return max(
-            samples, min(options.round_max_samples, math.ceil(options.round_floor_us / sample_us))
-        )
+        floor = math.ceil(options.round_floor_us / max(sample_us, 1e-3))
+        return max(samples, min(options.round_max_samples, floor))
 
     lengths_us = [first * batch * 1e6 for first, batch in zip(firsts, batches, strict=True)]
-    passes = samples_for(max(lengths_us))
+    # A config that failed its warm-up is out: it sizes nothing.
+    racing = [i for i in range(len(runs)) if i not in failed]
+    passes = samples_for(max((lengths_us[i] for i in racing), default=0.0))
     # A call at least SLOW_CALL_S long needs no warm-up: its first call is a sample; one at
     # least ``one_sample_above_s`` long needs no other.
     slow = [first >= SLOW_CALL_S for first in firsts]
@@ -273,19 +274,19 @@ def _round_calls(
         1 if first >= options.one_sample_above_s else samples_for(length)
         for first, length in zip(firsts, lengths_us, strict=True)
     ]
-    per_pass = [math.ceil(w / passes) for w in wanted]
     out: list[list[float]] = [
         [first * 1e6] if s else [] for first, s in zip(firsts, slow, strict=True)
     ]
-    for _ in range(passes):
-        for i, (run, _) in enumerate(runs):
-            for _ in range(per_pass[i]):
-                if i in failed or len(out[i]) >= wanted[i]:
+    for done in range(passes):
+        for i in racing:
+            # What is left of its samples, spread evenly over the passes left.
+            for _ in range(math.ceil((wanted[i] - len(out[i])) / (passes - done))):
+                if i in failed:
                     break
                 start = clock()
                 try:
                     for _ in range(batches[i]):
-                        run()
+                        runs[i][0]()
                 except Exception as e:
                     failed[i] = e
                     break
