@@ -65,8 +65,9 @@ def _python_or_name(version: str) -> str:
 
 
 def _install(session: nox.Session, *groups: str, jax: str | None = None, extras: str = "") -> None:
-    # The venv's own pip (23.2 with Python 3.11 and 3.12) installs all of it; upgrading it
-    # first cost each session several seconds of README's test command.
+    # The venv's own pip (23.2) cannot resolve the `remote` extra's fsspec pins; a current
+    # pip can.
+    session.install("-U", "pip")
     spec = "jax" if jax is None else f"jax=={jax}"
     package = f".[{extras}]" if extras else "."
     session.install("-e", package, spec, *nox.project.dependency_groups(PYPROJECT, *groups))
