@@ -133,48 +133,38 @@ def subset_space(lhs: Any, rhs: Any, group_sizes: Any) -> list[dict[str, Any]]:
 SUBSET_SIZE = 96
 
 
-@jaxtune.autotuned(
+def _ragged_dot(
+    lhs, rhs, group_sizes, *, tile_m, tile_k, tile_n, input_buffer_count, combine_scopes
+):  # type: ignore[no-untyped-def]
+    """Tokamax's ragged dot with one of its configs."""
+    config = dict(
+        tile_m=tile_m,
+        tile_k=tile_k,
+        tile_n=tile_n,
+        input_buffer_count=input_buffer_count,
+        combine_scopes=combine_scopes,
+    )
+    return _call(lhs, rhs, group_sizes, **config)
+
+
+#: The fixed subset of Tokamax's configs, every one measured.
+ragged_dot_subset = jaxtune.autotuned(
     configs=subset_space,
     default=heuristics,
     inputs=valid_inputs,
     search="exhaustive",
     budget=10_000,
     name="bench.tokamax.ragged_dot_subset",
-)
-def ragged_dot_subset(
-    lhs, rhs, group_sizes, *, tile_m, tile_k, tile_n, input_buffer_count, combine_scopes
-):  # type: ignore[no-untyped-def]
-    """Tokamax's ragged dot over the fixed subset of its configs."""
-    config = dict(
-        tile_m=tile_m,
-        tile_k=tile_k,
-        tile_n=tile_n,
-        input_buffer_count=input_buffer_count,
-        combine_scopes=combine_scopes,
-    )
-    return _call(lhs, rhs, group_sizes, **config)
-
-
-@jaxtune.autotuned(
+)(_ragged_dot)
+#: All of Tokamax's configs, a budgeted model search.
+ragged_dot = jaxtune.autotuned(
     configs=all_configs,
     default=heuristics,
     inputs=valid_inputs,
     search="model",
     budget=BUDGET,
     name="bench.tokamax.ragged_dot",
-)
-def ragged_dot(
-    lhs, rhs, group_sizes, *, tile_m, tile_k, tile_n, input_buffer_count, combine_scopes
-):  # type: ignore[no-untyped-def]
-    """Tokamax's ragged dot over all its configs, a budgeted search."""
-    config = dict(
-        tile_m=tile_m,
-        tile_k=tile_k,
-        tile_n=tile_n,
-        input_buffer_count=input_buffer_count,
-        combine_scopes=combine_scopes,
-    )
-    return _call(lhs, rhs, group_sizes, **config)
+)(_ragged_dot)
 
 
 def part_tokamax(configs: list[dict[str, Any]], args: tuple[Any, ...], chunk: int, cap: float):

@@ -96,9 +96,11 @@ class Variable:
     doc: str
 
 
-def _flag_variable(name: str, field: str, doc: str) -> Variable:
-    """A ``0``/``1`` variable whose default is ``0``."""
-    return Variable(name=name, field=field, allowed="0, 1", default="0", parse=_flag(name), doc=doc)
+def _flag_variable(name: str, field: str, doc: str, default: str = "0") -> Variable:
+    """A ``0``/``1`` variable (default ``0`` unless given)."""
+    return Variable(
+        name=name, field=field, allowed="0, 1", default=default, parse=_flag(name), doc=doc
+    )
 
 
 def default_cache_dir() -> str:
@@ -131,14 +133,12 @@ VARIABLES: tuple[Variable, ...] = (
         "profile",
         "1 profiles the first call per signature of every @profiled function.",
     ),
-    Variable(
-        name="JAXTUNE_PROFILE_LLO",
-        field="profile_llo",
-        allowed="0, 1",
-        default="1",
-        parse=_flag("JAXTUNE_PROFILE_LLO"),
-        doc="Set by `jaxtune profile --no-llo`: 0 leaves the LLO analysis (and its flag) out "
+    _flag_variable(
+        "JAXTUNE_PROFILE_LLO",
+        "profile_llo",
+        "Set by `jaxtune profile --no-llo`: 0 leaves the LLO analysis (and its flag) out "
         "of automatic profiles, whatever a @profiled function's llo.",
+        default="1",
     ),
     Variable(
         name="JAXTUNE_PROFILE_DIR",
