@@ -178,12 +178,16 @@ def part_tokamax(configs: list[dict[str, Any]], args: tuple[Any, ...], chunk: in
     fastest: dict[str, Any] | None = None
     best_ms = float("inf")
     done = failed = 0
+    errors: list[str] = []
     for i in range(0, len(configs), chunk):
         part = {_rd.Config(**c) for c in configs[i : i + chunk]}
         data = Autotuner().autotune(with_config, part, *args)
         for config, result in data.items():
             if isinstance(result, Exception):
                 failed += 1
+                error = f"{type(result).__name__}: {(str(result).splitlines() or [''])[0][:300]}"
+                if error not in errors and len(errors) < 3:
+                    errors.append(error)
                 continue
             ms = result.median_evaluation_time_ms
             if ms < best_ms:
@@ -198,6 +202,7 @@ def part_tokamax(configs: list[dict[str, Any]], args: tuple[Any, ...], chunk: in
         "configs": len(configs),
         "configs_done": done,
         "failed": failed,
+        "errors": errors,
         "chunk": chunk,
         "wall_s": wall,
         "wall_s_all": wall / done * len(configs),
@@ -233,6 +238,18 @@ def _truth(picks: dict[str, dict[str, Any]], args: tuple[Any, ...], rounds: int 
     }
 
 
+def _failures(failed: Any) -> dict[str, Any]:
+    """Failures by stage, with the first three distinct reasons (first line, cut) of each."""
+    out: dict[str, Any] = {}
+    for f in failed:
+        stage = out.setdefault(f.stage, {"count": 0, "reasons": []})
+        stage["count"] += 1
+        reason = (str(f.reason).strip().splitlines() or [""])[0][:300]
+        if reason not in stage["reasons"] and len(stage["reasons"]) < 3:
+            stage["reasons"].append(reason)
+    return out
+
+
 def part_jaxtune(configs: list[dict[str, Any]], args: tuple[Any, ...], peer: dict | None):
     out: dict[str, Any] = {}
     picks: dict[str, dict[str, Any]] = {}
@@ -248,6 +265,7 @@ def part_jaxtune(configs: list[dict[str, Any]], args: tuple[Any, ...], peer: dic
             "measured": entry.measured,
             "space": entry.space_size,
             "failed": sum(1 for m in entry.measurements if not m.ok),
+            "failures": _failures(m for m in entry.measurements if not m.ok),
             "pick": dict(entry.config),
             "decision": entry.decision_text(),
             "phases": dict(getattr(entry, "phases", {}) or {}),
