@@ -250,10 +250,14 @@ def _failures(failed: Any) -> dict[str, Any]:
     return out
 
 
-def part_jaxtune(configs: list[dict[str, Any]], args: tuple[Any, ...], peer: dict | None):
+def part_jaxtune(
+    configs: list[dict[str, Any]], args: tuple[Any, ...], peer: dict | None, only: str = ""
+):
     out: dict[str, Any] = {}
     picks: dict[str, dict[str, Any]] = {}
     runs = {"exhaustive": ragged_dot_subset, "model_budget_of_all": ragged_dot}
+    if only:
+        runs = {only: runs[only]}
     for label, kernel in runs.items():
         start = time.perf_counter()
         result = jaxtune.tune(jax.jit(kernel), *args, retune=True)
@@ -289,13 +293,15 @@ def main() -> int:
     ap.add_argument("--cap", type=float, default=240.0)
     ap.add_argument("--peer", default=None, help="the tokamax part's JSON")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--stride", type=int, default=5, help="1: every config")
+    ap.add_argument("--only", choices=("exhaustive", "model_budget_of_all"), default="")
     ap.add_argument("--dry", action="store_true")
     args_ns = ap.parse_args()
     from absl import flags as absl_flags
 
     absl_flags.FLAGS(sys.argv[:1])  # Tokamax reads absl flags; ours are not theirs
-    global SUBSET_SIZE
-    SUBSET_SIZE = args_ns.configs
+    global SUBSET_SIZE, STRIDE
+    SUBSET_SIZE, STRIDE = args_ns.configs, args_ns.stride
     args = inputs()
     configs = subset(*args, n=args_ns.configs)
     everything = all_configs(*args)
@@ -317,7 +323,7 @@ def main() -> int:
         if args_ns.peer and os.path.exists(args_ns.peer):
             with open(args_ns.peer) as f:
                 peer = json.load(f)["tokamax_autotuner"]
-        report["jaxtune"] = part_jaxtune(configs, args, peer)
+        report["jaxtune"] = part_jaxtune(configs, args, peer, args_ns.only)
         report["tokamax_autotuner"] = peer
     if args_ns.json:
         with open(args_ns.json, "w") as f:
