@@ -205,15 +205,15 @@ def truth(kernel: Any, args: tuple[Any, ...], interpret: Callable[[], Any]) -> d
     return {cid: statistics.median(r) for cid, r in rounds.items()}
 
 
-def truth_in_processes(name: str, n: int) -> dict[str, float]:
+def truth_in_processes(name: str, n: int) -> tuple[dict[str, float], list[dict[str, float]]]:
     """:func:`truth` of kernel ``name`` in ``n`` fresh processes (with this one's CPU
-    affinity): each config's median over them."""
+    affinity): each config's median over them, and each process's own."""
     runs = []
     for _ in range(n):
         command = [sys.executable, __file__, "--truth-of", name]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         runs.append(json.loads(out.split("TRUTH ", 1)[1]))
-    return {cid: statistics.median(run[cid] for run in runs) for cid in runs[0]}
+    return {cid: statistics.median(run[cid] for run in runs) for cid in runs[0]}, runs
 
 
 def sweep(kernel: Any, args: tuple[Any, ...], interpret: Callable[[], Any], timer: str) -> Any:
@@ -352,6 +352,7 @@ def main() -> None:
         args = make()
         timers = ["wall", "profiler"] if name.startswith("small") else ["auto"]
         true: dict[str, float] | None = None
+        runs: list[dict[str, float]] = []
         for timer in timers:
             picks, times, decisions = [], [], []
             with busy(a.load):
@@ -364,11 +365,13 @@ def main() -> None:
                         print(f"  {picks[-1]}: {entry.decision_text()}", flush=True)
             if true is None:  # once a kernel, quietly, after its first timer's sweeps
                 if name in TRUTH_PROCESSES:
-                    true = truth_in_processes(name, TRUTH_PROCESSES[name])
+                    true, runs = truth_in_processes(name, TRUTH_PROCESSES[name])
                 else:
                     true = truth(kernel, args, interpret)
             row = rate(name, picks, times, true, f" [{timer} timer]")
             row["decisions"] = decisions
+            if runs:  # each fresh process's truth: how far they disagree
+                row["truth_runs_us"] = runs
             if name == "ties":
                 row["same"] = len(set(picks)) == 1
                 print(f"ties: {len(set(picks))} distinct config(s) stored: {sorted(set(picks))}")
