@@ -456,7 +456,8 @@ def test_the_behind_rule_is_kept_to_calls_over_behind_above_s():
     options = TimingOptions()
     got, seen = _rounds_of({"a": 100.0, "b": 200.0}, options)
     assert seen["b"] == seen["a"] >= options.rounds > options.behind_after_rounds
-    assert not got["b"].dropped
+    # Out only as the rounds' interval shows it slower, not by the behind rule.
+    assert not got["b"].behind
     assert min(got["a"].rounds_us) < min(got["b"].rounds_us)
 
 
