@@ -84,7 +84,7 @@ def _platform(explicit: str | None) -> str:
 def run_profile(args: argparse.Namespace) -> int:
     """Runs ``jaxtune profile``; returns the program's exit status, or
     :data:`NOTHING_PROFILED` when it ended well but wrote no report."""
-    from .._profiling.profiled import FAILED_FILE  # JAX-heavy: not for `jaxtune report`
+    from .._profiling.sidecar import FAILED_FILE
     from .tune import exit_text, program, run_program
 
     command = program(args, "profile")

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core.codec import DecodeError
 from .._core.errors import JaxtuneError
@@ -29,17 +29,19 @@ from .._core.flags import requested_platform
 from .._core.vocabulary import Entry
 from .._isolation.devices import cpu_only
 from .._isolation.frames import FrameError, Module, NotTransportable
-from .._isolation.wire import FrameReader
 from .._render.units import count
 from .._tuning.digest import CodeDigest
 from .._tuning.result import format_table
 from .._tuning.store import cache as _cache
 from .._tuning.store import shared as _shared
-from .._tuning.sweep.entry import make_entry
-from .._tuning.sweep.requests import read_request
-from .._tuning.sweep.runner import ProcessRunner
-from .._tuning.sweep.work import SweepPlan
 from .recording import SETTLE_S, add_recording_options
+
+if TYPE_CHECKING:
+    from .._tuning.sweep.runner import ProcessRunner
+
+# The wire and the sweep import JAX (a second, before anything runs): they are imported
+# where a command reads frames or sweeps, so that `jaxtune --help`, `jaxtune profile` and
+# every command whose parser this module adds start without it.
 
 __all__ = [
     "HITS",
@@ -267,6 +269,10 @@ def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) ->
 
 def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]]:
     """Sweeps each recorded call in a child and writes the cache: ``(entries, problems)``."""
+    from .._tuning.sweep.entry import make_entry
+    from .._tuning.sweep.requests import read_request
+    from .._tuning.sweep.work import SweepPlan
+
     entries: list[Entry] = []
     problems: list[str] = []
     # One sweep child per device the program saw, where devices can be split.
@@ -309,6 +315,8 @@ def sweep_runner(devices: list[int] | None = None) -> ProcessRunner:
     """The runner of this command's sweeps. This parent starts no backend, so where
     ``JAX_PLATFORMS`` does not name the platform and JAX can start nothing but its CPU
     backend, the children are CPU children, as the one started while the program runs."""
+    from .._tuning.sweep.runner import ProcessRunner
+
     platform = "cpu" if requested_platform() is None and cpu_only() else None
     return ProcessRunner(platform=platform, devices=devices)
 
@@ -325,6 +333,8 @@ def had_config(record: dict[str, Any]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
+    from .._tuning.sweep.requests import read_request
+
     command = program(args, "tune")
     # The sweep child starts while the program runs and records its calls (CPU and GPU:
     # this parent still starts no backend, so a TPU stays free for the program), and
@@ -448,6 +458,8 @@ def _follow(path: str, on_call: Callable[[dict[str, Any]], None], done: threadin
     """Gives ``on_call`` each call frame the program appends to ``path``, until ``done``
     (every 0.2 s, the whole frames written since; one the program is still writing waits
     in the reader's buffer for its end)."""
+    from .._isolation.wire import FrameReader
+
     fd = os.open(path, os.O_RDONLY)
     try:
         reader = FrameReader(fd)
@@ -468,6 +480,8 @@ def _follow(path: str, on_call: Callable[[dict[str, Any]], None], done: threadin
 def _frames(path: str) -> list[Any]:
     """The whole frames in ``path`` (one the program is still writing is left out)."""
     frames = []
+    from .._isolation.wire import FrameReader
+
     fd = os.open(path, os.O_RDONLY)
     try:
         reader = FrameReader(fd)

@@ -38,9 +38,9 @@ from . import llo as _llo
 from .hlo import hlo_fusions, hlo_ops
 from .llo_figures import lines as llo_lines
 from .report import Profile, read_space, report_from_trace
+from .sidecar import FAILED_FILE
 
 __all__ = [
-    "FAILED_FILE",
     "Profiled",
     "capture",
     "profile",
@@ -413,11 +413,6 @@ def _llo_after(result: Profile, logdir: str, name: str, space: Space | None) -> 
         flush=True,
     )
     return result
-
-
-#: What a capture that ``JAXTUNE_PROFILE=1`` started and that failed leaves in its folder
-#: instead of ``report.json``: the warning the program printed.
-FAILED_FILE = "error.txt"
 
 
 def _new_capture_dir(root: pathlib.Path, name: str) -> pathlib.Path:

@@ -22,10 +22,14 @@ from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpack
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace.tracefile import find_trace
 
-__all__ = ["INFO_FILE", "SidecarError", "read_sidecar", "recall", "remember"]
+__all__ = ["FAILED_FILE", "INFO_FILE", "SidecarError", "read_sidecar", "recall", "remember"]
 
 #: Beside a trace that jaxtune captured: what the capture knew (HLO op names, costs, hints).
 INFO_FILE = "jaxtune-info.msgpack"
+#: What a capture that ``JAXTUNE_PROFILE=1`` started and that failed leaves in its folder
+#: instead of ``report.json``: the warning the program printed (``jaxtune profile`` reads
+#: it, without importing the capture and JAX with it).
+FAILED_FILE = "error.txt"
 
 
 class SidecarError(ValueError):
