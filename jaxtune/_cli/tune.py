@@ -333,8 +333,6 @@ def had_config(record: dict[str, Any]) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
-    from .._tuning.sweep.requests import read_request
-
     command = program(args, "tune")
     # The sweep child starts while the program runs and records its calls (CPU and GPU:
     # this parent still starts no backend, so a TPU stays free for the program), and
@@ -345,6 +343,8 @@ def run(args: argparse.Namespace) -> int:
         runner.prestart()
 
     def on_call(record: dict[str, Any]) -> None:
+        from .._tuning.sweep.requests import read_request
+
         if "request" not in record or not (args.retune or not had_config(record)):
             return
         try:
