@@ -21,6 +21,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SESSION_TMP = tempfile.mkdtemp(prefix="jaxtune-tests-")
 os.environ["TMPDIR"] = SESSION_TMP
 tempfile.tempdir = None  # read TMPDIR again
+# NumPy's OpenBLAS starts a thread for each further core in every process that imports it,
+# which spins 0.1 s of CPU before it sleeps: on the 2-core machine, in each of the hundreds
+# of processes the suite starts, taken from the tests. jaxtune does no BLAS work itself.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # platform.platform() (in `jaxtune doctor`'s report) runs `uname -p` once per process, and
 # the doctor asks a child Python once whether xprof embeds the LLO analysis: both now, so
 # that whichever test asks first is not taken for one that starts a child.
@@ -74,6 +78,17 @@ ONCE: dict[str, str] = {
     "tests/test_crash_at_size.py": "children crashing while arguments arrive",
     "tests/test_interrupt_cli.py": "Ctrl-C during commands",
     "tests/test_child_logs.py": "child logs in spoiled folders",
+    "tests/test_cli_program.py": "a program's exit status, signal and `python` through the CLI",
+    "tests/test_runner.py::test_endless_loop_ends_at_the_timeout_and_the_sweep_goes_on": (
+        "a config that hangs in Python, ended at its deadline"
+    ),
+    "tests/test_runner.py::test_child_exits_soon_after_its_parent_is_killed": (
+        "a child outliving its killed parent"
+    ),
+    "tests/test_runner.py::test_memory_blow_up_under_a_memory_limit": "a child's memory limit",
+    "tests/test_prestart.py::test_a_module_whose_import_hangs_in_the_child_ends_in_an_error_not_a_hang": (
+        "a kernel's module whose import hangs in the child"
+    ),
     "tests/hostile/test_hostile_cache.py": "cache writers killed mid-write",
     "tests/hostile/test_hostile_children.py": "crashing and orphaned children",
     "tests/hostile/test_hostile_fuzz.py": "fuzzed cache, result and trace files",

@@ -377,11 +377,10 @@ for i in range(int(sys.argv[3])):
 """
 
 CORRUPTING_READER = """
-import sys, time, warnings
+import os, sys, warnings
 from jaxtune._tuning.store.cache import CacheStore
 warnings.simplefilter("ignore")
-end = time.monotonic() + float(sys.argv[2])
-while time.monotonic() < end:
+while not os.path.exists(sys.argv[2]):  # until every writer has ended
     with open(sys.argv[1] + "/cpu/other.msgpack", "wb") as f:
         f.write(b"\\x93garbage")
     store = CacheStore(sys.argv[1])
@@ -395,8 +394,9 @@ while time.monotonic() < end:
 def test_no_confirmed_entry_is_lost_under_writers_kills_and_quarantines(tmp_path):
     (tmp_path / "cpu").mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = tmp_path / "writers-done"
     reader = subprocess.Popen(
-        [sys.executable, "-c", CORRUPTING_READER, str(tmp_path), "20"], env=env
+        [sys.executable, "-c", CORRUPTING_READER, str(tmp_path), str(done)], env=env
     )
     writers = [
         subprocess.Popen(
@@ -415,6 +415,7 @@ def test_no_confirmed_entry_is_lost_under_writers_kills_and_quarantines(tmp_path
     for w in writers:
         out, _ = w.communicate(timeout=300)
         confirmed.update(out.split())
+    done.touch()
     assert reader.wait(timeout=300) == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
