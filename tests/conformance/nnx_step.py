@@ -19,7 +19,9 @@ class MLP(nnx.Module):
         return self.down(jax.nn.relu(self.up(x)))
 
 
-GRAPHDEF, STATE = nnx.split(MLP(nnx.Rngs(0)))
+# Built in one compiled program: eagerly, each initializer compiles on its own (most of a
+# second on CPU, in each process that imports this module: pytest's and jaxtune's child).
+GRAPHDEF, STATE = nnx.split(nnx.jit(lambda: MLP(nnx.Rngs(0)))())
 
 
 @jax.jit
