@@ -61,6 +61,18 @@ def sweep(kernel, fault, runner=None, x=None):
     return (runner or _runner.ProcessRunner()).sweep(task)
 
 
+#: Sweeps of ``faulty`` with one fault, by the fault: tests that read the same sweep share it
+#: (one with ``late_abort`` loses a child and times its rounds again, config by config).
+_SWEPT: dict[str, object] = {}
+
+
+def swept(fault):
+    """``sweep(faulty, fault)``, run once in this process for every test that reads it."""
+    if fault not in _SWEPT:
+        _SWEPT[fault] = sweep(faulty, fault)
+    return _SWEPT[fault]
+
+
 def failure_of(outcome, mode):
     (result,) = [m for m in outcome.measurements if m.config["mode"] == mode]
     assert isinstance(result, Failure), result
@@ -101,7 +113,7 @@ def parent_still_works():
     ],
 )
 def test_fault_is_recorded_and_sweep_finishes(fault, stage, words):
-    outcome = sweep(faulty, fault)
+    outcome = swept(fault)
     failure = failure_of(outcome, fault)
     assert failure.stage == stage
     for word in words:
@@ -115,7 +127,7 @@ def test_a_crash_during_a_round_of_passes_is_pinned_on_its_config_and_the_rounds
     # late_abort works for its check and warm-up, then aborts in the rounds, where the
     # configs are timed in passes: the crash names no single config, so the rounds are
     # run again one config at a time, which pins it.
-    outcome = sweep(faulty, "late_abort")
+    outcome = swept("late_abort")
     assert failure_of(outcome, "late_abort").stage == "crash"
     rounds = {
         m.config["mode"]: len(m.rounds_us)
