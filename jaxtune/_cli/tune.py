@@ -338,13 +338,13 @@ def run(args: argparse.Namespace) -> int:
     # this parent still starts no backend, so a TPU stays free for the program), and
     # imports the module of each call to sweep as soon as the call is recorded.
     # Bad settings (a malformed XLA_FLAGS) are left for the sweeps to report.
+    from .._tuning.sweep.requests import read_request
+
     runner = sweep_runner()
     with contextlib.suppress(JaxtuneError):
         runner.prestart()
 
     def on_call(record: dict[str, Any]) -> None:
-        from .._tuning.sweep.requests import read_request
-
         if "request" not in record or not (args.retune or not had_config(record)):
             return
         try:
@@ -479,9 +479,9 @@ def _follow(path: str, on_call: Callable[[dict[str, Any]], None], done: threadin
 
 def _frames(path: str) -> list[Any]:
     """The whole frames in ``path`` (one the program is still writing is left out)."""
-    frames = []
     from .._isolation.wire import FrameReader
 
+    frames = []
     fd = os.open(path, os.O_RDONLY)
     try:
         reader = FrameReader(fd)
