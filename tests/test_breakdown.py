@@ -18,6 +18,7 @@ from jaxtune._tuning.sweep.stats import SweepOutcome
 
 
 def kernel(x, *, n, tag):
+    x = x * (1.0 + tag * 1e-6)  # a program of its own per tag (one program is timed once)
     for _ in range(n):
         x = jnp.sin(x)
     return x

@@ -130,6 +130,8 @@ class FakeCompiler(_compile.Compiler):
     def lower(self, config, spec):
         got = super().lower(config, spec)
         if isinstance(got, _compile.Lowering):
+            # The kernel JAX lowers ignores ``k``: each fake is a program of its own.
+            self.programs[config_id(config)] = f"fake {config['k']}"
             return _compile.Lowering(lowered=_Lowered(self.sweeper, config["k"]), seconds=0.0)
         return got
 

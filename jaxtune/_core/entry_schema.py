@@ -196,6 +196,7 @@ _MEASUREMENT_FIELDS: tuple[Field, ...] = (
     Field(name="rounds_us", accepts=_times, expected="a list of times", required=False),
     Field(name="calls", accepts=_count, expected="an int >= 0", required=False),
     Field(name="behind", accepts=_flag, expected="a bool", required=False),
+    Field(name="same_as", accepts=_config, expected=_CONFIG, required=False),
 )
 
 _FAILURE_FIELDS: tuple[Field, ...] = (

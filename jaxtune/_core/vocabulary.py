@@ -68,6 +68,9 @@ class Measurement:
     #: Left the rounds clearly behind: its fastest round over 1.5x another config's
     #: slowest (``dropped`` too). False in entries older than the field.
     behind: bool = False
+    #: The config this one compiles to the same program as (``dropped`` too): that one was
+    #: timed for both, and these are its samples. ``None`` in entries older than the field.
+    same_as: Mapping[str, Any] | None = None
 
     ok = True
 
@@ -81,9 +84,12 @@ class Measurement:
     def why_out(self) -> str:
         """Why a ``dropped`` config is out: dropped early in the first pass, clearly
         behind in the rounds (every round of another config beat all of its by 1.5x), or
-        shown slower by the rounds' test; empty for a config that is not out."""
+        shown slower by the rounds' test, or the same program as another config (timed in
+        its stead); empty for a config that is not out."""
         if not self.dropped:
             return ""
+        if self.same_as is not None:
+            return f"same program as {config_id(self.same_as)}"
         if not self.rounds_us:
             return "dropped early (clearly slower)"
         return "clearly behind in the rounds" if self.behind else "shown slower in the rounds"
@@ -103,6 +109,8 @@ class Measurement:
             del d["calls"]
         if not self.behind:
             del d["behind"]
+        if self.same_as is None:
+            del d["same_as"]
         return d
 
 

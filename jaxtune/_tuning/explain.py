@@ -56,15 +56,20 @@ def decision_text(entry: Entry) -> str:
     """``"clear: 1.31x ahead of block_q=256 (99 % interval 1.22-1.40)"``, ``"tie with
     block_q=256: 1.01x (95 % interval 0.99-1.03)"``, ``"undecided vs block_q=256: 1.10x
     (99 % interval 0.97-1.41) after 200 rounds"``,
-    ``"single"``; empty when unknown. The rival is named by the knobs where it differs from
+    ``"single"`` (``"single: the only config that ran; 3 other configs of the same program"``);
+    empty when unknown. The rival is named by the knobs where it differs from
     the stored config. A rival that left the rounds early (clearly behind) is compared by
     the rounds it ran, never by the first pass's samples."""
     m = entry.margin
     if entry.decision == "single":
         failed = sum(1 for x in entry.measurements if not x.ok)
+        twins = sum(1 for x in entry.measurements if getattr(x, "same_as", None) is not None)
+        why = [f"{count(twins, 'other config')} of the same program"] if twins else []
         if failed:  # the others did not lose a race: they never ran to the end
+            why.append(f"{count(failed, 'other')} failed")
+        if why:
             return (
-                f"single: the only config that ran; {count(failed, 'other')} failed "
+                f"single: the only config that ran; {', '.join(why)} "
                 f"(`jaxtune cache show {entry.kernel}` says why)"
             )
         return "single"

@@ -18,7 +18,9 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +49,7 @@ __all__ = [
     "Lowering",
     "blame_jaxtune",
     "compile_threads",
+    "program_digest",
     "too_slow",
 ]
 
@@ -75,8 +78,7 @@ class Lowering:
 
 
 class Compiler:
-    """Compiles the configs of one task and keeps each compiled config's run (a call of
-    its executable on the task's inputs) and compile time, or its failure."""
+    """Compiles a task's configs: each one's run (a call on the inputs) and time, or failure."""
 
     def __init__(self, task: SweepTask, *, emit: EventSink, breakdown: Breakdown) -> None:
         self.task = task
@@ -84,9 +86,10 @@ class Compiler:
         self.breakdown = breakdown
         self._inputs: dict[str, Any] | None = None
         self._runs: dict[str, tuple[Callable[[], Any], float]] = {}
-        #: Each config's executable is named for it (``jit_jaxtune_<n>``), so a device
-        #: timer tells its calls from the others' in a shared trace.
+        #: Each config's executable's name (``jit_jaxtune_<n>``), for a device timer's trace.
         self.modules: dict[str, str] = {}
+        #: Each lowered config's program (:func:`program_digest`), where its text shows it.
+        self.programs: dict[str, str] = {}
         self._failed: dict[str, Failure] = {}
         #: The exception a config's call raised last (until :meth:`raised` looks).
         self._raised: dict[str, Exception] = {}
@@ -119,8 +122,7 @@ class Compiler:
         return {cid: run[1] for cid, run in self._runs.items()}
 
     def raised(self, cid: str) -> Exception | None:
-        """The exception config ``cid``'s call raised since the last look, if any (what
-        tells a config's failure from a fault of the timer around its call)."""
+        """What ``cid``'s call raised since the last look: its failure, not the timer's."""
         return self._raised.pop(cid, None)
 
     def module(self, config: Config) -> str:
@@ -280,6 +282,8 @@ class Compiler:
             self.emit(CompileFinished(cid=cid))
             blame_jaxtune(own, cid)
             raise own
+        if (program := program_digest(lowered, self.module(config))) is not None:
+            self.programs[cid] = program
         return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
 
     def compile_one(
@@ -323,6 +327,29 @@ class Compiler:
 
         self._runs[cid] = (run, seconds)
         return None
+
+
+#: What in a module's text calls back into Python (``jax.pure_callback``, ``io_callback``,
+#: ``jax.debug.print``; host transfers): the text numbers such callbacks (``index = 0``)
+#: and does not show the functions, so two configs whose callbacks differ (a sleep of 20
+#: or of 40 ms) print the same text.
+_OPAQUE = re.compile(r"callback|stablehlo\.send\b|stablehlo\.recv\b")
+
+
+def program_digest(lowered: Any, module: str) -> str | None:
+    """A digest of ``lowered``'s module text (``jax.stages.Lowered``, without debug
+    information) with its name ``module`` (``jit_jaxtune_<n>``, one per config) left out:
+    two configs with the same digest lower to the same program. ``None`` for a module that
+    calls back into Python (:data:`_OPAQUE`): its text does not show all it runs. About
+    10 ms for JAX's flash attention in interpret mode (a 100 kB module), against 260 ms or
+    more to lower it."""
+    stem = module.removeprefix("jit_")
+    text = lowered.as_text()
+    if _OPAQUE.search(text):
+        return None
+    text = text.replace(module, "jit_M")
+    text = re.sub(rf"\b{re.escape(stem)}\b", "M", text)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def too_slow(config: Config, step: str, seconds: float, limit_s: float) -> Failure:

@@ -18,6 +18,7 @@ flight if the child dies.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -60,6 +61,10 @@ class Sweeper:
         self.compiler = compiler(task, emit=self._relay, breakdown=self.breakdown)
         self.first_runs = FirstRuns(self.compiler, emit=self._relay)
         self.stopwatch = Stopwatch(self.compiler, self.timer, emit=self._relay)
+        #: The config timed for each program (a digest: :attr:`.compile.Compiler.programs`)
+        #: and every timed config's result, over the task's batches (see :meth:`measure`).
+        self._timed_programs: dict[str, Config] = {}
+        self._results: dict[str, Result] = {}
 
     def _relay(self, event: Event) -> None:
         # ``emit`` may be replaced after the parts were made (a test follows the events).
@@ -123,7 +128,7 @@ class Sweeper:
         rounds at once (as :meth:`retime` does), without a first pass.
         """
         checked = self.first_runs.check(configs, reference, serial=serial_compile)
-        runnable = [c for c in configs if checked[config_id(c)] is None]
+        runnable, twins = self._same_programs([c for c in configs if checked[config_id(c)] is None])
         at_once = rounds is Rounds.AT_ONCE
         if rounds is Rounds.IF_SLOW:
             firsts = [self.first_runs.first_s.get(config_id(c), 0.0) for c in runnable]
@@ -136,8 +141,67 @@ class Sweeper:
         else:
             with self.breakdown.timed("first_pass"):
                 timed = first_pass(self.stopwatch, runnable, best_us)
+        timed = {**timed, **self._twin_results(twins, timed)}
         # Failures were reported as they became known (:meth:`.FirstRuns.check`).
         return {config_id(c): checked[config_id(c)] or timed[config_id(c)] for c in configs}
+
+    def _same_programs(
+        self, runnable: Sequence[Config]
+    ) -> tuple[list[Config], dict[str, tuple[Config, Config]]]:
+        """``runnable`` split into the configs to time and the twins: configs that lower to
+        the same program as another (:attr:`.compile.Compiler.programs`), each mapped to
+        the one timed for it (``twins[cid] = (config, timed_instead)``). Of the configs of one program, the one timed is the one a tie
+        would go to (the default, else the earliest in the space), or one timed in an
+        earlier batch: timing the same program twice can only show noise (or where the
+        process placed each copy), and a race between copies made repeated sweeps store
+        different configs."""
+        plan = self.task.plan
+        programs = self.compiler.programs
+        rank = {config_id(c): i for i, c in enumerate(plan.configs)}
+        rank[config_id(plan.default)] = -1
+
+        def tie_order(config: Config) -> tuple[int, int]:
+            cid = config_id(config)
+            return (cid not in rank, rank.get(cid, 0))
+
+        timed: list[Config] = []
+        twins: dict[str, tuple[Config, Config]] = {}
+        for config in sorted(runnable, key=tie_order):
+            cid = config_id(config)
+            program = programs.get(cid)
+            first = self._timed_programs.get(program) if program is not None else None
+            if first is not None and config_id(first) != cid:
+                twins[cid] = (config, first)
+                continue
+            if program is not None:
+                self._timed_programs[program] = config
+            timed.append(config)
+        order = {config_id(c): i for i, c in enumerate(runnable)}
+        return sorted(timed, key=lambda c: order[config_id(c)]), twins
+
+    def _twin_results(
+        self, twins: Mapping[str, tuple[Config, Config]], timed: Mapping[str, Result]
+    ) -> dict[str, Result]:
+        """Each twin's result: the timing of the config timed in its stead (here, or in an
+        earlier batch), marked ``dropped`` and ``same_as`` that config, or its failure."""
+        self._results.update(timed)
+        out: dict[str, Result] = {}
+        for cid, (config, first) in twins.items():
+            got = self._results[config_id(first)]
+            if isinstance(got, Measurement):
+                out[cid] = dataclasses.replace(
+                    got,
+                    config=dict(config),
+                    dropped=True,
+                    same_as=dict(first),
+                    rounds_us=(),
+                    calls=0,
+                    behind=False,
+                )
+            else:
+                out[cid] = dataclasses.replace(got, config=dict(config))
+            self.emit(ConfigResult(cid=cid, result=out[cid]))
+        return out
 
     def retime(self, configs: Sequence[Config], second: Sequence[Config] = ()) -> dict[str, Result]:
         """Re-times ``configs`` in interleaved rounds, with a second look at ``second`` in

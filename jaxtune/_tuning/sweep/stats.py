@@ -322,7 +322,8 @@ def leaders(
 
 def second_look(results: Mapping[str, Result], front: Sequence[Config]) -> list[Config]:
     """The configs the first pass measured outside ``front`` (the leaders), dropped early
-    or not, fastest sample first (those not dropped before the dropped): each gets a second
+    or not, fastest sample first (those not dropped before the dropped; not a config timed
+    as another's program, ``same_as``): each gets a second
     look in the first rounds, side by side with the leaders, before it is ruled out. A first
     pass times one config at a time, a few milliseconds each: a burst of other work on the
     machine can cover all of a config's samples there and none of its rivals'."""
@@ -330,7 +331,7 @@ def second_look(results: Mapping[str, Result], front: Sequence[Config]) -> list[
     measured = [
         m
         for m in results.values()
-        if isinstance(m, Measurement) and config_id(m.config) not in chosen
+        if isinstance(m, Measurement) and config_id(m.config) not in chosen and m.same_as is None
     ]
     measured.sort(key=lambda m: (m.dropped, m.min_us))
     return [dict(m.config) for m in measured]
