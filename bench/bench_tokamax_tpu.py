@@ -270,6 +270,8 @@ def part_jaxtune(
             "space": entry.space_size,
             "failed": sum(1 for m in entry.measurements if not m.ok),
             "failures": _failures(m for m in entry.measurements if not m.ok),
+            # Configs that lowered to the same program as another: timed once for all.
+            "same_program": sum(1 for m in entry.measurements if m.ok and m.same_as),
             "pick": dict(entry.config),
             "decision": entry.decision_text(),
             "phases": dict(getattr(entry, "phases", {}) or {}),

@@ -159,6 +159,7 @@ def bench_kernel(name: str) -> dict[str, Any]:
         "plain_loop_phases": loop_phases,
         "compile_threads": compile_threads(),
         "calls": {config_id(m.config): m.calls for m in entry.measurements if m.ok},
+        "same_program": sum(1 for m in entry.measurements if m.ok and m.same_as),
     }
 
 

@@ -1,0 +1,24 @@
+# The TPU tier in one pytest process, then the two-jit program's flash pick against its
+# truth twice (what test_1_programs checks), with the entry's decision and times.
+. tools/tpu/env.sh
+( time python3 -m pytest -p no:xdist -q -p no:cacheprovider tests/tpu -rf ) > $OUT/tpu_tier.log 2>&1
+tail -8 $OUT/tpu_tier.log
+for i in 1 2; do
+  export JAXTUNE_CACHE_DIR=/tmp/diag$i
+  jaxtune tune -- python -m tests.tpu.two_jits > $OUT/diag_tune$i.log 2>&1
+  jaxtune cache show tpu.flash_attention --json > $OUT/diag_show$i.json 2>>$OUT/diag_tune$i.log
+  python3 -m tests.tpu.truth two_jits > $OUT/diag_truth$i.json 2>>$OUT/diag_tune$i.log
+  python3 - $i <<'PY'
+import json, sys, os
+i = sys.argv[1]; out = os.environ["OUT"]
+e = json.load(open(f"{out}/diag_show{i}.json"))["entries"][0]
+t = json.load(open(f"{out}/diag_truth{i}.json"))["tpu.flash_attention"]
+best = min(t.values())
+from jaxtune._core.vocabulary import config_id
+print("stored", e["config"], e.get("decision"), e.get("timer"))
+for m in e["measurements"]:
+    if m.get("ok"):
+        cid = config_id(m["config"])
+        print(f"  {cid:28s} sweep min {m['min_us']:8.1f} med {m['median_us']:8.1f}  truth {t.get(cid, 0)*1e6:8.1f} ({t.get(cid, 0)/best:.3f}x)")
+PY
+done
