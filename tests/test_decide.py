@@ -75,6 +75,22 @@ def test_rounds_that_run_out_undecided_give_the_better_estimate_with_its_interva
     assert rival != d.pick and low < 1.0 < high
 
 
+def test_an_undecided_rival_whose_fastest_round_is_far_faster_is_stored():
+    """A busy machine: "b" (10 ms in truth) met other work in most of its rounds, "a"
+    (13 ms) in few; the per-round ratios give "a" the better estimate, spread too wide to
+    decide. Other work only adds time: "b"'s fastest round, over 5 % below "a"'s, wins."""
+    a = [13.0, 15.0, 14.0, 16.0, 15.0, 14.0, 16.0, 17.0, 13.5, 15.0]
+    b = [10.0, 20.0, 19.0, 18.0, 17.0, 16.0, 21.0, 22.0, 10.5, 18.0]
+    d = decide({"a": a, "b": b})
+    assert (d.best, d.kind, d.pick) == ("a", "undecided", "b")
+    rival, ratio, low, high = d.margin
+    assert ratio < 1.0  # "a" over "b", round by round: the better estimate lost
+    assert rival == "a" and low < 1.0 < high
+    # Fastest rounds within tie_within of each other: the candidate stays.
+    d = decide({"a": a, "b": [max(t, 13.0 * 0.99) for t in b]})
+    assert (d.kind, d.pick) == ("undecided", "a")
+
+
 def test_an_undecided_race_kept_on_the_default_names_the_config_it_was_undecided_against():
     """Near-equal configs whose rounds swing: "b" has the lower median time (the
     candidate), but its per-round ratio to the default "a" is over 1, so the default is

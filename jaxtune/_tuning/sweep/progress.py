@@ -168,5 +168,5 @@ def _decided(outcome: SweepOutcome) -> str:
         return f" (clear: {m.ratio:.2f}x ahead of {config_id(m.rival)})"
     span = f" ({m.low:.2f}-{m.high:.2f})" if m.low is not None and m.high is not None else ""
     what = "a tie with" if outcome.decision == "tie" else "undecided vs"
-    extra = "" if outcome.decision == "tie" else ", the best estimate won"
+    extra = "" if outcome.decision == "tie" else ", the rounds ran out"
     return f" ({what} {config_id(m.rival)}: {m.ratio:.2f}x{span}{extra})"
