@@ -26,6 +26,7 @@ from ._core.errors import ProfileError as ProfileError
 from ._core.errors import SettingsError as SettingsError
 from ._core.errors import SignatureError as SignatureError
 from ._core.errors import SweepError as SweepError
+from ._core.errors import SynthesisedValuesWarning as SynthesisedValuesWarning
 from ._core.errors import TuningFailedError as TuningFailedError
 from ._core.settings import remember_environment as _remember_environment
 
@@ -127,6 +128,7 @@ __all__ = [
     "SignatureError",
     "Strategy",
     "SweepError",
+    "SynthesisedValuesWarning",
     "TuningFailedError",
     "TuningResult",
     "__version__",

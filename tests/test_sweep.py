@@ -93,8 +93,8 @@ def test_random_inputs_are_deterministic_per_dtype(dtype):
     spec = jax.ShapeDtypeStruct((3, 5), dtype)
     task = task_of(lambda x, *, c: x, bind(lambda x: x, spec), ({"c": 1},), {"c": 1})
     a, b = (
-        _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)["x"],
-        _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)["x"],
+        _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)[0]["x"],
+        _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)[0]["x"],
     )
     assert a.shape == (3, 5) and np.dtype(a.dtype) == np.dtype(dtype)
     np.testing.assert_array_equal(
@@ -106,7 +106,7 @@ def test_random_inputs_are_deterministic_per_dtype(dtype):
 def test_concrete_caller_arrays_are_used_as_inputs():
     x = jnp.arange(6.0)
     task = task_of(lambda x, *, c: x, bind(lambda x: x, x), ({"c": 1},), {"c": 1})
-    assert _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)["x"] is x
+    assert _inputs.make_inputs(task.plan.kernel, task.signature, task.inputs)[0]["x"] is x
 
 
 @pytest.mark.parametrize(

@@ -171,6 +171,8 @@ def _show(found: list[tuple[Entry, Source]]) -> str:
         decided = decision_text(e)
         if decided:
             head.append(f"  decided: {decided}")
+        if e.values_text:
+            head.append(f"  values: {e.values_text}")
         varying, fixed = _configs.knobs(m.config for m in e.measurements)
         if e.measurements:
             knob_line = f"  knobs varied: {', '.join(varying) or 'none'}"

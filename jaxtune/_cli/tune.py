@@ -215,6 +215,7 @@ class Stopped:
 
 def _read_records(path: str) -> tuple[list[dict[str, Any]], Stopped | None]:
     records: list[dict[str, Any]] = []
+    values: dict[tuple[str, str], list[dict[str, Any]]] = {}
     stopped = None
     for frame in _frames(path):
         if frame.get("t") == "stopped":
@@ -225,7 +226,13 @@ def _read_records(path: str) -> tuple[list[dict[str, Any]], Stopped | None]:
             )
         elif frame.get("t") == "call":
             records.append(frame)
-    return merged(records), stopped
+        elif frame.get("t") == "values":
+            values.setdefault((frame["kernel"], frame["key"]), []).append(frame)
+    out = merged(records)
+    for record in out:
+        # The value sets the program ran the call with (docs/values.md), in arrival order.
+        record["values"] = values.get((record["kernel"], record["key"]), [])
+    return out, stopped
 
 
 def merged(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -270,8 +277,8 @@ def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) ->
 def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]]:
     """Sweeps each recorded call in a child and writes the cache: ``(entries, problems)``."""
     from .._tuning.sweep.entry import make_entry
-    from .._tuning.sweep.requests import read_request
-    from .._tuning.sweep.work import SweepPlan
+    from .._tuning.sweep.inputs import SYNTHESISED_TEXT, made_up_integers
+    from .._tuning.sweep.requests import read_request, with_recorded_values
 
     entries: list[Entry] = []
     problems: list[str] = []
@@ -281,12 +288,26 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
         if "request" not in record:
             problems.append(f"{record['kernel']} {record['key']}: {record['error']}")
             continue
-        plan = SweepPlan.from_dict(record["request"]["plan"])
         try:
-            request = read_request(record["request"])
-        except FrameError as e:
-            problems.append(f"{record['kernel']} {record['key']}: a damaged recording ({e})")
+            request = with_recorded_values(read_request(record["request"]), record["values"])
+        except (FrameError, KeyError, TypeError) as e:
+            problems.append(f"{record['kernel']} {record['key']}: a damaged recording ({e!r})")
             continue
+        plan = request.fields.plan
+        if plan is None:
+            problems.append(f"{record['kernel']} {record['key']}: a recording without a plan")
+            continue
+        made_up = made_up_integers(plan.values)
+        if made_up:
+            print(
+                f"jaxtune tune: {record['kernel']} ({record['key']}): no values were "
+                f"recorded for integer/boolean argument(s) {', '.join(made_up)} (a bucketed "
+                "kernel, or a call whose program was stopped before it ran); its sweep runs "
+                f"on synthesised values ({SYNTHESISED_TEXT}). docs/values.md says how to "
+                "give real ones.",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             outcome = runner.run(plan, request)
         except JaxtuneError as e:

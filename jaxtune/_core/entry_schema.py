@@ -128,6 +128,25 @@ def _margin(v: Any) -> bool:
 _CONFIG = "a dict of str to None, bool, int, float, str, bytes, tuples of them, enums or dtypes"
 _TIME = "a finite number >= 0 or None"
 
+
+def _values(v: Any) -> bool:
+    """``{"sets": n, "arguments": {name: {"source": str, "summary": [str, ...]}}}``."""
+    if not _mapping(v):
+        return False
+    if not v:
+        return True
+    arguments = v.get("arguments", {})
+    if not (_count(v.get("sets", 1)) and _mapping(arguments)):
+        return False
+    for name, about in arguments.items():
+        if not (isinstance(name, str) and _mapping(about) and _str(about.get("source", ""))):
+            return False
+        summary = about.get("summary", [])
+        if not (isinstance(summary, (list, tuple)) and all(_str(t) for t in summary)):
+            return False
+    return True
+
+
 #: The fields of a stored :class:`~.vocabulary.Entry`.
 ENTRY_FIELDS: tuple[Field, ...] = (
     Field(name="kernel", accepts=_str, expected="a string"),
@@ -179,6 +198,12 @@ ENTRY_FIELDS: tuple[Field, ...] = (
             _mapping(v) and all(isinstance(k, str) and _number(x) for k, x in v.items())
         ),
         expected="a dict of str to seconds",
+        required=False,
+    ),
+    Field(
+        name="values",
+        accepts=_values,
+        expected='a dict {"sets": n, "arguments": {name: {"source": str, "summary": [str]}}}',
         required=False,
     ),
 )

@@ -29,6 +29,7 @@ __all__ = [
     "SettingsError",
     "SignatureError",
     "SweepError",
+    "SynthesisedValuesWarning",
     "TuningFailedError",
     "describe",
     "warn_once",
@@ -109,6 +110,12 @@ class JaxtuneWarning(UserWarning):
     """Something went wrong that jaxtune recovered from (a corrupt cache file, a fallback)."""
 
 
+class SynthesisedValuesWarning(JaxtuneWarning):
+    """A sweep ran on made-up values for integer or boolean arguments (group sizes,
+    lengths, ids, masks), whose values often decide a kernel's work: the flow had only
+    their shapes. The message names the arguments and how to give real values."""
+
+
 class CustomCallTracingWarning(JaxtuneWarning):
     """Custom-call tracing (``--xla_xprof_enable_custom_call_tracing=true``) was in effect
     where a sweep would time configs: trace points change a kernel's schedule and time, so
@@ -132,6 +139,7 @@ for _public in (
     SettingsError,
     SignatureError,
     SweepError,
+    SynthesisedValuesWarning,
     TuningFailedError,
 ):
     _public.__module__ = "jaxtune"

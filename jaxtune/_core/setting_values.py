@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Callable
+from typing import Any
 
 from .errors import SettingsError
 
@@ -75,6 +76,24 @@ def seconds(name: str) -> Callable[[str], float]:
                 f"a positive number of seconds, from {MIN_SECONDS:g} up to {MAX_SECONDS:g}, such as 60 "
                 "or 2.5",
             )
+        return value
+
+    return parse
+
+
+def bounded(
+    name: str, low: float, high: float, what: str, *, whole: bool = False
+) -> Callable[[str], Any]:
+    """A number from ``low`` to ``high`` (``whole``: an integer), ``what`` naming it."""
+    allowed = f"{what} from {low:g} to {high:g}"
+
+    def parse(raw: str) -> Any:
+        try:
+            value: Any = int(raw) if whole else float(raw)
+        except ValueError:
+            raise bad(name, raw, allowed) from None
+        if not low <= value <= high:  # false for nan
+            raise bad(name, raw, allowed)
         return value
 
     return parse

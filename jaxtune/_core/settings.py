@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from .errors import SettingsError
 from .setting_values import BUDGET_ALLOWED as _BUDGET_ALLOWED
+from .setting_values import bounded as _bounded
 from .setting_values import budget as _budget
 from .setting_values import choice as _choice
 from .setting_values import directory as _directory
@@ -82,6 +83,12 @@ class Settings:
     remote_cache: str = ""
     #: ``JAXTUNE_REMOTE_TIMEOUT``: seconds one operation on the shared store may take.
     remote_timeout: float = 5.0
+    #: ``JAXTUNE_VALUE_SETS``: distinct value sets of one call a recording keeps and a
+    #: sweep times as a mix.
+    value_sets: int = 4
+    #: ``JAXTUNE_VALUES_MB``: MiB of floating-point values a recording keeps per call
+    #: (integer and boolean values are always kept).
+    values_mb: float = 64.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,6 +222,26 @@ VARIABLES: tuple[Variable, ...] = (
         doc="Set by `jaxtune tune --settle`: with JAXTUNE_RECORD_STOP=1, the recorded program "
         "is stopped once it has traced and compiled nothing new for this many seconds after "
         "its first autotuned call.",
+    ),
+    Variable(
+        name="JAXTUNE_VALUE_SETS",
+        field="value_sets",
+        allowed="a whole number from 1 to 16",
+        default="4",
+        parse=_bounded("JAXTUNE_VALUE_SETS", 1, 16, "a whole number", whole=True),
+        doc="`jaxtune tune --`: how many distinct value sets of one autotuned call (its "
+        "integer and boolean arguments' values) the recording keeps; the sweep times them "
+        "together, as a mix (docs/values.md).",
+    ),
+    Variable(
+        name="JAXTUNE_VALUES_MB",
+        field="values_mb",
+        allowed="a number of MiB from 0 to 4096",
+        default="64",
+        parse=_bounded("JAXTUNE_VALUES_MB", 0, 4096, "a number of MiB"),
+        doc="`jaxtune tune --`: MiB of floating-point argument values the recording keeps "
+        "per call (integer and boolean values are always kept); floats past it are "
+        "synthesised, and the table says so (docs/values.md).",
     ),
     Variable(
         name="JAXTUNE_BUDGET",

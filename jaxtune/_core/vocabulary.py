@@ -186,6 +186,35 @@ class Entry:
     #: Where the sweep's wall time went, in seconds per phase (``start``, ``transfer``,
     #: ``compile``, ...: see docs/search.md); empty in entries older than the field.
     phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    #: The values the sweep ran on: ``{"sets": n, "arguments": {name: {"source": ...,
+    #: "summary": [one text per value set]}}}``, the source one of ``caller``,
+    #: ``recorded``, ``inputs=``, ``synthesised`` (docs/values.md); empty in entries older
+    #: than the field.
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def values_text(self) -> str:
+        """Where the sweep's values came from, for people: each integer/boolean argument
+        with a summary of its values (one per value set), each made-up one, then the
+        others by source: ``"lengths: recorded (s32[8] 1..2048 sum 4100 median 300); x, w:
+        recorded"``, led by ``"3 value sets timed as a mix; "`` for a mix; empty in entries
+        older than the field."""
+        arguments = self.values.get("arguments") or {}
+        parts = []
+        plain: dict[str, list[str]] = {}  # real float values: their names, by source
+        for name, about in arguments.items():
+            source = str(about.get("source", "?"))
+            summary = [t for t in about.get("summary", ()) if t]
+            if summary:
+                parts.append(f"{name}: {source} ({' | '.join(summary)})")
+            elif source in ("caller", "recorded"):
+                plain.setdefault(source, []).append(name)
+            else:
+                parts.append(f"{name}: {source}")
+        parts += [f"{', '.join(names)}: {source}" for source, names in plain.items()]
+        sets = int(self.values.get("sets") or 1)
+        head = f"{sets} value sets timed as a mix; " if sets > 1 else ""
+        return head + "; ".join(parts)
 
     @property
     def pass_text(self) -> str:
@@ -246,6 +275,7 @@ class Entry:
             "timer": self.timer,
             "timing": self.timing,
             "phases": dict(self.phases),
+            "values": dict(self.values),
             "search": self.search,
             "measured": self.measured,
             "space_size": self.space_size,

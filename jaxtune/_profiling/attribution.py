@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from .._core import roofline as _roofline
 from .._program import markers as _markers
-from . import roofline as _roofline
 from .events import Walk
 from .hlo import HloInstruction, HloModule
 from .totals import OpKind, Totals

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._core import roofline as _roofline
 from .._render import page, units
-from . import roofline as _roofline
 from .attribution import KernelStat, ScopeStat
 from .table import (
     BOUND_HELP,

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._core import roofline as _roofline
 from .._core.codec import atomic_write, packb
 from .._core.errors import JaxtuneError, ProfileError, describe
 from .._core.flags import normalise_platform
@@ -17,7 +18,6 @@ from .._core.vocabulary import CaptureInfo
 from .._core.xspace import xplane as _xplane
 from .._program.markers import Owner
 from . import recover as _recover
-from . import roofline as _roofline
 from .attribution import KernelStat, ScopeStat, attribute, classifier, scopes
 from .drops import drop_warnings
 from .events import Walk, device_plane, metadata_kinds, program_ids, walk

@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._core import roofline as _roofline
 from .._core.vocabulary import pass_text
 from .._render import configs as _configs
 from .._render import text, units
-from . import roofline as _roofline
 from .attribution import KernelStat, ScopeStat
 from .llo_figures import lines as llo_lines
 
@@ -51,7 +51,7 @@ BOUND_HELP = {
     "(@jaxtune.autotuned(..., flops=lambda x, y: 2 * x.shape[0] * ..., bytes=...))",
     "bytes": "add bytes_accessed= to the kernel's cost_estimate, or a bytes= hint to "
     "@jaxtune.autotuned",
-    "peak": "jaxtune's peak table (jaxtune._profiling.roofline.PEAKS: TPU v4 to v7x, NVIDIA "
+    "peak": "jaxtune's peak table (jaxtune._core.roofline.PEAKS: TPU v4 to v7x, NVIDIA "
     "A100 to B200) has no entry for this device; a trace whose device plane records "
     "peak_teraflops_per_second and peak_hbm_bw_gigabytes_per_second uses those, and a new "
     "device is a one-line entry in PEAKS",

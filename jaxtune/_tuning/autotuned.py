@@ -33,6 +33,7 @@ from . import kernel_sweep as _kernel_sweep
 from . import lookup as _lookup
 from . import profile_hook as _profile_hook
 from . import record as _record
+from . import values as _values
 from .buckets import Buckets
 from .digest import KernelCode
 from .eager import EagerCalls, bump_generation, under_differentiation
@@ -290,8 +291,11 @@ class Autotuned(Generic[P, R]):
             or _kernel_sweep.differentiated_now()
             or under_differentiation()
         )
+        # An eager call in tune mode: a sweep runs on the caller's own arrays.
+        chosen_for = _values.eager_signature(self, sig) or sig
         with differentiated_calls(differentiated):
-            choice = self._choose(sig, sweep=True)
+            choice = self._choose(chosen_for, sweep=True)
+        _values.capture(self, sig)  # for a recording or jaxtune.tune: the values it runs
         if not differentiated and self._may_learn_differentiation(choice):
             return self._watched(sig, args, kwargs, choice)
         return self._run(sig, choice, differentiated, args, kwargs)
@@ -402,6 +406,25 @@ class Autotuned(Generic[P, R]):
         sig = self.bind(args, kwargs)
         space, default = self.space_and_default(sig)
         entry = _kernel_sweep.run(self, sig, space, default, _lookup.device_kind())
+        retrace_jitted_functions()
+        return TuningResult.of(entry)
+
+    def tune_on(
+        self,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        more: Iterable[Any] = (),
+    ) -> TuningResult:
+        """:meth:`tune` on the values a program ran the call with: ``args``/``kwargs``,
+        and ``more`` value sets of the same call (:class:`~.values.Captured`), timed
+        together as a mix."""
+        sig = self.bind(tuple(args), dict(kwargs))
+        sets = []
+        for other in more:
+            bound = self.bind(tuple(other.args), dict(other.kwargs))
+            sets.append({name: bound.value(name) for name in bound.dynamic})
+        space, default = self.space_and_default(sig)
+        entry = _kernel_sweep.run(self, sig, space, default, _lookup.device_kind(), value_sets=sets)
         retrace_jitted_functions()
         return TuningResult.of(entry)
 

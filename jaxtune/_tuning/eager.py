@@ -35,7 +35,9 @@ except ImportError:  # pragma: no cover - a JAX without it
     _jax_core = None
 
 from .._core import settings as _settings
+from .._core.errors import SettingsError
 from . import result as _result
+from . import values as _values
 from .store import cache as _cache
 
 __all__ = [
@@ -138,7 +140,7 @@ class EagerCalls:
     Otherwise the kernel's own ``__call__`` runs first and ends in :meth:`call`.
     """
 
-    __slots__ = ("__weakref__", "_call", "_cls", "_fn", "_static", "deciding", "jit")
+    __slots__ = ("__weakref__", "_call", "_cls", "_fn", "_kernel", "_static", "deciding", "jit")
 
     def __init__(
         self,
@@ -150,6 +152,7 @@ class EagerCalls:
         fast: bool,
     ) -> None:
         self._fn, self._call, self._static = fn, call, tuple(static_argnames)
+        self._kernel = kernel
         self._cls: type | None = None
         if fast:
             base = type(kernel)
@@ -165,11 +168,28 @@ class EagerCalls:
         #: The variables that decide the config, as they were when the jit was made.
         self.deciding = _settings.fingerprint(_settings.DECIDING)
         if self._cls is not None:  # the kernel's own class: jit's C++ dispatch
-            self._cls.__call__ = staticmethod(self.jit)  # type: ignore[method-assign]
+            # In tune mode a Python step first, so that a sweep at the trace sees the
+            # caller's arrays (their values decide the work of many kernels).
+            call = self._with_values if _sweeping() else self.jit
+            self._cls.__call__ = staticmethod(call)  # type: ignore[method-assign]
+
+    def _with_values(self, *args: Any, **kwargs: Any) -> Any:
+        with _values.eager_call(self._kernel, args, kwargs):
+            return self.jit(*args, **kwargs)
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
         """An eager call, after the kernel's own checks: through the jit, renewed first
         when a variable that decides the config changed."""
         if _settings.fingerprint(_settings.DECIDING) != self.deciding:
             self.renew()
+        if _sweeping():
+            return self._with_values(*args, **kwargs)
         return self.jit(*args, **kwargs)
+
+
+def _sweeping() -> bool:
+    """Whether the mode sweeps on a miss (a bad setting is reported where it is used)."""
+    try:
+        return _settings.settings().mode in ("tune", "retune")
+    except SettingsError:
+        return False

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._core import roofline as _roofline
 from .._core.vocabulary import Entry, Measurement, config_id
 from .._render import configs as _configs
 from .._render.units import count
@@ -53,6 +54,40 @@ def _rounds(entry: Entry, config: Mapping[str, Any]) -> tuple[float, ...]:
 
 
 def decision_text(entry: Entry) -> str:
+    """How the stored config won (:func:`_decision`), and a flag when its time implies
+    more than the device's peak (:func:`past_peak_text`)."""
+    text, flag = _decision(entry), past_peak_text(entry)
+    return f"{text}; {flag}" if text and flag else text or flag
+
+
+def past_peak_text(entry: Entry) -> str:
+    """``"!! 689 TFLOP/s implied, past the TPU v5e's peak of 197: ..."`` when the stored
+    config's time, with the work the kernel's ``flops=``/``bytes=`` hints give, implies
+    more than the device's peak compute or bandwidth (no chip runs past its peak: the
+    sweep's values did less work than the hints count, made-up values most often);
+    empty otherwise."""
+    work = entry.values.get("work") or {}
+    peak = _roofline.peak_for(entry.device_kind)
+    if not work or peak is None or not entry.time_us:
+        return ""
+    seconds = entry.time_us * 1e-6 / int(entry.values.get("sets") or 1)
+    flops, moved = work.get("flops"), work.get("bytes")
+    rates = (flops / seconds if flops else None, moved / seconds if moved else None)
+    over = _roofline.over_peak(*rates, peak)
+    if not over:
+        return ""
+    said = []
+    if "flops" in over:
+        said.append(f"{rates[0] / 1e12:.0f} TFLOP/s (peak {peak.flops_per_s / 1e12:.0f})")
+    if "bytes" in over:
+        said.append(f"{rates[1] / 1e9:.0f} GB/s (peak {peak.bytes_per_s / 1e9:.0f})")
+    return (
+        f"!! its time implies {' and '.join(said)} on {peak.device}, past the peak: the "
+        "sweep's values did less work than the flops=/bytes= hints count (made-up values?)"
+    )
+
+
+def _decision(entry: Entry) -> str:
     """``"clear: 1.31x ahead of block_q=256 (99 % interval 1.22-1.40)"``, ``"tie with
     block_q=256: 1.01x (95 % interval 0.99-1.03)"``, ``"undecided vs block_q=256: 1.10x
     (99 % interval 0.97-1.41) after 200 rounds"``,

@@ -11,18 +11,21 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from .._core import settings as _settings
+from .._core.errors import SynthesisedValuesWarning, warn_once
 from .._core.vocabulary import Entry
 from .._distributed import agree as _agree
 from .digest import KernelCode
 from .options import timing_options
+from .profile_hook import cost_hint
 from .signature import Signature
 from .store import cache as _cache
 from .store import shared as _shared
 from .sweep.entry import make_entry
+from .sweep.inputs import describe_values, summarise, synthesised_ints, value_sources
 from .sweep.runner import default_runner
 from .sweep.search import Budget, budget_setting
 from .sweep.stats import SweepOutcome
@@ -123,6 +126,8 @@ class Sweepable(Protocol):
     timing: str
     effort: str
     retunes: Retunes
+    flops: float | Callable[..., float] | None
+    bytes: float | Callable[..., float] | None
 
 
 def task(
@@ -132,11 +137,16 @@ def task(
     default: dict[str, Any],
     *,
     differentiated: bool = False,
+    value_sets: Sequence[Mapping[str, Any]] = (),
 ) -> SweepTask:
     """The sweep of ``kernel`` for a bound call, over ``space`` (``differentiated``: the
     call was traced under ``jax.grad``/``jax.vjp``, so ``timing="auto"`` times forward and
-    backward)."""
+    backward; ``value_sets``: further values of the call's dynamic arguments, timed with
+    its own as a mix)."""
     settings = _settings.settings()
+    sets = [dict(values) for values in value_sets]
+    summaries = [{n: summarise(sig.value(n)) for n in sig.dynamic}] if sets else []
+    summaries += [{n: summarise(v) for n, v in values.items()} for values in sets]
     timed = "vjp" if kernel.timing == "auto" and differentiated else pass_now(kernel.timing)
     plan = SweepPlan(
         kernel=kernel.kernel_id,
@@ -152,10 +162,44 @@ def task(
         budget=kernel.budget or budget_setting(),
         timer=kernel.timer or settings.timer,
         timing=timed,
+        values=_values_and_work(kernel, sig, summaries),
     )
     return SweepTask(
-        plan=plan, fn=kernel.__wrapped__, signature=sig, check=kernel.check, inputs=kernel.inputs
+        plan=plan,
+        fn=kernel.__wrapped__,
+        signature=sig,
+        check=kernel.check,
+        inputs=kernel.inputs,
+        value_sets=tuple(sets),
     )
+
+
+def _values_and_work(
+    kernel: Sweepable, sig: Signature, summaries: list[dict[str, str]]
+) -> dict[str, Any]:
+    """What the entry records of the values (:func:`~.sweep.inputs.describe_values`),
+    with the work the kernel's ``flops=``/``bytes=`` hints count for the call (``work``:
+    a time that implies more than the device's peak is flagged)."""
+    values = describe_values(sig, inputs_given=kernel.inputs is not None, sets=summaries)
+    try:
+        work = cost_hint(kernel, sig)
+    except Exception:  # a hint that cannot count this call: no figure, as in a profile
+        work = None
+    if work:
+        values["work"] = work
+    return values
+
+
+#: The warning of a sweep on made-up integer or boolean values (see :func:`run`).
+SYNTHESISED_WARNING = (
+    "jaxtune: {kernel} ({key}) is swept on synthesised values for its integer/boolean "
+    "argument(s) {names} ({how}): this flow has only their shapes. Their values often "
+    "decide the work (group sizes, lengths, ids, loop counts, masks), so the config stored "
+    "may be wrong for the program's values. Give the sweep real values: run the program "
+    "under `jaxtune tune -- python prog.py` (it records the values each call runs), call "
+    "the kernel or jaxtune.tune(fn, *arrays) with real arrays outside jax.jit, or give "
+    "@autotuned(inputs=...) a builder of valid values (docs/values.md)."
+)
 
 
 def run(
@@ -166,15 +210,30 @@ def run(
     kind: str,
     *,
     measure: Callable[[SweepTask], SweepOutcome] | None = None,
+    value_sets: Sequence[Mapping[str, Any]] = (),
 ) -> Entry:
     """Sweeps ``kernel`` for a bound call through ``measure`` (default: the process's
     runner) and returns the entry, kept in the user cache and published to the shared
-    store by the process that writes the cache.
+    store by the process that writes the cache (``value_sets``: see :func:`task`). A
+    sweep that makes up integer or boolean values warns once per kernel
+    (:class:`~jaxtune.SynthesisedValuesWarning`).
 
     Raises:
         TuningFailedError: every config failed.
     """
-    swept = task(kernel, sig, space, default)
+    swept = task(kernel, sig, space, default, value_sets=value_sets)
+    made_up = synthesised_ints(sig, value_sources(sig, inputs_given=swept.inputs is not None))
+    if made_up:
+        warn_once(
+            ("synthesised", kernel.kernel_id),
+            SYNTHESISED_WARNING.format(
+                kernel=kernel.kernel_id,
+                key=sig.key,
+                names=", ".join(made_up),
+                how="integers uniform in 0..16, booleans 50 % true",
+            ),
+            SynthesisedValuesWarning,
+        )
     # No lock while user code runs: a kernel that calls itself would wait on its own lock.
     outcome = (measure or default_runner().sweep)(swept)
     entry = make_entry(swept.plan, outcome, kind, kernel.version, code=kernel.code.value)

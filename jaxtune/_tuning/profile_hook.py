@@ -21,16 +21,21 @@ from .._program import markers as _markers
 from .signature import Signature
 from .store import cache as _cache
 
-__all__ = ["Profiled", "cost_hint", "mark_call", "tuned_speedup"]
+__all__ = ["Hinted", "Profiled", "cost_hint", "mark_call", "tuned_speedup"]
 
 
-class Profiled(_markers.MarkedKernel, Protocol):
+class Hinted(Protocol):
+    """A kernel's ``flops=`` / ``bytes=`` hints."""
+
+    flops: float | Callable[..., float] | None
+    bytes: float | Callable[..., float] | None
+
+
+class Profiled(_markers.MarkedKernel, Hinted, Protocol):
     """What a profile asks of a kernel: what it asks through a mark, its version, and its
     cost hints."""
 
     version: str
-    flops: float | Callable[..., float] | None
-    bytes: float | Callable[..., float] | None
 
 
 def mark_call(
@@ -52,7 +57,7 @@ def mark_call(
     )
 
 
-def cost_hint(kernel: Profiled, sig: Signature) -> dict[str, float] | None:
+def cost_hint(kernel: Hinted, sig: Signature) -> dict[str, float] | None:
     """The ``flops=`` / ``bytes=`` hints evaluated for a bound call, or ``None`` when the
     decorator gave none."""
     if kernel.flops is None and kernel.bytes is None:

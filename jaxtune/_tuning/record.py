@@ -27,6 +27,7 @@ from .._core import settings as _settings
 from .._core.errors import JaxtuneError
 from .._core.vocabulary import Choice
 from .._program.markers import Mark
+from . import values as _values
 from .lookup import Tunable
 from .signature import Signature
 from .sweep.work import SweepTask
@@ -115,12 +116,41 @@ class Recordable(Tunable, Protocol):
         ...
 
 
+def _write(fd: int, frame: dict[str, Any]) -> None:
+    """Appends a frame (one at a time, whichever thread: calls are written where they are
+    traced, value sets from JAX's callback threads, the last frame from the settle watch)."""
+    from .._isolation.wire import write_frame
+
+    write_frame(fd, frame)
+
+
 class _Recorder:
-    def __init__(self, path: str, stop: bool, settle_s: float) -> None:
+    def __init__(self, path: str, stop: bool, settle_s: float, value_sets: int) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.recorded: set[tuple[str, str, str]] = set()
+        _values.set_file_collector(_values.ValueSets(value_sets, sink=self.write_values))
         if stop:
             _Settle(self.fd, settle_s).start()
+
+    def write_values(self, captured: _values.Captured) -> None:
+        """Appends one value set of a call (see :mod:`.values`) as a ``values`` frame."""
+        from .._isolation.wire import NotTransportable, encode_value
+
+        try:
+            args = encode_value(captured.args, concrete_limit=1 << 62)
+            kwargs = encode_value(captured.kwargs, concrete_limit=1 << 62)
+        except NotTransportable:  # the call's request cannot travel either: it says why
+            return
+        frame = {
+            "t": "values",
+            "kernel": captured.kernel,
+            "key": captured.key,
+            "args": args,
+            "kwargs": kwargs,
+            "summary": captured.summary,
+            "dropped": list(captured.dropped),
+        }
+        _write(self.fd, frame)
 
     def record(self, kernel: Recordable, sig: Signature, choice: Choice) -> None:
         # A call seen again differentiated is recorded again: its sweep times the backward
@@ -131,9 +161,7 @@ class _Recorder:
         if seen in self.recorded:
             return
         self.recorded.add(seen)
-        from .._isolation.wire import write_frame
-
-        write_frame(self.fd, call_frame(kernel, sig, choice))
+        _write(self.fd, call_frame(kernel, sig, choice))
 
 
 _SETTLE: list[_Settle] = []
@@ -198,10 +226,9 @@ class _Settle:
                     self._stop()
 
     def _stop(self) -> None:
-        from .._isolation.wire import write_frame
-
+        _await_callbacks()
         now = time.monotonic()
-        write_frame(
+        _write(
             self.fd,
             {
                 "t": "stopped",
@@ -213,6 +240,21 @@ class _Settle:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+#: Seconds the stop waits for the host callbacks of programs under way (value sets).
+_CALLBACKS_S = 10.0
+
+
+def _await_callbacks() -> None:
+    """Waits (a while at most) for the host callbacks of the programs under way, so that
+    the value sets of the steps already run reach the recording before the stop."""
+    import jax
+
+    waiter = threading.Thread(target=jax.effects_barrier, name="jaxtune-record-barrier")
+    waiter.daemon = True
+    waiter.start()
+    waiter.join(_CALLBACKS_S)
 
 
 def call_frame(
@@ -280,7 +322,12 @@ def _recorder(settings: _settings.Settings) -> _Recorder | None:
     with _LOCK:
         if not _RECORDER:
             _RECORDER.append(
-                _Recorder(settings.record, settings.record_stop, settings.record_settle)
+                _Recorder(
+                    settings.record,
+                    settings.record_stop,
+                    settings.record_settle,
+                    settings.value_sets,
+                )
             )
         recorder: _Recorder = _RECORDER[0]
         return recorder

@@ -229,6 +229,8 @@ def _section(entry: Entry) -> list[str]:
         f'timed <span class="pass">{page.escape(timed)}</span>.</p>',
         f'<p class="decision">decided: {page.escape(decided)}.</p>',
     ]
+    if entry.values_text:
+        parts.append(f'<p class="values">values: {page.escape(entry.values_text)}.</p>')
     if entry.measurements:
         knob_line = f"knobs varied: {', '.join(varying) or 'none'}"
         if fixed:

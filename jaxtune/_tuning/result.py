@@ -238,13 +238,15 @@ def format_table(
                 stored_config_text(e),
             )
         )
-        decided.append(decision_text(e))
+        decided.append((decision_text(e), e.values_text))
     head, *lines = text.blocks(header, rows, fixed=(3, 4, 5, 6))
-    # Each entry's decision on the line after its row: the table stays narrow.
-    for block, why in zip(lines, decided, strict=True):
+    # Each entry's decision and values on the lines after its row: the table stays narrow.
+    for block, (why, values) in zip(lines, decided, strict=True):
         head += block
         if why:
             head += text.paragraph(f"  decided: {why}")
+        if values:
+            head += text.paragraph(f"  values: {values}")
     return "\n".join(head)
 
 

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import jax
 
 from .._core import settings as _settings
+from .._core.arrays import is_array
 from .._core.errors import JaxtuneWarning
 from .._core.errors import warn as _warn
 from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
+from . import values as _values
 from .autotuned import Autotuned, retrace_jitted_functions
 from .kernel_sweep import differentiated_calls
 from .record import finding_kernels
 from .result import TuningResult
+from .sweep.inputs import is_concrete
 from .sweep.runner import prestart_child
-
-if TYPE_CHECKING:
-    import jax
 
 __all__ = ["tune"]
 
@@ -85,14 +87,24 @@ def tune(
             differentiated.get((mark.kernel, mark.key), False) or under_ad
         )
     retune = retune or _settings.settings().mode == "retune"
+    todo: dict[tuple[str, str], _markers.Mark] = {}
     for pair, mark in marks.items():
         kernel = mark.autotuned
         if not isinstance(kernel, Autotuned):  # a mark this process did not make
             continue
         with differentiated_calls(differentiated[pair]):
             current = None if retune else kernel.current_entry(*mark.args, **mark.kwargs)
-            if current is not None:
-                result = result | TuningResult.of(current)
+        if current is not None:
+            result = result | TuningResult.of(current)
+        else:
+            todo[pair] = mark
+    captured = _run_for_values(fn, args, kwargs) if todo else {}
+    for pair, mark in todo.items():
+        kernel = mark.autotuned
+        with differentiated_calls(differentiated[pair]):
+            sets = captured.get(pair)
+            if sets:  # the values the call ran with, when fn ran on the caller's arrays
+                result = result | kernel.tune_on(sets[0].args, sets[0].kwargs, sets[1:])
             else:
                 result = result | kernel.tune(*mark.args, **mark.kwargs)
     untuned = tuple(s for s in sites if s.kind == "pallas" and s.inside is None)
@@ -106,6 +118,29 @@ def tune(
         )
     retrace_jitted_functions()
     return TuningResult(dict(result), untuned=untuned)
+
+
+def _run_for_values(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[tuple[str, str], list[_values.Captured]]:
+    """Runs ``fn`` once on the caller's arrays, jitted (so a step's ``donate_argnums``
+    consumes nothing), with each autotuned call's values collected (:mod:`.values`): the
+    value sets per (kernel, key). Nothing when ``fn`` is a ``Lowered``/``Traced`` or an
+    argument is no array with values (a ``ShapeDtypeStruct``): the sweeps then make their
+    values up, and say so."""
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    if not leaves or not all(is_concrete(leaf) or not is_array(leaf) for leaf in leaves):
+        return {}
+    if isinstance(fn, (jax.stages.Lowered, jax.stages.Traced)):
+        return {}
+    with _settings.override(mode="cached"), finding_kernels(), _values.collecting() as sets:
+        retrace_jitted_functions()  # the traces made so far carry no value callbacks
+        try:
+            jax.block_until_ready(jax.jit(lambda *a, **k: fn(*a, **k))(*args, **kwargs))
+            jax.effects_barrier()
+        finally:
+            retrace_jitted_functions()  # and the program's later ones carry none
+    return dict(sets.sets)
 
 
 def _mark_of(site: KernelSite) -> _markers.Mark | None:

@@ -32,7 +32,6 @@ from ..._core.vocabulary import Failure, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import usable_cores
 from ..._isolation.frames import CompileFinished, CompileStarted, Event
-from ..signature import Signature
 from .backward import with_backward
 from .breakdown import Breakdown
 from .check import reason
@@ -84,7 +83,7 @@ class Compiler:
         self.task = task
         self.emit = emit
         self.breakdown = breakdown
-        self._inputs: dict[str, Any] | None = None
+        self._inputs: tuple[dict[str, Any], ...] | None = None
         self._runs: dict[str, tuple[Callable[[], Any], float]] = {}
         #: Each config's executable's name (``jit_jaxtune_<n>``), for a device timer's trace.
         self.modules: dict[str, str] = {}
@@ -99,15 +98,15 @@ class Compiler:
         self._calls: dict[str, list[int]] = {}
 
     @property
-    def inputs(self) -> dict[str, Any]:
+    def inputs(self) -> tuple[dict[str, Any], ...]:
         if self._inputs is None:
-            self._inputs = make_inputs(self.task.plan.kernel, self.task.signature, self.task.inputs)
+            t = self.task
+            self._inputs = make_inputs(t.plan.kernel, t.signature, t.inputs, t.value_sets)
         return self._inputs
 
-    def supply(self, signature: Signature) -> None:
-        """The call's concrete arguments, once arrived (after a :meth:`launch` for shapes)."""
-        self.task = dataclasses.replace(self.task, signature=signature)
-        self._inputs = None
+    def supply(self, task: SweepTask) -> None:
+        """The task with its arrays, once arrived (after a :meth:`launch` for shapes)."""
+        self.task, self._inputs = task, None
 
     def compiled(self, cid: str) -> bool:
         """Whether config ``cid`` compiled here (and has a run)."""
@@ -254,14 +253,14 @@ class Compiler:
         if cid in self._runs or cid in self._failed:
             return self._failed.get(cid)
         sig, fn = self.task.signature, self.task.fn
-        lowering = self.inputs if spec is None else spec
+        lowering = self.inputs if spec is None else (spec,) * (1 + len(self.task.value_sets))
 
         def forward(dyn: dict[str, Any]) -> Any:
             with _own_code():
                 args, kwargs = sig.call_arguments(replace=dyn)
             return fn(*args, **kwargs, **config)
 
-        call = with_backward(forward) if self.task.plan.timing == "vjp" else forward
+        call = mixed(with_backward(forward) if self.task.plan.timing == "vjp" else forward)
         call.__name__ = call.__qualname__ = self.module(config).removeprefix("jit_")
 
         # The tracing thread travels with the event: a crash report that names it (the
@@ -327,6 +326,24 @@ class Compiler:
 
         self._runs[cid] = (run, seconds)
         return None
+
+
+def mixed(call: Callable[[dict[str, Any]], Any]) -> Callable[[Sequence[dict[str, Any]]], Any]:
+    """``call`` over value sets: one set is the call itself; several (a recorded mix) are
+    called one after the other in one program, each set's inputs held back until the
+    previous call's outputs exist (XLA may not run them side by side), and timed as one."""
+
+    def over(sets: Sequence[dict[str, Any]]) -> Any:
+        if len(sets) == 1:
+            return call(sets[0])
+        outs: list[Any] = []
+        for values in sets:
+            if outs:
+                values, _ = jax.lax.optimization_barrier((values, outs[-1]))
+            outs.append(call(values))
+        return outs
+
+    return over
 
 
 #: What in a module's text calls back into Python (``jax.pure_callback``, ``io_callback``,

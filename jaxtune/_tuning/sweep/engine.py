@@ -24,7 +24,6 @@ from typing import Any
 
 from ..._core.vocabulary import Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult, Event
-from ..signature import Signature
 from .breakdown import Breakdown
 from .compile import Compiler, EventSink
 from .first_pass import first_pass
@@ -75,7 +74,7 @@ class Sweeper:
         return self.compiler.task
 
     @property
-    def inputs(self) -> dict[str, Any]:
+    def inputs(self) -> tuple[dict[str, Any], ...]:
         return self.compiler.inputs
 
     @property
@@ -95,9 +94,10 @@ class Sweeper:
         gives the arrays, and a :meth:`measure` of the same configs picks up from here."""
         self.compiler.launch(configs, serial=serial, spec=spec)
 
-    def supply(self, signature: Signature) -> None:
-        """The call's concrete arguments, once they have arrived (after :meth:`precompile`)."""
-        self.compiler.supply(signature)
+    def supply(self, task: SweepTask) -> None:
+        """The task with the call's concrete arguments, once they have arrived (after
+        :meth:`precompile`)."""
+        self.compiler.supply(task)
 
     def compile(self, configs: Sequence[Config], *, serial: bool = False) -> dict[str, Failure]:
         """Compiles ``configs`` now (in parallel threads unless ``serial``); returns failures."""

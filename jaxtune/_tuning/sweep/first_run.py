@@ -16,10 +16,20 @@ from ..._core.vocabulary import Failure, config_id
 from ..._isolation.frames import ConfigResult, RunFinished, RunStarted
 from .check import check_outputs, reason
 from .compile import Compiler, EventSink, too_slow
+from .inputs import made_up_integers
 
 __all__ = ["FirstRuns"]
 
 Config = dict[str, Any]
+
+
+#: Added to a check failure on made-up integer/boolean values: invalid ones (ids past a
+#: table, group sizes summing past the rows) may fail the right config.
+MADE_UP_NOTE = (
+    " (the integer/boolean argument(s) {names} were synthesised, integers uniform in "
+    "0..16: the failure may come from those made-up values, not from the config; give "
+    "real values, docs/values.md)"
+)
 
 
 class FirstRuns:
@@ -118,10 +128,13 @@ class FirstRuns:
             else:
                 return {}
         failed = {}
+        made_up = made_up_integers(self.compiler.task.plan.values)
         for cid in list(outputs):
             out = outputs.pop(cid)
             with self.compiler.breakdown.timed("check"):
                 problem = check_outputs(out, ref[0], self.compiler.task.check)
+            if problem is not None and made_up:
+                problem += MADE_UP_NOTE.format(names=", ".join(made_up))
             if problem is not None:
                 failed[cid] = Failure(config=dict(by_id[cid]), stage="check", reason=problem)
                 outcome[cid] = failed[cid]

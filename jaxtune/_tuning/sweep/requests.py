@@ -16,6 +16,7 @@ from ..._core.errors import SweepError
 from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
 from ..._isolation.calling import call_request
 from ..._isolation.frames import Done, FrameError, Request
+from .inputs import recorded_values
 from .work import Rounds, SweepPlan, SweepTask
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "results_answer",
     "results_of",
     "sweep_request",
+    "with_recorded_values",
 ]
 
 Config = dict[str, Any]
@@ -95,15 +97,21 @@ class SweepFields:
     task_id: str
     plan: SweepPlan | None = None
     work: Measure | Retime | None = None
+    #: Further value sets of the call, timed with the request's own arguments as a mix:
+    #: each ``{"args": ..., "kwargs": ...}`` as :mod:`jaxtune._isolation.wire` encodes
+    #: them (recorded steps of one call under ``jaxtune tune --``); sent with the plan.
+    mix: tuple[Mapping[str, Any], ...] = ()
 
     def lean(self) -> SweepFields:
-        """These fields without the plan."""
-        return dataclasses.replace(self, plan=None)
+        """These fields without the plan (and the value sets that go with it)."""
+        return dataclasses.replace(self, plan=None, mix=())
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"task_id": self.task_id}
         if self.plan is not None:
             out["plan"] = self.plan.to_dict()
+        if self.mix:
+            out["mix"] = [dict(m) for m in self.mix]
         if self.work is not None:
             out.update(self.work.to_wire())
         return out
@@ -131,7 +139,12 @@ class SweepFields:
         work: Measure | Retime | None = None
         if "todo" in f:
             work = _read(Measure, f) if request.op == Measure.OP else _read(Retime, f)
-        return cls(task_id=task, plan=read, work=work)
+        mix = f.get("mix") or ()
+        if not isinstance(mix, (list, tuple)) or not all(
+            isinstance(m, Mapping) and "args" in m and "kwargs" in m for m in mix
+        ):
+            raise FrameError("a sweep request's value sets are a list of {args, kwargs} maps")
+        return cls(task_id=task, plan=read, work=work, mix=tuple(dict(m) for m in mix))
 
 
 def sweep_request(task: SweepTask) -> Request[SweepFields]:
@@ -151,6 +164,24 @@ def sweep_request(task: SweepTask) -> Request[SweepFields]:
         label=task.plan.kernel,
         kernel=task.plan.kernel,
         fields=SweepFields(task_id=uuid.uuid4().hex, plan=task.plan),
+    )
+
+
+def with_recorded_values(
+    request: Request[SweepFields], sets: Sequence[Mapping[str, Any]]
+) -> Request[SweepFields]:
+    """A recorded sweep request on the values its program ran: the first value set (a
+    recording's ``values`` frame: encoded ``args``, ``kwargs``, their ``summary`` and the
+    arguments left ``dropped``) as its arguments, the others as its mix, and its plan's
+    record of the values updated (:func:`~.inputs.recorded_values`)."""
+    plan = request.fields.plan
+    if not sets or plan is None:
+        return request
+    plan = dataclasses.replace(plan, values=recorded_values(plan.values, sets))
+    mix = tuple({"args": s["args"], "kwargs": s["kwargs"]} for s in sets[1:])
+    fields = dataclasses.replace(request.fields, plan=plan, mix=mix)
+    return dataclasses.replace(
+        request, args=sets[0]["args"], kwargs=sets[0]["kwargs"], fields=fields
     )
 
 

@@ -68,15 +68,11 @@ def _build_task(
     if request.fields.plan is None:
         raise FrameError("a sweep request for a new task carries its kernel and plan")
     plan = dataclasses.replace(request.fields.plan, verbose=0)
-    args = decode_value(request.args, abstract=abstract)
-    kwargs = decode_value(request.kwargs, abstract=abstract)
-    sig = kernel.bind(tuple(args), dict(kwargs))
-    if sig.key != plan.key:
-        raise Unresolved(
-            f"the child computed key {sig.key!r} for {plan.kernel}, the parent "
-            f"{plan.key!r}; the kernel's module or the JAX state its key depends on "
-            "differs between the two processes"
-        )
+    sig = _bound(kernel, plan.kernel, plan.key, request.args, request.kwargs, abstract)
+    value_sets = []
+    for values in request.fields.mix:
+        other = _bound(kernel, plan.kernel, plan.key, values["args"], values["kwargs"], abstract)
+        value_sets.append({name: other.value(name) for name in other.dynamic})
     return SweepTask(
         plan=plan,
         fn=kernel.__wrapped__,
@@ -84,7 +80,28 @@ def _build_task(
         check=kernel.check,
         inputs=kernel.inputs,
         compile_threads=plan.compile_threads,
+        value_sets=tuple(value_sets),
     )
+
+
+def _bound(
+    kernel: Autotuned[Any, Any], name: str, key: str, args: Any, kwargs: Any, abstract: bool
+) -> Signature:
+    """A call's encoded arguments decoded (``abstract``: as shapes) and bound.
+
+    Raises:
+        Unresolved: they bind to another key than the parent's.
+    """
+    sig = kernel.bind(
+        tuple(decode_value(args, abstract=abstract)), dict(decode_value(kwargs, abstract=abstract))
+    )
+    if sig.key != key:
+        raise Unresolved(
+            f"the child computed key {sig.key!r} for {name}, the parent {key!r}; the "
+            "kernel's module or the JAX state its key depends on differs between the two "
+            "processes"
+        )
+    return sig
 
 
 def handle(server: Server, received: Request[WireFields]) -> Done | ErrorReply:
@@ -148,7 +165,7 @@ def _sweeper(
     sweeper = Sweeper(task, on_event=server.emit)
     sweeper.precompile(measure.todo, abstract_inputs(task.signature), serial=measure.serial)
     server.arrived()
-    sweeper.supply(_build_task(request, kernel).signature)
+    sweeper.supply(_build_task(request, kernel))
     return sweeper
 
 

@@ -58,6 +58,9 @@ class SweepPlan:
     timing: str = "forward"
     #: Configs compiled at once (0: :func:`~.compile.compile_threads`).
     compile_threads: int = 0
+    #: The values the sweep runs on (:func:`~.inputs.describe_values`): how many sets,
+    #: and per array argument where its values came from and a summary; kept in the entry.
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A msgpack-ready form (inverse: :meth:`from_dict`)."""
@@ -76,6 +79,7 @@ class SweepPlan:
             "timer": self.timer,
             "timing": self.timing,
             "compile_threads": self.compile_threads,
+            "values": dict(self.values),
         }
 
     @classmethod
@@ -98,6 +102,7 @@ class SweepPlan:
             timer=str(d.get("timer") or "auto"),
             timing=str(d.get("timing") or "forward"),
             compile_threads=int(d.get("compile_threads") or 0),
+            values=dict(d.get("values") or {}),
         )
 
 
@@ -112,3 +117,6 @@ class SweepTask:
     check: Any = "auto"
     inputs: Callable[..., Any] | None = None
     compile_threads: int = 0
+    #: Further value sets of the call (its dynamic arguments, concrete), timed with the
+    #: signature's own as a mix: several recorded steps of one call (docs/values.md).
+    value_sets: tuple[Mapping[str, Any], ...] = ()

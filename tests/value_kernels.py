@@ -1,0 +1,140 @@
+"""Kernels whose work depends on the values of their integer and boolean inputs, for
+tests/test_values.py and bench/bench_values.py.
+
+Each walks rows of ``x`` in a loop of ``chunk`` rows a step; how many rows it walks is a
+value: a loop count, per-sequence lengths, group sizes, the number of valid ids, a
+padding mask. Every step ends in a ``[d] @ [d, d]`` product, so a step costs about the
+same whatever its chunk: on a few rows ``chunk=8`` is fastest, on thousands ``chunk=512``
+(about 3x either way on CPU). The result does not depend on the chunk (up to rounding).
+Made-up values (integers in 0..16, booleans half true) pick the wrong chunk for each.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+import jaxtune
+
+CHUNKS = {"chunk": [8, 512]}
+DEFAULT = {"chunk": 8}
+
+
+def rows_sum(x, w, start, count, chunk):
+    """``(sum of tanh(x) over rows [start, start + count)) @ w``, ``chunk`` rows a step."""
+    m = x.shape[0]
+
+    def body(i, acc):
+        lo = start + i * chunk
+        s = jnp.clip(lo, 0, m - chunk)
+        rows = s + jnp.arange(chunk)
+        keep = (rows >= lo) & (rows < start + count)
+        block = lax.dynamic_slice_in_dim(x, s, chunk)
+        return acc + jnp.where(keep[:, None], jnp.tanh(block), 0).sum(0) @ w
+
+    steps = (count + chunk - 1) // chunk
+    return lax.fori_loop(0, steps, body, jnp.zeros(w.shape[1], x.dtype))
+
+
+@jaxtune.autotuned(configs=CHUNKS, default=DEFAULT)
+def loop_count(x, w, n, *, chunk):
+    """The first ``n`` rows: a loop whose trip count is a value."""
+    return rows_sum(x, w, 0, n, chunk)
+
+
+@jaxtune.autotuned(configs=CHUNKS, default=DEFAULT)
+def by_lengths(x, w, lengths, *, chunk):
+    """Per sequence ``b`` of ``x[b]``, its first ``lengths[b]`` rows (decode lengths)."""
+    return sum(rows_sum(x[b], w, 0, lengths[b], chunk) for b in range(x.shape[0]))
+
+
+@jaxtune.autotuned(configs=CHUNKS, default=DEFAULT)
+def by_groups(x, ws, group_sizes, *, chunk):
+    """Rows in consecutive groups, group ``g`` times ``ws[g]`` (a grouped matmul's work)."""
+    ends = jnp.cumsum(group_sizes)
+    starts = ends - group_sizes
+    return sum(
+        rows_sum(x, ws[g], starts[g], group_sizes[g], chunk) for g in range(ws.shape[0])
+    )
+
+
+@jaxtune.autotuned(configs=CHUNKS, default=DEFAULT)
+def by_ids(x, w, ids, *, chunk):
+    """The rows ``ids`` names, up to the first padding id (-1)."""
+    count = jnp.argmin(jnp.concatenate([ids, jnp.full((1,), -1, ids.dtype)]) >= 0)
+    return rows_sum(x[jnp.clip(ids, 0, x.shape[0] - 1)], w, 0, count, chunk)
+
+
+@jaxtune.autotuned(configs=CHUNKS, default=DEFAULT)
+def by_mask(x, w, mask, *, chunk):
+    """The rows a padding mask keeps (its true entries lead)."""
+    return rows_sum(x, w, 0, mask.sum(), chunk)
+
+
+def arrays(seed: int = 0, m: int = 8192, d: int = 256, groups: int = 4, batch: int = 2):
+    """Float inputs the kernels share: x [m, d], w [d, d], per-group ws, and xb [batch, m, d]."""
+    k = jax.random.split(jax.random.key(seed), 4)
+    x = jax.random.normal(k[0], (m, d), jnp.float32)
+    w = jax.random.normal(k[1], (d, d), jnp.float32) / d
+    ws = jax.random.normal(k[2], (groups, d, d), jnp.float32) / d
+    xb = jax.random.normal(k[3], (batch, m // 2, d), jnp.float32)
+    return x, w, ws, xb
+
+
+def program_values(m: int = 8192):
+    """Values a program might run: thousands of rows for the count, lengths and groups
+    (skewed, summing to ``m``), a dozen valid ids and mask entries."""
+    ids = jnp.full((m // 2,), -1, jnp.int32).at[:12].set(jnp.arange(12) * 7)
+    mask = jnp.zeros((m,), bool).at[:12].set(True)
+    return {
+        "n": jnp.int32(3 * m // 8),
+        "lengths": jnp.array([3 * m // 8, m // 4], jnp.int32),
+        "group_sizes": jnp.array([m // 2, m // 4, m // 8, m // 8], jnp.int32),
+        "ids": ids,
+        "mask": mask,
+    }
+
+
+def step(x, w, ws, xb, n, lengths, group_sizes, ids, mask):
+    """A step that calls each kernel once."""
+    return (
+        loop_count(x, w, n),
+        by_lengths(xb, w, lengths),
+        by_groups(x, ws, group_sizes),
+        by_ids(x, w, ids),
+        by_mask(x, w, mask),
+    )
+
+
+#: Each kernel's value argument, and its operands from ``arrays()`` and that value.
+CALLS = {
+    "loop_count": ("n", lambda a, v: (a[0], a[1], v)),
+    "by_lengths": ("lengths", lambda a, v: (a[3], a[1], v)),
+    "by_groups": ("group_sizes", lambda a, v: (a[0], a[2], v)),
+    "by_ids": ("ids", lambda a, v: (a[0], a[1], v)),
+    "by_mask": ("mask", lambda a, v: (a[0], a[1], v)),
+}
+
+
+def truth_us(name: str, values, chunk: int, *, calls: int = 20) -> float:
+    """The median wall time (us) of kernel ``name`` with ``chunk`` on ``values`` (a list:
+    each value's call in turn, as a mix), each call jitted on its own."""
+    import statistics
+    import time
+
+    a = arrays()
+    kernel, operands = globals()[name], CALLS[name][1]
+    sets = values if isinstance(values, list) else [values]
+    fns = [jax.jit(lambda *ops: kernel(*ops, chunk=chunk)) for _ in sets]
+    ops = [operands(a, v) for v in sets]
+    for f, o in zip(fns, ops, strict=True):
+        jax.block_until_ready(f(*o))
+        jax.block_until_ready(f(*o))
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        for f, o in zip(fns, ops, strict=True):
+            jax.block_until_ready(f(*o))
+        times.append((time.perf_counter() - t) * 1e6)
+    return statistics.median(times)
