@@ -289,7 +289,8 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             problems.append(f"{record['kernel']} {record['key']}: {record['error']}")
             continue
         try:
-            request = with_recorded_values(read_request(record["request"]), record["values"])
+            recorded = record.get("values") or []
+            request = with_recorded_values(read_request(record["request"]), recorded)
         except (FrameError, KeyError, TypeError) as e:
             problems.append(f"{record['kernel']} {record['key']}: a damaged recording ({e!r})")
             continue
@@ -301,10 +302,11 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
         if made_up:
             print(
                 f"jaxtune tune: {record['kernel']} ({record['key']}): no values were "
-                f"recorded for integer/boolean argument(s) {', '.join(made_up)} (a bucketed "
-                "kernel, or a call whose program was stopped before it ran); its sweep runs "
-                f"on synthesised values ({SYNTHESISED_TEXT}). docs/values.md says how to "
-                "give real ones.",
+                f"recorded for integer/boolean argument(s) {', '.join(made_up)} (a profile "
+                "keeps shapes only; under `jaxtune tune --`, a bucketed kernel, or a call "
+                "that never ran before the program was stopped); its sweep runs on "
+                f"synthesised values ({SYNTHESISED_TEXT}). docs/values.md says how to give "
+                "real ones.",
                 file=sys.stderr,
                 flush=True,
             )

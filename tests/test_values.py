@@ -1,0 +1,259 @@
+"""Sweeps on the values the program runs (docs/values.md).
+
+Each flow is tried on kernels whose work depends on the values of their integer and
+boolean inputs (tests/value_kernels.py: a loop count, lengths, group sizes, ids, a mask),
+where made-up values pick the wrong config (about 3x slower), and the stored config is
+checked against the best measured on the program's own values in the same test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import value_kernels as vk
+
+import jaxtune
+from jaxtune._core.vocabulary import Entry
+from jaxtune._tuning.lookup import device_kind
+from jaxtune._tuning.signature import Signature
+from jaxtune._tuning.store import cache as _cache
+from jaxtune._tuning.sweep import inputs as _inputs
+
+pytestmark = [pytest.mark.child, pytest.mark.slow]
+
+TESTS = pathlib.Path(__file__).resolve().parent
+
+PROGRAM = """
+import sys
+sys.path.insert(0, {tests!r})
+import jax
+import value_kernels as vk
+
+step = jax.jit(vk.step)
+a = vk.arrays()
+v = vk.program_values()
+args = (*a, v["n"], v["lengths"], v["group_sizes"], v["ids"], v["mask"])
+for _ in range(3):
+    jax.block_until_ready(step(*args))
+"""
+
+
+def _entries() -> dict[str, Entry]:
+    out = {}
+    for name in vk.CALLS:
+        kernel = getattr(vk, name)
+        found = [e for e in _cache.user_cache().all_entries() if e.kernel == kernel.kernel_id]
+        assert len(found) == 1, (name, found)
+        out[name] = found[0]
+    return out
+
+
+def _fastest_us(entry: Entry) -> float:
+    """The fastest sample the sweep took of the stored config."""
+    (m,) = [m for m in entry.measurements if m.ok and dict(m.config) == dict(entry.config)]
+    return m.min_us
+
+
+def _check_against_truth(name: str, entry: Entry, values, *, source: str) -> None:
+    """The stored config is within 1.10x of the best measured here on ``values``, the
+    configs differ by at least 1.5x there, the sweep's fastest call of the stored config
+    is within 1.3x of the fastest call here (2x for calls under 300 us), and the entry
+    says where the values came from."""
+    truth = {c: vk.truth_us(name, values, c) for c in vk.CHUNKS["chunk"]}
+    best = min(truth.values())
+    assert max(truth.values()) >= 1.5 * best, (name, truth)  # the configs really differ
+    stored = entry.config["chunk"]
+    assert truth[stored] <= 1.10 * best, (name, stored, truth)
+    # Made-up values were off by 3x to 80x here; a call of tens of microseconds is
+    # mostly dispatch, which a loaded machine stretches in one process and not the other.
+    bound = 1.3 if truth[stored] >= 300 else 2.0
+    assert 1 / bound <= _fastest_us(entry) / truth[stored] <= bound, (name, entry, truth)
+    value_arg = vk.CALLS[name][0]
+    about = entry.values["arguments"][value_arg]
+    assert about["source"] == source, entry.values
+    assert about["summary"] and about["summary"][0], entry.values
+
+
+def test_jaxtune_tune_sweeps_on_the_values_the_program_ran(cli, tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM.format(tests=str(TESTS)))
+    proc = cli("tune", "--", "python", str(prog), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "values: " in proc.stdout and "recorded" in proc.stdout, proc.stdout
+    assert "synthesised" not in proc.stderr, proc.stderr
+    values = vk.program_values()
+    for name, entry in _entries().items():
+        _check_against_truth(name, entry, values[vk.CALLS[name][0]], source="recorded")
+    # `cache show` says it too.
+    shown = cli("cache", "show", vk.by_groups.kernel_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "values: group_sizes: recorded (s32[4] 1024..4096 sum 8192" in shown.stdout
+
+
+MIX_PROGRAM = """
+import sys
+sys.path.insert(0, {tests!r})
+import jax, jax.numpy as jnp
+import value_kernels as vk
+
+step = jax.jit(vk.loop_count)
+x, w, _, _ = vk.arrays()
+# A prefill-like call, then decode-like ones: one key, three value sets.
+for n in (6000, 12, 12, 40, 12):
+    jax.block_until_ready(step(x, w, jnp.int32(n)))
+"""
+
+
+def test_several_value_sets_of_one_call_are_timed_as_a_mix(cli, tmp_path, monkeypatch):
+    prog = tmp_path / "prog.py"
+    prog.write_text(MIX_PROGRAM.format(tests=str(TESTS)))
+    monkeypatch.setenv("JAXTUNE_VALUE_SETS", "3")
+    proc = cli("tune", "--", "python", str(prog), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
+    assert entry.values["sets"] == 3, entry.values
+    summaries = entry.values["arguments"]["n"]["summary"]
+    assert summaries == ["s32[] 6000..6000", "s32[] 12..12", "s32[] 40..40"], summaries
+    assert "3 value sets timed as a mix" in proc.stdout, proc.stdout
+    mix = [jnp.int32(6000), jnp.int32(12), jnp.int32(40)]
+    truth = {c: vk.truth_us("loop_count", mix, c) for c in vk.CHUNKS["chunk"]}
+    assert max(truth.values()) >= 1.5 * min(truth.values()), truth
+    assert truth[entry.config["chunk"]] <= 1.10 * min(truth.values()), (entry.config, truth)
+    assert 1 / 1.3 <= _fastest_us(entry) / truth[entry.config["chunk"]] <= 1.3, (entry, truth)
+
+
+def _step_args():
+    a = vk.arrays()
+    v = vk.program_values()
+    return (*a, v["n"], v["lengths"], v["group_sizes"], v["ids"], v["mask"])
+
+
+def test_jaxtune_tune_with_arrays_sweeps_on_the_values_reaching_each_kernel():
+    args = _step_args()
+    # A step that donates an argument: the run that collects the values consumes none.
+    step = jax.jit(lambda x, *rest: (vk.step(x, *rest), x + 1), donate_argnums=(0,))
+    result = jaxtune.tune(step, *args)
+    assert not args[0].is_deleted()
+    values = vk.program_values()
+    for name, entry in _entries().items():
+        assert result[entry.kernel, device_kind(), entry.key] == entry
+        _check_against_truth(name, entry, values[vk.CALLS[name][0]], source="caller")
+
+
+def test_an_eager_call_in_tune_mode_sweeps_on_the_callers_arrays(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    x, w, _, _ = vk.arrays()
+    n = vk.program_values()["n"]
+    jaxtune.tune  # noqa: B018 - any jaxtune call reads the settings again
+    vk.loop_count(x, w, n).block_until_ready()
+    (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
+    _check_against_truth("loop_count", entry, n, source="caller")
+
+
+def test_tune_mode_inside_jit_warns_that_the_integers_are_made_up(monkeypatch, fresh_warnings):
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    x, w, _, _ = vk.arrays(m=1024, d=32)
+    with pytest.warns(jaxtune.SynthesisedValuesWarning, match=r"argument\(s\) n \(integers"):
+        jax.jit(vk.loop_count)(x, w, jnp.int32(700)).block_until_ready()
+    (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
+    assert entry.values["arguments"]["n"]["source"] == "synthesised"
+    assert "n: synthesised (integers uniform in 0..16)" in entry.values_text
+
+
+def test_a_check_failure_on_made_up_integers_says_it_may_be_the_values(fresh_warnings):
+    @jaxtune.autotuned(configs={"clip": [False, True]}, default={"clip": True})
+    def table_rows(table, ids, *, clip):
+        # Ids past the table read garbage unless clipped: valid ids give the same output.
+        safe = jnp.clip(ids, 0, table.shape[0] - 1) if clip else ids
+        return jnp.take(table, safe, axis=0, mode="fill", fill_value=jnp.inf)
+
+    table = jax.ShapeDtypeStruct((16, 4), jnp.float32)
+    ids = jax.ShapeDtypeStruct((64,), jnp.int32)
+    with pytest.warns(jaxtune.SynthesisedValuesWarning):
+        result = table_rows.tune(table, ids)
+    (entry,) = result.values()
+    (failure,) = [m for m in entry.measurements if not m.ok]
+    assert "the integer/boolean argument(s) ids were synthesised" in failure.reason
+    assert "may come from those made-up values, not from the config" in failure.reason
+
+
+def test_made_up_values_are_placed_on_the_device_once():
+    def kernel(x, n, *, c):
+        return x[n]
+
+    sig = Signature.bind(
+        inspect.signature(kernel),
+        (np.zeros((4, 3), np.float32), jax.ShapeDtypeStruct((), jnp.int32)),
+        {},
+        static_argnames=frozenset(),
+        config_names=frozenset({"c"}),
+    )
+    (made,) = _inputs.make_inputs("k", sig)
+    assert all(isinstance(v, jax.Array) for v in made.values()), made
+    described = _inputs.describe_values(sig, inputs_given=False)
+    assert described["arguments"]["x"]["source"] == "caller"
+    assert described["arguments"]["n"] == {
+        "source": "synthesised",
+        "integer": True,
+        "summary": ["integers uniform in 0..16"],
+    }
+
+
+def _mask(n: int, true: int) -> np.ndarray:
+    mask = np.zeros((n,), bool)
+    mask[:true] = True
+    return mask
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (np.array([5000, 0, 3000, 192], np.int32), "s32[4] 0..5000 sum 8192 median 1596, 1 zero"),
+        (np.int32(7), "s32[] 7..7"),
+        (_mask(4, 1), "pred[4] 25 % true"),
+        (_mask(1000, 3), "pred[1000] 0.3 % true"),
+        (np.zeros((2, 3), np.float32), ""),
+    ],
+)
+def test_value_summaries(value, text):
+    assert _inputs.summarise(value) == text
+
+
+def test_an_entry_older_than_values_reads_and_shows_nothing_new():
+    old = {
+        "kernel": "k",
+        "device_kind": "cpu",
+        "key": "f32[4]",
+        "config": {"b": 1},
+        "time_us": 1.0,
+        "default_config": {"b": 1},
+        "default_time_us": 1.0,
+    }
+    entry = Entry.from_dict(old)
+    assert entry.values == {} and entry.values_text == ""
+
+
+def test_a_time_past_the_peak_is_flagged():
+    entry = Entry(
+        kernel="k",
+        device_kind="TPU v5 lite",
+        key="bf16[8192,2048]",
+        config={"t": 1},
+        time_us=200.0,
+        default_config={"t": 1},
+        default_time_us=400.0,
+        decision="single",
+        values={"sets": 1, "arguments": {}, "work": {"flops": 1.4e11}},
+    )
+    from jaxtune._tuning.explain import decision_text
+
+    text = decision_text(entry)
+    assert "700 TFLOP/s (peak 197) on TPU v5e, past the peak" in text, text
+    slower = dataclasses.replace(entry, time_us=800.0)  # 175 TFLOP/s: under the peak
+    assert decision_text(slower) == "single"
