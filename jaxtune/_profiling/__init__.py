@@ -6,6 +6,6 @@ program (:mod:`.report`). The XSpace is read by :mod:`jaxtune._core.xspace`, bel
 flows; :mod:`.events` and :mod:`.totals` total the executed HLO ops by owner while walking
 them, :mod:`.hlo` and :mod:`.recover` read the programs' HLO protos a trace carries (the
 kernels of a trace without jaxtune's sidecar), :mod:`.attribution` maps ops to kernels,
-:mod:`.roofline` holds peak tables. Out: a :class:`.report.Profile` with one
+:mod:`jaxtune._core.roofline` holds peak tables. Out: a :class:`.report.Profile` with one
 :class:`.attribution.KernelStat` per kernel.
 """
