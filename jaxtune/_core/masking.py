@@ -28,7 +28,9 @@ _SHORTEST = 4
 _WORDS = "|".join(SECRET_WORDS)
 #: ``NAME=value``, ``NAME: value``, ``'NAME': 'value'`` with a secret-looking upper-case
 #: name: a variable as ``env``, ``export`` or a printed ``os.environ`` shows it.
-_ASSIGNED = re.compile(rf"""(\b[A-Z0-9_]*(?:{_WORDS})[A-Z0-9_]*\b['"]?\s*[=:]\s*['"]?)([^\s'"]+)""")
+_ASSIGNED = re.compile(
+    rf"""(\b[A-Z0-9_]*(?:{_WORDS})[A-Z0-9_]*\b['"]?\s*[=:]\s*['"]?)([^\s'",;]+)"""
+)
 
 
 def looks_secret(name: str) -> bool:

@@ -173,17 +173,24 @@ def keep_crash_log(log_path: str, pid: int) -> tuple[str, int]:
 
 def read_tail(log_path: str, since: int, trimmed: int) -> str:
     """The last lines written to ``log_path`` since byte offset ``since`` (``trimmed``:
-    bytes cut from it, :func:`keep_crash_log`), at most its last 64 KiB read, however
-    large the log, secrets masked (:func:`~jaxtune._core.masking.mask`): a failure reason
-    quotes it."""
+    bytes by which a crash log is shorter than the log, :func:`keep_crash_log`), at most
+    its last 64 KiB read, however large the log, secrets masked
+    (:func:`~jaxtune._core.masking.mask`): a failure reason quotes it."""
     try:
         with open(log_path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            f.seek(max(since - trimmed, size - _TAIL_BYTES, 0))
-            text = f.read(_TAIL_BYTES).decode(errors="replace")
+            start = max(since - trimmed, size - _TAIL_BYTES, 0)
+            f.seek(max(start - 1, 0))
+            data = f.read(_TAIL_BYTES + (start > 0))
     except OSError:
         return ""
-    return mask(_tail_lines(text))
+    if start > 0:
+        before, data = data[:1], data[1:]
+        if trimmed and before != b"\n":
+            # Masking moved the crash log's lines (a secret is longer than its mask), so
+            # the offset may fall inside the line before: the tail begins at a whole line.
+            data = data[data.find(b"\n") + 1 :]
+    return mask(_tail_lines(data.decode(errors="replace")))
 
 
 def _tail_lines(text: str) -> str:
