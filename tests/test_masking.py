@@ -27,6 +27,7 @@ ENV = {
     "HF_TOKEN": "hf_abc123def",
     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
     "DB_PASSWORD": "pw",  # too short to mask wherever it appears
+    "PIP_KEYRING_PROVIDER": "auto",
     "HOME": "/home/me",
     "PLAIN": "plain-value",
 }
@@ -58,6 +59,7 @@ def test_names_that_look_secret(name, secret):
         ("HF_TOKEN=hf_abc123def PLAIN=plain-value", f"HF_TOKEN={MASK} PLAIN=plain-value"),
         ("export OTHER_TOKEN=xyz", f"export OTHER_TOKEN={MASK}"),
         ("DB_PASSWORD=pw; pw is short", f"DB_PASSWORD={MASK}; pw is short"),
+        ("timer auto, pass forward", "timer auto, pass forward"),
         (
             "environ({'HOME': '/home/me', 'MY_SECRET': 's3'})",
             f"environ({{'HOME': '/home/me', 'MY_SECRET': '{MASK}'}})",

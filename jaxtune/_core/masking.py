@@ -21,9 +21,10 @@ __all__ = ["MASK", "looks_secret", "mask", "mask_command"]
 MASK = "***"
 #: The words that make a variable's name look secret.
 SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "PASSWD", "CREDENTIAL")
-#: Values shorter than this are not masked wherever they appear (``1``, ``yes``: masking
-#: them would blot out the log); they are still masked after a secret-looking name.
-_SHORTEST = 4
+#: Values shorter than this are not masked wherever they appear (``1``, ``true``,
+#: ``auto``, as ``PIP_KEYRING_PROVIDER`` holds: masking them would blot out the log; GitLab
+#: masks no shorter variable either); they are still masked after a secret-looking name.
+_SHORTEST = 8
 
 _WORDS = "|".join(SECRET_WORDS)
 #: ``NAME=value``, ``NAME: value``, ``'NAME': 'value'`` with a secret-looking upper-case
