@@ -2,8 +2,9 @@
 and the tail a failure reason quotes) and a program's command line.
 
 A variable whose name looks secret (:func:`looks_secret`: ``*TOKEN*``, ``*SECRET*``,
-``*KEY*``, ``*PASSWORD*``, ``*CREDENTIAL*``) has its value replaced by :data:`MASK`
-wherever it appears, as CI systems mask their secrets in build logs; so is the value of
+``*KEY*``, ``*PASSWORD*``, ``*PASSWD*``, ``*CREDENTIAL*``) has its value replaced by
+:data:`MASK` wherever it appears (when it is long enough to be told from ordinary words),
+as CI systems mask their secrets in build logs; so is the value of
 any ``NAME=value`` (or ``'NAME': 'value'``, as a printed ``os.environ`` shows it) whose
 name looks secret, and of a command-line option named like one (``--api-key=...``,
 ``--hf-token ...``).
