@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .._core.flags import child_env, find_libtpu, requested_platform
+from .._core.masking import mask_command
 from .._core.xspace.xplane import Space
 from .._profiling.report import Profile, read_space, report_from_trace
 
@@ -128,7 +129,7 @@ def run_profile(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     else:
-        print(_NOTHING_PROFILED.format(command=" ".join(command), where=where), file=sys.stderr)
+        print(_NOTHING_PROFILED.format(command=mask_command(command), where=where), file=sys.stderr)
     return NOTHING_PROFILED
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.codec import DecodeError
 from .._core.errors import JaxtuneError
 from .._core.flags import requested_platform
+from .._core.masking import mask_command
 from .._core.vocabulary import Entry
 from .._isolation.devices import cpu_only
 from .._isolation.frames import FrameError, Module, NotTransportable
@@ -428,7 +429,7 @@ def record_program(
             env["JAXTUNE_RECORD_STOP"] = "1"
             env["JAXTUNE_RECORD_SETTLE"] = repr(SETTLE_S if settle is None else settle)
         print(
-            f"jaxtune {verb}: running {' '.join(command)} to record its kernels...",
+            f"jaxtune {verb}: running {mask_command(command)} to record its kernels...",
             file=sys.stderr,
             flush=True,
         )

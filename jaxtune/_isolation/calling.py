@@ -19,7 +19,7 @@ from .environ import unkeyed_environ
 from .frames import Fields, FunctionRef, NotTransportable, Request
 from .wire import encode_value
 
-__all__ = ["call_request", "function_ref"]
+__all__ = ["call_request", "function_ref", "replayed"]
 
 F = TypeVar("F", bound=Fields)
 
@@ -77,5 +77,19 @@ def call_request(
         args=encode_value(tuple(args)),
         kwargs=encode_value(dict(kwargs)),
         jax_state=carried_state(label),
-        environ=unkeyed_environ(os.environ.get("JAX_PLATFORMS")),
+        environ=_caller_environ(),
     )
+
+
+def replayed(request: Request[F]) -> Request[F]:
+    """A request read from a file (:meth:`~.frames.Request.to_record`), as this process
+    sends it: with this process's variables, which a file never keeps (one that older
+    jaxtunes wrote may hold the recording process's: they are not used). ``jaxtune tune
+    --`` started the program it recorded with its own environment, so its sweeps see
+    what the program saw when it started."""
+    return dataclasses.replace(request, environ=_caller_environ())
+
+
+def _caller_environ() -> dict[str, str]:
+    """The variables a request carries: this process's that do not key the pool."""
+    return unkeyed_environ(os.environ.get("JAX_PLATFORMS"))

@@ -12,7 +12,8 @@ On the wire each frame is a msgpack map (see :mod:`.wire`) written and read from
 class's annotations by :mod:`jaxtune._core.typed`, with ``t`` naming its class (its
 ``TAG``). A request's map has no tag and keeps its flow's fields at the top level, because
 recorded requests are stored in profile sidecars (``jaxtune tune --from-profile`` replays
-them) and must read back. :func:`request` and :func:`reply` turn a map that arrived into a
+them) and must read back; a stored request never holds the caller's variables
+(:meth:`Request.to_record`). :func:`request` and :func:`reply` turn a map that arrived into a
 typed frame, and refuse anything else with a :class:`FrameError` that names the field.
 """
 
@@ -50,6 +51,7 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "WireFields",
+    "kept",
     "reply",
     "request",
 ]
@@ -182,18 +184,22 @@ class Request(Generic[F]):
         clash = set(out) & set(_CALL_FIELDS)
         if clash:
             raise FrameError(f"a flow's fields may not be named like a call's: {sorted(clash)}")
-        out.update(
-            handler=self.handler,
-            op=self.op,
-            jax_state=dict(self.jax_state),
-            environ=None if self.environ is None else dict(self.environ),
-        )
+        out.update(handler=self.handler, op=self.op, jax_state=dict(self.jax_state))
+        if self.environ is not None:
+            out["environ"] = dict(self.environ)
         if self.ref is not None:
             out["ref"] = typed.encode(self.ref)
         if self.args is not None:
             out["args"] = self.args
             out["kwargs"] = self.kwargs
         return out
+
+    def to_record(self) -> dict[str, Any]:
+        """The request as a file keeps it (a recording of ``jaxtune tune --``, a profile's
+        sidecar and ``report.calls.msgpack``): its map without the caller's variables
+        (``environ``), which only ever travel to a child. A replay sends the replaying
+        process's own (:func:`~jaxtune._isolation.calling.replayed`)."""
+        return kept(self.to_wire())
 
     @staticmethod
     def from_wire(raw: Any) -> Request[WireFields]:
@@ -216,6 +222,13 @@ class Request(Generic[F]):
             jax_state=call.jax_state or {},
             environ=call.environ,
         )
+
+
+def kept(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's map (:meth:`Request.to_wire`) as a file keeps it: without the caller's
+    variables (a map read from a file older jaxtunes wrote may hold them: they are dropped
+    here too, so that nothing read from it writes them again)."""
+    return {k: v for k, v in raw.items() if k != "environ"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

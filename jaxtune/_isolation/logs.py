@@ -2,8 +2,8 @@
 
 A child's stdout and stderr go to ``child-<parent pid>-*.log`` in :func:`log_dir` (those
 of parents that died are deleted the next time a process starts a child); a child that ends
-well deletes it, one that crashed or hung leaves its end as ``crash-*.log`` (the newest
-:data:`KEEP_CRASH_LOGS` are kept).
+well deletes it, one that crashed or hung leaves its end as ``crash-*.log``, secrets
+masked (the newest :data:`KEEP_CRASH_LOGS` are kept).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import threading
 import time
 
 from .._core.errors import warn_once
+from .._core.masking import mask
 
 __all__ = [
     "CRASH_LOG_BYTES",
@@ -147,35 +148,49 @@ def _alive(pid: int) -> bool:
 
 
 def keep_crash_log(log_path: str, pid: int) -> tuple[str, int]:
-    """Keeps the end of ``log_path`` as ``crash-<time>-<pid>.log`` beside it, deletes the
-    log and the oldest crash logs; returns the crash log's path and the bytes trimmed."""
+    """Keeps the end of ``log_path`` as ``crash-<time>-<pid>.log`` beside it, secrets
+    masked (:func:`~jaxtune._core.masking.mask`), deletes the log and the oldest crash
+    logs; returns the crash log's path and the bytes by which it is shorter than the log
+    (so that an offset into the log, less those, is the same distance from the end)."""
     folder = pathlib.Path(log_path).parent
     kept = folder / f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{pid}.log"
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     with open(log_path, "rb") as src, os.fdopen(os.open(kept, flags, 0o600), "wb") as dst:
         size = os.fstat(src.fileno()).st_size
-        trimmed = max(0, size - CRASH_LOG_BYTES)
-        src.seek(trimmed)
-        dst.write(src.read(CRASH_LOG_BYTES))
+        src.seek(max(0, size - CRASH_LOG_BYTES))
+        end = src.read(CRASH_LOG_BYTES)
+        if size > CRASH_LOG_BYTES:  # from a whole line, so no secret is kept half-masked
+            end = end[end.find(b"\n") + 1 :]
+        text = mask(end.decode(errors="surrogateescape")).encode(errors="surrogateescape")
+        dst.write(text)
     os.unlink(log_path)
     logs = sorted(folder.glob("crash-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in logs[KEEP_CRASH_LOGS:]:
         with contextlib.suppress(OSError):
             old.unlink()
-    return str(kept), trimmed
+    return str(kept), size - len(text)
 
 
 def read_tail(log_path: str, since: int, trimmed: int) -> str:
     """The last lines written to ``log_path`` since byte offset ``since`` (``trimmed``:
-    bytes cut from its start), at most its last 64 KiB read, however large the log."""
+    bytes by which a crash log is shorter than the log, :func:`keep_crash_log`), at most
+    its last 64 KiB read, however large the log, secrets masked
+    (:func:`~jaxtune._core.masking.mask`): a failure reason quotes it."""
     try:
         with open(log_path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            f.seek(max(since - trimmed, size - _TAIL_BYTES, 0))
-            text = f.read(_TAIL_BYTES).decode(errors="replace")
+            start = max(since - trimmed, size - _TAIL_BYTES, 0)
+            f.seek(max(start - 1, 0))
+            data = f.read(_TAIL_BYTES + (start > 0))
     except OSError:
         return ""
-    return _tail_lines(text)
+    if start > 0:
+        before, data = data[:1], data[1:]
+        if trimmed and before != b"\n":
+            # Masking moved the crash log's lines (a secret is longer than its mask), so
+            # the offset may fall inside the line before: the tail begins at a whole line.
+            data = data[data.find(b"\n") + 1 :]
+    return mask(_tail_lines(data.decode(errors="replace")))
 
 
 def _tail_lines(text: str) -> str:

@@ -12,6 +12,7 @@ of the wrong shape (edited by hand, or written by another jaxtune) is a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from .._core import typed
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._core.vocabulary import CaptureInfo
 from .._core.xspace.tracefile import find_trace
+from .._isolation.frames import kept
 
 __all__ = ["FAILED_FILE", "INFO_FILE", "SidecarError", "read_sidecar", "recall", "remember"]
 
@@ -117,6 +119,7 @@ def read_sidecar(raw: Any) -> tuple[CaptureInfo, int]:
         info = CaptureInfo.from_dict(raw)
     except ValueError as e:  # the one error from_dict raises: a field of the wrong kind
         raise SidecarError(str(e)) from e
+    info = dataclasses.replace(info, calls=tuple(_kept_call(c) for c in info.calls))
     stored = raw.get("iterations") or 0
     try:
         typed.decode(_Contents, {**info.to_dict(), "iterations": stored}, "")
@@ -128,6 +131,16 @@ def read_sidecar(raw: Any) -> tuple[CaptureInfo, int]:
         if config is not None and not all(_is_plain(v) for v in config.values()):
             raise SidecarError(f"{where}: expected a config of plain values, got {config!r:.60}")
     return info, stored
+
+
+def _kept_call(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A recorded call without the variables of the process that recorded it, which
+    sidecars of older jaxtunes kept in its request: a replay never reads them, and a report
+    written from this sidecar must not copy them."""
+    request = call.get("request")
+    if isinstance(request, Mapping) and "environ" in request:
+        return {**call, "request": kept(request)}
+    return call
 
 
 def _configs(info: CaptureInfo) -> list[tuple[str, Any]]:

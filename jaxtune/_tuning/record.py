@@ -262,8 +262,8 @@ def call_frame(
 ) -> dict[str, Any]:
     """One recorded call: kernel id, key, shapes, where its config came from, why the entry
     it had is stale (``stale``, empty when fresh or none), the kernel's code digest, and
-    the sweep request that tunes it in a child (or ``error`` when the kernel cannot
-    travel)."""
+    the sweep request that tunes it in a child, without this process's variables (or
+    ``error`` when the kernel cannot travel)."""
     from .._isolation.devices import sweep_devices
     from .._isolation.wire import NotTransportable
     from .lookup import device_kind, staleness
@@ -289,7 +289,7 @@ def call_frame(
     }
     try:
         task = kernel.sweep_task(sig, space, default, differentiated=differentiated)
-        frame["request"] = sweep_request(task).to_wire()
+        frame["request"] = sweep_request(task).to_record()
     except NotTransportable as e:
         frame["error"] = str(e)
     return frame

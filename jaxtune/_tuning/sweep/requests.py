@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 from ..._core import typed
 from ..._core.errors import SweepError
 from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
-from ..._isolation.calling import call_request
+from ..._isolation.calling import call_request, replayed
 from ..._isolation.frames import Done, FrameError, Request
 from .inputs import recorded_values
 from .work import Rounds, SweepPlan, SweepTask
@@ -186,12 +186,13 @@ def with_recorded_values(
 
 
 def read_request(raw: Any) -> Request[SweepFields]:
-    """The sweep request a map holds (one a recording kept: ``jaxtune tune`` replays it).
+    """The sweep request a map holds (one a recording kept: ``jaxtune tune`` replays it),
+    carrying this process's variables (:func:`~jaxtune._isolation.calling.replayed`).
 
     Raises:
         FrameError: the map is no sweep request.
     """
-    return Request.from_wire(raw).read(SweepFields.from_request)
+    return replayed(Request.from_wire(raw).read(SweepFields.from_request))
 
 
 def reference_config(
