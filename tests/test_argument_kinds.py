@@ -19,11 +19,13 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
 from test_wire_pytrees import roundtrip
 
 import jaxtune
 from jaxtune._core.arrays import random_leaf
 from jaxtune._core.vocabulary import Entry, Measurement
+from jaxtune._program.locate import locate
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning import record as _record
 from jaxtune._tuning.store import cache as _cache
@@ -97,6 +99,31 @@ def test_random_inputs_of_a_typed_key_are_keys_of_its_implementation(impl, text)
     sig = ak.keyed_noise.bind((jax.ShapeDtypeStruct((3, 8), jnp.float32), leaf), {})
     inputs = make_inputs("tests.keyed_noise", sig)
     assert inputs["key"].dtype == leaf.dtype and inputs["key"].shape == (3,)
+
+
+def test_inputs_may_return_typed_keys_and_a_wrong_one_is_named():
+    fry = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
+    sig = ak.keyed_noise.bind((jax.ShapeDtypeStruct((4, 8), jnp.float32), fry), {})
+    made = make_inputs(
+        "tests.keyed_noise", sig, lambda x, k: (jnp.zeros(x.shape), jax.random.key(5))
+    )
+    assert made["key"].dtype == fry.dtype
+    with pytest.raises(
+        jaxtune.SignatureError, match=r"key<rbg>\[\] for 'key', expected key<fry>\[\]"
+    ):
+        make_inputs("tests.keyed_noise", sig, lambda x, k: (x, jax.random.key(5, impl="rbg")))
+
+
+def test_a_pallas_kernel_taking_typed_keys_is_found_with_its_operands():
+    def body(keys_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    def step(keys, x):
+        out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return pl.pallas_call(body, out_shape=out, interpret=True)(keys, x)
+
+    (site,) = locate(step, jax.random.split(jax.random.key(0), 8), jnp.ones(8))
+    assert site.operands == (("key<fry>", (8,)), ("f32", (8,)))
 
 
 @pytest.mark.parametrize(("impl", "text"), IMPLS)
