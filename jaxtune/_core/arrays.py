@@ -86,16 +86,15 @@ def is_extended(dtype: Any) -> bool:
 
 
 @functools.cache
-def key_impl(dtype: Any) -> str:
-    """The name of the PRNG implementation of a typed key dtype (``threefry2x32``,
-    ``rbg``, ``unsafe_rbg``), as ``jax.random.key(..., impl=...)`` takes it."""
+def key_impl(dtype: Any) -> Any:
+    """The PRNG implementation of a typed key dtype, as ``jax.random.key(..., impl=...)``
+    takes it: its name (``threefry2x32``, ``rbg``, ``unsafe_rbg``) for an implementation
+    JAX knows by name, else JAX's ``PRNGSpec`` of it."""
     import jax
 
-    found: list[str] = []
+    found: list[Any] = []
     # jax.random.key_impl reads a key array, not a dtype: an abstract one costs nothing.
-    jax.eval_shape(
-        lambda k: found.append(str(jax.random.key_impl(k))), jax.ShapeDtypeStruct((), dtype)
-    )
+    jax.eval_shape(lambda k: found.append(jax.random.key_impl(k)), jax.ShapeDtypeStruct((), dtype))
     return found[0]
 
 

@@ -291,7 +291,13 @@ def _impl(dtype: Any) -> str:
     """
     if not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         raise NotTransportable(f"arrays of dtype {dtype} cannot travel to a child process")
-    return key_impl(dtype)
+    impl = key_impl(dtype)
+    if not isinstance(impl, str):  # a child could not name it
+        raise NotTransportable(
+            f"typed keys of a PRNG implementation JAX knows by no name ({impl!r}) cannot "
+            "travel to a child process"
+        )
+    return impl
 
 
 def _main_script(kind: type) -> str:
