@@ -1,14 +1,22 @@
 """Facts about arrays both flows use: XLA's short dtype names, what counts as an array, and
-random values of an abstract array's shape and dtype."""
+random values of an abstract array's shape and dtype.
+
+Besides numpy's dtypes and ml_dtypes' (bfloat16, float8_*, int4...), an array may have one
+of JAX's extended dtypes, which numpy does not know: a typed PRNG key array
+(``jax.random.key``) has dtype ``key<fry>``, its bits (``jax.random.key_data``) an extra
+trailing dimension of ``uint32``. JAX is imported only where such a dtype is met.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
 from typing import Any
 
 import numpy as np
 
-__all__ = ["dtype_name", "is_array", "random_leaf"]
+__all__ = ["dtype_name", "is_array", "is_extended", "key_dtype", "key_impl", "random_leaf"]
 
 _SHORT = {
     "float64": "f64",
@@ -48,12 +56,58 @@ _NAMES: dict[Any, str] = {}
 
 
 def _dtype_name(dtype: Any) -> str:
+    if is_extended(dtype):
+        return str(dtype)  # JAX's own text: key<fry>, key<rbg>
     name = np.dtype(dtype).name
     if name in _SHORT:
         return _SHORT[name]
-    if name.startswith("float8_"):
-        return "f8" + name[len("float8_") :]
+    small_float = re.fullmatch(r"float(\d+)_(\w+)", name)  # ml_dtypes: float8_e4m3fn
+    if small_float:
+        return f"f{small_float[1]}{small_float[2]}"
+    small_int = re.fullmatch(r"(u?)int(\d+)", name)  # ml_dtypes: int2
+    if small_int:
+        return f"{small_int[1] or 's'}{small_int[2]}"
     return name
+
+
+def is_extended(dtype: Any) -> bool:
+    """Whether ``dtype`` is one of JAX's extended dtypes (typed PRNG keys), which numpy
+    cannot interpret."""
+    if isinstance(dtype, (np.dtype, str)) or (
+        isinstance(dtype, type) and issubclass(dtype, np.generic)
+    ):
+        return False
+    import jax
+
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.extended))
+    except TypeError:
+        return False
+
+
+@functools.cache
+def key_impl(dtype: Any) -> Any:
+    """The PRNG implementation of a typed key dtype, as ``jax.random.key(..., impl=...)``
+    takes it: its name (``threefry2x32``, ``rbg``, ``unsafe_rbg``) for an implementation
+    JAX knows by name, else JAX's ``PRNGSpec`` of it."""
+    import jax
+
+    found: list[Any] = []
+    # jax.random.key_impl reads a key array, not a dtype: an abstract one costs nothing.
+    jax.eval_shape(lambda k: found.append(jax.random.key_impl(k)), jax.ShapeDtypeStruct((), dtype))
+    return found[0]
+
+
+@functools.cache
+def key_dtype(impl: str) -> Any:
+    """The typed key dtype of a PRNG implementation named as :func:`key_impl` names it.
+
+    Raises:
+        ValueError: JAX knows no implementation of that name.
+    """
+    import jax
+
+    return jax.eval_shape(lambda: jax.random.key(0, impl=impl)).dtype
 
 
 def is_array(x: Any) -> bool:
@@ -61,9 +115,16 @@ def is_array(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, type)
 
 
-def random_leaf(leaf: Any, rng: np.random.Generator) -> np.ndarray:
+def random_leaf(leaf: Any, rng: np.random.Generator) -> Any:
     """Random values of ``leaf``'s shape and dtype: small non-negative integers (valid as
-    indices of most dimensions), booleans, or standard-normal floats (ml_dtypes included)."""
+    indices of most dimensions), booleans, standard-normal floats (ml_dtypes included), or
+    typed PRNG keys of ``leaf``'s implementation made from random bits (a jax array).
+
+    Raises:
+        TypeError: ``leaf`` has an extended dtype other than a typed key.
+    """
+    if is_extended(leaf.dtype):
+        return _random_keys(leaf, rng)
     shape, dtype = tuple(leaf.shape), np.dtype(leaf.dtype)
     if dtype == np.bool_:
         return rng.random(shape) < 0.5
@@ -76,3 +137,14 @@ def random_leaf(leaf: Any, rng: np.random.Generator) -> np.ndarray:
         return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
     # Floats, including ml_dtypes' bfloat16 and float8 types, which numpy casts to.
     return rng.standard_normal(shape).astype(np.float32).astype(dtype)
+
+
+def _random_keys(leaf: Any, rng: np.random.Generator) -> Any:
+    import jax
+
+    if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        raise TypeError(f"jaxtune cannot make random values of dtype {leaf.dtype}")
+    bits = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(tuple(leaf.shape), leaf.dtype))
+    info = np.iinfo(bits.dtype)
+    data = rng.integers(info.min, info.max, size=bits.shape, dtype=bits.dtype, endpoint=True)
+    return jax.random.wrap_key_data(data, impl=key_impl(leaf.dtype))

@@ -2,14 +2,17 @@
 values (abstract or concrete arrays, static arguments) in a form msgpack can carry.
 
 Arrays travel as raw bytes with their dtype name and shape, so ml_dtypes types (bfloat16,
-float8_*) round-trip exactly. An array's bytes are not copied into the msgpack part: the
+float8_*) round-trip exactly; typed PRNG key arrays (``jax.random.key``), which numpy cannot
+hold, travel as their implementation's name and their bits (``jax.random.key_data``). An array's bytes are not copied into the msgpack part: the
 frame is the msgpack part's length, the msgpack part (where an extension value stands for
 each array and gives its size), then each array's bytes as they lie in memory; the reader
 reads them straight into their own buffers. Nothing here runs code on read, with one
 exception on the child's side: a pytree node of a registered type (Flax's ``nnx.State``, a
 namedtuple, a ``flax.struct`` dataclass) travels as its type's ``module:qualname``, its node
 data and its children, and the child imports that module to rebuild it, as it imports the
-module of the function a request names.
+module of the function a request names. A type of the parent's ``__main__`` travels with the
+script's path: the child re-runs that script (without its ``if __name__ == "__main__":``
+block) to find it, whichever module the function comes from.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import select
 import socket
 import stat
 import struct
+import sys
 import threading
 import time
 from typing import Any
@@ -29,6 +33,7 @@ import ml_dtypes
 import msgpack
 import numpy as np
 
+from .._core.arrays import is_extended, key_dtype, key_impl
 from .._core.codec import DecodeError, packb, unpackb
 from .frames import NotTransportable
 
@@ -219,8 +224,13 @@ def encode_value(value: Any, *, concrete_limit: int = 1 << 26) -> Any:
 
     def enc(v: Any) -> Any:
         if isinstance(v, (jax.ShapeDtypeStruct, jax.core.Tracer)):
+            if is_extended(v.dtype):
+                return {"__abstract_key__": [list(v.shape), _impl(v.dtype)]}
             return {"__abstract__": [list(v.shape), np.dtype(v.dtype).name]}
         if isinstance(v, (jax.Array, np.ndarray)):
+            if is_extended(v.dtype):  # np.asarray refuses a typed key array: its bits go
+                bits = enc(jax.random.key_data(v))
+                return {"__key__": [list(v.shape), _impl(v.dtype), bits]}
             array = np.asarray(v)
             if array.nbytes > budget[0]:
                 return {"__abstract__": [list(array.shape), array.dtype.name]}
@@ -269,30 +279,68 @@ def encode_value(value: Any, *, concrete_limit: int = 1 << 26) -> Any:
                 f"static data ({type(data).__name__}) is not plain data ({e})"
             ) from None
         name = f"{node_type.__module__}:{node_type.__qualname__}"
-        return {"__node__": [name, encoded_data, [enc(x) for x in children]]}
+        encoded = [name, encoded_data, [enc(x) for x in children]]
+        if node_type.__module__ == "__main__":
+            encoded.append(_main_script(kind))
+        return {"__node__": encoded}
 
     return enc(value)
 
 
+def _impl(dtype: Any) -> str:
+    """The PRNG implementation of a typed key dtype.
+
+    Raises:
+        NotTransportable: an extended dtype that is no typed key.
+    """
+    if not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        raise NotTransportable(f"arrays of dtype {dtype} cannot travel to a child process")
+    impl = key_impl(dtype)
+    if not isinstance(impl, str):  # a child could not name it
+        raise NotTransportable(
+            f"typed keys of a PRNG implementation JAX knows by no name ({impl!r}) cannot "
+            "travel to a child process"
+        )
+    return impl
+
+
+def _main_script(kind: type) -> str:
+    """The path of the script run as ``__main__`` (here, the parent), where ``kind`` is
+    defined.
+
+    Raises:
+        NotTransportable: ``__main__`` is no script (an interactive session, a notebook).
+    """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        raise NotTransportable(
+            f"{kind.__qualname__} is defined in an interactive session or notebook, so a "
+            "child process cannot import it; define it in a module or a script"
+        )
+    return os.path.abspath(path)
+
+
 def _importable(kind: type) -> bool:
     """Whether ``kind`` is found under its own name in its module (here, the parent)."""
-    import sys
-
     found: Any = sys.modules.get(kind.__module__)
     for part in kind.__qualname__.split("."):
         found = getattr(found, part, None)
     return found is kind
 
 
-def _node_type(name: str) -> type:
+def _node_type(name: str, script: str | None) -> type:
     """The type a ``module:qualname`` names, its module imported here (the child); a type
-    of the parent's ``__main__`` is found in the script the child re-ran under an alias."""
-    from .resolve import Unresolved, script_namespaces
+    of the parent's ``__main__`` is found in its script (``script``), which the child
+    re-runs under an alias unless it already has (for a function of that script)."""
+    from .frames import FunctionRef
+    from .resolve import Unresolved, namespace, script_namespaces
 
     module_name, _, qualname = name.partition(":")
     first, *rest = qualname.split(".")
     found: Any = None
     if module_name == "__main__":
+        if script:
+            namespace(FunctionRef(module="__main__", qualname=qualname, path=script))
         found = next((ns[first] for ns in script_namespaces() if first in ns), None)
         if found is None:
             raise Unresolved(f"{qualname} is not defined in the script the child re-ran")
@@ -321,6 +369,8 @@ def decode_value(value: Any, *, abstract: bool = False) -> Any:
         if "__abstract__" in value or (abstract and "__array__" in value):
             shape, dtype = value.get("__abstract__") or value["__array__"][:2]
             return jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype))
+        if "__abstract_key__" in value or "__key__" in value:
+            return _keys(value, abstract)
         if "__array__" in value:
             shape, dtype, raw = value["__array__"]
             array = np.frombuffer(raw, dtype=_dtype(dtype)).reshape(shape)
@@ -332,14 +382,33 @@ def decode_value(value: Any, *, abstract: bool = False) -> Any:
         if "__dict__" in value:
             return {k: dec(x) for k, x in value["__dict__"].items()}
         if "__node__" in value:
-            name, data, children = value["__node__"]
+            name, data, children, *script = value["__node__"]
             decoded = [dec(x) for x in children]
             structure = jax.tree_util.PyTreeDef.from_node_data_and_children(
                 jax.tree_util.default_registry,
-                (_node_type(name), dec(data)),
+                (_node_type(name, script[0] if script else None), dec(data)),
                 [jax.tree_util.tree_structure(x) for x in decoded],
             )
             return structure.unflatten(
                 [leaf for x in decoded for leaf in jax.tree_util.tree_leaves(x)]
             )
     return value
+
+
+def _keys(value: dict[str, Any], abstract: bool) -> Any:
+    """A typed key array (or its shape and dtype) from its implementation and bits.
+
+    Raises:
+        Unresolved: this process knows no PRNG implementation of that name.
+    """
+    from .resolve import Unresolved
+
+    shape, impl, *bits = value.get("__abstract_key__") or value["__key__"]
+    try:
+        dtype = key_dtype(impl)
+    except (ValueError, TypeError) as e:
+        raise Unresolved(f"no PRNG implementation {impl!r} here for a key argument") from e
+    data = decode_value(bits[0], abstract=abstract) if bits else None
+    if data is None or isinstance(data, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct(tuple(shape), dtype)
+    return jax.random.wrap_key_data(data, impl=impl)

@@ -247,11 +247,9 @@ def _walk_jaxpr(
 
 def _aval(v: Any) -> tuple[str, tuple[int, ...]]:
     aval = getattr(v, "aval", v)
-    import numpy as np
-
     from .._core.arrays import dtype_name
 
-    return dtype_name(np.dtype(aval.dtype)), tuple(int(d) for d in aval.shape)
+    return dtype_name(aval.dtype), tuple(int(d) for d in aval.shape)
 
 
 def _pallas_call(eqn: Any, scope: str, times: int | None, around: tuple[Any, ...]) -> PallasCall:
@@ -287,12 +285,10 @@ def _pallas_call(eqn: Any, scope: str, times: int | None, around: tuple[Any, ...
 def _nbytes(v: Any) -> int:
     """Bytes of one operand or result (what a kernel must at least read or write)."""
     aval = getattr(v, "aval", v)
-    import numpy as np
-
     count = 1
     for d in aval.shape:
         count *= int(d)
-    return count * np.dtype(aval.dtype).itemsize
+    return count * aval.dtype.itemsize  # numpy's dtypes and JAX's typed keys alike
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

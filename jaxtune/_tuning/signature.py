@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._core.arrays import dtype_name, is_array
+from .._core.arrays import dtype_name, is_array, is_extended
 from .._core.errors import SignatureError
 from .buckets import Buckets
 
@@ -34,11 +34,18 @@ _SCALARS = (bool, int, float, complex)
 
 
 def as_leaf(x: Any) -> Any:
-    """``x``, or for a Python scalar the 0-d array jax.jit would make of it (its shape and
-    JAX's default dtype: ``1`` is ``s32[]``, ``1.5`` is ``f32[]`` without x64)."""
+    """``x`` as jax.jit sees it: for a Python scalar the 0-d array jit would make of it
+    (its shape and JAX's default dtype: ``1`` is ``s32[]``, ``1.5`` is ``f32[]`` without
+    x64); for a numpy array (or ``jax.ShapeDtypeStruct``) of a dtype JAX does not use now,
+    its shape with the dtype jit would give it (``float64`` is ``f32`` without x64)."""
     if isinstance(x, _SCALARS) and not is_array(x):
         return jax.ShapeDtypeStruct((), jax.dtypes.canonicalize_dtype(type(x)))
-    return x
+    if isinstance(x, jax.Array) or not is_array(x) or is_extended(x.dtype):
+        return x  # a jax array's (or tracer's) dtype is one JAX uses
+    canonical = jax.dtypes.canonicalize_dtype(x.dtype)
+    if canonical == x.dtype:
+        return x
+    return jax.ShapeDtypeStruct(tuple(x.shape), canonical)
 
 
 def abstractify(x: Any) -> jax.ShapeDtypeStruct:

@@ -14,9 +14,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
-from ..._core.arrays import dtype_name
+from ..._core.arrays import dtype_name, is_extended
 from ..._core.errors import describe
 
 __all__ = ["check_outputs", "reason"]
@@ -32,7 +33,10 @@ _AUTO_TOLERANCE = {
     "f16": 5e-3,
     "bf16": 5e-2,
 }
-_FP8_TOLERANCE = 0.25
+#: ml_dtypes' narrow floats (float8_*, float6_*, float4_*): this, or the dtype's epsilon
+#: where larger (0.5 for float4_e2m1fn), so that two outputs rounded from sums added in
+#: another order (one unit in the last place apart) pass.
+_NARROW_TOLERANCE = 0.25
 
 
 def reason(e: BaseException) -> str:
@@ -51,9 +55,9 @@ def _tolerance(dtype: Any) -> float | None:
     name = dtype_name(dtype)
     if name in _AUTO_TOLERANCE:
         return _AUTO_TOLERANCE[name]
-    if name.startswith("f8"):
-        return _FP8_TOLERANCE
-    return None  # integers and booleans: exact
+    if not is_extended(dtype) and jnp.issubdtype(dtype, jnp.floating):
+        return max(_NARROW_TOLERANCE, float(ml_dtypes.finfo(dtype).eps))
+    return None  # integers, booleans and typed keys: exact
 
 
 def check_outputs(out: Any, ref: Any, check: Any) -> str | None:
@@ -87,6 +91,8 @@ def check_outputs(out: Any, ref: Any, check: Any) -> str | None:
         else:
             tol = _tolerance(r_dtype)
             if tol is None:
+                if is_extended(r_dtype):  # typed keys: their bits
+                    o, r = jax.random.key_data(o), jax.random.key_data(r)
                 bad, first, _, _ = jax.device_get(_exact(o, r))
                 if bad:
                     return f"output {i} differs from the default config's in {int(bad)} elements"
@@ -105,9 +111,21 @@ def check_outputs(out: Any, ref: Any, check: Any) -> str | None:
     return None
 
 
-def _dtype(x: Any) -> np.dtype[Any]:
+def _dtype(x: Any) -> Any:
     """An output leaf's dtype, read without copying it to the host."""
-    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.result_type(x)
+    if not hasattr(x, "dtype"):
+        return np.result_type(x)
+    return x.dtype if is_extended(x.dtype) else np.dtype(x.dtype)
+
+
+def _wide(dtype: Any) -> Any:
+    """The dtype outputs of ``dtype`` are compared in: float32 (complex64), or the outputs'
+    own where it is wider. A one-byte float (float8_*, float6_*, float4_*) is cast to
+    float32 explicitly: JAX promotes none of them implicitly."""
+    if jnp.issubdtype(dtype, jnp.floating) and np.dtype(dtype).itemsize == 1:
+        return jnp.float32
+    complex_ = jnp.issubdtype(dtype, jnp.complexfloating)
+    return jnp.promote_types(dtype, jnp.complex64 if complex_ else jnp.float32)
 
 
 @jax.jit
@@ -124,7 +142,7 @@ def _within(o: Any, r: Any, *, rtol: float, atol: float, scaled: float) -> tuple
     not), and both finite or both not: how many elements fail, the first, the largest
     finite error, and ``atol'``. Computed in float32 (complex64), or in the outputs' own
     precision where it is wider."""
-    wide = jnp.promote_types(o.dtype, jnp.complex64 if jnp.iscomplexobj(o) else jnp.float32)
+    wide = _wide(o.dtype)
     o, r = o.astype(wide).ravel(), r.astype(wide).ravel()
     scale = jnp.maximum(jnp.max(jnp.abs(r)), 1.0)
     limit = atol + scaled * scale

@@ -260,7 +260,7 @@ def _validate_inputs(sig: Signature, produced: Any) -> dict[str, Any]:
             )
         for w, g in zip(want, got, strict=True):
             w = as_leaf(w)
-            if tuple(w.shape) != tuple(g.shape) or np.dtype(w.dtype) != np.dtype(g.dtype):
+            if tuple(w.shape) != tuple(g.shape) or dtype_name(w.dtype) != dtype_name(g.dtype):
                 raise SignatureError(
                     f"inputs(...) returned {dtype_name(g.dtype)}{list(g.shape)} for {name!r}, "
                     f"expected {dtype_name(w.dtype)}{list(w.shape)} (the shapes of the call "
