@@ -97,14 +97,14 @@ def test_random_inputs_of_a_typed_key_are_keys_of_its_implementation(impl, text)
     assert not np.array_equal(jax.random.key_data(a), jax.random.key_data(c))
     # A sweep of abstract arguments draws them so.
     sig = ak.keyed_noise.bind((jax.ShapeDtypeStruct((3, 8), jnp.float32), leaf), {})
-    inputs = make_inputs("tests.keyed_noise", sig)
+    (inputs,) = make_inputs("tests.keyed_noise", sig)
     assert inputs["key"].dtype == leaf.dtype and inputs["key"].shape == (3,)
 
 
 def test_inputs_may_return_typed_keys_and_a_wrong_one_is_named():
     fry = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
     sig = ak.keyed_noise.bind((jax.ShapeDtypeStruct((4, 8), jnp.float32), fry), {})
-    made = make_inputs(
+    (made,) = make_inputs(
         "tests.keyed_noise", sig, lambda x, k: (jnp.zeros(x.shape), jax.random.key(5))
     )
     assert made["key"].dtype == fry.dtype

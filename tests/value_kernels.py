@@ -78,6 +78,14 @@ def by_mask(x, w, mask, *, chunk):
     return rows_sum(x, w, 0, mask.sum(), chunk)
 
 
+@jaxtune.autotuned(configs={"clip": [False, True]}, default={"clip": True})
+def table_rows(table, ids, *, clip):
+    """Rows of ``table`` by ``ids``: ids past the table read infinity unless clipped, so
+    only valid ids give every config the same output."""
+    safe = jnp.clip(ids, 0, table.shape[0] - 1) if clip else ids
+    return jnp.take(table, safe, axis=0, mode="fill", fill_value=jnp.inf)
+
+
 def arrays(seed: int = 0, m: int = 8192, d: int = 256, groups: int = 4, batch: int = 2):
     """Float inputs the kernels share: x [m, d], w [d, d], per-group ws, and xb [batch, m, d]."""
     k = jax.random.split(jax.random.key(seed), 4)

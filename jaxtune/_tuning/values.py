@@ -214,10 +214,12 @@ def capture(kernel: Binder, sig: Signature) -> None:
 
 
 def _is_float(leaf: Any) -> bool:
-    try:
-        return bool(np.issubdtype(np.dtype(leaf.dtype), np.inexact))
-    except TypeError:  # an extended dtype (a typed PRNG key)
+    """Floating or complex, ml_dtypes' bfloat16 and float8 included (numpy does not count
+    those as inexact); a typed PRNG key is neither."""
+    dtype = leaf.dtype
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
         return False
+    return bool(jax.dtypes.issubdtype(dtype, np.inexact))
 
 
 def _nbytes(leaf: Any) -> int:

@@ -131,3 +131,37 @@ def test_profile_command_with_and_without_llo(program, tmp_path):
             assert all(k["unit_utilisation"].get("mxu", 0) > 0 for k in flash), flash
         else:
             assert report["llo"] is None
+
+
+def test_tune_sweeps_a_grouped_matmul_on_the_group_sizes_the_program_ran(program, tmp_path):
+    """Issue 54 on the chip: megablox gmm with skewed MoE-like group sizes. The stored
+    tiling is the truth's best (within 1.05x) on the program's values, and the sweep's time
+    for it is within 1.15x of the program's call; a sweep on shapes alone times a fraction
+    of the work, and its decision line flags a time past the chip's peak."""
+    cache = str(tmp_path / "recorded")
+    done = program(
+        "-m", "jaxtune", "tune", "--", "python", "-m", "tests.tpu.values_gmm",
+        env={"JAXTUNE_CACHE_DIR": cache},
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "group_sizes: recorded (s32[8] 128..3072 sum 8192" in out, out[-4000:]
+    entry = cached(program, cache)["tpu.gmm"]
+    truth = program("-m", "tests.tpu.values_gmm", "truth")
+    assert truth.returncode == 0, truth.stderr[-3000:]
+    times = json.loads(truth.stdout.strip().splitlines()[-1])
+    best = min(times.values())
+    assert max(times.values()) >= 1.5 * best, times  # the tilings really differ
+    from jaxtune._core.vocabulary import config_id
+
+    mine = times[config_id(entry["config"])]
+    assert mine <= 1.05 * best, (entry["config"], mine, best)
+    assert 1 / 1.15 <= entry["time_us"] * 1e-6 / mine <= 1.15, (entry["time_us"], mine)
+    made_up = program(
+        "-m", "tests.tpu.values_gmm", "synthesised",
+        env={"JAXTUNE_CACHE_DIR": str(tmp_path / "synthesised")},
+    )  # fmt: skip
+    assert made_up.returncode == 0, made_up.stderr[-3000:]
+    summary = json.loads(made_up.stdout.strip().splitlines()[-1])
+    assert summary["values"]["arguments"]["group_sizes"]["source"] == "synthesised"
+    assert "past the peak" in summary["decided"], summary["decided"]

@@ -1,0 +1,158 @@
+"""Value-dependent kernels, sweep against truth, before and after issue 54.
+
+*Before*: the sweep ran on made-up values in every flow (integers in 0..16, booleans half
+true); the shapes-only flow still does (``jaxtune.tune`` of ``ShapeDtypeStruct``
+arguments), so it stands for it. *After*: ``jaxtune tune -- python prog.py`` records the
+values the program ran and sweeps on them. For each kernel, the truth times every config
+on the program's own values in the same run (this process, after both sweeps); a row gives
+each flow's stored config, how much slower than the truth's best it is on the program's
+values, and the sweep's time for it against the truth's.
+
+CPU (default): tests/value_kernels.py's five kernels (a loop count, lengths, group sizes,
+ids, a padding mask). ``--tpu``: JAX's megablox gmm with MoE-like group sizes on the chip
+(tests/tpu/values_gmm.py), run on the lent TPU from ``tools/tpu/batch_values.sh``.
+
+Run: python bench/bench_values.py [--tpu] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+CPU_PROGRAM = """
+import sys
+sys.path.insert(0, {tests!r})
+import jax
+import value_kernels as vk
+
+step = jax.jit(vk.step)
+a = vk.arrays()
+v = vk.program_values()
+args = (*a, v["n"], v["lengths"], v["group_sizes"], v["ids"], v["mask"])
+for _ in range(3):
+    jax.block_until_ready(step(*args))
+"""
+
+CPU_SHAPES = """
+import sys, json, warnings
+sys.path.insert(0, {tests!r})
+warnings.simplefilter("ignore")
+import jax, jaxtune
+import value_kernels as vk
+
+a = vk.arrays()
+v = vk.program_values()
+args = (*a, v["n"], v["lengths"], v["group_sizes"], v["ids"], v["mask"])
+jaxtune.tune(vk.step, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args])
+"""
+
+
+def _run(args: list[str], cache: pathlib.Path, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAXTUNE_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return done
+
+
+def _entries(cache: pathlib.Path, cwd: pathlib.Path) -> dict[str, dict]:
+    listed = _run([sys.executable, "-m", "jaxtune", "cache", "show", "--json"], cache, cwd)
+    return {e["kernel"]: e for e in json.loads(listed.stdout)["entries"]}
+
+
+def _row(entry: dict, truth: dict[str, float]) -> dict:
+    from jaxtune._core.vocabulary import config_id
+
+    stored = config_id(entry["config"])
+    best = min(truth.values())
+    (measured,) = [
+        m for m in entry["measurements"] if m.get("ok", True) and m["config"] == entry["config"]
+    ]
+    return {
+        "config": stored,
+        "slower_than_best": round(truth[stored] / best, 3),
+        "sweep_us": round(measured["min_us"], 1),
+        "truth_us": round(truth[stored], 1),
+        "sweep_over_truth": round(measured["min_us"] / truth[stored], 3),
+        "values": entry.get("values", {}),
+        "decided": entry.get("decision", ""),
+    }
+
+
+def cpu(work: pathlib.Path) -> dict:
+    import value_kernels as vk
+
+    (work / "prog.py").write_text(CPU_PROGRAM.format(tests=str(ROOT / "tests")))
+    (work / "shapes.py").write_text(CPU_SHAPES.format(tests=str(ROOT / "tests")))
+    _run([sys.executable, "shapes.py"], work / "before", work)
+    _run(
+        [sys.executable, "-m", "jaxtune", "tune", "--", sys.executable, "prog.py"],
+        work / "after",
+        work,
+    )
+    before, after = _entries(work / "before", work), _entries(work / "after", work)
+    values = vk.program_values()
+    rows = {}
+    for name, (value_arg, _) in vk.CALLS.items():
+        kernel = getattr(vk, name).kernel_id
+        truth = {f"chunk={c}": vk.truth_us(name, values[value_arg], c) for c in vk.CHUNKS["chunk"]}
+        rows[name] = {
+            "truth_us": {k: round(v, 1) for k, v in truth.items()},
+            "before": _row(before[kernel], truth),
+            "after": _row(after[kernel], truth),
+        }
+    return rows
+
+
+def tpu(work: pathlib.Path) -> dict:
+    mod = [sys.executable, "-m", "tests.tpu.values_gmm"]
+    _run([*mod, "synthesised"], work / "before", ROOT)
+    _run([sys.executable, "-m", "jaxtune", "tune", "--", *mod], work / "after", ROOT)
+    truth_s = json.loads(_run([*mod, "truth"], work / "truth", ROOT).stdout.splitlines()[-1])
+    truth = {k: v * 1e6 for k, v in truth_s.items()}
+    before, after = _entries(work / "before", ROOT), _entries(work / "after", ROOT)
+    return {
+        "tpu.gmm": {
+            "truth_best_us": round(min(truth.values()), 1),
+            "truth_worst_us": round(max(truth.values()), 1),
+            "before": _row(before["tpu.gmm"], truth),
+            "after": _row(after["tpu.gmm"], truth),
+        }
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tpu", action="store_true", help="megablox gmm on the chip")
+    parser.add_argument("--json", default=None, help="write the rows here")
+    args = parser.parse_args()
+    import jax
+
+    with tempfile.TemporaryDirectory(prefix="jaxtune-bench-values-") as tmp:
+        rows = tpu(pathlib.Path(tmp)) if args.tpu else cpu(pathlib.Path(tmp))
+    import platform
+
+    doc = {
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "rows": rows,
+    }
+    print(json.dumps(doc, indent=1))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
