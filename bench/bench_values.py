@@ -67,8 +67,14 @@ def _run(args: list[str], cache: pathlib.Path, cwd: pathlib.Path) -> subprocess.
 
 
 def _entries(cache: pathlib.Path, cwd: pathlib.Path) -> dict[str, dict]:
-    listed = _run([sys.executable, "-m", "jaxtune", "cache", "show", "--json"], cache, cwd)
-    return {e["kernel"]: e for e in json.loads(listed.stdout)["entries"]}
+    """Each kernel's entry in ``cache``, with its measurements (``cache show``)."""
+    jaxtune = [sys.executable, "-m", "jaxtune", "cache"]
+    listed = json.loads(_run([*jaxtune, "list", "--json"], cache, cwd).stdout)["entries"]
+    out = {}
+    for kernel in sorted({e["kernel"] for e in listed}):
+        shown = json.loads(_run([*jaxtune, "show", kernel, "--json"], cache, cwd).stdout)
+        (out[kernel],) = shown["entries"]
+    return out
 
 
 def _row(entry: dict, truth: dict[str, float]) -> dict:

@@ -99,7 +99,7 @@ def arrays(seed: int = 0, m: int = 8192, d: int = 256, groups: int = 4, batch: i
 def program_values(m: int = 8192):
     """Values a program might run: thousands of rows for the count, lengths and groups
     (skewed, summing to ``m``), a dozen valid ids and mask entries."""
-    ids = jnp.full((m // 2,), -1, jnp.int32).at[:12].set(jnp.arange(12) * 7)
+    ids = jnp.full((m // 8,), -1, jnp.int32).at[:12].set(jnp.arange(12) * 7)
     mask = jnp.zeros((m,), bool).at[:12].set(True)
     return {
         "n": jnp.int32(3 * m // 8),
