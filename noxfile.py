@@ -13,6 +13,8 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
+import time
 
 import nox
 
@@ -126,14 +128,9 @@ TOOLCHAINS = [
 ]
 
 
-@nox.session
-@nox.parametrize(("python", "jax"), TOOLCHAINS)
-def tests(session: nox.Session, jax: str | None) -> None:
-    """The suite (slow and child tests included, tests/conformance/ with the kernel
-    libraries of the `conformance` group that install) in two pytest workers (most tests
-    wait on child processes): all of it on the newest toolchain, all but the `once` tests
-    on the oldest (`oldest_once` runs those; CI runs both); `nox -s tests -- -m "not
-    child"` runs the fast tier, `-- -n 0` one worker (docs/development.md)."""
+def _suite(session: nox.Session, jax: str | None, args: list[str]) -> tuple[list[str], list[int]]:
+    """Installs what the suite needs on the toolchain of ``jax``; returns the `tests`
+    session's pytest command, with the caller's pytest ``args``, and its success codes."""
     # `remote`: the shared-store tests run against a local S3 server (moto, test group).
     _install(session, "test", jax=jax, extras="plots,remote")
     # Third-party kernel libraries for tests/conformance/: best effort per toolchain.
@@ -148,11 +145,110 @@ def tests(session: nox.Session, jax: str | None) -> None:
     # A `-m` of the caller's comes later and wins.
     only = ["-m", "not once"] if jax == OLDEST_JAX else []
     # Tests named by the caller may all be `once` tests: none left to run there is no failure.
-    codes = [0, 5] if only and session.posargs else [0]
+    codes = [0, 5] if only and args else [0]
     _compile_checkout(session)
-    session.run(
-        "pytest", "-n", "2", "--dist", "worksteal", *only, *session.posargs, success_codes=codes
+    return ["pytest", "-n", "2", "--dist", "worksteal", *only, *args], codes
+
+
+@nox.session
+@nox.parametrize(("python", "jax"), TOOLCHAINS)
+def tests(session: nox.Session, jax: str | None) -> None:
+    """The suite (slow and child tests included, tests/conformance/ with the kernel
+    libraries of the `conformance` group that install) in two pytest workers (most tests
+    wait on child processes): all of it on the newest toolchain, all but the `once` tests
+    on the oldest (`oldest_once` runs those; CI runs both); `nox -s tests -- -m "not
+    child"` runs the fast tier, `-- -n 0` one worker (docs/development.md)."""
+    command, codes = _suite(session, jax, session.posargs)
+    session.run(*command, success_codes=codes)
+
+
+#: How many times `stress` runs the suite, unless `--runs N` says otherwise.
+STRESS_RUNS = int(os.environ.get("JAXTUNE_STRESS_RUNS", "3"))
+
+#: One core's worth of other work, pinned to the core its argument names.
+BUSY = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def _stress_args(posargs: list[str]) -> tuple[int, list[str]]:
+    """``--runs N`` (or ``--runs=N``) taken out of ``posargs``; the rest go to pytest."""
+    runs, rest, args = STRESS_RUNS, [], iter(posargs)
+    for arg in args:
+        if arg == "--runs":
+            runs = int(next(args))
+        elif arg.startswith("--runs="):
+            runs = int(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    return runs, rest
+
+
+def _junit_summary(xml: pathlib.Path) -> str:
+    """``"1546 tests: 1 failed, 0 errors, 19 skipped"`` and the failed tests' ids, read off
+    pytest's JUnit XML report (``"no report"`` where pytest wrote none)."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(xml).getroot()
+    except (OSError, ET.ParseError):
+        return "no report"
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors")}
+    skipped = sum(int(s.get("skipped", 0)) for s in suites)
+    failed = [
+        f"{case.get('classname')}::{case.get('name')}"
+        for case in root.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
+    text = (
+        f"{count['tests']} test{'' if count['tests'] == 1 else 's'}: {count['failures']} "
+        f"failed, {count['errors']} errors, {skipped} skipped"
     )
+    return text + "".join(f"\n    {name}" for name in failed)
+
+
+@nox.session
+@nox.parametrize(("python", "jax"), TOOLCHAINS)
+def stress(session: nox.Session, jax: str | None) -> None:
+    """The `tests` session's pytest command three times in a row (`-- --runs N`, or
+    JAXTUNE_STRESS_RUNS=N), with two busy processes pinned to the first two cores the
+    whole time (the 2-core machine's both); every run goes on after a failed one, and each
+    run's time and result are printed at the end. Other arguments go to pytest (`--
+    tests/test_prestart.py`). Run it before closing any issue that touches processes or
+    timing (docs/development.md)."""
+    runs, args = _stress_args(session.posargs)
+    command, codes = _suite(session, jax, args)
+    cpus = sorted(os.sched_getaffinity(0))
+    busy = [
+        subprocess.Popen([sys.executable, "-c", BUSY, str(cpus[i % len(cpus)])]) for i in range(2)
+    ]
+    reports = pathlib.Path(session.create_tmp())
+    results: list[tuple[bool, str]] = []
+    try:
+        for run in range(1, runs + 1):
+            xml = reports / f"stress-{run}.xml"
+            xml.unlink(missing_ok=True)
+            start = time.monotonic()
+            try:
+                session.run(*command, f"--junitxml={xml}", success_codes=codes)
+                passed = True
+            except nox.command.CommandFailed:
+                passed = False
+            took = time.monotonic() - start
+            line = (
+                f"run {run}/{runs} beside 2 busy processes: {'passed' if passed else 'FAILED'} "
+                f"in {took:.0f} s; {_junit_summary(xml)}"
+            )
+            session.log(line)
+            results.append((passed, line))
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    for _, line in results:
+        session.log(line)
+    failed = sum(not passed for passed, _ in results)
+    if failed:
+        session.error(f"{failed} of {runs} runs failed beside two busy processes")
 
 
 @nox.session(python=_python_or_name(PYTHONS[0]))

@@ -143,7 +143,10 @@ def main() -> None:
     if client is not None:
         client.wait_at_barrier("jaxtune-test-ready", 60_000)
     if scenario == "silent_leader" and pid == 0:
-        time.sleep(float(os.environ["JAXTUNE_AGREE_TIMEOUT"]) * 2)
+        # Silent, and up (its end would end the followers) until every follower has given
+        # up waiting for it.
+        for other in range(1, nproc):
+            client.blocking_key_value_get(f"jaxtune-test/gave-up/{other}", 300_000)
         os._exit(0)
     if scenario == "killed_leader" and pid == 0:
         time.sleep(120)  # "tuning": the test kills it once every follower says it waits
@@ -157,6 +160,8 @@ def main() -> None:
     except jaxtune.AgreementError as e:
         report.update(error=str(e), seconds=time.monotonic() - start)
         print(json.dumps(report), flush=True)
+        if scenario == "silent_leader":  # the leader may go now
+            client.key_value_set(f"jaxtune-test/gave-up/{pid}", "1")
         os._exit(3)  # skip jax.distributed's shutdown barrier with a leader that is gone
     report.update(
         block=float(out[0]),

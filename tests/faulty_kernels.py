@@ -65,6 +65,8 @@ def faulty(x, *, mode):
     elif mode == "exit3":
         os._exit(3)
     elif mode == "hang":
+        if os.environ.get("HANG_MARK"):  # a test waits for the child to be in the hang
+            open(os.environ["HANG_MARK"], "w").close()
         while True:
             time.sleep(0.01)
     elif mode == "oom":
@@ -156,20 +158,27 @@ def garbler(x, *, mode):
 
 
 def _start_daemon(pid_file: str) -> None:
-    """Double-forks a daemon in its own session that writes its pid and sleeps."""
+    """Double-forks a daemon in its own session that writes its pid (whole: a temporary
+    file renamed) and sleeps."""
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
+            tmp = f"{pid_file}.tmp"
             code = (
-                f"import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+                f"import os, time; open({tmp!r}, 'w').write(str(os.getpid())); "
+                f"os.replace({tmp!r}, {pid_file!r}); time.sleep(600)"
             )
             os.execv(sys.executable, [sys.executable, "-c", code])
         os._exit(0)
 
 
+_DAEMONS: list[bool] = []
+
+
 @jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 1}, name="tests.daemonizer")
 def daemonizer(x, *, c):
     """Config ``c=2`` starts a daemon (at trace time, in the child), then works."""
-    if c == 2 and not os.path.exists(os.environ["DAEMON_PID_FILE"]):
+    if c == 2 and not _DAEMONS and not os.path.exists(os.environ["DAEMON_PID_FILE"]):
+        _DAEMONS.append(True)  # once: the pid file appears only once the daemon runs
         _start_daemon(os.environ["DAEMON_PID_FILE"])
     return x * 1.0

@@ -3,16 +3,17 @@ what finished kept."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 
 import pytest
+from waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.child]
 
@@ -20,8 +21,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 SLEEPER = textwrap.dedent(
     """
-    import pathlib, sys, time
-    pathlib.Path(sys.argv[1]).write_text("started")
+    import os, pathlib, sys, time
+    pathlib.Path(sys.argv[1] + ".tmp").write_text("started")
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])  # whole: the test waits for it to exist
     time.sleep(600)
     """
 )
@@ -40,7 +42,8 @@ TWO_KERNELS = textwrap.dedent(
     @jaxtune.autotuned(configs={"c": [1, 2]}, default={"c": 1}, timeout=600, name="ci.slow")
     def slow(x, *, c):
         if c == 2:
-            pathlib.Path(os.environ["MARK"]).write_text("sweeping")
+            pathlib.Path(os.environ["MARK"] + ".tmp").write_text("sweeping")
+            os.replace(os.environ["MARK"] + ".tmp", os.environ["MARK"])
             time.sleep(600)
         return x * c
 
@@ -66,13 +69,15 @@ def tagged(tag: str) -> list[int]:
     return found
 
 
-def wait_for(path: pathlib.Path, proc: subprocess.Popen, limit: float = 300) -> None:
-    deadline = time.monotonic() + limit
-    while not path.exists():
+def wait_for(path: pathlib.Path, proc: subprocess.Popen) -> None:
+    """Waits until ``path`` exists (it is written whole right before a ten-minute sleep),
+    failing at once should ``proc`` end first."""
+
+    def there() -> bool:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.1)
-    time.sleep(0.5)  # past the write: inside the sleep
+        return path.exists()
+
+    until(there, f"{path} to appear", within=300)
 
 
 def interrupt(args: list[str], mark: pathlib.Path, tmp_path, *, ignored: bool = False):
@@ -104,7 +109,10 @@ def interrupt(args: list[str], mark: pathlib.Path, tmp_path, *, ignored: bool = 
             _, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
             pytest.fail(f"jaxtune {args[0]} still running 5 s after SIGINT")
-        time.sleep(1.0)  # a sweep child notices a dead parent within 0.5 s
+        # A sweep child notices a dead parent within 0.5 s, and then needs a moment on the
+        # cores to end; one left alone would sleep out its ten minutes.
+        with contextlib.suppress(AssertionError):
+            until(lambda: not tagged(tag), "every process the command started to end")
         return proc.returncode, err, tagged(tag)
     finally:
         if proc.poll() is None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from waiting import all_gone
 
 from jaxtune._isolation.devices import cpu_only
 
@@ -41,11 +41,14 @@ PROGRAM = textwrap.dedent(
     os.environ["PROBE_VALUE"] = "later"
 
     def lines():
+        # Whole lines: one another process is still appending has no newline yet.
         with open(os.environ["PROBE_LOG"]) as log:
-            return [line.split() for line in log.read().splitlines()]
+            return [line.split() for line in log.read().split("\\n")[:-1]]
 
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(lines()) < int(sys.argv[1]):
+    while len(lines()) < int(sys.argv[1]):
+        if time.monotonic() > deadline:
+            sys.exit(f"waited 120 s for {sys.argv[1]} lines in the import log: {lines()}")
         time.sleep(0.05)
     before = lines()  # the child imported the module before any sweep was asked for
 
@@ -58,10 +61,10 @@ PROGRAM = textwrap.dedent(
 )
 
 
-def _run(tmp_path, module_text, *, lines, platforms="cpu", **extra):
-    """Runs the program (which waits until the import log has ``lines`` lines, then
-    tunes) with ``module_text`` as the kernel's module (``platforms``: JAX_PLATFORMS,
-    ``None`` unset)."""
+def _run(tmp_path, module_text, *, lines=0, platforms="cpu", program=PROGRAM, **extra):
+    """Runs ``program`` (by default one that waits until the import log has ``lines``
+    lines, then tunes) with ``module_text`` as the kernel's module (``platforms``:
+    JAX_PLATFORMS, ``None`` unset)."""
     (tmp_path / "prestart_probe.py").write_text(module_text)
     env = {k: v for k, v in os.environ.items() if k not in ("PROBE_VALUE", "JAX_PLATFORMS")}
     if platforms is not None:
@@ -69,11 +72,12 @@ def _run(tmp_path, module_text, *, lines, platforms="cpu", **extra):
     env.update(
         JAXTUNE_MODE="tune",
         PROBE_LOG=str(tmp_path / "imports.log"),
+        PROBE_GO=str(tmp_path / "sweep-waits"),
         PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]),
         **extra,
     )
     return subprocess.run(
-        [sys.executable, "-c", PROGRAM, str(lines)],
+        [sys.executable, "-c", program, str(lines)],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -251,7 +255,10 @@ TRACES_NOTE_WARM_UP = textwrap.dedent(
     import jaxtune
 
     if os.environ.get("JAXTUNE_PARENT_PID"):
-        time.sleep(1)  # a slow import: the child has nothing else to do meanwhile
+        # A slow import, which ends once the program's sweep waits for it (PROBE_GO).
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.environ["PROBE_GO"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
     @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.prestart.traced_kernel")
@@ -269,19 +276,61 @@ TRACES_NOTE_WARM_UP = textwrap.dedent(
         )(x) / c
 
 
-    # Last: the program tunes once the child has written this line (its import is over).
     with open(os.environ["PROBE_LOG"], "a") as log:
         log.write(f"{os.getpid()} imported module\\n")
     """
 )
 
+#: Tunes as soon as the child's pool has it, noting (PROBE_GO) when the sweep asks for the
+#: child, which the import ahead of need still holds: the sweep then waits for the import.
+SWEEP_WAITS_FOR_THE_IMPORT = textwrap.dedent(
+    """
+    import json, os, sys, threading, time
+
+    import prestart_probe  # decorating the kernel starts the child, which imports this
+    from jaxtune._isolation import process as _process
+
+    deadline = time.monotonic() + 120
+    while not _process.POOL.children():
+        if time.monotonic() > deadline:
+            sys.exit("waited 120 s for the child started ahead of need")
+        time.sleep(0.05)
+    (child,) = _process.POOL.children()
+
+
+    class Gate:  # the child's lock, noting when a thread other than the import asks for it
+        def __init__(self, lock):
+            self.lock = lock
+
+        def __enter__(self):
+            if threading.current_thread().name != "jaxtune-prestart":
+                open(os.environ["PROBE_GO"], "w").close()
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+        def __getattr__(self, name):
+            return getattr(self.lock, name)
+
+
+    child.lock = Gate(child.lock)
+
+    import jax.numpy as jnp
+
+    (entry,) = prestart_probe.kernel.tune(jnp.ones(64)).values()
+    with open(os.environ["PROBE_LOG"]) as log:
+        after = [line.split() for line in log.read().splitlines()]
+    print(json.dumps({"after": after, "config": entry.config}))
+    """
+)
+
 
 def test_a_sweep_waiting_for_the_childs_import_is_not_held_up_by_its_pallas_warm_up(tmp_path):
-    """The program tunes the moment the child has imported the kernel's module (as a sweep
-    that waited for that import does). The child serves the sweep's request, instead of
+    """The program's sweep asks for the child while the child still imports the kernel's
+    module. The child serves the sweep's request once the import is over, instead of
     warming Pallas up first: a warm-up is for a child with nothing to do."""
-    # Two lines: the module imported here, then in the child.
-    proc = _run(tmp_path, TRACES_NOTE_WARM_UP, lines=2)
+    proc = _run(tmp_path, TRACES_NOTE_WARM_UP, program=SWEEP_WAITS_FOR_THE_IMPORT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     traced = [line for line in out["after"] if line[1] == "traced"]
@@ -289,58 +338,41 @@ def test_a_sweep_waiting_for_the_childs_import_is_not_held_up_by_its_pallas_warm
     assert out["config"] in ({"c": 1}, {"c": 2})
 
 
-#: Where a sweep child starts (``JAXTUNE_PARENT_PID`` is set in it), Python's start-up
-#: notes the child's pid and then does not finish for ten minutes.
-SLOW_CHILD_START = textwrap.dedent(
+#: Notes this process's pid in PROBE_LOG, whole (the program waits for the file to exist,
+#: and reads it: a file opened and not yet written is empty), then does not finish for ten
+#: minutes. Only in a sweep child (``JAXTUNE_PARENT_PID`` is set there).
+PID_THEN_STUCK = textwrap.dedent(
     """
-    import os, time
-
     if os.environ.get("JAXTUNE_PARENT_PID"):
-        with open(os.environ["PROBE_LOG"], "a") as log:
-            log.write(f"{os.getpid()}\\n")
+        with open(os.environ["PROBE_LOG"] + ".tmp", "w") as out:
+            out.write(f"{os.getpid()}\\n")
+        os.replace(os.environ["PROBE_LOG"] + ".tmp", os.environ["PROBE_LOG"])
         time.sleep(600)
     """
 )
 
+#: Where a sweep child starts, Python's start-up (sitecustomize) is stuck.
+SLOW_CHILD_START = "import os, time\n" + PID_THEN_STUCK
+
 ENDS_AFTER_DECORATING = textwrap.dedent(
     """
-    import os, time
+    import os, sys, time
     import prestart_probe  # decorates a kernel in tune mode: its child starts
 
     # Ends once the child is on its way (its start-up noted its pid).
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not os.path.exists(os.environ["PROBE_LOG"]):
+    while not os.path.exists(os.environ["PROBE_LOG"]):
+        if time.monotonic() > deadline:
+            sys.exit("waited 120 s for the child's pid")
         time.sleep(0.05)
     print("ENDING", flush=True)
     """
 )
 
-
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie not yet reaped has ended too)."""
-    try:
-        status = pathlib.Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    return any(line.split()[1] == "Z" for line in status.splitlines() if line.startswith("State:"))
-
-
-#: The kernel's module, whose import in a sweep child notes the child's pid and then does
-#: not finish for ten minutes (the child is busy with its preload).
+#: The kernel's module, whose import in a sweep child is stuck (the child is busy with its
+#: preload).
 SLOW_CHILD_IMPORT = MODULE.replace("PROBE_LOG", "IMPORT_LOG").replace(
-    "import jaxtune\n",
-    textwrap.dedent(
-        """
-        import time
-
-        import jaxtune
-
-        if os.environ.get("JAXTUNE_PARENT_PID"):
-            with open(os.environ["PROBE_LOG"], "a") as log:
-                log.write(f"{os.getpid()}\\n")
-            time.sleep(600)
-        """
-    ),
+    "import jaxtune\n", "import time\n\nimport jaxtune\n" + PID_THEN_STUCK
 )
 
 
@@ -363,19 +395,21 @@ def test_a_program_that_ends_while_its_child_is_still_busy_does_not_wait_for_it(
         PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]),
     )
     # Before, the program's exit waited for the child's ready frame or for its answer to
-    # the import, neither of which comes.
+    # the import, neither of which comes (for ten minutes: past this timeout).
     proc = subprocess.run(
         [sys.executable, "-c", ENDS_AFTER_DECORATING],
         env=env,
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ENDING" in proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    pid = int((tmp_path / "child.pid").read_text().split()[0])
-    assert _gone(pid)  # the child is gone with the program
+    pid = int((tmp_path / "child.pid").read_text())
+    # The child is gone with the program: killed as it ended, it needs a moment on the
+    # machine's cores to be gone (otherwise it sleeps out its ten minutes).
+    all_gone([pid], "the program's child to end with it")
     # Nothing went wrong in the child: no crash log is kept.
     assert not list(tmp_path.rglob("crash-*.log"))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import jax.numpy as jnp
 import pytest
 from faulty_kernels import daemonizer
+from waiting import all_gone, until
 
 from jaxtune._isolation import process as _process
 from jaxtune._tuning.sweep import runner as _runner
@@ -34,19 +34,13 @@ def test_a_setsid_daemon_started_by_a_config_ends_with_the_child(tmp_path, monke
     daemon = None
     try:
         _runner.ProcessRunner().sweep(task)
-        for _ in range(100):
-            if pid_file.exists() and pid_file.read_text():
-                break
-            time.sleep(0.1)
+        until(pid_file.exists, "the daemon's pid file")
         daemon = int(pid_file.read_text())
         assert alive(daemon)
         assert os.getsid(daemon) != os.getsid(0)  # it left the session
         _process.shutdown_children()  # what the program's end runs
-        for _ in range(50):
-            if not alive(daemon):
-                break
-            time.sleep(0.1)
-        assert not alive(daemon), "the daemon outlived the child"
+        # Killed, it needs a moment on the cores to be gone; left alone it sleeps 600 s.
+        all_gone([daemon], "the daemon to end with the child")
     finally:
         _process.shutdown_children()
         if daemon is not None and alive(daemon):

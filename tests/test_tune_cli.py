@@ -4,6 +4,7 @@ the program runs (docs/isolation.md, "One long-lived child")."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -11,10 +12,10 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from example_program import TRAIN
+from waiting import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.child]
 
@@ -196,7 +197,9 @@ WAITS_FOR_THE_CHILD = textwrap.dedent(
         return None
 
     def imported_in(pid):
-        return str(pid) in pathlib.Path(os.environ["IMPORT_LOG"]).read_text().split()
+        # Whole lines: one another process is still appending has no newline yet.
+        text = pathlib.Path(os.environ["IMPORT_LOG"]).read_text()
+        return str(pid) in text.split("\\n")[:-1]
 
     def wait(until):
         deadline = time.monotonic() + 120
@@ -292,17 +295,24 @@ def test_the_recording_is_followed_frame_by_frame_while_it_is_written(tmp_path):
             f.write(data)
 
     def wait_for(n: int) -> None:
-        deadline = time.monotonic() + 60
-        while len(got) < n and time.monotonic() < deadline:
-            time.sleep(0.02)
+        until(lambda: len(got) >= n, f"{n} frames from the follower")
+
+    def read_to_the_end() -> bool:
+        """Whether the follower's descriptor has read all that was written so far."""
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                    pos = pathlib.Path(f"/proc/self/fdinfo/{fd}").read_text().split()[1]
+                    return int(pos) == path.stat().st_size
+        return False
 
     try:
         append(b"".join(frame_parts({"t": "call", "kernel": "a"})))
         wait_for(1)
         whole = b"".join(frame_parts({"t": "call", "kernel": "b"}))
         append(whole[:7])  # the program is still writing this one
-        time.sleep(0.5)  # the follower reads meanwhile (more than twice): b is not whole
-        assert [f["kernel"] for f in got] == ["a"]
+        until(read_to_the_end, "the follower to read the first part of b")
+        assert [f["kernel"] for f in got] == ["a"]  # b is not whole: not given yet
         append(whole[7:] + b"".join(frame_parts({"t": "stopped"})))
         append(b"".join(frame_parts({"t": "call", "kernel": "c"})))
         wait_for(3)

@@ -18,8 +18,12 @@ import jaxtune
 from jaxtune._core.vocabulary import config_id
 
 #: How far above the truly fastest config a stored pick may be (docs/conformance.md, "Real
-#: kernel libraries").
-PICK_WITHIN = 1.10
+#: kernel libraries"): a pick must beat every config the truth shows 1.5x slower. The suite
+#: runs beside other work: with two busy processes on the 2-core machine, pallas-forge's two
+#: fastest configs (1.12x apart quiet) came 1.06-1.11x apart and swapped places in the truth
+#: itself, and the Flax step's runner-up (1.56x quiet) came 0.91x paired over 7 rounds. A
+#: closer figure is a benchmark's to measure (bench/), not a test's.
+PICK_WITHIN = 1.5
 
 
 def require(module: str, *, why: str) -> ModuleType:

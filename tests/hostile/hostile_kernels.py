@@ -13,10 +13,14 @@ import jaxtune
 
 
 def _note(name: str, value: int) -> None:
+    """Writes ``value`` to the file ``name`` of HOSTILE_PID_DIR whole (a temporary file
+    renamed): the test reads it as soon as it exists."""
     path = os.environ.get("HOSTILE_PID_DIR")
     if path:
-        with open(os.path.join(path, name), "w") as f:
+        tmp = os.path.join(path, f".{name}.tmp")
+        with open(tmp, "w") as f:
             f.write(str(value))
+        os.replace(tmp, os.path.join(path, name))
 
 
 def _fork_sleeper() -> int:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import pytest
 from faulty_kernels import faulty
 from hostile_kernels import forker
+from waiting import all_gone, until
 
 from jaxtune._core.vocabulary import Failure, Measurement
 from jaxtune._isolation import logs as _logs
@@ -45,24 +46,6 @@ def sweep(kernel, space, default, runner):
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-def gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie waiting for its reaper counts as gone)."""
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return True
-    return state in ("Z", "X")
-
-
-def wait_gone(pids, seconds=15.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if all(gone(p) for p in pids):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 #: Sweeps with a crash: past the first two (which open what they keep), enough to see one
@@ -124,7 +107,7 @@ def test_a_kernel_that_forks_then_crashes_is_a_crash_and_its_fork_dies(monkeypat
     assert took < forker.timeout, took  # noticed when the child died, not at the timeout
     assert isinstance(outcome.default, Measurement)
     grandchild = int((tmp_path / "grandchild").read_text())
-    assert wait_gone([grandchild]), "the process the kernel forked outlived the sweep"
+    all_gone([grandchild], "the process the kernel forked to end with the sweep's child")
 
 
 PARENT = """
@@ -141,16 +124,15 @@ def test_nothing_the_child_started_outlives_a_killed_parent(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).parent), *sys.path])
     parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env)
     try:
-        end = time.monotonic() + 240
-        names = ("child", "grandchild")
-        while not all((tmp_path / n).exists() for n in names) and time.monotonic() < end:
-            time.sleep(0.1)
-        time.sleep(0.3)  # past the writes
+        names = ("child", "grandchild")  # each written whole (hostile_kernels._note)
+        until(
+            lambda: all((tmp_path / n).exists() for n in names), "the child's and its fork's pids"
+        )
         pids = [int((tmp_path / name).read_text()) for name in names]
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-    assert wait_gone(pids), [(p, gone(p)) for p in pids]
+    all_gone(pids, "the child and its fork to end after their parent was killed")
     assert not list(tmp_path.glob("jaxtune-*/child-*.log"))  # the child deleted its log
 
 
