@@ -137,7 +137,8 @@ def test_tune_sweeps_a_grouped_matmul_on_the_group_sizes_the_program_ran(program
     """Issue 54 on the chip: megablox gmm with skewed MoE-like group sizes. The stored
     tiling is the truth's best (within 1.05x) on the program's values, and the sweep's time
     for it is within 1.15x of the program's call; a sweep on shapes alone times a fraction
-    of the work, and its decision line flags a time past the chip's peak."""
+    of the work, and says so (its check failures blame the made-up values, or its decision
+    line flags a time past the chip's peak)."""
     cache = str(tmp_path / "recorded")
     done = program(
         "-m", "jaxtune", "tune", "--", "python", "-m", "tests.tpu.values_gmm",
@@ -164,4 +165,9 @@ def test_tune_sweeps_a_grouped_matmul_on_the_group_sizes_the_program_ran(program
     assert made_up.returncode == 0, made_up.stderr[-3000:]
     summary = json.loads(made_up.stdout.strip().splitlines()[-1])
     assert summary["values"]["arguments"]["group_sizes"]["source"] == "synthesised"
-    assert "past the peak" in summary["decided"], summary["decided"]
+    # Made-up group sizes cover a few dozen rows: gmm leaves the others unwritten, so the
+    # configs' outputs differ there and fail the check (measured: 47 of 48), each saying
+    # the values may be to blame; a config that passes is timed on a sliver of the work.
+    flagged = "past the peak" in summary["decided"]
+    blamed = [r for r in summary["failures"] if "were synthesised" in r]
+    assert flagged or blamed, (summary["decided"], summary["failures"][:3])

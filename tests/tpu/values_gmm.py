@@ -76,7 +76,8 @@ def synthesised() -> dict:
     (entry,) = result.values()
     from jaxtune._tuning.explain import decision_text
 
-    return {**entry.summary(), "decided": decision_text(entry)}
+    failures = [m.reason for m in entry.measurements if not m.ok]
+    return {**entry.summary(), "decided": decision_text(entry), "failures": failures}
 
 
 if __name__ == "__main__":
