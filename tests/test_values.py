@@ -63,16 +63,18 @@ def _fastest_us(entry: Entry) -> float:
 def _check_against_truth(name: str, entry: Entry, values, *, source: str) -> None:
     """The stored config is within 1.10x of the best measured here on ``values``, the
     configs differ by at least 1.5x there, the sweep's fastest call of the stored config
-    is within 1.3x of the fastest call here (2x for calls under 300 us), and the entry
+    is within 1.5x of the fastest call here (2x for calls under 300 us), and the entry
     says where the values came from."""
-    truth = {c: vk.truth_us(name, values, c) for c in vk.CHUNKS["chunk"]}
+    truth = vk.truth_us(name, values)
     best = min(truth.values())
     assert max(truth.values()) >= 1.5 * best, (name, truth)  # the configs really differ
     stored = entry.config["chunk"]
     assert truth[stored] <= 1.10 * best, (name, stored, truth)
-    # Made-up values were off by 3x to 80x here; a call of tens of microseconds is
-    # mostly dispatch, which a loaded machine stretches in one process and not the other.
-    bound = 1.3 if truth[stored] >= 300 else 2.0
+    # Made-up values were off by 4x to 50x here (bench/bench_values.py, where the sweep
+    # is within 1.3x on a quiet machine); two pytest workers load the machine unevenly
+    # between the sweep and the truth, and a call of tens of microseconds is mostly
+    # dispatch, which load stretches in one process and not the other.
+    bound = 1.5 if truth[stored] >= 300 else 2.0
     assert 1 / bound <= _fastest_us(entry) / truth[stored] <= bound, (name, entry, truth)
     value_arg = vk.CALLS[name][0]
     about = entry.values["arguments"][value_arg]
@@ -122,10 +124,10 @@ def test_several_value_sets_of_one_call_are_timed_as_a_mix(cli, tmp_path, monkey
     assert summaries == ["s32[] 6000..6000", "s32[] 12..12", "s32[] 40..40"], summaries
     assert "3 value sets timed as a mix" in proc.stdout, proc.stdout
     mix = [jnp.int32(6000), jnp.int32(12), jnp.int32(40)]
-    truth = {c: vk.truth_us("loop_count", mix, c) for c in vk.CHUNKS["chunk"]}
+    truth = vk.truth_us("loop_count", mix)
     assert max(truth.values()) >= 1.5 * min(truth.values()), truth
     assert truth[entry.config["chunk"]] <= 1.10 * min(truth.values()), (entry.config, truth)
-    assert 1 / 1.3 <= _fastest_us(entry) / truth[entry.config["chunk"]] <= 1.3, (entry, truth)
+    assert 1 / 1.5 <= _fastest_us(entry) / truth[entry.config["chunk"]] <= 1.5, (entry, truth)
 
 
 def _step_args():
@@ -150,7 +152,8 @@ def test_an_eager_call_in_tune_mode_sweeps_on_the_callers_arrays(monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     x, w, _, _ = vk.arrays()
     n = vk.program_values()["n"]
-    jaxtune.tune  # noqa: B018 - any jaxtune call reads the settings again
+    # A variable changed after import is read at the next jaxtune call (docs/values.md).
+    assert vk.loop_count.config_for(x, w, n).source == "default"
     vk.loop_count(x, w, n).block_until_ready()
     (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
     _check_against_truth("loop_count", entry, n, source="caller")

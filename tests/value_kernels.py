@@ -99,7 +99,7 @@ def arrays(seed: int = 0, m: int = 8192, d: int = 256, groups: int = 4, batch: i
 def program_values(m: int = 8192):
     """Values a program might run: thousands of rows for the count, lengths and groups
     (skewed, summing to ``m``), a dozen valid ids and mask entries."""
-    ids = jnp.full((m // 8,), -1, jnp.int32).at[:12].set(jnp.arange(12) * 7)
+    ids = jnp.full((m // 16,), -1, jnp.int32).at[:12].set(jnp.arange(12) * 7)
     mask = jnp.zeros((m,), bool).at[:12].set(True)
     return {
         "n": jnp.int32(3 * m // 8),
@@ -131,24 +131,28 @@ CALLS = {
 }
 
 
-def truth_us(name: str, values, chunk: int, *, calls: int = 20) -> float:
-    """The fastest wall time (us) of kernel ``name`` with ``chunk`` on ``values`` (a
-    list: each value's call in turn, as a mix), each call jitted on its own: the fastest,
-    which load on the machine can only lengthen, as a sweep's fastest sample."""
+def truth_us(name: str, values, *, rounds: int = 20) -> dict[int, float]:
+    """Per chunk, the fastest wall time (us) of kernel ``name`` on ``values`` (a list:
+    each value's call in turn, as a mix), each call jitted on its own, the chunks taking
+    turns call by call as a sweep's rounds do (back to back, a call finds the caches as
+    the previous call of the same config left them, and runs up to 1.5x faster than in a
+    program that does other work between its calls)."""
     import time
 
     a = arrays()
     kernel, operands = globals()[name], CALLS[name][1]
     sets = values if isinstance(values, list) else [values]
-    fns = [jax.jit(lambda *ops: kernel(*ops, chunk=chunk)) for _ in sets]
     ops = [operands(a, v) for v in sets]
-    for f, o in zip(fns, ops, strict=True):
-        jax.block_until_ready(f(*o))
-        jax.block_until_ready(f(*o))
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        for f, o in zip(fns, ops, strict=True):
+    fns = {c: jax.jit(lambda *o, c=c: kernel(*o, chunk=c)) for c in CHUNKS["chunk"]}
+    for f in fns.values():
+        for o in ops:
             jax.block_until_ready(f(*o))
-        times.append((time.perf_counter() - t) * 1e6)
-    return min(times)
+            jax.block_until_ready(f(*o))
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for c, f in fns.items():
+            t = time.perf_counter()
+            for o in ops:
+                jax.block_until_ready(f(*o))
+            best[c] = min(best[c], (time.perf_counter() - t) * 1e6)
+    return best
