@@ -131,12 +131,13 @@ CALLS = {
 }
 
 
-def truth_us(name: str, values, *, rounds: int = 20) -> dict[int, float]:
-    """Per chunk, the fastest wall time (us) of kernel ``name`` on ``values`` (a list:
-    each value's call in turn, as a mix), each call jitted on its own, the chunks taking
-    turns call by call as a sweep's rounds do (back to back, a call finds the caches as
-    the previous call of the same config left them, and runs up to 1.5x faster than in a
-    program that does other work between its calls)."""
+def truth_us(name: str, values, *, rounds: int = 8, calls: int = 5) -> dict[int, float]:
+    """Per chunk, the median wall time (us) of a call of kernel ``name`` on ``values`` (a
+    list: each value's call in turn, as a mix), each call jitted on its own: rounds in
+    which each chunk makes ``calls`` calls back to back, the chunks taking turns, so that
+    the machine's load meets each alike; the first call of each turn (the caches as the
+    other chunk left them) is left out, as a sweep's warm-up is."""
+    import statistics
     import time
 
     a = arrays()
@@ -144,15 +145,13 @@ def truth_us(name: str, values, *, rounds: int = 20) -> dict[int, float]:
     sets = values if isinstance(values, list) else [values]
     ops = [operands(a, v) for v in sets]
     fns = {c: jax.jit(lambda *o, c=c: kernel(*o, chunk=c)) for c in CHUNKS["chunk"]}
-    for f in fns.values():
-        for o in ops:
-            jax.block_until_ready(f(*o))
-            jax.block_until_ready(f(*o))
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(rounds):
+    times: dict[int, list[float]] = {c: [] for c in fns}
+    for r in range(rounds + 1):
         for c, f in fns.items():
-            t = time.perf_counter()
-            for o in ops:
-                jax.block_until_ready(f(*o))
-            best[c] = min(best[c], (time.perf_counter() - t) * 1e6)
-    return best
+            for i in range(calls):
+                t = time.perf_counter()
+                for o in ops:
+                    jax.block_until_ready(f(*o))
+                if r and i:  # the first round compiles; a turn's first call is cold
+                    times[c].append((time.perf_counter() - t) * 1e6)
+    return {c: statistics.median(v) for c, v in times.items()}
