@@ -31,19 +31,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-CPU_PROGRAM = """
-import sys
-sys.path.insert(0, {tests!r})
-import jax
-import value_kernels as vk
-
-step = jax.jit(vk.step)
-a = vk.arrays()
-v = vk.program_values()
-args = (*a, v["n"], v["lengths"], v["group_sizes"], v["ids"], v["mask"])
-for _ in range(3):
-    jax.block_until_ready(step(*args))
-"""
 
 CPU_SHAPES = """
 import sys, json, warnings
@@ -98,7 +85,7 @@ def _row(entry: dict, truth: dict[str, float]) -> dict:
 def cpu(work: pathlib.Path) -> dict:
     import value_kernels as vk
 
-    (work / "prog.py").write_text(CPU_PROGRAM.format(tests=str(ROOT / "tests")))
+    (work / "prog.py").write_text(vk.PROGRAM.format(tests=str(ROOT / "tests")))
     (work / "shapes.py").write_text(CPU_SHAPES.format(tests=str(ROOT / "tests")))
     _run([sys.executable, "shapes.py"], work / "before", work)
     _run(

@@ -29,20 +29,6 @@ pytestmark = [pytest.mark.child, pytest.mark.slow]
 
 TESTS = pathlib.Path(__file__).resolve().parent
 
-PROGRAM = """
-import sys
-sys.path.insert(0, {tests!r})
-import jax
-import value_kernels as vk
-
-step = jax.jit(vk.step)
-a = vk.arrays()
-v = vk.program_values()
-args = (*a, v["n"], v["lengths"], v["group_sizes"], v["ids"], v["mask"])
-for _ in range(3):
-    jax.block_until_ready(step(*args))
-"""
-
 
 def _entries() -> dict[str, Entry]:
     out = {}
@@ -78,7 +64,7 @@ def _check_against_truth(name: str, entry: Entry, values, *, source: str) -> Non
 
 def test_jaxtune_tune_sweeps_on_the_values_the_program_ran(cli, tmp_path):
     prog = tmp_path / "prog.py"
-    prog.write_text(PROGRAM.format(tests=str(TESTS)))
+    prog.write_text(vk.PROGRAM.format(tests=str(TESTS)))
     proc = cli("tune", "--", "python", str(prog), timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "values: " in proc.stdout and "recorded" in proc.stdout, proc.stdout

@@ -121,6 +121,22 @@ def step(x, w, ws, xb, n, lengths, group_sizes, ids, mask):
     )
 
 
+#: A program that runs :func:`step` on the program's values (``.format(tests=...)``: the
+#: folder holding this module), for `jaxtune tune --`.
+PROGRAM = """
+import sys
+sys.path.insert(0, {tests!r})
+import jax
+import value_kernels as vk
+
+step = jax.jit(vk.step)
+a = vk.arrays()
+v = vk.program_values()
+args = (*a, v["n"], v["lengths"], v["group_sizes"], v["ids"], v["mask"])
+for _ in range(3):
+    jax.block_until_ready(step(*args))
+"""
+
 #: Each kernel's value argument, and its operands from ``arrays()`` and that value.
 CALLS = {
     "loop_count": ("n", lambda a, v: (a[0], a[1], v)),

@@ -133,11 +133,16 @@ def _run_for_values(
         return {}
     if isinstance(fn, (jax.stages.Lowered, jax.stages.Traced)):
         return {}
-    with _settings.override(mode="cached"), finding_kernels(), _values.collecting() as sets:
+    quiet = _settings.override(mode="cached", on_miss="default")
+    with quiet, finding_kernels(), _values.collecting() as sets:
         retrace_jitted_functions()  # the traces made so far carry no value callbacks
         try:
             jax.block_until_ready(jax.jit(lambda *a, **k: fn(*a, **k))(*args, **kwargs))
             jax.effects_barrier()
+        except Exception:
+            # fn does not run jitted as given (arguments static to it, outputs jit cannot
+            # return): no values; the sweeps make theirs up, and warn for integers.
+            return {}
         finally:
             retrace_jitted_functions()  # and the program's later ones carry none
     return dict(sets.sets)
