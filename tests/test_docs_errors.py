@@ -49,9 +49,10 @@ def test_every_listed_exception_is_public_and_a_jaxtune_error(name):
 
 
 def test_the_warnings_are_jaxtune_warnings():
-    assert _table("warning") == ["CustomCallTracingWarning"]
+    assert _table("warning") == ["SynthesisedValuesWarning", "CustomCallTracingWarning"]
     assert issubclass(jaxtune.JaxtuneWarning, Warning)
     assert issubclass(CustomCallTracingWarning, jaxtune.JaxtuneWarning)
+    assert issubclass(jaxtune.SynthesisedValuesWarning, jaxtune.JaxtuneWarning)
 
 
 def test_every_failed_config_is_in_tuning_failed_error_failures():

@@ -152,11 +152,16 @@ def test_shard_map_is_searched():
 @pytest.mark.child
 def test_model_with_three_kernels_is_tuned_by_one_call_then_runs_from_cache(fast_timing):
     calls = []
-    original = jaxtune.Autotuned.tune
+    # jaxtune.tune sweeps each kernel on the values reaching it (tune_on), else on the
+    # arguments its trace saw (tune).
+    original = {name: getattr(jaxtune.Autotuned, name) for name in ("tune", "tune_on")}
 
-    def counting(self, *args, **kwargs):
-        calls.append(self.kernel_id)
-        return original(self, *args, **kwargs)
+    def counting(name):
+        def count(self, *args, **kwargs):
+            calls.append(self.kernel_id)
+            return original[name](self, *args, **kwargs)
+
+        return count
 
     def model(x):
         a = rowsum(x)  # two call sites with the same key ...
@@ -165,7 +170,8 @@ def test_model_with_three_kernels_is_tuned_by_one_call_then_runs_from_cache(fast
 
     x = jnp.arange(64.0).reshape(4, 16)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(jaxtune.Autotuned, "tune", counting)
+        for name in original:
+            mp.setattr(jaxtune.Autotuned, name, counting(name))
         result = jaxtune.tune(model, x)
     assert sorted(calls) == ["tests.locate.power", "tests.locate.rowsum", "tests.locate.scale"]
     assert {k for k, _, _ in result} == set(calls)

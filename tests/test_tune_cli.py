@@ -260,11 +260,11 @@ def test_the_sweep_child_starts_and_imports_the_kernel_while_the_program_runs(tm
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    started = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("STARTED-")]
-    seen = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("SIBLING-")]
-    imported = [
-        line.split()[1] for line in proc.stderr.splitlines() if line.startswith("IMPORTED-")
-    ]
+    # Anywhere in a line: the command's own lines share stderr with these, and a line of
+    # one process may end in the middle of the other's.
+    started = re.findall(r"STARTED-\S+ (\S+)", proc.stderr)
+    seen = re.findall(r"SIBLING-\S+ (\S+)", proc.stderr)
+    imported = re.findall(r"IMPORTED-\S+ (\S+)", proc.stderr)
     # The program saw the command's sweep child while it ran, and that child imported the
     # kernel's module once the call was recorded, before the program's step compiled...
     assert seen == started[:1] and seen != ["None"], proc.stderr[-3000:]
