@@ -74,7 +74,7 @@ def frame_parts(message: Any) -> list[memoryview]:
             return _ext_raw(value.view.nbytes)
         if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 1:
             # A raw part as a reader gave it back (a recording's value set sent on).
-            raws.append(memoryview(np.ascontiguousarray(value)).cast("B"))
+            raws.append(memoryview(np.ascontiguousarray(value).data).cast("B"))
             return _ext_raw(value.nbytes)
         return NotImplemented
 

@@ -71,16 +71,16 @@ def past_peak_text(entry: Entry) -> str:
     if not work or peak is None or not entry.time_us:
         return ""
     seconds = entry.time_us * 1e-6 / int(entry.values.get("sets") or 1)
-    flops, moved = work.get("flops"), work.get("bytes")
-    rates = (flops / seconds if flops else None, moved / seconds if moved else None)
-    over = _roofline.over_peak(*rates, peak)
+    flops = float(work.get("flops") or 0) / seconds
+    moved = float(work.get("bytes") or 0) / seconds
+    over = _roofline.over_peak(flops or None, moved or None, peak)
     if not over:
         return ""
     said = []
     if "flops" in over:
-        said.append(f"{rates[0] / 1e12:.0f} TFLOP/s (peak {peak.flops_per_s / 1e12:.0f})")
+        said.append(f"{flops / 1e12:.0f} TFLOP/s (peak {peak.flops_per_s / 1e12:.0f})")
     if "bytes" in over:
-        said.append(f"{rates[1] / 1e9:.0f} GB/s (peak {peak.bytes_per_s / 1e9:.0f})")
+        said.append(f"{moved / 1e9:.0f} GB/s (peak {peak.bytes_per_s / 1e9:.0f})")
     return (
         f"!! its time implies {' and '.join(said)} on {peak.device}, past the peak: the "
         "sweep's values did less work than the flops=/bytes= hints count (made-up values?)"

@@ -87,7 +87,7 @@ def tune(
             differentiated.get((mark.kernel, mark.key), False) or under_ad
         )
     retune = retune or _settings.settings().mode == "retune"
-    todo: dict[tuple[str, str], _markers.Mark] = {}
+    todo: dict[tuple[str, str], tuple[Autotuned[Any, Any], _markers.Mark]] = {}
     for pair, mark in marks.items():
         kernel = mark.autotuned
         if not isinstance(kernel, Autotuned):  # a mark this process did not make
@@ -97,10 +97,9 @@ def tune(
         if current is not None:
             result = result | TuningResult.of(current)
         else:
-            todo[pair] = mark
+            todo[pair] = (kernel, mark)
     captured = _run_for_values(fn, args, kwargs) if todo else {}
-    for pair, mark in todo.items():
-        kernel = mark.autotuned
+    for pair, (kernel, mark) in todo.items():
         with differentiated_calls(differentiated[pair]):
             sets = captured.get(pair)
             if sets:  # the values the call ran with, when fn ran on the caller's arrays
