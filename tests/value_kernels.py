@@ -21,17 +21,21 @@ CHUNKS = {"chunk": [8, 512]}
 DEFAULT = {"chunk": 8}
 
 
-def rows_sum(x, w, start, count, chunk, acc=None):
+def rows_sum(x, w, start, count, chunk, acc=None, ids=None):
     """``acc + (sum of tanh(x) over rows [start, start + count)) @ w``, ``chunk`` rows a
-    step (``acc``: a previous loop's result, so that loops run one after the other)."""
-    m = x.shape[0]
+    step (``acc``: a previous loop's result, so that loops run one after the other;
+    ``ids``: the rows are ``x[ids[start:start + count]]``, gathered a step at a time)."""
+    m = x.shape[0] if ids is None else ids.shape[0]
 
     def body(i, acc):
         lo = start + i * chunk
         s = jnp.clip(lo, 0, m - chunk)
         rows = s + jnp.arange(chunk)
         keep = (rows >= lo) & (rows < start + count)
-        block = lax.dynamic_slice_in_dim(x, s, chunk)
+        if ids is None:
+            block = lax.dynamic_slice_in_dim(x, s, chunk)
+        else:
+            block = x[jnp.clip(lax.dynamic_slice_in_dim(ids, s, chunk), 0, x.shape[0] - 1)]
         return acc + jnp.where(keep[:, None], jnp.tanh(block), 0).sum(0) @ w
 
     steps = (count + chunk - 1) // chunk
@@ -69,7 +73,7 @@ def by_groups(x, ws, group_sizes, *, chunk):
 def by_ids(x, w, ids, *, chunk):
     """The rows ``ids`` names, up to the first padding id (-1)."""
     count = jnp.argmin(jnp.concatenate([ids, jnp.full((1,), -1, ids.dtype)]) >= 0)
-    return rows_sum(x[jnp.clip(ids, 0, x.shape[0] - 1)], w, 0, count, chunk)
+    return rows_sum(x, w, 0, count, chunk, ids=ids)
 
 
 @jaxtune.autotuned(configs=CHUNKS, default=DEFAULT)
