@@ -238,3 +238,34 @@ def test_a_time_past_the_peak_is_flagged():
     assert "700 TFLOP/s (peak 197) on TPU v5e, past the peak" in text, text
     slower = dataclasses.replace(entry, time_us=800.0)  # 175 TFLOP/s: under the peak
     assert decision_text(slower) == "single"
+
+
+EXPORTS = """
+import sys
+sys.path.insert(0, {tests!r})
+import jax, jax.numpy as jnp
+import value_kernels as vk
+
+x, w, _, _ = vk.arrays(m=1024, d=32)
+step = jax.jit(vk.loop_count)
+jax.block_until_ready(step(x, w, jnp.int32(700)))
+jax.export.export(step)(x, w, jnp.int32(700))  # a host callback cannot be exported
+"""
+
+
+def test_a_program_that_exports_records_no_values_with_value_sets_0(cli, tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(EXPORTS.format(tests=str(TESTS)))
+    proc = cli("tune", "--", "python", str(prog), env={"JAXTUNE_VALUE_SETS": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no values were recorded for integer/boolean argument(s) n" in proc.stderr
+    (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
+    assert entry.values["arguments"]["n"]["source"] == "synthesised"
+
+
+def test_jaxtune_tune_inside_a_recorded_program_adds_no_callback_to_what_it_exports():
+    from jaxtune._tuning import record, values
+
+    with values.collecting() as sets, record.finding_kernels():
+        assert values.collector() is None
+    assert values.collector() is None and sets.sets == {}

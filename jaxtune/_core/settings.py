@@ -226,12 +226,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         name="JAXTUNE_VALUE_SETS",
         field="value_sets",
-        allowed="a whole number from 1 to 16",
+        allowed="a whole number from 0 to 16",
         default="4",
-        parse=_bounded("JAXTUNE_VALUE_SETS", 1, 16, "a whole number", whole=True),
+        parse=_bounded("JAXTUNE_VALUE_SETS", 0, 16, "a whole number", whole=True),
         doc="`jaxtune tune --`: how many distinct value sets of one autotuned call (its "
         "integer and boolean arguments' values) the recording keeps; the sweep times them "
-        "together, as a mix (docs/values.md).",
+        "together, as a mix; 0 records none (docs/values.md).",
     ),
     Variable(
         name="JAXTUNE_VALUES_MB",

@@ -83,7 +83,8 @@ def finding_kernels() -> Iterator[None]:
     are not the ones the program will run, so ``JAXTUNE_VERBOSE`` does not report them."""
     token = _FINDING.set(True)
     try:
-        yield
+        with _values.suspended():
+            yield
     finally:
         _FINDING.reset(token)
 
@@ -128,7 +129,8 @@ class _Recorder:
     def __init__(self, path: str, stop: bool, settle_s: float, value_sets: int) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.recorded: set[tuple[str, str, str]] = set()
-        _values.set_file_collector(_values.ValueSets(value_sets, sink=self.write_values))
+        if value_sets:  # JAXTUNE_VALUE_SETS=0: no values recorded, no callbacks
+            _values.set_file_collector(_values.ValueSets(value_sets, sink=self.write_values))
         if stop:
             _Settle(self.fd, settle_s).start()
 

@@ -38,6 +38,7 @@ __all__ = [
     "eager_call",
     "eager_signature",
     "set_file_collector",
+    "suspended",
 ]
 
 
@@ -143,8 +144,27 @@ def collecting() -> Iterator[ValueSets]:
         _ACTIVE.reset(token)
 
 
+#: Traces that only look for kernels (``jaxtune.tune``'s, which ``jax.export`` may lower
+#: for another platform): no callbacks, which no exported module may hold.
+_SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxtune_values_suspended", default=False
+)
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Within: no call traced collects its values (see :data:`_SUSPENDED`)."""
+    token = _SUSPENDED.set(True)
+    try:
+        yield
+    finally:
+        _SUSPENDED.reset(token)
+
+
 def collector() -> ValueSets | None:
     """The collector of calls traced now, if any."""
+    if _SUSPENDED.get():
+        return None
     return _ACTIVE.get() or (_FILE[0] if _FILE else None)
 
 
