@@ -263,9 +263,15 @@ def test_a_program_that_exports_records_no_values_with_value_sets_0(cli, tmp_pat
     assert entry.values["arguments"]["n"]["source"] == "synthesised"
 
 
-def test_jaxtune_tune_inside_a_recorded_program_adds_no_callback_to_what_it_exports():
-    from jaxtune._tuning import record, values
+def test_jaxtune_tune_inside_a_recorded_program_exports_for_the_tpu(monkeypatch):
+    """jaxtune.tune's kernel-finding traces add no callback to a recorded program: they
+    may lower for another platform through jax.export, which cannot serialize one."""
+    from jaxtune._tuning import values
 
-    with values.collecting() as sets, record.finding_kernels():
-        assert values.collector() is None
-    assert values.collector() is None and sets.sets == {}
+    x, w, _, _ = vk.arrays(m=1024, d=32)
+    with values.collecting():
+        sites = jaxtune.locate(
+            vk.loop_count, x, w, jax.ShapeDtypeStruct((), jnp.int32), platform="tpu"
+        )
+        assert values.collector() is not None
+    assert [s.kernel_id for s in sites] == [vk.loop_count.kernel_id]

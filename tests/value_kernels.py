@@ -5,7 +5,7 @@ Each walks rows of ``x`` in a loop of ``chunk`` rows a step; how many rows it wa
 value: a loop count, per-sequence lengths, group sizes, the number of valid ids, a
 padding mask. Every step ends in a ``[d] @ [d, d]`` product, so a step costs about the
 same whatever its chunk: on a few rows ``chunk=8`` is fastest, on thousands ``chunk=512``
-(about 3x either way on CPU). The result does not depend on the chunk (up to rounding).
+(``2048`` for the ids and the mask; about 3x either way on CPU). The result does not depend on the chunk (up to rounding).
 Made-up values (integers in 0..16, booleans half true) pick the wrong chunk for each.
 """
 
@@ -18,6 +18,9 @@ from jax import lax
 import jaxtune
 
 CHUNKS = {"chunk": [8, 512]}
+#: The few-rows kernels' larger chunk walks 2048 rows: their calls of tens of microseconds
+#: stay 3x apart under load (512 rows made 1.4x of a loaded machine's dispatch noise).
+FEW_CHUNKS = {"chunk": [8, 2048]}
 DEFAULT = {"chunk": 8}
 
 
@@ -69,14 +72,14 @@ def by_groups(x, ws, group_sizes, *, chunk):
     return acc
 
 
-@jaxtune.autotuned(configs=CHUNKS, default=DEFAULT)
+@jaxtune.autotuned(configs=FEW_CHUNKS, default=DEFAULT)
 def by_ids(x, w, ids, *, chunk):
     """The rows ``ids`` names, up to the first padding id (-1)."""
     count = jnp.argmin(jnp.concatenate([ids, jnp.full((1,), -1, ids.dtype)]) >= 0)
     return rows_sum(x, w, 0, count, chunk, ids=ids)
 
 
-@jaxtune.autotuned(configs=CHUNKS, default=DEFAULT)
+@jaxtune.autotuned(configs=FEW_CHUNKS, default=DEFAULT)
 def by_mask(x, w, mask, *, chunk):
     """The rows a padding mask keeps (its true entries lead)."""
     return rows_sum(x, w, 0, mask.sum(), chunk)
@@ -103,7 +106,7 @@ def arrays(seed: int = 0, m: int = 8192, d: int = 256, groups: int = 4, batch: i
 def program_values(m: int = 8192):
     """Values a program might run: thousands of rows for the count, lengths and groups
     (skewed, summing to ``m``), a dozen valid ids and mask entries."""
-    ids = jnp.full((m // 16,), -1, jnp.int32).at[:12].set(jnp.arange(12) * 7)
+    ids = jnp.full((m // 4,), -1, jnp.int32).at[:12].set(jnp.arange(12) * 7)
     mask = jnp.zeros((m,), bool).at[:12].set(True)
     return {
         "n": jnp.int32(3 * m // 8),
@@ -164,7 +167,8 @@ def truth_us(name: str, values, *, rounds: int = 8, calls: int = 5) -> dict[int,
     kernel, operands = globals()[name], CALLS[name][1]
     sets = values if isinstance(values, list) else [values]
     ops = [operands(a, v) for v in sets]
-    fns = {c: jax.jit(lambda *o, c=c: kernel(*o, chunk=c)) for c in CHUNKS["chunk"]}
+    chunks = [config["chunk"] for config in kernel.space(*ops[0])]
+    fns = {c: jax.jit(lambda *o, c=c: kernel(*o, chunk=c)) for c in chunks}
     times: dict[int, list[float]] = {c: [] for c in fns}
     for r in range(rounds + 1):
         for c, f in fns.items():

@@ -318,10 +318,18 @@ def locate(
         >>> [s.kernel_id for s in jaxtune.locate(lowered)]
         ['jaxtune.examples.chunked_logsumexp']
     """
+    check_staged_call(fn, args, kwargs, "jaxtune.locate")
+    with _markers.lowering_only():
+        return _located(fn, args, kwargs, platform)
+
+
+def _located(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], platform: str | None
+) -> list[KernelSite]:
+    """:func:`locate`'s work, its traces marked as lowered only."""
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
-    check_staged_call(fn, args, kwargs, "jaxtune.locate")
     local = jax.default_backend()
     if isinstance(fn, jax.stages.Lowered):
         return _lowered_sites(fn, platform, local)

@@ -8,12 +8,14 @@ program, behind a 10-character digest that this process maps back to them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import itertools
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
 from .._core.vocabulary import Source, config_id
@@ -27,6 +29,8 @@ __all__ = [
     "differentiated",
     "fused_names",
     "lookup",
+    "lowering_only",
+    "lowering_only_now",
     "mark",
     "owner_of",
     "parse",
@@ -391,3 +395,26 @@ def owner_of(
     if kernel_id is not None:
         return Owner(kind="autotuned", names=(kernel_id,), kernel_id=kernel_id)
     return Owner(kind="xla", names=(op,))
+
+
+#: Traces that are only lowered, never run (``jaxtune.locate``, which may lower for another
+#: platform through ``jax.export``): a kernel's call adds nothing that runs on the host.
+_LOWERING_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxtune_lowering_only", default=False
+)
+
+
+@contextlib.contextmanager
+def lowering_only() -> Iterator[None]:
+    """Within: the programs traced are lowered, not run (see :func:`lowering_only_now`)."""
+    token = _LOWERING_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _LOWERING_ONLY.reset(token)
+
+
+def lowering_only_now() -> bool:
+    """Whether the trace under way is only lowered (``jax.export`` cannot serialize a host
+    callback, so none may be added to it)."""
+    return _LOWERING_ONLY.get()

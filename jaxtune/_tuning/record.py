@@ -83,8 +83,7 @@ def finding_kernels() -> Iterator[None]:
     are not the ones the program will run, so ``JAXTUNE_VERBOSE`` does not report them."""
     token = _FINDING.set(True)
     try:
-        with _values.suspended():
-            yield
+        yield
     finally:
         _FINDING.reset(token)
 

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from .._core import settings as _settings
+from .._program import markers as _markers
 from .signature import Signature, abstractify
 from .sweep.inputs import is_concrete, is_int_like, summarise
 
@@ -38,7 +39,6 @@ __all__ = [
     "eager_call",
     "eager_signature",
     "set_file_collector",
-    "suspended",
 ]
 
 
@@ -144,26 +144,9 @@ def collecting() -> Iterator[ValueSets]:
         _ACTIVE.reset(token)
 
 
-#: Traces that only look for kernels (``jaxtune.tune``'s, which ``jax.export`` may lower
-#: for another platform): no callbacks, which no exported module may hold.
-_SUSPENDED: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "jaxtune_values_suspended", default=False
-)
-
-
-@contextlib.contextmanager
-def suspended() -> Iterator[None]:
-    """Within: no call traced collects its values (see :data:`_SUSPENDED`)."""
-    token = _SUSPENDED.set(True)
-    try:
-        yield
-    finally:
-        _SUSPENDED.reset(token)
-
-
 def collector() -> ValueSets | None:
     """The collector of calls traced now, if any."""
-    if _SUSPENDED.get():
+    if _markers.lowering_only_now():  # jaxtune.locate's traces, never run
         return None
     return _ACTIVE.get() or (_FILE[0] if _FILE else None)
 
