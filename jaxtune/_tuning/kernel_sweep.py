@@ -25,7 +25,13 @@ from .signature import Signature
 from .store import cache as _cache
 from .store import shared as _shared
 from .sweep.entry import make_entry
-from .sweep.inputs import describe_values, summarise, synthesised_ints, value_sources
+from .sweep.inputs import (
+    SYNTHESISED_TEXT,
+    describe_values,
+    summarise,
+    synthesised_ints,
+    value_sources,
+)
 from .sweep.runner import default_runner
 from .sweep.search import Budget, budget_setting
 from .sweep.stats import SweepOutcome
@@ -230,7 +236,7 @@ def run(
                 kernel=kernel.kernel_id,
                 key=sig.key,
                 names=", ".join(made_up),
-                how="integers uniform in 0..16, booleans 50 % true",
+                how=SYNTHESISED_TEXT,
             ),
             SynthesisedValuesWarning,
         )
