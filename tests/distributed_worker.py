@@ -94,6 +94,22 @@ def plant(block: int, x) -> None:
     _cache.user_cache().write([entry])
 
 
+def wait_until_gone(os_pid: int, within: float = 60.0) -> None:
+    """Waits until process ``os_pid`` has exited (gone, or a zombie its parent has not yet
+    reaped): a follower that is still running when the leader ends is ended by JAX's
+    distributed runtime (SIGABRT) instead of exiting with its own code."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{os_pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.02)
+
+
 def main() -> None:
     scenario, coordinator, nproc, pid = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     if nproc > 1:
@@ -146,7 +162,8 @@ def main() -> None:
         # Silent, and up (its end would end the followers) until every follower has given
         # up waiting for it.
         for other in range(1, nproc):
-            client.blocking_key_value_get(f"jaxtune-test/gave-up/{other}", 300_000)
+            follower = int(client.blocking_key_value_get(f"jaxtune-test/gave-up/{other}", 300_000))
+            wait_until_gone(follower)
         os._exit(0)
     if scenario == "killed_leader" and pid == 0:
         time.sleep(120)  # "tuning": the test kills it once every follower says it waits
@@ -161,7 +178,7 @@ def main() -> None:
         report.update(error=str(e), seconds=time.monotonic() - start)
         print(json.dumps(report), flush=True)
         if scenario == "silent_leader":  # the leader may go now
-            client.key_value_set(f"jaxtune-test/gave-up/{pid}", "1")
+            client.key_value_set(f"jaxtune-test/gave-up/{pid}", str(os.getpid()))
         os._exit(3)  # skip jax.distributed's shutdown barrier with a leader that is gone
     report.update(
         block=float(out[0]),
