@@ -58,7 +58,7 @@ def enable() -> pathlib.Path | None:
     from jax.experimental.compilation_cache import compilation_cache as cc
 
     config = jax.config
-    current = config.jax_compilation_cache_dir
+    current = getattr(config, "jax_compilation_cache_dir", None)
     if current and current != _ENABLED[0]:
         return pathlib.Path(current)  # the user's own: left as they made it
     s = settings()
