@@ -36,6 +36,7 @@ from .backward import with_backward
 from .breakdown import Breakdown
 from .check import reason
 from .inputs import make_inputs
+from .refusals import checker
 from .samples import block
 from .work import SweepTask
 
@@ -96,6 +97,9 @@ class Compiler:
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
         #: Each config's calls so far and the count already reported (a cell each).
         self._calls: dict[str, list[int]] = {}
+        #: Checks a config's traced program for what Mosaic would refuse (its reason),
+        #: before lowering and compiling it; ``None`` where nothing is refused (not a TPU).
+        self.refuse: Callable[[Any], str | None] | None = checker()
 
     @property
     def inputs(self) -> tuple[dict[str, Any], ...]:
@@ -269,7 +273,9 @@ class Compiler:
         start = time.perf_counter()
         own: BaseException | None = None
         try:
-            lowered = jax.jit(call).lower(lowering)
+            traced = jax.jit(call).trace(lowering)
+            refused = None if self.refuse is None else self.refuse(traced.jaxpr)
+            lowered = None if refused else traced.lower()
         except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
             own = e.fault
         except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
@@ -281,6 +287,11 @@ class Compiler:
             self.emit(CompileFinished(cid=cid))
             blame_jaxtune(own, cid)
             raise own
+        if refused or lowered is None:
+            assert refused
+            self.emit(CompileFinished(cid=cid))
+            self._failed[cid] = Failure(config=config, stage="compile", reason=refused)
+            return self._failed[cid]
         if (program := program_digest(lowered, self.module(config))) is not None:
             self.programs[cid] = program
         return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
