@@ -118,3 +118,13 @@ def test_a_refused_config_fails_before_lowering_and_interpret_mode_refuses_none(
 def test_nothing_is_refused_off_a_tpu():
     assert jax.default_backend() != "tpu"
     assert checker() is None
+
+
+def test_a_kernel_in_tpu_interpret_mode_is_never_refused():
+    from jax.experimental.pallas import tpu as pltpu
+
+    f, args = _gmm(8, 64, 64)  # refused when lowered for Mosaic (above)
+    with pltpu.force_tpu_interpret_mode():
+        jaxpr = jax.jit(f).trace(*args).jaxpr
+    assert refusal(jaxpr, vmem_bytes=1) is None
+    assert refusal(jax.jit(f).trace(*args).jaxpr, vmem_bytes=1) is not None
