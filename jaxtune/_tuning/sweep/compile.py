@@ -47,8 +47,11 @@ __all__ = [
     "Compiler",
     "EventSink",
     "Lowering",
+    "Refuse",
+    "RefusedError",
     "blame_jaxtune",
     "compile_threads",
+    "lower_checked",
     "program_digest",
     "too_slow",
 ]
@@ -97,9 +100,7 @@ class Compiler:
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
         #: Each config's calls so far and the count already reported (a cell each).
         self._calls: dict[str, list[int]] = {}
-        #: Checks a config's traced program for what Mosaic would refuse (its reason),
-        #: before lowering and compiling it; ``None`` where nothing is refused (not a TPU).
-        self.refuse: Callable[[Any], str | None] | None = checker()
+        self.refuse: Refuse | None = checker()  #: see :func:`lower_checked`
 
     @property
     def inputs(self) -> tuple[dict[str, Any], ...]:
@@ -267,31 +268,22 @@ class Compiler:
         call = mixed(with_backward(forward) if self.task.plan.timing == "vjp" else forward)
         call.__name__ = call.__qualname__ = self.module(config).removeprefix("jit_")
 
-        # The tracing thread travels with the event: a crash report that names it (the
-        # child's faulthandler does) pins the crash on this config.
+        # A crash report that names the tracing thread pins the crash on this config.
         self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         own: BaseException | None = None
         try:
-            traced = jax.jit(call).trace(lowering)
-            refused = None if self.refuse is None else self.refuse(traced.jaxpr)
-            lowered = None if refused else traced.lower()
+            lowered = lower_checked(call, lowering, self.refuse)
         except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
             own = e.fault
         except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
             self.emit(CompileFinished(cid=cid))
-            why = f"while tracing or lowering: {reason(e)}"
-            self._failed[cid] = Failure(config=config, stage="compile", reason=why)
+            self._failed[cid] = Failure(config=config, stage="compile", reason=_unlowered(e))
             return self._failed[cid]
         if own is not None:
             self.emit(CompileFinished(cid=cid))
             blame_jaxtune(own, cid)
             raise own
-        if refused or lowered is None:
-            assert refused
-            self.emit(CompileFinished(cid=cid))
-            self._failed[cid] = Failure(config=config, stage="compile", reason=refused)
-            return self._failed[cid]
         if (program := program_digest(lowered, self.module(config))) is not None:
             self.programs[cid] = program
         return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
@@ -337,6 +329,34 @@ class Compiler:
 
         self._runs[cid] = (run, seconds)
         return None
+
+
+#: Checks a config's traced program (its jaxpr): why Mosaic would refuse it, or ``None``.
+Refuse = Callable[[Any], str | None]
+
+
+class RefusedError(Exception):
+    """A config refused from its traced program (:mod:`.refusals`): its reason."""
+
+
+def lower_checked(call: Callable[..., Any], args: Any, refuse: Refuse | None) -> Any:
+    """``call`` traced and lowered for ``args``; ``refuse`` (``None`` where nothing is
+    refused: not a TPU) checks the traced program in between, so that a config Mosaic
+    would refuse costs a trace, not a lowering and compile.
+
+    Raises:
+        RefusedError: ``refuse`` gave a reason.
+    """
+    traced = jax.jit(call).trace(args)
+    why = None if refuse is None else refuse(traced.jaxpr)
+    if why:
+        raise RefusedError(why)
+    return traced.lower()
+
+
+def _unlowered(e: Exception) -> str:
+    """The reason of a config whose tracing or lowering raised ``e`` (or was refused)."""
+    return str(e) if isinstance(e, RefusedError) else f"while tracing or lowering: {reason(e)}"
 
 
 def mixed(call: Callable[[dict[str, Any]], Any]) -> Callable[[Sequence[dict[str, Any]]], Any]:
