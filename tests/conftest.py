@@ -44,6 +44,10 @@ def _isolated_environment(
         if name.startswith("JAXTUNE_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(cache))
+    # No persistent compilation cache: one per test only costs its writes (a cache the
+    # run's processes shared made the suite slower, docs/development.md); its own tests
+    # turn it on.
+    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "0")
     # Tests run the default isolation (a pooled child); tests about inline ask for it.
     monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path_factory.mktemp("profiles")))
     for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_LIBRARY_PATH"):

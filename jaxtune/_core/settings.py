@@ -89,6 +89,9 @@ class Settings:
     #: ``JAXTUNE_VALUES_MB``: MiB of floating-point values a recording keeps per call
     #: (integer and boolean values are always kept).
     values_mb: float = 64.0
+    #: ``JAXTUNE_COMPILE_CACHE``: ``"1"`` (JAX's persistent compilation cache in the
+    #: sweep's child, under the user cache directory), ``"0"`` (none), or a directory.
+    compile_cache: str = "1"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,6 +118,14 @@ def default_cache_dir() -> str:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
     return str(base / "jaxtune")
+
+
+def _compile_cache(raw: str) -> str:
+    """``0``, ``1`` or a directory (as :func:`~.setting_values.directory` checks it)."""
+    raw = raw.strip()
+    if raw in ("0", "1"):
+        return raw
+    return str(_directory("JAXTUNE_COMPILE_CACHE")(raw))
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -291,6 +302,17 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_seconds("JAXTUNE_REMOTE_TIMEOUT"),
         doc="Seconds one read or publish of the shared store may take; a store that does "
         "not answer in time is skipped for the rest of the process, with one warning.",
+    ),
+    Variable(
+        name="JAXTUNE_COMPILE_CACHE",
+        field="compile_cache",
+        allowed="0, 1, or a directory",
+        default="1",
+        parse=_compile_cache,
+        doc="JAX's persistent compilation cache where sweeps compile (their child "
+        "process): 1 puts it in xla/ under the cache directory, a directory puts it "
+        "there, 0 turns it off. A jax_compilation_cache_dir of the user's own wins "
+        "(docs/autotuned.md).",
     ),
 )
 

@@ -36,6 +36,7 @@ from .backward import with_backward
 from .breakdown import Breakdown
 from .check import reason
 from .inputs import make_inputs
+from .refusals import checker
 from .samples import block
 from .work import SweepTask
 
@@ -46,8 +47,11 @@ __all__ = [
     "Compiler",
     "EventSink",
     "Lowering",
+    "Refuse",
+    "RefusedError",
     "blame_jaxtune",
     "compile_threads",
+    "lower_checked",
     "program_digest",
     "too_slow",
 ]
@@ -96,6 +100,7 @@ class Compiler:
         self._launched: tuple[list[str], queue.SimpleQueue[Compiled]] | None = None
         #: Each config's calls so far and the count already reported (a cell each).
         self._calls: dict[str, list[int]] = {}
+        self.refuse: Refuse | None = checker()  #: see :func:`lower_checked`
 
     @property
     def inputs(self) -> tuple[dict[str, Any], ...]:
@@ -263,19 +268,17 @@ class Compiler:
         call = mixed(with_backward(forward) if self.task.plan.timing == "vjp" else forward)
         call.__name__ = call.__qualname__ = self.module(config).removeprefix("jit_")
 
-        # The tracing thread travels with the event: a crash report that names it (the
-        # child's faulthandler does) pins the crash on this config.
+        # A crash report that names the tracing thread pins the crash on this config.
         self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         own: BaseException | None = None
         try:
-            lowered = jax.jit(call).lower(lowering)
+            lowered = lower_checked(call, lowering, self.refuse)
         except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
             own = e.fault
         except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
             self.emit(CompileFinished(cid=cid))
-            why = f"while tracing or lowering: {reason(e)}"
-            self._failed[cid] = Failure(config=config, stage="compile", reason=why)
+            self._failed[cid] = Failure(config=config, stage="compile", reason=_unlowered(e))
             return self._failed[cid]
         if own is not None:
             self.emit(CompileFinished(cid=cid))
@@ -326,6 +329,34 @@ class Compiler:
 
         self._runs[cid] = (run, seconds)
         return None
+
+
+#: Checks a config's traced program (its jaxpr): why Mosaic would refuse it, or ``None``.
+Refuse = Callable[[Any], str | None]
+
+
+class RefusedError(Exception):
+    """A config refused from its traced program (:mod:`.refusals`): its reason."""
+
+
+def lower_checked(call: Callable[..., Any], args: Any, refuse: Refuse | None) -> Any:
+    """``call`` traced and lowered for ``args``; ``refuse`` (``None`` where nothing is
+    refused: not a TPU) checks the traced program in between, so that a config Mosaic
+    would refuse costs a trace, not a lowering and compile.
+
+    Raises:
+        RefusedError: ``refuse`` gave a reason.
+    """
+    traced = jax.jit(call).trace(args)
+    why = None if refuse is None else refuse(traced.jaxpr)
+    if why:
+        raise RefusedError(why)
+    return traced.lower()
+
+
+def _unlowered(e: Exception) -> str:
+    """The reason of a config whose tracing or lowering raised ``e`` (or was refused)."""
+    return str(e) if isinstance(e, RefusedError) else f"while tracing or lowering: {reason(e)}"
 
 
 def mixed(call: Callable[[dict[str, Any]], Any]) -> Callable[[Sequence[dict[str, Any]]], Any]:

@@ -28,6 +28,7 @@ from ..._isolation.wire import decode_value
 from ..autotuned import Autotuned, registry
 from ..record import observing_calls
 from ..signature import Signature
+from .compile_cache import enable as enable_compile_cache
 from .engine import Sweeper
 from .requests import Measure, Retime, SweepFields, results_answer
 from .work import SweepTask
@@ -113,6 +114,10 @@ def handle(server: Server, received: Request[WireFields]) -> Done | ErrorReply:
         raise FrameError("a sweep request lists the configs to do")
     current = server.state.get(__name__)
     start = time.perf_counter()
+    # On every request: the caller's JAX state, applied just before, sets the cache's
+    # options as the caller has them (a user's own directory travels so), and a pooled
+    # child serves sweeps of several cache directories.
+    enable_compile_cache()
     # Importing this module (the child's first request of its kind) is part of the start.
     handler_s = server.handler_s
     importing = 0.0

@@ -1,0 +1,75 @@
+"""JAX's persistent compilation cache, turned on where a sweep compiles its configs.
+
+A second sweep of the same space (a ``--retune``, a sweep begun again after a crash, the
+check's reference compiled once more) then loads each config's executable from disk
+instead of compiling it again: XLA's compile is most of a large sweep's compile phase.
+
+It is turned on only in the sweep's child (:mod:`.serve`), never in the caller's process,
+where it would change how the user's own programs compile. Where it goes:
+
+- the user's own ``jax_compilation_cache_dir`` (``JAX_COMPILATION_CACHE_DIR`` or
+  ``jax.config.update``, which the child receives with the caller's JAX state), when set:
+  jaxtune leaves the whole cache configuration as the user made it;
+- else ``JAXTUNE_COMPILE_CACHE``: ``1`` (the default) puts it in ``xla/`` under the user
+  cache directory (``JAXTUNE_CACHE_DIR``), a directory names it, ``0`` turns it off.
+
+jaxtune lowers JAX's thresholds for its own directory (``jax_persistent_cache_min_compile_time_secs``
+to 0, ``jax_persistent_cache_min_entry_size_bytes`` to -1, no size floor): a small kernel
+compiles in a fraction of a second, below JAX's default 1 s, yet a space of hundreds of
+them is what a sweep spends its time on. JAX does not cache a program that calls back
+into Python (``jax.pure_callback``, ``io_callback``), so Mosaic TPU kernels run in TPU
+interpret mode on CPU (which call back for every memory access) are compiled each time.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+
+from ..._core.settings import settings
+
+__all__ = ["XLA_DIR", "cache_dir_for", "enable"]
+
+#: The compilation cache's folder under the user cache directory.
+XLA_DIR = "xla"
+
+_ENABLED: list[str | None] = [None]  # the directory jaxtune last set, if any
+
+
+def cache_dir_for(setting: str, cache_dir: pathlib.Path) -> pathlib.Path | None:
+    """Where ``JAXTUNE_COMPILE_CACHE=setting`` puts the cache, for user cache directory
+    ``cache_dir`` (a file there: the folder beside it); ``None`` when turned off."""
+    if setting == "0":
+        return None
+    if setting != "1":
+        return pathlib.Path(setting).expanduser()
+    base = cache_dir if not cache_dir.exists() or cache_dir.is_dir() else cache_dir.parent
+    return base / XLA_DIR
+
+
+def enable() -> pathlib.Path | None:
+    """Turns the persistent compilation cache on for this process's sweeps, as the module
+    says; returns the directory in use (the user's own included), ``None`` when off.
+
+    Called once per sweep task: a pooled child serves sweeps of several cache
+    directories, so a change of directory starts JAX's cache afresh.
+    """
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    config = jax.config
+    current = getattr(config, "jax_compilation_cache_dir", None)
+    if current and current != _ENABLED[0]:
+        return pathlib.Path(current)  # the user's own: left as they made it
+    s = settings()
+    wanted = cache_dir_for(s.compile_cache, s.cache_dir)
+    path = None if wanted is None else str(wanted)
+    if path == current:
+        return wanted
+    if path is not None:
+        config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    config.update("jax_compilation_cache_dir", path)
+    _ENABLED[0] = path
+    cc.reset_cache()
+    return wanted

@@ -1,0 +1,151 @@
+"""Configs Mosaic TPU will refuse, found in a config's traced program before it is lowered
+and compiled: a large space's refused configs then cost a trace each, not a compile.
+
+Each rule reads the block specs of the traced program's ``pallas_call`` equations (their
+``grid_mapping``) and is conservative: it refuses only what JAX's Pallas TPU lowering
+(``jax/_src/pallas/mosaic/lowering.py``) or Mosaic itself refuses, so a config that
+compiles is never dropped.
+
+- **The (8, 128) rule.** A block of rank 2 or more in VMEM must have its last dimension a
+  multiple of 128 or the array's, and its second-last a multiple of 8 or the array's: the
+  check JAX's lowering makes (JAX 0.10.2 and 0.12 alike), only for blocks whose every
+  dimension is a plain block size (``Blocked``), of a numeric dtype, in the default or
+  VMEM memory space; any other block is left to the lowering.
+- **VMEM.** The blocks in VMEM, one buffer each (Mosaic keeps two of a block that moves
+  over the grid: one is a lower bound), and the kernel's VMEM scratch, against the
+  kernel's ``vmem_limit_bytes`` when it sets one, else the chip's whole VMEM (JAX's
+  ``pltpu.get_tpu_info()``): the default scoped limit is lower, and a flag may raise it,
+  so it is not used. Tiles' padding is not counted either.
+
+Block shapes that do not divide the array are not refused: Mosaic pads the edge blocks,
+and whether a kernel needs whole blocks is the kernel's own business (its ``prune``).
+Used only where the sweep compiles for a TPU and not in interpret mode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["checker", "refusal", "vmem_capacity"]
+
+
+def refusal(jaxpr: Any, *, vmem_bytes: int | None) -> str | None:
+    """Why Mosaic would refuse the program of closed or open ``jaxpr``, or ``None``
+    (``vmem_bytes``: the chip's VMEM, ``None`` where unknown: no VMEM rule)."""
+    for eqn in _pallas_calls(getattr(jaxpr, "jaxpr", jaxpr)):
+        if eqn.params.get("interpret"):  # run by JAX's interpreter: Mosaic never sees it
+            continue
+        name = eqn.params.get("name", "pallas_call")
+        mapping = eqn.params["grid_mapping"]
+        vmem = 0
+        for bm in mapping.block_mappings:
+            sizes = _block_sizes(bm)
+            if sizes is None:
+                continue
+            array = tuple(bm.array_aval.shape)
+            if len(sizes) >= 2 and not _fits_tiles(sizes, array):
+                return (
+                    f"refused before compiling: block {sizes} of {bm.origin} (array "
+                    f"{array}) in kernel {name} breaks Mosaic's (8, 128) rule: the last "
+                    "two block dimensions must be multiples of 8 and 128, or equal the "
+                    "array's"
+                )
+            vmem += math.prod(sizes) * np.dtype(bm.array_aval.dtype).itemsize
+        vmem += _scratch_bytes(eqn, mapping)
+        limit = getattr(eqn.params.get("compiler_params"), "vmem_limit_bytes", None)
+        limit = limit or vmem_bytes
+        if limit and vmem > limit:
+            return (
+                f"refused before compiling: kernel {name}'s blocks and scratch need at "
+                f"least {vmem / 2**20:.1f} MiB of VMEM, over the {limit / 2**20:.1f} MiB "
+                "it may use"
+            )
+    return None
+
+
+def checker() -> Callable[[Any], str | None] | None:
+    """The check of a traced program (its jaxpr) where this process compiles for a TPU,
+    else ``None``: on CPU and GPU nothing is refused."""
+    import jax
+
+    if jax.default_backend() != "tpu":
+        return None
+    vmem = vmem_capacity()
+
+    def check(jaxpr: Any) -> str | None:
+        try:
+            return refusal(jaxpr, vmem_bytes=vmem)
+        except Exception:  # a program this reading does not know: left to Mosaic
+            return None
+
+    return check
+
+
+def vmem_capacity() -> int | None:
+    """The VMEM of this process's TPU chip in bytes, as JAX knows it; ``None`` elsewhere."""
+    try:
+        from jax.experimental.pallas import tpu as pltpu
+
+        return int(pltpu.get_tpu_info().vmem_capacity_bytes)
+    except Exception:  # not a TPU, or a JAX without the table: no VMEM rule
+        return None
+
+
+def _fits_tiles(sizes: tuple[int, ...], array: tuple[int, ...]) -> bool:
+    last, second = sizes[-1], sizes[-2]
+    return (last == array[-1] or last % 128 == 0) and (second == array[-2] or second % 8 == 0)
+
+
+def _block_sizes(bm: Any) -> tuple[int, ...] | None:
+    """A block mapping's sizes where every rule here applies to it, else ``None``."""
+    from jax.experimental import pallas as pl
+
+    space = getattr(bm.block_aval, "memory_space", None)
+    if space is not None and str(space).lower().rsplit(".", 1)[-1] not in ("vmem", "default"):
+        return None
+    dtype = bm.array_aval.dtype
+    if not isinstance(dtype, np.dtype):  # PRNG keys and other extended dtypes
+        return None
+    if len(bm.block_shape) != len(bm.array_aval.shape):
+        return None
+    blocked = getattr(pl, "Blocked", None)
+    sizes = []
+    for dim in bm.block_shape:
+        if blocked is not None and type(dim) is blocked:
+            dim = dim.block_size
+        if type(dim) is not int:  # squeezed, Element, bounded: left to the lowering
+            return None
+        sizes.append(dim)
+    return tuple(sizes)
+
+
+def _scratch_bytes(eqn: Any, mapping: Any) -> int:
+    """Bytes of the kernel's VMEM scratch operands (the last of its jaxpr's inputs)."""
+    count = getattr(mapping, "num_scratch_operands", 0)
+    if not count:
+        return 0
+    total = 0
+    for var in eqn.params["jaxpr"].invars[-count:]:
+        aval = var.aval
+        space = str(getattr(aval, "memory_space", "")).lower()
+        dtype = getattr(aval, "dtype", None)
+        if "vmem" in space and isinstance(dtype, np.dtype):
+            total += math.prod(aval.shape) * dtype.itemsize
+    return total
+
+
+def _pallas_calls(jaxpr: Any) -> Iterator[Any]:
+    """Every ``pallas_call`` equation of ``jaxpr`` and the jaxprs its equations hold."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            yield eqn
+            continue
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _pallas_calls(inner)

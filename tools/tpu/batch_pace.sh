@@ -1,0 +1,35 @@
+# Issue 57 on the lent TPU, one device call per part (each fits the 10-minute limit):
+#   bash tools/tpu/batch_pace.sh pace     bench/bench_pace.py --tpu: first sweep vs --retune
+#                                         sweep with and without the compilation cache, and
+#                                         the refusal filter vs lowering+compiling on the chip
+#   bash tools/tpu/batch_pace.sh ragged   Tokamax's 540-config ragged_dot space, exhaustive,
+#                                         twice in one cache dir (the second: the --retune
+#                                         figure; goal <= 90 s, second <= 0.4x the first);
+#                                         every entry's phases and failures end in the JSON
+#   bash tools/tpu/batch_pace.sh flash    JAX's flash attention, 16 configs, vs a plain
+#                                         in-process loop (goal <= 0.8x), and the 48-tiling
+#                                         grouped matmul (goal <= 25 s), via bench/bench_tpu.py
+#   bash tools/tpu/batch_pace.sh tier     tests/tpu/test_3_refusals.py: no refused config compiles
+set -x
+. tools/tpu/env.sh
+python3 -c "import jax, jaxlib, importlib.metadata as m; print(jax.devices(), jax.__version__, jaxlib.__version__, m.version('libtpu'))"
+export JAXTUNE_CACHE_DIR=/tmp/pace-cache
+case "${1:-pace}" in
+pace)
+  ( time python3 bench/bench_pace.py --tpu --json $OUT/pace_tpu.json ) > $OUT/bench_pace_tpu.log 2>&1
+  tail -30 $OUT/bench_pace_tpu.log ;;
+ragged)
+  rm -rf $JAXTUNE_CACHE_DIR
+  for run in first retune; do
+    ( time python3 bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive --stride 1 \
+        --configs 540 --json $OUT/ragged_$run.json ) > $OUT/ragged_$run.log 2>&1
+    tail -15 $OUT/ragged_$run.log
+  done
+  du -sh $JAXTUNE_CACHE_DIR/xla ;;
+flash)
+  ( time python3 bench/bench_tpu.py --only flash_fwd,matmul --json $OUT/pace_flash.json ) > $OUT/pace_flash.log 2>&1
+  tail -30 $OUT/pace_flash.log ;;
+tier)
+  ( time python3 -m pytest -p no:xdist -p no:randomly -q -p no:cacheprovider tests/tpu/test_3_refusals.py ) > $OUT/pace_tier.log 2>&1
+  tail -15 $OUT/pace_tier.log ;;
+esac
