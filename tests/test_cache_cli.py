@@ -156,6 +156,23 @@ def test_prune_and_clear(capsys):
     assert _cache.user_cache().all_entries() == []
 
 
+def test_clear_removes_the_sweeps_compiled_programs_and_only_those(capsys, tmp_path):
+    put("f32[8]")
+    root = _cache.user_cache().root
+    compiled = root / "xla" / "jit_scale-0123abcd-cache"
+    compiled.parent.mkdir()
+    compiled.write_bytes(b"x" * 3 * 2**20)
+    theirs = tmp_path / "their-xla"  # a folder JAXTUNE_COMPILE_CACHE names: the user's
+    theirs.mkdir()
+    (root / "linked").symlink_to(theirs)
+    code, out = run(capsys, "clear", "--json")
+    assert code == 0 and json.loads(out) == {"dropped": 1, "compiled_bytes": 3 * 2**20}
+    assert not compiled.parent.exists() and theirs.is_dir()
+    put("f32[8]")
+    _, out = run(capsys, "clear")
+    assert out.startswith("removed 1 entry from")  # nothing compiled left: not mentioned
+
+
 @pytest.mark.slow
 def test_module_entry_point(cli):
     proc = cli("cache", "path")

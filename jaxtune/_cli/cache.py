@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import pathlib
+import shutil
 import stat
 import sys
 import time
@@ -25,6 +26,7 @@ from .._tuning.explain import decision_text
 from .._tuning.result import TuningResult, format_table
 from .._tuning.store import cache as _cache
 from .._tuning.store import result_files as _results
+from .._tuning.store.layout import XLA_DIR
 from .._tuning.sweep.breakdown import breakdown_text
 from . import cache_sync as _sync
 from .recording import add_recording_options
@@ -570,7 +572,23 @@ def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
 
 def _clear(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
     dropped = store.clear()
-    out({"dropped": dropped}, f"removed {_count(dropped, 'entry', 'entries')} from {store.root}")
+    compiled = _clear_compiled(store.root / XLA_DIR)
+    also = f", and {compiled / 2**20:.1f} MiB of compiled programs" if compiled else ""
+    out(
+        {"dropped": dropped, "compiled_bytes": compiled},
+        f"removed {_count(dropped, 'entry', 'entries')}{also} from {store.root}",
+    )
+
+
+def _clear_compiled(folder: pathlib.Path) -> int:
+    """Removes the sweeps' compilation cache jaxtune keeps in ``folder`` (``xla/`` under
+    the cache directory); returns the bytes its files held. A folder named by
+    ``JAXTUNE_COMPILE_CACHE`` or the user's own JAX cache is never touched."""
+    if folder.is_symlink() or not folder.is_dir():
+        return 0
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+    shutil.rmtree(folder, ignore_errors=True)
+    return size
 
 
 def _write_shipped(path: pathlib.Path, entries: list[Entry]) -> None:

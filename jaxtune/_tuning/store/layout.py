@@ -43,6 +43,7 @@ __all__ = [
     "ANY_VERSION",
     "CACHE_FORMAT",
     "CACHE_SCHEMA",
+    "XLA_DIR",
     "EntryTable",
     "FutureSchemaError",
     "Ident",
@@ -57,6 +58,9 @@ __all__ = [
 ]
 
 CACHE_FORMAT = "jaxtune.cache"
+#: The folder under a cache directory where sweeps keep their compiled programs (JAX's
+#: persistent compilation cache: :mod:`jaxtune._tuning.sweep.compile_cache`).
+XLA_DIR = "xla"
 
 #: Version of the cache file layout: 1, each entry a map; 2, each entry its own msgpack
 #: bytes; 3, entries of several kernel versions in one file. Files of a later version are

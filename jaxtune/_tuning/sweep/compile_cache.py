@@ -28,11 +28,10 @@ import pathlib
 import jax
 
 from ..._core.settings import settings
+from ..store.layout import XLA_DIR
 
-__all__ = ["XLA_DIR", "cache_dir_for", "enable"]
+__all__ = ["cache_dir_for", "enable"]
 
-#: The compilation cache's folder under the user cache directory.
-XLA_DIR = "xla"
 
 _ENABLED: list[str | None] = [None]  # the directory jaxtune last set, if any
 
