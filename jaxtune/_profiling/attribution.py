@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 Owner = _markers.Owner
-Provenance = Literal["cost_estimate", "hint", "xla", "shapes", "none"]
+Provenance = Literal["cost_estimate", "mosaic", "hint", "xla", "shapes", "none"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -291,6 +291,7 @@ class Context:
     iterations: int = 0
     per_step: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
     costs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    mosaic: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     io_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -353,6 +354,13 @@ def _cost(
     if exact and per_call and (per_call.get("flops") or per_call.get("bytes_accessed")):
         flops = per_call.get("flops", 0.0) * calls or None
         return flops, per_call.get("bytes_accessed", 0.0) * calls or None, "cost_estimate"
+    counted = ctx.mosaic.get(name) if kind == "pallas" and name is not None else None
+    if exact and counted:
+        return (
+            counted.get("flops", 0.0) * calls or None,
+            counted.get("bytes_accessed", 0.0) * calls or None,
+            "mosaic",
+        )
     if exact and hint:
         return (
             hint.get("flops", 0.0) * calls or None,
@@ -449,6 +457,7 @@ def attribute(
     host_trace: bool = False,
     configs: Mapping[str, Mapping[str, Any]] | None = None,
     programs: Mapping[int, str] | None = None,
+    mosaic: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
     """``(kernels, ops, total device µs)`` of a walked plane (its owners by
     :func:`classifier`), each list sorted by share.
@@ -461,7 +470,9 @@ def attribute(
     steps the trace holds; ``host_trace`` that the ops ran on host threads (CPU), where an
     interpret-mode kernel's events interleave and cannot be counted as calls; ``configs``
     a jaxtune kernel id to the config it ran with and its tuned ``speedup``; ``programs``
-    a program id to its module's name.
+    a program id to its module's name; ``mosaic`` a Pallas kernel name to the per-call
+    ``flops``/``bytes_accessed`` its Mosaic body counts to (:mod:`.mosaic_work`), used
+    where the kernel declares no cost estimate.
     """
     per_step: dict[str, int | None] = dict(autotuned or {})
     all_costs = dict(costs or {})
@@ -478,6 +489,7 @@ def attribute(
         iterations=iterations,
         per_step=per_step,
         costs=all_costs,
+        mosaic=mosaic or {},
         hints=hints or {},
         sources=sources or {},
         io_bytes=io_bytes,
