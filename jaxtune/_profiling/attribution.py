@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 Owner = _markers.Owner
-Provenance = Literal["cost_estimate", "mosaic", "hint", "xla", "shapes", "none"]
+Provenance = Literal["cost_estimate", "mosaic", "hint", "xla", "shapes", "mixed", "none"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,10 +50,18 @@ class KernelStat:
     call, given only where the trace shows each call as one run of events (not for an
     interpret-mode kernel, whose pieces interleave on host threads). ``flops``/``bytes_accessed`` are totals over all calls,
     and ``flops_source`` says where they came from: ``"cost_estimate"`` (the kernel's own),
-    ``"hint"`` (``@autotuned(flops=..., bytes=...)``), ``"xla"`` (XLA's cost analysis in
-    the trace), ``"shapes"`` (bytes only: the operands and results of a Pallas kernel) or
-    ``"none"``. ``bound_by`` is ``"compute"``, ``"memory"`` or
-    ``"unknown"`` against the device's peaks. ``config`` is the config an autotuned kernel
+    ``"mosaic"`` (counted from a Mosaic TPU kernel's body: its matmuls and its blocks'
+    copies, :mod:`.mosaic_work`), ``"hint"`` (``@autotuned(flops=..., bytes=...)``),
+    ``"xla"`` (XLA's cost analysis in the trace), ``"shapes"`` (bytes only: the operands
+    and results of a Pallas kernel), ``"mixed"`` (an autotuned kernel's total over parts
+    whose figures came from several of these) or ``"none"``. ``bound_by`` is
+    ``"compute"``, ``"memory"`` or ``"unknown"`` against the device's peaks.
+    ``compute_peak``/``memory_peak`` are the achieved FLOP/s and bytes/s as fractions of
+    the device's peaks (``1.0`` is the peak); ``over_peak`` names the rates above it
+    (``"flops"``, ``"bytes"``): no chip runs past its peak, so such a count overstates
+    the work. ``floor_us`` is the roofline floor of all calls: the time the device needs
+    for the flops and bytes at its peaks (:func:`jaxtune._core.roofline.floor_seconds`);
+    ``floor_share`` that floor over ``total_us``, how close the kernel runs to it. ``config`` is the config an autotuned kernel
     ran with, and ``speedup`` what tuning measured it gained over the default config
     (``None`` when not tuned, or for a trace read without its capture).
 
@@ -89,11 +97,32 @@ class KernelStat:
     name_stack: str | None = None
     program: str | None = None
     call_site: str | None = None
+    compute_peak: float | None = None
+    memory_peak: float | None = None
+    over_peak: tuple[str, ...] = ()
+    floor_us: float | None = None
+    floor_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["config"] = dict(self.config) if self.config is not None else None
+        out["over_peak"] = list(self.over_peak)
         return out
+
+    def with_peaks(self, peak: _roofline.Peak | None) -> KernelStat:
+        """This stat with its figures against ``peak``: the bound, the shares of the
+        peaks, the rates above them and the roofline floor."""
+        floor = _roofline.floor_seconds(self.flops, self.bytes_accessed, peak)
+        floor_us = floor * 1e6 if floor is not None else None
+        return dataclasses.replace(
+            self,
+            bound_by=_roofline.bound_by(self.flops, self.bytes_accessed, peak),
+            compute_peak=_roofline.peak_share(self.flops_per_s, peak and peak.flops_per_s),
+            memory_peak=_roofline.peak_share(self.bytes_per_s, peak and peak.bytes_per_s),
+            over_peak=_roofline.over_peak(self.flops_per_s, self.bytes_per_s, peak),
+            floor_us=floor_us,
+            floor_share=floor_us / self.total_us if floor_us and self.total_us else None,
+        )
 
 
 def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -404,7 +433,7 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
     source = None
     if op is None:
         source = ctx.sources.get(name or "") or ctx.sources.get(kernel_id or "")
-    return KernelStat(
+    stat = KernelStat(
         name=owner.label,
         kind=kind,
         target=t.target,
@@ -431,6 +460,7 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
         program=_program_name(op, ctx) if op is not None else None,
         call_site=ctx.call_sites.get(name) if kind != "xla" and name is not None else None,
     )
+    return stat.with_peaks(ctx.peak)
 
 
 def _program_name(op: OpKind, ctx: Context) -> str | None:

@@ -198,7 +198,7 @@ def _matmul_flops(op: Any) -> int | None:
     if lhs is None or out is None:
         return None
     dims = lhs[0]
-    numbers = op.attributes["dimension_numbers"] if "dimension_numbers" in op.attributes else None
+    numbers = op.attributes.get("dimension_numbers", None)
     lists = _LISTS.findall(str(numbers)) if numbers is not None else []
     if lists:
         contracting = [int(x) for x in lists[0].split(",") if x.strip()]
@@ -317,7 +317,9 @@ def _work(module: Any) -> MosaicWork | None:
     if "scalar_prefetch" in kernel.attributes:
         found = _INT.match(str(kernel.attributes["scalar_prefetch"]))
         prefetch = int(found.group(1)) if found else 0
-    windows = list(kernel.attributes["window_params"]) if "window_params" in kernel.attributes else []
+    windows = (
+        list(kernel.attributes["window_params"]) if "window_params" in kernel.attributes else []
+    )
     operands = args[len(bounds) + prefetch : len(bounds) + prefetch + len(windows)]
     moved: float | None = tally.dma * steps if tally.dma_known else None
     for window, arg in zip(windows, operands, strict=False):
