@@ -117,8 +117,8 @@ class KernelStat:
         return dataclasses.replace(
             self,
             bound_by=_roofline.bound_by(self.flops, self.bytes_accessed, peak),
-            compute_peak=_roofline.peak_share(self.flops_per_s, peak and peak.flops_per_s),
-            memory_peak=_roofline.peak_share(self.bytes_per_s, peak and peak.bytes_per_s),
+            compute_peak=_roofline.peak_share(self.flops_per_s, peak.flops_per_s if peak else None),
+            memory_peak=_roofline.peak_share(self.bytes_per_s, peak.bytes_per_s if peak else None),
             over_peak=_roofline.over_peak(self.flops_per_s, self.bytes_per_s, peak),
             floor_us=floor_us,
             floor_share=floor_us / self.total_us if floor_us and self.total_us else None,
