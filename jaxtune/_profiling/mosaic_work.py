@@ -14,10 +14,16 @@ runs nothing. Counted per call:
   the kernels' own estimates count it. Only the MXU's work is counted (no elementwise
   ops); a matmul in a loop of unknown trip count gives no figure.
 - **Bytes**: each blocked operand's block (``window_params``' ``window_bounds`` times its
-  dtype's size) times how often the pipeline moves it: a block is copied when its index
-  changes, so an operand whose index map (``transform_<n>``) reads only the outer grid
-  indices moves once per step of those; plus each DMA the body starts itself
-  (``tpu.enqueue_dma``: its source's size, times the loops and the grid).
+  dtype's size) times how often the pipeline moves it: a block is copied at the first grid
+  step and at every step whose block index differs from the previous step's. The index
+  map (``transform_<n>``: a few ``arith`` ops on the grid indices) is evaluated at every
+  step, in the grid's order (last index fastest), so a map that clamps the index (JAX's
+  causal flash kernels ``select`` block 0 for the blocks they skip) counts the copies the
+  pipeline makes, not one per step. Plus each DMA the body starts itself
+  (``tpu.enqueue_dma``: its source's size, times the loops and the grid). An index map
+  that reads a scalar-prefetch operand, or holds an op not evaluated here, or a grid of
+  more than :data:`MAX_STEPS` steps (over the indices the map reads), gives no bytes
+  figure for the kernel.
 
 A body that does not parse, or that jaxlib cannot read (no jaxlib, another MLIR
 version), gives no figure, never an error.
@@ -32,10 +38,12 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["MosaicWork", "mosaic_work", "work_of_body"]
+import numpy as np
+
+__all__ = ["MAX_STEPS", "MosaicWork", "mosaic_work", "work_of_body"]
 
 #: Bytes per element of the dtypes a Mosaic memref or vector names.
 _DTYPE_BYTES = {
@@ -46,6 +54,13 @@ _DTYPE_BYTES = {
 _SHAPED = re.compile(r"^(?:memref|vector)<((?:\d+x)*)([A-Za-z0-9]+)")
 _INT = re.compile(r"^(-?\d+)\b")
 _LISTS = re.compile(r"\[([0-9,\s]*)\]")
+
+#: Most grid steps at which an index map is evaluated (over the grid indices it reads);
+#: a larger grid gives no bytes figure.
+MAX_STEPS = 1 << 20
+
+#: ``arith.cmpi``'s predicates, by their number in the serialized attribute and by name.
+_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")
 
 #: Most distinct bodies remembered (a program calls one kernel many times).
 _MEMO_SIZE = 256
@@ -280,21 +295,176 @@ def _depends(function: Any, grid: int) -> set[int]:
     return visit(block.operations)
 
 
+class _UnknownError(Exception):
+    """An index map this evaluator cannot follow: no bytes figure."""
+
+
+def _int_attr(attr: Any) -> int:
+    text = str(attr).strip()
+    if text.startswith("true"):
+        return 1
+    if text.startswith("false"):
+        return 0
+    m = _INT.match(text)
+    if m is None:
+        raise _UnknownError(f"attribute {text!r}")
+    return int(m.group(1))
+
+
+def _predicate(attr: Any) -> str:
+    text = str(attr)
+    m = _INT.match(text.strip())
+    if m is not None and 0 <= int(m.group(1)) < len(_PREDICATES):
+        return _PREDICATES[int(m.group(1))]
+    for name in _PREDICATES:
+        if re.search(rf"\b{name}\b", text):
+            return name
+    raise _UnknownError(f"predicate {text!r}")
+
+
+def _nonnegative(*values: np.ndarray) -> None:
+    """Unsigned ops agree with signed ones on values >= 0; others are not evaluated."""
+    if any(np.any(v < 0) for v in values):
+        raise _UnknownError("an unsigned op on a negative value")
+
+
+def _divisor(b: np.ndarray) -> np.ndarray:
+    if np.any(b == 0):
+        raise _UnknownError("a division by zero")
+    return b
+
+
+def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    q = np.abs(a) // np.abs(_divisor(b))
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+def _compare(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if name.startswith("u"):
+        _nonnegative(a, b)
+        name = "s" + name[1:]
+    return {
+        "eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal,
+        "sgt": np.greater, "sge": np.greater_equal,
+    }[name](a, b).astype(np.int64)  # fmt: skip
+
+
+def _shift(a: np.ndarray, b: np.ndarray, left: bool) -> np.ndarray:
+    if np.any((b < 0) | (b > 62)):
+        raise _UnknownError("a shift out of range")
+    return a << b if left else a >> b
+
+
+#: The binary ``arith`` ops evaluated, on int64 values (an index map's are small).
+_SIGNED: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "addi": np.add,
+    "subi": np.subtract,
+    "muli": np.multiply,
+    "divsi": _trunc_div,
+    "floordivsi": lambda a, b: a // _divisor(b),
+    "ceildivsi": lambda a, b: -((-a) // _divisor(b)),
+    "remsi": lambda a, b: a - _trunc_div(a, b) * b,
+    "minsi": np.minimum,
+    "maxsi": np.maximum,
+    "andi": np.bitwise_and,
+    "ori": np.bitwise_or,
+    "xori": np.bitwise_xor,
+    "shli": lambda a, b: _shift(a, b, left=True),
+    "shrsi": lambda a, b: _shift(a, b, left=False),
+}
+#: Unsigned ops, evaluated as their signed twins where both values are >= 0.
+_UNSIGNED = {"divui": "divsi", "remui": "remsi", "minui": "minsi", "maxui": "maxsi"}
+_UNSIGNED["shrui"] = "shrsi"
+
+
+def _binary(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if name in _UNSIGNED:
+        _nonnegative(a, b)
+        name = _UNSIGNED[name]
+    return _SIGNED[name](a, b)
+
+
+#: Casts that keep an index's value (the grid's indices and blocks are small and >= 0).
+_CASTS = frozenset(("index_cast", "index_castui", "extsi", "extui", "trunci"))
+
+
+def _evaluate(function: Any, indices: list[np.ndarray]) -> list[np.ndarray]:
+    """The results of the index map ``function`` at every grid step, given each read grid
+    index's value per step (``indices``; the map's other arguments, a scalar-prefetch
+    operand or a grid index not read, are not bound: reading one raises :class:`_UnknownError`).
+    Only ``arith`` ops on integers are evaluated; any other op raises :class:`_UnknownError`."""
+    block = function.regions[0].blocks[0]
+    values: dict[Any, np.ndarray] = dict(zip(block.arguments, indices, strict=False))
+
+    def of(value: Any) -> np.ndarray:
+        if value not in values:
+            raise _UnknownError("an argument that is not a grid index")
+        return values[value]
+
+    for op in block.operations:
+        op = op.operation
+        name = _name(op)
+        dialect, _, short = name.partition(".")
+        if name == "func.return":
+            return [of(v) for v in op.operands]
+        if dialect != "arith" or len(op.regions) or len(op.results) != 1:
+            raise _UnknownError(name)
+        args = [of(v) for v in op.operands]
+        if short == "constant":
+            out = np.asarray(_int_attr(op.attributes["value"]), dtype=np.int64)
+        elif (short in _SIGNED or short in _UNSIGNED) and len(args) == 2:
+            out = _binary(short, *args)
+        elif short == "cmpi" and len(args) == 2:
+            out = _compare(_predicate(op.attributes["predicate"]), *args)
+        elif short == "select" and len(args) == 3:
+            out = np.where(args[0] != 0, args[1], args[2])
+        elif short in _CASTS and len(args) == 1:
+            out = args[0]
+        else:
+            raise _UnknownError(name)
+        values[op.results[0]] = out
+    raise _UnknownError("an index map without a return")
+
+
+def _copies(function: Any, bounds: tuple[int, ...]) -> int | None:
+    """How often the pipeline copies a block whose index map is ``function``: at the first
+    grid step and at each step whose block index differs from the previous step's;
+    ``None`` when the map cannot be evaluated here.
+
+    Only the grid up to the innermost index the map reads is walked: the inner indices it
+    does not read repeat each block index over consecutive steps, which adds no change."""
+    read = _depends(function, len(bounds))
+    outer = bounds[: max(read) + 1] if read else ()
+    steps = math.prod(outer)
+    if steps > MAX_STEPS:
+        return None
+    grid = np.indices(outer, dtype=np.int64).reshape(len(outer), steps)  # last index fastest
+    try:
+        with np.errstate(all="raise"):
+            results = _evaluate(function, [grid[i] for i in range(len(outer))])
+    except (_UnknownError, ArithmeticError, ValueError, TypeError, KeyError, IndexError):
+        return None
+    if not results or steps <= 1:
+        return 1
+    stacked = np.stack([np.broadcast_to(r, (steps,)) for r in results])
+    return 1 + int(np.any(stacked[:, 1:] != stacked[:, :-1], axis=0).sum())
+
+
+_NOT_PIPELINED = -1
+
+
 def _moves(window: Any, functions: Mapping[str, Any], bounds: tuple[int, ...]) -> int | None:
-    """How often the pipeline copies one operand's block in a call: once per step of the
-    grid up to the innermost index its map reads; ``None`` for an operand it does not
-    pipeline (left in HBM: the body's own DMAs move it)."""
+    """How often the pipeline copies one operand's block in a call (:func:`_copies`);
+    :data:`_NOT_PIPELINED` for an operand it does not pipeline (no index map: left in HBM,
+    the body's own DMAs move it); ``None`` when unknown."""
     text = str(window)
     m = re.search(r"transform_indices\s*=\s*@([\w$.]+)", text)
     if m is None:
-        return None
+        return _NOT_PIPELINED
     function = functions.get(m.group(1))
     if function is None:
         return None
-    read = _depends(function, len(bounds))
-    # Indices of one step are read as changing only where the grid has more than one.
-    read = {i for i in read if bounds[i] > 1}
-    return math.prod(bounds[: max(read) + 1]) if read else 1
+    return _copies(function, bounds)
 
 
 def _window_bounds(window: Any) -> tuple[int, ...] | None:
@@ -324,11 +494,17 @@ def _work(module: Any) -> MosaicWork | None:
     moved: float | None = tally.dma * steps if tally.dma_known else None
     for window, arg in zip(windows, operands, strict=False):
         times = _moves(window, functions, bounds)
-        if times is None:
+        if times == _NOT_PIPELINED:
             continue  # left in HBM: its DMAs are counted where the body starts them
         shape = _window_bounds(window)
         dtype = _shaped(arg.type)
-        if shape is None or dtype is None or dtype[1] not in _DTYPE_BYTES or moved is None:
+        if (
+            times is None
+            or shape is None
+            or dtype is None
+            or dtype[1] not in _DTYPE_BYTES
+            or moved is None
+        ):
             moved = None
             continue
         moved += math.prod(shape) * _DTYPE_BYTES[dtype[1]] * times
