@@ -23,6 +23,9 @@ from jaxtune._profiling import llo, llo_figures, mosaic, table
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "v5e"
 
+# Reading these traces starts children: a trace's Mosaic bodies are counted in a child process (mosaic_work.works).
+pytestmark = pytest.mark.child
+
 #: What each fixture ran (its README): calls of the traced function.
 ITERATIONS = {"matmul": 5, "flash_fwd": 3, "flash_grad": 3, "nnx_step": 3, "flash_fwd_llo": 3}
 

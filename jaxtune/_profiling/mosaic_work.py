@@ -27,6 +27,12 @@ runs nothing. Counted per call:
 
 A body that does not parse, or that jaxlib cannot read (no jaxlib, another MLIR
 version), gives no figure, never an error.
+
+Traces are files users share, and jaxlib's MLIR bytecode reader is not hardened: a
+crafted body can abort the process that parses it. So a trace's bodies are parsed in a
+short-lived child process (:func:`works`: one for all the bodies of a report); a body the
+child dies on gives no figure, and the bodies after it are counted by a fresh child.
+:func:`count_body` parses in this process, for bodies this process lowered itself.
 """
 
 from __future__ import annotations
@@ -37,13 +43,25 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
+import pathlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_STEPS", "MosaicWork", "mosaic_work", "work_of_body"]
+__all__ = [
+    "CHILD_TIMEOUT_S",
+    "MAX_CHILDREN",
+    "MAX_STEPS",
+    "MosaicWork",
+    "body_of",
+    "count_body",
+    "works",
+]
 
 #: Bytes per element of the dtypes a Mosaic memref or vector names.
 _DTYPE_BYTES = {
@@ -61,6 +79,13 @@ MAX_STEPS = 1 << 20
 
 #: ``arith.cmpi``'s predicates, by their number in the serialized attribute and by name.
 _PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")
+
+#: How long the child counting a report's bodies may take, all of them together.
+CHILD_TIMEOUT_S = 120
+
+#: Most children started for one report's bodies: each crash costs the body it was reading
+#: and a fresh child for the rest.
+MAX_CHILDREN = 4
 
 #: Most distinct bodies remembered (a program calls one kernel many times).
 _MEMO_SIZE = 256
@@ -89,30 +114,108 @@ class MosaicWork:
             out["bytes_accessed"] = self.bytes_accessed
         return out
 
+    def to_wire(self) -> dict[str, Any]:
+        """The figures as the child sends them (JSON)."""
+        return dataclasses.asdict(self)
 
-def mosaic_work(backend_config: str | bytes) -> MosaicWork | None:
-    """:func:`work_of_body` of a ``tpu_custom_call``'s backend config; ``None`` when the
-    config holds no body, or its body gives no figure."""
+    @classmethod
+    def from_wire(cls, doc: Any) -> MosaicWork | None:
+        """What :meth:`to_wire` wrote; ``None`` for anything else."""
+        if not isinstance(doc, dict):
+            return None
+        try:
+            flops, moved = doc["flops"], doc["bytes_accessed"]
+            if not all(x is None or isinstance(x, int | float) for x in (flops, moved)):
+                return None
+            return cls(
+                flops=None if flops is None else float(flops),
+                bytes_accessed=None if moved is None else float(moved),
+                grid=tuple(int(n) for n in doc["grid"]),
+                matmuls=int(doc["matmuls"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def body_of(backend_config: str | bytes) -> bytes | None:
+    """The Mosaic module (MLIR bytecode) a ``tpu_custom_call``'s backend config carries."""
     try:
         doc = json.loads(backend_config)
-        body = doc["custom_call_config"]["body"]
-        raw = base64.b64decode(body, validate=False)
+        return base64.b64decode(doc["custom_call_config"]["body"], validate=False)
     except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):
         return None
-    return work_of_body(raw)
 
 
-def work_of_body(body: bytes) -> MosaicWork | None:
+def works(bodies: Sequence[bytes]) -> list[MosaicWork | None]:
+    """The work of one call of each Mosaic module in ``bodies`` (``None`` where it gives no
+    figure), counted in a child process, all bodies in one (remembered per body)."""
+    found: dict[bytes, MosaicWork | None] = {}
+    todo: dict[bytes, bytes] = {}
+    for body in bodies:
+        digest = hashlib.sha256(body).digest()
+        if digest in _memo:
+            found[digest] = _memo[digest]
+        else:
+            todo[digest] = body
+    if todo:
+        for digest, work in zip(todo, _in_children(list(todo.values())), strict=True):
+            found[digest] = work
+            if len(_memo) >= _MEMO_SIZE:
+                _memo.pop(next(iter(_memo)))
+            _memo[digest] = work
+    return [found[hashlib.sha256(body).digest()] for body in bodies]
+
+
+def _in_children(bodies: list[bytes]) -> list[MosaicWork | None]:
+    """Each body's work, by children: one reads them in order, printing a line per body;
+    where one dies, the body it was reading gives none and a fresh child reads the rest."""
+    out: list[MosaicWork | None] = [None] * len(bodies)
+    start = 0
+    for _ in range(MAX_CHILDREN):
+        if start >= len(bodies):
+            break
+        answers, finished = _child(bodies[start:])
+        out[start : start + len(answers)] = answers
+        if finished:
+            break
+        start += len(answers) + 1
+    return out
+
+
+def _child(bodies: list[bytes]) -> tuple[list[MosaicWork | None], bool]:
+    """``(the answers a child printed, in order, whether it read every body)``."""
+    payload = json.dumps([base64.b64encode(b).decode("ascii") for b in bodies])
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", __name__],
+            input=payload.encode(),
+            capture_output=True,
+            timeout=CHILD_TIMEOUT_S,
+            env=env,
+            check=False,
+        )
+        printed, finished = done.stdout, done.returncode == 0
+    except subprocess.TimeoutExpired as e:  # a body that hangs the reader: no more tries
+        printed, finished = e.stdout or b"", True
+    except OSError:
+        return [], True
+    answers: list[MosaicWork | None] = []
+    for line in printed.decode("utf-8", "replace").splitlines()[: len(bodies)]:
+        try:
+            answers.append(MosaicWork.from_wire(json.loads(line)))
+        except ValueError:
+            break
+    return answers, finished and len(answers) == len(bodies)
+
+
+def count_body(body: bytes) -> MosaicWork | None:
     """The work of one call of the Mosaic module ``body`` (MLIR bytecode), or ``None``
-    when it does not parse or holds no kernel function (remembered per body)."""
-    digest = hashlib.sha256(body).digest()
-    if digest in _memo:
-        return _memo[digest]
-    found = _count(body)
-    if len(_memo) >= _MEMO_SIZE:
-        _memo.pop(next(iter(_memo)))
-    _memo[digest] = found
-    return found
+    when it does not parse or holds no kernel function, parsed in this process: only for
+    a body this process made (a trace's bodies go through :func:`works`)."""
+    return _count(body)
 
 
 def _count(body: bytes) -> MosaicWork | None:
@@ -515,3 +618,15 @@ def _work(module: Any) -> MosaicWork | None:
         grid=bounds,
         matmuls=tally.matmuls,
     )
+
+
+def _serve() -> None:
+    """The child of :func:`works`: base64 bodies as a JSON list on stdin, one JSON line
+    per body on stdout, each printed before the next is read."""
+    for text in json.load(sys.stdin):
+        work = count_body(base64.b64decode(text))
+        print(json.dumps(None if work is None else work.to_wire()), flush=True)
+
+
+if __name__ == "__main__":
+    _serve()

@@ -23,6 +23,7 @@ from .drops import drop_warnings
 from .events import Walk, device_plane, metadata_kinds, program_ids, walk
 from .hlo import HloModule
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
+from .mosaic_work import works
 from .sidecar import INFO_FILE, recall, remember
 from .timeline import TimelineSpan
 from .totals import OpKind
@@ -353,16 +354,24 @@ def _with_mosaic_kernels(info: CaptureInfo, modules: Mapping[int, HloModule]) ->
 def mosaic_counts(modules: Mapping[int, HloModule]) -> dict[str, dict[str, float]]:
     """Pallas kernel name -> the per-call FLOPs and bytes its Mosaic body counts to
     (:mod:`.mosaic_work`), for the kernels without a cost estimate of their own (one per
-    name: kernels of one name whose bodies count differently get none)."""
+    name: kernels of one name whose bodies count differently get none). The bodies are
+    parsed in one child process (:func:`.mosaic_work.works`): a crafted body cannot crash
+    this one."""
+    sites = [
+        (ins.kernel_name, ins.mosaic_body)
+        for module in modules.values()
+        for ins in module.instructions.values()
+        if ins.kernel_name is not None and ins.mosaic_body is not None
+    ]
     found: dict[str, dict[str, float] | None] = {}
-    for module in modules.values():
-        for ins in module.instructions.values():
-            if ins.kernel_name is None or ins.work is None:
-                continue
-            cost = ins.work.as_cost()
-            before = found.setdefault(ins.kernel_name, cost)
-            if before != cost:
-                found[ins.kernel_name] = None
+    counted = works([body for _, body in sites]) if sites else []
+    for (name, _), work in zip(sites, counted, strict=True):
+        if work is None:
+            continue
+        cost = work.as_cost()
+        before = found.setdefault(name, cost)
+        if before != cost:
+            found[name] = None
     return {name: cost for name, cost in found.items() if cost}
 
 
