@@ -349,8 +349,8 @@ def _mutants(body: bytes, count: int, seed: int) -> list[bytes]:
 
 
 def test_a_mutated_body_never_crashes_the_reading_process():
-    """Traces are shared files; jaxlib's bytecode reader is not hardened (on jaxlib 0.10.2
-    two of these 300 mutants of a real kernel's body abort the process that parses them:
+    """Traces are shared files; jaxlib's bytecode reader is not hardened (on jaxlib 0.10.2 and
+    0.12 two of these 300 mutants of a real kernel's body abort the process that parses them:
     nanobind's ``str_from_cstr_and_size(): conversion error!``). The report's reader parses
     them in a child: every mutant gives a figure or none, this process lives on, and a
     body after one the child died on is still counted."""

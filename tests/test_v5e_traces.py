@@ -468,3 +468,23 @@ def test_a_tpu_trace_without_llo_data_starts_no_child(monkeypatch):
     got = llo.attach(jaxtune.Profile.from_trace(path), path, python=sys.executable).llo
     assert got is not None and not got["success"]
     assert got["line"].startswith("the trace holds no LLO data (no llo_proto stat")
+
+
+def test_json_says_how_far_each_kernel_is_from_the_peaks():
+    """Issue 58: `report --json` carries % of peak, over-peak and the roofline floor per
+    kernel, as the rates and the device's peaks give them; the backward kernels' bytes,
+    counted copy by copy, are no longer over the peak bandwidth."""
+    p = jaxtune.Profile.from_trace(FIXTURES / "flash_grad.xplane.pb")
+    doc = json.loads(p.to_json())
+    flops_peak, bytes_peak = 197e12, 819e9
+    rows = {k["name"]: k for k in doc["kernels"]}
+    for k in doc["kernels"]:
+        assert k["compute_peak"] == pytest.approx(k["flops_per_s"] / flops_peak)
+        assert k["memory_peak"] == pytest.approx(k["bytes_per_s"] / bytes_peak)
+        over = [n for n, f in (("flops", k["compute_peak"]), ("bytes", k["memory_peak"])) if f > 1]
+        assert k["over_peak"] == over
+        floor = max(k["flops"] / flops_peak, k["bytes_accessed"] / bytes_peak) * 1e6
+        assert k["floor_us"] == pytest.approx(floor)
+        assert k["floor_share"] == pytest.approx(floor / k["total_us"])
+    for name in ("_flash_attention_dkv_kernel", "_flash_attention_dq_kernel"):
+        assert rows[name]["flops_source"] == "mosaic" and rows[name]["over_peak"] == []
