@@ -26,7 +26,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-__all__ = ["PEAKS", "Peak", "bound_by", "over_peak", "peak_for"]
+__all__ = ["PEAKS", "Peak", "bound_by", "floor_seconds", "over_peak", "peak_for", "peak_share"]
 
 Bound = Literal["compute", "memory", "unknown"]
 
@@ -124,3 +124,32 @@ def over_peak(
     if bytes_per_s is not None and bytes_per_s > peak.bytes_per_s:
         over.append("bytes")
     return tuple(over)
+
+
+def peak_share(rate: float | None, peak_rate: float | None) -> float | None:
+    """An achieved rate as a fraction of the device's peak rate (``1.0`` is the peak;
+    above it, the count divided overstates the work: :func:`over_peak`).
+
+    Examples:
+        >>> peak_share(98.5e12, peak_for("TPU v5 lite").flops_per_s)
+        0.5
+    """
+    if rate is None or not peak_rate:
+        return None
+    return rate / peak_rate
+
+
+def floor_seconds(
+    flops: float | None, bytes_accessed: float | None, peak: Peak | None
+) -> float | None:
+    """The roofline floor of some work: the time the device needs at its peaks, the
+    longer of its FLOPs at peak compute and its bytes at peak bandwidth; ``None``
+    without peaks or without either count.
+
+    Examples:
+        >>> floor_seconds(197e12, 819e9 / 2, peak_for("TPU v5 lite"))
+        1.0
+    """
+    if peak is None or not (flops or bytes_accessed):
+        return None
+    return max((flops or 0.0) / peak.flops_per_s, (bytes_accessed or 0.0) / peak.bytes_per_s)

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 Owner = _markers.Owner
-Provenance = Literal["cost_estimate", "hint", "xla", "shapes", "none"]
+Provenance = Literal["cost_estimate", "mosaic", "hint", "xla", "shapes", "mixed", "none"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,10 +50,18 @@ class KernelStat:
     call, given only where the trace shows each call as one run of events (not for an
     interpret-mode kernel, whose pieces interleave on host threads). ``flops``/``bytes_accessed`` are totals over all calls,
     and ``flops_source`` says where they came from: ``"cost_estimate"`` (the kernel's own),
-    ``"hint"`` (``@autotuned(flops=..., bytes=...)``), ``"xla"`` (XLA's cost analysis in
-    the trace), ``"shapes"`` (bytes only: the operands and results of a Pallas kernel) or
-    ``"none"``. ``bound_by`` is ``"compute"``, ``"memory"`` or
-    ``"unknown"`` against the device's peaks. ``config`` is the config an autotuned kernel
+    ``"mosaic"`` (counted from a Mosaic TPU kernel's body: its matmuls and its blocks'
+    copies, :mod:`.mosaic_work`), ``"hint"`` (``@autotuned(flops=..., bytes=...)``),
+    ``"xla"`` (XLA's cost analysis in the trace), ``"shapes"`` (bytes only: the operands
+    and results of a Pallas kernel), ``"mixed"`` (an autotuned kernel's total over parts
+    whose figures came from several of these) or ``"none"``. ``bound_by`` is
+    ``"compute"``, ``"memory"`` or ``"unknown"`` against the device's peaks.
+    ``compute_peak``/``memory_peak`` are the achieved FLOP/s and bytes/s as fractions of
+    the device's peaks (``1.0`` is the peak); ``over_peak`` names the rates above it
+    (``"flops"``, ``"bytes"``): no chip runs past its peak, so such a count overstates
+    the work. ``floor_us`` is the roofline floor of all calls: the time the device needs
+    for the flops and bytes at its peaks (:func:`jaxtune._core.roofline.floor_seconds`);
+    ``floor_share`` that floor over ``total_us``, how close the kernel runs to it. ``config`` is the config an autotuned kernel
     ran with, and ``speedup`` what tuning measured it gained over the default config
     (``None`` when not tuned, or for a trace read without its capture).
 
@@ -89,11 +97,32 @@ class KernelStat:
     name_stack: str | None = None
     program: str | None = None
     call_site: str | None = None
+    compute_peak: float | None = None
+    memory_peak: float | None = None
+    over_peak: tuple[str, ...] = ()
+    floor_us: float | None = None
+    floor_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["config"] = dict(self.config) if self.config is not None else None
+        out["over_peak"] = list(self.over_peak)
         return out
+
+    def with_peaks(self, peak: _roofline.Peak | None) -> KernelStat:
+        """This stat with its figures against ``peak``: the bound, the shares of the
+        peaks, the rates above them and the roofline floor."""
+        floor = _roofline.floor_seconds(self.flops, self.bytes_accessed, peak)
+        floor_us = floor * 1e6 if floor is not None else None
+        return dataclasses.replace(
+            self,
+            bound_by=_roofline.bound_by(self.flops, self.bytes_accessed, peak),
+            compute_peak=_roofline.peak_share(self.flops_per_s, peak.flops_per_s if peak else None),
+            memory_peak=_roofline.peak_share(self.bytes_per_s, peak.bytes_per_s if peak else None),
+            over_peak=_roofline.over_peak(self.flops_per_s, self.bytes_per_s, peak),
+            floor_us=floor_us,
+            floor_share=floor_us / self.total_us if floor_us and self.total_us else None,
+        )
 
 
 def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -291,6 +320,7 @@ class Context:
     iterations: int = 0
     per_step: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
     costs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    mosaic: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     io_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -353,6 +383,13 @@ def _cost(
     if exact and per_call and (per_call.get("flops") or per_call.get("bytes_accessed")):
         flops = per_call.get("flops", 0.0) * calls or None
         return flops, per_call.get("bytes_accessed", 0.0) * calls or None, "cost_estimate"
+    counted = ctx.mosaic.get(name) if kind == "pallas" and name is not None else None
+    if exact and counted:
+        return (
+            counted.get("flops", 0.0) * calls or None,
+            counted.get("bytes_accessed", 0.0) * calls or None,
+            "mosaic",
+        )
     if exact and hint:
         return (
             hint.get("flops", 0.0) * calls or None,
@@ -396,7 +433,7 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
     source = None
     if op is None:
         source = ctx.sources.get(name or "") or ctx.sources.get(kernel_id or "")
-    return KernelStat(
+    stat = KernelStat(
         name=owner.label,
         kind=kind,
         target=t.target,
@@ -423,6 +460,7 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
         program=_program_name(op, ctx) if op is not None else None,
         call_site=ctx.call_sites.get(name) if kind != "xla" and name is not None else None,
     )
+    return stat.with_peaks(ctx.peak)
 
 
 def _program_name(op: OpKind, ctx: Context) -> str | None:
@@ -449,6 +487,7 @@ def attribute(
     host_trace: bool = False,
     configs: Mapping[str, Mapping[str, Any]] | None = None,
     programs: Mapping[int, str] | None = None,
+    mosaic: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
     """``(kernels, ops, total device µs)`` of a walked plane (its owners by
     :func:`classifier`), each list sorted by share.
@@ -461,7 +500,9 @@ def attribute(
     steps the trace holds; ``host_trace`` that the ops ran on host threads (CPU), where an
     interpret-mode kernel's events interleave and cannot be counted as calls; ``configs``
     a jaxtune kernel id to the config it ran with and its tuned ``speedup``; ``programs``
-    a program id to its module's name.
+    a program id to its module's name; ``mosaic`` a Pallas kernel name to the per-call
+    ``flops``/``bytes_accessed`` its Mosaic body counts to (:mod:`.mosaic_work`), used
+    where the kernel declares no cost estimate.
     """
     per_step: dict[str, int | None] = dict(autotuned or {})
     all_costs = dict(costs or {})
@@ -478,6 +519,7 @@ def attribute(
         iterations=iterations,
         per_step=per_step,
         costs=all_costs,
+        mosaic=mosaic or {},
         hints=hints or {},
         sources=sources or {},
         io_bytes=io_bytes,

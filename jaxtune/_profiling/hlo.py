@@ -15,6 +15,7 @@ from typing import Any
 from .._core.xspace import schema as _schema
 from .._core.xspace.xplane import DecodeError, decode, text
 from . import mosaic as _mosaic
+from .mosaic_work import body_of
 
 __all__ = [
     "Frame",
@@ -109,7 +110,9 @@ class HloInstruction:
     """One compiled HLO instruction; ``frames`` are outermost first, ``computation`` is
     the id of the computation holding it, ``calls`` those it calls, ``operands`` the
     names of the instructions whose values it takes. A Mosaic TPU custom call also
-    carries its Pallas kernel's name and cost estimate (:mod:`.mosaic`)."""
+    carries its Pallas kernel's name and cost estimate (:mod:`.mosaic`), and, when it
+    declares no estimate, its Mosaic body (``mosaic_body``, MLIR bytecode: its work is
+    counted from it, :mod:`.mosaic_work`)."""
 
     name: str
     opcode: str
@@ -121,6 +124,7 @@ class HloInstruction:
     operands: tuple[str, ...] = ()
     kernel_name: str | None = None
     cost_estimate: dict[str, float] | None = None
+    mosaic_body: bytes | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -202,13 +206,15 @@ def _instruction(
         frames = (Frame(file=text(meta.source_file), line=meta.source_line, function=""),)
     target = text(ins.custom_call_target) or None
     config = bytes(ins.backend_config) if target == _mosaic.TARGET else b""
+    estimate = _mosaic.cost_estimate(config) if config else None
     return HloInstruction(
         name=text(ins.name),
         opcode=text(ins.opcode),
         op_name=text(meta.op_name),
         target=target,
         kernel_name=_mosaic.kernel_name(config) if config else None,
-        cost_estimate=_mosaic.cost_estimate(config) if config else None,
+        cost_estimate=estimate,
+        mosaic_body=body_of(config) if config and not estimate else None,
         frames=frames,
         calls=tuple(ins.called_computation_ids),
         computation=computation,

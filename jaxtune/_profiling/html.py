@@ -407,6 +407,7 @@ def profile_html(profile: Any, top: int = 50) -> str:
         _kernel_table(table) if table.rows else "<p>No Pallas or jaxtune kernel ran.</p>",
         *_bound_notes(kernels, profile.device_kind),
         *_notes(table.peak_notes),
+        *_notes(table.floors),
         *_tuned_section(kernels, profile.calls),
         *_intra_section(profile),
     ]

@@ -23,6 +23,7 @@ from .drops import drop_warnings
 from .events import Walk, device_plane, metadata_kinds, program_ids, walk
 from .hlo import HloModule
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
+from .mosaic_work import works
 from .sidecar import INFO_FILE, recall, remember
 from .timeline import TimelineSpan
 from .totals import OpKind
@@ -32,6 +33,7 @@ __all__ = [
     "INTERNAL_FAULT",
     "Profile",
     "TimelineSpan",
+    "mosaic_counts",
     "read_space",
     "report_from_trace",
     "timeline_of",
@@ -280,6 +282,7 @@ def _profile(
         }
         info = dataclasses.replace(info, claims=claims)
     info = _with_mosaic_kernels(info, modules)
+    counted = mosaic_counts(modules)
     owner_of = classifier(
         kernels=info.kernels,
         fusions=info.fusions or None,
@@ -293,7 +296,9 @@ def _profile(
     platform = info.platform or normalise_platform(plane.name) or "cpu"
     device_kind = info.device_kind or _device_kind_of(space, plane)
     names = {pid: m.name for pid, m in modules.items() if m.name}
-    kernels, ops, total_us = _attribute(walked, plane, device_kind, info, iterations, names)
+    kernels, ops, total_us = _attribute(
+        walked, plane, device_kind, info, iterations, names, counted
+    )
     if any(not k.calls_exact for k in kernels):
         notes.append(ROUGH_CALLS)
     timings = dict(info.timings)
@@ -346,6 +351,30 @@ def _with_mosaic_kernels(info: CaptureInfo, modules: Mapping[int, HloModule]) ->
     return dataclasses.replace(info, claims=claims, costs=costs)
 
 
+def mosaic_counts(modules: Mapping[int, HloModule]) -> dict[str, dict[str, float]]:
+    """Pallas kernel name -> the per-call FLOPs and bytes its Mosaic body counts to
+    (:mod:`.mosaic_work`), for the kernels without a cost estimate of their own (one per
+    name: kernels of one name whose bodies count differently get none). The bodies are
+    parsed in one child process (:func:`.mosaic_work.works`): a crafted body cannot crash
+    this one."""
+    sites = [
+        (ins.kernel_name, ins.mosaic_body)
+        for module in modules.values()
+        for ins in module.instructions.values()
+        if ins.kernel_name is not None and ins.mosaic_body is not None
+    ]
+    found: dict[str, dict[str, float] | None] = {}
+    counted = works([body for _, body in sites]) if sites else []
+    for (name, _), work in zip(sites, counted, strict=True):
+        if work is None:
+            continue
+        cost = work.as_cost()
+        before = found.setdefault(name, cost)
+        if before != cost:
+            found[name] = None
+    return {name: cost for name, cost in found.items() if cost}
+
+
 def _inside_kernels(
     plane: _xplane.Plane,
     owner_of: Callable[[OpKind], Owner],
@@ -365,8 +394,10 @@ def _attribute(
     info: CaptureInfo,
     iterations: int,
     programs: Mapping[int, str],
+    counted: Mapping[str, Mapping[str, float]],
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
-    """:func:`attribute` with everything the capture (or its sidecar) knows."""
+    """:func:`attribute` with everything the capture (or its sidecar) knows, and what
+    the Mosaic bodies count to (``counted``)."""
     return attribute(
         walked,
         plane_stats=plane.stats,
@@ -380,6 +411,7 @@ def _attribute(
         host_trace=plane.name == "/host:CPU",
         configs=info.configs or None,
         programs=programs,
+        mosaic=counted or None,
     )
 
 

@@ -15,6 +15,7 @@ from .llo_figures import lines as llo_lines
 
 __all__ = [
     "AROUND",
+    "BOUND_COLUMN",
     "BOUND_HELP",
     "NUMBERS",
     "OVER_PEAK",
@@ -22,13 +23,16 @@ __all__ = [
     "autotuned_total",
     "config_text",
     "device_text",
+    "floor_line",
     "format_profile",
     "kernel_table",
     "kernel_tree",
     "op_rows",
     "part_labels",
     "peak_footnote",
+    "peak_line",
     "peak_notes",
+    "percent",
     "scope_rows",
     "shorten_left",
     "shown_kind",
@@ -60,6 +64,9 @@ BOUND_HELP = {
 
 #: The columns of :func:`stat_rows` that hold numbers (never wrapped).
 NUMBERS = (2, 3, 4, 5, 6, 7)
+
+#: The column of :func:`stat_rows` that holds the bound.
+BOUND_COLUMN = 8
 
 
 def unknown_bound_reasons(stat: KernelStat) -> tuple[str, ...]:
@@ -125,6 +132,41 @@ def stat_rows(
     return header, rows
 
 
+def percent(share: float | None) -> str:
+    """A fraction of a peak as a percentage (``-`` for none)."""
+    if share is None:
+        return "-"
+    return f"{share:.0%}" if share >= 0.1 else f"{share:.1%}"
+
+
+def peak_line(stat: KernelStat, name: str) -> str | None:
+    """A kernel row's rates as shares of the device's peaks, as the line under the
+    kernels table shows them (``"name: 29% of peak FLOP/s, 117%! of peak bandwidth"``,
+    marked above the peak); ``None`` for a row with neither."""
+    parts = []
+    if stat.compute_peak is not None:
+        mark = OVER_PEAK if "flops" in stat.over_peak else ""
+        parts.append(f"{percent(stat.compute_peak)}{mark} of peak FLOP/s")
+    if stat.memory_peak is not None:
+        mark = OVER_PEAK if "bytes" in stat.over_peak else ""
+        parts.append(f"{percent(stat.memory_peak)}{mark} of peak bandwidth")
+    return f"{name}: {', '.join(parts)}" if parts else None
+
+
+def floor_line(stat: KernelStat) -> str | None:
+    """How close a kernel runs to its roofline floor, per call: ``"<name>: x % of the
+    roofline floor: the floor is y us, it takes z us"`` (x is the floor over the time
+    taken); ``None`` without a floor."""
+    if stat.floor_us is None or stat.floor_share is None or not stat.calls:
+        return None
+    floor = stat.floor_us / stat.calls
+    return (
+        f"{stat.name}: {percent(stat.floor_share)} of the roofline floor: the floor is "
+        f"{units.duration(floor)}, it takes {units.duration(stat.mean_us)} (per call; "
+        f"flops and bytes from {stat.flops_source})"
+    )
+
+
 #: The mark after a FLOP/s or B/s figure above the device's peak.
 OVER_PEAK = "!"
 
@@ -137,6 +179,9 @@ _OVERCOUNT = {
         "cost_estimate, which may count work the kernel skips (a causal kernel's masked "
         "blocks)",
         "hint": "FLOPs from the @autotuned flops= hint, which may count more than the kernel does",
+        "mosaic": "FLOPs counted from the kernel's Mosaic body, which counts both branches "
+        "of a condition (a causal kernel's masked blocks) as taken",
+        "mixed": "FLOPs summed over the kernel's parts",
     },
     "bytes": {
         "cost_estimate": "bytes from the kernel's own cost_estimate, which may count "
@@ -146,6 +191,10 @@ _OVERCOUNT = {
         "broadcast's whole buffer)",
         "hint": "bytes from the @autotuned bytes= hint",
         "shapes": "bytes from the operands' and results' sizes",
+        "mosaic": "bytes counted from the kernel's Mosaic body, which counts a block as "
+        "copied at every grid step whose index its index map reads, even where the index "
+        "stays the same (a causal kernel's clamped blocks)",
+        "mixed": "bytes summed over the kernel's parts",
     },
 }
 
@@ -234,21 +283,24 @@ def autotuned_total(
     """One jaxtune kernel over everything it ran (its Pallas kernels and its own ops): time
     and share summed; calls those of its own row (the program's call sites, else its
     busiest Pallas kernel's calls); FLOPs and bytes summed where every part has them from
-    one source, else none."""
+    one source (``"mixed"`` where they came from several), else none; against ``peak``."""
     own = next((k for k in inside if k.kind != "pallas"), None)
     calls = own.calls if own is not None else max(k.calls for k in inside)
     total = sum(k.total_us for k in inside)
     sources = {k.flops_source for k in inside}
-    whole = len(sources) == 1
-    flops = sum(k.flops or 0.0 for k in inside) if whole and all(k.flops for k in inside) else None
+    pallas = [k for k in inside if k.kind == "pallas"]
+    # Its own ops outside the Pallas calls count where XLA gave them a figure.
+    counted = [k for k in inside if k.kind == "pallas" or k.flops or k.bytes_accessed]
+    flops = sum(k.flops or 0.0 for k in counted) if all(k.flops for k in pallas) else None
     bytes_ = (
-        sum(k.bytes_accessed or 0.0 for k in inside)
-        if whole and all(k.bytes_accessed for k in inside)
+        sum(k.bytes_accessed or 0.0 for k in counted)
+        if all(k.bytes_accessed for k in pallas)
         else None
     )
     seconds = total * 1e-6
     ran = next((k for k in inside if k.config is not None), None)
-    return KernelStat(
+    source = next(iter(sources)) if len(sources) == 1 else "mixed"
+    head = KernelStat(
         name=kernel_id,
         kind="autotuned",
         kernel_id=kernel_id,
@@ -257,16 +309,21 @@ def autotuned_total(
         total_us=total,
         mean_us=total / max(calls, 1),
         share=sum(k.share for k in inside),
-        flops=flops,
-        bytes_accessed=bytes_,
+        flops=flops or None,
+        bytes_accessed=bytes_ or None,
         flops_per_s=flops / seconds if flops and seconds else None,
         bytes_per_s=bytes_ / seconds if bytes_ and seconds else None,
         intensity=flops / bytes_ if flops and bytes_ else None,
-        bound_by=_roofline.bound_by(flops, bytes_, peak),
-        flops_source=next(iter(sources)) if flops or bytes_ else "none",
+        flops_source=source if flops or bytes_ else "none",
         config=ran.config if ran is not None else None,
         speedup=ran.speedup if ran is not None else None,
-    )
+    ).with_peaks(peak)
+    floors = [k.floor_us for k in counted]
+    if head.floor_us is None or any(f is None for f in floors):
+        return head
+    # The parts run one after another: the floor is the sum of theirs.
+    floor = sum(f or 0.0 for f in floors)
+    return dataclasses.replace(head, floor_us=floor, floor_share=floor / total if total else None)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -287,6 +344,9 @@ class KernelTable:
     kernels: tuple[KernelStat, ...]
     #: :func:`peak_notes` for the rows' marked figures.
     peak_notes: tuple[str, ...]
+    #: :func:`peak_line` of each row with a rate, then :func:`floor_line` of each
+    #: autotuned kernel shown (its head row) that has a floor.
+    floors: tuple[str, ...]
     groups: int
     shown_groups: int
 
@@ -308,7 +368,7 @@ def kernel_table(
     )
     for row, stat, head in zip(rows, stats, heads, strict=True):
         if head and stat.bound_by == "unknown":
-            row[8] = "-"  # its parts' rows say why
+            row[BOUND_COLUMN] = "-"  # its parts' rows say why
     names = [
         f"{stat.name} {AROUND}" if name.strip() == AROUND else name.strip()
         for stat, name, _ in tree
@@ -321,6 +381,18 @@ def kernel_table(
         beneath=tuple(beneath),
         kernels=tuple(stat for stat, head in zip(stats, heads, strict=True) if not head),
         peak_notes=tuple(peak_notes(stats, peak, names=names)),
+        floors=(
+            *(
+                line
+                for stat, name in zip(stats, names, strict=True)
+                if (line := peak_line(stat, name))
+            ),
+            *(
+                line
+                for stat, head in zip(stats, heads, strict=True)
+                if head and (line := floor_line(stat)) is not None
+            ),
+        ),
         groups=len(groups),
         shown_groups=len(shown),
     )
@@ -569,6 +641,9 @@ def format_profile(profile: Any, top: int = 20) -> str:
         ]
         parts += _footnote(kernels, profile.device_kind)
         parts += [x for note in table.peak_notes for x in text.paragraph(note)]
+        if table.floors:
+            parts += ["", "how far each kernel is from the device's peaks"]
+            parts += [x for line in table.floors for x in text.paragraph(line)]
         header, rows = site_rows(kernels)
         if rows:
             parts += ["", "kernel sources", text.table(header, rows)]
