@@ -43,7 +43,7 @@ def _entries() -> dict[str, Entry]:
 def _check_against_truth(name: str, entry: Entry, values, *, source: str) -> None:
     """The stored config is within 1.10x of the best measured here on ``values``, the
     configs differ by at least 1.5x there, the sweep's time for the stored config is within
-    2x of its call's here (calls of 300 us and more), and the entry says where the values
+    4x of its call's here (calls of 300 us and more), and the entry says where the values
     came from."""
     truth = vk.truth_us(name, values)
     best = min(truth.values())
@@ -52,13 +52,14 @@ def _check_against_truth(name: str, entry: Entry, values, *, source: str) -> Non
     assert truth[stored] <= 1.10 * best, (name, stored, truth)
     # Made-up values put the sweep's time 10x to 50x below the call's for the kernels
     # that walk thousands of rows (bench/bench_values.py). On this virtual machine the
-    # same call's time moves by up to 1.7x between the sweep's child and this process
-    # (two pytest workers load the cores unevenly), so the bound is 2x: it tells the
-    # program's work from made-up work, not 10 %. A call of tens of microseconds here is
+    # same call's time moves by over 2x between the sweep's child and this process when
+    # other work loads the cores unevenly (0.47x beside two busy processes), so the bound
+    # is 4x: it tells the program's work from made-up work, not 10 %. A call of tens of
+    # microseconds here is
     # mostly jit's dispatch, which a sweep's compiled call skips (the sweep times 0.3x to
     # 0.5x of it): for those, the stored config above is the check.
     if truth[stored] >= 300:
-        assert 1 / 2 <= entry.time_us / truth[stored] <= 2, (name, entry, truth)
+        assert 1 / 4 <= entry.time_us / truth[stored] <= 4, (name, entry, truth)
     value_arg = vk.CALLS[name][0]
     about = entry.values["arguments"][value_arg]
     assert about["source"] == source, entry.values
