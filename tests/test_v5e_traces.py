@@ -20,6 +20,7 @@ from test_llo import HAS_XPROF, XPROF_PYTHON
 import jaxtune
 from jaxtune._core.xspace import xplane
 from jaxtune._profiling import llo, llo_figures, mosaic, table
+from jaxtune._render import units
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "v5e"
 
@@ -307,6 +308,7 @@ def test_llo_child_analyses_only_the_profiled_programs(tmp_path, monkeypatch, de
     assert {name for what, name in lines if what != "analyze_llo"} == {REAL[0]}
     (kernel,) = got["kernels"]
     assert kernel["kernel"] == "_flash_attention_kernel" and kernel["llo_module"] == REAL[0]
+    _leads_with_the_pallas_kernel(path, got)
     # The decoy matched the prefix inside another program's name: left out, and with it
     # the answer's histogram and registers, which span it.
     assert got["total_instructions"] == 1713
@@ -345,6 +347,29 @@ def test_real_xprof_analyses_the_profiled_program_alone():
     # The program's own totals (the whole trace's are 54936 instructions over 15 modules).
     assert got["total_instructions"] == 1206 and got["unique_registers"] == 125
     assert "(14 LLO modules of other programs left out)" in got["line"]
+    _leads_with_the_pallas_kernel(path, got)
+
+
+def _leads_with_the_pallas_kernel(path, got):
+    """The LLO section of the flash_fwd_llo report: its one Pallas kernel first, named
+    under its autotuned kernel, with the device time of its kernel row, in ``--json``
+    and in the text (issue 58 item 4)."""
+    p = jaxtune.Profile.from_trace(path)
+    (row,) = [k for k in p.kernels if k.kind == "pallas"]
+    # Its autotuned kernel, as the kernels table's head row names it.
+    owner = [k.name for k in p.kernels if k.kind == "autotuned" and k.kernel_id == row.kernel_id]
+    name = owner[0] if owner else row.kernel_id
+    assert name and f"\n{name} " in p.table()
+    first = got["kernels"][0]
+    assert (first["hlo_op"], first["pallas"], first["autotuned"]) == (row.hlo_op, True, name)
+    assert first["device_us"] == row.total_us and got["pallas_kernels"] == 1
+    assert "1 Pallas kernel(s) and 0 other module(s) of jit_flash" in got["line"]
+    text = dataclasses.replace(p, llo=got).table().splitlines()
+    at = text.index(f"llo: {got['line']}")
+    assert text[at + 1].startswith(
+        f"  {name}: {row.name} ({row.hlo_op}): {units.duration(row.total_us)} on the device; "
+    )
+    assert not any("other module" in line for line in text[at + 1 :])  # none to leave out
 
 
 def test_llo_of_other_programs_alone_is_not_analysed():

@@ -613,9 +613,10 @@ def _scope_lines(scopes: Sequence[ScopeStat], top: int) -> list[str]:
     return lines
 
 
-def format_profile(profile: Any, top: int = 20) -> str:
-    """The summary line, the ``top`` kernels (then where their code is), the ``top`` XLA
-    ops with their name stacks, the ``top`` scopes of the scope view, then notes."""
+def format_profile(profile: Any, top: int = 20, *, llo_all: bool = False) -> str:
+    """The summary line, the ``top`` kernels (then where their code is), the LLO section
+    (every module with ``llo_all``, else :func:`.llo_figures.lines`' default), the ``top``
+    XLA ops with their name stacks, the ``top`` scopes of the scope view, then notes."""
     device = device_text(profile.platform, profile.device_kind)
     if profile.iterations:
         summary = (
@@ -655,7 +656,7 @@ def format_profile(profile: Any, top: int = 20) -> str:
     for intra in getattr(profile, "intrakernel", ()):
         parts += ["", *intra.summary()]
     if getattr(profile, "llo", None):
-        parts += ["", *llo_lines(profile.llo)]
+        parts += ["", *(llo_lines(profile.llo, None) if llo_all else llo_lines(profile.llo))]
     ops = list(profile.ops[:top])
     if ops:
         header, rows = op_rows(ops, peak=peak)
