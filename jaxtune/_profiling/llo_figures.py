@@ -43,7 +43,7 @@ MODELLED = "modelled static schedule, not measured"
 OTHER_MODULES = 10
 
 #: Where the modules a text report leaves out are listed.
-ALL_MODULES = '"llo" in --json, or jaxtune report --llo-all'
+ALL_MODULES = 'all in "llo" of --json and of a capture\'s report.json, or jaxtune report --llo-all'
 
 _TOP = 10
 
