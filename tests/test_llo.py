@@ -5,6 +5,7 @@ cannot."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import importlib.util
 import json
 import os
@@ -325,6 +326,21 @@ def test_the_llo_section_leads_with_the_pallas_kernels_then_the_heaviest_modules
     assert ("\n".join(text) in profile.table()) and (
         "\n".join(every) in profile.table(llo_all=True)
     )
+
+
+def test_the_html_page_shows_the_llo_section_as_the_text_does(tmp_path):
+    pytest.importorskip("matplotlib", reason="the HTML page needs jaxtune[plots]")
+    answer, times = _program(llo_figures.OTHER_MODULES + 4)
+    got = llo_figures.summary(answer, {}, {"custom-call.1": "flash"}, device_us=times)
+    profile = dataclasses.replace(jaxtune.Profile.from_trace(_write(tmp_path, CPU)), llo=got)
+    page = html.unescape(profile.to_html())
+    shown = llo_figures.lines(got)
+    assert shown[-1].startswith("  ... and ")
+    for line in shown:
+        assert f">{line.strip()}</p>" in page
+    # The modules the text leaves out, the page leaves out too.
+    for line in llo_figures.lines(got, None):
+        assert (f">{line.strip()}</p>" in page) == (line in shown), line
 
 
 FAKE_PLUGIN = """
