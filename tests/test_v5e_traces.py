@@ -596,6 +596,16 @@ def test_peak_and_floor_lines_in_the_text_and_the_page_match_the_json(fixture):
             )
             sources = {k["flops_source"] for k in rows}
             assert line["source"] == (sources.pop() if len(sources) == 1 else "mixed")
+            # --json's own entry for the whole says the same.
+            (entry,) = [k for k in doc["autotuned_kernels"] if k["kernel_id"] == kernel_id]
+            assert entry["floor_us"] == pytest.approx(floor)
+            assert entry["floor_share"] == pytest.approx(floor / total)
+            assert entry["compute_peak"] == pytest.approx(flops / peak["flops_per_s"])
+            assert entry["memory_peak"] == pytest.approx(bytes_ / peak["bytes_per_s"])
+            assert entry["flops_source"] == line["source"]
+            assert entry["total_us"] == pytest.approx(total)
+            assert bool(whole["flops_over"] or whole["bytes_over"]) == bool(entry["over_peak"])
             wholes.append(kernel_id)
         # Each fixture ran one autotuned kernel, with its own ops beside its Pallas calls.
-        assert wholes == list(floors) and len(wholes) == 1
+        assert wholes == list(floors) == [k["kernel_id"] for k in doc["autotuned_kernels"]]
+        assert len(wholes) == 1

@@ -130,7 +130,12 @@ class Profile:
         return profile_html(self, top)
 
     def to_json(self) -> str:
-        """A stable JSON document (schema 1)."""
+        """A stable JSON document (schema 1). ``autotuned_kernels``: each autotuned kernel
+        that ran a Pallas kernel, over everything it ran, as the kernels table's head row
+        totals it (:func:`.table.autotuned_wholes`): its % of the peaks, over-peak flags
+        and roofline floor."""
+        from .table import autotuned_wholes
+
         doc = {
             "schema": 1,
             "platform": self.platform,
@@ -145,6 +150,7 @@ class Profile:
             "notes": list(self.notes),
             "timings": dict(self.timings),
             "kernels": [k.to_dict() for k in self.kernels],
+            "autotuned_kernels": [k.to_dict() for k in autotuned_wholes(self.kernels, self.peak)],
             "ops": [o.to_dict() for o in self.ops],
             "scopes": [g.to_dict() for g in self.scopes],
             "timeline": [dataclasses.asdict(t) for t in self.timeline],

@@ -21,6 +21,7 @@ __all__ = [
     "OVER_PEAK",
     "KernelTable",
     "autotuned_total",
+    "autotuned_wholes",
     "config_text",
     "device_text",
     "floor_line",
@@ -275,6 +276,19 @@ def kernel_tree(
         groups.append(rows)
     groups.sort(key=lambda g: (-g[0][0].share, g[0][1]))
     return groups
+
+
+def autotuned_wholes(
+    kernels: Sequence[KernelStat], peak: _roofline.Peak | None = None
+) -> tuple[KernelStat, ...]:
+    """Each autotuned kernel that ran a Pallas kernel, over everything it ran: the kernels
+    table's head rows (:func:`autotuned_total`), in the table's order. (A ``kernels`` row
+    of kind ``autotuned`` is only its own ops outside its Pallas calls.)"""
+    return tuple(
+        group[0][0]
+        for group in kernel_tree(kernels, peak)
+        if len(group) > 1 and group[0][2] == "autotuned"
+    )
 
 
 def autotuned_total(
