@@ -4,9 +4,12 @@ cannot."""
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import importlib.util
 import json
 import os
+import random
 import sys
 
 import pytest
@@ -16,7 +19,8 @@ from jax.profiler import ProfileData
 import jaxtune
 from jaxtune._cli import main as cli_main
 from jaxtune._core.xspace import xplane
-from jaxtune._profiling import llo
+from jaxtune._profiling import llo, llo_figures
+from jaxtune._render import units
 
 #: A TPU-shaped trace, its line at epoch scale as real ones are; ``%s`` is the
 #: /host:metadata plane's stats (an llo_proto or none).
@@ -210,7 +214,6 @@ STATIC = {
 
 
 def test_per_kernel_figures_from_xprofs_answers():
-    from jaxtune._profiling import llo_figures
 
     got = llo_figures.summary(ANSWER, {"custom-call.1": STATIC}, {"custom-call.1": "flash"})
     assert got["success"] is True
@@ -226,7 +229,10 @@ def test_per_kernel_figures_from_xprofs_answers():
     assert k["spills"]["total_spill_bytes"] == 4096 and k["spills"]["static_fill_bundles"] == 5
     assert k["register_peaks"] == {"sreg": 9, "vreg": 48} and k["live_ranges"] == 210
     text = "\n".join(llo_figures.lines(got))
-    assert "llo: LLO analysis (modelled static schedule, not measured): 1 kernel(s)" in text
+    assert (
+        "llo: LLO analysis (modelled static schedule, not measured): 1 Pallas kernel(s) and "
+        "0 other module(s)" in text
+    )
     assert "flash (custom-call.1): 812 instructions, 57 registers" in text
     # A sample is labelled as one (issue 43: a sample of 30 bundles read as the kernel's).
     assert (
@@ -238,7 +244,6 @@ def test_per_kernel_figures_from_xprofs_answers():
 
 
 def test_a_failed_static_mode_marks_its_kernel_and_says_why():
-    from jaxtune._profiling import llo_figures
 
     broken = {
         **STATIC,
@@ -254,13 +259,88 @@ def test_a_failed_static_mode_marks_its_kernel_and_says_why():
     assert k["success"] is False
     assert k["errors"] == {"bundle_util": "Failed to produce static analysis JSON."}
     assert k["unit_utilisation"] == {} and k["instructions"] == 812  # the rest still read
-    assert (
-        "bundle_util failed: Failed to produce static analysis JSON." in llo_figures.lines(got)[1]
-    )
+    (line,) = [line for line in llo_figures.lines(got) if "custom-call.1:" in line]
+    assert "bundle_util failed: Failed to produce static analysis JSON." in line
     # Without static answers (beyond MAX_KERNELS), the module's own totals still show.
     (alone,) = llo_figures.summary(ANSWER, {}, {})["kernels"]
     assert alone["success"] is False and alone["instructions"] == 812
     assert alone["opcodes"][0] == ["VMATMUL", 128]
+
+
+def _program(others: int) -> tuple[dict, dict[str, float]]:
+    """``analyze_llo``'s answer for a program of two Pallas kernels (the lighter ones) and
+    ``others`` XLA fusions, one more without device time, and the device time by op."""
+    times = {"custom-call.1": 3.0, "custom-call.2": 1.0}
+    shuffled = random.Random(others).sample(range(others), others)  # no two alike
+    times |= {f"fusion.{i}": 10.0 + 7 * n for i, n in enumerate(shuffled)}
+    modules = [
+        {"hlo_instruction_name": op, "total_instructions": 100 + i}
+        for i, op in enumerate([*times, "copy.1"])
+    ]
+    return {"success": True, "modules": modules}, times
+
+
+@pytest.mark.parametrize("others", [3, llo_figures.OTHER_MODULES, llo_figures.OTHER_MODULES + 7])
+def test_the_llo_section_leads_with_the_pallas_kernels_then_the_heaviest_modules(others, tmp_path):
+    answer, times = _program(others)
+    got = llo_figures.summary(
+        answer,
+        {},
+        {"custom-call.1": "flash", "custom-call.2": "mm"},
+        autotuned={"custom-call.1": "tpu.flash"},
+        device_us=times,
+    )
+    # --json: every module, the Pallas kernels first, then the most device time.
+    fusions = sorted((op for op in times if op.startswith("fusion.")), key=lambda o: -times[o])
+    order = ["custom-call.1", "custom-call.2", *fusions, "copy.1"]
+    assert [k["hlo_op"] for k in got["kernels"]] == order
+    assert [k["pallas"] for k in got["kernels"]] == [True, True] + [False] * (others + 1)
+    assert got["pallas_kernels"] == 2 and got["kernels"][0]["autotuned"] == "tpu.flash"
+    assert f"2 Pallas kernel(s) and {others + 1} other module(s)" in got["line"]
+    # The text: the Pallas kernels (under their autotuned kernel's name), then the
+    # heaviest OTHER_MODULES others, then how many were left out and their time.
+    text = llo_figures.lines(got)
+    assert text[1].startswith(f"  tpu.flash: flash (custom-call.1): {units.duration(3.0)} on")
+    assert text[2].startswith(f"  mm (custom-call.2): {units.duration(1.0)} on the device; ")
+    shown = [line.split(":")[0].strip() for line in text if line.startswith("    ")]
+    assert shown == order[2:][: llo_figures.OTHER_MODULES]
+    left = order[2 + len(shown) :]
+    if left:
+        # copy.1, the module without device time, is the last left out.
+        spent = [times[op] for op in left if op in times]
+        what = (
+            f"{len(left)} other modules, {units.duration(sum(spent))} on the device"
+            if spent
+            else "1 other module"
+        )
+        assert left[-1] == "copy.1"
+        assert text[3] == f"  other modules, the heaviest first ({len(shown)} of {others + 1}):"
+        assert text[-1] == f"  ... and {what}: {llo_figures.ALL_MODULES}"
+    else:
+        assert text[3] == "  other modules, the heaviest first:" and len(text) == 4 + len(shown)
+    # Every module on request: the report's table with llo_all, and lines(..., None).
+    every = llo_figures.lines(got, None)
+    assert [line.split(":")[0].strip() for line in every if line.startswith("    ")] == order[2:]
+    assert not any(line.startswith("  ... and") for line in every)
+    profile = dataclasses.replace(jaxtune.Profile.from_trace(_write(tmp_path, CPU)), llo=got)
+    assert ("\n".join(text) in profile.table()) and (
+        "\n".join(every) in profile.table(llo_all=True)
+    )
+
+
+def test_the_html_page_shows_the_llo_section_as_the_text_does(tmp_path):
+    pytest.importorskip("matplotlib", reason="the HTML page needs jaxtune[plots]")
+    answer, times = _program(llo_figures.OTHER_MODULES + 4)
+    got = llo_figures.summary(answer, {}, {"custom-call.1": "flash"}, device_us=times)
+    profile = dataclasses.replace(jaxtune.Profile.from_trace(_write(tmp_path, CPU)), llo=got)
+    page = html.unescape(profile.to_html())
+    shown = llo_figures.lines(got)
+    assert shown[-1].startswith("  ... and ")
+    for line in shown:
+        assert f">{line.strip()}</p>" in page
+    # The modules the text leaves out, the page leaves out too.
+    for line in llo_figures.lines(got, None):
+        assert (f">{line.strip()}</p>" in page) == (line in shown), line
 
 
 FAKE_PLUGIN = """
@@ -312,8 +392,14 @@ def test_report_llo_runs_each_kernels_static_analyses_in_the_child(tmp_path, mon
     assert cli_main(["report", "--llo", "--json", str(path)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["llo"]["kernels"][0]["opcodes"] == [["VMATMUL", 128], ["VLD", 96]]
-    assert cli_main(["report", "--llo", str(path)]) == 0
-    assert "  flash (custom-call.1): 812 instructions" in capsys.readouterr().out
+    (row,) = [k for k in jaxtune.Profile.from_trace(path).kernels if k.kind == "pallas"]
+    for flag in ("--llo", "--llo-all"):
+        assert cli_main(["report", flag, str(path)]) == 0
+        out = capsys.readouterr().out
+        assert (
+            f"  flash (custom-call.1): {units.duration(row.total_us)} on the device; "
+            "812 instructions" in out
+        )
 
 
 @pytest.mark.child

@@ -148,6 +148,7 @@ def _chart_texts(page: str, name: str) -> list[str]:
     return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", chart)]
 
 
+@pytest.mark.child  # reading a v5e trace counts its Mosaic bodies in a child (mosaic_work)
 @pytest.mark.parametrize("fixture", ["flash_grad", "nnx_step", "flash_fwd", "matmul"])
 def test_page_groups_kernels_as_the_text_table_does(fixture):
     p = jaxtune.Profile.from_trace(V5E / f"{fixture}.xplane.pb")

@@ -20,6 +20,7 @@ from test_llo import HAS_XPROF, XPROF_PYTHON
 import jaxtune
 from jaxtune._core.xspace import xplane
 from jaxtune._profiling import llo, llo_figures, mosaic, table
+from jaxtune._render import units
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "v5e"
 
@@ -307,6 +308,7 @@ def test_llo_child_analyses_only_the_profiled_programs(tmp_path, monkeypatch, de
     assert {name for what, name in lines if what != "analyze_llo"} == {REAL[0]}
     (kernel,) = got["kernels"]
     assert kernel["kernel"] == "_flash_attention_kernel" and kernel["llo_module"] == REAL[0]
+    _leads_with_the_pallas_kernel(path, got)
     # The decoy matched the prefix inside another program's name: left out, and with it
     # the answer's histogram and registers, which span it.
     assert got["total_instructions"] == 1713
@@ -345,6 +347,29 @@ def test_real_xprof_analyses_the_profiled_program_alone():
     # The program's own totals (the whole trace's are 54936 instructions over 15 modules).
     assert got["total_instructions"] == 1206 and got["unique_registers"] == 125
     assert "(14 LLO modules of other programs left out)" in got["line"]
+    _leads_with_the_pallas_kernel(path, got)
+
+
+def _leads_with_the_pallas_kernel(path, got):
+    """The LLO section of the flash_fwd_llo report: its one Pallas kernel first, named
+    under its autotuned kernel, with the device time of its kernel row, in ``--json``
+    and in the text (issue 58 item 4)."""
+    p = jaxtune.Profile.from_trace(path)
+    (row,) = [k for k in p.kernels if k.kind == "pallas"]
+    # Its autotuned kernel, as the kernels table's head row names it.
+    owner = [k.name for k in p.kernels if k.kind == "autotuned" and k.kernel_id == row.kernel_id]
+    name = owner[0] if owner else row.kernel_id
+    assert name and f"\n{name} " in p.table()
+    first = got["kernels"][0]
+    assert (first["hlo_op"], first["pallas"], first["autotuned"]) == (row.hlo_op, True, name)
+    assert first["device_us"] == row.total_us and got["pallas_kernels"] == 1
+    assert "1 Pallas kernel(s) and 0 other module(s) of jit_flash" in got["line"]
+    text = dataclasses.replace(p, llo=got).table().splitlines()
+    at = text.index(f"llo: {got['line']}")
+    assert text[at + 1].startswith(
+        f"  {name}: {row.name} ({row.hlo_op}): {units.duration(row.total_us)} on the device; "
+    )
+    assert not any("other module" in line for line in text[at + 1 :])  # none to leave out
 
 
 def test_llo_of_other_programs_alone_is_not_analysed():
@@ -488,3 +513,99 @@ def test_json_says_how_far_each_kernel_is_from_the_peaks():
         assert k["floor_share"] == pytest.approx(floor / k["total_us"])
     for name in ("_flash_attention_dkv_kernel", "_flash_attention_dq_kernel"):
         assert rows[name]["flops_source"] == "mosaic" and rows[name]["over_peak"] == []
+
+
+#: A "how far from the peaks" line as the text and the HTML page print it.
+_PEAK_LINE = re.compile(
+    r"^(?P<name>.+?): (?:(?P<flops>[\d.]+)%(?P<flops_over>!?) of peak FLOP/s)?(?:, )?"
+    r"(?:(?P<bytes>[\d.]+)%(?P<bytes_over>!?) of peak bandwidth)?$"
+)
+_FLOOR_LINE = re.compile(
+    r"^(?P<name>.+?): (?P<share>[\d.]+)% of the roofline floor: the floor is "
+    r"(?P<floor>[\d.]+) (?P<floor_unit>s|ms|us), it takes (?P<takes>[\d.]+) (?P<takes_unit>s|ms|us) "
+    r"\(per call; flops and bytes from (?P<source>\w+)\)$"
+)
+_US = {"s": 1e6, "ms": 1e3, "us": 1.0}
+
+
+def _shown(text: str, places: int) -> pytest.approx:
+    """A percentage as printed (``places`` decimals), as an interval around its value."""
+    return pytest.approx(float(text) / 100, abs=0.5 * 10**-places / 100 + 1e-12)
+
+
+def _percent(line: re.Match, key: str, fraction: float) -> None:
+    digits = line[key].partition(".")[2]
+    assert fraction == _shown(line[key], len(digits)), (line[0], fraction)
+
+
+def _report_lines(text: str) -> list[str]:
+    """The report's lines, each wrapped line joined to the line it continues."""
+    return text.replace("\n    ", " ").splitlines()
+
+
+@pytest.mark.parametrize("fixture", ["flash_grad", "matmul"])
+def test_peak_and_floor_lines_in_the_text_and_the_page_match_the_json(fixture):
+    """Issue 58 item 2: the text table and the HTML page both show, per kernel row, its %
+    of the peaks (marked above them), and per autotuned kernel its roofline floor line,
+    with the figures the ``--json`` rows carry (``compute_peak``, ``memory_peak``,
+    ``over_peak``, ``floor_us``, ``floor_share``); the autotuned kernel's own figures are
+    its rows' sums, as its parts run one after another."""
+    pytest.importorskip("matplotlib", reason="the HTML page needs jaxtune[plots]")
+    import html as _html
+
+    p = jaxtune.Profile.from_trace(FIXTURES / f"{fixture}.xplane.pb")
+    doc = json.loads(p.to_json())
+    page = _html.unescape(re.sub(r"<[^>]+>", "\n", p.to_html()))
+    peak = doc["peak"]
+    by_id = collections.defaultdict(list)
+    for k in doc["kernels"]:
+        by_id[k["kernel_id"] or k["name"]].append(k)
+    for shown in (_report_lines(p.table()), [x.strip() for x in page.splitlines()]):
+        peaks = {m["name"]: m for line in shown if (m := _PEAK_LINE.match(line)) and m["name"]}
+        floors = {m["name"]: m for line in shown if (m := _FLOOR_LINE.match(line))}
+        # Every kernel row with a rate: its line, the JSON's fractions, marked over 100 %.
+        for k in doc["kernels"]:
+            if k["compute_peak"] is None and k["memory_peak"] is None:
+                continue
+            head = k["kind"] == "autotuned" and len(by_id[k["kernel_id"]]) > 1
+            line = peaks[f"{k['name']} {table.AROUND}" if head else k["name"]]
+            for key, mark in (("compute_peak", "flops"), ("memory_peak", "bytes")):
+                _percent(line, mark, k[key])
+                assert bool(line[f"{mark}_over"]) == (mark in k["over_peak"]) == (k[key] > 1)
+        # Every autotuned kernel with parts: its whole, from its rows' JSON figures.
+        wholes = []
+        for kernel_id, rows in by_id.items():
+            own = [k for k in rows if k["kind"] == "autotuned"]
+            if len(rows) < 2 or any(k["floor_us"] is None for k in rows):
+                continue
+            total = sum(k["total_us"] for k in rows)
+            calls = own[0]["calls"] if own else max(k["calls"] for k in rows)
+            flops = sum(k["flops"] for k in rows) / (total * 1e-6)
+            bytes_ = sum(k["bytes_accessed"] for k in rows) / (total * 1e-6)
+            whole = peaks[kernel_id]
+            _percent(whole, "flops", flops / peak["flops_per_s"])
+            _percent(whole, "bytes", bytes_ / peak["bytes_per_s"])
+            floor = sum(k["floor_us"] for k in rows)
+            line = floors[kernel_id]
+            _percent(line, "share", floor / total)
+            assert float(line["floor"]) * _US[line["floor_unit"]] == pytest.approx(
+                floor / calls, rel=0.01
+            )
+            assert float(line["takes"]) * _US[line["takes_unit"]] == pytest.approx(
+                total / calls, rel=0.01
+            )
+            sources = {k["flops_source"] for k in rows}
+            assert line["source"] == (sources.pop() if len(sources) == 1 else "mixed")
+            # --json's own entry for the whole says the same.
+            (entry,) = [k for k in doc["autotuned_kernels"] if k["kernel_id"] == kernel_id]
+            assert entry["floor_us"] == pytest.approx(floor)
+            assert entry["floor_share"] == pytest.approx(floor / total)
+            assert entry["compute_peak"] == pytest.approx(flops / peak["flops_per_s"])
+            assert entry["memory_peak"] == pytest.approx(bytes_ / peak["bytes_per_s"])
+            assert entry["flops_source"] == line["source"]
+            assert entry["total_us"] == pytest.approx(total)
+            assert bool(whole["flops_over"] or whole["bytes_over"]) == bool(entry["over_peak"])
+            wholes.append(kernel_id)
+        # Each fixture ran one autotuned kernel, with its own ops beside its Pallas calls.
+        assert wholes == list(floors) == [k["kernel_id"] for k in doc["autotuned_kernels"]]
+        assert len(wholes) == 1

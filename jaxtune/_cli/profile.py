@@ -11,6 +11,7 @@ from typing import Any
 from .._core.flags import child_env, find_libtpu, requested_platform
 from .._core.masking import mask_command
 from .._core.xspace.xplane import Space
+from .._profiling.llo_figures import OTHER_MODULES
 from .._profiling.report import Profile, read_space, report_from_trace
 
 __all__ = ["NOTHING_PROFILED", "add_parsers", "run_profile", "run_report"]
@@ -68,7 +69,13 @@ def add_parsers(sub: Any) -> None:
         "--llo",
         action="store_true",
         help="also run xprof's embedded LLO analysis on a TPU trace (pip install "
-        "'jaxtune[xprof]'); says why it cannot when it cannot",
+        "'jaxtune[xprof]'); says why it cannot when it cannot. The text shows the Pallas "
+        f"kernels, then the {OTHER_MODULES} heaviest other LLO modules; --json lists every one",
+    )
+    r.add_argument(
+        "--llo-all",
+        action="store_true",
+        help="as --llo, and the text shows every LLO module of the profiled programs",
     )
 
 
@@ -170,7 +177,8 @@ def _count(items: list[Any], noun: str) -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     """Runs ``jaxtune report``."""
-    if getattr(args, "llo", False):
+    llo_all = getattr(args, "llo_all", False)
+    if getattr(args, "llo", False) or llo_all:
         space = read_space(args.path)  # read once for the report and the analysis
         result = _with_llo(report_from_trace(args.path, space=space), args.path, space)
     else:
@@ -184,7 +192,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         print(result.to_json())
     else:
-        print(result.table(top=args.top))
+        print(result.table(top=args.top, llo_all=llo_all))
     return 0
 
 

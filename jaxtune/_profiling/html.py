@@ -1,5 +1,6 @@
 """``Profile.to_html()`` and ``jaxtune report --html``: one self-contained page with the
-kernel table, a chart of device-time shares, a roofline and the timeline of kernels."""
+kernel table, a chart of device-time shares, a roofline, the timeline of kernels and, when
+it ran, the LLO section."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 from .._core import roofline as _roofline
 from .._render import page, units
 from .attribution import KernelStat, ScopeStat
+from .llo_figures import MODELLED
+from .llo_figures import lines as llo_lines
 from .table import (
     BOUND_HELP,
     NUMBERS,
@@ -270,6 +273,14 @@ def _intra_section(profile: Any) -> list[str]:
     return out
 
 
+def _llo_section(profile: Any) -> list[str]:
+    """The LLO section as the text shows it (:func:`.llo_figures.lines`): its line, the
+    Pallas kernels, the heaviest other modules and how many were left out."""
+    if not getattr(profile, "llo", None):
+        return []
+    return [f"<h2>LLO analysis ({MODELLED})</h2>", *_notes(llo_lines(profile.llo))]
+
+
 #: The widest name stack an ops-table cell shows before CSS cuts the rest.
 _STACK_CHARS = 72
 
@@ -410,6 +421,7 @@ def profile_html(profile: Any, top: int = 50) -> str:
         *_notes(table.floors),
         *_tuned_section(kernels, profile.calls),
         *_intra_section(profile),
+        *_llo_section(profile),
     ]
     ops = list(profile.ops[:top])
     if ops:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 from .._core import flags as _flags
@@ -297,6 +297,9 @@ def analyze(
     scope: Scope | None = None,
     slots: Mapping[str, BundleSlots | str] | None = None,
     static_file: str | os.PathLike[str] | None = None,
+    pallas: Collection[str] | None = None,
+    autotuned: Mapping[str, str] | None = None,
+    device_us: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """xprof's LLO analysis of the trace, summarized per kernel (:func:`.llo_figures.summary`);
     or ``success: False`` with ``why``, ``fix`` and the one ``line`` a report prints.
@@ -307,7 +310,10 @@ def analyze(
     analysed and counted (every module of the trace when ``None``); ``slots``: each HLO
     op's bundle slots read from the trace (:func:`.llo_bundles.of_modules`);
     ``static_file``: a trace holding the report's kernels' LLO modules, which the static
-    analyses are asked of (the whole ``trace_file`` when ``None``). A successful
+    analyses are asked of (the whole ``trace_file`` when ``None``); ``pallas``,
+    ``autotuned``, ``device_us``: the HLO ops that are Pallas kernels, the autotuned
+    kernel of each op and each op's device time, which order and name the modules
+    (:func:`.llo_figures.summary`). A successful
     answer's ``seconds`` says where the time went: xprof's import, its loads of the trace,
     ``analyze_llo`` and the static analyses, and the child as a whole.
     """
@@ -349,7 +355,16 @@ def analyze(
         )
     answer = got.get("answer")
     if isinstance(answer, dict) and answer.get("success"):
-        out = summary(answer, got.get("static") or {}, kernels or {}, scope, slots)
+        out = summary(
+            answer,
+            got.get("static") or {},
+            kernels or {},
+            scope,
+            slots,
+            pallas=pallas,
+            autotuned=autotuned,
+            device_us=device_us,
+        )
         seconds = got.get("seconds")
         out["seconds"] = {**(seconds if isinstance(seconds, dict) else {}), "child": child_s}
         out["xprof_calls"] = got.get("calls")
@@ -388,6 +403,32 @@ def scoped_trace(space: _xplane.Space, modules: Iterable[str]) -> bytes:
     return bytes(schema.SpaceIndex(planes=[plane.SerializeToString()]).SerializeToString())
 
 
+def _weighing(
+    kernels: Iterable[Any], ops: Iterable[Any]
+) -> tuple[set[str], dict[str, str], dict[str, float]]:
+    """From a profile's kernel and op rows (:class:`~.attribution.KernelStat`): the HLO
+    ops that are Pallas kernels (Mosaic custom calls), the autotuned kernel each op
+    belongs to (its row's name, else its ``kernel_id``), and each op's device time over
+    the trace (summed over programs that share an op name, as the LLO modules are keyed
+    by op name alone)."""
+    kernels = list(kernels)
+    autotuned = {k.kernel_id: k.name for k in kernels if k.kind == "autotuned" and k.kernel_id}
+    pallas = {k.hlo_op for k in kernels if k.kind == "pallas" and k.hlo_op}
+    owners = {
+        k.hlo_op: autotuned.get(k.kernel_id, k.kernel_id)
+        for k in kernels
+        if k.hlo_op and k.kernel_id
+    }
+    device_us: dict[str, float] = {}
+    for o in ops:
+        if o.hlo_op:
+            device_us[o.hlo_op] = device_us.get(o.hlo_op, 0.0) + o.total_us
+    for k in kernels:
+        if k.hlo_op and (k.kind == "pallas" or k.hlo_op not in device_us):
+            device_us[k.hlo_op] = k.total_us
+    return pallas, owners, device_us
+
+
 def attach(
     profile: P,
     path: str | os.PathLike[str],
@@ -410,7 +451,9 @@ def attach(
     slots: dict[str, BundleSlots | str] = {}
     scoped: bytes | None = None
     kernel_modules: bytes | None = None
-    names = {k.hlo_op: k.name for k in getattr(profile, "kernels", ()) if k.hlo_op}
+    stats = getattr(profile, "kernels", ())
+    names = {k.hlo_op: k.name for k in stats if k.hlo_op}
+    pallas, owners, device_us = _weighing(stats, getattr(profile, "ops", ()))
     began = time.perf_counter()
     if platform == "tpu":
         if space is None:
@@ -446,6 +489,9 @@ def attach(
             scope=scope,
             slots=slots,
             static_file=static_file,
+            pallas=pallas,
+            autotuned=owners,
+            device_us=device_us,
         )
     if isinstance(got.get("seconds"), dict):
         got["seconds"]["read"] = read_s

@@ -22,18 +22,28 @@ and then labelled as the sample it is.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from .._render import units
 from .llo_bundles import UNITS, BundleSlots
 
-__all__ = ["MODELLED", "STATIC_MODES", "Scope", "lines", "summary"]
+__all__ = ["ALL_MODULES", "MODELLED", "OTHER_MODULES", "STATIC_MODES", "Scope", "lines", "summary"]
 
 #: The static analyses asked for each kernel.
 STATIC_MODES = ("opcodes", "bundle_util", "spills", "register_pressure")
 
 #: How every LLO figure is labelled.
 MODELLED = "modelled static schedule, not measured"
+
+#: A text report shows the profiled programs' Pallas kernels, then at most this many of
+#: their other LLO modules (XLA's fusions, copies, ...), the heaviest first, and says how
+#: many it left out; ``--json`` (the ``llo`` section's ``kernels``) lists every one, and
+#: ``jaxtune report --llo-all`` prints every one.
+OTHER_MODULES = 10
+
+#: Where the modules a text report leaves out are listed.
+ALL_MODULES = 'all in "llo" of --json and of a capture\'s report.json, or jaxtune report --llo-all'
 
 _TOP = 10
 
@@ -184,7 +194,8 @@ def _kernel(
     slots: BundleSlots | str | None = None,
 ) -> dict[str, Any]:
     """One kernel's figures from its LLO module, its static answers and its bundles' slot
-    use read from the trace (``slots``)."""
+    use read from the trace (``slots``); :func:`summary` adds whether it is a Pallas
+    kernel, its autotuned kernel and its device time."""
     read = {mode: _data(static.get(mode)) for mode in STATIC_MODES} if static else {}
     errors = {mode: err for mode, (_, err) in read.items() if err}
     opcodes = read.get("opcodes", ({}, None))[0]
@@ -215,6 +226,10 @@ def summary(
     names: Mapping[str, str],
     scope: Scope | None = None,
     slots: Mapping[str, BundleSlots | str] | None = None,
+    *,
+    pallas: Collection[str] | None = None,
+    autotuned: Mapping[str, str] | None = None,
+    device_us: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The report's ``llo`` section from ``analyze_llo``'s successful ``answer`` and the
     static answers per HLO op (``static[op][mode]``); ``names`` maps HLO op names (or LLO
@@ -223,7 +238,14 @@ def summary(
     counted as left out. An answer ``scoped`` by xprof itself (asked per program) keeps
     its opcode histogram, and its register count where it has one. ``slots``: each HLO
     op's bundles as the trace's LLO module holds them (:func:`.llo_bundles.read`), for the
-    slot fill over every bundle."""
+    slot fill over every bundle.
+
+    ``kernels`` lists every module, the Pallas kernels first (``pallas``: their HLO ops,
+    the keys of ``names`` when not given; each one's ``"pallas"`` is true), then the
+    others, each part the heaviest first: by device time over the trace (``device_us``
+    by HLO op, the module's ``"device_us"``), then by instructions. ``autotuned``: the
+    autotuned kernel each HLO op belongs to, shown before its name.
+    ``pallas_kernels`` counts the first part."""
     modules = [m for m in answer.get("modules") or () if isinstance(m, Mapping)]
     by_op = {str(m.get("hlo_instruction_name") or m.get("kernel_name") or ""): m for m in modules}
     if scope is not None:
@@ -231,10 +253,19 @@ def summary(
         by_op = {op: m for op, m in by_op.items() if op in scope.ops}
     ops = list(static) + [op for op in by_op if op not in static]
     slots = slots or {}
+    leading = set(names) if pallas is None else set(pallas)
     kernels = [
-        _kernel(op, by_op.get(op, {}), static.get(op) or {}, names, slots.get(op)) for op in ops
+        _kernel(op, by_op.get(op, {}), static.get(op) or {}, names, slots.get(op))
+        | {
+            "pallas": op in leading,
+            "autotuned": (autotuned or {}).get(op),
+            "device_us": (device_us or {}).get(op),
+        }
+        for op in ops
     ]
+    kernels.sort(key=_weight)
     _distrust_unchecked(kernels)
+    mosaic = sum(1 for k in kernels if k["pallas"])
     total = _count(answer.get("total_instructions"))
     registers = _count(answer.get("unique_registers"))
     where = ""
@@ -253,8 +284,10 @@ def summary(
         "unique_registers": registers,
         "top_opcodes": _opcodes({}, answer) if scope is None or answer.get("scoped") else [],
         "kernels": kernels,
+        "pallas_kernels": mosaic,
         "line": (
-            f"LLO analysis ({MODELLED}): {len(kernels)} kernel(s){where}, {total} instructions"
+            f"LLO analysis ({MODELLED}): {mosaic} Pallas kernel(s) and "
+            f"{len(kernels) - mosaic} other module(s){where}, {total} instructions"
             + (f", {registers} registers" if registers is not None else "")
         ),
     }
@@ -264,11 +297,28 @@ def summary(
     return out
 
 
+def _weight(k: Mapping[str, Any]) -> tuple[bool, float, float, str]:
+    """The order of :func:`summary`'s modules: Pallas kernels first, then the most device
+    time, then the most instructions (a module the trace shows no time for sorts by its
+    instructions after those it does)."""
+    time, count = k.get("device_us"), k.get("instructions")
+    return (
+        not k.get("pallas"),
+        -(time if isinstance(time, (int, float)) else -1.0),
+        -(count if isinstance(count, int) else -1),
+        str(k.get("hlo_op") or ""),
+    )
+
+
 def _kernel_line(k: Mapping[str, Any]) -> str:
     name = k["kernel"] + (f" ({k['hlo_op']})" if k["hlo_op"] and k["hlo_op"] != k["kernel"] else "")
+    if k.get("autotuned") and k["autotuned"] != k["kernel"]:
+        name = f"{k['autotuned']}: {name}"
     parts = [f"{k['instructions']} instructions"]
     if k.get("unique_registers") is not None:
         parts[0] += f", {k['unique_registers']} registers"
+    if isinstance(k.get("device_us"), (int, float)):
+        parts.insert(0, f"{units.duration(k['device_us'])} on the device")
     if k.get("opcodes"):
         parts.append("opcodes " + ", ".join(f"{n} {c}" for n, c in k["opcodes"][:5]))
     if k.get("unit_utilisation"):
@@ -306,12 +356,32 @@ def _percent(fraction: float) -> str:
     return f"{100 * fraction:.0f}%"
 
 
-def lines(llo: Mapping[str, Any] | None) -> list[str]:
-    """What a text report prints of its ``llo`` section: the one line, and one line per
-    kernel when the analysis succeeded."""
+def lines(llo: Mapping[str, Any] | None, others: int | None = OTHER_MODULES) -> list[str]:
+    """What a text report prints of its ``llo`` section: the one line, then, when the
+    analysis succeeded, one line per Pallas kernel and one for each of the heaviest
+    ``others`` other modules (every one when ``None``), and how many were left out, with
+    their device time, and where they are listed (:data:`ALL_MODULES`)."""
     if not llo:
         return []
     out = [f"llo: {llo.get('line', '')}"]
-    if llo.get("success"):
-        out += [_kernel_line(k) for k in llo.get("kernels") or () if isinstance(k, Mapping)]
+    if not llo.get("success"):
+        return out
+    kernels = [k for k in llo.get("kernels") or () if isinstance(k, Mapping)]
+    mine = [k for k in kernels if k.get("pallas", True)]
+    rest = [k for k in kernels if not k.get("pallas", True)]
+    shown = rest if others is None else rest[: max(others, 0)]
+    out += [_kernel_line(k) for k in mine]
+    if shown:
+        out.append(
+            f"  other modules, the heaviest first ({len(shown)} of {len(rest)}):"
+            if len(shown) < len(rest)
+            else "  other modules, the heaviest first:"
+        )
+        out += ["  " + _kernel_line(k) for k in shown]
+    left = rest[len(shown) :]
+    if left:
+        times = [t for k in left if isinstance(t := k.get("device_us"), (int, float))]
+        when = f", {units.duration(sum(times))} on the device" if times else ""
+        noun = "module" if len(left) == 1 else "modules"
+        out.append(f"  ... and {len(left)} other {noun}{when}: {ALL_MODULES}")
     return out

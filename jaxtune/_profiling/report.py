@@ -106,14 +106,17 @@ class Profile:
     warnings: tuple[str, ...] = ()
     intrakernel: tuple[IntraKernel, ...] = ()
 
-    def table(self, top: int = 20) -> str:
+    def table(self, top: int = 20, *, llo_all: bool = False) -> str:
         """The ``top`` kernels (and their ``pallas_call`` and call sites), then the ``top``
         XLA ops (one row per instruction, with its name stack), then the ``top`` scopes of
         :attr:`scopes`, as aligned tables of at most 120 columns; each time and rate column
-        in one unit, and a footnote saying why a bound is unknown."""
+        in one unit, and a footnote saying why a bound is unknown. The :attr:`llo` section
+        shows the Pallas kernels and the heaviest
+        :data:`~jaxtune._profiling.llo_figures.OTHER_MODULES` other LLO modules, or every
+        module with ``llo_all``."""
         from .table import format_profile
 
-        return format_profile(self, top)
+        return format_profile(self, top, llo_all=llo_all)
 
     def to_html(self, top: int = 50) -> str:
         """One self-contained HTML page: the kernel table, a chart of device-time shares,
@@ -127,7 +130,12 @@ class Profile:
         return profile_html(self, top)
 
     def to_json(self) -> str:
-        """A stable JSON document (schema 1)."""
+        """A stable JSON document (schema 1). ``autotuned_kernels``: each autotuned kernel
+        that ran a Pallas kernel, over everything it ran, as the kernels table's head row
+        totals it (:func:`.table.autotuned_wholes`): its % of the peaks, over-peak flags
+        and roofline floor."""
+        from .table import autotuned_wholes
+
         doc = {
             "schema": 1,
             "platform": self.platform,
@@ -142,6 +150,7 @@ class Profile:
             "notes": list(self.notes),
             "timings": dict(self.timings),
             "kernels": [k.to_dict() for k in self.kernels],
+            "autotuned_kernels": [k.to_dict() for k in autotuned_wholes(self.kernels, self.peak)],
             "ops": [o.to_dict() for o in self.ops],
             "scopes": [g.to_dict() for g in self.scopes],
             "timeline": [dataclasses.asdict(t) for t in self.timeline],

@@ -21,6 +21,7 @@ __all__ = [
     "OVER_PEAK",
     "KernelTable",
     "autotuned_total",
+    "autotuned_wholes",
     "config_text",
     "device_text",
     "floor_line",
@@ -275,6 +276,19 @@ def kernel_tree(
         groups.append(rows)
     groups.sort(key=lambda g: (-g[0][0].share, g[0][1]))
     return groups
+
+
+def autotuned_wholes(
+    kernels: Sequence[KernelStat], peak: _roofline.Peak | None = None
+) -> tuple[KernelStat, ...]:
+    """Each autotuned kernel that ran a Pallas kernel, over everything it ran: the kernels
+    table's head rows (:func:`autotuned_total`), in the table's order. (A ``kernels`` row
+    of kind ``autotuned`` is only its own ops outside its Pallas calls.)"""
+    return tuple(
+        group[0][0]
+        for group in kernel_tree(kernels, peak)
+        if len(group) > 1 and group[0][2] == "autotuned"
+    )
 
 
 def autotuned_total(
@@ -613,9 +627,10 @@ def _scope_lines(scopes: Sequence[ScopeStat], top: int) -> list[str]:
     return lines
 
 
-def format_profile(profile: Any, top: int = 20) -> str:
-    """The summary line, the ``top`` kernels (then where their code is), the ``top`` XLA
-    ops with their name stacks, the ``top`` scopes of the scope view, then notes."""
+def format_profile(profile: Any, top: int = 20, *, llo_all: bool = False) -> str:
+    """The summary line, the ``top`` kernels (then where their code is), the LLO section
+    (every module with ``llo_all``, else :func:`.llo_figures.lines`' default), the ``top``
+    XLA ops with their name stacks, the ``top`` scopes of the scope view, then notes."""
     device = device_text(profile.platform, profile.device_kind)
     if profile.iterations:
         summary = (
@@ -655,7 +670,7 @@ def format_profile(profile: Any, top: int = 20) -> str:
     for intra in getattr(profile, "intrakernel", ()):
         parts += ["", *intra.summary()]
     if getattr(profile, "llo", None):
-        parts += ["", *llo_lines(profile.llo)]
+        parts += ["", *(llo_lines(profile.llo, None) if llo_all else llo_lines(profile.llo))]
     ops = list(profile.ops[:top])
     if ops:
         header, rows = op_rows(ops, peak=peak)
