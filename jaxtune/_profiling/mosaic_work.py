@@ -188,6 +188,9 @@ def _child(bodies: list[bytes]) -> tuple[list[MosaicWork | None], bool]:
     root = str(pathlib.Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    # It reads bytes and starts no backend; should anything ask for one, it is the CPU's,
+    # never the chip the profiled program holds.
+    env["JAX_PLATFORMS"] = "cpu"
     try:
         done = subprocess.run(
             [sys.executable, "-m", __name__],
