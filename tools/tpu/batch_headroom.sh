@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# Issue 58 on the lent TPU v5e, in one call: capture the NNX training step's profile
-# (tests/fixtures/v5e/capture.py's nnx_step, which runs JAX's flash attention under grad)
-# and check the issue's "Done when": FLOP/s and % of peak for the forward, dkv and dq
-# kernels, no joined row, every Pallas row under its autotuned kernel, the over-peak
-# field in --json. Usage: bash tools/tpu/batch_headroom.sh  (results under $OUT or /tmp).
+# Issue 58 on the lent TPU v5e, in one call: `jaxtune profile --` of a Flax NNX training step
+# (tests/tpu/nnx_model.py at its BENCH size: 4 layers, JAX's flash attention as the autotuned
+# tpu.flash_attention under grad) and the issue's "Done when" checked on its report: FLOP/s
+# and % of peak for the forward, dkv and dq kernels, no joined row, every Pallas row under
+# its autotuned kernel, the over-peak field in --json. Also the fixtures' captures, for
+# comparison. Usage: bash tools/tpu/batch_headroom.sh  (results under $OUT or /tmp).
 set -euo pipefail
 OUT=${OUT:-/tmp/headroom}
 mkdir -p "$OUT"
 . tools/tpu/env.sh
-python3 tests/fixtures/v5e/capture.py "$OUT/traces" 2>&1 | tail -20
-python3 -m jaxtune report "$OUT/traces/nnx_step.xplane.pb" --top 10 | tee "$OUT/nnx_step.txt"
-python3 -m jaxtune report "$OUT/traces/nnx_step.xplane.pb" --json > "$OUT/nnx_step.json"
+cat > /tmp/nnx_profiled.py <<'PY'
+import jaxtune
+from tests.tpu import nnx_model as m
+step = jaxtune.profiled(m.train_step)
+graphdef, state, tokens = m.init(m.BENCH)
+for _ in range(4):
+    state, loss = step(graphdef, state, tokens)
+print("loss", float(loss))
+PY
+PYTHONPATH="$PWD:$PYTHONPATH" python3 -m jaxtune profile --logdir "$OUT/nnx" -- python3 /tmp/nnx_profiled.py 2>&1 | tail -60 | tee "$OUT/nnx_profile.txt"
+report=$(ls "$OUT"/nnx/*/report.json | head -1)
+cp "$report" "$OUT/nnx_step.json"
+python3 -m jaxtune report "$(dirname "$report")" --html "$OUT/nnx_step.html" || true
+python3 tests/fixtures/v5e/capture.py "$OUT/traces" 2>&1 | tail -5
 python3 - "$OUT/nnx_step.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
