@@ -1,0 +1,28 @@
+# Several parts of the TPU batches in one device call, each under its own time limit, their
+# outputs packed into one archive per part (a device call brings back 8 files):
+#   bash tools/tpu/batch_session.sh canary:150 headroom:330
+# Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), pace|ragged|flash|tier
+# (batch_pace.sh). ragged needs Tokamax's wheels carried in .whl-tok (docs/development.md).
+set -x
+FINAL=$OUT
+. tools/tpu/env.sh
+if [ -d .whl-tok ] && [ ! -d /tmp/jaxtune-tok ]; then
+    PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
+        --no-compile --no-cache-dir --target /tmp/jaxtune-tok .whl-tok/*.whl
+fi
+[ -d /tmp/jaxtune-tok ] && export PYTHONPATH="$PYTHONPATH:/tmp/jaxtune-tok"
+for spec in "$@"; do
+    part=${spec%%:*}; limit=${spec##*:}
+    work=/tmp/part-$part; rm -rf $work; mkdir -p $work
+    case $part in
+    canary) script="tools/tpu/batch_canary.sh" ;;
+    headroom) script="tools/tpu/batch_headroom.sh" ;;
+    *) script="tools/tpu/batch_pace.sh $part" ;;
+    esac
+    start=$(date +%s)
+    OUT=$work timeout -k 10 $limit bash $script > $work/part.log 2>&1
+    echo "part $part rc=$? in $(( $(date +%s) - start )) s"
+    tail -25 $work/part.log
+    tar czf $FINAL/$part.tgz -C /tmp part-$part
+done
+ls -la $FINAL
