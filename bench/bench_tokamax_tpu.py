@@ -239,12 +239,15 @@ def _truth(picks: dict[str, dict[str, Any]], args: tuple[Any, ...], rounds: int 
 
 
 def _failures(failed: Any) -> dict[str, Any]:
-    """Failures by stage, with the first three distinct reasons (first line, cut) of each."""
+    """Failures by stage, with the first three distinct reasons (first line, cut) of each,
+    and each failed config's reason (first line, cut short): a later run's refusals are
+    checked against them (a config refused before compiling must have failed to compile)."""
     out: dict[str, Any] = {}
     for f in failed:
-        stage = out.setdefault(f.stage, {"count": 0, "reasons": []})
+        stage = out.setdefault(f.stage, {"count": 0, "reasons": [], "configs": {}})
         stage["count"] += 1
         reason = (str(f.reason).strip().splitlines() or [""])[0][:300]
+        stage["configs"][config_id(f.config)] = reason[:160]
         if reason not in stage["reasons"] and len(stage["reasons"]) < 3:
             stage["reasons"].append(reason)
     return out

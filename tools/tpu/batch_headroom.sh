@@ -4,7 +4,7 @@
 # tpu.flash_attention under grad) and the issue's "Done when" checked on its report: FLOP/s
 # and % of peak for the forward, dkv and dq kernels, no joined row, every Pallas row under
 # its autotuned kernel, the over-peak field in --json. Also the fixtures' captures, for
-# comparison. Usage: bash tools/tpu/batch_headroom.sh  (results under $OUT or /tmp).
+# comparison (HEADROOM_CAPTURES=0: not). Usage: bash tools/tpu/batch_headroom.sh  (results under $OUT or /tmp).
 set -euo pipefail
 OUT=${OUT:-/tmp/headroom}
 mkdir -p "$OUT"
@@ -22,7 +22,7 @@ PYTHONPATH="$PWD:$PYTHONPATH" python3 -m jaxtune profile --logdir "$OUT/nnx" -- 
 report=$(ls "$OUT"/nnx/*/report.json | head -1)
 cp "$report" "$OUT/nnx_step.json"
 python3 -m jaxtune report "$(dirname "$report")" --html "$OUT/nnx_step.html" || true
-python3 tests/fixtures/v5e/capture.py "$OUT/traces" 2>&1 | tail -5
+[ "${HEADROOM_CAPTURES:-1}" = 0 ] || python3 tests/fixtures/v5e/capture.py "$OUT/traces" 2>&1 | tail -5
 python3 - "$OUT/nnx_step.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))

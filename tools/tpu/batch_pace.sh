@@ -20,7 +20,7 @@ pace)
   tail -30 $OUT/bench_pace_tpu.log ;;
 ragged)
   rm -rf $JAXTUNE_CACHE_DIR
-  for run in first retune; do
+  for run in ${RAGGED_RUNS:-first retune}; do  # RAGGED_RUNS=first: one run
     ( time python3 bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive --stride 1 \
         --configs 540 --json $OUT/ragged_$run.json ) > $OUT/ragged_$run.log 2>&1
     tail -15 $OUT/ragged_$run.log
