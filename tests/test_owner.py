@@ -147,3 +147,83 @@ def test_markers_are_read_outermost_first_with_the_scope_each_closes():
     assert (inner.kernel, inner.digest) == ("lib.mm", "abcdef0123")
     assert stack[: inner.end] == "jit(step)/jaxtune[lib.attn#0123456789]/jaxtune[lib.mm#abcdef0123]"
     assert owner_of(stack, None, "dot.1").kernel_id == "lib.mm"
+
+
+def test_hlo_text_fusions_hold_their_own_computations_ops_alone():
+    # A signature that prints a long tuple holds "=" (/*index=5*/): the ENTRY computation
+    # was once not told from an instruction, and its op names (the parameters', every
+    # kernel's) went to the fusion printed before it.
+    import jax
+    import jax.numpy as jnp
+
+    from jaxtune._profiling.hlo import hlo_fusions
+
+    def f(*a):
+        return tuple(jnp.sin(x) * 2 + 1 for x in a)
+
+    text = jax.jit(f).lower(*[jnp.ones(4) for _ in range(7)]).compile().as_text()
+    entry = next(line for line in text.splitlines() if line.startswith("ENTRY"))
+    assert "/*index=5*/" in entry
+    fusions = hlo_fusions(text)
+    assert fusions
+    for fusion, names in fusions.items():
+        assert set(names) <= {"jit(f)/sin", "jit(f)/mul", "jit(f)/add"}, (fusion, names)
+
+
+def _compiled_program() -> HloModule:
+    """Two Mosaic kernels of one jaxtune kernel: their calls, and a bitcast of each call's
+    name stack, fused into one op named after an add of the wrapper's."""
+    around = "jit(step)/jaxtune[lib.attn#0123456789]"
+
+    def ins(name: str, opcode: str, stack: str, kernel: str | None = None) -> HloInstruction:
+        target = "tpu_custom_call" if kernel else None
+        return HloInstruction(
+            name=name, opcode=opcode, op_name=stack, target=target, frames=(), calls=(),
+            kernel_name=kernel,
+        )  # fmt: skip
+
+    instructions = [
+        ins("fwd.1", "custom-call", f"{around}/jit(attn)/pallas_call", "_fwd_kernel"),
+        ins("bwd.2", "custom-call", f"{around}/jit(attn)/bwd/pallas_call", "_bwd_kernel"),
+        ins("bitcast.3", "bitcast", f"{around}/jit(attn)/pallas_call"),
+        ins("bitcast.4", "bitcast", f"{around}/jit(attn)/bwd/pallas_call"),
+        ins("reduce.5", "reduce", f"{around}/jit(attn)/reduce_sum"),
+        ins("fusion.6", "fusion", f"{around}/jit(attn)/add"),
+        ins("fusion.7", "fusion", "jit(step)/add"),
+        ins("add.8", "add", "jit(step)/add"),
+    ]
+    return HloModule(
+        name="jit_step",
+        instructions={i.name: i for i in instructions},
+        fused={"fusion.6": ("bitcast.3", "bitcast.4"), "fusion.7": ("add.8",)},
+    )
+
+
+def test_compiled_kernels_are_named_by_their_payload_and_never_joined():
+    module = _compiled_program()
+    ops = module.instructions
+    kernels = [
+        {"name": "_fwd_kernel", "scope": ["jit(step)", "jaxtune[lib.attn#0123456789]", "jit(attn)"]},
+        {"name": "_bwd_kernel", "scope": ["jit(step)", "jaxtune[lib.attn#0123456789]", "jit(attn)", "bwd"]},
+    ]  # fmt: skip
+    # The capture's reading of the HLO text says fusion.7 fuses both kernels' ops; the
+    # program's own HLO, which the trace carries, says it fuses an add alone.
+    stacks = [ops["bitcast.3"].op_name, ops["bitcast.4"].op_name]
+    classify = classifier(kernels=kernels, fusions={"fusion.7": stacks}, programs={1: module})
+
+    def kind(name: str) -> OpKind:
+        i = ops[name]
+        return dataclasses.replace(_kind(name, i.op_name), target=i.target)
+
+    fwd = Owner(kind="pallas", names=("_fwd_kernel",), kernel_id="lib.attn")
+    wrapper = Owner(kind="autotuned", names=("lib.attn",), kernel_id="lib.attn")
+    assert classify(kind("fwd.1")) == fwd
+    # An op of the call's name stack is the kernel the call's payload names, not the
+    # scope around pallas_call ("attn").
+    assert classify(kind("bitcast.3")) == fwd
+    # The wrapper's own ops in the kernel's scope are not the kernel's: its time is its
+    # calls'.
+    assert classify(kind("reduce.5")) == wrapper
+    # A fusion of two compiled kernels' ops is their autotuned kernel's, never "a + b".
+    assert classify(kind("fusion.6")) == wrapper
+    assert classify(kind("fusion.7")) == Owner(kind="xla", names=("fusion.7",), program="1")

@@ -30,6 +30,7 @@ __all__ = [
     "attribute",
     "classifier",
     "kernel_ids",
+    "payload_names",
     "program_key",
     "scopes",
 ]
@@ -151,20 +152,31 @@ def classifier(
     :func:`jaxtune._program.markers.owner_of`.
 
     ``kernels`` are the program's Pallas calls (name, scope, ...); ``fusions`` map a fusion
-    to the op names of the instructions fused into it: a fusion that holds ops of kernels
-    belongs to them (one owner naming every kernel when there are several), never to an
-    anonymous XLA row. ``claims`` name the Pallas kernel(s) of an instruction
+    to the op names of the instructions fused into it (from the capture's HLO text; the
+    program's own HLO in ``programs`` wins where the trace carries it, as instruction names
+    repeat across programs): a fusion that holds ops of kernels belongs to them, never to
+    an anonymous XLA row. ``claims`` name the Pallas kernel(s) of an instruction
     (``(program id, instruction)``) where the trace's own metadata says it
-    (:mod:`.recover`). ``programs`` are the compiled programs by id (:mod:`.hlo`): an
-    instruction XLA added without metadata (a copy of a loop's initial value, a copy in
-    a kernel's loop body) belongs to the kernel whose ops its value goes to, when that is
-    one kernel (:func:`adopter`), unless it is one of XLA's asynchronous ops
-    (:data:`ASYNC_OPCODES`). (A program a callback ran from inside another
+    (:mod:`.recover`, and each Mosaic call's payload). ``programs`` are the compiled
+    programs by id (:mod:`.hlo`): an instruction XLA added without metadata (a copy of a
+    loop's initial value, a copy in a kernel's loop body) belongs to the kernel whose ops
+    its value goes to, when that is one kernel (:func:`adopter`), unless it is one of XLA's
+    asynchronous ops (:data:`ASYNC_OPCODES`). (A program a callback ran from inside another
     program's op belongs to the op that runs it: :func:`.events.walk` sees to that.)
+
+    A compiled (Mosaic) kernel is what its payload names (:func:`payload_names`): its
+    custom call, and an op of the same ``pallas_call`` name stack, go to that one kernel.
+    Its time is its calls', so it claims no ops by scope (its wrapper's own ops, such as
+    a backward pass's reductions, are its autotuned kernel's), and a fusion of ops of
+    several compiled kernels goes to the autotuned kernel they share (else to XLA), never
+    to a row naming several. Interpret-mode kernels keep one owner naming each kernel of
+    such a fusion: their ops are the kernels' own work.
 
     A plain XLA op's owner is its instruction in its program (:func:`program_key`).
     """
-    scopes = _markers.scope_table(kernels)
+    by_payload = payload_names(programs or {})
+    compiled = set(by_payload.values())
+    scopes = _markers.scope_table([k for k in kernels if k.get("name") not in compiled])
     known: dict[tuple[str, str | None, str], Owner] = {}
     memo: dict[OpKind, Owner] = {}
     ids = kernel_ids(kernels)
@@ -172,28 +184,43 @@ def classifier(
     def owner(stack: str, target: str | None, op: str) -> Owner:
         key = (stack, target, op if not stack else "")
         if key not in known:
-            known[key] = _markers.owner_of(stack, target, op, scopes)
+            found = _markers.owner_of(stack, target, op, scopes)
+            payload = by_payload.get(stack)
+            if found.kind == "pallas" and payload is not None:
+                found = Owner(kind="pallas", names=(payload,), kernel_id=found.kernel_id)
+            known[key] = found
         return known[key]
+
+    def fused_stacks(kind: OpKind) -> Sequence[str]:
+        module = (programs or {}).get(kind.program) if kind.program is not None else None
+        if module is not None and kind.op in module.fused:
+            inside = (module.instructions.get(n) for n in module.fused[kind.op])
+            return list(dict.fromkeys(i.op_name for i in inside if i is not None and i.op_name))
+        return (fusions or {}).get(kind.op) or ()
 
     def named(kind: OpKind) -> Owner:
         """The kernel owner of an op by its own metadata; an ``"xla"`` one for none."""
         result = owner(kind.name_stack, kind.target, kind.op)
         claim = claims.get((kind.program, kind.op)) if claims and kind.program is not None else None
-        parts = (fusions or {}).get(kind.op)
         if claim is not None:
             # An op claimed by the trace's metadata (a copy XLA added to the kernel's loop
             # body, without a name stack) is the kernel's: the same row, kernel id and all.
             only = claim[0] if len(claim) == 1 else None
             kernel_id = result.kernel_id or (ids.get(only) if only is not None else None)
-            result = Owner(kind="pallas", names=claim, kernel_id=kernel_id)
-        elif result.kind == "xla" and parts:
-            inner = {owner(stack, None, kind.op) for stack in parts}
-            fused = [o for o in inner if o.kind != "xla"]
-            if len(fused) == 1:
-                result = fused[0]
-            elif fused:
-                names = _markers.fused_names(o.names for o in fused)
-                result = Owner(kind="pallas", names=names)
+            return Owner(kind="pallas", names=claim, kernel_id=kernel_id)
+        parts = fused_stacks(kind) if result.kind == "xla" else ()
+        fused = {o for o in (owner(stack, None, kind.op) for stack in parts) if o.kind != "xla"}
+        if len(fused) == 1:
+            return fused.pop()
+        if fused:
+            shared = {o.kernel_id for o in fused}
+            kernel_id = shared.pop() if len(shared) == 1 else None
+            if any(n in compiled for o in fused for n in o.names):
+                if kernel_id is None:
+                    return result
+                return Owner(kind="autotuned", names=(kernel_id,), kernel_id=kernel_id)
+            names = _markers.fused_names(o.names for o in fused)
+            return Owner(kind="pallas", names=names, kernel_id=kernel_id)
         return result
 
     adopt = adopter(programs or {}, named)
@@ -211,6 +238,20 @@ def classifier(
         return result
 
     return classify
+
+
+def payload_names(programs: Mapping[int, HloModule]) -> dict[str, str]:
+    """Name stack -> the Pallas kernel the payload of the Mosaic calls of that stack names
+    (:attr:`.hlo.HloInstruction.kernel_name`: the kernel function, where the name stack
+    holds only the scope around ``pallas_call``, ``flash_attention`` or
+    ``flash_mha_bwd_dq_block_q_major=128_...``), for the stacks whose calls name one
+    kernel."""
+    found: dict[str, set[str]] = {}
+    for module in programs.values():
+        for ins in module.instructions.values():
+            if ins.kernel_name is not None and ins.op_name:
+                found.setdefault(ins.op_name, set()).add(ins.kernel_name)
+    return {stack: next(iter(n)) for stack, n in found.items() if len(n) == 1}
 
 
 def program_key(kind: OpKind) -> str | None:

@@ -37,7 +37,10 @@ _OP_NAME = re.compile(r'op_name="(?P<op>(?:[^"\\]|\\.)*)"')
 _TARGET = re.compile(r'custom_call_target="(?P<target>[^"]*)"')
 
 
-_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?(?P<name>[\w.\-]+)\s.*\{\s*$")
+#: A computation's head: its name at the line's start, then its signature (if printed) and
+#: ``{``. Not an instruction (indented, ``name =``); a signature may hold ``=`` (a long
+#: tuple's ``/*index=5*/``), so only what follows the name tells them apart.
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?(?P<name>[\w.\-]+)\s*(?:\(.*)?\{\s*$")
 _CALLS = re.compile(r"calls=%?(?P<callee>[\w.\-]+)")
 
 
@@ -49,7 +52,7 @@ def hlo_fusions(hlo_text: str) -> dict[str, list[str]]:
     current = ""
     for line in hlo_text.splitlines():
         head = _COMPUTATION.match(line)
-        if head and "=" not in line.split("{")[0]:
+        if head:
             current = head.group("name")
             continue
         m = _HLO_LINE.match(line)

@@ -53,8 +53,9 @@ class Totals:
     (runs of consecutive top-level events of one kernel; every event of a plain XLA op is
     a run of its own), XLA's flops and bytes, and the program runs it appeared in.
     ``first`` is the kind of the first op that went to it (for a plain XLA op, the op:
-    its name stack and program). ``kernel_calls``: its events of Pallas custom calls (on
-    a device plane one event is one call, also when two calls run back to back)."""
+    its name stack and program), or of its first Pallas custom call where it has one.
+    ``kernel_calls``: its events of Pallas custom calls (on a device plane one event is
+    one call, also when two calls run back to back)."""
 
     total_ps: int = 0
     events: int = 0
@@ -135,7 +136,12 @@ class Accumulator:
             return -1
         n = self.slot[key] = len(self.slot_kind)
         self.slot_kind.append(kind)
-        self.slot_owner.append(self.owner_number(self.owner_of(kind), kind))
+        o = self.owner_number(self.owner_of(kind), kind)
+        pallas = _markers.PALLAS_TARGETS
+        if kind.target in pallas and self.first[o].target not in pallas:
+            # A kernel's row is its call, not a copy XLA added for it that ran first.
+            self.first[o] = kind
+        self.slot_owner.append(o)
         self.count_of.append(0)
         return n
 
