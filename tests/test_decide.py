@@ -418,6 +418,11 @@ def test_a_second_look_keeps_the_configs_faster_than_the_leaders_by_their_fastes
     cid = config_id({"k": "c"})
     results[cid] = dataclasses.replace(results[cid], dropped=True)
     assert _decide.second_look(results, [{"k": "a"}]) == [{"k": "b"}, {"k": "c"}]
+    # Under a device timer: only those within the window of the best's fastest sample
+    # (c, dropped, at 2.2x of a; b at 3.3x: none within 2x, both within 4x).
+    assert _decide.second_look(results, [{"k": "a"}], within=2.0) == []
+    assert _decide.second_look(results, [{"k": "a"}], within=2.5) == [{"k": "c"}]
+    assert _decide.second_look(results, [{"k": "a"}], within=4.0) == [{"k": "b"}, {"k": "c"}]
 
 
 def test_a_slow_kernels_rounds_have_time_to_show_a_config_slower_after_a_second_look():

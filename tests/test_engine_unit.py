@@ -98,7 +98,10 @@ class _Lowered:
 class FakeDeviceTimer(ProfilerTimer):
     """The profiler timer over a fake trace: each call's device time is its config's
     ``ms``, without the ``dispatch_ms`` the wall clock adds. ``captures`` counts the
-    captures (``recording()`` entries); ``on_end`` runs as each capture ends."""
+    captures (``recording()`` entries); ``on_end`` runs as each capture ends. It stands
+    for a chip's trace: its samples are device time."""
+
+    device_time = True
 
     def __init__(self, sweeper: FakeSweeper) -> None:
         super().__init__(sweeper.clock)
@@ -375,6 +378,84 @@ def test_a_device_timer_drops_by_the_first_visits_device_times_before_the_second
     sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
     got = sweeper.measure(configs, reference=configs[0], best_us=1000.0)
     assert {c["k"] for c in configs if got[config_id(c)].dropped} == {"b", "c", "d", "e", "f"}
+
+
+class _Recorded(_plan.InProcess):
+    """The in-process measurer, keeping the configs each re-timing gave a second look."""
+
+    def __init__(self, sweeper: FakeSweeper) -> None:
+        super().__init__(sweeper)
+        self.looked: list[str] = []
+
+    def retime(self, leaders, second):
+        self.looked += [c["k"] for c in second]
+        return super().retime(leaders, second)
+
+
+def _drive_recorded(fakes: dict[str, Fake], *, device: bool):
+    sweeper = _sweeper(fakes, device=device)
+    plan = sweeper.task.plan
+    measurer = _Recorded(sweeper)
+    outcome = _plan.drive(plan, measurer, progress=_plan.new_progress(plan))
+    return outcome, measurer.looked, sweeper
+
+
+def test_under_a_device_timer_only_configs_within_the_leaders_window_get_a_second_look():
+    """The second look guards against a burst of work on the host during a config's first
+    pass; a device timer's samples are the chip's own times, which such a burst does not
+    lengthen. There only "e" (the fourth within 2x of the best: not a leader) gets a look;
+    "f", "g" and "h" (over 2x behind) do not enter the rounds. The wall timer gives every
+    config the first pass measured outside the leaders its look, as before."""
+    truth_ms = {"a": 1.5, "b": 1.0, "c": 1.1, "d": 1.2, "e": 1.3, "f": 2.5, "g": 4.0, "h": 6.0}
+    fakes = {k: Fake(ms=ms) for k, ms in truth_ms.items()}
+    device, device_looked, device_sweeper = _drive_recorded(fakes, device=True)
+    wall, wall_looked, _ = _drive_recorded(fakes, device=False)
+    assert sorted(device_looked) == ["e"]
+    assert sorted(wall_looked) == ["e", "f", "g", "h"]
+    # Under the device timer the far-behind configs ran their first pass only: its two
+    # captures, no round.
+    got = {m.config["k"]: m for m in device.measurements}
+    assert all(not got[k].rounds_us for k in "fgh")
+    assert {device_sweeper.calls[k] for k in "fgh"} == {device_sweeper.calls["f"]}
+    assert device_sweeper.calls["f"] < device_sweeper.calls["e"]
+    assert device.best.config["k"] == wall.best.config["k"] == "b"
+
+
+@pytest.mark.parametrize(
+    "truth_ms",
+    [
+        {"a": 3.0, "b": 1.0, "c": 1.5, "d": 2.25, "e": 3.4, "f": 5.0},
+        {"a": 1.0, "b": 1.5, "c": 2.25, "d": 3.4, "e": 5.0, "f": 7.6},
+        {"a": 5.0, "b": 3.4, "c": 2.25, "d": 7.6, "e": 1.5, "f": 1.0},
+    ],
+)
+def test_the_pick_of_configs_at_least_1_5x_apart_is_the_same_with_or_without_the_looks(
+    truth_ms,
+):
+    fakes = {k: Fake(ms=ms) for k, ms in truth_ms.items()}
+    fastest = min(truth_ms, key=truth_ms.__getitem__)
+    picks = set()
+    for device in (False, True):
+        outcome, _, _ = _drive_recorded(fakes, device=device)
+        picks.add((outcome.best.config["k"], outcome.decision))
+    assert picks == {(fastest, "clear")}
+
+
+def test_only_the_profiler_timer_on_a_tpu_or_gpu_takes_device_time():
+    from jaxtune._tuning.sweep.runner import InChildren, ProcessRunner
+    from jaxtune._tuning.sweep.timers import device_time
+
+    assert device_time("auto", "tpu") and device_time("profiler", "TPU v5 lite")
+    assert device_time("cupti", "cuda") and device_time("auto", "gpu")
+    # On CPU the profiler's samples are the host threads' op events.
+    assert not device_time("profiler", "cpu") and not device_time("auto", "cpu")
+    assert not device_time("wall", "tpu") and not device_time("auto", None)
+    assert not ProfilerTimer().device_time and not WallTimer().device_time
+    plan = SweepPlan(kernel="k", key="k", configs=({"k": "a"},), default={"k": "a"})
+    for platform, timer, expected in [("tpu", "auto", True), ("tpu", "wall", False)]:
+        runner = ProcessRunner(platform=platform)
+        children = InChildren(runner, dataclasses.replace(plan, timer=timer), None, None)
+        assert children.device_time is expected
 
 
 @pytest.mark.parametrize("where", ["calls", "capture end"])

@@ -1,15 +1,21 @@
 """Configs Mosaic TPU refuses, found in the traced program before compiling: never one that
 JAX's TPU lowering accepts (checked against ``jax.export`` for TPU, on CPU), on JAX's own
-flash attention and megablox grouped matmul."""
+flash attention and megablox grouped matmul. The DMA slice rule (Mosaic's own, which only
+the chip applies: ``tests/tpu/test_3_refusals.py`` checks it there) refuses exactly
+Tokamax's ragged dot configs whose tiles slice HBM to 64 lanes, and nothing of JAX's
+kernels that copy by hand (paged attention, ragged paged attention)."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
 import pytest
+import ragged_dot_space
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as fa
 from jax.experimental.pallas.ops.tpu.megablox import gmm
 from test_sweep import bind, task_of
@@ -128,3 +134,145 @@ def test_a_kernel_in_tpu_interpret_mode_is_never_refused():
         jaxpr = jax.jit(f).trace(*args).jaxpr
     assert refusal(jaxpr, vmem_bytes=1) is None
     assert refusal(jax.jit(f).trace(*args).jaxpr, vmem_bytes=1) is not None
+
+
+# -- DMA slices ---------------------------------------------------------------------------
+
+
+def _dma_copy(x, *, lanes, space, interpret=False):
+    """Copies ``x``'s first ``lanes`` columns by hand: a DMA from a slice of ``x`` (in
+    ``space``) into VMEM."""
+
+    def body(x_ref, o_ref, buf, sem):
+        pltpu.async_copy(x_ref.at[:, pl.ds(0, lanes)], buf, sem).wait()
+        o_ref[...] = buf[...]
+
+    return pl.pallas_call(
+        body,
+        out_shape=jax.ShapeDtypeStruct((x.shape[0], lanes), x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=space)],
+        scratch_shapes=[pltpu.VMEM((x.shape[0], lanes), x.dtype), pltpu.SemaphoreType.DMA],
+        interpret=interpret,
+    )(x)
+
+
+@pytest.mark.parametrize(
+    ("columns", "lanes", "space", "refused"),
+    [
+        (512, 64, pl.ANY, True),  # half a tile of an array in HBM
+        (512, 192, pltpu.HBM, True),
+        (512, 256, pl.ANY, False),  # whole tiles
+        (512, 512, pl.ANY, False),
+        (128, 64, pl.ANY, False),  # one tile wide: left to Mosaic
+        (200, 64, pl.ANY, False),  # not whole tiles wide: left to Mosaic
+        (512, 64, pltpu.VMEM, False),  # not in HBM: left to Mosaic
+    ],
+)
+def test_a_dma_slice_of_an_hbm_array_off_the_lane_tile_is_refused(columns, lanes, space, refused):
+    x = jax.ShapeDtypeStruct((64, columns), F32)
+    f = functools.partial(_dma_copy, lanes=lanes, space=space)
+    why = refusal(jax.jit(f).trace(x).jaxpr, vmem_bytes=V5E_VMEM)
+    if refused:
+        assert why is not None and f"to {lanes} along its last dimension" in why, why
+        assert "Slice sizes along tiled dimensions must be aligned to tiles" in why
+    else:
+        assert why is None, why
+    interpreted = functools.partial(f, interpret=True)
+    assert refusal(jax.jit(interpreted).trace(x).jaxpr, vmem_bytes=V5E_VMEM) is None
+
+
+@pytest.fixture
+def cpu_as_v5e(monkeypatch):
+    ragged_dot_space.cpu_as_v5e(monkeypatch)
+
+
+def test_tokamax_ragged_dot_configs_that_slice_hbm_to_64_lanes_are_refused_and_no_others(
+    monkeypatch, cpu_as_v5e
+):
+    """Tokamax's kernel copies lhs [m, k] tiles of ``tile_k`` columns and rhs [g, k, n]
+    tiles of ``tile_n`` columns from HBM by hand: a tile of 64 breaks the rule (on the chip
+    Mosaic refused each of them after a full compile), 128 and more do not. One config per
+    pair of ``tile_k`` and ``tile_n`` among Tokamax's own configs and configs of 64-lane
+    tiles (Tokamax 0.0.12 proposes them, 0.0.17 no longer does), the other fields from
+    Tokamax's configs in turn; of the whole of Tokamax 0.0.12's 540, 165 are refused."""
+    f, _, own = ragged_dot_space.ragged_dot(monkeypatch)
+    tiles = {(c["tile_k"], c["tile_n"]) for c in own}
+    tiles |= set(itertools.product((64, 128), (64, 128, 512)))
+    for i, (k, n) in enumerate(sorted(tiles)):
+        config = {**own[i * 7 % len(own)], "tile_k": k, "tile_n": n}
+        g = functools.partial(f, config=config)
+        why = refusal(jax.jit(g).trace(*ragged_dot_space.ARGS).jaxpr, vmem_bytes=V5E_VMEM)
+        if 64 in (k, n):
+            assert why is not None and "to 64 along its last dimension" in why, (config, why)
+        else:
+            assert why is None, (config, why)
+
+
+def _paged_attention(pages_per_compute_block, dtype=jnp.bfloat16):
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
+    def f(q, k, v, lengths, pages):
+        return paged_attention(
+            q, k, v, lengths, pages, pages_per_compute_block=pages_per_compute_block
+        )
+
+    heads, kv_heads, dim, page, pages_per_seq, batch = 8, 2, 256, 16, 32, 4
+    args = (
+        jax.ShapeDtypeStruct((batch, heads, dim), dtype),
+        jax.ShapeDtypeStruct((kv_heads, batch * pages_per_seq, page, dim), dtype),
+        jax.ShapeDtypeStruct((kv_heads, batch * pages_per_seq, page, dim), dtype),
+        jax.ShapeDtypeStruct((batch,), jnp.int32),
+        jax.ShapeDtypeStruct((batch, pages_per_seq), jnp.int32),
+    )
+    return f, args
+
+
+def _ragged_paged_attention(kv_pages_per_block, queries_per_block, dtype=jnp.bfloat16):
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import (
+        ragged_paged_attention,
+    )
+
+    def f(q, kv, kv_lens, pages, cu_q_lens, num_seqs):
+        return ragged_paged_attention(
+            q,
+            kv,
+            kv_lens,
+            pages,
+            cu_q_lens,
+            num_seqs,
+            num_kv_pages_per_block=kv_pages_per_block,
+            num_queries_per_block=queries_per_block,
+        )
+
+    tokens, heads, kv_heads, dim, page, seqs, pages_per_seq = 256, 8, 2, 256, 16, 4, 16
+    args = (
+        jax.ShapeDtypeStruct((tokens, heads, dim), dtype),
+        jax.ShapeDtypeStruct((seqs * pages_per_seq, page, 2 * kv_heads, dim), dtype),
+        jax.ShapeDtypeStruct((seqs,), jnp.int32),
+        jax.ShapeDtypeStruct((seqs, pages_per_seq), jnp.int32),
+        jax.ShapeDtypeStruct((seqs + 1,), jnp.int32),
+        jax.ShapeDtypeStruct((1,), jnp.int32),
+    )
+    return f, args
+
+
+@pytest.mark.parametrize(
+    ("make", "config"),
+    [
+        (_paged_attention, (1,)),
+        (_paged_attention, (4,)),
+        (_paged_attention, (8,)),
+        (_ragged_paged_attention, (4, 32)),
+        (_ragged_paged_attention, (8, 64)),
+        (_ragged_paged_attention, (16, 128)),
+        (_gmm, (128, 128, 128)),
+        (_gmm, (64, 256, 256)),
+    ],
+    ids=lambda c: getattr(c, "__name__", str(c)),
+)
+def test_jaxs_kernels_that_copy_by_hand_are_not_refused_at_valid_configs(make, config, cpu_as_v5e):
+    f, args = make(*config)
+    jaxpr = jax.jit(f).trace(*args).jaxpr
+    assert refusal(jaxpr, vmem_bytes=V5E_VMEM) is None
+    lowers, error = _lowers_for_tpu(f, args)
+    assert lowers, error

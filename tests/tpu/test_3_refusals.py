@@ -1,14 +1,18 @@
 """On the chip: no config the sweep's refusal filter refuses (``_tuning/sweep/refusals.py``)
 compiles, over JAX's megablox grouped matmul tilings (the (8, 128) rule) and tiles past the
 chip's VMEM; the configs Mosaic refuses that the filter let through are printed (what a
-less conservative rule could still catch)."""
+less conservative rule could still catch). The DMA slice rule, over a sample of Tokamax's
+ragged dot configs at lhs bf16[8192, 2048]: each config it refuses fails to compile for
+the rule's reason, and none that fails for that reason gets past it."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import jax
 import jax.numpy as jnp
+import ragged_dot_space
 from jax.experimental.pallas.ops.tpu.megablox import gmm
 
 from jaxtune._tuning.sweep.refusals import checker
@@ -59,3 +63,44 @@ def test_no_refused_config_compiles_on_the_chip():
     print(f"refused before compiling: {refused}; refused by Mosaic only: {missed}")
     assert "gmm_past_vmem" in refused
     assert any(name.startswith("gmm(") for name in refused)
+
+
+#: Mosaic's words for a DMA slice off the tiles (what the DMA slice rule foresees).
+TILE_SLICE = "Slice sizes along tiled dimensions must be aligned to tiles"
+
+
+def _sample(configs, count):
+    return configs[:: max(1, len(configs) // count)][:count]
+
+
+def test_the_dma_slice_rule_refuses_exactly_the_tokamax_configs_mosaic_refuses_for_it(
+    monkeypatch,
+):
+    check = checker()
+    assert check is not None, "on a TPU the sweep checks configs before compiling"
+    f, _, configs = ragged_dot_space.ragged_dot(monkeypatch)
+    args = ragged_dot_space.ARGS
+    narrow = [c for c in configs if 64 in (c["tile_k"], c["tile_n"])]
+    wide = [c for c in configs if c not in narrow]
+    refused, kept, missed, other = [], [], [], []
+    for config in _sample(narrow, 10) + _sample(wide, 14):
+        g = functools.partial(f, config=config)
+        why = check(jax.jit(g).trace(*args).jaxpr)
+        try:
+            jax.jit(g).lower(*args).compile()
+            error = ""
+        except Exception as e:
+            error = str(e)
+        if why is not None:
+            assert error, f"{config} was refused ({why}) but compiles"
+            assert "along its last dimension" in why and TILE_SLICE in error, (config, error)
+            refused.append(config)
+        elif TILE_SLICE in error:
+            missed.append(config)
+        elif error:
+            other.append((config, error.splitlines()[0][:160]))
+        else:
+            kept.append(config)
+    print(f"refused: {len(refused)}; compiled: {len(kept)}; refused by Mosaic otherwise: {other}")
+    assert not missed, f"Mosaic refused these for their DMA slices, the filter did not: {missed}"
+    assert len(refused) == len(_sample(narrow, 10)) and kept

@@ -76,6 +76,11 @@ class Measurer(Protocol):
     """What a runner offers :func:`drive`: configs measured and re-timed where the kernel
     runs (:class:`InProcess` here; the runner's children, :mod:`.runner`)."""
 
+    @property
+    def device_time(self) -> bool:
+        """Whether the timer there takes device time (:func:`~.timers.device_time`)."""
+        ...
+
     def measure(
         self, configs: list[Config], known: Mapping[str, Result], rounds: Rounds
     ) -> Mapping[str, Result]:
@@ -100,7 +105,9 @@ def drive(
     second look at the other configs measured, pick the winner. A small space measured in
     one batch (at most the options' ``first_pass_above`` configs) is timed in interleaved
     rounds straight away, which takes the place of the first pass and the re-timing; so is
-    a whole space measured in one batch when the kernel is slow. ``breakdown`` gathers
+    a whole space measured in one batch when the kernel is slow. Under a device timer only
+    the configs within the leaders' window get the second look (see
+    :class:`~.samples.TimingOptions`); with no rival there, the next fastest races alone. ``breakdown`` gathers
     where the time went (the measurers add to it); the outcome carries its phases, and
     each measurement its calls."""
     start = time.perf_counter()
@@ -122,10 +129,17 @@ def drive(
         }
     else:
         todo = leaders(results, plan.options, plan.configs, plan.default)
-        second = second_look(results, todo)
-        if not todo and len(second) >= 2:
-            # No rival within the leaders' window: the fastest races the others' second look.
-            todo, second = second[:1], second[1:]
+        # A device timer's samples are the chip's own times, which a burst of work on the
+        # host does not lengthen: the configs far behind need no second look there.
+        window = plan.options.leader_window if measurer.device_time else None
+        second = second_look(results, todo, within=window)
+        if not todo:
+            # No rival within the leaders' window: the fastest races the others' second look
+            # (under a device timer, the next fastest's alone), so that the decision still
+            # comes from rounds.
+            second = second_look(results, todo)
+            if len(second) >= 2:
+                todo, second = second[:1], second[1 : None if window is None else 2]
         retimed = measurer.retime(todo, second) if todo else {}
         results.update(retimed)
     outcome = finish(plan, results, searched, retimed=set(retimed))
@@ -208,6 +222,10 @@ class InProcess:
 
     def __init__(self, sweeper: Sweeper) -> None:
         self.sweeper = sweeper
+
+    @property
+    def device_time(self) -> bool:
+        return self.sweeper.timer.device_time
 
     def measure(
         self, configs: list[Config], known: Mapping[str, Result], rounds: Rounds

@@ -1,8 +1,8 @@
 """Configs Mosaic TPU will refuse, found in a config's traced program before it is lowered
 and compiled: a large space's refused configs then cost a trace each, not a compile.
 
-Each rule reads the block specs of the traced program's ``pallas_call`` equations (their
-``grid_mapping``) and is conservative: it refuses only what JAX's Pallas TPU lowering
+Each rule reads the traced program's ``pallas_call`` equations (the block specs of their
+``grid_mapping``, the DMAs of their kernels) and is conservative: it refuses only what JAX's Pallas TPU lowering
 (``jax/_src/pallas/mosaic/lowering.py``) or Mosaic itself refuses, so a config that
 compiles is never dropped.
 
@@ -16,6 +16,16 @@ compiles is never dropped.
   kernel's ``vmem_limit_bytes`` when it sets one, else the chip's whole VMEM (JAX's
   ``pltpu.get_tpu_info()``): the default scoped limit is lower, and a flag may raise it,
   so it is not used. Tiles' padding is not counted either.
+- **DMA slices.** A kernel that copies by hand (``dma_start`` and ``dma_wait``, as
+  ``pltpu.make_async_copy`` and ``sync_copy`` bind them) slices its refs without block
+  specs. Mosaic lays out an array in HBM in tiles of 128 lanes along its last dimension
+  and refuses a slice of it whose size there is not a multiple of the tile ("Slice sizes
+  along tiled dimensions must be aligned to tiles"): a DMA's source or destination in HBM
+  (or ``ANY``) of rank 2 or more, whose last dimension is a multiple of 128 and over 128,
+  sliced there (``ref.at[..., pl.ds(start, size)]``, every transform an indexer) to a
+  static size that is not a multiple of 128, is refused. Refs in VMEM or SMEM, sub-tile
+  arrays, integer indices, strided or dynamic sizes, other transforms (bitcasts,
+  reshapes) and kernels for the SparseCore are left to Mosaic.
 
 Block shapes that do not divide the array are not refused: Mosaic pads the edge blocks,
 and whether a kernel needs whole blocks is the kernel's own business (its ``prune``).
@@ -55,6 +65,9 @@ def refusal(jaxpr: Any, *, vmem_bytes: int | None) -> str | None:
                     "array's"
                 )
             vmem += math.prod(sizes) * np.dtype(bm.array_aval.dtype).itemsize
+        unaligned = _unaligned_dma(eqn)
+        if unaligned is not None:
+            return f"refused before compiling: kernel {name}'s {unaligned}"
         vmem += _scratch_bytes(eqn, mapping)
         limit = getattr(eqn.params.get("compiler_params"), "vmem_limit_bytes", None)
         limit = limit or vmem_bytes
@@ -121,6 +134,106 @@ def _block_sizes(bm: Any) -> tuple[int, ...] | None:
             return None
         sizes.append(dim)
     return tuple(sizes)
+
+
+#: The DMA primitives whose source and destination refs Mosaic slices (both the start and
+#: the wait lower their refs' transforms to ``tpu.memref_slice``).
+_DMAS = ("dma_start", "dma_wait")
+
+#: The lanes of Mosaic's tiles along an array's last dimension (of rank 2 or more).
+_LANES = 128
+
+
+def _unaligned_dma(eqn: Any) -> str | None:
+    """What breaks Mosaic's tile rule for DMA slices in ``eqn``'s kernel (a ``pallas_call``
+    for the TensorCore), or ``None``."""
+    if not _on_tensor_core(eqn):
+        return None
+    for inner in _equations(eqn.params["jaxpr"]):
+        tree = inner.params.get("tree")
+        if inner.primitive.name not in _DMAS or tree is None:
+            continue
+        src, dst = tree.unflatten(inner.invars)[:2]
+        for role, ref in (("source", src), ("destination", dst)):
+            sliced = _unaligned_lanes(ref)
+            if sliced is not None:
+                size, shape = sliced
+                return (
+                    f"{inner.primitive.name} slices its {role}, an HBM array of shape "
+                    f"{shape}, to {size} along its last dimension, which breaks Mosaic's "
+                    f"rule for slices of tiled arrays: a slice's size along the last "
+                    f'dimension must be a multiple of the {_LANES}-lane tile ("Slice sizes '
+                    'along tiled dimensions must be aligned to tiles")'
+                )
+    return None
+
+
+def _unaligned_lanes(ref: Any) -> tuple[int, tuple[int, ...]] | None:
+    """The static size a DMA's ``ref`` (a ref with transforms) is sliced to along the last
+    dimension of its array in HBM, with the array's shape, where that size breaks the
+    tile rule; ``None`` wherever this reading is not sure."""
+    transforms, base = getattr(ref, "transforms", None), getattr(ref, "ref", None)
+    aval = getattr(base, "aval", None)
+    if not transforms or aval is None:
+        return None
+    shape = tuple(getattr(aval, "shape", ()))
+    dtype = getattr(aval, "dtype", None)
+    if (
+        len(shape) < 2
+        or shape[-1] <= _LANES
+        or shape[-1] % _LANES
+        or _space(aval) not in ("any", "hbm")
+        or not isinstance(dtype, np.dtype)  # PRNG keys and other extended dtypes
+        or dtype == np.bool_
+        or dtype.itemsize > 4
+    ):
+        return None
+    size = None
+    for transform in transforms:
+        indices = getattr(transform, "indices", None)
+        if (
+            type(transform).__name__ != "NDIndexer"
+            or not indices
+            or tuple(transform.int_indexer_shape) != ()
+            or len(indices) != len(transform.shape)
+        ):
+            return None
+        last = indices[-1]
+        if type(last).__name__ != "Slice" or last.stride != 1:
+            return None
+        if isinstance(last.size, bool) or not isinstance(last.size, int | np.integer):
+            return None
+        size = int(last.size)
+    if size is None or size % _LANES == 0:
+        return None
+    return size, shape
+
+
+def _on_tensor_core(eqn: Any) -> bool:
+    """Whether ``eqn``'s kernel runs on the TensorCore (a SparseCore lays out its arrays
+    in other tiles)."""
+    mesh = eqn.params.get("mesh")
+    if mesh is not None and "TensorCore" not in type(mesh).__name__:
+        return False
+    kind = getattr(eqn.params.get("compiler_params"), "kernel_type", None)
+    return kind is None or str(kind).rsplit(".", 1)[-1].lower() in ("tc", "tensorcore")
+
+
+def _space(aval: Any) -> str:
+    """A ref's memory space as a lower-case name (``any``, ``hbm``, ``vmem``...)."""
+    return str(getattr(aval, "memory_space", "")).lower().rsplit(".", 1)[-1]
+
+
+def _equations(jaxpr: Any) -> Iterator[Any]:
+    """Every equation of ``jaxpr`` and of the jaxprs its equations hold (branches, loop
+    bodies, scoped allocations)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
 
 
 def _scratch_bytes(eqn: Any, mapping: Any) -> int:

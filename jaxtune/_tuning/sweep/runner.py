@@ -53,6 +53,7 @@ from .requests import (
     sweep_request,
 )
 from .stats import SweepOutcome
+from .timers import device_time
 from .work import Rounds, SweepPlan, SweepTask
 
 __all__ = [
@@ -312,6 +313,11 @@ class InChildren:
     ) -> None:
         self.runner, self.plan, self.request, self.progress = runner, plan, request, progress
         self.devices = list(runner.devices or [])
+
+    @property
+    def device_time(self) -> bool:
+        # The platform the children come up on; not known (None): as the wall timer.
+        return device_time(self.plan.timer, self.runner.expected_platform())
 
     def measure(
         self, configs: list[Config], known: Mapping[str, Result], rounds: Rounds

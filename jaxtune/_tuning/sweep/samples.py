@@ -45,7 +45,12 @@ class TimingOptions:
     costs as much as a whole turn and steadies little). Every other config the first pass measured (dropped
     early or behind the leaders) gets a second look: it takes part in the first
     ``second_look_rounds`` rounds, and races on when its fastest time there is faster by
-    more than ``tie_within`` than the ``leaders``-th fastest leader's. After at least
+    more than ``tie_within`` than the ``leaders``-th fastest leader's. Under a timer whose
+    samples are device time (the profiler timer on a TPU or GPU: the calls' execution on
+    the chip, from the trace), which a burst of work on the host does not lengthen, only
+    the configs whose fastest first-pass sample is within ``leader_window`` of the best
+    one's get the second look; with no rival within the window, the fastest races the next
+    fastest alone. After at least
     ``rounds`` rounds, they stop once every rival of the best is shown slower or
     equivalent within ``tie_within`` (see :mod:`jaxtune._tuning.sweep.stats`), or at
     ``max_rounds`` rounds or ``max_rounds_s`` seconds. From round ``behind_after_rounds`` on,

@@ -330,19 +330,27 @@ def leaders(
     return [dict(m.config) for m in front] if len(front) >= 2 else []
 
 
-def second_look(results: Mapping[str, Result], front: Sequence[Config]) -> list[Config]:
+def second_look(
+    results: Mapping[str, Result], front: Sequence[Config], *, within: float | None = None
+) -> list[Config]:
     """The configs the first pass measured outside ``front`` (the leaders), dropped early
     or not, fastest sample first (those not dropped before the dropped; not a config timed
     as another's program, ``same_as``): each gets a second
     look in the first rounds, side by side with the leaders, before it is ruled out. A first
     pass times one config at a time, a few milliseconds each: a burst of other work on the
-    machine can cover all of a config's samples there and none of its rivals'."""
+    machine can cover all of a config's samples there and none of its rivals'. With
+    ``within`` (a device timer's samples, which such a burst does not lengthen), only
+    those whose fastest sample is within that factor of the best measured's."""
     chosen = {config_id(c) for c in front}
     measured = [
         m
         for m in results.values()
         if isinstance(m, Measurement) and config_id(m.config) not in chosen and m.same_as is None
     ]
+    if within is not None:
+        times = [m.min_us for m in results.values() if isinstance(m, Measurement)]
+        bar = min(times) * within if times else 0.0
+        measured = [m for m in measured if m.min_us <= bar]
     measured.sort(key=lambda m: (m.dropped, m.min_us))
     return [dict(m.config) for m in measured]
 

@@ -16,6 +16,11 @@ default.
 - ``cupti``: the profiler timer on an NVIDIA GPU, whose device events JAX's profiler takes
   from CUPTI; refused elsewhere.
 
+A timer's ``device_time`` says whether its samples are the device's own execution times
+(the profiler timer on a TPU or GPU), which other work on the host does not lengthen; the
+sweep then spares the configs far behind the leaders their second look (see
+:class:`~.samples.TimingOptions`).
+
 A timer that offers ``recording()`` (a :class:`RecordingTimer`) lets a sweep time several
 configs inside one trace (one interleaved round): every :meth:`measure` inside it returns the wall-clock timing at
 once, and the recording's :meth:`Recording.results` gives the device timings when it ends.
@@ -50,6 +55,7 @@ __all__ = [
     "RoundTimer",
     "Timer",
     "WallTimer",
+    "device_time",
     "resolve_timer",
     "timer_for",
 ]
@@ -57,6 +63,11 @@ __all__ = [
 
 class Timer(Protocol):
     """Measures a blocking call (``run()`` returns once its outputs exist)."""
+
+    #: Whether the samples are the device's own execution times, which other work on the
+    #: host does not lengthen (see :func:`device_time`).
+    @property
+    def device_time(self) -> bool: ...
 
     def measure(
         self,
@@ -142,6 +153,11 @@ class WallTimer:
         import time
 
         self.clock = clock or time.perf_counter
+
+    @property
+    def device_time(self) -> bool:
+        """Whether the samples are device time (see :func:`device_time`)."""
+        return device_time(self.name, jax.default_backend())
 
     def measure(
         self,
@@ -566,6 +582,15 @@ def resolve_timer(name: str, platform: str) -> str:
             "timer='profiler' (device events of a jax.profiler trace) or 'wall'."
         )
     return name
+
+
+def device_time(name: str, platform: str | None) -> bool:
+    """Whether the timer a name means on ``platform`` (``None``: not known) takes its
+    samples from the device's own clock: the profiler timer on a TPU or GPU, whose samples
+    are the calls' device events. Its samples on CPU are the host threads' op events, and
+    the wall timer's the host's clock: other work on the host lengthens both."""
+    on_device = normalise_platform(platform) in ("tpu", "gpu")
+    return on_device and name in ("auto", "profiler", "cupti")
 
 
 def timer_for(name: str, platform: str | None = None) -> Timer:
