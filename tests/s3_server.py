@@ -20,12 +20,15 @@ import tempfile
 import time
 import uuid
 
-#: Why the S3 tests skip, or None when they can run.
+#: What is missing for a local S3 store, or None when nothing is: the tests fail with it
+#: (the test dependency group has moto's server, and `nox -s tests` installs the `remote`
+#: extra's fsspec and s3fs), the benchmark stops with it.
 MISSING = next(
     (
-        f"{name} is not installed (pip install 'moto[server]' s3fs: the test dependency "
-        "group has both)"
-        for name in ("moto", "flask", "s3fs", "boto3")
+        f"{name} is not installed: a shared store on a local S3 server needs moto's server "
+        "mode and s3fs (pip install 'moto[server]' 'jaxtune[remote]', or `pip install "
+        "--group test` with the `remote` extra, as `nox -s tests` does)"
+        for name in ("fsspec", "s3fs", "moto", "flask", "boto3")
         if importlib.util.find_spec(name) is None
     ),
     None,

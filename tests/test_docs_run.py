@@ -326,9 +326,15 @@ TPU_BLOCKS = [b for b in BLOCKS if b.tpu and not b.not_run]
 @pytest.mark.parametrize("name", [b.name for b in TPU_BLOCKS] or ["none"])
 def test_tpu_block_runs_on_a_tpu(name, tmp_path):
     if name == "none":
-        pytest.skip("no block of docs/ is marked `tpu`")
+        pytest.skip(
+            "no block of docs/ is marked `tpu`: every block runs on the CPU "
+            "(test_page_runs_as_shown), none is left for a chip"
+        )
     if not _has_tpu():
-        pytest.skip("needs a TPU: the block is marked `tpu` in its page")
+        pytest.skip(
+            f"needs a TPU chip: {name} is marked `tpu` in its page, as it shows what only a "
+            "chip does; JAX's backend here is not a TPU"
+        )
     page, _, line = name.partition(":")
     document = SYBIL.parse(DOCS / page)
     document.namespace["page"] = Page(folder=tmp_path, tier="tpu")

@@ -50,6 +50,17 @@ planes { id: 1 name: "/host:CPU"
 #: Where xprof is: this Python (the jaxtune[xprof] extra), or JAXTUNE_XPROF_PYTHON.
 XPROF_PYTHON = os.environ.get("JAXTUNE_XPROF_PYTHON")
 HAS_XPROF = XPROF_PYTHON is not None or importlib.util.find_spec("xprof") is not None
+#: For the tests that run xprof's own LLO analysis: nothing else reads an LLO module, and
+#: xprof is the optional `xprof` extra, not in the test dependency group (its pins do not
+#: always install beside the JAX under test; `nox -s tpu` installs it).
+NEEDS_XPROF = pytest.mark.skipif(
+    not HAS_XPROF,
+    reason=(
+        "xprof is not installed here and JAXTUNE_XPROF_PYTHON names no Python that has it: "
+        "this test runs xprof's own LLO analysis, which nothing else provides "
+        "(pip install 'jaxtune[xprof]')"
+    ),
+)
 
 
 def _write(tmp_path, text):
@@ -88,7 +99,7 @@ def test_llo_data_is_an_llo_proto_stat_on_the_metadata_plane(tmp_path):
 
 
 @pytest.mark.child  # the analysis runs in a bounded child process
-@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+@NEEDS_XPROF
 def test_xprof_is_called_for_real_on_a_trace_without_llo_data(tmp_path):
     got = llo.analyze(_write(tmp_path, TPU % ""), "tpu", False, python=XPROF_PYTHON)
     assert got["success"] is False
@@ -98,7 +109,7 @@ def test_xprof_is_called_for_real_on_a_trace_without_llo_data(tmp_path):
 
 
 @pytest.mark.child  # the analysis runs in a bounded child process
-@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+@NEEDS_XPROF
 def test_xprof_answer_on_a_trace_with_an_llo_proto(tmp_path):
     path = _write(tmp_path, TPU % 'stats { metadata_id: 1 bytes_value: "\\x08\\x01" }')
     got = llo.analyze(path, "tpu", True, python=XPROF_PYTHON)
@@ -329,7 +340,6 @@ def test_the_llo_section_leads_with_the_pallas_kernels_then_the_heaviest_modules
 
 
 def test_the_html_page_shows_the_llo_section_as_the_text_does(tmp_path):
-    pytest.importorskip("matplotlib", reason="the HTML page needs jaxtune[plots]")
     answer, times = _program(llo_figures.OTHER_MODULES + 4)
     got = llo_figures.summary(answer, {}, {"custom-call.1": "flash"}, device_us=times)
     profile = dataclasses.replace(jaxtune.Profile.from_trace(_write(tmp_path, CPU)), llo=got)
@@ -420,7 +430,7 @@ LLO_MODULE = (
 
 
 @pytest.mark.child  # the analysis runs in a bounded child process
-@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+@NEEDS_XPROF
 def test_the_real_embedded_analysis_answers_per_kernel(tmp_path):
     path = _write(tmp_path, TPU % LLO_MODULE)
     got = llo.attach(jaxtune.Profile.from_trace(path), path, python=XPROF_PYTHON).llo

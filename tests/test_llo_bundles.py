@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from test_llo import HAS_XPROF, XPROF_PYTHON
+from test_llo import NEEDS_XPROF, XPROF_PYTHON
 
 import jaxtune
 from jaxtune._core.xspace import xplane
@@ -18,9 +18,6 @@ from jaxtune._profiling import llo, llo_bundles, llo_figures
 
 TRACE = pathlib.Path(__file__).parent / "fixtures" / "v5e" / "flash_fwd_llo.xplane.pb"
 FLASH = "jit_flash(31)::flash_attention.1"
-NEEDS_XPROF = pytest.mark.skipif(
-    not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')"
-)
 
 
 def _read() -> dict[str, llo_bundles.BundleSlots | str]:

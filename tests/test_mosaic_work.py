@@ -131,7 +131,6 @@ def _flash_grad_configs(*, major: int, causal: bool, dtype: str) -> dict[str, st
 def test_flash_backward_with_unrolled_inner_blocks_matches_hand_counts():
     """Lowered for TPU on CPU: block_k smaller than block_k_major makes the backward
     kernels loop over inner blocks in their body; the counts still match hand counts."""
-    pytest.importorskip("jax")
     b, h, s, d = FLASH_SHAPE
     found = {}
     for name, raw in _flash_grad_configs(major=256, causal=False, dtype="float32").items():
@@ -232,7 +231,6 @@ def test_flash_forward_and_backward_bytes_match_hand_counts(causal):
     """Lowered for TPU on CPU, causal or not: forward, dkv and dq move what a hand count
     of their blocks' copies says (without causality every block moves at each step of the
     grid indices its map reads)."""
-    pytest.importorskip("jax")
     b, h, s, _ = FLASH_SHAPE
     configs = _flash_grad_configs(major=128, causal=causal, dtype="bfloat16")
     assert set(configs) == {
@@ -253,7 +251,7 @@ def _prefetch_kernel(x_ref, o_ref):
 def test_an_index_map_reading_scalar_prefetch_gives_no_bytes(prefetch):
     """A block index read from a scalar-prefetch operand is known only at run time: the
     kernel gets no bytes figure, never a guess; the same kernel without it gets one."""
-    jax = pytest.importorskip("jax")
+    import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
@@ -354,7 +352,6 @@ def test_a_mutated_body_never_crashes_the_reading_process():
     nanobind's ``str_from_cstr_and_size(): conversion error!``). The report's reader parses
     them in a child: every mutant gives a figure or none, this process lives on, and a
     body after one the child died on is still counted."""
-    pytest.importorskip("jaxlib.mlir")
     config = next(c for c in _configs("flash_grad") if mosaic.cost_estimate(c) is None)
     body = mosaic_work.body_of(config)
     assert body is not None

@@ -23,7 +23,11 @@ pytestmark = [
     pytest.mark.child,
     pytest.mark.skipif(
         not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")),
-        reason="no headless Chromium on PATH (apt-get install -y chromium)",
+        reason=(
+            "no headless Chromium on PATH (chromium, chromium-browser or google-chrome): these "
+            "tests lay the pages out in a real browser engine, which no Python package does "
+            "(apt-get install -y chromium; .ci/run installs it)"
+        ),
     ),
 ]
 

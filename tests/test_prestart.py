@@ -91,7 +91,11 @@ def test_the_kernels_module_is_imported_in_the_child_before_the_first_sweep(tmp_
     # Unset, with no accelerator plugin installed, the platform can only be CPU: the
     # child is started ahead of need all the same (before JAX starts a backend here).
     if platforms is None and not cpu_only():
-        pytest.skip("an accelerator plugin is installed: the platform is not known ahead")
+        pytest.skip(
+            "an accelerator plugin is installed here, so with JAX_PLATFORMS unset the platform "
+            "is not known before JAX starts and no child is started ahead: the case under "
+            "test (unset, CPU only) does not arise; the JAX_PLATFORMS=cpu case runs"
+        )
     proc = _run(tmp_path, MODULE, lines=2, platforms=platforms)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

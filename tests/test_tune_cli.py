@@ -235,13 +235,15 @@ COUNTS_CHILDREN = textwrap.dedent(
 
 
 @pytest.mark.skipif(
-    not pathlib.Path("/proc/self/stat").exists(), reason="the program finds its sibling in /proc"
+    not pathlib.Path("/proc/self/stat").exists(),
+    reason=(
+        "no /proc here (not Linux): the program finds the command's sweep child, its "
+        "sibling, by reading each process's parent in /proc/PID/stat"
+    ),
 )
 def test_the_sweep_child_starts_and_imports_the_kernel_while_the_program_runs(tmp_path):
     from jaxtune._isolation.devices import cpu_only
 
-    if not cpu_only() and not os.environ.get("JAX_PLATFORMS"):
-        pytest.skip("an accelerator plugin is installed: the platform is not known ahead")
     script = tmp_path / "train.py"
     script.write_text(WAITS_FOR_THE_CHILD)
     (tmp_path / "kernels.py").write_text(KERNELS)
@@ -251,6 +253,10 @@ def test_the_sweep_child_starts_and_imports_the_kernel_while_the_program_runs(tm
         "JAXTUNE_CACHE_DIR": str(tmp_path / "cache"),
         "IMPORT_LOG": str(tmp_path / "imports.log"),
     }
+    if not cpu_only() and not env.get("JAX_PLATFORMS"):
+        # The command starts the child ahead of need only once it knows the platform: with
+        # an accelerator plugin installed, JAX_PLATFORMS tells it (the CPU, as in CI).
+        env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run(
         [sys.executable, "-c", COUNTS_CHILDREN, "tune", "--", sys.executable, str(script)],
         env=env,

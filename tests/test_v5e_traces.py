@@ -15,7 +15,7 @@ import re
 import sys
 
 import pytest
-from test_llo import HAS_XPROF, XPROF_PYTHON
+from test_llo import NEEDS_XPROF, XPROF_PYTHON
 
 import jaxtune
 from jaxtune._core.xspace import xplane
@@ -337,7 +337,7 @@ def test_llo_summary_keeps_a_scoped_answers_registers_and_opcodes():
 
 
 @pytest.mark.child
-@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+@NEEDS_XPROF
 def test_real_xprof_analyses_the_profiled_program_alone():
     path = FIXTURES / "flash_fwd_llo.xplane.pb"
     got = llo.attach(jaxtune.Profile.from_trace(path), path, python=XPROF_PYTHON).llo
@@ -411,7 +411,7 @@ print(json.dumps({"analyze": plugin.analyze_llo(path, module.partition("::")[0] 
 
 
 @pytest.mark.child
-@pytest.mark.skipif(not HAS_XPROF, reason="xprof not installed (pip install 'jaxtune[xprof]')")
+@NEEDS_XPROF
 def test_xprof_answers_the_same_on_the_scoped_file_as_on_the_whole_trace(tmp_path):
     import subprocess
 
@@ -550,7 +550,6 @@ def test_peak_and_floor_lines_in_the_text_and_the_page_match_the_json(fixture):
     with the figures the ``--json`` rows carry (``compute_peak``, ``memory_peak``,
     ``over_peak``, ``floor_us``, ``floor_share``); the autotuned kernel's own figures are
     its rows' sums, as its parts run one after another."""
-    pytest.importorskip("matplotlib", reason="the HTML page needs jaxtune[plots]")
     import html as _html
 
     p = jaxtune.Profile.from_trace(FIXTURES / f"{fixture}.xplane.pb")

@@ -60,7 +60,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.tpu)
         item.add_marker(pytest.mark.child)  # they start programs and children
     if tier and backend() != "tpu":
-        skip = pytest.mark.skip(reason=f"needs a TPU (JAX's backend here: {backend()})")
+        skip = pytest.mark.skip(
+            reason=(
+                f"needs a TPU chip (JAX's backend here: {backend()}): the tier compiles real "
+                "Mosaic kernels and times them on the chip, which interpret mode does not; "
+                "JAXTUNE_TPU_DRY=1 runs its kernels in interpret mode to try one test"
+            )
+        )
         for item in tier:
             item.add_marker(skip)
 
