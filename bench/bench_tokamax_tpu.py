@@ -69,14 +69,11 @@ BUDGET = 4 if DRY else 64
 def _cpu_as_tpu_v5e() -> None:
     """Interpret mode only: Tokamax's heuristics ask JAX's TPU-info registry about the
     device, which knows no CPU (as tests/conformance/tokamax_kernels.py does)."""
-    for name in ("jax._src.tpu_info", "jax._src.pallas.mosaic.tpu_info"):
-        try:
-            info = importlib.import_module(name)
-        except ImportError:
-            continue
-        chip = functools.partial(info.get_tpu_info_for_chip, info.ChipVersion.TPU_V5E, 1)
-        info.registry.setdefault("cpu", chip)
-        return
+    from tests.ragged_dot_space import v5e_info_for_cpu
+
+    found = v5e_info_for_cpu()
+    if found is not None:
+        found[0].setdefault("cpu", found[1])
 
 
 if DRY:

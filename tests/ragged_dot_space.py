@@ -27,15 +27,24 @@ def cpu_as_v5e(monkeypatch: pytest.MonkeyPatch) -> None:
     """JAX's TPU-info registry answers for the CPU with a TPU v5e's figures: Tokamax's
     ragged dot and JAX's ragged paged attention ask it about the device (as
     ``conformance/tokamax_kernels.py`` does); skips where JAX has no registry."""
+    found = v5e_info_for_cpu()
+    if found is None:
+        pytest.skip("no TPU-info registry in this JAX")
+    registry, chip = found
+    monkeypatch.setitem(registry, "cpu", chip)
+
+
+def v5e_info_for_cpu() -> tuple[dict[str, Any], Any] | None:
+    """JAX's TPU-info registry and a TPU v5e's entry for it, or ``None`` where this JAX
+    has no registry (also used by bench/bench_tokamax_tpu.py's dry run)."""
     for name in ("jax._src.tpu_info", "jax._src.pallas.mosaic.tpu_info"):
         try:
             info = importlib.import_module(name)
         except ImportError:
             continue
         chip = functools.partial(info.get_tpu_info_for_chip, info.ChipVersion.TPU_V5E, 1)
-        monkeypatch.setitem(info.registry, "cpu", chip)
-        return
-    pytest.skip("no TPU-info registry in this JAX")
+        return info.registry, chip
+    return None
 
 
 def ragged_dot(
