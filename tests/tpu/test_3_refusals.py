@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -49,12 +50,15 @@ def test_no_refused_config_compiles_on_the_chip():
     assert check is not None, "on a TPU the sweep checks configs before compiling"
     refused, missed = [], []
     for name, f, args in CASES:
+        start = time.perf_counter()
         why = check(jax.jit(f).trace(*args).jaxpr)
         try:
             jax.jit(f).lower(*args).compile()
             compiles = True
         except Exception:
             compiles = False
+        took = time.perf_counter() - start
+        print(f"{name}: refused {why is not None}, compiles {compiles} ({took:.1f} s)", flush=True)
         if why is not None:
             assert not compiles, f"{name} was refused ({why}) but compiles"
             refused.append(name)
@@ -85,12 +89,17 @@ def test_the_dma_slice_rule_refuses_exactly_the_tokamax_configs_mosaic_refuses_f
     refused, kept, missed, other = [], [], [], []
     for config in _sample(narrow, 10) + _sample(wide, 14):
         g = functools.partial(f, config=config)
+        start = time.perf_counter()
         why = check(jax.jit(g).trace(*args).jaxpr)
         try:
             jax.jit(g).lower(*args).compile()
             error = ""
         except Exception as e:
             error = str(e)
+        took = time.perf_counter() - start
+        print(
+            f"{config}: refused {why is not None}, compiles {not error} ({took:.1f} s)", flush=True
+        )
         if why is not None:
             assert error, f"{config} was refused ({why}) but compiles"
             assert "along its last dimension" in why and TILE_SLICE in error, (config, error)
