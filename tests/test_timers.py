@@ -46,7 +46,9 @@ def test_the_profiler_timer_takes_each_calls_device_events_from_the_trace():
     run_long = lambda: jax.block_until_ready(long(X))  # noqa: E731
     run_short(), run_long()
     timer = _timers.ProfilerTimer()
-    options = TimingOptions()
+    # Each measure takes its 3 samples however slow a loaded machine makes the warm-up
+    # call (by default a call over ``one_sample_above_s`` gets one sample, by design).
+    options = TimingOptions(one_sample_above_s=float("inf"))
     with timer.recording() as rec:
         for _ in range(3):  # interleaved, in one trace
             wall_short = rec.measure(run_short, options, samples=3, module="jit_jaxtune_2")

@@ -52,19 +52,54 @@ def whole_lines(path: str | os.PathLike[str]) -> list[str]:
     return text.split("\n")[:-1]
 
 
-def gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (a zombie its parent has not reaped has ended)."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command's name (state first), or ``None``
+    where there is no such process."""
     try:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), which tells it from a later
+    process given the same pid; ``None`` where there is none."""
+    fields = _stat(pid)
+    return fields[19] if fields else None
+
+
+def gone(pid: int, started: str | None = None) -> bool:
+    """Whether process ``pid`` has ended (a zombie its parent has not reaped has ended);
+    with ``started`` (:func:`_started` read while it ran), a process that now has its pid
+    but started at another time is a later one, and ``pid`` has ended."""
+    fields = _stat(pid)
+    if fields is None or fields[0] in ("Z", "X"):
         return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    return started is not None and fields[19] != started
+
+
+def _describe(pid: int) -> str:
+    """What a test that waited in vain needs to know of a process still running: its
+    state, parent, process group, session and command line."""
+    fields = _stat(pid)
+    if fields is None:
+        return f"{pid} (gone)"
+    try:
+        cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        cmd = "?"
+    state, ppid, pgrp, session = fields[:4]
+    return f"{pid} (state {state}, parent {ppid}, group {pgrp}, session {session}: {cmd[:200]})"
 
 
 def all_gone(pids: Iterable[int], what: str, *, within: float = DEADLINE_S) -> None:
-    """Waits until every process of ``pids`` has ended; fails naming ``what`` and those left."""
-    pids = list(pids)
+    """Waits until every process of ``pids`` has ended; fails naming ``what`` and those
+    left, with their state, parent, group and command line. A pid the system gave to a
+    later process meanwhile counts as ended (a busy machine reuses pids)."""
+    started = {p: _started(p) for p in pids}
     try:
-        until(lambda: all(gone(p) for p in pids), what, within=within)
+        until(lambda: all(gone(p, t) for p, t in started.items()), what, within=within)
     except AssertionError as e:
-        raise AssertionError(f"{e}; still running: {[p for p in pids if not gone(p)]}") from None
+        left = [_describe(p) for p, t in started.items() if not gone(p, t)]
+        raise AssertionError(f"{e}; still running: {left}") from None

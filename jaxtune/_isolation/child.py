@@ -46,25 +46,34 @@ from .strays import TOKEN, kill_tagged
 __all__ = ["Server", "main"]
 
 
+def _end_if_orphaned(parent_pid: int, *, gone: bool = False) -> None:
+    """Once the parent has died (or, with ``gone``, is known to be dying: the kernel
+    closes a dying process's pipes before it hands its children to another parent): deletes
+    this child's log (the dead parent would have), ends every process its kernels started
+    (its process group, and what left it) and this process. Returns where the parent is
+    alive."""
+    if not gone and os.getppid() == parent_pid:
+        return
+    try:
+        log = os.readlink("/proc/self/fd/2")
+        if os.path.basename(log).startswith("child-"):
+            os.unlink(log)
+    except OSError:
+        pass
+    token = os.environ.get(TOKEN)
+    if token:
+        kill_tagged(token)  # what left this group (a setsid daemon)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+    os._exit(0)
+
+
 def _watch_parent(parent_pid: int) -> None:
-    """Ends this process and every process its kernels forked (its process group) soon
-    after the parent dies, even in the middle of a compile, and deletes its log (the dead
-    parent would have)."""
+    """Ends this process and every process its kernels forked soon after the parent dies,
+    even in the middle of a compile (:func:`_end_if_orphaned`, every half second)."""
 
     def watch() -> None:
         while True:
-            if os.getppid() != parent_pid:
-                try:
-                    log = os.readlink("/proc/self/fd/2")
-                    if os.path.basename(log).startswith("child-"):
-                        os.unlink(log)
-                except OSError:
-                    pass
-                token = os.environ.get(TOKEN)
-                if token:
-                    kill_tagged(token)  # what left this group (a setsid daemon)
-                os.killpg(os.getpgid(0), signal.SIGKILL)
-                os._exit(0)
+            _end_if_orphaned(parent_pid)
             time.sleep(0.5)
 
     threading.Thread(target=watch, name="jaxtune-parent-watch", daemon=True).start()
@@ -160,6 +169,11 @@ class Server:
         return answer
 
 
+#: What :func:`_serve` returns when the parent closed its end without asking the child to
+#: exit (it died, or is dying).
+_EOF = 4
+
+
 def _serve(cmd_fd: int, res_fd: int) -> int:
     from .wire import FrameReader, write_frame
 
@@ -173,7 +187,7 @@ def _serve(cmd_fd: int, res_fd: int) -> int:
             answer = server.answer(msg)
             reader.finish()  # whatever the answer, the whole request is read
         except EOFError:
-            return 0
+            return _EOF
         write_frame(res_fd, answer.to_wire())
         if isinstance(msg, Preload) and reader.idle(wait=_WARM_UP_AFTER_S):
             _warm_up_pallas()
@@ -225,7 +239,16 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     write_frame(args.res_fd, ready.to_wire())
     _warm_up()
-    return _serve(args.cmd_fd, args.res_fd)
+    ended = _EOF
+    try:
+        ended = _serve(args.cmd_fd, args.res_fd)
+        return ended
+    finally:
+        # The parent's death also ends the loop (its pipes close, or a write to it fails)
+        # and may do so before the watcher's next look: what the kernels forked must not
+        # outlive this process. Only an exit the parent asked for leaves that to it.
+        if parent:
+            _end_if_orphaned(int(parent), gone=ended == _EOF)
 
 
 def _warm_up() -> None:
