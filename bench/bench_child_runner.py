@@ -25,7 +25,7 @@ os.environ.setdefault("JAXTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="jaxtune-benc
 
 import jaxtune
 from jaxtune._isolation import process as _process
-from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import drive as _sweep
 from jaxtune._tuning.sweep import runner as _runner
 from jaxtune._tuning.sweep import samples as _samples
 from jaxtune._tuning.sweep.timers import WallTimer

@@ -252,7 +252,7 @@ def test_the_sweep_plan_and_task_live_in_a_leaf_of_the_sweep():
     imported = {m for m, _ in _all_imports("jaxtune._tuning.sweep.work")}
     sweep = {m for m in imported if m.startswith("jaxtune._tuning.sweep.")}
     assert sweep <= {"jaxtune._tuning.sweep.search", "jaxtune._tuning.sweep.samples"}
-    assert "jaxtune._tuning.sweep.plan" not in {
+    assert "jaxtune._tuning.sweep.drive" not in {
         m for m, _ in _all_imports("jaxtune._tuning.sweep.engine")
     }
 
@@ -279,7 +279,7 @@ def test_no_class_of_the_sweep_does_several_jobs():
 
 def test_the_engines_modules_sit_below_the_orchestration():
     """The work where the kernel runs (compile, first runs, first pass, stopwatch, and the
-    ``Sweeper`` over them) imports neither the loop that drives it (``plan``) nor where it
+    ``Sweeper`` over them) imports neither the loop that drives it (``drive``) nor where it
     runs (``runner``, ``serve``, ``requests``): those hand it work through its methods."""
     engine = ["engine", "compile", "first_run", "first_pass", "measure", "backward"]
     above = {f"jaxtune._tuning.sweep.{m}" for m in ("plan", "runner", "serve", "requests")}

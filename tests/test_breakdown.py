@@ -11,7 +11,7 @@ from test_sweep import bind, task_of
 
 from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._tuning.sweep import breakdown as _breakdown
-from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import drive as _sweep
 from jaxtune._tuning.sweep import progress as _progress
 from jaxtune._tuning.sweep import runner as _runner
 from jaxtune._tuning.sweep.stats import SweepOutcome

@@ -24,7 +24,7 @@ DEVELOPMENT = ROOT / "docs" / "development.md"
 ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|const|exc|obj):`~?([^`<>]+?)(?:\(\))?`")
 #: ``jaxtune.x.y`` anywhere in a docstring (``python -m jaxtune._isolation.child`` too).
 DOTTED = re.compile(r"(?<![\w./'\"-])(jaxtune(?:\.[A-Za-z_]\w*)+)")
-#: A path below the package: ``_tuning/sweep/plan.py``, ``jaxtune/_core/xspace``.
+#: A path below the package: ``_tuning/sweep/drive.py``, ``jaxtune/_core/xspace``.
 PATH = re.compile(r"(?<![\w./-])((?:jaxtune/)?_[a-z]\w*(?:/\w+)*(?:\.py)?)(?:\.(\w+))?(?![\w/])")
 #: A double-backtick literal holding a bare identifier (a package ``__init__`` lists its
 #: submodules so: ``store``, ``agree``).
@@ -154,8 +154,8 @@ def _parents(package: str) -> Iterator[str]:
 
 
 def path_exists(text: str) -> bool:
-    """Whether ``text`` (``_tuning/sweep/plan.py``, ``jaxtune/_core/xspace``,
-    ``_tuning/sweep/plan.run_sweep``) names a file or folder of the package (and, after a
+    """Whether ``text`` (``_tuning/sweep/drive.py``, ``jaxtune/_core/xspace``,
+    ``_tuning/sweep/drive.run_sweep``) names a file or folder of the package (and, after a
     module's path, one of its names)."""
     match = PATH.fullmatch(text)
     if match is None:
@@ -197,11 +197,11 @@ def _references(module: str) -> Iterator[tuple[int, str, bool]]:
 
 def test_the_checker_tells_a_stale_name_from_a_live_one() -> None:
     assert resolves(".lookup", "jaxtune._tuning")
-    assert resolves("jaxtune._tuning.sweep.plan.run_sweep", "jaxtune._core")
+    assert resolves("jaxtune._tuning.sweep.drive.run_sweep", "jaxtune._core")
     assert not resolves(".runner", "jaxtune._isolation")
-    assert not resolves("jaxtune._tuning.sweep.plan.no_such_function", "jaxtune._core")
-    assert path_exists("_tuning/sweep/plan.py")
-    assert path_exists("_tuning/sweep/plan.run_sweep")
+    assert not resolves("jaxtune._tuning.sweep.drive.no_such_function", "jaxtune._core")
+    assert path_exists("_tuning/sweep/drive.py")
+    assert path_exists("_tuning/sweep/drive.run_sweep")
     assert not path_exists("_tuning/sweep/planner.py")
     assert not path_exists("_tuning/sweep/plan.no_such_function")
 

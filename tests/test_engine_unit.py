@@ -29,8 +29,8 @@ from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._isolation.frames import CompileFinished, ConfigResult
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import compile as _compile
+from jaxtune._tuning.sweep import drive as _plan
 from jaxtune._tuning.sweep import engine as _engine
-from jaxtune._tuning.sweep import plan as _plan
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep.samples import Timing, TimingOptions
 from jaxtune._tuning.sweep.timers import ProfilerTimer, Recording, WallTimer

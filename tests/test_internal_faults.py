@@ -32,7 +32,7 @@ from jaxtune._profiling import report as _report
 from jaxtune._profiling import sidecar as _sidecar
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import compile as _compile
-from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import drive as _sweep
 from jaxtune._tuning.sweep import timers as _timers
 from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
 

@@ -14,7 +14,7 @@ import pytest
 import jaxtune
 from jaxtune._core import settings as _settings
 from jaxtune._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
-from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import drive as _sweep
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep import search as _search
 from jaxtune._tuning.sweep import stats as _stats
@@ -128,14 +128,14 @@ def test_protocol_accepts_user_strategies():
     assert calls[1] == [config_id(SPACE[i]) for i in (253, 252)]
 
 
-def test_plan_sizes():
-    plan = _search.plan
-    assert plan(_search.Exhaustive(), None, 500) == 500
-    assert plan(_search.Auto(), None, 40) == 40
-    assert plan(_search.Auto(), None, 500) == _search.DEFAULT_CONFIGS
-    assert plan(_search.Random(), jaxtune.Budget(configs=10), 500) == 10
-    assert plan(_search.Random(), jaxtune.Budget(seconds=5), 500) == 500
-    assert plan(_search.Model(), jaxtune.Budget(configs=900), 500) == 500
+def test_how_many_configs_each_strategy_measures():
+    count = _search.configs_to_measure
+    assert count(_search.Exhaustive(), None, 500) == 500
+    assert count(_search.Auto(), None, 40) == 40
+    assert count(_search.Auto(), None, 500) == _search.DEFAULT_CONFIGS
+    assert count(_search.Random(), jaxtune.Budget(configs=10), 500) == 10
+    assert count(_search.Random(), jaxtune.Budget(seconds=5), 500) == 500
+    assert count(_search.Model(), jaxtune.Budget(configs=900), 500) == 500
 
 
 # -- each strategy on a known landscape ----------------------------------------------------

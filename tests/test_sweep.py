@@ -16,9 +16,9 @@ from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import check as _check
 from jaxtune._tuning.sweep import compile as _compile
+from jaxtune._tuning.sweep import drive as _sweep
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import inputs as _inputs
-from jaxtune._tuning.sweep import plan as _sweep
 from jaxtune._tuning.sweep import progress as _progress
 from jaxtune._tuning.sweep import samples as _samples
 from jaxtune._tuning.sweep.stats import SweepOutcome

@@ -9,7 +9,7 @@ import pytest
 from test_sweep import bind, task_of
 
 from jaxtune._core.vocabulary import Measurement
-from jaxtune._tuning.sweep import plan as _sweep
+from jaxtune._tuning.sweep import drive as _sweep
 from jaxtune._tuning.sweep import requests as _requests
 from jaxtune._tuning.sweep.samples import TimingOptions
 from jaxtune._tuning.sweep.work import Rounds

@@ -26,6 +26,7 @@ __all__ = [
     "pass_text",
 ]
 
+#: A config: the values of the knobs a kernel's space names, by knob.
 Config = dict[str, Any]
 #: Where a call's config came from.
 Source = Literal["explicit", "scope", "cache", "packaged", "nearest", "default"]

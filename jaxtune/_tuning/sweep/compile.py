@@ -28,7 +28,7 @@ from typing import Any
 
 import jax
 
-from ..._core.vocabulary import Failure, config_id
+from ..._core.vocabulary import Config, Failure, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import usable_cores
 from ..._isolation.frames import CompileFinished, CompileStarted, Event
@@ -56,7 +56,6 @@ __all__ = [
     "too_slow",
 ]
 
-Config = dict[str, Any]
 #: ``on_event(event)``: each step, as one of :data:`~jaxtune._isolation.frames.Event`.
 EventSink = Callable[[Event], None]
 #: A config's compile outcome as it becomes known: its id, and its failure or ``None``

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult, Event
 from .breakdown import Breakdown
 from .compile import Compiler, EventSink
@@ -35,7 +35,6 @@ from .work import Rounds, SweepTask
 
 __all__ = ["Sweeper"]
 
-Config = dict[str, Any]
 Result = Measurement | Failure
 
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Any
 
-from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult
 from .measure import Stopwatch
 from .rounds import measurement
@@ -27,7 +26,6 @@ from .timers import RecordingTimer
 
 __all__ = ["first_pass"]
 
-Config = dict[str, Any]
 Result = Measurement | Failure
 
 

@@ -12,15 +12,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..._core.vocabulary import Failure, config_id
+from ..._core.vocabulary import Config, Failure, config_id
 from ..._isolation.frames import ConfigResult, RunFinished, RunStarted
 from .check import check_outputs, reason
 from .compile import Compiler, EventSink, too_slow
 from .inputs import made_up_integers
 
 __all__ = ["FirstRuns"]
-
-Config = dict[str, Any]
 
 
 #: Added to a check failure on made-up integer/boolean values: invalid ones (ids past a

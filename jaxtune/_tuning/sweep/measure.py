@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..._core.vocabulary import Failure, config_id
+from ..._core.vocabulary import Config, Failure, config_id
 from ..._isolation.frames import RoundStarted, RunFinished, RunStarted
 from .check import reason
 from .compile import Compiler, EventSink, blame_jaxtune, too_slow
@@ -25,7 +25,6 @@ from .timers import Recording, RecordingTimer, RoundTimer, Timer
 
 __all__ = ["CONFIGS_PER_CAPTURE", "Stopwatch"]
 
-Config = dict[str, Any]
 
 #: The most configs a device timer times inside one capture (:meth:`Stopwatch.captured`).
 #: A capture costs about 1.2 s on a TPU v5e whatever it holds (flash attention, 16

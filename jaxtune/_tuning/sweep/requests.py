@@ -13,7 +13,7 @@ from typing import Any, ClassVar, TypeVar
 
 from ..._core import typed
 from ..._core.errors import SweepError
-from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._core.vocabulary import Config, Failure, Measurement, config_id, measurement_from_dict
 from ..._isolation.calling import call_request, replayed
 from ..._isolation.frames import Done, FrameError, Request
 from .inputs import recorded_values
@@ -33,7 +33,6 @@ __all__ = [
     "with_recorded_values",
 ]
 
-Config = dict[str, Any]
 W = TypeVar("W", "Measure", "Retime")
 
 #: The module whose ``handle`` answers a sweep's requests in the child.

@@ -16,13 +16,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from .samples import Timing, TimingOptions
 from .stats import decide, in_space_order, rounds_to_show, stay_after_second_look
 
 __all__ = ["clearly_behind", "interleaved", "measurement"]
 
-Config = dict[str, Any]
 Result = Measurement | Failure
 
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from ..._core import settings as _settings
 from ..._core.errors import JaxtuneError, SweepError, warn_once
 from ..._core.flags import normalise_platform
-from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import parent_backend, sweep_devices
 from ..._isolation.environ import warn_tracing_inline
@@ -40,8 +40,8 @@ from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
 from .breakdown import Breakdown
 from .compile import compile_threads
+from .drive import best_of, drive, new_progress, progress_sink, run_sweep
 from .flight import InFlight, how_lost, raise_child_error
-from .plan import best_of, drive, new_progress, progress_sink, run_sweep
 from .progress import Progress
 from .requests import (
     Measure,
@@ -66,7 +66,6 @@ __all__ = [
     "prestart_child",
 ]
 
-Config = dict[str, Any]
 Result = Measurement | Failure
 
 _TPU_HELD = (
@@ -301,7 +300,7 @@ class ProcessRunner(ChildService):
 
 
 class InChildren:
-    """A :class:`~.plan.Measurer` through ``runner``'s children: its child, or one child
+    """A :class:`~.drive.Measurer` through ``runner``'s children: its child, or one child
     per device of ``runner.devices``, each measuring a share of each batch."""
 
     def __init__(

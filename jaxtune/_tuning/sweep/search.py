@@ -24,6 +24,7 @@ import numpy as np
 
 from ..._core import settings as _settings
 from ..._core.errors import ConfigSpaceError
+from ..._core.vocabulary import Config
 
 __all__ = [
     "DEFAULT_CONFIGS",
@@ -37,11 +38,10 @@ __all__ = [
     "Searched",
     "Strategy",
     "budget_setting",
-    "plan",
+    "configs_to_measure",
     "run_search",
 ]
 
-Config = dict[str, Any]
 
 #: Configs a budgeted strategy measures when neither ``budget=`` nor ``JAXTUNE_BUDGET`` says.
 DEFAULT_CONFIGS = 64
@@ -319,7 +319,7 @@ def strategy_of(search: Any) -> Strategy:
     )
 
 
-def plan(strategy: Strategy, budget: Budget | None, size: int) -> int:
+def configs_to_measure(strategy: Strategy, budget: Budget | None, size: int) -> int:
     """How many configs of a ``size``-config space ``strategy`` may measure."""
     if budget is not None and budget.configs is not None:
         return min(size, budget.configs)
@@ -364,7 +364,7 @@ def run_search(
     space = list(unique.values())
     where = {cid: i for i, cid in enumerate(unique)}
     default_index = where.get(config_id(default))
-    cap = plan(strategy, budget, len(space))
+    cap = configs_to_measure(strategy, budget, len(space))
     seconds = budget.seconds if budget is not None else None
     results: dict[str, Any] = {}
     times: dict[int, float | None] = {}

@@ -43,7 +43,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from ..._core.errors import TuningFailedError
-from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from .intervals import SLOWER_LEVEL, ratio_interval
 from .intervals import rank as _rank
 from .samples import TimingOptions
@@ -62,7 +62,6 @@ __all__ = [
     "stay_after_second_look",
 ]
 
-Config = dict[str, Any]
 Result = Measurement | Failure
 #: How a winner was decided: ``clear`` (every rival shown slower, or not faster by more
 #: than ``tie_within`` while it would lose a tie), ``tie`` (rivals shown

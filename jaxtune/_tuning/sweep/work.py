@@ -2,7 +2,7 @@
 a child or a recording file) and the task, the plan with the kernel where it runs.
 
 A leaf of the sweep: the engine (:mod:`.engine`) that does the work and the orchestration
-(:mod:`.plan`) that drives it both read these types, and neither is imported here.
+(:mod:`.drive`) that drives it both read these types, and neither is imported here.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..._core.vocabulary import Config
 from ..signature import Signature
 from .samples import TimingOptions
 from .search import Budget
 
 __all__ = ["Rounds", "SweepPlan", "SweepTask"]
-
-Config = dict[str, Any]
 
 
 class Rounds(enum.Enum):

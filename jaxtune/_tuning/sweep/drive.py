@@ -17,14 +17,13 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ..._core.vocabulary import Failure, Measurement, config_id
+from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.frames import CompileFinished, ConfigResult, Event
 from .breakdown import Breakdown
 from .compile import EventSink
 from .engine import Sweeper
 from .progress import Progress
-from .search import plan as budget_plan
-from .search import run_search, strategy_of
+from .search import configs_to_measure, run_search, strategy_of
 from .stats import SweepOutcome, finish, leaders, second_look
 from .timers import Timer
 from .work import Rounds, SweepPlan, SweepTask
@@ -39,7 +38,6 @@ __all__ = [
     "run_sweep",
 ]
 
-Config = dict[str, Any]
 Result = Measurement | Failure
 
 
@@ -64,7 +62,7 @@ def new_progress(plan: SweepPlan) -> Progress:
     strategy = strategy_of(plan.search)
     return Progress(
         f"{plan.kernel} {plan.key}",
-        budget_plan(strategy, plan.budget, len(plan.configs)),
+        configs_to_measure(strategy, plan.budget, len(plan.configs)),
         plan.verbose,
         space=len(plan.configs),
         strategy=strategy.name,
