@@ -239,14 +239,18 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     write_frame(args.res_fd, ready.to_wire())
     _warm_up()
-    ended = _EOF
+    ended = 0
     try:
         ended = _serve(args.cmd_fd, args.res_fd)
         return ended
+    except BrokenPipeError:
+        ended = _EOF
+        raise
     finally:
         # The parent's death also ends the loop (its pipes close, or a write to it fails)
         # and may do so before the watcher's next look: what the kernels forked must not
-        # outlive this process. Only an exit the parent asked for leaves that to it.
+        # outlive this process. An exit the parent asked for leaves that to it, and a
+        # fault of the child's own still ends with its traceback while the parent lives.
         if parent:
             _end_if_orphaned(int(parent), gone=ended == _EOF)
 
