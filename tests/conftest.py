@@ -34,6 +34,10 @@ if importlib.util.find_spec("xprof") is not None:
 
     embedded_llo()
 
+#: The suite runs without the sweeps' compilation cache (and kept lowered programs);
+#: ``JAXTUNE_TEST_COMPILE_CACHE=1`` runs it with them on, as users have them.
+_COMPILE_CACHE = os.environ.get("JAXTUNE_TEST_COMPILE_CACHE", "0")
+
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(
@@ -47,7 +51,7 @@ def _isolated_environment(
     # No persistent compilation cache: one per test only costs its writes (a cache the
     # run's processes shared made the suite slower, docs/development.md); its own tests
     # turn it on.
-    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "0")
+    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", _COMPILE_CACHE)
     # Tests run the default isolation (a pooled child); tests about inline ask for it.
     monkeypatch.setenv("JAXTUNE_PROFILE_DIR", str(tmp_path_factory.mktemp("profiles")))
     for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "TPU_LIBRARY_PATH"):

@@ -107,3 +107,19 @@ def test_turned_off_nothing_is_written(monkeypatch, fresh_child, fast_timing):
     monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "0")
     _sweep()
     assert not (pathlib.Path(_settings.settings().cache_dir) / "xla").exists()
+
+
+def test_an_inline_sweep_uses_it_and_puts_the_callers_options_back(monkeypatch, fast_timing):
+    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "1")
+    folder = pathlib.Path(_settings.settings().cache_dir) / "xla"
+    before = {name: getattr(jax.config, name) for name in compile_cache._OPTIONS}
+    x = jnp.ones(256)
+    task = sines.sweep_task(sines.bind((x,), {}), SPACE, SPACE[0])
+    outcome = _runner.InlineRunner().sweep(task)
+    assert {m.config["n"] for m in outcome.measurements if m.ok} == {2, 3, 4}
+    assert len(_programs(folder)) >= len(SPACE)  # the sweep's programs were cached
+    assert {name: getattr(jax.config, name) for name in compile_cache._OPTIONS} == before
+    # The caller's own programs compile as before: nothing more is written for them.
+    cached = _programs(folder) | {p.name for p in folder.glob("*")}
+    jax.jit(lambda v: jnp.cos(v) * 3)(x).block_until_ready()
+    assert {p.name for p in folder.glob("*")} <= cached

@@ -310,9 +310,10 @@ VARIABLES: tuple[Variable, ...] = (
         default="1",
         parse=_compile_cache,
         doc="JAX's persistent compilation cache where sweeps compile (their child "
-        "process): 1 puts it in xla/ under the cache directory, a directory puts it "
-        "there, 0 turns it off. A jax_compilation_cache_dir of the user's own wins "
-        "(docs/autotuned.md).",
+        "process, or the caller's for the sweep's length), with each config's lowered "
+        "program in lowered/ beside it: 1 puts them in xla/ under the cache directory, a "
+        "directory puts them there, 0 turns both off. A jax_compilation_cache_dir of the "
+        "user's own wins (docs/autotuned.md).",
     ),
 )
 

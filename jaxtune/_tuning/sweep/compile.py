@@ -32,10 +32,12 @@ from ..._core.vocabulary import Config, Failure, config_id
 from ..._isolation import context as _context
 from ..._isolation.devices import usable_cores
 from ..._isolation.frames import CompileFinished, CompileStarted, Event
+from ..digest import KernelCode
 from .backward import with_backward
 from .breakdown import Breakdown
 from .check import reason
 from .inputs import make_inputs
+from .kept_programs import KeptPrograms, task_key
 from .refusals import checker
 from .samples import block
 from .work import SweepTask
@@ -100,6 +102,9 @@ class Compiler:
         #: Each config's calls so far and the count already reported (a cell each).
         self._calls: dict[str, list[int]] = {}
         self.refuse: Refuse | None = checker()  #: see :func:`lower_checked`
+        #: The task's lowered programs on disk (:mod:`.kept_programs`), once looked for.
+        self._kept: KeptPrograms | None = None
+        self._kept_looked = False
 
     @property
     def inputs(self) -> tuple[dict[str, Any], ...]:
@@ -272,7 +277,7 @@ class Compiler:
         start = time.perf_counter()
         own: BaseException | None = None
         try:
-            lowered = lower_checked(call, lowering, self.refuse)
+            lowered = self._lowered(cid, call, lowering)
         except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
             own = e.fault
         except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
@@ -286,6 +291,44 @@ class Compiler:
         if (program := program_digest(lowered, self.module(config))) is not None:
             self.programs[cid] = program
         return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
+
+    def _lowered(self, cid: str, call: Callable[..., Any], args: Any) -> Any:
+        """``call`` (config ``cid``'s) traced and lowered for ``args``: through the task's
+        kept programs where they are on (:mod:`.kept_programs`), else directly."""
+        kept = self._kept_programs(args)
+        if kept is None:
+            return lower_checked(call, args, self.refuse)
+        name = call.__name__
+        blob = kept.load(cid)
+        if blob is not None:
+            try:
+                old = from_exported(jax.export.deserialize(bytearray(blob)), name, args)
+            except Exception:  # not readable by this JAX: lowered afresh
+                old = None
+            if old is not None and kept.trusted:
+                return old
+            if old is not None and kept.trusted is None:
+                # The first one kept: is it what the code lowers to now?
+                fresh = export_checked(call, args, self.refuse, kept, cid)
+                digests = program_digest(old, name), program_digest(fresh, name)
+                kept.trusted = digests[0] is not None and digests[0] == digests[1]
+                return fresh
+        return export_checked(call, args, self.refuse, kept, cid)
+
+    def _kept_programs(self, args: Any) -> KeptPrograms | None:
+        """The task's kept programs (looked for once), ``None`` when off or unkeyable."""
+        if not self._kept_looked:
+            self._kept_looked = True
+            plan = self.task.plan
+            key = task_key(
+                kernel=plan.kernel,
+                key=plan.key,
+                code=KernelCode(self.task.fn).digest,
+                timing=plan.timing,
+                args=args,
+            )
+            self._kept = KeptPrograms.for_task(key)
+        return self._kept
 
     def compile_one(
         self, config: Config, spec: dict[str, Any] | None = None, lowered: Lowering | None = None
@@ -351,6 +394,53 @@ def lower_checked(call: Callable[..., Any], args: Any, refuse: Refuse | None) ->
     if why:
         raise RefusedError(why)
     return traced.lower()
+
+
+#: The name a kept program is exported under: the same for every config and sweep, so
+#: that two sweeps' programs compare equal (the caller's wrapper carries the config's).
+_KEPT_NAME = "jaxtune_program"
+
+
+def export_checked(
+    call: Callable[..., Any], args: Any, refuse: Refuse | None, kept: KeptPrograms, cid: str
+) -> Any:
+    """As :func:`lower_checked`, lowering through ``jax.export`` and keeping the program
+    in ``kept`` under ``cid``; a kernel ``jax.export`` cannot serialise is lowered
+    directly (and no longer exported for this task)."""
+    if not kept.exportable:
+        return lower_checked(call, args, refuse)
+    name = call.__name__
+    call.__name__ = call.__qualname__ = _KEPT_NAME
+    jitted = jax.jit(call)
+    traced = jitted.trace(args)
+    why = None if refuse is None else refuse(traced.jaxpr)
+    if why:
+        raise RefusedError(why)
+    try:
+        exported = jax.export.export(jitted)(args)  # the trace above is reused
+    except Exception:
+        # Lowering directly raises what is the config's own failure; where it does not,
+        # only the export failed: the task's other configs are lowered directly.
+        def direct(sets: Any) -> Any:
+            return call(sets)
+
+        direct.__name__ = direct.__qualname__ = name
+        lowered = jax.jit(direct).trace(args).lower()
+        kept.exportable = False
+        return lowered
+    kept.save(cid, bytes(exported.serialize()))
+    return from_exported(exported, name, args)
+
+
+def from_exported(exported: Any, name: str, args: Any) -> Any:
+    """The lowering of a call of ``exported`` (a ``jax.export.Exported``) for ``args``,
+    as a module named for the config (``name``: ``jaxtune_<n>``)."""
+
+    def run(sets: Any) -> Any:
+        return exported.call(sets)
+
+    run.__name__ = run.__qualname__ = name
+    return jax.jit(run).trace(args).lower()
 
 
 def _unlowered(e: Exception) -> str:

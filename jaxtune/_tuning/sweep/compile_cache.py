@@ -4,8 +4,9 @@ A second sweep of the same space (a ``--retune``, a sweep begun again after a cr
 check's reference compiled once more) then loads each config's executable from disk
 instead of compiling it again: XLA's compile is most of a large sweep's compile phase.
 
-It is turned on only in the sweep's child (:mod:`.serve`), never in the caller's process,
-where it would change how the user's own programs compile. Where it goes:
+It is turned on in the sweep's child (:mod:`.serve`) and, for the sweep's length only, in
+the caller's process when the sweep runs there (:func:`for_inline_sweep`): the user's own
+programs compile as they did before and after. Where it goes:
 
 - the user's own ``jax_compilation_cache_dir`` (``JAX_COMPILATION_CACHE_DIR`` or
   ``jax.config.update``, which the child receives with the caller's JAX state), when set:
@@ -23,14 +24,23 @@ interpret mode on CPU (which call back for every memory access) are compiled eac
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
+from collections.abc import Iterator
 
 import jax
 
 from ..._core.settings import settings
 from ..store.layout import XLA_DIR
 
-__all__ = ["cache_dir_for", "enable"]
+__all__ = ["cache_dir_for", "enable", "for_inline_sweep", "own_folder"]
+
+#: The JAX options :func:`enable` sets.
+_OPTIONS = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
 
 
 _ENABLED: list[str | None] = [None]  # the directory jaxtune last set, if any
@@ -45,6 +55,16 @@ def cache_dir_for(setting: str, cache_dir: pathlib.Path) -> pathlib.Path | None:
         return pathlib.Path(setting).expanduser()
     base = cache_dir if not cache_dir.exists() or cache_dir.is_dir() else cache_dir.parent
     return base / XLA_DIR
+
+
+def own_folder() -> pathlib.Path | None:
+    """The folder of jaxtune's own compilation cache as the settings give it; ``None``
+    when turned off, or where the user's own ``jax_compilation_cache_dir`` is in use."""
+    current = getattr(jax.config, "jax_compilation_cache_dir", None)
+    if current and current != _ENABLED[0]:
+        return None
+    s = settings()
+    return cache_dir_for(s.compile_cache, s.cache_dir)
 
 
 def enable() -> pathlib.Path | None:
@@ -72,3 +92,26 @@ def enable() -> pathlib.Path | None:
     _ENABLED[0] = path
     cc.reset_cache()
     return wanted
+
+
+@contextlib.contextmanager
+def for_inline_sweep() -> Iterator[None]:
+    """:func:`enable` for one sweep in the caller's own process (``JAXTUNE_ISOLATION=inline``,
+    the way a program holding the only TPU sweeps), the caller's options put back after.
+
+    While it runs, the caller waits on the sweep; a program of the caller's compiled
+    meanwhile in another thread may be cached too.
+    """
+    config = jax.config
+    saved = {name: getattr(config, name, None) for name in _OPTIONS}
+    enable()
+    try:
+        yield
+    finally:
+        if any(getattr(config, name, None) != value for name, value in saved.items()):
+            from jax.experimental.compilation_cache import compilation_cache as cc
+
+            for name, value in saved.items():
+                config.update(name, value)
+            _ENABLED[0] = None
+            cc.reset_cache()

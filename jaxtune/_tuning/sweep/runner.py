@@ -38,6 +38,7 @@ from ..._isolation.frames import (
 from ..._isolation.logs import crashed_thread
 from ..._isolation.process import POOL, ChildLost, ChildProcess
 from ..._isolation.service import ChildService
+from . import compile_cache
 from .breakdown import Breakdown
 from .compile import compile_threads
 from .drive import best_of, drive, new_progress, progress_sink, run_sweep
@@ -97,7 +98,7 @@ class InlineRunner:
         local_config = _context.capture()
 
         def work() -> SweepOutcome:
-            with local_config():
+            with local_config(), compile_cache.for_inline_sweep():
                 return run_sweep(task)
 
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxtune-sweep") as ex:

@@ -1,0 +1,174 @@
+"""Lowered programs kept on disk, so that a second sweep of the same space skips tracing.
+
+JAX's persistent compilation cache (:mod:`.compile_cache`) spares a second sweep XLA's
+compile, not what comes before it: tracing and lowering each config, Python work that
+holds the GIL and so runs one config at a time (0.2-0.4 s a config for Tokamax's
+ragged_dot, about 150 s of its 540-config space on the TPU host). A sweep therefore lowers
+each config through ``jax.export`` and keeps the serialised program (StableHLO bytes in a
+msgpack file: data, nothing runs when it is read) under ``lowered/`` in the compilation
+cache's folder; a second sweep deserialises it (about 15 ms) instead of tracing again.
+Lowering through ``jax.export`` costs the first sweep about the same as lowering directly
+(the trace is done once, for the refusal check and the export alike).
+
+A kept program is used only under the same key (:func:`task_key`): the kernel's code
+digest (:mod:`..digest`), its name and call key, the abstract arguments, the timed pass,
+the toolchain and device, JAX's tracing options and the versions of every installed
+distribution. What no key sees (a library edited in place without a new version, an
+environment variable a kernel reads) is caught by a check: the first config a sweep takes
+from the store is also lowered afresh and the two programs compared (:func:`program_digest`);
+when they differ, the task's kept programs are set aside and written again.
+
+A kernel ``jax.export`` cannot serialise (a host callback, a custom call without a
+compatibility guarantee) is lowered directly, as without the store, and nothing is kept.
+The store lives in jaxtune's own compilation cache folder and goes with it: off with
+``JAXTUNE_COMPILE_CACHE=0`` or where the user's own ``jax_compilation_cache_dir`` is in use
+(jaxtune writes nothing there), removed by ``jaxtune cache clear``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import os
+import pathlib
+import tempfile
+from typing import Any
+
+import jax
+import msgpack
+
+from .compile_cache import own_folder
+
+__all__ = ["KEPT_DIR", "KeptPrograms", "task_key"]
+
+#: The folder under the compilation cache's folder where lowered programs are kept.
+KEPT_DIR = "lowered"
+_FORMAT = "jaxtune.lowered"
+_VERSION = 1
+
+#: JAX options that change what a function traces to.
+_TRACING_OPTIONS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_numpy_rank_promotion",
+    "jax_numpy_dtype_promotion",
+    "jax_default_prng_impl",
+    "jax_threefry_partitionable",
+    "jax_use_shardy_partitioner",
+    "jax_enable_checks",
+)
+
+
+@functools.cache
+def _installed() -> tuple[tuple[str, str], ...]:
+    """Every installed distribution's name and version (read once per process)."""
+    found = set()
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name:
+            found.add((str(name), str(dist.version)))
+    return tuple(sorted(found))
+
+
+def _toolchain() -> list[str]:
+    device = jax.devices()[0]
+    try:
+        platform_version = str(device.client.platform_version)
+    except Exception:
+        platform_version = ""
+    import jaxlib
+
+    return [
+        jax.__version__,
+        getattr(jaxlib, "__version__", ""),
+        device.platform,
+        device.device_kind,
+        platform_version,
+    ]
+
+
+def _abstract(args: Any) -> list[Any]:
+    """The tree of ``args`` and each leaf's shape and dtype."""
+    leaves, tree = jax.tree.flatten(args)
+    return [str(tree), [[list(x.shape), str(x.dtype)] for x in leaves]]
+
+
+def task_key(*, kernel: str, key: str, code: str, timing: str, args: Any) -> str | None:
+    """The key under which a task's programs are kept, ``None`` without a code digest
+    (programs of code jaxtune cannot tell apart are never reused)."""
+    if not code:
+        return None
+    parts = [
+        _FORMAT,
+        _VERSION,
+        kernel,
+        key,
+        code,
+        timing,
+        _abstract(args),
+        _toolchain(),
+        [[name, str(getattr(jax.config, name, None))] for name in _TRACING_OPTIONS],
+        _installed(),
+    ]
+    return hashlib.blake2b(msgpack.packb(parts), digest_size=16).hexdigest()
+
+
+@dataclasses.dataclass
+class KeptPrograms:
+    """One task's lowered programs on disk, one file per config."""
+
+    folder: pathlib.Path
+    #: Whether the kept programs matched a fresh lowering (``None``: not checked yet).
+    trusted: bool | None = None
+    #: Whether ``jax.export`` serialises this kernel (``False`` once it failed where a
+    #: direct lowering did not).
+    exportable: bool = True
+
+    @classmethod
+    def for_task(cls, key: str | None) -> KeptPrograms | None:
+        """The store for the task keyed ``key`` (:func:`task_key`), ``None`` when off."""
+        root = own_folder()
+        if key is None or root is None:
+            return None
+        return cls(root / KEPT_DIR / key)
+
+    def _path(self, cid: str) -> pathlib.Path:
+        return self.folder / (
+            hashlib.blake2b(cid.encode(), digest_size=16).hexdigest() + ".msgpack"
+        )
+
+    def load(self, cid: str) -> bytes | None:
+        """Config ``cid``'s serialised program, ``None`` when none is kept (or unreadable)."""
+        if self.trusted is False or not self.exportable:
+            return None
+        try:
+            raw = self._path(cid).read_bytes()
+            record = msgpack.unpackb(raw, raw=False)
+        except (OSError, ValueError, msgpack.UnpackException):
+            return None
+        if (
+            not isinstance(record, dict)
+            or record.get("format") != _FORMAT
+            or record.get("version") != _VERSION
+            or record.get("config") != cid
+            or not isinstance(record.get("exported"), bytes)
+        ):
+            return None
+        return record["exported"]
+
+    def save(self, cid: str, exported: bytes) -> None:
+        """Keeps ``exported`` (config ``cid``'s serialised program); a failure to write
+        only costs the next sweep a lowering."""
+        record = {"format": _FORMAT, "version": _VERSION, "config": cid, "exported": exported}
+        tmp = None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(msgpack.packb(record, use_bin_type=True))
+            os.replace(tmp, self._path(cid))
+        except OSError:
+            if tmp is not None:
+                pathlib.Path(tmp).unlink(missing_ok=True)
