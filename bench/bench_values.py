@@ -79,6 +79,8 @@ def _row(entry: dict, truth: dict[str, float]) -> dict:
         "sweep_over_truth": round(entry["time_us"] / truth[stored], 3),
         "values": entry.get("values", {}),
         "decided": entry.get("decision", ""),
+        # Where the sweep's time went (``sweep time (s)``: compile, first pass, rounds).
+        "phases": entry.get("phases", {}),
     }
 
 

@@ -1,7 +1,8 @@
 # Several parts of the TPU batches in one device call, each under its own time limit, their
 # outputs packed into one archive per part (a device call brings back 8 files):
 #   bash tools/tpu/batch_session.sh canary:150 headroom:330
-# Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), pace|ragged|flash|tier
+# Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), values (batch_values.sh),
+# probe (probe_topology.py), pace|ragged|flash|tier
 # (batch_pace.sh). ragged needs Tokamax's wheels carried in .whl-tok (docs/development.md).
 set -x
 FINAL=$OUT
@@ -17,10 +18,15 @@ for spec in "$@"; do
     case $part in
     canary) script="tools/tpu/batch_canary.sh" ;;
     headroom) script="tools/tpu/batch_headroom.sh" ;;
+    values) script="tools/tpu/batch_values.sh" ;;
+    probe) script="python3 tools/tpu/probe_topology.py" ;;
     *) script="tools/tpu/batch_pace.sh $part" ;;
     esac
     start=$(date +%s)
-    OUT=$work timeout -k 10 $limit bash $script > $work/part.log 2>&1
+    case $script in
+    python3*) OUT=$work timeout -k 10 $limit $script > $work/part.log 2>&1 ;;
+    *) OUT=$work timeout -k 10 $limit bash $script > $work/part.log 2>&1 ;;
+    esac
     echo "part $part rc=$? in $(( $(date +%s) - start )) s"
     tail -25 $work/part.log
     tar czf $FINAL/$part.tgz -C /tmp part-$part
