@@ -132,7 +132,7 @@ def _suite(session: nox.Session, jax: str | None, args: list[str]) -> tuple[list
     """Installs what the suite needs on the toolchain of ``jax``; returns the `tests`
     session's pytest command, with the caller's pytest ``args``, and its success codes."""
     # `remote`: the shared-store tests run against a local S3 server (moto, test group).
-    _install(session, "test", jax=jax, extras="plots,remote")
+    _install(session, "test", jax=jax, extras="plots,remote,retune")
     # Third-party kernel libraries for tests/conformance/: best effort per toolchain.
     _install_optional(session, "conformance")
     session.run(
@@ -256,7 +256,7 @@ def oldest_once(session: nox.Session) -> None:
     """The `once` tests (whole-program runs and multi-process robustness tests that do not
     depend on JAX's version; tests/conftest.py's ONCE) on the oldest toolchain, which `nox
     -s tests` leaves to the newest; CI runs both."""
-    _install(session, "test", jax=OLDEST_JAX, extras="plots,remote")
+    _install(session, "test", jax=OLDEST_JAX, extras="plots,remote,retune")
     _install_optional(session, "conformance")
     _compile_checkout(session)
     session.run("pytest", "-n", "2", "--dist", "worksteal", "-m", "once", *session.posargs)
@@ -295,7 +295,7 @@ def demo(session: nox.Session) -> None:
 def tpu(session: nox.Session) -> None:
     """The TPU tier (tests/tpu/) on a TPU VM with network access, in one pytest process:
     one process at a time can hold a TPU chip (docs/development.md, "The TPU tier")."""
-    _install(session, "test", extras="tpu,xprof")
+    _install(session, "test", extras="tpu,xprof,retune")
     session.install("flax", "optax")
     session.run("pytest", "-p", "no:xdist", "tests/tpu", *session.posargs)
 

@@ -57,6 +57,7 @@ def _kept(tmp: pathlib.Path) -> list[pathlib.Path]:
 
 @pytest.fixture
 def store_on(monkeypatch):
+    pytest.importorskip("flatbuffers", reason="the retune extra (jax.export's serialiser)")
     monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "1")
     monkeypatch.delenv("JAXTUNE_TEST_KEPT_SCALE", raising=False)
     return pathlib.Path(_settings.settings().cache_dir)
@@ -109,3 +110,13 @@ def test_an_unreadable_kept_program_is_lowered_afresh(store_on, fast_timing):
     second, outcome = _sweep(sines)
     assert sorted(second) == [2, 3, 4]
     assert all(m.ok for m in outcome.measurements)
+
+
+def test_without_flatbuffers_nothing_is_kept_and_the_sweep_is_as_before(
+    store_on, monkeypatch, fast_timing
+):
+    monkeypatch.setattr(kept_programs, "serialisable", lambda: False)
+    first, outcome = _sweep(sines)
+    assert sorted(first) == [2, 3, 4]
+    assert all(m.ok for m in outcome.measurements)
+    assert not _kept(store_on)

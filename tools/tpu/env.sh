@@ -1,6 +1,6 @@
 # Sourced on a TPU machine with no network, from the repository root:
 #   . tools/tpu/env.sh
-# Installs the wheels carried in .whl-tpu/ (msgpack, protobuf, xprof, sybil: see
+# Installs the wheels carried in .whl-tpu/ (msgpack, protobuf, xprof, sybil, flatbuffers: see
 # docs/development.md, "The TPU tier") and flax + optax from the machine's own index into
 # /tmp/jaxtune-site, puts the checkout and that folder on PYTHONPATH after the machine's own
 # JAX, and a `jaxtune` command (the checkout's `python3 -m jaxtune`) on PATH.

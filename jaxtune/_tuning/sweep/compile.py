@@ -418,6 +418,7 @@ def export_checked(
         raise RefusedError(why)
     try:
         exported = jax.export.export(jitted)(args)  # the trace above is reused
+        blob = bytes(exported.serialize())
     except Exception:
         # Lowering directly raises what is the config's own failure; where it does not,
         # only the export failed: the task's other configs are lowered directly.
@@ -428,7 +429,7 @@ def export_checked(
         lowered = jax.jit(direct).trace(args).lower()
         kept.exportable = False
         return lowered
-    kept.save(cid, bytes(exported.serialize()))
+    kept.save(cid, blob)
     return from_exported(exported, name, args)
 
 

@@ -18,7 +18,9 @@ environment variable a kernel reads) is caught by a check: the first config a sw
 from the store is also lowered afresh and the two programs compared (:func:`program_digest`);
 when they differ, the task's kept programs are set aside and written again.
 
-A kernel ``jax.export`` cannot serialise (a host callback, a custom call without a
+Serialising needs the ``flatbuffers`` package, which the ``retune`` extra installs
+(``pip install 'jaxtune[retune]'``); without it nothing is kept and every sweep traces each
+config, as before. A kernel ``jax.export`` cannot serialise (a host callback, a custom call without a
 compatibility guarantee) is lowered directly, as without the store, and nothing is kept.
 The store lives in jaxtune's own compilation cache folder and goes with it: off with
 ``JAXTUNE_COMPILE_CACHE=0`` or where the user's own ``jax_compilation_cache_dir`` is in use
@@ -31,6 +33,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import pathlib
 import tempfile
@@ -41,7 +44,7 @@ import msgpack
 
 from .compile_cache import own_folder
 
-__all__ = ["KEPT_DIR", "KeptPrograms", "task_key"]
+__all__ = ["KEPT_DIR", "KeptPrograms", "serialisable", "task_key"]
 
 #: The folder under the compilation cache's folder where lowered programs are kept.
 KEPT_DIR = "lowered"
@@ -59,6 +62,13 @@ _TRACING_OPTIONS = (
     "jax_use_shardy_partitioner",
     "jax_enable_checks",
 )
+
+
+@functools.cache
+def serialisable() -> bool:
+    """Whether ``jax.export`` can serialise here: it needs the ``flatbuffers`` package
+    (``pip install 'jaxtune[retune]'``); without it nothing is kept."""
+    return importlib.util.find_spec("flatbuffers") is not None
 
 
 @functools.cache
@@ -130,7 +140,7 @@ class KeptPrograms:
     def for_task(cls, key: str | None) -> KeptPrograms | None:
         """The store for the task keyed ``key`` (:func:`task_key`), ``None`` when off."""
         root = own_folder()
-        if key is None or root is None:
+        if key is None or root is None or not serialisable():
             return None
         return cls(root / KEPT_DIR / key)
 
