@@ -64,8 +64,9 @@ def store_on(monkeypatch):
 
 
 def test_a_second_sweep_traces_one_config_not_every_one(store_on, fast_timing):
-    first, _ = _sweep(sines)
+    first, outcome = _sweep(sines)
     assert sorted(first) == [2, 3, 4]  # each config traced once (the check's run included)
+    assert outcome.phases["lowering"] > 0 and "lowering_kept" not in outcome.phases
     files = _kept(store_on)
     assert len(files) == len(SPACE)
     record = msgpack.unpackb(files[0].read_bytes())
@@ -74,6 +75,8 @@ def test_a_second_sweep_traces_one_config_not_every_one(store_on, fast_timing):
     # Only the first config taken from the store is traced again, to compare the two.
     assert len(second) == 1, second
     assert all(m.ok for m in outcome.measurements)
+    # The breakdown shows it: the programs loaded are part of the lowering phase.
+    assert 0 < outcome.phases["lowering_kept"] <= outcome.phases["lowering"]
 
 
 def test_code_that_lowers_differently_now_is_traced_again(store_on, monkeypatch, fast_timing):

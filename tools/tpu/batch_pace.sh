@@ -6,6 +6,7 @@
 #                                         twice in one cache dir (the second: the --retune
 #                                         figure; goal <= 90 s, second <= 0.4x the first);
 #                                         every entry's phases and failures end in the JSON
+#                                         (RAGGED_STRIDE=5: every 5th config, a quick look)
 #   bash tools/tpu/batch_pace.sh flash    JAX's flash attention, 16 configs, vs a plain
 #                                         in-process loop (goal <= 0.8x), and the 48-tiling
 #                                         grouped matmul (goal <= 25 s), via bench/bench_tpu.py
@@ -21,11 +22,12 @@ pace)
 ragged)
   rm -rf $JAXTUNE_CACHE_DIR
   for run in ${RAGGED_RUNS:-first retune}; do  # RAGGED_RUNS=first: one run
-    ( time python3 bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive --stride 1 \
-        --configs 540 --json $OUT/ragged_$run.json ) > $OUT/ragged_$run.log 2>&1
+    ( time python3 bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive \
+        --stride ${RAGGED_STRIDE:-1} --configs 540 --json $OUT/ragged_$run.json ) > $OUT/ragged_$run.log 2>&1
+    grep -o '"phases": {[^}]*}' $OUT/ragged_$run.log
     tail -15 $OUT/ragged_$run.log
   done
-  du -sh $JAXTUNE_CACHE_DIR/xla ;;
+  du -sh $JAXTUNE_CACHE_DIR/xla $JAXTUNE_CACHE_DIR/xla/lowered; ls $JAXTUNE_CACHE_DIR/xla/lowered ;;
 flash)
   ( time python3 bench/bench_tpu.py --only flash_fwd,matmul --json $OUT/pace_flash.json ) > $OUT/pace_flash.log 2>&1
   tail -30 $OUT/pace_flash.log ;;

@@ -8,6 +8,10 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``transfer``: the call's arguments reaching the child and being decoded there;
 - ``compile_threads``: the configs' compile times added up (the threads overlap each other
   and the runs below, so this is no share of the wall time);
+- ``lowering``: the seconds spent tracing and lowering the configs, one at a time (part of
+  ``compile_threads``, the serial part: Python work that holds the GIL);
+- ``lowering_kept``: the part of ``lowering`` spent loading programs a previous sweep kept
+  (:mod:`.kept_programs`): all of it when a second sweep traced nothing again;
 - ``compile_wait``: time nothing could run because the next config was still compiling;
 - ``warmup``: each config's first call (its output is kept for the check);
 - ``check``: comparing outputs with the reference config's;
@@ -34,6 +38,8 @@ PHASES = (
     "start",
     "transfer",
     "compile_threads",
+    "lowering",
+    "lowering_kept",
     "compile_wait",
     "warmup",
     "check",

@@ -290,7 +290,9 @@ class Compiler:
             raise own
         if (program := program_digest(lowered, self.module(config))) is not None:
             self.programs[cid] = program
-        return Lowering(lowered=lowered, seconds=time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        self.breakdown.add("lowering", seconds)
+        return Lowering(lowered=lowered, seconds=seconds)
 
     def _lowered(self, cid: str, call: Callable[..., Any], args: Any) -> Any:
         """``call`` (config ``cid``'s) traced and lowered for ``args``: through the task's
@@ -301,11 +303,13 @@ class Compiler:
         name = call.__name__
         blob = kept.load(cid)
         if blob is not None:
+            start = time.perf_counter()
             try:
                 old = from_exported(jax.export.deserialize(bytearray(blob)), name, args)
             except Exception:  # not readable by this JAX: lowered afresh
                 old = None
             if old is not None and kept.trusted:
+                self.breakdown.add("lowering_kept", time.perf_counter() - start)
                 return old
             if old is not None and kept.trusted is None:
                 # The first one kept: is it what the code lowers to now?
