@@ -86,7 +86,8 @@ def _install_optional(session: nox.Session, group: str) -> None:
     """Installs an optional dependency group, keeping the JAX the session tests: all of
     it in one go, or where that fails each requirement on its own. One that cannot install
     on this toolchain is logged and the session goes on: the tests that need it skip,
-    naming the missing library."""
+    naming the missing library, or fail where REQUIRE_TEST_EXTRAS=1 (as .ci/run sets it:
+    tests/extras.py)."""
     found = session.run_install("python", "-c", "import jax; print(jax.__version__)", silent=True)
     if not found:  # --no-install: nothing is installed in this run
         return
@@ -102,7 +103,8 @@ def _install_optional(session: nox.Session, group: str) -> None:
         except nox.command.CommandFailed as e:
             session.warn(
                 f"{requirement} ({group} group) did not install beside jax {jax_version} ({e}); "
-                "the tests that need it will be skipped with the reason"
+                "the tests that need it will be skipped with the reason (failed, where "
+                "REQUIRE_TEST_EXTRAS=1)"
             )
 
 

@@ -11,7 +11,10 @@ truth's (on CPU the median call, configs taking turns; on the chip a call of a 5
 loop, fastest of 5).
 
 CPU (default): tests/value_kernels.py's five kernels (a loop count, lengths, group sizes,
-ids, a padding mask). ``--tpu``: JAX's megablox gmm with MoE-like group sizes on the chip
+ids, a padding mask), and the other flows that sweep on the program's values
+(tests/test_values.py): ``jaxtune.tune`` of the step with its arrays (``caller``), an
+eager call in tune mode (``eager``, the loop count) and three value sets of one call timed
+as a mix (``loop_count mix``, ``JAXTUNE_VALUE_SETS=3``). ``--tpu``: JAX's megablox gmm with MoE-like group sizes on the chip
 (tests/tpu/values_gmm.py), run on the lent TPU from ``tools/tpu/batch_values.sh``.
 
 Run: python bench/bench_values.py [--tpu] [--json OUT]
@@ -46,8 +49,49 @@ jaxtune.tune(vk.step, *[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args])
 """
 
 
-def _run(args: list[str], cache: pathlib.Path, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JAXTUNE_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
+#: ``jaxtune.tune`` of the step with the program's arrays: the caller's values.
+CPU_CALLER = """
+import sys, warnings
+sys.path.insert(0, {tests!r})
+warnings.simplefilter("ignore")
+import jax, jaxtune
+import value_kernels as vk
+
+a = vk.arrays()
+v = vk.program_values()
+jaxtune.tune(jax.jit(vk.step), *a, v["n"], v["lengths"], v["group_sizes"], v["ids"], v["mask"])
+"""
+
+#: An eager call of the loop-count kernel under ``JAXTUNE_MODE=tune``.
+CPU_EAGER = """
+import sys
+sys.path.insert(0, {tests!r})
+import value_kernels as vk
+
+x, w, _, _ = vk.arrays()
+vk.loop_count(x, w, vk.program_values()["n"]).block_until_ready()
+"""
+
+#: A prefill-like call, then decode-like ones: one key, three value sets
+#: (``JAXTUNE_VALUE_SETS=3``), timed as a mix.
+MIX = [6000, 12, 12, 40, 12]
+CPU_MIX = """
+import sys
+sys.path.insert(0, {tests!r})
+import jax, jax.numpy as jnp
+import value_kernels as vk
+
+step = jax.jit(vk.loop_count)
+x, w, _, _ = vk.arrays()
+for n in {mix!r}:
+    jax.block_until_ready(step(x, w, jnp.int32(n)))
+"""
+
+
+def _run(
+    args: list[str], cache: pathlib.Path, cwd: pathlib.Path, **extra: str
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JAXTUNE_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1", **extra}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -85,27 +129,42 @@ def _row(entry: dict, truth: dict[str, float]) -> dict:
 
 
 def cpu(work: pathlib.Path) -> dict:
+    import jax.numpy as jnp
     import value_kernels as vk
 
-    (work / "prog.py").write_text(vk.PROGRAM.format(tests=str(ROOT / "tests")))
-    (work / "shapes.py").write_text(CPU_SHAPES.format(tests=str(ROOT / "tests")))
+    tests = str(ROOT / "tests")
+    for script, text in [
+        ("prog.py", vk.PROGRAM),
+        ("shapes.py", CPU_SHAPES),
+        ("caller.py", CPU_CALLER),
+        ("eager.py", CPU_EAGER),
+    ]:
+        (work / script).write_text(text.format(tests=tests))
+    (work / "mix.py").write_text(CPU_MIX.format(tests=tests, mix=MIX))
+    tune = [sys.executable, "-m", "jaxtune", "tune", "--", sys.executable]
     _run([sys.executable, "shapes.py"], work / "before", work)
-    _run(
-        [sys.executable, "-m", "jaxtune", "tune", "--", sys.executable, "prog.py"],
-        work / "after",
-        work,
-    )
-    before, after = _entries(work / "before", work), _entries(work / "after", work)
+    _run([*tune, "prog.py"], work / "after", work)
+    # The other flows that sweep on the values the program ran (tests/test_values.py).
+    _run([sys.executable, "caller.py"], work / "caller", work)
+    _run([sys.executable, "eager.py"], work / "eager", work, JAXTUNE_MODE="tune")
+    _run([*tune, "mix.py"], work / "mix", work, JAXTUNE_VALUE_SETS="3")
+    flows = {f: _entries(work / f, work) for f in ("before", "after", "caller", "eager", "mix")}
     values = vk.program_values()
-    rows = {}
+    rows: dict[str, dict] = {}
     for name, (value_arg, _) in vk.CALLS.items():
         kernel = getattr(vk, name).kernel_id
         truth = {f"chunk={c}": t for c, t in vk.truth_us(name, values[value_arg]).items()}
-        rows[name] = {
-            "truth_us": {k: round(v, 1) for k, v in truth.items()},
-            "before": _row(before[kernel], truth),
-            "after": _row(after[kernel], truth),
-        }
+        rows[name] = {"truth_us": {k: round(v, 1) for k, v in truth.items()}}
+        for flow, entries in flows.items():
+            if flow != "mix" and kernel in entries:
+                rows[name][flow] = _row(entries[kernel], truth)
+    # The mix: its three value sets' calls, each chunk's in turn.
+    mix = [jnp.int32(n) for n in dict.fromkeys(MIX)]
+    truth = {f"chunk={c}": t for c, t in vk.truth_us("loop_count", mix).items()}
+    rows["loop_count mix"] = {
+        "truth_us": {k: round(v, 1) for k, v in truth.items()},
+        "mix": _row(flows["mix"][vk.loop_count.kernel_id], truth),
+    }
     return rows
 
 

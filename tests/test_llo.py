@@ -12,6 +12,7 @@ import os
 import random
 import sys
 
+import extras
 import pytest
 from hostile.traces import EPOCH_NS
 from jax.profiler import ProfileData
@@ -53,8 +54,8 @@ HAS_XPROF = XPROF_PYTHON is not None or importlib.util.find_spec("xprof") is not
 #: For the tests that run xprof's own LLO analysis: nothing else reads an LLO module, and
 #: xprof is the optional `xprof` extra, not in the test dependency group (its pins do not
 #: always install beside the JAX under test; `nox -s tpu` installs it).
-NEEDS_XPROF = pytest.mark.skipif(
-    not HAS_XPROF,
+NEEDS_XPROF = extras.skip_unless(
+    HAS_XPROF,
     reason=(
         "xprof is not installed here and JAXTUNE_XPROF_PYTHON names no Python that has it: "
         "this test runs xprof's own LLO analysis, which nothing else provides "

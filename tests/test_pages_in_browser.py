@@ -10,6 +10,7 @@ import pathlib
 import re
 import shutil
 
+import extras
 import pytest
 from test_pages_read_right import flash_entry, profile_with_an_autotuned_kernel
 from test_sweep_html import one_knob_entry, two_knob_entry
@@ -21,8 +22,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.child,
-    pytest.mark.skipif(
-        not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")),
+    extras.skip_unless(
+        any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")),
         reason=(
             "no headless Chromium on PATH (chromium, chromium-browser or google-chrome): these "
             "tests lay the pages out in a real browser engine, which no Python package does "

@@ -3,7 +3,9 @@
 Each flow is tried on kernels whose work depends on the values of their integer and
 boolean inputs (tests/value_kernels.py: a loop count, lengths, group sizes, ids, a mask),
 where made-up values pick the wrong config (about 3x slower), and the stored config is
-checked against the best measured on the program's own values in the same test.
+checked against the one the kernels' design makes fastest on the program's own values.
+The times themselves (the pick against calls timed on those values, the sweep's time
+against the call's) are measured side by side by ``bench/bench_values.py``.
 """
 
 from __future__ import annotations
@@ -40,30 +42,19 @@ def _entries() -> dict[str, Entry]:
     return out
 
 
-def _check_against_truth(name: str, entry: Entry, values, *, source: str) -> None:
-    """The stored config is within 1.10x of the best measured here on ``values``, the
-    configs differ by at least 1.5x there, the sweep's time for the stored config is within
-    4x of its call's here (calls of 300 us and more), and the entry says where the values
-    came from."""
-    truth = vk.truth_us(name, values)
-    best = min(truth.values())
-    assert max(truth.values()) >= 1.5 * best, (name, truth)  # the configs really differ
-    stored = entry.config["chunk"]
-    assert truth[stored] <= 1.10 * best, (name, stored, truth)
-    # Made-up values put the sweep's time 10x to 50x below the call's for the kernels
-    # that walk thousands of rows (bench/bench_values.py). On this virtual machine the
-    # same call's time moves by over 2x between the sweep's child and this process when
-    # other work loads the cores unevenly (0.47x beside two busy processes), so the bound
-    # is 4x: it tells the program's work from made-up work, not 10 %. A call of tens of
-    # microseconds here is
-    # mostly jit's dispatch, which a sweep's compiled call skips (the sweep times 0.3x to
-    # 0.5x of it): for those, the stored config above is the check.
-    if truth[stored] >= 300:
-        assert 1 / 4 <= entry.time_us / truth[stored] <= 4, (name, entry, truth)
+def _check_pick(name: str, entry: Entry, values, *, source: str) -> None:
+    """The stored config is the chunk the kernels' design makes fastest on ``values``
+    (``vk.right_chunk``: about 3x apart on CPU, where made-up values pick the other one),
+    and the entry says where the values came from and summarises these very values. How
+    close the stored pick and the sweep's time come to calls timed on the program's values
+    is a benchmark's measurement, side by side in one run (``bench/bench_values.py``), not
+    a threshold here."""
+    assert dict(entry.config) == {"chunk": vk.right_chunk(name, values)}, (name, entry)
     value_arg = vk.CALLS[name][0]
     about = entry.values["arguments"][value_arg]
     assert about["source"] == source, entry.values
-    assert about["summary"] and about["summary"][0], entry.values
+    sets = values if isinstance(values, list) else [values]
+    assert about["summary"] == [_inputs.summarise(v) for v in sets], (entry.values, sets)
 
 
 def test_jaxtune_tune_sweeps_on_the_values_the_program_ran(cli, tmp_path):
@@ -75,7 +66,7 @@ def test_jaxtune_tune_sweeps_on_the_values_the_program_ran(cli, tmp_path):
     assert "synthesised" not in proc.stderr, proc.stderr
     values = vk.program_values()
     for name, entry in _entries().items():
-        _check_against_truth(name, entry, values[vk.CALLS[name][0]], source="recorded")
+        _check_pick(name, entry, values[vk.CALLS[name][0]], source="recorded")
     # `cache show` says it too.
     shown = cli("cache", "show", vk.by_groups.kernel_id)
     assert shown.returncode == 0, shown.stderr
@@ -107,11 +98,9 @@ def test_several_value_sets_of_one_call_are_timed_as_a_mix(cli, tmp_path, monkey
     summaries = entry.values["arguments"]["n"]["summary"]
     assert summaries == ["s32[] 6000..6000", "s32[] 12..12", "s32[] 40..40"], summaries
     assert "3 value sets timed as a mix" in proc.stdout, proc.stdout
+    # 6,052 rows in all: the largest chunk, as for the prefill-like call alone.
     mix = [jnp.int32(6000), jnp.int32(12), jnp.int32(40)]
-    truth = vk.truth_us("loop_count", mix)
-    assert max(truth.values()) >= 1.5 * min(truth.values()), truth
-    assert truth[entry.config["chunk"]] <= 1.10 * min(truth.values()), (entry.config, truth)
-    assert 1 / 2 <= entry.time_us / truth[entry.config["chunk"]] <= 2, (entry, truth)
+    assert dict(entry.config) == {"chunk": vk.right_chunk("loop_count", mix)}, entry
 
 
 def _step_args():
@@ -129,7 +118,7 @@ def test_jaxtune_tune_with_arrays_sweeps_on_the_values_reaching_each_kernel():
     values = vk.program_values()
     for name, entry in _entries().items():
         assert result[entry.kernel, device_kind(), entry.key] == entry
-        _check_against_truth(name, entry, values[vk.CALLS[name][0]], source="caller")
+        _check_pick(name, entry, values[vk.CALLS[name][0]], source="caller")
 
 
 def test_an_eager_call_in_tune_mode_sweeps_on_the_callers_arrays(monkeypatch):
@@ -140,7 +129,7 @@ def test_an_eager_call_in_tune_mode_sweeps_on_the_callers_arrays(monkeypatch):
     assert vk.loop_count.config_for(x, w, n).source == "default"
     vk.loop_count(x, w, n).block_until_ready()
     (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
-    _check_against_truth("loop_count", entry, n, source="caller")
+    _check_pick("loop_count", entry, n, source="caller")
 
 
 def test_tune_mode_inside_jit_warns_that_the_integers_are_made_up(monkeypatch, fresh_warnings):

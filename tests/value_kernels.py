@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 import jaxtune
@@ -152,6 +153,29 @@ CALLS = {
     "by_ids": ("ids", lambda a, v: (a[0], a[1], v)),
     "by_mask": ("mask", lambda a, v: (a[0], a[1], v)),
 }
+
+
+def rows_walked(name: str, value) -> int:
+    """How many rows kernel ``name`` walks on ``value``: its work, whatever the chunk."""
+    v = np.asarray(value)
+    if name == "by_ids":  # the ids up to the first padding id
+        return int(np.argmin(np.concatenate([v, [-1]]) >= 0))
+    return int(v.sum())  # a count, lengths, group sizes, a mask's true entries
+
+
+def right_chunk(name: str, values) -> int:
+    """The chunk this module's design makes fastest for kernel ``name`` on ``values`` (a
+    list: value sets run as a mix): the smallest on dozens of rows, the largest on
+    thousands, about 3x apart either way (``bench/bench_values.py`` measures it). Raises
+    where the rows walked are between the two, where the design names no winner."""
+    sets = values if isinstance(values, list) else [values]
+    rows = sum(rows_walked(name, v) for v in sets)
+    chunks = (FEW_CHUNKS if name in ("by_ids", "by_mask") else CHUNKS)["chunk"]
+    if rows >= 2048:
+        return max(chunks)
+    if rows <= 64:
+        return min(chunks)
+    raise ValueError(f"{name} walks {rows} rows: neither chunk wins by design")
 
 
 def truth_us(name: str, values, *, rounds: int = 8, calls: int = 5) -> dict[int, float]:

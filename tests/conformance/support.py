@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+import extras
 import jax
-import pytest
 
 import jaxtune
 from jaxtune._core.vocabulary import config_id
@@ -28,8 +28,9 @@ PICK_WITHIN = 1.5
 
 def require(module: str, *, why: str) -> ModuleType:
     """Imports an optional third-party library, or skips the test with the reason: which
-    library is missing, what it was for, and how to install it."""
-    return pytest.importorskip(
+    library is missing, what it was for, and how to install it (an error instead with
+    ``REQUIRE_TEST_EXTRAS=1``, as in CI: ``tests/extras.py``)."""
+    return extras.require(
         module,
         reason=(
             f"{module} is not installed: {why}. It comes with the `conformance` dependency "

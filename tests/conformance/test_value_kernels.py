@@ -1,8 +1,8 @@
 """Kernels nobody here wrote whose work depends on their integer inputs, tuned under
 `jaxtune tune --` on the values the program ran (docs/values.md): JAX's megablox `gmm`
-(TPU interpret mode) with skewed group sizes. The stored tiling must be within 1.10x of the
-fastest measured afterwards on the program's values, and the entry must say the group
-sizes were recorded."""
+(TPU interpret mode) with skewed group sizes. The stored tiling must be within 1.5x
+(``support.PICK_WITHIN``) of the fastest measured afterwards on the program's values, and
+the entry must say the group sizes were recorded."""
 
 from __future__ import annotations
 

