@@ -97,6 +97,23 @@ def test_the_child_sees_profiling_flags_and_the_parent_does_not(process, tmp_pat
     assert "xla_dump_to" not in os.environ.get("XLA_FLAGS", "")
 
 
+@pytest.mark.child
+def test_a_profiling_child_that_dies_is_a_profile_error_with_its_signal_and_stderr(monkeypatch):
+    # The crash is read as a sweep's is (the service's `Crash`): how the child ended, and
+    # the end of what it wrote; the next capture gets a new child.
+    from profile_models import dies_in_the_child
+
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    with pytest.raises(jaxtune.ProfileError) as caught:
+        jaxtune.profile(dies_in_the_child, jnp.ones(8), iters=1)
+    message = str(caught.value)
+    assert message.startswith(
+        "the profiling child was lost: the child process killed by signal SIGSEGV; stderr: "
+    )
+    assert "Fatal Python error: Segmentation fault" in message  # its stderr, as it ended
+    assert model.profile(jnp.ones((64, 64)), iters=1).kernels  # a new child serves
+
+
 def test_closure_is_captured_in_process_with_missing_flags_named(monkeypatch):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     monkeypatch.setattr(

@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from . import typed
 from .entry_schema import check_entry, check_measurement
 
 __all__ = [
@@ -359,7 +360,7 @@ class ProfileOptions:
     def to_wire(self) -> dict[str, Any]:
         """The options as a capture request's fields (read back by
         :func:`jaxtune._profiling.capture.capture_options`)."""
-        return dataclasses.asdict(self)
+        return typed.encode(self)
 
 
 _INFO_TEXTS = ("logdir", "platform", "device_kind")

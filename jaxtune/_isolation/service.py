@@ -34,14 +34,14 @@ __all__ = ["ChildService", "Crash", "Lean"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Crash:
-    """A child lost during one request, read into a report: it died (``exit``: its signal
+    """A child lost during one request, read into a report: it died (``status``: its signal
     or exit status), gave no answer in time (``hung``) or wrote what is no frame on its
     result pipe (``garbled``: why not); ``stderr``, the end of what it wrote during the
     request, secrets masked. The child is killed and out of the pool."""
 
     hung: bool
     garbled: str | None = None
-    exit: str = ""
+    status: str = ""
     stderr: str = ""
 
     @classmethod
@@ -49,10 +49,10 @@ class Crash:
         """The crash ``lost`` reports of ``child`` (its log read from byte ``offset``);
         kills the child and drops it from the pool."""
         # Its exit status only where it died: a hung or garbling child lives until killed.
-        exit = "" if lost.hung or lost.garbled else child.describe_exit()
+        status = "" if lost.hung or lost.garbled else child.describe_exit()
         POOL.discard(child)
         return cls(
-            hung=lost.hung, garbled=lost.garbled, exit=exit, stderr=child.stderr_tail(offset)
+            hung=lost.hung, garbled=lost.garbled, status=status, stderr=child.stderr_tail(offset)
         )
 
     @property
@@ -71,7 +71,7 @@ class Crash:
             )
         if self.hung:
             return f"no answer within {limit}; the child was killed"
-        return f"the child process {self.exit}"
+        return f"the child process {self.status}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

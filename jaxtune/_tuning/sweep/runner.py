@@ -5,8 +5,9 @@ The child (a :class:`~jaxtune._isolation.service.ChildService`'s, answered there
 ``PYTHONPATH`` from ``sys.path``) set before it imports JAX, in its own process group, and
 talks over two pipes in msgpack frames. A config that kills the child (signal, abort,
 ``os._exit``, out of memory) or outlives ``JAXTUNE_TIMEOUT`` is recorded as failed with
-the signal or exit status and the tail of the child's stderr; the runner kills the whole
-process group, starts a new child and goes on with the remaining configs.
+the signal or exit status and the tail of the child's stderr (the service's
+:class:`~jaxtune._isolation.service.Crash`, which kills the child's whole process group);
+the next request starts a new child and goes on with the remaining configs.
 """
 
 from __future__ import annotations
@@ -114,9 +115,9 @@ class ProcessRunner(ChildService):
     """Runs sweeps in a long-lived child process, restarting it after a crash or hang.
 
     The child is the :class:`~jaxtune._isolation.service.ChildService`'s for ``platform``,
-    ``env``, ``memory_limit`` and ``device`` (see there; without profiling flags); ``devices`` runs
-    one child per listed device, each measuring a share of the configs at the same time
-    (on CPU each "device" is simply another child process).
+    ``env``, ``memory_limit`` and ``device`` (see there; never with profiling flags);
+    ``devices`` runs one child per listed device, each measuring a share of the configs at
+    the same time (on CPU each "device" is simply another child process).
     """
 
     def __init__(
