@@ -201,3 +201,14 @@ def attention_args():
         jax.random.normal(b, (ATTN_MODEL, ATTN_MODEL)) * 0.1,
     ]
     return params, jax.random.normal(c, (1, ATTN_SEQ, ATTN_MODEL))
+
+
+def dies_in_the_child(x):
+    """Kills the profiling child while it traces (a real segfault); in any other process
+    (no ``JAXTUNE_PARENT_PID``) it is a plain function."""
+    import os
+    import signal
+
+    if os.environ.get("JAXTUNE_PARENT_PID"):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return x * 2

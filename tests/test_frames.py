@@ -13,7 +13,7 @@ from faulty_kernels import faulty
 
 from jaxtune._core import errors as _errors
 from jaxtune._core.codec import packb, unpackb
-from jaxtune._core.vocabulary import CaptureInfo, Failure, Measurement
+from jaxtune._core.vocabulary import CaptureInfo, Failure, Measurement, ProfileOptions
 from jaxtune._isolation import frames
 from jaxtune._isolation.frames import (
     CompileFinished,
@@ -35,7 +35,7 @@ from jaxtune._isolation.frames import (
     WireFields,
 )
 from jaxtune._isolation.wire import FrameReader, decode_value, write_frame
-from jaxtune._profiling.capture import CaptureFields
+from jaxtune._profiling.capture import capture_options
 from jaxtune._tuning.sweep import requests as _requests
 from jaxtune._tuning.sweep.work import Rounds
 
@@ -117,13 +117,13 @@ def test_a_flows_field_named_like_a_calls_or_a_tag_is_refused(name):
 
 def test_a_capture_request_keeps_its_fields_at_the_top_level_and_reads_back():
     ref = FunctionRef(module="m", qualname="f")
-    fields = CaptureFields(iters=3, warmup=1, logdir="/tmp/x")
+    fields = ProfileOptions(iters=3, warmup=1, llo=False, logdir="/tmp/x")
     request = Request(handler="jaxtune._profiling.serve", op="profile", ref=ref, fields=fields)
     wire = request.to_wire()
-    assert (wire["iters"], wire["warmup"], wire["logdir"]) == (3, 1, "/tmp/x")
-    assert Request.from_wire(wire).read(CaptureFields.from_request) == request
+    assert (wire["iters"], wire["warmup"], wire["logdir"], wire["llo"]) == (3, 1, "/tmp/x", False)
+    assert Request.from_wire(wire).read(capture_options) == request
     with pytest.raises(FrameError, match="iters, warmup and logdir"):
-        Request.from_wire({**wire, "iters": "3"}).read(CaptureFields.from_request)
+        Request.from_wire({**wire, "iters": "3"}).read(capture_options)
 
 
 @pytest.mark.parametrize(

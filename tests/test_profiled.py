@@ -17,7 +17,7 @@ from profile_models import model, with_autotuned
 
 import jaxtune
 from jaxtune._core import flags as _flags
-from jaxtune._core.vocabulary import CaptureInfo
+from jaxtune._core.vocabulary import CaptureInfo, ProfileOptions
 from jaxtune._isolation import process as _process
 from jaxtune._profiling import profiled as _profiled
 from jaxtune._profiling.report import report_from_trace
@@ -97,6 +97,23 @@ def test_the_child_sees_profiling_flags_and_the_parent_does_not(process, tmp_pat
     assert "xla_dump_to" not in os.environ.get("XLA_FLAGS", "")
 
 
+@pytest.mark.child
+def test_a_profiling_child_that_dies_is_a_profile_error_with_its_signal_and_stderr(monkeypatch):
+    # The crash is read as a sweep's is (the service's `Crash`): how the child ended, and
+    # the end of what it wrote; the next capture gets a new child.
+    from profile_models import dies_in_the_child
+
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    with pytest.raises(jaxtune.ProfileError) as caught:
+        jaxtune.profile(dies_in_the_child, jnp.ones(8), iters=1)
+    message = str(caught.value)
+    assert message.startswith(
+        "the profiling child was lost: the child process killed by signal SIGSEGV; stderr: "
+    )
+    assert "Fatal Python error: Segmentation fault" in message  # its stderr, as it ended
+    assert model.profile(jnp.ones((64, 64)), iters=1).kernels  # a new child serves
+
+
 def test_closure_is_captured_in_process_with_missing_flags_named(monkeypatch):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     monkeypatch.setattr(
@@ -124,7 +141,8 @@ def test_a_capture_leaves_the_python_tracer_off(tmp_path):
     def step(x):
         return jnp.tanh(jax.nn.softmax(x) @ x).sum()
 
-    _profiled.capture(step, (jnp.ones((64, 64)),), {}, iters=2, warmup=2, logdir=str(tmp_path))
+    options = ProfileOptions(iters=2, warmup=2, logdir=str(tmp_path))
+    _profiled.capture(step, (jnp.ones((64, 64)),), {}, options)
     space = xplane.load(tmp_path)
     plane = space.plane("/host:CPU")
     names = [plane.metadata(ev.metadata_id).name for ln in plane.lines for ev in plane.events(ln)]
@@ -238,9 +256,18 @@ def test_llo_false_runs_no_analysis_and_llo_true_reports_it(tmp_path, monkeypatc
     path = tmp_path / "t.xplane.pb"
     path.write_bytes(ProfileData.text_proto_to_serialized_xspace(TPU_TRACE))
     plain = jaxtune.Profile.from_trace(path)
-    assert _profiled._with_llo(plain, str(path), (), wanted=False).llo is None
+    # The one profile path, its capture and report stood in for by the trace's report.
+    monkeypatch.setattr(_profiled, "_capture_in_child", lambda *a: CaptureInfo(platform="tpu"))
+    monkeypatch.setattr(_profiled, "read_space", lambda where: None)
+    monkeypatch.setattr(_profiled, "report_from_trace", lambda *a, **k: plain)
+
+    def profile(llo):
+        options = ProfileOptions(llo=llo, logdir=str(tmp_path))
+        return _profiled._profile(lambda: None, (), {}, options)
+
+    assert profile(llo=False).llo is None
     monkeypatch.setattr(llo, "xprof_available", lambda python=None: False)
-    got = _profiled._with_llo(plain, str(path), (), wanted=True)
+    got = profile(llo=True)
     assert got.platform == "tpu" and got.llo is not None and got.llo["success"] is False
     assert got.llo["line"] == (
         "LLO analysis needs xprof, which is not installed; pip install 'jaxtune[xprof]' "

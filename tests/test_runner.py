@@ -333,12 +333,12 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     request = _requests.sweep_request(task)
     measure = _requests.Measure(todo=space).of(request)
     retime = _requests.Retime(todo=space).of(request)
-    assert runner._exchange(task.plan, measure, progress=None)[0] is None
-    assert runner._exchange(task.plan, retime, progress=None)[0] is None
+    assert _runner.ask(runner, task.plan, measure, progress=None)[0] is None
+    assert _runner.ask(runner, task.plan, retime, progress=None)[0] is None
     assert sent == [True, False]  # the re-timing went without the arguments
     other = identity.sweep_task(identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1})
     runner.sweep(other)  # another task: the child lets the first one go
-    crashed, got = runner._exchange(task.plan, retime, progress=None)
+    crashed, got = _runner.ask(runner, task.plan, retime, progress=None)
     assert crashed is None and all(isinstance(m, Measurement) for m in got.values())
     # Sent lean, answered "unknown task", sent again with the arguments.
     assert sent[-2:] == [False, True]

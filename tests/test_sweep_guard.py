@@ -13,7 +13,9 @@ import pytest
 from faulty_kernels import pid_probe
 
 from jaxtune._core.errors import CustomCallTracingWarning
+from jaxtune._core.vocabulary import ProfileOptions
 from jaxtune._isolation import process as _process
+from jaxtune._isolation.service import ChildService
 from jaxtune._tuning.sweep import runner as _runner
 
 TRACING = "--xla_xprof_enable_custom_call_tracing=true"
@@ -64,7 +66,7 @@ def test_tracing_turned_off_or_a_profile_capture_is_left_alone(monkeypatch):
         off = _runner.ProcessRunner(platform="cpu").environment()
         assert "custom_call_tracing=false" in off["XLA_FLAGS"]  # the last entry counts: off
         monkeypatch.setenv("XLA_FLAGS", TRACING)
-        capture = _runner.ProcessRunner(platform="cpu", profiling={"llo": True})
+        capture = ChildService(platform="cpu", profiling=ProfileOptions())
         assert TRACING in capture.environment()["XLA_FLAGS"]  # profiling wants it
 
 

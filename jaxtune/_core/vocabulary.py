@@ -1,6 +1,7 @@
 """The vocabulary both flows and the layers between them speak: a config and its id, the
 measurement of a config (or why it failed), the cache entry of a tuned key, and the choice
-a call makes; and what a trace capture knew about the program it traced. Plain frozen
+a call makes; how a profile is captured, and what a trace capture knew about the program it
+traced. Plain frozen
 values with their msgpack form (checked by :mod:`.entry_schema`, or by ``from_dict``)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from . import typed
 from .entry_schema import check_entry, check_measurement
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "EntryId",
     "Failure",
     "Measurement",
+    "ProfileOptions",
     "Source",
     "config_id",
     "measurement_from_dict",
@@ -337,6 +340,29 @@ class Choice:
 #: ``CaptureInfo``'s fields that hold a map, and those that hold a list of maps.
 _INFO_MAPS = ("hlo", "fusions", "autotuned", "costs", "sources", "hints", "configs")
 _INFO_MAP_LISTS = ("kernels", "calls")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ProfileOptions:
+    """How a profile is captured, one value carried whole from ``@jaxtune.profiled`` or
+    ``jaxtune.profile`` to the capture in the child (as JAX's profiler carries one
+    ``ProfileOptions``): the calls traced (``iters``) after ``warmup`` untraced ones (at
+    least 2 run), the LLO debug info registered on TPU and xprof's analysis of it (``llo``),
+    tracing inside custom calls (``custom_call_tracing``), and the folder the trace goes to
+    (``logdir``; ``None``: a new temporary folder, chosen when the capture starts)."""
+
+    iters: int = 5
+    warmup: int = 2
+    llo: bool = True
+    custom_call_tracing: bool = False
+    logdir: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The options as a capture request's fields (read back by
+        :func:`jaxtune._profiling.capture.capture_options`)."""
+        return typed.encode(self)
+
+
 _INFO_TEXTS = ("logdir", "platform", "device_kind")
 _INFO_NUMBERS = ("timings",)
 _INFO_ENV = ("env",)

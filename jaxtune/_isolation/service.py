@@ -6,23 +6,81 @@ names the module whose ``handle(server, msg)`` answers them in the child (``hand
 reads the answer; the service starts the pooled child with the environment the caller
 needs (flags, ``JAX_PLATFORMS``, device visibility, ``PYTHONPATH``), set before the child
 imports JAX, checks that it came up on the expected platform, and carries the caller's JAX
-state and variables with each request.
+state and variables with each request. :meth:`ChildService.request` is the one place a flow
+talks to its child: it returns the answer, or the :class:`Crash` the child's loss reads as
+(how it was lost, the end of what it wrote meanwhile), the child gone from the pool.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .._core.errors import SweepError
 from .._core.flags import child_env, normalise_platform, requested_platform
+from .._core.vocabulary import ProfileOptions
 from .devices import parent_backend
 from .environ import flag_base, python_path, strip_tracing
-from .frames import Ready
-from .process import POOL, ChildProcess
+from .frames import Done, ErrorKind, ErrorReply, Event, Ready, Request
+from .logs import crashed_thread
+from .process import POOL, ChildLost, ChildProcess
 
-__all__ = ["ChildService"]
+__all__ = ["ChildService", "Crash", "Lean"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Crash:
+    """A child lost during one request, read into a report: it died (``status``: its signal
+    or exit status), gave no answer in time (``hung``) or wrote what is no frame on its
+    result pipe (``garbled``: why not); ``stderr``, the end of what it wrote during the
+    request, secrets masked. The child is killed and out of the pool."""
+
+    hung: bool
+    garbled: str | None = None
+    status: str = ""
+    stderr: str = ""
+
+    @classmethod
+    def read(cls, child: ChildProcess, lost: ChildLost, offset: int) -> Crash:
+        """The crash ``lost`` reports of ``child`` (its log read from byte ``offset``);
+        kills the child and drops it from the pool."""
+        # Its exit status only where it died: a hung or garbling child lives until killed.
+        status = "" if lost.hung or lost.garbled else child.describe_exit()
+        POOL.discard(child)
+        return cls(
+            hung=lost.hung, garbled=lost.garbled, status=status, stderr=child.stderr_tail(offset)
+        )
+
+    @property
+    def thread(self) -> int | None:
+        """The child's thread that crashed, from its fatal-error report (``None``: none)."""
+        return crashed_thread(self.stderr)
+
+    def how(self, limit: str) -> str:
+        """How the child was lost, for a failure's reason or an error: it garbled its result
+        pipe, gave no answer within ``limit`` (the caller's words for its time limit), or
+        died (its signal or exit status)."""
+        if self.garbled:
+            return (
+                "the child process wrote bytes that are no jaxtune frame on its result pipe "
+                f"({self.garbled}); it was killed"
+            )
+        if self.hung:
+            return f"no answer within {limit}; the child was killed"
+        return f"the child process {self.status}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Lean:
+    """The request to send instead, to a child that already holds ``task`` (its function
+    and arguments, sent with an earlier request: :meth:`~.frames.Request.lean`)."""
+
+    task: str
+    request: Request[Any]
 
 
 class ChildService:
@@ -32,8 +90,8 @@ class ChildService:
     ``env`` adds variables (extra ``XLA_FLAGS`` merge with the user's); ``memory_limit``
     caps the child's address space in bytes. ``device`` pins the child to one accelerator
     (``CUDA_VISIBLE_DEVICES`` on GPU; ``TPU_VISIBLE_CHIPS`` and the process-bounds variables
-    on TPU). ``profiling`` starts it with the profiling flags (``{"llo": ...,
-    "custom_call_tracing": ...}``); without it, trace points are stripped from the flags.
+    on TPU). ``profiling`` starts it with the profiling flags of those options (``llo``,
+    ``custom_call_tracing``); without it, trace points are stripped from the flags.
     """
 
     def __init__(
@@ -43,9 +101,9 @@ class ChildService:
         env: Mapping[str, str] | None = None,
         memory_limit: int | None = None,
         device: int | None = None,
-        profiling: Mapping[str, bool] | None = None,
+        profiling: ProfileOptions | None = None,
     ) -> None:
-        self.profiling = dict(profiling) if profiling is not None else None
+        self.profiling = profiling
         self.platform = platform
         self.extra_env = dict(env or {})
         self.memory_limit = memory_limit
@@ -78,8 +136,8 @@ class ChildService:
             xla_flags=xla.split(),
             libtpu_args=libtpu.split(),
             profiling=self.profiling is not None,
-            llo=bool((self.profiling or {}).get("llo", True)),
-            custom_call_tracing=bool((self.profiling or {}).get("custom_call_tracing")),
+            llo=self.profiling is None or self.profiling.llo,
+            custom_call_tracing=self.profiling is not None and self.profiling.custom_call_tracing,
             check_binary=self.profiling is not None,
         )
         if platform is None:
@@ -126,6 +184,55 @@ class ChildService:
         self.ready = child.ready
         self.held = child
         return child
+
+    def request(
+        self,
+        message: Request[Any],
+        *,
+        timeout: Callable[[], float | None],
+        on_event: Callable[[Event], None] | None = None,
+        lean: Lean | None = None,
+        waited: Callable[[float], None] | None = None,
+    ) -> Done | ErrorReply | Crash:
+        """Sends ``message`` to this service's child and returns its answer, or the
+        :class:`Crash` its child's loss reads as (the child is then gone from the pool).
+
+        ``timeout()`` is asked before each read (``None``: wait for ever); each event goes
+        to ``on_event``. With ``lean``, a child that holds its task is sent the lean request
+        (and one that answers that it no longer does, the whole ``message`` again); a child
+        that answers holds the task from then on. ``waited`` is told the seconds until the
+        child was this request's (its start, a module imported ahead of need).
+
+        Raises:
+            SweepError: the child came up on another platform than expected, or the work
+                was interrupted (:attr:`stop`).
+        """
+        while True:
+            start = time.perf_counter()
+            child = self.child()
+            with child.lock:
+                if waited is not None:
+                    waited(time.perf_counter() - start)
+                if not child.alive():  # replaced while this waited (a module import that hung)
+                    continue
+                held = lean is not None and lean.task in child.tasks
+                offset = child.log_size()
+                try:
+                    answer = child.request(
+                        lean.request if lean is not None and held else message,
+                        timeout=timeout,
+                        on_event=on_event,
+                    )
+                except ChildLost as lost:
+                    return Crash.read(child, lost, offset)
+            if lean is None:
+                return answer
+            if isinstance(answer, ErrorReply) and answer.kind is ErrorKind.UNKNOWN_TASK:
+                child.tasks.discard(lean.task)  # it moved on to another task: send it whole
+                continue
+            if isinstance(answer, Done):
+                child.tasks.add(lean.task)
+            return answer
 
     def on_platform(self, platform: str) -> ChildService:
         """This service for a child on ``platform`` (its pool key is that of a service that

@@ -3,7 +3,6 @@ sends, answered in the child by :mod:`jaxtune._profiling.serve`."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -11,60 +10,40 @@ from typing import Any
 from .._core import typed
 from .._core.errors import ProfileError
 from .._core.settings import settings
-from .._core.vocabulary import CaptureInfo
+from .._core.vocabulary import CaptureInfo, ProfileOptions
 from .._isolation.calling import call_request
 from .._isolation.context import warn_notes, warn_unapplied
 from .._isolation.frames import ErrorKind, ErrorReply, FrameError, NotTransportable, Request
-from .._isolation.process import POOL, ChildLost
 from .._isolation.resolve import find
-from .._isolation.service import ChildService
+from .._isolation.service import ChildService, Crash
 
-__all__ = ["HANDLER", "CaptureFields", "profile_in_child"]
+__all__ = ["HANDLER", "capture_options", "profile_in_child"]
 
 #: The module whose ``handle`` answers a capture request in the child.
 HANDLER = "jaxtune._profiling.serve"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class CaptureFields:
-    """A capture request's own fields: the runs traced after ``warmup`` untraced ones
-    (``iters``) and the folder the trace goes to (``logdir``)."""
+def capture_options(request: Request[Any]) -> ProfileOptions:
+    """The options of a capture request as they arrived (its fields: the
+    :class:`~jaxtune._core.vocabulary.ProfileOptions` the parent sent).
 
-    iters: int
-    warmup: int
-    logdir: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return typed.encode(self)
-
-    @classmethod
-    def from_request(cls, request: Request[Any]) -> CaptureFields:
-        """The fields of a capture request as they arrived.
-
-        Raises:
-            FrameError: the request is no capture request.
-        """
-        why = f"an operation {request.op!r:.40}"
-        if request.op == "profile":
-            try:
-                return typed.decode(cls, request.fields.to_wire())
-            except typed.MismatchError as e:
-                why = str(e)
-        raise FrameError(f"a profile request names the function, iters, warmup and logdir ({why})")
+    Raises:
+        FrameError: the request is no capture request.
+    """
+    why = f"an operation {request.op!r:.40}"
+    if request.op == "profile":
+        try:
+            return typed.decode(ProfileOptions, request.fields.to_wire())
+        except typed.MismatchError as e:
+            why = str(e)
+    raise FrameError(f"a profile request names the function, iters, warmup and logdir ({why})")
 
 
 def profile_in_child(
-    fn: Any,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    *,
-    iters: int,
-    warmup: int,
-    llo: bool,
-    custom_call_tracing: bool,
-    logdir: str,
+    fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], options: ProfileOptions
 ) -> CaptureInfo:
-    """Captures a trace of ``fn`` in a child started with the profiling flags; returns what
+    """Captures a trace of ``fn`` in a child started with the profiling flags of
+    ``options`` (whose ``logdir`` is set); returns what
     :func:`jaxtune._profiling.profiled.capture` returned there.
 
     Raises:
@@ -73,28 +52,12 @@ def profile_in_child(
     """
     label = getattr(fn, "__qualname__", "profile")
     _check_named(fn)
-    message = call_request(
-        HANDLER,
-        "profile",
-        fn,
-        args,
-        kwargs,
-        label=label,
-        fields=CaptureFields(iters=iters, warmup=warmup, logdir=logdir),
-    )
-    service = ChildService(profiling={"llo": llo, "custom_call_tracing": custom_call_tracing})
-    child = service.child()
-    limit = settings().timeout * (iters + max(warmup, 2) + 5)
-    with child.lock:
-        offset = child.log_size()
-        try:
-            answer = child.request(message, timeout=lambda: limit)
-        except ChildLost as lost:
-            how = "did not finish in time" if lost.hung else child.describe_exit()
-            POOL.discard(child)
-            raise ProfileError(
-                f"the profiling child {how}; stderr: {child.stderr_tail(offset)}"
-            ) from None
+    message = call_request(HANDLER, "profile", fn, args, kwargs, label=label, fields=options)
+    limit = settings().timeout * (options.iters + max(options.warmup, 2) + 5)
+    answer = ChildService(profiling=options).request(message, timeout=lambda: limit)
+    if isinstance(answer, Crash):
+        how = answer.how(f"the {limit:g} s limit (JAXTUNE_TIMEOUT for each call)")
+        raise ProfileError(f"the profiling child was lost: {how}; stderr: {answer.stderr}")
     if isinstance(answer, ErrorReply) and answer.kind is not ErrorKind.NOT_TRANSPORTABLE:
         # The child's notes say why (a script's `__main__` block the child did not run):
         # in the error, after its first line, rather than in warnings before it.

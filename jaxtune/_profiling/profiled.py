@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import jax
@@ -28,9 +28,8 @@ from .._core import flags as _flags
 from .._core import settings as _settings
 from .._core.errors import JaxtuneError, JaxtuneWarning, warn_once
 from .._core.errors import warn as _warn
-from .._core.vocabulary import CaptureInfo
+from .._core.vocabulary import CaptureInfo, ProfileOptions
 from .._core.xspace.tracing import tracer_options
-from .._core.xspace.xplane import Space
 from .._program import markers as _markers
 from .._program.locate import sites_in_module
 from . import calls as _calls
@@ -64,8 +63,12 @@ def _concrete(value: Any, seed: int) -> Any:
     return jax.tree_util.tree_map(leaf, value)
 
 
-def _missing_flags(platform: str, llo: bool, custom_call_tracing: bool) -> tuple[str, ...]:
-    wanted = _flags.profile_flags(platform, llo=llo, custom_call_tracing=custom_call_tracing)
+def _missing_flags(platform: str, options: ProfileOptions) -> tuple[str, ...]:
+    """The profiling flags ``options`` ask for on ``platform`` that this process's
+    variables lack (a capture here cannot have them)."""
+    wanted = _flags.profile_flags(
+        platform, llo=options.llo, custom_call_tracing=options.custom_call_tracing
+    )
     missing: list[str] = []
     for var, flags in wanted.items():
         have = {f.name: f for f in _flags.inspect(os.environ.get(var, "")).flags}
@@ -77,14 +80,13 @@ def capture(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
-    *,
-    iters: int,
-    warmup: int,
-    logdir: str,
+    options: ProfileOptions,
 ) -> CaptureInfo:
-    """Compiles ``fn``, warms it up, traces ``iters`` calls into ``logdir`` (runs wherever
-    it is called: the child, or this process). Returns what the parent needs to attribute
-    the trace: the HLO op map, the kernel sites with their cost estimates, the hints."""
+    """Compiles ``fn``, warms it up (``options.warmup`` calls, at least 2), traces
+    ``options.iters`` calls into ``options.logdir`` (runs wherever it is called: the child,
+    or this process). Returns what the parent needs to attribute the trace: the HLO op
+    map, the kernel sites with their cost estimates, the hints."""
+    logdir = options.logdir or tempfile.mkdtemp(prefix="jaxtune-profile-")
     args = _concrete(args, 0)
     kwargs = _concrete(dict(kwargs), 1)
     jitted: Any = fn if hasattr(fn, "lower") else jax.jit(fn)
@@ -93,12 +95,12 @@ def capture(
     compiled = lowered.compile()
     compile_s = time.perf_counter() - start
     arguments = _arguments_per_call(lowered, args, kwargs)
-    for _ in range(max(warmup, 2)):
+    for _ in range(max(options.warmup, 2)):
         call_args, call_kwargs = arguments()
         jax.block_until_ready(compiled(*call_args, **call_kwargs))
     start = time.perf_counter()
     with jax.profiler.trace(logdir, profiler_options=tracer_options(hlo_proto=True)):
-        for _ in range(iters):
+        for _ in range(options.iters):
             call_args, call_kwargs = arguments()
             jax.block_until_ready(compiled(*call_args, **call_kwargs))
     run_s = time.perf_counter() - start
@@ -215,20 +217,49 @@ def profile(
         >>> p = jaxtune.profile(lambda x: jnp.sin(x) * 2, jnp.ones(8))  # doctest: +SKIP
         >>> print(p.table())  # doctest: +SKIP
     """
-    target = str(logdir) if logdir else tempfile.mkdtemp(prefix="jaxtune-profile-")
-    raw = getattr(fn, "__wrapped_profiled__", fn)
-    options = {"llo": llo, "custom_call_tracing": custom_call_tracing}
-    info = _capture_in_child(
-        raw, args, kwargs, iters=iters, warmup=warmup, logdir=target, **options
+    options = ProfileOptions(
+        iters=iters,
+        warmup=warmup,
+        llo=llo,
+        custom_call_tracing=custom_call_tracing,
+        logdir=str(logdir) if logdir else None,
     )
+    return _profile(getattr(fn, "__wrapped_profiled__", fn), args, kwargs, options)
+
+
+def _profile(
+    raw: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    options: ProfileOptions,
+    *,
+    here: bool = False,
+    before_llo: Callable[[Profile], contextlib.AbstractContextManager[None]] | None = None,
+) -> Profile:
+    """The one profile path (:func:`profile`, ``fn.profile()`` and the automatic profile of
+    ``JAXTUNE_PROFILE=1``): the capture, in the child unless ``here`` (or unless it cannot
+    run there: then here, naming the flags that could not take effect), its report, and
+    xprof's LLO analysis of the trace when ``options.llo`` asks for it (entered through
+    ``before_llo(report)`` on TPU, where it can take a while: the automatic profile shows
+    the report first)."""
+    options = dataclasses.replace(
+        options, logdir=options.logdir or tempfile.mkdtemp(prefix="jaxtune-profile-")
+    )
+    target = str(options.logdir)
+    info = None if here else _capture_in_child(raw, args, kwargs, options)
     missing: tuple[str, ...] = ()
     if info is None:
-        info = capture(raw, args, kwargs, iters=iters, warmup=warmup, logdir=target)
-        missing = _missing_flags(info.platform, llo, custom_call_tracing)
+        info = capture(raw, args, kwargs, options)
+        missing = _missing_flags(info.platform, options)
     # Read once for the report and the LLO analysis both.
-    space = read_space(target) if llo else None
-    result = report_from_trace(target, info=info, iterations=iters, space=space)
-    return _with_llo(result, target, missing, wanted=llo, space=space)
+    space = read_space(target) if options.llo else None
+    result = report_from_trace(target, info=info, iterations=options.iters, space=space)
+    result = dataclasses.replace(result, missing_flags=missing)
+    if not options.llo:
+        return result
+    shown = before_llo(result) if before_llo is not None and result.platform == "tpu" else None
+    with shown or contextlib.nullcontext():
+        return _llo.attach(result, target, space=space)
 
 
 def _holds_tpu() -> bool:
@@ -240,7 +271,7 @@ def _holds_tpu() -> bool:
 
 
 def _capture_in_child(
-    raw: Callable[..., Any], args: Any, kwargs: Any, **options: Any
+    raw: Callable[..., Any], args: Any, kwargs: Any, options: ProfileOptions
 ) -> CaptureInfo | None:
     """What the child's capture returned, or ``None`` to capture here: inline isolation,
     a process that holds the TPU, or a function that cannot travel (each of the last two
@@ -252,7 +283,7 @@ def _capture_in_child(
         return None
     if _holds_tpu():
         # Under `jaxtune profile --` the program started with the flags: nothing is lost.
-        missing = _missing_flags("tpu", options["llo"], options["custom_call_tracing"])
+        missing = _missing_flags("tpu", options)
         if missing:
             warn_once(
                 ("profile: tpu held",),
@@ -265,7 +296,7 @@ def _capture_in_child(
             )
         return None
     try:
-        return profile_in_child(raw, args, kwargs, **options)
+        return profile_in_child(raw, args, kwargs, options)
     except NotTransportable as e:
         _warn(
             f"jaxtune.profile: {getattr(raw, '__qualname__', raw)} cannot run in a child "
@@ -279,43 +310,15 @@ def _capture_in_child(
         return None
 
 
-def _with_llo(
-    result: Profile,
-    target: str,
-    missing: tuple[str, ...],
-    wanted: bool,
-    space: Space | None = None,
-) -> Profile:
-    """The profile with its missing flags and, when LLO was asked for, xprof's LLO analysis
-    of its trace (in a child, bounded in time), or the line saying why there is none;
-    ``space``: the trace as the report read it."""
-    result = dataclasses.replace(result, missing_flags=missing)
-    return _llo.attach(result, target, space=space) if wanted else result
-
-
 class Profiled(Generic[P, R]):
     """A function wrapped by :func:`profiled`; calling it calls the function, with the
     function's own parameter and return types."""
 
-    def __init__(
-        self,
-        fn: Callable[P, R],
-        *,
-        iters: int,
-        warmup: int,
-        llo: bool,
-        custom_call_tracing: bool,
-        logdir: str | None,
-    ) -> None:
+    def __init__(self, fn: Callable[P, R], options: ProfileOptions) -> None:
         functools.update_wrapper(self, fn)
         self.__wrapped_profiled__ = fn
-        self.options: dict[str, Any] = {
-            "iters": iters,
-            "warmup": warmup,
-            "llo": llo,
-            "custom_call_tracing": custom_call_tracing,
-            "logdir": logdir,
-        }
+        #: The decorator's options (see :func:`profiled`).
+        self.options = options
         self._seen: set[Any] = set()
 
     def __repr__(self) -> str:
@@ -327,8 +330,12 @@ class Profiled(Generic[P, R]):
         Keywords named like the decorator's options (``iters``, ``warmup``, ``llo``,
         ``custom_call_tracing``, ``logdir``) override them for this capture.
         """
-        options = {**self.options, **{k: kwargs.pop(k) for k in list(kwargs) if k in self.options}}
-        return profile(self.__wrapped_profiled__, *args, **options, **kwargs)
+        names = {f.name for f in dataclasses.fields(ProfileOptions)}
+        overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+        if overrides.get("logdir"):
+            overrides["logdir"] = str(overrides["logdir"])
+        options = dataclasses.replace(self.options, **overrides)
+        return _profile(self.__wrapped_profiled__, args, kwargs, options)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if _settings.settings().profile:
@@ -350,39 +357,27 @@ class Profiled(Generic[P, R]):
         out: pathlib.Path | None = None
         try:
             out = _new_capture_dir(_settings.settings().profile_dir, name)
-            options: dict[str, Any] = {**self.options, "logdir": str(out / "trace")}
-            # `jaxtune profile --no-llo` left the LLO flag out: no analysis, nothing missing.
-            options["llo"] = options["llo"] and _settings.settings().profile_llo
+            options = dataclasses.replace(
+                self.options,
+                logdir=str(out / "trace"),
+                # `jaxtune profile --no-llo` left the LLO flag out: no analysis, nothing missing.
+                llo=self.options.llo and _settings.settings().profile_llo,
+            )
             # The program is already running, so capture here: `jaxtune profile -- python`
             # set the flags before JAX started.
-            info = capture(
+            result = _profile(
                 self.__wrapped_profiled__,
                 args,
                 kwargs,
-                iters=options["iters"],
-                warmup=options["warmup"],
-                logdir=options["logdir"],
+                options,
+                here=True,
+                before_llo=functools.partial(_shown_before_llo, name),
             )
-            space = read_space(options["logdir"]) if options["llo"] else None
-            result = report_from_trace(
-                options["logdir"], info=info, iterations=options["iters"], space=space
-            )
-            missing = _missing_flags(info.platform, options["llo"], options["custom_call_tracing"])
-            if options["llo"] and result.platform == "tpu":
-                # The report first; xprof's analysis, which can take a while on a big
-                # trace, after it, saying so.
-                result = dataclasses.replace(result, missing_flags=missing)
-                print(f"jaxtune: profiled {name}", flush=True)
-                print(result.table(top=10), flush=True)
-                result = _llo_after(result, options["logdir"], name, space)
-                path = result.save(out / "report.json")
+            path = result.save(out / "report.json")
+            if options.llo and result.platform == "tpu":  # its table came first
                 print("\n".join(llo_lines(result.llo)), flush=True)
                 print(f"jaxtune: report in {path}", flush=True)
                 return
-            result = _with_llo(
-                result, options["logdir"], missing, wanted=options["llo"], space=space
-            )
-            path = result.save(out / "report.json")
         except Exception as e:
             # The program runs on whatever failed (its function, or jaxtune); the traceback
             # is kept, so that a fault of jaxtune's own (its note says so) can be reported.
@@ -397,8 +392,12 @@ class Profiled(Generic[P, R]):
         print(result.table(top=10), flush=True)
 
 
-def _llo_after(result: Profile, logdir: str, name: str, space: Space | None) -> Profile:
-    """``result`` with xprof's LLO analysis, begun and ended with a line on stderr."""
+@contextlib.contextmanager
+def _shown_before_llo(name: str, result: Profile) -> Iterator[None]:
+    """Shows ``result``'s table first, then xprof's LLO analysis of the trace (which can
+    take a while on a big trace), begun and ended with a line on stderr."""
+    print(f"jaxtune: profiled {name}", flush=True)
+    print(result.table(top=10), flush=True)
     print(
         f"jaxtune: LLO analysis of {name}'s trace (xprof, in a child, at most "
         f"{_llo.LLO_TIMEOUT_S} s)...",
@@ -406,13 +405,12 @@ def _llo_after(result: Profile, logdir: str, name: str, space: Space | None) -> 
         flush=True,
     )
     began = time.perf_counter()
-    result = _llo.attach(result, logdir, space=space)
+    yield
     print(
         f"jaxtune: LLO analysis of {name} took {time.perf_counter() - began:.1f} s",
         file=sys.stderr,
         flush=True,
     )
-    return result
 
 
 def _new_capture_dir(root: pathlib.Path, name: str) -> pathlib.Path:
@@ -473,13 +471,13 @@ def profiled(
         raise JaxtuneError(f"profiled needs iters >= 1 and warmup >= 0, got {iters}, {warmup}.")
 
     def wrap(f: Callable[P, R]) -> Profiled[P, R]:
-        return Profiled(
-            f,
+        options = ProfileOptions(
             iters=iters,
             warmup=warmup,
             llo=llo,
             custom_call_tracing=custom_call_tracing,
             logdir=logdir,
         )
+        return Profiled(f, options)
 
     return wrap(fn) if fn is not None else wrap

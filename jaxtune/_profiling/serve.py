@@ -7,26 +7,23 @@ from .._isolation.child import Server
 from .._isolation.frames import Done, FrameError, Request, WireFields
 from .._isolation.resolve import resolve_callable
 from .._isolation.wire import decode_value
-from .capture import CaptureFields
+from .capture import capture_options
 from .profiled import capture
 
 __all__ = ["handle"]
 
 
 def handle(server: Server, received: Request[WireFields]) -> Done:
-    """In the child: captures the trace a ``profile`` request asks for (its fields:
-    :class:`~.capture.CaptureFields`)."""
+    """In the child: captures the trace a ``profile`` request asks for (its fields: the
+    :class:`~jaxtune._core.vocabulary.ProfileOptions` of the capture)."""
     server.arrived()
-    request = received.read(CaptureFields.from_request)
+    request = received.read(capture_options)
     if request.ref is None:
         raise FrameError("a profile request names the function to profile")
-    f = request.fields
     info = capture(
         resolve_callable(request.ref),
         tuple(decode_value(request.args)),
         dict(decode_value(request.kwargs)),
-        iters=f.iters,
-        warmup=f.warmup,
-        logdir=f.logdir,
+        request.fields,
     )
     return Done(body={"info": info.to_dict()})

@@ -1,10 +1,10 @@
 """Following one sweep request in a child: what is compiling or running, which config to
-blame when the child dies or hangs, and how an ``error`` frame becomes an exception."""
+blame when the child dies or hangs (how it was lost is read by
+:class:`jaxtune._isolation.service.Crash`), and how an ``error`` frame becomes an exception."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import NoReturn
 
 from ..._core.vocabulary import Failure, Measurement, config_id
@@ -21,7 +21,7 @@ from ..._isolation.frames import (
 )
 from .requests import Measure, Retime, SweepFields
 
-__all__ = ["GRACE", "InFlight", "how_lost", "raise_child_error"]
+__all__ = ["GRACE", "InFlight", "raise_child_error"]
 
 Result = Measurement | Failure
 
@@ -116,21 +116,3 @@ def raise_child_error(answer: ErrorReply, default: type[Exception]) -> NoReturn:
     ``NotTransportable`` (the caller falls back inline), the jaxtune error of its kind,
     else ``default``."""
     raise answer.exception(default)
-
-
-def how_lost(
-    garbled: str | None, hung: bool, timeout_s: float, describe_exit: Callable[[], str]
-) -> str:
-    """How a child was lost, for a failure's reason: it garbled its result pipe, gave no
-    answer in time, or died (``describe_exit()``: its signal or exit status)."""
-    if garbled:
-        return (
-            "the child process wrote bytes that are no jaxtune frame on its result pipe "
-            f"({garbled}); it was killed"
-        )
-    if hung:
-        return (
-            f"no answer within the {timeout_s:g} s limit (JAXTUNE_TIMEOUT / timeout=); the "
-            "child was killed"
-        )
-    return f"the child process {describe_exit()}"

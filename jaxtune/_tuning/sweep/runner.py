@@ -5,8 +5,9 @@ The child (a :class:`~jaxtune._isolation.service.ChildService`'s, answered there
 ``PYTHONPATH`` from ``sys.path``) set before it imports JAX, in its own process group, and
 talks over two pipes in msgpack frames. A config that kills the child (signal, abort,
 ``os._exit``, out of memory) or outlives ``JAXTUNE_TIMEOUT`` is recorded as failed with
-the signal or exit status and the tail of the child's stderr; the runner kills the whole
-process group, starts a new child and goes on with the remaining configs.
+the signal or exit status and the tail of the child's stderr (the service's
+:class:`~jaxtune._isolation.service.Crash`, which kills the child's whole process group);
+the next request starts a new child and goes on with the remaining configs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import concurrent.futures
 import dataclasses
 import enum
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -28,21 +28,18 @@ from ..._isolation.devices import parent_backend, sweep_devices
 from ..._isolation.environ import warn_tracing_inline
 from ..._isolation.frames import (
     UNIMPORTABLE,
-    ErrorKind,
     ErrorReply,
     Event,
     Module,
     NotTransportable,
     Request,
 )
-from ..._isolation.logs import crashed_thread
-from ..._isolation.process import POOL, ChildLost, ChildProcess
-from ..._isolation.service import ChildService
+from ..._isolation.service import ChildService, Crash, Lean
 from . import compile_cache
 from .breakdown import Breakdown
 from .compile import compile_threads
 from .drive import best_of, drive, new_progress, progress_sink, run_sweep
-from .flight import InFlight, how_lost, raise_child_error
+from .flight import InFlight, raise_child_error
 from .progress import Progress
 from .requests import (
     Measure,
@@ -63,6 +60,7 @@ __all__ = [
     "Lost",
     "ProcessRunner",
     "Runner",
+    "ask",
     "default_runner",
     "prestart_child",
 ]
@@ -118,9 +116,9 @@ class ProcessRunner(ChildService):
     """Runs sweeps in a long-lived child process, restarting it after a crash or hang.
 
     The child is the :class:`~jaxtune._isolation.service.ChildService`'s for ``platform``,
-    ``env``, ``memory_limit``, ``device`` and ``profiling`` (see there); ``devices`` runs
-    one child per listed device, each measuring a share of the configs at the same time
-    (on CPU each "device" is simply another child process).
+    ``env``, ``memory_limit`` and ``device`` (see there; never with profiling flags);
+    ``devices`` runs one child per listed device, each measuring a share of the configs at
+    the same time (on CPU each "device" is simply another child process).
     """
 
     def __init__(
@@ -131,15 +129,8 @@ class ProcessRunner(ChildService):
         memory_limit: int | None = None,
         device: int | None = None,
         devices: Sequence[int] | None = None,
-        profiling: Mapping[str, bool] | None = None,
     ) -> None:
-        super().__init__(
-            platform=platform,
-            env=env,
-            memory_limit=memory_limit,
-            device=device,
-            profiling=profiling,
-        )
+        super().__init__(platform=platform, env=env, memory_limit=memory_limit, device=device)
         self.devices = list(devices) if devices else None
         #: Where the time of the sweep under way goes (see :mod:`.breakdown`).
         self.breakdown: Breakdown | None = None
@@ -196,45 +187,9 @@ class ProcessRunner(ChildService):
         finally:
             self.breakdown = None
 
-    def _lost(
-        self,
-        plan: SweepPlan,
-        child: ChildProcess,
-        offset: int,
-        lost: ChildLost,
-        flight: InFlight,
-        progress: Progress | None,
-    ) -> tuple[Lost, dict[str, Result]]:
-        """The child crashed, hung or garbled its pipe: kill it, and blame the config in
-        flight if there is exactly one; :attr:`Lost.SERIAL` asks for one-at-a-time
-        compilation to find the culprit."""
-        hung = lost.hung
-        how = how_lost(lost.garbled, hung, plan.timeout_s, child.describe_exit)
-        POOL.discard(child)
-        tail = child.stderr_tail(offset)
-        suspects = flight.suspects(
-            hung=hung, timeout_s=plan.timeout_s, crashed_thread=crashed_thread(tail)
-        )
-        if len(suspects) == 1:
-            cid = suspects[0]
-            failure = Failure(
-                config=flight.by_id[cid],
-                stage="timeout" if hung else "crash",
-                reason=f"{how}; stderr: {tail}",
-            )
-            flight.got[cid] = failure
-            if progress is not None and cid in {config_id(c) for c in plan.configs}:
-                progress.update(failure)
-            return Lost.RESTART, flight.got
-        if suspects:
-            return Lost.SERIAL, flight.got
-        raise SweepError(
-            f"the jaxtune child {'hung' if hung else 'died'} outside any config of "
-            f"{plan.kernel}, while importing its module, receiving its arguments or between "
-            f"configs ({how}); stderr: {tail}"
-        )
-
-    def _on_device(self, device: int) -> ProcessRunner:
+    def on_device(self, device: int) -> ProcessRunner:
+        """This runner for a child pinned to ``device`` (its share of a sweep split over
+        devices), keeping the account of the sweep under way."""
         runner = ProcessRunner(
             platform=self.platform,
             env=self.extra_env,
@@ -244,60 +199,83 @@ class ProcessRunner(ChildService):
         runner.breakdown = self.breakdown
         return runner
 
-    def _exchange(
-        self,
-        plan: SweepPlan,
-        message: Request[SweepFields],
-        *,
-        progress: Progress | None,
-    ) -> tuple[Lost | None, dict[str, Result]]:
-        """Sends one request and follows its events until ``done``, a crash or a hang.
 
-        Returns ``(None, results)`` when the request finished; on a crash or hang, the
-        failures it could attribute, and :attr:`Lost.SERIAL` when it could not tell which of
-        several configs compiling in parallel was at fault.
-        """
-        flight = InFlight(message)
-        start = time.perf_counter()
-        child = self.child()
-        task = message.fields.task_id
+def ask(
+    runner: ProcessRunner,
+    plan: SweepPlan,
+    message: Request[SweepFields],
+    *,
+    progress: Progress | None,
+) -> tuple[Lost | None, dict[str, Result]]:
+    """Sends one sweep request to ``runner``'s child and follows its events until it is
+    answered, the child crashes or it hangs.
+
+    Returns ``(None, results)`` when the request finished; on a crash or hang, the
+    failures it could attribute, and :attr:`Lost.SERIAL` when it could not tell which of
+    several configs compiling in parallel was at fault.
+    """
+    flight = InFlight(message)
+    shown = progress_sink(plan, progress) if progress is not None else None
+
+    def on_event(event: Event) -> None:
+        flight.event(event)
+        if shown is not None:
+            shown(event)
+
+    def waited(seconds: float) -> None:
+        # The child's start, and a module import started ahead of need.
+        if runner.breakdown is not None:
+            runner.breakdown.add("start", seconds)
+
+    task = message.fields.task_id
+    answer = runner.request(
+        message,
+        timeout=lambda: flight.wait(plan.timeout_s),
+        on_event=on_event,
         # A child that built this task holds its arguments and plan: they need not travel again.
-        lean = message.lean(message.fields.lean())
+        lean=Lean(task=task, request=message.lean(message.fields.lean())),
+        waited=waited,
+    )
+    if isinstance(answer, Crash):
+        return _blame(plan, answer, flight, progress)
+    _context.warn_notes(answer)
+    if isinstance(answer, ErrorReply):
+        raise_child_error(answer, SweepError)
+    if runner.breakdown is not None:
+        runner.breakdown.merge(account_of(answer))
+    _context.warn_unapplied(plan.kernel, answer)
+    flight.got.update(results_of(answer))
+    return None, flight.got
 
-        shown = progress_sink(plan, progress) if progress is not None else None
 
-        def on_event(event: Event) -> None:
-            flight.event(event)
-            if shown is not None:
-                shown(event)
-
-        with child.lock:
-            # Until here: the child's start, and a module import started ahead of need.
-            if self.breakdown is not None:
-                self.breakdown.add("start", time.perf_counter() - start)
-            if not child.alive():  # replaced while this waited (a module import that hung)
-                return self._exchange(plan, message, progress=progress)
-            offset = child.log_size()
-            try:
-                answer = child.request(
-                    lean if task in child.tasks else message,
-                    timeout=lambda: flight.wait(plan.timeout_s),
-                    on_event=on_event,
-                )
-            except ChildLost as lost:
-                return self._lost(plan, child, offset, lost, flight, progress)
-        _context.warn_notes(answer)
-        if isinstance(answer, ErrorReply) and answer.kind is ErrorKind.UNKNOWN_TASK:
-            child.tasks.discard(task)  # it moved on to another task
-            return self._exchange(plan, message, progress=progress)
-        if isinstance(answer, ErrorReply):
-            raise_child_error(answer, SweepError)
-        child.tasks.add(task)
-        if self.breakdown is not None:
-            self.breakdown.merge(account_of(answer))
-        _context.warn_unapplied(plan.kernel, answer)
-        flight.got.update(results_of(answer))
-        return None, flight.got
+def _blame(
+    plan: SweepPlan, crash: Crash, flight: InFlight, progress: Progress | None
+) -> tuple[Lost, dict[str, Result]]:
+    """The child crashed, hung or garbled its pipe: blame the config in flight if there is
+    exactly one; :attr:`Lost.SERIAL` asks for one-at-a-time compilation to find the
+    culprit."""
+    how = crash.how(f"the {plan.timeout_s:g} s limit (JAXTUNE_TIMEOUT / timeout=)")
+    suspects = flight.suspects(
+        hung=crash.hung, timeout_s=plan.timeout_s, crashed_thread=crash.thread
+    )
+    if len(suspects) == 1:
+        cid = suspects[0]
+        failure = Failure(
+            config=flight.by_id[cid],
+            stage="timeout" if crash.hung else "crash",
+            reason=f"{how}; stderr: {crash.stderr}",
+        )
+        flight.got[cid] = failure
+        if progress is not None and cid in {config_id(c) for c in plan.configs}:
+            progress.update(failure)
+        return Lost.RESTART, flight.got
+    if suspects:
+        return Lost.SERIAL, flight.got
+    raise SweepError(
+        f"the jaxtune child {'hung' if crash.hung else 'died'} outside any config of "
+        f"{plan.kernel}, while importing its module, receiving its arguments or between "
+        f"configs ({how}); stderr: {crash.stderr}"
+    )
 
 
 class InChildren:
@@ -331,14 +309,14 @@ class InChildren:
         # first device's child where the sweep was split, else the child that measured.
         # The configs on a second look are those that child compiled.
         devices = self.devices
-        first = self.runner._on_device(devices[0]) if len(devices) > 1 else self.runner
+        first = self.runner.on_device(devices[0]) if len(devices) > 1 else self.runner
         results: dict[str, Result] = {}
         serial = False
         for _ in range(len(leaders) + len(second) + 2):
             pending = [c for c in leaders if config_id(c) not in results]
             looked = [c for c in second if config_id(c) not in results]
             message = Retime(todo=pending, second=looked, serial=serial).of(self.request)
-            crashed, got = first._exchange(self.plan, message, progress=None)
+            crashed, got = ask(first, self.plan, message, progress=None)
             results.update(got)
             if crashed is None or len(pending) + len(looked) - len(got) < 2:
                 break
@@ -373,7 +351,7 @@ class InChildren:
                 serial=serial,
                 rounds=rounds,
             ).of(request)
-            crashed, got = runner._exchange(plan, message, progress=self.progress)
+            crashed, got = ask(runner, plan, message, progress=self.progress)
             results.update(got)
             if crashed is Lost.SERIAL:
                 serial = True
@@ -399,7 +377,7 @@ class InChildren:
             request = request.with_fields(request.op, dataclasses.replace(fields, plan=plan_here))
         for i, config in enumerate(order[1:]):
             shares[i % len(devices)].append(config)
-        runners = [self.runner._on_device(d) for d in devices]
+        runners = [self.runner.on_device(d) for d in devices]
         stop = threading.Event()
         for runner in runners:
             runner.stop = stop
