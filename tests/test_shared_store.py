@@ -73,7 +73,7 @@ def tuned(kernel, config, *, created: float = 1.0) -> Entry:
         default_config={"factor": 1},
         default_time_us=2.0,
         created=created,
-        kernel_version=kernel.version,
+        kernel_version=kernel.options.version,
     )
 
 
