@@ -110,9 +110,20 @@ class Autotuned(Generic[P, R]):
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
         self.kernel_id = kernel_id_for(fn, name)
+        # Checked in the order the options are documented: the first mistake is reported.
+        self.spec = ConfigSpec(fn, configs, prune=prune, default=default, kernel=self.kernel_id)
+        checked, given = validate_check(check), validate_callable("inputs", inputs)
+        key_fn = validate_callable("key", key)
         self.signature = inspect.signature(fn)
         self.static_argnames = validate_static_argnames(fn, self.signature, static_argnames)
-        self.spec = ConfigSpec(fn, configs, prune=prune, default=default, kernel=self.kernel_id)
+        bucketed = Buckets.of(buckets, self.signature, self.static_argnames)
+        seconds, timer, timing = (
+            validate_timeout(timeout),
+            validate_timer(timer),
+            validate_timing(timing),
+        )
+        # The timing preset of this kernel's sweeps (see .options.EFFORTS).
+        effort = validate_effort(effort)
         strategy_of(search)  # validates the name or object now, not at the first sweep
         #: The kernel as its calls need it: the function and the options checked.
         self.options = KernelOptions(
@@ -121,23 +132,22 @@ class Autotuned(Generic[P, R]):
             spec=self.spec,
             signature=self.signature,
             static_argnames=self.static_argnames,
-            key_fn=validate_callable("key", key),
-            buckets=Buckets.of(buckets, self.signature, self.static_argnames),
+            key_fn=key_fn,
+            buckets=bucketed,
             version="" if version is None else str(version),
             # The digest of the kernel's code, worked out on first use (version= overrides it).
             code=KernelCode(fn, enabled=version is None),
-            check=validate_check(check),
-            inputs=validate_callable("inputs", inputs),
-            timeout=validate_timeout(timeout),
             search=search,
             budget=Budget.of(budget),
-            timer=validate_timer(timer),
-            timing=validate_timing(timing),
-            # The timing preset of this kernel's sweeps (see .options.EFFORTS).
-            effort=validate_effort(effort),
             nearest=validate_nearest(nearest),
             flops=flops,
             bytes=bytes,
+            check=checked,
+            inputs=given,
+            timeout=seconds,
+            timer=timer,
+            timing=timing,
+            effort=effort,
         )
         names = self._known_config_names()
         # Eager calls go straight to jit's C++ dispatch (see eager.py). With static
@@ -248,12 +258,12 @@ class Autotuned(Generic[P, R]):
             is_differentiated(leaves) or differentiated_now() or under_differentiation()
         )
         # An eager call in tune mode: a sweep runs on the caller's own arrays.
-        chosen_for = _values.eager_signature(self, sig) or sig
+        chosen_for = _values.eager_signature(self.options, sig) or sig
         with differentiated_calls(differentiated):
             call, choice = self._choose(chosen_for, sweep=True)
         if chosen_for is not sig:  # the call as traced runs, and may be differentiated later
             call = self.options.bound(sig)
-        _values.capture(self, sig)  # for a recording or jaxtune.tune: the values it runs
+        _values.capture(self.options, sig)  # for a recording or jaxtune.tune: the values it runs
         if not differentiated and self._may_learn_differentiation(choice):
             return self._watched(call, args, kwargs, choice)
         return self._run(call, choice, differentiated, args, kwargs)
