@@ -357,7 +357,7 @@ class Autotuned(Generic[P, R]):
     def space(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         """The configs ``prune`` keeps for these arguments, in sweep order."""
         sig = self.bind(args, kwargs)
-        return list(self.options.bound(sig.actual or sig).space)
+        return [dict(c) for c in self.options.bound(sig.actual or sig).space]
 
     def tune(self, *args: Any, **kwargs: Any) -> TuningResult:
         """Sweeps the space for these arguments now (whatever ``JAXTUNE_MODE`` says), writes

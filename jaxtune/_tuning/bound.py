@@ -175,7 +175,7 @@ class KernelOptions:
     #: The misses it warned about.
     misses: Misses = dataclasses.field(default_factory=Misses)
     #: The pruned space and default per (shapes, statics): prune runs once per shape.
-    spaces: dict[Any, tuple[list[dict[str, Any]], dict[str, Any]]] = dataclasses.field(
+    spaces: dict[Any, tuple[tuple[dict[str, Any], ...], dict[str, Any]]] = dataclasses.field(
         default_factory=dict, repr=False
     )
 
@@ -199,20 +199,20 @@ class KernelOptions:
     ) -> BoundCall:
         """The call bound as ``sig``, over its pruned space and default (worked out once per
         shapes and static values; ``prune`` and a callable space must be pure), or over
-        ``space`` and ``default`` when given (a sweep of some configs only)."""
-        if space is None or default is None:
-            pruned, chosen = self._pruned(sig)
-            space = pruned if space is None else space
-            default = chosen if default is None else default
+        ``space`` and ``default`` when given (a sweep of some configs only).
+
+        The pruned space is the one every call of these shapes shares (a mark keeps its
+        call for the process's life): its configs are read, never changed."""
+        pruned, chosen = self._pruned(sig) if space is None or default is None else ((), {})
         return BoundCall(
             kernel=self,
             sig=sig,
-            space=tuple(dict(c) for c in space),
-            default=dict(default),
+            space=pruned if space is None else tuple(dict(c) for c in space),
+            default=dict(chosen if default is None else default),
             actual=None if sig.actual is None else self.bound(sig.actual),
         )
 
-    def _pruned(self, sig: Signature) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def _pruned(self, sig: Signature) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
         """The pruned space and the default config for a call bound as ``sig``, worked out
         once per shapes and static values."""
         memo = (sig.shapes, sig.statics)
@@ -220,7 +220,8 @@ class KernelOptions:
         if known is None:
             args, kwargs = sig.call_arguments(abstract=True)
             pruned = self.spec.space(args, kwargs, call=sig.key)
-            known = (pruned, self.spec.default_config(pruned, args, kwargs, call=sig.key))
+            default = self.spec.default_config(pruned, args, kwargs, call=sig.key)
+            known = (tuple(pruned), default)
             if len(self.spaces) >= _SPACES_KEPT:
                 self.spaces.clear()
             self.spaces[memo] = known
