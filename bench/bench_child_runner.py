@@ -67,8 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     x = jax.random.normal(jax.random.key(0), (1 << 20,))
     sig = scan_sum.bind((x,), {})
-    space, default = scan_sum.space_and_default(sig)
-    task = scan_sum.sweep_task(sig, space, default)
+    task = scan_sum.options.bound(sig).sweep_task()
     threads = min(4, os.cpu_count() or 1)
 
     start = time.perf_counter()
@@ -93,7 +92,7 @@ def main() -> None:
 
     inline_s, process_s, bound_s = (statistics.median(v) for v in (inline, process, bounds))
     print(
-        f"jax {jax.__version__}, {os.cpu_count()} cores, {len(space)} configs, "
+        f"jax {jax.__version__}, {os.cpu_count()} cores, {len(task.plan.configs)} configs, "
         f"{threads} compile threads, median of {args.repeats}"
     )
     print(f"child start-up                     {startup:6.2f} s")

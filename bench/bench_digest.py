@@ -44,7 +44,7 @@ import jax, jax.numpy as jnp
 from jaxtune.examples.chunked import chunked_logsumexp as k
 x = jnp.ones((8, 16384))
 if sys.argv[1] == "version":
-    k.code._enabled = False  # as with version=: no digest to work out
+    k.options.code._enabled = False  # as with version=: no digest to work out
 t = time.perf_counter()
 choice = k.config_for(x)
 dt = time.perf_counter() - t
@@ -66,8 +66,10 @@ def cold_and_warm() -> list[dict[str, object]]:
         start = time.perf_counter()
         _digest.code_digest(kernel)
         parsed_ms = (time.perf_counter() - start) * 1e3
-        kernel.code.digest  # noqa: B018 - kept from here on
-        warm_ns = min(timeit.repeat(lambda k=kernel: k.code.digest, number=10000, repeat=5)) / 1e4
+        kernel.options.code.digest  # noqa: B018 - kept from here on
+        warm_ns = (
+            min(timeit.repeat(lambda k=kernel: k.options.code.digest, number=10000, repeat=5)) / 1e4
+        )
         rows.append(
             {
                 "kernel": kernel.kernel_id,
@@ -93,7 +95,7 @@ def first_trace(runs: int) -> dict[str, float]:
         time_us=1.0,
         default_config={"chunk": 256},
         default_time_us=2.0,
-        code_digest=chunked_logsumexp.code.digest,
+        code_digest=chunked_logsumexp.options.code.digest,
     )
     _cache.user_cache().write([entry])
     out: dict[str, list[float]] = {"digest": [], "version": []}
@@ -137,7 +139,7 @@ def hot_path(reps: int) -> list[dict[str, object]]:
             time_us=None,
             default_config=config,
             default_time_us=None,
-            code_digest=kernel.code.digest,
+            code_digest=kernel.options.code.digest,
         )
         _cache.user_cache().write([entry])
         assert kernel.config_for(x).source == "cache"

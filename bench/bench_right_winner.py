@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -219,7 +220,7 @@ def truth_in_processes(name: str, n: int) -> tuple[dict[str, float], list[dict[s
 def sweep(kernel: Any, args: tuple[Any, ...], interpret: Callable[[], Any], timer: str) -> Any:
     with interpret():
         start = time.perf_counter()
-        kernel.timer = timer
+        kernel.options = dataclasses.replace(kernel.options, timer=timer)
         (entry,) = kernel.tune(*args).values()
     return entry, time.perf_counter() - start
 

@@ -70,7 +70,7 @@ def entry(kernel: Any) -> Entry:
         default_config={"factor": 1},
         default_time_us=2.0,
         created=time.time(),
-        kernel_version=kernel.version,
+        kernel_version=kernel.options.version,
     )
 
 

@@ -19,8 +19,7 @@ import jaxtune
 from jaxtune._core.versions import toolchain
 from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._isolation.devices import sweep_devices
-from jaxtune._tuning import kernel_sweep as _kernel_sweep
-from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning import bound as _bound
 from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.sweep.runner import ProcessRunner
 from jaxtune._tuning.sweep.stats import finish
@@ -68,8 +67,7 @@ class FakeRunner:
 def _use_runner(make) -> None:
     """Every sweep of this process goes to ``make()`` (the lookup order asks for the runner;
     a sweep run without one asks too)."""
-    _lookup.default_runner = make
-    _kernel_sweep.default_runner = make
+    _bound.default_runner = make
 
 
 def jaxtune_config_id(config):

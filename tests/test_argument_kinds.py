@@ -27,7 +27,6 @@ from jaxtune._core.arrays import random_leaf
 from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._program.locate import locate
 from jaxtune._tuning import lookup as _lookup
-from jaxtune._tuning import record as _record
 from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.sweep.check import check_outputs
 from jaxtune._tuning.sweep.inputs import make_inputs
@@ -215,7 +214,7 @@ def test_a_numpy_float64_array_is_keyed_as_the_float32_array_jit_makes_of_it():
     for call in (ak.scaled, jax.jit(ak.scaled)):
         np.testing.assert_array_equal(call(x), x * 2)
     sig = ak.scaled.bind((x,), {})
-    frame = _record.call_frame(ak.scaled, sig, ak.scaled.config_for(x))
+    frame = ak.scaled.options.bound(sig).recorded_call(ak.scaled.config_for(x))
     assert (frame["key"], frame["shapes"]) == ("f32[8]", [["f32", [8]]])
 
 

@@ -51,7 +51,9 @@ def test_a_child_sweep_stores_its_breakdown_in_the_entry(monkeypatch, fast_timin
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     x = jnp.ones(256)
     sig = faulty.bind((x,), {})
-    task = faulty.sweep_task(sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"})
+    task = faulty.options.bound(
+        sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"}
+    ).sweep_task()
     outcome = _runner.ProcessRunner().sweep(task)
     phases = outcome.phases
     # The child's phases and the parent's (its start, the arguments' transfer) meet here.

@@ -182,8 +182,8 @@ def test_the_space_in_the_decorator_is_not_the_code(versions):
 
 def test_a_kernel_with_version_has_no_digest(versions):
     kern = versions()
-    assert kern.versioned.code.value == _digest.CodeDigest()
-    assert kern.scale.code.digest
+    assert kern.versioned.options.code.value == _digest.CodeDigest()
+    assert kern.scale.options.code.digest
 
 
 def test_check_parts_reads_the_source_files_without_importing(tmp_path, versions):
@@ -236,7 +236,7 @@ def test_a_changed_module_constant_makes_the_entry_stale(versions, tmp_path, mon
     """docs/cache.md: a changed constant makes entries stale, in the lookup and in
     `jaxtune cache list` (which reads the source files without importing them)."""
     kern = versions(KERNEL_CONSTANTS, HELPERS_CONSTANTS)
-    code = kern.scale.code.value
+    code = kern.scale.options.code.value
     entry = dataclasses.replace(
         _entry("h33.constants", "f32[16]", {"block": 16}, digest=code.digest),
         code_parts=code.parts,
@@ -314,7 +314,7 @@ def test_import_says_an_entry_is_stale_for_the_code_here_and_source_names_the_co
 ):
     """An export of entries tuned for old code, imported where the kernel was edited: the
     import says they are stale. `--source DIR` finds the code wherever the command runs."""
-    code = versions().scale.code.value
+    code = versions().scale.options.code.value
     old = dataclasses.replace(
         _entry("h33.scale", "f32[16]", {"block": 16}, digest=code.digest), code_parts=code.parts
     )
@@ -368,7 +368,7 @@ def test_an_entry_without_a_digest_is_used(versions):
 
 def test_an_entry_for_this_code_is_used_and_version_overrides_the_digest(versions):
     kern = versions()
-    current = _entry("h33.scale", "f32[16]", {"block": 16}, digest=kern.scale.code.digest)
+    current = _entry("h33.scale", "f32[16]", {"block": 16}, digest=kern.scale.options.code.digest)
     # A kernel with version= is compared by its version: another digest does not count.
     other_code = dataclasses.replace(
         _entry("h33.versioned", "f32[16]", {"block": 16}, digest="0" * 16), kernel_version="3"
@@ -386,7 +386,7 @@ def test_tune_mode_tunes_a_stale_entry_again(versions, monkeypatch, fast_timing)
         warnings.simplefilter("error")  # no stale warning: the sweep replaces the entry
         kern.scale(jnp.ones(16))
     entry = _cache.user_cache().lookup("h33.scale", _lookup.device_kind(), "f32[16]", version="")
-    assert entry is not None and entry.code_digest == kern.scale.code.digest
+    assert entry is not None and entry.code_digest == kern.scale.options.code.digest
     assert entry.code_parts == _digest.code_digest(kern.scale).parts
 
 
@@ -549,7 +549,7 @@ def test_a_kernel_without_source_has_no_digest_and_uses_its_entries():
     import jaxtune
 
     k = jaxtune.autotuned(configs={"block": [8, 16]}, name="h33.made")(namespace["made"])
-    assert k.code.value == _digest.CodeDigest()
+    assert k.options.code.value == _digest.CodeDigest()
     _cache.user_cache().write([_entry("h33.made", "f32[16]", {"block": 16}, digest="0" * 16)])
     assert k.config_for(jnp.ones(16)).source == "cache"
 

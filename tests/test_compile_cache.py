@@ -29,7 +29,9 @@ def sines(x, *, n):
 
 def _sweep():
     x = jnp.ones(256)
-    outcome = _runner.ProcessRunner().sweep(sines.sweep_task(sines.bind((x,), {}), SPACE, SPACE[0]))
+    outcome = _runner.ProcessRunner().sweep(
+        sines.options.bound(sines.bind((x,), {}), SPACE, SPACE[0]).sweep_task()
+    )
     assert {m.config["n"] for m in outcome.measurements if m.ok} == {2, 3, 4}
     return outcome
 

@@ -440,8 +440,7 @@ def test_merge_uses_the_single_process_rule_ties_to_config_order():
     import distributed_worker as w
 
     sig = w.scaled.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {})
-    space, default = w.scaled.space_and_default(sig)
-    task = w.scaled.sweep_task(sig, space, default)
+    task = w.scaled.options.bound(sig).sweep_task()
     runner = w.FakeRunner()
     whole = runner.sweep(task)
     for count in (2, 3, 4, 8, 11):
@@ -470,17 +469,17 @@ def test_a_missing_share_names_the_follower_and_fails_the_others_at_once(monkeyp
     import distributed_worker as w
 
     sig = w.scaled.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {})
-    space, default = w.scaled.space_and_default(sig)
+    call = w.scaled.options.bound(sig)
 
     def body(pid: int):
         if pid == 2:
             return None  # this process never reaches the kernel
 
         def decide(measure):
-            best = measure(w.scaled.sweep_task(sig, space, default)).best
+            best = measure(call.sweep_task()).best
             return Choice(config=best.config, source="cache", key="f32[4]")
 
-        q = question(decide, task=lambda: w.scaled.sweep_task(sig, space, default))
+        q = question(decide, task=call.sweep_task)
         q = dataclasses.replace(q, sharing=_shard.SweepSharing(w.FakeRunner()))
         start = time.monotonic()
         try:

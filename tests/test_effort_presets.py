@@ -24,8 +24,7 @@ def _kernel(**options):
 
 def _options_of(kernel) -> _samples.TimingOptions:
     sig = kernel.bind((jnp.ones(8),), {})
-    space, default = kernel.space_and_default(sig)
-    return kernel.sweep_task(sig, space, default).plan.options
+    return kernel.options.bound(sig).sweep_task().plan.options
 
 
 def test_the_default_effort_is_full_and_times_as_before():

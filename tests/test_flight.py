@@ -41,11 +41,11 @@ def test_the_crashed_thread_is_read_off_the_fatal_error_report(tmp_path):
 
 
 def flight(*configs: str) -> InFlight:
-    task = faulty.sweep_task(
+    task = faulty.options.bound(
         faulty.bind((jnp.ones(4),), {}),
         [{"mode": c} for c in configs],
         {"mode": configs[0]},
-    )
+    ).sweep_task()
     request = _requests.Measure(todo=[{"mode": c} for c in configs]).of(
         _requests.sweep_request(task)
     )

@@ -41,7 +41,9 @@ from jaxtune._tuning.sweep.work import Rounds
 
 
 def sweep_request() -> Request[_requests.SweepFields]:
-    task = faulty.sweep_task(faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"})
+    task = faulty.options.bound(
+        faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"}
+    ).sweep_task()
     return _requests.sweep_request(task)
 
 

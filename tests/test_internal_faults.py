@@ -27,7 +27,7 @@ from jax.profiler import ProfileData
 
 import jaxtune
 from jaxtune._core.codec import packb, unpackb
-from jaxtune._core.vocabulary import CaptureInfo, Failure, Measurement
+from jaxtune._core.vocabulary import CaptureInfo, Choice, Failure, Measurement
 from jaxtune._profiling import report as _report
 from jaxtune._profiling import sidecar as _sidecar
 from jaxtune._tuning.signature import Signature
@@ -394,25 +394,29 @@ def test_a_fault_of_the_cache_lookup_is_not_taken_for_an_untuned_call(monkeypatc
 
 
 def test_a_fault_of_the_lookup_behind_a_profiles_recorded_call_surfaces(monkeypatch):
-    from types import SimpleNamespace
+    from jaxtune._tuning.bound import BoundCall
 
-    from jaxtune._tuning import record as _record
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.faults.recorded")
+    def kernel(x, *, c):
+        return x * c
 
-    def kernel(error):
-        def config_for(*args, **kwargs):
+    call = kernel.options.bound(kernel.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {}))
+    # A profile's mark keeps the config and where it came from, not the entry.
+    choice = Choice(config={"c": 1}, source="cache", key=call.sig.key)
+
+    def failing(error):
+        def choose(self, *, sweep):
             raise error
 
-        return SimpleNamespace(bind=lambda args, kwargs: None, config_for=config_for)
+        return choose
 
-    mark = SimpleNamespace(
-        args=(), kwargs={}, source="cache", config={"c": 1}, key="k", differentiated=False
-    )
-    monkeypatch.setattr(_record, "call_frame", lambda kernel, sig, choice, **kw: choice)
     # A cache that cannot say loses only the label of the pass its entry timed.
-    assert _record.frame_for_mark(kernel(jaxtune.CacheError("unreadable")), mark).entry is None
+    monkeypatch.setattr(BoundCall, "choose", failing(jaxtune.CacheError("unreadable")))
+    assert call.recorded_call(choice)["entry_timing"] == ""
     fault = AttributeError("'Entry' object has no attribute 'timing'")
+    monkeypatch.setattr(BoundCall, "choose", failing(fault))
     with pytest.raises(AttributeError) as caught:
-        _record.frame_for_mark(kernel(fault), mark)
+        call.recorded_call(choice)
     assert caught.value is fault
 
 

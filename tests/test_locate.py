@@ -19,6 +19,7 @@ from jax.experimental import pallas as pl
 
 import jaxtune
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.bound import BoundCall
 from jaxtune._tuning.store import cache as _cache
 
 
@@ -152,16 +153,13 @@ def test_shard_map_is_searched():
 @pytest.mark.child
 def test_model_with_three_kernels_is_tuned_by_one_call_then_runs_from_cache(fast_timing):
     calls = []
-    # jaxtune.tune sweeps each kernel on the values reaching it (tune_on), else on the
-    # arguments its trace saw (tune).
-    original = {name: getattr(jaxtune.Autotuned, name) for name in ("tune", "tune_on")}
+    # jaxtune.tune sweeps each kernel on the values reaching it, else on the arguments its
+    # trace saw: each a sweep of the call.
+    sweep = BoundCall.sweep
 
-    def counting(name):
-        def count(self, *args, **kwargs):
-            calls.append(self.kernel_id)
-            return original[name](self, *args, **kwargs)
-
-        return count
+    def counting(self, *args, **kwargs):
+        calls.append(self.kernel.kernel_id)
+        return sweep(self, *args, **kwargs)
 
     def model(x):
         a = rowsum(x)  # two call sites with the same key ...
@@ -170,8 +168,7 @@ def test_model_with_three_kernels_is_tuned_by_one_call_then_runs_from_cache(fast
 
     x = jnp.arange(64.0).reshape(4, 16)
     with pytest.MonkeyPatch.context() as mp:
-        for name in original:
-            mp.setattr(jaxtune.Autotuned, name, counting(name))
+        mp.setattr(BoundCall, "sweep", counting)
         result = jaxtune.tune(model, x)
     assert sorted(calls) == ["tests.locate.power", "tests.locate.rowsum", "tests.locate.scale"]
     assert {k for k, _, _ in result} == set(calls)

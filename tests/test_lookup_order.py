@@ -1,10 +1,11 @@
-"""The lookup order (docs/autotuned.md, "Lookup order" and "Modes (`JAXTUNE_MODE`)"), held by one function,
-``jaxtune._tuning.lookup.choose``, tested with fakes: a kernel, the scopes, the user cache,
+"""The lookup order (docs/autotuned.md, "Lookup order" and "Modes (`JAXTUNE_MODE`)"), held by one method,
+``jaxtune._tuning.bound.BoundCall.choose``, tested with fakes: a call, the scopes, the user cache,
 the shared store, the packaged caches and the sweep. Each layer is told apart by the
 config it holds."""
 
 from __future__ import annotations
 
+import inspect
 import types
 
 import pytest
@@ -15,6 +16,9 @@ from jaxtune._core.vocabulary import Choice, Entry
 from jaxtune._distributed import agree as _agree
 from jaxtune._tuning import kernel_sweep as _kernel_sweep
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.bound import BoundCall, KernelOptions
+from jaxtune._tuning.digest import KernelCode
+from jaxtune._tuning.space import ConfigSpec
 from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.store import shared as _shared
 
@@ -40,20 +44,23 @@ def entry(c: int, *, key: str = SIG.key, shape: int = 8, **fields) -> Entry:
     )
 
 
-class FakeKernel:
-    """What the lookup asks of a kernel, and nothing else."""
+def fake_call(*, nearest: bool = False, timing: str = "auto") -> BoundCall:
+    """A call of a kernel with the options the lookup reads, over the configs 1 to 9."""
 
-    def __init__(self, *, nearest: bool = False, timing: str = "auto") -> None:
-        self.kernel_id = KERNEL
-        self.version = ""
-        self.code = None  # no code digest: never stale for code
-        self.timing = timing
-        self.nearest = nearest
-        self.retunes = _kernel_sweep.Retunes()
-        self.misses = _lookup.Misses()
+    def fn(x, *, c):
+        return x
 
-    def space_and_default(self, sig):
-        return [{"c": c} for c in range(1, 10)], {"c": DEFAULT}
+    space = [{"c": c} for c in range(1, 10)]
+    options = KernelOptions(
+        fn=fn,
+        kernel_id=KERNEL,
+        spec=ConfigSpec(fn, space, prune=None, default={"c": DEFAULT}, kernel=KERNEL),
+        signature=inspect.signature(fn),
+        code=KernelCode(fn, enabled=False),  # no code digest: never stale for code
+        timing=timing,
+        nearest=nearest,
+    )
+    return BoundCall(kernel=options, sig=SIG, space=tuple(space), default={"c": DEFAULT})
 
 
 class FakeLayer:
@@ -89,14 +96,14 @@ class Stores:
         self.user.keep(self.shared.entries_for(kernel, kind))
         return bool(self.shared.entries)
 
-    def run(self, kernel, sig, space, default, kind, *, measure=None):
-        timed = _kernel_sweep.pass_now(kernel.timing)
+    def sweep(self, call, kind, *, measure=None):
+        timed = _kernel_sweep.pass_now(call.kernel.timing)
         self.sweeps.append(timed)
         if self.sweep_fails:
             raise TuningFailedError("every config failed")
         new = entry(CONFIG["swept"], timing=timed)
         self.user.keep([new])
-        kernel.retunes.done(kind, sig.key, timed)
+        call.kernel.retunes.done(kind, call.sig.key, timed)
         return new
 
 
@@ -110,7 +117,7 @@ def stores(monkeypatch):
     monkeypatch.setattr(_cache, "user_cache", lambda: fake.user)
     monkeypatch.setattr(_cache, "layers", lambda: [fake.packaged])
     monkeypatch.setattr(_shared, "read_through", fake.read_through)
-    monkeypatch.setattr(_kernel_sweep, "run", fake.run)
+    monkeypatch.setattr(BoundCall, "sweep", lambda call, kind, **kw: fake.sweep(call, kind, **kw))
     return fake
 
 
@@ -136,9 +143,9 @@ def test_each_layer_answers_before_every_later_one(stores, first):
     """With an entry in this layer and in every later one, this layer answers."""
     layers = ORDER[ORDER.index(first) :] if first != "none" else []
     fill(stores, layers)
-    kernel = FakeKernel(nearest=True)
+    call = fake_call(nearest=True)
     for sweep in (True, False):  # a traced call and config_for alike
-        got = answer(_lookup.choose(kernel, SIG, sweep=sweep))
+        got = answer(call.choose(sweep=sweep))
         if first == "none":
             assert got == ("default", DEFAULT)
         else:
@@ -148,51 +155,51 @@ def test_each_layer_answers_before_every_later_one(stores, first):
 
 def test_nearest_is_taken_only_when_the_kernel_or_the_setting_opts_in(stores, monkeypatch):
     fill(stores, ["nearest"])
-    assert answer(_lookup.choose(FakeKernel(), SIG, sweep=True)) == ("default", DEFAULT)
+    assert answer(fake_call().choose(sweep=True)) == ("default", DEFAULT)
     monkeypatch.setenv("JAXTUNE_NEAREST", "1")
-    assert answer(_lookup.choose(FakeKernel(), SIG, sweep=True)) == ("nearest", CONFIG["nearest"])
+    assert answer(fake_call().choose(sweep=True)) == ("nearest", CONFIG["nearest"])
 
 
 def test_off_mode_keeps_the_scope_and_skips_every_cache(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "off")
     fill(stores, ["user", "shared", "packaged", "nearest"])
-    kernel = FakeKernel(nearest=True)
-    assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("default", DEFAULT)
+    call = fake_call(nearest=True)
+    assert answer(call.choose(sweep=True)) == ("default", DEFAULT)
     fill(stores, ["scope"])
-    assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("scope", CONFIG["scope"])
+    assert answer(call.choose(sweep=True)) == ("scope", CONFIG["scope"])
 
 
 def test_tune_mode_sweeps_a_miss_once_and_the_entry_answers_after(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
-    kernel = FakeKernel()
-    assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("cache", CONFIG["swept"])
-    assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("cache", CONFIG["swept"])
+    call = fake_call()
+    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
+    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["forward"]
 
 
 def test_tune_mode_sweeps_before_nearest_and_default(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     fill(stores, ["nearest"])
-    got = answer(_lookup.choose(FakeKernel(nearest=True), SIG, sweep=True))
+    got = answer(fake_call(nearest=True).choose(sweep=True))
     assert got == ("cache", CONFIG["swept"])
 
 
 def test_config_for_never_sweeps(stores, monkeypatch):
     for mode in ("tune", "retune"):
         monkeypatch.setenv("JAXTUNE_MODE", mode)
-        assert answer(_lookup.choose(FakeKernel(), SIG, sweep=False)) == ("default", DEFAULT)
+        assert answer(fake_call().choose(sweep=False)) == ("default", DEFAULT)
     assert stores.sweeps == []
 
 
 def test_a_stale_entry_is_used_in_cached_mode_and_swept_over_in_tune_mode(stores, monkeypatch):
     stores.user.keep([entry(CONFIG["user"], versions=OLD_TOOLCHAIN)])
-    kernel = FakeKernel()
+    call = fake_call()
     with pytest.warns(jaxtune.JaxtuneWarning, match="stale: tuned with another toolchain"):
-        choice = _lookup.choose(kernel, SIG, sweep=True)
+        choice = call.choose(sweep=True)
     assert answer(choice) == ("cache", CONFIG["user"])
     assert choice.stale.startswith("tuned with another toolchain")
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
-    assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("cache", CONFIG["swept"])
+    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["forward"]
 
 
@@ -201,7 +208,7 @@ def test_a_failed_sweep_falls_back_to_the_stale_entry_before_the_default(stores,
     stores.sweep_fails = True
     stores.packaged.keep([entry(CONFIG["packaged"], versions=OLD_TOOLCHAIN)])
     with pytest.warns(jaxtune.JaxtuneWarning, match=f"could not tune {KERNEL}"):
-        choice = _lookup.choose(FakeKernel(), SIG, sweep=True)
+        choice = fake_call().choose(sweep=True)
     assert answer(choice) == ("packaged", CONFIG["packaged"])
     assert choice.stale.startswith("tuned with another toolchain")
 
@@ -211,19 +218,19 @@ def test_a_failed_sweep_without_a_stale_entry_goes_on_to_nearest(stores, monkeyp
     stores.sweep_fails = True
     fill(stores, ["nearest"])
     with pytest.warns(jaxtune.JaxtuneWarning, match=f"could not tune {KERNEL}"):
-        choice = _lookup.choose(FakeKernel(nearest=True), SIG, sweep=True)
+        choice = fake_call(nearest=True).choose(sweep=True)
     assert answer(choice) == ("nearest", CONFIG["nearest"])
 
 
 def test_retune_mode_sweeps_over_the_scope_and_the_cache_once_per_key(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "retune")
     fill(stores, ["scope", "user"])
-    kernel = FakeKernel()
-    assert answer(_lookup.choose(kernel, SIG, sweep=False)) == ("scope", CONFIG["scope"])
-    assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("cache", CONFIG["swept"])
+    call = fake_call()
+    assert answer(call.choose(sweep=False)) == ("scope", CONFIG["scope"])
+    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["forward"]
     # Swept once in this process: the order is the cached one again, scope first.
-    assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("scope", CONFIG["scope"])
+    assert answer(call.choose(sweep=True)) == ("scope", CONFIG["scope"])
     assert stores.sweeps == ["forward"]
 
 
@@ -231,16 +238,16 @@ def test_a_forward_entry_answers_a_differentiated_call_except_where_tune_mode_sw
     stores, monkeypatch
 ):
     stores.user.keep([entry(CONFIG["user"], timing="forward")])
-    kernel = FakeKernel()
+    call = fake_call()
     with _kernel_sweep.differentiated_calls(True):
-        assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("cache", CONFIG["user"])
+        assert answer(call.choose(sweep=True)) == ("cache", CONFIG["user"])
         monkeypatch.setenv("JAXTUNE_MODE", "tune")
-        assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("cache", CONFIG["swept"])
+        assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["vjp"]
     # A kernel that says which pass to time keeps a forward entry for every call.
     stores.user.keep([entry(CONFIG["user"], timing="forward")])
     with _kernel_sweep.differentiated_calls(True):
-        got = _lookup.choose(FakeKernel(timing="forward"), SIG, sweep=True)
+        got = fake_call(timing="forward").choose(sweep=True)
     assert answer(got) == ("cache", CONFIG["user"])
 
 
@@ -249,22 +256,22 @@ def test_a_traced_miss_is_what_on_miss_says_and_config_for_stays_silent(stores, 
     monkeypatch.setenv("JAXTUNE_MODE", mode)
     monkeypatch.setenv("JAXTUNE_ON_MISS", "error")
     stores.sweep_fails = True  # tune mode: the sweep fails, so the call misses
-    kernel = FakeKernel()
-    assert answer(_lookup.choose(kernel, SIG, sweep=False)) == ("default", DEFAULT)
+    call = fake_call()
+    assert answer(call.choose(sweep=False)) == ("default", DEFAULT)
     if mode == "tune":  # a sweep was allowed: its failure warns, the miss does not
         with pytest.warns(jaxtune.JaxtuneWarning, match="could not tune"):
-            got = _lookup.choose(kernel, SIG, sweep=True)
+            got = call.choose(sweep=True)
         assert answer(got) == ("default", DEFAULT)
         return
     with pytest.raises(MissError, match=f"{KERNEL} with key f32\\[8\\]"):
-        _lookup.choose(kernel, SIG, sweep=True)
+        call.choose(sweep=True)
 
 
 def test_on_miss_warn_warns_once_per_key(stores, monkeypatch, recwarn):
     monkeypatch.setenv("JAXTUNE_ON_MISS", "warn")
-    kernel = FakeKernel()
+    call = fake_call()
     for _ in range(3):
-        assert answer(_lookup.choose(kernel, SIG, sweep=True)) == ("default", DEFAULT)
+        assert answer(call.choose(sweep=True)) == ("default", DEFAULT)
     misses = [w for w in recwarn if "no tuned config" in str(w.message)]
     assert len(misses) == 1
 
@@ -273,14 +280,14 @@ def test_the_agreed_config_answers_config_for_after_the_scope(stores, monkeypatc
     agreed = Choice(config={"c": 7}, source="cache", key=SIG.key)
     monkeypatch.setattr(_agree, "decided", lambda kernel, version, key, kind: agreed)
     fill(stores, ["user", "packaged"])
-    assert answer(_lookup.choose(FakeKernel(), SIG, sweep=False)) == ("cache", 7)
+    assert answer(fake_call().choose(sweep=False)) == ("cache", 7)
     fill(stores, ["scope"])
-    assert answer(_lookup.choose(FakeKernel(), SIG, sweep=False)) == ("scope", CONFIG["scope"])
+    assert answer(fake_call().choose(sweep=False)) == ("scope", CONFIG["scope"])
 
 
 def test_a_stored_config_outside_the_space_is_skipped_for_the_next_layer(stores):
     stores.user.keep([entry(42)])  # not a config of the space
     fill(stores, ["packaged"])
     with pytest.warns(jaxtune.JaxtuneWarning, match="not in its space"):
-        got = _lookup.choose(FakeKernel(), SIG, sweep=True)
+        got = fake_call().choose(sweep=True)
     assert answer(got) == ("packaged", CONFIG["packaged"])

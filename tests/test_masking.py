@@ -20,7 +20,6 @@ from jaxtune._isolation import logs as _logs
 from jaxtune._isolation.frames import Request
 from jaxtune._isolation.wire import FrameReader, write_frame
 from jaxtune._profiling import sidecar as _sidecar
-from jaxtune._tuning import record as _record
 from jaxtune._tuning.sweep import requests as _requests
 
 ENV = {
@@ -124,7 +123,9 @@ def test_the_tail_of_a_live_log_is_masked(tmp_path, monkeypatch):
 
 def _request(monkeypatch) -> Request[_requests.SweepFields]:
     monkeypatch.setenv("PLAIN_CANARY_VAR", "recorded-here")
-    task = faulty.sweep_task(faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"})
+    task = faulty.options.bound(
+        faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"}
+    ).sweep_task()
     return _requests.sweep_request(task)
 
 
@@ -151,7 +152,7 @@ def _stored(tmp_path: pathlib.Path, frame: dict) -> tuple[bytes, dict]:
 def test_a_recorded_call_holds_no_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("PLAIN_CANARY_VAR", "recorded-here")
     x = jnp.ones(8)
-    frame = _record.call_frame(faulty, faulty.bind((x,), {}), faulty.config_for(x))
+    frame = faulty.options.bound(faulty.bind((x,), {})).recorded_call(faulty.config_for(x))
     stored, read = _stored(tmp_path, frame)
     assert b"recorded-here" not in stored
     assert "environ" not in read["request"] and read["request"]["args"] is not None

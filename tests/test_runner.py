@@ -57,7 +57,7 @@ def sweep(kernel, fault, runner=None, x=None):
     x = jnp.ones(256) if x is None else x
     sig = kernel.bind((x,), {})
     space = [{"mode": "ok"}, {"mode": fault}, {"mode": "fast"}]
-    task = kernel.sweep_task(sig, space, {"mode": "ok"})
+    task = kernel.options.bound(sig, space, {"mode": "ok"}).sweep_task()
     return (runner or _runner.ProcessRunner()).sweep(task)
 
 
@@ -83,7 +83,7 @@ def sweep_space(kernel, modes, **plan):
     """A sweep of ``kernel`` over ``modes`` (the first is the default), its plan changed
     by ``plan``."""
     space = [{"mode": m} for m in modes]
-    task = kernel.sweep_task(kernel.bind((jnp.ones(64),), {}), space, space[0])
+    task = kernel.options.bound(kernel.bind((jnp.ones(64),), {}), space, space[0]).sweep_task()
     task = dataclasses.replace(task, plan=dataclasses.replace(task.plan, **plan))
     return _runner.ProcessRunner().sweep(task)
 
@@ -329,14 +329,16 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     runner = _runner.ProcessRunner()
     x = jnp.ones(256)
     space = [{"mode": "ok"}, {"mode": "fast"}]
-    task = faulty.sweep_task(faulty.bind((x,), {}), space, {"mode": "ok"})
+    task = faulty.options.bound(faulty.bind((x,), {}), space, {"mode": "ok"}).sweep_task()
     request = _requests.sweep_request(task)
     measure = _requests.Measure(todo=space).of(request)
     retime = _requests.Retime(todo=space).of(request)
     assert _runner.ask(runner, task.plan, measure, progress=None)[0] is None
     assert _runner.ask(runner, task.plan, retime, progress=None)[0] is None
     assert sent == [True, False]  # the re-timing went without the arguments
-    other = identity.sweep_task(identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1})
+    other = identity.options.bound(
+        identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
+    ).sweep_task()
     runner.sweep(other)  # another task: the child lets the first one go
     crashed, got = _runner.ask(runner, task.plan, retime, progress=None)
     assert crashed is None and all(isinstance(m, Measurement) for m in got.values())
@@ -413,7 +415,7 @@ KILL_PARENT = textwrap.dedent(
 
     threading.Thread(target=report, daemon=True).start()
     sig = faulty.bind((jnp.ones(8),), {})
-    task = faulty.sweep_task(sig, [{"mode": "ok"}, {"mode": "hang"}], {"mode": "ok"})
+    task = faulty.options.bound(sig, [{"mode": "ok"}, {"mode": "hang"}], {"mode": "ok"}).sweep_task()
     _runner.ProcessRunner().sweep(task)
     """
 )
@@ -452,7 +454,7 @@ def test_child_exits_soon_after_its_parent_is_killed(tmp_path):
 def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
     sig = faulty.bind((jnp.ones(64),), {})
     space = [{"mode": m} for m in ("ok", "fast", "segfault", "wrong", "exit3")]
-    task = faulty.sweep_task(sig, space, {"mode": "ok"})
+    task = faulty.options.bound(sig, space, {"mode": "ok"}).sweep_task()
     outcome = _runner.ProcessRunner(devices=[0, 1]).sweep(task)
     stages = stages_of(outcome)
     assert stages == {
@@ -467,7 +469,9 @@ def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
     probe = tmp_path / "pids"
     monkeypatch.setenv("PID_PROBE_FILE", str(probe))
     sig = pid_probe.bind((jnp.ones(8),), {})
-    task = pid_probe.sweep_task(sig, [{"scale": 1}, {"scale": 2}, {"scale": 3}], {"scale": 1})
+    task = pid_probe.options.bound(
+        sig, [{"scale": 1}, {"scale": 2}, {"scale": 3}], {"scale": 1}
+    ).sweep_task()
     _runner.ProcessRunner(devices=[0, 1]).sweep(task)
     pids = {int(line) for line in probe.read_text().split()}
     assert len(pids) == 2 and os.getpid() not in pids
@@ -478,7 +482,9 @@ def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(
 ):
     monkeypatch.setattr(_runner, "parent_backend", lambda: "tpu")
     sig = faulty.bind((jnp.ones(8),), {})
-    task = faulty.sweep_task(sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"})
+    task = faulty.options.bound(
+        sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"}
+    ).sweep_task()
     with pytest.warns(jaxtune.JaxtuneWarning, match=r"jaxtune tune -- python"):
         outcome = _runner.ProcessRunner(platform="tpu").sweep(task)
     assert outcome.best.config in ({"mode": "ok"}, {"mode": "fast"})
@@ -551,9 +557,9 @@ def test_a_live_child_sees_the_callers_variables(tmp_path, monkeypatch):
     space = [{"scale": 1}, {"scale": 2}]
     runner = _runner.ProcessRunner()
     monkeypatch.setenv("PID_PROBE_FILE", str(tmp_path / "first"))
-    runner.sweep(pid_probe.sweep_task(sig, space, {"scale": 1}))
+    runner.sweep(pid_probe.options.bound(sig, space, {"scale": 1}).sweep_task())
     monkeypatch.setenv("PID_PROBE_FILE", str(tmp_path / "second"))
-    runner.sweep(pid_probe.sweep_task(sig, space, {"scale": 1}))
+    runner.sweep(pid_probe.options.bound(sig, space, {"scale": 1}).sweep_task())
     first = set((tmp_path / "first").read_text().split())
     second = set((tmp_path / "second").read_text().split())
     assert first == second and len(first) == 1  # the same child, the new file
@@ -562,7 +568,9 @@ def test_a_live_child_sees_the_callers_variables(tmp_path, monkeypatch):
 def test_a_bad_libtpu_init_args_stops_no_cpu_sweep_and_is_named_for_tpu(monkeypatch):
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_foo='unterminated")
     x = jnp.ones(8)
-    task = identity.sweep_task(identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1})
+    task = identity.options.bound(
+        identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
+    ).sweep_task()
     outcome = _runner.ProcessRunner(platform="cpu").sweep(task)
     assert all(isinstance(m, Measurement) for m in outcome.measurements)
     with pytest.raises(jaxtune.FlagError, match=r"^LIBTPU_INIT_ARGS in this process's env"):

@@ -231,8 +231,7 @@ def test_confidence_interval_narrows_with_samples():
 def test_a_small_space_goes_straight_into_the_rounds_and_a_larger_one_has_a_first_pass():
     x = jnp.ones(4096)
     sig = twins.bind((x,), {})
-    space, default = twins.space_and_default(sig)
-    task = twins.sweep_task(sig, space, default)
+    task = twins.options.bound(sig).sweep_task()
     timer = NoisyTimer(0)
     outcome = _sweep.run_sweep(task, timer=timer)
     # Four configs, one batch: every one was timed in the rounds, none by a first pass.
@@ -291,8 +290,7 @@ class NoisyTimer:
 def test_repeated_sweeps_of_tied_configs_report_a_tie_and_store_the_same_config(seed):
     x = jnp.ones(4096)
     sig = twins.bind((x,), {})
-    space, default = twins.space_and_default(sig)
-    task = twins.sweep_task(sig, space, default)
+    task = twins.options.bound(sig).sweep_task()
     outcome = _sweep.run_sweep(task, timer=NoisyTimer(seed))
     entry = make_entry(task.plan, outcome, "cpu", "")
     # The noise alone makes one config fastest, differently per seed; the tie rule stores

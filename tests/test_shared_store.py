@@ -73,7 +73,7 @@ def tuned(kernel, config, *, created: float = 1.0) -> Entry:
         default_config={"factor": 1},
         default_time_us=2.0,
         created=created,
-        kernel_version=kernel.version,
+        kernel_version=kernel.options.version,
     )
 
 
@@ -202,7 +202,7 @@ def test_the_user_cache_entry_tuned_later_stays(monkeypatch, tmp_path):
 def test_only_process_zero_reads_the_store(monkeypatch, tmp_path, requests):
     url = _directory(tmp_path)
     SharedStore(url, 30).publish([tuned(first, {"factor": 3})])
-    fit = _lookup.Fit(first.kernel_id, first.version, first.space(X))
+    fit = _lookup.Fit(first.kernel_id, first.options.version, first.space(X))
     key = first.config_for(X).key  # before the store is set: nothing read through yet
     monkeypatch.setenv("JAXTUNE_REMOTE_CACHE", url)
     monkeypatch.setattr(_agree, "key_value", thread_store)

@@ -30,7 +30,9 @@ def test_a_setsid_daemon_started_by_a_config_ends_with_the_child(tmp_path, monke
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     monkeypatch.setenv("DAEMON_PID_FILE", str(pid_file))
     x = jnp.ones(8)
-    task = daemonizer.sweep_task(daemonizer.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1})
+    task = daemonizer.options.bound(
+        daemonizer.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
+    ).sweep_task()
     daemon = None
     try:
         _runner.ProcessRunner().sweep(task)

@@ -22,7 +22,7 @@ import pass_kernels
 import pytest
 
 import jaxtune
-from jaxtune._tuning import kernel_sweep as _kernel_sweep
+from jaxtune._tuning.bound import BoundCall
 from jaxtune._tuning.store import cache as _cache
 
 pytestmark = [pytest.mark.child, pytest.mark.slow]
@@ -56,14 +56,14 @@ def test_tune_mode_sweeps_a_differentiated_kernel_once(step, monkeypatch):
     with ``jax.jit`` on either side of the gradient: one sweep, of forward and backward,
     not a forward sweep first."""
     timed: list[str] = []
-    sweep = _kernel_sweep.run
+    sweep = BoundCall.sweep
 
     def counted(*args, **kwargs):
         entry = sweep(*args, **kwargs)
         timed.append(entry.timing)
         return entry
 
-    monkeypatch.setattr(_kernel_sweep, "run", counted)
+    monkeypatch.setattr(BoundCall, "sweep", counted)
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     pass_kernels.STEPS[step](jnp.ones(pass_kernels.SHAPE))
     assert timed == ["vjp"]

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from .._core.vocabulary import Choice
 from .._program import markers as _markers
 from .._program.locate import KernelSite
 
@@ -40,12 +41,16 @@ def hints(sites: Iterable[KernelSite]) -> tuple[dict[str, dict[str, float]], lis
             mark = dataclasses.replace(
                 mark, differentiated=_markers.differentiated(site.name_stack, mark.kernel)
             )
-        if mark is not None and mark.autotuned is not None:
-            hint = mark.autotuned.cost_hint(*mark.args, **mark.kwargs)
+        if mark is not None and mark.call is not None:
+            hint = mark.call.cost_hint()
             if hint:
                 hints[mark.kernel] = hint
             if (mark.kernel, mark.key) not in calls:
-                calls[mark.kernel, mark.key] = mark.autotuned.recorded_call(mark)
+                # A call traced under jax.grad/jax.vjp runs its backward pass too.
+                choice = Choice(config=mark.config, source=mark.source, key=mark.key)
+                calls[mark.kernel, mark.key] = mark.call.recorded_call(
+                    choice, differentiated=mark.differentiated
+                )
     return hints, list(calls.values())
 
 
@@ -66,6 +71,6 @@ def configs(sites: Iterable[KernelSite], device_kind: str) -> dict[str, dict[str
 def _speedup(mark: _markers.Mark, device_kind: str) -> float | None:
     """The tuned speedup of the mark's config, asked of its kernel (never an error: the
     figure is only a hint)."""
-    if mark.autotuned is None:
+    if mark.call is None:
         return None
-    return mark.autotuned.tuned_speedup(mark.key, mark.config, device_kind)
+    return mark.call.tuned_speedup(mark.config, device_kind)

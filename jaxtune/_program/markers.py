@@ -18,12 +18,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
-from .._core.vocabulary import Source, config_id
+from .._core.vocabulary import Choice, Source, config_id
 from . import sources as _sources
 
 __all__ = [
     "Mark",
-    "MarkedKernel",
+    "MarkedCall",
     "Marker",
     "Owner",
     "differentiated",
@@ -40,34 +40,34 @@ __all__ = [
 _PATTERN = re.compile(r"jaxtune\[(?P<kernel>[^\]#]+)#(?P<digest>[0-9a-f]{10})\]")
 
 
-class MarkedKernel(Protocol):
-    """What a reader of a mark (a profile's capture, ``jaxtune.tune``, a recording) asks
-    of the ``@autotuned`` kernel whose call left it. The kernel lives in a flow above this
-    package, so it is met through this protocol (``jaxtune._tuning.autotuned.Autotuned``
-    meets it)."""
+class MarkedCall(Protocol):
+    """The autotuned call behind a mark, as the mark's readers (a profile's capture,
+    ``jaxtune.locate``) ask of it. The call is a value of the tuning flow, above this
+    package (``jaxtune._tuning.bound.BoundCall``), so it is met through this protocol."""
 
-    kernel_id: str
-    #: The decorated function (its source lines locate the kernel's ops).
-    __wrapped__: Callable[..., Any]
-
-    def cost_hint(self, *args: Any, **kwargs: Any) -> dict[str, float] | None:
-        """The ``flops=`` / ``bytes=`` hints for a call with these arguments, or ``None``."""
+    @property
+    def fn(self) -> Callable[..., Any]:
+        """The decorated function (its source lines locate the kernel's ops)."""
         ...
 
-    def recorded_call(self, mark: Mark) -> dict[str, Any]:
-        """The recorded call behind ``mark`` (what ``jaxtune tune --from-profile`` replays)."""
+    def cost_hint(self) -> dict[str, float] | None:
+        """The ``flops=`` / ``bytes=`` hints for the call, or ``None``."""
         ...
 
-    def tuned_speedup(self, key: str, config: Mapping[str, Any], device_kind: str) -> float | None:
-        """The speedup over the default the cache measured for ``key`` with ``config``."""
+    def recorded_call(self, choice: Choice, *, differentiated: bool = False) -> dict[str, Any]:
+        """The call as a recording keeps it (what ``jaxtune tune --from-profile`` replays)."""
+        ...
+
+    def tuned_speedup(self, config: Mapping[str, Any], device_kind: str) -> float | None:
+        """The speedup over the default the cache measured for the call with ``config``."""
         ...
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Mark:
-    """What a marker stands for: the kernel (its id, and the ``@autotuned`` object when
-    this process made the mark), its key and config, and the call's abstract arguments
-    (enough to tune that call again)."""
+    """What a marker stands for: the kernel's id, the call's key, config and abstract
+    arguments (enough to tune that call again), and the call itself when this process made
+    the mark."""
 
     kernel: str
     key: str
@@ -75,7 +75,7 @@ class Mark:
     source: Source
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    autotuned: MarkedKernel | None = dataclasses.field(default=None, compare=False)
+    call: MarkedCall | None = dataclasses.field(default=None, compare=False)
     #: The call was traced under ``jax.grad``/``jax.vjp`` (its backward pass runs too).
     differentiated: bool = False
 

@@ -12,7 +12,7 @@ above the last boundary, and a size of 0, is its own bucket. The key shows each 
 dimension as its range (``f32[8,513..1024,64]``), and the sweep runs once per bucket, at
 the representative shape, with inputs built for that shape: the config stored does not
 depend on which shape of the bucket came first. A config the actual shape's ``prune``
-rejects is never used (:func:`jaxtune._tuning.lookup.within_bucket`).
+rejects is never used (:meth:`jaxtune._tuning.bound.BoundCall.within_bucket`).
 """
 
 from __future__ import annotations

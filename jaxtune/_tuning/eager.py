@@ -174,7 +174,7 @@ class EagerCalls:
             self._cls.__call__ = staticmethod(call)  # type: ignore[method-assign]
 
     def _with_values(self, *args: Any, **kwargs: Any) -> Any:
-        with _values.eager_call(self._kernel, args, kwargs):
+        with _values.eager_call(self._kernel.options, args, kwargs):
             return self.jit(*args, **kwargs)
 
     def call(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,11 +1,11 @@
-"""Lookup order for a config: explicit -> scope -> cross-host agreement -> user cache ->
-shared store (read through into the user cache) -> packaged -> (tune mode) sweep ->
-nearest (opt-in) -> default, or a miss that ``JAXTUNE_ON_MISS`` warns about or refuses.
+"""The cache layers of the lookup order, and how a stored entry is judged for a call.
 
-:func:`choose` holds the whole order after the explicit keywords (which the kernel's call
-sees first), in one function. The agreement (``jaxtune._distributed``) wraps everything
-after the scopes: with ``jax.distributed`` initialised, process 0 runs the rest of the order
-and the others adopt its answer.
+The order itself (explicit -> scope -> cross-host agreement -> user cache -> shared store
+-> packaged -> (tune mode) sweep -> nearest (opt-in) -> default, or a miss) is one method,
+:meth:`jaxtune._tuning.bound.BoundCall.choose`; it reads the layers through this module:
+the scopes (:func:`scoped_entry`), the user cache with the shared store read through into
+it and the packaged caches (:func:`cached_entry`), the nearest tuned shape
+(:func:`nearest`).
 
 Every stored config is checked against the call's pruned space (:class:`Fit`) before it is
 used: an exact entry whose config is not in it is skipped with one warning, and the nearest
@@ -22,42 +22,30 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import jax
 
 from .._core import settings as _settings
 from .._core import versions as _versions
-from .._core.errors import JaxtuneWarning, MissError, TuningFailedError, warn_once
-from .._core.errors import warn as _warn
-from .._core.vocabulary import Choice, Entry, Measurement, Source, config_id
+from .._core.errors import warn_once
+from .._core.vocabulary import Entry, Source, config_id
 from .._distributed import agree as _agree
-from . import kernel_sweep as _kernel_sweep
 from .digest import KernelCode
 from .result import active_scopes
-from .signature import Signature
 from .store import cache as _cache
 from .store import shared as _shared
-from .sweep.runner import default_runner
-from .sweep.shard import SweepSharing
-from .sweep.stats import SweepOutcome
-from .sweep.work import SweepTask
 
 __all__ = [
     "Fit",
-    "Misses",
-    "Tunable",
     "cached_entry",
-    "choose",
-    "current_entry",
+    "candidates",
     "device_kind",
     "entry_staleness",
     "nearest",
     "scoped_entry",
-    "staleness",
-    "within_bucket",
+    "toolchain_text",
 ]
 
 
@@ -146,7 +134,7 @@ def entry_staleness(entry: Entry, swept: Sequence[Mapping[str, Any]] | None) -> 
     now 0.4.30)"``, ``"3 new configs in the space since it was tuned"``, ``""`` when
     neither."""
     if _versions.stale(dict(entry.versions)):
-        return _toolchain_text(entry.versions)
+        return toolchain_text(entry.versions)
     new = _new_configs(entry, swept) if swept is not None else 0
     if new:
         return f"{new} new config{'s' if new != 1 else ''} in the space since it was tuned"
@@ -369,208 +357,9 @@ def nearest(
     return None if best is None else best[1]
 
 
-#: Why a call has no tuned config: none at all, or only one tuned for other code.
-_WHY_NONE = "no scope, cache, packaged or nearest entry"
-_WHY_STALE = (
-    "its {layer} entry is stale: it was tuned for other code of the kernel (code changed: "
-    "the kernel, a function or Pallas kernel body it reaches, or a module-level constant it "
-    "reads, was edited since), and no other layer has a current one"
-)
-
-_MSG_MISS = (
-    "jaxtune has {what} for {kernel} with key {key} on {kind} ({why}), and "
-    "JAXTUNE_ON_MISS says a miss is not to pass silently. "
-    "Tune it: run the program once with `jaxtune tune -- python your_program.py` (or "
-    "JAXTUNE_MODE=tune), or call jaxtune.tune(step, *args) ahead of time; ship the cache "
-    "with `jaxtune cache export`. JAXTUNE_ON_MISS=default runs the default config instead."
-)
-
-
-class Misses:
-    """What ``JAXTUNE_ON_MISS`` says a traced call of one kernel with no tuned config does:
-    nothing (``default``), one warning per device kind and key (``warn``), or
-    :class:`~jaxtune.MissError` (``error``)."""
-
-    def __init__(self) -> None:
-        self._warned: set[tuple[str, str]] = set()
-        self._lock = threading.Lock()
-
-    def missed(self, kernel: str, kind: str, key: str, on_miss: str, *, stale: str = "") -> None:
-        """Acts on a miss of ``kernel`` for ``key`` on ``kind`` (``stale``: the layer whose
-        entry was passed over as tuned for other code, if any).
-
-        Raises:
-            MissError: ``on_miss`` is ``error``.
-        """
-        if on_miss == "default":
-            return
-        what, why = (
-            ("only a stale tuned config", _WHY_STALE.format(layer=stale))
-            if stale
-            else ("no tuned config", _WHY_NONE)
-        )
-        text = _MSG_MISS.format(
-            what=what, kernel=kernel, key=key or "(no arguments)", kind=kind, why=why
-        )
-        if on_miss == "error":
-            raise MissError(text)
-        with self._lock:
-            if (kind, key) in self._warned:
-                return
-            self._warned.add((kind, key))
-        # Names the user's line; without one, the frame: missed <- the order <- choose <-
-        # the kernel's lookup <- its trace <- the call.
-        _warn(text, JaxtuneWarning, stacklevel=6)
-
-
-class Tunable(_kernel_sweep.Sweepable, Protocol):
-    """What the lookup order asks of a kernel: its sweeps' options (the base protocol),
-    whether it may borrow the nearest shape's config, its miss warnings, and its pruned
-    space and default per call."""
-
-    nearest: bool
-    misses: Misses
-
-    def space_and_default(self, sig: Signature) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The pruned space and the default config for a bound call."""
-        ...
-
-
-def choose(kernel: Tunable, sig: Signature, *, sweep: bool) -> Choice:
-    """The config of ``kernel`` for a bound call, after explicit keywords: the lookup order,
-    in one place.
-
-    ``sweep``: the call is being traced, so tune mode may sweep on a miss (and retune mode
-    on a hit), a miss is what ``JAXTUNE_ON_MISS`` says, and a ``jax.distributed`` job
-    agrees on the answer; without it (``config_for``) the order never sweeps, answers with
-    the agreed config once there is one, and a miss is silent.
-
-    1. the innermost ``with TuningResult`` scope that has a usable entry (retune mode
-       skips it for a key this process has not swept yet);
-    2. cross-host agreement: process 0 runs steps 3 to 7 and the others adopt its answer;
-    3. the user cache, then the shared store read through into it, then the packaged
-       caches (:func:`cached_entry`): a usable entry, unless tune mode would replace it
-       (stale, tuned for the forward pass of a differentiated call) or retune mode has
-       not swept this key yet;
-    4. in tune and retune mode, a sweep, whose entry the caches keep; if every config
-       fails, one warning, and a stale entry passed over in step 3 beats the default;
-    5. the nearest tuned shape's config (``nearest=True`` or ``JAXTUNE_NEAREST=1``);
-    6. a miss: what ``JAXTUNE_ON_MISS`` says (only for a traced call that does not sweep);
-    7. the default config.
-
-    ``JAXTUNE_MODE=off`` skips every cache (steps 3 and 5) and never sweeps.
-
-    Raises:
-        MissError: step 6, with ``JAXTUNE_ON_MISS=error``.
-    """
-    kind = device_kind()
-    space, default = kernel.space_and_default(sig)
-
-    # 1. Scope. config_for never sweeps, so it answers what the scopes and caches hold
-    # even in retune mode.
-    if not (sweep and kernel.retunes.pending(kind, sig.key, kernel.timing)):
-        fit = Fit(kernel.kernel_id, kernel.version, [*space, default], code=kernel.code)
-        scoped = scoped_entry(kernel.kernel_id, kind, sig.key, fit)
-        if scoped is not None:
-            return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
-
-    def rest(measure: Callable[[SweepTask], SweepOutcome] | None) -> Choice:
-        """Steps 3 to 7, sweeping through ``measure`` (``None``: never)."""
-        settings = _settings.settings()
-        use_caches = settings.mode != "off"
-        sweeping = measure is not None and settings.mode in ("tune", "retune")
-        # A sweep allowed now replaces a stale entry (another toolchain, new configs).
-        fit = Fit(
-            kernel.kernel_id,
-            kernel.version,
-            [*space, default],
-            code=kernel.code,
-            swept=space,
-            refresh=sweeping,
-        )
-        # 3. User cache, shared store, packaged caches.
-        retuning = measure is not None and kernel.retunes.pending(kind, sig.key, kernel.timing)
-        if use_caches and not retuning:
-            found = cached_entry(kernel.kernel_id, kind, sig.key, fit)
-            if found is not None and not (
-                sweeping and _kernel_sweep.wrong_pass(kernel.timing, found[0])
-            ):
-                entry, source = found
-                return Choice(
-                    config=dict(entry.config),
-                    source=source,
-                    key=sig.key,
-                    entry=entry,
-                    stale=fit.last_stale,
-                )
-        # 4. Sweep (tune and retune mode).
-        if sweeping:
-            try:
-                entry = _kernel_sweep.run(kernel, sig, space, default, kind, measure=measure)
-            except TuningFailedError as e:
-                # Names the user's line; without one, the frame: the order <- choose <-
-                # the kernel's lookup <- its trace <- the call.
-                _warn(
-                    f"jaxtune could not tune {kernel.kernel_id} for {sig.key}; falling back. {e}",
-                    JaxtuneWarning,
-                    stacklevel=5,
-                )
-                if fit.stale_hit is not None:  # the stale entry beats the default
-                    old, layer, why = fit.stale_hit
-                    return Choice(
-                        config=dict(old.config),
-                        source="packaged" if layer == "packaged" else "cache",
-                        key=sig.key,
-                        entry=old,
-                        stale=why,
-                    )
-            else:
-                return Choice(config=dict(entry.config), source="cache", key=sig.key, entry=entry)
-        # 5. Nearest tuned shape (opt-in).
-        if use_caches and (kernel.nearest or settings.nearest):
-            near = nearest(kernel.kernel_id, kind, fit, sig.shapes, sig.statics)
-            if near is not None:
-                return Choice(config=dict(near.config), source="nearest", key=sig.key, entry=near)
-        # 6. Miss.
-        if measure is not None and use_caches and not sweeping:
-            kernel.misses.missed(
-                kernel.kernel_id, kind, sig.key, settings.on_miss, stale=fit.code_stale
-            )
-        # 7. Default.
-        return Choice(config=default, source="default", key=sig.key)
-
-    # 2. Agreement.
-    if not sweep:  # config_for: the agreed config once there is one, else this process's
-        agreed = _agree.decided(kernel.kernel_id, kernel.version, sig.key, kind)
-        return agreed or rest(None)
-    runner = default_runner()
-    if _agree.key_value() is None:  # one process: nothing to agree on
-        return rest(runner.sweep)
-    question = _agree.Question(
-        kernel=kernel.kernel_id,
-        key=sig.key,
-        version=kernel.version,
-        device_kind=kind,
-        decide=rest,
-        task=lambda: _kernel_sweep.task(kernel, sig, space, default),
-        sharing=SweepSharing(runner),
-    )
-    return _agree.agree(question)
-
-
-def current_entry(kernel: Tunable, sig: Signature) -> Entry | None:
-    """The entry of the user or a packaged cache that a call of ``kernel`` bound as ``sig``
-    would use and a sweep now would keep: for this kernel version, in the space, and timed
-    for the pass a sweep would time now; ``None`` otherwise."""
-    space, default = kernel.space_and_default(sig)
-    fit = Fit(kernel.kernel_id, kernel.version, [*space, default], code=kernel.code)
-    found = cached_entry(kernel.kernel_id, device_kind(), sig.key, fit)
-    if found is None or _kernel_sweep.wrong_pass(kernel.timing, found[0]):
-        return None
-    return found[0]
-
-
-def _toolchain_text(recorded: Mapping[str, str | None]) -> str:
+def toolchain_text(recorded: Mapping[str, str | None]) -> str:
+    """How the toolchain an entry was tuned with differs from this process's:
+    ``"tuned with another toolchain (jax 0.4.1, now 0.4.30)"``."""
     now = _versions.toolchain()
     changed = [
         f"{name} {recorded.get(name) or '?'}, now {now[name] or 'none'}"
@@ -578,83 +367,3 @@ def _toolchain_text(recorded: Mapping[str, str | None]) -> str:
         if recorded.get(name) != now[name]
     ]
     return "tuned with another toolchain (" + "; ".join(changed) + ")"
-
-
-def staleness(
-    kernel: Tunable,
-    sig: Signature,
-    choice: Choice,
-    space: Sequence[Mapping[str, Any]],
-    default: Mapping[str, Any],
-) -> str:
-    """Why the entry behind a call's config, or the entry its lookup passed over, is stale:
-    ``"code changed"``, ``"tuned with another toolchain (...)"``, ``"N new configs in the
-    space since it was tuned"``, ``"config keys renamed"``, ``"config outside the space"``; ``""`` when the call used a current entry or no entry exists (a plain miss)."""
-    if choice.entry is not None and choice.source in ("cache", "packaged", "scope"):
-        if choice.stale:
-            return choice.stale
-        if _versions.stale(dict(choice.entry.versions)):
-            return _toolchain_text(choice.entry.versions)
-        return ""
-    if choice.source not in ("default", "nearest"):
-        return ""
-    fit = Fit(kernel.kernel_id, kernel.version, [*space, default], code=kernel.code)
-    kind = device_kind()
-    for layer in (_cache.user_cache(), *_cache.layers()):
-        entry = layer.lookup(kernel.kernel_id, kind, sig.key, version=kernel.version)
-        if entry is None:
-            continue
-        if fit.stale_code(entry):
-            return "code changed"
-        if set(entry.config) != fit.names:
-            return "config keys renamed"
-        if not fit.holds(entry.config):
-            return "config outside the space"
-    return ""
-
-
-_MSG_BUCKET = (
-    "jaxtune: {kernel}'s config {config} for the bucket {key} is one prune rejects for the "
-    "shape {actual}; that call uses {instead} instead, as does every other shape of the "
-    "bucket that prune rejects it for (said once per bucket). Give the bucket boundaries "
-    "that prune accepts alike, or tune without buckets for such shapes."
-)
-
-
-def within_bucket(kernel: Tunable, sig: Signature, choice: Choice) -> Choice:
-    """``choice``, made for the bucket ``sig`` stands for, made safe for the call itself
-    (``sig.actual``): a config of the actual shape's pruned space (or its default), never
-    one its ``prune`` rejects. A stored config that is not becomes the fastest config the
-    entry measured that is, else the actual shape's default, with one warning per
-    bucket; a default becomes the actual shape's default."""
-    actual = sig.actual
-    if actual is None or choice.source == "explicit":
-        return choice
-    space, default = kernel.space_and_default(actual)
-    if choice.source == "default":
-        return Choice(config=default, source="default", key=choice.key)
-    fit = Fit(kernel.kernel_id, kernel.version, [*space, default])
-    if fit.holds(choice.config):
-        return choice
-    timed = [
-        m
-        for m in (choice.entry.measurements if choice.entry is not None else ())
-        if isinstance(m, Measurement) and fit.holds(m.config)
-    ]
-    best = min(timed, key=lambda m: m.time_us, default=None)
-    config = dict(best.config) if best is not None else default
-    instead = (
-        f"{config_id(config)}, the fastest config the bucket's sweep measured that prune accepts"
-        if best is not None
-        else f"the default {config_id(config)}"
-    )
-    seen = (kernel.kernel_id, device_kind(), choice.key, "bucket", config_id(choice.config))
-    text = _MSG_BUCKET.format(
-        kernel=kernel.kernel_id,
-        config=config_id(choice.config),
-        key=choice.key,
-        actual=actual.key,
-        instead=instead,
-    )
-    warn_once(("lookup", *seen), text, stacklevel=4)
-    return Choice(config=config, source=choice.source, key=choice.key, entry=choice.entry)

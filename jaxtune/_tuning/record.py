@@ -1,8 +1,8 @@
 """Recording mode (``jaxtune tune -- python train.py``) and the verbose lookup lines.
 
 When ``JAXTUNE_RECORD`` names a file, every autotuned call a program traces is appended to
-it as one msgpack frame (kernel reference, abstract arguments, key, space, default, where
-its config came from). With ``JAXTUNE_RECORD_STOP=1`` the program is stopped once it has
+it as one msgpack frame (the bound call's :meth:`~.bound.BoundCall.recorded_call`: kernel
+reference, abstract arguments, key, space, default, where its config came from). With ``JAXTUNE_RECORD_STOP=1`` the program is stopped once it has
 settled: after its first recorded call, nothing traced, lowered or compiled for
 ``JAXTUNE_RECORD_SETTLE`` seconds (3 by default) and nothing being traced or compiled now.
 A program's kernels often sit in several jitted functions (a train and an eval step, an
@@ -20,26 +20,16 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterator
+from typing import Any
 
 from .._core import settings as _settings
-from .._core.errors import JaxtuneError
 from .._core.vocabulary import Choice
-from .._program.markers import Mark
 from . import values as _values
-from .lookup import Tunable
-from .signature import Signature
-from .sweep.work import SweepTask
+from .bound import BoundCall
+from .kernel_sweep import pass_now
 
-__all__ = [
-    "Recordable",
-    "call_frame",
-    "finding_kernels",
-    "frame_for_mark",
-    "note",
-    "observing_calls",
-]
+__all__ = ["finding_kernels", "note", "observing_calls"]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 #: JAX's phases from a Python function to an executable: each reports its start (a scalar
@@ -88,34 +78,6 @@ def finding_kernels() -> Iterator[None]:
         _FINDING.reset(token)
 
 
-class Recordable(Tunable, Protocol):
-    """What a recording asks of a kernel: what the lookup asks, a call's arguments bound,
-    the config a call would use, and the sweep that would tune it."""
-
-    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature:
-        """The call's arguments split into arrays and static values, with its key."""
-        ...
-
-    def config_for(self, *args: Any, **kwargs: Any) -> Choice:
-        """The config a call with these arguments would use; never sweeps."""
-        ...
-
-    def sweep_timing(self) -> str:
-        """The pass a sweep started now would time."""
-        ...
-
-    def sweep_task(
-        self,
-        sig: Signature,
-        space: list[dict[str, Any]],
-        default: dict[str, Any],
-        *,
-        differentiated: bool = False,
-    ) -> SweepTask:
-        """The sweep of this kernel for a bound call, over ``space``."""
-        ...
-
-
 def _write(fd: int, frame: dict[str, Any]) -> None:
     """Appends a frame (one at a time, whichever thread: calls are written where they are
     traced, value sets from JAX's callback threads, the last frame from the settle watch)."""
@@ -153,16 +115,18 @@ class _Recorder:
         }
         _write(self.fd, frame)
 
-    def record(self, kernel: Recordable, sig: Signature, choice: Choice) -> None:
+    def record(self, call: BoundCall, choice: Choice) -> None:
+        """Appends the call (:meth:`~.bound.BoundCall.recorded_call`) as a ``call`` frame,
+        once per kernel, key and pass a sweep would time."""
         # A call seen again differentiated is recorded again: its sweep times the backward
         # too (jax.grad(jax.jit(f)) traces f before it is differentiated).
         if _SETTLE:
             _SETTLE[0].saw_call()
-        seen = (kernel.kernel_id, sig.key, kernel.sweep_timing())
+        seen = (call.kernel.kernel_id, call.sig.key, pass_now(call.kernel.timing))
         if seen in self.recorded:
             return
         self.recorded.add(seen)
-        _write(self.fd, call_frame(kernel, sig, choice))
+        _write(self.fd, call.recorded_call(choice))
 
 
 _SETTLE: list[_Settle] = []
@@ -258,65 +222,6 @@ def _await_callbacks() -> None:
     waiter.join(_CALLBACKS_S)
 
 
-def call_frame(
-    kernel: Recordable, sig: Signature, choice: Choice, *, differentiated: bool = False
-) -> dict[str, Any]:
-    """One recorded call: kernel id, key, shapes, where its config came from, why the entry
-    it had is stale (``stale``, empty when fresh or none), the kernel's code digest, and
-    the sweep request that tunes it in a child, without this process's variables (or
-    ``error`` when the kernel cannot travel)."""
-    from .._isolation.devices import sweep_devices
-    from .._isolation.wire import NotTransportable
-    from .lookup import device_kind, staleness
-    from .sweep.requests import sweep_request
-
-    space, default = kernel.space_and_default(sig)
-    frame: dict[str, Any] = {
-        "t": "call",
-        "kernel": kernel.kernel_id,
-        "key": sig.key,
-        "source": choice.source,
-        # The pass the entry the config came from timed ("" without one): a forward entry
-        # of a call that is differentiated is tuned again.
-        "entry_timing": choice.entry.timing if choice.entry is not None else "",
-        "config": dict(choice.config),
-        "device_kind": device_kind(),
-        "version": kernel.version,
-        "shapes": [[dt, list(shape)] for dt, shape in sig.shapes],
-        "statics": sig.statics,
-        "devices": sweep_devices(),
-        "code": kernel.code.value.to_wire(),
-        "stale": staleness(kernel, sig, choice, space, default),
-    }
-    try:
-        task = kernel.sweep_task(sig, space, default, differentiated=differentiated)
-        frame["request"] = sweep_request(task).to_record()
-    except NotTransportable as e:
-        frame["error"] = str(e)
-    return frame
-
-
-def frame_for_mark(kernel: Recordable, mark: Mark) -> dict[str, Any]:
-    """The :func:`call_frame` of the call of ``kernel`` behind a marker, so a profile can
-    say how to tune each autotuned call it saw."""
-    sig = kernel.bind(mark.args, mark.kwargs)
-    # The entry behind the config, so the frame names the pass it timed (the report's
-    # autotuned table shows it); the lookup never sweeps, and a failed one only loses
-    # that label.
-    entry = None
-    if mark.source not in ("default", "explicit"):
-        try:
-            found = kernel.config_for(*mark.args, **mark.kwargs)
-        except (JaxtuneError, OSError):  # a cache that cannot say (any other is a bug)
-            found = None
-        if found is not None and dict(found.config) == dict(mark.config):
-            entry = found.entry
-    choice = Choice(config=mark.config, source=mark.source, key=mark.key, entry=entry)
-    # A call traced under jax.grad/jax.vjp runs its backward pass too: timing="auto" times
-    # forward and backward, as a sweep in that program would.
-    return call_frame(kernel, sig, choice, differentiated=mark.differentiated)
-
-
 def _recorder(settings: _settings.Settings) -> _Recorder | None:
     if not settings.record:
         return None
@@ -334,15 +239,16 @@ def _recorder(settings: _settings.Settings) -> _Recorder | None:
         return recorder
 
 
-def note(kernel: Recordable, sig: Signature, choice: Choice) -> None:
+def note(call: BoundCall, choice: Choice) -> None:
     """Called for every config chosen for a call: records it, and reports it once."""
+    kernel, sig = call.kernel, call.sig
     observed = _OBSERVED.get()
     if observed is not None and kernel.kernel_id not in observed:
         observed.append(kernel.kernel_id)
     settings = _settings.settings()
     recorder = _recorder(settings)
     if recorder is not None:
-        recorder.record(kernel, sig, choice)
+        recorder.record(call, choice)
     if settings.verbose >= 1 and not _FINDING.get():
         from .._render.configs import text as config_text
 

@@ -198,6 +198,20 @@ class Signature:
         bound = inspect.BoundArguments(self.fn_signature, arguments)
         return tuple(bound.args), dict(bound.kwargs)
 
+    def abstract(self) -> Signature:
+        """This signature with every array as its ``jax.ShapeDtypeStruct`` (what may
+        outlive the trace that bound it)."""
+
+        def value(name: str, v: Any) -> Any:
+            return jax.tree_util.tree_map(abstractify, v) if name in self.dynamic else v
+
+        arguments = {
+            n: ({k: value(k, x) for k, x in v.items()} if n == self.var_kw else value(n, v))
+            for n, v in self.arguments.items()
+        }
+        actual = None if self.actual is None else self.actual.abstract()
+        return dataclasses.replace(self, arguments=arguments, actual=actual)
+
     def names(self) -> list[str]:
         """Argument names in call order, keyword-variadic ones expanded."""
         out = [n for n in self.arguments if n != self.var_kw]

@@ -14,8 +14,10 @@ from .._core.errors import warn as _warn
 from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
 from . import values as _values
-from .autotuned import Autotuned, retrace_jitted_functions
+from .autotuned import retrace_jitted_functions
+from .bound import BoundCall
 from .kernel_sweep import differentiated_calls
+from .lookup import device_kind
 from .record import finding_kernels
 from .result import TuningResult
 from .sweep.inputs import is_concrete
@@ -87,25 +89,26 @@ def tune(
             differentiated.get((mark.kernel, mark.key), False) or under_ad
         )
     retune = retune or _settings.settings().mode == "retune"
-    todo: dict[tuple[str, str], tuple[Autotuned[Any, Any], _markers.Mark]] = {}
+    todo: dict[tuple[str, str], BoundCall] = {}
     for pair, mark in marks.items():
-        kernel = mark.autotuned
-        if not isinstance(kernel, Autotuned):  # a mark this process did not make
+        call = mark.call
+        if not isinstance(call, BoundCall):  # a mark this process did not make
             continue
         with differentiated_calls(differentiated[pair]):
-            current = None if retune else kernel.current_entry(*mark.args, **mark.kwargs)
+            current = None if retune else call.current_entry()
         if current is not None:
             result = result | TuningResult.of(current)
         else:
-            todo[pair] = (kernel, mark)
+            todo[pair] = call
     captured = _run_for_values(fn, args, kwargs) if todo else {}
-    for pair, (kernel, mark) in todo.items():
+    for pair, call in todo.items():
         with differentiated_calls(differentiated[pair]):
             sets = captured.get(pair)
             if sets:  # the values the call ran with, when fn ran on the caller's arrays
-                result = result | kernel.tune_on(sets[0].args, sets[0].kwargs, sets[1:])
-            else:
-                result = result | kernel.tune(*mark.args, **mark.kwargs)
+                entry = call.kernel.sweep(sets[0].args, sets[0].kwargs, sets[1:])
+            else:  # the shapes its trace saw
+                entry = call.sweep(device_kind())
+            result = result | TuningResult.of(entry)
     untuned = tuple(s for s in sites if s.kind == "pallas" and s.inside is None)
     if untuned:
         names = ", ".join(sorted({s.name for s in untuned}))

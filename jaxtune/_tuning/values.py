@@ -19,14 +19,15 @@ import contextvars
 import dataclasses
 import hashlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import numpy as np
 
 from .._core import settings as _settings
 from .._program import markers as _markers
+from .bound import KernelOptions
 from .signature import Signature, abstractify
 from .sweep.inputs import is_concrete, is_int_like, summarise
 
@@ -56,14 +57,6 @@ class Captured:
     dropped: tuple[str, ...]
 
 
-class Binder(Protocol):
-    """What a capture asks of a kernel: its id, and a call's arguments bound."""
-
-    kernel_id: str
-
-    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature: ...
-
-
 class ValueSets:
     """Distinct value sets per (kernel, key), up to ``limit`` each, handed to ``sink`` as
     they arrive (``sink=None``: kept in :attr:`sets`)."""
@@ -79,7 +72,9 @@ class ValueSets:
         """Whether ``(kernel, key)`` has all the value sets it keeps."""
         return len(self._digests.get((kernel, key), ())) >= self.limit
 
-    def add(self, kernel: Binder, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def add(
+        self, kernel: KernelOptions, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         """Keeps the value set unless one with the same integer/boolean values is kept."""
         sig = kernel.bind(args, kwargs)
         digest = _int_digest(sig)
@@ -152,13 +147,15 @@ def collector() -> ValueSets | None:
 
 
 #: The eager call being made (tune mode): the kernel and its concrete arguments.
-_EAGER: contextvars.ContextVar[tuple[Any, tuple[Any, ...], dict[str, Any]] | None] = (
+_EAGER: contextvars.ContextVar[tuple[KernelOptions, tuple[Any, ...], dict[str, Any]] | None] = (
     contextvars.ContextVar("jaxtune_eager_call", default=None)
 )
 
 
 @contextlib.contextmanager
-def eager_call(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[None]:
+def eager_call(
+    kernel: KernelOptions, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Iterator[None]:
     """Within: a trace of ``kernel``'s call (its eager jit's) may sweep on these arrays,
     the caller's (see :func:`eager_signature`)."""
     token = _EAGER.set((kernel, args, kwargs))
@@ -168,7 +165,7 @@ def eager_call(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> It
         _EAGER.reset(token)
 
 
-def eager_signature(kernel: Binder, sig: Signature) -> Signature | None:
+def eager_signature(kernel: KernelOptions, sig: Signature) -> Signature | None:
     """The eager call's own arguments bound, when ``sig`` (traced) is that call's trace
     (same kernel and key): a sweep then runs on the caller's arrays, not made-up ones.
     Taken once: a kernel the call reaches inside gets ``None``."""
@@ -180,7 +177,7 @@ def eager_signature(kernel: Binder, sig: Signature) -> Signature | None:
     return concrete if concrete.key == sig.key else None
 
 
-def capture(kernel: Binder, sig: Signature) -> None:
+def capture(kernel: KernelOptions, sig: Signature) -> None:
     """Adds to the program being traced a host callback that hands this call's values to
     the active collector when it runs (nothing without a collector, for a bucketed call,
     whose sweep runs at its bucket's shape, or for a call without traced arrays)."""

@@ -310,7 +310,8 @@ def truth(program: Any) -> dict[str, list[float]]:
     graphdef, state = program.init()
     tokens = program.batch()
     sig = program.flash.bind(program.attention_args(), {})
-    configs, default = program.flash.space_and_default(sig)  # no cache is read
+    call = program.flash.options.bound(sig)  # no cache is read
+    configs, default = list(call.space), call.default
     if default not in configs:  # the default is a candidate too
         configs.append(default)
     calls = {}

@@ -40,7 +40,7 @@ def _children(monkeypatch, crash_timing, tmp_path):
 
 def sweep(kernel, space, default, runner):
     x = jnp.ones(64)
-    task = kernel.sweep_task(kernel.bind((x,), {}), space, default)
+    task = kernel.options.bound(kernel.bind((x,), {}), space, default).sweep_task()
     return runner.sweep(task)
 
 
@@ -104,7 +104,7 @@ def test_a_kernel_that_forks_then_crashes_is_a_crash_and_its_fork_dies(monkeypat
     (crash,) = [m for m in outcome.measurements if m.config["mode"] == "fork_crash"]
     assert isinstance(crash, Failure), crash
     assert crash.stage == "crash" and "SIGSEGV" in crash.reason, crash
-    assert took < forker.timeout, took  # noticed when the child died, not at the timeout
+    assert took < forker.options.timeout, took  # noticed when the child died, not at the timeout
     assert isinstance(outcome.default, Measurement)
     grandchild = int((tmp_path / "grandchild").read_text())
     all_gone([grandchild], "the process the kernel forked to end with the sweep's child")

@@ -78,8 +78,8 @@ def _build_task(
         plan=plan,
         fn=kernel.__wrapped__,
         signature=sig,
-        check=kernel.check,
-        inputs=kernel.inputs,
+        check=kernel.options.check,
+        inputs=kernel.options.inputs,
         compile_threads=plan.compile_threads,
         value_sets=tuple(value_sets),
     )
