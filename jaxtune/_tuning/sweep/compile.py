@@ -102,9 +102,7 @@ class Compiler:
         #: Each config's calls so far and the count already reported (a cell each).
         self._calls: dict[str, list[int]] = {}
         self.refuse: Refuse | None = checker()  #: see :func:`lower_checked`
-        #: The task's lowered programs on disk (:mod:`.kept_programs`), once looked for.
-        self._kept: KeptPrograms | None = None
-        self._kept_looked = False
+        self._kept: list[KeptPrograms | None] = []  # the task's, once looked for (kept_for)
 
     @property
     def inputs(self) -> tuple[dict[str, Any], ...]:
@@ -256,8 +254,7 @@ class Compiler:
         return failures
 
     def lower(self, config: Config, spec: dict[str, Any] | None) -> Lowering | Failure | None:
-        """Traces and lowers ``config``: its lowering, its failure, or ``None`` when it was
-        compiled before."""
+        """Traces and lowers ``config``: its lowering, its failure, or ``None`` if done before."""
         cid = config_id(config)
         if cid in self._runs or cid in self._failed:
             return self._failed.get(cid)
@@ -276,8 +273,9 @@ class Compiler:
         self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         own: BaseException | None = None
+        self._kept = self._kept or [kept_for(self.task, lowering)]
         try:
-            lowered = self._lowered(cid, call, lowering)
+            lowered = lower_kept(call, lowering, self.refuse, self._kept[0], cid, self.breakdown)
         except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
             own = e.fault
         except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
@@ -290,49 +288,8 @@ class Compiler:
             raise own
         if (program := program_digest(lowered, self.module(config))) is not None:
             self.programs[cid] = program
-        seconds = time.perf_counter() - start
-        self.breakdown.add("lowering", seconds)
+        self.breakdown.add("lowering", seconds := time.perf_counter() - start)
         return Lowering(lowered=lowered, seconds=seconds)
-
-    def _lowered(self, cid: str, call: Callable[..., Any], args: Any) -> Any:
-        """``call`` (config ``cid``'s) traced and lowered for ``args``: through the task's
-        kept programs where they are on (:mod:`.kept_programs`), else directly."""
-        kept = self._kept_programs(args)
-        if kept is None:
-            return lower_checked(call, args, self.refuse)
-        name = call.__name__
-        blob = kept.load(cid)
-        if blob is not None:
-            start = time.perf_counter()
-            try:
-                old = from_exported(jax.export.deserialize(bytearray(blob)), name, args)
-            except Exception:  # not readable by this JAX: lowered afresh
-                old = None
-            if old is not None and kept.trusted:
-                self.breakdown.add("lowering_kept", time.perf_counter() - start)
-                return old
-            if old is not None and kept.trusted is None:
-                # The first one kept: is it what the code lowers to now?
-                fresh = export_checked(call, args, self.refuse, kept, cid)
-                digests = program_digest(old, name), program_digest(fresh, name)
-                kept.trusted = digests[0] is not None and digests[0] == digests[1]
-                return fresh
-        return export_checked(call, args, self.refuse, kept, cid)
-
-    def _kept_programs(self, args: Any) -> KeptPrograms | None:
-        """The task's kept programs (looked for once), ``None`` when off or unkeyable."""
-        if not self._kept_looked:
-            self._kept_looked = True
-            plan = self.task.plan
-            key = task_key(
-                kernel=plan.kernel,
-                key=plan.key,
-                code=KernelCode(self.task.fn).digest,
-                timing=plan.timing,
-                args=args,
-            )
-            self._kept = KeptPrograms.for_task(key)
-        return self._kept
 
     def compile_one(
         self, config: Config, spec: dict[str, Any] | None = None, lowered: Lowering | None = None
@@ -368,8 +325,7 @@ class Compiler:
                 # afterwards (and are made before the first run, outside it).
                 return block(compiled(self.inputs))
             except Exception as e:
-                # The config's call raised: what tells it from a fault of the timer
-                # around it (:meth:`raised`).
+                # The config's own failure, told from the timer's by :meth:`raised`.
                 self._raised[cid] = e
                 raise
 
@@ -398,6 +354,49 @@ def lower_checked(call: Callable[..., Any], args: Any, refuse: Refuse | None) ->
     if why:
         raise RefusedError(why)
     return traced.lower()
+
+
+def kept_for(task: SweepTask, args: Any) -> KeptPrograms | None:
+    """``task``'s kept programs for arguments ``args`` (:mod:`.kept_programs`), ``None``
+    where they are off or the kernel's code has no digest."""
+    plan = task.plan
+    code = KernelCode(task.fn).digest
+    key = task_key(kernel=plan.kernel, key=plan.key, code=code, timing=plan.timing, args=args)
+    return KeptPrograms.for_task(key)
+
+
+def lower_kept(
+    call: Callable[..., Any],
+    args: Any,
+    refuse: Refuse | None,
+    kept: KeptPrograms | None,
+    cid: str,
+    breakdown: Breakdown,
+) -> Any:
+    """:func:`lower_checked` where ``kept`` is ``None``; else as it, taking config ``cid``'s program from ``kept`` where a
+    previous sweep kept it (the first one taken is also lowered afresh and compared, and
+    on a difference none of ``kept`` is used: :mod:`.kept_programs`), else lowering it
+    through ``jax.export`` and keeping it (:func:`export_checked`)."""
+    if kept is None:
+        return lower_checked(call, args, refuse)
+    name = call.__name__
+    blob = kept.load(cid)
+    if blob is not None:
+        start = time.perf_counter()
+        try:
+            old = from_exported(jax.export.deserialize(bytearray(blob)), name, args)
+        except Exception:  # not readable by this JAX: lowered afresh
+            old = None
+        if old is not None and kept.trusted:
+            breakdown.add("lowering_kept", time.perf_counter() - start)
+            return old
+        if old is not None and kept.trusted is None:
+            # The first one kept: is it what the code lowers to now?
+            fresh = export_checked(call, args, refuse, kept, cid)
+            digests = program_digest(old, name), program_digest(fresh, name)
+            kept.trusted = digests[0] is not None and digests[0] == digests[1]
+            return fresh
+    return export_checked(call, args, refuse, kept, cid)
 
 
 #: The name a kept program is exported under: the same for every config and sweep, so
