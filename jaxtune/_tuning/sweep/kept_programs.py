@@ -15,7 +15,8 @@ digest (:mod:`..digest`), its name and call key, the abstract arguments, the tim
 the toolchain and device, JAX's tracing options and the versions of every installed
 distribution. What no key sees (a library edited in place without a new version, an
 environment variable a kernel reads) is caught by a check: the first config a sweep takes
-from the store is also lowered afresh and the two programs compared (:func:`program_digest`);
+from the store is also lowered afresh and the two programs compared
+(:func:`.compile.program_digest`);
 when they differ, the task's kept programs are set aside and written again.
 
 Serialising needs the ``flatbuffers`` package, which the ``retune`` extra installs
