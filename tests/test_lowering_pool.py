@@ -11,6 +11,7 @@ import pathlib
 import jax.numpy as jnp
 import pytest
 
+import jaxtune
 from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import kept_programs
 from jaxtune._tuning.sweep import runner as _runner
@@ -72,7 +73,8 @@ def test_programs_that_differ_from_this_process_are_not_used(processes, fast_tim
 
 def test_a_lowering_process_that_dies_costs_only_its_tracing(processes, fast_timing, monkeypatch):
     monkeypatch.setenv("JAXTUNE_TEST_LOWERING_CRASH", "1")  # its module aborts in a process
-    traced, outcome = _sweep(lk.sines)
+    with pytest.warns(jaxtune.JaxtuneWarning, match="a lowering process ended"):
+        traced, outcome = _sweep(lk.sines)
     assert traced == [c["n"] for c in lk.SPACE]
     assert all(m.ok for m in outcome.measurements), [m for m in outcome.measurements if not m.ok]
 

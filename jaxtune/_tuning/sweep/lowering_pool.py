@@ -36,6 +36,7 @@ import jax
 import msgpack
 
 from ..._core import settings as _settings
+from ..._core.errors import warn_once
 from ..._core.vocabulary import Config, config_id
 from ..._isolation.calling import function_ref
 from ..._isolation.context import snapshot
@@ -65,9 +66,12 @@ def topology_name(device: Any) -> str | None:
 class LoweringPool:
     """Processes lowering a task's configs into its store, and what each one told of each."""
 
-    def __init__(self, processes: list[subprocess.Popen[bytes]], logs: list[Any]) -> None:
+    def __init__(
+        self, processes: list[subprocess.Popen[bytes]], logs: list[Any], shares: list[list[str]]
+    ) -> None:
         self._processes = processes
         self._logs = logs
+        self._shares = shares
         self._told: dict[str, tuple[str, str]] = {}
         self._running = len(processes)
         self._changed = threading.Condition()
@@ -109,9 +113,11 @@ class LoweringPool:
             # libtpu refuses a second process on a host whose chip is held; a topology is
             # a compile-only view of the chip, which never opens it.
             env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
-        processes, logs = [], []
+        processes, logs, shares = [], [], []
         for i in range(count):
-            share = [[config_id(c), dict(c)] for c in configs[i::count]]
+            ids = [config_id(c) for c in configs[i::count]]
+            share = [[cid, dict(c)] for cid, c in zip(ids, configs[i::count], strict=True)]
+            shares.append(ids)
             log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
             process = subprocess.Popen(
                 [sys.executable, "-m", "jaxtune._tuning.sweep.lowering_worker"],
@@ -126,7 +132,7 @@ class LoweringPool:
                 process.stdin.close()
             processes.append(process)
             logs.append(log)
-        return cls(processes, logs)
+        return cls(processes, logs, shares)
 
     def _read(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
@@ -155,10 +161,21 @@ class LoweringPool:
             return self._told.get(cid)
 
     def close(self) -> None:
-        """Stops the processes still running and frees what they held."""
-        for process in self._processes:
+        """Stops the processes still running and frees what they held; warns once about a
+        process that ended before it told of its share, with the end of what it printed."""
+        for process, log, share in zip(self._processes, self._logs, self._shares, strict=True):
             if process.poll() is None:
                 process.kill()
+            elif process.returncode != 0 and any(cid not in self._told for cid in share):
+                with contextlib.suppress(OSError, ValueError):
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace").strip().splitlines()[-6:]
+                    warn_once(
+                        ("lowering process", process.returncode),
+                        f"jaxtune: a lowering process ended (exit status {process.returncode}) "
+                        "before lowering its share of the sweep's configs; the sweep lowers "
+                        "them itself. It printed:\n  " + "\n  ".join(tail),
+                    )
         for process in self._processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
