@@ -51,8 +51,9 @@ def processes(store_on, monkeypatch):
 
 def test_processes_lower_the_configs_and_the_sweep_traces_one(processes, fast_timing):
     traced, outcome = _sweep(lk.sines)
-    # Only the first config loaded is traced here too, to compare the two programs.
-    assert len(traced) == 1, traced
+    # Traced here: the first config (the processes start after it) and the first one
+    # loaded from them, to compare the two programs.
+    assert traced == [c["n"] for c in lk.SPACE[:2]], traced
     assert len(_programs(processes)) == len(lk.SPACE)
     assert outcome.phases["lowering_wait"] > 0
     assert all(m.ok for m in outcome.measurements), [m for m in outcome.measurements if not m.ok]

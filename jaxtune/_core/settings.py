@@ -93,7 +93,8 @@ class Settings:
     #: sweep's child, under the user cache directory), ``"0"`` (none), or a directory.
     compile_cache: str = "1"
     #: ``JAXTUNE_LOWERING_PROCESSES``: ``"auto"`` (on a TPU v5e or v6e, processes that
-    #: lower a large sweep's configs for the chip), ``"0"`` (none), or how many.
+    #: lower a sweep's configs for the chip where that takes long), ``"0"`` (none), or how
+    #: many.
     lowering_processes: str = "auto"
 
 
@@ -336,7 +337,8 @@ VARIABLES: tuple[Variable, ...] = (
         parse=_lowering_processes,
         doc="Processes that trace and lower a sweep's configs side by side, for the "
         "compiling process to load (kept programs, so JAXTUNE_COMPILE_CACHE must be on): "
-        "auto uses the host's cores on a TPU v5e or v6e for a sweep of 16 or more configs; "
+        "auto uses the host's cores on a TPU v5e or v6e where lowering a sweep's configs one "
+        "by one would take 10 s or more; "
         "0 lowers in the sweep's own process, one config at a time (docs/autotuned.md).",
     ),
 )

@@ -237,16 +237,14 @@ class Compiler:
             for config in configs:
                 settle(config, functools.partial(self.compile_one, config, spec))
             return failures
-        lowering = self.inputs if spec is None else (spec,) * (1 + len(self.task.value_sets))
-        self._kept = self._kept or [kept_for(self.task, lowering)]
-        pool = lowering_pool(self.task, self._kept[0], configs, self.compiled, self.refuse)
+        ahead = LoweringAhead(self, configs, self._kept)
         threads_ = concurrent.futures.ThreadPoolExecutor(
             threads, thread_name_prefix="jaxtune-compile"
         )
-        with threads_ as ex, _closing(pool):
+        with threads_ as ex, contextlib.closing(ahead):
             pending = []
-            for config in configs:
-                await_lowered(pool, self._kept[0], config_id(config), self.task, self.breakdown)
+            for index, config in enumerate(configs):
+                ahead.before(index)
                 try:
                     with local_config():
                         lowered = self.lower(config, spec)
@@ -274,7 +272,8 @@ class Compiler:
         self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         own: BaseException | None = None
-        self._kept = self._kept or [kept_for(self.task, lowering)]
+        if not self._kept:  # a cell: LoweringAhead holds it
+            self._kept.append(kept_for(self.task, lowering))
         try:
             lowered = lower_kept(call, lowering, self.refuse, self._kept[0], cid, self.breakdown)
         except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
@@ -359,48 +358,50 @@ def lower_checked(call: Callable[..., Any], args: Any, refuse: Refuse | None) ->
     return traced.lower()
 
 
-def lowering_pool(
-    task: SweepTask,
-    kept: KeptPrograms | None,
-    configs: Sequence[Config],
-    compiled: Callable[[str], bool],
-    refuse: Refuse | None,
-) -> LoweringPool | None:
-    """Processes lowering into ``kept`` those of ``configs`` neither ``compiled`` already
-    nor kept (:mod:`.lowering_pool`), ``None`` where none are started."""
-    if kept is None:
-        return None
-    todo = [c for c in configs if not compiled(cid := config_id(c)) and not kept.has(cid)]
-    return LoweringPool.start(task, kept, todo, refuse=refuse is not None)
+class LoweringAhead:
+    """The lowering processes (:mod:`.lowering_pool`) of one pipelined compile of
+    ``configs``: started once the first config is lowered here, for those of the rest
+    neither compiled nor kept (``auto``: only where they would take long at the first
+    one's pace), then waited on before each config is lowered here."""
 
+    def __init__(
+        self, compiler: Compiler, configs: Sequence[Config], kept: list[KeptPrograms | None]
+    ) -> None:
+        self.compiler, self.configs, self.kept = compiler, configs, kept
+        self.pool: LoweringPool | None = None
+        self._first_at: float | None = None  # when the first config's lowering began
 
-@contextlib.contextmanager
-def _closing(pool: LoweringPool | None) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        if pool is not None:
-            pool.close()
+    def before(self, index: int) -> None:
+        """Before the ``index``-th config is lowered here: starts the processes after the
+        first, waits (``lowering_wait`` in the breakdown) for them to lower it after that;
+        closes them once the kept programs are found not to match the code."""
+        c, kept = self.compiler, self.kept[0] if self.kept else None
+        if index == 0:
+            self._first_at = time.perf_counter()
+            return
+        if index == 1 and self._first_at is not None and kept is not None:
+            first_s = time.perf_counter() - self._first_at
+            todo = [
+                config
+                for config in self.configs[1:]
+                if not c.compiled(cid := config_id(config)) and not kept.has(cid)
+            ]
+            self.pool = LoweringPool.start(
+                c.task, kept, todo, refuse=c.refuse is not None, first_s=first_s
+            )
+        if self.pool is None:
+            return
+        if kept is not None and kept.trusted is False:
+            self.close()
+            return
+        start = time.perf_counter()
+        self.pool.wait(config_id(self.configs[index]), c.task.plan.timeout_s)
+        c.breakdown.add("lowering_wait", time.perf_counter() - start)
 
-
-def await_lowered(
-    pool: LoweringPool | None,
-    kept: KeptPrograms | None,
-    cid: str,
-    task: SweepTask,
-    breakdown: Breakdown,
-) -> None:
-    """Waits until ``pool`` has lowered config ``cid`` (or will not), the wait in the
-    breakdown (``lowering_wait``); closes the pool once ``kept`` is found not to match the
-    code (each config is then lowered here). Nothing without a pool."""
-    if pool is None:
-        return
-    if kept is not None and kept.trusted is False:
-        pool.close()
-        return
-    start = time.perf_counter()
-    pool.wait(cid, task.plan.timeout_s)
-    breakdown.add("lowering_wait", time.perf_counter() - start)
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 def kept_for(task: SweepTask, args: Any) -> KeptPrograms | None:

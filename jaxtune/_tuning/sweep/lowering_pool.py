@@ -47,11 +47,14 @@ from .kept_programs import KeptPrograms
 from .refusals import vmem_capacity
 from .work import SweepTask
 
-__all__ = ["AUTO_MIN_CONFIGS", "LoweringPool", "topology_name"]
+__all__ = ["AUTO_MIN_SECONDS", "LoweringPool", "topology_name"]
 
-#: The fewest configs to lower for which ``auto`` starts processes (each costs a start:
-#: importing JAX and the kernel's module, a few seconds).
-AUTO_MIN_CONFIGS = 16
+#: The fewest seconds the configs left to lower would take in the sweep's process (at the
+#: first config's pace) for which ``auto`` starts processes: each costs a start (importing
+#: JAX and the kernel's module, 3-5 s on a TPU v5e host), which JAX's flash attention's 16
+#: configs (0.9 s of lowering in all) never earn back: the sweep took 14.1 s with two
+#: processes against a plain loop's 8.7 s.
+AUTO_MIN_SECONDS = 10.0
 #: Configs per process at least, under ``auto``.
 _PER_PROCESS = 8
 #: A chip's device kind and the single-chip topology a lowering process asks libtpu for.
@@ -90,12 +93,14 @@ class LoweringPool:
         configs: Sequence[Config],
         *,
         refuse: bool,
+        first_s: float,
     ) -> LoweringPool | None:
         """A pool lowering ``configs`` of ``task`` into ``kept``, or ``None`` where one is
-        not started (see the module's docstring)."""
+        not started (see the module's docstring; ``first_s``: the seconds the sweep's
+        first config took to lower, the pace ``auto`` expects of the others)."""
         if kept is None or not kept.exportable or kept.trusted is False:
             return None
-        count = _count(len(configs))
+        count = _count(len(configs), first_s)
         if count <= 0:
             return None
         device = jax.devices()[0]
@@ -188,12 +193,14 @@ class LoweringPool:
             log.close()
 
 
-def _count(configs: int) -> int:
-    """How many processes lower ``configs`` configs under ``JAXTUNE_LOWERING_PROCESSES``."""
+def _count(configs: int, first_s: float) -> int:
+    """How many processes lower ``configs`` configs under ``JAXTUNE_LOWERING_PROCESSES``
+    (``auto``: on a TPU, where they would take :data:`AUTO_MIN_SECONDS` or more here at
+    ``first_s`` a config)."""
     setting = _settings.settings().lowering_processes
     if setting != "auto":
         return min(int(setting), configs)
-    if jax.default_backend() != "tpu" or configs < AUTO_MIN_CONFIGS:
+    if jax.default_backend() != "tpu" or configs * first_s < AUTO_MIN_SECONDS:
         return 0
     return max(1, min(usable_cores() - 1, configs // _PER_PROCESS))
 
