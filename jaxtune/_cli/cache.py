@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core import versions as _versions
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, Measurement
 from .._render import configs as _configs
@@ -24,6 +23,7 @@ from .._render import units as _units
 from .._tuning import digest as _digest
 from .._tuning.explain import decision_text
 from .._tuning.result import TuningResult, format_table
+from .._tuning.staleness import Reason, judge, reason_of
 from .._tuning.store import cache as _cache
 from .._tuning.store import result_files as _results
 from .._tuning.store.layout import XLA_DIR
@@ -317,13 +317,10 @@ class Freshness:
         return known
 
     def reasons(self, e: Entry) -> list[str]:
-        """``["code changed", "toolchain"]``, the part of it that holds, or ``[]``."""
-        out = []
-        if self.code(e) == "changed":
-            out.append("code changed")
-        if _versions.stale(dict(e.versions)):
-            out.append("toolchain")
-        return out
+        """``["code changed", "toolchain"]``, the part of it that holds, or ``[]``: the
+        reasons of :func:`jaxtune._tuning.staleness.judge` that can be told without the
+        kernel's space, as their labels."""
+        return [s.reason.value for s in judge(e, code_changed=self.code(e) == "changed")]
 
 
 def _summary(
@@ -524,9 +521,9 @@ def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> Non
 
 #: What a stale reason means for an imported entry.
 _STALE_MEANS = {
-    "code changed": "tuned for other code of the kernel than the code here, so a lookup "
+    Reason.CODE.value: "tuned for other code of the kernel than the code here, so a lookup "
     "passes it over (a miss)",
-    "toolchain": "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a "
+    Reason.TOOLCHAIN.value: "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a "
     "warning and tune mode re-tunes it",
 }
 
@@ -673,8 +670,9 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
             "source": r["source"],
         }
         why = str(r.get("stale") or "")
-        if not why and _tune.wrong_pass(r, r.get("entry_timing", "")):
-            why = "timed the forward pass only; the call is differentiated"
+        wrong = _tune.wrong_pass(r, r.get("entry_timing", ""))
+        if not why and wrong is not None:
+            why = wrong.text
         if why:
             stale.append({**row, "reason": why})
         elif r["source"] == "default":
@@ -702,7 +700,7 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     ]
     if missing or stale:
         given = args.program[1:] if args.program[:1] == ["--"] else args.program
-        again = any(m["reason"].startswith("tuned with another toolchain") for m in stale)
+        again = any(reason_of(m["reason"]) is Reason.TOOLCHAIN for m in stale)
         flags = ["--retune"] if again else []
         # The same recording as this check: what it saw, the tune sees.
         flags += ["--full"] if args.full else []

@@ -33,8 +33,9 @@ from .._isolation.frames import FrameError, Module, NotTransportable
 from .._render.units import count
 from .._tuning.digest import CodeDigest
 from .._tuning.result import format_table
+from .._tuning.staleness import Stale
+from .._tuning.staleness import wrong_pass as _wrong_pass
 from .._tuning.store import cache as _cache
-from .._tuning.store import shared as _shared
 from .recording import SETTLE_S, add_recording_options
 
 if TYPE_CHECKING:
@@ -255,10 +256,10 @@ def timed_pass(record: dict[str, Any]) -> str:
     return str(plan.get("timing") or "")
 
 
-def wrong_pass(record: dict[str, Any], entry_timing: str) -> bool:
-    """Whether the entry a recorded call would reuse timed the forward pass only, while the
-    call runs its backward too: such a call is tuned again."""
-    return timed_pass(record) == "vjp" and entry_timing == "forward"
+def wrong_pass(record: dict[str, Any], entry_timing: str) -> Stale | None:
+    """Whether the entry a recorded call would reuse timed the wrong pass for the call's
+    sweep (:func:`jaxtune._tuning.staleness.wrong_pass`): such a call is tuned again."""
+    return _wrong_pass(entry_timing, timed_pass(record))
 
 
 def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) -> str:
@@ -277,9 +278,9 @@ def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) ->
 
 def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]]:
     """Sweeps each recorded call in a child and writes the cache: ``(entries, problems)``."""
-    from .._tuning.sweep.entry import make_entry
     from .._tuning.sweep.inputs import SYNTHESISED_TEXT, made_up_integers
     from .._tuning.sweep.requests import read_request, with_recorded_values
+    from .._tuning.sweep_rules import keep
 
     entries: list[Entry] = []
     problems: list[str] = []
@@ -328,10 +329,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             continue
         kind = runner.ready.device_kind if runner.ready else record["device_kind"]
         code = CodeDigest.from_wire(record.get("code"))
-        entry = make_entry(plan, outcome, kind, record["version"], code=code)
-        _cache.user_cache().keep([entry])
-        _shared.publish([entry])
-        entries.append(entry)
+        entries.append(keep(plan, outcome, kind, record["version"], code=code))
     return entries, problems
 
 
@@ -350,7 +348,7 @@ def had_config(record: dict[str, Any]) -> bool:
     the pass the call runs, and not stale (another toolchain, new configs in the space)."""
     return (
         record["source"] in HITS
-        and not wrong_pass(record, record.get("entry_timing", ""))
+        and wrong_pass(record, record.get("entry_timing", "")) is None
         and not (record["source"] != "scope" and record.get("stale"))
     )
 

@@ -81,11 +81,11 @@ class SweepSharing:
         """The whole sweep, measured by this process."""
         return self.runner.sweep(task)
 
-    def plan(self, task: SweepTask) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def space(self, task: SweepTask) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The configs the sweep measures and its default (the leader publishes them)."""
         return [dict(c) for c in task.plan.configs], dict(task.plan.default)
 
-    def with_plan(
+    def with_space(
         self, task: SweepTask, configs: Sequence[Mapping[str, Any]], default: Mapping[str, Any]
     ) -> SweepTask:
         """``task`` measuring the leader's configs against the leader's default."""
