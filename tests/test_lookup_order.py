@@ -251,6 +251,21 @@ def test_a_forward_entry_answers_a_differentiated_call_except_where_tune_mode_sw
     assert answer(got) == ("cache", CONFIG["user"])
 
 
+def test_a_forward_entry_of_a_kernel_that_times_vjp_is_swept_again_in_tune_mode(
+    stores, monkeypatch
+):
+    """One wrong-pass rule (jaxtune._tuning.staleness.wrong_pass), as ``jaxtune tune --``
+    reads it: an entry of the forward pass alone does not serve a sweep of forward and
+    backward, whether ``timing="auto"`` or ``timing="vjp"`` asked for it."""
+    stores.user.keep([entry(CONFIG["user"], timing="forward")])
+    call = fake_call(timing="vjp")
+    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["user"])  # cached mode
+    assert call.current_entry() is None  # jaxtune.tune sweeps it
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
+    assert stores.sweeps == ["vjp"]
+
+
 @pytest.mark.parametrize("mode", ["cached", "tune"])
 def test_a_traced_miss_is_what_on_miss_says_and_config_for_stays_silent(stores, monkeypatch, mode):
     monkeypatch.setenv("JAXTUNE_MODE", mode)
