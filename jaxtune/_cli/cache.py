@@ -279,11 +279,13 @@ def _sources(
     return found
 
 
-class Freshness:
-    """Why entries are stale, worked out once per distinct code (``code`` is
-    ``fresh``, ``changed`` or ``unknown``, from the kernel's source files as they are now,
-    without importing them; see :func:`jaxtune._tuning.digest.check_parts`), the modules
-    looked for in ``sources`` first, then on ``sys.path`` and in the working directory."""
+class StaleJudge:
+    """Why entries are stale, for the commands that list, prune and import them: the
+    reasons :func:`jaxtune._tuning.staleness.judge` gives without a kernel's space, the
+    code judged once per distinct code (``code`` is ``fresh``, ``changed`` or ``unknown``,
+    from the kernel's source files as they are now, without importing them; see
+    :func:`jaxtune._tuning.digest.check_parts`), the modules looked for in ``sources``
+    first, then on ``sys.path`` and in the working directory."""
 
     def __init__(self, sources: Sequence[pathlib.Path] = ()) -> None:
         self._code: dict[tuple[tuple[str, str, str], ...], str] = {}
@@ -292,7 +294,7 @@ class Freshness:
         )
 
     @classmethod
-    def of(cls, args: argparse.Namespace) -> Freshness:
+    def of(cls, args: argparse.Namespace) -> StaleJudge:
         """The freshness ``--source`` asks for.
 
         Raises:
@@ -324,9 +326,9 @@ class Freshness:
 
 
 def _summary(
-    e: Entry, where: Source, *, full: bool = False, fresh: Freshness | None = None
+    e: Entry, where: Source, *, full: bool = False, fresh: StaleJudge | None = None
 ) -> dict[str, Any]:
-    fresh = fresh or Freshness()
+    fresh = fresh or StaleJudge()
     reasons = fresh.reasons(e)
     return {
         **e.summary(full=full),
@@ -350,7 +352,7 @@ def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
         for where, entries in _sources(args, store)
     ]
     sections = []
-    fresh = Freshness.of(args)
+    fresh = StaleJudge.of(args)
     for where, entries in layers:
         stale: dict[tuple[str, str, str], str] = {}
         for e in entries:
@@ -397,7 +399,7 @@ def _show_action(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -
         page = TuningResult.of(*(e for e, _ in found)).to_html()
         target.write_text(page)
         print(f"jaxtune cache show: wrote {target}", file=sys.stderr)
-    fresh = Freshness.of(args)
+    fresh = StaleJudge.of(args)
     out({"entries": [_summary(e, w, full=True, fresh=fresh) for e, w in found]}, _show(found))
 
 
@@ -481,7 +483,7 @@ def _conflict_line(c: _cache.Conflict) -> str:
 
 
 def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
-    fresh = Freshness.of(args)
+    fresh = StaleJudge.of(args)
     entries = _results.load(args.file)
     merged = store.merge(entries, keep_newer=args.keep_newer)
     replaced, kept = merged.replaced, merged.kept
@@ -556,7 +558,7 @@ def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
             "prune needs --stale and/or --kernel KERNEL; `jaxtune cache clear` removes everything."
         )
 
-    fresh = Freshness.of(args)
+    fresh = StaleJudge.of(args)
 
     def doomed(e: Entry) -> bool:
         return (not args.stale or bool(fresh.reasons(e))) and (
