@@ -308,6 +308,23 @@ def test_the_sweep_folder_says_where_each_module_runs():
     prefix = "jaxtune._tuning.sweep."
     folder = {n[len(prefix) :] for n in MODULES if n.startswith(prefix)}
     assert sorted(named) == sorted(folder)  # each once, none left out
+    # A module's docstring that opens with where it runs says its group's words.
+    tags = {
+        "parent": "Parent side.",
+        "wire": "Wire.",
+        "kernel side": "Kernel side.",
+        "both": "Both sides.",
+    }
+    wrong = {
+        f"{m}: {where}, opens {doc.split('.')[0]!r}"
+        for where, members in groups.items()
+        for m in members
+        if (doc := ast.get_docstring(TREES[prefix + m]) or "").startswith(
+            tuple(t for t in tags.values())
+        )
+        and not doc.startswith(tags[where])
+    }
+    assert wrong == set()
     parent = {prefix + m for m in sweep.PARENT}
     reached = {
         f"{m} ({where}) -> {imported}"

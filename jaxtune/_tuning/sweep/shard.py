@@ -1,5 +1,5 @@
-"""A sweep shared by the processes of a job: each measures every n-th config, and the
-leader merges the shares and picks the winner by the single-process rule.
+"""Parent side. A sweep shared by the processes of a job: each measures every n-th config, and
+the leader merges the shares and picks the winner by the single-process rule.
 
 :class:`SweepSharing` is what :mod:`jaxtune._distributed.agree` is given to split a sweep
 (its ``Sharing`` protocol): agreement moves the shares between processes, this module
