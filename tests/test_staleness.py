@@ -125,11 +125,10 @@ def test_the_wrong_pass_rule(entry_timing: str, timed_now: str, wrong: bool) -> 
 
 def test_the_cli_and_the_lookup_ask_the_same_rule() -> None:
     """`jaxtune tune --` reads a recorded call's pass from its sweep request."""
-    from jaxtune._cli.tune import had_config
-    from jaxtune._cli.tune import wrong_pass as recorded_wrong_pass
+    from jaxtune._cli.tune import had_config, timed_pass
 
     record = {"source": "cache", "request": {"plan": {"timing": "vjp"}}, "entry_timing": "forward"}
-    assert recorded_wrong_pass(record, "forward") == wrong_pass("forward", "vjp")
+    assert timed_pass(record) == "vjp"
     assert not had_config(record)
     assert had_config({**record, "entry_timing": "vjp"})
 

@@ -23,7 +23,7 @@ from .._render import units as _units
 from .._tuning import digest as _digest
 from .._tuning.explain import decision_text
 from .._tuning.result import TuningResult, format_table
-from .._tuning.staleness import Reason, judge, reason_of
+from .._tuning.staleness import Reason, judge, reason_of, wrong_pass
 from .._tuning.store import cache as _cache
 from .._tuning.store import result_files as _results
 from .._tuning.store.layout import XLA_DIR
@@ -672,7 +672,7 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
             "source": r["source"],
         }
         why = str(r.get("stale") or "")
-        wrong = _tune.wrong_pass(r, r.get("entry_timing", ""))
+        wrong = wrong_pass(r.get("entry_timing", ""), _tune.timed_pass(r))
         if not why and wrong is not None:
             why = wrong.text
         if why:

@@ -33,8 +33,7 @@ from .._isolation.frames import FrameError, Module, NotTransportable
 from .._render.units import count
 from .._tuning.digest import CodeDigest
 from .._tuning.result import format_table
-from .._tuning.staleness import Stale
-from .._tuning.staleness import wrong_pass as _wrong_pass
+from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
 from .recording import SETTLE_S, add_recording_options
 
@@ -61,7 +60,6 @@ __all__ = [
     "sweep_records",
     "sweep_runner",
     "timed_pass",
-    "wrong_pass",
 ]
 
 #: Where a config came from when the call already had a tuned one.
@@ -251,15 +249,10 @@ def merged(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def timed_pass(record: dict[str, Any]) -> str:
     """The pass a recorded call's sweep would time (``forward``, ``vjp``; ``""`` when the
-    recording holds no sweep)."""
+    recording holds no sweep): what :func:`jaxtune._tuning.staleness.wrong_pass` judges
+    the entry the call would reuse by."""
     plan = (record.get("request") or {}).get("plan") or {}
     return str(plan.get("timing") or "")
-
-
-def wrong_pass(record: dict[str, Any], entry_timing: str) -> Stale | None:
-    """Whether the entry a recorded call would reuse timed the wrong pass for the call's
-    sweep (:func:`jaxtune._tuning.staleness.wrong_pass`): such a call is tuned again."""
-    return _wrong_pass(entry_timing, timed_pass(record))
 
 
 def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) -> str:
@@ -348,7 +341,7 @@ def had_config(record: dict[str, Any]) -> bool:
     the pass the call runs, and not stale (another toolchain, new configs in the space)."""
     return (
         record["source"] in HITS
-        and wrong_pass(record, record.get("entry_timing", "")) is None
+        and wrong_pass(record.get("entry_timing", ""), timed_pass(record)) is None
         and not (record["source"] != "scope" and record.get("stale"))
     )
 
