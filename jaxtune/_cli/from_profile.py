@@ -20,8 +20,9 @@ from .._core.errors import JaxtuneError
 from .._profiling.report import CALLS_SUFFIX, report_from_trace
 from .._profiling.sidecar import INFO_FILE
 from .._tuning.result import format_table
+from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
-from .tune import sweep_records, wrong_pass
+from .tune import sweep_records, timed_pass
 
 __all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run", "tuned_here"]
 
@@ -147,7 +148,7 @@ def tuned_here(frame: dict[str, Any]) -> bool:
     return (
         entry is not None
         and (version is None or entry.kernel_version == version)
-        and not wrong_pass(frame, entry.timing)
+        and wrong_pass(entry.timing, timed_pass(frame)) is None
     )
 
 

@@ -33,8 +33,8 @@ from .._isolation.frames import FrameError, Module, NotTransportable
 from .._render.units import count
 from .._tuning.digest import CodeDigest
 from .._tuning.result import format_table
+from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
-from .._tuning.store import shared as _shared
 from .recording import SETTLE_S, add_recording_options
 
 if TYPE_CHECKING:
@@ -60,7 +60,6 @@ __all__ = [
     "sweep_records",
     "sweep_runner",
     "timed_pass",
-    "wrong_pass",
 ]
 
 #: Where a config came from when the call already had a tuned one.
@@ -250,15 +249,10 @@ def merged(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def timed_pass(record: dict[str, Any]) -> str:
     """The pass a recorded call's sweep would time (``forward``, ``vjp``; ``""`` when the
-    recording holds no sweep)."""
+    recording holds no sweep): what :func:`jaxtune._tuning.staleness.wrong_pass` judges
+    the entry the call would reuse by."""
     plan = (record.get("request") or {}).get("plan") or {}
     return str(plan.get("timing") or "")
-
-
-def wrong_pass(record: dict[str, Any], entry_timing: str) -> bool:
-    """Whether the entry a recorded call would reuse timed the forward pass only, while the
-    call runs its backward too: such a call is tuned again."""
-    return timed_pass(record) == "vjp" and entry_timing == "forward"
 
 
 def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) -> str:
@@ -277,9 +271,9 @@ def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) ->
 
 def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]]:
     """Sweeps each recorded call in a child and writes the cache: ``(entries, problems)``."""
-    from .._tuning.sweep.entry import make_entry
     from .._tuning.sweep.inputs import SYNTHESISED_TEXT, made_up_integers
     from .._tuning.sweep.requests import read_request, with_recorded_values
+    from .._tuning.sweep_rules import keep
 
     entries: list[Entry] = []
     problems: list[str] = []
@@ -328,10 +322,7 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
             continue
         kind = runner.ready.device_kind if runner.ready else record["device_kind"]
         code = CodeDigest.from_wire(record.get("code"))
-        entry = make_entry(plan, outcome, kind, record["version"], code=code)
-        _cache.user_cache().keep([entry])
-        _shared.publish([entry])
-        entries.append(entry)
+        entries.append(keep(plan, outcome, kind, record["version"], code=code))
     return entries, problems
 
 
@@ -350,7 +341,7 @@ def had_config(record: dict[str, Any]) -> bool:
     the pass the call runs, and not stale (another toolchain, new configs in the space)."""
     return (
         record["source"] in HITS
-        and not wrong_pass(record, record.get("entry_timing", ""))
+        and wrong_pass(record.get("entry_timing", ""), timed_pass(record)) is None
         and not (record["source"] != "scope" and record.get("stale"))
     )
 

@@ -27,7 +27,7 @@ from .._core import settings as _settings
 from .._core.vocabulary import Choice
 from . import values as _values
 from .bound import BoundCall
-from .kernel_sweep import pass_now
+from .sweep_rules import pass_now
 
 __all__ = ["finding_kernels", "note", "observing_calls"]
 

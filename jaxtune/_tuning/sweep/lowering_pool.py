@@ -1,4 +1,4 @@
-"""Lowering a sweep's configs in processes side by side (parent side; the processes run
+"""Kernel side. Lowering a sweep's configs in processes side by side (parent side; the processes run
 :mod:`.lowering_worker`), so that a large space's tracing does not run one config at a
 time on the sweep's one lowering thread.
 

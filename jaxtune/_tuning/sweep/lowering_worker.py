@@ -1,4 +1,4 @@
-"""A lowering process (runs in its own process, started by :mod:`.lowering_pool`): traces
+"""Kernel side. A lowering process (runs in its own process, started by :mod:`.lowering_pool`): traces
 and lowers its share of a sweep's configs through ``jax.export`` and keeps each program in
 the task's store (:mod:`.kept_programs`), for the compiling process to load.
 

@@ -1,5 +1,5 @@
-"""Configs Mosaic TPU will refuse, found in a config's traced program before it is lowered
-and compiled: a large space's refused configs then cost a trace each, not a compile.
+"""Kernel side. Configs Mosaic TPU will refuse, found in a config's traced program before it is
+lowered and compiled: a large space's refused configs then cost a trace each, not a compile.
 
 Each rule reads the traced program's ``pallas_call`` equations (the block specs of their
 ``grid_mapping``, the DMAs of their kernels) and is conservative: it refuses only what JAX's Pallas TPU lowering

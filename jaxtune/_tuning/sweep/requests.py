@@ -1,8 +1,8 @@
-"""The requests a sweep sends its child, answered there by
-:mod:`jaxtune._tuning.sweep.serve`: a :class:`~jaxtune._isolation.frames.Request` whose
-fields (:class:`SweepFields`) are the task (its id and plan; the request also carries the
-kernel's reference and its encoded arguments) and the operation, :class:`Measure` or
-:class:`Retime`; and which config the others' outputs are checked against."""
+"""Wire. The requests a sweep sends its child, answered there by
+:mod:`jaxtune._tuning.sweep.serve`: a :class:`~jaxtune._isolation.frames.Request` whose fields
+(:class:`SweepFields`) are the task (its id and plan; the request also carries the kernel's
+reference and its encoded arguments) and the operation, :class:`Measure` or :class:`Retime`; and
+which config the others' outputs are checked against."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What one sweep is asked to do: the plan the parent decides (plain data, so it travels to
-a child or a recording file) and the task, the plan with the kernel where it runs.
+"""Wire. What one sweep is asked to do: the plan the parent decides (plain data, so it travels
+to a child or a recording file) and the task, the plan with the kernel where it runs.
 
 A leaf of the sweep: the engine (:mod:`.engine`) that does the work and the orchestration
 (:mod:`.drive`) that drives it both read these types, and neither is imported here.
