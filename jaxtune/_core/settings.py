@@ -338,7 +338,7 @@ VARIABLES: tuple[Variable, ...] = (
         doc="Processes that trace and lower a sweep's configs side by side, for the "
         "compiling process to load (kept programs, so JAXTUNE_COMPILE_CACHE must be on): "
         "auto uses the host's cores on a TPU v5e or v6e where lowering a sweep's configs one "
-        "by one would take 10 s or more; "
+        "by one would take 30 s or more; "
         "0 lowers in the sweep's own process, one config at a time (docs/autotuned.md).",
     ),
 )

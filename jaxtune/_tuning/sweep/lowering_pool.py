@@ -51,10 +51,11 @@ __all__ = ["AUTO_MIN_SECONDS", "LoweringPool", "topology_name"]
 
 #: The fewest seconds the configs left to lower would take in the sweep's process (at the
 #: first config's pace) for which ``auto`` starts processes: each costs a start (importing
-#: JAX and the kernel's module, 3-5 s on a TPU v5e host), which JAX's flash attention's 16
-#: configs (0.9 s of lowering in all) never earn back: the sweep took 14.1 s with two
-#: processes against a plain loop's 8.7 s.
-AUTO_MIN_SECONDS = 10.0
+#: JAX and the kernel's module, 3-5 s on a TPU v5e host), and a process's first trace is
+#: slower than the rest, so the estimate runs high. JAX's flash attention's 16 configs (0.9
+#: s of lowering in all) never earn a start back: with two processes (a threshold of 10 s)
+#: its sweep took 14.1-14.8 s against a plain loop's 8.7-9.3 s.
+AUTO_MIN_SECONDS = 30.0
 #: Configs per process at least, under ``auto``.
 _PER_PROCESS = 8
 #: A chip's device kind and the single-chip topology a lowering process asks libtpu for.
