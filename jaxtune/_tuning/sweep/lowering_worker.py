@@ -9,7 +9,7 @@ default device, so that kernel code asking what it runs on (Tokamax's ops do) se
 chip. What it produces is never taken on faith: the compiling process compares the first
 program it loads with one it lowers itself, and lowers everything itself when they differ.
 
-Reads one msgpack map on stdin (:func:`.lowering_pool.request`), writes one msgpack map
+Reads one msgpack map on stdin (what :meth:`.lowering_pool.LoweringPool.start` sends), writes one msgpack map
 per config on stdout as it goes: ``{"cid", "outcome", "reason"}``, ``outcome`` one of
 ``kept``, ``refused`` (the refusal is kept too), ``failed`` (tracing raised: the compiling
 process lowers it itself and keeps what it finds) or ``unexported`` (``jax.export`` cannot
