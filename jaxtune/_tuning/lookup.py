@@ -34,6 +34,7 @@ from .._core.vocabulary import Entry, Source, config_id
 from .._distributed import agree as _agree
 from .digest import KernelCode
 from .result import active_scopes
+from .state import TUNING_STATE
 from .store import cache as _cache
 from .store import shared as _shared
 
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 
+@TUNING_STATE.memo("device kind", "the device kind of the default backend")
 @functools.cache
 def device_kind() -> str:
     """The device kind of the default backend (``"cpu"``, ``"TPU v5 lite"``, ``"NVIDIA H100"``)."""
@@ -100,9 +102,12 @@ _MSG_KEYS = (
     "cache prune --kernel {kernel}` drops the old entries."
 )
 
-#: (kernel, version, device kind, key, created, swept-space size) -> why the entry is stale
-#: (worked out once per process, not once per trace).
-_STALE: dict[tuple[Any, ...], str] = {}
+_STALE: dict[tuple[Any, ...], str] = TUNING_STATE.keep(
+    "staleness",
+    dict,
+    "(kernel, version, device kind, key, created, swept-space size) -> why the entry is "
+    "stale (worked out once per process, not once per trace)",
+)
 
 
 def _new_configs(entry: Entry, swept: Sequence[Mapping[str, Any]]) -> int:
