@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import jaxtune
 from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.state import TUNING_STATE
 from jaxtune._tuning.store import cache as _cache
 
 
@@ -112,7 +113,7 @@ def measure(n: int) -> dict[str, object]:
         return _cache.CacheStore(store.root).lookup(name, kind, key)
 
     def first_config_for() -> object:
-        _cache._STORES.clear()  # the next lookup builds a new user cache store
+        TUNING_STATE.reset("user caches")  # the next lookup builds a new user cache store
         return kernel.config_for(x)
 
     assert fresh_lookup(key) is not None and fresh_lookup("absent") is None

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import jaxtune
 from jaxtune._tuning import digest as _digest
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning.state import TUNING_STATE
 from jaxtune._tuning.store import cache as _cache
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -59,7 +60,7 @@ def cold_and_warm() -> list[dict[str, object]]:
 
     rows = []
     for kernel in (matmul, chunked_logsumexp):
-        _digest._TREES.clear()
+        TUNING_STATE.reset("parsed modules")
         start = time.perf_counter()
         value = _digest.code_digest(kernel)
         cold_ms = (time.perf_counter() - start) * 1e3

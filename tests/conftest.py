@@ -199,25 +199,20 @@ def incli(capsys):
 @pytest.fixture(autouse=True)
 def _no_packaged_caches():
     """Each test starts with no packaged cache registered, and forgets those it registers."""
-    from jaxtune._tuning.store import cache as _cache
+    from jaxtune._tuning.state import TUNING_STATE
 
-    def forget() -> None:
-        with _cache._REGISTRY_LOCK:
-            _cache._LAYERS.clear()
-        _cache._changed()
-
-    forget()
+    TUNING_STATE.reset("packaged caches")
     yield
-    forget()
+    TUNING_STATE.reset("packaged caches")
 
 
 @pytest.fixture
-def fresh_warnings(monkeypatch):
+def fresh_warnings():
     """This test's warn-once warnings are given again, as in a fresh process (jaxtune gives
     each once per process: ``jaxtune._core.errors.warn_once``)."""
-    from jaxtune._core import errors as _errors
+    from jaxtune._core.state import CORE_STATE
 
-    monkeypatch.setattr(_errors, "_WARNED", set())
+    CORE_STATE.reset("warned")
 
 
 def _sweep_timing(monkeypatch: pytest.MonkeyPatch, **options: float) -> object:

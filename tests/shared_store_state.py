@@ -7,18 +7,14 @@ import collections
 
 import pytest
 
+from jaxtune._tuning.state import TUNING_STATE
 from jaxtune._tuning.store import shared as _shared
 from jaxtune._tuning.store.remote import SharedStore
 
 
 def forget() -> None:
     """Forgets every store, failure and read of this process, as a fresh process starts."""
-    with _shared._LOCK:
-        _shared._STORES.clear()
-        _shared._DOWN.clear()
-        _shared._NO_PUBLISH.clear()
-        _shared._READ.clear()
-        _shared._STRAYS.clear()
+    TUNING_STATE.reset("shared store")
 
 
 def count_requests(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
@@ -29,7 +25,7 @@ def count_requests(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     run = SharedStore._run
 
     def counted(self: SharedStore, what: str, fn):  # type: ignore[no-untyped-def]
-        if what != "connecting" and any(s is self for s in _shared._STORES.values()):
+        if what != "connecting" and any(s is self for s in _shared._KNOWN.stores.values()):
             counts[self.url] += 1
         return run(self, what, fn)
 

@@ -1,5 +1,6 @@
 """The package's shape: layers that only point down, no module reaching into another's
-private names, no import cycles, and a top level that holds only the doorway."""
+private names, no import cycles, a top level that holds only the doorway, and no state
+kept at module level outside each layer's ``ProcessState``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ LAYERS = [
     {"_core"},
     {"_program", "_isolation", "_render"},
     {"_distributed"},
-    {"_tuning", "_profiling"},
+    {"_tuning"},
+    # A profile reports the tuning flow's facts about the autotuned calls it saw (their
+    # cost hints, configs and tuned speedups, the recorded call ``tune --from-profile``
+    # replays): it reads them from the tuning flow, which never reads a profile.
+    {"_profiling"},
     {"jaxtune"},  # the doorway: ``__init__`` (public names, re-exported) and ``flags``
     {"examples"},  # kernels written as users write them, through the doorway
     {"_cli"},  # ``jaxtune demo`` runs the examples
@@ -335,3 +340,166 @@ def test_the_sweep_folder_says_where_each_module_runs():
         if imported in parent
     }
     assert reached == set()
+
+
+#: Module-level containers that hold no state of the process: tables fixed at import.
+CONSTANT_TABLES = {
+    "jaxtune._LAZY",
+    "jaxtune._cli.cache._STALE_MEANS",
+    "jaxtune._cli.cache._ACTIONS",
+    "jaxtune._cli.cache_sync.ACTIONS",
+    "jaxtune._cli.demo.SHAPES",
+    "jaxtune._core.arrays._SHORT",
+    "jaxtune._core.codec.ENUMS",
+    "jaxtune._core.flags.LEGACY_NAMES",
+    "jaxtune._core.settings._BY_FIELD",
+    "jaxtune._core.typed._NAMES",
+    "jaxtune._core.xspace.schema._MESSAGES",
+    "jaxtune._core.xspace.schema._MAP_ENTRIES",
+    "jaxtune._isolation.frames._ERROR_CLASSES",
+    "jaxtune._isolation.frames._KIND_OF_CLASS",
+    "jaxtune._isolation.frames._REPLIES",
+    "jaxtune._profiling.html._KIND_COLOURS",
+    "jaxtune._profiling.html._SOURCE_MARKERS",
+    "jaxtune._profiling.mosaic_work._DTYPE_BYTES",
+    "jaxtune._profiling.mosaic_work._SIGNED",
+    "jaxtune._profiling.mosaic_work._UNSIGNED",
+    "jaxtune._profiling.table.BOUND_HELP",
+    "jaxtune._profiling.table._OVERCOUNT",
+    "jaxtune._tuning.options.EFFORTS",
+    "jaxtune._tuning.report_html.STAGES",
+    "jaxtune._tuning.report_html._PASSES",
+    "jaxtune._tuning.sweep.check._AUTO_TOLERANCE",
+    "jaxtune._tuning.sweep.search.STRATEGIES",
+    "jaxtune._tuning.sweep.timers.TIMERS",
+}
+#: Memos of pure functions, or of what is installed (fixed for the process's life).
+FIXED_MEMOS = {
+    "jaxtune._cli.doctor_checks.embedded_llo",
+    "jaxtune._core.arrays.key_impl",
+    "jaxtune._core.arrays.key_dtype",
+    "jaxtune._core.flags._contains_word",
+    "jaxtune._core.typed._writer",
+    "jaxtune._core.typed._reader",
+    "jaxtune._tuning.sweep.intervals.rank",
+}
+#: No state to reset: one decode's depth, per thread; ids unique for the process's life.
+NO_STATE = {"jaxtune._core.codec._DEPTH", "jaxtune._tuning.result._IDS"}
+#: Still to become parts of the tuning state, in modules of the sweep another change is
+#: editing: the compilation cache jaxtune enabled, two memos of what is installed.
+NOT_YET = {
+    "jaxtune._tuning.sweep.compile_cache._ENABLED",
+    "jaxtune._tuning.sweep.kept_programs.serialisable",
+    "jaxtune._tuning.sweep.kept_programs._installed",
+}
+NOT_STATE = CONSTANT_TABLES | FIXED_MEMOS | NO_STATE | NOT_YET
+
+#: Calls that make a mutable container (a registry when kept at module level).
+_CONTAINERS = {
+    "dict", "list", "set", "bytearray", "defaultdict", "OrderedDict", "Counter", "deque",
+    "WeakSet", "WeakValueDictionary", "WeakKeyDictionary", "local", "count",
+}  # fmt: skip
+_MEMOS = {"cache", "lru_cache", "cached_property"}
+
+
+def _callee(node: ast.expr) -> str:
+    func = node.func if isinstance(node, ast.Call) else node
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _module_state(tree: ast.Module) -> list[tuple[str, int]]:
+    """``(name, line)`` of each module-level registry of ``tree`` that no ``ProcessState``
+    holds: a mutable container assigned at the top level (a literal, a comprehension or a
+    container's constructor; ``X_STATE.keep(...)`` is held), a function memoized there
+    (``functools.cache``/``lru_cache``) without ``X_STATE.memo``, and a ``global``
+    statement anywhere (a module variable rebound from inside a function)."""
+    found = []
+    literals = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            mutable = isinstance(value, literals) or (
+                isinstance(value, ast.Call) and _callee(value) in _CONTAINERS
+            )
+            for target in targets:
+                if mutable and isinstance(target, ast.Name) and target.id != "__all__":
+                    found.append((target.id, node.lineno))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names = {_callee(d) for d in node.decorator_list}
+            if names & _MEMOS and "memo" not in names:
+                found.append((node.name, node.lineno))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found += [(name, node.lineno) for name in node.names]
+    return found
+
+
+def test_state_kept_across_calls_lives_in_each_layers_process_state():
+    """A new registry at module level fails here: declare it a part of its layer's
+    ``ProcessState`` (``keep``, ``memo`` or ``resets``), so tests and readers find it and
+    its reset, or, for a constant table, add it to :data:`NOT_STATE`."""
+    found = {
+        f"{module}.{name}": line
+        for module, tree in TREES.items()
+        for name, line in _module_state(tree)
+    }
+    assert sorted(f"{name}:{line}" for name, line in found.items() if name not in NOT_STATE) == []
+    assert sorted(NOT_STATE - set(found)) == [], "NOT_STATE names what is no longer there"
+
+
+def test_the_state_check_sees_containers_memos_and_globals():
+    """The check itself: a dict kept at module level, a memoized function and a rebound
+    module variable are found; a container a ``ProcessState`` keeps, a memo it registers, a
+    lock and ``__all__`` are not."""
+    source = (
+        "import functools, threading\n"
+        "from .state import CORE_STATE\n"
+        "__all__ = ['f']\n"
+        "_SEEN: dict[str, int] = {}\n"
+        "_HELD = CORE_STATE.keep('held', dict, 'held')\n"
+        "_LOCK = threading.Lock()\n"
+        "@functools.cache\ndef f(): ...\n"
+        "@CORE_STATE.memo('g', 'g')\n@functools.cache\ndef g(): ...\n"
+        "def h():\n    global _LAST\n"
+    )
+    assert [n for n, _ in _module_state(ast.parse(source))] == ["_SEEN", "f", "_LAST"]
+
+
+def test_each_layer_keeps_its_state_in_one_named_object():
+    """Every layer with state has one ``state`` module holding one ``ProcessState``; a
+    module declares parts only of its own layer's (or, in ``_core``, of ``CORE_STATE``),
+    and no two declarations name one part (a module run as ``__main__`` and imported too
+    declares its parts twice at run time, so the state itself allows that)."""
+    offences = []
+    declared: dict[tuple[str, str], str] = {}
+    for name, tree in TREES.items():
+        package = _package(name)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in {"keep", "memo", "resets"}
+                and isinstance(node.value, ast.Name)
+                and node.value.id.endswith("_STATE")
+            ):
+                owner = node.value.id.removesuffix("_STATE").lower()
+                if f"_{owner}" != package and not (owner == "core" and package == "_core"):
+                    offences.append(f"{name}:{node.lineno} declares a part of {node.value.id}")
+        for call in ast.walk(tree):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr in {"keep", "memo", "resets"}
+                and isinstance(call.func.value, ast.Name)
+                and call.func.value.id.endswith("_STATE")
+                and call.args
+                and isinstance(call.args[0], ast.Constant)
+            ):
+                part = (call.func.value.id, str(call.args[0].value))
+                if part in declared:
+                    offences.append(
+                        f"{name}:{call.lineno} declares {part} again ({declared[part]})"
+                    )
+                declared[part] = f"{name}:{call.lineno}"
+    assert offences == []
+    assert len(declared) > 30  # the check sees the declarations

@@ -17,15 +17,16 @@ import pytest
 
 from jaxtune._core.errors import JaxtuneWarning
 from jaxtune._isolation import logs as _logs
+from jaxtune._isolation.state import ISOLATION_STATE
 
 
 @pytest.fixture
 def tmpdir_here(tmp_path, monkeypatch, fresh_warnings):
     """$TMPDIR is ``tmp_path`` for this process (as a fresh process would find it)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(_logs, "_PRIVATE", [])
-    monkeypatch.setattr(_logs, "_OWN", [], raising=False)
-    return tmp_path
+    ISOLATION_STATE.reset("log folders")
+    yield tmp_path
+    ISOLATION_STATE.reset("log folders")
 
 
 def spoil(tmp_path: pathlib.Path, how: str) -> pathlib.Path:
@@ -66,12 +67,12 @@ def test_a_spoiled_log_folder_is_refused_once_for_one_every_run_reuses(tmpdir_he
     assert folder == spare and private(folder)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once
-        _logs._PRIVATE.clear()  # as the next process would choose
+        ISOLATION_STATE.reset("log folders")  # as the next process would choose
         assert _logs.log_dir() == spare
     assert not list(landing.iterdir())
     # Crash logs of every run meet in one folder, so only the newest few are kept.
     for pid in range(_logs.KEEP_CRASH_LOGS + 2):
-        _logs._PRIVATE.clear()
+        ISOLATION_STATE.reset("log folders")
         log = _logs.log_dir() / f"child-{os.getpid()}-{pid}.log"
         log.write_text("boom")
         os.utime(log, (pid, pid))

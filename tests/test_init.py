@@ -139,3 +139,11 @@ def test_report_command_reads_a_trace_without_importing_jax(tmp_path):
     status, jax_imported, names, calls = json.loads(_python(code))
     assert (status, jax_imported) == (0, False)
     assert names == ["tiled_matmul"] and calls == [2]
+
+
+@pytest.mark.child
+def test_profiled_loads_no_module_of_the_tuning_flow():
+    """The profiling flow reads the tuning flow's facts (``_tuning/bound.marked_call``) only
+    where a capture saw an autotuned call, which the tuning flow, loaded, marked."""
+    code = "import sys, jaxtune; jaxtune.profiled; print(any('_tuning' in m for m in sys.modules))"
+    assert _python(code) == "False"

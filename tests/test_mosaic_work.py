@@ -18,6 +18,7 @@ import jaxtune
 from jaxtune._core.xspace import schema, xplane
 from jaxtune._profiling import mosaic, mosaic_work
 from jaxtune._profiling.hlo import text
+from jaxtune._profiling.state import PROFILING_STATE
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "v5e"
 
@@ -363,5 +364,5 @@ def test_a_mutated_body_never_crashes_the_reading_process():
     (original,) = mosaic_work.works([body])
     assert original is not None and original.flops
     for i in crashed[:1]:  # a fresh child reads the bodies after the one that killed one
-        mosaic_work._memo.clear()
+        PROFILING_STATE.reset("mosaic bodies")
         assert mosaic_work.works([mutants[i], body]) == [None, original]

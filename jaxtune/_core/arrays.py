@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from .state import CORE_STATE
+
 __all__ = ["dtype_name", "is_array", "is_extended", "key_dtype", "key_impl", "random_leaf"]
 
 _SHORT = {
@@ -51,8 +53,9 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
-#: Short names already worked out, by the dtype given (trace-time lookups ask often).
-_NAMES: dict[Any, str] = {}
+_NAMES: dict[Any, str] = CORE_STATE.keep(
+    "dtype names", dict, "short dtype names already worked out (trace-time lookups ask often)"
+)
 
 
 def _dtype_name(dtype: Any) -> str:

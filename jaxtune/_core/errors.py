@@ -15,6 +15,8 @@ import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from .state import CORE_STATE
+
 __all__ = [
     "AgreementError",
     "CacheError",
@@ -195,9 +197,13 @@ def warn(message: str, category: type[Warning] = JaxtuneWarning, *, stacklevel: 
     warnings.warn(message, category, stacklevel=user_stacklevel(stacklevel + 1))
 
 
-#: What this process already warned about (see :func:`warn_once`).
-_WARNED: set[Hashable] = set()
 _WARNED_LOCK = threading.Lock()
+_WARNED: set[Hashable] = CORE_STATE.keep(
+    "warned",
+    set,
+    "the keys this process already warned about (:func:`warn_once`)",
+    lock=_WARNED_LOCK,
+)
 
 
 def warn_once(

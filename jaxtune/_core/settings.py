@@ -30,6 +30,7 @@ from .setting_values import flag as _flag
 from .setting_values import level as _level
 from .setting_values import remote as _remote
 from .setting_values import seconds as _seconds
+from .state import CORE_STATE
 
 __all__ = [
     "VARIABLES",
@@ -356,7 +357,9 @@ def _default(variable: Variable) -> str:
     return variable.default
 
 
-_LAST: tuple[tuple[Any, ...], Settings] | None = None  # the last parse and its inputs
+_LAST: list[tuple[tuple[Any, ...], Settings]] = CORE_STATE.keep(
+    "settings read", list, "the settings last parsed from the environment, and its inputs"
+)
 #: Every variable the settings read (``HOME`` and ``XDG_CACHE_HOME``: the default cache dir).
 WATCHED: tuple[str, ...] = (*(v.name for v in VARIABLES), "XDG_CACHE_HOME", "HOME")
 #: The variables that decide which config a traced call of a kernel uses: the mode, where
@@ -406,11 +409,10 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
         SettingsError: a variable has a value outside its allowed values; the message names
             the variable, the value and what is allowed.
     """
-    global _LAST
     overrides = _OVERRIDES.get()
     if environ is None:  # the process's settings: parsed again only when they may differ
         token = (overrides, fingerprint())
-        last = _LAST
+        last = _LAST[0] if _LAST else None
         if last is not None and last[0] == token:
             return last[1]
     env = os.environ if environ is None else environ
@@ -423,14 +425,20 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
         values[variable.field] = variable.parse(raw if raw.strip() else _default(variable))
     parsed = Settings(**values)
     if environ is None:
-        _LAST = (token, parsed)
+        _LAST[:] = [(token, parsed)]
         _announce_deciding()
     return parsed
 
 
-#: Called when :func:`settings` finds that a variable of :data:`DECIDING` changed.
-_DECIDING_HOOKS: list[Callable[[], None]] = []
-_DECIDING_SEEN: list[tuple[Any, ...]] = []
+_DECIDING_HOOKS: list[Callable[[], None]] = CORE_STATE.keep(
+    "deciding hooks",
+    list,
+    "called when :func:`settings` finds that a variable of :data:`DECIDING` changed",
+    never_reset="hooks registered at import",
+)
+_DECIDING_SEEN: list[tuple[Any, ...]] = CORE_STATE.keep(
+    "deciding seen", list, "the variables of :data:`DECIDING` as last read"
+)
 
 
 def on_deciding_change(changed: Callable[[], None]) -> None:
@@ -478,8 +486,14 @@ def describe(
     return values, errors
 
 
-#: Entered with the overrides mapping around an :func:`override` block.
-_SCOPE_HOOKS: list[Callable[[Mapping[str, Any]], contextlib.AbstractContextManager[Any]]] = []
+_SCOPE_HOOKS: list[Callable[[Mapping[str, Any]], contextlib.AbstractContextManager[Any]]] = (
+    CORE_STATE.keep(
+        "override hooks",
+        list,
+        "entered with the overrides mapping around an :func:`override` block",
+        never_reset="hooks registered at import",
+    )
+)
 
 
 def on_override(
@@ -527,7 +541,9 @@ def override(**values: Any) -> Iterator[Settings]:
 
 #: The flag variables the backends read once, at start.
 FLAG_VARIABLES = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
-_AT_IMPORT: dict[str, str | None] = {}
+_AT_IMPORT: dict[str, str | None] = CORE_STATE.keep(
+    "flags at jax import", dict, "the flag variables as they were when JAX was imported"
+)
 
 
 def remember_environment() -> None:

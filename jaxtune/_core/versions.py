@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 
+from .state import CORE_STATE
+
 __all__ = ["dist_version", "toolchain"]
 
 
@@ -18,6 +20,7 @@ def dist_version(*names: str) -> str | None:
     return None
 
 
+@CORE_STATE.memo("toolchain", "the installed jax, jaxlib, libtpu and jaxtune versions")
 @functools.cache
 def toolchain() -> dict[str, str | None]:
     """Versions that decide whether a tuned config is still valid: jax, jaxlib, libtpu."""

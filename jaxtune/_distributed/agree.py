@@ -27,6 +27,7 @@ from .._core.codec import packb, unpackb
 from .._core.errors import AgreementError, describe
 from .._core.vocabulary import Choice, Entry
 from .coordination import KeyValue, KeyValueLostError, KeyValueTimeoutError, agreement_key, current
+from .state import DISTRIBUTED_STATE
 
 __all__ = ["Question", "agree", "decided", "key_value", "may_write_cache", "new_round"]
 
@@ -63,9 +64,18 @@ class Sharing(Protocol):
 
 
 _LOCK = threading.Lock()
-# Per job and process: a lock that serialises decisions, and the decisions of this round.
-_MEMOS: dict[tuple[Any, int], tuple[threading.RLock, dict[str, Choice]]] = {}
-_ROUND = [0]
+_MEMOS: dict[tuple[Any, int], tuple[threading.RLock, dict[str, Choice]]] = DISTRIBUTED_STATE.keep(
+    "decisions",
+    dict,
+    "per job and process: a lock that serialises decisions, and the decisions of this round",
+    lock=_LOCK,
+)
+_ROUND: list[int] = DISTRIBUTED_STATE.keep(
+    "round",
+    lambda: [0],
+    "the round of agreement (a new one each time jitted code re-traces)",
+    lock=_LOCK,
+)
 
 _ADVICE = (
     "Every process must trace the same autotuned kernels with the same shapes and "

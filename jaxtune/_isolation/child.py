@@ -41,6 +41,7 @@ from .frames import (
     request,
 )
 from .resolve import NOTES, Unresolved, preload
+from .state import ISOLATION_STATE
 from .strays import TOKEN, kill_tagged
 
 __all__ = ["Server", "main"]
@@ -272,7 +273,9 @@ def _warm_up() -> None:
         pass
 
 
-_PALLAS_WARM: list[bool] = []
+_PALLAS_WARM: list[bool] = ISOLATION_STATE.keep(
+    "pallas warm", list, "whether this child warmed Pallas up (once)"
+)
 
 
 #: How long a child that imported a module ahead of need waits for a request before it

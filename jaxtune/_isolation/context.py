@@ -25,6 +25,7 @@ from .._core.errors import describe, warn_once
 from .._core.jaxstate import INTERPRET as _INTERPRET
 from .._core.jaxstate import states as _states
 from .frames import Done, ErrorReply
+from .state import ISOLATION_STATE
 
 __all__ = [
     "Unencodable",
@@ -34,7 +35,9 @@ __all__ = [
     "snapshot",
 ]
 
-_UNSET: list[Any] = []
+_UNSET: list[Any] = ISOLATION_STATE.keep(
+    "unset marker", list, "what JAX's per-thread states hold in a thread that set nothing"
+)
 
 
 def _unset_marker() -> Any:

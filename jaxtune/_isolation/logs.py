@@ -21,6 +21,7 @@ import time
 
 from .._core.errors import warn_once
 from .._core.masking import mask
+from .state import ISOLATION_STATE
 
 __all__ = [
     "CRASH_LOG_BYTES",
@@ -44,8 +45,19 @@ _TAIL_BYTES = 64 << 10
 #: process's own, deleted with its logs when the process ends.
 SPARE_NAMES = 8
 
-_PRIVATE: list[pathlib.Path] = []
-_OWN: list[pathlib.Path] = []
+_PUT_BACK = "'log folders' puts it back"
+_PRIVATE: list[pathlib.Path] = ISOLATION_STATE.keep(
+    "log folder chosen",
+    list,
+    "this user's folder for child logs, once chosen (:func:`log_dir`)",
+    never_reset=_PUT_BACK,
+)
+_OWN: list[pathlib.Path] = ISOLATION_STATE.keep(
+    "log folders owned",
+    list,
+    "log folders of this process's own, deleted when it ends",
+    never_reset=_PUT_BACK,
+)
 _LOCK = threading.Lock()
 
 
@@ -126,6 +138,16 @@ def _remove_own() -> None:
     """Deletes this process's own log folders (see :func:`log_dir`) with what is in them."""
     for folder in _OWN:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@ISOLATION_STATE.resets(
+    "log folders", "forgets the folder chosen for child logs; deletes this process's own ones"
+)
+def _forget_folders() -> None:
+    with _LOCK:
+        _remove_own()
+        _OWN.clear()
+        _PRIVATE.clear()
 
 
 def _forget_dead(folder: pathlib.Path) -> None:

@@ -13,6 +13,7 @@ report, as it would have been without this.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from .devices import cpu_only
 from .environ import pool_key, unkeyed_environ
 from .frames import Module, Preload
 from .process import POOL, ChildLost, ChildProcess
+from .state import ISOLATION_STATE
 from .wire import NotTransportable
 
 if TYPE_CHECKING:
@@ -33,16 +35,27 @@ if TYPE_CHECKING:
 __all__ = ["preload", "prestart"]
 
 _LOCK = threading.Lock()
-#: Environments whose child was started ahead of need (once per process each).
-_STARTED: set[tuple[Any, ...]] = set()
-#: Per environment: the modules still to import in its child, and those already asked for.
-_PENDING: dict[tuple[Any, ...], list[Module]] = {}
-_ASKED: set[tuple[tuple[Any, ...], str]] = set()
-#: Environments whose background thread is running now (it takes what is pending).
-_RUNNING: set[tuple[Any, ...]] = set()
-#: Per environment: the modules that answer requests there (a flow's ``handler``),
-#: imported before the kernels' modules.
-_HANDLERS: dict[tuple[Any, ...], list[str]] = {}
+
+
+@dataclasses.dataclass(slots=True)
+class _Ahead:
+    """What this process started ahead of need, per environment (a pool key)."""
+
+    #: Environments whose child was started ahead of need (once per process each).
+    started: set[tuple[Any, ...]] = dataclasses.field(default_factory=set)
+    #: The modules still to import in each environment's child, and those asked for.
+    pending: dict[tuple[Any, ...], list[Module]] = dataclasses.field(default_factory=dict)
+    asked: set[tuple[tuple[Any, ...], str]] = dataclasses.field(default_factory=set)
+    #: Environments whose background thread is running now (it takes what is pending).
+    running: set[tuple[Any, ...]] = dataclasses.field(default_factory=set)
+    #: The modules that answer requests there (a flow's ``handler``), imported before the
+    #: kernels' modules.
+    handlers: dict[tuple[Any, ...], list[str]] = dataclasses.field(default_factory=dict)
+
+
+_AHEAD = ISOLATION_STATE.keep(
+    "started ahead", _Ahead, "the children started ahead of need, and what they import", lock=_LOCK
+)
 
 
 def prestart(runner: ChildService, fn: Any = None, *, handler: str | None = None) -> bool:
@@ -73,18 +86,18 @@ def _begin(runner: ChildService, modules: list[Module], handler: str | None) -> 
         return False
     key = (runner.device, *pool_key(runner.environment()))
     with _LOCK:
-        handlers = _HANDLERS.setdefault(key, [])
+        handlers = _AHEAD.handlers.setdefault(key, [])
         if handler is not None and handler not in handlers:
             handlers.append(handler)
         for ref in modules:
-            if (key, ref.ref.module) not in _ASKED:
-                _ASKED.add((key, ref.ref.module))
-                _PENDING.setdefault(key, []).append(ref)
-        begun = key not in _STARTED
-        if key in _RUNNING or not (begun or _PENDING.get(key)):
+            if (key, ref.ref.module) not in _AHEAD.asked:
+                _AHEAD.asked.add((key, ref.ref.module))
+                _AHEAD.pending.setdefault(key, []).append(ref)
+        begun = key not in _AHEAD.started
+        if key in _AHEAD.running or not (begun or _AHEAD.pending.get(key)):
             return False
-        _STARTED.add(key)
-        _RUNNING.add(key)
+        _AHEAD.started.add(key)
+        _AHEAD.running.add(key)
     threading.Thread(
         target=_start, args=(runner, key), name="jaxtune-prestart", daemon=True
     ).start()
@@ -110,16 +123,16 @@ def _start(runner: ChildService, key: tuple[Any, ...]) -> None:
         toolchain()  # read once from package metadata, for the entries to come
         while True:
             with _LOCK:
-                refs = _PENDING.pop(key, [])
-                handlers = list(_HANDLERS.get(key, []))
+                refs = _AHEAD.pending.pop(key, [])
+                handlers = list(_AHEAD.handlers.get(key, []))
                 if not refs and not first:
-                    _RUNNING.discard(key)
+                    _AHEAD.running.discard(key)
                     return
             first = False
             _import_in(child, refs, handlers)
     except Exception:
         with _LOCK:
-            _RUNNING.discard(key)
+            _AHEAD.running.discard(key)
 
 
 def _import_in(child: ChildProcess, refs: list[Module], handlers: list[str]) -> None:

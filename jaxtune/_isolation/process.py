@@ -30,6 +30,7 @@ from .channels import close_all, request_channel, widen
 from .environ import pool_key
 from .frames import Done, ErrorReply, Event, Exit, FrameError, Preload, Ready, Request, reply
 from .logs import keep_crash_log, log_dir, read_tail
+from .state import ISOLATION_STATE
 from .strays import TOKEN, kill_tagged, new_token
 from .wire import FrameReader, frame_parts
 
@@ -431,13 +432,18 @@ class ChildPool:
 #: The pool every runner of this process draws its children from.
 POOL = ChildPool()
 
-#: Children still waiting for their ``ready`` frame (a start ahead of need runs in a
-#: background thread, holding the pool's lock meanwhile).
-_STARTING: set[ChildProcess] = set()
+_STARTING: set[ChildProcess] = ISOLATION_STATE.keep(
+    "starting children",
+    set,
+    "children still waiting for their ``ready`` frame (a start ahead of need runs in a "
+    "background thread, holding the pool's lock meanwhile)",
+    never_reset="'children' stops them",
+)
 _STARTING_LOCK = threading.Lock()
 
 
 @atexit.register
+@ISOLATION_STATE.resets("children", "stops every pooled child and every child still starting")
 def shutdown_children() -> None:
     """Stops every pooled child (also run at interpreter exit). A child still starting is
     killed at once, without a crash log: a program that ends right after decorating a

@@ -23,6 +23,7 @@ from typing import Any
 
 from .._core.errors import describe
 from .frames import FunctionRef, Module
+from .state import ISOLATION_STATE
 
 __all__ = [
     "NOTES",
@@ -44,11 +45,17 @@ class Unresolved(LookupError):  # noqa: N818 - a signal between processes, never
     error means that; any other error inside the child is a fault, reported as one."""
 
 
-_SCRIPTS: dict[Any, dict[str, Any]] = {}
+_SCRIPTS: dict[Any, dict[str, Any]] = ISOLATION_STATE.keep(
+    "scripts", dict, "the globals of scripts and files re-imported here, by path"
+)
 
-#: Entered around every import of a module a request names; each yields a list that holds,
-#: once the import is done, the kernels the module's top level called.
-_OBSERVERS: list[Callable[[], contextlib.AbstractContextManager[list[str]]]] = []
+_OBSERVERS: list[Callable[[], contextlib.AbstractContextManager[list[str]]]] = ISOLATION_STATE.keep(
+    "import observers",
+    list,
+    "entered around every import of a module a request names; each yields a list that "
+    "holds, once the import is done, the kernels the module's top level called",
+    never_reset="hooks registered at import",
+)
 
 
 def observe_imports(observer: Callable[[], contextlib.AbstractContextManager[list[str]]]) -> None:
@@ -86,8 +93,11 @@ def namespace(ref: FunctionRef) -> dict[str, Any]:
     return found
 
 
-#: Notes for the parent to show once (each answer carries those gathered since the last).
-NOTES: list[str] = []
+NOTES: list[str] = ISOLATION_STATE.keep(
+    "notes",
+    list,
+    "notes for the parent to show once (each answer carries those gathered since the last)",
+)
 _REPEATED = (
     "the jaxtune child imported {what} to find a kernel, and its top level called "
     "@autotuned kernels ({kernels}): that work ran again in the child, with cached or "
@@ -134,7 +144,9 @@ def _main_block_note(ref: FunctionRef, globals_: dict[str, Any]) -> str | None:
     return _MAIN_BLOCK.format(path=ref.path, qualname=ref.qualname, what=what, fix=fix)
 
 
-_GUARDED: dict[str, frozenset[str]] = {}
+_GUARDED: dict[str, frozenset[str]] = ISOLATION_STATE.keep(
+    "guarded names", dict, "the names scripts bind in their __main__ blocks, by path"
+)
 
 
 def _guarded_names(path: str) -> frozenset[str]:

@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from .state import PROFILING_STATE
+
 __all__ = [
     "CHILD_TIMEOUT_S",
     "MAX_CHILDREN",
@@ -89,7 +91,9 @@ MAX_CHILDREN = 4
 
 #: Most distinct bodies remembered (a program calls one kernel many times).
 _MEMO_SIZE = 256
-_memo: dict[bytes, MosaicWork | None] = {}
+_memo: dict[bytes, MosaicWork | None] = PROFILING_STATE.keep(
+    "mosaic bodies", dict, "the work counted in Mosaic kernel bodies already read, by body"
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

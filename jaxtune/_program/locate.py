@@ -151,11 +151,11 @@ def _innermost_marker(name_stack: str) -> tuple[str, str, str] | None:
     return last.kernel, last.digest, name_stack[: last.end]
 
 
-def _inside_kernel(call: _markers.MarkedCall, source: str | None) -> str | None:
+def _inside_kernel(decorated: Callable[..., Any], source: str | None) -> str | None:
     """``source`` when it lies in the autotuned kernel's own code, else the kernel body's
     first line. (JAX 0.10 gives the operations of an inlined jit, which an eager-capable
     kernel is, its caller's location; later versions keep their own.)"""
-    fn = inspect.unwrap(call.fn)
+    fn = inspect.unwrap(decorated)
     code = getattr(fn, "__code__", None)
     try:
         lines, start = inspect.getsourcelines(fn)
@@ -177,8 +177,8 @@ def _autotuned_site(
     kernel: str, digest: str, prefix: str, platform: str, source: Any
 ) -> KernelSite:
     found = _markers.lookup(digest)
-    if found is not None and found.call is not None:
-        source = _inside_kernel(found.call, source)
+    if found is not None and found.fn is not None:
+        source = _inside_kernel(found.fn, source)
     return KernelSite(
         name=kernel,
         kind="autotuned",

@@ -15,18 +15,19 @@ import hashlib
 import itertools
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal
 
-from .._core.vocabulary import Choice, Source, config_id
+from .._core.vocabulary import Source, config_id
 from . import sources as _sources
+from .state import PROGRAM_STATE
 
 __all__ = [
     "Mark",
-    "MarkedCall",
     "Marker",
     "Owner",
     "differentiated",
+    "digest",
     "fused_names",
     "lookup",
     "lowering_only",
@@ -40,34 +41,12 @@ __all__ = [
 _PATTERN = re.compile(r"jaxtune\[(?P<kernel>[^\]#]+)#(?P<digest>[0-9a-f]{10})\]")
 
 
-class MarkedCall(Protocol):
-    """The autotuned call behind a mark, as the mark's readers (a profile's capture,
-    ``jaxtune.locate``) ask of it. The call is a value of the tuning flow, above this
-    package (``jaxtune._tuning.bound.BoundCall``), so it is met through this protocol."""
-
-    @property
-    def fn(self) -> Callable[..., Any]:
-        """The decorated function (its source lines locate the kernel's ops)."""
-        ...
-
-    def cost_hint(self) -> dict[str, float] | None:
-        """The ``flops=`` / ``bytes=`` hints for the call, or ``None``."""
-        ...
-
-    def recorded_call(self, choice: Choice, *, differentiated: bool = False) -> dict[str, Any]:
-        """The call as a recording keeps it (what ``jaxtune tune --from-profile`` replays)."""
-        ...
-
-    def tuned_speedup(self, config: Mapping[str, Any], device_kind: str) -> float | None:
-        """The speedup over the default the cache measured for the call with ``config``."""
-        ...
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Mark:
     """What a marker stands for: the kernel's id, the call's key, config and abstract
-    arguments (enough to tune that call again), and the call itself when this process made
-    the mark."""
+    arguments (enough to tune that call again), and the decorated function (its source
+    lines locate the kernel's ops). The tuning flow keeps the call behind each mark itself
+    (``jaxtune._tuning.bound.marked_call``)."""
 
     kernel: str
     key: str
@@ -75,24 +54,34 @@ class Mark:
     source: Source
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    call: MarkedCall | None = dataclasses.field(default=None, compare=False)
+    fn: Callable[..., Any] | None = dataclasses.field(default=None, compare=False)
     #: The call was traced under ``jax.grad``/``jax.vjp`` (its backward pass runs too).
     differentiated: bool = False
 
 
-_MARKS: dict[str, Mark] = {}
 _LOCK = threading.Lock()
+_MARKS: dict[str, Mark] = PROGRAM_STATE.keep(
+    "marks",
+    dict,
+    "the marks this process made, by digest (:func:`mark`, :func:`lookup`)",
+    lock=_LOCK,
+)
+
+
+def digest(m: Mark) -> str:
+    """The 10-character digest that stands for ``m`` in its marker."""
+    # A differentiated call is a mark of its own: the same call in a plain step of the same
+    # process is not differentiated.
+    text = f"{m.kernel}|{m.key}|{config_id(m.config)}" + ("|vjp" if m.differentiated else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def mark(m: Mark) -> str:
     """Registers ``m`` and returns the scope name to run the kernel under."""
-    # A differentiated call is a mark of its own: the same call in a plain step of the same
-    # process is not differentiated.
-    text = f"{m.kernel}|{m.key}|{config_id(m.config)}" + ("|vjp" if m.differentiated else "")
-    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    found = digest(m)
     with _LOCK:
-        _MARKS[digest] = m
-    return f"jaxtune[{m.kernel}#{digest}]"
+        _MARKS[found] = m
+    return f"jaxtune[{m.kernel}#{found}]"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

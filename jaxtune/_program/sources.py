@@ -25,6 +25,8 @@ import stat
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from .state import PROGRAM_STATE
+
 __all__ = ["Frame", "call_site", "pallas_site", "user_frames"]
 
 #: Largest source file parsed to find a ``pallas_call`` line.
@@ -101,6 +103,7 @@ def _site_of_kernel(eqn: Any) -> str | None:
     return f"{file}:{lines[0]}" if len(lines) == 1 else None
 
 
+@PROGRAM_STATE.memo("source", "source files' text, by path")
 @functools.lru_cache(maxsize=64)
 def _source(file: str) -> str | None:
     try:
@@ -113,12 +116,16 @@ def _source(file: str) -> str | None:
         return None
 
 
+@PROGRAM_STATE.memo("lines", "source files' lines, by path")
 @functools.lru_cache(maxsize=64)
 def _lines(file: str) -> tuple[str, ...]:
     text = _source(file)
     return tuple(text.splitlines()) if text is not None else ()
 
 
+@PROGRAM_STATE.memo(
+    "sites naming", "the pallas_call lines of source files, by the names they mention"
+)
 @functools.lru_cache(maxsize=64)
 def _sites_naming(file: str) -> dict[str, tuple[int, ...]]:
     """Name -> the lines of the ``pallas_call(...)`` calls written in functions that

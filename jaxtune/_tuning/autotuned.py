@@ -48,6 +48,7 @@ from .options import (
 from .result import TuningResult
 from .signature import Signature, is_tracing
 from .space import ConfigSpec
+from .state import TUNING_STATE
 from .sweep.runner import prestart_child
 from .sweep.search import Budget, strategy_of
 from .sweep_rules import differentiated_calls, differentiated_now, is_differentiated
@@ -57,7 +58,12 @@ __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_REGISTRY: dict[str, Autotuned[Any, Any]] = {}
+_REGISTRY: dict[str, Autotuned[Any, Any]] = TUNING_STATE.keep(
+    "kernels",
+    dict,
+    "every @autotuned kernel defined in this process, by kernel id",
+    never_reset="kernels register where they are defined, mostly at their module's import",
+)
 
 
 def registry() -> dict[str, Autotuned[Any, Any]]:

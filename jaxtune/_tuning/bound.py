@@ -49,6 +49,7 @@ from .digest import KernelCode
 from .options import timing_options
 from .signature import Signature
 from .space import ConfigSpec
+from .state import TUNING_STATE
 from .store import cache as _cache
 from .sweep.inputs import (
     SYNTHESISED_TEXT,
@@ -63,7 +64,7 @@ from .sweep.shard import SweepSharing
 from .sweep.stats import SweepOutcome
 from .sweep.work import SweepPlan, SweepTask
 
-__all__ = ["BoundCall", "KernelOptions", "Misses"]
+__all__ = ["BoundCall", "KernelOptions", "Misses", "marked_call"]
 
 #: Why a call has no tuned config: none at all, or only one tuned for other code.
 _WHY_NONE = "no scope, cache, packaged or nearest entry"
@@ -644,22 +645,23 @@ class BoundCall:
 
     def mark(self, choice: Choice, *, differentiated: bool = False) -> str:
         """The scope name the call runs under with ``choice`` (see
-        :mod:`jaxtune._program.markers`); its mark holds the call with abstract arguments,
-        which outlive the trace."""
+        :mod:`jaxtune._program.markers`); the call behind the mark, with abstract arguments,
+        which outlive the trace, is kept for :func:`marked_call`."""
         abstract = self.abstract()
         args, kwargs = abstract.sig.call_arguments()
-        return _markers.mark(
-            _markers.Mark(
-                kernel=self.kernel.kernel_id,
-                key=self.sig.key,
-                config=dict(choice.config),
-                source=choice.source,
-                args=args,
-                kwargs=kwargs,
-                call=abstract,
-                differentiated=differentiated,
-            )
+        mark = _markers.Mark(
+            kernel=self.kernel.kernel_id,
+            key=self.sig.key,
+            config=dict(choice.config),
+            source=choice.source,
+            args=args,
+            kwargs=kwargs,
+            fn=self.fn,
+            differentiated=differentiated,
         )
+        with _MARKED_LOCK:
+            _MARKED[_markers.digest(mark)] = abstract
+        return _markers.mark(mark)
 
     def abstract(self) -> BoundCall:
         """The call with every array as its ``jax.ShapeDtypeStruct``."""
@@ -687,3 +689,21 @@ class BoundCall:
         if entry is None or dict(entry.config) != dict(config):
             return None
         return float(entry.speedup) if entry.speedup else None
+
+
+_MARKED_LOCK = threading.Lock()
+_MARKED: dict[str, BoundCall] = TUNING_STATE.keep(
+    "marked calls",
+    dict,
+    "the call behind each mark this process made, by the mark's digest",
+    lock=_MARKED_LOCK,
+)
+
+
+def marked_call(digest: str) -> BoundCall | None:
+    """The call behind a mark's digest (with abstract arguments), when this process made
+    the mark: what a profile's capture (``jaxtune._profiling.calls``) and ``jaxtune.tune``
+    ask of the calls they find in a program (cost hints, the recorded call, the tuned
+    speedup, the current entry)."""
+    with _MARKED_LOCK:
+        return _MARKED.get(digest)

@@ -38,6 +38,8 @@ import types
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
+from .state import TUNING_STATE
+
 __all__ = [
     "CodeDigest",
     "KernelCode",
@@ -155,8 +157,13 @@ class _Parsed:
     imports: dict[str, tuple[str, int, str]]
 
 
-_TREES: dict[str, tuple[str, _Parsed | None]] = {}
 _TREES_LOCK = threading.Lock()
+_TREES: dict[str, tuple[str, _Parsed | None]] = TUNING_STATE.keep(
+    "parsed modules",
+    dict,
+    "the modules parsed for code digests, by file, with their text",
+    lock=_TREES_LOCK,
+)
 
 
 def _first_line(node: ast.AST) -> int:

@@ -38,6 +38,7 @@ from .._core import settings as _settings
 from .._core.errors import SettingsError
 from . import result as _result
 from . import values as _values
+from .state import TUNING_STATE
 from .store import cache as _cache
 
 __all__ = [
@@ -65,7 +66,12 @@ class _Renewable(Protocol):
     def renew(self) -> None: ...
 
 
-_OWNERS: weakref.WeakSet[Any] = weakref.WeakSet()
+_OWNERS: weakref.WeakSet[Any] = TUNING_STATE.keep(
+    "eager owners",
+    weakref.WeakSet,
+    "the kernels whose eager jit renews when a cache layer changes",
+    never_reset="kernels register where they are defined",
+)
 
 
 def renew_on_cache_change(owner: _Renewable) -> None:

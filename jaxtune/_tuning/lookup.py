@@ -36,6 +36,7 @@ from .._distributed import agree as _agree
 from .digest import KernelCode
 from .result import active_scopes
 from .staleness import Reason, judge, typed_config
+from .state import TUNING_STATE
 from .store import cache as _cache
 from .store import shared as _shared
 
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 
+@TUNING_STATE.memo("device kind", "the device kind of the default backend")
 @functools.cache
 def device_kind() -> str:
     """The device kind of the default backend (``"cpu"``, ``"TPU v5 lite"``, ``"NVIDIA H100"``)."""

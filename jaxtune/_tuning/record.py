@@ -28,6 +28,7 @@ from .._core.vocabulary import Choice
 from . import values as _values
 from .bound import BoundCall
 from .sweep_rules import pass_now
+from .state import TUNING_STATE
 
 __all__ = ["finding_kernels", "note", "observing_calls"]
 
@@ -44,8 +45,12 @@ _PHASES = frozenset(
 #: How often the settle watch looks at the clock.
 _WATCH_S = 0.05
 _LOCK = threading.Lock()
-_SEEN: set[tuple[str, str, str]] = set()
-_RECORDER: list[Any] = []
+_SEEN: set[tuple[str, str, str]] = TUNING_STATE.keep(
+    "recorded calls", set, "the (kernel, key, pass) a recording wrote"
+)
+_RECORDER: list[Any] = TUNING_STATE.keep(
+    "recorder", list, "the recording of a program run by `jaxtune tune --`, once it began"
+)
 _OBSERVED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "jaxtune_observed_calls", default=None
 )
@@ -129,7 +134,9 @@ class _Recorder:
         _write(self.fd, call.recorded_call(choice))
 
 
-_SETTLE: list[_Settle] = []
+_SETTLE: list[_Settle] = TUNING_STATE.keep(
+    "settle watch", list, "the watch that stops a recorded program once it settled"
+)
 
 
 class _Settle:

@@ -19,6 +19,7 @@ from typing import Any
 from .._core.codec import atomic_write, read_bounded
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, EntryId
+from .state import TUNING_STATE
 from .store import result_files as results_file
 from .store.result_files import records
 
@@ -32,8 +33,12 @@ _SCOPES: contextvars.ContextVar[tuple[TuningResult, ...]] = contextvars.ContextV
     "jaxtune_scopes", default=()
 )
 _IDS = itertools.count(1)
-#: The JAX user context of the scopes (made when first asked for; see scope_context).
-_JIT_CONTEXT: list[Any] = []
+_JIT_CONTEXT: list[Any] = TUNING_STATE.keep(
+    "scope context",
+    list,
+    "the JAX user context of the scopes (made when first asked for; see scope_context)",
+    never_reset="made once: the eager jits key on it",
+)
 _JIT_CONTEXT_LOCK = threading.Lock()
 
 

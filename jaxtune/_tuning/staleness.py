@@ -24,6 +24,7 @@ from typing import Any
 
 from .._core import versions as _versions
 from .._core.vocabulary import Config, Entry
+from .state import TUNING_STATE
 
 __all__ = [
     "Reason",
@@ -173,9 +174,12 @@ def typed_config(config: Mapping[str, Any]) -> Hashable:
     return tuple(sorted((str(k), _typed(v)) for k, v in config.items()))
 
 
-#: (kernel, version, device kind, key, created, swept-space size...) -> new configs (worked
-#: out once per process, not once per trace).
-_NEW: dict[tuple[Any, ...], int] = {}
+_NEW: dict[tuple[Any, ...], int] = TUNING_STATE.keep(
+    "new configs",
+    dict,
+    "(kernel, version, device kind, key, created, swept-space size...) -> new configs "
+    "(worked out once per process, not once per trace)",
+)
 
 
 def _new_configs(entry: Entry, swept: Sequence[Config] | Sequence[Mapping[str, Any]]) -> int:

@@ -15,7 +15,7 @@ from .._program import markers as _markers
 from .._program.locate import KernelSite, check_staged_call, locate
 from . import values as _values
 from .autotuned import retrace_jitted_functions
-from .bound import BoundCall
+from .bound import BoundCall, marked_call
 from .lookup import device_kind
 from .record import finding_kernels
 from .result import TuningResult
@@ -91,8 +91,8 @@ def tune(
     retune = retune or _settings.settings().mode == "retune"
     todo: dict[tuple[str, str], BoundCall] = {}
     for pair, mark in marks.items():
-        call = mark.call
-        if not isinstance(call, BoundCall):  # a mark this process did not make
+        call = marked_call(_markers.digest(mark))
+        if call is None:  # a mark this process did not make
             continue
         with differentiated_calls(differentiated[pair]):
             current = None if retune else call.current_entry()

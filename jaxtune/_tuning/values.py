@@ -29,6 +29,7 @@ from .._core import settings as _settings
 from .._program import markers as _markers
 from .bound import KernelOptions
 from .signature import Signature, abstractify
+from .state import TUNING_STATE
 from .sweep.inputs import is_concrete, is_int_like, summarise
 
 __all__ = [
@@ -118,8 +119,11 @@ def _int_digest(sig: Signature) -> str:
 _ACTIVE: contextvars.ContextVar[ValueSets | None] = contextvars.ContextVar(
     "jaxtune_value_sets", default=None
 )
-#: The recording's collector (``jaxtune tune --``), for every trace of the process.
-_FILE: list[ValueSets] = []
+_FILE: list[ValueSets] = TUNING_STATE.keep(
+    "recorded values",
+    list,
+    "the recording's collector of value sets (``jaxtune tune --``), for every trace",
+)
 
 
 def set_file_collector(sets: ValueSets) -> None:

@@ -323,8 +323,8 @@ def test_precision_and_dtype_configs_are_tuned_stored_and_read_back(py, tmp_path
         result = enum_configs.tune(x)
         (e,) = result.values()
         print("stored", type(e.config["precision"]).__name__, e.config["acc"])
-        from jaxtune._tuning.store import cache
-        cache._STORES.clear()
+        from jaxtune._tuning.state import TUNING_STATE
+        TUNING_STATE.reset("user caches")
         choice = enum_configs.config_for(x)
         print("read", choice.source, choice.config["precision"] in set(jax.lax.Precision))
         """,

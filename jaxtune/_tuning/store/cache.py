@@ -51,6 +51,7 @@ from ..._core.files import (
     locked,
 )
 from ..._core.vocabulary import Entry
+from ..state import TUNING_STATE
 from .layout import (
     CACHE_SCHEMA,
     EntryTable,
@@ -80,8 +81,12 @@ __all__ = [
     "user_cache",
 ]
 
-#: Called with no arguments whenever a cache layer changes in this process (see on_change).
-_LISTENERS: list[Callable[[], None]] = []
+_LISTENERS: list[Callable[[], None]] = TUNING_STATE.keep(
+    "cache listeners",
+    list,
+    "called with no arguments whenever a cache layer changes in this process (on_change)",
+    never_reset="hooks registered at import",
+)
 
 
 def on_change(listener: Callable[[], None]) -> None:
@@ -523,9 +528,28 @@ def _without(current: dict[Ident, bytes], *, gone: frozenset[Ident]) -> dict[Ide
 #: A read-only packaged layer: a directory with the cache layout, or a shipped file.
 Layer = CacheStore | PackagedFile
 
-_STORES: dict[pathlib.Path, CacheStore] = {}
-_LAYERS: list[Layer] = []
 _REGISTRY_LOCK = threading.Lock()
+_STORES: dict[pathlib.Path, CacheStore] = TUNING_STATE.keep(
+    "user caches",
+    dict,
+    "the user cache's store per directory (its reads memoized)",
+    lock=_REGISTRY_LOCK,
+)
+_LAYERS: list[Layer] = TUNING_STATE.keep(
+    "registered layers",
+    list,
+    "the packaged caches registered in this process",
+    never_reset="'packaged caches' puts them back",
+)
+
+
+@TUNING_STATE.resets(
+    "packaged caches", "forgets every packaged cache registered, and tells the listeners"
+)
+def _forget_packaged() -> None:
+    with _REGISTRY_LOCK:
+        _LAYERS.clear()
+    _changed()
 
 
 def user_cache() -> CacheStore:

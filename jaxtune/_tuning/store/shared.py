@@ -14,6 +14,7 @@ Multi-host: only the process that writes the cache reads and publishes; the call
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable
 
@@ -21,21 +22,34 @@ from ..._core import settings as _settings
 from ..._core.errors import CacheError, JaxtuneWarning
 from ..._core.errors import warn as _warn
 from ..._core.vocabulary import Entry
+from ..state import TUNING_STATE
 from .cache import user_cache
 from .remote import SharedStore, SharedStoreError
 
 __all__ = ["current", "publish", "read_through"]
 
 _LOCK = threading.RLock()
-_STORES: dict[tuple[str, float], SharedStore] = {}
-#: Stores this process gave up on (URL -> why): no request is made to them again.
-_DOWN: dict[str, str] = {}
-#: Stores that refused a publish (URL -> why): still read, never written again.
-_NO_PUBLISH: dict[str, str] = {}
-#: (URL, folder) this process warned about: a stray object where a kernel's folder belongs.
-_STRAYS: set[tuple[str, str]] = set()
-#: (URL, device kind, kernel) already read through by this process.
-_READ: set[tuple[str, str, str]] = set()
+
+
+@dataclasses.dataclass(slots=True)
+class _Known:
+    """What this process knows of the shared stores it used."""
+
+    #: The store per (URL, timeout).
+    stores: dict[tuple[str, float], SharedStore] = dataclasses.field(default_factory=dict)
+    #: Stores this process gave up on (URL -> why): no request is made to them again.
+    down: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Stores that refused a publish (URL -> why): still read, never written again.
+    no_publish: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: (URL, folder) warned about: a stray object where a kernel's folder belongs.
+    strays: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    #: (URL, device kind, kernel) already read through by this process.
+    read: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
+
+
+_KNOWN = TUNING_STATE.keep(
+    "shared store", _Known, "every store this process used, gave up on or read through", lock=_LOCK
+)
 
 _MSG_DOWN = (
     "jaxtune cannot use the shared store: {why}. This process goes on without it and makes "
@@ -73,24 +87,24 @@ def current() -> SharedStore | None:
     if not url:
         return None
     with _LOCK:
-        if url in _DOWN:
+        if url in _KNOWN.down:
             return None
-        store = _STORES.get((url, settings.remote_timeout))
+        store = _KNOWN.stores.get((url, settings.remote_timeout))
         if store is None:
             try:
                 store = SharedStore(url, settings.remote_timeout)
             except SharedStoreError as e:
                 _give_up(url, e)
                 return None
-            _STORES[url, settings.remote_timeout] = store
+            _KNOWN.stores[url, settings.remote_timeout] = store
         return store
 
 
 def _give_up(url: str, e: SharedStoreError) -> None:
     with _LOCK:
-        if url in _DOWN:
+        if url in _KNOWN.down:
             return
-        _DOWN[url] = str(e)
+        _KNOWN.down[url] = str(e)
     if e.missing:
         text = str(e)
     else:
@@ -111,9 +125,9 @@ def read_through(kernel: str, device_kind: str) -> bool:
     # One read per kernel, even when threads trace it at the same time; the others wait
     # until the entries are in the user cache.
     with _LOCK:
-        if memo in _READ:
+        if memo in _KNOWN.read:
             return False
-        _READ.add(memo)
+        _KNOWN.read.add(memo)
         try:
             found = list(store.read(device_kind, kernel).values())
         except SharedStoreError as e:
@@ -146,7 +160,7 @@ def publish(entries: Iterable[Entry]) -> bool:
     if store is None:
         return False
     with _LOCK:
-        if store.url in _NO_PUBLISH:
+        if store.url in _KNOWN.no_publish:
             return False
     entries = list(entries)
     try:
@@ -156,9 +170,9 @@ def publish(entries: Iterable[Entry]) -> bool:
             _give_up(store.url, e)
             return False
         with _LOCK:
-            if store.url in _NO_PUBLISH:
+            if store.url in _KNOWN.no_publish:
                 return False
-            _NO_PUBLISH[store.url] = str(e)
+            _KNOWN.no_publish[store.url] = str(e)
         _warn(_MSG_NO_PUBLISH.format(why=e), JaxtuneWarning, stacklevel=3)
         return False
     # The stray objects that kept these entries out (a file where a folder belongs).
@@ -170,8 +184,8 @@ def publish(entries: Iterable[Entry]) -> bool:
     }
     for path, why in strays.items():
         with _LOCK:
-            if (store.url, path) in _STRAYS:
+            if (store.url, path) in _KNOWN.strays:
                 continue
-            _STRAYS.add((store.url, path))
+            _KNOWN.strays.add((store.url, path))
         _warn(_MSG_STRAY.format(url=store.url, path=path, why=why), JaxtuneWarning, stacklevel=3)
     return not strays
