@@ -344,6 +344,8 @@ def test_the_sweep_folder_says_where_each_module_runs():
 
 #: Module-level containers that hold no state of the process: tables fixed at import.
 CONSTANT_TABLES = {
+    "jaxtune._tuning.staleness._TEXTS",
+    "jaxtune._tuning.sweep.lowering_pool._TOPOLOGIES",
     "jaxtune._LAZY",
     "jaxtune._cli.cache._STALE_MEANS",
     "jaxtune._cli.cache._ACTIONS",
@@ -386,11 +388,9 @@ FIXED_MEMOS = {
 #: No state to reset: one decode's depth, per thread; ids unique for the process's life.
 NO_STATE = {"jaxtune._core.codec._DEPTH", "jaxtune._tuning.result._IDS"}
 #: Still to become parts of the tuning state, in modules of the sweep another change is
-#: editing: the compilation cache jaxtune enabled, two memos of what is installed.
+#: editing: the compilation cache jaxtune enabled (a cell its enable and restore share).
 NOT_YET = {
     "jaxtune._tuning.sweep.compile_cache._ENABLED",
-    "jaxtune._tuning.sweep.kept_programs.serialisable",
-    "jaxtune._tuning.sweep.kept_programs._installed",
 }
 NOT_STATE = CONSTANT_TABLES | FIXED_MEMOS | NO_STATE | NOT_YET
 

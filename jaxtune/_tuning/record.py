@@ -27,8 +27,8 @@ from .._core import settings as _settings
 from .._core.vocabulary import Choice
 from . import values as _values
 from .bound import BoundCall
-from .sweep_rules import pass_now
 from .state import TUNING_STATE
+from .sweep_rules import pass_now
 
 __all__ = ["finding_kernels", "note", "observing_calls"]
 

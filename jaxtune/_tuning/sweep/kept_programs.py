@@ -44,6 +44,7 @@ from typing import Any
 import jax
 import msgpack
 
+from ..state import TUNING_STATE
 from .compile_cache import own_folder
 
 __all__ = ["KEPT_DIR", "KeptPrograms", "deterministic", "serialisable", "task_key"]
@@ -66,6 +67,7 @@ _TRACING_OPTIONS = (
 )
 
 
+@TUNING_STATE.memo("flatbuffers", "whether jax.export can serialise here (flatbuffers found)")
 @functools.cache
 def serialisable() -> bool:
     """Whether ``jax.export`` can serialise here: it needs the ``flatbuffers`` package
@@ -73,6 +75,7 @@ def serialisable() -> bool:
     return importlib.util.find_spec("flatbuffers") is not None
 
 
+@TUNING_STATE.memo("installed", "every installed distribution's name and version")
 @functools.cache
 def _installed() -> tuple[tuple[str, str], ...]:
     """Every installed distribution's name and version (read once per process)."""
