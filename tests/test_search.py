@@ -194,6 +194,21 @@ def test_failed_configs_count_as_slow_and_the_search_goes_on():
     assert best_of(results) == min(cost(c) for c in SPACE if c["a"] != 4)
 
 
+def test_the_model_learns_from_failures_and_stops_proposing_configs_like_them():
+    # Every config with c=128 fails (as a tile too large for VMEM would); the random start
+    # (16 configs) meets some of them, and after it the model proposes none.
+    fail = {config_id(c) for c in SPACE if c["c"] == 128}
+    results, searched, calls = search(_search.Model(seed=1), 64, fail=fail)
+    start = len(calls[0])  # the random start's batch
+    proposed = [cid for batch in calls for cid in batch]
+    after_start = proposed[start:]
+    assert any(cid in fail for cid in proposed[:start])  # the start met the failing knob
+    assert searched.measured == 64
+    assert not any(cid in fail for cid in after_start), [c for c in after_start if c in fail]
+    # (Without the second fit, where failures only counted as slow, one was proposed after.)
+    assert best_of(results) <= 1.10 * min(cost(c) for c in SPACE if c["c"] != 128)
+
+
 def test_a_seconds_budget_stops_the_search():
     ticks = itertools.count()
     _, searched, calls = search(

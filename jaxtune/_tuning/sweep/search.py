@@ -199,7 +199,8 @@ class Model:
     """Model-based search: a seeded random start (a quarter of the budget, at least 8),
     then rounds that measure the configs an additive model of log time (one term per knob
     value, fitted by ridge regression) predicts fastest, together with the unmeasured
-    neighbours of the best config so far. Failed configs count as slow."""
+    neighbours of the best config so far. Failed configs count as slow, and configs a
+    second fit predicts will fail like them (the same knob values) come last."""
 
     name = "model"
 
@@ -221,9 +222,13 @@ class Model:
             # touch every config of a huge space each round (10^6 took minutes).
             rng = np.random.default_rng(self.seed + len(state.times))
             todo = sorted(rng.choice(np.asarray(todo), MODEL_POOL, replace=False).tolist())
-        near = _near(state, best, todo) if best is not None else []
+        # Configs like those that failed (a knob value Mosaic refuses, a tile too large
+        # for VMEM) are proposed last: a second fit predicts failure from the same knobs.
+        failing = set(_failing(state, todo))
+        near = [i for i in _near(state, best, todo) if i not in failing] if best is not None else []
         predicted = _predict(state, todo)
         ranked = [todo[j] for j in np.argsort(predicted, kind="stable")]
+        ranked = [i for i in ranked if i not in failing] + [i for i in ranked if i in failing]
         picks = list(dict.fromkeys([*ranked[: batch // 2], *near[: batch // 2], *ranked]))
         return picks[:batch]
 
@@ -270,6 +275,19 @@ def _predict(state: SearchState, todo: list[int]) -> np.ndarray:
     ridge = 1e-2 * np.eye(a.shape[1])
     coef = np.linalg.solve(a.T @ a + ridge, a.T @ y)
     return np.asarray(x[len(measured) :] @ coef)
+
+
+def _failing(state: SearchState, todo: list[int]) -> list[int]:
+    """Those of ``todo`` a ridge fit of the measured configs' failures (1 failed, 0 timed)
+    on their knob values predicts more likely to fail than not; none before any failed."""
+    if all(t is not None for t in state.times.values()):
+        return []
+    measured = list(state.times)
+    x = _features([state.space[i] for i in (*measured, *todo)])
+    y = np.array([1.0 if t is None else 0.0 for t in state.times.values()])
+    a = x[: len(measured)]
+    coef = np.linalg.solve(a.T @ a + 1e-2 * np.eye(a.shape[1]), a.T @ y)
+    return [i for i, p in zip(todo, x[len(measured) :] @ coef, strict=True) if p > 0.5]
 
 
 class Auto:
