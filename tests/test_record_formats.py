@@ -8,11 +8,13 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+import pytest
 import records_2026_12 as made
 
+from jaxtune._core import typed
 from jaxtune._core.codec import packb, unpackb
+from jaxtune._core.vocabulary import CaptureInfo, CodeDigest, RecordedCall
 from jaxtune._profiling.sidecar import read_sidecar
-from jaxtune._tuning.digest import CodeDigest
 from jaxtune._tuning.store import result_files
 from jaxtune._tuning.store.cache import CacheStore
 from jaxtune._tuning.sweep.work import SweepPlan
@@ -38,11 +40,11 @@ def test_a_tuning_result_file_of_that_format_reads_as_it_did():
 
 def test_a_sweep_plan_and_a_code_digest_of_that_format_read_as_they_did():
     raw = (DATA / "plan.msgpack").read_bytes()
-    assert SweepPlan.from_dict(unpackb(raw)) == made.plan()
-    assert packb(made.plan().to_dict()) == raw
+    assert typed.decode(SweepPlan, unpackb(raw)) == made.plan()
+    assert packb(typed.encode(made.plan())) == raw
     raw = (DATA / "digest.msgpack").read_bytes()
-    assert CodeDigest.from_wire(unpackb(raw)) == made.code_digest()
-    assert packb(made.code_digest().to_wire()) == raw
+    assert typed.decode(CodeDigest, unpackb(raw)) == made.code_digest()
+    assert packb(typed.encode(made.code_digest())) == raw
 
 
 def test_a_sidecar_of_that_format_reads_as_it_did():
@@ -58,6 +60,11 @@ def test_a_sidecar_of_that_format_reads_as_it_did():
     assert [dict(k) for k in info.kernels] == [dict(k) for k in expected.kernels]
     (call,) = info.calls
     assert _call_fields(call) == _call_fields(raw["calls"][0])
+    assert call.code == CodeDigest(digest=raw["calls"][0]["code"][0], parts=(call.code.parts))
+    assert call.timing == "forward" and call.request["plan"]["kernel"] == "tests.records"
+    # What this jaxtune writes for it is what that one wrote, and a version number besides.
+    assert call.to_wire() == raw["calls"][0]
+    assert info.to_dict() == {**{k: v for k, v in raw.items() if k != "iterations"}, "v": 1}
 
 
 def _call_fields(call):
@@ -70,10 +77,12 @@ def _call_fields(call):
 
 
 def test_a_recording_of_that_format_reads_as_it_did():
-    from jaxtune._cli.tune import _read_records
+    from jaxtune._cli.tune import _read_recording
+    from jaxtune._tuning.sweep.requests import read_request, with_recorded_values
 
-    records, stopped = _read_records(str(DATA / "recording.msgpack"))
-    (record,) = records
+    recording = _read_recording(str(DATA / "recording.msgpack"))
+    (record,) = recording.calls
+    stopped = recording.stopped
     assert _call_fields(record) == {
         "kernel": "tests.records",
         "key": "f32[8]",
@@ -84,3 +93,19 @@ def test_a_recording_of_that_format_reads_as_it_did():
         "stale": "",
     }
     assert stopped is not None and stopped.compiles == 1 and stopped.settle_s == 0.5
+    (values,) = recording.values_of(record)
+    assert values.summary == {"x": ""} and values.dropped == ()
+    request = with_recorded_values(read_request(record.request), [values])
+    assert request.fields.plan.values["arguments"]["x"]["source"] == "recorded"
+    assert request.args == values.args
+
+
+def test_a_recorded_call_and_a_sidecar_of_another_shape_are_refused_by_field():
+    raw = unpackb((DATA / "jaxtune-info.msgpack").read_bytes())
+    bad = {**raw, "calls": [{**raw["calls"][0], "code": "abc"}]}
+    with pytest.raises(ValueError, match=r"capture info's calls\[0\].code: expected a CodeDigest"):
+        CaptureInfo.from_dict(bad)
+    with pytest.raises(ValueError, match=r"report.calls.msgpack, call 0: source: expected one of"):
+        RecordedCall.read({**raw["calls"][0], "source": "?"}, "report.calls.msgpack, call 0")
+    with pytest.raises(ValueError, match=r"a CaptureInfo of version 2, written by a newer"):
+        CaptureInfo.from_dict({**raw, "v": 2})

@@ -22,7 +22,8 @@ its annotations, never from code written per class:
 - ``Annotated[X, Written(fn)]``: the field is written as ``fn(value)`` (:data:`AS_IS`: as it
   is, so a tuple stays the codec's tuple); it is read as ``X``.
 - ``dataclasses.field(..., metadata=OMIT_DEFAULT)``: a field left out of the map while it
-  holds its default (older readers never saw it; a reader takes the default back).
+  holds its default (older readers never saw it; a reader takes the default back);
+  ``metadata=LOCAL``: a field never written nor read (worked out where it is used).
 - ``WIRE_TAG: ClassVar = (key, value)``: the map carries ``key: value`` first; a union of tagged
   classes is read as the class its tag names (``ok: True`` a measurement, ``ok: False`` a
   failure; ``t: "call"`` a recorded call).
@@ -61,6 +62,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "AS_IS",
+    "LOCAL",
     "OMIT_DEFAULT",
     "Check",
     "MismatchError",
@@ -100,6 +102,10 @@ AS_IS = Written(_as_is)
 
 #: Field metadata: the field is left out of the map while it holds its default.
 OMIT_DEFAULT: Mapping[str, Any] = types.MappingProxyType({"jaxtune.typed.omit": True})
+
+#: Field metadata: the field never travels nor is stored (worked out where it is used); a
+#: record read takes its default.
+LOCAL: Mapping[str, Any] = types.MappingProxyType({"jaxtune.typed.local": True})
 
 #: The key a record's version is written under (``WIRE_VERSION``).
 VERSION_KEY = "v"
@@ -147,12 +153,13 @@ def encode(value: Any) -> Any:
 
 
 @typing.overload
-def decode(kind: type[T], raw: Any, where: str | None = None) -> T: ...
+def decode(kind: type[T], raw: Any, where: str | None = None, *, within: str = "") -> T: ...
 @typing.overload
-def decode(kind: Any, raw: Any, where: str | None = None) -> Any: ...
-def decode(kind: Any, raw: Any, where: str | None = None) -> Any:
+def decode(kind: Any, raw: Any, where: str | None = None, *, within: str = "") -> Any: ...
+def decode(kind: Any, raw: Any, where: str | None = None, *, within: str = "") -> Any:
     """``raw`` read as ``kind`` (a dataclass, or any annotation the module's doc lists);
-    ``where`` names it in an error (default: the type's name; ``""``: its fields alone).
+    ``where`` names it in an error (default: the type's name; ``""``: its fields alone),
+    and ``within`` what it was read from (a file, a frame's place in it), before the rest.
 
     Raises:
         MismatchError: ``raw`` does not have the shape ``kind``'s annotations say.
@@ -160,7 +167,10 @@ def decode(kind: Any, raw: Any, where: str | None = None) -> Any:
     try:
         return _reader(kind)(raw)
     except MismatchError as e:
-        raise e.at(str(getattr(kind, "__name__", kind)) if where is None else where) from None
+        e.at(str(getattr(kind, "__name__", kind)) if where is None else where)
+        if within:
+            raise MismatchError(f"{within}: {e}", expected=e.expected, got=e.got) from None
+        raise e from None
 
 
 def _fail(expected: str, raw: Any) -> typing.NoReturn:
@@ -189,12 +199,17 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 
 def _fields(cls: type) -> list[tuple[str, Any, bool]]:
-    """(name, annotation, has a default) of each of the dataclass's init fields."""
+    """(name, annotation, has a default) of each of the dataclass's init fields that is
+    written (not :data:`LOCAL`)."""
     hints = _hints(cls)
+    return [(f.name, hints[f.name], _default(f) is not _NO_DEFAULT) for f in _written(cls)]
+
+
+def _written(cls: type) -> list[dataclasses.Field[Any]]:
     return [
-        (f.name, hints[f.name], _default(f) is not _NO_DEFAULT)
+        f
         for f in dataclasses.fields(cls)
-        if f.init
+        if f.init and not f.metadata.get("jaxtune.typed.local", False)
     ]
 
 
@@ -260,8 +275,7 @@ def _dataclass_writer(cls: type) -> _Write:
     hints = _hints(cls)
     fields = [
         (f.name, _writer(hints[f.name]), f.metadata.get("jaxtune.typed.omit", False), _default(f))
-        for f in dataclasses.fields(cls)
-        if f.init
+        for f in _written(cls)
     ]
     head: dict[str, Any] = {}
     tag = _tag(cls)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from . import typed
@@ -30,12 +30,14 @@ from .errors import CacheError
 __all__ = [
     "CaptureInfo",
     "Choice",
+    "CodeDigest",
     "Config",
     "Entry",
     "EntryId",
     "Failure",
     "Measurement",
     "ProfileOptions",
+    "RecordedCall",
     "Source",
     "config_id",
     "measurement_from_dict",
@@ -347,9 +349,73 @@ class Choice:
     stale: str = ""
 
 
-#: ``CaptureInfo``'s fields that hold a map, and those that hold a list of maps.
-_INFO_MAPS = ("hlo", "fusions", "autotuned", "costs", "sources", "hints", "configs")
-_INFO_MAP_LISTS = ("kernels", "calls")
+#: One function of a kernel's code: module, qualified name, hash of its canonical tree.
+Part = tuple[str, str, str]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CodeDigest:
+    """A kernel's code digest and the parts it was made of (empty when its source could
+    not be read, or ``version=`` was given: then entries are never stale for code); worked
+    out by :mod:`jaxtune._tuning.digest`. Written as ``[digest, parts]``."""
+
+    WIRE_AS_LIST: ClassVar = True
+
+    digest: str = ""
+    parts: tuple[Part, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RecordedCall:
+    """One autotuned call as a recording keeps it (a ``call`` frame of ``jaxtune tune
+    --``'s recording, a call in a profile's sidecar that ``jaxtune tune --from-profile``
+    replays): the kernel's id, the call's key and shapes, the config it ran with and where
+    that came from (``source``), the pass the entry behind it timed (``entry_timing``,
+    empty without one), why that entry is stale (``stale``, empty when fresh or none), the
+    device kind, the kernel's version and code digest, the devices a sweep may use, and the
+    sweep request that tunes it in a child (``request``, a request's record as
+    :meth:`jaxtune._isolation.frames.Request.to_record` writes it; ``None`` with ``error``
+    saying why when the kernel cannot travel)."""
+
+    WIRE_TAG: ClassVar = ("t", "call")
+
+    kernel: str
+    key: str
+    source: Source
+    entry_timing: str = ""
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    device_kind: str = ""
+    version: str = ""
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    statics: str = ""
+    devices: tuple[int, ...] | None = None
+    code: CodeDigest = CodeDigest()
+    stale: str = ""
+    request: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    error: str = dataclasses.field(default="", metadata=typed.OMIT_DEFAULT)
+
+    @property
+    def timing(self) -> str:
+        """The pass the call's sweep would time (``forward``, ``vjp``; ``""`` when the
+        recording holds no sweep), as its request's plan says."""
+        plan = (self.request or {}).get("plan")
+        timing = plan.get("timing") if isinstance(plan, Mapping) else None
+        return timing if isinstance(timing, str) else ""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The map a recording and a sidecar keep (inverse: :meth:`read`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
+
+    @classmethod
+    def read(cls, raw: Any, where: str = "a recorded call") -> RecordedCall:
+        """The call a map holds.
+
+        Raises:
+            MismatchError: the map is no recorded call (a ``ValueError``); the message
+                names ``where`` and the field.
+        """
+        return typed.decode(cls, raw, "", within=where)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -373,11 +439,6 @@ class ProfileOptions:
         return typed.encode(self)
 
 
-_INFO_TEXTS = ("logdir", "platform", "device_kind")
-_INFO_NUMBERS = ("timings",)
-_INFO_ENV = ("env",)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureInfo:
     """What a trace capture knew about the program it traced, which the trace alone does
@@ -391,20 +452,27 @@ class CaptureInfo:
     comes from the trace's own metadata when it is read, and is never stored.
 
     It travels from the child as a map and is kept beside the trace (the profile's
-    sidecar); a trace jaxtune did not capture has only what its metadata recovers."""
+    sidecar, of version :attr:`WIRE_VERSION`); a trace jaxtune did not capture has only
+    what its metadata recovers."""
+
+    WIRE_VERSION: ClassVar = 1
 
     logdir: str = ""
     platform: str = ""
     device_kind: str = ""
-    hlo: Mapping[str, tuple[str, str | None]] = dataclasses.field(default_factory=dict)
-    fusions: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    hlo: Annotated[Mapping[str, tuple[str, str | None]], typed.AS_IS] = dataclasses.field(
+        default_factory=dict
+    )
+    fusions: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)
     kernels: tuple[Mapping[str, Any], ...] = ()
-    claims: Mapping[tuple[int, str], tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    claims: Mapping[tuple[int, str], tuple[str, ...]] = dataclasses.field(
+        default_factory=dict, metadata=typed.LOCAL
+    )
     autotuned: Mapping[str, int] = dataclasses.field(default_factory=dict)
     costs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
-    calls: tuple[Mapping[str, Any], ...] = ()
+    calls: tuple[RecordedCall, ...] = ()
     configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
     env: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
@@ -414,49 +482,20 @@ class CaptureInfo:
         return any(getattr(self, f.name) for f in dataclasses.fields(self))
 
     def to_dict(self) -> dict[str, Any]:
-        """The map it travels and is stored as (without ``claims``)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name == "claims":
-                continue
-            value = getattr(self, f.name)
-            out[f.name] = [dict(v) for v in value] if f.name in _INFO_MAP_LISTS else value
+        """The map it travels and is stored as (without ``claims``; :mod:`.typed`)."""
+        out: dict[str, Any] = typed.encode(self)
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
+    def from_dict(cls, raw: Any) -> CaptureInfo:
         """The capture info a map holds (unknown keys are ignored, missing ones empty).
 
         Raises:
             ValueError: a field holds a value of the wrong kind (a sidecar edited by hand,
-                or written by another program).
+                or written by another program); the message names it.
         """
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"capture info is a map, not {type(raw).__name__}")
-        fields: dict[str, Any] = {}
-        for name in _INFO_TEXTS:
-            value = raw.get(name) or ""
-            if not isinstance(value, str):
-                raise ValueError(f"capture info's {name} is not text")
-            fields[name] = value
-        for name in (*_INFO_MAPS, *_INFO_NUMBERS, *_INFO_ENV):
-            value = raw.get(name) or {}
-            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-                raise ValueError(f"capture info's {name} is not a map with text keys")
-            if name in _INFO_NUMBERS and not all(
-                isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
-            ):
-                raise ValueError(f"capture info's {name} holds a value that is not a number")
-            if name in _INFO_ENV and not all(
-                v is None or isinstance(v, str) for v in value.values()
-            ):
-                raise ValueError(f"capture info's {name} holds a value that is not text")
-            fields[name] = dict(value)
-        for name in _INFO_MAP_LISTS:
-            items = raw.get(name) or ()
-            if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
-                raise ValueError(f"capture info's {name} is not a list")
-            if not all(isinstance(v, Mapping) for v in items):
-                raise ValueError(f"capture info's {name} holds an item that is not a map")
-            fields[name] = tuple(dict(v) for v in items)
-        return cls(**fields)
+        try:
+            info: CaptureInfo = typed.decode(cls, raw, "")
+        except typed.MismatchError as e:
+            raise ValueError(f"capture info's {e}" if e.where else f"capture info: {e}") from None
+        return info

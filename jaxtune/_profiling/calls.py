@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from .._core.vocabulary import Choice
+from .._core.vocabulary import Choice, RecordedCall
 from .._program import markers as _markers
 from .._program.locate import KernelSite
 
@@ -24,11 +24,11 @@ def autotuned_counts(sites: Iterable[KernelSite]) -> dict[str, int]:
     return counts
 
 
-def hints(sites: Iterable[KernelSite]) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+def hints(sites: Iterable[KernelSite]) -> tuple[dict[str, dict[str, float]], list[RecordedCall]]:
     """Per-call ``flops``/``bytes`` hints of the jaxtune kernels among ``sites``, and one
     recorded call per (kernel, key) (what ``tune from a profile`` replays)."""
     hints: dict[str, dict[str, float]] = {}
-    calls: dict[tuple[str, str], dict[str, Any]] = {}
+    calls: dict[tuple[str, str], RecordedCall] = {}
     for site in sites:
         if site.kind != "autotuned":
             continue

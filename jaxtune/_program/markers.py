@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
-from .._core.vocabulary import Choice, Source, config_id
+from .._core.vocabulary import Choice, RecordedCall, Source, config_id
 from . import sources as _sources
 
 __all__ = [
@@ -54,7 +54,7 @@ class MarkedCall(Protocol):
         """The ``flops=`` / ``bytes=`` hints for the call, or ``None``."""
         ...
 
-    def recorded_call(self, choice: Choice, *, differentiated: bool = False) -> dict[str, Any]:
+    def recorded_call(self, choice: Choice, *, differentiated: bool = False) -> RecordedCall:
         """The call as a recording keeps it (what ``jaxtune tune --from-profile`` replays)."""
         ...
 
