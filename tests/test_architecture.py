@@ -282,11 +282,56 @@ def test_the_engines_modules_sit_below_the_orchestration():
     ``Sweeper`` over them) imports neither the loop that drives it (``drive``) nor where it
     runs (``runner``, ``serve``, ``requests``): those hand it work through its methods."""
     engine = ["engine", "compile", "first_run", "first_pass", "measure", "backward"]
-    above = {f"jaxtune._tuning.sweep.{m}" for m in ("plan", "runner", "serve", "requests")}
+    above = {f"jaxtune._tuning.sweep.{m}" for m in ("drive", "runner", "serve", "requests")}
     reached = {
         f"{m} -> {imported}"
         for m in engine
         for imported, _ in _all_imports(f"jaxtune._tuning.sweep.{m}")
         if imported in above
+    }
+    assert reached == set()
+
+
+def test_the_sweep_folder_says_where_each_module_runs():
+    """Every module of ``_tuning/sweep/`` is named once in its package's groups (parent,
+    wire, kernel side, both sides), and neither the kernel side, the wire nor what both
+    sides read imports a module of the parent's: the child never needs the parent's code."""
+    from jaxtune._tuning import sweep
+
+    groups = {
+        "parent": sweep.PARENT,
+        "wire": sweep.WIRE,
+        "kernel side": sweep.KERNEL_SIDE,
+        "both": sweep.BOTH,
+    }
+    named = [m for members in groups.values() for m in members]
+    prefix = "jaxtune._tuning.sweep."
+    folder = {n[len(prefix) :] for n in MODULES if n.startswith(prefix)}
+    assert sorted(named) == sorted(folder)  # each once, none left out
+    # A module's docstring that opens with where it runs says its group's words.
+    tags = {
+        "parent": "Parent side.",
+        "wire": "Wire.",
+        "kernel side": "Kernel side.",
+        "both": "Both sides.",
+    }
+    wrong = {
+        f"{m}: {where}, opens {doc.split('.')[0]!r}"
+        for where, members in groups.items()
+        for m in members
+        if (doc := ast.get_docstring(TREES[prefix + m]) or "").startswith(
+            tuple(t for t in tags.values())
+        )
+        and not doc.startswith(tags[where])
+    }
+    assert wrong == set()
+    parent = {prefix + m for m in sweep.PARENT}
+    reached = {
+        f"{m} ({where}) -> {imported}"
+        for where, members in groups.items()
+        if where != "parent"
+        for m in members
+        for imported, _ in _all_imports(prefix + m)
+        if imported in parent
     }
     assert reached == set()

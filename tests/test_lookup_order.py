@@ -14,8 +14,8 @@ import jaxtune
 from jaxtune._core.errors import MissError, TuningFailedError
 from jaxtune._core.vocabulary import Choice, Entry
 from jaxtune._distributed import agree as _agree
-from jaxtune._tuning import kernel_sweep as _kernel_sweep
 from jaxtune._tuning import lookup as _lookup
+from jaxtune._tuning import sweep_rules as _sweep_rules
 from jaxtune._tuning.bound import BoundCall, KernelOptions
 from jaxtune._tuning.digest import KernelCode
 from jaxtune._tuning.space import ConfigSpec
@@ -97,7 +97,7 @@ class Stores:
         return bool(self.shared.entries)
 
     def sweep(self, call, kind, *, measure=None):
-        timed = _kernel_sweep.pass_now(call.kernel.timing)
+        timed = _sweep_rules.pass_now(call.kernel.timing)
         self.sweeps.append(timed)
         if self.sweep_fails:
             raise TuningFailedError("every config failed")
@@ -239,16 +239,31 @@ def test_a_forward_entry_answers_a_differentiated_call_except_where_tune_mode_sw
 ):
     stores.user.keep([entry(CONFIG["user"], timing="forward")])
     call = fake_call()
-    with _kernel_sweep.differentiated_calls(True):
+    with _sweep_rules.differentiated_calls(True):
         assert answer(call.choose(sweep=True)) == ("cache", CONFIG["user"])
         monkeypatch.setenv("JAXTUNE_MODE", "tune")
         assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["vjp"]
     # A kernel that says which pass to time keeps a forward entry for every call.
     stores.user.keep([entry(CONFIG["user"], timing="forward")])
-    with _kernel_sweep.differentiated_calls(True):
+    with _sweep_rules.differentiated_calls(True):
         got = fake_call(timing="forward").choose(sweep=True)
     assert answer(got) == ("cache", CONFIG["user"])
+
+
+def test_a_forward_entry_of_a_kernel_that_times_vjp_is_swept_again_in_tune_mode(
+    stores, monkeypatch
+):
+    """One wrong-pass rule (jaxtune._tuning.staleness.wrong_pass), as ``jaxtune tune --``
+    reads it: an entry of the forward pass alone does not serve a sweep of forward and
+    backward, whether ``timing="auto"`` or ``timing="vjp"`` asked for it."""
+    stores.user.keep([entry(CONFIG["user"], timing="forward")])
+    call = fake_call(timing="vjp")
+    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["user"])  # cached mode
+    assert call.current_entry() is None  # jaxtune.tune sweeps it
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
+    assert stores.sweeps == ["vjp"]
 
 
 @pytest.mark.parametrize("mode", ["cached", "tune"])

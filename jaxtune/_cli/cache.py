@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core import versions as _versions
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, Measurement
 from .._render import configs as _configs
@@ -24,6 +23,7 @@ from .._render import units as _units
 from .._tuning import digest as _digest
 from .._tuning.explain import decision_text
 from .._tuning.result import TuningResult, format_table
+from .._tuning.staleness import Reason, judge, reason_of, wrong_pass
 from .._tuning.store import cache as _cache
 from .._tuning.store import result_files as _results
 from .._tuning.store.layout import XLA_DIR
@@ -279,11 +279,13 @@ def _sources(
     return found
 
 
-class Freshness:
-    """Why entries are stale, worked out once per distinct code (``code`` is
-    ``fresh``, ``changed`` or ``unknown``, from the kernel's source files as they are now,
-    without importing them; see :func:`jaxtune._tuning.digest.check_parts`), the modules
-    looked for in ``sources`` first, then on ``sys.path`` and in the working directory."""
+class StaleJudge:
+    """Why entries are stale, for the commands that list, prune and import them: the
+    reasons :func:`jaxtune._tuning.staleness.judge` gives without a kernel's space, the
+    code judged once per distinct code (``code`` is ``fresh``, ``changed`` or ``unknown``,
+    from the kernel's source files as they are now, without importing them; see
+    :func:`jaxtune._tuning.digest.check_parts`), the modules looked for in ``sources``
+    first, then on ``sys.path`` and in the working directory."""
 
     def __init__(self, sources: Sequence[pathlib.Path] = ()) -> None:
         self._code: dict[tuple[tuple[str, str, str], ...], str] = {}
@@ -292,7 +294,7 @@ class Freshness:
         )
 
     @classmethod
-    def of(cls, args: argparse.Namespace) -> Freshness:
+    def of(cls, args: argparse.Namespace) -> StaleJudge:
         """The freshness ``--source`` asks for.
 
         Raises:
@@ -317,19 +319,16 @@ class Freshness:
         return known
 
     def reasons(self, e: Entry) -> list[str]:
-        """``["code changed", "toolchain"]``, the part of it that holds, or ``[]``."""
-        out = []
-        if self.code(e) == "changed":
-            out.append("code changed")
-        if _versions.stale(dict(e.versions)):
-            out.append("toolchain")
-        return out
+        """``["code changed", "toolchain"]``, the part of it that holds, or ``[]``: the
+        reasons of :func:`jaxtune._tuning.staleness.judge` that can be told without the
+        kernel's space, as their labels."""
+        return [s.reason.value for s in judge(e, code_changed=self.code(e) == "changed")]
 
 
 def _summary(
-    e: Entry, where: Source, *, full: bool = False, fresh: Freshness | None = None
+    e: Entry, where: Source, *, full: bool = False, fresh: StaleJudge | None = None
 ) -> dict[str, Any]:
-    fresh = fresh or Freshness()
+    fresh = fresh or StaleJudge()
     reasons = fresh.reasons(e)
     return {
         **e.summary(full=full),
@@ -353,7 +352,7 @@ def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
         for where, entries in _sources(args, store)
     ]
     sections = []
-    fresh = Freshness.of(args)
+    fresh = StaleJudge.of(args)
     for where, entries in layers:
         stale: dict[tuple[str, str, str], str] = {}
         for e in entries:
@@ -400,7 +399,7 @@ def _show_action(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -
         page = TuningResult.of(*(e for e, _ in found)).to_html()
         target.write_text(page)
         print(f"jaxtune cache show: wrote {target}", file=sys.stderr)
-    fresh = Freshness.of(args)
+    fresh = StaleJudge.of(args)
     out({"entries": [_summary(e, w, full=True, fresh=fresh) for e, w in found]}, _show(found))
 
 
@@ -484,7 +483,7 @@ def _conflict_line(c: _cache.Conflict) -> str:
 
 
 def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
-    fresh = Freshness.of(args)
+    fresh = StaleJudge.of(args)
     entries = _results.load(args.file)
     merged = store.merge(entries, keep_newer=args.keep_newer)
     replaced, kept = merged.replaced, merged.kept
@@ -524,9 +523,9 @@ def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> Non
 
 #: What a stale reason means for an imported entry.
 _STALE_MEANS = {
-    "code changed": "tuned for other code of the kernel than the code here, so a lookup "
+    Reason.CODE.value: "tuned for other code of the kernel than the code here, so a lookup "
     "passes it over (a miss)",
-    "toolchain": "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a "
+    Reason.TOOLCHAIN.value: "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a "
     "warning and tune mode re-tunes it",
 }
 
@@ -559,7 +558,7 @@ def _prune(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None
             "prune needs --stale and/or --kernel KERNEL; `jaxtune cache clear` removes everything."
         )
 
-    fresh = Freshness.of(args)
+    fresh = StaleJudge.of(args)
 
     def doomed(e: Entry) -> bool:
         return (not args.stale or bool(fresh.reasons(e))) and (
@@ -669,8 +668,9 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     for r in records:
         row = {"kernel": r.kernel, "key": r.key, "device_kind": r.device_kind, "source": r.source}
         why = r.stale
-        if not why and _tune.wrong_pass(r, r.entry_timing):
-            why = "timed the forward pass only; the call is differentiated"
+        wrong = wrong_pass(r.entry_timing, r.timing)
+        if not why and wrong is not None:
+            why = wrong.text
         if why:
             stale.append({**row, "reason": why})
         elif r.source == "default":
@@ -698,7 +698,7 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     ]
     if missing or stale:
         given = args.program[1:] if args.program[:1] == ["--"] else args.program
-        again = any(m["reason"].startswith("tuned with another toolchain") for m in stale)
+        again = any(reason_of(m["reason"]) is Reason.TOOLCHAIN for m in stale)
         flags = ["--retune"] if again else []
         # The same recording as this check: what it saw, the tune sees.
         flags += ["--full"] if args.full else []

@@ -21,8 +21,9 @@ from .._core.vocabulary import RecordedCall
 from .._profiling.report import CALLS_SUFFIX, report_from_trace
 from .._profiling.sidecar import INFO_FILE
 from .._tuning.result import format_table
+from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
-from .tune import sweep_records, wrong_pass
+from .tune import sweep_records
 
 __all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run", "tuned_here"]
 
@@ -155,7 +156,7 @@ def tuned_here(frame: RecordedCall) -> bool:
     return (
         entry is not None
         and entry.kernel_version == frame.version
-        and not wrong_pass(frame, entry.timing)
+        and wrong_pass(entry.timing, frame.timing) is None
     )
 
 

@@ -32,8 +32,8 @@ from .._isolation.frames import FrameError, Module, NotTransportable
 from .._render.units import count
 from .._tuning.recorded import Recording, Stopped, read_frame
 from .._tuning.result import format_table
+from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
-from .._tuning.store import shared as _shared
 from .recording import SETTLE_S, add_recording_options
 
 if TYPE_CHECKING:
@@ -57,7 +57,6 @@ __all__ = [
     "summary_line",
     "sweep_records",
     "sweep_runner",
-    "wrong_pass",
 ]
 
 #: Where a config came from when the call already had a tuned one.
@@ -196,12 +195,6 @@ def _read_recording(path: str) -> Recording:
         raise JaxtuneError(str(e)) from None
 
 
-def wrong_pass(record: RecordedCall, entry_timing: str) -> bool:
-    """Whether the entry a recorded call would reuse timed the forward pass only, while the
-    call runs its backward too: such a call is tuned again."""
-    return record.timing == "vjp" and entry_timing == "forward"
-
-
 def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) -> str:
     """``recorded 2 autotuned calls; 2 already had a config (re-tuned: --retune); tuned 2``.
 
@@ -221,9 +214,9 @@ def sweep_records(
 ) -> tuple[list[Entry], list[str]]:
     """Sweeps each recorded call in a child, on the value sets ``recording`` holds of it,
     and writes the cache: ``(entries, problems)``."""
-    from .._tuning.sweep.entry import make_entry
     from .._tuning.sweep.inputs import SYNTHESISED_TEXT, made_up_integers
     from .._tuning.sweep.requests import read_request, with_recorded_values
+    from .._tuning.sweep_rules import keep
 
     entries: list[Entry] = []
     problems: list[str] = []
@@ -273,10 +266,7 @@ def sweep_records(
             )
             continue
         kind = runner.ready.device_kind if runner.ready else record.device_kind
-        entry = make_entry(plan, outcome, kind, record.version, code=record.code)
-        _cache.user_cache().keep([entry])
-        _shared.publish([entry])
-        entries.append(entry)
+        entries.append(keep(plan, outcome, kind, record.version, code=record.code))
     return entries, problems
 
 
@@ -295,7 +285,7 @@ def had_config(record: RecordedCall) -> bool:
     the pass the call runs, and not stale (another toolchain, new configs in the space)."""
     return (
         record.source in HITS
-        and not wrong_pass(record, record.entry_timing)
+        and wrong_pass(record.entry_timing, record.timing) is None
         and not (record.source != "scope" and record.stale)
     )
 

@@ -92,6 +92,10 @@ class Settings:
     #: ``JAXTUNE_COMPILE_CACHE``: ``"1"`` (JAX's persistent compilation cache in the
     #: sweep's child, under the user cache directory), ``"0"`` (none), or a directory.
     compile_cache: str = "1"
+    #: ``JAXTUNE_LOWERING_PROCESSES``: ``"auto"`` (on a TPU v5e or v6e, processes that
+    #: lower a sweep's configs for the chip where that takes long), ``"0"`` (none), or how
+    #: many.
+    lowering_processes: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,6 +122,16 @@ def default_cache_dir() -> str:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
     return str(base / "jaxtune")
+
+
+def _lowering_processes(raw: str) -> str:
+    """``auto`` or a whole number from 0 to 64."""
+    raw = raw.strip()
+    if raw == "auto":
+        return raw
+    return str(
+        _bounded("JAXTUNE_LOWERING_PROCESSES", 0, 64, "auto, or a whole number", whole=True)(raw)
+    )
 
 
 def _compile_cache(raw: str) -> str:
@@ -314,6 +328,18 @@ VARIABLES: tuple[Variable, ...] = (
         "program in lowered/ beside it: 1 puts them in xla/ under the cache directory, a "
         "directory puts them there, 0 turns both off. A jax_compilation_cache_dir of the "
         "user's own wins (docs/autotuned.md).",
+    ),
+    Variable(
+        name="JAXTUNE_LOWERING_PROCESSES",
+        field="lowering_processes",
+        allowed="auto, or a whole number from 0 to 64",
+        default="auto",
+        parse=_lowering_processes,
+        doc="Processes that trace and lower a sweep's configs side by side, for the "
+        "compiling process to load (kept programs, so JAXTUNE_COMPILE_CACHE must be on): "
+        "auto uses the host's cores on a TPU v5e or v6e where lowering a sweep's configs one "
+        "by one would take 10 s or more; "
+        "0 lowers in the sweep's own process, one config at a time (docs/autotuned.md).",
     ),
 )
 

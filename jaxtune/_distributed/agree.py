@@ -37,17 +37,18 @@ Measure = Callable[[Any], Any]
 
 class Sharing(Protocol):
     """How the tuning flow shares one sweep over the job's processes: agreement moves the
-    plan and the shares (plain data) between them, the flow knows what they are."""
+    sweep's space (its configs and default) and the shares (plain data) between them, the
+    flow knows what they are."""
 
     def alone(self, task: Any) -> Any:
         """The whole sweep of ``task``, measured by this process (a single-process job)."""
         ...
 
-    def plan(self, task: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def space(self, task: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The configs ``task`` measures and its default."""
         ...
 
-    def with_plan(
+    def with_space(
         self, task: Any, configs: Sequence[Mapping[str, Any]], default: Mapping[str, Any]
     ) -> Any:
         """``task`` measuring the leader's configs against the leader's default."""
@@ -229,9 +230,9 @@ def _lead(s: KeyValue, base: str, q: Question) -> Choice:
 
     def measure(task: Any) -> Any:
         sharing = _sharing(q)
-        configs, default = sharing.plan(task)
-        plan = _Shared(configs=tuple(configs), default=default)
-        if not s.publish(f"{base}/plan", packb(typed.encode(plan))):
+        configs, default = sharing.space(task)
+        lead = _Shared(configs=tuple(configs), default=default)
+        if not s.publish(f"{base}/lead", packb(typed.encode(lead))):
             raise AgreementError(_already(q, s))
         swept.append(True)
         parts = [sharing.measure(task, 0, s.process_count)]
@@ -245,9 +246,9 @@ def _lead(s: KeyValue, base: str, q: Question) -> Choice:
     except BaseException as e:
         # Followers fail at once with the leader's reason instead of waiting out the timeout.
         with contextlib.suppress(KeyValueLostError):
-            s.publish(f"{base}/result" if swept else f"{base}/plan", _error_record(e))
+            s.publish(f"{base}/result" if swept else f"{base}/lead", _error_record(e))
         raise
-    final = f"{base}/result" if swept else f"{base}/plan"
+    final = f"{base}/result" if swept else f"{base}/lead"
     if not _publish(s, final, _record(choice), q):
         # Decided already (another thread of ours).
         return _adopt(_published(s.wait(final, 1.0), final), q, s)
@@ -263,11 +264,11 @@ def _publish(s: KeyValue, key: str, value: bytes, q: Question) -> bool:
 
 
 def _follow(s: KeyValue, base: str, q: Question) -> Choice:
-    plan = _published(_wait(s, f"{base}/plan", q, 0, "the config"), f"{base}/plan")
-    if not isinstance(plan, _Shared):
-        return _adopt(plan, q, s)
+    lead = _published(_wait(s, f"{base}/lead", q, 0, "the config"), f"{base}/lead")
+    if not isinstance(lead, _Shared):
+        return _adopt(lead, q, s)
     sharing = _sharing(q)
-    task = sharing.with_plan(q.task(), plan.configs, plan.default)
+    task = sharing.with_space(q.task(), lead.configs, lead.default)
     part = sharing.measure(task, s.process_id, s.process_count)
     _publish(s, f"{base}/share/{s.process_id}", packb(part), q)
     # Twice the timeout: the leader may itself wait the timeout for a missing share, and

@@ -34,7 +34,6 @@ from .bound import BoundCall, KernelOptions
 from .buckets import Buckets
 from .digest import KernelCode
 from .eager import EagerCalls, bump_generation, under_differentiation
-from .kernel_sweep import differentiated_calls, differentiated_now, is_differentiated
 from .naming import kernel_id_for
 from .options import (
     validate_callable,
@@ -51,6 +50,7 @@ from .signature import Signature, is_tracing
 from .space import ConfigSpec
 from .sweep.runner import prestart_child
 from .sweep.search import Budget, strategy_of
+from .sweep_rules import differentiated_calls, differentiated_now, is_differentiated
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
 

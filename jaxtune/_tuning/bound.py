@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._core import settings as _settings
-from .._core import versions as _versions
 from .._core.errors import (
     CacheError,
     JaxtuneError,
@@ -42,16 +41,15 @@ from .._core.errors import warn as _warn
 from .._core.vocabulary import Choice, Entry, Measurement, RecordedCall, config_id
 from .._distributed import agree as _agree
 from .._program import markers as _markers
-from . import kernel_sweep as _kernel_sweep
 from . import lookup as _lookup
+from . import staleness as _staleness
+from . import sweep_rules as _sweep_rules
 from .buckets import Buckets
 from .digest import KernelCode
 from .options import timing_options
 from .signature import Signature
 from .space import ConfigSpec
 from .store import cache as _cache
-from .store import shared as _shared
-from .sweep.entry import make_entry
 from .sweep.inputs import (
     SYNTHESISED_TEXT,
     describe_values,
@@ -171,7 +169,7 @@ class KernelOptions:
     flops: float | Callable[..., float] | None = None
     bytes: float | Callable[..., float] | None = None
     #: What this process swept the kernel for in retune mode.
-    retunes: _kernel_sweep.Retunes = dataclasses.field(default_factory=_kernel_sweep.Retunes)
+    retunes: _sweep_rules.Retunes = dataclasses.field(default_factory=_sweep_rules.Retunes)
     #: The misses it warned about.
     misses: Misses = dataclasses.field(default_factory=Misses)
     #: The pruned space and default per (shapes, statics): prune runs once per shape.
@@ -338,9 +336,7 @@ class BoundCall:
             retuning = measure is not None and kernel.retunes.pending(kind, sig.key, kernel.timing)
             if use_caches and not retuning:
                 found = _lookup.cached_entry(kernel.kernel_id, kind, sig.key, fit)
-                if found is not None and not (
-                    sweeping and _kernel_sweep.wrong_pass(kernel.timing, found[0])
-                ):
+                if found is not None and not (sweeping and self._wrong_pass(found[0])):
                     entry, source = found
                     return Choice(
                         config=dict(entry.config),
@@ -456,36 +452,44 @@ class BoundCall:
         found = _lookup.cached_entry(
             self.kernel.kernel_id, _lookup.device_kind(), self.sig.key, self._fit()
         )
-        if found is None or _kernel_sweep.wrong_pass(self.kernel.timing, found[0]):
+        if found is None or self._wrong_pass(found[0]):
             return None
         return found[0]
 
+    def _wrong_pass(self, entry: Entry) -> bool:
+        """Whether ``entry`` timed the wrong pass for a sweep of the call started now
+        (:func:`~.staleness.wrong_pass`)."""
+        timed_now = _sweep_rules.pass_now(self.kernel.timing)
+        return _staleness.wrong_pass(entry.timing, timed_now) is not None
+
     def staleness(self, choice: Choice) -> str:
         """Why the entry behind the call's config, or the entry its lookup passed over, is
-        stale: ``"code changed"``, ``"tuned with another toolchain (...)"``, ``"N new
-        configs in the space since it was tuned"``, ``"config keys renamed"``, ``"config
-        outside the space"``; ``""`` when the call used a current entry or no entry exists
-        (a plain miss)."""
+        stale, in :mod:`.staleness`'s words: ``"code changed"``, ``"tuned with another
+        toolchain (...)"``, ``"N new configs in the space since it was tuned"``, ``"config
+        keys renamed"``, ``"config outside the space"``; ``""`` when the call used a current
+        entry or no entry exists (a plain miss)."""
         if choice.entry is not None and choice.source in ("cache", "packaged", "scope"):
             if choice.stale:
                 return choice.stale
-            if _versions.stale(dict(choice.entry.versions)):
-                return _lookup.toolchain_text(choice.entry.versions)
-            return ""
+            old = _staleness.toolchain(choice.entry)
+            return "" if old is None else old.text
         if choice.source not in ("default", "nearest"):
             return ""
         fit = self._fit()
         kernel, kind = self.kernel, _lookup.device_kind()
+        passed_over = (_staleness.Reason.KEYS, _staleness.Reason.CODE, _staleness.Reason.OUTSIDE)
         for layer in (_cache.user_cache(), *_cache.layers()):
             entry = layer.lookup(kernel.kernel_id, kind, self.sig.key, version=kernel.version)
             if entry is None:
                 continue
-            if fit.stale_code(entry):
-                return "code changed"
-            if set(entry.config) != fit.names:
-                return "config keys renamed"
-            if not fit.holds(entry.config):
-                return "config outside the space"
+            stale = next(
+                _staleness.judge(
+                    entry, code_changed=fit.stale_code(entry), names=fit.names, holds=fit.holds
+                ),
+                None,
+            )
+            if stale is not None and stale.reason in passed_over:
+                return stale.text
         return ""
 
     # -- the sweep -------------------------------------------------------------------------
@@ -505,7 +509,7 @@ class BoundCall:
         timed = (
             "vjp"
             if kernel.timing == "auto" and differentiated
-            else _kernel_sweep.pass_now(kernel.timing)
+            else _sweep_rules.pass_now(kernel.timing)
         )
         plan = SweepPlan(
             kernel=kernel.kernel_id,
@@ -579,10 +583,7 @@ class BoundCall:
             )
         # No lock while user code runs: a kernel that calls itself would wait on its own lock.
         outcome = (measure or default_runner().sweep)(swept)
-        entry = make_entry(swept.plan, outcome, kind, kernel.version, code=kernel.code.value)
-        if _agree.may_write_cache():
-            _cache.user_cache().keep([entry])
-            _shared.publish([entry])
+        entry = _sweep_rules.keep(swept.plan, outcome, kind, kernel.version, code=kernel.code.value)
         kernel.retunes.done(kind, sig.key, swept.plan.timing)
         return entry
 

@@ -15,7 +15,9 @@ the kernel (its code digest differs, :mod:`.digest`) is a miss: skipped, with on
 jax/jaxlib/libtpu, or whose space now holds configs its sweep never measured, is stale: a
 sweep (``tune`` mode) replaces it; otherwise it is used while its config is in the space,
 with one warning per kernel in ``cached`` mode. An entry whose config keys are not the
-space's (keys renamed) is ignored, with one warning per kernel in any mode.
+space's (keys renamed) is ignored, with one warning per kernel in any mode. Why an entry
+is stale is :mod:`.staleness`'s one vocabulary (:func:`~.staleness.judge`, which ``jaxtune
+cache`` asks too); :class:`Fit` acts on it.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from typing import Any
 import jax
 
 from .._core import settings as _settings
-from .._core import versions as _versions
 from .._core.errors import warn_once
 from .._core.vocabulary import Entry, Source, config_id
 from .._distributed import agree as _agree
 from .digest import KernelCode
 from .result import active_scopes
+from .staleness import Reason, judge, typed_config
 from .store import cache as _cache
 from .store import shared as _shared
 
@@ -42,10 +44,8 @@ __all__ = [
     "cached_entry",
     "candidates",
     "device_kind",
-    "entry_staleness",
     "nearest",
     "scoped_entry",
-    "toolchain_text",
 ]
 
 
@@ -53,18 +53,6 @@ __all__ = [
 def device_kind() -> str:
     """The device kind of the default backend (``"cpu"``, ``"TPU v5 lite"``, ``"NVIDIA H100"``)."""
     return str(jax.devices()[0].device_kind)
-
-
-def _typed(value: Any) -> Hashable:
-    """A value with its type, so that ``True``, ``1`` and ``1.0`` differ (they are equal in
-    Python, and a kernel given one for another may compile something else)."""
-    if isinstance(value, tuple):
-        return (tuple, tuple(_typed(v) for v in value))
-    return (type(value), value)
-
-
-def _typed_config(config: Mapping[str, Any]) -> Hashable:
-    return tuple(sorted((str(k), _typed(v)) for k, v in config.items()))
 
 
 _MSG_OUTSIDE = (
@@ -99,46 +87,6 @@ _MSG_KEYS = (
     "Re-tune: JAXTUNE_MODE=tune (or `jaxtune tune -- python your_program.py`); `jaxtune "
     "cache prune --kernel {kernel}` drops the old entries."
 )
-
-#: (kernel, version, device kind, key, created, swept-space size) -> why the entry is stale
-#: (worked out once per process, not once per trace).
-_STALE: dict[tuple[Any, ...], str] = {}
-
-
-def _new_configs(entry: Entry, swept: Sequence[Mapping[str, Any]]) -> int:
-    """How many configs of ``swept`` (the space a sweep would measure now) ``entry``'s sweep
-    never measured because they were not in its space then; 0 when that cannot be told."""
-    if not entry.space_size:  # an entry older than the field
-        return 0
-    measured: set[Hashable] = set()
-    for m in entry.measurements:
-        try:
-            measured.add(_typed_config(m.config))
-        except TypeError:
-            continue
-    if len(measured) >= entry.space_size:  # it measured its whole space: compare configs
-        new = 0
-        for c in swept:
-            try:
-                new += _typed_config(c) not in measured
-            except TypeError:
-                continue
-        return new
-    # Measurements stripped, or a search that measured part of the space: compare sizes.
-    return max(0, len(swept) - entry.space_size)
-
-
-def entry_staleness(entry: Entry, swept: Sequence[Mapping[str, Any]] | None) -> str:
-    """Why ``entry`` is stale for its toolchain or space (``swept``: the space a sweep
-    would measure now, ``None``: not compared): ``"tuned with another toolchain (jax 0.4.1,
-    now 0.4.30)"``, ``"3 new configs in the space since it was tuned"``, ``""`` when
-    neither."""
-    if _versions.stale(dict(entry.versions)):
-        return toolchain_text(entry.versions)
-    new = _new_configs(entry, swept) if swept is not None else 0
-    if new:
-        return f"{new} new config{'s' if new != 1 else ''} in the space since it was tuned"
-    return ""
 
 
 class Fit:
@@ -182,9 +130,9 @@ class Fit:
     def holds(self, config: Mapping[str, Any]) -> bool:
         """Whether ``config`` is a config of the space."""
         if self._configs is None:
-            self._configs = frozenset(_typed_config(c) for c in self._space)
+            self._configs = frozenset(typed_config(c) for c in self._space)
         try:
-            return _typed_config(config) in self._configs
+            return typed_config(config) in self._configs
         except TypeError:  # an unhashable value read from a file
             return False
 
@@ -195,19 +143,30 @@ class Fit:
 
     def matches(self, entry: Entry) -> bool:
         """Whether ``entry`` is for this kernel version, these config keys and this code."""
-        return (
-            entry.kernel_version == self.version
-            and set(entry.config) == self.names
-            and not self.stale_code(entry)
-        )
+        if entry.kernel_version != self.version:
+            return False
+        first = next(judge(entry, code_changed=self.stale_code(entry), names=self.names), None)
+        return first is None or first.reason not in (Reason.KEYS, Reason.CODE)
 
     def usable(self, entry: Entry | None, layer: str) -> bool:
         """Whether ``entry`` may be used as an exact entry; warns once when its config lies
-        outside the space, or (in cached mode) when it was tuned for other code."""
+        outside the space, or (in cached mode) when it was tuned for other code. Its
+        staleness is :func:`~.staleness.judge`'s first reason, acted on here."""
         self.last_stale = ""
         if entry is None or entry.kernel_version != self.version:
             return False
-        if set(entry.config) != self.names:
+        stale = next(
+            judge(
+                entry,
+                code_changed=self.stale_code(entry),
+                names=self.names,
+                holds=self.holds,
+                swept=self.swept,
+            ),
+            None,
+        )
+        reason = None if stale is None else stale.reason
+        if reason is Reason.KEYS:
             if self.names and not any(set(entry.config) == set(c) for c in self._space):
                 keys = ", ".join(sorted(map(str, entry.config))) or "none"
                 self._warn_once(
@@ -220,16 +179,17 @@ class Fit:
                     names=", ".join(sorted(self.names)),
                 )
             return False
-        if self.stale_code(entry):
+        if reason is Reason.CODE:
             self.code_stale = self.code_stale or layer
             if _settings.settings().mode == "cached":
                 # Once per kernel and layer: every key of an edited kernel is stale at once.
                 self._warn_once(entry, layer, "code", _MSG_CODE_CHANGED, per_key=False)
             return False
-        if not self.holds(entry.config):
+        if reason is Reason.OUTSIDE:
             self._warn_once(entry, layer, config_id(entry.config), _MSG_OUTSIDE)
             return False
-        why = "" if layer == "scope" else self.staleness(entry)
+        # A scope's entry is the caller's own choice: never stale for its toolchain or space.
+        why = "" if stale is None or layer == "scope" else stale.text
         if why:
             if self.refresh:  # a sweep replaces it now
                 if self.stale_hit is None:
@@ -241,28 +201,6 @@ class Fit:
                 self._warn_once(entry, layer, "stale", _MSG_STALE, per_key=False, why=why)
         self.last_stale = why
         return True
-
-    def staleness(self, entry: Entry) -> str:
-        """Why ``entry`` is stale for its toolchain or space (see :func:`entry_staleness`),
-        worked out once per process for each entry."""
-        memo = (
-            self.kernel,
-            self.version,
-            entry.device_kind,
-            entry.key,
-            entry.created,
-            entry.space_size,
-            len(entry.measurements),
-            tuple(sorted(entry.versions.items())),
-            None if self.swept is None else len(self.swept),
-        )
-        why = _STALE.get(memo)
-        if why is None:
-            why = entry_staleness(entry, self.swept)
-            if len(_STALE) >= 4096:
-                _STALE.clear()
-            _STALE[memo] = why
-        return why
 
     def _warn_once(
         self,
@@ -355,15 +293,3 @@ def nearest(
         if fit.holds(entry.config):
             best = (d, entry)
     return None if best is None else best[1]
-
-
-def toolchain_text(recorded: Mapping[str, str | None]) -> str:
-    """How the toolchain an entry was tuned with differs from this process's:
-    ``"tuned with another toolchain (jax 0.4.1, now 0.4.30)"``."""
-    now = _versions.toolchain()
-    changed = [
-        f"{name} {recorded.get(name) or '?'}, now {now[name] or 'none'}"
-        for name in ("jax", "jaxlib", "libtpu")
-        if recorded.get(name) != now[name]
-    ]
-    return "tuned with another toolchain (" + "; ".join(changed) + ")"

@@ -29,8 +29,8 @@ from .._core import typed
 from .._core.vocabulary import Choice
 from . import values as _values
 from .bound import BoundCall
-from .kernel_sweep import pass_now
 from .recorded import Frame, Stopped, ValueSet
+from .sweep_rules import pass_now
 
 __all__ = ["finding_kernels", "note", "observing_calls"]
 

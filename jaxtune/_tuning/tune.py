@@ -16,12 +16,12 @@ from .._program.locate import KernelSite, check_staged_call, locate
 from . import values as _values
 from .autotuned import retrace_jitted_functions
 from .bound import BoundCall
-from .kernel_sweep import differentiated_calls
 from .lookup import device_kind
 from .record import finding_kernels
 from .result import TuningResult
 from .sweep.inputs import is_concrete
 from .sweep.runner import prestart_child
+from .sweep_rules import differentiated_calls
 
 __all__ = ["tune"]
 

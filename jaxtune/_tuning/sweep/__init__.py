@@ -1,5 +1,50 @@
-"""A sweep: its plan and the loop that drives its search (``drive``), where it runs
-(``runner``: a child, or this process; ``serve``: its handler in the child), the work of
-measuring configs wherever the kernel runs (``engine``, over ``compile``, ``first_run``,
-``first_pass`` and ``measure``; interleaved ``rounds`` timed by ``timers``), the decision
-rule (``stats``), and the cache entry it becomes (``entry``)."""
+"""A sweep, by where its code runs (each module is named in one of the four groups below,
+and ``tests/test_architecture.py`` checks that the kernel side and the wire import nothing
+of the parent's):
+
+- **parent** (:data:`PARENT`): the process that asks for a sweep decides, drives and keeps
+  it: the loop that drives its search (``drive``), where it runs (``runner``: a child, or
+  this process; ``flight``: what is in flight when a child dies), a sweep shared over a
+  job's processes (``shard``), its progress line (``progress``) and the cache entry it
+  becomes (``entry``);
+- **wire** (:data:`WIRE`): what travels to the child (or a recording file) as plain data:
+  the sweep's ``SweepPlan`` and ``SweepTask`` (``work``), its request frames
+  (``requests``);
+- **kernel side** (:data:`KERNEL_SIDE`): where the kernel runs, the child (``serve``, its
+  handler there) or this process for the inline runner: the ``Sweeper`` (``engine``) over
+  ``compile`` (with ``compile_cache``, ``kept_programs`` and ``refusals``, and processes
+  lowering side by side, ``lowering_pool``, each running ``lowering_worker``), ``first_run``
+  (checked by ``check``), ``first_pass``, interleaved ``rounds``, each config's calls timed
+  by ``measure`` under ``timers``, the vjp pass (``backward``);
+- **both sides** (:data:`BOTH`): rules and values both read: the search strategies
+  (``search``), the decision rule (``stats``, its intervals in ``intervals``), a sweep's
+  options and samples (``samples``), its inputs and their summaries (``inputs``), where its
+  time went (``breakdown``).
+"""
+
+__all__ = ["BOTH", "KERNEL_SIDE", "PARENT", "WIRE"]
+
+#: Modules of the process that asks for the sweep.
+PARENT = ("drive", "runner", "flight", "shard", "progress", "entry")
+#: Modules of what travels between the parent and the kernel side.
+WIRE = ("work", "requests")
+#: Modules of where the kernel runs (the child, or this process inline).
+KERNEL_SIDE = (
+    "serve",
+    "engine",
+    "compile",
+    "compile_cache",
+    "kept_programs",
+    "lowering_pool",
+    "lowering_worker",
+    "refusals",
+    "first_run",
+    "check",
+    "first_pass",
+    "rounds",
+    "measure",
+    "timers",
+    "backward",
+)
+#: Modules both sides read.
+BOTH = ("search", "stats", "intervals", "samples", "inputs", "breakdown")

@@ -1,5 +1,5 @@
-"""The pass timed with ``timing="vjp"``: a config's forward call and its backward pass, as a
-differentiated program runs them."""
+"""Kernel side. The pass timed with ``timing="vjp"``: a config's forward call and its backward
+pass, as a differentiated program runs them."""
 
 from __future__ import annotations
 

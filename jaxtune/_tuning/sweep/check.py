@@ -1,4 +1,4 @@
-"""The numerics check: does a config's output match the reference config's?
+"""Kernel side. The numerics check: does a config's output match the reference config's?
 
 The comparison runs where the outputs are, on the device: one fused reduction per output
 leaf, of which only a few scalars come back (how many elements differ, the first, the

@@ -38,6 +38,7 @@ from .breakdown import Breakdown
 from .check import reason
 from .inputs import make_inputs
 from .kept_programs import KeptPrograms, task_key
+from .lowering_pool import LoweringPool
 from .refusals import checker
 from .samples import block
 from .work import SweepTask
@@ -51,8 +52,11 @@ __all__ = [
     "Lowering",
     "Refuse",
     "RefusedError",
+    "UnexportedError",
     "blame_jaxtune",
     "compile_threads",
+    "config_call",
+    "export_program",
     "lower_checked",
     "program_digest",
     "too_slow",
@@ -233,11 +237,14 @@ class Compiler:
             for config in configs:
                 settle(config, functools.partial(self.compile_one, config, spec))
             return failures
-        with concurrent.futures.ThreadPoolExecutor(
+        ahead = LoweringAhead(self, configs, self._kept)
+        threads_ = concurrent.futures.ThreadPoolExecutor(
             threads, thread_name_prefix="jaxtune-compile"
-        ) as ex:
+        )
+        with threads_ as ex, contextlib.closing(ahead):
             pending = []
-            for config in configs:
+            for index, config in enumerate(configs):
+                ahead.before(index)
                 try:
                     with local_config():
                         lowered = self.lower(config, spec)
@@ -258,22 +265,15 @@ class Compiler:
         cid = config_id(config)
         if cid in self._runs or cid in self._failed:
             return self._failed.get(cid)
-        sig, fn = self.task.signature, self.task.fn
         lowering = self.inputs if spec is None else (spec,) * (1 + len(self.task.value_sets))
-
-        def forward(dyn: dict[str, Any]) -> Any:
-            with _own_code():
-                args, kwargs = sig.call_arguments(replace=dyn)
-            return fn(*args, **kwargs, **config)
-
-        call = mixed(with_backward(forward) if self.task.plan.timing == "vjp" else forward)
-        call.__name__ = call.__qualname__ = self.module(config).removeprefix("jit_")
+        call = config_call(self.task, config, self.module(config).removeprefix("jit_"))
 
         # A crash report that names the tracing thread pins the crash on this config.
         self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         own: BaseException | None = None
-        self._kept = self._kept or [kept_for(self.task, lowering)]
+        if not self._kept:  # a cell: LoweringAhead holds it
+            self._kept.append(kept_for(self.task, lowering))
         try:
             lowered = lower_kept(call, lowering, self.refuse, self._kept[0], cid, self.breakdown)
         except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
@@ -309,6 +309,8 @@ class Compiler:
         except Exception as e:  # XLA failed to compile the config's module
             self.emit(CompileFinished(cid=cid))
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
+            if self._kept and self._kept[0] is not None:
+                self._kept[0].remember_failure(cid, self._failed[cid].reason)
             return self._failed[cid]
         seconds = lowered.seconds + time.perf_counter() - start
         self.breakdown.add("compile_threads", seconds)
@@ -356,6 +358,52 @@ def lower_checked(call: Callable[..., Any], args: Any, refuse: Refuse | None) ->
     return traced.lower()
 
 
+class LoweringAhead:
+    """The lowering processes (:mod:`.lowering_pool`) of one pipelined compile of
+    ``configs``: started once the first config is lowered here, for those of the rest
+    neither compiled nor kept (``auto``: only where they would take long at the first
+    one's pace), then waited on before each config is lowered here."""
+
+    def __init__(
+        self, compiler: Compiler, configs: Sequence[Config], kept: list[KeptPrograms | None]
+    ) -> None:
+        self.compiler, self.configs, self.kept = compiler, configs, kept
+        self.pool: LoweringPool | None = None
+        self._first_at: float | None = None  # when the first config's lowering began
+
+    def before(self, index: int) -> None:
+        """Before the ``index``-th config is lowered here: starts the processes after the
+        first, waits (``lowering_wait`` in the breakdown) for them to lower it after that;
+        closes them once the kept programs are found not to match the code."""
+        c, kept = self.compiler, self.kept[0] if self.kept else None
+        if index == 0:
+            self._first_at = time.perf_counter()
+            return
+        if index == 1 and self._first_at is not None and kept is not None:
+            first_s = time.perf_counter() - self._first_at
+            todo = [
+                config
+                for config in self.configs[1:]
+                if not c.compiled(cid := config_id(config)) and not kept.has(cid)
+            ]
+            self.pool = LoweringPool.start(
+                c.task, kept, todo, refuse=c.refuse is not None, first_s=first_s
+            )
+        if self.pool is None:
+            return
+        if kept is not None and kept.trusted is False:
+            self.close()
+            return
+        start = time.perf_counter()
+        self.pool.wait(config_id(self.configs[index]), c.task.plan.timeout_s)
+        c.breakdown.add("lowering_wait", time.perf_counter() - start)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
 def kept_for(task: SweepTask, args: Any) -> KeptPrograms | None:
     """``task``'s kept programs for arguments ``args`` (:mod:`.kept_programs`), ``None``
     where they are off or the kernel's code has no digest."""
@@ -379,6 +427,36 @@ def lower_kept(
     through ``jax.export`` and keeping it (:func:`export_checked`)."""
     if kept is None:
         return lower_checked(call, args, refuse)
+    if (why := kept.failure(cid)) is not None:
+        raise RememberedError(f"{why} {REMEMBERED}")
+    try:
+        return _lower_kept(call, args, refuse, kept, cid, breakdown)
+    except RememberedError:
+        raise
+    except RefusedError as e:
+        kept.remember_failure(cid, str(e))
+        raise
+
+
+#: Added to a failure taken from an earlier sweep's (:meth:`.KeptPrograms.failure`).
+REMEMBERED = (
+    "(found before for the same program, by an earlier sweep or a lowering process: not "
+    "traced or compiled again; `jaxtune cache clear` forgets it)"
+)
+
+
+class RememberedError(RefusedError):
+    """A config's failure taken from an earlier sweep of the same program."""
+
+
+def _lower_kept(
+    call: Callable[..., Any],
+    args: Any,
+    refuse: Refuse | None,
+    kept: KeptPrograms,
+    cid: str,
+    breakdown: Breakdown,
+) -> Any:
     name = call.__name__
     blob = kept.load(cid)
     if blob is not None:
@@ -395,6 +473,8 @@ def lower_kept(
             fresh = export_checked(call, args, refuse, kept, cid)
             digests = program_digest(old, name), program_digest(fresh, name)
             kept.trusted = digests[0] is not None and digests[0] == digests[1]
+            if not kept.trusted:
+                kept.forget_failures()
             return fresh
     return export_checked(call, args, refuse, kept, cid)
 
@@ -413,16 +493,9 @@ def export_checked(
     if not kept.exportable:
         return lower_checked(call, args, refuse)
     name = call.__name__
-    call.__name__ = call.__qualname__ = _KEPT_NAME
-    jitted = jax.jit(call)
-    traced = jitted.trace(args)
-    why = None if refuse is None else refuse(traced.jaxpr)
-    if why:
-        raise RefusedError(why)
     try:
-        exported = jax.export.export(jitted)(args)  # the trace above is reused
-        blob = bytes(exported.serialize())
-    except Exception:
+        exported, blob = export_program(call, args, refuse)
+    except UnexportedError:
         # Lowering directly raises what is the config's own failure; where it does not,
         # only the export failed: the task's other configs are lowered directly.
         def direct(sets: Any) -> Any:
@@ -434,6 +507,55 @@ def export_checked(
         return lowered
     kept.save(cid, blob)
     return from_exported(exported, name, args)
+
+
+class UnexportedError(Exception):
+    """``jax.export`` failed where tracing did not (see :func:`export_program`)."""
+
+
+def export_program(
+    call: Callable[..., Any],
+    args: Any,
+    refuse: Refuse | None,
+    platforms: Sequence[str] | None = None,
+) -> tuple[Any, bytes]:
+    """``call`` traced for ``args``, checked by ``refuse`` and exported (for ``platforms``,
+    else this process's backend) under the neutral name every kept program has: the
+    ``jax.export.Exported`` and its serialised bytes. ``call`` is renamed.
+
+    Raises:
+        RefusedError: ``refuse`` gave a reason.
+        UnexportedError: tracing went through but exporting or serialising failed (the
+            exception is its cause).
+    """
+    call.__name__ = call.__qualname__ = _KEPT_NAME
+    jitted = jax.jit(call)
+    traced = jitted.trace(args)
+    why = None if refuse is None else refuse(traced.jaxpr)
+    if why:
+        raise RefusedError(why)
+    try:
+        exporting = jax.export.export(jitted, platforms=platforms)
+        exported = exporting(args)  # the trace above is reused
+        return exported, bytes(exported.serialize())
+    except Exception as e:
+        raise UnexportedError() from e
+
+
+def config_call(task: SweepTask, config: Config, name: str) -> Callable[[Any], Any]:
+    """The function a sweep compiles for ``config``: the kernel called with the config on
+    each value set's dynamic arguments (:func:`mixed`), its backward pass too where the
+    task times ``vjp``; named ``name``."""
+    sig, fn = task.signature, task.fn
+
+    def forward(dyn: dict[str, Any]) -> Any:
+        with _own_code():
+            args, kwargs = sig.call_arguments(replace=dyn)
+        return fn(*args, **kwargs, **config)
+
+    call = mixed(with_backward(forward) if task.plan.timing == "vjp" else forward)
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 def from_exported(exported: Any, name: str, args: Any) -> Any:

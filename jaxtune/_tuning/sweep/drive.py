@@ -1,8 +1,8 @@
-"""The sweep: the search strategy picks configs to measure (every config unless a budget
-says otherwise); each batch compiles in parallel threads, is checked against the reference
-config's output and timed one config at a time with early dropping; the leaders are re-timed
-in interleaved rounds until a paired test settles them (the other configs measured take part
-in the first rounds, a second look before they are ruled out), and a tie goes to the
+"""Parent side. The sweep: the search strategy picks configs to measure (every config unless a
+budget says otherwise); each batch compiles in parallel threads, is checked against the
+reference config's output and timed one config at a time with early dropping; the leaders are
+re-timed in interleaved rounds until a paired test settles them (the other configs measured take
+part in the first rounds, a second look before they are ruled out), and a tie goes to the
 earliest config of the space.
 
 What a sweep is (:class:`~.work.SweepPlan`, :class:`~.work.SweepTask`) lives in

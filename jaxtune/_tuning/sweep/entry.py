@@ -1,5 +1,5 @@
-"""The cache entry a finished sweep becomes: its times, decision, margin, search, timer and
-the speedup's interval."""
+"""Parent side. The cache entry a finished sweep becomes: its times, decision, margin, search,
+timer and the speedup's interval."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Each config's first run: as soon as a config has compiled (while the others still
-compile, :mod:`.compile`), it runs once and its output is checked against the reference
-config's (:func:`~.check.check_outputs`). A config that fails to lower, compile, run or
-match is out before any timing; each failure is reported (a ``ConfigResult`` event) as
-soon as it is known, so the progress shown meanwhile counts it.
-"""
+"""Kernel side. Each config's first run: as soon as a config has compiled (while the others
+still compile, :mod:`.compile`), it runs once and its output is checked against the reference
+config's (:func:`~.check.check_outputs`). A config that fails to lower, compile, run or match is
+out before any timing; each failure is reported (a ``ConfigResult`` event) as soon as it is
+known, so the progress shown meanwhile counts it."""
 
 from __future__ import annotations
 

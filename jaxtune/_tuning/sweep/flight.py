@@ -1,5 +1,5 @@
-"""Following one sweep request in a child: what is compiling or running, which config to
-blame when the child dies or hangs (how it was lost is read by
+"""Parent side. Following one sweep request in a child: what is compiling or running, which
+config to blame when the child dies or hangs (how it was lost is read by
 :class:`jaxtune._isolation.service.Crash`), and how an ``error`` frame becomes an exception."""
 
 from __future__ import annotations

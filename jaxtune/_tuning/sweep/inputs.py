@@ -1,4 +1,4 @@
-"""Concrete inputs for a sweep, and where their values came from.
+"""Both sides. Concrete inputs for a sweep, and where their values came from.
 
 Per array argument, one rule (docs/values.md): the program's own values where the flow has
 them (the caller's arrays in-process, the values a recording captured under ``jaxtune tune

@@ -1,6 +1,6 @@
-"""The confidence intervals the sweep's decision rule uses (:mod:`.stats`): the
-distribution-free interval of the median of per-round time ratios, from the order
-statistics (the sign test's interval), at the two levels the rule tests.
+"""Both sides. The confidence intervals the sweep's decision rule uses (:mod:`.stats`): the
+distribution-free interval of the median of per-round time ratios, from the order statistics
+(the sign test's interval), at the two levels the rule tests.
 
 Kept apart from :mod:`.stats` (which imports JAX through the timing options) so that the
 cache commands can show, without starting JAX, the interval a stored decision used.

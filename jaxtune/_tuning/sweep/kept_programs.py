@@ -37,6 +37,7 @@ import importlib.metadata
 import importlib.util
 import os
 import pathlib
+import re
 import tempfile
 from typing import Any
 
@@ -45,7 +46,7 @@ import msgpack
 
 from .compile_cache import own_folder
 
-__all__ = ["KEPT_DIR", "KeptPrograms", "serialisable", "task_key"]
+__all__ = ["KEPT_DIR", "KeptPrograms", "deterministic", "serialisable", "task_key"]
 
 #: The folder under the compilation cache's folder where lowered programs are kept.
 KEPT_DIR = "lowered"
@@ -154,9 +155,29 @@ class KeptPrograms:
         """Config ``cid``'s serialised program, ``None`` when none is kept (or unreadable)."""
         if self.trusted is False or not self.exportable:
             return None
+        found = self._read(self._path(cid), cid, "exported")
+        return found if isinstance(found, bytes) else None
+
+    def save(self, cid: str, exported: bytes) -> None:
+        """Keeps ``exported`` (config ``cid``'s serialised program); a failure to write
+        only costs the next sweep a lowering."""
+        record = {"format": _FORMAT, "version": _VERSION, "config": cid, "exported": exported}
+        self._write(self._path(cid), record)
+
+    def failure(self, cid: str) -> str | None:
+        """Why config ``cid`` failed deterministically in an earlier sweep under the same
+        key (:meth:`remember_failure`), ``None`` when it did not (or the store is not
+        trusted yet: a failure is taken only once a kept program matched a fresh lowering)."""
+        if not self.trusted:
+            return None
+        found = self._read(self._failure_path(cid), cid, "failed")
+        return found if isinstance(found, str) else None
+
+    def _read(self, path: pathlib.Path, cid: str, field: str) -> Any:
+        """Field ``field`` of config ``cid``'s record at ``path``, ``None`` where there is
+        none or it is not one of this store's."""
         try:
-            raw = self._path(cid).read_bytes()
-            record = msgpack.unpackb(raw, raw=False)
+            record = msgpack.unpackb(path.read_bytes(), raw=False)
         except (OSError, ValueError, msgpack.UnpackException):
             return None
         if (
@@ -164,22 +185,52 @@ class KeptPrograms:
             or record.get("format") != _FORMAT
             or record.get("version") != _VERSION
             or record.get("config") != cid
-            or not isinstance(record.get("exported"), bytes)
         ):
             return None
-        return record["exported"]
+        return record.get(field)
 
-    def save(self, cid: str, exported: bytes) -> None:
-        """Keeps ``exported`` (config ``cid``'s serialised program); a failure to write
-        only costs the next sweep a lowering."""
-        record = {"format": _FORMAT, "version": _VERSION, "config": cid, "exported": exported}
+    def remember_failure(self, cid: str, reason: str) -> bool:
+        """Keeps config ``cid``'s failure, where it is one the same program always meets
+        (:func:`deterministic`): refused from its traced program, or by Mosaic. Whether it
+        was kept."""
+        if not deterministic(reason):
+            return False
+        record = {"format": _FORMAT, "version": _VERSION, "config": cid, "failed": reason}
+        return self._write(self._failure_path(cid), record)
+
+    def has(self, cid: str) -> bool:
+        """Whether a program or a failure of config ``cid`` is kept (not read: cheap)."""
+        return self._path(cid).exists() or self._failure_path(cid).exists()
+
+    def forget_failures(self) -> None:
+        """Removes the task's kept failures (its programs no longer match the code's)."""
+        for path in self.folder.glob("*.failure"):
+            path.unlink(missing_ok=True)
+
+    def _failure_path(self, cid: str) -> pathlib.Path:
+        return self._path(cid).with_suffix(".failure")
+
+    def _write(self, path: pathlib.Path, record: dict[str, Any]) -> bool:
         tmp = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
                 f.write(msgpack.packb(record, use_bin_type=True))
-            os.replace(tmp, self._path(cid))
+            os.replace(tmp, path)
+            return True
         except OSError:
             if tmp is not None:
                 pathlib.Path(tmp).unlink(missing_ok=True)
+            return False
+
+
+#: Failures the same program meets on every compile: Mosaic's refusals (tile alignment,
+#: scoped VMEM) and the refusal rules' (:mod:`.refusals`). Anything else (a host out of
+#: memory, a compile cancelled) may not recur and is compiled again.
+_DETERMINISTIC = re.compile(r"mosaic|vmem|refused", re.IGNORECASE)
+
+
+def deterministic(reason: str) -> bool:
+    """Whether a compile failure's ``reason`` is one the same program always meets."""
+    return bool(_DETERMINISTIC.search(reason))

@@ -1,4 +1,5 @@
-"""Progress of a sweep on stderr: a live line on a terminal, lines at ``JAXTUNE_VERBOSE``.
+"""Parent side. Progress of a sweep on stderr: a live line on a terminal, lines at
+``JAXTUNE_VERBOSE``.
 
 Configs count as done when measured or failed; while many compile (a 540-config space
 compiles for minutes before the first is timed), the configs compiled so far are shown

@@ -1,5 +1,5 @@
-"""Configs Mosaic TPU will refuse, found in a config's traced program before it is lowered
-and compiled: a large space's refused configs then cost a trace each, not a compile.
+"""Kernel side. Configs Mosaic TPU will refuse, found in a config's traced program before it is
+lowered and compiled: a large space's refused configs then cost a trace each, not a compile.
 
 Each rule reads the traced program's ``pallas_call`` equations (the block specs of their
 ``grid_mapping``, the DMAs of their kernels) and is conservative: it refuses only what JAX's Pallas TPU lowering
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["checker", "refusal", "vmem_capacity"]
+__all__ = ["checker", "checker_for", "refusal", "vmem_capacity"]
 
 
 def refusal(jaxpr: Any, *, vmem_bytes: int | None) -> str | None:
@@ -87,7 +87,12 @@ def checker() -> Callable[[Any], str | None] | None:
 
     if jax.default_backend() != "tpu":
         return None
-    vmem = vmem_capacity()
+    return checker_for(vmem_capacity())
+
+
+def checker_for(vmem: int | None) -> Callable[[Any], str | None]:
+    """The check of a traced program for a TPU chip with ``vmem`` bytes of VMEM (``None``:
+    no VMEM rule), wherever it runs (a process lowering for the chip's topology)."""
 
     def check(jaxpr: Any) -> str | None:
         try:

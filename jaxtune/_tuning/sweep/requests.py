@@ -1,8 +1,8 @@
-"""The requests a sweep sends its child, answered there by
-:mod:`jaxtune._tuning.sweep.serve`: a :class:`~jaxtune._isolation.frames.Request` whose
-fields (:class:`SweepFields`) are the task (its id and plan; the request also carries the
-kernel's reference and its encoded arguments) and the operation, :class:`Measure` or
-:class:`Retime`; and which config the others' outputs are checked against."""
+"""Wire. The requests a sweep sends its child, answered there by
+:mod:`jaxtune._tuning.sweep.serve`: a :class:`~jaxtune._isolation.frames.Request` whose fields
+(:class:`SweepFields`) are the task (its id and plan; the request also carries the kernel's
+reference and its encoded arguments) and the operation, :class:`Measure` or :class:`Retime`; and
+which config the others' outputs are checked against."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ class SweepFields:
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"task_id": self.task_id}
         if self.plan is not None:
-            out["plan"] = typed.encode(self.plan)
+            out["plan"] = self.plan.to_dict()
         if self.mix:
             out["mix"] = [dict(m) for m in self.mix]
         if self.work is not None:
@@ -133,7 +133,7 @@ class SweepFields:
         if plan is not None and not isinstance(plan, Mapping):
             raise FrameError(f"a sweep request's plan is a map, not {type(plan).__name__}")
         try:
-            read = None if plan is None else typed.decode(SweepPlan, plan, "plan")
+            read = None if plan is None else SweepPlan.from_dict(plan)
         except typed.MismatchError as e:
             raise FrameError(f"a sweep request's plan is damaged ({e})") from None
         work: Measure | Retime | None = None

@@ -1,4 +1,4 @@
-"""Where a sweep runs: in a re-exec'd child process (default) or in this process.
+"""Parent side. Where a sweep runs: in a re-exec'd child process (default) or in this process.
 
 The child (a :class:`~jaxtune._isolation.service.ChildService`'s, answered there by
 :mod:`jaxtune._tuning.sweep.serve`) starts with its environment (flags, ``JAX_PLATFORMS``, device visibility,

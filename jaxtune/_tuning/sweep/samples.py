@@ -1,6 +1,6 @@
-"""What a sweep's measurements are: its options (how long, how often) and the samples of
-one config (:class:`Timing`). The timers (:mod:`.timers`) are the instruments that take
-them (named ``samples``, not ``timing``: a kernel's ``timing`` is the pass it times).
+"""Both sides. What a sweep's measurements are: its options (how long, how often) and the
+samples of one config (:class:`Timing`). The timers (:mod:`.timers`) are the instruments that
+take them (named ``samples``, not ``timing``: a kernel's ``timing`` is the pass it times).
 
 The timers run wherever the sweep runs (in this process for the inline
 runner, in the child for the process runner) and give :class:`Timing` samples.

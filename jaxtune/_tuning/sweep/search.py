@@ -1,4 +1,4 @@
-"""Which configs a sweep measures: search strategies under a budget.
+"""Both sides. Which configs a sweep measures: search strategies under a budget.
 
 A strategy looks at what has been measured so far (:class:`SearchState`) and proposes the
 next configs; :func:`run_search` measures them in batches until the strategy has nothing

@@ -1,6 +1,7 @@
-"""The child side of a sweep: the handler of the requests :mod:`jaxtune._tuning.sweep.runner`
-sends (``measure`` and ``retime`` of one task at a time), registered by name in each
-request (``handler``) and imported by the child's server when the first one arrives.
+"""Kernel side. The child side of a sweep: the handler of the requests
+:mod:`jaxtune._tuning.sweep.runner` sends (``measure`` and ``retime`` of one task at a time),
+registered by name in each request (``handler``) and imported by the child's server when the
+first one arrives.
 
 It keeps one :class:`~jaxtune._tuning.sweep.engine.Sweeper` per task, so a ``retime`` reuses
 the executables its ``measure`` compiled, and streams an event per step (through the

@@ -1,5 +1,5 @@
-"""A sweep shared by the processes of a job: each measures every n-th config, and the
-leader merges the shares and picks the winner by the single-process rule.
+"""Parent side. A sweep shared by the processes of a job: each measures every n-th config, and
+the leader merges the shares and picks the winner by the single-process rule.
 
 :class:`SweepSharing` is what :mod:`jaxtune._distributed.agree` is given to split a sweep
 (its ``Sharing`` protocol): agreement moves the shares between processes, this module
@@ -89,11 +89,11 @@ class SweepSharing:
         """The whole sweep, measured by this process."""
         return self.runner.sweep(task)
 
-    def plan(self, task: SweepTask) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def space(self, task: SweepTask) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The configs the sweep measures and its default (the leader publishes them)."""
         return [dict(c) for c in task.plan.configs], dict(task.plan.default)
 
-    def with_plan(
+    def with_space(
         self, task: SweepTask, configs: Sequence[Mapping[str, Any]], default: Mapping[str, Any]
     ) -> SweepTask:
         """``task`` measuring the leader's configs against the leader's default."""

@@ -1,4 +1,4 @@
-"""Deciding a sweep's winner from interleaved rounds, so that noise cannot flip it.
+"""Both sides. Deciding a sweep's winner from interleaved rounds, so that noise cannot flip it.
 
 The configs that may win are timed in rounds, each once a round in a rotated order, and a
 config's time in a round is its fastest call there (interference only ever adds time).

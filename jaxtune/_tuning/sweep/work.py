@@ -1,5 +1,5 @@
-"""What one sweep is asked to do: the plan the parent decides (plain data, so it travels to
-a child or a recording file) and the task, the plan with the kernel where it runs.
+"""Wire. What one sweep is asked to do: the plan the parent decides (plain data, so it travels
+to a child or a recording file) and the task, the plan with the kernel where it runs.
 
 A leaf of the sweep: the engine (:mod:`.engine`) that does the work and the orchestration
 (:mod:`.drive`) that drives it both read these types, and neither is imported here.
@@ -72,6 +72,21 @@ class SweepPlan:
     #: The values the sweep runs on (:func:`~.inputs.describe_values`): how many sets,
     #: and per array argument where its values came from and a summary; kept in the entry.
     values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as it travels (:mod:`jaxtune._core.typed`; inverse: :meth:`from_dict`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> SweepPlan:
+        """The plan a map holds.
+
+        Raises:
+            MismatchError: the map is no plan (a ``ValueError``; the message names the
+                field).
+        """
+        return typed.decode(cls, raw, "plan")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

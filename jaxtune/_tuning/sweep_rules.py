@@ -1,11 +1,15 @@
-"""The pass a sweep times, and what retune mode swept.
+"""The rules of one call's sweep, in the parent: the pass it times, when retune mode sweeps,
+and what becomes of its result.
 
 ``timing="auto"`` times forward and backward when the call being looked up was traced
 under ``jax.grad``/``jax.vjp`` (:func:`differentiated_calls` says so for the lookup it
 wraps), the forward otherwise (:func:`pass_now`); an entry timed for the forward pass of a
-call that is differentiated is replaced by a sweep allowed now (:func:`wrong_pass`).
-Retune mode sweeps each key once per process (:class:`Retunes`). The sweep itself is a
-bound call's (:meth:`jaxtune._tuning.bound.BoundCall.sweep`).
+call that is differentiated is replaced by a sweep allowed now
+(:func:`~.staleness.wrong_pass`). Retune mode sweeps each key once per process
+(:class:`Retunes`). A finished sweep's entry is kept (:func:`keep`): written to the user
+cache and published to the shared store by the process that writes the cache; the lookup's
+sweep (:meth:`jaxtune._tuning.bound.BoundCall.sweep`) and ``jaxtune tune --``'s sweeps of
+recorded calls both keep theirs through it.
 """
 
 from __future__ import annotations
@@ -18,14 +22,22 @@ from typing import Any
 
 from .._core import settings as _settings
 from .._core.vocabulary import Entry
+from .._distributed import agree as _agree
+from .digest import CodeDigest
+from .staleness import wrong_pass
+from .store import cache as _cache
+from .store import shared as _shared
+from .sweep.entry import make_entry
+from .sweep.stats import SweepOutcome
+from .sweep.work import SweepPlan
 
 __all__ = [
     "Retunes",
     "differentiated_calls",
     "differentiated_now",
     "is_differentiated",
+    "keep",
     "pass_now",
-    "wrong_pass",
 ]
 
 #: Whether the call being looked up was traced under ``jax.grad``/``jax.vjp`` (so that
@@ -66,12 +78,6 @@ def pass_now(timing: str) -> str:
     return "vjp" if _DIFFERENTIATED.get() else "forward"
 
 
-def wrong_pass(timing: str, entry: Entry) -> bool:
-    """Whether a sweep allowed now should replace ``entry``: it timed the forward pass of a
-    kernel whose call here is differentiated (``timing="auto"``)."""
-    return timing == "auto" and entry.timing == "forward" and _DIFFERENTIATED.get()
-
-
 class Retunes:
     """What this process swept one kernel for in retune mode: (device kind, key) -> the
     pass timed. Retune mode sweeps each key once per process (and once more for a
@@ -88,9 +94,23 @@ class Retunes:
             return False
         swept = self._swept.get((kind, key))
         # A sweep of forward and backward also answers a call that runs the forward only.
-        return swept is None or (swept == "forward" and pass_now(timing) == "vjp")
+        return swept is None or wrong_pass(swept, pass_now(timing)) is not None
 
     def done(self, kind: str, key: str, timed: str) -> None:
         """Notes that this process swept ``key`` on ``kind``, timing ``timed``."""
         with self._lock:
             self._swept[kind, key] = timed
+
+
+def keep(
+    plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str, *, code: CodeDigest | None
+) -> Entry:
+    """The entry a finished sweep of ``plan`` on device kind ``kind`` becomes (kernel
+    version ``version``, code digest ``code``), kept: written to the user cache and
+    published to the shared store by the process that writes the cache (process 0 of a
+    ``jax.distributed`` job; any other process keeps nothing)."""
+    entry = make_entry(plan, outcome, kind, version, code=code)
+    if _agree.may_write_cache():
+        _cache.user_cache().keep([entry])
+        _shared.publish([entry])
+    return entry

@@ -1,0 +1,222 @@
+"""Why a stored entry is stale: one vocabulary for the lookup, a recording and ``jaxtune cache``.
+
+An entry is stale for one of the :class:`Reason`\\ s, and :func:`judge` is the one function
+that says which hold, in the order the lookup acts on them (:class:`~.lookup.Fit`): an entry
+whose config keys are not the space's is ignored, one tuned for other code of the kernel is a
+miss, one whose config is outside the space is skipped; one tuned with another toolchain, or
+whose space now holds configs its sweep never measured, is used (with a warning) until a
+sweep replaces it. What a caller knows decides what is judged: ``jaxtune cache`` knows the
+code as it is on disk but not the space, so it asks about the code and the toolchain only.
+
+:func:`wrong_pass` is the rule for the pass an entry timed: an entry of the forward pass
+alone does not serve a call whose sweep times forward and backward (the lookup's tune mode,
+``jaxtune.tune``, ``jaxtune tune --`` and ``cache check`` all ask it).
+
+Nothing here imports JAX: the command line judges entries without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any
+
+from .._core import versions as _versions
+from .._core.vocabulary import Config, Entry
+
+__all__ = [
+    "Reason",
+    "Stale",
+    "judge",
+    "reason_of",
+    "toolchain",
+    "toolchain_text",
+    "typed_config",
+    "wrong_pass",
+]
+
+
+class Reason(enum.Enum):
+    """Why an entry is stale; the value is the label ``jaxtune cache list`` prints and its
+    JSON's ``stale_reasons`` hold."""
+
+    #: Its config's keys are not the space's (renamed since): ignored.
+    KEYS = "config keys renamed"
+    #: Tuned for other code of the kernel (its code digest differs): a miss.
+    CODE = "code changed"
+    #: Its config is not in the call's pruned space: skipped.
+    OUTSIDE = "config outside the space"
+    #: Tuned with another jax/jaxlib/libtpu: used, with a warning, until re-tuned.
+    TOOLCHAIN = "toolchain"
+    #: The space holds configs its sweep never measured: used, with a warning, until re-tuned.
+    NEW_CONFIGS = "new configs"
+    #: Timed the forward pass alone, while the call is differentiated: tuned again.
+    WRONG_PASS = "wrong pass"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Stale:
+    """One reason an entry is stale, with the words the messages and recordings use
+    (``text``: ``"code changed"``, ``"tuned with another toolchain (jax 0.4.1, now
+    0.4.30)"``, ``"3 new configs in the space since it was tuned"``...)."""
+
+    reason: Reason
+    text: str
+
+
+#: The words of the reasons whose text is fixed.
+_TEXTS = {
+    Reason.KEYS: "config keys renamed",
+    Reason.CODE: "code changed",
+    Reason.OUTSIDE: "config outside the space",
+    Reason.WRONG_PASS: "timed the forward pass only; the call is differentiated",
+}
+_TOOLCHAIN_HEAD = "tuned with another toolchain ("
+_NEW_TAIL = " in the space since it was tuned"
+
+
+def _fixed(reason: Reason) -> Stale:
+    return Stale(reason=reason, text=_TEXTS[reason])
+
+
+def judge(
+    entry: Entry,
+    *,
+    code_changed: bool,
+    names: frozenset[str] | None = None,
+    holds: Callable[[Mapping[str, Any]], bool] | None = None,
+    swept: Sequence[Mapping[str, Any]] | None = None,
+) -> Iterator[Stale]:
+    """Each reason ``entry`` is stale, in the order the lookup acts on them (lazily: a
+    caller that needs the first one computes no more).
+
+    Args:
+        entry: the stored entry.
+        code_changed: whether it was tuned for other code of the kernel (the caller's
+            judgement: the lookup compares digests, ``jaxtune cache`` reads the source).
+        names: the config keys of the call's space (``None``: not compared).
+        holds: whether a config is in the call's pruned space (``None``: not asked).
+        swept: the space a sweep would measure now (``None``: not compared).
+    """
+    if names is not None and set(entry.config) != names:
+        yield _fixed(Reason.KEYS)
+    if code_changed:
+        yield _fixed(Reason.CODE)
+    if holds is not None and not holds(entry.config):
+        yield _fixed(Reason.OUTSIDE)
+    old = toolchain(entry)
+    if old is not None:
+        yield old
+    new = _new_configs(entry, swept) if swept is not None else 0
+    if new:
+        text = f"{new} new config{'s' if new != 1 else ''}{_NEW_TAIL}"
+        yield Stale(reason=Reason.NEW_CONFIGS, text=text)
+
+
+def toolchain(entry: Entry) -> Stale | None:
+    """``entry``'s staleness for the toolchain: tuned with another jax/jaxlib/libtpu (one
+    that recorded no versions is not: its toolchain is unknown)."""
+    if not _versions.stale(dict(entry.versions)):
+        return None
+    return Stale(reason=Reason.TOOLCHAIN, text=toolchain_text(entry.versions))
+
+
+def toolchain_text(recorded: Mapping[str, str | None]) -> str:
+    """How the toolchain an entry was tuned with differs from this process's:
+    ``"tuned with another toolchain (jax 0.4.1, now 0.4.30)"``."""
+    now = _versions.toolchain()
+    changed = [
+        f"{name} {recorded.get(name) or '?'}, now {now[name] or 'none'}"
+        for name in ("jax", "jaxlib", "libtpu")
+        if recorded.get(name) != now[name]
+    ]
+    return _TOOLCHAIN_HEAD + "; ".join(changed) + ")"
+
+
+def wrong_pass(entry_timing: str, timed_now: str) -> Stale | None:
+    """Whether an entry that timed ``entry_timing`` serves a call whose sweep would time
+    ``timed_now``: not when it timed the forward pass alone and the sweep would time
+    forward and backward (``vjp``), since the call is differentiated."""
+    if timed_now == "vjp" and entry_timing == "forward":
+        return _fixed(Reason.WRONG_PASS)
+    return None
+
+
+def reason_of(text: str) -> Reason | None:
+    """The reason a staleness text (as a recording keeps it) gives; ``None`` for an empty
+    or unknown text."""
+    for reason, fixed in _TEXTS.items():
+        if text == fixed:
+            return reason
+    if text.startswith(_TOOLCHAIN_HEAD):
+        return Reason.TOOLCHAIN
+    if text.endswith(_NEW_TAIL):
+        return Reason.NEW_CONFIGS
+    return None
+
+
+def _typed(value: Any) -> Hashable:
+    """A value with its type, so that ``True``, ``1`` and ``1.0`` differ (they are equal in
+    Python, and a kernel given one for another may compile something else)."""
+    if isinstance(value, tuple):
+        return (tuple, tuple(_typed(v) for v in value))
+    return (type(value), value)
+
+
+def typed_config(config: Mapping[str, Any]) -> Hashable:
+    """``config`` as a hashable value whose values keep their types (see :class:`~.lookup.Fit`).
+
+    Raises:
+        TypeError: a value is unhashable (read from a file).
+    """
+    return tuple(sorted((str(k), _typed(v)) for k, v in config.items()))
+
+
+#: (kernel, version, device kind, key, created, swept-space size...) -> new configs (worked
+#: out once per process, not once per trace).
+_NEW: dict[tuple[Any, ...], int] = {}
+
+
+def _new_configs(entry: Entry, swept: Sequence[Config] | Sequence[Mapping[str, Any]]) -> int:
+    """How many configs of ``swept`` (the space a sweep would measure now) ``entry``'s sweep
+    never measured because they were not in its space then; 0 when that cannot be told.
+    Worked out once per process for each entry and space size."""
+    if not entry.space_size:  # an entry older than the field
+        return 0
+    memo = (
+        entry.kernel,
+        entry.kernel_version,
+        entry.device_kind,
+        entry.key,
+        entry.created,
+        entry.space_size,
+        len(entry.measurements),
+        len(swept),
+    )
+    new = _NEW.get(memo)
+    if new is None:
+        new = _count_new(entry, swept)
+        if len(_NEW) >= 4096:
+            _NEW.clear()
+        _NEW[memo] = new
+    return new
+
+
+def _count_new(entry: Entry, swept: Sequence[Mapping[str, Any]]) -> int:
+    measured: set[Hashable] = set()
+    for m in entry.measurements:
+        try:
+            measured.add(typed_config(m.config))
+        except TypeError:
+            continue
+    if len(measured) >= entry.space_size:  # it measured its whole space: compare configs
+        new = 0
+        for c in swept:
+            try:
+                new += typed_config(c) not in measured
+            except TypeError:
+                continue
+        return new
+    # Measurements stripped, or a search that measured part of the space: compare sizes.
+    return max(0, len(swept) - entry.space_size)

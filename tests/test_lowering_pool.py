@@ -1,0 +1,117 @@
+"""Lowering in processes (docs/autotuned.md, "Lowering in processes"): processes lower a
+sweep's configs into the store of kept programs and the sweep loads them instead of tracing
+each one; what they lowered is used only where it matches what the sweep's own process
+lowers, and a process that dies costs nothing but its share's tracing. Also the failures
+the store keeps (a config Mosaic or the refusal rules refuse is not traced again)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax.numpy as jnp
+import pytest
+
+import jaxtune
+from jaxtune._tuning.sweep import compile as _compile
+from jaxtune._tuning.sweep import kept_programs
+from jaxtune._tuning.sweep import runner as _runner
+from tests import lowering_kernels as lk
+
+pytestmark = pytest.mark.child  # lowering processes
+
+
+def _sweep(kernel, space=lk.SPACE):
+    """An in-process sweep of ``kernel`` over ``space``; the configs traced in this
+    process, and the outcome."""
+    x = jnp.linspace(0.0, 1.0, 256)
+    task = kernel.options.bound(kernel.bind((x,), {}), space, space[0]).sweep_task()
+    lk.TRACES.clear()
+    outcome = _runner.InlineRunner().sweep(task)
+    return sorted(lk.TRACES), outcome
+
+
+def _programs(cache: pathlib.Path) -> list[pathlib.Path]:
+    return sorted((cache / "xla" / kept_programs.KEPT_DIR).rglob("*.msgpack"))
+
+
+@pytest.fixture
+def store_on(monkeypatch):
+    pytest.importorskip("flatbuffers", reason="the retune extra (jax.export's serialiser)")
+    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "1")
+    from jaxtune._core import settings as _settings
+
+    return pathlib.Path(_settings.settings().cache_dir)
+
+
+@pytest.fixture
+def processes(store_on, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_LOWERING_PROCESSES", "2")
+    return store_on
+
+
+def test_processes_lower_the_configs_and_the_sweep_traces_one(processes, fast_timing):
+    traced, outcome = _sweep(lk.sines)
+    # Traced here: the first config (the processes start after it) and the first one
+    # loaded from them, to compare the two programs.
+    assert traced == [c["n"] for c in lk.SPACE[:2]], traced
+    assert len(_programs(processes)) == len(lk.SPACE)
+    assert outcome.phases["lowering_wait"] > 0
+    assert all(m.ok for m in outcome.measurements), [m for m in outcome.measurements if not m.ok]
+    # A second sweep finds every program kept: no process is started.
+    traced, outcome = _sweep(lk.sines)
+    assert len(traced) == 1 and "lowering_wait" not in outcome.phases
+
+
+def test_programs_that_differ_from_this_process_are_not_used(processes, fast_timing):
+    traced, outcome = _sweep(lk.per_process)
+    # The first program loaded differs from this process's: every config is traced here.
+    assert traced == [c["n"] for c in lk.SPACE]
+    assert all(m.ok for m in outcome.measurements), [m for m in outcome.measurements if not m.ok]
+    # What the store holds now is this process's: a second sweep trusts and uses it.
+    traced, _ = _sweep(lk.per_process)
+    assert len(traced) == 1, traced
+
+
+def test_a_lowering_process_that_dies_costs_only_its_tracing(processes, fast_timing, monkeypatch):
+    monkeypatch.setenv("JAXTUNE_TEST_LOWERING_CRASH", "1")  # its module aborts in a process
+    with pytest.warns(jaxtune.JaxtuneWarning, match="a lowering process ended"):
+        traced, outcome = _sweep(lk.sines)
+    assert traced == [c["n"] for c in lk.SPACE]
+    assert all(m.ok for m in outcome.measurements), [m for m in outcome.measurements if not m.ok]
+
+
+def test_auto_starts_no_process_off_a_tpu(store_on, fast_timing):
+    traced, outcome = _sweep(lk.sines)
+    assert traced == [c["n"] for c in lk.SPACE]
+    assert "lowering_wait" not in outcome.phases
+
+
+def test_a_refused_config_is_not_traced_again(store_on, fast_timing, monkeypatch):
+    # A rule refusing the two longest configs (more abs equations than 5), as
+    # :mod:`.refusals` refuses from the traced program.
+    def refuse(jaxpr):
+        n = sum(eqn.primitive.name == "abs" for eqn in jaxpr.eqns)
+        return "refused before compiling: a test rule" if n > 5 else None
+
+    monkeypatch.setattr(_compile, "checker", lambda: refuse)
+    traced, outcome = _sweep(lk.sines)
+    failed = {m.config["n"]: m.reason for m in outcome.measurements if not m.ok}
+    assert set(failed) == {6, 7}
+    assert all(_compile.REMEMBERED not in why for why in failed.values())
+    traced, outcome = _sweep(lk.sines)
+    assert 6 not in traced and 7 not in traced
+    failed = {m.config["n"]: m.reason for m in outcome.measurements if not m.ok}
+    assert set(failed) == {6, 7}
+    assert all(why.endswith(_compile.REMEMBERED) for why in failed.values())
+
+
+def test_only_failures_the_same_program_always_meets_are_kept(tmp_path):
+    kept = kept_programs.KeptPrograms(tmp_path, trusted=True)
+    assert kept.remember_failure("a", "Mosaic failed to compile TPU kernel: ...")
+    assert kept.remember_failure("b", "RESOURCE_EXHAUSTED: scoped vmem limit exceeded")
+    assert not kept.remember_failure("c", "RESOURCE_EXHAUSTED: out of host memory")
+    assert kept.failure("a").startswith("Mosaic") and kept.failure("c") is None
+    # Not before the store is trusted (a kept program matched a fresh lowering).
+    assert kept_programs.KeptPrograms(tmp_path).failure("a") is None
+    kept.forget_failures()
+    assert kept.failure("a") is None

@@ -1,0 +1,141 @@
+"""One vocabulary of staleness (jaxtune._tuning.staleness): the reasons, their order, their
+words, and the wrong-pass rule, as the lookup, recordings and ``jaxtune cache`` read them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from jaxtune._core import versions as _versions
+from jaxtune._core.vocabulary import Entry, Measurement
+from jaxtune._tuning import staleness as _staleness
+from jaxtune._tuning.staleness import Reason, judge, reason_of, wrong_pass
+
+
+def _entry(**changes: object) -> Entry:
+    now = _versions.toolchain()
+    base = Entry(
+        kernel="tests.staleness",
+        device_kind="cpu",
+        key="f32[8]",
+        config={"block": 8},
+        time_us=1.0,
+        default_config={"block": 8},
+        default_time_us=1.0,
+        versions={k: now[k] for k in ("jax", "jaxlib", "libtpu")},
+        created=123.0,
+        space_size=2,
+        measurements=tuple(
+            Measurement(
+                config={"block": b}, median_us=1.0, min_us=1.0, spread=0.0, samples=3, compile_s=0.0
+            )
+            for b in (8, 16)
+        ),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+OLD_JAX = {"jax": "0.0.1", "jaxlib": "0.0.1", "libtpu": None}
+
+
+def test_a_current_entry_has_no_reason() -> None:
+    space = [{"block": 8}, {"block": 16}]
+    found = judge(
+        _entry(),
+        code_changed=False,
+        names=frozenset({"block"}),
+        holds=lambda c: dict(c) in space,
+        swept=space,
+    )
+    assert list(found) == []
+
+
+def test_every_reason_in_the_lookups_order_with_its_words() -> None:
+    entry = _entry(config={"tile": 4}, versions=OLD_JAX)
+    found = list(
+        judge(
+            entry,
+            code_changed=True,
+            names=frozenset({"block"}),
+            holds=lambda c: False,
+            swept=[{"block": 8}, {"block": 16}, {"block": 32}, {"block": 64}],
+        )
+    )
+    assert [s.reason for s in found] == [
+        Reason.KEYS,
+        Reason.CODE,
+        Reason.OUTSIDE,
+        Reason.TOOLCHAIN,
+        Reason.NEW_CONFIGS,
+    ]
+    texts = [s.text for s in found]
+    assert texts[:3] == ["config keys renamed", "code changed", "config outside the space"]
+    assert texts[3].startswith("tuned with another toolchain (jax 0.0.1, now ")
+    assert texts[4] == "2 new configs in the space since it was tuned"
+    # A recording keeps the words; they read back as their reason.
+    assert [reason_of(t) for t in texts] == [s.reason for s in found]
+    assert reason_of("") is None and reason_of("something else") is None
+
+
+def test_the_command_line_judges_code_and_toolchain_only() -> None:
+    """Without the space (jaxtune cache), only what can be told: the labels it prints."""
+    found = judge(_entry(config={"tile": 4}, versions=OLD_JAX), code_changed=True)
+    assert [s.reason.value for s in found] == ["code changed", "toolchain"]
+
+
+def test_the_first_reason_is_computed_alone() -> None:
+    """The lookup asks for the first reason only: a later one is never worked out."""
+    asked = []
+    found = judge(
+        _entry(config={"tile": 4}),
+        code_changed=False,
+        names=frozenset({"block"}),
+        holds=lambda c: asked.append(c) or False,
+    )
+    assert next(found).reason is Reason.KEYS
+    assert asked == []
+
+
+def test_new_configs_when_the_entry_measured_part_of_its_space() -> None:
+    """Measurements stripped: the sizes are compared."""
+    entry = _entry(measurements=(), space_size=2)
+    found = list(judge(entry, code_changed=False, swept=[{"block": b} for b in (1, 2, 3)]))
+    assert [s.text for s in found] == ["1 new config in the space since it was tuned"]
+    assert list(judge(_entry(space_size=0), code_changed=False, swept=[{"block": 1}])) == []
+
+
+@pytest.mark.parametrize(
+    ("entry_timing", "timed_now", "wrong"),
+    [
+        ("forward", "vjp", True),
+        ("forward", "forward", False),
+        ("vjp", "vjp", False),
+        ("vjp", "forward", False),  # forward and backward answers a forward call too
+        ("", "vjp", False),  # an entry older than the field
+    ],
+)
+def test_the_wrong_pass_rule(entry_timing: str, timed_now: str, wrong: bool) -> None:
+    found = wrong_pass(entry_timing, timed_now)
+    assert (found is not None) == wrong
+    if found is not None:
+        assert found.reason is Reason.WRONG_PASS
+        assert found.text == "timed the forward pass only; the call is differentiated"
+
+
+def test_the_cli_and_the_lookup_ask_the_same_rule() -> None:
+    """`jaxtune tune --` reads a recorded call's pass from its sweep request."""
+    from jaxtune._cli.tune import had_config, timed_pass
+
+    record = {"source": "cache", "request": {"plan": {"timing": "vjp"}}, "entry_timing": "forward"}
+    assert timed_pass(record) == "vjp"
+    assert not had_config(record)
+    assert had_config({**record, "entry_timing": "vjp"})
+
+
+def test_toolchain_words() -> None:
+    assert _staleness.toolchain(_entry()) is None
+    assert _staleness.toolchain(_entry(versions={})) is None  # unknown: not stale
+    old = _staleness.toolchain(_entry(versions=OLD_JAX))
+    assert old is not None and old.reason is Reason.TOOLCHAIN
+    assert old.text == _staleness.toolchain_text(OLD_JAX)
