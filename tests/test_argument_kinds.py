@@ -214,8 +214,8 @@ def test_a_numpy_float64_array_is_keyed_as_the_float32_array_jit_makes_of_it():
     for call in (ak.scaled, jax.jit(ak.scaled)):
         np.testing.assert_array_equal(call(x), x * 2)
     sig = ak.scaled.bind((x,), {})
-    frame = ak.scaled.options.bound(sig).recorded_call(ak.scaled.config_for(x))
-    assert (frame["key"], frame["shapes"]) == ("f32[8]", [["f32", [8]]])
+    call = ak.scaled.options.bound(sig).recorded_call(ak.scaled.config_for(x))
+    assert (call.key, call.shapes) == ("f32[8]", (("f32", (8,)),))
 
 
 # -- the whole program: `jaxtune tune -- python prog.py` ------------------------------------

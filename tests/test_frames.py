@@ -176,14 +176,14 @@ EVENTS = [
 @pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
 def test_each_event_round_trips_through_the_wire_under_its_tag(event):
     wire = event.to_wire()
-    assert wire["t"] == type(event).TAG
+    assert wire["t"] == type(event).WIRE_TAG[1]
     assert frames.reply(unpackb(packb(wire))) == event
 
 
 def test_every_event_kind_has_its_own_tag():
     kinds = {type(e) for e in EVENTS}
     assert kinds == set(frames.Event.__args__)
-    assert len({k.TAG for k in kinds}) == len(kinds)
+    assert len({k.WIRE_TAG for k in kinds}) == len(kinds)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_every_event_kind_has_its_own_tag():
         ({"t": "result", "cid": "a", "result": [1]}, "expected a Measurement"),
         (
             {"t": "result", "cid": "a", "result": {"ok": "yes"}},
-            r"result: as Measurement: no compile_s, .*; as Failure: no config, reason, stage",
+            r"result.ok: expected one of \[True, False\], got str 'yes'",
         ),
         ({"t": "ran", "cid": 3}, r"RunFinished.cid: expected str, got int 3"),
     ],

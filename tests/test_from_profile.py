@@ -39,7 +39,7 @@ def test_tunes_exactly_the_kernels_above_the_threshold(captured, capsys):
     root, _ = captured
     ranked = {r.name: r for r in _from_profile.rank(root)}
     assert {n for n, r in ranked.items() if r.autotuned} == KERNELS
-    assert {c["key"] for c in ranked["tests.profile.heavy"].calls} == {"f32[256,256]"}
+    assert {c.key for c in ranked["tests.profile.heavy"].calls} == {"f32[256,256]"}
     # The trace alone (no report.json) ranks the same kernels, with the same calls.
     from_trace = {r.name: r for r in _from_profile.rank(root / "trace")}
     assert {n for n, r in from_trace.items() if r.autotuned} == KERNELS
@@ -107,7 +107,7 @@ def test_an_empty_cache_tunes_whatever_the_recording_says(tmp_path, monkeypatch,
     swept = []
 
     def fake_sweep(records):
-        swept.append([(r["kernel"], r["key"]) for r in records])
+        swept.append([(r.kernel, r.key) for r in records])
         return [], []
 
     monkeypatch.setattr(_from_profile, "sweep_records", fake_sweep)
@@ -144,8 +144,8 @@ def test_a_kernel_in_a_differentiated_step_is_recorded_to_time_its_backward_too(
     timings = {}
     for name, step in (("grad", profile_models.rowsum_grad_step), ("plain", with_autotuned)):
         profile = jaxtune.profile(step, x, iters=2, logdir=str(tmp_path / name))
-        (call,) = [c for c in profile.calls if c["kernel"] == "tests.profile.rowsum"]
-        timings[name] = call["request"]["plan"]["timing"]
+        (call,) = [c for c in profile.calls if c.kernel == "tests.profile.rowsum"]
+        timings[name] = call.timing
     assert timings == {"grad": "vjp", "plain": "forward"}
     _process.shutdown_children()
 
@@ -159,8 +159,8 @@ def test_a_transformed_function_is_profiled_itself_not_the_function_it_names(tmp
         profile = jaxtune.profile(
             jax.grad(profile_models.rowsum_loss), x, iters=2, logdir=str(tmp_path / "g")
         )
-    (call,) = [c for c in profile.calls if c["kernel"] == "tests.profile.rowsum"]
-    assert call["request"]["plan"]["timing"] == "vjp"  # the gradient ran, not the loss
+    (call,) = [c for c in profile.calls if c.kernel == "tests.profile.rowsum"]
+    assert call.timing == "vjp"  # the gradient ran, not the loss
     # A jitted function may stand for the function it jits: still captured in the child.
     jaxtune.profile(jax.jit(with_autotuned), x, iters=2, logdir=str(tmp_path / "j"))
     _process.shutdown_children()

@@ -27,7 +27,7 @@ from jax.profiler import ProfileData
 
 import jaxtune
 from jaxtune._core.codec import packb, unpackb
-from jaxtune._core.vocabulary import CaptureInfo, Choice, Failure, Measurement
+from jaxtune._core.vocabulary import CaptureInfo, Choice, Failure, Measurement, RecordedCall
 from jaxtune._profiling import report as _report
 from jaxtune._profiling import sidecar as _sidecar
 from jaxtune._tuning.signature import Signature
@@ -61,7 +61,7 @@ INFO = CaptureInfo(
     costs={"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}},
     sources={"tiled_matmul": "model.py:12"},
     hints={"lib.mm": {"flops": 1e9, "bytes": 2e6}},
-    calls=({"kernel": "lib.mm", "config": dict(CONFIG), "source": "cache"},),
+    calls=(RecordedCall(kernel="lib.mm", key="f32[8]", config=dict(CONFIG), source="cache"),),
     configs={"lib.mm": {"config": dict(CONFIG), "speedup": 2.5}},
     timings={"compile_s": 1.5, "run_s": 0.25},
     env={"XLA_FLAGS": None},
@@ -155,9 +155,17 @@ MALFORMED = {
     "a hint that is a list": ({"hints": {"lib.mm": [1.0]}}, "hints['lib.mm']"),
     "a source that is a number": ({"sources": {"k": 3}}, "sources['k']"),
     "a config that is a list": ({"configs": {"lib.mm": {"config": [1]}}}, "configs['lib.mm']"),
-    "a recorded call's config": ({"calls": [{"config": "x"}]}, "calls[0].config"),
+    "a recorded call's config": (
+        {
+            "calls": [
+                {"t": "call", "kernel": "k", "key": "f32[8]", "source": "cache", "config": "x"}
+            ]
+        },
+        "calls[0].config",
+    ),
+    "a recorded call of no kernel": ({"calls": [{"config": {}}]}, "calls[0].kernel: missing"),
     "iterations that are text": ({"iterations": "two"}, "iterations"),
-    "a field of the wrong kind": ({"kernels": 5}, "capture info's kernels is not a list"),
+    "a field of the wrong kind": ({"kernels": 5}, "capture info's kernels: expected a list"),
 }
 
 
@@ -372,10 +380,8 @@ def test_the_shared_stores_faults_are_told_from_the_clients():
 def test_a_fault_of_the_cache_lookup_is_not_taken_for_an_untuned_call(monkeypatch):
     from jaxtune._cli import from_profile as _from_profile
 
-    frame = {"kernel": "lib.mm", "device_kind": "cpu", "key": "f32[8]"}
+    frame = RecordedCall(kernel="lib.mm", device_kind="cpu", key="f32[8]", source="default")
     assert _from_profile.tuned_here(frame) is False  # nothing tuned yet
-    assert _from_profile.tuned_here({"kernel": 3, "key": None}) is False  # another shape
-    assert _from_profile.tuned_here(["lib.mm"]) is False
 
     class Cache:
         def __init__(self, error):
@@ -412,7 +418,7 @@ def test_a_fault_of_the_lookup_behind_a_profiles_recorded_call_surfaces(monkeypa
 
     # A cache that cannot say loses only the label of the pass its entry timed.
     monkeypatch.setattr(BoundCall, "choose", failing(jaxtune.CacheError("unreadable")))
-    assert call.recorded_call(choice)["entry_timing"] == ""
+    assert call.recorded_call(choice).entry_timing == ""
     fault = AttributeError("'Entry' object has no attribute 'timing'")
     monkeypatch.setattr(BoundCall, "choose", failing(fault))
     with pytest.raises(AttributeError) as caught:

@@ -15,7 +15,7 @@ from faulty_kernels import faulty
 
 from jaxtune._core.codec import packb, unpackb
 from jaxtune._core.masking import MASK, looks_secret, mask, mask_command
-from jaxtune._core.vocabulary import CaptureInfo
+from jaxtune._core.vocabulary import CaptureInfo, RecordedCall
 from jaxtune._isolation import logs as _logs
 from jaxtune._isolation.frames import Request
 from jaxtune._isolation.wire import FrameReader, write_frame
@@ -152,8 +152,8 @@ def _stored(tmp_path: pathlib.Path, frame: dict) -> tuple[bytes, dict]:
 def test_a_recorded_call_holds_no_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("PLAIN_CANARY_VAR", "recorded-here")
     x = jnp.ones(8)
-    frame = faulty.options.bound(faulty.bind((x,), {})).recorded_call(faulty.config_for(x))
-    stored, read = _stored(tmp_path, frame)
+    call = faulty.options.bound(faulty.bind((x,), {})).recorded_call(faulty.config_for(x))
+    stored, read = _stored(tmp_path, call.to_wire())
     assert b"recorded-here" not in stored
     assert "environ" not in read["request"] and read["request"]["args"] is not None
 
@@ -174,10 +174,12 @@ def test_a_replay_sends_this_process_variables(monkeypatch, tmp_path, old):
 def test_a_sidecar_written_before_is_read_without_its_variables(monkeypatch):
     request = _request(monkeypatch).to_wire()  # as older jaxtunes kept it, without arrays
     assert request["environ"]["PLAIN_CANARY_VAR"] == "recorded-here"
-    call = {"kernel": "tests.faulty", "key": "f32[8]", "request": {**request, "args": None}}
+    call = RecordedCall(
+        kernel="tests.faulty", key="f32[8]", source="cache", request={**request, "args": None}
+    )
     raw = unpackb(packb({**CaptureInfo(calls=(call,)).to_dict(), "iterations": 3}))
     info, iterations = _sidecar.read_sidecar(raw)
     assert iterations == 3
     (read,) = info.calls
-    assert read["request"] == {k: v for k, v in call["request"].items() if k != "environ"}
+    assert read.request == {k: v for k, v in call.request.items() if k != "environ"}
     assert b"recorded-here" not in packb(info.to_dict())

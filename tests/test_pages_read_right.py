@@ -13,7 +13,7 @@ from test_profiled import write_trace
 
 import jaxtune
 from jaxtune import _cli
-from jaxtune._core.vocabulary import CaptureInfo, Entry, Failure, Measurement
+from jaxtune._core.vocabulary import CaptureInfo, Entry, Failure, Measurement, RecordedCall
 from jaxtune._profiling import report as _report
 from jaxtune._tuning.store import cache as _cache
 
@@ -140,7 +140,13 @@ def profile_with_an_autotuned_kernel(tmp_path, device_kind="TPU v5 lite"):
         sources={"tiled_matmul": SOURCE, "no_cost": SOURCE},
         configs={"lib.mm": {"config": dict(CONFIG), "speedup": 2.76}},
         calls=(
-            {"kernel": "lib.mm", "config": dict(CONFIG), "source": "cache", "entry_timing": "vjp"},
+            RecordedCall(
+                kernel="lib.mm",
+                key="f32[8]",
+                config=dict(CONFIG),
+                source="cache",
+                entry_timing="vjp",
+            ),
         ),
     )
     return _report.report_from_trace(write_trace(tmp_path, TPU_TRACE), info=info, iterations=2)

@@ -125,12 +125,21 @@ def test_the_wrong_pass_rule(entry_timing: str, timed_now: str, wrong: bool) -> 
 
 def test_the_cli_and_the_lookup_ask_the_same_rule() -> None:
     """`jaxtune tune --` reads a recorded call's pass from its sweep request."""
-    from jaxtune._cli.tune import had_config, timed_pass
+    import dataclasses
 
-    record = {"source": "cache", "request": {"plan": {"timing": "vjp"}}, "entry_timing": "forward"}
-    assert timed_pass(record) == "vjp"
+    from jaxtune._cli.tune import had_config
+    from jaxtune._core.vocabulary import RecordedCall
+
+    record = RecordedCall(
+        kernel="k",
+        key="f32[8]",
+        source="cache",
+        request={"plan": {"timing": "vjp"}},
+        entry_timing="forward",
+    )
+    assert record.timing == "vjp"
     assert not had_config(record)
-    assert had_config({**record, "entry_timing": "vjp"})
+    assert had_config(dataclasses.replace(record, entry_timing="vjp"))
 
 
 def test_toolchain_words() -> None:

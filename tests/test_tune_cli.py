@@ -291,7 +291,13 @@ def test_the_recording_is_followed_frame_by_frame_while_it_is_written(tmp_path):
 
     path = tmp_path / "calls.msgpack"
     path.write_bytes(b"")
-    got: list[dict] = []
+    got: list = []
+
+    def call(kernel: str) -> bytes:
+        return b"".join(
+            frame_parts({"t": "call", "kernel": kernel, "key": "k", "source": "default"})
+        )
+
     done = threading.Event()
     follower = threading.Thread(target=_follow, args=(str(path), got.append, done))
     follower.start()
@@ -313,19 +319,20 @@ def test_the_recording_is_followed_frame_by_frame_while_it_is_written(tmp_path):
         return False
 
     try:
-        append(b"".join(frame_parts({"t": "call", "kernel": "a"})))
+        append(call("a"))
         wait_for(1)
-        whole = b"".join(frame_parts({"t": "call", "kernel": "b"}))
+        whole = call("b")
         append(whole[:7])  # the program is still writing this one
         until(read_to_the_end, "the follower to read the first part of b")
-        assert [f["kernel"] for f in got] == ["a"]  # b is not whole: not given yet
-        append(whole[7:] + b"".join(frame_parts({"t": "stopped"})))
-        append(b"".join(frame_parts({"t": "call", "kernel": "c"})))
+        assert [f.kernel for f in got] == ["a"]  # b is not whole: not given yet
+        stopped = {"t": "stopped", "after_s": 1.0, "settle_s": 1.0, "compiles": 0}
+        append(whole[7:] + b"".join(frame_parts(stopped)))
+        append(call("c"))
         wait_for(3)
     finally:
         done.set()
         follower.join()
-    assert [f["kernel"] for f in got] == ["a", "b", "c"]
+    assert [f.kernel for f in got] == ["a", "b", "c"]
 
 
 def test_tune_command_needs_a_program(cli):

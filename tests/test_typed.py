@@ -1,12 +1,14 @@
-"""The annotation-driven codec the frames are written with: every annotation it reads
-round-trips through msgpack, and a value of the wrong shape is refused with its path."""
+"""The annotation-driven codec every record is written with (frames, entries, plans,
+digests, recordings, sidecars): every annotation it reads round-trips through msgpack, what
+a class says of itself (checks, tags, versions, defaults left out, a list form) holds, and a
+value of the wrong shape is refused with its path."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Required, TypedDict
+from typing import Annotated, Any, ClassVar, Literal, Required, TypedDict
 
 import pytest
 
@@ -130,3 +132,84 @@ def test_a_typeddict_is_read_as_a_checked_dict_of_its_keys():
         typed.decode(Record, {"name": "a", "sizes": [1, "2"]}, "")
     with pytest.raises(typed.MismatchError, match=r"^Record\.name: missing$"):
         typed.decode(Record, {"sizes": []})
+
+
+POSITIVE = typed.Check(lambda v: v > 0, "a number > 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Hit:
+    WIRE_TAG: ClassVar = ("ok", True)
+    WIRE_VERSION: ClassVar = 2
+
+    time: Annotated[float, POSITIVE]
+    rounds: Annotated[tuple[float, ...], typed.AS_IS] = ()
+    calls: int = dataclasses.field(default=0, metadata=typed.OMIT_DEFAULT)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Miss:
+    WIRE_TAG: ClassVar = ("ok", False)
+
+    why: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Pair:
+    WIRE_AS_LIST: ClassVar = True
+
+    name: str
+    parts: tuple[tuple[str, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Holder:
+    results: tuple[Hit | Miss, ...] = ()
+    pair: Pair | None = None
+
+
+def test_what_a_record_class_says_of_itself_is_written_and_read_back():
+    hit = Hit(time=2.5, rounds=(2.0, 3.0))
+    assert typed.encode(hit) == {"ok": True, "v": 2, "time": 2.5, "rounds": (2.0, 3.0)}
+    assert typed.encode(dataclasses.replace(hit, calls=3))["calls"] == 3  # left out at 0
+    assert typed.encode(Miss(why="x")) == {"ok": False, "why": "x"}
+    assert typed.encode(Pair(name="d", parts=(("a", 1),))) == ["d", [["a", 1]]]
+    held = Holder(results=(hit, Miss(why="x")), pair=Pair(name="d"))
+    raw = unpackb(packb(typed.encode(held)))
+    assert raw["results"][0]["rounds"] == (2.0, 3.0)  # the codec's tuple, as written
+    assert typed.decode(Holder, raw) == held
+    assert typed.decode(Pair, ["d"]) == Pair(name="d")  # a trailing default left out
+    assert typed.decode(Hit, {"time": 1.0}) == Hit(time=1.0)  # no version: version 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "raw", "why"),
+    [
+        (Hit, {"time": -1.0}, r"Hit.time: expected a number > 0, got float -1.0"),
+        (Hit, {"time": "1"}, r"Hit.time: expected a number > 0, got str '1'"),
+        (Hit, {"ok": False, "time": 1.0}, r"Hit.ok: expected True, got False"),
+        (Hit, {"v": 3, "time": 1.0}, r"a Hit of version 3, written by a newer jaxtune"),
+        (Hit, {"v": "2", "time": 1.0}, r"Hit.v: expected a version number"),
+        (Holder, {"results": [{"why": "x"}]}, r"Holder.results\[0\].ok: missing"),
+        (Holder, {"results": [{"ok": 1, "why": "x"}]}, r"results\[0\].ok: expected one of"),
+        (Holder, {"results": [3]}, r"expected a Hit or a Miss \(a map with 'ok'\)"),
+        (Holder, {"results": [{"ok": False}]}, r"Holder.results\[0\].why: missing"),
+        (Holder, {"pair": ["d", [["a", "1"]]]}, r"Holder.pair.parts\[0\]\[1\]: expected int"),
+        (Holder, {"pair": ["d", [], 3]}, r"Holder.pair: expected a Pair \(a list of 2\)"),
+    ],
+)
+def test_a_record_that_breaks_what_its_class_says_is_refused_by_path(kind, raw, why):
+    with pytest.raises(typed.MismatchError, match=why):
+        typed.decode(kind, raw)
+
+
+def test_a_refusal_says_the_field_what_it_expected_and_what_came():
+    with pytest.raises(typed.MismatchError) as caught:
+        typed.decode(Holder, {"results": [{"ok": True, "time": 0.0}]})
+    e = caught.value
+    assert (e.field, e.where, e.expected, e.got) == (
+        "time",
+        "Holder.results[0].time",
+        "a number > 0",
+        "float 0.0",
+    )

@@ -660,24 +660,20 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     from . import tune as _tune
 
     command = _tune.program(args, "cache check")
-    records, stopped, status = _tune.record_program(
+    recording, status = _tune.record_program(
         command, full=args.full, settle=args.settle, verb="cache check", json=args.json
     )
+    records, stopped = recording.calls, recording.stopped
     current, missing, stale = [], [], []
     for r in records:
-        row = {
-            "kernel": r["kernel"],
-            "key": r["key"],
-            "device_kind": r["device_kind"],
-            "source": r["source"],
-        }
-        why = str(r.get("stale") or "")
-        wrong = wrong_pass(r.get("entry_timing", ""), _tune.timed_pass(r))
+        row = {"kernel": r.kernel, "key": r.key, "device_kind": r.device_kind, "source": r.source}
+        why = r.stale
+        wrong = wrong_pass(r.entry_timing, r.timing)
         if not why and wrong is not None:
             why = wrong.text
         if why:
             stale.append({**row, "reason": why})
-        elif r["source"] == "default":
+        elif r.source == "default":
             missing.append(row)
         else:
             current.append(row)

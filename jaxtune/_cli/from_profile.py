@@ -17,12 +17,13 @@ from typing import Any
 
 from .._core.codec import read_bounded, unpackb
 from .._core.errors import JaxtuneError
+from .._core.vocabulary import RecordedCall
 from .._profiling.report import CALLS_SUFFIX, report_from_trace
 from .._profiling.sidecar import INFO_FILE
 from .._tuning.result import format_table
 from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
-from .tune import sweep_records, timed_pass
+from .tune import sweep_records
 
 __all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run", "tuned_here"]
 
@@ -42,7 +43,7 @@ class Ranked:
     name: str
     share: float
     autotuned: bool
-    calls: tuple[dict[str, Any], ...] = ()
+    calls: tuple[RecordedCall, ...] = ()
 
 
 def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[Any]]]:
@@ -60,7 +61,7 @@ def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[An
             # A regular file only, and bounded: a FIFO named report.json must not block.
             kernels = json.loads(read_bounded(path))["kernels"]
             sidecar = path.with_suffix(CALLS_SUFFIX)
-            calls = list(unpackb(read_bounded(sidecar))) if sidecar.is_file() else []
+            calls = _saved_calls(sidecar) if sidecar.is_file() else []
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise JaxtuneError(
                 f"{path} is not a jaxtune profile report ({e}); expected the report.json "
@@ -80,6 +81,19 @@ def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[An
     return found
 
 
+def _saved_calls(path: pathlib.Path) -> list[RecordedCall]:
+    """The recorded calls a report's ``.calls.msgpack`` holds.
+
+    Raises:
+        ValueError: the file holds something else (the message names it, the call and
+            its field).
+    """
+    raw = unpackb(read_bounded(path))
+    if not isinstance(raw, list):
+        raise ValueError(f"{path} holds no list of recorded calls")
+    return [RecordedCall.read(c, f"{path}, call {i}") for i, c in enumerate(raw)]
+
+
 def rank(root: str | pathlib.Path) -> list[Ranked]:
     """Every kernel of the profiles under ``root``, largest share first.
 
@@ -87,7 +101,7 @@ def rank(root: str | pathlib.Path) -> list[Ranked]:
         JaxtuneError: ``root`` holds no profile, or a ``report.json`` is not jaxtune's.
     """
     shares: dict[tuple[str, bool], float] = {}
-    calls: dict[str, dict[str, dict[str, Any]]] = {}
+    calls: dict[str, dict[str, RecordedCall]] = {}
     for _, kernels, frames in _profiles(pathlib.Path(root)):
         mine: dict[tuple[str, bool], float] = {}
         for k in kernels:
@@ -96,7 +110,7 @@ def rank(root: str | pathlib.Path) -> list[Ranked]:
         for ident, share in mine.items():
             shares[ident] = max(shares.get(ident, 0.0), share)
         for frame in frames:
-            calls.setdefault(frame["kernel"], {})[frame["key"]] = frame
+            calls.setdefault(frame.kernel, {})[frame.key] = frame
     ranked = [
         Ranked(
             name=name,
@@ -130,25 +144,19 @@ def _plan(ranked: list[Ranked], args: argparse.Namespace) -> tuple[list[Ranked],
     return chosen, lines
 
 
-def tuned_here(frame: dict[str, Any]) -> bool:
+def tuned_here(frame: RecordedCall) -> bool:
     """Whether the user cache (the one this command writes) already holds an entry for the
     recorded call: same kernel, device kind, key and kernel version."""
-    if not isinstance(frame, dict):  # read from a file: a recorded call of another shape
-        return False
-    version = frame.get("version")
-    kernel, device_kind, key = (frame.get(f) for f in ("kernel", "device_kind", "key"))
-    if not (isinstance(kernel, str) and isinstance(device_kind, str) and isinstance(key, str)):
-        return False
     try:
         entry = _cache.user_cache().lookup(
-            kernel, device_kind, key, version=None if version is None else str(version)
+            frame.kernel, frame.device_kind, frame.key, version=frame.version
         )
     except JaxtuneError:  # a cache that cannot be read (a fault of the lookup is a bug)
         return False
     return (
         entry is not None
-        and (version is None or entry.kernel_version == version)
-        and wrong_pass(entry.timing, timed_pass(frame)) is None
+        and entry.kernel_version == frame.version
+        and wrong_pass(entry.timing, frame.timing) is None
     )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -20,18 +19,18 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core.codec import DecodeError
 from .._core.errors import JaxtuneError
 from .._core.flags import requested_platform
 from .._core.masking import mask_command
-from .._core.vocabulary import Entry
+from .._core.vocabulary import Entry, RecordedCall
 from .._isolation.devices import cpu_only
 from .._isolation.frames import FrameError, Module, NotTransportable
 from .._render.units import count
-from .._tuning.digest import CodeDigest
+from .._tuning.recorded import Recording, Stopped, read_frame
 from .._tuning.result import format_table
 from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
@@ -50,7 +49,6 @@ __all__ = [
     "add_parser",
     "exit_text",
     "had_config",
-    "merged",
     "program",
     "record_program",
     "run",
@@ -59,7 +57,6 @@ __all__ = [
     "summary_line",
     "sweep_records",
     "sweep_runner",
-    "timed_pass",
 ]
 
 #: Where a config came from when the call already had a tuned one.
@@ -183,76 +180,19 @@ def stop_program(proc: subprocess.Popen[Any]) -> None:
         proc.wait(timeout=5)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Stopped:
-    """Why a recorded program was stopped: ``after_s`` seconds from its start, once it had
-    traced and compiled nothing new for ``settle_s`` seconds, ``compiles`` programs compiled
-    since its first autotuned call."""
+def _read_recording(path: str) -> Recording:
+    """The recording the program left in ``path``.
 
-    after_s: float
-    settle_s: float
-    compiles: int
-
-    def text(self, verb: str) -> str:
-        """What the command says about the stop.
-
-        Examples:
-            >>> print(Stopped(after_s=12.3, settle_s=3.0, compiles=2).text("tune"))
-            ... # doctest: +NORMALIZE_WHITESPACE
-            jaxtune tune: stopped the program after 12.3 s, once it had traced and compiled
-            nothing new for 3 s (2 compilations since its first autotuned call). A kernel it
-            would first trace later (an eval step every N steps, a later request's shape) is
-            not recorded: --settle SECONDS waits longer, --full runs it to its end.
-        """
-        return (
-            f"jaxtune {verb}: stopped the program after {self.after_s:.1f} s, once it had "
-            f"traced and compiled nothing new for {self.settle_s:g} s "
-            f"({count(self.compiles, 'compilation')} since its first autotuned call). A kernel "
-            "it would first trace later (an eval step every N steps, a later request's shape) "
-            "is not recorded: --settle SECONDS waits longer, --full runs it to its end."
+    Raises:
+        JaxtuneError: a frame is no frame of a recording (the message names the file,
+            the frame and its field).
+    """
+    try:
+        return Recording.of(
+            [read_frame(raw, f"{path}, frame {i}") for i, raw in enumerate(_frames(path))]
         )
-
-
-def _read_records(path: str) -> tuple[list[dict[str, Any]], Stopped | None]:
-    records: list[dict[str, Any]] = []
-    values: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    stopped = None
-    for frame in _frames(path):
-        if frame.get("t") == "stopped":
-            stopped = Stopped(
-                after_s=float(frame.get("after_s", 0.0)),
-                settle_s=float(frame.get("settle_s", 0.0)),
-                compiles=int(frame.get("compiles", 0)),
-            )
-        elif frame.get("t") == "call":
-            records.append(frame)
-        elif frame.get("t") == "values":
-            values.setdefault((frame["kernel"], frame["key"]), []).append(frame)
-    out = merged(records)
-    for record in out:
-        # The value sets the program ran the call with (docs/values.md), in arrival order.
-        record["values"] = values.get((record["kernel"], record["key"]), [])
-    return out, stopped
-
-
-def merged(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per (kernel, key), in the order first seen: a call recorded again
-    because it turned out to be differentiated (its sweep times forward and backward)
-    replaces its forward record."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for record in records:
-        pair = (record["kernel"], record["key"])
-        if pair not in out or timed_pass(record) == "vjp":
-            out[pair] = record
-    return list(out.values())
-
-
-def timed_pass(record: dict[str, Any]) -> str:
-    """The pass a recorded call's sweep would time (``forward``, ``vjp``; ``""`` when the
-    recording holds no sweep): what :func:`jaxtune._tuning.staleness.wrong_pass` judges
-    the entry the call would reuse by."""
-    plan = (record.get("request") or {}).get("plan") or {}
-    return str(plan.get("timing") or "")
+    except ValueError as e:
+        raise JaxtuneError(str(e)) from None
 
 
 def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) -> str:
@@ -269,8 +209,11 @@ def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) ->
     )
 
 
-def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]]:
-    """Sweeps each recorded call in a child and writes the cache: ``(entries, problems)``."""
+def sweep_records(
+    records: Sequence[RecordedCall], recording: Recording | None = None
+) -> tuple[list[Entry], list[str]]:
+    """Sweeps each recorded call in a child, on the value sets ``recording`` holds of it,
+    and writes the cache: ``(entries, problems)``."""
     from .._tuning.sweep.inputs import SYNTHESISED_TEXT, made_up_integers
     from .._tuning.sweep.requests import read_request, with_recorded_values
     from .._tuning.sweep_rules import keep
@@ -278,25 +221,27 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
     entries: list[Entry] = []
     problems: list[str] = []
     # One sweep child per device the program saw, where devices can be split.
-    runner = sweep_runner(devices=next((r.get("devices") for r in records), None))
+    devices = next((r.devices for r in records), None)
+    runner = sweep_runner(devices=None if devices is None else list(devices))
     for record in records:
-        if "request" not in record:
-            problems.append(f"{record['kernel']} {record['key']}: {record['error']}")
+        name = f"{record.kernel} {record.key}"
+        if record.request is None:
+            problems.append(f"{name}: {record.error}")
             continue
         try:
-            recorded = record.get("values") or []
-            request = with_recorded_values(read_request(record["request"]), recorded)
+            recorded = recording.values_of(record) if recording is not None else ()
+            request = with_recorded_values(read_request(record.request), recorded)
         except (FrameError, KeyError, TypeError) as e:
-            problems.append(f"{record['kernel']} {record['key']}: a damaged recording ({e!r})")
+            problems.append(f"{name}: a damaged recording ({e!r})")
             continue
         plan = request.fields.plan
         if plan is None:
-            problems.append(f"{record['kernel']} {record['key']}: a recording without a plan")
+            problems.append(f"{name}: a recording without a plan")
             continue
         made_up = made_up_integers(plan.values)
         if made_up:
             print(
-                f"jaxtune tune: {record['kernel']} ({record['key']}): no values were "
+                f"jaxtune tune: {record.kernel} ({record.key}): no values were "
                 f"recorded for integer/boolean argument(s) {', '.join(made_up)} (a profile "
                 "keeps shapes only; under `jaxtune tune --`, a bucketed kernel, or a call "
                 "that never ran before the program was stopped); its sweep runs on "
@@ -308,21 +253,20 @@ def sweep_records(records: list[dict[str, Any]]) -> tuple[list[Entry], list[str]
         try:
             outcome = runner.run(plan, request)
         except JaxtuneError as e:
-            problems.append(f"{record['kernel']} {record['key']}: {e}")
+            problems.append(f"{name}: {e}")
             continue
         except NotTransportable as e:
             # The program tuned in its own process where no child could; this command
             # has only its children.
             problems.append(
-                f"{record['kernel']} {record['key']}: {e}. This command sweeps "
+                f"{name}: {e}. This command sweeps "
                 "in a child only, which imports the kernel's module by name: make that "
                 "module importable on its own, or tune in the program (JAXTUNE_MODE=tune "
                 "tunes in the program's process where a child cannot)"
             )
             continue
-        kind = runner.ready.device_kind if runner.ready else record["device_kind"]
-        code = CodeDigest.from_wire(record.get("code"))
-        entries.append(keep(plan, outcome, kind, record["version"], code=code))
+        kind = runner.ready.device_kind if runner.ready else record.device_kind
+        entries.append(keep(plan, outcome, kind, record.version, code=record.code))
     return entries, problems
 
 
@@ -336,13 +280,13 @@ def sweep_runner(devices: list[int] | None = None) -> ProcessRunner:
     return ProcessRunner(platform=platform, devices=devices)
 
 
-def had_config(record: dict[str, Any]) -> bool:
+def had_config(record: RecordedCall) -> bool:
     """Whether a recorded call had a config to keep: from the cache or a scope, timed for
     the pass the call runs, and not stale (another toolchain, new configs in the space)."""
     return (
-        record["source"] in HITS
-        and wrong_pass(record.get("entry_timing", ""), timed_pass(record)) is None
-        and not (record["source"] != "scope" and record.get("stale"))
+        record.source in HITS
+        and wrong_pass(record.entry_timing, record.timing) is None
+        and not (record.source != "scope" and record.stale)
     )
 
 
@@ -359,20 +303,21 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.suppress(JaxtuneError):
         runner.prestart()
 
-    def on_call(record: dict[str, Any]) -> None:
-        if "request" not in record or not (args.retune or not had_config(record)):
+    def on_call(record: RecordedCall) -> None:
+        if record.request is None or not (args.retune or not had_config(record)):
             return
         try:
-            request = read_request(record["request"])
+            request = read_request(record.request)
         except FrameError:  # the sweeps report it
             return
         if request.ref is not None:
             with contextlib.suppress(JaxtuneError):
                 runner.preload([Module(ref=request.ref, environ=request.environ)])
 
-    records, stopped, status = record_program(
+    recording, status = record_program(
         command, full=args.full, settle=args.settle, on_call=on_call, json=args.json
     )
+    records, stopped = list(recording.calls), recording.stopped
     if status != 0 and not stopped:
         then = (
             f"tuning the {count(len(records), 'call')} it recorded"
@@ -382,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"jaxtune tune: the program {exit_text(status)}; {then}", file=sys.stderr)
     kept = [r for r in records if had_config(r)]
     todo = [r for r in records if args.retune or r not in kept]
-    entries, problems = sweep_records(todo)
+    entries, problems = sweep_records(todo, recording)
     _report(args, records, kept, entries, problems)
     if status != 0 and not stopped:
         return status if status > 0 else 1  # the program's own failure comes first
@@ -395,12 +340,12 @@ def record_program(
     full: bool,
     settle: float | None = None,
     verb: str = "tune",
-    on_call: Callable[[dict[str, Any]], None] | None = None,
+    on_call: Callable[[RecordedCall], None] | None = None,
     json: bool = False,
-) -> tuple[list[dict[str, Any]], Stopped | None, int]:
+) -> tuple[Recording, int]:
     """Runs the program with recording on (``cached`` mode, a miss running the default
-    whatever ``JAXTUNE_ON_MISS`` says, so every call is recorded): its recorded calls,
-    why jaxtune stopped it (``None``: it ended by itself), and its exit status. Unless
+    whatever ``JAXTUNE_ON_MISS`` says, so every call is recorded): its recording (its
+    calls, their value sets, why jaxtune stopped it) and its exit status. Unless
     ``full``, the program is stopped once it has traced and compiled nothing new for
     ``settle`` seconds (default :data:`SETTLE_S`) after its first autotuned call; the stop
     is reported on stderr. ``verb`` names the command in messages (``tune``, ``cache
@@ -441,10 +386,10 @@ def record_program(
             done.set()
             if follower is not None:
                 follower.join()
-        records, stopped = _read_records(path)
-    if stopped is not None:
-        print(stopped.text(verb), file=sys.stderr, flush=True)
-    return records, stopped, status
+        recording = _read_recording(path)
+    if recording.stopped is not None:
+        print(recording.stopped.text(verb), file=sys.stderr, flush=True)
+    return recording, status
 
 
 #: Seconds after which a program that has made no autotuned call is said to run on.
@@ -469,7 +414,7 @@ def _note_no_call(path: str, done: threading.Event, verb: str) -> None:
     )
 
 
-def _follow(path: str, on_call: Callable[[dict[str, Any]], None], done: threading.Event) -> None:
+def _follow(path: str, on_call: Callable[[RecordedCall], None], done: threading.Event) -> None:
     """Gives ``on_call`` each call frame the program appends to ``path``, until ``done``
     (every 0.2 s, the whole frames written since; one the program is still writing waits
     in the reader's buffer for its end)."""
@@ -486,8 +431,12 @@ def _follow(path: str, on_call: Callable[[dict[str, Any]], None], done: threadin
                     break
                 except DecodeError:  # reported when the program is done
                     return
-                if isinstance(frame, dict) and frame.get("t") == "call":
-                    on_call(frame)
+                try:
+                    call = read_frame(frame, path)
+                except ValueError:  # reported when the program is done
+                    return
+                if isinstance(call, RecordedCall):
+                    on_call(call)
     finally:
         os.close(fd)
 
@@ -511,8 +460,8 @@ def _frames(path: str) -> list[Any]:
 
 def _report(
     args: argparse.Namespace,
-    records: list[dict[str, Any]],
-    had_config: list[dict[str, Any]],
+    records: list[RecordedCall],
+    had_config: list[RecordedCall],
     entries: list[Entry],
     problems: list[str],
 ) -> None:
@@ -520,7 +469,7 @@ def _report(
         doc = {
             "recorded": len(records),
             "already_tuned": [
-                {"kernel": r["kernel"], "key": r["key"], "source": r["source"]} for r in had_config
+                {"kernel": r.kernel, "key": r.key, "source": r.source} for r in had_config
             ],
             "retuned": bool(args.retune),
             "tuned": [e.summary() for e in entries],

@@ -13,6 +13,25 @@ field takes its default; a field without one, or a value of the wrong type, rais
 ignored (a newer writer may add some). Nothing is built but the dataclass asked for and the
 types its annotations name, so a hostile map runs no code.
 
+What a record says of itself beyond its fields' types, the codec reads from the class and
+its annotations, never from code written per class:
+
+- ``Annotated[X, Check(accepts, expected)]``: a value read as ``X`` must also pass
+  ``accepts`` (a finite time, a config of storable values); else the field is refused as
+  "expected <expected>".
+- ``Annotated[X, Written(fn)]``: the field is written as ``fn(value)`` (:data:`AS_IS`: as it
+  is, so a tuple stays the codec's tuple); it is read as ``X``.
+- ``dataclasses.field(..., metadata=OMIT_DEFAULT)``: a field left out of the map while it
+  holds its default (older readers never saw it; a reader takes the default back);
+  ``metadata=LOCAL``: a field never written nor read (worked out where it is used).
+- ``WIRE_TAG: ClassVar = (key, value)``: the map carries ``key: value`` first; a union of tagged
+  classes is read as the class its tag names (``ok: True`` a measurement, ``ok: False`` a
+  failure; ``t: "call"`` a recorded call).
+- ``WIRE_VERSION: ClassVar[int]``: the map carries ``v``; a map of a later version is refused
+  as written by a newer jaxtune, one without ``v`` reads as version 1.
+- ``WIRE_AS_LIST: ClassVar = True``: the record is written as the list of its fields, in order
+  (a code digest's ``[digest, parts]``).
+
 Each class's reader and writer are built once, from its annotations, and cached.
 
 Examples:
@@ -41,19 +60,68 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["MismatchError", "decode", "encode"]
+__all__ = [
+    "AS_IS",
+    "LOCAL",
+    "OMIT_DEFAULT",
+    "Check",
+    "MismatchError",
+    "Written",
+    "decode",
+    "encode",
+]
 
 T = TypeVar("T")
 _Read = Callable[[Any], Any]
 _Write = Callable[[Any], Any]
 
 
-class MismatchError(ValueError):
-    """A value that is not of the type it is read as (the message names the field)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Check:
+    """``Annotated`` metadata: what a value read must also be (``accepts``), and how an error
+    says it (``expected``, after "expected")."""
 
-    def __init__(self, detail: str) -> None:
+    accepts: Callable[[Any], bool]
+    expected: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Written:
+    """``Annotated`` metadata: how a field is written (``form`` of its value), when not as its
+    type says."""
+
+    form: Callable[[Any], Any]
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+#: A field written as it is (a tuple stays the codec's tuple, not a list).
+AS_IS = Written(_as_is)
+
+#: Field metadata: the field is left out of the map while it holds its default.
+OMIT_DEFAULT: Mapping[str, Any] = types.MappingProxyType({"jaxtune.typed.omit": True})
+
+#: Field metadata: the field never travels nor is stored (worked out where it is used); a
+#: record read takes its default.
+LOCAL: Mapping[str, Any] = types.MappingProxyType({"jaxtune.typed.local": True})
+
+#: The key a record's version is written under (``WIRE_VERSION``).
+VERSION_KEY = "v"
+
+
+class MismatchError(ValueError):
+    """A value that is not of the type it is read as (the message names the field).
+
+    ``expected`` (what the field should hold) and ``got`` (what it held) are set when a
+    value of the wrong kind was met, and empty for a missing field or a refused record."""
+
+    def __init__(self, detail: str, *, expected: str = "", got: str = "") -> None:
         super().__init__(detail)
         self.detail = detail
+        self.expected = expected
+        self.got = got
         #: Where the value sits, innermost last (``.thread``, ``[2]``), gathered on the
         #: way out so that a value read without fault builds no path.
         self.path: list[str] = []
@@ -63,8 +131,19 @@ class MismatchError(ValueError):
         self.path.insert(0, step)
         return self
 
+    @property
+    def where(self) -> str:
+        """The path to the value: ``measurements[0].behind``."""
+        return "".join(self.path).lstrip(".")
+
+    @property
+    def field(self) -> str:
+        """The innermost field named on the path (``behind``), or ``""``."""
+        names = [p[1:] for p in self.path if p.startswith(".")]
+        return names[-1] if names else ""
+
     def __str__(self) -> str:
-        path = "".join(self.path).lstrip(".")
+        path = self.where
         return f"{path}: {self.detail}" if path else self.detail
 
 
@@ -74,12 +153,13 @@ def encode(value: Any) -> Any:
 
 
 @typing.overload
-def decode(kind: type[T], raw: Any, where: str | None = None) -> T: ...
+def decode(kind: type[T], raw: Any, where: str | None = None, *, within: str = "") -> T: ...
 @typing.overload
-def decode(kind: Any, raw: Any, where: str | None = None) -> Any: ...
-def decode(kind: Any, raw: Any, where: str | None = None) -> Any:
+def decode(kind: Any, raw: Any, where: str | None = None, *, within: str = "") -> Any: ...
+def decode(kind: Any, raw: Any, where: str | None = None, *, within: str = "") -> Any:
     """``raw`` read as ``kind`` (a dataclass, or any annotation the module's doc lists);
-    ``where`` names it in an error (default: the type's name; ``""``: its fields alone).
+    ``where`` names it in an error (default: the type's name; ``""``: its fields alone),
+    and ``within`` what it was read from (a file, a frame's place in it), before the rest.
 
     Raises:
         MismatchError: ``raw`` does not have the shape ``kind``'s annotations say.
@@ -87,33 +167,67 @@ def decode(kind: Any, raw: Any, where: str | None = None) -> Any:
     try:
         return _reader(kind)(raw)
     except MismatchError as e:
-        raise e.at(str(getattr(kind, "__name__", kind)) if where is None else where) from None
+        e.at(str(getattr(kind, "__name__", kind)) if where is None else where)
+        if within:
+            raise MismatchError(f"{within}: {e}", expected=e.expected, got=e.got) from None
+        raise e from None
 
 
 def _fail(expected: str, raw: Any) -> typing.NoReturn:
-    raise MismatchError(f"expected {expected}, got {type(raw).__name__} {raw!r:.60}")
+    got = f"{type(raw).__name__} {_short(raw)}"
+    raise MismatchError(f"expected {expected}, got {got}", expected=expected, got=got)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+_NO_DEFAULT = object()
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return _NO_DEFAULT
 
 
 def _fields(cls: type) -> list[tuple[str, Any, bool]]:
-    """(name, annotation, has a default) of each of the dataclass's init fields."""
+    """(name, annotation, has a default) of each of the dataclass's init fields that is
+    written (not :data:`LOCAL`)."""
     hints = _hints(cls)
+    return [(f.name, hints[f.name], _default(f) is not _NO_DEFAULT) for f in _written(cls)]
+
+
+def _written(cls: type) -> list[dataclasses.Field[Any]]:
     return [
-        (
-            f.name,
-            hints[f.name],
-            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
-        )
+        f
         for f in dataclasses.fields(cls)
-        if f.init
+        if f.init and not f.metadata.get("jaxtune.typed.local", False)
     ]
 
 
 def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _annotated(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``(X, metadata)`` of ``Annotated[X, ...]``; ``(tp, ())`` for any other annotation."""
+    if typing.get_origin(tp) is typing.Annotated:
+        return tp.__origin__, tp.__metadata__
+    return tp, ()
+
+
+def _tag(cls: Any) -> tuple[str, Any] | None:
+    """The ``(key, value)`` a record class's maps carry (its ``WIRE_TAG``), if it has one."""
+    tag = getattr(cls, "WIRE_TAG", None) if isinstance(cls, type) else None
+    return tag if isinstance(tag, tuple) and len(tag) == 2 else None
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -126,6 +240,10 @@ def _same(value: Any) -> Any:
 @functools.cache
 def _writer(tp: Any) -> _Write:
     """How a value of annotation ``tp`` is written (built once per annotation)."""
+    inner, meta = _annotated(tp)
+    if meta:
+        written = [m for m in meta if isinstance(m, Written)]
+        return written[-1].form if written else _writer(inner)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _dataclass_writer(tp)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
@@ -154,10 +272,28 @@ def _enum_value(value: enum.Enum) -> Any:
 
 
 def _dataclass_writer(cls: type) -> _Write:
-    fields = [(name, _writer(tp)) for name, tp, _ in _fields(cls)]
+    hints = _hints(cls)
+    fields = [
+        (f.name, _writer(hints[f.name]), f.metadata.get("jaxtune.typed.omit", False), _default(f))
+        for f in _written(cls)
+    ]
+    head: dict[str, Any] = {}
+    tag = _tag(cls)
+    if tag is not None:
+        head[tag[0]] = tag[1]
+    version = getattr(cls, "WIRE_VERSION", None)
+    if version is not None:
+        head[VERSION_KEY] = version
+    if getattr(cls, "WIRE_AS_LIST", False):
+        return lambda value: [w(getattr(value, name)) for name, w, _, _ in fields]
 
     def write(value: Any) -> dict[str, Any]:
-        return {name: w(getattr(value, name)) for name, w in fields}
+        out = dict(head)
+        for name, w, omit, default in fields:
+            v = getattr(value, name)
+            if not (omit and v == default):
+                out[name] = w(v)
+        return out
 
     return write
 
@@ -200,6 +336,10 @@ def _reader(tp: Any) -> _Read:
     """How a value of annotation ``tp`` is read (built once per annotation)."""
     if tp is Any or tp is object:
         return _any
+    inner, meta = _annotated(tp)
+    if meta:
+        checks = [m for m in meta if isinstance(m, Check)]
+        return _checked_reader(_reader(inner), checks) if checks else _reader(inner)
     if tp is None or tp is type(None):
         return _none
     if tp in _NAMES:
@@ -244,6 +384,23 @@ def _exact(tp: Any) -> tuple[type | None, bool]:
         if other in _EXACT:
             return other, True
     return None, False
+
+
+def _checked_reader(read_inner: _Read, checks: list[Check]) -> _Read:
+    """Reads as ``read_inner`` does, then holds the value to each check: a value refused
+    either way is "expected" what the last check says."""
+    expected = checks[-1].expected
+
+    def read(raw: Any) -> Any:
+        try:
+            value = read_inner(raw)
+        except MismatchError:
+            _fail(expected, raw)
+        if not all(c.accepts(value) for c in checks):
+            _fail(expected, raw)
+        return value
+
+    return read
 
 
 def _none(raw: Any) -> None:
@@ -294,7 +451,11 @@ def _literal_reader(values: tuple[Any, ...]) -> _Read:
 
 def _union_reader(args: tuple[Any, ...]) -> _Read:
     optional = type(None) in args
-    readers = [(_reader(a), _name(a), _required(a)) for a in args if a is not type(None)]
+    members = [a for a in args if a is not type(None)]
+    tags = [_tag(a) for a in members]
+    if len(members) > 1 and all(tags) and len({t[0] for t in tags if t}) == 1:
+        return _tagged_reader(members, optional)
+    readers = [(_reader(a), _name(a), _required(a)) for a in members]
     if len(readers) == 1:
         ((only, _, _),) = readers
 
@@ -316,6 +477,34 @@ def _union_reader(args: tuple[Any, ...]) -> _Read:
             except MismatchError as e:
                 errors.append(f"as {name}: {e}")
         raise MismatchError("; ".join(errors))
+
+    return read
+
+
+def _tagged_reader(members: list[Any], optional: bool) -> _Read:
+    """A union of record classes that each carry a tag under one key: read as the class
+    whose tag the map holds."""
+    key = _tag(members[0])[0]  # type: ignore[index]
+    by_tag = [(_tag(m)[1], _reader(m)) for m in members]  # type: ignore[index]
+    expected = f"one of {[t for t, _ in by_tag]}"
+    kinds = " or a ".join(_name(m) for m in members)
+    a_map = f"a {kinds} (a map with {key!r})"
+
+    def read(raw: Any) -> Any:
+        if raw is None and optional:
+            return None
+        if not _is_map(raw):
+            _fail(a_map, raw)
+        value = raw.get(key, _MISSING)
+        for tag, r in by_tag:  # by type too: True is not 1
+            if value == tag and type(value) is type(tag):
+                return r(raw)
+        if value is _MISSING:
+            raise MismatchError("missing").at(f".{key}")
+        try:
+            _fail(expected, value)
+        except MismatchError as e:
+            raise e.at(f".{key}") from None
 
     return read
 
@@ -424,10 +613,20 @@ def _dataclass_reader(cls: type) -> _Read:
         (name, _reader(tp), has_default, *_exact(tp)) for name, tp, has_default in _fields(cls)
     ]
     expected = f"a {cls.__name__} (a map)"
+    tag = _tag(cls)
+    version = getattr(cls, "WIRE_VERSION", None)
+    if getattr(cls, "WIRE_AS_LIST", False):
+        return _list_form_reader(cls, fields)
 
     def read(raw: Any) -> Any:
         if not _is_map(raw):
             _fail(expected, raw)
+        if tag is not None and tag[0] in raw and raw[tag[0]] != tag[1]:
+            raise MismatchError(
+                f"expected {tag[1]!r}, got {raw[tag[0]]!r:.40}", expected=repr(tag[1])
+            ).at(f".{tag[0]}")
+        if version is not None:
+            _check_version(cls, version, raw.get(VERSION_KEY, 1))
         values = {}
         for name, r, has_default, exact, nullable in fields:
             value = raw.get(name, _MISSING)
@@ -437,14 +636,52 @@ def _dataclass_reader(cls: type) -> _Read:
             elif type(value) is exact or (nullable and value is None):
                 values[name] = value
             else:
-                try:
-                    values[name] = r(value)
-                except MismatchError as e:
-                    raise e.at(f".{name}") from None
-        try:
-            return cls(**values)
-        except (TypeError, ValueError) as e:  # what the class's own checks refuse
-            raise MismatchError(str(e)) from None
+                values[name] = _field(name, r, value)
+        return _built(cls, values)
+
+    return read
+
+
+def _field(name: str, read: _Read, value: Any) -> Any:
+    try:
+        return read(value)
+    except MismatchError as e:
+        raise e.at(f".{name}") from None
+
+
+def _built(cls: type, values: dict[str, Any]) -> Any:
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:  # what the class's own checks refuse
+        raise MismatchError(str(e)) from None
+
+
+def _check_version(cls: type, version: int, got: Any) -> None:
+    if type(got) is not int or got < 1:
+        raise MismatchError(
+            f"expected a version number, got {got!r:.40}", expected="a version number"
+        ).at(f".{VERSION_KEY}")
+    if got > version:
+        raise MismatchError(
+            f"a {cls.__name__} of version {got}, written by a newer jaxtune (this one reads "
+            f"versions up to {version}): upgrade jaxtune to read it"
+        )
+
+
+def _list_form_reader(cls: type, fields: list[Any]) -> _Read:
+    """A record written as the list of its fields (``WIRE_AS_LIST``); trailing fields that have
+    a default may be left out."""
+    least = sum(1 for _, _, has_default, _, _ in fields if not has_default)
+    expected = f"a {cls.__name__} (a list of {len(fields)})"
+
+    def read(raw: Any) -> Any:
+        if not _is_sequence(raw) or not least <= len(raw) <= len(fields):
+            _fail(expected, raw)
+        values = {
+            name: _field(name, r, value)
+            for (name, r, _, _, _), value in zip(fields, raw, strict=False)
+        }
+        return _built(cls, values)
 
     return read
 

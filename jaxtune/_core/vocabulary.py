@@ -2,27 +2,42 @@
 measurement of a config (or why it failed), the cache entry of a tuned key, and the choice
 a call makes; how a profile is captured, and what a trace capture knew about the program it
 traced. Plain frozen
-values with their msgpack form (checked by :mod:`.entry_schema`, or by ``from_dict``)."""
+values, written and read by :mod:`.typed` from their annotations (what a stored field must
+hold beyond its type: :mod:`.entry_schema`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from . import typed
-from .entry_schema import check_entry, check_measurement
+from .entry_schema import (
+    CONFIG,
+    COUNT,
+    DECISION,
+    MARGIN,
+    NUMBER,
+    PHASES,
+    TIME,
+    TIMES,
+    VALUES,
+    stored_error,
+)
+from .errors import CacheError
 
 __all__ = [
     "CaptureInfo",
     "Choice",
+    "CodeDigest",
     "Config",
     "Entry",
     "EntryId",
     "Failure",
     "Measurement",
     "ProfileOptions",
+    "RecordedCall",
     "Source",
     "config_id",
     "measurement_from_dict",
@@ -54,27 +69,34 @@ def config_id(config: Mapping[str, Any]) -> str:
 class Measurement:
     """The timing of one config that ran and passed the numerics check."""
 
-    config: Mapping[str, Any]
-    median_us: float
-    min_us: float
-    spread: float
-    samples: int
-    compile_s: float
+    #: Stored as a map led by ``ok: True`` (a :class:`Failure`'s says ``False``).
+    WIRE_TAG: ClassVar = ("ok", True)
+
+    config: Annotated[Mapping[str, Any], CONFIG]
+    median_us: Annotated[float, TIME]
+    min_us: Annotated[float, TIME]
+    spread: Annotated[float, NUMBER]
+    samples: Annotated[int, COUNT]
+    compile_s: Annotated[float, NUMBER]
     dropped: bool = False
     #: A 95 % confidence interval of the median (µs), from the samples' order statistics.
-    low_us: float | None = None
-    high_us: float | None = None
+    low_us: Annotated[float | None, TIME] = None
+    high_us: Annotated[float | None, TIME] = None
     #: The median of each interleaved re-timing round (leaders only), round by round.
-    rounds_us: tuple[float, ...] = ()
+    rounds_us: Annotated[tuple[float, ...], TIMES, typed.AS_IS] = dataclasses.field(
+        default=(), metadata=typed.OMIT_DEFAULT
+    )
     #: How many times the sweep called the config (warm-up, check and timed calls); 0 in
     #: entries older than the field.
-    calls: int = 0
+    calls: Annotated[int, COUNT] = dataclasses.field(default=0, metadata=typed.OMIT_DEFAULT)
     #: Left the rounds clearly behind: its fastest round over 1.5x another config's
     #: slowest (``dropped`` too). False in entries older than the field.
-    behind: bool = False
+    behind: bool = dataclasses.field(default=False, metadata=typed.OMIT_DEFAULT)
     #: The config this one compiles to the same program as (``dropped`` too): that one was
     #: timed for both, and these are its samples. ``None`` in entries older than the field.
-    same_as: Mapping[str, Any] | None = None
+    same_as: Annotated[Mapping[str, Any], CONFIG] | None = dataclasses.field(
+        default=None, metadata=typed.OMIT_DEFAULT
+    )
 
     ok = True
 
@@ -106,44 +128,41 @@ class Measurement:
         return bool(self.low_us <= other.high_us and other.low_us <= self.high_us)  # type: ignore[operator]
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"ok": True, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
-        if not self.rounds_us:
-            del d["rounds_us"]
-        if not self.calls:
-            del d["calls"]
-        if not self.behind:
-            del d["behind"]
-        if self.same_as is None:
-            del d["same_as"]
-        return d
+        """The map it is stored and sent as (:mod:`.typed`; inverse:
+        :func:`measurement_from_dict`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Failure:
     """A config that did not produce a usable timing, and why (``stage``: where it failed)."""
 
-    config: Mapping[str, Any]
+    WIRE_TAG: ClassVar = ("ok", False)
+
+    config: Annotated[Mapping[str, Any], CONFIG]
     stage: Literal["compile", "run", "check", "timeout", "crash"]
     reason: str
 
     ok = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": False, "config": self.config, "stage": self.stage, "reason": self.reason}
+        """The map it is stored and sent as (inverse: :func:`measurement_from_dict`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
 
 
 def measurement_from_dict(d: Mapping[str, Any]) -> Measurement | Failure:
-    """Inverse of ``to_dict`` of either kind.
+    """Inverse of ``to_dict`` of either kind (told apart by ``ok``).
 
     Raises:
-        CacheError: a field is missing or has the wrong type (see :mod:`.entry_schema`).
+        CacheError: a field is missing or has the wrong type (the message names it).
     """
-    ok, fields = check_measurement(d)
-    if not ok:
-        return Failure(**fields)
-    if "rounds_us" in fields:
-        fields["rounds_us"] = tuple(fields["rounds_us"])
-    return Measurement(**fields)
+    try:
+        result: Measurement | Failure = typed.decode(Measurement | Failure, d, "")
+        return result
+    except typed.MismatchError as e:
+        raise CacheError(stored_error(e, "measurement")) from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -153,31 +172,31 @@ class Entry:
     kernel: str
     device_kind: str
     key: str
-    config: Mapping[str, Any]
-    time_us: float | None
-    default_config: Mapping[str, Any]
-    default_time_us: float | None
+    config: Annotated[Mapping[str, Any], CONFIG]
+    time_us: Annotated[float | None, TIME]
+    default_config: Annotated[Mapping[str, Any], CONFIG]
+    default_time_us: Annotated[float | None, TIME]
     measurements: tuple[Measurement | Failure, ...] = ()
     versions: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
-    created: float = 0.0
+    created: Annotated[float, NUMBER] = 0.0
     kernel_version: str = ""
-    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    shapes: tuple[tuple[str, tuple[Annotated[int, COUNT], ...]], ...] = ()
     statics: str = ""
     #: The search strategy's name and the size of the pruned space it searched.
     search: str = "exhaustive"
-    space_size: int = 0
+    space_size: Annotated[int, COUNT] = 0
     #: Rivals were shown equivalent within ``tie_within`` (``decision == "tie"``): the
     #: default, when among them, or the earliest of them in the space won.
     tie: bool = False
     #: The speedup's 95 % interval, from the confidence intervals of both medians.
-    speedup_range: tuple[float, float] | None = None
+    speedup_range: Annotated[tuple[float, float] | None, typed.AS_IS] = None
     #: How the winner was decided: ``clear``, ``tie``, ``undecided`` (the rounds ran out:
     #: the candidate won, or a rival whose fastest round was more than ``tie_within``
     #: faster) or ``single``; empty in entries older than the field.
-    decision: str = ""
+    decision: Annotated[str, DECISION] = ""
     #: The closest rival: ``{"rival": config, "ratio": its time over the stored config's,
     #: "low": ..., "high": ...}`` (the ratio's 95 % interval), or ``None``.
-    margin: Mapping[str, Any] | None = None
+    margin: Annotated[Mapping[str, Any] | None, MARGIN] = None
     #: The timer (``wall``, ``profiler``, ``cupti``) and the pass timed (``forward``,
     #: ``vjp``: forward and backward); empty in entries older than the fields.
     timer: str = ""
@@ -189,12 +208,12 @@ class Entry:
     code_parts: tuple[tuple[str, str, str], ...] = ()
     #: Where the sweep's wall time went, in seconds per phase (``start``, ``transfer``,
     #: ``compile``, ...: see docs/search.md); empty in entries older than the field.
-    phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    phases: Annotated[Mapping[str, float], PHASES] = dataclasses.field(default_factory=dict)
     #: The values the sweep ran on: ``{"sets": n, "arguments": {name: {"source": ...,
     #: "summary": [one text per value set]}}}``, the source one of ``caller``,
     #: ``recorded``, ``inputs=``, ``synthesised`` (docs/values.md); empty in entries older
     #: than the field.
-    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    values: Annotated[Mapping[str, Any], VALUES] = dataclasses.field(default_factory=dict)
 
     @property
     def values_text(self) -> str:
@@ -293,28 +312,21 @@ class Entry:
         return d
 
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["measurements"] = [m.to_dict() for m in self.measurements]
-        d["shapes"] = [[dt, list(shape)] for dt, shape in self.shapes]
-        d["code_parts"] = [list(p) for p in self.code_parts]
-        return d
+        """The map it is stored as (:mod:`.typed`; inverse: :meth:`from_dict`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Entry:
         """Inverse of :meth:`to_dict`; unknown fields are ignored.
 
         Raises:
-            CacheError: a field is missing or has the wrong type (see :mod:`.entry_schema`).
+            CacheError: a field is missing or has the wrong type (the message names it).
         """
-        fields = check_entry(d)
-        fields["measurements"] = tuple(
-            measurement_from_dict(m) for m in fields.get("measurements", ())
-        )
-        fields["shapes"] = tuple((dt, tuple(shape)) for dt, shape in fields.get("shapes", ()))
-        fields["code_parts"] = tuple(tuple(p) for p in fields.get("code_parts", ()))
-        if fields.get("speedup_range") is not None:
-            fields["speedup_range"] = tuple(fields["speedup_range"])
-        return cls(**fields)
+        try:
+            return typed.decode(cls, d, "")
+        except typed.MismatchError as e:
+            raise CacheError(stored_error(e, "entry")) from None
 
 
 EntryId = tuple[str, str, str]
@@ -337,9 +349,73 @@ class Choice:
     stale: str = ""
 
 
-#: ``CaptureInfo``'s fields that hold a map, and those that hold a list of maps.
-_INFO_MAPS = ("hlo", "fusions", "autotuned", "costs", "sources", "hints", "configs")
-_INFO_MAP_LISTS = ("kernels", "calls")
+#: One function of a kernel's code: module, qualified name, hash of its canonical tree.
+Part = tuple[str, str, str]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CodeDigest:
+    """A kernel's code digest and the parts it was made of (empty when its source could
+    not be read, or ``version=`` was given: then entries are never stale for code); worked
+    out by :mod:`jaxtune._tuning.digest`. Written as ``[digest, parts]``."""
+
+    WIRE_AS_LIST: ClassVar = True
+
+    digest: str = ""
+    parts: tuple[Part, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RecordedCall:
+    """One autotuned call as a recording keeps it (a ``call`` frame of ``jaxtune tune
+    --``'s recording, a call in a profile's sidecar that ``jaxtune tune --from-profile``
+    replays): the kernel's id, the call's key and shapes, the config it ran with and where
+    that came from (``source``), the pass the entry behind it timed (``entry_timing``,
+    empty without one), why that entry is stale (``stale``, empty when fresh or none), the
+    device kind, the kernel's version and code digest, the devices a sweep may use, and the
+    sweep request that tunes it in a child (``request``, a request's record as
+    :meth:`jaxtune._isolation.frames.Request.to_record` writes it; ``None`` with ``error``
+    saying why when the kernel cannot travel)."""
+
+    WIRE_TAG: ClassVar = ("t", "call")
+
+    kernel: str
+    key: str
+    source: Source
+    entry_timing: str = ""
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    device_kind: str = ""
+    version: str = ""
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    statics: str = ""
+    devices: tuple[int, ...] | None = None
+    code: CodeDigest = CodeDigest()
+    stale: str = ""
+    request: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    error: str = dataclasses.field(default="", metadata=typed.OMIT_DEFAULT)
+
+    @property
+    def timing(self) -> str:
+        """The pass the call's sweep would time (``forward``, ``vjp``; ``""`` when the
+        recording holds no sweep), as its request's plan says."""
+        plan = (self.request or {}).get("plan")
+        timing = plan.get("timing") if isinstance(plan, Mapping) else None
+        return timing if isinstance(timing, str) else ""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The map a recording and a sidecar keep (inverse: :meth:`read`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
+
+    @classmethod
+    def read(cls, raw: Any, where: str = "a recorded call") -> RecordedCall:
+        """The call a map holds.
+
+        Raises:
+            MismatchError: the map is no recorded call (a ``ValueError``); the message
+                names ``where`` and the field.
+        """
+        return typed.decode(cls, raw, "", within=where)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -363,11 +439,6 @@ class ProfileOptions:
         return typed.encode(self)
 
 
-_INFO_TEXTS = ("logdir", "platform", "device_kind")
-_INFO_NUMBERS = ("timings",)
-_INFO_ENV = ("env",)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureInfo:
     """What a trace capture knew about the program it traced, which the trace alone does
@@ -381,20 +452,27 @@ class CaptureInfo:
     comes from the trace's own metadata when it is read, and is never stored.
 
     It travels from the child as a map and is kept beside the trace (the profile's
-    sidecar); a trace jaxtune did not capture has only what its metadata recovers."""
+    sidecar, of version :attr:`WIRE_VERSION`); a trace jaxtune did not capture has only
+    what its metadata recovers."""
+
+    WIRE_VERSION: ClassVar = 1
 
     logdir: str = ""
     platform: str = ""
     device_kind: str = ""
-    hlo: Mapping[str, tuple[str, str | None]] = dataclasses.field(default_factory=dict)
-    fusions: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    hlo: Annotated[Mapping[str, tuple[str, str | None]], typed.AS_IS] = dataclasses.field(
+        default_factory=dict
+    )
+    fusions: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)
     kernels: tuple[Mapping[str, Any], ...] = ()
-    claims: Mapping[tuple[int, str], tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    claims: Mapping[tuple[int, str], tuple[str, ...]] = dataclasses.field(
+        default_factory=dict, metadata=typed.LOCAL
+    )
     autotuned: Mapping[str, int] = dataclasses.field(default_factory=dict)
     costs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
-    calls: tuple[Mapping[str, Any], ...] = ()
+    calls: tuple[RecordedCall, ...] = ()
     configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
     env: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
@@ -404,49 +482,20 @@ class CaptureInfo:
         return any(getattr(self, f.name) for f in dataclasses.fields(self))
 
     def to_dict(self) -> dict[str, Any]:
-        """The map it travels and is stored as (without ``claims``)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name == "claims":
-                continue
-            value = getattr(self, f.name)
-            out[f.name] = [dict(v) for v in value] if f.name in _INFO_MAP_LISTS else value
+        """The map it travels and is stored as (without ``claims``; :mod:`.typed`)."""
+        out: dict[str, Any] = typed.encode(self)
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> CaptureInfo:
+    def from_dict(cls, raw: Any) -> CaptureInfo:
         """The capture info a map holds (unknown keys are ignored, missing ones empty).
 
         Raises:
             ValueError: a field holds a value of the wrong kind (a sidecar edited by hand,
-                or written by another program).
+                or written by another program); the message names it.
         """
-        if not isinstance(raw, Mapping):
-            raise ValueError(f"capture info is a map, not {type(raw).__name__}")
-        fields: dict[str, Any] = {}
-        for name in _INFO_TEXTS:
-            value = raw.get(name) or ""
-            if not isinstance(value, str):
-                raise ValueError(f"capture info's {name} is not text")
-            fields[name] = value
-        for name in (*_INFO_MAPS, *_INFO_NUMBERS, *_INFO_ENV):
-            value = raw.get(name) or {}
-            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-                raise ValueError(f"capture info's {name} is not a map with text keys")
-            if name in _INFO_NUMBERS and not all(
-                isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
-            ):
-                raise ValueError(f"capture info's {name} holds a value that is not a number")
-            if name in _INFO_ENV and not all(
-                v is None or isinstance(v, str) for v in value.values()
-            ):
-                raise ValueError(f"capture info's {name} holds a value that is not text")
-            fields[name] = dict(value)
-        for name in _INFO_MAP_LISTS:
-            items = raw.get(name) or ()
-            if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
-                raise ValueError(f"capture info's {name} is not a list")
-            if not all(isinstance(v, Mapping) for v in items):
-                raise ValueError(f"capture info's {name} holds an item that is not a map")
-            fields[name] = tuple(dict(v) for v in items)
-        return cls(**fields)
+        try:
+            info: CaptureInfo = typed.decode(cls, raw, "")
+        except typed.MismatchError as e:
+            raise ValueError(f"capture info's {e}" if e.where else f"capture info: {e}") from None
+        return info

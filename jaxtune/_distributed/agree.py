@@ -19,13 +19,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from .._core import settings as _settings
+from .._core import typed
 from .._core import versions as _versions
-from .._core.codec import packb, unpackb
+from .._core.codec import DecodeError, packb, unpackb
 from .._core.errors import AgreementError, describe
-from .._core.vocabulary import Choice, Entry
+from .._core.vocabulary import Choice, Entry, Source
 from .coordination import KeyValue, KeyValueLostError, KeyValueTimeoutError, agreement_key, current
 from .state import DISTRIBUTED_STATE
 
@@ -180,15 +181,58 @@ def agree(question: Question) -> Choice:
         return hit
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Decided:
+    """What the leader published: the config every process uses, with where it came from
+    and the entry behind it."""
+
+    WIRE_TAG: ClassVar = ("kind", "config")
+    config: Mapping[str, Any]
+    source: Source
+    entry: Entry | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Failed:
+    """The leader failed while deciding, and why."""
+
+    WIRE_TAG: ClassVar = ("kind", "error")
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Shared:
+    """The leader shares its sweep: the configs each process takes its share of, and the
+    default every share is checked against."""
+
+    WIRE_TAG: ClassVar = ("kind", "sweep")
+    configs: tuple[Mapping[str, Any], ...]
+    default: Mapping[str, Any]
+
+
+_Published = _Decided | _Failed | _Shared
+
+
+def _published(data: bytes, key: str) -> _Published:
+    """What the leader published under ``key``.
+
+    Raises:
+        AgreementError: it is no record of agreement (another jaxtune's, or damaged).
+    """
+    try:
+        found: _Published = typed.decode(_Published, unpackb(data), "", within=key)
+    except (DecodeError, typed.MismatchError) as e:
+        raise AgreementError(f"process 0 (the leader) published no decision: {e}") from None
+    return found
+
+
 def _record(choice: Choice) -> bytes:
-    entry = None if choice.entry is None else choice.entry.to_dict()
-    return packb(
-        {"kind": "config", "config": dict(choice.config), "source": choice.source, "entry": entry}
-    )
+    decided = _Decided(config=dict(choice.config), source=choice.source, entry=choice.entry)
+    return packb(typed.encode(decided))
 
 
 def _error_record(e: BaseException) -> bytes:
-    return packb({"kind": "error", "message": f"{describe(e)}"})
+    return packb(typed.encode(_Failed(message=f"{describe(e)}")))
 
 
 def _lead(s: KeyValue, base: str, q: Question) -> Choice:
@@ -197,8 +241,8 @@ def _lead(s: KeyValue, base: str, q: Question) -> Choice:
     def measure(task: Any) -> Any:
         sharing = _sharing(q)
         configs, default = sharing.space(task)
-        lead = {"kind": "sweep", "configs": configs, "default": default}
-        if not s.publish(f"{base}/lead", packb(lead)):
+        lead = _Shared(configs=tuple(configs), default=default)
+        if not s.publish(f"{base}/lead", packb(typed.encode(lead))):
             raise AgreementError(_already(q, s))
         swept.append(True)
         parts = [sharing.measure(task, 0, s.process_count)]
@@ -216,7 +260,8 @@ def _lead(s: KeyValue, base: str, q: Question) -> Choice:
         raise
     final = f"{base}/result" if swept else f"{base}/lead"
     if not _publish(s, final, _record(choice), q):
-        return _adopt(s.wait(final, 1.0), q, s)  # decided already (another thread of ours)
+        # Decided already (another thread of ours).
+        return _adopt(_published(s.wait(final, 1.0), final), q, s)
     return choice
 
 
@@ -229,17 +274,17 @@ def _publish(s: KeyValue, key: str, value: bytes, q: Question) -> bool:
 
 
 def _follow(s: KeyValue, base: str, q: Question) -> Choice:
-    lead = unpackb(_wait(s, f"{base}/lead", q, 0, "the config"))
-    if lead["kind"] != "sweep":
+    lead = _published(_wait(s, f"{base}/lead", q, 0, "the config"), f"{base}/lead")
+    if not isinstance(lead, _Shared):
         return _adopt(lead, q, s)
     sharing = _sharing(q)
-    task = sharing.with_space(q.task(), lead["configs"], lead["default"])
+    task = sharing.with_space(q.task(), lead.configs, lead.default)
     part = sharing.measure(task, s.process_id, s.process_count)
     _publish(s, f"{base}/share/{s.process_id}", packb(part), q)
     # Twice the timeout: the leader may itself wait the timeout for a missing share, and
     # then publishes why, which is the better message.
     winner = _wait(s, f"{base}/result", q, 0, "the winner of the shared sweep", scale=2)
-    return _adopt(unpackb(winner), q, s)
+    return _adopt(_published(winner, f"{base}/result"), q, s)
 
 
 def _sharing(q: Question) -> Sharing:
@@ -248,15 +293,15 @@ def _sharing(q: Question) -> Sharing:
     return q.sharing
 
 
-def _adopt(data: Mapping[str, Any] | bytes, q: Question, s: KeyValue) -> Choice:
-    record: Mapping[str, Any] = unpackb(data) if isinstance(data, bytes) else data
-    if record["kind"] == "error":
+def _adopt(record: _Published, q: Question, s: KeyValue) -> Choice:
+    if isinstance(record, _Failed):
         raise AgreementError(
             f"process 0 (the leader) failed while deciding the config of {q.kernel} for "
-            f"{q.key}, so process {s.process_id} cannot use it: {record['message']}"
+            f"{q.key}, so process {s.process_id} cannot use it: {record.message}"
         )
-    entry = None if record["entry"] is None else Entry.from_dict(record["entry"])
-    return Choice(config=dict(record["config"]), source=record["source"], key=q.key, entry=entry)
+    if not isinstance(record, _Decided):
+        raise AgreementError("process 0 (the leader) published a sweep where a config was due")
+    return Choice(config=dict(record.config), source=record.source, key=q.key, entry=record.entry)
 
 
 def _wait(s: KeyValue, key: str, q: Question, other: int, what: str, *, scale: float = 1) -> bytes:

@@ -10,7 +10,7 @@ parent raises, from one table).
 
 On the wire each frame is a msgpack map (see :mod:`.wire`) written and read from its
 class's annotations by :mod:`jaxtune._core.typed`, with ``t`` naming its class (its
-``TAG``). A request's map has no tag and keeps its flow's fields at the top level, because
+``WIRE_TAG``). A request's map has no tag and keeps its flow's fields at the top level, because
 recorded requests are stored in profile sidecars (``jaxtune tune --from-profile`` replays
 them) and must read back; a stored request never holds the caller's variables
 (:meth:`Request.to_record`). :func:`request` and :func:`reply` turn a map that arrived into a
@@ -84,14 +84,16 @@ def _read(kind: Any, raw: Any, where: str | None = None) -> Any:
 
 
 class _Tagged:
-    """A frame written as its fields under its class's tag (``t``)."""
+    """A frame written as its fields under its class's tag (``WIRE_TAG``: ``t`` and the
+    frame's kind, written first by :mod:`jaxtune._core.typed`)."""
 
     __slots__ = ()
-    TAG: ClassVar[str]
+    WIRE_TAG: ClassVar[tuple[str, str]]
 
     def to_wire(self) -> dict[str, Any]:
         """The frame as a msgpack-ready map."""
-        return {"t": self.TAG, **typed.encode(self)}
+        out: dict[str, Any] = typed.encode(self)
+        return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -256,7 +258,7 @@ class Preload(_Tagged):
     """Asks the child to import ``handlers`` (modules of jaxtune) and ``modules``, ahead
     of need; the child answers with the modules it imported (``imported``)."""
 
-    TAG: ClassVar[str] = "preload"
+    WIRE_TAG: ClassVar = ("t", "preload")
     modules: tuple[Module, ...] = ()
     handlers: tuple[str, ...] = ()
 
@@ -265,7 +267,7 @@ class Preload(_Tagged):
 class Exit(_Tagged):
     """Asks the child to end."""
 
-    TAG: ClassVar[str] = "exit"
+    WIRE_TAG: ClassVar = ("t", "exit")
 
 
 def request(raw: Any) -> Request[WireFields] | Preload | Exit:
@@ -277,7 +279,7 @@ def request(raw: Any) -> Request[WireFields] | Preload | Exit:
     tag = raw.get("t") if isinstance(raw, Mapping) else None
     if tag is None:
         return Request.from_wire(raw)
-    kind = {Exit.TAG: Exit, Preload.TAG: Preload}.get(tag)
+    kind = {Exit.WIRE_TAG[1]: Exit, Preload.WIRE_TAG[1]: Preload}.get(tag)
     if kind is None:
         raise FrameError(f"no request of kind {tag!r:.40}")
     return _read(kind, raw)
@@ -288,7 +290,7 @@ class Ready(_Tagged):
     """What the child sees once it started: its pid, platform, device kind and count, the
     versions of its toolchain, and the flags and visibility variables it runs with."""
 
-    TAG: ClassVar[str] = "ready"
+    WIRE_TAG: ClassVar = ("t", "ready")
     pid: int
     platform: str
     device_kind: str
@@ -302,7 +304,7 @@ class CompileStarted(_Tagged):
     """Config ``cid`` started compiling in the child's thread ``thread`` (its
     ``threading.get_ident()``: a crash report naming that thread pins the crash on it)."""
 
-    TAG: ClassVar[str] = "compile_start"
+    WIRE_TAG: ClassVar = ("t", "compile_start")
     cid: str
     thread: int
 
@@ -311,7 +313,7 @@ class CompileStarted(_Tagged):
 class CompileFinished(_Tagged):
     """Config ``cid`` stopped compiling: after ``seconds``, or failed (``None``)."""
 
-    TAG: ClassVar[str] = "compiled"
+    WIRE_TAG: ClassVar = ("t", "compiled")
     cid: str
     seconds: float | None = None
 
@@ -320,7 +322,7 @@ class CompileFinished(_Tagged):
 class RunStarted(_Tagged):
     """Config ``cid`` started running in the child's thread ``thread``."""
 
-    TAG: ClassVar[str] = "run_start"
+    WIRE_TAG: ClassVar = ("t", "run_start")
     cid: str
     thread: int
 
@@ -330,7 +332,7 @@ class RoundStarted(_Tagged):
     """A round of configs timed in passes started (``cids``, in order; one of them is
     running at any time, so a crash blames the round)."""
 
-    TAG: ClassVar[str] = "round_start"
+    WIRE_TAG: ClassVar = ("t", "round_start")
     cids: tuple[str, ...]
 
     def __post_init__(self) -> None:
@@ -347,7 +349,7 @@ class RoundStarted(_Tagged):
 class RunFinished(_Tagged):
     """What was running (config ``cid``, or the round it began) stopped."""
 
-    TAG: ClassVar[str] = "ran"
+    WIRE_TAG: ClassVar = ("t", "ran")
     cid: str
 
 
@@ -355,7 +357,7 @@ class RunFinished(_Tagged):
 class ConfigResult(_Tagged):
     """Config ``cid``'s result: its measurement, or why it failed."""
 
-    TAG: ClassVar[str] = "result"
+    WIRE_TAG: ClassVar = ("t", "result")
     cid: str
     result: Measurement | Failure
 
@@ -368,7 +370,7 @@ class Done(_Tagged):
     """A request's answer: the handler's fields (``body``), the notes the child's work
     left, and the caller's JAX state that could not be set there (``unapplied``)."""
 
-    TAG: ClassVar[str] = "done"
+    WIRE_TAG: ClassVar = ("t", "done")
     body: Mapping[str, Any]
     notes: tuple[str, ...] = ()
     unapplied: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -438,7 +440,7 @@ class ErrorReply(_Tagged):
     """A request that failed in the child: why (``kind``) and the error's message, with
     the notes the work left and the caller's state that could not be set there."""
 
-    TAG: ClassVar[str] = "error"
+    WIRE_TAG: ClassVar = ("t", "error")
     kind: ErrorKind
     message: str
     notes: tuple[str, ...] = ()
@@ -459,7 +461,7 @@ Reply = Ready | Event | Done | ErrorReply
 
 #: Each reply's class by its tag: the closed set :func:`reply` reads.
 _REPLIES: dict[str, type[Reply]] = {
-    cls.TAG: cls
+    cls.WIRE_TAG[1]: cls
     for cls in (
         Ready,
         CompileStarted,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .._core.vocabulary import Choice
+from .._core.vocabulary import Choice, RecordedCall
 from .._program import markers as _markers
 from .._program.locate import KernelSite
 
@@ -45,11 +45,11 @@ def _marked(site: KernelSite) -> tuple[_markers.Mark, BoundCall | None] | None:
     return mark, marked_call(found[-1].digest)
 
 
-def hints(sites: Iterable[KernelSite]) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+def hints(sites: Iterable[KernelSite]) -> tuple[dict[str, dict[str, float]], list[RecordedCall]]:
     """Per-call ``flops``/``bytes`` hints of the jaxtune kernels among ``sites``, and one
     recorded call per (kernel, key) (what ``tune from a profile`` replays)."""
     hints: dict[str, dict[str, float]] = {}
-    calls: dict[tuple[str, str], dict[str, Any]] = {}
+    calls: dict[tuple[str, str], RecordedCall] = {}
     for site in sites:
         mark, call = _marked(site) or (None, None)
         if mark is None or call is None:

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core import typed
 from .state import PROFILING_STATE
 
 __all__ = [
@@ -119,26 +120,18 @@ class MosaicWork:
         return out
 
     def to_wire(self) -> dict[str, Any]:
-        """The figures as the child sends them (JSON)."""
-        return dataclasses.asdict(self)
+        """The figures as the child sends them (JSON; :mod:`jaxtune._core.typed`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
 
     @classmethod
     def from_wire(cls, doc: Any) -> MosaicWork | None:
         """What :meth:`to_wire` wrote; ``None`` for anything else."""
-        if not isinstance(doc, dict):
-            return None
         try:
-            flops, moved = doc["flops"], doc["bytes_accessed"]
-            if not all(x is None or isinstance(x, int | float) for x in (flops, moved)):
-                return None
-            return cls(
-                flops=None if flops is None else float(flops),
-                bytes_accessed=None if moved is None else float(moved),
-                grid=tuple(int(n) for n in doc["grid"]),
-                matmuls=int(doc["matmuls"]),
-            )
-        except (KeyError, TypeError, ValueError):
+            work: MosaicWork = typed.decode(cls, doc)
+        except typed.MismatchError:
             return None
+        return work
 
 
 def body_of(backend_config: str | bytes) -> bytes | None:

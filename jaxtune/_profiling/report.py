@@ -14,7 +14,7 @@ from .._core import roofline as _roofline
 from .._core.codec import atomic_write, packb
 from .._core.errors import JaxtuneError, ProfileError, describe
 from .._core.flags import normalise_platform
-from .._core.vocabulary import CaptureInfo
+from .._core.vocabulary import CaptureInfo, RecordedCall
 from .._core.xspace import xplane as _xplane
 from .._program.markers import Owner
 from . import recover as _recover
@@ -102,7 +102,7 @@ class Profile:
     timeline: tuple[TimelineSpan, ...] = ()
     timeline_joined_us: float = 0.0
     peak: _roofline.Peak | None = None
-    calls: tuple[Mapping[str, Any], ...] = ()
+    calls: tuple[RecordedCall, ...] = ()
     warnings: tuple[str, ...] = ()
     intrakernel: tuple[IntraKernel, ...] = ()
 
@@ -189,7 +189,8 @@ class Profile:
         target.write_text(self.to_json())
         target.with_suffix(".txt").write_text(self.table() + "\n")
         if self.calls:
-            atomic_write(target.with_suffix(CALLS_SUFFIX), packb(list(self.calls)))
+            calls = [c.to_wire() for c in self.calls]
+            atomic_write(target.with_suffix(CALLS_SUFFIX), packb(calls))
         return target
 
 

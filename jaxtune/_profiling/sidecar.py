@@ -2,9 +2,10 @@
 (:class:`~jaxtune._core.vocabulary.CaptureInfo`), kept beside its trace (:data:`INFO_FILE`)
 so that reading the same trace later (``jaxtune report DIR``) attributes it the same way.
 
-A sidecar is read back whole and checked before the analysis sees any of it: its fields by
-:meth:`CaptureInfo.from_dict`, their contents against :class:`_Contents` (a kernel
-record's ``name``, an ``hlo`` entry's pair, ...) by :mod:`jaxtune._core.typed`. A sidecar
+A sidecar is read back whole and checked before the analysis sees any of it, all by
+:mod:`jaxtune._core.typed`: its fields as :class:`CaptureInfo`'s annotations say (its
+recorded calls as :class:`~jaxtune._core.vocabulary.RecordedCall`), their contents
+against :class:`_Contents` (a kernel record's ``name``, an ``hlo`` entry's pair, ...). A sidecar
 of the wrong shape (edited by hand, or written by another jaxtune) is a
 :class:`SidecarError` that names the value, and the report goes on without it.
 """
@@ -20,7 +21,7 @@ from typing import Any, Required, TypedDict
 
 from .._core import typed
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
-from .._core.vocabulary import CaptureInfo
+from .._core.vocabulary import CaptureInfo, RecordedCall
 from .._core.xspace.tracefile import find_trace
 from .._isolation.frames import kept
 
@@ -133,20 +134,19 @@ def read_sidecar(raw: Any) -> tuple[CaptureInfo, int]:
     return info, stored
 
 
-def _kept_call(call: Mapping[str, Any]) -> Mapping[str, Any]:
+def _kept_call(call: RecordedCall) -> RecordedCall:
     """A recorded call without the variables of the process that recorded it, which
     sidecars of older jaxtunes kept in its request: a replay never reads them, and a report
     written from this sidecar must not copy them."""
-    request = call.get("request")
-    if isinstance(request, Mapping) and "environ" in request:
-        return {**call, "request": kept(request)}
+    if call.request is not None and "environ" in call.request:
+        return dataclasses.replace(call, request=kept(call.request))
     return call
 
 
 def _configs(info: CaptureInfo) -> list[tuple[str, Any]]:
     """Each config the sidecar holds, with where it sits."""
     ran = [(f"configs[{name!r}].config", r.get("config")) for name, r in info.configs.items()]
-    return ran + [(f"calls[{i}].config", call.get("config")) for i, call in enumerate(info.calls)]
+    return ran + [(f"calls[{i}].config", call.config) for i, call in enumerate(info.calls)]
 
 
 def _is_plain(value: Any, depth: int = 0) -> bool:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .._core import roofline as _roofline
-from .._core.vocabulary import pass_text
+from .._core.vocabulary import RecordedCall, pass_text
 from .._render import configs as _configs
 from .._render import text, units
 from .attribution import KernelStat, ScopeStat
@@ -547,7 +547,7 @@ def speedup_text(stat: KernelStat) -> str:
 
 
 def tuned_rows(
-    stats: Sequence[KernelStat], calls: Sequence[Mapping[str, Any]] = ()
+    stats: Sequence[KernelStat], calls: Sequence[RecordedCall] = ()
 ) -> tuple[list[str], list[list[str]]]:
     """``(header, rows)``: one row per jaxtune kernel that ran (not one per Pallas kernel
     inside it: the config and its speedup are the wrapper's), where its config came from
@@ -561,21 +561,14 @@ def tuned_rows(
     for kernel_id, inside in by_id.items():
         names = [s.name for s in inside if s.name != kernel_id]
         config = dict(inside[0].config or {})
-        call = next(
-            (
-                c
-                for c in calls
-                if c.get("kernel") == kernel_id and dict(c.get("config") or {}) == config
-            ),
-            {},
-        )
+        call = next((c for c in calls if c.kernel == kernel_id and dict(c.config) == config), None)
         rows.append(
             [
                 kernel_id,
                 config_text(inside[0]),
-                str(call.get("source") or "-"),
+                call.source if call is not None else "-",
                 speedup_text(inside[0]),
-                pass_text(str(call.get("entry_timing") or "")),
+                pass_text(call.entry_timing if call is not None else ""),
                 ", ".join(names) or "-",
             ]
         )

@@ -38,7 +38,7 @@ from .._core.errors import (
     warn_once,
 )
 from .._core.errors import warn as _warn
-from .._core.vocabulary import Choice, Entry, Measurement, config_id
+from .._core.vocabulary import Choice, Entry, Measurement, RecordedCall, config_id
 from .._distributed import agree as _agree
 from .._program import markers as _markers
 from . import lookup as _lookup
@@ -590,7 +590,7 @@ class BoundCall:
 
     # -- the recorded call -----------------------------------------------------------------
 
-    def recorded_call(self, choice: Choice, *, differentiated: bool = False) -> dict[str, Any]:
+    def recorded_call(self, choice: Choice, *, differentiated: bool = False) -> RecordedCall:
         """The call as a recording keeps it: kernel id, key, shapes, where its config came
         from, why the entry it had is stale (``stale``, empty when fresh or none), the
         kernel's code digest, and the sweep request that tunes it in a child, without this
@@ -607,29 +607,28 @@ class BoundCall:
 
         if choice.entry is None and choice.source not in ("default", "explicit"):
             choice = self._with_entry(choice)
-        frame: dict[str, Any] = {
-            "t": "call",
-            "kernel": self.kernel.kernel_id,
-            "key": self.sig.key,
-            "source": choice.source,
+        devices = sweep_devices()
+        call = RecordedCall(
+            kernel=self.kernel.kernel_id,
+            key=self.sig.key,
+            source=choice.source,
             # The pass the entry the config came from timed ("" without one): a forward
             # entry of a call that is differentiated is tuned again.
-            "entry_timing": choice.entry.timing if choice.entry is not None else "",
-            "config": dict(choice.config),
-            "device_kind": _lookup.device_kind(),
-            "version": self.kernel.version,
-            "shapes": [[dt, list(shape)] for dt, shape in self.sig.shapes],
-            "statics": self.sig.statics,
-            "devices": sweep_devices(),
-            "code": self.kernel.code.value.to_wire(),
-            "stale": self.staleness(choice),
-        }
+            entry_timing=choice.entry.timing if choice.entry is not None else "",
+            config=dict(choice.config),
+            device_kind=_lookup.device_kind(),
+            version=self.kernel.version,
+            shapes=self.sig.shapes,
+            statics=self.sig.statics,
+            devices=None if devices is None else tuple(devices),
+            code=self.kernel.code.value,
+            stale=self.staleness(choice),
+        )
         try:
             task = self.sweep_task(differentiated=differentiated)
-            frame["request"] = sweep_request(task).to_record()
+            return dataclasses.replace(call, request=sweep_request(task).to_record())
         except NotTransportable as e:
-            frame["error"] = str(e)
-        return frame
+            return dataclasses.replace(call, error=str(e))
 
     def _with_entry(self, choice: Choice) -> Choice:
         """``choice`` with the entry behind its config, when the lookup finds that config."""

@@ -38,6 +38,7 @@ import types
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
+from .._core.vocabulary import CodeDigest, Part
 from .state import TUNING_STATE
 
 __all__ = [
@@ -49,8 +50,6 @@ __all__ = [
     "code_digest",
 ]
 
-#: One function of a kernel's code: module, qualified name, hash of its canonical tree.
-Part = tuple[str, str, str]
 
 #: Fields of the syntax tree that say how code is written, not what it does.
 _LAYOUT_FIELDS = frozenset({"ctx", "type_comment", "kind"})
@@ -58,30 +57,6 @@ _LAYOUT_FIELDS = frozenset({"ctx", "type_comment", "kind"})
 #: Attributes of a callable object that hold the functions it runs: ``functools.wraps``,
 #: ``functools.partial``, ``jax.custom_vjp`` and ``jax.custom_jvp``.
 _INNER = ("__wrapped__", "func", "fun", "fwd", "bwd", "jvp")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class CodeDigest:
-    """A kernel's code digest and the parts it was made of (empty when its source could
-    not be read, or ``version=`` was given: then entries are never stale for code)."""
-
-    digest: str = ""
-    parts: tuple[Part, ...] = ()
-
-    def to_wire(self) -> list[Any]:
-        """A msgpack-ready form (inverse: :meth:`from_wire`)."""
-        return [self.digest, [list(p) for p in self.parts]]
-
-    @classmethod
-    def from_wire(cls, raw: Any) -> CodeDigest:
-        """The digest ``to_wire`` made, or an empty one for anything else."""
-        try:
-            digest, parts = raw
-            return cls(
-                digest=str(digest), parts=tuple((str(m), str(q), str(h)) for m, q, h in parts)
-            )
-        except (TypeError, ValueError):
-            return cls()
 
 
 def _hash(text: str) -> str:

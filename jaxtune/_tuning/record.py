@@ -1,7 +1,8 @@
 """Recording mode (``jaxtune tune -- python train.py``) and the verbose lookup lines.
 
 When ``JAXTUNE_RECORD`` names a file, every autotuned call a program traces is appended to
-it as one msgpack frame (the bound call's :meth:`~.bound.BoundCall.recorded_call`: kernel
+it as one msgpack frame (:mod:`.recorded`: the bound call's
+:meth:`~.bound.BoundCall.recorded_call`: kernel
 reference, abstract arguments, key, space, default, where its config came from). With ``JAXTUNE_RECORD_STOP=1`` the program is stopped once it has
 settled: after its first recorded call, nothing traced, lowered or compiled for
 ``JAXTUNE_RECORD_SETTLE`` seconds (3 by default) and nothing being traced or compiled now.
@@ -24,9 +25,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._core import settings as _settings
+from .._core import typed
 from .._core.vocabulary import Choice
 from . import values as _values
 from .bound import BoundCall
+from .recorded import Frame, Stopped, ValueSet
 from .state import TUNING_STATE
 from .sweep_rules import pass_now
 
@@ -83,12 +86,12 @@ def finding_kernels() -> Iterator[None]:
         _FINDING.reset(token)
 
 
-def _write(fd: int, frame: dict[str, Any]) -> None:
+def _write(fd: int, frame: Frame) -> None:
     """Appends a frame (one at a time, whichever thread: calls are written where they are
     traced, value sets from JAX's callback threads, the last frame from the settle watch)."""
     from .._isolation.wire import write_frame
 
-    write_frame(fd, frame)
+    write_frame(fd, typed.encode(frame))
 
 
 class _Recorder:
@@ -109,15 +112,14 @@ class _Recorder:
             kwargs = encode_value(captured.kwargs, concrete_limit=1 << 62)
         except NotTransportable:  # the call's request cannot travel either: it says why
             return
-        frame = {
-            "t": "values",
-            "kernel": captured.kernel,
-            "key": captured.key,
-            "args": args,
-            "kwargs": kwargs,
-            "summary": captured.summary,
-            "dropped": list(captured.dropped),
-        }
+        frame = ValueSet(
+            kernel=captured.kernel,
+            key=captured.key,
+            args=args,
+            kwargs=kwargs,
+            summary=captured.summary,
+            dropped=tuple(captured.dropped),
+        )
         _write(self.fd, frame)
 
     def record(self, call: BoundCall, choice: Choice) -> None:
@@ -202,12 +204,11 @@ class _Settle:
         now = time.monotonic()
         _write(
             self.fd,
-            {
-                "t": "stopped",
-                "after_s": round(now - self.begun, 3),
-                "settle_s": self.settle_s,
-                "compiles": self.compiles,
-            },
+            Stopped(
+                after_s=round(now - self.begun, 3),
+                settle_s=self.settle_s,
+                compiles=self.compiles,
+            ),
         )
         sys.stdout.flush()
         sys.stderr.flush()

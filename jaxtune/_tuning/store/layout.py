@@ -22,8 +22,9 @@ entry per key, of any version: its entries' versions are read from the entries t
 when they are decoded (:data:`ANY_VERSION`), and the next write stores them by version.
 
 A read decodes the outer map only (key -> bytes), so loading a file costs little more than
-reading it; an entry is decoded and checked against :mod:`jaxtune._core.entry_schema` the first time it is
-asked for, and remembered (:class:`EntryTable`). A malformed entry is found then, not when
+reading it; an entry is decoded and checked (:mod:`jaxtune._core.typed`, with the checks of
+:mod:`jaxtune._core.entry_schema`) the first time it is asked for, and remembered
+(:class:`EntryTable`). A malformed entry is found then, not when
 the file is read. Schema 1 (read, never written) held each entry as a map in the file;
 those are checked on first use the same way, and stored as bytes when the file is next
 written.

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..._core.arrays import dtype_name, is_array, random_leaf
 from ..._core.errors import SignatureError
+from ..recorded import ValueSet
 from ..signature import Signature, as_leaf
 
 __all__ = [
@@ -152,21 +153,19 @@ def describe_values(
     return {"sets": len(summaries), "arguments": arguments}
 
 
-def recorded_values(
-    described: Mapping[str, Any], sets: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+def recorded_values(described: Mapping[str, Any], sets: Sequence[ValueSet]) -> dict[str, Any]:
     """:func:`describe_values`'s record of a recorded call (made where it was traced,
     without values) once its value sets have arrived (``values`` frames of a recording:
     their ``summary`` and ``dropped`` arguments)."""
     arguments: dict[str, Any] = {}
     for name, about in (described.get("arguments") or {}).items():
         about = dict(about)
-        if any(name in s.get("dropped", ()) for s in sets):
+        if any(name in s.dropped for s in sets):
             if about.get("source") != INPUTS:
                 about["source"] = f"{RECORDED}, partly {SYNTHESISED}"
         else:
             about["source"] = RECORDED
-        texts = [str((s.get("summary") or {}).get(name, "")) for s in sets]
+        texts = [s.summary.get(name, "") for s in sets]
         about.pop("summary", None)
         if any(texts):
             about["summary"] = texts

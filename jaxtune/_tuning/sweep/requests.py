@@ -16,6 +16,7 @@ from ..._core.errors import SweepError
 from ..._core.vocabulary import Config, Failure, Measurement, config_id, measurement_from_dict
 from ..._isolation.calling import call_request, replayed
 from ..._isolation.frames import Done, FrameError, Request
+from ..recorded import ValueSet
 from .inputs import recorded_values
 from .work import Rounds, SweepPlan, SweepTask
 
@@ -133,8 +134,8 @@ class SweepFields:
             raise FrameError(f"a sweep request's plan is a map, not {type(plan).__name__}")
         try:
             read = None if plan is None else SweepPlan.from_dict(plan)
-        except (KeyError, TypeError, ValueError) as e:
-            raise FrameError(f"a sweep request's plan is damaged ({e!r:.80})") from None
+        except typed.MismatchError as e:
+            raise FrameError(f"a sweep request's plan is damaged ({e})") from None
         work: Measure | Retime | None = None
         if "todo" in f:
             work = _read(Measure, f) if request.op == Measure.OP else _read(Retime, f)
@@ -167,7 +168,7 @@ def sweep_request(task: SweepTask) -> Request[SweepFields]:
 
 
 def with_recorded_values(
-    request: Request[SweepFields], sets: Sequence[Mapping[str, Any]]
+    request: Request[SweepFields], sets: Sequence[ValueSet]
 ) -> Request[SweepFields]:
     """A recorded sweep request on the values its program ran: the first value set (a
     recording's ``values`` frame: encoded ``args``, ``kwargs``, their ``summary`` and the
@@ -177,11 +178,9 @@ def with_recorded_values(
     if not sets or plan is None:
         return request
     plan = dataclasses.replace(plan, values=recorded_values(plan.values, sets))
-    mix = tuple({"args": s["args"], "kwargs": s["kwargs"]} for s in sets[1:])
+    mix = tuple({"args": s.args, "kwargs": s.kwargs} for s in sets[1:])
     fields = dataclasses.replace(request.fields, plan=plan, mix=mix)
-    return dataclasses.replace(
-        request, args=sets[0]["args"], kwargs=sets[0]["kwargs"], fields=fields
-    )
+    return dataclasses.replace(request, args=sets[0].args, kwargs=sets[0].kwargs, fields=fields)
 
 
 def read_request(raw: Any) -> Request[SweepFields]:

@@ -18,7 +18,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -61,6 +61,9 @@ class Budget:
         >>> jaxtune.Budget(configs=32, seconds=60.0)
         Budget(configs=32, seconds=60.0)
     """
+
+    #: Written as ``[configs, seconds]`` in a plan (:mod:`jaxtune._core.typed`).
+    WIRE_AS_LIST: ClassVar = True
 
     configs: int | None = None
     seconds: float | None = None

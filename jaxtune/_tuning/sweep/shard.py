@@ -12,8 +12,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..._core import typed
 from ..._core.errors import TuningFailedError
-from ..._core.vocabulary import Failure, Measurement, config_id, measurement_from_dict
+from ..._core.vocabulary import Failure, Measurement, config_id
 from .runner import Runner
 from .stats import SweepOutcome, finish
 from .work import SweepTask
@@ -21,6 +22,15 @@ from .work import SweepTask
 __all__ = ["SweepSharing", "measure_share", "merge", "share"]
 
 Result = Measurement | Failure
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Share:
+    """One process's share of a sweep, as it travels to the leader: its configs' results
+    and its measurement of the default (``None``: it measured none)."""
+
+    results: tuple[Result, ...] = ()
+    default: Result | None = None
 
 
 def share(configs: Sequence[Mapping[str, Any]], index: int, count: int) -> list[dict[str, Any]]:
@@ -34,19 +44,17 @@ def measure_share(task: SweepTask, index: int, count: int, runner: Runner) -> di
     reference its outputs are checked against); returns it as plain data."""
     mine = share(task.plan.configs, index, count)
     if not mine:
-        return {"results": [], "default": None}
+        return typed.encode(Share())
     part = dataclasses.replace(task, plan=dataclasses.replace(task.plan, configs=tuple(mine)))
     try:
         outcome: SweepOutcome = runner.sweep(part)
     except TuningFailedError as e:
-        failures = list(e.failures) or [
+        failures = tuple(e.failures) or tuple(
             Failure(config=dict(c), stage="run", reason=f"on process {index}: {e}") for c in mine
-        ]
-        return {"results": [f.to_dict() for f in failures], "default": None}
-    return {
-        "results": [m.to_dict() for m in outcome.measurements],
-        "default": outcome.default.to_dict(),
-    }
+        )
+        return typed.encode(Share(results=failures))
+    found = Share(results=tuple(outcome.measurements), default=outcome.default)
+    return typed.encode(found)
 
 
 def merge(task: SweepTask, parts: Sequence[Mapping[str, Any]]) -> SweepOutcome:
@@ -57,12 +65,12 @@ def merge(task: SweepTask, parts: Sequence[Mapping[str, Any]]) -> SweepOutcome:
     """
     results: dict[str, Result] = {}
     default: Result | None = None
-    for part in parts:
-        for item in part["results"]:
-            result = measurement_from_dict(item)
+    for i, raw in enumerate(parts):
+        part = typed.decode(Share, raw, within=f"process {i}'s share of the sweep")
+        for result in part.results:
             results[config_id(result.config)] = result
-        if default is None and part.get("default") is not None:
-            default = measurement_from_dict(part["default"])
+        if default is None:
+            default = part.default
     default_id = config_id(task.plan.default)
     if default_id not in results:
         results[default_id] = default or Failure(

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
+from ..._core import typed
 from ..._core.vocabulary import Config
 from ..signature import Signature
 from .samples import TimingOptions
@@ -33,10 +34,21 @@ class Rounds(enum.Enum):
     IF_SLOW = "if slow"
 
 
+def _search_name(search: Any) -> str:
+    """A plan's strategy as it travels: its name (an object becomes ``"auto"``)."""
+    return search if isinstance(search, str) else "auto"
+
+
+#: A strategy as a plan writes it, and what a plan read holds.
+_SEARCH_WRITTEN = typed.Written(_search_name)
+_SEARCH_READ = typed.Check(lambda v: isinstance(v, str), "a strategy's name")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class SweepPlan:
     """What the parent decides about one sweep: plain data, so it travels to a child or a
-    recording file and comes back unchanged. The parent orchestrates from the plan alone."""
+    recording file and comes back unchanged (written and read by :mod:`jaxtune._core.typed`).
+    The parent orchestrates from the plan alone."""
 
     kernel: str
     key: str
@@ -49,7 +61,7 @@ class SweepPlan:
     verbose: int = 0
     #: A strategy name or object (see :mod:`jaxtune._tuning.sweep.search`) and its budget. Only
     #: names travel (a recording, a child); an object becomes ``"auto"`` there.
-    search: Any = "auto"
+    search: Annotated[Any, _SEARCH_WRITTEN, _SEARCH_READ] = "auto"
     budget: Budget | None = None
     #: The timer's name (see :mod:`jaxtune._tuning.sweep.timers`; ``auto`` resolves where the
     #: sweep runs) and the pass timed: ``forward``, or ``vjp`` (forward and backward).
@@ -62,47 +74,19 @@ class SweepPlan:
     values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """A msgpack-ready form (inverse: :meth:`from_dict`)."""
-        return {
-            "kernel": self.kernel,
-            "key": self.key,
-            "configs": [dict(c) for c in self.configs],
-            "default": dict(self.default),
-            "shapes": [[dt, list(shape)] for dt, shape in self.shapes],
-            "statics": self.statics,
-            "timeout_s": self.timeout_s,
-            "options": dataclasses.asdict(self.options),
-            "verbose": self.verbose,
-            "search": self.search if isinstance(self.search, str) else "auto",
-            "budget": None if self.budget is None else [self.budget.configs, self.budget.seconds],
-            "timer": self.timer,
-            "timing": self.timing,
-            "compile_threads": self.compile_threads,
-            "values": dict(self.values),
-        }
+        """The plan as it travels (:mod:`jaxtune._core.typed`; inverse: :meth:`from_dict`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SweepPlan:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            kernel=d["kernel"],
-            key=d["key"],
-            configs=tuple(dict(c) for c in d["configs"]),
-            default=dict(d["default"]),
-            shapes=tuple((dt, tuple(shape)) for dt, shape in d.get("shapes", ())),
-            statics=d.get("statics", ""),
-            timeout_s=float(d["timeout_s"]),
-            options=TimingOptions(**d["options"]),
-            verbose=int(d.get("verbose", 0)),
-            search=d.get("search") or "auto",
-            budget=Budget(configs=d["budget"][0], seconds=d["budget"][1])
-            if d.get("budget")
-            else None,
-            timer=str(d.get("timer") or "auto"),
-            timing=str(d.get("timing") or "forward"),
-            compile_threads=int(d.get("compile_threads") or 0),
-            values=dict(d.get("values") or {}),
-        )
+    def from_dict(cls, raw: Any) -> SweepPlan:
+        """The plan a map holds.
+
+        Raises:
+            MismatchError: the map is no plan (a ``ValueError``; the message names the
+                field).
+        """
+        return typed.decode(cls, raw, "plan")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

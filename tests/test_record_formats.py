@@ -1,0 +1,111 @@
+"""Files of every record kind written by the jaxtune of 2026-12-05, before the records
+moved to one typed codec (``tests/data/records-2026-12/``, made by its ``make.py`` from
+:mod:`records_2026_12`): they read as they did, and what this jaxtune writes for the same
+values is byte for byte what that one wrote."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import pytest
+import records_2026_12 as made
+
+from jaxtune._core import typed
+from jaxtune._core.codec import packb, unpackb
+from jaxtune._core.vocabulary import CaptureInfo, CodeDigest, RecordedCall
+from jaxtune._profiling.sidecar import read_sidecar
+from jaxtune._tuning.store import result_files
+from jaxtune._tuning.store.cache import CacheStore
+from jaxtune._tuning.sweep.work import SweepPlan
+
+DATA = pathlib.Path(__file__).resolve().parent / "data" / "records-2026-12"
+
+
+def test_a_cache_file_of_that_format_reads_as_it_did(tmp_path):
+    shutil.copytree(DATA / "cache", tmp_path / "cache")
+    store = CacheStore(tmp_path / "cache")
+    read = store.read("cpu", "tests.records")
+    expected = {e.key: e for e in made.entries()}
+    assert read == expected
+    stored = unpackb((DATA / "cache" / "cpu" / "tests.records.msgpack").read_bytes())
+    for key, e in expected.items():
+        assert stored["entries"][key] == packb(e.to_dict()), key
+
+
+def test_a_tuning_result_file_of_that_format_reads_as_it_did():
+    assert result_files.load(DATA / "result.msgpack") == made.entries()
+    assert result_files.dumps(made.entries()) == (DATA / "result.msgpack").read_bytes()
+
+
+def test_a_sweep_plan_and_a_code_digest_of_that_format_read_as_they_did():
+    raw = (DATA / "plan.msgpack").read_bytes()
+    assert typed.decode(SweepPlan, unpackb(raw)) == made.plan()
+    assert packb(typed.encode(made.plan())) == raw
+    raw = (DATA / "digest.msgpack").read_bytes()
+    assert typed.decode(CodeDigest, unpackb(raw)) == made.code_digest()
+    assert packb(typed.encode(made.code_digest())) == raw
+
+
+def test_a_sidecar_of_that_format_reads_as_it_did():
+    raw = unpackb((DATA / "jaxtune-info.msgpack").read_bytes())
+    info, iterations = read_sidecar(raw)
+    assert iterations == 3
+    expected = made.capture_info()
+    for name in ("logdir", "platform", "device_kind", "fusions", "autotuned", "costs"):
+        assert getattr(info, name) == getattr(expected, name), name
+    for name in ("sources", "hints", "configs", "timings", "env"):
+        assert getattr(info, name) == getattr(expected, name), name
+    assert {k: tuple(v) for k, v in info.hlo.items()} == dict(expected.hlo)
+    assert [dict(k) for k in info.kernels] == [dict(k) for k in expected.kernels]
+    (call,) = info.calls
+    assert _call_fields(call) == _call_fields(raw["calls"][0])
+    assert call.code == CodeDigest(digest=raw["calls"][0]["code"][0], parts=(call.code.parts))
+    assert call.timing == "forward" and call.request["plan"]["kernel"] == "tests.records"
+    # What this jaxtune writes for it is what that one wrote, and a version number besides.
+    assert call.to_wire() == raw["calls"][0]
+    assert info.to_dict() == {**{k: v for k, v in raw.items() if k != "iterations"}, "v": 1}
+
+
+def _call_fields(call):
+    """What a reader of a recorded call uses, read by name (a map or a typed call)."""
+    get = call.get if isinstance(call, dict) else lambda name: getattr(call, name)
+    return {
+        name: get(name)
+        for name in ("kernel", "key", "source", "entry_timing", "config", "device_kind", "stale")
+    }
+
+
+def test_a_recording_of_that_format_reads_as_it_did():
+    from jaxtune._cli.tune import _read_recording
+    from jaxtune._tuning.sweep.requests import read_request, with_recorded_values
+
+    recording = _read_recording(str(DATA / "recording.msgpack"))
+    (record,) = recording.calls
+    stopped = recording.stopped
+    assert _call_fields(record) == {
+        "kernel": "tests.records",
+        "key": "f32[8]",
+        "source": "default",
+        "entry_timing": "",
+        "config": {"scale": 1},
+        "device_kind": "cpu",
+        "stale": "",
+    }
+    assert stopped is not None and stopped.compiles == 1 and stopped.settle_s == 0.5
+    (values,) = recording.values_of(record)
+    assert values.summary == {"x": ""} and values.dropped == ()
+    request = with_recorded_values(read_request(record.request), [values])
+    assert request.fields.plan.values["arguments"]["x"]["source"] == "recorded"
+    assert request.args == values.args
+
+
+def test_a_recorded_call_and_a_sidecar_of_another_shape_are_refused_by_field():
+    raw = unpackb((DATA / "jaxtune-info.msgpack").read_bytes())
+    bad = {**raw, "calls": [{**raw["calls"][0], "code": "abc"}]}
+    with pytest.raises(ValueError, match=r"capture info's calls\[0\].code: expected a CodeDigest"):
+        CaptureInfo.from_dict(bad)
+    with pytest.raises(ValueError, match=r"report.calls.msgpack, call 0: source: expected one of"):
+        RecordedCall.read({**raw["calls"][0], "source": "?"}, "report.calls.msgpack, call 0")
+    with pytest.raises(ValueError, match=r"a CaptureInfo of version 2, written by a newer"):
+        CaptureInfo.from_dict({**raw, "v": 2})
