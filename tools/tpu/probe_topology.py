@@ -47,7 +47,9 @@ def digest(exported):
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 """
 
-WORKER = COMMON + r"""
+WORKER = (
+    COMMON
+    + r"""
 out = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS")}
 t = time.perf_counter()
 from jax.experimental import topologies
@@ -80,8 +82,11 @@ for case in CASES:
 out["seconds"] = time.perf_counter() - t
 print(json.dumps(out), flush=True)
 """
+)
 
-HOLDER = COMMON + r"""
+HOLDER = (
+    COMMON
+    + r"""
 print("holder", jax.devices(), flush=True)
 folder = sys.stdin.readline().strip()
 out = {}
@@ -105,6 +110,7 @@ for case in CASES:
         out[case + "_error"] = f"{type(e).__name__}: {e}"[:400]
 print(json.dumps(out), flush=True)
 """
+)
 
 
 def main() -> None:
@@ -119,13 +125,18 @@ def main() -> None:
         try:
             done = subprocess.run(
                 [sys.executable, "-c", WORKER, folder],
-                env=env, capture_output=True, text=True, timeout=150,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=150,
             )
             print(done.stdout.strip() or done.stderr[-1500:], flush=True)
             print(done.stderr[-600:], flush=True)
         except subprocess.TimeoutExpired:
             print(json.dumps({"JAX_PLATFORMS": platforms, "timeout": 150}), flush=True)
-        print(f"worker JAX_PLATFORMS={platforms!r}: {time.perf_counter() - start:.1f} s", flush=True)
+        print(
+            f"worker JAX_PLATFORMS={platforms!r}: {time.perf_counter() - start:.1f} s", flush=True
+        )
     holder.stdin.write(folder + "\n")
     holder.stdin.flush()
     print(holder.stdout.readline().strip(), flush=True)
