@@ -23,6 +23,7 @@ and a number also starts it on other platforms (lowering for the platform itself
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -30,24 +31,26 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import msgpack
 
 from ..._core import settings as _settings
+from ..._core import typed
 from ..._core.errors import warn_once
 from ..._core.vocabulary import Config, config_id
 from ..._isolation.calling import function_ref
 from ..._isolation.context import snapshot
 from ..._isolation.devices import usable_cores
 from ..._isolation.environ import python_path
+from ..._isolation.frames import FunctionRef
 from ..._isolation.wire import encode_value
 from .kept_programs import KeptPrograms
 from .refusals import vmem_capacity
-from .work import SweepTask
+from .work import SweepPlan, SweepTask
 
-__all__ = ["AUTO_MIN_SECONDS", "LoweringPool", "topology_name"]
+__all__ = ["AUTO_MIN_SECONDS", "LoweringJob", "LoweringPool", "Told", "topology_name"]
 
 #: The fewest seconds the configs left to lower would take in the sweep's process (at the
 #: first config's pace) for which ``auto`` starts processes: each costs a start (importing
@@ -60,6 +63,45 @@ AUTO_MIN_SECONDS = 30.0
 _PER_PROCESS = 8
 #: A chip's device kind and the single-chip topology a lowering process asks libtpu for.
 _TOPOLOGIES = {"TPU v5 lite": "v5e:1x1", "TPU v6 lite": "v6e:1x1"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class LoweringJob:
+    """What a lowering process is told (:mod:`.lowering_worker` reads it, through the typed
+    codec, from its stdin): the kernel's reference, the sweep's plan, its arguments as
+    shapes, the caller's JAX state, and its share of the configs."""
+
+    ref: FunctionRef
+    plan: SweepPlan
+    #: The call's encoded arguments, arrays as shapes (:func:`~jaxtune._isolation.wire.encode_value`).
+    args: Any
+    kwargs: Any
+    jax_state: dict[str, Any]
+    #: How many value sets the sweep times as one (its programs' arguments).
+    sets: int
+    #: The task's store of kept programs (:mod:`.kept_programs`).
+    folder: str
+    #: The chip's single-chip topology (``v5e:1x1``), ``None`` to lower for ``platform``
+    #: itself.
+    topology: str | None
+    platform: str
+    #: Whether to check each traced program against Mosaic's rules, with the chip's VMEM.
+    refuse: bool
+    vmem: int | None
+    #: Each config's id and knobs.
+    configs: tuple[tuple[str, Config], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Told:
+    """What a lowering process tells of one config: ``kept`` (its program is in the
+    store), ``refused`` (the refusal too), ``failed`` (tracing raised: the sweep lowers it
+    itself), ``unexported`` (``jax.export`` cannot serialise the kernel: nothing more is
+    lowered there)."""
+
+    cid: str
+    outcome: Literal["kept", "refused", "failed", "unexported"]
+    reason: str = ""
 
 
 def topology_name(device: Any) -> str | None:
@@ -122,7 +164,7 @@ class LoweringPool:
         processes, logs, shares = [], [], []
         for i in range(count):
             ids = [config_id(c) for c in configs[i::count]]
-            share = [[cid, dict(c)] for cid, c in zip(ids, configs[i::count], strict=True)]
+            share = tuple((cid, dict(c)) for cid, c in zip(ids, configs[i::count], strict=True))
             shares.append(ids)
             log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
             process = subprocess.Popen(
@@ -133,8 +175,9 @@ class LoweringPool:
                 env=env,
             )
             assert process.stdin is not None
+            job = dataclasses.replace(common, configs=share)
             with contextlib.suppress(OSError):
-                process.stdin.write(msgpack.packb(dict(common, configs=share), use_bin_type=True))
+                process.stdin.write(msgpack.packb(typed.encode(job), use_bin_type=True))
                 process.stdin.close()
             processes.append(process)
             logs.append(log)
@@ -143,9 +186,10 @@ class LoweringPool:
     def _read(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
         try:
-            for told in msgpack.Unpacker(process.stdout, raw=False):
+            for raw in msgpack.Unpacker(process.stdout, raw=False):
+                told = typed.decode(Told, raw, within="a lowering process's answer")
                 with self._changed:
-                    self._told[str(told["cid"])] = (str(told["outcome"]), str(told["reason"]))
+                    self._told[told.cid] = (told.outcome, told.reason)
                     self._changed.notify_all()
         except Exception:  # a garbled stream: what it did not tell is lowered by the sweep
             pass
@@ -221,26 +265,21 @@ def _jax_state() -> dict[str, Any]:
 
 def _request(
     task: SweepTask, kept: KeptPrograms, *, refuse: bool, topology: str | None, platform: str
-) -> dict[str, Any]:
+) -> LoweringJob:
     """What every process of the pool is told, less its share of the configs."""
     plan = task.plan
-    ref = function_ref(task.fn)
+    ref = dataclasses.replace(function_ref(task.fn), kernel=plan.kernel)
     args, kwargs = task.signature.call_arguments(abstract=True)
-    return {
-        "ref": {
-            "module": ref.module,
-            "qualname": ref.qualname,
-            "path": ref.path,
-            "kernel": plan.kernel,
-        },
-        "plan": plan.to_dict(),
-        "args": encode_value(tuple(args)),
-        "kwargs": encode_value(dict(kwargs)),
-        "jax_state": _jax_state(),
-        "sets": 1 + len(task.value_sets),
-        "folder": str(kept.folder),
-        "topology": topology,
-        "platform": platform,
-        "refuse": refuse,
-        "vmem": vmem_capacity() if refuse else None,
-    }
+    return LoweringJob(
+        ref=ref,
+        plan=plan,
+        args=encode_value(tuple(args)),
+        kwargs=encode_value(dict(kwargs)),
+        jax_state=_jax_state(),
+        sets=1 + len(task.value_sets),
+        folder=str(kept.folder),
+        topology=topology,
+        platform=platform,
+        refuse=refuse,
+        vmem=vmem_capacity() if refuse else None,
+    )

@@ -9,11 +9,9 @@ default device, so that kernel code asking what it runs on (Tokamax's ops do) se
 chip. What it produces is never taken on faith: the compiling process compares the first
 program it loads with one it lowers itself, and lowers everything itself when they differ.
 
-Reads one msgpack map on stdin (what :meth:`.lowering_pool.LoweringPool.start` sends), writes one msgpack map
-per config on stdout as it goes: ``{"cid", "outcome", "reason"}``, ``outcome`` one of
-``kept``, ``refused`` (the refusal is kept too), ``failed`` (tracing raised: the compiling
-process lowers it itself and keeps what it finds) or ``unexported`` (``jax.export`` cannot
-serialise it: nothing more is lowered here). Nothing it reads runs code but the kernel's
+Reads one :class:`.lowering_pool.LoweringJob` on stdin, writes one
+:class:`.lowering_pool.Told` per config on stdout as it goes (both through the typed codec,
+:mod:`jaxtune._core.typed`). Nothing it reads runs code but the kernel's
 own module, imported as a sweep's child imports it.
 
     python -m jaxtune._tuning.sweep.lowering_worker
@@ -27,55 +25,57 @@ from typing import Any
 
 import msgpack
 
+from ..._core import typed
+from .lowering_pool import LoweringJob, Told
+
 __all__ = ["main"]
 
 
-def _setup(request: dict[str, Any]) -> Any:
-    """JAX set up as the request asks; the device programs are lowered for."""
+def _setup(job: LoweringJob) -> None:
+    """JAX set up as the job asks: the caller's state, and the chip's topology's device as
+    the default device where it lowers for a TPU."""
     import jax
 
     from ..._isolation.context import apply_snapshot
 
-    apply_snapshot(request["jax_state"])
-    if request["topology"]:
+    apply_snapshot(job.jax_state)
+    if job.topology:
         from jax.experimental import topologies
 
         topology = topologies.get_topology_desc(
-            topology_name=request["topology"], platform="tpu", chips_per_host_bounds=(1, 1, 1)
+            topology_name=job.topology, platform="tpu", chips_per_host_bounds=(1, 1, 1)
         )
-        device = topology.devices[0]
-        jax.config.update("jax_default_device", device)
-        return device
-    return jax.devices()[0]
+        jax.config.update("jax_default_device", topology.devices[0])
 
 
-def _task(request: dict[str, Any]) -> Any:
+def _task(job: LoweringJob) -> Any:
     """The sweep task, its arrays as shapes."""
-    from ..._isolation.frames import FunctionRef
     from ..._isolation.wire import decode_value
     from .serve import resolve_kernel
-    from .work import SweepPlan, SweepTask
+    from .work import SweepTask
 
-    kernel = resolve_kernel(FunctionRef(**request["ref"]))
-    plan = SweepPlan.from_dict(request["plan"])
+    kernel = resolve_kernel(job.ref)
     sig = kernel.bind(
-        tuple(decode_value(request["args"], abstract=True)),
-        dict(decode_value(request["kwargs"], abstract=True)),
+        tuple(decode_value(job.args, abstract=True)),
+        dict(decode_value(job.kwargs, abstract=True)),
     )
-    if sig.key != plan.key:
-        raise RuntimeError(f"the lowering process computed key {sig.key!r}, the sweep {plan.key!r}")
-    return SweepTask(plan=plan, fn=kernel.__wrapped__, signature=sig)
+    if sig.key != job.plan.key:
+        raise RuntimeError(
+            f"the lowering process computed key {sig.key!r}, the sweep {job.plan.key!r}"
+        )
+    return SweepTask(plan=job.plan, fn=kernel.__wrapped__, signature=sig)
 
 
 def main() -> int:
     out = sys.stdout.buffer
 
-    def tell(cid: str, outcome: str, reason: str = "") -> None:
-        out.write(msgpack.packb({"cid": cid, "outcome": outcome, "reason": reason}))
+    def tell(cid: str, outcome: Any, reason: str = "") -> None:
+        out.write(msgpack.packb(typed.encode(Told(cid=cid, outcome=outcome, reason=reason))))
         out.flush()
 
-    request = msgpack.unpack(sys.stdin.buffer, raw=False)
-    _setup(request)
+    raw = msgpack.unpack(sys.stdin.buffer, raw=False)
+    job = typed.decode(LoweringJob, raw, within="a lowering process's job")
+    _setup(job)
 
     from .check import reason as describe
     from .compile import RefusedError, UnexportedError, config_call, export_program
@@ -83,13 +83,13 @@ def main() -> int:
     from .refusals import checker_for
     from .serve import abstract_inputs
 
-    task = _task(request)
-    kept = KeptPrograms(pathlib.Path(request["folder"]))
-    refuse = checker_for(request["vmem"]) if request["refuse"] else None
+    task = _task(job)
+    kept = KeptPrograms(pathlib.Path(job.folder))
+    refuse = checker_for(job.vmem) if job.refuse else None
     spec = abstract_inputs(task.signature)
-    lowering = (spec,) * request["sets"]
-    platforms = (request["platform"],)
-    for cid, config in request["configs"]:
+    lowering = (spec,) * job.sets
+    platforms = (job.platform,)
+    for cid, config in job.configs:
         call = config_call(task, config, "jaxtune_program")
         try:
             _, blob = export_program(call, lowering, refuse, platforms)
