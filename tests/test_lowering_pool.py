@@ -62,6 +62,17 @@ def test_processes_lower_the_configs_and_the_sweep_traces_one(processes, fast_ti
     assert len(traced) == 1 and "lowering_wait" not in outcome.phases
 
 
+def test_a_sweep_in_its_child_process_starts_lowering_processes_there(processes, fast_timing):
+    # The child (which holds the device in a TPU program) starts them; the JAX state and
+    # variables they get are the child's, the kernel imported by reference there too.
+    x = jnp.linspace(0.0, 1.0, 256)
+    task = lk.sines.options.bound(lk.sines.bind((x,), {}), lk.SPACE, lk.SPACE[0]).sweep_task()
+    outcome = _runner.ProcessRunner().sweep(task)
+    assert outcome.phases["lowering_wait"] > 0
+    assert all(m.ok for m in outcome.measurements), outcome.measurements
+    assert len(_programs(processes)) == len(lk.SPACE)
+
+
 def test_programs_that_differ_from_this_process_are_not_used(processes, fast_timing):
     traced, outcome = _sweep(lk.per_process)
     # The first program loaded differs from this process's: every config is traced here.
