@@ -252,3 +252,15 @@ def crash_timing(monkeypatch):
         round_samples=1,
         round_floor_us=0.0,
     )
+
+
+@pytest.fixture
+def store_on(monkeypatch):
+    """Kept lowered programs on (``JAXTUNE_COMPILE_CACHE=1``, the ``retune`` extra's
+    flatbuffers required); the cache directory they live under."""
+    from jaxtune._core import settings as _settings
+    from tests.extras import require
+
+    require("flatbuffers", reason="the retune extra (jax.export's serialiser)")
+    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "1")
+    return pathlib.Path(_settings.settings().cache_dir)

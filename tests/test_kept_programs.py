@@ -55,12 +55,9 @@ def _kept(tmp: pathlib.Path) -> list[pathlib.Path]:
     return sorted((tmp / "xla" / kept_programs.KEPT_DIR).rglob("*.msgpack"))
 
 
-@pytest.fixture
-def store_on(monkeypatch):
-    pytest.importorskip("flatbuffers", reason="the retune extra (jax.export's serialiser)")
-    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "1")
+@pytest.fixture(autouse=True)
+def _unscaled(monkeypatch):
     monkeypatch.delenv("JAXTUNE_TEST_KEPT_SCALE", raising=False)
-    return pathlib.Path(_settings.settings().cache_dir)
 
 
 def test_a_second_sweep_traces_one_config_not_every_one(store_on, fast_timing):

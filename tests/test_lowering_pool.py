@@ -35,15 +35,6 @@ def _programs(cache: pathlib.Path) -> list[pathlib.Path]:
 
 
 @pytest.fixture
-def store_on(monkeypatch):
-    pytest.importorskip("flatbuffers", reason="the retune extra (jax.export's serialiser)")
-    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "1")
-    from jaxtune._core import settings as _settings
-
-    return pathlib.Path(_settings.settings().cache_dir)
-
-
-@pytest.fixture
 def processes(store_on, monkeypatch):
     monkeypatch.setenv("JAXTUNE_LOWERING_PROCESSES", "2")
     return store_on
