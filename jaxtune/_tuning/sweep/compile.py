@@ -395,8 +395,10 @@ class LoweringAhead:
             self.close()
             return
         start = time.perf_counter()
-        self.pool.wait(config_id(self.configs[index]), c.task.plan.timeout_s)
+        told = self.pool.wait(config_id(self.configs[index]), c.task.plan.timeout_s)
         c.breakdown.add("lowering_wait", time.perf_counter() - start)
+        if told is None:  # none will tell (they ended), or one hung: the rest is lowered here
+            self.close()
 
     def close(self) -> None:
         if self.pool is not None:
