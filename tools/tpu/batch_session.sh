@@ -2,7 +2,7 @@
 # outputs packed into one archive per part (a device call brings back 8 files):
 #   bash tools/tpu/batch_session.sh canary:150 headroom:330
 # Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), values (batch_values.sh),
-# probe (probe_topology.py), pace|ragged|flash|tier
+# probe (probe_topology.py), capture (probe_capture.py), pace|ragged|flash|tier
 # (batch_pace.sh). ragged needs Tokamax's wheels carried in .whl-tok (docs/development.md).
 set -x
 FINAL=$OUT
@@ -20,6 +20,7 @@ for spec in "$@"; do
     headroom) script="tools/tpu/batch_headroom.sh" ;;
     values) script="tools/tpu/batch_values.sh" ;;
     probe) script="python3 tools/tpu/probe_topology.py" ;;
+    capture) script="python3 tools/tpu/probe_capture.py" ;;
     *) script="tools/tpu/batch_pace.sh $part" ;;
     esac
     start=$(date +%s)
