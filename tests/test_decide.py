@@ -509,3 +509,61 @@ def test_the_clearly_behind_rule_fires_on_long_calls_only():
             default=configs[0],
         )
         assert not got[config_id(configs[1])].dropped, seed
+
+
+@pytest.mark.parametrize("ahead", [2, 3, 8])
+def test_rounds_timed_several_at_once_are_judged_as_if_timed_one_by_one(ahead):
+    """A device timer times several rounds inside one capture (``ahead``); each round is
+    then judged in turn, as if timed alone: the same configs leave at the same rounds, with
+    the same times, whatever the configs that left got in the rounds after. Each config's
+    time in a round depends on the config and the round alone here."""
+    truth = {"a": 130.0, "b": 110.0, "c": 105.0, "d": 300.0, "e": 90.0, "f": 150.0}
+    space = [{"k": k} for k in "abcdef"]
+
+    def by_round(seed, batches):
+        count = [0]
+
+        def timed_rounds(rotations):
+            batches.append(len(rotations))
+            out = []
+            for configs in rotations:
+                count[0] += 1
+                one = {}
+                for c in configs:
+                    rng = np.random.default_rng([seed, count[0], ord(c["k"])])
+                    slow = 1 + 2 * rng.random() if rng.random() < 0.3 else 1.0
+                    one[config_id(c)] = Timing(samples_us=(truth[c["k"]] * slow,))
+                out.append(one)
+            return out
+
+        return timed_rounds
+
+    for seed in range(6):
+        results = []
+        for n in (1, ahead):
+            batches: list[int] = []
+            got = _rounds.interleaved(
+                space[:4],
+                timed=lambda configs: None,  # not used: timed_rounds times every round
+                timed_rounds=by_round(seed, batches),
+                ahead=lambda n=n: n,
+                compile_s={},
+                space=space,
+                options=TimingOptions(),
+                default=space[0],
+                second=space[4:],
+            )
+            results.append(got)
+        alone, together = results
+        assert alone == together, seed
+        # Never past the look's end (round 2), the first round that may find a config
+        # clearly behind (3), nor the least rounds (6); then ``ahead`` at a time.
+        assert batches[:3] == [2, 1, min(ahead, 3)], batches
+        assert all(b <= ahead for b in batches)
+        assert dict(
+            _decide.finish(
+                SweepPlan(kernel="k", key="f32[8]", configs=tuple(space), default=space[0]),
+                together,
+                retimed=set(together),
+            ).best.config
+        ) == {"k": "e"}

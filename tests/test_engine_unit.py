@@ -32,6 +32,7 @@ from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import drive as _plan
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import rounds as _rounds
+from jaxtune._tuning.sweep.measure import ROUNDS_PER_CAPTURE
 from jaxtune._tuning.sweep.samples import Timing, TimingOptions
 from jaxtune._tuning.sweep.timers import ProfilerTimer, Recording, WallTimer
 from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
@@ -108,11 +109,12 @@ class FakeDeviceTimer(ProfilerTimer):
         self.sweeper = sweeper
         self.captures = 0
         self.on_end = lambda: None
+        self.in_flight = False  # the calls started back to back, as on a TPU
 
     @contextlib.contextmanager
     def recording(self):
         self.captures += 1
-        rec = Recording(self)
+        rec = Recording(self, in_flight=self.in_flight)
         yield rec
         self.on_end()
         module_of = {m: cid for cid, m in self.sweeper.compiler.modules.items()}
@@ -347,9 +349,16 @@ def test_the_device_timers_shared_captures_keep_the_picks(truth_ms):
     in one capture per config stores the same config with the same verdict."""
     fakes = {k: Fake(ms=ms) for k, ms in truth_ms.items()}
     picks = set()
-    for device, serial in [(False, False), (True, False), (True, True)]:
+    for device, serial, in_flight in [
+        (False, False, False),
+        (True, False, False),
+        (True, True, False),
+        (True, False, True),
+    ]:
         sweeper = _sweeper(fakes, device=device)
         sweeper.serial_rounds = serial
+        if device:
+            sweeper.timer.in_flight = in_flight
         plan = sweeper.task.plan
         outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
         picks.add((outcome.best.config["k"], outcome.decision))
@@ -752,3 +761,50 @@ def test_progress_shows_configs_compiled_while_they_compile(monkeypatch):
     progress = _progress.Progress("k", len(fakes), 1, quiet)
     _sweeper(fakes, on_event=_plan.progress_sink(plan, progress)).compile(configs)
     assert quiet.getvalue() == ""
+
+
+def test_a_device_timer_takes_several_rounds_in_one_capture_and_the_same_pick():
+    """The rounds' captures: a device timer times up to ``ahead()`` rounds in one
+    capture, with its calls in flight; the stored config and each config's rounds are
+    those of one round a capture. (How many rounds ``ahead`` asks for: the test below.)"""
+    truth_ms = {"a": 2.0, "b": 2.05, "c": 4.0, "d": 1.98, "e": 2.6, "f": 2.0, "g": 9.0}
+    fakes = {k: Fake(ms=ms) for k, ms in truth_ms.items()}
+    got = []
+    for many in (False, True):
+        sweeper = _sweeper(fakes, device=True)
+        sweeper.timer.in_flight = many
+        sweeper.stopwatch.ahead = lambda many=many: 8 if many else 1
+        plan = sweeper.task.plan
+        outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
+        rounds = max(len(m.rounds_us) for m in outcome.measurements)
+        got.append((outcome, rounds, sweeper.timer.captures))
+    (one, rounds, captures), (many, rounds_many, captures_many) = got
+    assert rounds == rounds_many >= 8
+    assert captures - 2 == rounds  # two first-pass visits, then one capture a round
+    assert captures_many - 2 == 4  # rounds 1-2 (the second look), 3, 4-6, 7-8
+    assert (
+        (many.best.config, many.decision)
+        == (one.best.config, one.decision)
+        == (
+            {"k": "d"},
+            "clear",
+        )
+    )
+    assert [m.rounds_us for m in many.measurements] == [m.rounds_us for m in one.measurements]
+
+
+def test_a_device_timer_takes_enough_rounds_a_capture_to_pay_for_it():
+    """``ahead``: rounds enough that the capture's own time is at most the rounds' calls'
+    time; two before a round was timed; one for the wall timer and after a crash."""
+    fakes = {k: Fake(ms=1.0) for k in "ab"}
+    stopwatch = _sweeper(fakes, device=True).stopwatch
+    assert stopwatch.ahead() == 2
+    stopwatch.capture_s, stopwatch.round_s = 0.3, 0.1
+    assert stopwatch.ahead() == 3
+    stopwatch.round_s = 0.5
+    assert stopwatch.ahead() == 1
+    stopwatch.round_s = 0.001
+    assert stopwatch.ahead() == ROUNDS_PER_CAPTURE
+    stopwatch.serial_rounds = True
+    assert stopwatch.ahead() == 1
+    assert _sweeper(fakes).stopwatch.ahead() == 1

@@ -392,3 +392,115 @@ def test_a_backward_kernel_with_its_own_space_is_tuned_with_its_own_inputs():
     }
     (key,) = [k for (kernel, _, k) in result if kernel == "tests.timers.backward_kernel"]
     assert key == "f32[1024],f32[1024]"
+
+
+# -- calls in flight (a device timer's calls on a TPU) -----------------------------------
+
+
+class _Started:
+    """A startable fake run: ``start`` logs the call and advances the clock by its
+    dispatch, ``wait`` logs the wait; the ``fail_at``-th call's outputs raise when waited
+    for (a device error), the ``refuse_at``-th call raises when started."""
+
+    def __init__(self, clock, name, seconds, *, nbytes=4, fail_at=None, refuse_at=None):
+        self.clock, self.name, self.seconds = clock, name, seconds
+        self.nbytes, self.fail_at, self.refuse_at = nbytes, fail_at, refuse_at
+        self.started = self.waited = 0
+        self.most_in_flight = 0
+
+    def __call__(self):
+        return self.wait(self.start())
+
+    def start(self):
+        self.started += 1
+        self.clock.log.append(self.name)
+        if self.refuse_at is not None and self.started >= self.refuse_at:
+            raise RuntimeError(f"{self.name} refused")
+        self.clock.now += self.seconds
+        self.most_in_flight = max(self.most_in_flight, self.started - self.waited)
+        return (self.started, np.zeros(self.nbytes, np.uint8))
+
+    def wait(self, out):
+        self.waited += 1
+        if self.fail_at is not None and out[0] >= self.fail_at:
+            raise FloatingPointError(f"{self.name} read out of bounds")
+        return out
+
+
+def test_calls_in_flight_are_waited_for_oldest_first_and_bounded_by_their_outputs_bytes():
+    from jaxtune._tuning.sweep.in_flight import IN_FLIGHT, IN_FLIGHT_BYTES, InFlight
+
+    clock = _FakeClock()
+    small = _Started(clock, "small", 1e-4)
+    flight = InFlight()
+    for _ in range(20):
+        flight.call("small", small)
+    assert small.most_in_flight == IN_FLIGHT + 1  # the newest, before the oldest's wait
+    assert flight.drain() == {} and small.waited == small.started == 20
+    # Outputs of a third of the budget: three in flight (a fourth started before the
+    # oldest is waited for).
+    large = _Started(clock, "large", 1e-4, nbytes=IN_FLIGHT_BYTES // 3)
+    flight = InFlight()
+    for _ in range(6):
+        flight.call("large", large)
+    assert large.most_in_flight == 4 and flight.drain() == {}
+
+
+def test_a_call_that_fails_in_flight_is_its_configs_failure_and_the_others_finish():
+    from jaxtune._tuning.sweep.in_flight import InFlight
+
+    clock = _FakeClock()
+    ok, bad = _Started(clock, "ok", 1e-4), _Started(clock, "bad", 1e-4, fail_at=2)
+    flight = InFlight()
+    for _ in range(4):
+        flight.call("ok", ok)
+        flight.call("bad", bad)
+    failed = flight.drain()
+    assert list(failed) == ["bad"] and "out of bounds" in str(failed["bad"])
+    assert ok.waited == 4
+    # A call refused when started raises at once.
+    refused = _Started(clock, "refused", 1e-4, refuse_at=1)
+    with pytest.raises(RuntimeError, match="refused"):
+        InFlight().call("refused", refused)
+
+
+def test_a_round_in_flight_makes_the_same_calls_and_blames_a_failure_on_its_config():
+    """In flight, a round starts the same calls in the same order as waiting for each
+    (the device's times come from the trace); a device error found when waiting is the
+    config's failure, and the other config's calls are all made."""
+    options = TimingOptions(round_floor_us=2000.0, round_max_samples=32, sample_floor_us=100.0)
+    logs = []
+    for flight in (None, _timers.InFlight()):
+        clock = _FakeClock()
+        runs = [(_Started(clock, "a", 250e-6), None), (_Started(clock, "b", 500e-6), None)]
+        a, b = _timers._round_calls(clock, runs, options, samples=2, flight=flight)
+        logs.append(clock.log)
+        assert len(a.wall.samples_us) == 8 and len(b.wall.samples_us) == 4
+    assert logs[0] == logs[1]
+    clock = _FakeClock()
+    runs = [
+        (_Started(clock, "ok", 300e-6), None),
+        (_Started(clock, "bad", 300e-6, fail_at=3), None),
+    ]
+    ok, bad = _timers._round_calls(
+        clock, runs, TimingOptions(round_floor_us=1500.0), samples=2, flight=_timers.InFlight()
+    )
+    assert isinstance(bad, FloatingPointError) and len(ok.wall.samples_us) == 5
+
+
+def test_a_measure_in_flight_makes_as_many_calls_as_its_warm_up_says():
+    """One call waited for sizes the batch and the count (min_time_s of calls, at least
+    min_samples); the rest start back to back. A device error among them is raised."""
+    options = TimingOptions(warmup=2, min_samples=5, max_samples=200, min_time_s=0.002)
+    clock = _FakeClock()
+    run = _Started(clock, "k", 40e-6)  # 100 us floor: batches of 3; 2 ms: 17 samples
+    calls = _timers._flight_calls(clock, run, options, None, "jit_k")
+    assert (calls.warmup, calls.batch, len(calls.wall.samples_us)) == (2, 3, 17)
+    assert run.started == 2 + 3 * 17
+    # A round's measure of a slow call: its warm-up is its first sample.
+    slow = _Started(clock, "slow", 3e-3)
+    calls = _timers._flight_calls(clock, slow, options, 2, "jit_slow")
+    assert calls.warmup == 0 and slow.started == 2 == len(calls.wall.samples_us)
+    broken = _Started(clock, "broken", 40e-6, fail_at=5)
+    with pytest.raises(FloatingPointError):
+        _timers._flight_calls(clock, broken, options, None, "jit_broken")

@@ -17,14 +17,17 @@ PYTHON_TRACER_LEVEL = 0
 HOST_TRACER_LEVEL = 2
 
 
-def tracer_options(*, hlo_proto: bool) -> Any:
+def tracer_options(*, hlo_proto: bool, host_tracer_level: int | None = None) -> Any:
     """``jax.profiler.ProfileOptions`` with :data:`PYTHON_TRACER_LEVEL` and
-    :data:`HOST_TRACER_LEVEL`; ``hlo_proto``: the trace carries each program's HLO proto
-    (its op names, which a profile report reads and a timer does not)."""
+    :data:`HOST_TRACER_LEVEL` (or ``host_tracer_level``: 0 for a timer that reads only
+    the device planes); ``hlo_proto``: the trace carries each program's HLO proto (its op
+    names, which a profile report reads and a timer does not)."""
     import jax
 
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = PYTHON_TRACER_LEVEL
-    options.host_tracer_level = HOST_TRACER_LEVEL
+    options.host_tracer_level = (
+        HOST_TRACER_LEVEL if host_tracer_level is None else host_tracer_level
+    )
     options.enable_hlo_proto = hlo_proto
     return options

@@ -15,7 +15,7 @@ of the parent's):
   ``compile`` (with ``compile_cache``, ``kept_programs`` and ``refusals``, and processes
   lowering side by side, ``lowering_pool``, each running ``lowering_worker``), ``first_run``
   (checked by ``check``), ``first_pass``, interleaved ``rounds``, each config's calls timed
-  by ``measure`` under ``timers``, the vjp pass (``backward``);
+  by ``measure`` under ``timers`` (a device timer's calls ``in_flight``), the vjp pass (``backward``);
 - **both sides** (:data:`BOTH`): rules and values both read: the search strategies
   (``search``), the decision rule (``stats``, its intervals in ``intervals``), a sweep's
   options and samples (``samples``), its inputs and their summaries (``inputs``), where its
@@ -44,6 +44,7 @@ KERNEL_SIDE = (
     "rounds",
     "measure",
     "timers",
+    "in_flight",
     "backward",
 )
 #: Modules both sides read.

@@ -93,7 +93,7 @@ class Compiler:
         self.emit = emit
         self.breakdown = breakdown
         self._inputs: tuple[dict[str, Any], ...] | None = None
-        self._runs: dict[str, tuple[Callable[[], Any], float]] = {}
+        self._runs: dict[str, tuple[Run, float]] = {}
         #: Each config's executable's name (``jit_jaxtune_<n>``), for a device timer's trace.
         self.modules: dict[str, str] = {}
         #: Each lowered config's program (:func:`program_digest`), where its text shows it.
@@ -123,8 +123,9 @@ class Compiler:
         """Whether config ``cid`` compiled here (and has a run)."""
         return cid in self._runs
 
-    def run(self, cid: str) -> Callable[[], Any]:
-        """Config ``cid``'s run: one call of its executable, blocked until done."""
+    def run(self, cid: str) -> Run:
+        """Config ``cid``'s run: one call of its executable, blocked until done (or
+        started and waited for apart: :class:`Run`)."""
         return self._runs[cid][0]
 
     def compile_s(self) -> dict[str, float]:
@@ -319,20 +320,54 @@ class Compiler:
             self._failed[cid] = too_slow(config, "compiling", seconds, self.task.plan.timeout_s)
             return self._failed[cid]
         calls = self._calls.setdefault(cid, [0, 0])
-
-        def run() -> Any:
-            calls[0] += 1  # a cell, not a lock: this runs inside the timed loops
-            try:
-                # The inputs are looked up on each call: compiled early, they arrive
-                # afterwards (and are made before the first run, outside it).
-                return block(compiled(self.inputs))
-            except Exception as e:
-                # The config's own failure, told from the timer's by :meth:`raised`.
-                self._raised[cid] = e
-                raise
-
+        run = Run(cid, compiled, inputs=lambda: self.inputs, raised=self._raised, calls=calls)
         self._runs[cid] = (run, seconds)
         return None
+
+
+class Run:
+    """One compiled config's call: ``run()`` calls it and waits for its outputs;
+    :meth:`start` only starts a call and :meth:`wait` waits for what it returned, so a
+    device timer can keep several calls in flight (:class:`~.timers.InFlight`). Each
+    call is counted, and what it raised (when started or waited for) is kept as the
+    config's own failure, told from the timer's by
+    :meth:`Compiler.raised`."""
+
+    __slots__ = ("_calls", "_cid", "_compiled", "_inputs", "_raised")
+
+    def __init__(
+        self,
+        cid: str,
+        compiled: Any,
+        *,
+        inputs: Callable[[], Any],
+        raised: dict[str, Exception],
+        calls: list[int],
+    ) -> None:
+        self._cid, self._compiled, self._inputs = cid, compiled, inputs
+        self._raised, self._calls = raised, calls
+
+    def __call__(self) -> Any:
+        return self.wait(self.start())
+
+    def start(self) -> Any:
+        """Starts one call; its outputs, perhaps not computed yet."""
+        self._calls[0] += 1  # a cell, not a lock: this runs inside the timed loops
+        try:
+            # The inputs are looked up on each call: compiled early, they arrive
+            # afterwards (and are made before the first run, outside it).
+            return self._compiled(self._inputs())
+        except Exception as e:
+            self._raised[self._cid] = e
+            raise
+
+    def wait(self, out: Any) -> Any:
+        """Waits until ``out`` (a call's outputs) is computed."""
+        try:
+            return block(out)
+        except Exception as e:
+            self._raised[self._cid] = e
+            raise
 
 
 #: Checks a config's traced program (its jaxpr): why Mosaic would refuse it, or ``None``.

@@ -226,6 +226,8 @@ class Sweeper:
             return interleaved(
                 configs,
                 timed=self.stopwatch.round,
+                timed_rounds=self.stopwatch.rounds,
+                ahead=self.stopwatch.ahead,
                 compile_s=self.compiler.compile_s(),
                 space=plan.configs,
                 options=plan.options,

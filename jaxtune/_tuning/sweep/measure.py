@@ -10,10 +10,12 @@ jaxtune's, raised.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..._core.vocabulary import Config, Failure, config_id
@@ -23,7 +25,7 @@ from .compile import Compiler, EventSink, blame_jaxtune, too_slow
 from .samples import Timing
 from .timers import Recording, RecordingTimer, RoundTimer, Timer
 
-__all__ = ["CONFIGS_PER_CAPTURE", "Stopwatch"]
+__all__ = ["CONFIGS_PER_CAPTURE", "ROUNDS_PER_CAPTURE", "Stopwatch"]
 
 
 #: The most configs a device timer times inside one capture (:meth:`Stopwatch.captured`).
@@ -34,6 +36,10 @@ __all__ = ["CONFIGS_PER_CAPTURE", "Stopwatch"]
 #: captures did not pay: Tokamax's ragged_dot (329 configs that compiled) took a 58-63 s
 #: first pass in captures of 128 against 36-37 s in captures of 32 (TPU v5e, 2026-12-05).
 CONFIGS_PER_CAPTURE = 32
+
+#: The most interleaved rounds a device timer times inside one capture
+#: (:meth:`Stopwatch.ahead`).
+ROUNDS_PER_CAPTURE = 8
 
 
 class Stopwatch:
@@ -48,10 +54,41 @@ class Stopwatch:
         #: round of passes or at a shared capture's end); passes and shared captures
         #: otherwise.
         self.serial_rounds = False
+        #: The last capture's own seconds (starting, stopping and reading the trace), and
+        #: the last interleaved round's calls' seconds, which size :meth:`ahead`.
+        self.capture_s: float | None = None
+        self.round_s: float | None = None
+        self._calls_s = 0.0
 
     @property
     def limit_s(self) -> float:
         return self.compiler.task.plan.timeout_s
+
+    def ahead(self) -> int:
+        """How many interleaved rounds to time at once (:meth:`rounds`): one with a timer
+        that does not record; with a device timer, enough that a capture's own time is at
+        most about its rounds' calls' time (two before a round was timed), up to
+        :data:`ROUNDS_PER_CAPTURE`. A capture costs about 0.3 s on a TPU v5e whatever
+        it holds, more than a round of a few fast configs takes."""
+        if not isinstance(self.timer, RecordingTimer) or self.serial_rounds:
+            return 1
+        if self.capture_s is None or self.round_s is None:
+            return 2
+        wanted = math.ceil(self.capture_s / max(self.round_s, 1e-4))
+        return max(1, min(ROUNDS_PER_CAPTURE, wanted))
+
+    @contextlib.contextmanager
+    def _capture(self) -> Iterator[Recording]:
+        """A recording of the device timer, its own time kept in :attr:`capture_s`."""
+        timer = self.timer
+        assert isinstance(timer, RecordingTimer)
+        start = time.perf_counter()
+        with timer.recording() as rec:
+            began = time.perf_counter()
+            yield rec
+            ended = time.perf_counter()
+        self.capture_s = began - start + time.perf_counter() - ended
+        self._calls_s = ended - began
 
     def timed(
         self, config: Config, measure: Callable[[Callable[[], Any]], Timing]
@@ -91,8 +128,6 @@ class Stopwatch:
         is blamed on it alone; the capture's end (the trace stopped and read) is reported
         as a round of its configs, so a crash there makes the runner ask again one config
         per capture, which pins it."""
-        timer = self.timer
-        assert isinstance(timer, RecordingTimer)
         size = 1 if self.serial_rounds else CONFIGS_PER_CAPTURE
         out: dict[str, Timing | Failure] = {}
         for first in range(0, len(configs), size):
@@ -103,7 +138,7 @@ class Stopwatch:
             # after its calls, over the time limit, still has them there).
             at: dict[str, int] = {}
             try:
-                with timer.recording() as rec:
+                with self._capture() as rec:
                     for config, cid in zip(chunk, cids, strict=True):
                         module = self.compiler.module(config)
                         at[cid] = len(rec.calls)
@@ -120,63 +155,84 @@ class Stopwatch:
     def round(self, configs: Sequence[Config]) -> dict[str, Timing | Failure]:
         """One interleaved round: each config's samples, in order (inside one trace for a
         timer that records, such as the profiler's: :meth:`captured`)."""
+        return self.rounds([configs])[0]
+
+    def rounds(self, rotations: Sequence[Sequence[Config]]) -> list[dict[str, Timing | Failure]]:
+        """Interleaved rounds, one for each sequence of configs (in its order): each
+        config's samples in each round. A device timer that times rounds in passes takes
+        them all inside one capture (its cost shared: :meth:`ahead`)."""
         options = self.compiler.task.plan.options
         timer = self.timer
         recording = timer.recording if isinstance(timer, RecordingTimer) else None
-        if isinstance(timer, RoundTimer) and not self.serial_rounds and len(configs) > 1:
-            return self._passes(configs, timer, recording)
+        if (
+            isinstance(timer, RoundTimer)
+            and not self.serial_rounds
+            and all(len(configs) > 1 for configs in rotations)
+        ):
+            return self._passes(rotations, timer, recording is not None)
         if recording is None:
-            return {
-                config_id(c): self.timed(
-                    c, lambda run: timer.measure(run, options, samples=options.round_samples)
-                )
-                for c in configs
-            }
-        return self.captured(
-            configs,
-            lambda rec, module, run: rec.measure(
-                run, options, samples=options.round_samples, module=module
-            ),
-        )
+            return [
+                {
+                    config_id(c): self.timed(
+                        c, lambda run: timer.measure(run, options, samples=options.round_samples)
+                    )
+                    for c in configs
+                }
+                for configs in rotations
+            ]
+        return [
+            self.captured(
+                configs,
+                lambda rec, module, run: rec.measure(
+                    run, options, samples=options.round_samples, module=module
+                ),
+            )
+            for configs in rotations
+        ]
 
     def _passes(
-        self,
-        configs: Sequence[Config],
-        timer: RoundTimer,
-        recording: Callable[[], Any] | None,
-    ) -> dict[str, Timing | Failure]:
-        """One round timed in passes over ``configs`` (the timer's ``round``): every config
-        meets the same spells of machine noise. A crash or hang meanwhile is blamed on the
-        round's configs together; the runner then asks for rounds one config at a time
-        (``serial_rounds``) to find the culprit."""
+        self, rotations: Sequence[Sequence[Config]], timer: RoundTimer, recording: bool
+    ) -> list[dict[str, Timing | Failure]]:
+        """Rounds timed in passes over their configs (the timer's ``round``): every config
+        meets the same spells of machine noise; with ``recording``, all inside one capture.
+        A crash or hang meanwhile is blamed on the rounds' configs together; the runner
+        then asks for rounds one config at a time (``serial_rounds``) to find the culprit."""
         options = self.compiler.task.plan.options
-        cids = [config_id(c) for c in configs]
+        cids = list(dict.fromkeys(config_id(c) for configs in rotations for c in configs))
         runs = [
-            (self.compiler.run(cid), self.compiler.module(c))
-            for cid, c in zip(cids, configs, strict=True)
+            [(self.compiler.run(config_id(c)), self.compiler.module(c)) for c in configs]
+            for configs in rotations
         ]
         self.emit(RoundStarted(cids=tuple(cids)))
         start = time.perf_counter()
         try:
-            if recording is None:
-                got = timer.round(runs, options, samples=options.round_samples)
+            if not recording:
+                got = [timer.round(r, options, samples=options.round_samples) for r in runs]
             else:
-                with recording() as rec:
-                    walls = rec.round(runs, options, samples=options.round_samples)
+                with self._capture() as rec:
+                    walls = [rec.round(r, options, samples=options.round_samples) for r in runs]
                 device = iter(rec.results())
-                got = [w if isinstance(w, Exception) else next(device) for w in walls]
+                got = [
+                    [w if isinstance(w, Exception) else next(device) for w in ws] for ws in walls
+                ]
+                self.round_s = self._calls_s / len(rotations)
         finally:
             self.emit(RunFinished(cid=cids[0]))
             for cid in cids:  # a call's exception came back in ``got``
                 self.compiler.raised(cid)
         spent = time.perf_counter() - start
         limit_us = self.limit_s * 1e6
-        out: dict[str, Timing | Failure] = {}
-        for cid, config, timing in zip(cids, configs, got, strict=True):
-            if isinstance(timing, Exception):
-                out[cid] = Failure(config=config, stage="run", reason=reason(timing))
-            elif spent > self.limit_s and sum(timing.samples_us) > limit_us:
-                out[cid] = too_slow(config, "running", sum(timing.samples_us) / 1e6, self.limit_s)
-            else:
-                out[cid] = timing
+        out: list[dict[str, Timing | Failure]] = []
+        for configs, timings in zip(rotations, got, strict=True):
+            one: dict[str, Timing | Failure] = {}
+            for config, timing in zip(configs, timings, strict=True):
+                cid = config_id(config)
+                if isinstance(timing, Exception):
+                    one[cid] = Failure(config=config, stage="run", reason=reason(timing))
+                elif spent > self.limit_s and sum(timing.samples_us) > limit_us:
+                    seconds = sum(timing.samples_us) / 1e6
+                    one[cid] = too_slow(config, "running", seconds, self.limit_s)
+                else:
+                    one[cid] = timing
+            out.append(one)
         return out

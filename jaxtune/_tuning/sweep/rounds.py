@@ -35,6 +35,9 @@ def interleaved(
     default: Config | None = None,
     second: Sequence[Config] = (),
     clock: Callable[[], float] = time.perf_counter,
+    timed_rounds: Callable[[list[list[Config]]], Sequence[Mapping[str, Timing | Failure]]]
+    | None = None,
+    ahead: Callable[[], int] = lambda: 1,
 ) -> dict[str, Result]:
     """Times ``configs`` (``timed(configs)``: one round's samples of each compiled config
     in the given order, or its failure) in interleaved rounds: at least ``rounds``, then
@@ -51,7 +54,13 @@ def interleaved(
     race on only when faster there than the leaders
     (:func:`~.stats.stay_after_second_look`); the others are not in the result (their
     first pass stands) unless they failed. The look's rounds count as rounds, and their
-    time as the rounds' time."""
+    time as the rounds' time.
+
+    ``timed_rounds`` (one round's samples for each list of configs) times ``ahead()``
+    rounds at once (a device timer's capture holds them all), never past the look's end,
+    ``behind_after_rounds`` or ``rounds``; the rounds are then judged one by one, as if
+    timed one by one: what a config that left meanwhile got in the later ones is not
+    looked at, nor are the rounds after a stop."""
     by_id = {config_id(c): c for c in configs}
     for c in second:
         by_id.setdefault(config_id(c), c)
@@ -69,11 +78,24 @@ def interleaved(
     left: set[str] = set()  # not faster than the leaders on their second look: not raced
     active = list(by_id)
     look = max(1, options.second_look_rounds) if looking else 0
+    many = timed_rounds or (lambda rotations: [timed(r) for r in rotations])
+    last = max(options.rounds, options.max_rounds)
+    marks = sorted({look, options.behind_after_rounds, options.rounds, last})
+    pending: list[Mapping[str, Timing | Failure]] = []
     start = clock()
-    for done in range(1, max(options.rounds, options.max_rounds) + 1):
-        turn = (done - 1) % len(active)
-        timings = timed([by_id[cid] for cid in active[turn:] + active[:turn]])
+    for done in range(1, last + 1):
+        if not pending:
+            mark = next(m for m in marks if m >= done)
+            count = max(1, min(ahead(), mark - done + 1))
+            rotations = []
+            for k in range(count):
+                turn = (done - 1 + k) % len(active)
+                rotations.append([by_id[cid] for cid in active[turn:] + active[:turn]])
+            pending = list(many(rotations))
+        timings = pending.pop(0)
         for cid, got in timings.items():
+            if cid not in active:
+                continue
             if isinstance(got, Failure):
                 failed[cid] = got
                 continue
