@@ -275,6 +275,12 @@ def part_jaxtune(
             "pick": dict(entry.config),
             "decision": entry.decision_text(),
             "phases": dict(getattr(entry, "phases", {}) or {}),
+            # Each timed config: its median call (us), its calls and its rounds.
+            "timed": {
+                config_id(m.config): [round(m.median_us, 2), m.calls, len(m.rounds_us)]
+                for m in entry.measurements
+                if m.ok
+            },
         }
         print(f"jaxtune {label}: {json.dumps(out[label])}", flush=True)
     if peer and peer.get("fastest"):

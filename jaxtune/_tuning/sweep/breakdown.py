@@ -18,6 +18,10 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``first_pass``: the first pass (one config at a time, early dropping; a device timer's
   captures of a visit's configs included);
 - ``rounds``: the interleaved rounds, second looks included;
+- ``captures`` (a device timer only): the part of ``first_pass`` and ``rounds`` spent
+  starting, stopping and reading the timer's traces;
+- ``device`` (a device timer only): what the calls timed in those traces took on the
+  device, the measure of what the timing phases cost over the work they time;
 - ``other``: the rest of the sweep's wall time (``total`` less the phases above but
   ``compile_threads``): requests and answers, the parent's bookkeeping;
 - ``total``: the sweep's wall time as its caller waited for it.
@@ -45,6 +49,8 @@ PHASES = (
     "check",
     "first_pass",
     "rounds",
+    "captures",
+    "device",
     "other",
     "total",
 )

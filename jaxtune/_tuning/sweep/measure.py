@@ -89,6 +89,8 @@ class Stopwatch:
             ended = time.perf_counter()
         self.capture_s = began - start + time.perf_counter() - ended
         self._calls_s = ended - began
+        self.compiler.breakdown.add("captures", self.capture_s)
+        self.compiler.breakdown.add("device", rec.device_s)
 
     def timed(
         self, config: Config, measure: Callable[[Callable[[], Any]], Timing]

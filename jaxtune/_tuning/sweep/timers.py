@@ -384,6 +384,8 @@ class Recording:
         self.in_flight = in_flight
         self.calls: list[_Calls] = []
         self._results: list[Timing] | None = None
+        #: The seconds every execution in the trace took on the device (once it ended).
+        self.device_s = 0.0
 
     def measure(
         self,
@@ -474,7 +476,9 @@ class ProfilerTimer(WallTimer):
                 yield rec
             finally:
                 jax.profiler.stop_trace()
-            rec._results = device_timings(rec.calls, _executions(where))
+            executions = _executions(where)
+            rec._results = device_timings(rec.calls, executions)
+            rec.device_s = sum(duration for _, _, duration in executions) / 1e9
         finally:
             shutil.rmtree(where, ignore_errors=True)
 
