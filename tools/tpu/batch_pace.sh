@@ -8,8 +8,10 @@
 #                                         every entry's phases and failures end in the JSON
 #                                         (RAGGED_STRIDE=5: every 5th config, a quick look)
 #   bash tools/tpu/batch_pace.sh flash    JAX's flash attention, 16 configs, vs a plain
-#                                         in-process loop (goal <= 0.8x), and the 48-tiling
-#                                         grouped matmul (goal <= 25 s), via bench/bench_tpu.py
+#                                         in-process loop (goal <= 0.8x), and a 27-config
+#                                         Pallas matmul, via bench/bench_tpu.py
+#   bash tools/tpu/batch_pace.sh gmm      megablox gmm, 48 tilings, on the program's group sizes
+#                                         (bench/bench_values.py --tpu --flows after; goal <= 25 s)
 #   bash tools/tpu/batch_pace.sh tier     tests/tpu/test_3_refusals.py: no refused config compiles
 set -x
 . tools/tpu/env.sh
@@ -31,6 +33,9 @@ ragged)
 flash)
   ( time python3 bench/bench_tpu.py --only flash_fwd,matmul --json $OUT/pace_flash.json ) > $OUT/pace_flash.log 2>&1
   tail -30 $OUT/pace_flash.log ;;
+gmm)
+  ( time python3 bench/bench_values.py --tpu --flows after --json $OUT/pace_gmm.json ) > $OUT/pace_gmm.log 2>&1
+  tail -30 $OUT/pace_gmm.log ;;
 tier)
   ( time python3 -m pytest -p no:xdist -p no:randomly -v -s --durations=0 -p no:cacheprovider tests/tpu/test_3_refusals.py::test_the_dma_slice_rule_refuses_exactly_the_tokamax_configs_mosaic_refuses_for_it tests/tpu/test_3_refusals.py::test_no_refused_config_compiles_on_the_chip ) > $OUT/pace_tier.log 2>&1
   tail -15 $OUT/pace_tier.log ;;

@@ -2,7 +2,7 @@
 # outputs packed into one archive per part (a device call brings back 8 files):
 #   bash tools/tpu/batch_session.sh canary:150 headroom:330
 # Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), values (batch_values.sh),
-# probe (probe_topology.py), capture (probe_capture.py), pace|ragged|flash|tier
+# probe (probe_topology.py), capture (probe_capture.py), pace|ragged|flash|gmm|tier
 # (batch_pace.sh). ragged needs Tokamax's wheels carried in .whl-tok (docs/development.md).
 set -x
 FINAL=$OUT
