@@ -795,14 +795,18 @@ def test_a_device_timer_takes_several_rounds_in_one_capture_and_the_same_pick():
 
 def test_a_device_timer_takes_enough_rounds_a_capture_to_pay_for_it():
     """``ahead``: rounds enough that the capture's own time is at most the rounds' calls'
-    time; two before a round was timed; one for the wall timer and after a crash."""
+    time, and no more than half the time limit; one before a round was timed, for the
+    wall timer and after a crash."""
     fakes = {k: Fake(ms=1.0) for k in "ab"}
     stopwatch = _sweeper(fakes, device=True).stopwatch
-    assert stopwatch.ahead() == 2
+    assert stopwatch.ahead() == 1
     stopwatch.capture_s, stopwatch.round_s = 0.3, 0.1
     assert stopwatch.ahead() == 3
     stopwatch.round_s = 0.5
     assert stopwatch.ahead() == 1
+    stopwatch.capture_s, stopwatch.round_s = 60.0, stopwatch.limit_s / 5
+    assert stopwatch.ahead() == 2
+    stopwatch.capture_s = 0.3
     stopwatch.round_s = 0.001
     assert stopwatch.ahead() == ROUNDS_PER_CAPTURE
     stopwatch.serial_rounds = True

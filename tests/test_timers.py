@@ -504,3 +504,81 @@ def test_a_measure_in_flight_makes_as_many_calls_as_its_warm_up_says():
     broken = _Started(clock, "broken", 40e-6, fail_at=5)
     with pytest.raises(FloatingPointError):
         _timers._flight_calls(clock, broken, options, None, "jit_broken")
+
+
+def test_a_configs_calls_failing_in_flight_are_its_failure_not_jaxtunes(monkeypatch):
+    """Several calls of a config fail when waited for, each with its own error: the one
+    raised and the one kept as the config's are the same (else the sweep would take it
+    for a fault of its own and stop)."""
+    from jaxtune._tuning.sweep import compile as _compile
+
+    clock = _FakeClock()
+    made = [0]
+
+    def compiled(inputs):
+        made[0] += 1
+        clock.now += 1e-4
+        return made[0]
+
+    def block(n):
+        if n >= 2:  # the warm-up works, then the device fails each call
+            raise FloatingPointError(f"call {n}: device error")
+        return n
+
+    monkeypatch.setattr(_compile, "block", block)
+    raised: dict = {}
+    run = _compile.Run("cid", compiled, inputs=lambda: None, raised=raised, calls=[0, 0])
+    with pytest.raises(FloatingPointError) as got:
+        _timers._flight_calls(clock, run, TimingOptions(), 2, "jit_x")
+    assert raised["cid"] is got.value
+
+
+def test_a_call_refused_when_started_leaves_no_call_in_flight():
+    clock = _FakeClock()
+    run = _Started(clock, "k", 1e-4, refuse_at=5)
+    with pytest.raises(RuntimeError, match="refused"):
+        _timers._flight_calls(clock, run, TimingOptions(), 8, "jit_k")
+    assert run.waited == run.started - 1  # all but the refused one
+
+
+def test_calls_in_flight_keep_to_the_bytes_whatever_config_came_first():
+    from jaxtune._tuning.sweep.in_flight import IN_FLIGHT_BYTES, InFlight
+
+    clock = _FakeClock()
+    small, large = (
+        _Started(clock, "s", 1e-4),
+        _Started(clock, "l", 1e-4, nbytes=IN_FLIGHT_BYTES // 2),
+    )
+    flight = InFlight()
+    flight.call("s", small)
+    for _ in range(10):
+        flight.call("l", large)
+    assert large.most_in_flight == 3  # two within the budget, a third started before a wait
+    assert flight.drain() == {}
+
+
+def test_a_config_that_failed_in_a_recordings_round_is_not_called_in_its_later_rounds():
+    """Several rounds in one trace: a config that failed in one round keeps its failure in
+    the later ones without a call (its calls in the trace would be read as another
+    round's samples)."""
+    clock = _FakeClock()
+    ok, bad = _Started(clock, "ok", 300e-6), _Started(clock, "bad", 300e-6, fail_at=3)
+    rec = _timers.Recording(_timers.ProfilerTimer(clock), in_flight=True)
+    runs = [(ok, "jit_ok"), (bad, "jit_bad")]
+    options = TimingOptions(round_floor_us=1500.0)
+    first = rec.round(runs, options, samples=2)
+    calls_bad = bad.started
+    second = rec.round(runs, options, samples=2)
+    assert isinstance(first[1], FloatingPointError) and second[1] is first[1]
+    assert bad.started == calls_bad and ok.started > 6
+    assert [c.module for c in rec.calls] == ["jit_ok", "jit_ok"]
+
+
+def test_only_a_device_timer_takes_several_rounds_a_capture():
+    """The profiler timer on CPU (host events, not device time) keeps one round a capture."""
+    from jaxtune._tuning.sweep.measure import Stopwatch
+
+    stopwatch = Stopwatch.__new__(Stopwatch)
+    stopwatch.timer, stopwatch.serial_rounds = _timers.ProfilerTimer(), False
+    stopwatch.capture_s, stopwatch.round_s = 0.3, 0.01
+    assert not stopwatch.timer.device_time and stopwatch.ahead() == 1

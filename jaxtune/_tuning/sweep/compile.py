@@ -329,8 +329,8 @@ class Run:
     """One compiled config's call: ``run()`` calls it and waits for its outputs;
     :meth:`start` only starts a call and :meth:`wait` waits for what it returned, so a
     device timer can keep several calls in flight (:class:`~.timers.InFlight`). Each
-    call is counted, and what it raised (when started or waited for) is kept as the
-    config's own failure, told from the timer's by
+    call is counted, and what it first raised (when started or waited for) is kept as
+    the config's own failure, told from the timer's by
     :meth:`Compiler.raised`."""
 
     __slots__ = ("_calls", "_cid", "_compiled", "_inputs", "_raised")
@@ -358,7 +358,7 @@ class Run:
             # afterwards (and are made before the first run, outside it).
             return self._compiled(self._inputs())
         except Exception as e:
-            self._raised[self._cid] = e
+            self._raised.setdefault(self._cid, e)  # the first: what a timer raises of it
             raise
 
     def wait(self, out: Any) -> Any:
@@ -366,7 +366,7 @@ class Run:
         try:
             return block(out)
         except Exception as e:
-            self._raised[self._cid] = e
+            self._raised.setdefault(self._cid, e)  # the first: what a timer raises of it
             raise
 
 

@@ -20,8 +20,7 @@ __all__ = ["IN_FLIGHT", "IN_FLIGHT_BYTES", "InFlight", "Startable"]
 #: The most calls started and not yet waited for.
 IN_FLIGHT = 8
 #: The most bytes of outputs kept by the calls in flight (a large kernel's outputs would
-#: otherwise fill the device's memory): fewer calls in flight where each call's outputs are
-#: larger than an eighth of this.
+#: otherwise fill the device's memory): fewer calls in flight where the outputs are large.
 IN_FLIGHT_BYTES = 1 << 30
 
 
@@ -43,24 +42,27 @@ class Startable(Protocol):
 
 class InFlight:
     """Calls started back to back with at most :data:`IN_FLIGHT` (and
-    :data:`IN_FLIGHT_BYTES` of outputs) not waited for, the oldest waited for first. Each
+    :data:`IN_FLIGHT_BYTES` of outputs, but always one) not waited for, the oldest waited
+    for first. Each
     call is started for a key (the config it belongs to); what a call raises when waited
     for is kept as that key's failure (:meth:`drain`), what it raises when started is
     raised at once."""
 
     def __init__(self) -> None:
-        self._pending: collections.deque[tuple[Any, Startable, Any]] = collections.deque()
-        self._depth: int | None = None
+        self._pending: collections.deque[tuple[Any, Startable, Any, int]] = collections.deque()
+        self._bytes = 0
         self.failed: dict[Any, Exception] = {}
 
     def call(self, key: Any, run: Startable) -> None:
-        """Starts one call of ``run`` for ``key``, waiting for the oldest calls first
-        while too many are in flight."""
+        """Starts one call of ``run`` for ``key``, then waits for the oldest calls while
+        too many (or too many bytes of outputs) are in flight, the newest left running."""
         out = run.start()
-        if self._depth is None:
-            self._depth = _depth(out)
-        self._pending.append((key, run, out))
-        while len(self._pending) > self._depth:
+        nbytes = sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(out))
+        self._pending.append((key, run, out, nbytes))
+        self._bytes += nbytes
+        while len(self._pending) > 1 and (
+            len(self._pending) > IN_FLIGHT or self._bytes > IN_FLIGHT_BYTES
+        ):
             self._wait_oldest()
 
     def drain(self) -> dict[Any, Exception]:
@@ -70,14 +72,9 @@ class InFlight:
         return self.failed
 
     def _wait_oldest(self) -> None:
-        key, run, out = self._pending.popleft()
+        key, run, out, nbytes = self._pending.popleft()
+        self._bytes -= nbytes
         try:
             run.wait(out)
         except Exception as e:  # the call's own failure: its key's
             self.failed.setdefault(key, e)
-
-
-def _depth(out: Any) -> int:
-    """How many calls may be in flight, given one call's outputs."""
-    nbytes = sum(getattr(x, "nbytes", 0) for x in jax.tree.leaves(out))
-    return max(1, min(IN_FLIGHT, IN_FLIGHT_BYTES // max(int(nbytes), 1)))

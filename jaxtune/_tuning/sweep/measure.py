@@ -66,16 +66,20 @@ class Stopwatch:
 
     def ahead(self) -> int:
         """How many interleaved rounds to time at once (:meth:`rounds`): one with a timer
-        that does not record; with a device timer, enough that a capture's own time is at
-        most about its rounds' calls' time (two before a round was timed), up to
-        :data:`ROUNDS_PER_CAPTURE`. A capture costs about 0.3 s on a TPU v5e whatever
+        that does not record or whose samples are not device time; with a device timer,
+        enough that a capture's own time is at most about its rounds' calls' time (one
+        before a round was timed), up to :data:`ROUNDS_PER_CAPTURE` and half the time
+        limit. A capture costs about 0.3 s on a TPU v5e whatever
         it holds, more than a round of a few fast configs takes."""
-        if not isinstance(self.timer, RecordingTimer) or self.serial_rounds:
+        timer = self.timer
+        if not isinstance(timer, RecordingTimer) or not timer.device_time or self.serial_rounds:
             return 1
         if self.capture_s is None or self.round_s is None:
-            return 2
+            return 1
         wanted = math.ceil(self.capture_s / max(self.round_s, 1e-4))
-        return max(1, min(ROUNDS_PER_CAPTURE, wanted))
+        # No capture near the time limit, which a hang is told by.
+        bound = math.floor(self.limit_s / 2 / max(self.round_s, 1e-4))
+        return max(1, min(ROUNDS_PER_CAPTURE, wanted, bound))
 
     @contextlib.contextmanager
     def _capture(self) -> Iterator[Recording]:

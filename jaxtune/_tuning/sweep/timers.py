@@ -278,9 +278,11 @@ def _flight_calls(
     flight = InFlight()
     count = max(0, warmup - 1) + (wanted - taken) * batch
     start = clock()
-    for _ in range(count):
-        flight.call(None, run)
-    failed = flight.drain()
+    try:
+        for _ in range(count):
+            flight.call(None, run)
+    finally:  # a call refused when started leaves none in flight behind it
+        failed = flight.drain()
     if failed:
         raise next(iter(failed.values()))
     mean = (clock() - start) / count if count else first
@@ -383,6 +385,7 @@ class Recording:
         #: time each call.
         self.in_flight = in_flight
         self.calls: list[_Calls] = []
+        self._failed: dict[int, Exception] = {}  # by id of the run, for :meth:`round`
         self._results: list[Timing] | None = None
         #: The seconds every execution in the trace took on the device (once it ended).
         self.device_s = 0.0
@@ -415,13 +418,24 @@ class Recording:
     ) -> list[Timing | Exception]:
         """Runs as :meth:`WallTimer.round` does; the configs that ran count as measured,
         in order, for :meth:`results`."""
+        # A config that failed in an earlier round of this recording is not called again:
+        # its calls there are in the trace, and no measure of it would account for them.
+        live = [(run, module) for run, module in runs if id(run) not in self._failed]
         flight = None
-        if self.in_flight and all(isinstance(run, Startable) for run, _ in runs):
+        if self.in_flight and all(isinstance(run, Startable) for run, _ in live):
             flight = InFlight()
         with _no_gc():
-            got = _round_calls(self.timer.clock, runs, options, samples, flight)
-        self.calls += [c for c in got if not isinstance(c, Exception)]
-        return [c if isinstance(c, Exception) else c.wall for c in got]
+            got = iter(_round_calls(self.timer.clock, live, options, samples, flight))
+        out: list[Timing | Exception] = []
+        for run, _ in runs:
+            c = self._failed.get(id(run)) or next(got)
+            if isinstance(c, Exception):
+                self._failed[id(run)] = c
+                out.append(c)
+            else:
+                self.calls.append(c)
+                out.append(c.wall)
+        return out
 
     def results(self) -> list[Timing]:
         """The device timing of each ``measure`` (after the recording ended)."""
