@@ -390,9 +390,7 @@ FIXED_MEMOS = {
 NO_STATE = {"jaxtune._core.codec._DEPTH", "jaxtune._tuning.result._IDS"}
 #: Still to become parts of the tuning state, in modules of the sweep another change is
 #: editing: the compilation cache jaxtune enabled (a cell its enable and restore share).
-NOT_YET = {
-    "jaxtune._tuning.sweep.compile_cache._ENABLED",
-}
+NOT_YET: set[str] = set()
 NOT_STATE = CONSTANT_TABLES | FIXED_MEMOS | NO_STATE | NOT_YET
 
 #: Calls that make a mutable container (a registry when kept at module level).

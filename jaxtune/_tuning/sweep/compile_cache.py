@@ -31,6 +31,7 @@ from collections.abc import Iterator
 import jax
 
 from ..._core.settings import settings
+from ..state import TUNING_STATE
 from ..store.layout import XLA_DIR
 
 __all__ = ["cache_dir_for", "enable", "for_inline_sweep", "own_folder"]
@@ -43,7 +44,26 @@ _OPTIONS = (
 )
 
 
-_ENABLED: list[str | None] = [None]  # the directory jaxtune last set, if any
+#: The directory jaxtune last set as JAX's compilation cache, if any (the user's own
+#: directory is told from it).
+_ENABLED: list[str | None] = TUNING_STATE.keep(
+    "compile cache directory",
+    lambda: [None],
+    "the compilation cache directory jaxtune last set in JAX's options",
+    never_reset="'compile cache' puts it back, with JAX's options",
+)
+
+
+@TUNING_STATE.resets(
+    "compile cache", "puts JAX's compilation cache options back where jaxtune had set them"
+)
+def _forget() -> None:
+    if _ENABLED[0] is not None and jax.config.jax_compilation_cache_dir == _ENABLED[0]:
+        from jax.experimental.compilation_cache import compilation_cache as cc
+
+        jax.config.update("jax_compilation_cache_dir", None)
+        cc.reset_cache()
+    _ENABLED[0] = None
 
 
 def cache_dir_for(setting: str, cache_dir: pathlib.Path) -> pathlib.Path | None:
