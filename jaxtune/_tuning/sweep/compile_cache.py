@@ -58,7 +58,8 @@ _ENABLED: list[str | None] = TUNING_STATE.keep(
     "compile cache", "puts JAX's compilation cache options back where jaxtune had set them"
 )
 def _forget() -> None:
-    if _ENABLED[0] is not None and jax.config.jax_compilation_cache_dir == _ENABLED[0]:
+    current = getattr(jax.config, "jax_compilation_cache_dir", None)
+    if _ENABLED[0] is not None and current == _ENABLED[0]:
         from jax.experimental.compilation_cache import compilation_cache as cc
 
         jax.config.update("jax_compilation_cache_dir", None)
