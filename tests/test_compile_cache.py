@@ -125,3 +125,28 @@ def test_an_inline_sweep_uses_it_and_puts_the_callers_options_back(monkeypatch, 
     cached = _programs(folder) | {p.name for p in folder.glob("*")}
     jax.jit(lambda v: jnp.cos(v) * 3)(x).block_until_ready()
     assert {p.name for p in folder.glob("*")} <= cached
+
+
+def test_the_tuning_states_reset_puts_jaxs_option_back_as_a_fresh_process_has_it(
+    monkeypatch, tmp_path
+):
+    """The directory jaxtune set is state: its reset clears JAX's option where jaxtune set
+    it (a user's own directory is theirs, and stays), and jaxtune's own folder is found
+    again afterwards."""
+    from jaxtune._tuning.state import TUNING_STATE
+
+    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", str(tmp_path / "xla"))
+    before = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
+    try:
+        assert compile_cache.enable() == tmp_path / "xla"
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla")  # type: ignore[attr-defined]
+        TUNING_STATE.reset("compile cache")
+        assert jax.config.jax_compilation_cache_dir is None  # type: ignore[attr-defined]
+        assert compile_cache.own_folder() == tmp_path / "xla"
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "users"))
+        TUNING_STATE.reset("compile cache")
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "users")  # type: ignore[attr-defined]
+        assert compile_cache.own_folder() is None
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+        cc.reset_cache()
