@@ -10,7 +10,7 @@ import pytest
 from jaxtune._core import versions as _versions
 from jaxtune._core.vocabulary import Entry, Measurement
 from jaxtune._tuning import staleness as _staleness
-from jaxtune._tuning.staleness import Reason, judge, reason_of, wrong_pass
+from jaxtune._tuning.staleness import Reason, judge, reason_of, typed_config, wrong_pass
 
 
 def _entry(**changes: object) -> Entry:
@@ -45,7 +45,7 @@ def test_a_current_entry_has_no_reason() -> None:
         _entry(),
         code_changed=False,
         names=frozenset({"block"}),
-        holds=lambda c: dict(c) in space,
+        space=frozenset(typed_config(c) for c in space),
         swept=space,
     )
     assert list(found) == []
@@ -58,7 +58,7 @@ def test_every_reason_in_the_lookups_order_with_its_words() -> None:
             entry,
             code_changed=True,
             names=frozenset({"block"}),
-            holds=lambda c: False,
+            space=frozenset(),
             swept=[{"block": 8}, {"block": 16}, {"block": 32}, {"block": 64}],
         )
     )
@@ -87,14 +87,21 @@ def test_the_command_line_judges_code_and_toolchain_only() -> None:
 def test_the_first_reason_is_computed_alone() -> None:
     """The lookup asks for the first reason only: a later one is never worked out."""
     asked = []
+
+    class Space:
+        def __contains__(self, config):
+            asked.append(config)
+            return False
+
     found = judge(
         _entry(config={"tile": 4}),
         code_changed=False,
         names=frozenset({"block"}),
-        holds=lambda c: asked.append(c) or False,
+        space=Space(),
     )
     assert next(found).reason is Reason.KEYS
     assert asked == []
+    assert next(found).reason is Reason.OUTSIDE and len(asked) == 1
 
 
 def test_new_configs_when_the_entry_measured_part_of_its_space() -> None:

@@ -485,7 +485,10 @@ class BoundCall:
                 continue
             stale = next(
                 _staleness.judge(
-                    entry, code_changed=fit.stale_code(entry), names=fit.names, holds=fit.holds
+                    entry,
+                    code_changed=fit.stale_code(entry),
+                    names=fit.names,
+                    space=fit.typed_space,
                 ),
                 None,
             )

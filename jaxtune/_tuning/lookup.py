@@ -35,7 +35,7 @@ from .._core.vocabulary import Entry, Source, config_id
 from .._distributed import agree as _agree
 from .digest import KernelCode
 from .result import active_scopes
-from .staleness import Reason, judge, typed_config
+from .staleness import Reason, in_space, judge, typed_config
 from .state import TUNING_STATE
 from .store import cache as _cache
 from .store import shared as _shared
@@ -129,14 +129,17 @@ class Fit:
         self._space = space
         self._configs: frozenset[Hashable] | None = None  # built when first asked
 
-    def holds(self, config: Mapping[str, Any]) -> bool:
-        """Whether ``config`` is a config of the space."""
+    @property
+    def typed_space(self) -> frozenset[Hashable]:
+        """The space's configs as :func:`~.staleness.typed_config` gives them (built when
+        first asked)."""
         if self._configs is None:
             self._configs = frozenset(typed_config(c) for c in self._space)
-        try:
-            return typed_config(config) in self._configs
-        except TypeError:  # an unhashable value read from a file
-            return False
+        return self._configs
+
+    def holds(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config`` is a config of the space."""
+        return in_space(config, self.typed_space)
 
     def stale_code(self, entry: Entry) -> bool:
         """Whether ``entry`` was tuned for other code of the kernel (an entry without a
@@ -162,7 +165,7 @@ class Fit:
                 entry,
                 code_changed=self.stale_code(entry),
                 names=self.names,
-                holds=self.holds,
+                space=self.typed_space,
                 swept=self.swept,
             ),
             None,

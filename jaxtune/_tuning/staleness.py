@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Container, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._core import versions as _versions
@@ -29,6 +29,7 @@ from .state import TUNING_STATE
 __all__ = [
     "Reason",
     "Stale",
+    "in_space",
     "judge",
     "reason_of",
     "toolchain",
@@ -86,7 +87,7 @@ def judge(
     *,
     code_changed: bool,
     names: frozenset[str] | None = None,
-    holds: Callable[[Mapping[str, Any]], bool] | None = None,
+    space: Container[Hashable] | None = None,
     swept: Sequence[Mapping[str, Any]] | None = None,
 ) -> Iterator[Stale]:
     """Each reason ``entry`` is stale, in the order the lookup acts on them (lazily: a
@@ -97,14 +98,15 @@ def judge(
         code_changed: whether it was tuned for other code of the kernel (the caller's
             judgement: the lookup compares digests, ``jaxtune cache`` reads the source).
         names: the config keys of the call's space (``None``: not compared).
-        holds: whether a config is in the call's pruned space (``None``: not asked).
+        space: the call's pruned space, each config as :func:`typed_config` gives it
+            (``None``: not asked).
         swept: the space a sweep would measure now (``None``: not compared).
     """
     if names is not None and set(entry.config) != names:
         yield _fixed(Reason.KEYS)
     if code_changed:
         yield _fixed(Reason.CODE)
-    if holds is not None and not holds(entry.config):
+    if space is not None and not in_space(entry.config, space):
         yield _fixed(Reason.OUTSIDE)
     old = toolchain(entry)
     if old is not None:
@@ -163,6 +165,15 @@ def _typed(value: Any) -> Hashable:
     if isinstance(value, tuple):
         return (tuple, tuple(_typed(v) for v in value))
     return (type(value), value)
+
+
+def in_space(config: Mapping[str, Any], space: Container[Hashable]) -> bool:
+    """Whether ``config`` is one of ``space``'s (configs as :func:`typed_config` gives them;
+    a config with an unhashable value, read from a file, is none of them)."""
+    try:
+        return typed_config(config) in space
+    except TypeError:
+        return False
 
 
 def typed_config(config: Mapping[str, Any]) -> Hashable:
