@@ -1,6 +1,8 @@
 """The first pass: each checked config timed in two visits, the second in reverse order (a
 slow spell of the machine during one config's turn does not decide its rank), dropping
-configs clearly slower than the best on the first (see :func:`~.samples.clearly_slower`).
+configs clearly slower than the best on the first (see :func:`~.samples.clearly_slower`);
+under a timer whose samples are device time, which a slow spell of the host does not
+lengthen, in one visit with both visits' share of samples.
 The earliest config of the space wins ties and the default always races in the rounds, so
 neither is dropped.
 
@@ -55,10 +57,13 @@ def first_pass(
             return got
         return measurement(config, got, compile_s[config_id(config)])
 
-    for visit, sequence in enumerate((runnable, runnable[::-1])):
+    # Device time is the chip's own, which a slow spell of the host does not lengthen:
+    # one visit with the whole share of samples, one turn of each config instead of two.
+    visits = (runnable,) if stopwatch.timer.device_time else (runnable, runnable[::-1])
+    for visit, sequence in enumerate(visits):
         todo = [c for c in sequence if _timed_on(timed.get(config_id(c)))]
         first_visit = visit == 0
-        options = _visit_options(plan.options, first_visit=first_visit)
+        options = _visit_options(plan.options, first_visit=first_visit, visits=len(visits))
         dropping = _Dropping(best_us=best_us, kept=kept) if first_visit else None
         if isinstance(stopwatch.timer, RecordingTimer):
             got = _visit_captured(stopwatch, todo, options, dropping)
@@ -70,7 +75,8 @@ def first_pass(
             if isinstance(now, Timing) and isinstance(before, Timing):
                 now = before + now
             timed[cid] = now
-            if not first_visit or not isinstance(now, Timing) or now.dropped:
+            last_visit = visit == len(visits) - 1
+            if last_visit or not isinstance(now, Timing) or now.dropped:
                 stopwatch.emit(ConfigResult(cid=cid, result=result(config, now)))
     return {config_id(c): result(c, timed[config_id(c)]) for c in runnable}
 
@@ -80,15 +86,16 @@ def _timed_on(got: Timing | Failure | None) -> bool:
     return got is None or (isinstance(got, Timing) and not got.dropped)
 
 
-def _visit_options(options: TimingOptions, *, first_visit: bool) -> TimingOptions:
-    """One visit's share of a config's samples (half the minimum time and count)."""
+def _visit_options(options: TimingOptions, *, first_visit: bool, visits: int) -> TimingOptions:
+    """One visit's share of a config's samples (of ``visits``: half the minimum time and
+    count of two)."""
     return dataclasses.replace(
         options,
         # On the first visit, the first run (for the check) was the first warm-up call.
         warmup=max(1, options.warmup - 1) if first_visit else 1,
-        min_time_s=options.min_time_s / 2,
-        min_samples=max(1, -(-options.min_samples // 2)),
-        max_samples=max(1, -(-options.max_samples // 2)),
+        min_time_s=options.min_time_s / visits,
+        min_samples=max(1, -(-options.min_samples // visits)),
+        max_samples=max(1, -(-options.max_samples // visits)),
     )
 
 
