@@ -58,7 +58,6 @@ class Stopwatch:
         #: the last interleaved round's calls' seconds, which size :meth:`ahead`.
         self.capture_s: float | None = None
         self.round_s: float | None = None
-        self._calls_s = 0.0
 
     @property
     def limit_s(self) -> float:
@@ -69,8 +68,8 @@ class Stopwatch:
         that does not record or whose samples are not device time; with a device timer,
         enough that a capture's own time is at most about its rounds' calls' time (one
         before a round was timed), up to :data:`ROUNDS_PER_CAPTURE` and half the time
-        limit. A capture costs about 0.3 s on a TPU v5e whatever
-        it holds, more than a round of a few fast configs takes."""
+        limit. A capture costs about 0.3 s on a TPU v5e whatever it holds, more than a
+        round of a few fast configs takes."""
         timer = self.timer
         if not isinstance(timer, RecordingTimer) or not timer.device_time or self.serial_rounds:
             return 1
@@ -92,7 +91,6 @@ class Stopwatch:
             yield rec
             ended = time.perf_counter()
         self.capture_s = began - start + time.perf_counter() - ended
-        self._calls_s = ended - began
         self.compiler.breakdown.add("captures", self.capture_s)
         self.compiler.breakdown.add("device", rec.device_s)
 
@@ -216,12 +214,13 @@ class Stopwatch:
                 got = [timer.round(r, options, samples=options.round_samples) for r in runs]
             else:
                 with self._capture() as rec:
+                    began = time.perf_counter()
                     walls = [rec.round(r, options, samples=options.round_samples) for r in runs]
+                    self.round_s = (time.perf_counter() - began) / len(rotations)
                 device = iter(rec.results())
                 got = [
                     [w if isinstance(w, Exception) else next(device) for w in ws] for ws in walls
                 ]
-                self.round_s = self._calls_s / len(rotations)
         finally:
             self.emit(RunFinished(cid=cids[0]))
             for cid in cids:  # a call's exception came back in ``got``

@@ -219,7 +219,7 @@ class WallTimer:
             run()
             first = clock() - start  # the last warm-up call sizes the batches
         # Batch very short calls so that each sample is long enough for the clock.
-        batch = max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9)))
+        batch = _batch(options, first)
         out: list[float] = []
         if samples and first >= SLOW_CALL_S:
             # A round's warm-up of a long call is a sample: caches matter little at that
@@ -249,6 +249,12 @@ class WallTimer:
         return _Calls(module=module, warmup=warmup, batch=batch, wall=wall)
 
 
+def _batch(options: TimingOptions, first: float) -> int:
+    """How many calls a sample batches, given one call's ``first`` seconds: enough for
+    ``sample_floor_us``."""
+    return max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9)))
+
+
 def _flight_calls(
     clock: Callable[[], float],
     run: Startable,
@@ -266,7 +272,7 @@ def _flight_calls(
     start = clock()
     run()
     first = clock() - start
-    batch = max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9)))
+    batch = _batch(options, first)
     if samples:
         wanted, taken = samples, 0
         if first >= SLOW_CALL_S:  # as in a round: the warm-up is a sample
@@ -318,9 +324,7 @@ def _round_calls(
         except Exception as e:
             failed[i] = e
         firsts.append(clock() - start)
-    batches = [
-        max(1, math.ceil(options.sample_floor_us * 1e-6 / max(first, 1e-9))) for first in firsts
-    ]
+    batches = [_batch(options, first) for first in firsts]
 
     def samples_for(sample_us: float) -> int:
         floor = math.ceil(options.round_floor_us / max(sample_us, 1e-3))
