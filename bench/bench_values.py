@@ -29,6 +29,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -172,10 +173,17 @@ def tpu(work: pathlib.Path, flows: tuple[str, ...] = ("before", "after")) -> dic
     """megablox gmm's flows on the chip (``before``: made-up group sizes; ``after``: the
     program's own, through ``jaxtune tune``), each row rated against the truth."""
     mod = [sys.executable, "-m", "tests.tpu.values_gmm"]
-    if "before" in flows:
-        _run([*mod, "synthesised"], work / "before", ROOT)
-    if "after" in flows:
-        _run([sys.executable, "-m", "jaxtune", "tune", "--", *mod], work / "after", ROOT)
+    runs = {
+        "before": [*mod, "synthesised"],
+        "after": [sys.executable, "-m", "jaxtune", "tune", "--", *mod],
+    }
+    for flow in flows:
+        start = time.perf_counter()
+        _run(runs[flow], work / flow, ROOT)
+        # Each flow's sweep as soon as it ends (the truth takes minutes more on the chip).
+        entry = _entries(work / flow, ROOT)["tpu.gmm"]
+        took = time.perf_counter() - start
+        print(f"{flow}: {took:.1f} s, sweep phases {entry.get('phases', {})}", flush=True)
     truth_s = json.loads(_run([*mod, "truth"], work / "truth", ROOT).stdout.splitlines()[-1])
     truth = {k: v * 1e6 for k, v in truth_s.items()}
     row = {

@@ -293,6 +293,10 @@ def test_a_sweep_with_the_profiler_timer_in_the_child_records_it(fast_timing):
     (entry,) = loop.tune(X).values()
     assert (entry.timer, entry.timing, dict(entry.config)) == ("profiler", "forward", {"reps": 2})
     assert entry.summary()["timer"] == "profiler"
+    # Where the timing phases' time went: the traces' own cost, split, and the device's.
+    phases = entry.phases
+    assert phases["captures"] >= phases["capture_stop"] + phases["capture_read"]
+    assert min(phases["capture_stop"], phases["capture_read"], phases["device"]) > 0
 
 
 @pytest.mark.child

@@ -2,7 +2,8 @@
 # outputs packed into one archive per part (a device call brings back 8 files):
 #   bash tools/tpu/batch_session.sh canary:150 headroom:330
 # Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), values (batch_values.sh),
-# probe (probe_topology.py), capture (probe_capture.py), pace|ragged|flash|gmm|tier
+# probe (probe_topology.py), capture (probe_capture.py), sweepcapture
+# (probe_sweep_capture.py), pace|ragged|flash|gmm|tier
 # (batch_pace.sh). ragged needs Tokamax's wheels carried in .whl-tok (docs/development.md).
 set -x
 FINAL=$OUT
@@ -21,6 +22,7 @@ for spec in "$@"; do
     values) script="tools/tpu/batch_values.sh" ;;
     probe) script="python3 tools/tpu/probe_topology.py" ;;
     capture) script="python3 tools/tpu/probe_capture.py" ;;
+    sweepcapture) script="python3 tools/tpu/probe_sweep_capture.py" ;;
     *) script="tools/tpu/batch_pace.sh $part" ;;
     esac
     start=$(date +%s)

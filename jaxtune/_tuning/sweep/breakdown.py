@@ -20,6 +20,8 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``rounds``: the interleaved rounds, second looks included;
 - ``captures`` (a device timer only): the part of ``first_pass`` and ``rounds`` spent
   starting, stopping and reading the timer's traces;
+- ``capture_stop`` and ``capture_read`` (a device timer only): the parts of ``captures``
+  spent stopping the traces and reading them;
 - ``device`` (a device timer only): what the calls timed in those traces took on the
   device, the measure of what the timing phases cost over the work they time;
 - ``other``: the rest of the sweep's wall time (``total`` less the phases above but
@@ -50,6 +52,8 @@ PHASES = (
     "first_pass",
     "rounds",
     "captures",
+    "capture_stop",
+    "capture_read",
     "device",
     "other",
     "total",

@@ -93,6 +93,8 @@ class Stopwatch:
         self.capture_s = began - start + time.perf_counter() - ended
         self.compiler.breakdown.add("captures", self.capture_s)
         self.compiler.breakdown.add("device", rec.device_s)
+        self.compiler.breakdown.add("capture_stop", rec.stop_s)
+        self.compiler.breakdown.add("capture_read", rec.read_s)
 
     def timed(
         self, config: Config, measure: Callable[[Callable[[], Any]], Timing]

@@ -36,6 +36,7 @@ import math
 import pathlib
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -391,8 +392,11 @@ class Recording:
         self.calls: list[_Calls] = []
         self._failed: dict[int, Exception] = {}  # by id of the run, for :meth:`round`
         self._results: list[Timing] | None = None
-        #: The seconds every execution in the trace took on the device (once it ended).
+        #: The seconds every execution in the trace took on the device, and the seconds
+        #: the trace took to stop and to read (once it ended).
         self.device_s = 0.0
+        self.stop_s = 0.0
+        self.read_s = 0.0
 
     def measure(
         self,
@@ -493,10 +497,14 @@ class ProfilerTimer(WallTimer):
             try:
                 yield rec
             finally:
+                stop = time.perf_counter()
                 jax.profiler.stop_trace()
+                rec.stop_s = time.perf_counter() - stop
+            read = time.perf_counter()
             executions = _executions(where)
             rec._results = device_timings(rec.calls, executions)
             rec.device_s = sum(duration for _, _, duration in executions) / 1e9
+            rec.read_s = time.perf_counter() - read
         finally:
             shutil.rmtree(where, ignore_errors=True)
 

@@ -1,0 +1,162 @@
+"""Probe (issue 57's timing phase): why a capture of Tokamax's ragged_dot configs costs
+far more inside a sweep (60.7 s of captures for 3.1 s of device time, 540 configs, TPU
+v5e, 2026-12-06) than a capture of plain matmuls does (0.3 s, ``probe_capture.py``)?
+
+Compiles Tokamax ragged_dot configs (bench/bench_tokamax_tpu.py's problem), then times
+captures of ``k`` configs (each config's 6 calls started back to back, as the sweep's
+first pass does) with the host tracer off: start, calls, stop, read, the trace's bytes.
+Each case is one JSON line:
+- ``quiet``: k = 1, 8, 32, 64 with 64 programs loaded and nothing else running;
+- ``busy``: k = 8, 32 while 12 threads trace and compile more configs (as the sweep's
+  compile threads do); ``busy_switch``: the same with a GIL switch interval of 0.5 ms;
+- ``loaded``: k = 8, 32 with 128 programs loaded.
+
+    python tools/tpu/probe_sweep_capture.py
+    PROBE_COUNT=4 python tools/tpu/probe_sweep_capture.py --dry   # CPU, interpret mode
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+import jax
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from bench import bench_tokamax_tpu as rd
+from jaxtune._core.xspace import xplane
+from jaxtune._tuning.sweep.timers import _walk
+
+sys.argv[1:] = [a for a in sys.argv[1:] if a != "--dry"]  # read: Tokamax's flags take argv
+
+
+def options():
+    o = jax.profiler.ProfileOptions()
+    o.python_tracer_level = 0
+    o.host_tracer_level = 0
+    o.enable_hlo_proto = False
+    return o
+
+
+def compiled(configs, args):
+    """Each config compiled (12 threads); the ones Mosaic refuses are left out."""
+
+    refused: list[str] = []
+
+    def one(config):
+        f = jax.jit(lambda a, b, g: rd._call(a, b, g, **config))
+        try:
+            return f.lower(*args).compile()
+        except Exception as e:
+            refused.append(type(e).__name__)
+            return None
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        out = [c for c in pool.map(one, configs) if c is not None]
+    print(json.dumps({"refused": sorted(set(refused)), "count": len(refused)}), flush=True)
+    return out
+
+
+def capture(programs, args, calls=6):
+    where = pathlib.Path(tempfile.mkdtemp())
+    t0 = time.perf_counter()
+    jax.profiler.start_trace(str(where), profiler_options=options())
+    t1 = time.perf_counter()
+    for p in programs:
+        outs = [p(*args) for _ in range(calls)]
+        jax.block_until_ready(outs)
+    t2 = time.perf_counter()
+    jax.profiler.stop_trace()
+    t3 = time.perf_counter()
+    size = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
+    ex = _walk(xplane.load(where))
+    t4 = time.perf_counter()
+    shutil.rmtree(where)
+    return {
+        "start_s": round(t1 - t0, 4),
+        "calls_s": round(t2 - t1, 4),
+        "stop_s": round(t3 - t2, 4),
+        "read_s": round(t4 - t3, 4),
+        "bytes": size,
+        "executions": len(ex),
+        "device_s": round(sum(d for _, _, d in ex) / 1e9, 4),
+    }
+
+
+#: Programs loaded before the quiet captures (PROBE_COUNT=4 with --dry: a quick try on CPU).
+COUNT = int(os.environ.get("PROBE_COUNT", "64"))
+
+
+def main() -> None:
+    args = rd.inputs()
+    configs = rd.all_configs(*args)
+    print(json.dumps({"devices": str(jax.devices()), "configs": len(configs)}), flush=True)
+    t = time.perf_counter()
+    # Large tiles first: most of the small-tile configs are fast to refuse or slow to run.
+    order = configs[::-1]
+    loaded = compiled(order[: COUNT * 2], args)[:COUNT]
+    print(json.dumps({"compiled": len(loaded), "s": round(time.perf_counter() - t, 1)}), flush=True)
+    for p in loaded:
+        jax.block_until_ready(p(*args))
+    for k in sorted({1, 8, 32, COUNT}):
+        for rep in range(3):
+            print(
+                json.dumps({"case": "quiet", "k": k, "rep": rep, **capture(loaded[:k], args)}),
+                flush=True,
+            )
+    more: list = []
+    worker = threading.Thread(
+        target=lambda: more.extend(compiled(order[COUNT * 2 : COUNT * 4], args))
+    )
+    worker.start()
+    time.sleep(2)
+    for k in (8, 32):
+        for rep in range(3):
+            if not worker.is_alive():
+                break
+            print(
+                json.dumps({"case": "busy", "k": k, "rep": rep, **capture(loaded[:k], args)}),
+                flush=True,
+            )
+    worker.join()
+    # The same with a shorter GIL switch interval (5 ms by default): a thread that let go of
+    # the GIL (a C++ call) gets it back sooner from a thread running Python.
+    worker = threading.Thread(
+        target=lambda: more.extend(compiled(order[COUNT * 4 : COUNT * 6], args))
+    )
+    sys.setswitchinterval(0.0005)
+    worker.start()
+    time.sleep(2)
+    for k in (8, 32):
+        for rep in range(3):
+            if not worker.is_alive():
+                break
+            print(
+                json.dumps(
+                    {"case": "busy_switch", "k": k, "rep": rep, **capture(loaded[:k], args)}
+                ),
+                flush=True,
+            )
+    worker.join()
+    sys.setswitchinterval(0.005)
+    for p in more:
+        jax.block_until_ready(p(*args))
+    print(json.dumps({"loaded": len(loaded) + len(more)}), flush=True)
+    for k in (8, 32):
+        for rep in range(3):
+            print(
+                json.dumps({"case": "loaded", "k": k, "rep": rep, **capture(more[:k], args)}),
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
