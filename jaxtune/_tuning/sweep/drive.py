@@ -128,8 +128,9 @@ def drive(
     else:
         todo = leaders(results, plan.options, plan.configs, plan.default)
         # A device timer's samples are the chip's own times, which a burst of work on the
-        # host does not lengthen: the configs far behind need no second look there.
-        window = plan.options.leader_window if measurer.device_time else None
+        # host does not lengthen: only the configs close behind the best get a second look
+        # there (each program in a look round's trace costs the chip's profiler ~35 ms).
+        window = plan.options.device_look_window if measurer.device_time else None
         second = second_look(results, todo, within=window)
         if not todo:
             # No rival within the leaders' window: the fastest races the others' second look

@@ -48,8 +48,9 @@ class TimingOptions:
     more than ``tie_within`` than the ``leaders``-th fastest leader's. Under a timer whose
     samples are device time (the profiler timer on a TPU or GPU: the calls' execution on
     the chip, from the trace), which a burst of work on the host does not lengthen, only
-    the configs whose fastest first-pass sample is within ``leader_window`` of the best
-    one's get the second look; with no rival within the window, the fastest races the next
+    the configs whose fastest first-pass sample is within ``device_look_window`` of the
+    best one's get the second look (each look round's trace costs the chip's profiler
+    about 35 ms a program in it on a TPU v5e); with no rival within the window, the fastest races the next
     fastest alone. After at least
     ``rounds`` rounds, they stop once every rival of the best is shown slower or
     equivalent within ``tie_within`` (see :mod:`jaxtune._tuning.sweep.stats`), or at
@@ -76,6 +77,7 @@ class TimingOptions:
     drop_after: int = 3
     leaders: int = 3
     leader_window: float = 2.0
+    device_look_window: float = 1.2
     tie_window: float = 2.0
     rounds: int = 6
     max_rounds: int = 200
