@@ -744,7 +744,7 @@ def test_progress_shows_configs_compiled_while_they_compile(monkeypatch):
     live = Tty()
     plan = _sweeper(fakes).task.plan
     progress = _progress.Progress("k", len(fakes), 0, live)
-    sweeper = _sweeper(fakes, on_event=_plan.progress_sink(plan, progress))
+    sweeper = _sweeper(fakes, on_event=_progress.progress_sink(plan, progress))
     configs = list(plan.configs)
     sweeper.compile(configs)
     assert "\rjaxtune: tuning k 0/5, compiled 5/5 (2 failed)" in live.getvalue()
@@ -755,13 +755,13 @@ def test_progress_shows_configs_compiled_while_they_compile(monkeypatch):
     monkeypatch.setattr(_progress, "COMPILE_LINE_S", 0.0)
     lines = io.StringIO()
     progress = _progress.Progress("k", len(fakes), 2, lines)
-    sweeper = _sweeper(fakes, on_event=_plan.progress_sink(plan, progress))
+    sweeper = _sweeper(fakes, on_event=_progress.progress_sink(plan, progress))
     sweeper.compile(configs)
     said = [line for line in lines.getvalue().splitlines() if " compiled " in line]
     assert len(said) == 5 and said[-1].startswith("jaxtune: k compiled 5/5 (2 failed) in ")
     quiet = io.StringIO()  # verbose 1: one line per sweep, none about compiling
     progress = _progress.Progress("k", len(fakes), 1, quiet)
-    _sweeper(fakes, on_event=_plan.progress_sink(plan, progress)).compile(configs)
+    _sweeper(fakes, on_event=_progress.progress_sink(plan, progress)).compile(configs)
     assert quiet.getvalue() == ""
 
 

@@ -31,6 +31,10 @@ def sines(x, *, n):
 
 
 def _module(frame) -> str | None:
+    # Code without a source file (a dataclass's generated ``__hash__`` or ``__eq__``) is
+    # nothing a reader follows.
+    if frame.f_code.co_filename.startswith("<"):
+        return None
     name = frame.f_globals.get("__name__", "")
     return name if name.startswith("jaxtune") and not name.startswith("jaxtune._core") else None
 

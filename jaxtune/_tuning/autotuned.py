@@ -33,7 +33,7 @@ from . import values as _values
 from .bound import BoundCall, KernelOptions
 from .buckets import Buckets
 from .digest import KernelCode
-from .eager import EagerCalls, bump_generation, under_differentiation
+from .eager import EagerCalls, bump_generation
 from .naming import kernel_id_for
 from .options import (
     validate_callable,
@@ -51,7 +51,12 @@ from .space import ConfigSpec
 from .state import TUNING_STATE
 from .sweep.runner import prestart_child
 from .sweep.search import Budget, strategy_of
-from .sweep_rules import differentiated_calls, differentiated_now, is_differentiated
+from .sweep_rules import (
+    differentiated_calls,
+    differentiated_now,
+    is_differentiated,
+    under_differentiation,
+)
 
 __all__ = ["Autotuned", "registry", "retrace_jitted_functions"]
 

@@ -16,23 +16,18 @@ kernel, any jaxtune call), renew only the eager jits (:func:`caches_changed`), s
 caller's own jitted functions are not traced again. ``inline=True`` makes the jit vanish
 into an enclosing trace, so inside the user's own ``jax.jit``, ``grad`` or ``vmap`` the
 kernel's operations sit where they did without it; the kernel finds out whether it is
-differentiated from the chain of traces (:func:`under_differentiation`).
+differentiated from the chain of traces
+(:func:`~jaxtune._tuning.sweep_rules.under_differentiation`).
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import jax
-
-try:  # the chain of traces (see under_differentiation); absent: no chain to read
-    _jax_core: Any = importlib.import_module("jax._src.core")
-except ImportError:  # pragma: no cover - a JAX without it
-    _jax_core = None
 
 from .._core import settings as _settings
 from .._core.errors import SettingsError
@@ -47,7 +42,6 @@ __all__ = [
     "caches_changed",
     "eager_jit",
     "renew_on_cache_change",
-    "under_differentiation",
 ]
 
 # Part of jit's cache key: bumped after explicit tuning, so jitted functions (and the
@@ -87,28 +81,6 @@ def caches_changed() -> None:
     reasons: a sweep at trace time must not make the step it runs in compile twice."""
     for owner in list(_OWNERS):
         owner.renew()
-
-
-#: JAX's traces of differentiation: ``jax.jvp`` (JVPTrace) and ``jax.grad``/``jax.vjp``
-#: (LinearizeTrace where JAX linearizes directly, JVPTrace before).
-_AD_TRACES = frozenset({"JVPTrace", "LinearizeTrace"})
-
-
-def under_differentiation() -> bool:
-    """Whether the current trace sits inside JAX's differentiation (``jax.grad``,
-    ``jax.vjp``, ``jax.jvp``, ``jax.linearize``), seen from a trace below it: each of JAX's
-    traces keeps the trace it was started from (``parent_trace``), so the eager jit's own
-    trace of a call made under ``jax.grad``, or the trace of ``f`` in
-    ``jax.grad(jax.jit(f))``, finds the differentiating trace under it. ``False`` where
-    this JAX keeps no such chain."""
-    trace = getattr(getattr(_jax_core, "trace_ctx", None), "trace", None)
-    seen = 0
-    while trace is not None and seen < 64:
-        if type(trace).__name__ in _AD_TRACES:
-            return True
-        trace = getattr(trace, "parent_trace", None)
-        seen += 1
-    return False
 
 
 def _overridden(values: Mapping[str, Any]) -> Any:

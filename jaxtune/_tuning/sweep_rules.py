@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -31,6 +32,11 @@ from .sweep.entry import make_entry
 from .sweep.stats import SweepOutcome
 from .sweep.work import SweepPlan
 
+try:  # the chain of traces (see under_differentiation); absent: no chain to read
+    _jax_core: Any = importlib.import_module("jax._src.core")
+except ImportError:  # pragma: no cover - a JAX without it
+    _jax_core = None
+
 __all__ = [
     "Retunes",
     "differentiated_calls",
@@ -38,6 +44,7 @@ __all__ = [
     "is_differentiated",
     "keep",
     "pass_now",
+    "under_differentiation",
 ]
 
 #: Whether the call being looked up was traced under ``jax.grad``/``jax.vjp`` (so that
@@ -58,6 +65,28 @@ def differentiated_now() -> bool:
     """Whether the lookup running now is for a differentiated call (see
     :func:`differentiated_calls`)."""
     return _DIFFERENTIATED.get()
+
+
+#: JAX's traces of differentiation: ``jax.jvp`` (JVPTrace) and ``jax.grad``/``jax.vjp``
+#: (LinearizeTrace where JAX linearizes directly, JVPTrace before).
+_AD_TRACES = frozenset({"JVPTrace", "LinearizeTrace"})
+
+
+def under_differentiation() -> bool:
+    """Whether the current trace sits inside JAX's differentiation (``jax.grad``,
+    ``jax.vjp``, ``jax.jvp``, ``jax.linearize``), seen from a trace below it: each of JAX's
+    traces keeps the trace it was started from (``parent_trace``), so the eager jit's own
+    trace of a call made under ``jax.grad``, or the trace of ``f`` in
+    ``jax.grad(jax.jit(f))``, finds the differentiating trace under it. ``False`` where
+    this JAX keeps no such chain."""
+    trace = getattr(getattr(_jax_core, "trace_ctx", None), "trace", None)
+    seen = 0
+    while trace is not None and seen < 64:
+        if type(trace).__name__ in _AD_TRACES:
+            return True
+        trace = getattr(trace, "parent_trace", None)
+        seen += 1
+    return False
 
 
 @contextlib.contextmanager

@@ -52,6 +52,7 @@ __all__ = [
     "Lowering",
     "Refuse",
     "RefusedError",
+    "Relay",
     "UnexportedError",
     "blame_jaxtune",
     "compile_threads",
@@ -64,6 +65,19 @@ __all__ = [
 
 #: ``on_event(event)``: each step, as one of :data:`~jaxtune._isolation.frames.Event`.
 EventSink = Callable[[Event], None]
+
+
+class Relay:
+    """An event sink that passes each event on to ``target``, which can be replaced after
+    the relay was handed out (a test follows a sweeper's events from some point on)."""
+
+    def __init__(self, target: EventSink) -> None:
+        self.target = target
+
+    def __call__(self, event: Event) -> None:
+        self.target(event)
+
+
 #: A config's compile outcome as it becomes known: its id, and its failure or ``None``
 #: (or what the engine's own code raised while on it, for the waiter to raise).
 Compiled = tuple[str, Failure | BaseException | None]

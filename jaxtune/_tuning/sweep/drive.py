@@ -18,12 +18,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..._core.vocabulary import Config, Failure, Measurement, config_id
-from ..._isolation.frames import CompileFinished, ConfigResult, Event
 from .breakdown import Breakdown
-from .compile import EventSink
 from .engine import Sweeper
-from .progress import Progress
-from .search import configs_to_measure, run_search, strategy_of
+from .progress import Progress, progress_sink
+from .search import Search, configs_to_measure, strategy_of
 from .stats import SweepOutcome, finish, leaders, second_look
 from .timers import Timer
 from .work import Rounds, SweepPlan, SweepTask
@@ -34,27 +32,10 @@ __all__ = [
     "best_of",
     "drive",
     "new_progress",
-    "progress_sink",
     "run_sweep",
 ]
 
 Result = Measurement | Failure
-
-
-def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
-    """An event sink that advances ``progress`` for each config of the space: as it
-    compiles, and as it is measured or fails."""
-    in_space = {config_id(c) for c in plan.configs}
-
-    def sink(event: Event) -> None:
-        if event.cid not in in_space:
-            return
-        if isinstance(event, ConfigResult):
-            progress.update(event.result)
-        elif isinstance(event, CompileFinished):
-            progress.compile_done(event.cid, failed=event.seconds is None)
-
-    return sink
 
 
 def new_progress(plan: SweepPlan) -> Progress:
@@ -110,14 +91,16 @@ def drive(
     each measurement its calls."""
     start = time.perf_counter()
     batches = _Batches(plan, measurer)
-    results, searched = run_search(
+    search = Search(
         [dict(c) for c in plan.configs],
         dict(plan.default),
         strategy=strategy_of(plan.search),
         budget=plan.budget,
-        measure=batches.measure,
         config_id=config_id,
     )
+    while (configs := search.next_batch()) is not None:
+        search.record(batches.measure(configs))
+    results, searched = search.results, search.searched
     live = [m for m in results.values() if isinstance(m, Measurement) and not m.dropped]
     if live and all(m.rounds_us for m in live):  # timed side by side already
         retimed: Mapping[str, Result] = {

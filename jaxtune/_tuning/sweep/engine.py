@@ -25,7 +25,7 @@ from typing import Any
 from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult, Event
 from .breakdown import Breakdown
-from .compile import Compiler, EventSink
+from .compile import Compiler, EventSink, Relay
 from .first_pass import first_pass
 from .first_run import FirstRuns
 from .measure import Stopwatch
@@ -53,7 +53,8 @@ class Sweeper:
         compiler: Callable[..., Compiler] = Compiler,
     ) -> None:
         self.timer: Timer = timer or timer_for(task.plan.timer)
-        self.emit: EventSink = on_event or _ignore
+        #: Each part's events go to :attr:`emit` (which may be replaced afterwards).
+        self._relay = Relay(on_event or _ignore)
         #: Where the time goes (see :mod:`.breakdown`).
         self.breakdown = Breakdown()
         self.compiler = compiler(task, emit=self._relay, breakdown=self.breakdown)
@@ -64,9 +65,14 @@ class Sweeper:
         self._timed_programs: dict[str, Config] = {}
         self._results: dict[str, Result] = {}
 
-    def _relay(self, event: Event) -> None:
-        # ``emit`` may be replaced after the parts were made (a test follows the events).
-        self.emit(event)
+    @property
+    def emit(self) -> EventSink:
+        """Where the sweep's events go."""
+        return self._relay.target
+
+    @emit.setter
+    def emit(self, sink: EventSink) -> None:
+        self._relay.target = sink
 
     @property
     def task(self) -> SweepTask:

@@ -14,12 +14,15 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from ..._core.vocabulary import Failure, Measurement, config_id, pass_text
+from ..._isolation.frames import CompileFinished, ConfigResult, Event
 from .breakdown import breakdown_text
 
 if TYPE_CHECKING:
+    from .compile import EventSink
     from .stats import SweepOutcome
+    from .work import SweepPlan
 
-__all__ = ["COMPILE_LINE_S", "Progress"]
+__all__ = ["COMPILE_LINE_S", "Progress", "progress_sink"]
 
 #: At ``JAXTUNE_VERBOSE=2``, seconds between two lines about compiling (and the last).
 COMPILE_LINE_S = 5.0
@@ -171,3 +174,19 @@ def _decided(outcome: SweepOutcome) -> str:
     what = "a tie with" if outcome.decision == "tie" else "undecided vs"
     extra = "" if outcome.decision == "tie" else ", the rounds ran out"
     return f" ({what} {config_id(m.rival)}: {m.ratio:.2f}x{span}{extra})"
+
+
+def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
+    """An event sink that advances ``progress`` for each config of the space: as it
+    compiles, and as it is measured or fails."""
+    in_space = {config_id(c) for c in plan.configs}
+
+    def sink(event: Event) -> None:
+        if event.cid not in in_space:
+            return
+        if isinstance(event, ConfigResult):
+            progress.update(event.result)
+        elif isinstance(event, CompileFinished):
+            progress.compile_done(event.cid, failed=event.seconds is None)
+
+    return sink

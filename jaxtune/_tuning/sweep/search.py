@@ -34,6 +34,7 @@ __all__ = [
     "Exhaustive",
     "Model",
     "Random",
+    "Search",
     "SearchState",
     "Searched",
     "Strategy",
@@ -363,6 +364,84 @@ class Searched:
 Measure = Callable[[list[Config]], Mapping[str, Any]]
 
 
+class Search:
+    """A search under way over ``space``: :meth:`next_batch` gives the configs
+    ``strategy`` proposes next (``None`` once it stops or the budget is spent), and
+    :meth:`record` takes their results (``Measurement | Failure`` by config id). The default
+    is in the first batch (as the reference), also when outside the space. The caller
+    measures each batch where it likes: nothing here calls back."""
+
+    def __init__(
+        self,
+        space: Sequence[Config],
+        default: Config,
+        *,
+        strategy: Strategy,
+        budget: Budget | None,
+        config_id: Callable[[Mapping[str, Any]], str],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # A config listed twice is one config (measured once, counted once).
+        unique: dict[str, Config] = {}
+        for c in space:
+            unique.setdefault(config_id(c), c)
+        self.space = list(unique.values())
+        self.default = default
+        self.strategy = strategy
+        self._where = {cid: i for i, cid in enumerate(unique)}
+        self._default_index = self._where.get(config_id(default))
+        self._cap = configs_to_measure(strategy, budget, len(self.space))
+        self._seconds = budget.seconds if budget is not None else None
+        self._clock = clock
+        self._start = clock()
+        #: Every result recorded, by config id.
+        self.results: dict[str, Any] = {}
+        self._times: dict[int, float | None] = {}
+
+    def next_batch(self) -> list[Config] | None:
+        """The next configs to measure, or ``None`` when the search is over."""
+        times, cap, space = self._times, self._cap, self.space
+        if len(times) >= cap or (
+            self._seconds is not None and self._clock() - self._start >= self._seconds
+        ):
+            return None
+        state = SearchState(
+            space=tuple(space),
+            default=self._default_index,
+            times=dict(times),
+            remaining=cap - len(times),
+            budget=cap,
+        )
+        wanted = [i for i in self.strategy.propose(state) if 0 <= i < len(space) and i not in times]
+        batch = list(dict.fromkeys(wanted))[: state.remaining]
+        if self._seconds is not None:
+            batch = batch[:_SECONDS_BATCH]
+        if not batch:
+            return None
+        first = not self.results
+        default_index = self._default_index
+        if first and default_index is not None and default_index not in batch:
+            # The default is the reference every other config is checked against.
+            batch = [default_index, *batch[: state.remaining - 1]]
+        configs = [dict(space[i]) for i in batch]
+        if first and default_index is None:
+            configs.insert(0, dict(self.default))
+        return configs
+
+    def record(self, got: Mapping[str, Any]) -> None:
+        """The results of a batch (each config's ``Measurement | Failure`` by id)."""
+        self.results.update(got)
+        for cid, result in self.results.items():
+            if cid in self._where:
+                self._times[self._where[cid]] = _time_of(result)
+
+    @property
+    def searched(self) -> Searched:
+        return Searched(
+            strategy=self.strategy.name, measured=len(self._times), total=len(self.space)
+        )
+
+
 def run_search(
     space: Sequence[Config],
     default: Config,
@@ -373,49 +452,14 @@ def run_search(
     config_id: Callable[[Mapping[str, Any]], str],
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[dict[str, Any], Searched]:
-    """Measures what ``strategy`` proposes until it stops or the budget is spent.
-
-    ``measure(configs)`` returns each config's ``Measurement | Failure`` by config id. The
-    default is measured in the first batch (as the reference), also when outside the space.
-    """
-    # A config listed twice is one config (measured once, counted once).
-    unique: dict[str, Config] = {}
-    for c in space:
-        unique.setdefault(config_id(c), c)
-    space = list(unique.values())
-    where = {cid: i for i, cid in enumerate(unique)}
-    default_index = where.get(config_id(default))
-    cap = configs_to_measure(strategy, budget, len(space))
-    seconds = budget.seconds if budget is not None else None
-    results: dict[str, Any] = {}
-    times: dict[int, float | None] = {}
-    start = clock()
-    while len(times) < cap and not (seconds is not None and clock() - start >= seconds):
-        state = SearchState(
-            space=tuple(space),
-            default=default_index,
-            times=dict(times),
-            remaining=cap - len(times),
-            budget=cap,
-        )
-        wanted = [i for i in strategy.propose(state) if 0 <= i < len(space) and i not in times]
-        batch = list(dict.fromkeys(wanted))[: state.remaining]
-        if seconds is not None:
-            batch = batch[:_SECONDS_BATCH]
-        if not batch:
-            break
-        first = not results
-        if first and default_index is not None and default_index not in batch:
-            # The default is the reference every other config is checked against.
-            batch = [default_index, *batch[: state.remaining - 1]]
-        configs = [dict(space[i]) for i in batch]
-        if first and default_index is None:
-            configs.insert(0, dict(default))
-        results.update(measure(configs))
-        for cid, result in results.items():
-            if cid in where:
-                times[where[cid]] = _time_of(result)
-    return results, Searched(strategy=strategy.name, measured=len(times), total=len(space))
+    """Measures what ``strategy`` proposes until it stops or the budget is spent
+    (:class:`Search`, each batch measured by ``measure(configs)``)."""
+    search = Search(
+        space, default, strategy=strategy, budget=budget, config_id=config_id, clock=clock
+    )
+    while (configs := search.next_batch()) is not None:
+        search.record(measure(configs))
+    return search.results, search.searched
 
 
 def _time_of(result: Any) -> float | None:
