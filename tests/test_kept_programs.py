@@ -120,3 +120,31 @@ def test_without_flatbuffers_nothing_is_kept_and_the_sweep_is_as_before(
     assert sorted(first) == [2, 3, 4]
     assert all(m.ok for m in outcome.measurements)
     assert not _kept(store_on)
+
+
+def test_a_kept_record_is_typed_and_read_only_when_it_is_the_stores_own(tmp_path):
+    store = kept_programs.KeptPrograms(tmp_path)
+    store.save("a=1", b"program")
+    assert store.load("a=1") == b"program"
+    path = next(tmp_path.glob("*.msgpack"))
+    raw = msgpack.unpackb(path.read_bytes(), raw=False)
+    assert raw == {"format": "jaxtune.lowered", "v": 1, "config": "a=1", "exported": b"program"}
+    # A record written before the typed codec ("version", not "v") still reads.
+    old = {"format": "jaxtune.lowered", "version": 1, "config": "a=1", "exported": b"old"}
+    path.write_bytes(msgpack.packb(old, use_bin_type=True))
+    assert store.load("a=1") == b"old"
+    untagged = {k: v for k, v in raw.items() if k != "format"}
+    for wrong in (
+        {**raw, "format": "other"},
+        {**raw, "v": 2},  # a later version
+        {**raw, "exported": "text"},
+        {**raw, "config": "a=2"},
+        untagged,
+        [1, 2],
+    ):
+        path.write_bytes(msgpack.packb(wrong, use_bin_type=True))
+        assert store.load("a=1") is None, wrong
+    store.trusted = True
+    assert store.remember_failure("a=1", "Mosaic failed: scoped vmem exceeded")
+    assert store.failure("a=1") == "Mosaic failed: scoped vmem exceeded"
+    assert not store.remember_failure("a=1", "out of host memory")

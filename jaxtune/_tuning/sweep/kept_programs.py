@@ -39,11 +39,12 @@ import os
 import pathlib
 import re
 import tempfile
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import msgpack
 
+from ..._core import typed
 from ..state import TUNING_STATE
 from .compile_cache import own_folder
 
@@ -53,6 +54,22 @@ __all__ = ["KEPT_DIR", "KeptPrograms", "deterministic", "serialisable", "task_ke
 KEPT_DIR = "lowered"
 _FORMAT = "jaxtune.lowered"
 _VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Kept:
+    """One file of the store: config ``config``'s serialised program (``exported``), or
+    the failure it meets on every compile (``failed``). Read by :mod:`jaxtune._core.typed`:
+    a file of another format, a later version or the wrong field types is none of this
+    store's."""
+
+    WIRE_TAG: ClassVar[tuple[str, str]] = ("format", _FORMAT)
+    WIRE_VERSION: ClassVar[int] = _VERSION
+
+    config: str
+    exported: bytes | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    failed: str | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+
 
 #: JAX options that change what a function traces to.
 _TRACING_OPTIONS = (
@@ -158,14 +175,13 @@ class KeptPrograms:
         """Config ``cid``'s serialised program, ``None`` when none is kept (or unreadable)."""
         if self.trusted is False or not self.exportable:
             return None
-        found = self._read(self._path(cid), cid, "exported")
-        return found if isinstance(found, bytes) else None
+        found = self._read(self._path(cid), cid)
+        return found.exported if found is not None else None
 
     def save(self, cid: str, exported: bytes) -> None:
         """Keeps ``exported`` (config ``cid``'s serialised program); a failure to write
         only costs the next sweep a lowering."""
-        record = {"format": _FORMAT, "version": _VERSION, "config": cid, "exported": exported}
-        self._write(self._path(cid), record)
+        self._write(self._path(cid), _Kept(config=cid, exported=exported))
 
     def failure(self, cid: str) -> str | None:
         """Why config ``cid`` failed deterministically in an earlier sweep under the same
@@ -173,24 +189,21 @@ class KeptPrograms:
         trusted yet: a failure is taken only once a kept program matched a fresh lowering)."""
         if not self.trusted:
             return None
-        found = self._read(self._failure_path(cid), cid, "failed")
-        return found if isinstance(found, str) else None
+        found = self._read(self._failure_path(cid), cid)
+        return found.failed if found is not None else None
 
-    def _read(self, path: pathlib.Path, cid: str, field: str) -> Any:
-        """Field ``field`` of config ``cid``'s record at ``path``, ``None`` where there is
-        none or it is not one of this store's."""
+    def _read(self, path: pathlib.Path, cid: str) -> _Kept | None:
+        """Config ``cid``'s record at ``path``, ``None`` where there is none or it is not
+        one of this store's."""
         try:
-            record = msgpack.unpackb(path.read_bytes(), raw=False)
-        except (OSError, ValueError, msgpack.UnpackException):
+            raw = msgpack.unpackb(path.read_bytes(), raw=False)
+            record = typed.decode(_Kept, raw)
+        except (OSError, ValueError, msgpack.UnpackException):  # MismatchError included
             return None
-        if (
-            not isinstance(record, dict)
-            or record.get("format") != _FORMAT
-            or record.get("version") != _VERSION
-            or record.get("config") != cid
-        ):
+        # The format's tag must be there, and the record be the config's own.
+        if not isinstance(raw, dict) or raw.get("format") != _FORMAT or record.config != cid:
             return None
-        return record.get(field)
+        return record
 
     def remember_failure(self, cid: str, reason: str) -> bool:
         """Keeps config ``cid``'s failure, where it is one the same program always meets
@@ -198,8 +211,7 @@ class KeptPrograms:
         was kept."""
         if not deterministic(reason):
             return False
-        record = {"format": _FORMAT, "version": _VERSION, "config": cid, "failed": reason}
-        return self._write(self._failure_path(cid), record)
+        return self._write(self._failure_path(cid), _Kept(config=cid, failed=reason))
 
     def has(self, cid: str) -> bool:
         """Whether a program or a failure of config ``cid`` is kept (not read: cheap)."""
@@ -213,13 +225,13 @@ class KeptPrograms:
     def _failure_path(self, cid: str) -> pathlib.Path:
         return self._path(cid).with_suffix(".failure")
 
-    def _write(self, path: pathlib.Path, record: dict[str, Any]) -> bool:
+    def _write(self, path: pathlib.Path, record: _Kept) -> bool:
         tmp = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(msgpack.packb(record, use_bin_type=True))
+                f.write(msgpack.packb(typed.encode(record), use_bin_type=True))
             os.replace(tmp, path)
             return True
         except OSError:
