@@ -268,3 +268,33 @@ def test_an_entrys_decision_text_names_its_intervals_level(decision, ratio, text
     margin = {"rival": {"block": 4}, "ratio": ratio, "low": 1.25, "high": 1.40}
     assert entry(decision=decision, margin=margin).decision_text() == text
     assert entry(decision="single").decision_text() == "single"
+
+
+def test_the_outer_layout_is_read_by_the_typed_codec_and_a_bad_field_is_named():
+    from jaxtune._core.codec import DecodeError
+    from jaxtune._tuning.store import layout
+
+    two = layout.encode("k", "cpu", {("", "a"): b"x"})
+    assert unpackb(two) == {
+        "format": "jaxtune.cache",
+        "schema": 2,
+        "kernel": "k",
+        "device_kind": "cpu",
+        "kernel_version": "",
+        "entries": {"a": b"x"},
+    }
+    three = layout.encode("k", "cpu", {("", "a"): b"x", ("v2", "a"): b"y"})
+    assert layout.parse(three) == {("", "a"): b"x", ("v2", "a"): b"y"}
+    # Written before kernel versions: the entries name theirs.
+    head = {"format": "jaxtune.cache", "schema": 2}
+    assert layout.parse(packb({**head, "entries": {"a": b"x"}})) == {(None, "a"): b"x"}
+    for bad, field in (
+        ({**head, "entries": {1: b"x"}}, "entries"),
+        ({**head, "entries": [1]}, "entries"),
+        ({**head, "entries": {}, "kernel_version": 3}, "kernel_version"),
+        ({**head, "schema": 3, "kernel_versions": {"": [1]}}, "kernel_versions"),
+        ({**head, "entries": {}, "kernel": 5}, "kernel"),
+        (head, "entries"),
+    ):
+        with pytest.raises(DecodeError, match=field):
+            layout.parse(packb(bad))

@@ -32,10 +32,12 @@ written.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..._core import typed
 from ..._core.codec import DecodeError, packb, unpackb
 from ..._core.errors import CacheError
 from ..._core.vocabulary import Entry
@@ -110,10 +112,25 @@ class FutureSchemaError(Exception):
         )
 
 
-def _by_key(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise DecodeError(f"the {what} field is not a dict keyed by str")
-    return value
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _File:
+    """A cache file's outer map, read by :mod:`jaxtune._core.typed` once its ``format``
+    and ``schema`` were checked (:func:`parse`); its entries stay raw (bytes, or maps in
+    schema 1), decoded one at a time. Schemas 1 and 2 hold ``entries`` (schema 2 with the
+    ``kernel_version`` they share, ``None`` where an earlier jaxtune wrote none), schema 3
+    ``kernel_versions``."""
+
+    format: str = CACHE_FORMAT
+    schema: int
+    kernel: str = ""
+    device_kind: str = ""
+    kernel_version: str | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    entries: Mapping[str, Any] = dataclasses.field(
+        default_factory=dict, metadata=typed.OMIT_DEFAULT
+    )
+    kernel_versions: Mapping[str, Mapping[str, Any]] = dataclasses.field(
+        default_factory=dict, metadata=typed.OMIT_DEFAULT
+    )
 
 
 def parse(data: bytes) -> dict[RawIdent, Any]:
@@ -134,18 +151,21 @@ def parse(data: bytes) -> dict[RawIdent, Any]:
         raise FutureSchemaError(schema)
     if schema < 1:
         raise DecodeError(f"schema {schema} is no jaxtune cache schema (1 to {CACHE_SCHEMA})")
+    held = "kernel_versions" if schema == 3 else "entries"
+    if held not in doc:
+        raise DecodeError(f"the '{held}' field is missing")
+    try:
+        file = typed.decode(_File, doc, "cache file")
+    except typed.MismatchError as e:
+        raise DecodeError(str(e)) from None
     if schema == 3:
-        versions = _by_key(doc.get("kernel_versions"), "'kernel_versions'")
-        out: dict[RawIdent, Any] = {}
-        for version, entries in versions.items():
-            for key, raw in _by_key(entries, f"'kernel_versions'[{version!r}]").items():
-                out[version, key] = raw
-        return out
-    entries = _by_key(doc.get("entries"), "'entries'")
-    shared = doc.get("kernel_version", ANY_VERSION) if schema == 2 else ANY_VERSION
-    if shared is not ANY_VERSION and not isinstance(shared, str):
-        raise DecodeError("the 'kernel_version' field is not a str")
-    return {(shared, key): raw for key, raw in entries.items()}
+        return {
+            (version, key): raw
+            for version, entries in file.kernel_versions.items()
+            for key, raw in entries.items()
+        }
+    shared = file.kernel_version if schema == 2 else ANY_VERSION
+    return {(shared, key): raw for key, raw in file.entries.items()}
 
 
 def blob(entry: Entry) -> bytes:
@@ -195,14 +215,17 @@ def blobs(
 def encode(kernel: str, device_kind: str, entries: Mapping[Ident, bytes]) -> bytes:
     """A whole cache file holding ``entries`` (identity -> :func:`blob`): schema 2 when
     they share one kernel version, else schema 3."""
-    head = {"format": CACHE_FORMAT, "kernel": kernel, "device_kind": device_kind}
     versions: dict[str, dict[str, bytes]] = {}
     for (version, key), data in entries.items():
         versions.setdefault(version, {})[key] = data
     if len(versions) <= 1:
         ((version, by_key),) = versions.items() or [("", {})]
-        return packb({"schema": 2, **head, "kernel_version": version, "entries": by_key})
-    return packb({"schema": 3, **head, "kernel_versions": versions})
+        file = _File(
+            schema=2, kernel=kernel, device_kind=device_kind, kernel_version=version, entries=by_key
+        )
+    else:
+        file = _File(schema=3, kernel=kernel, device_kind=device_kind, kernel_versions=versions)
+    return packb(typed.encode(file))
 
 
 def decode(where: RawIdent, raw: Any) -> Entry:
