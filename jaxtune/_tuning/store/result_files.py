@@ -12,11 +12,13 @@ so ``TuningResult.load`` reads these files too (keeping one version of each key)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 from collections.abc import Iterable
 from typing import Any
 
+from ..._core import typed
 from ..._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from ..._core.errors import CacheError
 from ..._core.vocabulary import Entry
@@ -38,6 +40,17 @@ SCHEMA_VERSION = 1
 
 #: An entry's identity across files: kernel, device kind, kernel version, key.
 EntryKey = tuple[str, str, str, str]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _File:
+    """A TuningResult file, read by :mod:`jaxtune._core.typed` once its ``format`` and
+    ``schema`` were checked (:func:`records`); its entries stay raw maps, each checked as
+    an :class:`~jaxtune._core.vocabulary.Entry` by whoever loads them."""
+
+    schema: int = SCHEMA_VERSION
+    format: str = RESULT_FORMAT
+    entries: list[Any]
 
 
 def identity(entry: Entry) -> EntryKey:
@@ -73,10 +86,10 @@ def records(data: bytes) -> list[Any]:
             f"this TuningResult has schema {schema}, newer than this jaxtune understands "
             f"({SCHEMA_VERSION}); upgrade jaxtune to read it."
         )
-    entries = doc.get("entries")
-    if not isinstance(entries, list):
-        raise CacheError("not a jaxtune TuningResult: 'entries' should be a list.")
-    return entries
+    try:
+        return typed.decode(_File, doc, "TuningResult").entries
+    except typed.MismatchError:
+        raise CacheError("not a jaxtune TuningResult: 'entries' should be a list.") from None
 
 
 def load(path: str | os.PathLike[str]) -> list[Entry]:
@@ -105,13 +118,7 @@ def load(path: str | os.PathLike[str]) -> list[Entry]:
 def dumps(entries: Iterable[Entry]) -> bytes:
     """A TuningResult file holding ``entries``, every kernel version kept."""
     unique = {identity(e): e for e in entries}
-    return packb(
-        {
-            "schema": SCHEMA_VERSION,
-            "format": RESULT_FORMAT,
-            "entries": [e.to_dict() for e in unique.values()],
-        }
-    )
+    return packb(typed.encode(_File(entries=[e.to_dict() for e in unique.values()])))
 
 
 def save(path: str | os.PathLike[str], entries: Iterable[Entry]) -> pathlib.Path:

@@ -85,7 +85,7 @@ def drive(
     one batch (at most the options' ``first_pass_above`` configs) is timed in interleaved
     rounds straight away, which takes the place of the first pass and the re-timing; so is
     a whole space measured in one batch when the kernel is slow. Under a device timer only
-    the configs within the leaders' window get the second look (see
+    the configs within ``device_look_window`` of the best get the second look (see
     :class:`~.samples.TimingOptions`); with no rival there, the next fastest races alone. ``breakdown`` gathers
     where the time went (the measurers add to it); the outcome carries its phases, and
     each measurement its calls."""
