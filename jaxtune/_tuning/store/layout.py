@@ -115,22 +115,24 @@ class FutureSchemaError(Exception):
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class _File:
     """A cache file's outer map, read by :mod:`jaxtune._core.typed` once its ``format``
-    and ``schema`` were checked (:func:`parse`); its entries stay raw (bytes, or maps in
-    schema 1), decoded one at a time. Schemas 1 and 2 hold ``entries`` (schema 2 with the
-    ``kernel_version`` they share, ``None`` where an earlier jaxtune wrote none), schema 3
-    ``kernel_versions``."""
+    and ``schema`` were checked (:func:`parse`: only the fields its schema holds are read,
+    as before); its entries stay raw (bytes, or maps in schema 1), decoded one at a time.
+    Schemas 1 and 2 hold ``entries`` (schema 2 with the ``kernel_version`` they share,
+    ``None`` where an earlier jaxtune wrote none), schema 3 ``kernel_versions``."""
 
     format: str = CACHE_FORMAT
     schema: int
     kernel: str = ""
     device_kind: str = ""
     kernel_version: str | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
-    entries: Mapping[str, Any] = dataclasses.field(
-        default_factory=dict, metadata=typed.OMIT_DEFAULT
+    entries: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    kernel_versions: Mapping[str, Mapping[str, Any]] | None = dataclasses.field(
+        default=None, metadata=typed.OMIT_DEFAULT
     )
-    kernel_versions: Mapping[str, Mapping[str, Any]] = dataclasses.field(
-        default_factory=dict, metadata=typed.OMIT_DEFAULT
-    )
+
+
+#: The fields of each schema's outer map that a read takes (the others are left alone).
+_READ = {1: ("entries",), 2: ("entries", "kernel_version"), 3: ("kernel_versions",)}
 
 
 def parse(data: bytes) -> dict[RawIdent, Any]:
@@ -154,18 +156,19 @@ def parse(data: bytes) -> dict[RawIdent, Any]:
     held = "kernel_versions" if schema == 3 else "entries"
     if held not in doc:
         raise DecodeError(f"the '{held}' field is missing")
+    read = {name: doc[name] for name in _READ[schema] if name in doc}
     try:
-        file = typed.decode(_File, doc, "cache file")
+        file = typed.decode(_File, {"schema": schema, **read}, "cache file")
     except typed.MismatchError as e:
         raise DecodeError(str(e)) from None
-    if schema == 3:
+    if file.kernel_versions is not None:
         return {
             (version, key): raw
             for version, entries in file.kernel_versions.items()
             for key, raw in entries.items()
         }
-    shared = file.kernel_version if schema == 2 else ANY_VERSION
-    return {(shared, key): raw for key, raw in file.entries.items()}
+    assert file.entries is not None  # checked above: schemas 1 and 2 hold them
+    return {(file.kernel_version, key): raw for key, raw in file.entries.items()}
 
 
 def blob(entry: Entry) -> bytes:

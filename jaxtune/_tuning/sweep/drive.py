@@ -86,7 +86,8 @@ def drive(
     rounds straight away, which takes the place of the first pass and the re-timing; so is
     a whole space measured in one batch when the kernel is slow. Under a device timer only
     the configs within ``device_look_window`` of the best get the second look (see
-    :class:`~.samples.TimingOptions`); with no rival there, the next fastest races alone. ``breakdown`` gathers
+    :class:`~.samples.TimingOptions`), and with no rival within the leaders' window the
+    next fastest races alone. ``breakdown`` gathers
     where the time went (the measurers add to it); the outcome carries its phases, and
     each measurement its calls."""
     start = time.perf_counter()

@@ -52,8 +52,8 @@ class TimingOptions:
     the chip, from the trace), which a burst of work on the host does not lengthen, only
     the configs whose fastest first-pass sample is within ``device_look_window`` of the
     best one's get the second look (each look round's trace costs the chip's profiler
-    about 35 ms a program in it on a TPU v5e); with no rival within the window, the fastest races the next
-    fastest alone. After at least
+    about 35 ms a program in it on a TPU v5e); with no rival within ``leader_window``,
+    the fastest races the next fastest alone. After at least
     ``rounds`` rounds, they stop once every rival of the best is shown slower or
     equivalent within ``tie_within`` (see :mod:`jaxtune._tuning.sweep.stats`), or at
     ``max_rounds`` rounds or ``max_rounds_s`` seconds. From round ``behind_after_rounds`` on,

@@ -1,9 +1,11 @@
 """Both sides. Which configs a sweep measures: search strategies under a budget.
 
 A strategy looks at what has been measured so far (:class:`SearchState`) and proposes the
-next configs; :func:`run_search` measures them in batches until the strategy has nothing
-more to propose or the :class:`Budget` (configs and/or seconds) is spent. The driver knows
-nothing about where configs run: ``measure`` is the runner's (this process or the child).
+next configs; a :class:`Search` hands them out in batches (:meth:`Search.next_batch`,
+then :meth:`Search.record` of their results) until the strategy has nothing more to propose
+or the :class:`Budget` (configs and/or seconds) is spent. The caller measures each batch
+(the sweep's driver, through the runner: this process or the child); nothing here knows
+where configs run. :func:`run_search` is the same loop around a ``measure`` function.
 
 Strategies: ``"exhaustive"`` (every config, in space order), ``"random"`` (a seeded
 permutation), ``"coordinate"`` (coordinate descent from the default), ``"model"`` (a
@@ -399,7 +401,8 @@ class Search:
         self._times: dict[int, float | None] = {}
 
     def next_batch(self) -> list[Config] | None:
-        """The next configs to measure, or ``None`` when the search is over."""
+        """The next configs to measure, or ``None`` when the search is over (asked again
+        before :meth:`record`, the strategy proposes the same batch)."""
         times, cap, space = self._times, self._cap, self.space
         if len(times) >= cap or (
             self._seconds is not None and self._clock() - self._start >= self._seconds
@@ -437,6 +440,7 @@ class Search:
 
     @property
     def searched(self) -> Searched:
+        """How much of the space was measured, and by which strategy."""
         return Searched(
             strategy=self.strategy.name, measured=len(self._times), total=len(self.space)
         )
