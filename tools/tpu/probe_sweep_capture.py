@@ -6,10 +6,11 @@ Compiles Tokamax ragged_dot configs (bench/bench_tokamax_tpu.py's problem), then
 captures of ``k`` configs (each config's 6 calls started back to back, as the sweep's
 first pass does) with the host tracer off: start, calls, stop, read, the trace's bytes.
 Each case is one JSON line:
-- ``quiet``: k = 1, 8, 32, 64 with 64 programs loaded and nothing else running;
+- ``quiet``: k = 1, 8 and ``PROBE_COUNT`` (32; 64 on 2026-12-06, which with the cases
+  below took over 130 s) with that many programs loaded and nothing else running;
 - ``busy``: k = 8, 32 while 12 threads trace and compile more configs (as the sweep's
   compile threads do); ``busy_switch``: the same with a GIL switch interval of 0.5 ms;
-- ``loaded``: k = 8, 32 with 128 programs loaded.
+- ``loaded``: k = 8, 32 with the programs of every case loaded.
 
     python tools/tpu/probe_sweep_capture.py
     PROBE_COUNT=4 python tools/tpu/probe_sweep_capture.py --dry   # CPU, interpret mode
@@ -92,7 +93,7 @@ def capture(programs, args, calls=6):
 
 
 #: Programs loaded before the quiet captures (PROBE_COUNT=4 with --dry: a quick try on CPU).
-COUNT = int(os.environ.get("PROBE_COUNT", "64"))
+COUNT = int(os.environ.get("PROBE_COUNT", "32"))
 
 
 def main() -> None:
