@@ -186,14 +186,16 @@ class Request(Generic[F]):
         clash = set(out) & set(_CALL_FIELDS)
         if clash:
             raise FrameError(f"a flow's fields may not be named like a call's: {sorted(clash)}")
-        out.update(handler=self.handler, op=self.op, jax_state=dict(self.jax_state))
-        if self.environ is not None:
-            out["environ"] = dict(self.environ)
-        if self.ref is not None:
-            out["ref"] = typed.encode(self.ref)
-        if self.args is not None:
-            out["args"] = self.args
-            out["kwargs"] = self.kwargs
+        call = _Call(
+            handler=self.handler,
+            op=self.op,
+            jax_state=dict(self.jax_state),
+            environ=None if self.environ is None else dict(self.environ),
+            ref=self.ref,
+            args=self.args,
+            kwargs=self.kwargs if self.args is not None else None,
+        )
+        out.update(typed.encode(call))
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -219,8 +221,8 @@ class Request(Generic[F]):
             op=call.op,
             ref=call.ref,
             fields=WireFields({k: v for k, v in raw.items() if k not in _CALL_FIELDS}),
-            args=raw.get("args"),
-            kwargs=raw.get("kwargs"),
+            args=call.args,
+            kwargs=call.kwargs,
             jax_state=call.jax_state or {},
             environ=call.environ,
         )
@@ -235,13 +237,18 @@ def kept(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class _Call:
-    """The call's fields of a request's map, as :meth:`Request.from_wire` checks them."""
+    """The call's fields of a request's map, beside the flow's own at its top level, as
+    :meth:`Request.to_wire` writes them and :meth:`Request.from_wire` checks them (the
+    variables, the function and its arguments only where there are some; the arguments
+    are :mod:`.wire`'s encoding, taken as they are)."""
 
     handler: str
     op: str
-    ref: FunctionRef | None = None
     jax_state: Mapping[str, Any] | None = None
-    environ: Mapping[str, Any] | None = None
+    environ: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    ref: FunctionRef | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    args: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    kwargs: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
