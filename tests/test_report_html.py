@@ -182,6 +182,8 @@ def test_page_groups_kernels_as_the_text_table_does(fixture):
     assert "one row per autotuned kernel, its Pallas kernels beneath it" in page
 
 
+@pytest.mark.child  # reading a v5e trace counts its Mosaic bodies in a child, unless a test
+# before it in this process read the same trace
 def test_page_marks_figures_above_peak_with_the_text_tables_footnote():
     p = jaxtune.Profile.from_trace(V5E / "flash_grad.xplane.pb")
     page = p.to_html()

@@ -131,8 +131,9 @@ class _File:
     )
 
 
-#: The fields of each schema's outer map that a read takes (the others are left alone).
-_READ = {1: ("entries",), 2: ("entries", "kernel_version"), 3: ("kernel_versions",)}
+#: The fields of each schema's outer map that a read takes (the others are left alone), by
+#: schema (a tuple: nothing to change).
+_READ = ((), ("entries",), ("entries", "kernel_version"), ("kernel_versions",))
 
 
 def parse(data: bytes) -> dict[RawIdent, Any]:
