@@ -107,56 +107,36 @@ def main() -> None:
     print(json.dumps({"compiled": len(loaded), "s": round(time.perf_counter() - t, 1)}), flush=True)
     for p in loaded:
         jax.block_until_ready(p(*args))
-    for k in sorted({1, 8, 32, COUNT}):
-        for rep in range(3):
-            print(
-                json.dumps({"case": "quiet", "k": k, "rep": rep, **capture(loaded[:k], args)}),
-                flush=True,
-            )
+    cases("quiet", sorted({1, 8, 32, COUNT}), loaded, args)
     more: list = []
-    worker = threading.Thread(
-        target=lambda: more.extend(compiled(order[COUNT * 2 : COUNT * 4], args))
-    )
-    worker.start()
-    time.sleep(2)
-    for k in (8, 32):
-        for rep in range(3):
-            if not worker.is_alive():
-                break
-            print(
-                json.dumps({"case": "busy", "k": k, "rep": rep, **capture(loaded[:k], args)}),
-                flush=True,
-            )
-    worker.join()
+    first, second = order[COUNT * 2 : COUNT * 4], order[COUNT * 4 : COUNT * 6]
+    cases("busy", (8, 32), loaded, args, beside=lambda: more.extend(compiled(first, args)))
     # The same with a shorter GIL switch interval (5 ms by default): a thread that let go of
     # the GIL (a C++ call) gets it back sooner from a thread running Python.
-    worker = threading.Thread(
-        target=lambda: more.extend(compiled(order[COUNT * 4 : COUNT * 6], args))
-    )
     sys.setswitchinterval(0.0005)
-    worker.start()
-    time.sleep(2)
-    for k in (8, 32):
-        for rep in range(3):
-            if not worker.is_alive():
-                break
-            print(
-                json.dumps(
-                    {"case": "busy_switch", "k": k, "rep": rep, **capture(loaded[:k], args)}
-                ),
-                flush=True,
-            )
-    worker.join()
+    cases("busy_switch", (8, 32), loaded, args, beside=lambda: more.extend(compiled(second, args)))
     sys.setswitchinterval(0.005)
     for p in more:
         jax.block_until_ready(p(*args))
     print(json.dumps({"loaded": len(loaded) + len(more)}), flush=True)
-    for k in (8, 32):
+    cases("loaded", (8, 32), more, args)
+
+
+def cases(name, ks, programs, args, beside=None) -> None:
+    """Three captures of the first ``k`` of ``programs`` for each ``k``, one JSON line each;
+    with ``beside``, while a thread runs it (cases stop when it has ended)."""
+    worker = None if beside is None else threading.Thread(target=beside)
+    if worker is not None:
+        worker.start()
+        time.sleep(2)
+    for k in ks:
         for rep in range(3):
-            print(
-                json.dumps({"case": "loaded", "k": k, "rep": rep, **capture(more[:k], args)}),
-                flush=True,
-            )
+            if worker is not None and not worker.is_alive():
+                break
+            got = capture(programs[:k], args)
+            print(json.dumps({"case": name, "k": k, "rep": rep, **got}), flush=True)
+    if worker is not None:
+        worker.join()
 
 
 if __name__ == "__main__":
