@@ -31,6 +31,7 @@ mechanics only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -304,6 +305,9 @@ def main() -> int:
     ap.add_argument("--stride", type=int, default=5, help="1: every config")
     ap.add_argument("--only", choices=("exhaustive", "model_budget_of_all"), default="")
     ap.add_argument("--dry", action="store_true")
+    ap.add_argument(
+        "--timeline", default=None, help="write the sweep's steps and busy cores here (JSON)"
+    )
     args_ns = ap.parse_args()
     from absl import flags as absl_flags
 
@@ -331,7 +335,13 @@ def main() -> int:
         if args_ns.peer and os.path.exists(args_ns.peer):
             with open(args_ns.peer) as f:
                 peer = json.load(f)["tokamax_autotuner"]
-        report["jaxtune"] = part_jaxtune(configs, args, peer, args_ns.only)
+        timeline = contextlib.nullcontext()
+        if args_ns.timeline:
+            import _timeline
+
+            timeline = _timeline.recording(args_ns.timeline)
+        with timeline:
+            report["jaxtune"] = part_jaxtune(configs, args, peer, args_ns.only)
         report["tokamax_autotuner"] = peer
     if args_ns.json:
         with open(args_ns.json, "w") as f:

@@ -108,6 +108,7 @@ class FakeDeviceTimer(ProfilerTimer):
         super().__init__(sweeper.clock)
         self.sweeper = sweeper
         self.captures = 0
+        self.captured: set[str] = set()  # the configs whose calls a capture held
         self.on_end = lambda: None
         self.in_flight = False  # the calls started back to back, as on a TPU
 
@@ -118,6 +119,7 @@ class FakeDeviceTimer(ProfilerTimer):
         yield rec
         self.on_end()
         module_of = {m: cid for cid, m in self.sweeper.compiler.modules.items()}
+        self.captured.update(module_of[c.module] for c in rec.calls)
         fakes = {config_id({"k": k}): f for k, f in self.sweeper.fakes.items()}
         rec._results = [
             Timing(samples_us=(fakes[module_of[c.module]].ms * 1e3,) * len(c.wall.samples_us))
@@ -336,6 +338,35 @@ def test_a_device_timer_times_the_first_pass_in_one_visit_and_one_capture():
     assert {cid: m.min_us for cid, m in again.items()} == {cid: m.min_us for cid, m in got.items()}
 
 
+def test_a_device_timers_first_pass_keeps_long_configs_far_behind_out_of_its_captures():
+    """Under a device timer the first pass screens by the wall clock, with no trace: a
+    config whose calls take at least ``device_screen_above_us`` and over ``leader_window``
+    times the best's keeps that timing ("c", "d"), the others are timed in a capture, on
+    the device ("e" is the fastest there, though its dispatch makes its wall clock the
+    slowest of the three close ones), so leaders and second looks are chosen by device
+    time. Calls under the threshold are all captured, however far behind; 0 turns the
+    screen off."""
+    truth_ms = {"a": 1.0, "b": 1.2, "c": 2.5, "d": 4.0, "e": 0.9}
+    fakes = {k: Fake(ms=ms, dispatch_ms=0.5 if k == "e" else 0.0) for k, ms in truth_ms.items()}
+    sweeper = _sweeper(fakes, device=True)
+    configs = list(sweeper.task.plan.configs)
+    got = {c["k"]: sweeper.measure(configs, reference=configs[0])[config_id(c)] for c in configs}
+    ids = {c["k"]: config_id(c) for c in configs}
+    assert sweeper.timer.captured == {ids["a"], ids["b"], ids["e"]}
+    assert got["e"].min_us == pytest.approx(900.0)  # device time, without the dispatch
+    assert got["c"].min_us == pytest.approx(2500.0)  # wall time, calls in flight
+    assert got["d"].dropped  # 4x the best: clearly slower, by its wall-clock figure
+    # Calls of 10-40 us: under the threshold, all in the capture.
+    short = {k: Fake(ms=ms / 100) for k, ms in truth_ms.items()}
+    sweeper = _sweeper(short, device=True)
+    sweeper.measure(list(sweeper.task.plan.configs), reference=configs[0])
+    assert sweeper.timer.captured == set(ids.values())
+    # The screen off: all in the capture.
+    sweeper = _sweeper(fakes, TimingOptions(device_screen_above_us=0), device=True)
+    sweeper.measure(list(sweeper.task.plan.configs), reference=configs[0])
+    assert sweeper.timer.captured == set(ids.values())
+
+
 @pytest.mark.parametrize(
     "truth_ms",
     [
@@ -422,12 +453,12 @@ def test_under_a_device_timer_only_configs_close_behind_the_best_get_a_second_lo
     wall, wall_looked, _ = _drive_recorded(fakes, device=False)
     assert sorted(device_looked) == ["e"]
     assert sorted(wall_looked) == ["e", "f", "g", "h"]
-    # Under the device timer the far-behind configs ran their first pass only: its two
-    # captures, no round.
+    # Under the device timer the far-behind configs ran their first pass only, no round:
+    # "f" its screen and its capture, "g" and "h" (over 2x the best) their screen alone.
     got = {m.config["k"]: m for m in device.measurements}
     assert all(not got[k].rounds_us for k in "fgh")
-    assert {device_sweeper.calls[k] for k in "fgh"} == {device_sweeper.calls["f"]}
-    assert device_sweeper.calls["f"] < device_sweeper.calls["e"]
+    calls = device_sweeper.calls
+    assert calls["g"] == calls["h"] < calls["f"] < calls["e"]
     assert device.best.config["k"] == wall.best.config["k"] == "b"
 
 

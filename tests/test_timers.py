@@ -510,6 +510,20 @@ def test_a_measure_in_flight_makes_as_many_calls_as_its_warm_up_says():
         _timers._flight_calls(clock, broken, options, None, "jit_broken")
 
 
+def test_the_profiler_timers_screen_times_calls_in_flight_with_no_trace(monkeypatch):
+    """``screen`` (a device timer's first pass, for calls far behind the best) starts the
+    calls back to back as a measure in flight would, by the wall clock, and starts no
+    trace; a run that cannot be started apart is timed one call at a time."""
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda *a, **k: pytest.fail("a trace"))
+    options = TimingOptions(warmup=2, min_samples=5, max_samples=200, min_time_s=0.002)
+    clock = _FakeClock()
+    run = _Started(clock, "k", 600e-6)
+    timing = _timers.ProfilerTimer(clock).screen(run, options)
+    assert run.started == 1 + 1 + 5 and timing.samples_us == pytest.approx((600.0,) * 5)
+    plain = _timers.ProfilerTimer(clock).screen(clock.call("plain", 600e-6), options)
+    assert plain.min_us == pytest.approx(600.0)
+
+
 def test_a_configs_calls_failing_in_flight_are_its_failure_not_jaxtunes(monkeypatch):
     """Several calls of a config fail when waited for, each with its own error: the one
     raised and the one kept as the config's are the same (else the sweep would take it

@@ -25,7 +25,8 @@ ragged)
   rm -rf $JAXTUNE_CACHE_DIR
   for run in ${RAGGED_RUNS:-first retune}; do  # RAGGED_RUNS=first: one run
     ( time python3 bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive \
-        --stride ${RAGGED_STRIDE:-1} --configs 540 --json $OUT/ragged_$run.json ) > $OUT/ragged_$run.log 2>&1
+        --stride ${RAGGED_STRIDE:-1} --configs 540 --json $OUT/ragged_$run.json \
+        --timeline $OUT/timeline_$run.json ) > $OUT/ragged_$run.log 2>&1
     grep -o '"phases": {[^}]*}' $OUT/ragged_$run.log
     tail -15 $OUT/ragged_$run.log
   done

@@ -18,6 +18,9 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``first_pass``: the first pass (one config at a time, early dropping; a device timer's
   captures of a visit's configs included);
 - ``rounds``: the interleaved rounds, second looks included;
+- ``screen`` (a device timer only): the part of ``first_pass`` spent timing configs by
+  the wall clock with no trace, their calls in flight, to keep the long ones out of the
+  captures (:mod:`.first_pass`);
 - ``captures`` (a device timer only): the part of ``first_pass`` and ``rounds`` spent
   starting, stopping and reading the timer's traces;
 - ``capture_stop`` and ``capture_read`` (a device timer only): the parts of ``captures``
@@ -51,6 +54,7 @@ PHASES = (
     "check",
     "first_pass",
     "rounds",
+    "screen",
     "captures",
     "capture_stop",
     "capture_read",

@@ -113,6 +113,10 @@ class RecordingTimer(Timer, Protocol):
 
     def recording(self) -> contextlib.AbstractContextManager[Recording]: ...
 
+    def screen(self, run: Callable[[], Any], options: TimingOptions) -> Timing:
+        """``run`` timed by the wall clock with no trace (:meth:`ProfilerTimer.screen`)."""
+        ...
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class _Calls:
@@ -478,6 +482,17 @@ class ProfilerTimer(WallTimer):
         if not samples and clearly_slower(timing.samples_us, best_us, options):
             timing = dataclasses.replace(timing, dropped=True)
         return timing
+
+    def screen(self, run: Callable[[], Any], options: TimingOptions) -> Timing:
+        """Times ``run`` by the wall clock with no trace: its calls started back to back
+        (:func:`_flight_calls`) where they can be, else one at a time. Of calls long enough
+        that the host's part is hidden behind the device's work, this is the device's time
+        to within a few per cent, without a capture's cost (a sweep's first pass screens
+        with it: :class:`~.samples.TimingOptions`)."""
+        if isinstance(run, Startable):
+            with _no_gc():
+                return _flight_calls(self.clock, run, options, None, None).wall
+        return WallTimer.measure(self, run, options)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[Recording]:
