@@ -167,7 +167,7 @@ def capture_info() -> CaptureInfo:
     import jax
 
     x = jax.ShapeDtypeStruct((8,), jnp.float32)
-    call = scaled.options.bound(scaled.bind((x,), {})).recorded_call(scaled.config_for(x))
+    call = scaled.options.bound(scaled.options.bind((x,), {})).recorded_call(scaled.config_for(x))
     return CaptureInfo(
         logdir="/tmp/trace",
         platform="cpu",

@@ -95,14 +95,14 @@ def test_random_inputs_of_a_typed_key_are_keys_of_its_implementation(impl, text)
     np.testing.assert_array_equal(jax.random.key_data(a), jax.random.key_data(b))
     assert not np.array_equal(jax.random.key_data(a), jax.random.key_data(c))
     # A sweep of abstract arguments draws them so.
-    sig = ak.keyed_noise.bind((jax.ShapeDtypeStruct((3, 8), jnp.float32), leaf), {})
+    sig = ak.keyed_noise.options.bind((jax.ShapeDtypeStruct((3, 8), jnp.float32), leaf), {})
     (inputs,) = make_inputs("tests.keyed_noise", sig)
     assert inputs["key"].dtype == leaf.dtype and inputs["key"].shape == (3,)
 
 
 def test_inputs_may_return_typed_keys_and_a_wrong_one_is_named():
     fry = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
-    sig = ak.keyed_noise.bind((jax.ShapeDtypeStruct((4, 8), jnp.float32), fry), {})
+    sig = ak.keyed_noise.options.bind((jax.ShapeDtypeStruct((4, 8), jnp.float32), fry), {})
     (made,) = make_inputs(
         "tests.keyed_noise", sig, lambda x, k: (jnp.zeros(x.shape), jax.random.key(5))
     )
@@ -213,7 +213,7 @@ def test_a_numpy_float64_array_is_keyed_as_the_float32_array_jit_makes_of_it():
         assert (choice.key, choice.source, choice.config) == ("f32[8]", "cache", {"scale": 2.0})
     for call in (ak.scaled, jax.jit(ak.scaled)):
         np.testing.assert_array_equal(call(x), x * 2)
-    sig = ak.scaled.bind((x,), {})
+    sig = ak.scaled.options.bind((x,), {})
     call = ak.scaled.options.bound(sig).recorded_call(ak.scaled.config_for(x))
     assert (call.key, call.shapes) == ("f32[8]", (("f32", (8,)),))
 

@@ -50,7 +50,7 @@ def test_an_inline_sweep_says_where_its_time_went_and_counts_each_configs_calls(
 def test_a_child_sweep_stores_its_breakdown_in_the_entry(monkeypatch, fast_timing):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
     x = jnp.ones(256)
-    sig = faulty.bind((x,), {})
+    sig = faulty.options.bind((x,), {})
     task = faulty.options.bound(
         sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"}
     ).sweep_task()

@@ -30,7 +30,7 @@ def sines(x, *, n):
 def _sweep():
     x = jnp.ones(256)
     outcome = _runner.ProcessRunner().sweep(
-        sines.options.bound(sines.bind((x,), {}), SPACE, SPACE[0]).sweep_task()
+        sines.options.bound(sines.options.bind((x,), {}), SPACE, SPACE[0]).sweep_task()
     )
     assert {m.config["n"] for m in outcome.measurements if m.ok} == {2, 3, 4}
     return outcome
@@ -116,7 +116,7 @@ def test_an_inline_sweep_uses_it_and_puts_the_callers_options_back(monkeypatch, 
     folder = pathlib.Path(_settings.settings().cache_dir) / "xla"
     before = {name: getattr(jax.config, name) for name in compile_cache._OPTIONS}
     x = jnp.ones(256)
-    task = sines.options.bound(sines.bind((x,), {}), SPACE, SPACE[0]).sweep_task()
+    task = sines.options.bound(sines.options.bind((x,), {}), SPACE, SPACE[0]).sweep_task()
     outcome = _runner.InlineRunner().sweep(task)
     assert {m.config["n"] for m in outcome.measurements if m.ok} == {2, 3, 4}
     assert len(_programs(folder)) >= len(SPACE)  # the sweep's programs were cached

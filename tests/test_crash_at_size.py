@@ -66,7 +66,7 @@ def two_busy_processes():
 
 def sweep_32mb_with_a_segfault():
     x = jnp.ones(8 << 20, jnp.float32)  # 32 MB: the crash comes while it is being sent
-    sig = faulty_light.bind((x,), {})
+    sig = faulty_light.options.bind((x,), {})
     space = [{"mode": "ok"}, {"mode": "segfault"}, {"mode": "fast"}]
     task = faulty_light.options.bound(sig, space, {"mode": "ok"}).sweep_task()
     return _runner.ProcessRunner().sweep(task)
@@ -102,7 +102,7 @@ def test_the_same_with_two_busy_processes_on_the_machine(two_busy_processes, mid
 def test_a_child_writing_garbage_on_its_result_pipe_is_a_failed_config(mode):
     x = jnp.ones(256)
     space = [{"mode": "ok"}, {"mode": mode}, {"mode": "fast"}]
-    task = garbler.options.bound(garbler.bind((x,), {}), space, {"mode": "ok"}).sweep_task()
+    task = garbler.options.bound(garbler.options.bind((x,), {}), space, {"mode": "ok"}).sweep_task()
     outcome = _runner.ProcessRunner().sweep(task)
     by_mode = {m.config["mode"]: m for m in outcome.measurements}
     failure = by_mode[mode]

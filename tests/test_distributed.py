@@ -439,7 +439,7 @@ def _measured(config, us):
 def test_merge_uses_the_single_process_rule_ties_to_config_order():
     import distributed_worker as w
 
-    sig = w.scaled.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {})
+    sig = w.scaled.options.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {})
     task = w.scaled.options.bound(sig).sweep_task()
     runner = w.FakeRunner()
     whole = runner.sweep(task)
@@ -468,7 +468,7 @@ class FailingRunner:
 def test_a_missing_share_names_the_follower_and_fails_the_others_at_once(monkeypatch):
     import distributed_worker as w
 
-    sig = w.scaled.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {})
+    sig = w.scaled.options.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {})
     call = w.scaled.options.bound(sig)
 
     def body(pid: int):

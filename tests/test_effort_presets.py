@@ -23,7 +23,7 @@ def _kernel(**options):
 
 
 def _options_of(kernel) -> _samples.TimingOptions:
-    sig = kernel.bind((jnp.ones(8),), {})
+    sig = kernel.options.bind((jnp.ones(8),), {})
     return kernel.options.bound(sig).sweep_task().plan.options
 
 

@@ -42,7 +42,7 @@ def test_the_crashed_thread_is_read_off_the_fatal_error_report(tmp_path):
 
 def flight(*configs: str) -> InFlight:
     task = faulty.options.bound(
-        faulty.bind((jnp.ones(4),), {}),
+        faulty.options.bind((jnp.ones(4),), {}),
         [{"mode": c} for c in configs],
         {"mode": configs[0]},
     ).sweep_task()

@@ -42,7 +42,7 @@ from jaxtune._tuning.sweep.work import Rounds
 
 def sweep_request() -> Request[_requests.SweepFields]:
     task = faulty.options.bound(
-        faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"}
+        faulty.options.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"}
     ).sweep_task()
     return _requests.sweep_request(task)
 

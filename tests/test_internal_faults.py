@@ -406,7 +406,7 @@ def test_a_fault_of_the_lookup_behind_a_profiles_recorded_call_surfaces(monkeypa
     def kernel(x, *, c):
         return x * c
 
-    call = kernel.options.bound(kernel.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {}))
+    call = kernel.options.bound(kernel.options.bind((jax.ShapeDtypeStruct((4,), jnp.float32),), {}))
     # A profile's mark keeps the config and where it came from, not the entry.
     choice = Choice(config={"c": 1}, source="cache", key=call.sig.key)
 

@@ -44,7 +44,7 @@ def calls_back(x, *, n):
 def _sweep(kernel):
     """An in-process sweep of ``kernel`` over SPACE; the traces it made, and its outcome."""
     x = jnp.linspace(0.0, 1.0, 256)
-    task = kernel.options.bound(kernel.bind((x,), {}), SPACE, SPACE[0]).sweep_task()
+    task = kernel.options.bound(kernel.options.bind((x,), {}), SPACE, SPACE[0]).sweep_task()
     TRACES.clear()
     outcome = _runner.InlineRunner().sweep(task)
     assert {m.config["n"] for m in outcome.measurements if m.ok} == {2, 3, 4}

@@ -24,7 +24,7 @@ def _sweep(kernel, space=lk.SPACE):
     """An in-process sweep of ``kernel`` over ``space``; the configs traced in this
     process, and the outcome."""
     x = jnp.linspace(0.0, 1.0, 256)
-    task = kernel.options.bound(kernel.bind((x,), {}), space, space[0]).sweep_task()
+    task = kernel.options.bound(kernel.options.bind((x,), {}), space, space[0]).sweep_task()
     lk.TRACES.clear()
     outcome = _runner.InlineRunner().sweep(task)
     return sorted(lk.TRACES), outcome
@@ -57,7 +57,9 @@ def test_a_sweep_in_its_child_process_starts_lowering_processes_there(processes,
     # The child (which holds the device in a TPU program) starts them; the JAX state and
     # variables they get are the child's, the kernel imported by reference there too.
     x = jnp.linspace(0.0, 1.0, 256)
-    task = lk.sines.options.bound(lk.sines.bind((x,), {}), lk.SPACE, lk.SPACE[0]).sweep_task()
+    task = lk.sines.options.bound(
+        lk.sines.options.bind((x,), {}), lk.SPACE, lk.SPACE[0]
+    ).sweep_task()
     outcome = _runner.ProcessRunner().sweep(task)
     assert outcome.phases["lowering_wait"] > 0
     assert all(m.ok for m in outcome.measurements), outcome.measurements

@@ -124,7 +124,7 @@ def test_the_tail_of_a_live_log_is_masked(tmp_path, monkeypatch):
 def _request(monkeypatch) -> Request[_requests.SweepFields]:
     monkeypatch.setenv("PLAIN_CANARY_VAR", "recorded-here")
     task = faulty.options.bound(
-        faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"}
+        faulty.options.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"}
     ).sweep_task()
     return _requests.sweep_request(task)
 
@@ -152,7 +152,7 @@ def _stored(tmp_path: pathlib.Path, frame: dict) -> tuple[bytes, dict]:
 def test_a_recorded_call_holds_no_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("PLAIN_CANARY_VAR", "recorded-here")
     x = jnp.ones(8)
-    call = faulty.options.bound(faulty.bind((x,), {})).recorded_call(faulty.config_for(x))
+    call = faulty.options.bound(faulty.options.bind((x,), {})).recorded_call(faulty.config_for(x))
     stored, read = _stored(tmp_path, call.to_wire())
     assert b"recorded-here" not in stored
     assert "environ" not in read["request"] and read["request"]["args"] is not None

@@ -55,7 +55,7 @@ def fresh_pool():
 
 def sweep(kernel, fault, runner=None, x=None):
     x = jnp.ones(256) if x is None else x
-    sig = kernel.bind((x,), {})
+    sig = kernel.options.bind((x,), {})
     space = [{"mode": "ok"}, {"mode": fault}, {"mode": "fast"}]
     task = kernel.options.bound(sig, space, {"mode": "ok"}).sweep_task()
     return (runner or _runner.ProcessRunner()).sweep(task)
@@ -83,7 +83,9 @@ def sweep_space(kernel, modes, **plan):
     """A sweep of ``kernel`` over ``modes`` (the first is the default), its plan changed
     by ``plan``."""
     space = [{"mode": m} for m in modes]
-    task = kernel.options.bound(kernel.bind((jnp.ones(64),), {}), space, space[0]).sweep_task()
+    task = kernel.options.bound(
+        kernel.options.bind((jnp.ones(64),), {}), space, space[0]
+    ).sweep_task()
     task = dataclasses.replace(task, plan=dataclasses.replace(task.plan, **plan))
     return _runner.ProcessRunner().sweep(task)
 
@@ -329,7 +331,7 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     runner = _runner.ProcessRunner()
     x = jnp.ones(256)
     space = [{"mode": "ok"}, {"mode": "fast"}]
-    task = faulty.options.bound(faulty.bind((x,), {}), space, {"mode": "ok"}).sweep_task()
+    task = faulty.options.bound(faulty.options.bind((x,), {}), space, {"mode": "ok"}).sweep_task()
     request = _requests.sweep_request(task)
     measure = _requests.Measure(todo=space).of(request)
     retime = _requests.Retime(todo=space).of(request)
@@ -337,7 +339,7 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     assert _runner.ask(runner, task.plan, retime, progress=None)[0] is None
     assert sent == [True, False]  # the re-timing went without the arguments
     other = identity.options.bound(
-        identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
+        identity.options.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
     ).sweep_task()
     runner.sweep(other)  # another task: the child lets the first one go
     crashed, got = _runner.ask(runner, task.plan, retime, progress=None)
@@ -414,7 +416,7 @@ KILL_PARENT = textwrap.dedent(
         print(_process.POOL.children()[0].proc.pid, flush=True)
 
     threading.Thread(target=report, daemon=True).start()
-    sig = faulty.bind((jnp.ones(8),), {})
+    sig = faulty.options.bind((jnp.ones(8),), {})
     task = faulty.options.bound(sig, [{"mode": "ok"}, {"mode": "hang"}], {"mode": "ok"}).sweep_task()
     _runner.ProcessRunner().sweep(task)
     """
@@ -452,7 +454,7 @@ def test_child_exits_soon_after_its_parent_is_killed(tmp_path):
 
 
 def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
-    sig = faulty.bind((jnp.ones(64),), {})
+    sig = faulty.options.bind((jnp.ones(64),), {})
     space = [{"mode": m} for m in ("ok", "fast", "segfault", "wrong", "exit3")]
     task = faulty.options.bound(sig, space, {"mode": "ok"}).sweep_task()
     outcome = _runner.ProcessRunner(devices=[0, 1]).sweep(task)
@@ -468,7 +470,7 @@ def test_one_child_per_device_share_the_sweep(tmp_path, monkeypatch):
 
     probe = tmp_path / "pids"
     monkeypatch.setenv("PID_PROBE_FILE", str(probe))
-    sig = pid_probe.bind((jnp.ones(8),), {})
+    sig = pid_probe.options.bind((jnp.ones(8),), {})
     task = pid_probe.options.bound(
         sig, [{"scale": 1}, {"scale": 2}, {"scale": 3}], {"scale": 1}
     ).sweep_task()
@@ -481,7 +483,7 @@ def test_parent_holding_the_tpu_falls_back_to_inline_with_advice(
     fresh_pool, fresh_warnings, monkeypatch
 ):
     monkeypatch.setattr(_runner, "parent_backend", lambda: "tpu")
-    sig = faulty.bind((jnp.ones(8),), {})
+    sig = faulty.options.bind((jnp.ones(8),), {})
     task = faulty.options.bound(
         sig, [{"mode": "ok"}, {"mode": "fast"}], {"mode": "ok"}
     ).sweep_task()
@@ -553,7 +555,7 @@ def test_pool_key_ignores_variables_that_do_not_reach_the_backend():
 def test_a_live_child_sees_the_callers_variables(tmp_path, monkeypatch):
     """A variable set after the child started reaches it with the next request, without a
     new child (the pid probe kernel writes to the file the variable names)."""
-    sig = pid_probe.bind((jnp.ones(8),), {})
+    sig = pid_probe.options.bind((jnp.ones(8),), {})
     space = [{"scale": 1}, {"scale": 2}]
     runner = _runner.ProcessRunner()
     monkeypatch.setenv("PID_PROBE_FILE", str(tmp_path / "first"))
@@ -569,7 +571,7 @@ def test_a_bad_libtpu_init_args_stops_no_cpu_sweep_and_is_named_for_tpu(monkeypa
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_foo='unterminated")
     x = jnp.ones(8)
     task = identity.options.bound(
-        identity.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
+        identity.options.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
     ).sweep_task()
     outcome = _runner.ProcessRunner(platform="cpu").sweep(task)
     assert all(isinstance(m, Measurement) for m in outcome.measurements)

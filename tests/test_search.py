@@ -245,7 +245,7 @@ def test_confidence_interval_narrows_with_samples():
 
 def test_a_small_space_goes_straight_into_the_rounds_and_a_larger_one_has_a_first_pass():
     x = jnp.ones(4096)
-    sig = twins.bind((x,), {})
+    sig = twins.options.bind((x,), {})
     task = twins.options.bound(sig).sweep_task()
     timer = NoisyTimer(0)
     outcome = _sweep.run_sweep(task, timer=timer)
@@ -304,7 +304,7 @@ class NoisyTimer:
 @pytest.mark.parametrize("seed", range(6))
 def test_repeated_sweeps_of_tied_configs_report_a_tie_and_store_the_same_config(seed):
     x = jnp.ones(4096)
-    sig = twins.bind((x,), {})
+    sig = twins.options.bind((x,), {})
     task = twins.options.bound(sig).sweep_task()
     outcome = _sweep.run_sweep(task, timer=NoisyTimer(seed))
     entry = make_entry(task.plan, outcome, "cpu", "")

@@ -31,7 +31,7 @@ def test_a_setsid_daemon_started_by_a_config_ends_with_the_child(tmp_path, monke
     monkeypatch.setenv("DAEMON_PID_FILE", str(pid_file))
     x = jnp.ones(8)
     task = daemonizer.options.bound(
-        daemonizer.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
+        daemonizer.options.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
     ).sweep_task()
     daemon = None
     try:

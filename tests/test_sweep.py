@@ -358,7 +358,7 @@ def test_a_retime_request_carries_the_second_look_and_a_crash_there_is_blamed_on
     from jaxtune._tuning.sweep.flight import InFlight
 
     task = faulty.options.bound(
-        faulty.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"}
+        faulty.options.bind((jnp.ones(8),), {}), [{"mode": "ok"}], {"mode": "ok"}
     ).sweep_task()
     request = _requests.sweep_request(task)
     leaders, second = [{"mode": "ok"}, {"mode": "fast"}], [{"mode": "late_abort"}]

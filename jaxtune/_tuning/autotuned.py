@@ -202,10 +202,6 @@ class Autotuned(Generic[P, R]):
             and not any(is_array(leaf) for leaf in jax.tree_util.tree_leaves(v))
         )
 
-    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Signature:
-        """The call's arguments split into arrays and static values, with its key."""
-        return self.options.bind(args, kwargs)
-
     # -- lookup --------------------------------------------------------------------------
 
     def _choose(self, sig: Signature, *, sweep: bool) -> tuple[BoundCall, Choice]:
@@ -231,7 +227,7 @@ class Autotuned(Generic[P, R]):
         its other arguments, and the config it runs with (the default, with the keywords
         given over it)."""
         rest = {k: v for k, v in kwargs.items() if k not in explicit}
-        call = self.options.bound(self.bind(args, rest))
+        call = self.options.bound(self.options.bind(args, rest))
         config = {**call.default, **explicit}
         return call, rest, Choice(config=config, source="explicit", key=call.sig.key)
 
@@ -247,7 +243,7 @@ class Autotuned(Generic[P, R]):
         if explicit is not None:
             call, rest, choice = self._explicit_call(args, kwargs, explicit)
             return self._jit_for(call, choice)(*args, **rest)
-        self.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
+        self.options.bind(args, kwargs)  # jaxtune's own messages for arguments jit would reject
         out: R = self._eager.call(*args, **kwargs)
         return out
 
@@ -263,7 +259,7 @@ class Autotuned(Generic[P, R]):
 
     def _traced(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         """The kernel called with the config chosen for these (traced) arguments."""
-        sig = self.bind(args, kwargs)
+        sig = self.options.bind(args, kwargs)
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         differentiated = (
             is_differentiated(leaves) or differentiated_now() or under_differentiation()
@@ -363,11 +359,11 @@ class Autotuned(Generic[P, R]):
         explicit = self._explicit(kwargs)
         if explicit is not None:
             return self._explicit_call(args, kwargs, explicit)[2]
-        return self._choose(self.bind(args, kwargs), sweep=False)[1]
+        return self._choose(self.options.bind(args, kwargs), sweep=False)[1]
 
     def space(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         """The configs ``prune`` keeps for these arguments, in sweep order."""
-        sig = self.bind(args, kwargs)
+        sig = self.options.bind(args, kwargs)
         return [dict(c) for c in self.options.bound(sig.actual or sig).space]
 
     def tune(self, *args: Any, **kwargs: Any) -> TuningResult:
@@ -397,4 +393,4 @@ class Autotuned(Generic[P, R]):
     def cost_hint(self, *args: Any, **kwargs: Any) -> dict[str, float] | None:
         """The ``flops=`` / ``bytes=`` hints evaluated for these arguments (for roofline
         reports), or ``None`` when the decorator gave none."""
-        return self.options.cost_hint(self.bind(args, kwargs))
+        return self.options.cost_hint(self.options.bind(args, kwargs))

@@ -55,7 +55,7 @@ def _task(job: LoweringJob) -> Any:
     from .work import SweepTask
 
     kernel = resolve_kernel(job.ref)
-    sig = kernel.bind(
+    sig = kernel.options.bind(
         tuple(decode_value(job.args, abstract=True)),
         dict(decode_value(job.kwargs, abstract=True)),
     )

@@ -94,7 +94,7 @@ def _bound(
     Raises:
         Unresolved: they bind to another key than the parent's.
     """
-    sig = kernel.bind(
+    sig = kernel.options.bind(
         tuple(decode_value(args, abstract=abstract)), dict(decode_value(kwargs, abstract=abstract))
     )
     if sig.key != key:
