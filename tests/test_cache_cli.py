@@ -71,6 +71,20 @@ def test_list_marks_stale_entries(capsys):
     assert {e["key"]: e["stale"] for e in doc["entries"]} == {"f32[8]": False, "f32[16]": True}
 
 
+def test_every_command_says_stale_in_the_judges_words(capsys):
+    """``stale`` in any command's JSON is ``staleness.judge``'s (``cache list`` and ``jaxtune
+    tune`` print one summary); the entry's own summary holds no staleness of its own."""
+    from jaxtune._cli.entries import StaleJudge, entry_summary
+
+    put("f32[16]", jax_version="0.4.1")
+    (entry,) = _cache.user_cache().all_entries()
+    assert "stale" not in entry.summary()
+    summary = entry_summary(entry, StaleJudge())
+    assert (summary["stale"], summary["stale_reasons"]) == (True, ["toolchain"])
+    (listed,) = json.loads(run(capsys, "list", "--json")[1])["entries"]
+    assert {k: listed[k] for k in summary} == summary
+
+
 def test_show(capsys):
     put("f32[8]")
     code, out = run(capsys, "show", "lib.matmul")

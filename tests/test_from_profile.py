@@ -57,6 +57,7 @@ def test_tunes_exactly_the_kernels_above_the_threshold(captured, capsys):
         ("tests.profile.heavy", "f32[256,256]"),
         ("tests.profile.medium", "f32[256,256]"),
     }
+    assert all(not t["stale"] and t["stale_reasons"] == [] for t in doc["tuned"])
     cached = {e.kernel for e in _cache.user_cache().all_entries()}
     assert cached == expected
     # A higher threshold tunes only the heaviest; the text output says why the rest were not.

@@ -55,6 +55,8 @@ def test_tune_command_records_tunes_and_a_plain_run_uses_the_cache(tmp_path):
         "jaxtune.examples.pallas_matmul",
     }
     assert all(t["speedup"] for t in doc["tuned"])
+    # Staleness in cache list's words: just tuned, so current.
+    assert all(not t["stale"] and t["stale_reasons"] == [] for t in doc["tuned"])
     # With --json the program's own output goes to stderr: stdout is the document alone.
     assert "loss" not in tuned.stdout and "loss" in tuned.stderr
     # The orchestrating parent never started a JAX backend.

@@ -12,7 +12,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from .._core.errors import CacheError
@@ -20,15 +20,15 @@ from .._core.vocabulary import Entry, Measurement
 from .._render import configs as _configs
 from .._render import text as _text
 from .._render import units as _units
-from .._tuning import digest as _digest
 from .._tuning.explain import decision_text
 from .._tuning.result import TuningResult, format_table
-from .._tuning.staleness import Reason, judge, reason_of, wrong_pass
+from .._tuning.staleness import Reason, reason_of, wrong_pass
 from .._tuning.store import cache as _cache
 from .._tuning.store import result_files as _results
 from .._tuning.store.layout import XLA_DIR
 from .._tuning.sweep.breakdown import breakdown_text
 from . import cache_sync as _sync
+from .entries import StaleJudge, entry_summary
 from .recording import add_recording_options
 
 __all__ = ["add_parser", "run"]
@@ -279,65 +279,14 @@ def _sources(
     return found
 
 
-class StaleJudge:
-    """Why entries are stale, for the commands that list, prune and import them: the
-    reasons :func:`jaxtune._tuning.staleness.judge` gives without a kernel's space, the
-    code judged once per distinct code (``code`` is ``fresh``, ``changed`` or ``unknown``,
-    from the kernel's source files as they are now, without importing them; see
-    :func:`jaxtune._tuning.digest.check_parts`), the modules looked for in ``sources``
-    first, then on ``sys.path`` and in the working directory."""
-
-    def __init__(self, sources: Sequence[pathlib.Path] = ()) -> None:
-        self._code: dict[tuple[tuple[str, str, str], ...], str] = {}
-        self._search = (
-            [*(str(d.resolve()) for d in sources), *sys.path, os.getcwd()] if sources else None
-        )
-
-    @classmethod
-    def of(cls, args: argparse.Namespace) -> StaleJudge:
-        """The freshness ``--source`` asks for.
-
-        Raises:
-            CacheError: a ``--source`` is not a directory.
-        """
-        for d in args.source:
-            if not d.is_dir():
-                raise CacheError(
-                    f"--source {d} is not a directory; give the folder the kernels' modules "
-                    "are imported from (a checkout's root, or a script's folder)."
-                )
-        return cls(args.source)
-
-    def code(self, e: Entry) -> str:
-        if not e.code_digest:
-            return "unknown"
-        known = self._code.get(e.code_parts)
-        if known is None:
-            known = self._code[e.code_parts] = _digest.check_parts(
-                e.code_parts, search=self._search
-            )
-        return known
-
-    def reasons(self, e: Entry) -> list[str]:
-        """``["code changed", "toolchain"]``, the part of it that holds, or ``[]``: the
-        reasons of :func:`jaxtune._tuning.staleness.judge` that can be told without the
-        kernel's space, as their labels."""
-        return [s.reason.value for s in judge(e, code_changed=self.code(e) == "changed")]
-
-
 def _summary(
     e: Entry, where: Source, *, full: bool = False, fresh: StaleJudge | None = None
 ) -> dict[str, Any]:
-    fresh = fresh or StaleJudge()
-    reasons = fresh.reasons(e)
     return {
-        **e.summary(full=full),
+        **entry_summary(e, fresh or StaleJudge(), full=full),
         "kernel_version": e.kernel_version,
         "source": where.kind,
         "layer": str(where.path),
-        "code": fresh.code(e),
-        "stale": bool(reasons),
-        "stale_reasons": reasons,
     }
 
 

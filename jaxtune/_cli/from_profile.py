@@ -23,6 +23,7 @@ from .._profiling.sidecar import INFO_FILE
 from .._tuning.result import format_table
 from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
+from .entries import StaleJudge, entry_summary
 from .tune import sweep_records
 
 __all__ = ["RAW_PALLAS_HINT", "Ranked", "rank", "run", "tuned_here"]
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
     entries, problems = sweep_records(todo)
     problems += [f"{r.name}: the profile saved none of its calls" for r in chosen if not r.calls]
     if args.json:
+        fresh = StaleJudge()
         doc = {
             "min_share": args.min_share,
             "kernels": [
@@ -182,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
                 for r in ranked
             ],
             "selected": [r.name for r in chosen],
-            "tuned": [e.summary() for e in entries],
+            "tuned": [entry_summary(e, fresh) for e in entries],
             "untunable": [{"name": r.name, "share": r.share} for r in ranked if not r.autotuned],
             "hint": RAW_PALLAS_HINT,
             "problems": problems,

@@ -34,6 +34,7 @@ from .._tuning.recorded import Recording, Stopped, read_frame
 from .._tuning.result import format_table
 from .._tuning.staleness import wrong_pass
 from .._tuning.store import cache as _cache
+from .entries import StaleJudge, entry_summary
 from .recording import SETTLE_S, add_recording_options
 
 if TYPE_CHECKING:
@@ -466,13 +467,14 @@ def _report(
     problems: list[str],
 ) -> None:
     if args.json:
+        fresh = StaleJudge()
         doc = {
             "recorded": len(records),
             "already_tuned": [
                 {"kernel": r.kernel, "key": r.key, "source": r.source} for r in had_config
             ],
             "retuned": bool(args.retune),
-            "tuned": [e.summary() for e in entries],
+            "tuned": [entry_summary(e, fresh) for e in entries],
             "problems": problems,
             "cache": str(_cache.user_cache().root),
         }

@@ -279,10 +279,9 @@ class Entry:
         return self.default_time_us / self.time_us
 
     def summary(self, *, full: bool = False) -> dict[str, Any]:
-        """A JSON-ready summary (``full``: with every measurement); ``stale`` tells whether
-        it was tuned with another JAX, jaxlib or libtpu than the installed ones."""
-        from .versions import stale
-
+        """A JSON-ready summary (``full``: with every measurement). Whether it is stale is
+        the commands' to add (``jaxtune._cli.entries``: the staleness vocabulary lives above
+        this layer)."""
         d: dict[str, Any] = {
             "kernel": self.kernel,
             "device_kind": self.device_kind,
@@ -302,7 +301,6 @@ class Entry:
             "search": self.search,
             "measured": self.measured,
             "space_size": self.space_size,
-            "stale": stale(dict(self.versions)),
             "code_digest": self.code_digest,
             "versions": dict(self.versions),
             "created": self.created,
