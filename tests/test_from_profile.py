@@ -165,3 +165,43 @@ def test_a_transformed_function_is_profiled_itself_not_the_function_it_names(tmp
     # A jitted function may stand for the function it jits: still captured in the child.
     jaxtune.profile(jax.jit(with_autotuned), x, iters=2, logdir=str(tmp_path / "j"))
     _process.shutdown_children()
+
+
+@pytest.mark.parametrize(
+    ("change", "tuned"),
+    [
+        ({}, True),
+        ({"versions": {"jax": "0.4.1", "jaxlib": "0.4.1", "libtpu": None}}, False),
+        ({"code_digest": "other"}, False),
+        ({"code_digest": ""}, True),  # an entry of unknown code is never stale for it
+        ({"timing": "forward"}, False),  # the recorded call is differentiated
+    ],
+)
+def test_an_entry_counts_as_tuned_only_when_the_staleness_judge_finds_it_current(change, tuned):
+    """``--from-profile`` skips a recorded call only for an entry a tune-mode lookup would
+    use as it is: the toolchain, the code the call recorded and the pass it times count."""
+    from jaxtune._core import versions as _versions
+    from jaxtune._core.vocabulary import CodeDigest, Entry, RecordedCall
+
+    fields = {
+        "kernel": "lib.mm",
+        "device_kind": "cpu",
+        "key": "f32[8]",
+        "config": {"block": 8},
+        "time_us": 1.0,
+        "default_config": {"block": 4},
+        "default_time_us": 2.0,
+        "versions": dict(_versions.toolchain()),
+        "code_digest": "abc",
+        "timing": "vjp",
+    }
+    _cache.user_cache().write([Entry(**{**fields, **change})])
+    frame = RecordedCall(
+        kernel="lib.mm",
+        device_kind="cpu",
+        key="f32[8]",
+        source="default",
+        code=CodeDigest(digest="abc"),
+        request={"plan": {"timing": "vjp"}},
+    )
+    assert _from_profile.tuned_here(frame) is tuned

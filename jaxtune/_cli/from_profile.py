@@ -21,7 +21,7 @@ from .._core.vocabulary import RecordedCall
 from .._profiling.report import CALLS_SUFFIX, report_from_trace
 from .._profiling.sidecar import INFO_FILE
 from .._tuning.result import format_table
-from .._tuning.staleness import wrong_pass
+from .._tuning.staleness import judge, wrong_pass
 from .._tuning.store import cache as _cache
 from .entries import StaleJudge, entry_summary
 from .tune import sweep_records
@@ -146,17 +146,23 @@ def _plan(ranked: list[Ranked], args: argparse.Namespace) -> tuple[list[Ranked],
 
 
 def tuned_here(frame: RecordedCall) -> bool:
-    """Whether the user cache (the one this command writes) already holds an entry for the
-    recorded call: same kernel, device kind, key and kernel version."""
+    """Whether the user cache (the one this command writes) already holds a current entry
+    for the recorded call: same kernel, device kind, key and kernel version, stale for none
+    of :func:`~jaxtune._tuning.staleness.judge`'s reasons (its code judged against the
+    digest the call recorded, as the lookup judges it against the kernel's), and timed for
+    the pass the call runs (as ``jaxtune tune --`` decides from the program's own lookup)."""
     try:
         entry = _cache.user_cache().lookup(
             frame.kernel, frame.device_kind, frame.key, version=frame.version
         )
     except JaxtuneError:  # a cache that cannot be read (a fault of the lookup is a bug)
         return False
+    if entry is None or entry.kernel_version != frame.version:
+        return False
+    recorded = frame.code.digest
+    code_changed = bool(recorded and entry.code_digest) and entry.code_digest != recorded
     return (
-        entry is not None
-        and entry.kernel_version == frame.version
+        next(judge(entry, code_changed=code_changed), None) is None
         and wrong_pass(entry.timing, frame.timing) is None
     )
 
