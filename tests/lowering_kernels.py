@@ -4,6 +4,8 @@ imports it by reference, as a sweep's child does."""
 from __future__ import annotations
 
 import os
+import pathlib
+import time
 
 import jax.numpy as jnp
 
@@ -13,9 +15,20 @@ import jaxtune
 SPACE = [{"n": n} for n in range(2, 8)]
 TRACES: list[int] = []  # one per trace of a kernel below, in this process
 
-# A lowering process (on CPU, jaxtune off), not the test's own: a real crash.
-if os.environ.get("JAXTUNE_TEST_LOWERING_CRASH") and os.environ.get("JAXTUNE_MODE") == "off":
+#: A folder: each lowering process (on CPU, jaxtune off), not the test's own, notes its
+#: pid there and crashes (a real one) as it imports this module.
+CRASHED = os.environ.get("JAXTUNE_TEST_LOWERING_CRASH")
+if CRASHED and os.environ.get("JAXTUNE_MODE") == "off":
+    pathlib.Path(CRASHED, str(os.getpid())).touch()
     os.abort()
+
+
+def _until_processes_crashed(count: int = 2) -> None:
+    """In the test's process: waits until ``count`` lowering processes noted their crash
+    (the sweep lowers configs itself while they start, and would else be done first)."""
+    deadline = time.monotonic() + 60
+    while CRASHED and len(os.listdir(CRASHED)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _sines(x, n):
@@ -27,6 +40,8 @@ def _sines(x, n):
 @jaxtune.autotuned(configs={"n": [c["n"] for c in SPACE]}, name="tests.lowering.sines")
 def sines(x, *, n):
     TRACES.append(n)
+    if len(TRACES) == 2:  # the processes started after the first
+        _until_processes_crashed()
     return _sines(x, n)
 
 

@@ -258,8 +258,8 @@ class Compiler:
         )
         with threads_ as ex, contextlib.closing(ahead):
             pending = []
-            for index, config in enumerate(configs):
-                ahead.before(index)
+            for index in ahead.order():
+                config = configs[index]
                 try:
                     with local_config():
                         lowered = self.lower(config, spec)
@@ -409,45 +409,72 @@ def lower_checked(call: Callable[..., Any], args: Any, refuse: Refuse | None) ->
 
 class LoweringAhead:
     """The lowering processes (:mod:`.lowering_pool`) of one pipelined compile of
-    ``configs``: started once the first config is lowered here, for those of the rest
+    ``configs``, and the order in which this thread lowers the configs (or loads what the
+    processes kept): started once the first config is lowered here, for those of the rest
     neither compiled nor kept (``auto``: only where they would take long at the first
-    one's pace), then waited on before each config is lowered here."""
+    one's pace)."""
 
     def __init__(
         self, compiler: Compiler, configs: Sequence[Config], kept: list[KeptPrograms | None]
     ) -> None:
         self.compiler, self.configs, self.kept = compiler, configs, kept
         self.pool: LoweringPool | None = None
-        self._first_at: float | None = None  # when the first config's lowering began
 
-    def before(self, index: int) -> None:
-        """Before the ``index``-th config is lowered here: starts the processes after the
-        first, waits (``lowering_wait`` in the breakdown) for them to lower it after that;
-        closes them once the kept programs are found not to match the code."""
-        c, kept = self.compiler, self.kept[0] if self.kept else None
-        if index == 0:
-            self._first_at = time.perf_counter()
+    def order(self) -> Iterator[int]:
+        """The configs' indices, each once, in the order this thread lowers them: the
+        first, which starts the processes; then, while no process has told of a config
+        yet (their start: importing JAX and the kernel, 25-30 s for twelve of them beside
+        Tokamax's ragged_dot on a TPU v5e host, where the compiling threads sat idle), the
+        last config left, which the processes would reach last; after that the earliest
+        config a process told of, else the next one, waited for (``lowering_wait`` in the
+        breakdown) at most as long as lowering it here took the first, then lowered here.
+        The processes are closed once the kept programs are found not to match the code,
+        or once none will tell (they ended, or one hung)."""
+        c = self.compiler
+        if not self.configs:
             return
-        if index == 1 and self._first_at is not None and kept is not None:
-            first_s = time.perf_counter() - self._first_at
+        first_at = time.perf_counter()
+        yield 0
+        kept = self.kept[0] if self.kept else None  # looked for as the first was lowered
+        left = list(range(1, len(self.configs)))
+        first_s = time.perf_counter() - first_at
+        if left and kept is not None:
             todo = [
-                config
-                for config in self.configs[1:]
-                if not c.compiled(cid := config_id(config)) and not kept.has(cid)
+                self.configs[i]
+                for i in left
+                if not c.compiled(cid := config_id(self.configs[i])) and not kept.has(cid)
             ]
             self.pool = LoweringPool.start(
                 c.task, kept, todo, refuse=c.refuse is not None, first_s=first_s
             )
-        if self.pool is None:
-            return
-        if kept is not None and kept.trusted is False:
-            self.close()
-            return
-        start = time.perf_counter()
-        told = self.pool.wait(config_id(self.configs[index]), c.task.plan.timeout_s)
-        c.breakdown.add("lowering_wait", time.perf_counter() - start)
-        if told is None:  # none will tell (they ended), or one hung: the rest is lowered here
-            self.close()
+            if self.pool is not None:
+                c.breakdown.add("lowering_wait", 0.0)  # the phase shows processes started
+        ids = [config_id(config) for config in self.configs]
+        while left:
+            pool = self.pool
+            if pool is not None and kept is not None and kept.trusted is False:
+                self.close()
+                pool = None
+            if pool is None:
+                yield left.pop(0)
+                continue
+            told = pool.told()
+            if not told:
+                if pool.running():
+                    yield left.pop()  # the processes are starting: the last, lowered here
+                    continue
+                self.close()  # every process ended without telling: the rest lowered here
+                continue
+            ready = next((k for k, i in enumerate(left) if ids[i] in told), None)
+            if ready is not None:
+                yield left.pop(ready)
+                continue
+            start = time.perf_counter()
+            got = pool.wait(ids[left[0]], max(first_s, 0.05))
+            c.breakdown.add("lowering_wait", time.perf_counter() - start)
+            if got == "ended":  # none will tell: the rest is lowered here
+                self.close()
+            yield left.pop(0)
 
     def close(self) -> None:
         if self.pool is not None:

@@ -7,7 +7,8 @@ about 0.4 s a config on a TPU v5e host, so its 540-config space spent most of it
 sweep (262.5 s) waiting on one thread while twelve compiling threads had little to do. Here
 processes on JAX's CPU platform lower their share of the configs for the chip's topology
 and keep each program in the task's store (:mod:`.kept_programs`); the compiling process
-waits for each config in turn and loads it (15-25 ms) instead of tracing it. Refusals
+loads each config as soon as a process told of it (15-25 ms) instead of tracing it, and
+lowers configs itself while the processes start (:class:`~.compile.LoweringAhead`). Refusals
 (:mod:`.refusals`) are found there too and kept as failures.
 
 Nothing a process produces is taken on faith: the store's own check (the first program
@@ -198,16 +199,32 @@ class LoweringPool:
                 self._running -= 1
                 self._changed.notify_all()
 
-    def wait(self, cid: str, timeout_s: float) -> tuple[str, str] | None:
-        """What a process told of config ``cid`` (its outcome and reason), once it has;
-        ``None`` when none will (every process ended, or ``timeout_s`` passed)."""
+    def told(self) -> frozenset[str]:
+        """The configs a process has told of so far."""
+        with self._changed:
+            return frozenset(self._told)
+
+    def running(self) -> bool:
+        """Whether a process may still tell of a config (one has not ended)."""
+        with self._changed:
+            return self._running > 0
+
+    def wait(self, cid: str, timeout_s: float) -> Literal["told", "waiting", "ended"]:
+        """Waits up to ``timeout_s`` for a process to tell of config ``cid``: ``told``
+        (:meth:`outcome` has it), ``waiting`` (not yet), ``ended`` (every process ended
+        without telling of it: none will)."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while cid not in self._told and self._running > 0:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return None
+                    return "waiting"
                 self._changed.wait(left)
+            return "told" if cid in self._told else "ended"
+
+    def outcome(self, cid: str) -> tuple[str, str] | None:
+        """What a process told of config ``cid`` (its outcome and reason), if it has."""
+        with self._changed:
             return self._told.get(cid)
 
     def close(self) -> None:
