@@ -1,13 +1,15 @@
 """``jaxtune.kernels``: JAX's bundled Pallas TPU kernels as autotuned kernels, on CPU in TPU
 interpret mode (as JAX runs them there), on the oldest and the newest supported JAX.
 
-Covers docs/kernels.md, "Flash attention", "Spaces that Mosaic accepts", "Arguments passed
-through" and "Packaged configs".
+Covers docs/kernels.md, "Flash attention", "Grouped matmul (megablox)", "Spaces that Mosaic
+accepts", "Arguments passed through", "Group sizes: the program's values" and "Packaged
+configs".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as fa
+from jax.experimental.pallas.ops.tpu import megablox
 
 import jaxtune
 from jaxtune import kernels
@@ -22,6 +25,8 @@ from jaxtune.kernels import _packaged
 
 #: Small shapes (each interpret-mode call costs a second or two on 2 cores).
 SEQ = 256
+#: JAX's megablox kernel module (the package's ``gmm`` attribute is the function).
+GMM_KERNELS = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
 
 
 def _close(a, b, tol=2e-5):
@@ -200,6 +205,183 @@ def test_flash_gradient_runs_jaxs_backward_with_the_chosen_blocks():
         theirs = jax.grad(lambda *a: loss(fa.flash_attention, *a), argnums=(0, 1, 2))(q, k, v)
     for a, b in zip(ours, theirs, strict=True):
         _close(a, b, 1e-4)
+
+
+# -- megablox gmm and tgmm ------------------------------------------------------------------
+
+
+def _tiling_breaks(config, m, k, n):
+    """What in ``config`` megablox or Mosaic refuses: ``tm`` divides the rows (JAX) along a
+    sublane dimension, ``tk`` and ``tn`` are whole lane blocks of ``k`` and ``n``."""
+    broken = []
+    if not _sublane_ok(config["tm"], m):
+        broken.append(f"tm={config['tm']} for m {m}")
+    if not _lane_ok(config["tk"], k):
+        broken.append(f"tk={config['tk']} for k {k}")
+    if not _lane_ok(config["tn"], n):
+        broken.append(f"tn={config['tn']} for n {n}")
+    return broken
+
+
+GMM_SHAPES = [  # (m, k, n, groups, dtype)
+    (512, 256, 256, 4, "float32"),
+    (8192, 2048, 4096, 8, "bfloat16"),  # a MoE layer: the VMEM bound leaves out big tiles
+    (4096, 5120, 1408, 64, "bfloat16"),  # widths only 128 divides
+    (200, 96, 72, 2, "float32"),  # dimensions no candidate divides: tiles span them
+]
+
+
+@pytest.mark.parametrize(("m", "k", "n", "groups", "dtype"), GMM_SHAPES)
+@pytest.mark.parametrize("transpose_rhs", [False, True])
+def test_gmm_space_holds_only_tilings_megablox_and_mosaic_take(
+    m, k, n, groups, dtype, transpose_rhs
+):
+    lhs = _sds((m, k), dtype)
+    rhs = _sds((groups, n, k) if transpose_rhs else (groups, k, n), dtype)
+    sizes = _sds((groups,), "int32")
+    tuned = kernels.autotuned_gmm
+    space = tuned.space(lhs, rhs, sizes, transpose_rhs=transpose_rhs)
+    assert space
+    assert {str(c): b for c in space if (b := _tiling_breaks(c, m, k, n))} == {}
+    for c in space:  # input blocks double-buffered, the output too, a float32 accumulator
+        item = np.dtype(dtype).itemsize
+        vmem = 2 * (c["tm"] * c["tk"] + c["tk"] * c["tn"]) * item + 12 * c["tm"] * c["tn"]
+        assert vmem <= 16 << 20 or c == space[0]
+    choice = tuned.config_for(lhs, rhs, sizes, transpose_rhs=transpose_rhs)
+    assert choice.source == "default"
+    if not _tiling_breaks({"tm": 128, "tk": 128, "tn": 128}, m, k, n):
+        assert choice.config == {"tm": 128, "tk": 128, "tn": 128}  # JAX's default
+    else:
+        assert choice.config == space[0]
+    # tgmm of the same problem (lhs [k, m], rhs [m, n]) keeps the same rules.
+    t_space = kernels.autotuned_tgmm.space(_sds((k, m), dtype), _sds((m, n), dtype), sizes)
+    assert {str(c): b for c in t_space if (b := _tiling_breaks(c, m, k, n))} == {}
+
+
+def test_every_gmm_tiling_lowers_for_tpu():
+    """Mosaic's lowering (``jax.export`` for TPU, on CPU) takes every tiling of the space,
+    for ``gmm`` and its gradient (``gmm`` and ``tgmm``)."""
+    lhs, rhs, sizes = _sds((512, 256)), _sds((4, 256, 256)), _sds((4,), "int32")
+    space = kernels.autotuned_gmm.space(lhs, rhs, sizes)
+    assert len(space) == 12
+    for c in space:
+
+        def loss(lhs, rhs, sizes, tiling=(c["tm"], c["tk"], c["tn"])):
+            return (megablox.gmm(lhs, rhs, sizes, tiling=tiling) ** 2).sum()
+
+        step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+        exported = jax.export.export(step, platforms=["tpu"])(lhs, rhs, sizes)
+        assert exported.mlir_module().count("tpu_custom_call") == 3  # gmm, its two grads
+
+
+#: Skewed group sizes summing to the rows, as a router gives them.
+GROUPS = (300, 40, 0, 172)
+
+
+def _gmm_args(seed=0):
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    lhs = jax.random.normal(k1, (512, 256), jnp.float32)
+    rhs = jax.random.normal(k2, (len(GROUPS), 256, 256), jnp.float32)
+    return lhs, rhs, jnp.array(GROUPS, jnp.int32)
+
+
+@pytest.mark.child
+@pytest.mark.slow
+def test_gmm_is_tuned_on_first_use_on_the_callers_group_sizes(monkeypatch, fast_timing):
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    monkeypatch.setenv("JAXTUNE_BUDGET", "3")
+    lhs, rhs, sizes = _gmm_args()
+    tuned = kernels.autotuned_gmm
+    out = kernels.gmm(lhs, rhs, sizes, interpret=True)  # sweeps in the child, on `sizes`
+    choice = tuned.config_for(lhs, rhs, sizes, interpret=True)
+    assert choice.source == "cache"
+    entry = choice.entry
+    assert entry is not None and entry.measured == 3
+    assert entry.values["arguments"]["group_sizes"]["source"] == "caller"
+    assert "sum 512" in entry.values["arguments"]["group_sizes"]["summary"][0]
+    reference = megablox.gmm(lhs, rhs, sizes, interpret=True)
+    _close(out, reference, 1e-4)
+    stored = (choice.config["tm"], choice.config["tk"], choice.config["tn"])
+    _close(out, megablox.gmm(lhs, rhs, sizes, tiling=stored, interpret=True), 0)
+    space = tuned.space(lhs, rhs, sizes, interpret=True)
+    for config in (space[0], space[-1]):
+        _close(tuned(lhs, rhs, sizes, interpret=True, **config), reference, 1e-4)
+
+
+@pytest.mark.child
+@pytest.mark.slow
+def test_gmm_swept_on_shapes_alone_runs_on_valid_group_sizes(monkeypatch, fast_timing):
+    """Inside ``jax.jit`` a tune-mode sweep has shapes only: its group sizes come from the
+    kernel's ``inputs=`` (splitting the rows evenly), never from random integers, and no
+    warning about made-up integers is given (warnings are errors here)."""
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    monkeypatch.setenv("JAXTUNE_BUDGET", "2")
+    lhs, rhs, sizes = _gmm_args(1)
+    step = jax.jit(lambda lhs, rhs, sizes: kernels.gmm(lhs, rhs, sizes, interpret=True) * 2)
+    _close(step(lhs, rhs, sizes), 2 * megablox.gmm(lhs, rhs, sizes, interpret=True), 1e-4)
+    entry = kernels.autotuned_gmm.config_for(lhs, rhs, sizes, interpret=True).entry
+    assert entry is not None
+    assert entry.measured == 2
+    assert entry.config in kernels.autotuned_gmm.space(lhs, rhs, sizes, interpret=True)
+    assert entry.values["arguments"]["group_sizes"] == {"source": "inputs=", "integer": True}
+
+
+@pytest.mark.slow
+def test_gmm_and_tgmm_pass_every_other_argument_through_to_jax(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")  # given tilings are explicit: no sweep
+    lhs, rhs, sizes = _gmm_args(2)
+    rhs_t = rhs.swapaxes(1, 2).astype(jnp.bfloat16)
+    offset = jnp.array(1, jnp.int32)  # this shard holds groups 1..3
+    existing = jnp.ones((512, 256), jnp.bfloat16)
+    args = (lhs.astype(jnp.bfloat16), rhs_t[1:], sizes)
+    options = {"group_offset": offset, "existing_out": existing, "transpose_rhs": True}
+    out = kernels.gmm(*args, jnp.bfloat16, (256, 128, 256), interpret=True, **options)
+    want = megablox.gmm(*args, jnp.bfloat16, (256, 128, 256), interpret=True, **options)
+    assert out.dtype == want.dtype == jnp.bfloat16
+    _close(out.astype(jnp.float32), want.astype(jnp.float32), 0)
+    # JAX's look-up function of (m, k, n) is called as JAX calls it; None is JAX's error.
+    seen = []
+
+    def lookup(*mkn):
+        seen.append(mkn)
+        return (128, 128, 128)
+
+    kernels.gmm(*args, tiling=lookup, interpret=True)
+    assert seen == [(512, 256, 256)]
+    with pytest.raises(ValueError, match=r"No tuned tiling found for \(m, k, n\)"):
+        kernels.gmm(*args, tiling=lambda m, k, n: None, interpret=True)
+    # tgmm: the rows are lhs's columns; num_actual_groups and the offset pass through.
+    t_args = (lhs.T, rhs[0], sizes)
+    t_options = {"group_offset": offset, "num_actual_groups": 2, "interpret": True}
+    out = kernels.tgmm(*t_args, jnp.float32, (128, 256, 128), **t_options)
+    want = GMM_KERNELS.tgmm(*t_args, jnp.float32, (128, 256, 128), **t_options)
+    assert out.shape == want.shape == (2, 256, 256)
+    _close(out, want, 0)
+    # Nothing was swept: the given tilings were explicit.
+    for tuned, call in (
+        (kernels.autotuned_gmm, (*args, *options.values())),
+        (kernels.autotuned_tgmm, t_args),
+    ):
+        assert tuned.config_for(*call[:3]).source == "default"
+    explicit = kernels.autotuned_gmm.config_for(*args, tm=256, tk=128, tn=256)
+    assert (explicit.source, explicit.config) == ("explicit", {"tm": 256, "tk": 128, "tn": 256})
+    # A dtype travels by name: plain data in the key and to a sweep's child.
+    assert kernels.autotuned_gmm.config_for(*args, preferred_element_type="bfloat16").key.endswith(
+        ";preferred_element_type='bfloat16',transpose_rhs=False,interpret=False"
+    )
+
+
+@pytest.mark.slow
+def test_gmm_gradient_runs_jaxs_backward_with_the_chosen_tiling():
+    lhs, rhs, sizes = _gmm_args(3)
+
+    def loss(matmul, lhs, rhs):
+        return (matmul(lhs, rhs, sizes, interpret=True) ** 2).sum()
+
+    ours = jax.grad(lambda *a: loss(kernels.gmm, *a), argnums=(0, 1))(lhs, rhs)
+    theirs = jax.grad(lambda *a: loss(megablox.gmm, *a), argnums=(0, 1))(lhs, rhs)
+    for a, b in zip(ours, theirs, strict=True):
+        _close(a, b, 0)
 
 
 # -- the packaged cache hook ---------------------------------------------------------------
