@@ -16,7 +16,7 @@ import pytest
 import jaxtune
 from jaxtune._core import versions as _versions
 from jaxtune._core.errors import JaxtuneWarning
-from jaxtune._core.vocabulary import Entry, Measurement
+from jaxtune._core.vocabulary import Entry, Measurement, StaleReason
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
 
@@ -105,6 +105,9 @@ def test_cached_mode_uses_a_toolchain_stale_entry_and_warns_once(monkeypatch, ca
     assert "jaxtune tune -- python" in said[0]
     assert choice.source == "cache" and "another toolchain" in choice.stale
     assert "stale: tuned with another toolchain" in capsys.readouterr().err
+    # A recording keeps the words and the reason, so that `cache check` reads no words.
+    call = k.options.bound(k.options.bind((X,), {})).recorded_call(choice)
+    assert (call.stale, call.stale_reason) == (choice.stale, StaleReason.TOOLCHAIN)
     assert _stored(name).created == old.created  # never swept
 
 

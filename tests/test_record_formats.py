@@ -5,6 +5,7 @@ values is byte for byte what that one wrote."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import shutil
 
@@ -109,3 +110,21 @@ def test_a_recorded_call_and_a_sidecar_of_another_shape_are_refused_by_field():
         RecordedCall.read({**raw["calls"][0], "source": "?"}, "report.calls.msgpack, call 0")
     with pytest.raises(ValueError, match=r"a CaptureInfo of version 2, written by a newer"):
         CaptureInfo.from_dict({**raw, "v": 2})
+
+
+def test_a_recorded_call_keeps_why_its_entry_is_stale_as_a_reason():
+    """A stale call's reason is written beside its words, so no reader parses the words;
+    a recording written before the field reads its reason from the words, and a fresh call
+    is written as before (no new key)."""
+    from jaxtune._core.vocabulary import StaleReason
+    from jaxtune._tuning.staleness import recorded_reason
+
+    raw = unpackb((DATA / "jaxtune-info.msgpack").read_bytes())["calls"][0]
+    words = "tuned with another toolchain (jax 0.4.1, now 0.4.30)"
+    call = RecordedCall.read({**raw, "stale": words})
+    assert call.stale_reason is None and recorded_reason(call) is StaleReason.TOOLCHAIN
+    now = dataclasses.replace(call, stale_reason=StaleReason.TOOLCHAIN)
+    written = unpackb(packb(now.to_wire()))
+    assert written["stale_reason"] == "toolchain"
+    assert RecordedCall.read(written) == now and recorded_reason(now) is StaleReason.TOOLCHAIN
+    assert "stale_reason" not in RecordedCall.read(raw).to_wire()

@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from jaxtune._core import versions as _versions
-from jaxtune._core.vocabulary import Entry, Measurement
+from jaxtune._core.vocabulary import Entry, Measurement, StaleReason
 from jaxtune._tuning import staleness as _staleness
-from jaxtune._tuning.staleness import Reason, judge, reason_of, typed_config, wrong_pass
+from jaxtune._tuning.staleness import judge, reason_of, typed_config, wrong_pass
 
 
 def _entry(**changes: object) -> Entry:
@@ -63,11 +63,11 @@ def test_every_reason_in_the_lookups_order_with_its_words() -> None:
         )
     )
     assert [s.reason for s in found] == [
-        Reason.KEYS,
-        Reason.CODE,
-        Reason.OUTSIDE,
-        Reason.TOOLCHAIN,
-        Reason.NEW_CONFIGS,
+        StaleReason.KEYS,
+        StaleReason.CODE,
+        StaleReason.OUTSIDE,
+        StaleReason.TOOLCHAIN,
+        StaleReason.NEW_CONFIGS,
     ]
     texts = [s.text for s in found]
     assert texts[:3] == ["config keys renamed", "code changed", "config outside the space"]
@@ -99,9 +99,9 @@ def test_the_first_reason_is_computed_alone() -> None:
         names=frozenset({"block"}),
         space=Space(),
     )
-    assert next(found).reason is Reason.KEYS
+    assert next(found).reason is StaleReason.KEYS
     assert asked == []
-    assert next(found).reason is Reason.OUTSIDE and len(asked) == 1
+    assert next(found).reason is StaleReason.OUTSIDE and len(asked) == 1
 
 
 def test_new_configs_when_the_entry_measured_part_of_its_space() -> None:
@@ -126,7 +126,7 @@ def test_the_wrong_pass_rule(entry_timing: str, timed_now: str, wrong: bool) -> 
     found = wrong_pass(entry_timing, timed_now)
     assert (found is not None) == wrong
     if found is not None:
-        assert found.reason is Reason.WRONG_PASS
+        assert found.reason is StaleReason.WRONG_PASS
         assert found.text == "timed the forward pass only; the call is differentiated"
 
 
@@ -153,5 +153,5 @@ def test_toolchain_words() -> None:
     assert _staleness.toolchain(_entry()) is None
     assert _staleness.toolchain(_entry(versions={})) is None  # unknown: not stale
     old = _staleness.toolchain(_entry(versions=OLD_JAX))
-    assert old is not None and old.reason is Reason.TOOLCHAIN
+    assert old is not None and old.reason is StaleReason.TOOLCHAIN
     assert old.text == _staleness.toolchain_text(OLD_JAX)

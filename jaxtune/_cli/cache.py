@@ -16,13 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.errors import CacheError
-from .._core.vocabulary import Entry, Measurement
+from .._core.vocabulary import Entry, Measurement, StaleReason
 from .._render import configs as _configs
 from .._render import text as _text
 from .._render import units as _units
 from .._tuning.explain import decision_text
 from .._tuning.result import TuningResult, format_table
-from .._tuning.staleness import Reason, reason_of, wrong_pass
+from .._tuning.staleness import recorded_reason, wrong_pass
 from .._tuning.store import cache as _cache
 from .._tuning.store import result_files as _results
 from .._tuning.store.layout import XLA_DIR
@@ -472,9 +472,9 @@ def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> Non
 
 #: What a stale reason means for an imported entry.
 _STALE_MEANS = {
-    Reason.CODE.value: "tuned for other code of the kernel than the code here, so a lookup "
+    StaleReason.CODE.value: "tuned for other code of the kernel than the code here, so a lookup "
     "passes it over (a miss)",
-    Reason.TOOLCHAIN.value: "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a "
+    StaleReason.TOOLCHAIN.value: "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a "
     "warning and tune mode re-tunes it",
 }
 
@@ -614,6 +614,7 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     )
     records, stopped = recording.calls, recording.stopped
     current, missing, stale = [], [], []
+    again = False  # a call's entry is stale for its toolchain: only --retune re-tunes it
     for r in records:
         row = {"kernel": r.kernel, "key": r.key, "device_kind": r.device_kind, "source": r.source}
         why = r.stale
@@ -622,6 +623,7 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
             why = wrong.text
         if why:
             stale.append({**row, "reason": why})
+            again = again or recorded_reason(r) is StaleReason.TOOLCHAIN
         elif r.source == "default":
             missing.append(row)
         else:
@@ -647,7 +649,6 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     ]
     if missing or stale:
         given = args.program[1:] if args.program[:1] == ["--"] else args.program
-        again = any(reason_of(m["reason"]) is Reason.TOOLCHAIN for m in stale)
         flags = ["--retune"] if again else []
         # The same recording as this check: what it saw, the tune sees.
         flags += ["--full"] if args.full else []

@@ -8,6 +8,7 @@ hold beyond its type: :mod:`.entry_schema`)."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import statistics
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
@@ -39,6 +40,7 @@ __all__ = [
     "ProfileOptions",
     "RecordedCall",
     "Source",
+    "StaleReason",
     "config_id",
     "measurement_from_dict",
     "pass_text",
@@ -48,6 +50,25 @@ __all__ = [
 Config = dict[str, Any]
 #: Where a call's config came from.
 Source = Literal["explicit", "scope", "cache", "packaged", "nearest", "default"]
+
+
+class StaleReason(enum.Enum):
+    """Why a stored entry is stale (:func:`jaxtune._tuning.staleness.judge` says which
+    hold); the value is the label ``jaxtune cache list`` prints, its JSON's
+    ``stale_reasons`` hold and a recorded call keeps."""
+
+    #: Its config's keys are not the space's (renamed since): ignored.
+    KEYS = "config keys renamed"
+    #: Tuned for other code of the kernel (its code digest differs): a miss.
+    CODE = "code changed"
+    #: Its config is not in the call's pruned space: skipped.
+    OUTSIDE = "config outside the space"
+    #: Tuned with another jax/jaxlib/libtpu: used, with a warning, until re-tuned.
+    TOOLCHAIN = "toolchain"
+    #: The space holds configs its sweep never measured: used, with a warning, until re-tuned.
+    NEW_CONFIGS = "new configs"
+    #: Timed the forward pass alone, while the call is differentiated: tuned again.
+    WRONG_PASS = "wrong pass"
 
 
 def pass_text(timing: str) -> str:
@@ -369,7 +390,10 @@ class RecordedCall:
     --``'s recording, a call in a profile's sidecar that ``jaxtune tune --from-profile``
     replays): the kernel's id, the call's key and shapes, the config it ran with and where
     that came from (``source``), the pass the entry behind it timed (``entry_timing``,
-    empty without one), why that entry is stale (``stale``, empty when fresh or none), the
+    empty without one), why that entry is stale (``stale``: the words, empty when fresh or
+    none; ``stale_reason``: the reason, left out when none and absent from recordings
+    written before it, whose reason :func:`jaxtune._tuning.staleness.recorded_reason`
+    reads from the words), the
     device kind, the kernel's version and code digest, the devices a sweep may use, and the
     sweep request that tunes it in a child (``request``, a request's record as
     :meth:`jaxtune._isolation.frames.Request.to_record` writes it; ``None`` with ``error``
@@ -389,6 +413,7 @@ class RecordedCall:
     devices: tuple[int, ...] | None = None
     code: CodeDigest = CodeDigest()
     stale: str = ""
+    stale_reason: StaleReason | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     request: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     error: str = dataclasses.field(default="", metadata=typed.OMIT_DEFAULT)
 

@@ -38,7 +38,14 @@ from .._core.errors import (
     warn_once,
 )
 from .._core.errors import warn as _warn
-from .._core.vocabulary import Choice, Entry, Measurement, RecordedCall, config_id
+from .._core.vocabulary import (
+    Choice,
+    Entry,
+    Measurement,
+    RecordedCall,
+    StaleReason,
+    config_id,
+)
 from .._distributed import agree as _agree
 from .._program import markers as _markers
 from . import lookup as _lookup
@@ -478,7 +485,7 @@ class BoundCall:
             return ""
         fit = self._fit()
         kernel, kind = self.kernel, _lookup.device_kind()
-        passed_over = (_staleness.Reason.KEYS, _staleness.Reason.CODE, _staleness.Reason.OUTSIDE)
+        passed_over = (StaleReason.KEYS, StaleReason.CODE, StaleReason.OUTSIDE)
         for layer in (_cache.user_cache(), *_cache.layers()):
             entry = layer.lookup(kernel.kernel_id, kind, self.sig.key, version=kernel.version)
             if entry is None:
@@ -611,6 +618,7 @@ class BoundCall:
         if choice.entry is None and choice.source not in ("default", "explicit"):
             choice = self._with_entry(choice)
         devices = sweep_devices()
+        stale = self.staleness(choice)
         call = RecordedCall(
             kernel=self.kernel.kernel_id,
             key=self.sig.key,
@@ -625,7 +633,10 @@ class BoundCall:
             statics=self.sig.statics,
             devices=None if devices is None else tuple(devices),
             code=self.kernel.code.value,
-            stale=self.staleness(choice),
+            stale=stale,
+            # Kept as the reason too, so that no reader parses the words back; the words
+            # are made by staleness's one table, so they name their reason.
+            stale_reason=_staleness.reason_of(stale),
         )
         try:
             task = self.sweep_task(differentiated=differentiated)

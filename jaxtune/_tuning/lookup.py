@@ -31,11 +31,11 @@ import jax
 
 from .._core import settings as _settings
 from .._core.errors import warn_once
-from .._core.vocabulary import Entry, Source, config_id
+from .._core.vocabulary import Entry, Source, StaleReason, config_id
 from .._distributed import agree as _agree
 from .digest import KernelCode
 from .result import active_scopes
-from .staleness import Reason, in_space, judge, typed_config
+from .staleness import in_space, judge, typed_config
 from .state import TUNING_STATE
 from .store import cache as _cache
 from .store import shared as _shared
@@ -151,7 +151,7 @@ class Fit:
         if entry.kernel_version != self.version:
             return False
         first = next(judge(entry, code_changed=self.stale_code(entry), names=self.names), None)
-        return first is None or first.reason not in (Reason.KEYS, Reason.CODE)
+        return first is None or first.reason not in (StaleReason.KEYS, StaleReason.CODE)
 
     def usable(self, entry: Entry | None, layer: str) -> bool:
         """Whether ``entry`` may be used as an exact entry; warns once when its config lies
@@ -171,7 +171,7 @@ class Fit:
             None,
         )
         reason = None if stale is None else stale.reason
-        if reason is Reason.KEYS:
+        if reason is StaleReason.KEYS:
             if self.names and not any(set(entry.config) == set(c) for c in self._space):
                 keys = ", ".join(sorted(map(str, entry.config))) or "none"
                 self._warn_once(
@@ -184,13 +184,13 @@ class Fit:
                     names=", ".join(sorted(self.names)),
                 )
             return False
-        if reason is Reason.CODE:
+        if reason is StaleReason.CODE:
             self.code_stale = self.code_stale or layer
             if _settings.settings().mode == "cached":
                 # Once per kernel and layer: every key of an edited kernel is stale at once.
                 self._warn_once(entry, layer, "code", _MSG_CODE_CHANGED, per_key=False)
             return False
-        if reason is Reason.OUTSIDE:
+        if reason is StaleReason.OUTSIDE:
             self._warn_once(entry, layer, config_id(entry.config), _MSG_OUTSIDE)
             return False
         # A scope's entry is the caller's own choice: never stale for its toolchain or space.

@@ -1,6 +1,6 @@
 """Why a stored entry is stale: one vocabulary for the lookup, a recording and ``jaxtune cache``.
 
-An entry is stale for one of the :class:`Reason`\\ s, and :func:`judge` is the one function
+An entry is stale for one of the :class:`StaleReason`\\ s, and :func:`judge` is the one function
 that says which hold, in the order the lookup acts on them (:class:`~.lookup.Fit`): an entry
 whose config keys are not the space's is ignored, one tuned for other code of the kernel is a
 miss, one whose config is outside the space is skipped; one tuned with another toolchain, or
@@ -18,43 +18,24 @@ Nothing here imports JAX: the command line judges entries without it.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Container, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._core import versions as _versions
-from .._core.vocabulary import Config, Entry
+from .._core.vocabulary import Config, Entry, RecordedCall, StaleReason
 from .state import TUNING_STATE
 
 __all__ = [
-    "Reason",
     "Stale",
     "in_space",
     "judge",
     "reason_of",
+    "recorded_reason",
     "toolchain",
     "toolchain_text",
     "typed_config",
     "wrong_pass",
 ]
-
-
-class Reason(enum.Enum):
-    """Why an entry is stale; the value is the label ``jaxtune cache list`` prints and its
-    JSON's ``stale_reasons`` hold."""
-
-    #: Its config's keys are not the space's (renamed since): ignored.
-    KEYS = "config keys renamed"
-    #: Tuned for other code of the kernel (its code digest differs): a miss.
-    CODE = "code changed"
-    #: Its config is not in the call's pruned space: skipped.
-    OUTSIDE = "config outside the space"
-    #: Tuned with another jax/jaxlib/libtpu: used, with a warning, until re-tuned.
-    TOOLCHAIN = "toolchain"
-    #: The space holds configs its sweep never measured: used, with a warning, until re-tuned.
-    NEW_CONFIGS = "new configs"
-    #: Timed the forward pass alone, while the call is differentiated: tuned again.
-    WRONG_PASS = "wrong pass"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,22 +44,22 @@ class Stale:
     (``text``: ``"code changed"``, ``"tuned with another toolchain (jax 0.4.1, now
     0.4.30)"``, ``"3 new configs in the space since it was tuned"``...)."""
 
-    reason: Reason
+    reason: StaleReason
     text: str
 
 
 #: The words of the reasons whose text is fixed.
 _TEXTS = {
-    Reason.KEYS: "config keys renamed",
-    Reason.CODE: "code changed",
-    Reason.OUTSIDE: "config outside the space",
-    Reason.WRONG_PASS: "timed the forward pass only; the call is differentiated",
+    StaleReason.KEYS: "config keys renamed",
+    StaleReason.CODE: "code changed",
+    StaleReason.OUTSIDE: "config outside the space",
+    StaleReason.WRONG_PASS: "timed the forward pass only; the call is differentiated",
 }
 _TOOLCHAIN_HEAD = "tuned with another toolchain ("
 _NEW_TAIL = " in the space since it was tuned"
 
 
-def _fixed(reason: Reason) -> Stale:
+def _fixed(reason: StaleReason) -> Stale:
     return Stale(reason=reason, text=_TEXTS[reason])
 
 
@@ -103,18 +84,18 @@ def judge(
         swept: the space a sweep would measure now (``None``: not compared).
     """
     if names is not None and set(entry.config) != names:
-        yield _fixed(Reason.KEYS)
+        yield _fixed(StaleReason.KEYS)
     if code_changed:
-        yield _fixed(Reason.CODE)
+        yield _fixed(StaleReason.CODE)
     if space is not None and not in_space(entry.config, space):
-        yield _fixed(Reason.OUTSIDE)
+        yield _fixed(StaleReason.OUTSIDE)
     old = toolchain(entry)
     if old is not None:
         yield old
     new = _new_configs(entry, swept) if swept is not None else 0
     if new:
         text = f"{new} new config{'s' if new != 1 else ''}{_NEW_TAIL}"
-        yield Stale(reason=Reason.NEW_CONFIGS, text=text)
+        yield Stale(reason=StaleReason.NEW_CONFIGS, text=text)
 
 
 def toolchain(entry: Entry) -> Stale | None:
@@ -122,7 +103,7 @@ def toolchain(entry: Entry) -> Stale | None:
     that recorded no versions is not: its toolchain is unknown)."""
     if not _versions.stale(dict(entry.versions)):
         return None
-    return Stale(reason=Reason.TOOLCHAIN, text=toolchain_text(entry.versions))
+    return Stale(reason=StaleReason.TOOLCHAIN, text=toolchain_text(entry.versions))
 
 
 def toolchain_text(recorded: Mapping[str, str | None]) -> str:
@@ -142,20 +123,29 @@ def wrong_pass(entry_timing: str, timed_now: str) -> Stale | None:
     ``timed_now``: not when it timed the forward pass alone and the sweep would time
     forward and backward (``vjp``), since the call is differentiated."""
     if timed_now == "vjp" and entry_timing == "forward":
-        return _fixed(Reason.WRONG_PASS)
+        return _fixed(StaleReason.WRONG_PASS)
     return None
 
 
-def reason_of(text: str) -> Reason | None:
-    """The reason a staleness text (as a recording keeps it) gives; ``None`` for an empty
-    or unknown text."""
+def recorded_reason(call: RecordedCall) -> StaleReason | None:
+    """Why the entry behind a recorded call is stale (``None``: it is not, or there is
+    none): the reason the recording keeps, or, in a recording written before it kept one,
+    the reason its words give (:func:`reason_of`)."""
+    if call.stale_reason is not None:
+        return call.stale_reason
+    return reason_of(call.stale)
+
+
+def reason_of(text: str) -> StaleReason | None:
+    """The reason a staleness text gives (the words :func:`judge` writes); ``None`` for an
+    empty or unknown text."""
     for reason, fixed in _TEXTS.items():
         if text == fixed:
             return reason
     if text.startswith(_TOOLCHAIN_HEAD):
-        return Reason.TOOLCHAIN
+        return StaleReason.TOOLCHAIN
     if text.endswith(_NEW_TAIL):
-        return Reason.NEW_CONFIGS
+        return StaleReason.NEW_CONFIGS
     return None
 
 
