@@ -59,9 +59,10 @@ def _isolated_environment(
     # Each test starts as a new process would: functions jitted by earlier tests (a module's
     # kernels under jax.jit) trace again and read this test's settings. A change of
     # os.environ alone re-traces only the kernels' eager calls (docs/autotuned.md).
-    from jaxtune._tuning import eager
+    from jaxtune._tuning import eager  # noqa: F401  (declares the part)
+    from jaxtune._tuning.state import TUNING_STATE
 
-    eager.bump_generation()
+    TUNING_STATE.reset("jit generation")
     yield
 
 

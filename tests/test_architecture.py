@@ -431,7 +431,42 @@ def _module_state(tree: ast.Module) -> list[tuple[str, int]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Global):
             found += [(name, node.lineno) for name in node.names]
+    found += _set_globally(tree)
     return found
+
+
+def _set_globally(tree: ast.Module) -> list[tuple[str, int]]:
+    """``(name, line)`` of each ``NAME.set_global(...)`` of a module-level ``NAME`` (a JAX
+    user context's value for the whole process, set by jaxtune) outside a function its
+    layer's state ``resets``."""
+    module_names = {
+        t.id
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
+    declared: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+            isinstance(d, ast.Call)
+            and isinstance(d.func, ast.Attribute)
+            and d.func.attr == "resets"
+            and isinstance(d.func.value, ast.Name)
+            and d.func.value.id.endswith("_STATE")
+            for d in node.decorator_list
+        ):
+            declared |= {id(n) for n in ast.walk(node)}
+    return [
+        (node.func.value.id, node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "set_global"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in module_names
+        and id(node) not in declared
+    ]
 
 
 def test_state_kept_across_calls_lives_in_each_layers_process_state():
@@ -448,21 +483,28 @@ def test_state_kept_across_calls_lives_in_each_layers_process_state():
 
 
 def test_the_state_check_sees_containers_memos_and_globals():
-    """The check itself: a dict kept at module level, a memoized function and a rebound
-    module variable are found; a container a ``ProcessState`` keeps, a memo it registers, a
-    lock and ``__all__`` are not."""
+    """The check itself: a dict kept at module level, a memoized function, a rebound module
+    variable and a JAX user context set for the whole process are found; a container a
+    ``ProcessState`` keeps, a memo it registers, a user context set only by a function it
+    resets, a lock and ``__all__`` are not."""
     source = (
-        "import functools, threading\n"
+        "import functools, threading, jax\n"
         "from .state import CORE_STATE\n"
         "__all__ = ['f']\n"
         "_SEEN: dict[str, int] = {}\n"
         "_HELD = CORE_STATE.keep('held', dict, 'held')\n"
         "_LOCK = threading.Lock()\n"
+        "_COUNT = jax.make_user_context(default_value=0)\n"
+        "_OTHER = jax.make_user_context(default_value=0)\n"
         "@functools.cache\ndef f(): ...\n"
         "@CORE_STATE.memo('g', 'g')\n@functools.cache\ndef g(): ...\n"
         "def h():\n    global _LAST\n"
+        "@CORE_STATE.resets('count', 'count')\n"
+        "def bump():\n    _COUNT.set_global(_COUNT.get_global() + 1)\n"
+        "def bump_other():\n    _OTHER.set_global(1)\n"
     )
-    assert [n for n, _ in _module_state(ast.parse(source))] == ["_SEEN", "f", "_LAST"]
+    found = [n for n, _ in _module_state(ast.parse(source))]
+    assert found == ["_SEEN", "f", "_LAST", "_OTHER"]
 
 
 def test_each_layer_keeps_its_state_in_one_named_object():

@@ -51,6 +51,12 @@ _GENERATION = jax.make_user_context(default_value=0)
 _OVERRIDDEN = jax.make_user_context(default_value=())
 
 
+@TUNING_STATE.resets(
+    "jit generation",
+    "a count in jit's cache key (a JAX user context's global value), bumped after explicit "
+    "tuning so that jitted functions re-trace; its reset bumps it too: no trace was made "
+    "under the new count, as in a fresh process",
+)
 def bump_generation() -> None:
     """Makes every jitted function re-trace on its next call."""
     _GENERATION.set_global(_GENERATION.get_global() + 1)
