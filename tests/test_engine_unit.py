@@ -29,7 +29,7 @@ from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._isolation.frames import CompileFinished, ConfigResult
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import compile as _compile
-from jaxtune._tuning.sweep import drive as _plan
+from jaxtune._tuning.sweep import drive as _drive
 from jaxtune._tuning.sweep import engine as _engine
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep.measure import ROUNDS_PER_CAPTURE
@@ -185,7 +185,7 @@ def _sweep(fakes: dict[str, Fake], options: TimingOptions | None = None, **kwarg
     """A whole sweep (search, first pass, rounds, pick) through the fake sweeper."""
     sweeper = _sweeper(fakes, options, **kwargs)
     plan = sweeper.task.plan
-    outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
+    outcome = _drive.drive(plan, _drive.InProcess(sweeper), progress=_drive.new_progress(plan))
     return outcome, {m.config["k"]: m for m in outcome.measurements}, sweeper
 
 
@@ -392,7 +392,7 @@ def test_the_device_timers_shared_captures_keep_the_picks(truth_ms):
         if device:
             sweeper.timer.in_flight = in_flight
         plan = sweeper.task.plan
-        outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
+        outcome = _drive.drive(plan, _drive.InProcess(sweeper), progress=_drive.new_progress(plan))
         picks.add((outcome.best.config["k"], outcome.decision))
     assert picks == {(min(truth_ms, key=truth_ms.__getitem__), "clear")}
 
@@ -420,7 +420,7 @@ def test_a_device_timer_drops_by_the_visits_device_times():
     assert {c["k"] for c in configs if got[config_id(c)].dropped} == {"b", "c", "d", "e", "f"}
 
 
-class _Recorded(_plan.InProcess):
+class _Recorded(_drive.InProcess):
     """The in-process measurer, keeping the configs each re-timing gave a second look."""
 
     def __init__(self, sweeper: FakeSweeper) -> None:
@@ -436,7 +436,7 @@ def _drive_recorded(fakes: dict[str, Fake], *, device: bool):
     sweeper = _sweeper(fakes, device=device)
     plan = sweeper.task.plan
     measurer = _Recorded(sweeper)
-    outcome = _plan.drive(plan, measurer, progress=_plan.new_progress(plan))
+    outcome = _drive.drive(plan, measurer, progress=_drive.new_progress(plan))
     return outcome, measurer.looked, sweeper
 
 
@@ -710,13 +710,13 @@ def test_the_children_of_a_split_sweep_share_the_cores_for_compiling(monkeypatch
     runner = _runner.ProcessRunner(devices=[0, 1, 2])
     request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
     order = list(plan.configs)
-    _runner.InChildren(runner, plan, request, _plan.new_progress(plan)).on_devices(order)
+    _runner.InChildren(runner, plan, request, _drive.new_progress(plan)).on_devices(order)
     assert asked == [3, 3, 3]  # 13 cores // 3 children, less 1
     # A plan that says how many threads keeps its word.
     asked.clear()
     plan = dataclasses.replace(plan, compile_threads=2)
     request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
-    _runner.InChildren(runner, plan, request, _plan.new_progress(plan)).on_devices(order)
+    _runner.InChildren(runner, plan, request, _drive.new_progress(plan)).on_devices(order)
     assert asked == [2, 2, 2]
 
 
@@ -808,7 +808,7 @@ def test_a_device_timer_takes_several_rounds_in_one_capture_and_the_same_pick():
         sweeper.timer.in_flight = many
         sweeper.stopwatch.ahead = lambda many=many: 8 if many else 1
         plan = sweeper.task.plan
-        outcome = _plan.drive(plan, _plan.InProcess(sweeper), progress=_plan.new_progress(plan))
+        outcome = _drive.drive(plan, _drive.InProcess(sweeper), progress=_drive.new_progress(plan))
         rounds = max(len(m.rounds_us) for m in outcome.measurements)
         got.append((outcome, rounds, sweeper.timer.captures))
     (one, rounds, captures), (many, rounds_many, captures_many) = got

@@ -124,7 +124,9 @@ def rank(root: str | pathlib.Path) -> list[Ranked]:
     return sorted(ranked, key=lambda r: -r.share)
 
 
-def _plan(ranked: list[Ranked], args: argparse.Namespace) -> tuple[list[Ranked], list[str]]:
+def _select(ranked: list[Ranked], args: argparse.Namespace) -> tuple[list[Ranked], list[str]]:
+    """The autotuned kernels at or above ``--min-share``, and the lines that say for each
+    autotuned kernel (then each raw Pallas one) what the command does with it."""
     chosen = [r for r in ranked if r.autotuned and r.share >= args.min_share]
     lines = ["autotuned kernels in the profile, by share of device time:"]
     for r in (r for r in ranked if r.autotuned):
@@ -175,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
             "both; drop one."
         )
     ranked = rank(args.from_profile)
-    chosen, lines = _plan(ranked, args)
+    chosen, lines = _select(ranked, args)
     # Whether a call needs tuning is the cache's to say (the one written now), not the
     # recording's: a profile captured with configs tuned elsewhere still tunes here.
     todo = [frame for r in chosen for frame in r.calls if args.retune or not tuned_here(frame)]

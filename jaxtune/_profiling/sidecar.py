@@ -43,8 +43,9 @@ class SidecarError(ValueError):
 
 #: A cost estimate or flops/bytes hints: figures by name.
 _Figures = Mapping[str, float]
-#: A config as the analysis reads it (its values are checked by :func:`_is_plain`).
-_Config = Mapping[str, Any] | None
+#: The knob values a call ran with, as the analysis reads them, or none (the values are
+#: checked by :func:`_is_plain`).
+_RanWith = Mapping[str, Any] | None
 
 
 class _Kernel(TypedDict, total=False):
@@ -59,12 +60,12 @@ class _Kernel(TypedDict, total=False):
 
 
 class _Ran(TypedDict, total=False):
-    config: _Config
+    config: _RanWith
     speedup: float | None
 
 
 class _Call(TypedDict, total=False):
-    config: _Config
+    config: _RanWith
 
 
 class _Contents(TypedDict, total=False):
