@@ -34,6 +34,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     """Notes the sweep's steps and the host's busy cores until the block ends; writes
     them and their :func:`summary` to ``path`` (JSON)."""
     from jaxtune._tuning.sweep import compile as compile_mod
+    from jaxtune._tuning.sweep import lowering_pool
     from jaxtune._tuning.sweep import measure
 
     t0 = time.perf_counter()
@@ -57,7 +58,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
         patched.append((owner, name, original))
         setattr(owner, name, noted)
 
-    wrap(compile_mod.LoweringAhead, "before", "wait")
+    wrap(lowering_pool.LoweringPool, "wait", "wait")
     wrap(compile_mod.Compiler, "lower", "lower")
     wrap(compile_mod.Compiler, "compile_one", "compile")
     wrap(measure.Stopwatch, "captured", "captured")
