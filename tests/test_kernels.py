@@ -1,8 +1,8 @@
 """``jaxtune.kernels``: JAX's bundled Pallas TPU kernels as autotuned kernels, on CPU in TPU
 interpret mode (as JAX runs them there), on the oldest and the newest supported JAX.
 
-Covers docs/kernels.md, "Flash attention", "Grouped matmul (megablox)", "Spaces that Mosaic
-accepts", "Arguments passed through", "Group sizes: the program's values" and "Packaged
+Covers docs/kernels.md, "Flash attention", "Grouped matmul (megablox)", "Splash attention",
+"Spaces that Mosaic accepts", "Arguments passed through", "Group sizes: the program's values" and "Packaged
 configs".
 """
 
@@ -18,6 +18,8 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import flash_attention as fa
 from jax.experimental.pallas.ops.tpu import megablox
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
 import jaxtune
 from jaxtune import kernels
@@ -191,6 +193,26 @@ def test_flash_passes_every_other_argument_through_to_jax(monkeypatch):
     assert explicit.config == dataclasses.asdict(sizes)
     # The static arguments are part of the key.
     assert explicit.key.endswith(";causal=True,sm_scale=0.3,debug=False")
+
+
+@pytest.mark.child
+@pytest.mark.slow
+def test_a_training_step_tunes_flash_forward_and_backward(monkeypatch, fast_timing):
+    """``jaxtune.tune`` of a gradient finds the kernel behind the drop-in and times the
+    forward and both backward kernels: the backward blocks are tuned too."""
+    monkeypatch.setenv("JAXTUNE_BUDGET", "2")
+    q, k, v = _flash_args(3)
+
+    def loss(q, k, v):
+        return kernels.flash_attention(q, k, v, causal=True).sum()
+
+    with pltpu.force_tpu_interpret_mode():
+        result = jaxtune.tune(jax.grad(loss, argnums=(0, 1, 2)), q, k, v)
+    ((kernel, _, key), entry) = next(iter(result.items()))
+    assert kernel == "jaxtune.kernels.flash_attention"
+    assert key == kernels.autotuned_flash_attention.config_for(q, k, v, causal=True).key
+    assert entry.timing == "vjp"
+    assert entry.config in kernels.autotuned_flash_attention.space(q, k, v, causal=True)
 
 
 @pytest.mark.slow
@@ -382,6 +404,177 @@ def test_gmm_gradient_runs_jaxs_backward_with_the_chosen_tiling():
     theirs = jax.grad(lambda *a: loss(megablox.gmm, *a), argnums=(0, 1))(lhs, rhs)
     for a, b in zip(ours, theirs, strict=True):
         _close(a, b, 0)
+
+
+# -- splash attention ----------------------------------------------------------------------
+
+
+def _splash_breaks(config, q_len, kv_len):
+    """What in ``config`` JAX's splash kernels or Mosaic refuse for these lengths."""
+    c = config
+    fused = c["use_fused_bwd_kernel"]
+    broken = []
+    if fused != (c["block_q_dq"] is None) or fused != (c["block_kv_dq"] is None):
+        broken.append("dq blocks given with the fused backward, or missing without it")
+    for name in ("block_q", "block_q_dkv", "block_q_dq"):
+        if c[name] is not None and not _lane_ok(c[name], q_len):
+            broken.append(f"{name}={c[name]} for q_len {q_len}")
+    for name in ("block_kv", "block_kv_compute", "block_kv_dkv", "block_kv_dkv_compute"):
+        if not _lane_ok(c[name], kv_len):
+            broken.append(f"{name}={c[name]} for kv_len {kv_len}")
+    if c["block_kv_dq"] is not None and not _lane_ok(c["block_kv_dq"], kv_len):
+        broken.append(f"block_kv_dq={c['block_kv_dq']} for kv_len {kv_len}")
+    if c["block_kv"] % c["block_kv_compute"] or c["block_kv_dkv"] % c["block_kv_dkv_compute"]:
+        broken.append("a compute block that does not divide its block")
+    try:
+        sk.BlockSizes(**c)
+    except ValueError as e:
+        broken.append(str(e))
+    return broken
+
+
+def _causal(heads, q_len, kv_len=None):
+    return sm.MultiHeadMask([sm.CausalMask((q_len, kv_len or q_len))] * heads)
+
+
+@pytest.mark.parametrize(
+    ("q_len", "kv_len", "is_mqa"),
+    [
+        (256, 256, False),
+        (2048, 2048, False),
+        (8192, 8192, True),
+        (512, 1536, False),
+        (384, 200, True),
+    ],
+)
+def test_splash_space_holds_only_blocks_jax_and_mosaic_take(q_len, kv_len, is_mqa):
+    q = _sds((4, q_len, 128), "bfloat16")
+    k = _sds((kv_len, 128) if is_mqa else (4, kv_len, 128), "bfloat16")
+    spec = kernels.mask_spec(_causal(4, q_len, kv_len))
+    tuned = kernels.autotuned_splash_attention
+    space = tuned.space(q, k, k, mask=spec, is_mqa=is_mqa)
+    assert space
+    assert {str(c): b for c in space if (b := _splash_breaks(c, q_len, kv_len))} == {}
+    assert {c["use_fused_bwd_kernel"] for c in space} == {False, True}
+    choice = tuned.config_for(q, k, k, mask=spec, is_mqa=is_mqa)
+    jax_default = {f: getattr(sk.BlockSizes.get_default(), f) for f in choice.config}
+    if not _splash_breaks(jax_default, q_len, kv_len):
+        assert choice.config == jax_default
+    else:
+        assert choice.config == space[0]
+
+
+def test_splash_masks_travel_as_plain_data_and_others_are_not_tuned():
+    masks = [
+        sm.CausalMask((256, 256), offset=3),
+        sm.ChunkedCausalMask((256, 256), chunk_size=64),
+        sm.LocalMask((256, 256), window_size=(32, None), offset=0),
+        sm.FullMask((256, 256)),
+    ]
+    spec = kernels.mask_spec(sm.MultiHeadMask(masks + masks[-1:]))
+    assert spec == (
+        (1, ("causal", 256, 256, 3)),
+        (1, ("chunked_causal", 256, 256, 64)),
+        (1, ("local", 256, 256, 32, None, 0)),
+        (2, ("full", 256, 256)),
+    )
+    from jaxtune._core.codec import packb, unpackb
+
+    assert unpackb(packb(spec)) == spec  # plain msgpack data: it reaches a sweep's child
+    dense = np.tril(np.ones((256, 256), np.bool_))
+    for other in (
+        sm.MultiHeadMask([sm.NumpyMask(dense)]),
+        dense[None],
+        sm.MultiHeadMask([sm.CausalMask((256, 256)) | sm.LocalMask((256, 256), (8, 8), 0)]),
+    ):
+        assert kernels.mask_spec(other) is None
+        attention = kernels.make_splash_mha(other, head_shards=1, q_seq_shards=1)
+        assert attention.kernel is not None  # JAX's kernel, as JAX builds it
+
+
+def test_every_splash_block_lowers_for_tpu():
+    """Mosaic's lowering (``jax.export`` for TPU, on CPU) takes the distinct blocks of a
+    space, forward and backward (fused and not)."""
+    q = _sds((2, 256, 128))
+    spec = kernels.mask_spec(_causal(2, 256))
+    space = kernels.autotuned_splash_attention.space(q, q, q, mask=spec)
+    fields = ("block_q", "block_kv", "block_kv_compute")
+    backward_fields = ("block_q_dkv", "block_kv_dkv", "use_fused_bwd_kernel")
+    forward = sorted({tuple(c[f] for f in fields) for c in space})
+    backward = sorted({tuple(c[f] for f in backward_fields) for c in space})
+    assert len(forward) == 6 and len(backward) == 8
+    for i, bwd in enumerate(backward):
+        config = next(
+            c
+            for c in space
+            if tuple(c[f] for f in fields) == forward[i % len(forward)]
+            and tuple(c[f] for f in backward_fields) == bwd
+        )
+
+        def loss(q, config=config):
+            call = kernels.autotuned_splash_attention
+            return (call(q, q, q, mask=spec, **config) ** 2).sum()
+
+        exported = jax.export.export(jax.jit(jax.grad(loss)), platforms=["tpu"])(q)
+        assert exported.mlir_module().count("tpu_custom_call") == (2 if bwd[2] else 3)
+
+
+def _splash_args(seed=0, heads=2):
+    keys = jax.random.split(jax.random.key(seed), 3)
+    return tuple(jax.random.normal(key, (heads, SEQ, 128), jnp.float32) for key in keys)
+
+
+@pytest.mark.child
+@pytest.mark.slow
+def test_splash_is_tuned_on_first_use_in_tune_mode_and_computes_what_jax_does(
+    monkeypatch, fast_timing
+):
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    monkeypatch.setenv("JAXTUNE_BUDGET", "3")
+    q, k, v = _splash_args()
+    mask = _causal(2, SEQ)
+    attention = kernels.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
+    tuned = kernels.autotuned_splash_attention
+    with pltpu.force_tpu_interpret_mode():
+        out = attention(q, k, v)  # sweeps, in the child
+        choice = tuned.config_for(q, k, v, mask=attention.spec)
+        assert choice.source == "cache"
+        assert choice.entry is not None and choice.entry.measured == 3
+        reference = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1)(q, k, v)
+        _close(out, reference)
+        stored = sk.BlockSizes(**choice.config)
+        theirs = sk.make_splash_mha(mask, block_sizes=stored, head_shards=1, q_seq_shards=1)
+        _close(out, theirs(q, k, v), 0)
+
+
+@pytest.mark.slow
+def test_splash_passes_every_other_argument_through_to_jax(monkeypatch):
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")  # nothing here may sweep
+    q, k, v = _splash_args(1)
+    k1, v1 = k[0], v[0]  # multi-query: one key and value head
+    ids = sk.SegmentIds(
+        q=jnp.repeat(jnp.arange(2, dtype=jnp.int32), SEQ // 2),
+        kv=jnp.repeat(jnp.arange(2, dtype=jnp.int32), SEQ // 2),
+    )
+    mask = sm.MultiHeadMask([sm.LocalMask((SEQ, SEQ), (64, 0), 0)] * 2)
+    options = {"attn_logits_soft_cap": 20.0, "head_shards": 1, "q_seq_shards": 1}
+    sizes = sk.BlockSizes(128, 256, 128, 128, 128, 128, use_fused_bwd_kernel=True)
+    with pltpu.force_tpu_interpret_mode():
+        ours = kernels.make_splash_mqa(mask, block_sizes=sizes, **options)(q, k1, v1, ids)
+        theirs = sk.make_splash_mqa(mask, block_sizes=sizes, **options)(q, k1, v1, ids)
+        _close(ours, theirs, 0)
+        monkeypatch.delenv("JAXTUNE_MODE")  # untuned, JAX's default blocks
+        attention = kernels.make_splash_mha_single_device(mask, save_residuals=True)
+        out, (lse,) = attention(q, k, v, segment_ids=ids)
+        want, (want_lse,) = sk.make_splash_mha_single_device(mask, save_residuals=True)(
+            q, k, v, segment_ids=ids
+        )
+        _close(out, want, 0)
+        _close(lse, want_lse, 0)
+    spec = kernels.mask_spec(mask)
+    choice = kernels.autotuned_splash_attention.config_for(q, k1, v1, ids, mask=spec, is_mqa=True)
+    assert choice.source == "default"  # nothing was swept for the given blocks
+    assert "is_mqa=True" in choice.key
 
 
 # -- the packaged cache hook ---------------------------------------------------------------

@@ -2,9 +2,10 @@
 tuned block sizes.
 
 Each kernel comes twice: a drop-in with JAX's signature (:func:`flash_attention`,
-:func:`gmm`, :func:`tgmm`), and the ``@jaxtune.autotuned`` kernel behind it, whose config
-keywords are the tuned knobs (:func:`autotuned_flash_attention`, :func:`autotuned_gmm`,
-:func:`autotuned_tgmm`; ``.tune``, ``.config_for`` and ``.space`` are theirs). Importing
+:func:`gmm`, :func:`tgmm`, :func:`make_splash_mha` and its siblings), and the
+``@jaxtune.autotuned`` kernel behind it, whose config keywords are the tuned knobs
+(:func:`autotuned_flash_attention`, :func:`autotuned_gmm`, :func:`autotuned_tgmm`,
+:func:`autotuned_splash_attention`; ``.tune``, ``.config_for`` and ``.space`` are theirs). Importing
 this package imports JAX and registers the packaged cache when it ships one
 (:mod:`jaxtune.kernels._packaged`). See ``docs/kernels.md``.
 """
@@ -18,13 +19,27 @@ from ._megablox import autotuned_tgmm as autotuned_tgmm
 from ._megablox import gmm as gmm
 from ._megablox import tgmm as tgmm
 from ._packaged import register as _register
+from ._splash import SplashAttention as SplashAttention
+from ._splash import autotuned_splash_attention as autotuned_splash_attention
+from ._splash import make_splash_mha as make_splash_mha
+from ._splash import make_splash_mha_single_device as make_splash_mha_single_device
+from ._splash import make_splash_mqa as make_splash_mqa
+from ._splash import make_splash_mqa_single_device as make_splash_mqa_single_device
+from ._splash import mask_spec as mask_spec
 
 __all__ = [
+    "SplashAttention",
     "autotuned_flash_attention",
     "autotuned_gmm",
+    "autotuned_splash_attention",
     "autotuned_tgmm",
     "flash_attention",
     "gmm",
+    "make_splash_mha",
+    "make_splash_mha_single_device",
+    "make_splash_mqa",
+    "make_splash_mqa_single_device",
+    "mask_spec",
     "tgmm",
 ]
 
