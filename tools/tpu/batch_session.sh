@@ -3,7 +3,7 @@
 #   bash tools/tpu/batch_session.sh canary:150 headroom:330
 # Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), values (batch_values.sh),
 # probe (probe_topology.py), capture (probe_capture.py), sweepcapture
-# (probe_sweep_capture.py), pace|ragged|flash|gmm|tier
+# (probe_sweep_capture.py), lowerstart (probe_lowering_start.py), pace|ragged|flash|gmm|tier
 # (batch_pace.sh). ragged needs Tokamax's wheels carried in .whl-tok (docs/development.md).
 set -x
 FINAL=$OUT
@@ -23,6 +23,7 @@ for spec in "$@"; do
     probe) script="python3 tools/tpu/probe_topology.py" ;;
     capture) script="python3 tools/tpu/probe_capture.py" ;;
     sweepcapture) script="python3 tools/tpu/probe_sweep_capture.py" ;;
+    lowerstart) script="python3 tools/tpu/probe_lowering_start.py" ;;
     *) script="tools/tpu/batch_pace.sh $part" ;;
     esac
     start=$(date +%s)
