@@ -5,6 +5,9 @@ ragged_dot (bench/bench_tokamax_tpu.py's problem).
 
     python3 tools/tpu/probe_lowering_start.py [--count 12]
 
+One process alone with the chip free, then one alone and twelve side by side while this
+process holds the chip, as a sweep's process does.
+
 Run after `. tools/tpu/env.sh` with Tokamax's wheels on PYTHONPATH (batch_session.sh
 does both). Prints one JSON line per process: seconds from its start to each step.
 """
@@ -71,6 +74,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=12)
     args = ap.parse_args()
+    print(f"alone, chip free: {run(1):.1f} s", flush=True)
+    # As in a sweep: the parent holds the chip while the processes start.
+    import jax
+
+    print(jax.devices(), flush=True)
     print(f"alone: {run(1):.1f} s", flush=True)
     print(f"{args.count} side by side: {run(args.count):.1f} s", flush=True)
     return 0
