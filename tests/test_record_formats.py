@@ -63,9 +63,15 @@ def test_a_sidecar_of_that_format_reads_as_it_did():
     assert _call_fields(call) == _call_fields(raw["calls"][0])
     assert call.code == CodeDigest(digest=raw["calls"][0]["code"][0], parts=(call.code.parts))
     assert call.timing == "forward" and call.request["plan"]["kernel"] == "tests.records"
-    # What this jaxtune writes for it is what that one wrote, and a version number besides.
-    assert call.to_wire() == raw["calls"][0]
-    assert info.to_dict() == {**{k: v for k, v in raw.items() if k != "iterations"}, "v": 1}
+    # What this jaxtune writes for it is what that one wrote, with the pass its sweep times
+    # as a field of its own (that one kept it only in the request's plan), and a version
+    # number besides.
+    assert call.to_wire() == {**raw["calls"][0], "timing": "forward"}
+    assert info.to_dict() == {
+        **{k: v for k, v in raw.items() if k != "iterations"},
+        "calls": [call.to_wire()],
+        "v": 1,
+    }
 
 
 def _call_fields(call):
@@ -128,3 +134,15 @@ def test_a_recorded_call_keeps_why_its_entry_is_stale_as_a_reason():
     assert written["stale_reason"] == "toolchain"
     assert RecordedCall.read(written) == now and recorded_reason(now) is StaleReason.TOOLCHAIN
     assert "stale_reason" not in RecordedCall.read(raw).to_wire()
+
+
+def test_a_recorded_call_keeps_the_pass_its_sweep_times_as_a_field():
+    """``timing`` is written beside the request (left out when empty) and read back as
+    written; a call of a recording written before the field takes it from its request's
+    plan, and a call without a sweep has none."""
+    raw = unpackb((DATA / "jaxtune-info.msgpack").read_bytes())["calls"][0]
+    assert "timing" not in raw and RecordedCall.read(raw).timing == "forward"
+    call = RecordedCall.read({**raw, "timing": "vjp"})
+    assert call.timing == "vjp" and RecordedCall.read(call.to_wire()) == call
+    bare = RecordedCall(kernel="k", key="f32[8]", source="default")
+    assert bare.timing == "" and "timing" not in bare.to_wire()

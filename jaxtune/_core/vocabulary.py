@@ -390,7 +390,9 @@ class RecordedCall:
     --``'s recording, a call in a profile's sidecar that ``jaxtune tune --from-profile``
     replays): the kernel's id, the call's key and shapes, the config it ran with and where
     that came from (``source``), the pass the entry behind it timed (``entry_timing``,
-    empty without one), why that entry is stale (``stale``: the words, empty when fresh or
+    empty without one) and the pass its sweep would time (``timing``: ``forward``, ``vjp``;
+    empty when it holds no sweep; read from the request's plan in a recording written
+    before the field), why that entry is stale (``stale``: the words, empty when fresh or
     none; ``stale_reason``: the reason, left out when none and absent from recordings
     written before it, whose reason :func:`jaxtune._tuning.staleness.recorded_reason`
     reads from the words), the
@@ -414,16 +416,18 @@ class RecordedCall:
     code: CodeDigest = CodeDigest()
     stale: str = ""
     stale_reason: StaleReason | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    timing: str = dataclasses.field(default="", metadata=typed.OMIT_DEFAULT)
     request: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     error: str = dataclasses.field(default="", metadata=typed.OMIT_DEFAULT)
 
-    @property
-    def timing(self) -> str:
-        """The pass the call's sweep would time (``forward``, ``vjp``; ``""`` when the
-        recording holds no sweep), as its request's plan says."""
-        plan = (self.request or {}).get("plan")
-        timing = plan.get("timing") if isinstance(plan, Mapping) else None
-        return timing if isinstance(timing, str) else ""
+    def __post_init__(self) -> None:
+        # A recording written before `timing` was a field of its own kept the pass only in
+        # its request's plan.
+        if not self.timing and self.request is not None:
+            plan = self.request.get("plan")
+            timing = plan.get("timing") if isinstance(plan, Mapping) else None
+            if isinstance(timing, str):
+                object.__setattr__(self, "timing", timing)
 
     def to_wire(self) -> dict[str, Any]:
         """The map a recording and a sidecar keep (inverse: :meth:`read`)."""

@@ -640,7 +640,9 @@ class BoundCall:
         )
         try:
             task = self.sweep_task(differentiated=differentiated)
-            return dataclasses.replace(call, request=sweep_request(task).to_record())
+            return dataclasses.replace(
+                call, timing=task.plan.timing, request=sweep_request(task).to_record()
+            )
         except NotTransportable as e:
             return dataclasses.replace(call, error=str(e))
 
