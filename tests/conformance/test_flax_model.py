@@ -309,7 +309,7 @@ def truth(program: Any) -> dict[str, list[float]]:
 
     graphdef, state = program.init()
     tokens = program.batch()
-    sig = program.flash.bind(program.attention_args(), {})
+    sig = program.flash.options.bind(program.attention_args(), {})
     call = program.flash.options.bound(sig)  # no cache is read
     configs, default = list(call.space), call.default
     if default not in configs:  # the default is a candidate too

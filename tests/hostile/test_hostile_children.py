@@ -40,7 +40,7 @@ def _children(monkeypatch, crash_timing, tmp_path):
 
 def sweep(kernel, space, default, runner):
     x = jnp.ones(64)
-    task = kernel.options.bound(kernel.bind((x,), {}), space, default).sweep_task()
+    task = kernel.options.bound(kernel.options.bind((x,), {}), space, default).sweep_task()
     return runner.sweep(task)
 
 
