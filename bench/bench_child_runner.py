@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     x = jax.random.normal(jax.random.key(0), (1 << 20,))
-    sig = scan_sum.bind((x,), {})
+    sig = scan_sum.options.bind((x,), {})
     task = scan_sum.options.bound(sig).sweep_task()
     threads = min(4, os.cpu_count() or 1)
 
