@@ -2,13 +2,14 @@
 interpret mode (as JAX runs them there), on the oldest and the newest supported JAX.
 
 Covers docs/kernels.md, "Flash attention", "Grouped matmul (megablox)", "Splash attention",
-"Spaces that Mosaic accepts", "Arguments passed through", "Group sizes: the program's values" and "Packaged
-configs".
+"Group sizes: the program's values", "Spaces that Mosaic accepts", "Arguments passed
+through", "On CPU, and on JAX 0.10.2 and 0.12" and "Packaged configs".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 
 import jax
@@ -199,34 +200,28 @@ def test_flash_passes_every_other_argument_through_to_jax(monkeypatch):
 @pytest.mark.slow
 def test_a_training_step_tunes_flash_forward_and_backward(monkeypatch, fast_timing):
     """``jaxtune.tune`` of a gradient finds the kernel behind the drop-in and times the
-    forward and both backward kernels: the backward blocks are tuned too."""
+    forward and both backward kernels; the gradient then runs JAX's backward kernels with
+    the stored blocks."""
     monkeypatch.setenv("JAXTUNE_BUDGET", "2")
     q, k, v = _flash_args(3)
 
-    def loss(q, k, v):
-        return kernels.flash_attention(q, k, v, causal=True).sum()
+    def loss(attention, q, k, v, **blocks):
+        return (attention(q, k, v, causal=True, **blocks) ** 2).sum()
 
+    grad = jax.grad(loss, argnums=(1, 2, 3))
     with pltpu.force_tpu_interpret_mode():
-        result = jaxtune.tune(jax.grad(loss, argnums=(0, 1, 2)), q, k, v)
-    ((kernel, _, key), entry) = next(iter(result.items()))
-    assert kernel == "jaxtune.kernels.flash_attention"
-    assert key == kernels.autotuned_flash_attention.config_for(q, k, v, causal=True).key
-    assert entry.timing == "vjp"
-    assert entry.config in kernels.autotuned_flash_attention.space(q, k, v, causal=True)
-
-
-@pytest.mark.slow
-def test_flash_gradient_runs_jaxs_backward_with_the_chosen_blocks():
-    q, k, v = _flash_args(2)
-
-    def loss(attention, q, k, v):
-        return attention(q, k, v, causal=True).sum()
-
-    with pltpu.force_tpu_interpret_mode():
-        ours = jax.grad(lambda *a: loss(kernels.flash_attention, *a), argnums=(0, 1, 2))(q, k, v)
-        theirs = jax.grad(lambda *a: loss(fa.flash_attention, *a), argnums=(0, 1, 2))(q, k, v)
+        result = jaxtune.tune(functools.partial(grad, kernels.flash_attention), q, k, v)
+        ((kernel, _, key), entry) = next(iter(result.items()))
+        assert kernel == "jaxtune.kernels.flash_attention"
+        choice = kernels.autotuned_flash_attention.config_for(q, k, v, causal=True)
+        assert (key, choice.source, choice.config) == (choice.key, "cache", entry.config)
+        assert entry.timing == "vjp"
+        assert entry.config in kernels.autotuned_flash_attention.space(q, k, v, causal=True)
+        ours = grad(kernels.flash_attention, q, k, v)
+        sizes = fa.BlockSizes(**entry.config)
+        theirs = grad(fa.flash_attention, q, k, v, block_sizes=sizes)
     for a, b in zip(ours, theirs, strict=True):
-        _close(a, b, 1e-4)
+        _close(a, b, 0)
 
 
 # -- megablox gmm and tgmm ------------------------------------------------------------------
@@ -332,20 +327,31 @@ def test_gmm_is_tuned_on_first_use_on_the_callers_group_sizes(monkeypatch, fast_
 
 @pytest.mark.child
 @pytest.mark.slow
-def test_gmm_swept_on_shapes_alone_runs_on_valid_group_sizes(monkeypatch, fast_timing):
-    """Inside ``jax.jit`` a tune-mode sweep has shapes only: its group sizes come from the
-    kernel's ``inputs=`` (splitting the rows evenly), never from random integers, and no
-    warning about made-up integers is given (warnings are errors here)."""
-    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+def test_a_jitted_step_is_tuned_on_its_group_sizes_and_never_on_random_ones(
+    monkeypatch, fast_timing
+):
+    """``jaxtune.tune(step, *arrays)`` sweeps the kernel behind the drop-in on the group
+    sizes that reach it inside the step; on shapes alone, on the kernel's ``inputs=``
+    (even groups), never on random integers (no warning about made-up integers, which
+    would be an error here)."""
     monkeypatch.setenv("JAXTUNE_BUDGET", "2")
     lhs, rhs, sizes = _gmm_args(1)
-    step = jax.jit(lambda lhs, rhs, sizes: kernels.gmm(lhs, rhs, sizes, interpret=True) * 2)
-    _close(step(lhs, rhs, sizes), 2 * megablox.gmm(lhs, rhs, sizes, interpret=True), 1e-4)
-    entry = kernels.autotuned_gmm.config_for(lhs, rhs, sizes, interpret=True).entry
-    assert entry is not None
-    assert entry.measured == 2
+
+    def step(lhs, rhs, sizes):
+        return kernels.gmm(lhs, rhs, sizes, interpret=True).sum()
+
+    for args, source in (
+        ((lhs, rhs, sizes), "caller"),
+        (tuple(_sds(a.shape, a.dtype) for a in (lhs, rhs, sizes)), "inputs="),
+    ):
+        (entry,) = jaxtune.tune(step, *args, retune=True).values()
+        assert entry.kernel == "jaxtune.kernels.gmm"
+        assert entry.measured == 2
+        about = entry.values["arguments"]["group_sizes"]
+        assert about["source"] == source
+        if source == "caller":  # the step's own group sizes, (300, 40, 0, 172)
+            assert about["summary"] == ["s32[4] 0..300 sum 512 median 106, 1 zero"]
     assert entry.config in kernels.autotuned_gmm.space(lhs, rhs, sizes, interpret=True)
-    assert entry.values["arguments"]["group_sizes"] == {"source": "inputs=", "integer": True}
 
 
 @pytest.mark.slow
@@ -396,6 +402,8 @@ def test_gmm_and_tgmm_pass_every_other_argument_through_to_jax(monkeypatch):
 @pytest.mark.slow
 def test_gmm_gradient_runs_jaxs_backward_with_the_chosen_tiling():
     lhs, rhs, sizes = _gmm_args(3)
+    lhs, rhs = lhs[:256, :128], rhs[:2, :128, :128]  # fewer tiles: three kernels run
+    sizes = jnp.array([200, 56], jnp.int32)
 
     def loss(matmul, lhs, rhs):
         return (matmul(lhs, rhs, sizes, interpret=True) ** 2).sum()
@@ -575,6 +583,35 @@ def test_splash_passes_every_other_argument_through_to_jax(monkeypatch):
     choice = kernels.autotuned_splash_attention.config_for(q, k1, v1, ids, mask=spec, is_mqa=True)
     assert choice.source == "default"  # nothing was swept for the given blocks
     assert "is_mqa=True" in choice.key
+
+
+# -- whole programs ------------------------------------------------------------------------
+
+
+def test_locate_finds_the_kernel_behind_each_drop_in_lowered_for_tpu():
+    """A program that calls a drop-in holds its ``@autotuned`` kernel, as ``jaxtune.tune``
+    and ``jaxtune.locate`` find it, on JAX 0.10.2 and 0.12 alike (JAX 0.12 hides the
+    marker of a ``custom_vjp`` called straight in a kernel's scope: ``gmm``'s)."""
+    q = _sds((1, 2, 256, 128))
+    lhs, rhs, sizes = _sds((512, 256)), _sds((4, 256, 256)), _sds((4,), "int32")
+    splash_q = _sds((2, 256, 128))
+    attention = kernels.make_splash_mha(_causal(2, 256), head_shards=1, q_seq_shards=1)
+    programs = {
+        "jaxtune.kernels.flash_attention": (
+            lambda q: kernels.flash_attention(q, q, q).sum(),
+            (q,),
+        ),
+        "jaxtune.kernels.gmm": (lambda *a: kernels.gmm(*a).sum(), (lhs, rhs, sizes)),
+        "jaxtune.kernels.tgmm": (
+            lambda lhs, rhs, sizes: kernels.tgmm(lhs.T, rhs[0], sizes).sum(),
+            (lhs, rhs, sizes),
+        ),
+        "jaxtune.kernels.splash_attention": (lambda q: attention(q, q, q).sum(), (splash_q,)),
+    }
+    for kernel, (program, args) in programs.items():
+        sites = jaxtune.locate(program, *args, platform="tpu")
+        assert [s.name for s in sites if s.kind == "autotuned"] == [kernel]
+        assert any(s.target == "tpu_custom_call" for s in sites)
 
 
 # -- the packaged cache hook ---------------------------------------------------------------

@@ -54,6 +54,12 @@ __all__ = [
 #: The kernel module (``megablox.gmm`` is the package's differentiable function, which
 #: shadows the module's name).
 _KERNELS = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
+#: JAX's differentiable ``gmm`` (a ``jax.custom_vjp``) under a ``jax.jit`` of its own:
+#: JAX 0.12 lowers a custom_vjp called straight inside the kernel's scope to a call whose
+#: location is ``eval_jaxpr:`` around the name stack, where ``jaxtune.tune`` and
+#: ``jaxtune.locate`` do not see the kernel's marker; a jit's call carries the name stack
+#: plainly, as in JAX 0.10.2. The jit costs nothing once compiled (XLA inlines it).
+_GMM = jax.jit(megablox.gmm, static_argnums=(3, 4, 7, 8))
 #: JAX's default tiling of both kernels.
 JAX_TILING = (128, 128, 128)
 #: The most bytes of blocks a config may keep in VMEM (16 MiB: a TPU v5e's default scope).
@@ -226,7 +232,7 @@ def autotuned_gmm(
     """
     tiling = (tm, tk, tn)
     dtype = jnp.dtype(preferred_element_type)
-    return megablox.gmm(
+    return _GMM(
         lhs, rhs, group_sizes, dtype, tiling, group_offset, existing_out, transpose_rhs, interpret
     )
 
