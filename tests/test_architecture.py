@@ -21,7 +21,7 @@ LAYERS = [
     # replays): it reads them from the tuning flow, which never reads a profile.
     {"_profiling"},
     {"jaxtune"},  # the doorway: ``__init__`` (public names, re-exported) and ``flags``
-    {"examples"},  # kernels written as users write them, through the doorway
+    {"examples", "kernels"},  # kernels as users write them (JAX's wrapped too), via the doorway
     {"_cli"},  # ``jaxtune demo`` runs the examples
     {"__main__"},
 ]
