@@ -13,7 +13,7 @@ from typing import Any, ClassVar, TypeVar
 
 from ..._core import typed
 from ..._core.errors import SweepError
-from ..._core.vocabulary import Config, Failure, Measurement, config_id, measurement_from_dict
+from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.calling import call_request, replayed
 from ..._isolation.frames import Done, FrameError, Request
 from ..recorded import ValueSet
@@ -208,15 +208,23 @@ def reference_config(
     return None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Answered:
+    """The body of the answer to a sweep operation: each config's result by id, and where
+    the operation's time went (:meth:`~.breakdown.Breakdown.take`; left out when not said,
+    and read as it comes: a report, never a reason to fail a sweep)."""
+
+    results: dict[str, Measurement | Failure]
+    breakdown: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+
+
 def results_answer(
     results: Mapping[str, Measurement | Failure], account: Mapping[str, Any] | None = None
 ) -> Done:
     """The answer that carries an operation's results (by config id) to the parent, and
     where its time went (``account``: :meth:`~.breakdown.Breakdown.take`)."""
-    body: dict[str, Any] = {"results": {cid: r.to_dict() for cid, r in results.items()}}
-    if account is not None:
-        body["breakdown"] = dict(account)
-    return Done(body=body)
+    breakdown = None if account is None else dict(account)
+    return Done(body=typed.encode(_Answered(results=dict(results), breakdown=breakdown)))
 
 
 def account_of(answer: Done) -> Any:
@@ -228,9 +236,12 @@ def results_of(answer: Done) -> dict[str, Measurement | Failure]:
     """The results an answer carries (see :func:`results_answer`).
 
     Raises:
-        SweepError: the answer carries none.
+        SweepError: the answer carries none, or a damaged one (the message names it).
     """
-    raw = answer.body.get("results")
-    if not isinstance(raw, Mapping):
+    if "results" not in answer.body:
         raise SweepError("the jaxtune child answered a sweep request without its results")
-    return {str(cid): measurement_from_dict(r) for cid, r in raw.items()}
+    try:
+        read = typed.decode(_Answered, answer.body, within="the jaxtune child's sweep answer")
+    except typed.MismatchError as e:
+        raise SweepError(str(e)) from None
+    return dict(read.results)
