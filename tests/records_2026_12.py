@@ -7,7 +7,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 import jaxtune
-from jaxtune._core.vocabulary import CaptureInfo, Entry, Failure, Measurement
+from jaxtune._core.vocabulary import (
+    CaptureInfo,
+    Entry,
+    Failure,
+    Measurement,
+    PallasKernel,
+    RanConfig,
+)
 from jaxtune._tuning.digest import CodeDigest
 from jaxtune._tuning.sweep.samples import TimingOptions
 from jaxtune._tuning.sweep.search import Budget
@@ -178,20 +185,20 @@ def capture_info() -> CaptureInfo:
         },
         fusions={"fusion.1": ["mul.1", "add.2"]},
         kernels=(
-            {
-                "name": "k",
-                "scope": ["jit(f)", "k"],
-                "inside": None,
-                "per_step": 1,
-                "cost_estimate": {"flops": 16.0},
-            },
+            PallasKernel(
+                name="k",
+                scope=("jit(f)", "k"),
+                inside=None,
+                per_step=1,
+                cost_estimate={"flops": 16.0},
+            ),
         ),
         autotuned={"tests.records": 1},
         costs={"k": {"flops": 16.0, "bytes_accessed": 64.0}},
         sources={"k": "records_2026_12.py:18"},
         hints={"tests.records": {"flops": 8.0}},
         calls=(call,),
-        configs={"tests.records": {"config": {"scale": 1}, "speedup": None}},
+        configs={"tests.records": RanConfig(config={"scale": 1}, speedup=None)},
         timings={"capture_s": 1.5},
         env={"XLA_FLAGS": None, "LIBTPU_INIT_ARGS": "--xla_x=1"},
     )

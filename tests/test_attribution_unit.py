@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from jaxtune._core.vocabulary import PallasKernel, RanConfig
 from jaxtune._profiling.attribution import KernelStat, attribute, classifier, kernel_ids, scopes
 from jaxtune._profiling.events import Walk
 from jaxtune._profiling.totals import Accumulator, OpKind, walk_items
@@ -107,7 +108,7 @@ def test_each_op_goes_to_its_owner_by_the_rule():
         # 5. anything else: a plain XLA op, named by its instruction
         (25, 3, op("tanh.5", "jit(step)/tanh"), 1),
     ]
-    kernels = [{"name": "flash", "scope": ("jit(step)", "jit(flash)"), "per_step": 1}]
+    kernels = [PallasKernel(name="flash", scope=("jit(step)", "jit(flash)"), per_step=1)]
     got = rows(walked(events, kernels=kernels), kernels=kernels)
     assert {name: s.kind for name, s in got.items()} == {
         "attn": "pallas",
@@ -188,8 +189,10 @@ def test_one_row_per_instruction_of_each_program_and_the_scope_view():
 # -- calls and costs --------------------------------------------------------------------
 
 
-def _interpret_kernel(per_step: int | None, **extra: Any) -> list[dict[str, Any]]:
-    return [{"name": "flash", "scope": ("jit(step)", "jit(flash)"), "per_step": per_step, **extra}]
+def _interpret_kernel(per_step: int | None, **extra: Any) -> list[PallasKernel]:
+    return [
+        PallasKernel(name="flash", scope=("jit(step)", "jit(flash)"), per_step=per_step, **extra)
+    ]
 
 
 def _host_events() -> list[tuple[float, float, OpKind, int | None]]:
@@ -258,7 +261,7 @@ def test_a_hint_counts_for_an_autotuned_kernel_and_shapes_give_bytes_only():
     assert (mm.flops, mm.bytes_accessed, mm.flops_source) == (16.0, 8.0, "hint")
 
     kind = op("custom-call.1", "jit(step)/attn/pallas_call", target="tpu_custom_call")
-    kernels = [{"name": "attn", "scope": ("jit(step)",), "per_step": 1, "io_bytes": 64}]
+    kernels = [PallasKernel(name="attn", scope=("jit(step)",), per_step=1, io_bytes=64)]
     attn = rows(walked(calls_of(kind, 2)), kernels=kernels)["attn"]
     assert (attn.flops, attn.bytes_accessed, attn.flops_source) == (None, 128.0, "shapes")
     attn = rows(walked([(0, 5, kind, 0)]))["attn"]
@@ -283,7 +286,7 @@ def test_a_tuned_kernels_row_carries_its_config_speedup_and_call_site():
     events = [(0, 5, op("dot.1", f"jit(step)/{MARK}/dot_general"), 0)]
     mm = rows(
         walked(events),
-        configs={"mm": {"config": {"block": 128}, "speedup": 1.7}},
+        configs={"mm": RanConfig(config={"block": 128}, speedup=1.7)},
         sources={"mm": "kernels.py:12"},
     )["mm"]
     assert (dict(mm.config or {}), mm.speedup, mm.source) == ({"block": 128}, 1.7, "kernels.py:12")
@@ -293,10 +296,10 @@ def test_a_tuned_kernels_row_carries_its_config_speedup_and_call_site():
 
 def test_kernel_ids_name_the_marker_around_each_kernel_when_it_is_one():
     kernels = [
-        {"name": "attn", "scope": ("jit(step)", MARK)},
-        {"name": "norm", "inside": "ln"},
-        {"name": "both", "scope": (MARK,)},
-        {"name": "both", "scope": ("jaxtune[other#0123456789]",)},
-        {"name": "plain", "scope": ("jit(step)",)},
+        PallasKernel(name="attn", scope=("jit(step)", MARK)),
+        PallasKernel(name="norm", scope=(), inside="ln"),
+        PallasKernel(name="both", scope=(MARK,)),
+        PallasKernel(name="both", scope=("jaxtune[other#0123456789]",)),
+        PallasKernel(name="plain", scope=("jit(step)",)),
     ]
     assert kernel_ids(kernels) == {"attn": "mm", "norm": "ln"}

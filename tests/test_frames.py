@@ -13,7 +13,13 @@ from faulty_kernels import faulty
 
 from jaxtune._core import errors as _errors
 from jaxtune._core.codec import packb, unpackb
-from jaxtune._core.vocabulary import CaptureInfo, Failure, Measurement, ProfileOptions
+from jaxtune._core.vocabulary import (
+    CaptureInfo,
+    Failure,
+    Measurement,
+    PallasKernel,
+    ProfileOptions,
+)
 from jaxtune._isolation import frames
 from jaxtune._isolation.frames import (
     CompileFinished,
@@ -280,7 +286,7 @@ def test_requests_the_child_reads():
 def test_capture_info_reads_back_and_refuses_fields_of_the_wrong_kind():
     info = CaptureInfo(
         platform="cpu",
-        kernels=({"name": "k", "scope": ["jit(f)"]},),
+        kernels=(PallasKernel(name="k", scope=("jit(f)",)),),
         hlo={"add.1": ("jit(f)/add", None)},
         timings={"compile_s": 0.5},
         env={"XLA_FLAGS": None},

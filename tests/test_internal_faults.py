@@ -27,7 +27,15 @@ from jax.profiler import ProfileData
 
 import jaxtune
 from jaxtune._core.codec import packb, unpackb
-from jaxtune._core.vocabulary import CaptureInfo, Choice, Failure, Measurement, RecordedCall
+from jaxtune._core.vocabulary import (
+    CaptureInfo,
+    Choice,
+    Failure,
+    Measurement,
+    PallasKernel,
+    RanConfig,
+    RecordedCall,
+)
 from jaxtune._profiling import report as _report
 from jaxtune._profiling import sidecar as _sidecar
 from jaxtune._tuning.signature import Signature
@@ -46,23 +54,23 @@ INFO = CaptureInfo(
     hlo={"fusion.1": ("jit(step)/dot_general", None)},
     fusions={"fusion.1": ["jit(step)/dot_general"]},
     kernels=(
-        {
-            "name": "tiled_matmul",
-            "scope": ["jit(step)", "pallas_call"],
-            "per_step": 1,
-            "io_bytes": 4096,
-            "cost_estimate": {"flops": 2e9, "bytes_accessed": 1e6, "transcendentals": 0.0},
-            "source": "model.py:12",
-            "call_site": "model.py:40",
-            "inside": None,
-        },
+        PallasKernel(
+            name="tiled_matmul",
+            scope=("jit(step)", "pallas_call"),
+            per_step=1,
+            io_bytes=4096,
+            cost_estimate={"flops": 2e9, "bytes_accessed": 1e6, "transcendentals": 0.0},
+            source="model.py:12",
+            call_site="model.py:40",
+            inside=None,
+        ),
     ),
     autotuned={"lib.mm": 1},
     costs={"tiled_matmul": {"flops": 2e9, "bytes_accessed": 1e6}},
     sources={"tiled_matmul": "model.py:12"},
     hints={"lib.mm": {"flops": 1e9, "bytes": 2e6}},
     calls=(RecordedCall(kernel="lib.mm", key="f32[8]", config=dict(CONFIG), source="cache"),),
-    configs={"lib.mm": {"config": dict(CONFIG), "speedup": 2.5}},
+    configs={"lib.mm": RanConfig(config=dict(CONFIG), speedup=2.5)},
     timings={"compile_s": 1.5, "run_s": 0.25},
     env={"XLA_FLAGS": None},
 )
@@ -165,6 +173,20 @@ MALFORMED = {
     ),
     "a recorded call of no kernel": ({"calls": [{"config": {}}]}, "calls[0].kernel: missing"),
     "iterations that are text": ({"iterations": "two"}, "iterations"),
+    "iterations below zero": ({"iterations": -1}, "iterations: expected a count"),
+    "a kernel's cost that is a bool": (
+        {"kernels": [{"name": "k", "scope": [], "cost_estimate": {"flops": True}}]},
+        "kernels[0].cost_estimate['flops']: expected a number",
+    ),
+    "a config that ran, of no plain values": (
+        {"configs": {"lib.mm": {"config": {"block": {"nested": 1}}}}},
+        "configs['lib.mm'].config: expected a config of plain values",
+    ),
+    "a speedup that is text": (
+        {"configs": {"lib.mm": {"config": {}, "speedup": "fast"}}},
+        "configs['lib.mm'].speedup",
+    ),
+    "a sidecar of a later version": ({"v": 2}, "written by a newer jaxtune"),
     "a field of the wrong kind": ({"kernels": 5}, "capture info's kernels: expected a list"),
 }
 

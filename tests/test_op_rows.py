@@ -17,7 +17,7 @@ import pytest
 from hlo_protos import CALLBACK, Ins, cpu_trace, event, module, serialized
 from hostile.traces import EPOCH_NS
 
-from jaxtune._core.vocabulary import CaptureInfo
+from jaxtune._core.vocabulary import CaptureInfo, PallasKernel
 from jaxtune._profiling import report as _report
 
 SCOPE = "jit(step)/jit(attn)"
@@ -211,13 +211,13 @@ def test_copies_for_a_kernels_loop_are_the_kernels_in_a_captured_trace(tmp_path)
     info = CaptureInfo(
         platform="cpu",
         kernels=(
-            {
-                "name": "_attn_kernel",
-                "scope": ["jit(step)", "jit(attn)"],
-                "per_step": 1,
-                "source": "/app/kern.py:40",
-                "call_site": "/app/train.py:9",
-            },
+            PallasKernel(
+                name="_attn_kernel",
+                scope=("jit(step)", "jit(attn)"),
+                per_step=1,
+                source="/app/kern.py:40",
+                call_site="/app/train.py:9",
+            ),
         ),
         sources={"_attn_kernel": "/app/kern.py:40"},
     )

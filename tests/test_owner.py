@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from jaxtune._core.vocabulary import PallasKernel
 from jaxtune._profiling import recover
 from jaxtune._profiling.attribution import attribute, classifier
 from jaxtune._profiling.events import Walk
@@ -58,7 +59,9 @@ def test_equal_owners_are_one_dictionary_key_and_any_field_tells_them_apart():
     ],
 )
 def test_owner_of_names_the_kernel_or_the_op(stack, target, expected):
-    scopes = scope_table([{"name": n, "scope": ["jit(step)", "jit(pair)"]} for n in ("attn", "mm")])
+    scopes = scope_table(
+        [PallasKernel(name=n, scope=("jit(step)", "jit(pair)")) for n in ("attn", "mm")]
+    )
     assert scopes == [(("jit(step)", "jit(pair)"), ("attn", "mm"))]
     assert owner_of(stack, target, "add.1", scopes) == expected
 
@@ -129,9 +132,9 @@ def test_a_fused_row_counts_calls_from_each_kernel_and_a_name_is_never_split():
         }
     )
     kernels = [
-        {"name": "attn", "scope": ["jit(step)"], "per_step": 1},
-        {"name": "mm", "scope": ["jit(step)"], "per_step": 2},
-        {"name": "p + q", "scope": ["jit(step)"], "per_step": 1},
+        PallasKernel(name="attn", scope=("jit(step)",), per_step=1),
+        PallasKernel(name="mm", scope=("jit(step)",), per_step=2),
+        PallasKernel(name="p + q", scope=("jit(step)",), per_step=1),
     ]
     rows, ops, _ = attribute(walked, kernels=kernels, iterations=3, host_trace=True)
     assert ops == []
@@ -203,8 +206,8 @@ def test_compiled_kernels_are_named_by_their_payload_and_never_joined():
     module = _compiled_program()
     ops = module.instructions
     kernels = [
-        {"name": "_fwd_kernel", "scope": ["jit(step)", "jaxtune[lib.attn#0123456789]", "jit(attn)"]},
-        {"name": "_bwd_kernel", "scope": ["jit(step)", "jaxtune[lib.attn#0123456789]", "jit(attn)", "bwd"]},
+        PallasKernel(name="_fwd_kernel", scope=("jit(step)", "jaxtune[lib.attn#0123456789]", "jit(attn)")),
+        PallasKernel(name="_bwd_kernel", scope=("jit(step)", "jaxtune[lib.attn#0123456789]", "jit(attn)", "bwd")),
     ]  # fmt: skip
     # The capture's reading of the HLO text says fusion.7 fuses both kernels' ops; the
     # program's own HLO, which the trace carries, says it fuses an add alone.

@@ -13,7 +13,14 @@ from test_profiled import write_trace
 
 import jaxtune
 from jaxtune import _cli
-from jaxtune._core.vocabulary import CaptureInfo, Entry, Failure, Measurement, RecordedCall
+from jaxtune._core.vocabulary import (
+    CaptureInfo,
+    Entry,
+    Failure,
+    Measurement,
+    RanConfig,
+    RecordedCall,
+)
 from jaxtune._profiling import report as _report
 from jaxtune._tuning.store import cache as _cache
 
@@ -138,7 +145,7 @@ def profile_with_an_autotuned_kernel(tmp_path, device_kind="TPU v5 lite"):
         device_kind=device_kind,
         platform="tpu",
         sources={"tiled_matmul": SOURCE, "no_cost": SOURCE},
-        configs={"lib.mm": {"config": dict(CONFIG), "speedup": 2.76}},
+        configs={"lib.mm": RanConfig(config=dict(CONFIG), speedup=2.76)},
         calls=(
             RecordedCall(
                 kernel="lib.mm",

@@ -15,7 +15,7 @@ import records_2026_12 as made
 from jaxtune._core import typed
 from jaxtune._core.codec import packb, unpackb
 from jaxtune._core.vocabulary import CaptureInfo, CodeDigest, RecordedCall
-from jaxtune._profiling.sidecar import read_sidecar
+from jaxtune._profiling.sidecar import INFO_FILE, read_sidecar, remember
 from jaxtune._tuning.store import result_files
 from jaxtune._tuning.store.cache import CacheStore
 from jaxtune._tuning.sweep.work import SweepPlan
@@ -58,7 +58,7 @@ def test_a_sidecar_of_that_format_reads_as_it_did():
     for name in ("sources", "hints", "configs", "timings", "env"):
         assert getattr(info, name) == getattr(expected, name), name
     assert {k: tuple(v) for k, v in info.hlo.items()} == dict(expected.hlo)
-    assert [dict(k) for k in info.kernels] == [dict(k) for k in expected.kernels]
+    assert info.kernels == expected.kernels
     (call,) = info.calls
     assert _call_fields(call) == _call_fields(raw["calls"][0])
     assert call.code == CodeDigest(digest=raw["calls"][0]["code"][0], parts=(call.code.parts))
@@ -67,11 +67,45 @@ def test_a_sidecar_of_that_format_reads_as_it_did():
     # as a field of its own (that one kept it only in the request's plan), and a version
     # number besides.
     assert call.to_wire() == {**raw["calls"][0], "timing": "forward"}
+    # A kernel record is written with all its fields, as every capture wrote it (this
+    # file's, made by hand, left three out).
+    (kernel,) = raw["kernels"]
+    full = {"io_bytes": None, "source": None, "call_site": None, **kernel}
     assert info.to_dict() == {
         **{k: v for k, v in raw.items() if k != "iterations"},
+        "kernels": [full],
         "calls": [call.to_wire()],
         "v": 1,
     }
+
+
+def test_a_sidecar_is_one_typed_record_written_as_it_was(tmp_path):
+    """The sidecar is written through the typed codec as one record, byte for byte what
+    jaxtune wrote by hand before (the capture info's map, then ``iterations``), and reads
+    back as the capture info and the count it was written from."""
+    info = made.capture_info()
+    remember(tmp_path, info, 3)
+    written = (tmp_path / INFO_FILE).read_bytes()
+    assert written == packb({**info.to_dict(), "iterations": 3})
+    raw = unpackb(written)
+    keys = list(raw)
+    assert (keys[0], keys[-1]) == ("v", "iterations")
+    assert raw["kernels"] == [
+        {
+            "name": "k",
+            "scope": ["jit(f)", "k"],
+            "per_step": 1,
+            "io_bytes": None,
+            "cost_estimate": {"flops": 16.0},
+            "source": None,
+            "call_site": None,
+            "inside": None,
+        }
+    ]
+    back, iterations = read_sidecar(raw)
+    assert iterations == 3
+    assert dataclasses.replace(back, calls=()) == dataclasses.replace(info, calls=())
+    assert back.kernels == info.kernels and back.configs == info.configs
 
 
 def _call_fields(call):

@@ -9,7 +9,7 @@ import re
 
 from test_op_rows import STEP_RUNS, trace
 
-from jaxtune._core.vocabulary import CaptureInfo
+from jaxtune._core.vocabulary import CaptureInfo, PallasKernel
 from jaxtune._profiling import report as _report
 from jaxtune._profiling.attribution import scopes
 from jaxtune._profiling.table import shorten_left
@@ -25,13 +25,13 @@ def profile(tmp_path):
     info = CaptureInfo(
         platform="cpu",
         kernels=(
-            {
-                "name": "_attn_kernel",
-                "scope": ["jit(step)", "jit(attn)"],
-                "per_step": 1,
-                "source": "/app/kern.py:40",
-                "call_site": "/app/train.py:9",
-            },
+            PallasKernel(
+                name="_attn_kernel",
+                scope=("jit(step)", "jit(attn)"),
+                per_step=1,
+                source="/app/kern.py:40",
+                call_site="/app/train.py:9",
+            ),
         ),
         sources={"_attn_kernel": "/app/kern.py:40"},
     )

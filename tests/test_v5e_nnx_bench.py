@@ -46,7 +46,7 @@ def test_the_fixture_holds_the_capture_that_showed_the_joined_row():
     # of every Pallas call (what made the joined row), though that fusion is Adam's update.
     info, _, malformed = sidecar.recall(BENCH, 0)
     assert malformed is None
-    assert {k["name"] for k in info.kernels} == set(KERNELS)
+    assert {k.name for k in info.kernels} == set(KERNELS)
     assert sum("pallas_call" in stack for stack in info.fusions["fusion.396"]) == 3
 
 

@@ -37,7 +37,9 @@ __all__ = [
     "EntryId",
     "Failure",
     "Measurement",
+    "PallasKernel",
     "ProfileOptions",
+    "RanConfig",
     "RecordedCall",
     "Source",
     "StaleReason",
@@ -466,17 +468,57 @@ class ProfileOptions:
         return typed.encode(self)
 
 
+def _figure(value: Any) -> bool:
+    return type(value) in (int, float)
+
+
+#: A figure of a cost estimate (flops, bytes): an int or a float, read as written (an int
+#: stays an int, as the capture wrote it).
+Figure = Annotated[int | float, typed.Check(_figure, "a number")]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PallasKernel:
+    """One ``pallas_call`` of a captured program, as its capture keeps it
+    (:attr:`CaptureInfo.kernels`): the kernel's name, the name stack around the call
+    (``scope``), how many times one run of the program executes it (``per_step``; ``None``
+    when unknown), the bytes of its operands and results (``io_bytes``), its own cost
+    estimate, its ``pallas_call`` line (``source``), the line of the program that called
+    into it (``call_site``) and the jaxtune kernel it runs inside (``inside``). A kernel
+    recovered from a trace's metadata alone has the first three and ``source``."""
+
+    name: str
+    scope: tuple[str, ...]
+    per_step: int | None = None
+    io_bytes: int | None = None
+    cost_estimate: Mapping[str, Figure] | None = None
+    source: str | None = None
+    call_site: str | None = None
+    inside: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RanConfig:
+    """The config a jaxtune kernel ran with in a capture (:attr:`CaptureInfo.configs`) and
+    the speedup over its default the cache measured for it (``None`` when the config was
+    not tuned here: a default, or an entry of another key)."""
+
+    config: Mapping[str, Any] | None = None
+    speedup: float | None = None
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class CaptureInfo:
     """What a trace capture knew about the program it traced, which the trace alone does
     not say: where the trace went and on what device, the compiled program's instruction
     map (``hlo``: instruction -> op name and custom-call target; ``fusions``: fusion ->
-    the ops fused into it), the Pallas calls (``kernels``, one record each), the jaxtune
-    kernels' call sites (``autotuned`` counts), cost estimates (``costs``), sources,
-    FLOP/byte ``hints``, the recorded calls ``jaxtune tune --from-profile`` replays
-    (``calls``), the configs that ran (``configs``), the capture's ``timings`` and the
-    flags it ran with (``env``). ``claims`` (a program's op -> the kernels that own it)
-    comes from the trace's own metadata when it is read, and is never stored.
+    the ops fused into it), the Pallas calls (``kernels``, a :class:`PallasKernel` each),
+    the jaxtune kernels' call sites (``autotuned`` counts), cost estimates (``costs``),
+    sources, FLOP/byte ``hints``, the recorded calls ``jaxtune tune --from-profile``
+    replays (``calls``), the configs that ran (``configs``, a :class:`RanConfig` each), the
+    capture's ``timings`` and the flags it ran with (``env``). ``claims`` (a program's op
+    -> the kernels that own it) comes from the trace's own metadata when it is read, and
+    is never stored.
 
     It travels from the child as a map and is kept beside the trace (the profile's
     sidecar, of version :attr:`WIRE_VERSION`); a trace jaxtune did not capture has only
@@ -491,16 +533,16 @@ class CaptureInfo:
         default_factory=dict
     )
     fusions: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)
-    kernels: tuple[Mapping[str, Any], ...] = ()
+    kernels: tuple[PallasKernel, ...] = ()
     claims: Mapping[tuple[int, str], tuple[str, ...]] = dataclasses.field(
         default_factory=dict, metadata=typed.LOCAL
     )
     autotuned: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    costs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    costs: Mapping[str, Mapping[str, Figure]] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     calls: tuple[RecordedCall, ...] = ()
-    configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    configs: Mapping[str, RanConfig] = dataclasses.field(default_factory=dict)
     timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
     env: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
 

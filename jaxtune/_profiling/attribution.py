@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from .._core import roofline as _roofline
+from .._core.vocabulary import PallasKernel, RanConfig
 from .._program import markers as _markers
 from .events import Walk
 from .hlo import HloInstruction, HloModule
@@ -126,14 +127,14 @@ class KernelStat:
         )
 
 
-def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def kernel_ids(kernels: Sequence[PallasKernel]) -> dict[str, str]:
     """Pallas kernel name -> the jaxtune kernel id it runs inside (the innermost marker of
     its scope, else ``inside``), for the names that have one id only."""
     found: dict[str, set[str | None]] = {}
     for k in kernels:
-        marks = _markers.parse("/".join(str(f) for f in k.get("scope") or ()))
-        inside = marks[-1].kernel if marks else k.get("inside")
-        found.setdefault(str(k.get("name")), set()).add(inside if isinstance(inside, str) else None)
+        marks = _markers.parse("/".join(k.scope))
+        inside = marks[-1].kernel if marks else k.inside
+        found.setdefault(k.name, set()).add(inside)
     return {
         name: only
         for name, i in found.items()
@@ -143,7 +144,7 @@ def kernel_ids(kernels: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 
 def classifier(
     *,
-    kernels: Sequence[Mapping[str, Any]] = (),
+    kernels: Sequence[PallasKernel] = (),
     fusions: Mapping[str, Sequence[str]] | None = None,
     claims: Mapping[tuple[int, str], tuple[str, ...]] | None = None,
     programs: Mapping[int, HloModule] | None = None,
@@ -176,7 +177,7 @@ def classifier(
     """
     by_payload = payload_names(programs or {})
     compiled = set(by_payload.values())
-    scopes = _markers.scope_table([k for k in kernels if k.get("name") not in compiled])
+    scopes = _markers.scope_table([k for k in kernels if k.name not in compiled])
     known: dict[tuple[str, str | None, str], Owner] = {}
     memo: dict[OpKind, Owner] = {}
     ids = kernel_ids(kernels)
@@ -365,7 +366,7 @@ class Context:
     hints: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     io_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    configs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    configs: Mapping[str, RanConfig] = dataclasses.field(default_factory=dict)
     call_sites: Mapping[str, str] = dataclasses.field(default_factory=dict)
     programs: Mapping[int, str] = dataclasses.field(default_factory=dict)
     kernel_calls: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -495,8 +496,8 @@ def _stat(owner: Owner, t: Totals, ctx: Context) -> KernelStat:
         intensity=_finite(flops / bytes_) if flops and bytes_ else None,
         bound_by=_roofline.bound_by(flops, bytes_, ctx.peak),
         flops_source=provenance,
-        config=ran.get("config") if ran else None,
-        speedup=ran.get("speedup") if ran else None,
+        config=ran.config if ran else None,
+        speedup=ran.speedup if ran else None,
         name_stack=op.name_stack if op is not None else None,
         program=_program_name(op, ctx) if op is not None else None,
         call_site=ctx.call_sites.get(name) if kind != "xla" and name is not None else None,
@@ -522,11 +523,11 @@ def attribute(
     costs: Mapping[str, Mapping[str, float]] | None = None,
     hints: Mapping[str, Mapping[str, float]] | None = None,
     sources: Mapping[str, str] | None = None,
-    kernels: Sequence[Mapping[str, Any]] = (),
+    kernels: Sequence[PallasKernel] = (),
     iterations: int = 0,
     autotuned: Mapping[str, int] | None = None,
     host_trace: bool = False,
-    configs: Mapping[str, Mapping[str, Any]] | None = None,
+    configs: Mapping[str, RanConfig] | None = None,
     programs: Mapping[int, str] | None = None,
     mosaic: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[list[KernelStat], list[KernelStat], float]:
@@ -547,12 +548,12 @@ def attribute(
     """
     per_step: dict[str, int | None] = dict(autotuned or {})
     all_costs = dict(costs or {})
-    io_bytes = {k["name"]: int(k["io_bytes"]) for k in kernels if k.get("io_bytes")}
+    io_bytes = {k.name: k.io_bytes for k in kernels if k.io_bytes}
     for k in kernels:
-        n, before = k.get("per_step"), per_step.get(k["name"], 0)
-        per_step[k["name"]] = None if n is None or before is None else before + int(n)
-        if k.get("cost_estimate"):
-            all_costs.setdefault(k["name"], k["cost_estimate"])
+        n, before = k.per_step, per_step.get(k.name, 0)
+        per_step[k.name] = None if n is None or before is None else before + n
+        if k.cost_estimate:
+            all_costs.setdefault(k.name, k.cost_estimate)
     ctx = Context(
         peak=_roofline.peak_for(device_kind, plane_stats),
         host_trace=host_trace,
@@ -565,9 +566,7 @@ def attribute(
         sources=sources or {},
         io_bytes=io_bytes,
         configs=configs or {},
-        call_sites={
-            k["name"]: k["call_site"] for k in kernels if isinstance(k.get("call_site"), str)
-        },
+        call_sites={k.name: k.call_site for k in kernels if k.call_site is not None},
         programs=programs or {},
     )
     ctx = dataclasses.replace(ctx, kernel_calls=_kernel_calls(walked, ctx))

@@ -11,9 +11,9 @@ alone does not load it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._core.vocabulary import Choice, RecordedCall
+from .._core.vocabulary import Choice, RanConfig, RecordedCall
 from .._program import markers as _markers
 from .._program.locate import KernelSite
 
@@ -68,16 +68,16 @@ def hints(sites: Iterable[KernelSite]) -> tuple[dict[str, dict[str, float]], lis
     return hints, list(calls.values())
 
 
-def configs(sites: Iterable[KernelSite], device_kind: str) -> dict[str, dict[str, Any]]:
+def configs(sites: Iterable[KernelSite], device_kind: str) -> dict[str, RanConfig]:
     """Each jaxtune kernel's config that ran (by kernel id), and the speedup over its
     default config the cache measured for it (``None`` when the config was not tuned
     here: a default, or an entry of another key)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, RanConfig] = {}
     for site in sites:
         mark, call = _marked(site) or (None, None)
         if mark is None or mark.kernel in out:
             continue
         # The tuned speedup is only a hint: never an error.
         speedup = None if call is None else call.tuned_speedup(mark.config, device_kind)
-        out[mark.kernel] = {"config": dict(mark.config), "speedup": speedup}
+        out[mark.kernel] = RanConfig(config=dict(mark.config), speedup=speedup)
     return out

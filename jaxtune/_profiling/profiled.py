@@ -28,7 +28,7 @@ from .._core import flags as _flags
 from .._core import settings as _settings
 from .._core.errors import JaxtuneError, JaxtuneWarning, warn_once
 from .._core.errors import warn as _warn
-from .._core.vocabulary import CaptureInfo, ProfileOptions
+from .._core.vocabulary import CaptureInfo, PallasKernel, ProfileOptions
 from .._core.xspace.tracing import tracer_options
 from .._program import markers as _markers
 from .._program.locate import sites_in_module
@@ -175,18 +175,19 @@ def _sources(sites: Any, calls: list[_markers.PallasCall]) -> dict[str, str]:
     return found
 
 
-def _kernel_record(call: _markers.PallasCall) -> dict[str, Any]:
-    """A Pallas call as plain values (it travels from the child and into the sidecar)."""
-    return {
-        "name": call.name,
-        "scope": list(call.scope),
-        "per_step": call.per_step,
-        "io_bytes": call.io_bytes,
-        "cost_estimate": call.cost_estimate,
-        "source": call.source,
-        "call_site": call.call_site,
-        "inside": call.inside,
-    }
+def _kernel_record(call: _markers.PallasCall) -> PallasKernel:
+    """A Pallas call as a capture keeps it (it travels from the child and into the
+    sidecar)."""
+    return PallasKernel(
+        name=call.name,
+        scope=call.scope,
+        per_step=call.per_step,
+        io_bytes=call.io_bytes,
+        cost_estimate=call.cost_estimate,
+        source=call.source,
+        call_site=call.call_site,
+        inside=call.inside,
+    )
 
 
 def profile(

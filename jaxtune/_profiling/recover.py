@@ -43,6 +43,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._core.vocabulary import PallasKernel
 from .._core.xspace import xplane as _xplane
 from .._program import markers as _markers
 from .hlo import Frame, HloInstruction, HloModule, parse_hlo_proto
@@ -88,7 +89,7 @@ class Recovered:
     claims: dict[tuple[int, str], tuple[str, ...]]
     skipped: tuple[str, ...] = ()
 
-    def kernels(self) -> list[dict[str, Any]]:
+    def kernels(self) -> list[PallasKernel]:
         """The sites as a capture records its Pallas calls (``name``, ``scope``,
         ``per_step``, ``source``): ``per_step`` is 1 for a site that runs once per run of
         its program, ``None`` when that is unknown (a loop around it, or the kernel in
@@ -98,12 +99,12 @@ class Recovered:
             for site in found:
                 programs[site.name].add(pid)
         return [
-            {
-                "name": site.name,
-                "scope": list(site.scope),
-                "per_step": 1 if site.once and len(programs[site.name]) == 1 else None,
-                "source": site.source,
-            }
+            PallasKernel(
+                name=site.name,
+                scope=tuple(site.scope),
+                per_step=1 if site.once and len(programs[site.name]) == 1 else None,
+                source=site.source,
+            )
             for found in self.sites.values()
             for site in found
         ]
@@ -236,7 +237,7 @@ def claims(module: HloModule, found: list[Site]) -> dict[str, tuple[str, ...]]:
         return {}
     # The most specific site first: a backward kernel's scope extends the forward's.
     by_depth = sorted(found, key=lambda s: (-len(s.scope), -len(s.frames)))
-    scopes = _markers.scope_table([{"name": s.name, "scope": s.scope} for s in found])
+    scopes = _markers.scope_table(found)
     out: dict[str, tuple[str, ...]] = {}
     for ins in module.instructions.values():
         owner = _claim(ins, by_depth, scopes)

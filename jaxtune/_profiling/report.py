@@ -284,7 +284,7 @@ def _profile(
         # The capture knows the program's kernels; the trace's stack frames still find the
         # ops of one called straight from the jitted function, whose scope is the whole
         # program. Only kernels the capture knows are taken from them.
-        known = {k.get("name") for k in info.kernels}
+        known = {k.name for k in info.kernels}
         claims = {
             key: names
             for key, names in found.claims.items()
@@ -442,7 +442,7 @@ def _plain_info(
     info = CaptureInfo(
         kernels=tuple(kernels),
         claims=found.claims,
-        sources={k["name"]: k["source"] for k in kernels if k.get("source")},
+        sources={k.name: k.source for k in kernels if k.source},
     )
     notes = []
     if kernels:

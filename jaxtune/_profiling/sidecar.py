@@ -2,12 +2,14 @@
 (:class:`~jaxtune._core.vocabulary.CaptureInfo`), kept beside its trace (:data:`INFO_FILE`)
 so that reading the same trace later (``jaxtune report DIR``) attributes it the same way.
 
-A sidecar is read back whole and checked before the analysis sees any of it, all by
-:mod:`jaxtune._core.typed`: its fields as :class:`CaptureInfo`'s annotations say (its
-recorded calls as :class:`~jaxtune._core.vocabulary.RecordedCall`), their contents
-against :class:`_Contents` (a kernel record's ``name``, an ``hlo`` entry's pair, ...). A sidecar
-of the wrong shape (edited by hand, or written by another jaxtune) is a
-:class:`SidecarError` that names the value, and the report goes on without it.
+A sidecar is one record, :class:`_Sidecar` (the capture info's fields, then the capture's
+``iterations``), written and read back whole by :mod:`jaxtune._core.typed`: every field is
+checked against its annotation (a kernel as a
+:class:`~jaxtune._core.vocabulary.PallasKernel`, a recorded call as a
+:class:`~jaxtune._core.vocabulary.RecordedCall`, an ``hlo`` entry as its pair, ...) before
+the analysis sees any of it. A sidecar of the wrong shape (edited by hand, or written by
+another jaxtune) is a :class:`SidecarError` that names the value, and the report goes on
+without it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Required, TypedDict
+from typing import Annotated, Any
 
 from .._core import typed
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
@@ -41,46 +42,28 @@ class SidecarError(ValueError):
     before any analysis, so that a fault in the analysis is never blamed on it."""
 
 
-#: A cost estimate or flops/bytes hints: figures by name.
-_Figures = Mapping[str, float]
-#: The knob values a call ran with, as the analysis reads them, or none (the values are
-#: checked by :func:`_is_plain`).
-_RanWith = Mapping[str, Any] | None
+def _count(value: int) -> bool:
+    return value >= 0
 
 
-class _Kernel(TypedDict, total=False):
-    name: Required[str]
-    scope: Required[Sequence[str]]
-    inside: str | None
-    source: str | None
-    call_site: str | None
-    per_step: int | None
-    io_bytes: int | None
-    cost_estimate: _Figures | None
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Sidecar(CaptureInfo):
+    """The sidecar's one record: the capture info's fields (its version among them), then
+    how many calls the capture traced (after them, as sidecars have always been written)."""
+
+    iterations: Annotated[int, typed.Check(_count, "a count")] = 0
+
+    @classmethod
+    def of(cls, info: CaptureInfo, iterations: int) -> _Sidecar:
+        return cls(**_fields_of(info), iterations=iterations)
+
+    def info(self) -> CaptureInfo:
+        """The capture info it holds."""
+        return CaptureInfo(**_fields_of(self))
 
 
-class _Ran(TypedDict, total=False):
-    config: _RanWith
-    speedup: float | None
-
-
-class _Call(TypedDict, total=False):
-    config: _RanWith
-
-
-class _Contents(TypedDict, total=False):
-    """What the analysis reads of a sidecar's fields, each value checked for its kind."""
-
-    iterations: int
-    kernels: Sequence[_Kernel]
-    hlo: Mapping[str, tuple[str, str | None]]
-    fusions: Mapping[str, Sequence[str]]
-    costs: Mapping[str, _Figures]
-    hints: Mapping[str, _Figures]
-    sources: Mapping[str, str]
-    autotuned: Mapping[str, int]
-    configs: Mapping[str, _Ran]
-    calls: Sequence[_Call]
+def _fields_of(info: CaptureInfo) -> dict[str, Any]:
+    return {f.name: getattr(info, f.name) for f in dataclasses.fields(CaptureInfo)}
 
 
 def remember(path: str | os.PathLike[str], info: CaptureInfo, iterations: int) -> None:
@@ -89,7 +72,7 @@ def remember(path: str | os.PathLike[str], info: CaptureInfo, iterations: int) -
     folder = pathlib.Path(path)
     if folder.is_dir():
         with contextlib.suppress(OSError, TypeError, ValueError):
-            atomic_write(folder / INFO_FILE, packb({**info.to_dict(), "iterations": iterations}))
+            atomic_write(folder / INFO_FILE, packb(typed.encode(_Sidecar.of(info, iterations))))
 
 
 def recall(path: str | os.PathLike[str], iterations: int) -> tuple[CaptureInfo, int, str | None]:
@@ -118,21 +101,15 @@ def read_sidecar(raw: Any) -> tuple[CaptureInfo, int]:
         SidecarError: a value of the wrong kind; the message names it.
     """
     try:
-        info = CaptureInfo.from_dict(raw)
-    except ValueError as e:  # the one error from_dict raises: a field of the wrong kind
-        raise SidecarError(str(e)) from e
-    info = dataclasses.replace(info, calls=tuple(_kept_call(c) for c in info.calls))
-    stored = raw.get("iterations") or 0
-    try:
-        typed.decode(_Contents, {**info.to_dict(), "iterations": stored}, "")
+        sidecar = typed.decode(_Sidecar, raw, "")
     except typed.MismatchError as e:
-        raise SidecarError(str(e)) from None
-    if stored < 0:
-        raise SidecarError(f"iterations: expected a count, got {stored}")
+        raise SidecarError(f"capture info's {e}" if e.where else f"capture info: {e}") from None
+    info = sidecar.info()
+    info = dataclasses.replace(info, calls=tuple(_kept_call(c) for c in info.calls))
     for where, config in _configs(info):
         if config is not None and not all(_is_plain(v) for v in config.values()):
             raise SidecarError(f"{where}: expected a config of plain values, got {config!r:.60}")
-    return info, stored
+    return info, sidecar.iterations
 
 
 def _kept_call(call: RecordedCall) -> RecordedCall:
@@ -146,7 +123,7 @@ def _kept_call(call: RecordedCall) -> RecordedCall:
 
 def _configs(info: CaptureInfo) -> list[tuple[str, Any]]:
     """Each config the sidecar holds, with where it sits."""
-    ran = [(f"configs[{name!r}].config", r.get("config")) for name, r in info.configs.items()]
+    ran = [(f"configs[{name!r}].config", r.config) for name, r in info.configs.items()]
     return ran + [(f"calls[{i}].config", call.config) for i, call in enumerate(info.calls)]
 
 

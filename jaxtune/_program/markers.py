@@ -324,16 +324,17 @@ def fused_names(parts: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def scope_table(kernels: Any) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-    """``(scope, kernel names)`` of the interpret-mode kernels whose ops a scope tells
+    """``(scope, kernel names)`` of the interpret-mode ``kernels`` (each with a ``name``
+    and a ``scope``: a capture's ``PallasKernel``, a recovered site) whose ops a scope tells
     apart, longest first. A scope no deeper than the program itself (a ``pallas_call``
     straight in the jitted function) would claim every op of the program, so it is left
     out; those kernels are found by the ``pallas_call`` frame of their ops' name stacks.
     Kernels that share one scope read as one owner naming all of them."""
     names: dict[tuple[str, ...], list[str]] = {}
     for k in kernels:
-        scope = tuple(k["scope"])
-        if len(scope) > 1 and k["name"] not in names.setdefault(scope, []):
-            names[scope].append(k["name"])
+        scope = tuple(k.scope)
+        if len(scope) > 1 and k.name not in names.setdefault(scope, []):
+            names[scope].append(k.name)
     return sorted(((s, tuple(n)) for s, n in names.items()), key=lambda x: -len(x[0]))
 
 
