@@ -205,3 +205,103 @@ def test_an_entry_counts_as_tuned_only_when_the_staleness_judge_finds_it_current
         request={"plan": {"timing": "vjp"}},
     )
     assert _from_profile.tuned_here(frame) is tuned
+
+
+# -- the saved files: one typed record each, old folders read as before ---------------------
+
+
+def _saved_profile(calls=()):
+    from jaxtune._profiling.attribution import KernelStat
+
+    return jaxtune.Profile(
+        kernels=(
+            KernelStat(name="body", kind="pallas", kernel_id="lib.k", share=0.75),
+            KernelStat(name="flash_fwd", kind="pallas", share=0.25, config={"b": 1}),
+        ),
+        ops=(),
+        step_us=1.0,
+        total_us=2.0,
+        iterations=2,
+        logdir="/tmp/trace",
+        platform="cpu",
+        device_kind="cpu",
+        calls=tuple(calls),
+    )
+
+
+def test_a_saved_report_and_its_calls_read_back_as_written(tmp_path):
+    """``report.calls.msgpack`` is one versioned record (``v`` 2, the calls under
+    ``calls``); ``report.json`` is the report's document, whose kernel rows
+    ``--from-profile`` reads back."""
+    from jaxtune._core.codec import unpackb
+    from jaxtune._core.vocabulary import RecordedCall
+    from jaxtune._profiling import saved
+
+    call = RecordedCall(kernel="lib.k", key="f32[8]", source="cache", config={"b": 1})
+    path = _saved_profile([call]).save(tmp_path / "report.json")
+    raw = unpackb((tmp_path / "report.calls.msgpack").read_bytes())
+    assert raw == {"v": 2, "calls": [call.to_wire()]}
+    assert saved.read_calls(tmp_path / "report.calls.msgpack") == (call,)
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == 1 and doc["kernels"][1]["config"] == {"b": 1}
+    assert saved.read_report(path).kernels == (
+        saved.ReportKernel(name="body", kernel_id="lib.k", share=0.75),
+        saved.ReportKernel(name="flash_fwd", kernel_id=None, share=0.25),
+    )
+    ranked = {r.name: r for r in _from_profile.rank(tmp_path)}
+    assert ranked["lib.k"].calls == (call,) and ranked["lib.k"].autotuned
+    assert ranked["flash_fwd"].share == 0.25 and not ranked["flash_fwd"].autotuned
+
+
+def test_a_report_folder_of_the_old_format_still_reads(tmp_path):
+    """A folder saved before the calls file had a version: its calls file is the bare list
+    of the calls (and its report.json a document with no more than the kernel rows read)."""
+    from jaxtune._profiling import saved
+
+    frame = _recorded_profile(tmp_path, "cache")
+    (call,) = saved.read_calls(tmp_path / "report.calls.msgpack")
+    assert (call.kernel, call.key, call.source, call.version) == ("lib.k", "f32[8]", "cache", "1")
+    ranked = {r.name: r for r in _from_profile.rank(tmp_path)}
+    assert [c.key for c in ranked["lib.k"].calls] == [frame["key"]]
+    assert ranked["lib.k"].share == 0.9
+
+
+@pytest.mark.parametrize(
+    ("report", "calls", "named"),
+    [
+        (
+            {"kernels": [{"name": "body", "share": "most"}]},
+            None,
+            "kernels[0].share: expected float",
+        ),
+        ({"kernels": [{"share": 0.5}]}, None, "kernels[0].name: missing"),
+        ({"rows": []}, None, "kernels: missing"),
+        ([1], None, "expected a SavedReport"),
+        (
+            {"kernels": []},
+            [{"kernel": "lib.k", "key": "f32[8]", "source": "?"}],
+            "report.calls.msgpack: calls[0].source: expected one of",
+        ),
+        (
+            {"kernels": []},
+            {"v": 2, "calls": [{"kernel": 3, "key": "f32[8]", "source": "cache"}]},
+            "report.calls.msgpack: calls[0].kernel: expected str",
+        ),
+        (
+            {"kernels": []},
+            {"v": 3, "calls": []},
+            "a SavedCalls of version 3, written by a newer jaxtune",
+        ),
+        ({"kernels": []}, "calls", "expected a SavedCalls (a map)"),
+    ],
+)
+def test_a_damaged_saved_report_is_refused_naming_the_field(tmp_path, report, calls, named):
+    from jaxtune._core.codec import packb
+    from jaxtune._core.errors import JaxtuneError
+
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    if calls is not None:
+        (tmp_path / "report.calls.msgpack").write_bytes(packb(calls))
+    with pytest.raises(JaxtuneError, match="is not a jaxtune profile report") as caught:
+        _from_profile.rank(tmp_path)
+    assert named in str(caught.value)

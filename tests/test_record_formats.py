@@ -108,6 +108,22 @@ def test_a_sidecar_is_one_typed_record_written_as_it_was(tmp_path):
     assert back.kernels == info.kernels and back.configs == info.configs
 
 
+def test_a_calls_file_of_that_format_reads_and_the_new_one_carries_a_version(tmp_path):
+    """``report.calls.msgpack`` was the bare list of the calls (version 1): such a file
+    reads as it did; this jaxtune writes one record, ``{"v": 2, "calls": [...]}``."""
+    from jaxtune._profiling import saved
+
+    raw = unpackb((DATA / "jaxtune-info.msgpack").read_bytes())["calls"]
+    old = tmp_path / "old.calls.msgpack"
+    old.write_bytes(packb(raw))  # as Profile.save wrote it then
+    (call,) = saved.read_calls(old)
+    assert _call_fields(call) == _call_fields(raw[0])
+    assert saved.calls_bytes((call,)) == packb({"v": 2, "calls": [call.to_wire()]})
+    new = tmp_path / "new.calls.msgpack"
+    new.write_bytes(saved.calls_bytes((call,)))
+    assert saved.read_calls(new) == (call,)
+
+
 def _call_fields(call):
     """What a reader of a recorded call uses, read by name (a map or a typed call)."""
     get = call.get if isinstance(call, dict) else lambda name: getattr(call, name)

@@ -13,12 +13,11 @@ import argparse
 import dataclasses
 import json
 import pathlib
-from typing import Any
 
-from .._core.codec import read_bounded, unpackb
 from .._core.errors import JaxtuneError
 from .._core.vocabulary import RecordedCall
-from .._profiling.report import CALLS_SUFFIX, report_from_trace
+from .._profiling.report import report_from_trace
+from .._profiling.saved import CALLS_SUFFIX, ReportKernel, read_calls, read_report
 from .._profiling.sidecar import INFO_FILE
 from .._tuning.result import format_table
 from .._tuning.staleness import judge, wrong_pass
@@ -47,9 +46,12 @@ class Ranked:
     calls: tuple[RecordedCall, ...] = ()
 
 
-def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[Any]]]:
+def _profiles(
+    root: pathlib.Path,
+) -> list[tuple[pathlib.Path, tuple[ReportKernel, ...], tuple[RecordedCall, ...]]]:
     """``(path, kernels, calls)`` of each saved report under ``root`` (``report.json``
-    and its ``.calls.msgpack``) or, when there is none, of each trace jaxtune captured."""
+    and its ``.calls.msgpack``, read by :mod:`jaxtune._profiling.saved`) or, when there is
+    none, of each trace jaxtune captured."""
     if not root.exists():
         raise JaxtuneError(
             f"--from-profile: {root} does not exist. Capture a profile first: `jaxtune profile "
@@ -59,11 +61,10 @@ def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[An
     found = []
     for path in reports:
         try:
-            # A regular file only, and bounded: a FIFO named report.json must not block.
-            kernels = json.loads(read_bounded(path))["kernels"]
+            kernels = read_report(path).kernels
             sidecar = path.with_suffix(CALLS_SUFFIX)
-            calls = _saved_calls(sidecar) if sidecar.is_file() else []
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            calls = read_calls(sidecar) if sidecar.is_file() else ()
+        except (OSError, ValueError) as e:
             raise JaxtuneError(
                 f"{path} is not a jaxtune profile report ({e}); expected the report.json "
                 "that `jaxtune profile` or Profile.save writes."
@@ -72,7 +73,8 @@ def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[An
     if not found and root.is_dir():
         for info in sorted(root.rglob(INFO_FILE)):
             profile = report_from_trace(info.parent)
-            found.append((info.parent, [k.to_dict() for k in profile.kernels], list(profile.calls)))
+            kernels = tuple(ReportKernel.of(k) for k in profile.kernels)
+            found.append((info.parent, kernels, profile.calls))
     if not found:
         raise JaxtuneError(
             f"--from-profile expected a profile directory holding report.json files or a "
@@ -80,19 +82,6 @@ def _profiles(root: pathlib.Path) -> list[tuple[pathlib.Path, list[Any], list[An
             "--logdir DIR -- python train.py`, or `jaxtune.profile(fn, *args, logdir=DIR)`."
         )
     return found
-
-
-def _saved_calls(path: pathlib.Path) -> list[RecordedCall]:
-    """The recorded calls a report's ``.calls.msgpack`` holds.
-
-    Raises:
-        ValueError: the file holds something else (the message names it, the call and
-            its field).
-    """
-    raw = unpackb(read_bounded(path))
-    if not isinstance(raw, list):
-        raise ValueError(f"{path} holds no list of recorded calls")
-    return [RecordedCall.read(c, f"{path}, call {i}") for i, c in enumerate(raw)]
 
 
 def rank(root: str | pathlib.Path) -> list[Ranked]:
@@ -106,8 +95,8 @@ def rank(root: str | pathlib.Path) -> list[Ranked]:
     for _, kernels, frames in _profiles(pathlib.Path(root)):
         mine: dict[tuple[str, bool], float] = {}
         for k in kernels:
-            ident = (k.get("kernel_id") or k["name"], bool(k.get("kernel_id")))
-            mine[ident] = mine.get(ident, 0.0) + float(k.get("share") or 0.0)
+            ident = (k.kernel_id or k.name, bool(k.kernel_id))
+            mine[ident] = mine.get(ident, 0.0) + (k.share or 0.0)
         for ident, share in mine.items():
             shares[ident] = max(shares.get(ident, 0.0), share)
         for frame in frames:

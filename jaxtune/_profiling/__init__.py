@@ -7,5 +7,5 @@ flows; :mod:`.events` and :mod:`.totals` total the executed HLO ops by owner whi
 them, :mod:`.hlo` and :mod:`.recover` read the programs' HLO protos a trace carries (the
 kernels of a trace without jaxtune's sidecar), :mod:`.attribution` maps ops to kernels,
 :mod:`jaxtune._core.roofline` holds peak tables. Out: a :class:`.report.Profile` with one
-:class:`.attribution.KernelStat` per kernel.
+:class:`.attribution.KernelStat` per kernel, saved as the typed records of :mod:`.saved`.
 """

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from .._core import roofline as _roofline
+from .._core import typed
 from .._core.vocabulary import PallasKernel, RanConfig
 from .._program import markers as _markers
 from .events import Walk
@@ -106,9 +107,8 @@ class KernelStat:
     floor_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["config"] = dict(self.config) if self.config is not None else None
-        out["over_peak"] = list(self.over_peak)
+        """The row as ``report.json`` keeps it (:mod:`jaxtune._core.typed`)."""
+        out: dict[str, Any] = typed.encode(self)
         return out
 
     def with_peaks(self, peak: _roofline.Peak | None) -> KernelStat:
@@ -596,8 +596,8 @@ class ScopeStat:
     hlo_ops: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["hlo_ops"] = list(self.hlo_ops)
+        """The group as ``report.json`` keeps it (:mod:`jaxtune._core.typed`)."""
+        out: dict[str, Any] = typed.encode(self)
         return out
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core import typed
 from .._core.xspace import xplane as _xplane
 from .._program.markers import Owner
 
@@ -90,19 +91,9 @@ class IntraKernel:
     unit_spans: Mapping[str, tuple[IntraSpan, ...]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kernel_id": self.kernel_id,
-            "calls": self.calls,
-            "total_us": self.total_us,
-            "units": dict(self.units),
-            "primitives": [list(p) for p in self.primitives],
-            "sources": [list(s) for s in self.sources],
-            "spans": [dataclasses.asdict(s) for s in self.spans],
-            "unit_spans": {
-                u: [dataclasses.asdict(s) for s in spans] for u, spans in self.unit_spans.items()
-            },
-        }
+        """What ``report.json`` keeps of it (:mod:`jaxtune._core.typed`)."""
+        out: dict[str, Any] = typed.encode(self)
+        return out
 
     def summary(self) -> list[str]:
         """A few text lines: time by unit, top primitives and source lines."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pathlib
 import time
@@ -11,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._core import roofline as _roofline
-from .._core.codec import atomic_write, packb
+from .._core.codec import atomic_write
 from .._core.errors import JaxtuneError, ProfileError, describe
 from .._core.flags import normalise_platform
 from .._core.vocabulary import CaptureInfo, RecordedCall
@@ -24,12 +23,12 @@ from .events import Walk, device_plane, metadata_kinds, program_ids, walk
 from .hlo import HloModule
 from .intrakernel import IntraKernel, has_intra_lines, intra_kernel
 from .mosaic_work import works
+from .saved import CALLS_SUFFIX, ReportDocument, calls_bytes, report_json
 from .sidecar import INFO_FILE, recall, remember
 from .timeline import TimelineSpan
 from .totals import OpKind
 
 __all__ = [
-    "CALLS_SUFFIX",
     "INTERNAL_FAULT",
     "Profile",
     "TimelineSpan",
@@ -38,9 +37,6 @@ __all__ = [
     "report_from_trace",
     "timeline_of",
 ]
-
-#: Beside ``report.json``: the autotuned calls of the profile, in msgpack (tuples survive).
-CALLS_SUFFIX = ".calls.msgpack"
 
 
 def timeline_of(walked: Walk) -> tuple[TimelineSpan, ...]:
@@ -133,33 +129,34 @@ class Profile:
         """A stable JSON document (schema 1). ``autotuned_kernels``: each autotuned kernel
         that ran a Pallas kernel, over everything it ran, as the kernels table's head row
         totals it (:func:`.table.autotuned_wholes`): its % of the peaks, over-peak flags
-        and roofline floor."""
+        and roofline floor. One record, :class:`~.saved.ReportDocument`, written by
+        :mod:`jaxtune._core.typed`."""
         from .table import autotuned_wholes
 
-        doc = {
-            "schema": 1,
-            "platform": self.platform,
-            "device_kind": self.device_kind,
-            "iterations": self.iterations,
-            "step_us": self.step_us,
-            "total_us": self.total_us,
-            "logdir": self.logdir,
-            "flags": dict(self.flags),
-            "missing_flags": list(self.missing_flags),
-            "llo": dict(self.llo) if self.llo else None,
-            "notes": list(self.notes),
-            "timings": dict(self.timings),
-            "kernels": [k.to_dict() for k in self.kernels],
-            "autotuned_kernels": [k.to_dict() for k in autotuned_wholes(self.kernels, self.peak)],
-            "ops": [o.to_dict() for o in self.ops],
-            "scopes": [g.to_dict() for g in self.scopes],
-            "timeline": [dataclasses.asdict(t) for t in self.timeline],
-            "timeline_joined_us": self.timeline_joined_us,
-            "peak": dataclasses.asdict(self.peak) if self.peak else None,
-            "warnings": list(self.warnings),
-            "intrakernel": [k.to_dict() for k in self.intrakernel],
-        }
-        return json.dumps(doc, indent=2, sort_keys=True)
+        return report_json(
+            ReportDocument(
+                platform=self.platform,
+                device_kind=self.device_kind,
+                iterations=self.iterations,
+                step_us=self.step_us,
+                total_us=self.total_us,
+                logdir=self.logdir,
+                flags=self.flags,
+                missing_flags=self.missing_flags,
+                llo=self.llo or None,
+                notes=self.notes,
+                timings=self.timings,
+                kernels=self.kernels,
+                autotuned_kernels=tuple(autotuned_wholes(self.kernels, self.peak)),
+                ops=self.ops,
+                scopes=self.scopes,
+                timeline=self.timeline,
+                timeline_joined_us=self.timeline_joined_us,
+                peak=self.peak,
+                warnings=self.warnings,
+                intrakernel=self.intrakernel,
+            )
+        )
 
     @classmethod
     def from_trace(cls, path: str | os.PathLike[str]) -> Profile:
@@ -183,14 +180,14 @@ class Profile:
 
     def save(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """Writes :meth:`to_json` to ``path``, the table beside it (``.txt``) and, when the
-        profile saw autotuned calls, what it takes to tune them (``.calls.msgpack``)."""
+        profile saw autotuned calls, what it takes to tune them (``.calls.msgpack``, a
+        :class:`~.saved.SavedCalls`)."""
         target = pathlib.Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(self.to_json())
         target.with_suffix(".txt").write_text(self.table() + "\n")
         if self.calls:
-            calls = [c.to_wire() for c in self.calls]
-            atomic_write(target.with_suffix(CALLS_SUFFIX), packb(calls))
+            atomic_write(target.with_suffix(CALLS_SUFFIX), calls_bytes(self.calls))
         return target
 
 
