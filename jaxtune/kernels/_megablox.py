@@ -163,6 +163,23 @@ def _even_groups(groups: int, rows: int) -> np.ndarray:
     return sizes
 
 
+def _made_inputs(
+    lhs: Any, rhs: Any, group_sizes: Any, group_offset: Any, existing_out: Any, rows: int
+) -> dict[str, Any]:
+    """Values for a sweep without the program's: normal floats, group sizes splitting
+    ``rows`` evenly, group offset 0 and a zero output to add to."""
+    rng = np.random.default_rng(0)
+    return {
+        "lhs": rng.standard_normal(lhs.shape).astype(lhs.dtype),
+        "rhs": rng.standard_normal(rhs.shape).astype(rhs.dtype),
+        "group_sizes": _even_groups(group_sizes.shape[0], rows),
+        "group_offset": None if group_offset is None else np.zeros((), np.int32),
+        "existing_out": None
+        if existing_out is None
+        else np.zeros(existing_out.shape, existing_out.dtype),
+    }
+
+
 def _gmm_inputs(
     lhs: Any,
     rhs: Any,
@@ -171,18 +188,9 @@ def _gmm_inputs(
     existing_out: Any = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """Values for a sweep without the program's: normal floats, group sizes splitting the
-    rows evenly, group offset 0 and a zero output to add to."""
-    rng = np.random.default_rng(0)
-    return {
-        "lhs": rng.standard_normal(lhs.shape).astype(lhs.dtype),
-        "rhs": rng.standard_normal(rhs.shape).astype(rhs.dtype),
-        "group_sizes": _even_groups(group_sizes.shape[0], lhs.shape[0]),
-        "group_offset": None if group_offset is None else np.zeros((), np.int32),
-        "existing_out": None
-        if existing_out is None
-        else np.zeros(existing_out.shape, existing_out.dtype),
-    }
+    """Values for a sweep without the program's (:func:`_made_inputs`), the groups
+    splitting ``lhs``'s rows."""
+    return _made_inputs(lhs, rhs, group_sizes, group_offset, existing_out, lhs.shape[0])
 
 
 @jaxtune.autotuned(
@@ -281,18 +289,8 @@ def _tgmm_inputs(
     existing_out: Any = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """Values for a sweep without the program's: as for :func:`autotuned_gmm`, the rows
-    being ``lhs``'s columns."""
-    rng = np.random.default_rng(0)
-    return {
-        "lhs": rng.standard_normal(lhs.shape).astype(lhs.dtype),
-        "rhs": rng.standard_normal(rhs.shape).astype(rhs.dtype),
-        "group_sizes": _even_groups(group_sizes.shape[0], lhs.shape[1]),
-        "group_offset": None if group_offset is None else np.zeros((), np.int32),
-        "existing_out": None
-        if existing_out is None
-        else np.zeros(existing_out.shape, existing_out.dtype),
-    }
+    """As :func:`_gmm_inputs`, the rows being ``lhs``'s columns."""
+    return _made_inputs(lhs, rhs, group_sizes, group_offset, existing_out, lhs.shape[1])
 
 
 @jaxtune.autotuned(
