@@ -10,9 +10,12 @@ Each case is one JSON line:
   below took over 130 s) with that many programs loaded and nothing else running;
 - ``busy``: k = 8, 32 while 12 threads trace and compile more configs (as the sweep's
   compile threads do); ``busy_switch``: the same with a GIL switch interval of 0.5 ms;
-- ``loaded``: k = 8, 32 with the programs of every case loaded.
+- ``loaded``: k = 8, 32 with ``PROBE_LOADED`` (128) more programs loaded: inside the sweep a
+  capture of 32 configs' calls took 4-5 s to stop (329 programs loaded) against 1.4-1.9 s
+  in the quiet case (32 loaded): is it the programs the process holds?
 
     python tools/tpu/probe_sweep_capture.py
+    PROBE_CASES=quiet,loaded PROBE_LOADED=300 python tools/tpu/probe_sweep_capture.py
     PROBE_COUNT=4 python tools/tpu/probe_sweep_capture.py --dry   # CPU, interpret mode
 """
 
@@ -94,6 +97,10 @@ def capture(programs, args, calls=6):
 
 #: Programs loaded before the quiet captures (PROBE_COUNT=4 with --dry: a quick try on CPU).
 COUNT = int(os.environ.get("PROBE_COUNT", "32"))
+#: The cases to run (all by default; ``PROBE_CASES=quiet,loaded`` skips the busy ones).
+CASES = os.environ.get("PROBE_CASES", "quiet,busy,busy_switch,loaded").split(",")
+#: Programs loaded beside the others for the ``loaded`` case.
+LOADED = int(os.environ.get("PROBE_LOADED", "128"))
 
 
 def main() -> None:
@@ -107,19 +114,29 @@ def main() -> None:
     print(json.dumps({"compiled": len(loaded), "s": round(time.perf_counter() - t, 1)}), flush=True)
     for p in loaded:
         jax.block_until_ready(p(*args))
-    cases("quiet", sorted({1, 8, 32, COUNT}), loaded, args)
+    if "quiet" in CASES:
+        cases("quiet", sorted({1, 8, 32, COUNT}), loaded, args)
     more: list = []
     first, second = order[COUNT * 2 : COUNT * 4], order[COUNT * 4 : COUNT * 6]
-    cases("busy", (8, 32), loaded, args, beside=lambda: more.extend(compiled(first, args)))
-    # The same with a shorter GIL switch interval (5 ms by default): a thread that let go of
-    # the GIL (a C++ call) gets it back sooner from a thread running Python.
-    sys.setswitchinterval(0.0005)
-    cases("busy_switch", (8, 32), loaded, args, beside=lambda: more.extend(compiled(second, args)))
-    sys.setswitchinterval(0.005)
-    for p in more:
-        jax.block_until_ready(p(*args))
-    print(json.dumps({"loaded": len(loaded) + len(more)}), flush=True)
-    cases("loaded", (8, 32), more, args)
+    if "busy" in CASES:
+        cases("busy", (8, 32), loaded, args, beside=lambda: more.extend(compiled(first, args)))
+    if "busy_switch" in CASES:
+        # The same with a shorter GIL switch interval (5 ms by default): a thread that let
+        # go of the GIL (a C++ call) gets it back sooner from a thread running Python.
+        sys.setswitchinterval(0.0005)
+        cases(
+            "busy_switch", (8, 32), loaded, args, beside=lambda: more.extend(compiled(second, args))
+        )
+        sys.setswitchinterval(0.005)
+    if "loaded" in CASES:
+        # As many programs loaded as a sweep of the space holds (329 that ran, for Tokamax's
+        # 540 ragged_dot configs): does a capture's stop cost grow with the programs the
+        # process holds, or only with those that ran in it?
+        more.extend(compiled(order[COUNT * 6 : COUNT * 6 + LOADED * 2], args)[:LOADED])
+        for p in more:
+            jax.block_until_ready(p(*args))
+        print(json.dumps({"loaded": len(loaded) + len(more)}), flush=True)
+        cases("loaded", (8, 32), more, args)
 
 
 def cases(name, ks, programs, args, beside=None) -> None:
