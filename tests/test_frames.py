@@ -108,12 +108,28 @@ def test_a_sweep_request_with_bad_configs_is_refused(todo):
 
 @pytest.mark.parametrize(
     "change",
-    [{"task_id": 3}, {"op": "compile"}, {"plan": [1]}, {"plan": {"kernel": "k"}}],
-    ids=["task id", "op", "plan not a map", "plan without its fields"],
+    [
+        {"task_id": 3},
+        {"op": "compile"},
+        {"plan": [1]},
+        {"plan": {"kernel": "k"}},
+        {"mix": 5},
+        {"mix": [{"args": []}]},
+    ],
+    ids=[
+        "task id",
+        "op",
+        "plan not a map",
+        "plan without its fields",
+        "value sets not a list",
+        "a value set without kwargs",
+    ],
 )
 def test_a_damaged_sweep_request_is_refused(change):
-    with pytest.raises(FrameError, match="sweep request"):
+    with pytest.raises(FrameError, match="sweep request") as raised:
         _requests.read_request({**sweep_request().to_wire(), **change})
+    field = next(iter(change))
+    assert field in str(raised.value) or field == "op", raised.value  # the field is named
 
 
 @pytest.mark.parametrize("name", ["args", "t"])

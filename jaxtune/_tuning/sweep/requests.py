@@ -107,11 +107,10 @@ class SweepFields:
         return dataclasses.replace(self, plan=None, mix=())
 
     def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"task_id": self.task_id}
-        if self.plan is not None:
-            out["plan"] = self.plan.to_dict()
-        if self.mix:
-            out["mix"] = [dict(m) for m in self.mix]
+        """The fields as they travel: the task's (:class:`_Task`), then the operation's
+        (:class:`Measure`, :class:`Retime`), in one map."""
+        mix = tuple(_ValueSet(args=m["args"], kwargs=m["kwargs"]) for m in self.mix)
+        out: dict[str, Any] = typed.encode(_Task(task_id=self.task_id, plan=self.plan, mix=mix))
         if self.work is not None:
             out.update(self.work.to_wire())
         return out
@@ -122,29 +121,40 @@ class SweepFields:
         :meth:`~jaxtune._isolation.frames.Request.read`).
 
         Raises:
-            FrameError: the request is no sweep request, or its fields are malformed.
+            FrameError: the request is no sweep request, or its fields are malformed (the
+                message names the field).
         """
-        f = request.fields.to_wire()
-        task, plan = f.get("task_id"), f.get("plan")
-        if not isinstance(task, str):
-            raise FrameError("a sweep request carries its task's id")
         if request.op not in (Measure.OP, Retime.OP):
             raise FrameError(f"a sweep request asks to measure or retime, not {request.op!r}")
-        if plan is not None and not isinstance(plan, Mapping):
-            raise FrameError(f"a sweep request's plan is a map, not {type(plan).__name__}")
+        f = request.fields.to_wire()
         try:
-            read = None if plan is None else SweepPlan.from_dict(plan)
+            task = typed.decode(_Task, f, within="a sweep request's fields")
         except typed.MismatchError as e:
-            raise FrameError(f"a sweep request's plan is damaged ({e})") from None
+            raise FrameError(str(e)) from None
         work: Measure | Retime | None = None
         if "todo" in f:
             work = _read(Measure, f) if request.op == Measure.OP else _read(Retime, f)
-        mix = f.get("mix") or ()
-        if not isinstance(mix, (list, tuple)) or not all(
-            isinstance(m, Mapping) and "args" in m and "kwargs" in m for m in mix
-        ):
-            raise FrameError("a sweep request's value sets are a list of {args, kwargs} maps")
-        return cls(task_id=task, plan=read, work=work, mix=tuple(dict(m) for m in mix))
+        mix = tuple({"args": m.args, "kwargs": m.kwargs} for m in task.mix)
+        return cls(task_id=task.task_id, plan=task.plan, work=work, mix=mix)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _ValueSet:
+    """One further value set of a call, as :mod:`jaxtune._isolation.wire` encodes its
+    arguments."""
+
+    args: Any
+    kwargs: Any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Task:
+    """The task's part of a sweep request's fields as they travel: its id, and its plan
+    and value sets (left out of a lean request)."""
+
+    task_id: str
+    plan: SweepPlan | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    mix: tuple[_ValueSet, ...] = dataclasses.field(default=(), metadata=typed.OMIT_DEFAULT)
 
 
 def sweep_request(task: SweepTask) -> Request[SweepFields]:
