@@ -1,0 +1,83 @@
+"""tools/build_kernels_cache.py, the command that builds the packaged cache of
+``jaxtune.kernels`` (docs/kernels.md, "How the packaged table is made"): its dry run (CPU, TPU
+interpret mode, tiny shapes) tunes a one-shape grid into a fresh cache, exports it as a
+cache directory with a BUILD.json, and the exported table is what a registered packaged
+cache answers: the exact shape from it, a nearby shape through nearest."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+pytestmark = [pytest.mark.slow, pytest.mark.child]
+
+LOOKUP = textwrap.dedent(
+    """
+    import sys
+    import jax
+    import jaxtune
+    from jaxtune.kernels import autotuned_gmm
+
+    jaxtune.register_cache(sys.argv[1])
+    sizes = jax.ShapeDtypeStruct((4,), "int32")
+    for rows in (512, 1024):
+        lhs = jax.ShapeDtypeStruct((rows, 256), "float32")
+        rhs = jax.ShapeDtypeStruct((4, 256, 256), "float32")
+        choice = autotuned_gmm.config_for(lhs, rhs, sizes)
+        print(rows, choice.source, sorted(choice.config.items()))
+    """
+)
+
+
+def test_dry_run_exports_a_table_that_a_registered_packaged_cache_answers(tmp_path):
+    out, summary = tmp_path / "cache", tmp_path / "summary.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [
+        sys.executable,
+        str(ROOT / "tools" / "build_kernels_cache.py"),
+        "--dry",
+        "--only",
+        "gmm",
+        "--shapes",
+        "1",
+        "--out",
+        str(out),
+        "--cache-dir",
+        str(tmp_path / "tune"),
+        "--json",
+        str(summary),
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[1/1] gmm [512,256] @ [4,256,256]" in done.stdout
+    assert "2 value sets timed as a mix" in done.stdout
+
+    (row,) = json.loads(summary.read_text())["shapes"]
+    assert row["kernel"] == "jaxtune.kernels.gmm"
+    assert row["measured"] == 3  # the dry run's budget
+    assert sorted(p.name for p in out.glob("*/*.msgpack")) == ["jaxtune.kernels.gmm.msgpack"]
+    build = json.loads((out / "BUILD.json").read_text())
+    (run,) = build["runs"]
+    assert run["device"] == "cpu" and run["versions"]["jax"] and run["date"]
+
+    tuned = sorted(row["config"].items())
+    looked = subprocess.run(
+        [sys.executable, "-c", LOOKUP, str(out)],
+        env={**env, "JAXTUNE_CACHE_DIR": str(tmp_path / "empty")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert looked.returncode == 0, looked.stderr
+    exact, near = looked.stdout.splitlines()
+    assert exact == f"512 packaged {tuned}"
+    assert near == f"1024 nearest {tuned}"
