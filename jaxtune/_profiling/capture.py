@@ -3,6 +3,7 @@ sends, answered in the child by :mod:`jaxtune._profiling.serve`."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -17,10 +18,17 @@ from .._isolation.frames import ErrorKind, ErrorReply, FrameError, NotTransporta
 from .._isolation.resolve import find
 from .._isolation.service import ChildService, Crash
 
-__all__ = ["HANDLER", "capture_options", "profile_in_child"]
+__all__ = ["HANDLER", "Captured", "capture_options", "profile_in_child"]
 
 #: The module whose ``handle`` answers a capture request in the child.
 HANDLER = "jaxtune._profiling.serve"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Captured:
+    """The body of the answer to a capture request: what the capture found."""
+
+    info: CaptureInfo = dataclasses.field(default_factory=CaptureInfo)
 
 
 def capture_options(request: Request[Any]) -> ProfileOptions:
@@ -68,8 +76,8 @@ def profile_in_child(
         raise NotTransportable(answer.message)
     warn_unapplied(label, answer)
     try:
-        return CaptureInfo.from_dict(answer.body.get("info") or {})
-    except ValueError as e:
+        return typed.decode(Captured, answer.body, within="the profiling child's answer").info
+    except typed.MismatchError as e:
         raise ProfileError(f"the profiling child's answer is damaged: {e}") from None
 
 

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from .._core import typed
 from .._isolation.child import Server
 from .._isolation.frames import Done, FrameError, Request, WireFields
 from .._isolation.resolve import resolve_callable
 from .._isolation.wire import decode_value
-from .capture import capture_options
+from .capture import Captured, capture_options
 from .profiled import capture
 
 __all__ = ["handle"]
@@ -26,4 +27,4 @@ def handle(server: Server, received: Request[WireFields]) -> Done:
         dict(decode_value(request.kwargs)),
         request.fields,
     )
-    return Done(body={"info": info.to_dict()})
+    return Done(body=typed.encode(Captured(info=info)))
