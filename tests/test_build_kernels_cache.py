@@ -2,7 +2,8 @@
 ``jaxtune.kernels`` (docs/kernels.md, "How the packaged table is made"): its dry run (CPU, TPU
 interpret mode, tiny shapes) tunes a one-shape grid into a fresh cache, exports it as a
 cache directory with a BUILD.json, and the exported table is what a registered packaged
-cache answers: the exact shape from it, a nearby shape through nearest."""
+cache answers: the exact shape from it, a nearby shape through nearest. A second run keeps
+what the table holds."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def test_dry_run_exports_a_table_that_a_registered_packaged_cache_answers(tmp_pa
     build = json.loads((out / "BUILD.json").read_text())
     (run,) = build["runs"]
     assert run["device"] == "cpu" and run["versions"]["jax"] and run["date"]
+
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "[1/1] gmm [512,256] @ [4,256,256]: kept, already tuned" in again.stdout
 
     tuned = sorted(row["config"].items())
     looked = subprocess.run(

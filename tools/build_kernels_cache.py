@@ -25,10 +25,12 @@ run in it, ``JAXTUNE_ISOLATION=inline``):
 The grid is ordered by priority (the shapes ``bench/bench_kernels_tpu.py`` compares come
 first), and a shape whose estimated sweep would end past ``--deadline-s`` is skipped and
 listed, so that a run fits one device call; the sweeps' entries are exported in any case.
-A shape already tuned in ``--cache-dir`` (a run that was cut short, given the same
-directory) is not swept again. Each kernel tuned replaces that kernel's file of this chip
-in ``--out``; the other files there stay. ``--out``/``BUILD.json`` records the device, the
-versions, the date, the grid and what was skipped.
+A shape the table (``--out``) already holds, current for this toolchain, is kept and not
+swept again (``--retune`` sweeps it), as is one already tuned in ``--cache-dir`` (a run
+cut short, given the same directory): a second run completes a grid the first could not.
+The export merges: each entry replaces the table's entry of its kernel, chip and key, and
+the table's other entries stay. ``--out``/``BUILD.json`` records each run's device,
+versions, date, grid and what it skipped.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ import json
 import math
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -214,9 +215,10 @@ def tune_gmm(shape: Gmm, retune: bool) -> Any:
     import jaxtune
     from jaxtune.kernels import gmm
 
-    rng = np.random.default_rng(0)
-    lhs = jnp.asarray(rng.standard_normal((shape.tokens, shape.d_in)), _dtype())
-    rhs = jnp.asarray(rng.standard_normal((shape.experts, shape.d_in, shape.d_out)), _dtype())
+    # Drawn on the device: the largest rhs holds 470M values, a host's draw takes seconds.
+    k1, k2 = jax.random.split(jax.random.key(0))
+    lhs = jax.random.normal(k1, (shape.tokens, shape.d_in), _dtype())
+    rhs = jax.random.normal(k2, (shape.experts, shape.d_in, shape.d_out), _dtype())
     even = jnp.asarray(even_groups(shape.experts, shape.tokens))
     skewed = jnp.asarray(skewed_groups(shape.experts, shape.tokens))
 
@@ -234,8 +236,11 @@ def _only(result: Any, kernel: str) -> Any:
     return entries[0]
 
 
-def tuned_here(shape: Shape) -> bool:
-    """Whether the user cache (``--cache-dir``) already holds the shape's entry."""
+def existing(shape: Shape, sources: tuple[str, ...]) -> Any:
+    """The shape's current entry where the lookup finds it in one of ``sources``
+    (``"cache"``: ``--cache-dir``, a run cut short; ``"packaged"``: the table), else
+    ``None``: an entry tuned with another toolchain, or for the forward pass only of flash
+    attention, is no entry here."""
     from jaxtune.kernels import autotuned_flash_attention, autotuned_gmm
 
     if isinstance(shape, Flash):
@@ -243,13 +248,17 @@ def tuned_here(shape: Shape) -> bool:
         q = jax.ShapeDtypeStruct(dims, jnp.bfloat16)
         scale = 1.0 / math.sqrt(shape.head_dim)
         choice = autotuned_flash_attention.config_for(q, q, q, causal=shape.causal, sm_scale=scale)
-        return (
-            choice.source == "cache" and choice.entry is not None and choice.entry.timing == "vjp"
-        )
-    lhs = jax.ShapeDtypeStruct((shape.tokens, shape.d_in), _dtype())
-    rhs = jax.ShapeDtypeStruct((shape.experts, shape.d_in, shape.d_out), _dtype())
-    sizes = jax.ShapeDtypeStruct((shape.experts,), jnp.int32)
-    return autotuned_gmm.config_for(lhs, rhs, sizes).source == "cache"
+    else:
+        lhs = jax.ShapeDtypeStruct((shape.tokens, shape.d_in), _dtype())
+        rhs = jax.ShapeDtypeStruct((shape.experts, shape.d_in, shape.d_out), _dtype())
+        sizes = jax.ShapeDtypeStruct((shape.experts,), jnp.int32)
+        choice = autotuned_gmm.config_for(lhs, rhs, sizes)
+    entry = choice.entry
+    if choice.source not in sources or entry is None or choice.stale:
+        return None
+    if isinstance(shape, Flash) and entry.timing != "vjp":
+        return None
+    return entry
 
 
 def space_size(shape: Shape) -> int:
@@ -300,25 +309,19 @@ def git_commit() -> str:
 
 
 def export(cache_dir: pathlib.Path, out: pathlib.Path, kernels: list[str]) -> dict[str, Any]:
-    """``jaxtune cache export --dir`` of the tuned kernels into a staging directory, then
-    each kernel's file of each chip replaces the one in ``out`` (others stay)."""
-    staging = pathlib.Path(tempfile.mkdtemp(prefix="jaxtune-kernels-export-"))
-    command = [sys.executable, "-m", "jaxtune", "cache", "export", "--dir", str(staging), "--json"]
+    """``jaxtune cache export --dir OUT`` of the tuned kernels: each entry replaces the
+    table's entry of its kernel, chip and key; the table's other entries stay."""
+    command = [sys.executable, "-m", "jaxtune", "cache", "export", "--dir", str(out), "--json"]
     for kernel in kernels:
         command += ["--kernel", kernel]
     env = {**os.environ, "JAXTUNE_CACHE_DIR": str(cache_dir)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr}")
-    print(f"$ {' '.join(command[1:])}\n{done.stdout.strip()}", flush=True)
-    written = []
-    for file in sorted(staging.glob("*/*.msgpack")):
-        target = out / file.parent.name / file.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(file, target)
-        written.append(str(target.relative_to(out)))
-    shutil.rmtree(staging, ignore_errors=True)
-    return {"export": json.loads(done.stdout), "files": written}
+    print(f"$ JAXTUNE_CACHE_DIR={cache_dir} jaxtune {' '.join(command[3:])}", flush=True)
+    print(done.stdout.strip(), flush=True)
+    files = sorted(str(p.relative_to(out)) for p in out.glob("*/*.msgpack"))
+    return {"export": json.loads(done.stdout), "files": files}
 
 
 def _entry_row(entry: Any) -> dict[str, Any]:
@@ -353,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, default=470.0, help="start no sweep past it")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="a summary here")
     parser.add_argument("--plan", action="store_true", help="list the shapes and estimates only")
+    parser.add_argument("--retune", action="store_true", help="tune the shapes the table holds too")
     args = parser.parse_args(argv)
     begin = time.perf_counter()
 
@@ -379,8 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.shapes is not None:
         shapes = shapes[: args.shapes]
 
-    import jaxtune  # noqa: F401  (after JAXTUNE_CACHE_DIR: the user cache is the fresh one)
+    import jaxtune  # after JAXTUNE_CACHE_DIR: the user cache is the fresh one
     from jaxtune.kernels import _packaged
+
+    if out.is_dir() and out.resolve() != _packaged.CACHE:  # the table, to keep what it holds
+        jaxtune.register_cache(out)
 
     device = jax.devices()[0]
     print(
@@ -405,8 +412,15 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
     tuners: dict[str, Callable[[Any, bool], Any]] = {"flash": tune_flash, "gmm": tune_gmm}
+    sources = ("cache",) if args.retune else ("cache", "packaged")
     for i, shape in enumerate(shapes, 1):
         elapsed = time.perf_counter() - begin
+        found = existing(shape, sources)
+        if found is not None:
+            print(f"[{i}/{len(shapes)}] {shape.label}: kept, already tuned", flush=True)
+            row = {"shape": shape.label, "kernel": KERNEL_IDS[shape.kernel], "kept": True}
+            rows.append({**row, **dataclasses.asdict(shape), **_entry_row(found)})
+            continue
         guess = estimate(shape, budgets[shape.kernel], rate)
         if elapsed + guess > args.deadline_s:
             print(
@@ -422,13 +436,10 @@ def main(argv: list[str] | None = None) -> int:
             f"~{left:.0f} s left)",
             flush=True,
         )
-        kept = tuned_here(shape)
-        if kept:
-            print("    already tuned in the cache directory: kept", flush=True)
         os.environ["JAXTUNE_BUDGET"] = str(budgets[shape.kernel])
         start = time.perf_counter()
         try:  # retune: a packaged entry of the shape is no reason to skip its sweep
-            entry = tuners[shape.kernel](shape, not kept)
+            entry = tuners[shape.kernel](shape, True)
         except Exception as e:  # one shape failing keeps the others
             print(f"    failed: {type(e).__name__}: {str(e)[:500]}", flush=True)
             error = f"{type(e).__name__}: {e}"[:2000]
@@ -448,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    tuned = sorted({r["kernel"] for r in rows if "error" not in r})
+    # Every kernel with entries in --cache-dir (tuned now, or by a run cut short).
+    tuned = sorted(k for k in KERNEL_IDS.values() if any(cache_dir.glob(f"*/{k}.msgpack")))
     summary: dict[str, Any] = {
         "device": device.device_kind,
         "versions": versions(),
