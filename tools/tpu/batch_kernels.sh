@@ -1,11 +1,14 @@
 # Issue 60 on the lent TPU v5e: the packaged cache of jaxtune.kernels
 # (tools/build_kernels_cache.py), then the "Done when" figures (bench/bench_kernels_tpu.py),
-# as parts of tools/tpu/batch_session.sh, one device call each (docs/kernels.md, "How the
-# packaged table is made"):
-#   bash tools/tpu/batch_session.sh kernelsbuild:540   # call 1: the small grid, ~7-8 min
-#   bash tools/tpu/batch_session.sh kernelsbench:540   # call 2: the figures, ~5-6 min
-#   bash tools/tpu/batch_session.sh kernels:560        # both in one call: KERNELS_DEADLINE=200
-#                                                      # tunes only the grid's first shapes
+# as parts of tools/tpu/batch_session.sh (docs/kernels.md, "How the packaged table is made"):
+#   bash tools/tpu/batch_session.sh kernelsbuild:540
+#       call 1: the small grid (18 shapes, ~570 s estimated), as far as the build's deadline
+#       (400 s): the shapes the bench compares come first
+#   KERNELS_DEADLINE=140 bash tools/tpu/batch_session.sh kernelsbench:340 kernelsbuild:180
+#       call 2: the figures (~300 s estimated), then the build goes on with the shapes the
+#       table lacks (the table from call 1 must be in the working tree or /tmp; below)
+#   KERNELS_DEADLINE=170 bash tools/tpu/batch_session.sh kernelsbuild:210 kernelsbench:330
+#       both in one call: the build tunes only the grid's first shapes
 # The build tunes into /tmp/jaxtune-kernels-tune (a second build on a warm machine resumes
 # there: shapes tuned already are kept) and exports to jaxtune/kernels/data/cache/; the
 # table is also kept in /tmp/jaxtune-kernels-cache (the bench registers it: it outlives the
@@ -14,9 +17,10 @@
 # travels with the next call's working tree. Settings: KERNELS_GRID (small|full),
 # KERNELS_ONLY (flash,gmm), KERNELS_DEADLINE (seconds after which the build starts no
 # sweep), KERNELS_BENCH_ONLY (nnx,gmm,tokamax), KERNELS_EXACT_BUDGET (the NNX step's exact
-# flash sweep, 64 configs), KERNELS_SHAPES (the build's first N shapes). KERNELS_DRY=1: both on CPU in TPU interpret mode at tiny shapes,
-# the table in /tmp (never the package's), with the python3 on PATH (no env.sh): to try this
-# script off the chip.
+# flash sweep, 64 configs), KERNELS_SHAPES (the build's first N shapes). KERNELS_DRY=1:
+# both on CPU in TPU interpret mode at tiny shapes, the table in /tmp (never the package's),
+# with the python3 on PATH (no env.sh), to try this script off the chip:
+#   OUT=/tmp/o KERNELS_DRY=1 PATH=/work/venv311/bin:$PATH bash tools/tpu/batch_kernels.sh all
 set -x
 KEEP=/tmp/jaxtune-kernels-cache
 TABLE=jaxtune/kernels/data/cache
