@@ -26,6 +26,7 @@ import time
 import traceback
 from typing import Any
 
+from .._core import typed
 from .._core.errors import describe
 from .frames import (
     UNIMPORTABLE,
@@ -35,6 +36,7 @@ from .frames import (
     Event,
     Exit,
     Preload,
+    Preloaded,
     Ready,
     Request,
     WireFields,
@@ -158,7 +160,7 @@ class Server:
         if isinstance(msg, Preload):
             for name in msg.handlers:
                 _handler(name)
-            return Done(body={"imported": preload(msg.modules)})
+            return Done(body=typed.encode(Preloaded(imported=tuple(preload(msg.modules)))))
         start = time.perf_counter()
         handler = _handler(msg.handler)
         self.handler_s = time.perf_counter() - start

@@ -44,6 +44,7 @@ __all__ = [
     "Module",
     "NotTransportable",
     "Preload",
+    "Preloaded",
     "Ready",
     "Reply",
     "Request",
@@ -268,6 +269,13 @@ class Preload(_Tagged):
     WIRE_TAG: ClassVar = ("t", "preload")
     modules: tuple[Module, ...] = ()
     handlers: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Preloaded:
+    """The body of the answer to a :class:`Preload`: the modules the child imported."""
+
+    imported: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
