@@ -210,9 +210,9 @@ class LoweringPool:
             return self._running > 0
 
     def wait(self, cid: str, timeout_s: float) -> Literal["told", "waiting", "ended"]:
-        """Waits up to ``timeout_s`` for a process to tell of config ``cid``: ``told``
-        (:meth:`outcome` has it), ``waiting`` (not yet), ``ended`` (every process ended
-        without telling of it: none will)."""
+        """Waits up to ``timeout_s`` for a process to tell of config ``cid``: ``told`` (it
+        is kept in the store, or refused, or failed there), ``waiting`` (not yet), ``ended``
+        (every process ended without telling of it: none will)."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while cid not in self._told and self._running > 0:
@@ -221,11 +221,6 @@ class LoweringPool:
                     return "waiting"
                 self._changed.wait(left)
             return "told" if cid in self._told else "ended"
-
-    def outcome(self, cid: str) -> tuple[str, str] | None:
-        """What a process told of config ``cid`` (its outcome and reason), if it has."""
-        with self._changed:
-            return self._told.get(cid)
 
     def close(self) -> None:
         """Stops the processes still running and frees what they held; warns once about a
