@@ -17,12 +17,11 @@ Nothing here imports JAX: the command line judges entries without it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Container, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._core import versions as _versions
-from .._core.vocabulary import Config, Entry, RecordedCall, StaleReason
+from .._core.vocabulary import Config, Entry, RecordedCall, Stale, StaleReason
 from .state import TUNING_STATE
 
 __all__ = [
@@ -36,16 +35,6 @@ __all__ = [
     "typed_config",
     "wrong_pass",
 ]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Stale:
-    """One reason an entry is stale, with the words the messages and recordings use
-    (``text``: ``"code changed"``, ``"tuned with another toolchain (jax 0.4.1, now
-    0.4.30)"``, ``"3 new configs in the space since it was tuned"``...)."""
-
-    reason: StaleReason
-    text: str
 
 
 #: The words of the reasons whose text is fixed.
@@ -130,7 +119,7 @@ def wrong_pass(entry_timing: str, timed_now: str) -> Stale | None:
 def recorded_reason(call: RecordedCall) -> StaleReason | None:
     """Why the entry behind a recorded call is stale (``None``: it is not, or there is
     none): the reason the recording keeps, or, in a recording written before it kept one,
-    the reason its words give (:func:`reason_of`)."""
+    the reason its words give (:func:`reason_of`, the only reader of the words)."""
     if call.stale_reason is not None:
         return call.stale_reason
     return reason_of(call.stale)
@@ -138,7 +127,8 @@ def recorded_reason(call: RecordedCall) -> StaleReason | None:
 
 def reason_of(text: str) -> StaleReason | None:
     """The reason a staleness text gives (the words :func:`judge` writes); ``None`` for an
-    empty or unknown text."""
+    empty or unknown text. Only for recordings written before a recorded call kept its
+    reason: everything else carries the :class:`Stale` value itself."""
     for reason, fixed in _TEXTS.items():
         if text == fixed:
             return reason
