@@ -10,7 +10,7 @@ import pytest
 from jaxtune._core import versions as _versions
 from jaxtune._core.vocabulary import Entry, Measurement, StaleReason
 from jaxtune._tuning import staleness as _staleness
-from jaxtune._tuning.staleness import judge, reason_of, typed_config, wrong_pass
+from jaxtune._tuning.staleness import judge, means, reason_of, typed_config, wrong_pass
 
 
 def _entry(**changes: object) -> Entry:
@@ -82,6 +82,12 @@ def test_the_command_line_judges_code_and_toolchain_only() -> None:
     """Without the space (jaxtune cache), only what can be told: the labels it prints."""
     found = judge(_entry(config={"tile": 4}, versions=OLD_JAX), code_changed=True)
     assert [s.reason.value for s in found] == ["code changed", "toolchain"]
+
+
+def test_each_reason_has_its_own_meaning() -> None:
+    """One table gives every reason what it means for an entry (`jaxtune cache import`)."""
+    meanings = [means(r) for r in StaleReason]
+    assert all(meanings) and len(set(meanings)) == len(StaleReason)
 
 
 def test_the_first_reason_is_computed_alone() -> None:

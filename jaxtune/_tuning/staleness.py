@@ -18,7 +18,7 @@ Nothing here imports JAX: the command line judges entries without it.
 from __future__ import annotations
 
 from collections.abc import Container, Hashable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._core import versions as _versions
 from .._core.vocabulary import Config, Entry, RecordedCall, Stale, StaleReason
@@ -28,6 +28,7 @@ __all__ = [
     "Stale",
     "in_space",
     "judge",
+    "means",
     "reason_of",
     "recorded_reason",
     "toolchain",
@@ -37,19 +38,57 @@ __all__ = [
 ]
 
 
-#: The words of the reasons whose text is fixed.
-_TEXTS = {
-    StaleReason.KEYS: "config keys renamed",
-    StaleReason.CODE: "code changed",
-    StaleReason.OUTSIDE: "config outside the space",
-    StaleReason.WRONG_PASS: "timed the forward pass only; the call is differentiated",
+class _Words(NamedTuple):
+    #: What a :class:`Stale` of the reason says (empty: made for each entry, by :func:`judge`).
+    text: str
+    #: What the reason means for an entry: what the lookup and tune mode do with it.
+    means: str
+
+
+#: Each reason's words: the one table the lookup's warnings, recordings and ``jaxtune
+#: cache`` print.
+_WORDS = {
+    StaleReason.KEYS: _Words(
+        "config keys renamed",
+        "tuned for a space with other config keys, so a lookup ignores it",
+    ),
+    StaleReason.CODE: _Words(
+        "code changed",
+        "tuned for other code of the kernel than the code here, so a lookup passes it over "
+        "(a miss)",
+    ),
+    StaleReason.OUTSIDE: _Words(
+        "config outside the space",
+        "its config is not in the call's space, so a lookup skips it",
+    ),
+    StaleReason.TOOLCHAIN: _Words(
+        "",
+        "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a warning and "
+        "tune mode re-tunes it",
+    ),
+    StaleReason.NEW_CONFIGS: _Words(
+        "",
+        "its space holds configs its sweep never measured, so a lookup uses it with a "
+        "warning and tune mode re-tunes it",
+    ),
+    StaleReason.WRONG_PASS: _Words(
+        "timed the forward pass only; the call is differentiated",
+        "it timed the forward pass alone, so tune mode tunes a differentiated call again",
+    ),
 }
 _TOOLCHAIN_HEAD = "tuned with another toolchain ("
 _NEW_TAIL = " in the space since it was tuned"
 
 
 def _fixed(reason: StaleReason) -> Stale:
-    return Stale(reason=reason, text=_TEXTS[reason])
+    return Stale(reason=reason, text=_WORDS[reason].text)
+
+
+def means(reason: StaleReason) -> str:
+    """What ``reason`` means for an entry (``jaxtune cache import`` says it of each stale
+    entry it imported): ``"tuned with another JAX, jaxlib or libtpu, so a lookup uses it
+    with a warning and tune mode re-tunes it"``."""
+    return _WORDS[reason].means
 
 
 def judge(
@@ -129,8 +168,8 @@ def reason_of(text: str) -> StaleReason | None:
     """The reason a staleness text gives (the words :func:`judge` writes); ``None`` for an
     empty or unknown text. Only for recordings written before a recorded call kept its
     reason: everything else carries the :class:`Stale` value itself."""
-    for reason, fixed in _TEXTS.items():
-        if text == fixed:
+    for reason, words in _WORDS.items():
+        if words.text and text == words.text:
             return reason
     if text.startswith(_TOOLCHAIN_HEAD):
         return StaleReason.TOOLCHAIN
