@@ -33,7 +33,7 @@ def _entry(**changes: object) -> Entry:
             for b in (8, 16)
         ),
     )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(base, **changes)
 
 
 OLD_JAX = {"jax": "0.0.1", "jaxlib": "0.0.1", "libtpu": None}
@@ -153,6 +153,34 @@ def test_the_cli_and_the_lookup_ask_the_same_rule() -> None:
     assert record.timing == "vjp"
     assert not had_config(record)
     assert had_config(dataclasses.replace(record, entry_timing="vjp"))
+
+
+@pytest.mark.parametrize(
+    ("source", "stale", "reason", "had"),
+    [
+        ("cache", "", None, True),
+        ("cache", "", StaleReason.TOOLCHAIN, False),  # the reason decides, not the words
+        ("packaged", "3 new configs in the space since it was tuned", None, False),  # old
+        ("scope", "tuned with another toolchain (jax 0.0.1, now 0.4.30)", None, True),
+        ("default", "", None, False),
+    ],
+)
+def test_tune_decides_a_recorded_call_had_a_config_by_its_reason(
+    source: str, stale: str, reason: StaleReason | None, had: bool
+) -> None:
+    """`jaxtune tune --` keeps a call's config by `recorded_reason`, as `cache check` reads
+    it: the reason a recording keeps, or in one written before it kept one, its words'."""
+    from jaxtune._cli.tune import had_config
+    from jaxtune._core.vocabulary import RecordedCall
+
+    record = RecordedCall(
+        kernel="k",
+        key="f32[8]",
+        source=source,
+        stale=stale,
+        stale_reason=reason,
+    )
+    assert had_config(record) is had
 
 
 def test_toolchain_words() -> None:
