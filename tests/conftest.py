@@ -210,9 +210,12 @@ def _no_packaged_caches():
 @pytest.fixture
 def fresh_warnings():
     """This test's warn-once warnings are given again, as in a fresh process (jaxtune gives
-    each once per process: ``jaxtune._core.errors.warn_once``)."""
+    each once per process: ``jaxtune._core.errors.warn_once``), and the tests after it see
+    none of them as given."""
     from jaxtune._core.state import CORE_STATE
 
+    CORE_STATE.reset("warned")
+    yield
     CORE_STATE.reset("warned")
 
 

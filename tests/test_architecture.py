@@ -345,10 +345,9 @@ def test_the_sweep_folder_says_where_each_module_runs():
 #: Module-level containers that hold no state of the process: tables fixed at import.
 CONSTANT_TABLES = {
     "jaxtune._core.entry_schema._KINDS",
-    "jaxtune._tuning.staleness._TEXTS",
+    "jaxtune._tuning.staleness._WORDS",
     "jaxtune._tuning.sweep.lowering_pool._TOPOLOGIES",
     "jaxtune._LAZY",
-    "jaxtune._cli.cache._STALE_MEANS",
     "jaxtune._cli.cache._ACTIONS",
     "jaxtune._cli.cache_sync.ACTIONS",
     "jaxtune._cli.demo.SHAPES",

@@ -155,6 +155,25 @@ def test_export_import_merge(capsys, tmp_path, monkeypatch):
     assert code == 0 and len(jaxtune.TuningResult.load(tmp_path / "merged.msgpack")) == 2
 
 
+def test_import_says_what_a_stale_entry_means_in_the_one_vocabulary(capsys, tmp_path, monkeypatch):
+    """The meaning `import` prints comes from staleness's one table, beside the label."""
+    from jaxtune._core.vocabulary import StaleReason
+    from jaxtune._tuning.staleness import means
+
+    put("f32[16]", jax_version="0.4.1")
+    run(capsys, "export", str(tmp_path / "old.msgpack"))
+    monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path / "other-machine"))
+    _, out = run(capsys, "import", str(tmp_path / "old.msgpack"))
+    assert "1 stale" in out
+    assert (
+        "  stale    lib.matmul on cpu, key f32[16]: toolchain (tuned with another JAX, jaxlib "
+        "or libtpu, so a lookup uses it with a warning and tune mode re-tunes it; re-tune it:"
+    ) in out
+    assert means(StaleReason.TOOLCHAIN) in out
+    _, out = run(capsys, "import", str(tmp_path / "old.msgpack"), "--json")
+    assert [e["stale_reasons"] for e in json.loads(out)["stale"]] == [["toolchain"]]
+
+
 def test_prune_and_clear(capsys):
     put("f32[8]")
     put("f32[16]", jax_version="0.4.1")

@@ -31,7 +31,7 @@ def dtype_probe(x, *, scale):
 
 
 def test_snapshot_reads_both_forms_of_interpret_mode_and_config_options():
-    assert _context.snapshot()["values"][_context._INTERPRET] is None
+    assert _context.snapshot().values[_context._INTERPRET] is None
     with pltpu.force_tpu_interpret_mode():
         local = _context.snapshot()
     pltpu.set_tpu_interpret_mode()
@@ -40,9 +40,9 @@ def test_snapshot_reads_both_forms_of_interpret_mode_and_config_options():
     finally:
         jax_config.pallas_tpu_interpret_mode_context_manager.set_global(None)
     for snap in (local, globally):
-        assert snap["values"][_context._INTERPRET]["dataclass"].endswith(":InterpretParams")
+        assert snap.values[_context._INTERPRET].dataclass.endswith(":InterpretParams")
     with jax.default_matmul_precision("highest"):
-        assert _context.snapshot()["values"]["jax_default_matmul_precision"] == "highest"
+        assert _context.snapshot().values["jax_default_matmul_precision"] == "highest"
 
 
 def test_apply_snapshot_sets_and_resets_state():

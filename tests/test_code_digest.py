@@ -186,6 +186,24 @@ def test_a_kernel_with_version_has_no_digest(versions):
     assert kern.scale.options.code.digest
 
 
+@pytest.mark.parametrize(
+    ("recorded", "changed"),
+    [("other", True), ("", False)],  # an entry without a digest is of unknown code
+)
+def test_a_kernel_and_a_recorded_call_judge_code_by_one_rule(versions, recorded, changed):
+    """The lookup (``KernelCode.changed``) and ``tune --from-profile`` (a recorded call's
+    digest against the entry's) ask the one rule, ``code_changed``."""
+    kern = versions()
+    code = kern.scale.options.code
+    assert code.changed(recorded) is changed
+    assert _digest.code_changed(code.digest, recorded) is changed
+    assert code.changed(code.digest) is _digest.code_changed(code.digest, code.digest) is False
+    # A kernel of unknown code (version= given) is never stale for code, by either road.
+    versioned = kern.versioned.options.code
+    assert not versioned.changed(recorded or "other")
+    assert not _digest.code_changed(versioned.digest, recorded or "other")
+
+
 def test_check_parts_reads_the_source_files_without_importing(tmp_path, versions):
     kern = versions()
     parts = _digest.code_digest(kern.scale).parts

@@ -16,7 +16,7 @@ import pytest
 import jaxtune
 from jaxtune._core import versions as _versions
 from jaxtune._core.errors import JaxtuneWarning
-from jaxtune._core.vocabulary import Entry, Measurement, StaleReason
+from jaxtune._core.vocabulary import Entry, Measurement, Stale, StaleReason
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning.store import cache as _cache
 
@@ -103,11 +103,12 @@ def test_cached_mode_uses_a_toolchain_stale_entry_and_warns_once(monkeypatch, ca
     assert len(said) == 1, said
     assert "jax 0.0.1, now" in said[0] and "JAXTUNE_MODE=tune" in said[0]
     assert "jaxtune tune -- python" in said[0]
-    assert choice.source == "cache" and "another toolchain" in choice.stale
+    assert choice.source == "cache" and choice.stale is not None
+    assert choice.stale.reason is StaleReason.TOOLCHAIN and "another toolchain" in choice.stale.text
     assert "stale: tuned with another toolchain" in capsys.readouterr().err
     # A recording keeps the words and the reason, so that `cache check` reads no words.
     call = k.options.bound(k.options.bind((X,), {})).recorded_call(choice)
-    assert (call.stale, call.stale_reason) == (choice.stale, StaleReason.TOOLCHAIN)
+    assert (call.stale, call.stale_reason) == (choice.stale.text, StaleReason.TOOLCHAIN)
     assert _stored(name).created == old.created  # never swept
 
 
@@ -133,7 +134,10 @@ def test_a_grown_space_without_measurements_is_told_by_its_size(monkeypatch, fas
     _cache.user_cache().write([old])
     monkeypatch.setenv("JAXTUNE_MODE", "cached")
     with pytest.warns(JaxtuneWarning, match="1 new config in the space"):
-        assert k.config_for(X).stale == "1 new config in the space since it was tuned"
+        stale = k.config_for(X).stale
+    assert stale == Stale(
+        reason=StaleReason.NEW_CONFIGS, text="1 new config in the space since it was tuned"
+    )
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     jax.jit(k)(X)
     assert _stored(name).created > old.created
@@ -162,7 +166,7 @@ def test_cached_mode_uses_an_entry_of_a_grown_space_and_warns_once(monkeypatch):
         ]
     )
     choice = smaller.config_for(X)
-    assert choice.source == "cache" and choice.stale == ""
+    assert choice.source == "cache" and choice.stale is None
 
 
 @pytest.mark.parametrize("mode", ["cached", "tune"])

@@ -70,7 +70,7 @@ def test_a_sweep_request_keeps_its_wire_layout_and_reads_back():
         os.close(write)
     again = _requests.read_request(received)
     assert again.ref == request.ref and again.fields.task_id == request.fields.task_id
-    assert again.fields.plan == request.fields.plan and again.jax_state == wire["jax_state"]
+    assert again.fields.plan == request.fields.plan and again.jax_state == request.jax_state
     assert again.fields.work is None  # a recorded request: each operation fills it in
     assert decode_value(again.args)[0].shape == (8,)
     # As it arrives, before the sweep reads it: the fields as they travelled.

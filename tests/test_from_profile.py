@@ -168,16 +168,19 @@ def test_a_transformed_function_is_profiled_itself_not_the_function_it_names(tmp
 
 
 @pytest.mark.parametrize(
-    ("change", "tuned"),
+    ("change", "recorded", "tuned"),
     [
-        ({}, True),
-        ({"versions": {"jax": "0.4.1", "jaxlib": "0.4.1", "libtpu": None}}, False),
-        ({"code_digest": "other"}, False),
-        ({"code_digest": ""}, True),  # an entry of unknown code is never stale for it
-        ({"timing": "forward"}, False),  # the recorded call is differentiated
+        ({}, "abc", True),
+        ({"versions": {"jax": "0.4.1", "jaxlib": "0.4.1", "libtpu": None}}, "abc", False),
+        ({"code_digest": "other"}, "abc", False),
+        ({"code_digest": ""}, "abc", True),  # an entry of unknown code is never stale for it
+        ({}, "", True),  # nor one for a call of unknown code (the lookup's one rule)
+        ({"timing": "forward"}, "abc", False),  # the recorded call is differentiated
     ],
 )
-def test_an_entry_counts_as_tuned_only_when_the_staleness_judge_finds_it_current(change, tuned):
+def test_an_entry_counts_as_tuned_only_when_the_staleness_judge_finds_it_current(
+    change, recorded, tuned
+):
     """``--from-profile`` skips a recorded call only for an entry a tune-mode lookup would
     use as it is: the toolchain, the code the call recorded and the pass it times count."""
     from jaxtune._core import versions as _versions
@@ -201,7 +204,7 @@ def test_an_entry_counts_as_tuned_only_when_the_staleness_judge_finds_it_current
         device_kind="cpu",
         key="f32[8]",
         source="default",
-        code=CodeDigest(digest="abc"),
+        code=CodeDigest(digest=recorded),
         request={"plan": {"timing": "vjp"}},
     )
     assert _from_profile.tuned_here(frame) is tuned

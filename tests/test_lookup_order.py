@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import inspect
 import types
+import warnings
 
 import pytest
 
 import jaxtune
 from jaxtune._core.errors import MissError, TuningFailedError
-from jaxtune._core.vocabulary import Choice, Entry
+from jaxtune._core.vocabulary import Choice, Entry, StaleReason
 from jaxtune._distributed import agree as _agree
 from jaxtune._tuning import lookup as _lookup
 from jaxtune._tuning import sweep_rules as _sweep_rules
@@ -197,7 +198,8 @@ def test_a_stale_entry_is_used_in_cached_mode_and_swept_over_in_tune_mode(stores
     with pytest.warns(jaxtune.JaxtuneWarning, match="stale: tuned with another toolchain"):
         choice = call.choose(sweep=True)
     assert answer(choice) == ("cache", CONFIG["user"])
-    assert choice.stale.startswith("tuned with another toolchain")
+    assert choice.stale is not None and choice.stale.reason is StaleReason.TOOLCHAIN
+    assert choice.stale.text.startswith("tuned with another toolchain")
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["forward"]
@@ -210,7 +212,29 @@ def test_a_failed_sweep_falls_back_to_the_stale_entry_before_the_default(stores,
     with pytest.warns(jaxtune.JaxtuneWarning, match=f"could not tune {KERNEL}"):
         choice = fake_call().choose(sweep=True)
     assert answer(choice) == ("packaged", CONFIG["packaged"])
-    assert choice.stale.startswith("tuned with another toolchain")
+    assert choice.stale is not None and choice.stale.reason is StaleReason.TOOLCHAIN
+    assert choice.stale.text.startswith("tuned with another toolchain")
+
+
+@pytest.mark.parametrize(
+    ("stored", "source", "reason"),
+    [
+        (entry(CONFIG["user"]), "cache", None),
+        (entry(CONFIG["user"], versions=OLD_TOOLCHAIN), "cache", StaleReason.TOOLCHAIN),
+        (entry(42), "default", StaleReason.OUTSIDE),  # passed over: 42 is not in the space
+    ],
+    ids=["current", "toolchain", "passed-over"],
+)
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_call_carries_why_its_entry_is_stale_as_the_reason(stores, stored, source, reason):
+    stores.user.keep([stored])
+    call = fake_call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", jaxtune.JaxtuneWarning)  # said once; asserted above
+        choice = call.choose(sweep=False)
+        stale = call.staleness(choice)
+    assert choice.source == source
+    assert (stale and stale.reason) == reason
 
 
 def test_a_failed_sweep_without_a_stale_entry_goes_on_to_nearest(stores, monkeypatch):

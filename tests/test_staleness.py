@@ -10,7 +10,7 @@ import pytest
 from jaxtune._core import versions as _versions
 from jaxtune._core.vocabulary import Entry, Measurement, StaleReason
 from jaxtune._tuning import staleness as _staleness
-from jaxtune._tuning.staleness import judge, reason_of, typed_config, wrong_pass
+from jaxtune._tuning.staleness import judge, means, reason_of, typed_config, wrong_pass
 
 
 def _entry(**changes: object) -> Entry:
@@ -33,7 +33,7 @@ def _entry(**changes: object) -> Entry:
             for b in (8, 16)
         ),
     )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(base, **changes)
 
 
 OLD_JAX = {"jax": "0.0.1", "jaxlib": "0.0.1", "libtpu": None}
@@ -82,6 +82,12 @@ def test_the_command_line_judges_code_and_toolchain_only() -> None:
     """Without the space (jaxtune cache), only what can be told: the labels it prints."""
     found = judge(_entry(config={"tile": 4}, versions=OLD_JAX), code_changed=True)
     assert [s.reason.value for s in found] == ["code changed", "toolchain"]
+
+
+def test_each_reason_has_its_own_meaning() -> None:
+    """One table gives every reason what it means for an entry (`jaxtune cache import`)."""
+    meanings = [means(r) for r in StaleReason]
+    assert all(meanings) and len(set(meanings)) == len(StaleReason)
 
 
 def test_the_first_reason_is_computed_alone() -> None:
@@ -147,6 +153,34 @@ def test_the_cli_and_the_lookup_ask_the_same_rule() -> None:
     assert record.timing == "vjp"
     assert not had_config(record)
     assert had_config(dataclasses.replace(record, entry_timing="vjp"))
+
+
+@pytest.mark.parametrize(
+    ("source", "stale", "reason", "had"),
+    [
+        ("cache", "", None, True),
+        ("cache", "", StaleReason.TOOLCHAIN, False),  # the reason decides, not the words
+        ("packaged", "3 new configs in the space since it was tuned", None, False),  # old
+        ("scope", "tuned with another toolchain (jax 0.0.1, now 0.4.30)", None, True),
+        ("default", "", None, False),
+    ],
+)
+def test_tune_decides_a_recorded_call_had_a_config_by_its_reason(
+    source: str, stale: str, reason: StaleReason | None, had: bool
+) -> None:
+    """`jaxtune tune --` keeps a call's config by `recorded_reason`, as `cache check` reads
+    it: the reason a recording keeps, or in one written before it kept one, its words'."""
+    from jaxtune._cli.tune import had_config
+    from jaxtune._core.vocabulary import RecordedCall
+
+    record = RecordedCall(
+        kernel="k",
+        key="f32[8]",
+        source=source,
+        stale=stale,
+        stale_reason=reason,
+    )
+    assert had_config(record) is had
 
 
 def test_toolchain_words() -> None:

@@ -213,3 +213,25 @@ def test_a_refusal_says_the_field_what_it_expected_and_what_came():
         "a number > 0",
         "float 0.0",
     )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Tree:
+    """A record that holds records of its own kind, through a map and a union."""
+
+    label: str
+    children: Mapping[str, Tree | int] = dataclasses.field(default_factory=dict)
+    first: Tree | None = None
+
+
+def test_a_record_may_hold_records_of_its_own_kind():
+    leaf = Tree(label="leaf")
+    tree = Tree(label="root", children={"a": leaf, "b": 2}, first=Tree(label="x", first=leaf))
+    written = typed.encode(tree)
+    assert written["children"]["a"] == {"label": "leaf", "children": {}, "first": None}
+    assert typed.decode(Tree, unpackb(packb(written))) == tree
+    bad = {"label": "root", "first": {"label": "x", "first": {"label": 3}}}
+    with pytest.raises(
+        typed.MismatchError, match=r"^Tree\.first\.first\.label: expected str, got int 3"
+    ):
+        typed.decode(Tree, bad)

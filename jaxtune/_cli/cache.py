@@ -22,13 +22,13 @@ from .._render import text as _text
 from .._render import units as _units
 from .._tuning.explain import decision_text
 from .._tuning.result import TuningResult, format_table
-from .._tuning.staleness import recorded_reason, wrong_pass
+from .._tuning.staleness import means, recorded_reason, wrong_pass
 from .._tuning.store import cache as _cache
 from .._tuning.store import result_files as _results
 from .._tuning.store.layout import XLA_DIR
 from .._tuning.sweep.breakdown import breakdown_text
 from . import cache_sync as _sync
-from .entries import StaleJudge, entry_summary
+from .entries import StaleJudge, entry_summary, labels
 from .recording import add_recording_options
 
 __all__ = ["add_parser", "run"]
@@ -307,7 +307,7 @@ def _list(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> None:
         for e in entries:
             reasons = fresh.reasons(e)
             if reasons:
-                stale[_title(e), e.device_kind, e.key] = ", ".join(reasons)
+                stale[_title(e), e.device_kind, e.key] = ", ".join(labels(reasons))
         shown = [dataclasses.replace(e, kernel=_title(e)) for e in entries]
         sections.append(f"{where.describe()}:\n{format_table(shown, stale=stale)}")
     out(
@@ -458,7 +458,7 @@ def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> Non
             "unchanged": merged.unchanged,
             "replaced": [_conflict(c) for c in replaced],
             "kept": [_conflict(c) for c in kept],
-            "stale": [{**_sync.named(e), "stale_reasons": reasons} for e, reasons in stale],
+            "stale": [{**_sync.named(e), "stale_reasons": labels(reasons)} for e, reasons in stale],
         },
         "\n".join(
             [
@@ -470,20 +470,11 @@ def _import(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> Non
     )
 
 
-#: What a stale reason means for an imported entry.
-_STALE_MEANS = {
-    StaleReason.CODE.value: "tuned for other code of the kernel than the code here, so a lookup "
-    "passes it over (a miss)",
-    StaleReason.TOOLCHAIN.value: "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a "
-    "warning and tune mode re-tunes it",
-}
-
-
-def _stale_line(e: Entry, reasons: list[str]) -> str:
+def _stale_line(e: Entry, reasons: list[StaleReason]) -> str:
     what = f"{_title(e)} on {e.device_kind}, key {e.key}"
-    means = "; ".join(_STALE_MEANS.get(r, r) for r in reasons)
+    why = "; ".join(means(r) for r in reasons)
     return (
-        f"  stale    {what}: {', '.join(reasons)} ({means}; re-tune it: JAXTUNE_MODE=tune "
+        f"  stale    {what}: {', '.join(labels(reasons))} ({why}; re-tune it: JAXTUNE_MODE=tune "
         "or `jaxtune tune -- python prog.py`)"
     )
 

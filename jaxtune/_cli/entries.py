@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._core.errors import CacheError
-from .._core.vocabulary import Entry
+from .._core.vocabulary import Entry, StaleReason
 from .._tuning import digest as _digest
 from .._tuning.staleness import judge
 
-__all__ = ["StaleJudge", "entry_summary"]
+__all__ = ["StaleJudge", "entry_summary", "labels"]
 
 
 class StaleJudge:
@@ -59,11 +59,11 @@ class StaleJudge:
             )
         return known
 
-    def reasons(self, e: Entry) -> list[str]:
-        """``["code changed", "toolchain"]``, the part of it that holds, or ``[]``: the
-        reasons of :func:`jaxtune._tuning.staleness.judge` that can be told without the
-        kernel's space, as their labels."""
-        return [s.reason.value for s in judge(e, code_changed=self.code(e) == "changed")]
+    def reasons(self, e: Entry) -> list[StaleReason]:
+        """``[StaleReason.CODE, StaleReason.TOOLCHAIN]``, the part of it that holds, or
+        ``[]``: the reasons of :func:`jaxtune._tuning.staleness.judge` that can be told
+        without the kernel's space."""
+        return [s.reason for s in judge(e, code_changed=self.code(e) == "changed")]
 
 
 def entry_summary(e: Entry, fresh: StaleJudge, *, full: bool = False) -> dict[str, Any]:
@@ -74,5 +74,10 @@ def entry_summary(e: Entry, fresh: StaleJudge, *, full: bool = False) -> dict[st
         **e.summary(full=full),
         "code": fresh.code(e),
         "stale": bool(reasons),
-        "stale_reasons": reasons,
+        "stale_reasons": labels(reasons),
     }
+
+
+def labels(reasons: list[StaleReason]) -> list[str]:
+    """The labels the commands print for ``reasons`` (``["code changed", "toolchain"]``)."""
+    return [r.value for r in reasons]

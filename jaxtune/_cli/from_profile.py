@@ -19,6 +19,7 @@ from .._core.vocabulary import RecordedCall
 from .._profiling.report import report_from_trace
 from .._profiling.saved import CALLS_SUFFIX, ReportKernel, read_calls, read_report
 from .._profiling.sidecar import INFO_FILE
+from .._tuning.digest import code_changed
 from .._tuning.result import format_table
 from .._tuning.staleness import judge, wrong_pass
 from .._tuning.store import cache as _cache
@@ -150,10 +151,9 @@ def tuned_here(frame: RecordedCall) -> bool:
         return False
     if entry is None or entry.kernel_version != frame.version:
         return False
-    recorded = frame.code.digest
-    code_changed = bool(recorded and entry.code_digest) and entry.code_digest != recorded
+    changed = code_changed(frame.code.digest, entry.code_digest)
     return (
-        next(judge(entry, code_changed=code_changed), None) is None
+        next(judge(entry, code_changed=changed), None) is None
         and wrong_pass(entry.timing, frame.timing) is None
     )
 

@@ -32,7 +32,7 @@ from .._isolation.frames import FrameError, Module, NotTransportable
 from .._render.units import count
 from .._tuning.recorded import Recording, Stopped, read_frame
 from .._tuning.result import format_table
-from .._tuning.staleness import wrong_pass
+from .._tuning.staleness import recorded_reason, wrong_pass
 from .._tuning.store import cache as _cache
 from .entries import StaleJudge, entry_summary
 from .recording import SETTLE_S, add_recording_options
@@ -283,11 +283,13 @@ def sweep_runner(devices: list[int] | None = None) -> ProcessRunner:
 
 def had_config(record: RecordedCall) -> bool:
     """Whether a recorded call had a config to keep: from the cache or a scope, timed for
-    the pass the call runs, and not stale (another toolchain, new configs in the space)."""
+    the pass the call runs, and not stale (another toolchain, new configs in the space:
+    :func:`~jaxtune._tuning.staleness.recorded_reason`, as ``cache check`` asks it). A
+    scope's entry is the caller's own choice, never stale, as the lookup has it."""
     return (
         record.source in HITS
         and wrong_pass(record.entry_timing, record.timing) is None
-        and not (record.source != "scope" and record.stale)
+        and (record.source == "scope" or recorded_reason(record) is None)
     )
 
 

@@ -32,7 +32,9 @@ its annotations, never from code written per class:
 - ``WIRE_AS_LIST: ClassVar = True``: the record is written as the list of its fields, in order
   (a code digest's ``[digest, parts]``).
 
-Each class's reader and writer are built once, from its annotations, and cached.
+Each class's reader and writer are built once, from its annotations, and cached; a record's
+fields' are built on its first use, so that a record may hold records of its own kind
+(through a union or a map: a JAX dataclass value whose fields are such values).
 
 Examples:
     >>> @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -271,12 +273,33 @@ def _enum_value(value: enum.Enum) -> Any:
     return value.value
 
 
+def _lazy(build: Callable[[], T]) -> Callable[[], T]:
+    """``build()``, worked out when first asked for: a record's fields' readers and writers
+    are built on its first use, so that a record may hold records of its own kind (through
+    a union or a map) without building itself forever."""
+    built: list[T] = []
+
+    def get() -> T:
+        if not built:
+            built.append(build())  # two threads may both build it: the same either way
+        return built[0]
+
+    return get
+
+
 def _dataclass_writer(cls: type) -> _Write:
     hints = _hints(cls)
-    fields = [
-        (f.name, _writer(hints[f.name]), f.metadata.get("jaxtune.typed.omit", False), _default(f))
-        for f in _written(cls)
-    ]
+    fields = _lazy(
+        lambda: [
+            (
+                f.name,
+                _writer(hints[f.name]),
+                f.metadata.get("jaxtune.typed.omit", False),
+                _default(f),
+            )
+            for f in _written(cls)
+        ]
+    )
     head: dict[str, Any] = {}
     tag = _tag(cls)
     if tag is not None:
@@ -285,11 +308,11 @@ def _dataclass_writer(cls: type) -> _Write:
     if version is not None:
         head[VERSION_KEY] = version
     if getattr(cls, "WIRE_AS_LIST", False):
-        return lambda value: [w(getattr(value, name)) for name, w, _, _ in fields]
+        return lambda value: [w(getattr(value, name)) for name, w, _, _ in fields()]
 
     def write(value: Any) -> dict[str, Any]:
         out = dict(head)
-        for name, w, omit, default in fields:
+        for name, w, omit, default in fields():
             v = getattr(value, name)
             if not (omit and v == default):
                 out[name] = w(v)
@@ -609,14 +632,16 @@ def _failing_key(key: _Read, item: _Read, raw: Mapping[Any, Any]) -> Any:
 
 def _dataclass_reader(cls: type) -> _Read:
     # A field of an exact type (str, int...) is checked in line: most fields are.
-    fields = [
-        (name, _reader(tp), has_default, *_exact(tp)) for name, tp, has_default in _fields(cls)
-    ]
+    fields = _lazy(
+        lambda: [
+            (name, _reader(tp), has_default, *_exact(tp)) for name, tp, has_default in _fields(cls)
+        ]
+    )
     expected = f"a {cls.__name__} (a map)"
     tag = _tag(cls)
     version = getattr(cls, "WIRE_VERSION", None)
     if getattr(cls, "WIRE_AS_LIST", False):
-        return _list_form_reader(cls, fields)
+        return _list_form_reader(cls, fields())
 
     def read(raw: Any) -> Any:
         if not _is_map(raw):
@@ -628,7 +653,7 @@ def _dataclass_reader(cls: type) -> _Read:
         if version is not None:
             _check_version(cls, version, raw.get(VERSION_KEY, 1))
         values = {}
-        for name, r, has_default, exact, nullable in fields:
+        for name, r, has_default, exact, nullable in fields():
             value = raw.get(name, _MISSING)
             if value is _MISSING:
                 if not has_default:

@@ -42,6 +42,7 @@ __all__ = [
     "RanConfig",
     "RecordedCall",
     "Source",
+    "Stale",
     "StaleReason",
     "config_id",
     "measurement_from_dict",
@@ -71,6 +72,21 @@ class StaleReason(enum.Enum):
     NEW_CONFIGS = "new configs"
     #: Timed the forward pass alone, while the call is differentiated: tuned again.
     WRONG_PASS = "wrong pass"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Stale:
+    """One reason an entry is stale, with the words that messages, recordings and
+    ``jaxtune`` commands print for it (``text``: ``"code changed"``, ``"tuned with another
+    toolchain (jax 0.4.1, now 0.4.30)"``, ``"3 new configs in the space since it was
+    tuned"``...; made by :func:`jaxtune._tuning.staleness.judge`). Code decides on
+    ``reason``; only the edges print ``text``."""
+
+    reason: StaleReason
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def pass_text(timing: str) -> str:
@@ -359,15 +375,15 @@ class Choice:
 
     ``source`` is one of ``"explicit"``, ``"scope"``, ``"cache"``, ``"packaged"``,
     ``"nearest"``, ``"default"``; ``entry`` is the cache entry behind it, if any, and
-    ``stale`` why that entry is stale (another toolchain, new configs in the space; empty
-    when it is current).
+    ``stale`` why that entry is stale (another toolchain, new configs in the space: its
+    ``reason`` and the ``text`` that says it; ``None`` when it is current).
     """
 
     config: Mapping[str, Any]
     source: Source
     key: str
     entry: Entry | None = None
-    stale: str = ""
+    stale: Stale | None = None
 
 
 #: One function of a kernel's code: module, qualified name, hash of its canonical tree.

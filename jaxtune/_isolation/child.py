@@ -167,7 +167,7 @@ class Server:
         # Before anything is imported or traced: the caller's variables (those that do not
         # key the pool of children), interpret mode, x64, precision...
         sync_environ(msg.environ)
-        self.unapplied = apply_snapshot(dict(msg.jax_state))
+        self.unapplied = apply_snapshot(msg.jax_state)
         answer: Done | ErrorReply = handler.handle(self, msg)
         return answer
 

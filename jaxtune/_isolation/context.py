@@ -7,8 +7,10 @@ kernel for real instead of in interpret mode. :func:`capture` snapshots the call
 values; the returned context manager re-applies them in whichever thread enters it.
 
 A child process starts with JAX's defaults, so :func:`snapshot` writes down every option
-as the caller sees it (thread-local or global) in plain values that travel with a request,
-and :func:`apply_snapshot` sets them in the child before it traces anything.
+as the caller sees it (thread-local or global) as a :class:`JaxState`, a typed record that
+travels with a request (a plain value as it is; an enum member, a tuple or frozenset of
+plain values, a JAX dataclass as a small record each), and :func:`apply_snapshot` sets
+them in the child before it traces anything.
 """
 
 from __future__ import annotations
@@ -18,16 +20,22 @@ import dataclasses
 import enum
 import importlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 from .._core.errors import describe, warn_once
 from .._core.jaxstate import INTERPRET as _INTERPRET
 from .._core.jaxstate import states as _states
-from .frames import Done, ErrorReply
 from .state import ISOLATION_STATE
 
 __all__ = [
+    "Carried",
+    "DataclassValue",
+    "EnumValue",
+    "FrozensetValue",
+    "JaxState",
+    "Plain",
+    "TupleValue",
     "Unencodable",
     "apply_snapshot",
     "capture",
@@ -97,6 +105,59 @@ _CHILD_OWNS = frozenset(
 
 _PLAIN = (bool, int, float, str, type(None))
 
+#: An option's value carried as it is.
+Plain = bool | int | float | str | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class EnumValue:
+    """A member of one of JAX's enums: its class (``module:qualname``) and its name."""
+
+    enum: str
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class TupleValue:
+    """A tuple of plain values, in its order."""
+
+    WIRE_TAG: ClassVar = ("as", "tuple")
+
+    items: tuple[Plain, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class FrozensetValue:
+    """A frozenset of plain values (written in one order, so that equal sets compare equal)."""
+
+    WIRE_TAG: ClassVar = ("as", "frozenset")
+
+    items: tuple[Plain, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DataclassValue:
+    """An instance of one of JAX's dataclasses (Pallas' ``InterpretParams``): its class
+    (``module:qualname``) and each field's value."""
+
+    dataclass: str
+    fields: Mapping[str, Carried]
+
+
+#: An option's value as it travels to a child.
+Carried = Plain | EnumValue | TupleValue | FrozensetValue | DataclassValue
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class JaxState:
+    """The caller's JAX state as a request carries it to a child (:func:`snapshot`): each
+    option's value (``values``), and the options that could not travel, with why
+    (``uncarried``). Written and read by :mod:`jaxtune._core.typed`, so a damaged one is
+    refused naming the option; the maps older jaxtunes wrote read as the same records."""
+
+    values: Mapping[str, Carried] = dataclasses.field(default_factory=dict)
+    uncarried: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
 
 class Unencodable(Exception):  # noqa: N818 - a signal inside this module and the runner
     """A configuration value that cannot travel to another process."""
@@ -109,16 +170,18 @@ def _class_path(cls: type) -> str:
     return f"{module}:{cls.__qualname__}"
 
 
-def _encode(value: Any) -> Any:
+def _encode(value: Any) -> Carried:
     if type(value) in _PLAIN:  # exact types: a str-valued Enum is no plain str
         return value
     if isinstance(value, enum.Enum):
-        return {"enum": _class_path(type(value)), "name": value.name}
+        return EnumValue(enum=_class_path(type(value)), name=value.name)
     if isinstance(value, (tuple, frozenset)) and all(type(v) in _PLAIN for v in value):
-        return {"items": sorted(value, key=repr), "as": type(value).__name__}
+        if isinstance(value, frozenset):
+            return FrozensetValue(items=tuple(sorted(value, key=repr)))
+        return TupleValue(items=value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return {"dataclass": _class_path(type(value)), "fields": fields}
+        return DataclassValue(dataclass=_class_path(type(value)), fields=fields)
     raise Unencodable(f"a {type(value).__name__} value")
 
 
@@ -132,14 +195,16 @@ def _resolve_class(path: str) -> Any:
     return obj
 
 
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict) and "enum" in value:
-        return _resolve_class(value["enum"])[value["name"]]
-    if isinstance(value, dict) and "items" in value:
-        return {"tuple": tuple, "frozenset": frozenset}[value["as"]](value["items"])
-    if isinstance(value, dict) and "dataclass" in value:
-        fields = {k: _decode(v) for k, v in value["fields"].items()}
-        return _resolve_class(value["dataclass"])(**fields)
+def _decode(value: Carried) -> Any:
+    if isinstance(value, EnumValue):
+        return _resolve_class(value.enum)[value.name]
+    if isinstance(value, TupleValue):
+        return value.items
+    if isinstance(value, FrozensetValue):
+        return frozenset(value.items)
+    if isinstance(value, DataclassValue):
+        fields = {k: _decode(v) for k, v in value.fields.items()}
+        return _resolve_class(value.dataclass)(**fields)
     return value
 
 
@@ -156,7 +221,7 @@ def _carried_states() -> dict[str, Any]:
     return found
 
 
-def snapshot() -> dict[str, Any]:
+def snapshot() -> JaxState:
     """The caller's JAX state as plain values, for a child process.
 
     Every ``jax.config`` option and every module-level JAX state (TPU interpret mode among
@@ -166,10 +231,10 @@ def snapshot() -> dict[str, Any]:
     whose values differ from its own, so only what differs from JAX's defaults changes.
 
     Returns:
-        ``{"values": {name: value}, "uncarried": {name: reason}}``; ``uncarried`` names
-        state that cannot be written as plain values (a callable, a device object).
+        each option's value by name, and in ``uncarried`` the state that cannot be
+        written as plain values (a callable, a device object), with why.
     """
-    values: dict[str, Any] = {}
+    values: dict[str, Carried] = {}
     uncarried: dict[str, str] = {}
     for name, state in _carried_states().items():
         if name in _CHILD_OWNS:
@@ -182,10 +247,10 @@ def snapshot() -> dict[str, Any]:
             values[name] = _encode(value)
         except Unencodable as e:
             uncarried[name] = str(e)
-    return {"values": values, "uncarried": uncarried}
+    return JaxState(values=values, uncarried=uncarried)
 
 
-def apply_snapshot(carried: Mapping[str, Any]) -> dict[str, str]:
+def apply_snapshot(carried: JaxState) -> dict[str, str]:
     """Makes this process's JAX state match a :func:`snapshot` taken elsewhere.
 
     Sets, process-wide, every option whose value differs here; an option this JAX does
@@ -194,7 +259,7 @@ def apply_snapshot(carried: Mapping[str, Any]) -> dict[str, str]:
     """
     failed: dict[str, str] = {}
     states = _carried_states()
-    for name, wanted in carried.get("values", {}).items():
+    for name, wanted in carried.values.items():
         state = states.get(name)
         if state is None:
             continue
@@ -219,23 +284,22 @@ def _set_global(name: str, state: Any, value: Any) -> None:
             hook(value)
 
 
-def carried_state(what: str) -> dict[str, Any]:
+def carried_state(what: str) -> JaxState:
     """:func:`snapshot` for a request about ``what`` (a kernel, a profiled function),
     warning once about any piece of the state that cannot travel."""
     state = snapshot()
-    if state["uncarried"]:
+    if state.uncarried:
         warn_once(
-            ("uncarried", what, tuple(sorted(state["uncarried"]))),
-            f"jaxtune: {what}: {describe_uncarried(state['uncarried'])}",
+            ("uncarried", what, tuple(sorted(state.uncarried))),
+            f"jaxtune: {what}: {describe_uncarried(state.uncarried)}",
             stacklevel=5,
         )
     return state
 
 
-def warn_unapplied(what: str, answer: Done | ErrorReply) -> None:
+def warn_unapplied(what: str, failed: Mapping[str, str]) -> None:
     """Warns once about caller state a child received but could not set (its answer's
     ``unapplied``)."""
-    failed = answer.unapplied
     if failed:
         warn_once(
             ("unapplied", what, tuple(sorted(failed))),
@@ -244,9 +308,9 @@ def warn_unapplied(what: str, answer: Done | ErrorReply) -> None:
         )
 
 
-def warn_notes(answer: Done | ErrorReply) -> None:
-    """Warns once about each note a child's answer carries (``notes``)."""
-    for note in answer.notes:
+def warn_notes(notes: Sequence[str]) -> None:
+    """Warns once about each note a child's answer carries (its ``notes``)."""
+    for note in notes:
         warn_once(("note", note), f"jaxtune: {note}", stacklevel=5)
 
 

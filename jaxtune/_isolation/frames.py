@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from .._core import errors as _errors
 from .._core import typed
 from .._core.vocabulary import Failure, Measurement
+from .context import JaxState
 
 __all__ = [
     "UNIMPORTABLE",
@@ -148,7 +149,7 @@ class Request(Generic[F]):
     fields: F
     args: Any = None
     kwargs: Any = None
-    jax_state: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    jax_state: JaxState = dataclasses.field(default_factory=JaxState)
     environ: Mapping[str, Any] | None = None
 
     @property
@@ -190,7 +191,7 @@ class Request(Generic[F]):
         call = _Call(
             handler=self.handler,
             op=self.op,
-            jax_state=dict(self.jax_state),
+            jax_state=self.jax_state,
             environ=None if self.environ is None else dict(self.environ),
             ref=self.ref,
             args=self.args,
@@ -224,7 +225,7 @@ class Request(Generic[F]):
             fields=WireFields({k: v for k, v in raw.items() if k not in _CALL_FIELDS}),
             args=call.args,
             kwargs=call.kwargs,
-            jax_state=call.jax_state or {},
+            jax_state=JaxState() if call.jax_state is None else call.jax_state,
             environ=call.environ,
         )
 
@@ -245,7 +246,7 @@ class _Call:
 
     handler: str
     op: str
-    jax_state: Mapping[str, Any] | None = None
+    jax_state: JaxState | None = None
     environ: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     ref: FunctionRef | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     args: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)

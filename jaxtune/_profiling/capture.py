@@ -71,10 +71,10 @@ def profile_in_child(
         # in the error, after its first line, rather than in warnings before it.
         head, _, rest = answer.message.partition("\n")
         raise ProfileError("\n".join(p for p in (head, *answer.notes, rest) if p))
-    warn_notes(answer)
+    warn_notes(answer.notes)
     if isinstance(answer, ErrorReply):
         raise NotTransportable(answer.message)
-    warn_unapplied(label, answer)
+    warn_unapplied(label, answer.unapplied)
     try:
         return typed.decode(Captured, answer.body, within="the profiling child's answer").info
     except typed.MismatchError as e:

@@ -43,6 +43,7 @@ from .._core.vocabulary import (
     Entry,
     Measurement,
     RecordedCall,
+    Stale,
     StaleReason,
     config_id,
 )
@@ -470,19 +471,17 @@ class BoundCall:
         timed_now = _sweep_rules.pass_now(self.kernel.timing)
         return _staleness.wrong_pass(entry.timing, timed_now) is not None
 
-    def staleness(self, choice: Choice) -> str:
+    def staleness(self, choice: Choice) -> Stale | None:
         """Why the entry behind the call's config, or the entry its lookup passed over, is
-        stale, in :mod:`.staleness`'s words: ``"code changed"``, ``"tuned with another
-        toolchain (...)"``, ``"N new configs in the space since it was tuned"``, ``"config
-        keys renamed"``, ``"config outside the space"``; ``""`` when the call used a current
-        entry or no entry exists (a plain miss)."""
+        stale (:func:`~.staleness.judge`'s reason: another toolchain, new configs in the
+        space, code changed, config keys renamed, config outside the space); ``None`` when
+        the call used a current entry or no entry exists (a plain miss)."""
         if choice.entry is not None and choice.source in ("cache", "packaged", "scope"):
-            if choice.stale:
+            if choice.stale is not None:
                 return choice.stale
-            old = _staleness.toolchain(choice.entry)
-            return "" if old is None else old.text
+            return _staleness.toolchain(choice.entry)
         if choice.source not in ("default", "nearest"):
-            return ""
+            return None
         fit = self._fit()
         kernel, kind = self.kernel, _lookup.device_kind()
         passed_over = (StaleReason.KEYS, StaleReason.CODE, StaleReason.OUTSIDE)
@@ -500,8 +499,8 @@ class BoundCall:
                 None,
             )
             if stale is not None and stale.reason in passed_over:
-                return stale.text
-        return ""
+                return stale
+        return None
 
     # -- the sweep -------------------------------------------------------------------------
 
@@ -602,7 +601,7 @@ class BoundCall:
 
     def recorded_call(self, choice: Choice, *, differentiated: bool = False) -> RecordedCall:
         """The call as a recording keeps it: kernel id, key, shapes, where its config came
-        from, why the entry it had is stale (``stale``, empty when fresh or none), the
+        from, why the entry it had is stale (:meth:`staleness`, its words and reason), the
         kernel's code digest, and the sweep request that tunes it in a child, without this
         process's variables (or ``error`` when the kernel cannot travel).
 
@@ -633,10 +632,9 @@ class BoundCall:
             statics=self.sig.statics,
             devices=None if devices is None else tuple(devices),
             code=self.kernel.code.value,
-            stale=stale,
-            # Kept as the reason too, so that no reader parses the words back; the words
-            # are made by staleness's one table, so they name their reason.
-            stale_reason=_staleness.reason_of(stale),
+            # The words for people, the reason for the commands that act on it.
+            stale="" if stale is None else stale.text,
+            stale_reason=None if stale is None else stale.reason,
         )
         try:
             task = self.sweep_task(differentiated=differentiated)

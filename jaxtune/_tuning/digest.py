@@ -47,6 +47,7 @@ __all__ = [
     "Part",
     "canonical",
     "check_parts",
+    "code_changed",
     "code_digest",
 ]
 
@@ -495,12 +496,19 @@ class KernelCode:
         return self.value.digest
 
     def changed(self, recorded: str) -> bool:
-        """Whether an entry that recorded ``recorded`` was tuned for other code: both
-        digests known and different (an entry without one is not stale)."""
+        """Whether an entry that recorded ``recorded`` was tuned for other code
+        (:func:`code_changed` against this kernel's digest)."""
         if not recorded or not self._enabled:
-            return False
-        current = self.digest
-        return bool(current) and current != recorded
+            return False  # unknown code: no digest to work out
+        return code_changed(self.digest, recorded)
+
+
+def code_changed(current: str, recorded: str) -> bool:
+    """Whether an entry that recorded the digest ``recorded`` was tuned for other code than
+    the digest ``current``: both known and different (an entry or a kernel without one is
+    of unknown code, never stale for it). The one rule: the lookup asks it through
+    :meth:`KernelCode.changed`, ``jaxtune tune --from-profile`` of a recorded call's digest."""
+    return bool(current and recorded) and current != recorded
 
 
 # -- staleness without importing the kernel ------------------------------------------------

@@ -31,7 +31,7 @@ import jax
 
 from .._core import settings as _settings
 from .._core.errors import warn_once
-from .._core.vocabulary import Entry, Source, StaleReason, config_id
+from .._core.vocabulary import Entry, Source, Stale, StaleReason, config_id
 from .._distributed import agree as _agree
 from .digest import KernelCode
 from .result import active_scopes
@@ -119,10 +119,10 @@ class Fit:
         self.names = frozenset(space[0]) if space else frozenset()
         self.swept = swept
         self.refresh = refresh
-        #: The first stale entry a refreshing lookup passed over, with its reason.
-        self.stale_hit: tuple[Entry, str, str] | None = None
-        #: Why the entry ``usable`` last accepted is stale (empty: it is current).
-        self.last_stale = ""
+        #: The first stale entry a refreshing lookup passed over, with its layer and why.
+        self.stale_hit: tuple[Entry, str, Stale] | None = None
+        #: Why the entry ``usable`` last accepted is stale (``None``: it is current).
+        self.last_stale: Stale | None = None
         #: The layer of the first entry passed over as tuned for other code (empty: none),
         #: so that a miss can say the entry is stale rather than absent.
         self.code_stale = ""
@@ -157,7 +157,7 @@ class Fit:
         """Whether ``entry`` may be used as an exact entry; warns once when its config lies
         outside the space, or (in cached mode) when it was tuned for other code. Its
         staleness is :func:`~.staleness.judge`'s first reason, acted on here."""
-        self.last_stale = ""
+        self.last_stale = None
         if entry is None or entry.kernel_version != self.version:
             return False
         stale = next(
@@ -194,8 +194,8 @@ class Fit:
             self._warn_once(entry, layer, config_id(entry.config), _MSG_OUTSIDE)
             return False
         # A scope's entry is the caller's own choice: never stale for its toolchain or space.
-        why = "" if stale is None or layer == "scope" else stale.text
-        if why:
+        why = None if layer == "scope" else stale
+        if why is not None:
             if self.refresh:  # a sweep replaces it now
                 if self.stale_hit is None:
                     self.stale_hit = (entry, layer, why)
@@ -203,7 +203,7 @@ class Fit:
             settings = _settings.settings()
             # A recording (`jaxtune tune --`, `cache check`) reports stale entries itself.
             if settings.mode == "cached" and not settings.record:
-                self._warn_once(entry, layer, "stale", _MSG_STALE, per_key=False, why=why)
+                self._warn_once(entry, layer, "stale", _MSG_STALE, per_key=False, why=why.text)
         self.last_stale = why
         return True
 

@@ -265,7 +265,7 @@ def note(call: BoundCall, choice: Choice) -> None:
             if seen in _SEEN:
                 return
             _SEEN.add(seen)
-        stale = f", stale: {choice.stale}" if choice.stale else ""
+        stale = "" if choice.stale is None else f", stale: {choice.stale.text}"
         print(
             f"jaxtune: {kernel.kernel_id} {sig.key}: {config_text(choice.config)} "
             f"(from {choice.source}{stale})",

@@ -17,18 +17,18 @@ Nothing here imports JAX: the command line judges entries without it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Container, Hashable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._core import versions as _versions
-from .._core.vocabulary import Config, Entry, RecordedCall, StaleReason
+from .._core.vocabulary import Config, Entry, RecordedCall, Stale, StaleReason
 from .state import TUNING_STATE
 
 __all__ = [
     "Stale",
     "in_space",
     "judge",
+    "means",
     "reason_of",
     "recorded_reason",
     "toolchain",
@@ -38,29 +38,57 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Stale:
-    """One reason an entry is stale, with the words the messages and recordings use
-    (``text``: ``"code changed"``, ``"tuned with another toolchain (jax 0.4.1, now
-    0.4.30)"``, ``"3 new configs in the space since it was tuned"``...)."""
-
-    reason: StaleReason
+class _Words(NamedTuple):
+    #: What a :class:`Stale` of the reason says (empty: made for each entry, by :func:`judge`).
     text: str
+    #: What the reason means for an entry: what the lookup and tune mode do with it.
+    means: str
 
 
-#: The words of the reasons whose text is fixed.
-_TEXTS = {
-    StaleReason.KEYS: "config keys renamed",
-    StaleReason.CODE: "code changed",
-    StaleReason.OUTSIDE: "config outside the space",
-    StaleReason.WRONG_PASS: "timed the forward pass only; the call is differentiated",
+#: Each reason's words: the one table the lookup's warnings, recordings and ``jaxtune
+#: cache`` print.
+_WORDS = {
+    StaleReason.KEYS: _Words(
+        "config keys renamed",
+        "tuned for a space with other config keys, so a lookup ignores it",
+    ),
+    StaleReason.CODE: _Words(
+        "code changed",
+        "tuned for other code of the kernel than the code here, so a lookup passes it over "
+        "(a miss)",
+    ),
+    StaleReason.OUTSIDE: _Words(
+        "config outside the space",
+        "its config is not in the call's space, so a lookup skips it",
+    ),
+    StaleReason.TOOLCHAIN: _Words(
+        "",
+        "tuned with another JAX, jaxlib or libtpu, so a lookup uses it with a warning and "
+        "tune mode re-tunes it",
+    ),
+    StaleReason.NEW_CONFIGS: _Words(
+        "",
+        "its space holds configs its sweep never measured, so a lookup uses it with a "
+        "warning and tune mode re-tunes it",
+    ),
+    StaleReason.WRONG_PASS: _Words(
+        "timed the forward pass only; the call is differentiated",
+        "it timed the forward pass alone, so tune mode tunes a differentiated call again",
+    ),
 }
 _TOOLCHAIN_HEAD = "tuned with another toolchain ("
 _NEW_TAIL = " in the space since it was tuned"
 
 
 def _fixed(reason: StaleReason) -> Stale:
-    return Stale(reason=reason, text=_TEXTS[reason])
+    return Stale(reason=reason, text=_WORDS[reason].text)
+
+
+def means(reason: StaleReason) -> str:
+    """What ``reason`` means for an entry (``jaxtune cache import`` says it of each stale
+    entry it imported): ``"tuned with another JAX, jaxlib or libtpu, so a lookup uses it
+    with a warning and tune mode re-tunes it"``."""
+    return _WORDS[reason].means
 
 
 def judge(
@@ -130,7 +158,7 @@ def wrong_pass(entry_timing: str, timed_now: str) -> Stale | None:
 def recorded_reason(call: RecordedCall) -> StaleReason | None:
     """Why the entry behind a recorded call is stale (``None``: it is not, or there is
     none): the reason the recording keeps, or, in a recording written before it kept one,
-    the reason its words give (:func:`reason_of`)."""
+    the reason its words give (:func:`reason_of`, the only reader of the words)."""
     if call.stale_reason is not None:
         return call.stale_reason
     return reason_of(call.stale)
@@ -138,9 +166,10 @@ def recorded_reason(call: RecordedCall) -> StaleReason | None:
 
 def reason_of(text: str) -> StaleReason | None:
     """The reason a staleness text gives (the words :func:`judge` writes); ``None`` for an
-    empty or unknown text."""
-    for reason, fixed in _TEXTS.items():
-        if text == fixed:
+    empty or unknown text. Only for recordings written before a recorded call kept its
+    reason: everything else carries the :class:`Stale` value itself."""
+    for reason, words in _WORDS.items():
+        if words.text and text == words.text:
             return reason
     if text.startswith(_TOOLCHAIN_HEAD):
         return StaleReason.TOOLCHAIN

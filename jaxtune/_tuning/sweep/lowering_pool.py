@@ -42,7 +42,7 @@ from ..._core import typed
 from ..._core.errors import warn_once
 from ..._core.vocabulary import Config, config_id
 from ..._isolation.calling import function_ref
-from ..._isolation.context import snapshot
+from ..._isolation.context import JaxState, snapshot
 from ..._isolation.devices import usable_cores
 from ..._isolation.environ import python_path
 from ..._isolation.frames import FunctionRef
@@ -77,7 +77,7 @@ class LoweringJob:
     #: The call's encoded arguments, arrays as shapes (:func:`~jaxtune._isolation.wire.encode_value`).
     args: Any
     kwargs: Any
-    jax_state: dict[str, Any]
+    jax_state: JaxState
     #: How many value sets the sweep times as one (its programs' arguments).
     sets: int
     #: The task's store of kept programs (:mod:`.kept_programs`).
@@ -267,12 +267,12 @@ def _count(configs: int, first_s: float) -> int:
 _OWN_OPTIONS = frozenset({"jax_platforms", "jax_platform_name", "jax_default_device"})
 
 
-def _jax_state() -> dict[str, Any]:
+def _jax_state() -> JaxState:
     """The caller's JAX state (:func:`~jaxtune._isolation.context.snapshot`), less the
     options a lowering process sets for itself."""
     state = snapshot()
-    values = {k: v for k, v in state.get("values", {}).items() if k not in _OWN_OPTIONS}
-    return dict(state, values=values)
+    values = {k: v for k, v in state.values.items() if k not in _OWN_OPTIONS}
+    return dataclasses.replace(state, values=values)
 
 
 def _request(

@@ -238,12 +238,12 @@ def ask(
     )
     if isinstance(answer, Crash):
         return _blame(plan, answer, flight, progress)
-    _context.warn_notes(answer)
+    _context.warn_notes(answer.notes)
     if isinstance(answer, ErrorReply):
         raise_child_error(answer, SweepError)
     if runner.breakdown is not None:
         runner.breakdown.merge(account_of(answer))
-    _context.warn_unapplied(plan.kernel, answer)
+    _context.warn_unapplied(plan.kernel, answer.unapplied)
     flight.got.update(results_of(answer))
     return None, flight.got
 
