@@ -124,6 +124,35 @@ def test_operations_carry_their_fields_and_a_lean_request_drops_the_call():
     assert _requests.read_request(lean.to_wire()).fields.task_id == request.fields.task_id
 
 
+def test_the_value_sets_of_a_mix_travel_as_records_with_the_plan_only():
+    """Further value sets of a call (recorded steps under ``jaxtune tune --``) travel as
+    :class:`MixedSet` records beside the plan, and a lean request leaves both out."""
+    from jaxtune._isolation.wire import encode_value
+    from jaxtune._tuning.recorded import ValueSet
+
+    request = sweep_request()
+    sets = [
+        ValueSet(kernel="tests.faulty", key="k", args=encode_value((jnp.full(8, v),)), kwargs={})
+        for v in (1.0, 2.0, 3.0)
+    ]
+    mixed = _requests.with_recorded_values(request, sets)
+    assert mixed.args == sets[0].args
+    assert mixed.fields.mix == tuple(_requests.MixedSet(args=s.args, kwargs={}) for s in sets[1:])
+    wire = mixed.to_wire()
+    assert [set(m) for m in wire["fields"]["mix"]] == [{"args", "kwargs"}] * 2
+    out, into = os.pipe()
+    try:
+        write_frame(into, wire)  # as the child receives it
+        received = FrameReader(out).read()
+    finally:
+        os.close(out)
+        os.close(into)
+    read = _requests.read_request(received)
+    assert isinstance(read.fields.mix[0], _requests.MixedSet)
+    assert [float(decode_value(m.args)[0][0]) for m in read.fields.mix] == [2.0, 3.0]
+    assert "mix" not in mixed.lean(mixed.fields.lean()).to_wire()["fields"]
+
+
 def _with_fields(wire: dict, **change) -> dict:
     return {**wire, "fields": {**wire["fields"], **change}}
 
@@ -149,10 +178,19 @@ def test_a_sweep_request_with_bad_configs_is_refused(todo):
         ({"plan": [1]}, "request.fields.plan: expected a SweepPlan"),
         ({"plan": {"kernel": "k"}}, r"request.fields.plan.key: missing"),
         ({"mix": 5}, "request.fields.mix: expected a list"),
+        ({"mix": [{"args": []}]}, r"request.fields.mix\[0\].kwargs: missing"),
         ({"work": {"op": "compile", "todo": []}}, r"request.fields.work.op: expected one of"),
         ({"work": {"todo": []}}, r"request.fields.work.op: missing"),
     ],
-    ids=["task id", "plan not a map", "plan without its fields", "mix not a list", "op", "no op"],
+    ids=[
+        "task id",
+        "plan not a map",
+        "plan without its fields",
+        "mix not a list",
+        "a value set without kwargs",
+        "op",
+        "no op",
+    ],
 )
 def test_a_damaged_sweep_request_is_refused_by_field(change, where):
     with pytest.raises(FrameError, match=where):

@@ -24,6 +24,7 @@ from .work import Rounds, SweepPlan, SweepTask
 __all__ = [
     "HANDLER",
     "Measure",
+    "MixedSet",
     "Retime",
     "SweepFields",
     "SweepRequest",
@@ -79,16 +80,25 @@ class Retime:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class MixedSet:
+    """One further value set of a call, timed with the request's own arguments as a mix
+    (recorded steps of one call under ``jaxtune tune --``): its arguments as
+    :mod:`jaxtune._isolation.wire` encodes them."""
+
+    args: Any
+    kwargs: Any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class SweepFields:
     """A sweep request's own fields: its task's id, the task's plan and further value sets
     (``mix``; both left out of a lean request: the child that holds the task has them) and
     the operation (``work``; ``None`` in the request a recording keeps, which each operation
-    fills in). Each value set of the mix is ``{"args": ..., "kwargs": ...}`` as
-    :mod:`jaxtune._isolation.wire` encodes them."""
+    fills in)."""
 
     task_id: str
     plan: SweepPlan | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
-    mix: tuple[Mapping[str, Any], ...] = dataclasses.field(default=(), metadata=typed.OMIT_DEFAULT)
+    mix: tuple[MixedSet, ...] = dataclasses.field(default=(), metadata=typed.OMIT_DEFAULT)
     work: Measure | Retime | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
 
     def lean(self) -> SweepFields:
@@ -141,7 +151,7 @@ def with_recorded_values(request: SweepRequest, sets: Sequence[ValueSet]) -> Swe
     if not sets or plan is None:
         return request
     plan = dataclasses.replace(plan, values=recorded_values(plan.values, sets))
-    mix = tuple({"args": s.args, "kwargs": s.kwargs} for s in sets[1:])
+    mix = tuple(MixedSet(args=s.args, kwargs=s.kwargs) for s in sets[1:])
     fields = dataclasses.replace(request.fields, plan=plan, mix=mix)
     return dataclasses.replace(request, args=sets[0].args, kwargs=sets[0].kwargs, fields=fields)
 

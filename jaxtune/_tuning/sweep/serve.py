@@ -72,7 +72,7 @@ def _build_task(
     sig = _bound(kernel, plan.kernel, plan.key, request.args, request.kwargs, abstract)
     value_sets = []
     for values in request.fields.mix:
-        other = _bound(kernel, plan.kernel, plan.key, values["args"], values["kwargs"], abstract)
+        other = _bound(kernel, plan.kernel, plan.key, values.args, values.kwargs, abstract)
         value_sets.append({name: other.value(name) for name in other.dynamic})
     return SweepTask(
         plan=plan,
