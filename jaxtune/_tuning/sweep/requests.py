@@ -3,7 +3,7 @@
 (:class:`SweepFields`, under the request's ``fields``) are the task (its id, its plan and the
 further value sets timed as a mix; the request also carries the kernel's reference and its
 encoded arguments) and the operation (``work``), :class:`Measure` or :class:`Retime`, each
-under its tag ``op``."""
+under its tag ``op``; and the answer's body, :class:`Answered`."""
 
 from __future__ import annotations
 
@@ -18,21 +18,22 @@ from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.calling import call_request, replayed
 from ..._isolation.frames import Done, FrameError, Request
 from ..recorded import ValueSet
+from .breakdown import Account
 from .inputs import recorded_values
 from .work import Rounds, SweepPlan, SweepTask
 
 __all__ = [
     "HANDLER",
+    "Answered",
     "Measure",
     "MixedSet",
     "Retime",
     "SweepFields",
     "SweepRequest",
-    "account_of",
+    "read_answer",
     "read_request",
     "reference_config",
     "results_answer",
-    "results_of",
     "sweep_fields",
     "sweep_request",
     "with_recorded_values",
@@ -183,39 +184,35 @@ def reference_config(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Answered:
+class Answered:
     """The body of the answer to a sweep operation: each config's result by id, and where
-    the operation's time went (:meth:`~.breakdown.Breakdown.take`; left out when not said,
-    and read as it comes: a report, never a reason to fail a sweep)."""
+    the operation's time went (:meth:`~.breakdown.Breakdown.take`; left out when not said)."""
 
     results: dict[str, Measurement | Failure]
-    breakdown: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    breakdown: Account | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
 
 
 def results_answer(
-    results: Mapping[str, Measurement | Failure], account: Mapping[str, Any] | None = None
+    results: Mapping[str, Measurement | Failure], account: Account | None = None
 ) -> Done:
     """The answer that carries an operation's results (by config id) to the parent, and
     where its time went (``account``: :meth:`~.breakdown.Breakdown.take`)."""
-    breakdown = None if account is None else dict(account)
-    return Done(body=typed.encode(_Answered(results=dict(results), breakdown=breakdown)))
+    return Done(body=typed.encode(Answered(results=dict(results), breakdown=account)))
 
 
-def account_of(answer: Done) -> Any:
-    """Where an operation's time went, as its answer says (``None``: not said)."""
-    return answer.body.get("breakdown")
-
-
-def results_of(answer: Done) -> dict[str, Measurement | Failure]:
-    """The results an answer carries (see :func:`results_answer`).
+def read_answer(answer: Done) -> Answered:
+    """What the answer to a sweep operation carries (see :func:`results_answer`).
 
     Raises:
-        SweepError: the answer carries none, or a damaged one (the message names it).
+        SweepError: the answer carries no results, or a damaged field (the message names
+            it).
     """
     if "results" not in answer.body:
         raise SweepError("the jaxtune child answered a sweep request without its results")
     try:
-        read = typed.decode(_Answered, answer.body, within="the jaxtune child's sweep answer")
+        read: Answered = typed.decode(
+            Answered, answer.body, within="the jaxtune child's sweep answer"
+        )
     except typed.MismatchError as e:
         raise SweepError(str(e)) from None
-    return dict(read.results)
+    return read
