@@ -9,10 +9,14 @@ import pytest
 from faulty_kernels import faulty, identity
 from test_sweep import bind, task_of
 
+from jaxtune._core.codec import packb, unpackb
+from jaxtune._core.errors import SweepError
 from jaxtune._core.vocabulary import Entry, Measurement
+from jaxtune._isolation.frames import Done, reply
 from jaxtune._tuning.sweep import breakdown as _breakdown
 from jaxtune._tuning.sweep import drive as _sweep
 from jaxtune._tuning.sweep import progress as _progress
+from jaxtune._tuning.sweep import requests as _requests
 from jaxtune._tuning.sweep import runner as _runner
 from jaxtune._tuning.sweep.stats import SweepOutcome
 
@@ -109,11 +113,33 @@ def test_verbose_2_prints_the_breakdown_and_each_configs_calls():
     assert "c=1: 7 calls, compile 0.25 s" in text
 
 
-def test_a_malformed_share_is_ignored_and_shares_add_up():
+def test_accounts_add_up_and_travel_as_records():
     b = _breakdown.Breakdown()
-    b.merge({"phases": {"rounds": 1.5, "bad": "x", "flag": True}, "calls": {"c=1": 3, "c=2": 2.5}})
-    b.merge({"phases": {"rounds": 0.5}, "calls": {"c=1": 1}})
-    b.merge(["not", "a", "share"])
-    share = b.take()
-    assert share == {"phases": {"rounds": 2.0}, "calls": {"c=1": 4}}
-    assert b.take() == {"phases": {}, "calls": {}}
+    b.merge(_breakdown.Account(phases={"rounds": 1.5}, calls={"c=1": 3, "c=2": 2}))
+    b.merge(_breakdown.Account(phases={"rounds": 0.5}, calls={"c=1": 1}))
+    account = b.take()
+    assert account == _breakdown.Account(phases={"rounds": 2.0}, calls={"c=1": 4, "c=2": 2})
+    assert b.take() == _breakdown.Account()
+    m = Measurement(
+        config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
+    )
+    answer = unpackb(packb(_requests.results_answer({"c=1": m}, account).to_wire()))
+    assert answer["body"]["breakdown"] == {"phases": {"rounds": 2.0}, "calls": {"c=1": 4, "c=2": 2}}
+    read = _requests.read_answer(reply(answer))
+    assert read.breakdown == account and read.results == {"c=1": m}
+    assert _requests.read_answer(_requests.results_answer({})).breakdown is None
+
+
+@pytest.mark.parametrize(
+    "breakdown, where",
+    [
+        ({"phases": {"rounds": "slow"}}, r"breakdown.phases\['rounds'\]: expected float"),
+        ({"calls": {"c=1": 2.5}}, r"breakdown.calls\['c=1'\]: expected int"),
+        ({"calls": {"c=1": True}}, r"breakdown.calls\['c=1'\]: expected int"),
+        (["not", "an", "account"], r"breakdown: expected a Account"),
+    ],
+)
+def test_a_damaged_account_in_an_answer_is_refused_by_field(breakdown, where):
+    body = {**_requests.results_answer({}).body, "breakdown": breakdown}
+    with pytest.raises(SweepError, match="the jaxtune child's sweep answer: Answered." + where):
+        _requests.read_answer(Done(body=body))

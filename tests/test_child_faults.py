@@ -12,13 +12,11 @@ import os
 import pytest
 
 from jaxtune._isolation import child as _child
-from jaxtune._isolation.frames import ErrorKind, Request, WireFields
+from jaxtune._isolation.frames import ErrorKind, Request
 from jaxtune._isolation.resolve import Unresolved
 from jaxtune._tuning.sweep import serve as _serve
 
-REQUEST = Request(
-    handler="jaxtune._tuning.sweep.serve", op="measure", ref=None, fields=WireFields()
-)
+REQUEST = Request(handler="jaxtune._tuning.sweep.serve", op="measure", ref=None, fields={})
 
 
 @pytest.fixture

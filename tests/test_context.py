@@ -30,13 +30,8 @@ PROMOTION = jax_config.NumpyDtypePromotion.STRICT
 
 def _through_a_request(state: JaxState) -> JaxState:
     """``state`` as a child reads it: in a request's map, through msgpack."""
-    wire = Request(handler="jaxtune.x", op="x", ref=None, fields=_NoFields(), jax_state=state)
+    wire = Request(handler="jaxtune.x", op="x", ref=None, fields={}, jax_state=state)
     return Request.from_wire(unpackb(packb(wire.to_wire()))).jax_state
-
-
-class _NoFields:
-    def to_wire(self) -> dict:
-        return {}
 
 
 @pytest.mark.parametrize(

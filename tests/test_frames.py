@@ -1,6 +1,7 @@
-"""The frames parent and child exchange: typed at both ends, the request's wire layout kept
-(recorded requests in profile sidecars must read back), anything else refused; and the
-capture info a profile's child sends back and its sidecar keeps."""
+"""The frames parent and child exchange: typed at both ends, a request one record (its flow's
+fields a record under ``fields``; one kept by an older jaxtune, its fields at the top level,
+still reads), anything else refused by field; and the capture info a profile's child sends
+back and its sidecar keeps."""
 
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ from jaxtune._isolation.frames import (
     RoundStarted,
     RunFinished,
     RunStarted,
-    WireFields,
 )
 from jaxtune._isolation.wire import FrameReader, decode_value, write_frame
 from jaxtune._profiling.capture import capture_options
@@ -53,12 +53,14 @@ def sweep_request() -> Request[_requests.SweepFields]:
     return _requests.sweep_request(task)
 
 
-def test_a_sweep_request_keeps_its_wire_layout_and_reads_back():
+def test_a_sweep_request_is_one_record_and_reads_back():
     request = sweep_request()
     wire = request.to_wire()
-    # The layout recorded requests have in profile sidecars: the fields at the top level.
-    assert {"handler", "op", "ref", "args", "kwargs", "jax_state", "environ"} <= set(wire)
-    assert {"task_id", "plan"} <= set(wire)
+    # The call's fields, the version, and the flow's own record under `fields`.
+    assert set(wire) == {"v", "handler", "op", "ref", "fields", "args", "kwargs", "jax_state"} | {
+        "environ"
+    }
+    assert wire["v"] == 2 and set(wire["fields"]) == {"task_id", "plan"}
     assert wire["handler"] == _requests.HANDLER
     assert wire["ref"]["kernel"] == "tests.faulty"
     read, write = os.pipe()
@@ -74,9 +76,31 @@ def test_a_sweep_request_keeps_its_wire_layout_and_reads_back():
     assert again.fields.work is None  # a recorded request: each operation fills it in
     assert decode_value(again.args)[0].shape == (8,)
     # As it arrives, before the sweep reads it: the fields as they travelled.
-    assert Request.from_wire(received).fields == WireFields(
-        {"task_id": wire["task_id"], "plan": wire["plan"]}
-    )
+    arrived = Request.from_wire(received)
+    assert arrived.fields == wire["fields"] and arrived.ref == request.ref
+    # Read as a sweep request in one go, as the child reads it in two.
+    assert Request.from_wire(received, _requests.SweepFields).fields == again.fields
+
+
+def test_a_request_kept_before_its_fields_had_their_own_field_reads_as_it_did():
+    """Version 1 (no ``v``), as recordings and sidecars kept it: the flow's fields beside
+    the call's at the top level."""
+    wire = sweep_request().recorded().to_wire()
+    old = {k: v for k, v in wire.items() if k not in ("v", "fields")} | wire["fields"]
+    assert "v" not in old and old["task_id"] == wire["fields"]["task_id"]
+    read = _requests.read_request(old)
+    assert read.fields == _requests.read_request(wire).fields
+    assert read.fields.plan is not None and read.fields.plan.kernel == "tests.faulty"
+    assert (read.handler, read.op, read.ref) == (wire["handler"], "measure", sweep_request().ref)
+    assert read.recorded().to_wire() == wire  # written again in this version's form
+    with pytest.raises(FrameError, match=r"request.fields.plan.timeout_s: expected float"):
+        _requests.read_request({**old, "plan": {**old["plan"], "timeout_s": "slow"}})
+
+
+def test_a_request_of_a_newer_version_is_refused_as_such():
+    wire = {**sweep_request().to_wire(), "v": 3}
+    with pytest.raises(FrameError, match="version 3, written by a newer jaxtune"):
+        _requests.read_request(wire)
 
 
 def test_operations_carry_their_fields_and_a_lean_request_drops_the_call():
@@ -85,69 +109,125 @@ def test_operations_carry_their_fields_and_a_lean_request_drops_the_call():
         request
     )
     assert measure.op == "measure"
+    assert measure.to_wire()["fields"]["work"]["op"] == "measure"  # its tag
     assert _requests.read_request(measure.to_wire()).fields.work == _requests.Measure(
         todo=[{"mode": "ok"}], best_us=3.0, rounds=Rounds.AT_ONCE
     )
     retime = _requests.Retime(todo=[{"mode": "ok"}], serial=True).of(request)
-    assert (retime.op, retime.to_wire()["serial"]) == ("retime", True)
+    work = retime.to_wire()["fields"]["work"]
+    assert (retime.op, work["op"], work["serial"]) == ("retime", "retime", True)
     assert _requests.read_request(retime.to_wire()).fields == retime.fields
     lean = measure.lean(measure.fields.lean())
     assert not lean.has_call and measure.has_call
-    assert {"args", "kwargs", "ref", "plan"}.isdisjoint(lean.to_wire())
+    assert {"args", "kwargs", "ref"}.isdisjoint(lean.to_wire())
+    assert "plan" not in lean.to_wire()["fields"]
     assert _requests.read_request(lean.to_wire()).fields.task_id == request.fields.task_id
+
+
+def test_the_value_sets_of_a_mix_travel_as_records_with_the_plan_only():
+    """Further value sets of a call (recorded steps under ``jaxtune tune --``) travel as
+    :class:`MixedSet` records beside the plan, and a lean request leaves both out."""
+    from jaxtune._isolation.wire import encode_value
+    from jaxtune._tuning.recorded import ValueSet
+
+    request = sweep_request()
+    sets = [
+        ValueSet(kernel="tests.faulty", key="k", args=encode_value((jnp.full(8, v),)), kwargs={})
+        for v in (1.0, 2.0, 3.0)
+    ]
+    mixed = _requests.with_recorded_values(request, sets)
+    assert mixed.args == sets[0].args
+    assert mixed.fields.mix == tuple(_requests.MixedSet(args=s.args, kwargs={}) for s in sets[1:])
+    wire = mixed.to_wire()
+    assert [set(m) for m in wire["fields"]["mix"]] == [{"args", "kwargs"}] * 2
+    out, into = os.pipe()
+    try:
+        write_frame(into, wire)  # as the child receives it
+        received = FrameReader(out).read()
+    finally:
+        os.close(out)
+        os.close(into)
+    read = _requests.read_request(received)
+    assert isinstance(read.fields.mix[0], _requests.MixedSet)
+    assert [float(decode_value(m.args)[0][0]) for m in read.fields.mix] == [2.0, 3.0]
+    assert "mix" not in mixed.lean(mixed.fields.lean()).to_wire()["fields"]
+
+
+def _with_fields(wire: dict, **change) -> dict:
+    return {**wire, "fields": {**wire["fields"], **change}}
+
+
+def _measuring() -> dict:
+    return _requests.Measure(todo=[{"mode": "ok"}]).of(sweep_request()).to_wire()
 
 
 @pytest.mark.parametrize(
     "todo", [None, 5, [1, 2], "mode=ok"], ids=["missing", "int", "not maps", "str"]
 )
 def test_a_sweep_request_with_bad_configs_is_refused(todo):
-    wire = {**sweep_request().to_wire(), "todo": todo}
-    with pytest.raises(FrameError, match="configs to do"):
+    wire = _measuring()
+    wire = _with_fields(wire, work={**wire["fields"]["work"], "todo": todo})
+    with pytest.raises(FrameError, match=r"request.fields.work.todo"):
         _requests.read_request(wire)
 
 
 @pytest.mark.parametrize(
-    "change",
+    "change, where",
     [
-        {"task_id": 3},
-        {"op": "compile"},
-        {"plan": [1]},
-        {"plan": {"kernel": "k"}},
-        {"mix": 5},
-        {"mix": [{"args": []}]},
+        ({"task_id": 3}, "request.fields.task_id: expected str"),
+        ({"plan": [1]}, "request.fields.plan: expected a SweepPlan"),
+        ({"plan": {"kernel": "k"}}, r"request.fields.plan.key: missing"),
+        ({"mix": 5}, "request.fields.mix: expected a list"),
+        ({"mix": [{"args": []}]}, r"request.fields.mix\[0\].kwargs: missing"),
+        ({"work": {"op": "compile", "todo": []}}, r"request.fields.work.op: expected one of"),
+        ({"work": {"todo": []}}, r"request.fields.work.op: missing"),
     ],
     ids=[
         "task id",
-        "op",
         "plan not a map",
         "plan without its fields",
-        "value sets not a list",
+        "mix not a list",
         "a value set without kwargs",
+        "op",
+        "no op",
     ],
 )
-def test_a_damaged_sweep_request_is_refused(change):
-    with pytest.raises(FrameError, match="sweep request") as raised:
-        _requests.read_request({**sweep_request().to_wire(), **change})
-    field = next(iter(change))
-    assert field in str(raised.value) or field == "op", raised.value  # the field is named
+def test_a_damaged_sweep_request_is_refused_by_field(change, where):
+    with pytest.raises(FrameError, match=where):
+        _requests.read_request(_with_fields(_measuring(), **change))
 
 
-@pytest.mark.parametrize("name", ["args", "t"])
-def test_a_flows_field_named_like_a_calls_or_a_tag_is_refused(name):
-    request = sweep_request().with_fields("measure", WireFields({name: [1]}))
-    with pytest.raises(FrameError, match="named like a call"):
-        request.to_wire()
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"op": "compile"}, "asks to measure or retime, not 'compile'"),
+        ({"fields": 5}, "request.fields: expected a SweepFields"),
+        ({"jax_state": [1]}, "request.jax_state: expected a JaxState"),
+        ({"ref": {"qualname": "f"}}, "request.ref.module: missing"),
+    ],
+    ids=["op", "fields not a map", "jax state", "ref"],
+)
+def test_a_damaged_request_envelope_is_refused_by_field(change, why):
+    with pytest.raises(FrameError, match=why):
+        _requests.read_request({**_measuring(), **change})
 
 
-def test_a_capture_request_keeps_its_fields_at_the_top_level_and_reads_back():
+def test_a_capture_request_carries_its_options_as_its_fields_and_reads_back():
     ref = FunctionRef(module="m", qualname="f")
     fields = ProfileOptions(iters=3, warmup=1, llo=False, logdir="/tmp/x")
     request = Request(handler="jaxtune._profiling.serve", op="profile", ref=ref, fields=fields)
     wire = request.to_wire()
-    assert (wire["iters"], wire["warmup"], wire["logdir"], wire["llo"]) == (3, 1, "/tmp/x", False)
-    assert Request.from_wire(wire).read(capture_options) == request
-    with pytest.raises(FrameError, match="iters, warmup and logdir"):
-        Request.from_wire({**wire, "iters": "3"}).read(capture_options)
+    assert wire["fields"] == {
+        "iters": 3,
+        "warmup": 1,
+        "llo": False,
+        "custom_call_tracing": False,
+        "logdir": "/tmp/x",
+    }
+    received = Request.from_wire(wire)
+    assert received.with_fields("profile", capture_options(received)) == request
+    with pytest.raises(FrameError, match=r"iters, warmup and logdir \(fields.iters: expected"):
+        capture_options(Request.from_wire({**wire, "fields": {**wire["fields"], "iters": "3"}}))
 
 
 @pytest.mark.parametrize(

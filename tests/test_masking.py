@@ -132,7 +132,7 @@ def _request(monkeypatch) -> Request[_requests.SweepFields]:
 def test_a_request_keeps_the_variables_on_the_wire_and_never_in_a_record(monkeypatch):
     request = _request(monkeypatch)
     assert request.to_wire()["environ"]["PLAIN_CANARY_VAR"] == "recorded-here"
-    record = request.to_record()
+    record = request.recorded().to_wire()
     assert "environ" not in record
     assert {k: v for k, v in request.to_wire().items() if k != "environ"} == record
 
@@ -160,7 +160,7 @@ def test_a_recorded_call_holds_no_variable(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("old", [False, True], ids=["new", "written-before"])
 def test_a_replay_sends_this_process_variables(monkeypatch, tmp_path, old):
-    raw = _request(monkeypatch).to_record()
+    raw = _request(monkeypatch).recorded().to_wire()
     if old:  # as jaxtune wrote recordings before it kept the variables out
         raw = {**raw, "environ": {"PLAIN_CANARY_VAR": "recorded-here", "GONE": "1"}}
     monkeypatch.setenv("PLAIN_CANARY_VAR", "replayed-here")

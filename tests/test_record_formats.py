@@ -152,9 +152,42 @@ def test_a_recording_of_that_format_reads_as_it_did():
     assert stopped is not None and stopped.compiles == 1 and stopped.settle_s == 0.5
     (values,) = recording.values_of(record)
     assert values.summary == {"x": ""} and values.dropped == ()
-    request = with_recorded_values(read_request(record.request), [values])
+    kept = record.request  # carried as it was kept: a request of version 1, its fields on top
+    assert "v" not in kept and {"task_id", "plan"} <= set(kept)
+    request = with_recorded_values(read_request(kept), [values])
+    assert (request.handler, request.op) == ("jaxtune._tuning.sweep.serve", "measure")
+    assert request.ref is not None and request.ref.kernel == "tests.records"
+    assert request.fields.task_id == kept["task_id"] and request.fields.work is None
+    assert request.fields.plan is not None and request.fields.plan.kernel == "tests.records"
     assert request.fields.plan.values["arguments"]["x"]["source"] == "recorded"
     assert request.args == values.args
+    # Written again, it is a request of this version: its fields a record of their own.
+    written = request.recorded().to_wire()
+    assert written["v"] == 2 and written["fields"]["task_id"] == kept["task_id"]
+    assert read_request(written) == request
+
+
+def test_the_request_a_sidecar_of_that_format_kept_reads_as_a_sweep_request():
+    """A profile's sidecar carries its calls' requests as they were kept (the report never
+    reads them); ``jaxtune tune --from-profile`` reads each as a sweep request, and a damaged
+    one is refused with its field named."""
+    from jaxtune._isolation.context import JaxState
+    from jaxtune._isolation.frames import FrameError
+    from jaxtune._tuning.sweep.requests import read_request
+
+    raw = unpackb((DATA / "jaxtune-info.msgpack").read_bytes())
+    info, _ = read_sidecar(raw)
+    (call,) = info.calls
+    kept = raw["calls"][0]["request"]
+    assert call.request == kept
+    request = read_request(call.request)
+    assert request.fields.plan == typed.decode(SweepPlan, kept["plan"])
+    assert request.ref is not None and request.ref.qualname == "scaled"
+    assert request.jax_state == typed.decode(JaxState, kept["jax_state"])
+    assert request.args == kept["args"]
+    damaged = {**kept, "plan": {**kept["plan"], "configs": 5}}
+    with pytest.raises(FrameError, match=r"request.fields.plan.configs: expected a list"):
+        read_request(damaged)
 
 
 def test_a_recorded_call_and_a_sidecar_of_another_shape_are_refused_by_field():

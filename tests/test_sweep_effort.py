@@ -49,7 +49,7 @@ def test_the_slow_rounds_request_travels():
     request = _requests.Measure(todo=[{"n": 1}], rounds=Rounds.IF_SLOW)
     wire = request.of(_fake_request()).to_wire()
     assert _requests.read_request(wire).fields.work == request
-    assert wire["rounds"] == "if slow"
+    assert wire["fields"]["work"]["rounds"] == "if slow"
 
 
 def _fake_request():

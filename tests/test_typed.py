@@ -1,14 +1,15 @@
 """The annotation-driven codec every record is written with (frames, entries, plans,
 digests, recordings, sidecars): every annotation it reads round-trips through msgpack, what
-a class says of itself (checks, tags, versions, defaults left out, a list form) holds, and a
-value of the wrong shape is refused with its path."""
+a class says of itself (checks, tags, versions and the reading of earlier ones, defaults left
+out, a list form) holds, a generic record reads its parameter as asked, and a value of the
+wrong shape is refused with its path."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Literal, Required, TypedDict
+from typing import Annotated, Any, ClassVar, Generic, Literal, Required, TypedDict, TypeVar
 
 import pytest
 
@@ -235,3 +236,54 @@ def test_a_record_may_hold_records_of_its_own_kind():
         typed.MismatchError, match=r"^Tree\.first\.first\.label: expected str, got int 3"
     ):
         typed.decode(Tree, bad)
+
+
+T = TypeVar("T")
+
+
+def _flat(raw: Mapping[str, Any], version: int) -> dict[str, Any]:
+    """Version 1 of :class:`Envelope` kept its body's fields beside its own."""
+    return {"head": raw.get("head"), "body": {k: v for k, v in raw.items() if k != "head"}}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Envelope(Generic[T]):
+    WIRE_VERSION: ClassVar = 2
+    WIRE_UPGRADE: ClassVar = staticmethod(_flat)
+
+    head: str
+    body: T
+    extra: tuple[T, ...] = ()
+
+
+def test_a_generic_record_reads_its_parameter_as_asked_and_as_it_came_when_not():
+    sent = Envelope(head="h", body=Inner(name="a", size=2), extra=(Inner(name="b"),))
+    raw = unpackb(packb(typed.encode(sent)))
+    assert raw == {
+        "v": 2,
+        "head": "h",
+        "body": {"name": "a", "size": 2},
+        "extra": [{"name": "b", "size": 0}],
+    }
+    assert typed.decode(Envelope[Inner], raw) == sent
+    carried = typed.decode(Envelope, raw)  # the parameter not given: as it came
+    assert carried.body == {"name": "a", "size": 2} and carried.extra == (raw["extra"][0],)
+    assert typed.encode(carried) == raw  # and written back as it came
+    assert typed.decode(tuple[Envelope[Inner], ...], [raw]) == (sent,)
+    with pytest.raises(typed.MismatchError, match=r"Envelope.body.size: expected int"):
+        typed.decode(Envelope[Inner], {**raw, "body": {"name": "a", "size": "2"}})
+    with pytest.raises(typed.MismatchError, match=r"Envelope.extra\[0\].name: missing"):
+        typed.decode(Envelope[Inner], {**raw, "extra": [{}]})
+
+
+def test_a_map_of_an_earlier_version_is_read_as_its_class_upgrades_it():
+    assert typed.decode(Envelope[Inner], {"head": "h", "name": "a"}) == Envelope(
+        head="h", body=Inner(name="a")
+    )
+    with pytest.raises(typed.MismatchError, match=r"Envelope.body.size: expected int"):
+        typed.decode(Envelope[Inner], {"head": "h", "name": "a", "size": "big"})
+    # A map of this version is read as it is (a body field named like the head's stays put).
+    raw = {"v": 2, "head": "h", "body": {"name": "a"}, "name": "ignored"}
+    assert typed.decode(Envelope[Inner], raw).body == Inner(name="a")
+    with pytest.raises(typed.MismatchError, match="version 3, written by a newer jaxtune"):
+        typed.decode(Envelope[Inner], {**raw, "v": 3})

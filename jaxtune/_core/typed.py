@@ -29,8 +29,16 @@ its annotations, never from code written per class:
   failure; ``t: "call"`` a recorded call).
 - ``WIRE_VERSION: ClassVar[int]``: the map carries ``v``; a map of a later version is refused
   as written by a newer jaxtune, one without ``v`` reads as version 1.
+- ``WIRE_UPGRADE: ClassVar = staticmethod(fn)``: a map of an earlier version is read as
+  ``fn(map, version)``, the map this version writes for it (a request's flow fields, kept
+  beside the call's before they had a field of their own).
 - ``WIRE_AS_LIST: ClassVar = True``: the record is written as the list of its fields, in order
   (a code digest's ``[digest, parts]``).
+
+A record may be generic (``class Request(Generic[F])``): read as ``Request[X]``, each field
+annotated with ``F`` is read as ``X``; read as ``Request``, such a field is taken as it comes
+(a flow that carries it without reading it). A field of a type parameter is written as its
+value's own record (a dataclass, by its class), or as it is.
 
 Each class's reader and writer are built once, from its annotations, and cached; a record's
 fields' are built on its first use, so that a record may hold records of its own kind
@@ -169,7 +177,7 @@ def decode(kind: Any, raw: Any, where: str | None = None, *, within: str = "") -
     try:
         return _reader(kind)(raw)
     except MismatchError as e:
-        e.at(str(getattr(kind, "__name__", kind)) if where is None else where)
+        e.at(_name(kind) if where is None else where)
         if within:
             raise MismatchError(f"{within}: {e}", expected=e.expected, got=e.got) from None
         raise e from None
@@ -200,11 +208,35 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return _NO_DEFAULT
 
 
-def _fields(cls: type) -> list[tuple[str, Any, bool]]:
+def _fields(cls: type, given: tuple[Any, ...] = ()) -> list[tuple[str, Any, bool]]:
     """(name, annotation, has a default) of each of the dataclass's init fields that is
-    written (not :data:`LOCAL`)."""
+    written (not :data:`LOCAL`), its type parameters replaced by those ``given``."""
     hints = _hints(cls)
-    return [(f.name, hints[f.name], _default(f) is not _NO_DEFAULT) for f in _written(cls)]
+    params = dict(zip(getattr(cls, "__parameters__", ()), given, strict=False))
+    return [
+        (f.name, _given(hints[f.name], params), _default(f) is not _NO_DEFAULT)
+        for f in _written(cls)
+    ]
+
+
+def _given(tp: Any, params: Mapping[Any, Any]) -> Any:
+    """Annotation ``tp`` with the type parameters ``params`` names replaced."""
+    if not params:
+        return tp
+    if isinstance(tp, typing.TypeVar):
+        return params.get(tp, tp)
+    inner = getattr(tp, "__parameters__", ())
+    return tp[tuple(params.get(p, p) for p in inner)] if inner else tp
+
+
+def _record(tp: Any) -> tuple[type | None, tuple[Any, ...]]:
+    """The dataclass ``tp`` is (``Request[X]``: ``Request`` and ``(X,)``), or ``None``."""
+    if isinstance(tp, type):
+        return (tp, ()) if dataclasses.is_dataclass(tp) else (None, ())
+    origin = typing.get_origin(tp)
+    if isinstance(origin, type) and dataclasses.is_dataclass(origin):
+        return origin, typing.get_args(tp)
+    return None, ()
 
 
 def _written(cls: type) -> list[dataclasses.Field[Any]]:
@@ -228,7 +260,8 @@ def _annotated(tp: Any) -> tuple[Any, tuple[Any, ...]]:
 
 def _tag(cls: Any) -> tuple[str, Any] | None:
     """The ``(key, value)`` a record class's maps carry (its ``WIRE_TAG``), if it has one."""
-    tag = getattr(cls, "WIRE_TAG", None) if isinstance(cls, type) else None
+    record = _record(cls)[0]
+    tag = getattr(record, "WIRE_TAG", None) if record is not None else None
     return tag if isinstance(tag, tuple) and len(tag) == 2 else None
 
 
@@ -242,12 +275,15 @@ def _same(value: Any) -> Any:
 @functools.cache
 def _writer(tp: Any) -> _Write:
     """How a value of annotation ``tp`` is written (built once per annotation)."""
+    if isinstance(tp, typing.TypeVar):
+        return _by_value
     inner, meta = _annotated(tp)
     if meta:
         written = [m for m in meta if isinstance(m, Written)]
         return written[-1].form if written else _writer(inner)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _dataclass_writer(tp)
+    record = _record(tp)[0]
+    if record is not None:
+        return _dataclass_writer(record)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _enum_value
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -285,6 +321,13 @@ def _lazy(build: Callable[[], T]) -> Callable[[], T]:
         return built[0]
 
     return get
+
+
+def _by_value(value: Any) -> Any:
+    """A value of a type parameter: its own record when it is one, else as it is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return encode(value)
+    return value
 
 
 def _dataclass_writer(cls: type) -> _Write:
@@ -357,8 +400,8 @@ _NAMES = {int: "int", float: "float", str: "str", bool: "bool", bytes: "bytes"}
 @functools.cache
 def _reader(tp: Any) -> _Read:
     """How a value of annotation ``tp`` is read (built once per annotation)."""
-    if tp is Any or tp is object:
-        return _any
+    if tp is Any or tp is object or isinstance(tp, typing.TypeVar):
+        return _any  # a type parameter not given: taken as it comes
     inner, meta = _annotated(tp)
     if meta:
         checks = [m for m in meta if isinstance(m, Check)]
@@ -367,8 +410,9 @@ def _reader(tp: Any) -> _Read:
         return _none
     if tp in _NAMES:
         return _scalar_reader(tp)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _dataclass_reader(tp)
+    record, given = _record(tp)
+    if record is not None:
+        return _dataclass_reader(record, given)
     if typing.is_typeddict(tp):
         return _typeddict_reader(tp)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
@@ -534,13 +578,14 @@ def _tagged_reader(members: list[Any], optional: bool) -> _Read:
 
 def _required(tp: Any) -> frozenset[str]:
     """The fields a dataclass cannot do without (none for another type)."""
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return frozenset(name for name, _, has_default in _fields(tp) if not has_default)
+    record, given = _record(tp)
+    if record is not None:
+        return frozenset(name for name, _, has_default in _fields(record, given) if not has_default)
     return frozenset()
 
 
 def _name(tp: Any) -> str:
-    return str(getattr(tp, "__name__", tp))
+    return str(getattr(_record(tp)[0] or tp, "__name__", tp))
 
 
 def _is_sequence(raw: Any) -> bool:
@@ -630,16 +675,18 @@ def _failing_key(key: _Read, item: _Read, raw: Mapping[Any, Any]) -> Any:
     return None
 
 
-def _dataclass_reader(cls: type) -> _Read:
+def _dataclass_reader(cls: type, given: tuple[Any, ...] = ()) -> _Read:
     # A field of an exact type (str, int...) is checked in line: most fields are.
     fields = _lazy(
         lambda: [
-            (name, _reader(tp), has_default, *_exact(tp)) for name, tp, has_default in _fields(cls)
+            (name, _reader(tp), has_default, *_exact(tp))
+            for name, tp, has_default in _fields(cls, given)
         ]
     )
     expected = f"a {cls.__name__} (a map)"
     tag = _tag(cls)
     version = getattr(cls, "WIRE_VERSION", None)
+    upgrade = getattr(cls, "WIRE_UPGRADE", None)
     if getattr(cls, "WIRE_AS_LIST", False):
         return _list_form_reader(cls, fields())
 
@@ -651,7 +698,10 @@ def _dataclass_reader(cls: type) -> _Read:
                 f"expected {tag[1]!r}, got {raw[tag[0]]!r:.40}", expected=repr(tag[1])
             ).at(f".{tag[0]}")
         if version is not None:
-            _check_version(cls, version, raw.get(VERSION_KEY, 1))
+            got = raw.get(VERSION_KEY, 1)
+            _check_version(cls, version, got)
+            if upgrade is not None and got < version:
+                raw = upgrade(raw, got)
         values = {}
         for name, r, has_default, exact, nullable in fields():
             value = raw.get(name, _MISSING)

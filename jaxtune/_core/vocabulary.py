@@ -11,7 +11,7 @@ import dataclasses
 import enum
 import statistics
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 from . import typed
 from .entry_schema import (
@@ -402,8 +402,13 @@ class CodeDigest:
     parts: tuple[Part, ...] = ()
 
 
+#: What a recorded call carries to tune it: the sweep request of the tuning flow (a
+#: ``jaxtune._isolation.frames.Request``), which the layers below it do not read.
+R = TypeVar("R")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class RecordedCall:
+class RecordedCall(Generic[R]):
     """One autotuned call as a recording keeps it (a ``call`` frame of ``jaxtune tune
     --``'s recording, a call in a profile's sidecar that ``jaxtune tune --from-profile``
     replays): the kernel's id, the call's key and shapes, the config it ran with and where
@@ -415,9 +420,16 @@ class RecordedCall:
     written before it, whose reason :func:`jaxtune._tuning.staleness.recorded_reason`
     reads from the words), the
     device kind, the kernel's version and code digest, the devices a sweep may use, and the
-    sweep request that tunes it in a child (``request``, a request's record as
-    :meth:`jaxtune._isolation.frames.Request.to_record` writes it; ``None`` with ``error``
-    saying why when the kernel cannot travel)."""
+    sweep request that tunes it in a child (``request``, as
+    :meth:`jaxtune._isolation.frames.Request.recorded` keeps it; ``None`` with ``error``
+    saying why when the kernel cannot travel).
+
+    The request is a record of the tuning flow, which this layer cannot name: a call is
+    written with its request's record, and read as ``RecordedCall`` its request is the map
+    that was kept, as it came (a profile's sidecar and a recording carry it so, unread);
+    ``jaxtune tune`` reads that as a sweep request, of any version
+    (:func:`jaxtune._tuning.sweep.requests.read_request`), or a reader asks for
+    ``RecordedCall[X]`` to read it as ``X`` along with the rest."""
 
     WIRE_TAG: ClassVar = ("t", "call")
 
@@ -435,13 +447,13 @@ class RecordedCall:
     stale: str = ""
     stale_reason: StaleReason | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     timing: str = dataclasses.field(default="", metadata=typed.OMIT_DEFAULT)
-    request: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    request: R | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     error: str = dataclasses.field(default="", metadata=typed.OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
         # A recording written before `timing` was a field of its own kept the pass only in
-        # its request's plan.
-        if not self.timing and self.request is not None:
+        # its request's plan, at the top level of a request of version 1 (no `v`).
+        if not self.timing and isinstance(self.request, Mapping) and "v" not in self.request:
             plan = self.request.get("plan")
             timing = plan.get("timing") if isinstance(plan, Mapping) else None
             if isinstance(timing, str):
@@ -477,11 +489,6 @@ class ProfileOptions:
     llo: bool = True
     custom_call_tracing: bool = False
     logdir: str | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        """The options as a capture request's fields (read back by
-        :func:`jaxtune._profiling.capture.capture_options`)."""
-        return typed.encode(self)
 
 
 def _figure(value: Any) -> bool:

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 
 from .context import carried_state
 from .environ import unkeyed_environ
-from .frames import Fields, FunctionRef, NotTransportable, Request
+from .frames import FunctionRef, NotTransportable, Request
 from .wire import encode_value
 
 __all__ = ["call_request", "function_ref", "replayed"]
 
-F = TypeVar("F", bound=Fields)
+F = TypeVar("F")
 
 
 def function_ref(fn: Any) -> FunctionRef:
@@ -63,7 +63,7 @@ def call_request(
     id, for an ``@autotuned`` kernel), its encoded arguments, the caller's interpret mode
     and ``jax.config`` options (``label`` names the call in warnings about state that
     cannot travel), the caller's variables that do not key the pool, and the flow's own
-    ``fields``.
+    ``fields`` (a record of the flow's).
 
     Raises:
         NotTransportable: ``fn`` or its arguments cannot travel to a child.
@@ -82,7 +82,7 @@ def call_request(
 
 
 def replayed(request: Request[F]) -> Request[F]:
-    """A request read from a file (:meth:`~.frames.Request.to_record`), as this process
+    """A request read from a file (:meth:`~.frames.Request.recorded`), as this process
     sends it: with this process's variables, which a file never keeps (one that older
     jaxtunes wrote may hold the recording process's: they are not used). ``jaxtune tune
     --`` started the program it recorded with its own environment, so its sweeps see

@@ -39,7 +39,6 @@ from .frames import (
     Preloaded,
     Ready,
     Request,
-    WireFields,
     request,
 )
 from .resolve import NOTES, Unresolved, preload
@@ -130,7 +129,7 @@ class Server:
         """Whether the request's arrays are still arriving."""
         return bool(self.reader is not None and self.reader.pending)
 
-    def answer(self, msg: Request[WireFields] | Preload) -> Done | ErrorReply:
+    def answer(self, msg: Request[Any] | Preload) -> Done | ErrorReply:
         """The answer to ``msg``: :class:`~.frames.Done`, or an
         :class:`~.frames.ErrorReply` (with the notes gathered meanwhile)."""
         from .._core.errors import JaxtuneError
@@ -153,7 +152,7 @@ class Server:
         notes, NOTES[:] = tuple(NOTES), []
         return dataclasses.replace(answer, notes=notes, unapplied=dict(self.unapplied))
 
-    def _handle(self, msg: Request[WireFields] | Preload) -> Done | ErrorReply:
+    def _handle(self, msg: Request[Any] | Preload) -> Done | ErrorReply:
         from .context import apply_snapshot
         from .environ import sync_environ
 

@@ -1,7 +1,7 @@
 """The frames a parent and its child exchange, typed at both ends.
 
 The parent sends a :class:`Request` (the handler module that answers it in the child, the
-operation, the call it is about, and the flow's own :class:`Fields`), or a
+operation, the call it is about, and the flow's own ``fields``, a record of the flow's), or a
 :class:`Preload` or an :class:`Exit`. The child says :class:`Ready` once, when it starts,
 and answers each request with events while it works (:data:`Event`: one frozen dataclass
 per step, such as :class:`CompileStarted` or :class:`ConfigResult`), then one
@@ -10,19 +10,22 @@ parent raises, from one table).
 
 On the wire each frame is a msgpack map (see :mod:`.wire`) written and read from its
 class's annotations by :mod:`jaxtune._core.typed`, with ``t`` naming its class (its
-``WIRE_TAG``). A request's map has no tag and keeps its flow's fields at the top level, because
-recorded requests are stored in profile sidecars (``jaxtune tune --from-profile`` replays
-them) and must read back; a stored request never holds the caller's variables
-(:meth:`Request.to_record`). :func:`request` and :func:`reply` turn a map that arrived into a
-typed frame, and refuse anything else with a :class:`FrameError` that names the field.
+``WIRE_TAG``). A request's map has no tag: it is one record of version 2 (``v``), the flow's
+fields a map of their own under ``fields``. Requests are also kept in files (a recording of
+``jaxtune tune --``, a profile's sidecar, ``report.calls.msgpack``: ``jaxtune tune`` replays
+them); one kept before version 2 held the flow's fields beside the call's, at the top level,
+and reads as it did (:data:`Request.WIRE_UPGRADE`). A kept request never holds the caller's
+variables (:meth:`Request.recorded`). :func:`request` and :func:`reply` turn a map that
+arrived into a typed frame, and refuse anything else with a :class:`FrameError` that names the
+field.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Generic, TypeVar
 
 from .._core import errors as _errors
 from .._core import typed
@@ -39,7 +42,6 @@ __all__ = [
     "ErrorReply",
     "Event",
     "Exit",
-    "Fields",
     "FrameError",
     "FunctionRef",
     "Module",
@@ -52,15 +54,10 @@ __all__ = [
     "RoundStarted",
     "RunFinished",
     "RunStarted",
-    "WireFields",
     "kept",
     "reply",
     "request",
 ]
-
-#: The fields of a request that every flow's request carries (the rest are the flow's), and
-#: the tag of the other frames (``t``), which no flow's field may take.
-_CALL_FIELDS = ("handler", "op", "ref", "args", "kwargs", "jax_state", "environ", "t")
 
 
 class FrameError(ValueError):
@@ -110,47 +107,45 @@ class FunctionRef:
     kernel: str | None = None
 
 
-class Fields(Protocol):
-    """A flow's own fields of a request (a sweep's task and operation, a capture's
-    iterations): plain values, written at the top level of the request's map."""
-
-    def to_wire(self) -> dict[str, Any]:
-        """The fields as a msgpack-ready map (none of them named as a call's field)."""
-        ...
+F = TypeVar("F")
+G = TypeVar("G")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class WireFields:
-    """A request's flow fields as they arrived, before the flow that answers it reads them
-    into its own :class:`Fields` (:meth:`Request.read`)."""
-
-    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    def to_wire(self) -> dict[str, Any]:
-        return dict(self.values)
-
-
-F = TypeVar("F", bound=Fields)
-G = TypeVar("G", bound=Fields)
+def _nested(raw: Mapping[str, Any], version: int) -> dict[str, Any]:
+    """A request kept before version 2 (a recording's, a sidecar's), as version 2 writes it:
+    the flow's fields, then at the top level beside the call's, under ``fields``."""
+    call = {f.name for f in dataclasses.fields(Request)} - {"fields"}
+    return {
+        # Version 1 wrote no JAX state as null.
+        **{k: v for k, v in raw.items() if k in call and not (k == "jax_state" and v is None)},
+        "fields": {k: v for k, v in raw.items() if k not in call},
+    }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Request(Generic[F]):
     """A request about a call of a function: the jaxtune module whose ``handle(server,
     request)`` answers it in the child (``handler``), the operation (``op``), the function
-    (``ref``), its arguments as :mod:`.wire` encoded them, the caller's JAX state and
-    variables, and the flow's own ``fields`` (a received request holds
-    :class:`WireFields` until its flow reads them). A request for a task the child
-    already holds may leave ``ref`` and the arguments out (``None``)."""
+    (``ref``), its arguments as :mod:`.wire` encoded them, the flow's own ``fields`` (a
+    record of the flow's: a sweep's ``SweepFields``, a capture's ``ProfileOptions``), and
+    the caller's JAX state and variables. A request for a task the child already holds
+    leaves ``ref`` and the arguments out (``None``).
+
+    Read as ``Request`` (:meth:`from_wire`: the child, before it knows the flow), its
+    ``fields`` are the map that arrived, which the flow then reads (:meth:`read`); read as
+    ``Request[X]``, they are read as ``X`` along with the rest."""
+
+    WIRE_VERSION: ClassVar = 2
+    WIRE_UPGRADE: ClassVar = staticmethod(_nested)
 
     handler: str
     op: str
-    ref: FunctionRef | None
+    ref: FunctionRef | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     fields: F
-    args: Any = None
-    kwargs: Any = None
+    args: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    kwargs: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
     jax_state: JaxState = dataclasses.field(default_factory=JaxState)
-    environ: Mapping[str, Any] | None = None
+    environ: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
 
     @property
     def has_call(self) -> bool:
@@ -170,13 +165,13 @@ class Request(Generic[F]):
             environ=self.environ,
         )
 
-    def read(self, parse: Callable[[Request[F]], G]) -> Request[G]:
-        """This request with its flow's fields as ``parse`` reads them from it.
+    def read(self, kind: type[G]) -> Request[G]:
+        """This request with its flow's fields (the map that arrived) read as ``kind``.
 
         Raises:
-            FrameError: what ``parse`` raises for fields that are not the flow's.
+            FrameError: the fields are not a ``kind`` (the message names the field).
         """
-        return self.with_fields(self.op, parse(self))
+        return self.with_fields(self.op, _read(kind, self.fields, "request.fields"))
 
     def lean(self, fields: F) -> Request[F]:
         """This request without the function and its arguments, with ``fields`` (a child
@@ -184,73 +179,37 @@ class Request(Generic[F]):
         return dataclasses.replace(self, ref=None, args=None, kwargs=None, fields=fields)
 
     def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = self.fields.to_wire()
-        clash = set(out) & set(_CALL_FIELDS)
-        if clash:
-            raise FrameError(f"a flow's fields may not be named like a call's: {sorted(clash)}")
-        call = _Call(
-            handler=self.handler,
-            op=self.op,
-            jax_state=self.jax_state,
-            environ=None if self.environ is None else dict(self.environ),
-            ref=self.ref,
-            args=self.args,
-            kwargs=self.kwargs if self.args is not None else None,
-        )
-        out.update(typed.encode(call))
+        """The request as a msgpack-ready map (its fields' record a map under ``fields``)."""
+        out: dict[str, Any] = typed.encode(self)
         return out
 
-    def to_record(self) -> dict[str, Any]:
+    def recorded(self) -> Request[F]:
         """The request as a file keeps it (a recording of ``jaxtune tune --``, a profile's
-        sidecar and ``report.calls.msgpack``): its map without the caller's variables
+        sidecar and ``report.calls.msgpack``): without the caller's variables
         (``environ``), which only ever travel to a child. A replay sends the replaying
         process's own (:func:`~jaxtune._isolation.calling.replayed`)."""
-        return kept(self.to_wire())
+        return dataclasses.replace(self, environ=None)
 
     @staticmethod
-    def from_wire(raw: Any) -> Request[WireFields]:
-        """The request a map describes (one this process received, or a recorded one),
-        its flow's fields as they arrived.
+    def from_wire(raw: Any, kind: Any = Any) -> Request[Any]:
+        """The request a map describes (one this process received, or a kept one of any
+        version), its flow's fields read as ``kind`` (by default: the map that arrived).
 
         Raises:
-            FrameError: the map names no handler or operation, or a field has the wrong type.
+            FrameError: the map names no handler or operation, or a field has the wrong
+                type (the message names it).
         """
         if not isinstance(raw, Mapping):
             raise FrameError(f"a request is a map, not {type(raw).__name__}")
-        call = _read(_Call, raw, "a request")
-        return Request(
-            handler=call.handler,
-            op=call.op,
-            ref=call.ref,
-            fields=WireFields({k: v for k, v in raw.items() if k not in _CALL_FIELDS}),
-            args=call.args,
-            kwargs=call.kwargs,
-            jax_state=JaxState() if call.jax_state is None else call.jax_state,
-            environ=call.environ,
-        )
+        read: Request[Any] = _read(Request[kind], raw, "request")
+        return read
 
 
 def kept(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A request's map (:meth:`Request.to_wire`) as a file keeps it: without the caller's
-    variables (a map read from a file older jaxtunes wrote may hold them: they are dropped
-    here too, so that nothing read from it writes them again)."""
+    """A request's map as a file keeps it: without the caller's variables (a map read from
+    a file older jaxtunes wrote may hold them: they are dropped here, so that nothing read
+    from it writes them again)."""
     return {k: v for k, v in raw.items() if k != "environ"}
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Call:
-    """The call's fields of a request's map, beside the flow's own at its top level, as
-    :meth:`Request.to_wire` writes them and :meth:`Request.from_wire` checks them (the
-    variables, the function and its arguments only where there are some; the arguments
-    are :mod:`.wire`'s encoding, taken as they are)."""
-
-    handler: str
-    op: str
-    jax_state: JaxState | None = None
-    environ: Mapping[str, Any] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
-    ref: FunctionRef | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
-    args: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
-    kwargs: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -286,7 +245,7 @@ class Exit(_Tagged):
     WIRE_TAG: ClassVar = ("t", "exit")
 
 
-def request(raw: Any) -> Request[WireFields] | Preload | Exit:
+def request(raw: Any) -> Request[Any] | Preload | Exit:
     """The typed form of a map the child received.
 
     Raises:

@@ -41,7 +41,7 @@ def capture_options(request: Request[Any]) -> ProfileOptions:
     why = f"an operation {request.op!r:.40}"
     if request.op == "profile":
         try:
-            return typed.decode(ProfileOptions, request.fields.to_wire())
+            return typed.decode(ProfileOptions, request.fields, "fields")
         except typed.MismatchError as e:
             why = str(e)
     raise FrameError(f"a profile request names the function, iters, warmup and logdir ({why})")

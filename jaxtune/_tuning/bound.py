@@ -612,13 +612,13 @@ class BoundCall:
         forward and backward, as a sweep in that program would)."""
         from .._isolation.devices import sweep_devices
         from .._isolation.wire import NotTransportable
-        from .sweep.requests import sweep_request
+        from .sweep.requests import SweepRequest, sweep_request
 
         if choice.entry is None and choice.source not in ("default", "explicit"):
             choice = self._with_entry(choice)
         devices = sweep_devices()
         stale = self.staleness(choice)
-        call = RecordedCall(
+        call: RecordedCall[SweepRequest] = RecordedCall(
             kernel=self.kernel.kernel_id,
             key=self.sig.key,
             source=choice.source,
@@ -639,7 +639,7 @@ class BoundCall:
         try:
             task = self.sweep_task(differentiated=differentiated)
             return dataclasses.replace(
-                call, timing=task.plan.timing, request=sweep_request(task).to_record()
+                call, timing=task.plan.timing, request=sweep_request(task).recorded()
             )
         except NotTransportable as e:
             return dataclasses.replace(call, error=str(e))

@@ -35,12 +35,12 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
 
-__all__ = ["PHASES", "WALL_PHASES", "Breakdown", "breakdown_text"]
+__all__ = ["PHASES", "WALL_PHASES", "Account", "Breakdown", "breakdown_text"]
 
 #: Every phase, in the order a sweep goes through them.
 PHASES = (
@@ -66,11 +66,21 @@ PHASES = (
 WALL_PHASES = ("start", "transfer", "compile_wait", "warmup", "check", "first_pass", "rounds")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Account:
+    """Where some of a sweep's time went: seconds per phase and calls per config (by id),
+    what a :class:`Breakdown` hands over (a child answers each request with its own,
+    :class:`~.requests.Answered`)."""
+
+    phases: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    calls: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
 class Breakdown:
     """Seconds per phase and calls per config, safe to add to from several threads.
 
     :meth:`take` hands over what was added since the last take (a child answers each
-    request with its share); :meth:`merge` adds such a share.
+    request with its :class:`Account`); :meth:`merge` adds such an account.
     """
 
     def __init__(self) -> None:
@@ -97,28 +107,19 @@ class Breakdown:
         finally:
             self.add(phase, time.perf_counter() - start)
 
-    def take(self) -> dict[str, Any]:
-        """What was added since the last take, as plain data (``{"phases", "calls"}``),
-        and starts afresh."""
+    def take(self) -> Account:
+        """What was added since the last take, and starts afresh."""
         with self._lock:
-            out = {"phases": self.phases, "calls": self.calls}
+            out = Account(phases=self.phases, calls=self.calls)
             self.phases, self.calls = {}, {}
         return out
 
-    def merge(self, share: Any) -> None:
-        """Adds a share :meth:`take` gave (malformed parts are ignored: it is a report,
-        never a reason to fail a sweep)."""
-        if not isinstance(share, Mapping):
-            return
-        phases, calls = share.get("phases"), share.get("calls")
-        if isinstance(phases, Mapping):
-            for phase, seconds in phases.items():
-                if isinstance(seconds, int | float) and not isinstance(seconds, bool):
-                    self.add(str(phase), float(seconds))
-        if isinstance(calls, Mapping):
-            for cid, n in calls.items():
-                if isinstance(n, int) and not isinstance(n, bool):
-                    self.count(str(cid), n)
+    def merge(self, account: Account) -> None:
+        """Adds an account :meth:`take` gave (here or in a child)."""
+        for phase, seconds in account.phases.items():
+            self.add(phase, seconds)
+        for cid, n in account.calls.items():
+            self.count(cid, n)
 
     def finish(self, total_s: float) -> dict[str, float]:
         """The phases of a sweep that took ``total_s``, ``other`` and ``total`` included."""

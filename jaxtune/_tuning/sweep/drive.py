@@ -15,10 +15,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..._core.vocabulary import Config, Failure, Measurement, config_id
-from .breakdown import Breakdown
+from .breakdown import Account, Breakdown
 from .engine import Sweeper
 from .progress import Progress, progress_sink
 from .search import Search, configs_to_measure, strategy_of
@@ -157,7 +157,7 @@ def with_breakdown(outcome: SweepOutcome, breakdown: Breakdown, total_s: float) 
     """``outcome`` with the phases of a sweep that took ``total_s`` and each measured
     config's calls."""
     phases = breakdown.finish(total_s)
-    calls = breakdown.take()["calls"]
+    calls = breakdown.take().calls
 
     made: dict[int, Result] = {}  # one new object per old one: identities stay as they were
 
@@ -230,7 +230,7 @@ class _Accounted(Breakdown):
         super().__init__()
         self.sweeper = sweeper
 
-    def take(self) -> dict[str, Any]:
+    def take(self) -> Account:
         self.merge(self.sweeper.account())
         return super().take()
 

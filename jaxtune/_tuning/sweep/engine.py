@@ -24,7 +24,7 @@ from typing import Any
 
 from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult, Event
-from .breakdown import Breakdown
+from .breakdown import Account, Breakdown
 from .compile import Compiler, EventSink, Relay
 from .first_pass import first_pass
 from .first_run import FirstRuns
@@ -108,7 +108,7 @@ class Sweeper:
         """Compiles ``configs`` now (in parallel threads unless ``serial``); returns failures."""
         return self.compiler.compile(configs, serial=serial)
 
-    def account(self) -> dict[str, Any]:
+    def account(self) -> Account:
         """Where the time went since the last account, and each config's calls meanwhile
         (see :meth:`.breakdown.Breakdown.take`)."""
         self.compiler.count_calls()

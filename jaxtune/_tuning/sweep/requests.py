@@ -1,15 +1,16 @@
 """Wire. The requests a sweep sends its child, answered there by
 :mod:`jaxtune._tuning.sweep.serve`: a :class:`~jaxtune._isolation.frames.Request` whose fields
-(:class:`SweepFields`) are the task (its id and plan; the request also carries the kernel's
-reference and its encoded arguments) and the operation, :class:`Measure` or :class:`Retime`; and
-which config the others' outputs are checked against."""
+(:class:`SweepFields`, under the request's ``fields``) are the task (its id, its plan and the
+further value sets timed as a mix; the request also carries the kernel's reference and its
+encoded arguments) and the operation (``work``), :class:`Measure` or :class:`Retime`, each
+under its tag ``op``; and the answer's body, :class:`Answered`."""
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from ..._core import typed
 from ..._core.errors import SweepError
@@ -17,34 +18,29 @@ from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.calling import call_request, replayed
 from ..._isolation.frames import Done, FrameError, Request
 from ..recorded import ValueSet
+from .breakdown import Account
 from .inputs import recorded_values
 from .work import Rounds, SweepPlan, SweepTask
 
 __all__ = [
     "HANDLER",
+    "Answered",
     "Measure",
+    "MixedSet",
     "Retime",
     "SweepFields",
-    "account_of",
+    "SweepRequest",
+    "read_answer",
     "read_request",
     "reference_config",
     "results_answer",
-    "results_of",
+    "sweep_fields",
     "sweep_request",
     "with_recorded_values",
 ]
 
-W = TypeVar("W", "Measure", "Retime")
-
 #: The module whose ``handle`` answers a sweep's requests in the child.
 HANDLER = "jaxtune._tuning.sweep.serve"
-
-
-def _read(kind: type[W], f: Mapping[str, Any]) -> W:
-    try:
-        return typed.decode(kind, f, "")
-    except typed.MismatchError as e:
-        raise FrameError(f"a sweep request lists the configs to do as maps ({e})") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,6 +50,7 @@ class Measure:
     one at a time when ``serial``, and timed as ``rounds`` says (:class:`~.work.Rounds`;
     see :meth:`~.engine.Sweeper.measure`)."""
 
+    WIRE_TAG: ClassVar = ("op", "measure")
     OP: ClassVar[str] = "measure"
     todo: list[Config]
     reference: Config | None = None
@@ -61,12 +58,9 @@ class Measure:
     serial: bool = False
     rounds: Rounds = Rounds.FIRST_PASS
 
-    def of(self, request: Request[SweepFields]) -> Request[SweepFields]:
+    def of(self, request: SweepRequest) -> SweepRequest:
         """``request`` (the task's) asking for this operation."""
         return request.with_fields(self.OP, dataclasses.replace(request.fields, work=self))
-
-    def to_wire(self) -> dict[str, Any]:
-        return typed.encode(self)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,89 +69,61 @@ class Retime:
     rounds, with a second look at ``second`` in the first rounds (those compiled here);
     one config at a time when ``serial``."""
 
+    WIRE_TAG: ClassVar = ("op", "retime")
     OP: ClassVar[str] = "retime"
     todo: list[Config]
     second: list[Config] = dataclasses.field(default_factory=list)
     serial: bool = False
 
-    def of(self, request: Request[SweepFields]) -> Request[SweepFields]:
+    def of(self, request: SweepRequest) -> SweepRequest:
         """``request`` (the task's) asking for this operation."""
         return request.with_fields(self.OP, dataclasses.replace(request.fields, work=self))
 
-    def to_wire(self) -> dict[str, Any]:
-        return typed.encode(self)
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class SweepFields:
-    """A sweep request's own fields: its task's id, the task's plan (``None`` in a lean
-    request: the child that holds the task has it) and the operation (``work``; ``None``
-    in the request a recording keeps, which each operation fills in)."""
-
-    task_id: str
-    plan: SweepPlan | None = None
-    work: Measure | Retime | None = None
-    #: Further value sets of the call, timed with the request's own arguments as a mix:
-    #: each ``{"args": ..., "kwargs": ...}`` as :mod:`jaxtune._isolation.wire` encodes
-    #: them (recorded steps of one call under ``jaxtune tune --``); sent with the plan.
-    mix: tuple[Mapping[str, Any], ...] = ()
-
-    def lean(self) -> SweepFields:
-        """These fields without the plan (and the value sets that go with it)."""
-        return dataclasses.replace(self, plan=None, mix=())
-
-    def to_wire(self) -> dict[str, Any]:
-        """The fields as they travel: the task's (:class:`_Task`), then the operation's
-        (:class:`Measure`, :class:`Retime`), in one map."""
-        mix = tuple(_ValueSet(args=m["args"], kwargs=m["kwargs"]) for m in self.mix)
-        out: dict[str, Any] = typed.encode(_Task(task_id=self.task_id, plan=self.plan, mix=mix))
-        if self.work is not None:
-            out.update(self.work.to_wire())
-        return out
-
-    @classmethod
-    def from_request(cls, request: Request[Any]) -> SweepFields:
-        """The fields of a sweep request as they arrived (see
-        :meth:`~jaxtune._isolation.frames.Request.read`).
-
-        Raises:
-            FrameError: the request is no sweep request, or its fields are malformed (the
-                message names the field).
-        """
-        if request.op not in (Measure.OP, Retime.OP):
-            raise FrameError(f"a sweep request asks to measure or retime, not {request.op!r}")
-        f = request.fields.to_wire()
-        try:
-            task = typed.decode(_Task, f, within="a sweep request's fields")
-        except typed.MismatchError as e:
-            raise FrameError(str(e)) from None
-        work: Measure | Retime | None = None
-        if "todo" in f:
-            work = _read(Measure, f) if request.op == Measure.OP else _read(Retime, f)
-        mix = tuple({"args": m.args, "kwargs": m.kwargs} for m in task.mix)
-        return cls(task_id=task.task_id, plan=task.plan, work=work, mix=mix)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _ValueSet:
-    """One further value set of a call, as :mod:`jaxtune._isolation.wire` encodes its
-    arguments."""
+class MixedSet:
+    """One further value set of a call, timed with the request's own arguments as a mix
+    (recorded steps of one call under ``jaxtune tune --``): its arguments as
+    :mod:`jaxtune._isolation.wire` encodes them."""
 
     args: Any
     kwargs: Any
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Task:
-    """The task's part of a sweep request's fields as they travel: its id, and its plan
-    and value sets (left out of a lean request)."""
+class SweepFields:
+    """A sweep request's own fields: its task's id, the task's plan and further value sets
+    (``mix``; both left out of a lean request: the child that holds the task has them) and
+    the operation (``work``; ``None`` in the request a recording keeps, which each operation
+    fills in)."""
 
     task_id: str
     plan: SweepPlan | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
-    mix: tuple[_ValueSet, ...] = dataclasses.field(default=(), metadata=typed.OMIT_DEFAULT)
+    mix: tuple[MixedSet, ...] = dataclasses.field(default=(), metadata=typed.OMIT_DEFAULT)
+    work: Measure | Retime | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+
+    def lean(self) -> SweepFields:
+        """These fields without the plan (and the value sets that go with it)."""
+        return dataclasses.replace(self, plan=None, mix=())
 
 
-def sweep_request(task: SweepTask) -> Request[SweepFields]:
+#: A sweep's request, its fields read.
+SweepRequest = Request[SweepFields]
+
+
+def sweep_fields(request: Request[Any]) -> SweepRequest:
+    """A sweep request as it arrived (its fields the map that travelled), its fields read.
+
+    Raises:
+        FrameError: the request is no sweep request, or its fields are malformed (the
+            message names the field).
+    """
+    if request.op not in (Measure.OP, Retime.OP):
+        raise FrameError(f"a sweep request asks to measure or retime, not {request.op!r:.40}")
+    return request.read(SweepFields)
+
+
+def sweep_request(task: SweepTask) -> SweepRequest:
     """The request that carries ``task`` to a child; each operation sends it with its own
     fields (:meth:`Measure.of`, :meth:`Retime.of`).
 
@@ -177,9 +143,7 @@ def sweep_request(task: SweepTask) -> Request[SweepFields]:
     )
 
 
-def with_recorded_values(
-    request: Request[SweepFields], sets: Sequence[ValueSet]
-) -> Request[SweepFields]:
+def with_recorded_values(request: SweepRequest, sets: Sequence[ValueSet]) -> SweepRequest:
     """A recorded sweep request on the values its program ran: the first value set (a
     recording's ``values`` frame: encoded ``args``, ``kwargs``, their ``summary`` and the
     arguments left ``dropped``) as its arguments, the others as its mix, and its plan's
@@ -188,19 +152,20 @@ def with_recorded_values(
     if not sets or plan is None:
         return request
     plan = dataclasses.replace(plan, values=recorded_values(plan.values, sets))
-    mix = tuple({"args": s.args, "kwargs": s.kwargs} for s in sets[1:])
+    mix = tuple(MixedSet(args=s.args, kwargs=s.kwargs) for s in sets[1:])
     fields = dataclasses.replace(request.fields, plan=plan, mix=mix)
     return dataclasses.replace(request, args=sets[0].args, kwargs=sets[0].kwargs, fields=fields)
 
 
-def read_request(raw: Any) -> Request[SweepFields]:
-    """The sweep request a map holds (one a recording kept: ``jaxtune tune`` replays it),
-    carrying this process's variables (:func:`~jaxtune._isolation.calling.replayed`).
+def read_request(raw: Any) -> SweepRequest:
+    """The sweep request a map holds (one a recording kept, of any version: ``jaxtune
+    tune`` replays it), carrying this process's variables
+    (:func:`~jaxtune._isolation.calling.replayed`).
 
     Raises:
-        FrameError: the map is no sweep request.
+        FrameError: the map is no sweep request (the message names the field).
     """
-    return replayed(Request.from_wire(raw).read(SweepFields.from_request))
+    return replayed(sweep_fields(Request.from_wire(raw)))
 
 
 def reference_config(
@@ -219,39 +184,35 @@ def reference_config(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Answered:
+class Answered:
     """The body of the answer to a sweep operation: each config's result by id, and where
-    the operation's time went (:meth:`~.breakdown.Breakdown.take`; left out when not said,
-    and read as it comes: a report, never a reason to fail a sweep)."""
+    the operation's time went (:meth:`~.breakdown.Breakdown.take`; left out when not said)."""
 
     results: dict[str, Measurement | Failure]
-    breakdown: Any = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    breakdown: Account | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
 
 
 def results_answer(
-    results: Mapping[str, Measurement | Failure], account: Mapping[str, Any] | None = None
+    results: Mapping[str, Measurement | Failure], account: Account | None = None
 ) -> Done:
     """The answer that carries an operation's results (by config id) to the parent, and
     where its time went (``account``: :meth:`~.breakdown.Breakdown.take`)."""
-    breakdown = None if account is None else dict(account)
-    return Done(body=typed.encode(_Answered(results=dict(results), breakdown=breakdown)))
+    return Done(body=typed.encode(Answered(results=dict(results), breakdown=account)))
 
 
-def account_of(answer: Done) -> Any:
-    """Where an operation's time went, as its answer says (``None``: not said)."""
-    return answer.body.get("breakdown")
-
-
-def results_of(answer: Done) -> dict[str, Measurement | Failure]:
-    """The results an answer carries (see :func:`results_answer`).
+def read_answer(answer: Done) -> Answered:
+    """What the answer to a sweep operation carries (see :func:`results_answer`).
 
     Raises:
-        SweepError: the answer carries none, or a damaged one (the message names it).
+        SweepError: the answer carries no results, or a damaged field (the message names
+            it).
     """
     if "results" not in answer.body:
         raise SweepError("the jaxtune child answered a sweep request without its results")
     try:
-        read = typed.decode(_Answered, answer.body, within="the jaxtune child's sweep answer")
+        read: Answered = typed.decode(
+            Answered, answer.body, within="the jaxtune child's sweep answer"
+        )
     except typed.MismatchError as e:
         raise SweepError(str(e)) from None
-    return dict(read.results)
+    return read

@@ -45,9 +45,8 @@ from .requests import (
     Measure,
     Retime,
     SweepFields,
-    account_of,
+    read_answer,
     reference_config,
-    results_of,
     sweep_request,
 )
 from .stats import SweepOutcome
@@ -241,10 +240,11 @@ def ask(
     _context.warn_notes(answer.notes)
     if isinstance(answer, ErrorReply):
         raise_child_error(answer, SweepError)
-    if runner.breakdown is not None:
-        runner.breakdown.merge(account_of(answer))
+    answered = read_answer(answer)
+    if runner.breakdown is not None and answered.breakdown is not None:
+        runner.breakdown.merge(answered.breakdown)
     _context.warn_unapplied(plan.kernel, answer.unapplied)
-    flight.got.update(results_of(answer))
+    flight.got.update(answered.results)
     return None, flight.got
 
 

@@ -22,7 +22,6 @@ from ..._isolation.frames import (
     FrameError,
     FunctionRef,
     Request,
-    WireFields,
 )
 from ..._isolation.resolve import Unresolved, find, namespace, observe_imports
 from ..._isolation.wire import decode_value
@@ -31,7 +30,7 @@ from ..record import observing_calls
 from ..signature import Signature
 from .compile_cache import enable as enable_compile_cache
 from .engine import Sweeper
-from .requests import Measure, Retime, SweepFields, results_answer
+from .requests import Measure, Retime, SweepRequest, results_answer, sweep_fields
 from .work import SweepTask
 
 __all__ = ["abstract_inputs", "handle", "resolve_kernel"]
@@ -63,7 +62,7 @@ def resolve_kernel(ref: FunctionRef) -> Autotuned[Any, Any]:
 
 
 def _build_task(
-    request: Request[SweepFields], kernel: Autotuned[Any, Any], *, abstract: bool = False
+    request: SweepRequest, kernel: Autotuned[Any, Any], *, abstract: bool = False
 ) -> SweepTask:
     """The sweep task a request for ``kernel`` describes (``abstract``: its arrays as
     shapes, for work that can start before their bytes arrive)."""
@@ -73,7 +72,7 @@ def _build_task(
     sig = _bound(kernel, plan.kernel, plan.key, request.args, request.kwargs, abstract)
     value_sets = []
     for values in request.fields.mix:
-        other = _bound(kernel, plan.kernel, plan.key, values["args"], values["kwargs"], abstract)
+        other = _bound(kernel, plan.kernel, plan.key, values.args, values.kwargs, abstract)
         value_sets.append({name: other.value(name) for name in other.dynamic})
     return SweepTask(
         plan=plan,
@@ -106,10 +105,10 @@ def _bound(
     return sig
 
 
-def handle(server: Server, received: Request[WireFields]) -> Done | ErrorReply:
+def handle(server: Server, received: Request[Any]) -> Done | ErrorReply:
     """Answers a ``measure`` or ``retime`` request (``server``: the child's
     :class:`~jaxtune._isolation.child.Server`)."""
-    request = received.read(SweepFields.from_request)
+    request = sweep_fields(received)
     task, work = request.fields.task_id, request.fields.work
     if work is None:
         raise FrameError("a sweep request lists the configs to do")
@@ -157,7 +156,7 @@ def handle(server: Server, received: Request[WireFields]) -> Done | ErrorReply:
 
 def _sweeper(
     server: Server,
-    request: Request[SweepFields],
+    request: SweepRequest,
     work: Measure | Retime,
     kernel: Autotuned[Any, Any],
 ) -> Sweeper:
