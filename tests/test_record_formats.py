@@ -153,7 +153,7 @@ def test_a_recording_of_that_format_reads_as_it_did():
     (values,) = recording.values_of(record)
     assert values.summary == {"x": ""} and values.dropped == ()
     request = with_recorded_values(read_request(record.request), [values])
-    assert request.fields.plan.values["arguments"]["x"]["source"] == "recorded"
+    assert request.fields.plan.values.arguments["x"].source == "recorded"
     assert request.args == values.args
 
 
