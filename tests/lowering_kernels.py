@@ -51,3 +51,18 @@ def per_process(x, *, n):
     process it runs in, where no code digest sees it)."""
     TRACES.append(n)
     return _sines(x, n) * float(os.getpid())
+
+
+#: Configs whose knob is a tuple: a lowering process must be told a tuple, not a list.
+PAIRS = [{"pair": (n, 1)} for n in range(2, 8)]
+
+
+@jaxtune.autotuned(configs={"pair": [c["pair"] for c in PAIRS]}, name="tests.lowering.chatty")
+def chatty(x, *, pair):
+    """Prints as it traces (in a lowering process: onto the stdout it answers on), and
+    refuses a knob that did not arrive as the tuple the space holds."""
+    TRACES.append(pair[0])
+    print(f"tracing pair={pair}")
+    if not isinstance(pair, tuple):
+        raise TypeError(f"pair arrived as a {type(pair).__name__}")
+    return _sines(x, pair[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 import jaxtune
+from jaxtune._core import typed
 from jaxtune._core.vocabulary import (
     CaptureInfo,
     Entry,
@@ -14,6 +15,7 @@ from jaxtune._core.vocabulary import (
     Measurement,
     PallasKernel,
     RanConfig,
+    SweepValues,
 )
 from jaxtune._tuning.digest import CodeDigest
 from jaxtune._tuning.sweep.samples import TimingOptions
@@ -78,6 +80,11 @@ def measurements() -> tuple[Measurement | Failure, ...]:
     )
 
 
+def _values(raw: dict) -> SweepValues:
+    """A sweep's values as that jaxtune kept them (a map, read as the typed record now)."""
+    return typed.decode(SweepValues, raw)
+
+
 def jax_precision():
     import jax
 
@@ -120,13 +127,18 @@ def entries() -> list[Entry]:
                 ("tests.records", "helper", "cd" * 8),
             ),
             phases={"start": 0.5, "compile": 1.25, "time": 2.0},
-            values={
-                "sets": 2,
-                "arguments": {
-                    "x": {"source": "recorded", "summary": []},
-                    "lengths": {"source": "recorded", "summary": ["s32[8] 1..2048", "s32[8] 2..9"]},
-                },
-            },
+            values=_values(
+                {
+                    "sets": 2,
+                    "arguments": {
+                        "x": {"source": "recorded", "summary": []},
+                        "lengths": {
+                            "source": "recorded",
+                            "summary": ["s32[8] 1..2048", "s32[8] 2..9"],
+                        },
+                    },
+                }
+            ),
         )
         for n in (8, 64)
     ]
@@ -161,7 +173,7 @@ def plan() -> SweepPlan:
         timer="wall",
         timing="vjp",
         compile_threads=2,
-        values={"sets": 1, "arguments": {"x": {"source": "caller", "summary": []}}},
+        values=_values({"sets": 1, "arguments": {"x": {"source": "caller", "summary": []}}}),
     )
 
 

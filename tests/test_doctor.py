@@ -7,6 +7,7 @@ Covers docs/doctor.md, "What it checks", "Exit status" and "JSON schema (version
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -339,3 +340,35 @@ def test_xprof_with_the_embedded_analysis_counts_as_llo(monkeypatch):
     monkeypatch.setattr(doctor_checks, "embedded_llo", lambda: False)
     monkeypatch.setattr(doctor_checks.shutil, "which", lambda name: None)
     assert doctor_checks.xprof_state()["llo"] is False
+
+
+@pytest.mark.child
+@pytest.mark.parametrize(
+    ("printed", "named"),
+    [
+        (
+            '{"platform": "cpu", "device_kind": "cpu", "device_count": "1", "process_count": 1}',
+            r"the probe's answer.device_count: expected int, got str '1'",
+        ),
+        ('{"platform": "cpu"}', r"the probe's answer.device_kind: missing"),
+        ('{"error": 3}', r"the probe's answer.error: expected str, got int 3"),
+        ("[1]", r"the probe's answer: expected a Backend \(a map\), got list"),
+        ("{not json", r"answered in another shape: Expecting property name"),
+    ],
+)
+def test_a_probe_answer_of_another_shape_is_a_backend_failure_naming_the_field(
+    monkeypatch, printed, named
+):
+    """The probe child writes its JSON by hand (it imports JAX alone): the parent reads it
+    as a typed record, so an answer of another shape is a backend failure that names the
+    field, never a KeyError in the report."""
+    answer = f"import sys; sys.stdout.write('@@jaxtune-probe@@' + {printed!r})"
+    monkeypatch.setattr(doctor_checks, "_PROBE", answer)
+    probed = doctor_checks.probe_backend({"PATH": "/usr/bin:/bin"}, 60)
+    assert isinstance(probed, doctor_checks.BackendFailed)
+    assert probed.error.startswith("the backend probe answered in another shape: "), probed
+    assert re.search(named, probed.error), probed.error
+    report = _doctor.collect(probe=True, environ={"PATH": "/usr/bin:/bin"})
+    assert report["backend"] == {"probed": True, "error": probed.error}
+    assert "backend-failed" in codes(report) and not report["ok"]
+    assert f"the JAX backend did not start: {probed.error}" in _doctor.format_text(report)

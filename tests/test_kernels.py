@@ -316,8 +316,8 @@ def test_gmm_is_tuned_on_first_use_on_the_callers_group_sizes(monkeypatch, fast_
     assert choice.source == "cache"
     entry = choice.entry
     assert entry is not None and entry.measured == 3
-    assert entry.values["arguments"]["group_sizes"]["source"] == "caller"
-    assert "sum 512" in entry.values["arguments"]["group_sizes"]["summary"][0]
+    assert entry.values.arguments["group_sizes"].source == "caller"
+    assert "sum 512" in entry.values.arguments["group_sizes"].summary[0]
     reference = megablox.gmm(lhs, rhs, sizes, interpret=True)
     _close(out, reference, 1e-4)
     stored = (choice.config["tm"], choice.config["tk"], choice.config["tn"])
@@ -371,10 +371,10 @@ def test_a_jitted_step_is_tuned_on_its_group_sizes_and_never_on_random_ones(
         (entry,) = jaxtune.tune(step, *args, retune=True).values()
         assert entry.kernel == "jaxtune.kernels.gmm"
         assert entry.measured == 2
-        about = entry.values["arguments"]["group_sizes"]
-        assert about["source"] == source
+        about = entry.values.arguments["group_sizes"]
+        assert about.source == source
         if source == "caller":  # the step's own group sizes, (300, 40, 0, 172)
-            assert about["summary"] == ["s32[4] 0..300 sum 512 median 106, 1 zero"]
+            assert about.summary == ("s32[4] 0..300 sum 512 median 106, 1 zero",)
     assert entry.config in kernels.autotuned_gmm.space(lhs, rhs, sizes, interpret=True)
 
 

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import sys
 
 import extras
@@ -420,6 +421,31 @@ def test_a_hanging_analysis_is_stopped_at_its_time_limit(tmp_path, monkeypatch):
     got = llo.analyze(_write(tmp_path, TPU % ""), "tpu", True, python=python)
     assert got["success"] is False
     assert got["line"] == "xprof's LLO analysis took over 2 s and was stopped"
+
+
+@pytest.mark.child
+@pytest.mark.parametrize(
+    ("printed", "named"),
+    [
+        (
+            '{"embedded": true, "seconds": {"load": "slow"}}',
+            r"reply.seconds\['load'\]: expected float",
+        ),
+        ('{"embedded": "yes"}', r"reply.embedded: expected bool, got str 'yes'"),
+        ('["embedded"]', r"reply: expected a _Reply \(a map\), got list"),
+    ],
+)
+def test_an_answer_of_another_shape_is_a_failure_that_names_the_field(tmp_path, printed, named):
+    """The xprof child's answer (written by hand: xprof's Python has no jaxtune) is read as
+    a typed record: a field of the wrong kind is named in the report's line, never a
+    KeyError or TypeError later."""
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho '{printed}'\n")
+    python.chmod(0o755)
+    got = llo.analyze(_write(tmp_path, TPU % ""), "tpu", True, python=str(python))
+    assert got["success"] is False
+    assert got["line"].startswith("xprof's LLO analysis answered in another shape ("), got
+    assert re.search(named, got["line"]), got["line"]
 
 
 #: An llo_proto that the wheel's analysis reads: a LloModuleProto whose field 1

@@ -93,6 +93,24 @@ def test_a_lowering_process_that_dies_costs_only_its_tracing(
     assert all(m.ok for m in outcome.measurements), [m for m in outcome.measurements if not m.ok]
 
 
+def test_a_process_is_told_its_configs_as_they_are_and_answers_apart_from_prints(
+    processes, tmp_path
+):
+    """The job travels through jaxtune's codec (a tuple knob stays a tuple) and the answers
+    as frames apart from what the kernel prints: every config is told of and kept."""
+    x = jnp.linspace(0.0, 1.0, 256)
+    call = lk.chatty.options.bound(lk.chatty.options.bind((x,), {}), lk.PAIRS, lk.PAIRS[0])
+    kept = kept_programs.KeptPrograms(tmp_path / "kept")
+    pool = _compile.LoweringPool.start(call.sweep_task(), kept, lk.PAIRS, refuse=False, first_s=1.0)
+    assert pool is not None
+    try:
+        ids = [config_id(c) for c in lk.PAIRS]
+        assert [pool.wait(cid, 120) for cid in ids] == ["told"] * len(ids)
+        assert all(kept.has(cid) for cid in ids), sorted(p.name for p in kept.folder.iterdir())
+    finally:
+        pool.close()
+
+
 def test_auto_starts_no_process_off_a_tpu(store_on, fast_timing):
     traced, outcome = _sweep(lk.sines)
     assert traced == [c["n"] for c in lk.SPACE]

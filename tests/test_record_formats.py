@@ -159,7 +159,7 @@ def test_a_recording_of_that_format_reads_as_it_did():
     assert request.ref is not None and request.ref.kernel == "tests.records"
     assert request.fields.task_id == kept["task_id"] and request.fields.work is None
     assert request.fields.plan is not None and request.fields.plan.kernel == "tests.records"
-    assert request.fields.plan.values["arguments"]["x"]["source"] == "recorded"
+    assert request.fields.plan.values.arguments["x"].source == "recorded"
     assert request.args == values.args
     # Written again, it is a request of this version: its fields a record of their own.
     written = request.recorded().to_wire()

@@ -156,6 +156,14 @@ class Miss:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Tagged:
+    WIRE_TAG: ClassVar = ("format", "a file")
+    WIRE_TAG_REQUIRED: ClassVar = True
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Pair:
     WIRE_AS_LIST: ClassVar = True
 
@@ -181,6 +189,8 @@ def test_what_a_record_class_says_of_itself_is_written_and_read_back():
     assert typed.decode(Holder, raw) == held
     assert typed.decode(Pair, ["d"]) == Pair(name="d")  # a trailing default left out
     assert typed.decode(Hit, {"time": 1.0}) == Hit(time=1.0)  # no version: version 1
+    assert typed.encode(Tagged(name="x")) == {"format": "a file", "name": "x"}
+    assert typed.decode(Tagged, {"format": "a file", "name": "x"}) == Tagged(name="x")
 
 
 @pytest.mark.parametrize(
@@ -191,6 +201,8 @@ def test_what_a_record_class_says_of_itself_is_written_and_read_back():
         (Hit, {"ok": False, "time": 1.0}, r"Hit.ok: expected True, got False"),
         (Hit, {"v": 3, "time": 1.0}, r"a Hit of version 3, written by a newer jaxtune"),
         (Hit, {"v": "2", "time": 1.0}, r"Hit.v: expected a version number"),
+        (Tagged, {"name": "x"}, r"^Tagged.format: missing$"),
+        (Tagged, {"format": "b file", "name": "x"}, r"^Tagged.format: expected 'a file'"),
         (Holder, {"results": [{"why": "x"}]}, r"Holder.results\[0\].ok: missing"),
         (Holder, {"results": [{"ok": 1, "why": "x"}]}, r"results\[0\].ok: expected one of"),
         (Holder, {"results": [3]}, r"expected a Hit or a Miss \(a map with 'ok'\)"),

@@ -21,7 +21,9 @@ import pytest
 import value_kernels as vk
 
 import jaxtune
-from jaxtune._core.vocabulary import Entry
+from jaxtune._core import typed
+from jaxtune._core.codec import packb, unpackb
+from jaxtune._core.vocabulary import ArgumentValues, Entry, SweepValues, WorkHint
 from jaxtune._tuning.lookup import device_kind
 from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.store import cache as _cache
@@ -51,10 +53,10 @@ def _check_pick(name: str, entry: Entry, values, *, source: str) -> None:
     a threshold here."""
     assert dict(entry.config) == {"chunk": vk.right_chunk(name, values)}, (name, entry)
     value_arg = vk.CALLS[name][0]
-    about = entry.values["arguments"][value_arg]
-    assert about["source"] == source, entry.values
+    about = entry.values.arguments[value_arg]
+    assert about.source == source, entry.values
     sets = values if isinstance(values, list) else [values]
-    assert about["summary"] == [_inputs.summarise(v) for v in sets], (entry.values, sets)
+    assert about.summary == tuple(_inputs.summarise(v) for v in sets), (entry.values, sets)
 
 
 def test_jaxtune_tune_sweeps_on_the_values_the_program_ran(cli, tmp_path):
@@ -94,9 +96,9 @@ def test_several_value_sets_of_one_call_are_timed_as_a_mix(cli, tmp_path, monkey
     proc = cli("tune", "--", "python", str(prog), timeout=600)
     assert proc.returncode == 0, proc.stderr
     (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
-    assert entry.values["sets"] == 3, entry.values
-    summaries = entry.values["arguments"]["n"]["summary"]
-    assert summaries == ["s32[] 6000..6000", "s32[] 12..12", "s32[] 40..40"], summaries
+    assert entry.values.sets == 3, entry.values
+    summaries = entry.values.arguments["n"].summary
+    assert summaries == ("s32[] 6000..6000", "s32[] 12..12", "s32[] 40..40"), summaries
     assert "3 value sets timed as a mix" in proc.stdout, proc.stdout
     # 6,052 rows in all: the largest chunk, as for the prefill-like call alone.
     mix = [jnp.int32(6000), jnp.int32(12), jnp.int32(40)]
@@ -138,7 +140,7 @@ def test_tune_mode_inside_jit_warns_that_the_integers_are_made_up(monkeypatch, f
     with pytest.warns(jaxtune.SynthesisedValuesWarning, match=r"argument\(s\) n \(integers"):
         jax.jit(vk.loop_count)(x, w, jnp.int32(700)).block_until_ready()
     (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
-    assert entry.values["arguments"]["n"]["source"] == "synthesised"
+    assert entry.values.arguments["n"].source == "synthesised"
     assert "n: synthesised (integers uniform in 0..16)" in entry.values_text
 
 
@@ -168,11 +170,21 @@ def test_made_up_values_are_placed_on_the_device_once():
     (made,) = _inputs.make_inputs("k", sig)
     assert all(isinstance(v, jax.Array) for v in made.values()), made
     described = _inputs.describe_values(sig, inputs_given=False)
-    assert described["arguments"]["x"]["source"] == "caller"
-    assert described["arguments"]["n"] == {
-        "source": "synthesised",
-        "integer": True,
-        "summary": ["integers uniform in 0..16"],
+    assert described.arguments["x"] == ArgumentValues(source="caller")
+    assert described.arguments["n"] == ArgumentValues(
+        source="synthesised", integer=True, summary=("integers uniform in 0..16",)
+    )
+    # Written as the map jaxtune wrote by hand before the record: keys only where set.
+    assert typed.encode(described) == {
+        "sets": 1,
+        "arguments": {
+            "x": {"source": "caller"},
+            "n": {
+                "source": "synthesised",
+                "integer": True,
+                "summary": ["integers uniform in 0..16"],
+            },
+        },
     }
 
 
@@ -196,6 +208,91 @@ def test_value_summaries(value, text):
     assert _inputs.summarise(value) == text
 
 
+#: ``values`` maps as jaxtune wrote them (by hand, before they were a typed record): a
+#: recorded mix with work hints, a call without array arguments, and an entry older than
+#: the field.
+WRITTEN_VALUES = [
+    {
+        "sets": 2,
+        "arguments": {
+            "n": {
+                "source": "recorded",
+                "integer": True,
+                "summary": ["s32[] 6000..6000", "s32[] 12..12"],
+            },
+            "x": {"source": "recorded"},
+            "ids": {"source": "recorded, partly synthesised", "integer": True},
+            "w": {"source": "inputs="},
+        },
+        "work": {"flops": 1.4e11, "bytes": 2.5e9},
+    },
+    {"sets": 1, "arguments": {}, "work": {"bytes": 4096.0}},
+    {"sets": 1, "arguments": {"x": {"source": "caller", "summary": []}}},
+    {},
+]
+
+
+@pytest.mark.parametrize("values", WRITTEN_VALUES)
+def test_an_entry_s_values_read_back_as_written_and_are_written_byte_for_byte(values):
+    stored = packb({**_entry_map(), "values": values})
+    entry = Entry.from_dict(unpackb(stored))
+    assert packb(entry.to_dict()) == stored
+    assert entry.summary()["values"] == values
+    arguments = values.get("arguments", {})
+    assert dict(entry.values.arguments or {}).keys() == arguments.keys()
+    for name, about in arguments.items():
+        read = entry.values.arguments[name]
+        assert (read.source, read.integer) == (about["source"], about.get("integer", False))
+        assert read.summary == (None if "summary" not in about else tuple(about["summary"]))
+    assert entry.values.set_count == values.get("sets", 1)
+    work = values.get("work")
+    assert entry.values.work == (None if work is None else WorkHint(**work))
+
+
+def test_an_entry_s_values_read_by_attribute_say_where_they_came_from():
+    entry = Entry.from_dict({**_entry_map(), "values": WRITTEN_VALUES[0]})
+    assert entry.values_text == (
+        "2 value sets timed as a mix; n: recorded (s32[] 6000..6000 | s32[] 12..12); "
+        "ids: recorded, partly synthesised; w: inputs=; x: recorded"
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (5, r"field 'values' should be a SweepValues \(a map\), got int 5\."),
+        ({"sets": "2"}, r"field 'sets' should be an int >= 0, got str '2' \(at values.sets\)"),
+        ({"sets": -1}, r"field 'sets' should be an int >= 0, got int -1 \(at values.sets\)"),
+        ({"arguments": ["x"]}, r"field 'arguments' should be a map, got list"),
+        (
+            {"arguments": {"x": {"source": 3}}},
+            r"field 'source' should be a string, got int 3 \(at values.arguments\['x'\].source\)",
+        ),
+        (
+            {"arguments": {"x": {"source": "caller", "summary": "s32[4]"}}},
+            r"field 'summary' should be a list, got str 's32\[4\]' "
+            r"\(at values.arguments\['x'\].summary\)",
+        ),
+        ({"work": {"flops": "many"}}, r"field 'flops' should be a number, got str 'many'"),
+    ],
+)
+def test_a_damaged_values_field_is_named(values, message):
+    with pytest.raises(jaxtune.CacheError, match=r"^entry: " + message):
+        Entry.from_dict({**_entry_map(), "values": values})
+
+
+def _entry_map() -> dict:
+    return Entry(
+        kernel="k",
+        device_kind="cpu",
+        key="f32[4]",
+        config={"b": 1},
+        time_us=1.0,
+        default_config={"b": 1},
+        default_time_us=2.0,
+    ).to_dict()
+
+
 def test_an_entry_older_than_values_reads_and_shows_nothing_new():
     old = {
         "kernel": "k",
@@ -207,7 +304,7 @@ def test_an_entry_older_than_values_reads_and_shows_nothing_new():
         "default_time_us": 1.0,
     }
     entry = Entry.from_dict(old)
-    assert entry.values == {} and entry.values_text == ""
+    assert entry.values == SweepValues() and entry.values_text == ""
 
 
 def test_a_time_past_the_peak_is_flagged():
@@ -220,7 +317,7 @@ def test_a_time_past_the_peak_is_flagged():
         default_config={"t": 1},
         default_time_us=400.0,
         decision="single",
-        values={"sets": 1, "arguments": {}, "work": {"flops": 1.4e11}},
+        values=SweepValues(sets=1, arguments={}, work=WorkHint(flops=1.4e11)),
     )
     from jaxtune._tuning.explain import decision_text
 
@@ -250,7 +347,7 @@ def test_a_program_that_exports_records_no_values_with_value_sets_0(cli, tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no values were recorded for integer/boolean argument(s) n" in proc.stderr
     (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
-    assert entry.values["arguments"]["n"]["source"] == "synthesised"
+    assert entry.values.arguments["n"].source == "synthesised"
 
 
 def test_jaxtune_tune_inside_a_recorded_program_exports_for_the_tpu(monkeypatch):

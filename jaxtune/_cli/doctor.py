@@ -17,8 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._core import flags as _flags
+from .._core import typed
 from .._core.versions import toolchain
 from .doctor_checks import (
+    BackendFailed,
     Problem,
     cache_problems,
     flag_problems,
@@ -103,13 +105,14 @@ def _backend(
         return {"probed": False, "skipped": "flag errors would abort the backend", "problems": []}
     if not probe:
         return {"probed": False, "problems": []}
-    backend: dict[str, Any] = {"probed": True, **probe_backend(env, timeout), "problems": []}
-    if "error" in backend:
+    probed = probe_backend(env, timeout)
+    backend: dict[str, Any] = {"probed": True, **typed.encode(probed), "problems": []}
+    if isinstance(probed, BackendFailed):
         backend["problems"].append(
             Problem(
                 severity="error",
                 code="backend-failed",
-                message=f"the JAX backend did not start: {backend['error']}",
+                message=f"the JAX backend did not start: {probed.error}",
                 fix="run `python -c 'import jax; print(jax.devices())'` to see the full "
                 "error; check JAX_PLATFORMS and the accelerator driver",
             )

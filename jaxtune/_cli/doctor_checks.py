@@ -20,10 +20,13 @@ from typing import Any, Literal
 
 from .._core import flags as _flags
 from .._core import settings as _settings
+from .._core import typed
 from .._core.versions import dist_version
 
 __all__ = [
     "TPU_FLAGS",
+    "Backend",
+    "BackendFailed",
     "Problem",
     "cache_problems",
     "flag_problems",
@@ -87,7 +90,27 @@ def version_tuple(version: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def probe_backend(env: Mapping[str, str], timeout: float) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Backend:
+    """The backend a fresh process started (what the probe child answers)."""
+
+    platform: str
+    device_kind: str
+    device_count: int
+    process_count: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class BackendFailed:
+    """Why the backend did not start in the probe child (or why its answer was none)."""
+
+    error: str
+
+
+def probe_backend(env: Mapping[str, str], timeout: float) -> Backend | BackendFailed:
+    """The backend a fresh process starts under ``env``, probed in a child (``_PROBE``,
+    which imports JAX alone and writes its JSON answer by hand) within ``timeout`` seconds;
+    an answer of another shape is a failure that names the field."""
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _PROBE],
@@ -98,13 +121,24 @@ def probe_backend(env: Mapping[str, str], timeout: float) -> dict[str, Any]:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"the backend did not start within {timeout:.0f} s"}
+        return BackendFailed(error=f"the backend did not start within {timeout:.0f} s")
     _, marker, payload = proc.stdout.rpartition("@@jaxtune-probe@@")
     if proc.returncode != 0 or not marker:
         tail = proc.stderr.strip().splitlines()[-3:]
-        return {"error": f"exit status {proc.returncode}: {' | '.join(tail) or 'no output'}"}
-    result: dict[str, Any] = json.loads(payload)
-    return result
+        return BackendFailed(
+            error=f"exit status {proc.returncode}: {' | '.join(tail) or 'no output'}"
+        )
+    try:
+        raw = json.loads(payload)
+        failed = isinstance(raw, dict) and "error" in raw
+        probed: Backend | BackendFailed = (
+            typed.decode(BackendFailed, raw, "the probe's answer")
+            if failed
+            else typed.decode(Backend, raw, "the probe's answer")
+        )
+    except ValueError as e:  # not JSON, or a MismatchError naming the field
+        return BackendFailed(error=f"the backend probe answered in another shape: {e}")
+    return probed
 
 
 _EMBEDDED = (

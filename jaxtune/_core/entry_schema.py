@@ -29,7 +29,6 @@ __all__ = [
     "PHASES",
     "TIME",
     "TIMES",
-    "VALUES",
     "stored_error",
 ]
 
@@ -74,26 +73,6 @@ def _margin(v: Any) -> bool:
     )
 
 
-def _values(v: Any) -> bool:
-    """``{"sets": n, "arguments": {name: {"source": str, "summary": [str, ...]}}}``."""
-    if not _mapping(v):
-        return False
-    if not v:
-        return True
-    arguments = v.get("arguments", {})
-    if not (_count(v.get("sets", 1)) and _mapping(arguments)):
-        return False
-    for name, about in arguments.items():
-        if not (isinstance(name, str) and _mapping(about)):
-            return False
-        if not isinstance(about.get("source", ""), str):
-            return False
-        summary = about.get("summary", [])
-        if not (isinstance(summary, (list, tuple)) and all(isinstance(t, str) for t in summary)):
-            return False
-    return True
-
-
 #: A config: str keys, values the codec stores as themselves.
 CONFIG = Check(
     _config,
@@ -108,9 +87,6 @@ COUNT = Check(_count, "an int >= 0")
 DECISION = Check(lambda v: v in DECISIONS, f"one of {sorted(DECISIONS)}")
 MARGIN = Check(_margin, "None or a dict of rival, ratio, low, high")
 PHASES = Check(lambda v: all(_number(x) for x in v.values()), "a dict of str to seconds")
-VALUES = Check(
-    _values, 'a dict {"sets": n, "arguments": {name: {"source": str, "summary": [str]}}}'
-)
 
 #: The codec's names of plain types, as a message about a stored field says them.
 _KINDS = {"bool": "a bool", "str": "a string", "int": "an int", "float": "a number"}

@@ -26,7 +26,9 @@ its annotations, never from code written per class:
   ``metadata=LOCAL``: a field never written nor read (worked out where it is used).
 - ``WIRE_TAG: ClassVar = (key, value)``: the map carries ``key: value`` first; a union of tagged
   classes is read as the class its tag names (``ok: True`` a measurement, ``ok: False`` a
-  failure; ``t: "call"`` a recorded call).
+  failure; ``t: "call"`` a recorded call). A map read as the class alone may leave the tag
+  out, unless the class says ``WIRE_TAG_REQUIRED: ClassVar = True`` (a file's format name:
+  a map without it is some other file's).
 - ``WIRE_VERSION: ClassVar[int]``: the map carries ``v``; a map of a later version is refused
   as written by a newer jaxtune, one without ``v`` reads as version 1.
 - ``WIRE_UPGRADE: ClassVar = staticmethod(fn)``: a map of an earlier version is read as
@@ -685,6 +687,7 @@ def _dataclass_reader(cls: type, given: tuple[Any, ...] = ()) -> _Read:
     )
     expected = f"a {cls.__name__} (a map)"
     tag = _tag(cls)
+    tag_required = tag is not None and getattr(cls, "WIRE_TAG_REQUIRED", False)
     version = getattr(cls, "WIRE_VERSION", None)
     upgrade = getattr(cls, "WIRE_UPGRADE", None)
     if getattr(cls, "WIRE_AS_LIST", False):
@@ -693,6 +696,8 @@ def _dataclass_reader(cls: type, given: tuple[Any, ...] = ()) -> _Read:
     def read(raw: Any) -> Any:
         if not _is_map(raw):
             _fail(expected, raw)
+        if tag_required and tag[0] not in raw:  # type: ignore[index]
+            raise MismatchError("missing").at(f".{tag[0]}")  # type: ignore[index]
         if tag is not None and tag[0] in raw and raw[tag[0]] != tag[1]:
             raise MismatchError(
                 f"expected {tag[1]!r}, got {raw[tag[0]]!r:.40}", expected=repr(tag[1])

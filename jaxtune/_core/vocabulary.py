@@ -23,12 +23,12 @@ from .entry_schema import (
     PHASES,
     TIME,
     TIMES,
-    VALUES,
     stored_error,
 )
 from .errors import CacheError
 
 __all__ = [
+    "ArgumentValues",
     "CaptureInfo",
     "Choice",
     "CodeDigest",
@@ -44,6 +44,8 @@ __all__ = [
     "Source",
     "Stale",
     "StaleReason",
+    "SweepValues",
+    "WorkHint",
     "config_id",
     "measurement_from_dict",
     "pass_text",
@@ -205,6 +207,81 @@ def measurement_from_dict(d: Mapping[str, Any]) -> Measurement | Failure:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ArgumentValues:
+    """Where one array argument's values came from for a sweep (``source``: ``caller``,
+    ``recorded``, ``inputs=``, ``synthesised`` or ``recorded, partly synthesised``), whether
+    they are integers or booleans (values that often decide the work: ``integer``), and a
+    short text of them per value set (``summary``; ``None`` where none was written)."""
+
+    source: str = dataclasses.field(default="", metadata=typed.OMIT_DEFAULT)
+    integer: bool = dataclasses.field(default=False, metadata=typed.OMIT_DEFAULT)
+    summary: tuple[str, ...] | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class WorkHint:
+    """The work the kernel's ``flops=`` / ``bytes=`` hints count for the call (each
+    ``None`` where the decorator gave no such hint)."""
+
+    flops: float | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+    bytes: float | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SweepValues:
+    """The values a sweep runs on, as its plan carries them and its entry keeps them: how
+    many value sets were timed as a mix (``sets``), per array argument where its values
+    came from (``arguments``), and the work the kernel's hints count (``work``).
+
+    Written as ``{"sets": n, "arguments": {name: {"source": ..., "integer": true,
+    "summary": [...]}}, "work": {"flops": ...}}``; each field is left out while unset
+    (``None``), so that an entry older than the record is ``{}``, and a map written
+    before the record reads and is written back byte for byte.
+
+    Examples:
+        >>> typed.encode(SweepValues())
+        {}
+        >>> SweepValues(sets=1, arguments={"n": ArgumentValues(source="caller")}).text
+        'n: caller'
+    """
+
+    sets: Annotated[int, COUNT] | None = dataclasses.field(
+        default=None, metadata=typed.OMIT_DEFAULT
+    )
+    arguments: Mapping[str, ArgumentValues] | None = dataclasses.field(
+        default=None, metadata=typed.OMIT_DEFAULT
+    )
+    work: WorkHint | None = dataclasses.field(default=None, metadata=typed.OMIT_DEFAULT)
+
+    @property
+    def set_count(self) -> int:
+        """How many value sets were timed (1 where the record does not say)."""
+        return self.sets or 1
+
+    @property
+    def text(self) -> str:
+        """Where the values came from, for people: each integer/boolean argument with a
+        summary of its values (one per value set), each made-up one, then the others by
+        source: ``"lengths: recorded (s32[8] 1..2048 sum 4100 median 300); x, w:
+        recorded"``, led by ``"3 value sets timed as a mix; "`` for a mix; empty for an
+        empty record."""
+        parts = []
+        plain: dict[str, list[str]] = {}  # real float values: their names, by source
+        for name, about in (self.arguments or {}).items():
+            source = about.source or "?"
+            summary = [t for t in about.summary or () if t]
+            if summary:
+                parts.append(f"{name}: {source} ({' | '.join(summary)})")
+            elif source in ("caller", "recorded"):
+                plain.setdefault(source, []).append(name)
+            else:
+                parts.append(f"{name}: {source}")
+        parts += [f"{', '.join(names)}: {source}" for source, names in plain.items()]
+        head = f"{self.set_count} value sets timed as a mix; " if self.set_count > 1 else ""
+        return head + "; ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Entry:
     """The tuned outcome for one (kernel, device kind, key)."""
 
@@ -248,35 +325,13 @@ class Entry:
     #: Where the sweep's wall time went, in seconds per phase (``start``, ``transfer``,
     #: ``compile``, ...: see docs/search.md); empty in entries older than the field.
     phases: Annotated[Mapping[str, float], PHASES] = dataclasses.field(default_factory=dict)
-    #: The values the sweep ran on: ``{"sets": n, "arguments": {name: {"source": ...,
-    #: "summary": [one text per value set]}}}``, the source one of ``caller``,
-    #: ``recorded``, ``inputs=``, ``synthesised`` (docs/values.md); empty in entries older
-    #: than the field.
-    values: Annotated[Mapping[str, Any], VALUES] = dataclasses.field(default_factory=dict)
+    #: The values the sweep ran on (docs/values.md); ``{}`` in entries older than the field.
+    values: SweepValues = SweepValues()
 
     @property
     def values_text(self) -> str:
-        """Where the sweep's values came from, for people: each integer/boolean argument
-        with a summary of its values (one per value set), each made-up one, then the
-        others by source: ``"lengths: recorded (s32[8] 1..2048 sum 4100 median 300); x, w:
-        recorded"``, led by ``"3 value sets timed as a mix; "`` for a mix; empty in entries
-        older than the field."""
-        arguments = self.values.get("arguments") or {}
-        parts = []
-        plain: dict[str, list[str]] = {}  # real float values: their names, by source
-        for name, about in arguments.items():
-            source = str(about.get("source", "?"))
-            summary = [t for t in about.get("summary", ()) if t]
-            if summary:
-                parts.append(f"{name}: {source} ({' | '.join(summary)})")
-            elif source in ("caller", "recorded"):
-                plain.setdefault(source, []).append(name)
-            else:
-                parts.append(f"{name}: {source}")
-        parts += [f"{', '.join(names)}: {source}" for source, names in plain.items()]
-        sets = int(self.values.get("sets") or 1)
-        head = f"{sets} value sets timed as a mix; " if sets > 1 else ""
-        return head + "; ".join(parts)
+        """Where the sweep's values came from, for people (:attr:`SweepValues.text`)."""
+        return self.values.text
 
     @property
     def pass_text(self) -> str:
@@ -336,7 +391,7 @@ class Entry:
             "timer": self.timer,
             "timing": self.timing,
             "phases": dict(self.phases),
-            "values": dict(self.values),
+            "values": typed.encode(self.values),
             "search": self.search,
             "measured": self.measured,
             "space_size": self.space_size,

@@ -35,6 +35,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 from .._core import flags as _flags
+from .._core import typed
 from .._core.xspace import schema
 from .._core.xspace import xplane as _xplane
 from .._core.xspace.tracefile import find_trace
@@ -252,16 +253,36 @@ def _failed(why: str, fix: str = "") -> dict[str, Any]:
     return {"success": False, "why": why, "fix": fix, "line": f"{why}; {fix}" if fix else why}
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Reply:
+    """The JSON line the xprof child prints (:data:`_CHILD`, which cannot import jaxtune
+    and so writes it by hand), read by :mod:`jaxtune._core.typed`: why xprof could not be
+    imported (``import_error``), or whether it embeds the analysis, its ``analyze_llo``
+    answer and its static analyses by op and mode (xprof's own maps, as they came:
+    :func:`.llo_figures.summary` reads them), the ``list_ops`` answer asked of a whole
+    trace, whether each file was loaded once (``shared_load``), and the seconds and calls
+    each step took."""
+
+    import_error: str = ""
+    embedded: bool = False
+    answer: Any = None
+    static: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    list_ops: Any = None
+    shared_load: bool = False
+    seconds: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    calls: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
 def _ask_xprof(
     trace_file: str,
     python: str | None,
     wanted: list[str] | None = None,
     limit: int = MAX_KERNELS,
     static_file: str | None = None,
-) -> dict[str, Any]:
+) -> _Reply | dict[str, Any]:
     """xprof's answers from the child (when ``wanted`` is given, of those LLO modules
     only, the static analyses for the first ``limit`` of them, asked of ``static_file``
-    when given), or ``{"failed": summary}``."""
+    when given), or the failure (:func:`_failed`) that :func:`analyze` returns."""
     proc = None
     argv = [python or sys.executable, "-c", _CHILD, trace_file, ",".join(STATIC_MODES)]
     argv += [str(limit), *([json.dumps(wanted)] if wanted is not None else [])]
@@ -274,17 +295,16 @@ def _ask_xprof(
             text=True,
             timeout=LLO_TIMEOUT_S,
         )
-        got = json.loads(proc.stdout.strip().splitlines()[-1])
-        if not isinstance(got, dict):
-            raise ValueError(got)
-        return got
+        line = proc.stdout.strip().splitlines()[-1]
+        reply: _Reply = typed.decode(_Reply, json.loads(line), "reply")
+        return reply
     except subprocess.TimeoutExpired:
-        return {
-            "failed": _failed(f"xprof's LLO analysis took over {LLO_TIMEOUT_S} s and was stopped")
-        }
+        return _failed(f"xprof's LLO analysis took over {LLO_TIMEOUT_S} s and was stopped")
+    except typed.MismatchError as e:
+        return _failed(f"xprof's LLO analysis answered in another shape ({e})")
     except (OSError, ValueError, IndexError):
         tail = proc.stderr.strip()[-200:] if proc is not None else "no child"
-        return {"failed": _failed(f"xprof's LLO analysis ended without an answer ({tail})")}
+        return _failed(f"xprof's LLO analysis ended without an answer ({tail})")
 
 
 def analyze(
@@ -342,22 +362,21 @@ def analyze(
     statics = os.fspath(static_file) if static_file is not None else None
     got = _ask_xprof(os.fspath(trace_file), python, wanted, limit, statics)
     child_s = time.perf_counter() - began
-    if "failed" in got:
-        failed: dict[str, Any] = got["failed"]
-        return failed
-    if "import_error" in got:
-        return _failed(f"xprof cannot be imported ({got['import_error']})", XPROF_INSTALL)
-    if not got.get("embedded"):
+    if not isinstance(got, _Reply):
+        return got
+    if got.import_error:
+        return _failed(f"xprof cannot be imported ({got.import_error})", XPROF_INSTALL)
+    if not got.embedded:
         return _failed(
             "this xprof lacks the embedded LLO analysis (LLO_ANALYSIS_UNSUPPORTED_IN_OSS: "
             "built from source)",
             XPROF_INSTALL,
         )
-    answer = got.get("answer")
+    answer = got.answer
     if isinstance(answer, dict) and answer.get("success"):
         out = summary(
             answer,
-            got.get("static") or {},
+            dict(got.static),
             kernels or {},
             scope,
             slots,
@@ -365,9 +384,8 @@ def analyze(
             autotuned=autotuned,
             device_us=device_us,
         )
-        seconds = got.get("seconds")
-        out["seconds"] = {**(seconds if isinstance(seconds, dict) else {}), "child": child_s}
-        out["xprof_calls"] = got.get("calls")
+        out["seconds"] = {**got.seconds, "child": child_s}
+        out["xprof_calls"] = dict(got.calls)
         return out
     if not llo_data:
         return {**_failed(NO_LLO_DATA), "answer": answer}

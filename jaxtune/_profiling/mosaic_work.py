@@ -48,12 +48,16 @@ import pathlib
 import re
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .._core import typed
+from .._core.codec import packb, unpackb
+from .._isolation.wire import FrameReader, write_frame
 from .state import PROFILING_STATE
 
 __all__ = [
@@ -119,20 +123,6 @@ class MosaicWork:
             out["bytes_accessed"] = self.bytes_accessed
         return out
 
-    def to_wire(self) -> dict[str, Any]:
-        """The figures as the child sends them (JSON; :mod:`jaxtune._core.typed`)."""
-        out: dict[str, Any] = typed.encode(self)
-        return out
-
-    @classmethod
-    def from_wire(cls, doc: Any) -> MosaicWork | None:
-        """What :meth:`to_wire` wrote; ``None`` for anything else."""
-        try:
-            work: MosaicWork = typed.decode(cls, doc)
-        except typed.MismatchError:
-            return None
-        return work
-
 
 def body_of(backend_config: str | bytes) -> bytes | None:
     """The Mosaic module (MLIR bytecode) a ``tpu_custom_call``'s backend config carries."""
@@ -164,7 +154,7 @@ def works(bodies: Sequence[bytes]) -> list[MosaicWork | None]:
 
 
 def _in_children(bodies: list[bytes]) -> list[MosaicWork | None]:
-    """Each body's work, by children: one reads them in order, printing a line per body;
+    """Each body's work, by children: one reads them in order, answering each body as it goes;
     where one dies, the body it was reading gives none and a fresh child reads the rest."""
     out: list[MosaicWork | None] = [None] * len(bodies)
     start = 0
@@ -180,35 +170,47 @@ def _in_children(bodies: list[bytes]) -> list[MosaicWork | None]:
 
 
 def _child(bodies: list[bytes]) -> tuple[list[MosaicWork | None], bool]:
-    """``(the answers a child printed, in order, whether it read every body)``."""
-    payload = json.dumps([base64.b64encode(b).decode("ascii") for b in bodies])
+    """``(the answers a child sent, in order, whether it read every body)``: the bodies go
+    in as one msgpack list of :mod:`jaxtune._core.codec`, each answer comes back as a frame
+    of :mod:`jaxtune._isolation.wire` (a :class:`MosaicWork` or ``None``), read as it comes;
+    the first that is not one ends the reading."""
     root = str(pathlib.Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     # It reads bytes and starts no backend; should anything ask for one, it is the CPU's,
     # never the chip the profiled program holds.
     env["JAX_PLATFORMS"] = "cpu"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", __name__],
-            input=payload.encode(),
-            capture_output=True,
-            timeout=CHILD_TIMEOUT_S,
-            env=env,
-            check=False,
-        )
-        printed, finished = done.stdout, done.returncode == 0
-    except subprocess.TimeoutExpired as e:  # a body that hangs the reader: no more tries
-        printed, finished = e.stdout or b"", True
-    except OSError:
-        return [], True
     answers: list[MosaicWork | None] = []
-    for line in printed.decode("utf-8", "replace").splitlines()[: len(bodies)]:
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    with tempfile.TemporaryFile() as request:
+        request.write(packb(list(bodies)))
+        request.seek(0)
         try:
-            answers.append(MosaicWork.from_wire(json.loads(line)))
-        except ValueError:
-            break
-    return answers, finished and len(answers) == len(bodies)
+            process = subprocess.Popen(
+                [sys.executable, "-m", __name__],
+                stdin=request,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        except OSError:
+            return [], True
+    assert process.stdout is not None
+    frames = FrameReader(process.stdout.fileno())
+    try:
+        while len(answers) < len(bodies):
+            raw = frames.read(timeout=max(0.0, deadline - time.monotonic()))
+            if raw is None:  # a body that hangs the reader: no more tries
+                return answers, True
+            answers.append(typed.decode(MosaicWork | None, raw, "a Mosaic body's work"))
+    except (EOFError, ValueError):  # the child died (or sent no answer): a fresh one goes on
+        pass
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        process.stdout.close()
+    return answers, len(answers) == len(bodies)
 
 
 def count_body(body: bytes) -> MosaicWork | None:
@@ -621,11 +623,16 @@ def _work(module: Any) -> MosaicWork | None:
 
 
 def _serve() -> None:
-    """The child of :func:`works`: base64 bodies as a JSON list on stdin, one JSON line
-    per body on stdout, each printed before the next is read."""
-    for text in json.load(sys.stdin):
-        work = count_body(base64.b64decode(text))
-        print(json.dumps(None if work is None else work.to_wire()), flush=True)
+    """The child of :func:`works`: the bodies as a msgpack list on stdin, one frame per
+    body on stdout (its work, or ``None``), each sent before the next is read. Whatever
+    jaxlib prints goes to stderr, apart from the answers."""
+    sys.stdout.flush()
+    answers = os.dup(1)
+    os.dup2(2, 1)
+    bodies = typed.decode(tuple[bytes, ...], unpackb(sys.stdin.buffer.read()), "bodies")
+    for body in bodies:
+        work = count_body(body)
+        write_frame(answers, None if work is None else typed.encode(work))
 
 
 if __name__ == "__main__":

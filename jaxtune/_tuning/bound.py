@@ -45,6 +45,8 @@ from .._core.vocabulary import (
     RecordedCall,
     Stale,
     StaleReason,
+    SweepValues,
+    WorkHint,
     config_id,
 )
 from .._distributed import agree as _agree
@@ -546,7 +548,7 @@ class BoundCall:
             value_sets=tuple(sets),
         )
 
-    def _values_and_work(self, summaries: list[dict[str, str]]) -> dict[str, Any]:
+    def _values_and_work(self, summaries: list[dict[str, str]]) -> SweepValues:
         """What the entry records of the values (:func:`~.sweep.inputs.describe_values`),
         with the work the kernel's ``flops=``/``bytes=`` hints count for the call
         (``work``: a time that implies more than the device's peak is flagged)."""
@@ -558,7 +560,9 @@ class BoundCall:
         except Exception:  # a hint that cannot count this call: no figure, as in a profile
             work = None
         if work:
-            values["work"] = work
+            values = dataclasses.replace(
+                values, work=WorkHint(flops=work.get("flops"), bytes=work.get("bytes"))
+            )
         return values
 
     def sweep(

@@ -66,13 +66,13 @@ def past_peak_text(entry: Entry) -> str:
     more than the device's peak compute or bandwidth (no chip runs past its peak: the
     sweep's values did less work than the hints count, made-up values most often);
     empty otherwise."""
-    work = entry.values.get("work") or {}
+    work = entry.values.work
     peak = _roofline.peak_for(entry.device_kind)
-    if not work or peak is None or not entry.time_us:
+    if work is None or peak is None or not entry.time_us:
         return ""
-    seconds = entry.time_us * 1e-6 / int(entry.values.get("sets") or 1)
-    flops = float(work.get("flops") or 0) / seconds
-    moved = float(work.get("bytes") or 0) / seconds
+    seconds = entry.time_us * 1e-6 / entry.values.set_count
+    flops = (work.flops or 0.0) / seconds
+    moved = (work.bytes or 0.0) / seconds
     over = _roofline.over_peak(flops or None, moved or None, peak)
     if not over:
         return ""

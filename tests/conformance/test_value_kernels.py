@@ -27,7 +27,7 @@ def test_gmm_is_tuned_on_the_group_sizes_the_program_ran(cli, tpu_interpret, rec
     from jaxtune._tuning.store import cache as _cache
 
     (entry,) = _cache.user_cache().entries_for(vg.gmm.kernel_id, device_kind())
-    assert entry.values["arguments"]["group_sizes"]["source"] == "recorded"
+    assert entry.values.arguments["group_sizes"].source == "recorded"
     truth = pick_vs_truth(vg.gmm, vg.inputs(), entry, rounds=5, calls_per_round=1, warmup=2)
     record_property("pick_vs_truth", round(truth.ratio, 3))
     medians = truth.medians

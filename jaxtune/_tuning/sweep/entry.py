@@ -82,5 +82,5 @@ def make_entry(
         code_digest=code.digest,
         code_parts=code.parts,
         phases=dict(outcome.phases),
-        values=dict(plan.values),
+        values=plan.values,
     )

@@ -13,6 +13,7 @@ that change each step) as a mix: ``extra`` sets beside the call's own.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..._core.arrays import dtype_name, is_array, random_leaf
 from ..._core.errors import SignatureError
+from ..._core.vocabulary import ArgumentValues, SweepValues
 from ..recorded import ValueSet
 from ..signature import Signature, as_leaf
 
@@ -133,53 +135,47 @@ def describe_values(
     inputs_given: bool,
     real: str = CALLER,
     sets: Sequence[Mapping[str, str]] = (),
-) -> dict[str, Any]:
+) -> SweepValues:
     """What an entry records of the values a sweep of ``sig`` runs on: how many value
     sets, and per array argument its source and a summary per set (:func:`summarise`;
     ``sets``: summaries already made where the values were, one map per set)."""
     sources = value_sources(sig, inputs_given=inputs_given, real=real)
     summaries = list(sets) or [{name: summarise(sig.value(name)) for name in sig.dynamic}]
-    arguments: dict[str, Any] = {}
+    arguments = {}
     for name, source in sources.items():
-        about: dict[str, Any] = {"source": source}
-        texts = [s.get(name, "") for s in summaries]
-        if any(is_int_like(x) for x in jax.tree_util.tree_leaves(sig.value(name))):
-            about["integer"] = True
-            if source == SYNTHESISED:
-                texts = [t or "integers uniform in 0..16" for t in texts]
-        if any(texts):
-            about["summary"] = texts
-        arguments[name] = about
-    return {"sets": len(summaries), "arguments": arguments}
+        texts = tuple(s.get(name, "") for s in summaries)
+        integer = any(is_int_like(x) for x in jax.tree_util.tree_leaves(sig.value(name)))
+        if integer and source == SYNTHESISED:
+            texts = tuple(t or "integers uniform in 0..16" for t in texts)
+        arguments[name] = ArgumentValues(
+            source=source, integer=integer, summary=texts if any(texts) else None
+        )
+    return SweepValues(sets=len(summaries), arguments=arguments)
 
 
-def recorded_values(described: Mapping[str, Any], sets: Sequence[ValueSet]) -> dict[str, Any]:
+def recorded_values(described: SweepValues, sets: Sequence[ValueSet]) -> SweepValues:
     """:func:`describe_values`'s record of a recorded call (made where it was traced,
     without values) once its value sets have arrived (``values`` frames of a recording:
     their ``summary`` and ``dropped`` arguments)."""
-    arguments: dict[str, Any] = {}
-    for name, about in (described.get("arguments") or {}).items():
-        about = dict(about)
+    arguments = {}
+    for name, about in (described.arguments or {}).items():
+        source = RECORDED
         if any(name in s.dropped for s in sets):
-            if about.get("source") != INPUTS:
-                about["source"] = f"{RECORDED}, partly {SYNTHESISED}"
-        else:
-            about["source"] = RECORDED
-        texts = [s.summary.get(name, "") for s in sets]
-        about.pop("summary", None)
-        if any(texts):
-            about["summary"] = texts
-        arguments[name] = about
-    return {"sets": len(sets), "arguments": arguments}
+            source = about.source if about.source == INPUTS else f"{RECORDED}, partly {SYNTHESISED}"
+        texts = tuple(s.summary.get(name, "") for s in sets)
+        arguments[name] = dataclasses.replace(
+            about, source=source, summary=texts if any(texts) else None
+        )
+    return SweepValues(sets=len(sets), arguments=arguments)
 
 
-def made_up_integers(described: Mapping[str, Any]) -> list[str]:
+def made_up_integers(described: SweepValues) -> list[str]:
     """The integer/boolean arguments a described sweep synthesises (see
     :func:`describe_values`)."""
     return [
         name
-        for name, about in (described.get("arguments") or {}).items()
-        if about.get("integer") and about.get("source") == SYNTHESISED
+        for name, about in (described.arguments or {}).items()
+        if about.integer and about.source == SYNTHESISED
     ]
 
 

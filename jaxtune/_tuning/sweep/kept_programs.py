@@ -35,16 +35,15 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import pathlib
 import re
-import tempfile
 from typing import Any, ClassVar
 
 import jax
 import msgpack
 
 from ..._core import typed
+from ..._core.codec import atomic_write, packb, read_bounded, unpackb
 from ..state import TUNING_STATE
 from .compile_cache import own_folder
 
@@ -54,16 +53,20 @@ __all__ = ["KEPT_DIR", "KeptPrograms", "deterministic", "serialisable", "task_ke
 KEPT_DIR = "lowered"
 _FORMAT = "jaxtune.lowered"
 _VERSION = 1
+#: The largest kept file read back (a kernel's serialised program is far smaller).
+_LARGEST = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class _Kept:
     """One file of the store: config ``config``'s serialised program (``exported``), or
-    the failure it meets on every compile (``failed``). Read by :mod:`jaxtune._core.typed`:
-    a file of another format, a later version or the wrong field types is none of this
+    the failure it meets on every compile (``failed``), written and read (bounded) through
+    :mod:`jaxtune._core.codec` by :mod:`jaxtune._core.typed`: a file without the format's
+    tag, of another format, a later version or the wrong field types is none of this
     store's."""
 
     WIRE_TAG: ClassVar[tuple[str, str]] = ("format", _FORMAT)
+    WIRE_TAG_REQUIRED: ClassVar[bool] = True
     WIRE_VERSION: ClassVar[int] = _VERSION
 
     config: str
@@ -144,6 +147,8 @@ def task_key(*, kernel: str, key: str, code: str, timing: str, args: Any) -> str
         [[name, str(getattr(jax.config, name, None))] for name in _TRACING_OPTIONS],
         _installed(),
     ]
+    # A digest's input, not a record: plain msgpack (tuples as lists), as it has always
+    # been, so that the folders of programs kept so far keep their names.
     return hashlib.blake2b(msgpack.packb(parts), digest_size=16).hexdigest()
 
 
@@ -196,14 +201,10 @@ class KeptPrograms:
         """Config ``cid``'s record at ``path``, ``None`` where there is none or it is not
         one of this store's."""
         try:
-            raw = msgpack.unpackb(path.read_bytes(), raw=False)
-            record = typed.decode(_Kept, raw)
-        except (OSError, ValueError, msgpack.UnpackException):  # MismatchError included
+            record = typed.decode(_Kept, unpackb(read_bounded(path, limit=_LARGEST)))
+        except (OSError, ValueError):  # UnsafeFileError, DecodeError, MismatchError included
             return None
-        # The format's tag must be there, and the record be the config's own.
-        if not isinstance(raw, dict) or raw.get("format") != _FORMAT or record.config != cid:
-            return None
-        return record
+        return record if record.config == cid else None
 
     def remember_failure(self, cid: str, reason: str) -> bool:
         """Keeps config ``cid``'s failure, where it is one the same program always meets
@@ -226,17 +227,11 @@ class KeptPrograms:
         return self._path(cid).with_suffix(".failure")
 
     def _write(self, path: pathlib.Path, record: _Kept) -> bool:
-        tmp = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(msgpack.packb(typed.encode(record), use_bin_type=True))
-            os.replace(tmp, path)
+            atomic_write(path, packb(typed.encode(record)))
             return True
         except OSError:
-            if tmp is not None:
-                pathlib.Path(tmp).unlink(missing_ok=True)
             return False
 
 

@@ -35,10 +35,10 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import jax
-import msgpack
 
 from ..._core import settings as _settings
 from ..._core import typed
+from ..._core.codec import packb
 from ..._core.errors import warn_once
 from ..._core.vocabulary import Config, config_id
 from ..._isolation.calling import function_ref
@@ -46,7 +46,7 @@ from ..._isolation.context import JaxState, snapshot
 from ..._isolation.devices import usable_cores
 from ..._isolation.environ import python_path
 from ..._isolation.frames import FunctionRef
-from ..._isolation.wire import encode_value
+from ..._isolation.wire import FrameReader, encode_value
 from .kept_programs import KeptPrograms
 from .refusals import vmem_capacity
 from .work import SweepPlan, SweepTask
@@ -178,7 +178,7 @@ class LoweringPool:
             assert process.stdin is not None
             job = dataclasses.replace(common, configs=share)
             with contextlib.suppress(OSError):
-                process.stdin.write(msgpack.packb(typed.encode(job), use_bin_type=True))
+                process.stdin.write(packb(typed.encode(job)))
                 process.stdin.close()
             processes.append(process)
             logs.append(log)
@@ -186,12 +186,16 @@ class LoweringPool:
 
     def _read(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stdout is not None
+        frames = FrameReader(process.stdout.fileno())
         try:
-            for raw in msgpack.Unpacker(process.stdout, raw=False):
+            while True:
+                raw = frames.read()
                 told = typed.decode(Told, raw, within="a lowering process's answer")
                 with self._changed:
                     self._told[told.cid] = (told.outcome, told.reason)
                     self._changed.notify_all()
+        except EOFError:  # the process ended (or closed its answers)
+            pass
         except Exception:  # a garbled stream: what it did not tell is lowered by the sweep
             pass
         finally:

@@ -9,8 +9,9 @@ default device, so that kernel code asking what it runs on (Tokamax's ops do) se
 chip. What it produces is never taken on faith: the compiling process compares the first
 program it loads with one it lowers itself, and lowers everything itself when they differ.
 
-Reads one :class:`.lowering_pool.LoweringJob` on stdin, writes one
-:class:`.lowering_pool.Told` per config on stdout as it goes (both through the typed codec,
+Reads one :class:`.lowering_pool.LoweringJob` on stdin (msgpack of :mod:`jaxtune._core.codec`),
+writes one :class:`.lowering_pool.Told` per config on stdout as it goes (a frame of
+:mod:`jaxtune._isolation.wire`; both records through the typed codec,
 :mod:`jaxtune._core.typed`). Nothing it reads runs code but the kernel's
 own module, imported as a sweep's child imports it.
 
@@ -19,13 +20,14 @@ own module, imported as a sweep's child imports it.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 from typing import Any
 
-import msgpack
-
 from ..._core import typed
+from ..._core.codec import unpackb
+from ..._isolation.wire import write_frame
 from .lowering_pool import LoweringJob, Told
 
 __all__ = ["main"]
@@ -67,13 +69,16 @@ def _task(job: LoweringJob) -> Any:
 
 
 def main() -> int:
-    out = sys.stdout.buffer
+    # The answers go out on the stdout the pool reads, as frames of the wire; whatever the
+    # kernel's code prints goes to stderr (the pool's log of the process) instead.
+    sys.stdout.flush()
+    answers = os.dup(1)
+    os.dup2(2, 1)
 
     def tell(cid: str, outcome: Any, reason: str = "") -> None:
-        out.write(msgpack.packb(typed.encode(Told(cid=cid, outcome=outcome, reason=reason))))
-        out.flush()
+        write_frame(answers, typed.encode(Told(cid=cid, outcome=outcome, reason=reason)))
 
-    raw = msgpack.unpack(sys.stdin.buffer, raw=False)
+    raw = unpackb(sys.stdin.buffer.read())
     job = typed.decode(LoweringJob, raw, within="a lowering process's job")
     _setup(job)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from ..._core import typed
-from ..._core.vocabulary import Config
+from ..._core.vocabulary import Config, SweepValues
 from ..signature import Signature
 from .samples import TimingOptions
 from .search import Budget
@@ -71,7 +71,7 @@ class SweepPlan:
     compile_threads: int = 0
     #: The values the sweep runs on (:func:`~.inputs.describe_values`): how many sets,
     #: and per array argument where its values came from and a summary; kept in the entry.
-    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    values: SweepValues = dataclasses.field(default_factory=SweepValues)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as it travels (:mod:`jaxtune._core.typed`; inverse: :meth:`from_dict`)."""
