@@ -219,6 +219,7 @@ def test_page_marks_figures_above_peak_with_the_text_tables_footnote():
     )
 
 
+@pytest.mark.child  # a v5e trace's Mosaic bodies are counted in a child (mosaic_work)
 def test_charts_draw_each_kernel_once_not_the_head_rows():
     p = jaxtune.Profile.from_trace(V5E / "flash_grad.xplane.pb")
     page = p.to_html()
