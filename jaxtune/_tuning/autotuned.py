@@ -208,7 +208,7 @@ class Autotuned(Generic[P, R]):
         """The call bound as ``sig`` and its config: the lookup order, made safe for the
         actual shape of a bucketed call, noted for a recording and ``JAXTUNE_VERBOSE``."""
         call = self.options.bound(sig)
-        choice = call.within_bucket(call.choose(sweep=sweep))
+        choice = call.choose(sweep=sweep)
         if sweep:
             _record.note(call, choice)
         return call, choice

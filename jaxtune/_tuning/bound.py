@@ -321,11 +321,16 @@ class BoundCall:
            sweep);
         7. the default config.
 
-        ``JAXTUNE_MODE=off`` skips every cache (steps 3 and 5) and never sweeps.
+        ``JAXTUNE_MODE=off`` skips every cache (steps 3 and 5) and never sweeps. The answer
+        is then made safe for the actual shape of a bucketed call (:meth:`within_bucket`).
 
         Raises:
             MissError: step 6, with ``JAXTUNE_ON_MISS=error``.
         """
+        return self.within_bucket(self._in_order(sweep=sweep))
+
+    def _in_order(self, *, sweep: bool) -> Choice:
+        """Steps 1 to 7 of :meth:`choose`, for the bound shape."""
         kernel, sig, space, default = self.kernel, self.sig, self.space, self.default
         kind = _lookup.device_kind()
 
@@ -651,7 +656,7 @@ class BoundCall:
     def _with_entry(self, choice: Choice) -> Choice:
         """``choice`` with the entry behind its config, when the lookup finds that config."""
         try:
-            found = self.within_bucket(self.choose(sweep=False))
+            found = self.choose(sweep=False)
         except (JaxtuneError, OSError):  # a cache that cannot say (any other is a bug)
             return choice
         if dict(found.config) != dict(choice.config):
