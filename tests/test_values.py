@@ -249,6 +249,28 @@ def test_an_entry_s_values_read_back_as_written_and_are_written_byte_for_byte(va
     assert entry.values.work == (None if work is None else WorkHint(**work))
 
 
+def test_a_recorded_call_s_values_keep_the_work_its_hints_count():
+    """Once a recorded call's value sets arrive, its arguments say they were recorded and
+    the work the kernel's hints counted stays, so the replayed sweep can flag a time past
+    the peak as a traced one does."""
+    from jaxtune._tuning.recorded import ValueSet
+
+    described = SweepValues(
+        arguments={"n": ArgumentValues(source="synthesised", integer=True)},
+        work=WorkHint(flops=2e9, bytes=4e6),
+    )
+    sets = [
+        ValueSet(kernel="k", key="x", args=(), kwargs={}, summary={"n": f"s32[] {v}..{v}"})
+        for v in (3, 5)
+    ]
+    got = _inputs.recorded_values(described, sets)
+    assert got.work == WorkHint(flops=2e9, bytes=4e6)
+    assert got.sets == 2
+    assert got.arguments == {
+        "n": ArgumentValues(source="recorded", integer=True, summary=("s32[] 3..3", "s32[] 5..5"))
+    }
+
+
 def test_an_entry_s_values_read_by_attribute_say_where_they_came_from():
     entry = Entry.from_dict({**_entry_map(), "values": WRITTEN_VALUES[0]})
     assert entry.values_text == (

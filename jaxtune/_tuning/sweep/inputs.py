@@ -156,7 +156,8 @@ def describe_values(
 def recorded_values(described: SweepValues, sets: Sequence[ValueSet]) -> SweepValues:
     """:func:`describe_values`'s record of a recorded call (made where it was traced,
     without values) once its value sets have arrived (``values`` frames of a recording:
-    their ``summary`` and ``dropped`` arguments)."""
+    their ``summary`` and ``dropped`` arguments); the work the hints count is kept, so a
+    replayed sweep flags a time past the peak as the traced one does."""
     arguments = {}
     for name, about in (described.arguments or {}).items():
         source = RECORDED
@@ -166,7 +167,7 @@ def recorded_values(described: SweepValues, sets: Sequence[ValueSet]) -> SweepVa
         arguments[name] = dataclasses.replace(
             about, source=source, summary=texts if any(texts) else None
         )
-    return SweepValues(sets=len(sets), arguments=arguments)
+    return dataclasses.replace(described, sets=len(sets), arguments=arguments)
 
 
 def made_up_integers(described: SweepValues) -> list[str]:
