@@ -40,7 +40,8 @@ from jaxtune._isolation.frames import (
     RunFinished,
     RunStarted,
 )
-from jaxtune._isolation.wire import FrameReader, decode_value, write_frame
+from jaxtune._isolation.framing import FrameReader, write_frame
+from jaxtune._isolation.wire import decode_value
 from jaxtune._profiling.capture import capture_options
 from jaxtune._tuning.sweep import requests as _requests
 from jaxtune._tuning.sweep.work import Rounds

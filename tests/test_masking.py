@@ -18,7 +18,7 @@ from jaxtune._core.masking import MASK, looks_secret, mask, mask_command
 from jaxtune._core.vocabulary import CaptureInfo, RecordedCall
 from jaxtune._isolation import logs as _logs
 from jaxtune._isolation.frames import Request
-from jaxtune._isolation.wire import FrameReader, write_frame
+from jaxtune._isolation.framing import FrameReader, write_frame
 from jaxtune._profiling import sidecar as _sidecar
 from jaxtune._tuning.sweep import requests as _requests
 

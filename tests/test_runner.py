@@ -22,6 +22,7 @@ from waiting import all_gone, until
 
 import jaxtune
 from jaxtune._core.vocabulary import Failure, Measurement
+from jaxtune._isolation import framing as _framing
 from jaxtune._isolation import process as _process
 from jaxtune._isolation import wire as _wire
 from jaxtune._tuning.sweep import requests as _requests
@@ -273,8 +274,8 @@ def test_arrays_round_trip_exactly(dtype):
     read, write = os.pipe()
     try:
         # Through a pipe, as to a child: the array's bytes follow the frame's msgpack part.
-        _wire.write_frame(write, {"args": _wire.encode_value((original, {"k": (original,)}))})
-        frame = _wire.FrameReader(read).read(timeout=10)
+        _framing.write_frame(write, {"args": _wire.encode_value((original, {"k": (original,)}))})
+        frame = _framing.FrameReader(read).read(timeout=10)
     finally:
         os.close(read)
         os.close(write)
@@ -299,13 +300,13 @@ def test_a_deferred_frame_gives_the_shapes_first_and_the_bytes_on_finish(channel
     read, write = channel()
     writer = threading.Thread(
         target=lambda: (
-            _wire.write_frame(write, {"args": _wire.encode_value((x,)), "n": 1}),
-            _wire.write_frame(write, {"n": 2}),
+            _framing.write_frame(write, {"args": _wire.encode_value((x,)), "n": 1}),
+            _framing.write_frame(write, {"n": 2}),
         )
     )
     writer.start()
     try:
-        reader = _wire.FrameReader(read)
+        reader = _framing.FrameReader(read)
         frame = reader.read(timeout=10, defer=True)
         (spec,) = _wire.decode_value(frame["args"], abstract=True)
         assert (spec.shape, spec.dtype) == ((1 << 20,), jnp.float32)

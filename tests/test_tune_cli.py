@@ -289,7 +289,7 @@ def test_the_recording_is_followed_frame_by_frame_while_it_is_written(tmp_path):
     import threading
 
     from jaxtune._cli.tune import _follow
-    from jaxtune._isolation.wire import frame_parts
+    from jaxtune._isolation.framing import frame_parts
 
     path = tmp_path / "calls.msgpack"
     path.write_bytes(b"")

@@ -15,6 +15,7 @@ import pytest
 import pytrees
 
 import jaxtune
+from jaxtune._isolation import framing as _framing
 from jaxtune._isolation import wire as _wire
 
 
@@ -22,8 +23,8 @@ def roundtrip(value, *, abstract=False):
     """``value`` through a pipe, as to a child, and decoded there."""
     read, write = os.pipe()
     try:
-        _wire.write_frame(write, {"args": _wire.encode_value(value)})
-        frame = _wire.FrameReader(read).read(timeout=10)
+        _framing.write_frame(write, {"args": _wire.encode_value(value)})
+        frame = _framing.FrameReader(read).read(timeout=10)
     finally:
         os.close(read)
         os.close(write)

@@ -421,7 +421,7 @@ def _follow(path: str, on_call: Callable[[RecordedCall], None], done: threading.
     """Gives ``on_call`` each call frame the program appends to ``path``, until ``done``
     (every 0.2 s, the whole frames written since; one the program is still writing waits
     in the reader's buffer for its end)."""
-    from .._isolation.wire import FrameReader
+    from .._isolation.framing import FrameReader
 
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -446,7 +446,7 @@ def _follow(path: str, on_call: Callable[[RecordedCall], None], done: threading.
 
 def _frames(path: str) -> list[Any]:
     """The whole frames in ``path`` (one the program is still writing is left out)."""
-    from .._isolation.wire import FrameReader
+    from .._isolation.framing import FrameReader
 
     frames = []
     fd = os.open(path, os.O_RDONLY)

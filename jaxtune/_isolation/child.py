@@ -115,7 +115,7 @@ class Server:
 
     def emit(self, event: Event) -> None:
         """Streams ``event`` to the parent."""
-        from .wire import write_frame
+        from .framing import write_frame
 
         write_frame(self.res_fd, event.to_wire())
 
@@ -177,7 +177,7 @@ _EOF = 4
 
 
 def _serve(cmd_fd: int, res_fd: int) -> int:
-    from .wire import FrameReader, write_frame
+    from .framing import FrameReader, write_frame
 
     reader = FrameReader(cmd_fd)
     server = Server(res_fd, reader)
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     from .._core.versions import toolchain
-    from .wire import write_frame
+    from .framing import write_frame
 
     try:
         devices = jax.devices()

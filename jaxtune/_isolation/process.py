@@ -29,10 +29,10 @@ from .._core.errors import SweepError
 from .channels import close_all, request_channel, widen
 from .environ import pool_key
 from .frames import Done, ErrorReply, Event, Exit, FrameError, Preload, Ready, Request, reply
+from .framing import FrameReader, frame_parts
 from .logs import keep_crash_log, log_dir, read_tail
 from .state import ISOLATION_STATE
 from .strays import TOKEN, kill_tagged, new_token
-from .wire import FrameReader, frame_parts
 
 __all__ = [
     "POOL",

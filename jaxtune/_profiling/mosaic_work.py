@@ -57,7 +57,7 @@ import numpy as np
 
 from .._core import typed
 from .._core.codec import packb, unpackb
-from .._isolation.wire import FrameReader, write_frame
+from .._isolation.framing import FrameReader, write_frame
 from .state import PROFILING_STATE
 
 __all__ = [

@@ -89,7 +89,7 @@ def finding_kernels() -> Iterator[None]:
 def _write(fd: int, frame: Frame) -> None:
     """Appends a frame (one at a time, whichever thread: calls are written where they are
     traced, value sets from JAX's callback threads, the last frame from the settle watch)."""
-    from .._isolation.wire import write_frame
+    from .._isolation.framing import write_frame
 
     write_frame(fd, typed.encode(frame))
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import jaxtune
+from jaxtune._isolation import framing as _framing
 from jaxtune._isolation import wire as _wire
 
 from .support import require
@@ -25,8 +26,8 @@ from . import nnx_step  # noqa: E402 - after the skip when Flax is missing
 def test_an_nnx_state_comes_back_from_the_wire_as_an_nnx_state():
     read, write = os.pipe()
     try:
-        _wire.write_frame(write, {"args": _wire.encode_value(nnx_step.STATE)})
-        frame = _wire.FrameReader(read).read(timeout=10)
+        _framing.write_frame(write, {"args": _wire.encode_value(nnx_step.STATE)})
+        frame = _framing.FrameReader(read).read(timeout=10)
     finally:
         os.close(read)
         os.close(write)

@@ -46,7 +46,8 @@ from ..._isolation.context import JaxState, snapshot
 from ..._isolation.devices import usable_cores
 from ..._isolation.environ import python_path
 from ..._isolation.frames import FunctionRef
-from ..._isolation.wire import FrameReader, encode_value
+from ..._isolation.framing import FrameReader
+from ..._isolation.wire import encode_value
 from .kept_programs import KeptPrograms
 from .refusals import vmem_capacity
 from .work import SweepPlan, SweepTask

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..._core import typed
 from ..._core.codec import unpackb
-from ..._isolation.wire import write_frame
+from ..._isolation.framing import write_frame
 from .lowering_pool import LoweringJob, Told
 
 __all__ = ["main"]
