@@ -21,6 +21,7 @@ from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from .breakdown import Account, Breakdown
 from .engine import Sweeper
 from .progress import Progress, progress_sink
+from .requests import best_of
 from .search import Search, configs_to_measure, strategy_of
 from .stats import SweepOutcome, finish, leaders, second_look
 from .timers import Timer
@@ -29,7 +30,6 @@ from .work import Rounds, SweepPlan, SweepTask
 __all__ = [
     "InProcess",
     "Measurer",
-    "best_of",
     "drive",
     "new_progress",
     "run_sweep",
@@ -178,12 +178,6 @@ def with_breakdown(outcome: SweepOutcome, breakdown: Breakdown, total_s: float) 
         default=counted(outcome.default),
         phases=phases,
     )
-
-
-def best_of(results: Mapping[str, Result]) -> float | None:
-    """The best ``min_us`` among usable measurements, for early dropping."""
-    best = [m.min_us for m in results.values() if isinstance(m, Measurement) and not m.dropped]
-    return min(best) if best else None
 
 
 def run_sweep(task: SweepTask, *, timer: Timer | None = None) -> SweepOutcome:

@@ -30,6 +30,7 @@ __all__ = [
     "Retime",
     "SweepFields",
     "SweepRequest",
+    "best_of",
     "read_answer",
     "read_request",
     "reference_config",
@@ -166,6 +167,13 @@ def read_request(raw: Any) -> SweepRequest:
         FrameError: the map is no sweep request (the message names the field).
     """
     return replayed(sweep_fields(Request.from_wire(raw)))
+
+
+def best_of(results: Mapping[str, Measurement | Failure]) -> float | None:
+    """The best ``min_us`` among usable measurements: a :class:`Measure`'s ``best_us``, for
+    early dropping."""
+    best = [m.min_us for m in results.values() if isinstance(m, Measurement) and not m.dropped]
+    return min(best) if best else None
 
 
 def reference_config(

@@ -38,13 +38,14 @@ from ..._isolation.service import ChildService, Crash, Lean
 from . import compile_cache
 from .breakdown import Breakdown
 from .compile import compile_threads
-from .drive import best_of, drive, new_progress, run_sweep
+from .drive import drive, new_progress, run_sweep
 from .flight import InFlight, raise_child_error
 from .progress import Progress, progress_sink
 from .requests import (
     Measure,
     Retime,
     SweepFields,
+    best_of,
     read_answer,
     reference_config,
     sweep_request,
