@@ -163,6 +163,7 @@ def main() -> None:
     print(text(report))
     if args.results:
         out = pathlib.Path(args.results)
+        out.mkdir(parents=True, exist_ok=True)
         (out / "cache.txt").write_text(text(report) + "\n")
         (out / "cache.json").write_text(json.dumps(report, indent=1) + "\n")
     if args.json:
