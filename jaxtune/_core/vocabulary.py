@@ -430,8 +430,9 @@ class Choice:
 
     ``source`` is one of ``"explicit"``, ``"scope"``, ``"cache"``, ``"packaged"``,
     ``"nearest"``, ``"default"``; ``entry`` is the cache entry behind it, if any, and
-    ``stale`` why that entry is stale (another toolchain, new configs in the space: its
-    ``reason`` and the ``text`` that says it; ``None`` when it is current).
+    ``stale`` why that entry is stale, ``None`` when it is current: its ``reason`` (whose
+    ``value`` is the label ``jaxtune cache list`` prints: ``"toolchain"``, ``"new
+    configs"``...) and ``text``, the words jaxtune's messages use (also ``str(stale)``).
     """
 
     config: Mapping[str, Any]
