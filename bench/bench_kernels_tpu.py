@@ -31,7 +31,8 @@ answers before the exact sweeps:
   faster than ours.
 
 Every time is one executable calling its kernel (or training step) in a loop, timed by the
-wall clock, the variants taking turns over interleaved rounds; the fastest round counts.
+wall clock, the variants taking turns over interleaved rounds; the fastest round counts,
+and each ratio comes with its range over the rounds (each round's ratio).
 ``--dry`` runs every part on CPU in TPU interpret mode at tiny shapes (mechanics only, no
 figure), with Tokamax's heuristics config standing in for its shipped one.
 """
@@ -88,25 +89,46 @@ TOKAMAX_SHAPES = (
 TOKAMAX_JSON = "data/autotuning/tpu_v5_lite/pallas_mosaic_tpu_ragged_dot.json"
 
 
-def interleaved(runs: dict[str, Callable[[], Any]], per_run: int) -> dict[str, float]:
-    """Seconds a call (or step) of each variant: the fastest of :data:`ROUNDS` rounds in
-    which every variant runs once, in turn; a run makes ``per_run`` calls."""
-    best = dict.fromkeys(runs, float("inf"))
+def interleaved(runs: dict[str, Callable[[], Any]], per_run: int) -> dict[str, list[float]]:
+    """Seconds a call (or step) of each variant in each of :data:`ROUNDS` rounds, in which
+    every variant runs once, in turn; a run makes ``per_run`` calls."""
+    rounds: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(ROUNDS):
         for name, run in runs.items():
             start = time.perf_counter()
             jax.block_until_ready(run())
-            best[name] = min(best[name], (time.perf_counter() - start) / per_run)
-    return best
+            rounds[name].append((time.perf_counter() - start) / per_run)
+    return rounds
 
 
-def _ratios(times: dict[str, float], pairs: dict[str, tuple[str, str]]) -> dict[str, float]:
-    return {name: times[a] / times[b] for name, (a, b) in pairs.items()}
+def _fastest(rounds: dict[str, list[float]]) -> dict[str, float]:
+    return {name: min(times) for name, times in rounds.items()}
 
 
-def _print(part: str, times: dict[str, float], ratios: dict[str, float]) -> None:
+def _ratios(
+    rounds: dict[str, list[float]], pairs: dict[str, tuple[str, str]]
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Each pair's ratio of fastest rounds, and the range of its ratio round by round (a
+    round's ``a`` over the same round's ``b``): with 10 rounds, the range holds the
+    rounds' median ratio with 99.8 % confidence (a sign test), so a ratio whose range
+    straddles a goal has not shown it."""
+    best = _fastest(rounds)
+    ratios = {name: best[a] / best[b] for name, (a, b) in pairs.items()}
+    ranges = {}
+    for name, (a, b) in pairs.items():
+        paired = [x / y for x, y in zip(rounds[a], rounds[b], strict=True)]
+        ranges[name] = [min(paired), max(paired)]
+    return ratios, ranges
+
+
+def _print(
+    part: str, times: dict[str, float], ratios: dict[str, float], ranges: dict[str, list[float]]
+) -> None:
     shown = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in times.items())
-    print(f"{part}: {shown}; " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()), flush=True)
+    told = ", ".join(
+        f"{k} {v:.3f} (rounds {ranges[k][0]:.3f}-{ranges[k][1]:.3f})" for k, v in ratios.items()
+    )
+    print(f"{part}: {shown}; {told}", flush=True)
 
 
 # -- nnx -----------------------------------------------------------------------------------
@@ -188,12 +210,13 @@ def nnx_part(exact_budget: int) -> dict[str, Any]:
     runs = {name: run(step) for name, step in steps.items()}
     for go in runs.values():  # warm-up
         jax.block_until_ready(go())
-    times = interleaved(runs, STEPS)
-    ratios = _ratios(
-        times,
+    rounds = interleaved(runs, STEPS)
+    times = _fastest(rounds)
+    ratios, ranges = _ratios(
+        rounds,
         {"default_over_lookup": ("default", "lookup"), "lookup_over_exact": ("lookup", "exact")},
     )
-    _print("nnx", times, ratios)
+    _print("nnx", times, ratios, ranges)
     return {
         "size": dataclasses.asdict(size),
         "lookup_source": looked.source,
@@ -205,6 +228,7 @@ def nnx_part(exact_budget: int) -> dict[str, Any]:
         },
         "ms_per_step": {k: v * 1e3 for k, v in times.items()},
         "ratios": ratios,
+        "ratio_ranges": ranges,
         "goals": {"default_over_lookup": ">= 1.7", "lookup_over_exact": "<= 1.05"},
         "exact_tune_s": tune_s,
         "exact_measured": f"{entry.measured} of {entry.space_size}",
@@ -264,12 +288,13 @@ def gmm_part() -> dict[str, Any]:
     runs["exact"] = _looped(_gmm_call(exact), args)
     for go in runs.values():
         jax.block_until_ready(go())
-    times = interleaved(runs, CALLS)
-    ratios = _ratios(
-        times,
+    rounds = interleaved(runs, CALLS)
+    times = _fastest(rounds)
+    ratios, ranges = _ratios(
+        rounds,
         {"default_over_lookup": ("default", "lookup"), "lookup_over_exact": ("lookup", "exact")},
     )
-    _print("gmm", times, ratios)
+    _print("gmm", times, ratios, ranges)
     return {
         "shape": {"lhs": [tokens, d_in], "rhs": [len(sizes), d_in, d_out]},
         "group_sizes": list(sizes),
@@ -281,6 +306,7 @@ def gmm_part() -> dict[str, Any]:
         },
         "ms_per_call": {k: v * 1e3 for k, v in times.items()},
         "ratios": ratios,
+        "ratio_ranges": ranges,
         "goals": {"default_over_lookup": ">= 3", "lookup_over_exact": "<= 1.10"},
         "exact_tune_s": tune_s,
         "exact_measured": f"{entry.measured} of {entry.space_size}",
@@ -350,15 +376,16 @@ def tokamax_part() -> dict[str, Any]:
         }
         for go in runs.values():
             jax.block_until_ready(go())
-        times = interleaved(runs, CALLS)
-        ratios = _ratios(
-            times,
+        rounds = interleaved(runs, CALLS)
+        times = _fastest(rounds)
+        ratios, ranges = _ratios(
+            rounds,
             {
                 "tokamax_over_ours": ("tokamax_shipped", "ours_lookup"),
                 "tokamax_over_ours_bf16_out": ("tokamax_shipped", "ours_bf16_out"),
             },
         )
-        _print(f"tokamax {label[:60]}", times, ratios)
+        _print(f"tokamax {label[:60]}", times, ratios, ranges)
         out.append(
             {
                 "case": label,
@@ -370,6 +397,7 @@ def tokamax_part() -> dict[str, Any]:
                 "ours_config": dict(looked.config),
                 "ms_per_call": {k: v * 1e3 for k, v in times.items()},
                 "ratios": ratios,
+                "ratio_ranges": ranges,
                 "goal": "tokamax_over_ours >= 1 (Tokamax's no faster)",
             }
         )

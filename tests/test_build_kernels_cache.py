@@ -86,3 +86,30 @@ def test_dry_run_exports_a_table_that_a_registered_packaged_cache_answers(tmp_pa
     exact, near = looked.stdout.splitlines()
     assert exact == f"512 packaged {tuned}"
     assert near == f"1024 nearest {tuned}"
+
+
+def test_the_shipped_table_is_listed_from_the_package_with_the_build_it_came_from():
+    """The table in jaxtune/kernels/data/cache (tuned on the lent v5e) decodes whole, is
+    listed as a packaged layer of ``jaxtune.kernels``, and its BUILD.json names where and
+    with what each run made it."""
+    table = ROOT / "jaxtune" / "kernels" / "data" / "cache"
+    build = json.loads((table / "BUILD.json").read_text())
+    for run in build["runs"]:
+        assert run["device"] == "TPU v5 lite"
+        assert run["versions"]["jax"] and run["versions"]["libtpu"] and run["date"]
+        assert run["commit"], "a run that recorded no commit"
+    command = [sys.executable, "-m", "jaxtune", "cache", "list", "--package", "jaxtune.kernels"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAXTUNE_CACHE_DIR": "/nonexistent-jaxtune"}
+    done = subprocess.run(
+        [*command, "--json"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = json.loads(done.stdout)
+    shipped = [e for e in listed["entries"] if e["source"] == "packaged"]
+    assert pathlib.Path(shipped[0]["layer"]) == table
+    kernels = {e["kernel"] for e in shipped}
+    assert kernels == {"jaxtune.kernels.flash_attention", "jaxtune.kernels.gmm"}
+    assert {e["device_kind"] for e in shipped} == {"TPU v5 lite"}
+    assert len(shipped) == build["runs"][-1]["export"]["entries"]
+    # Every entry kept its measurements and beat JAX's default blocks on the chip.
+    assert all(e["measured"] > 1 and e["speedup"] > 1 for e in shipped)

@@ -298,6 +298,10 @@ def versions() -> dict[str, str | None]:
 
 
 def git_commit() -> str:
+    """The checkout's commit, or ``JAXTUNE_BUILD_COMMIT`` where there is no git (a ``git
+    archive`` carried to the chip)."""
+    if os.environ.get("JAXTUNE_BUILD_COMMIT"):
+        return os.environ["JAXTUNE_BUILD_COMMIT"]
     try:
         done = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
