@@ -170,3 +170,55 @@ def test_tune_sweeps_a_grouped_matmul_on_the_group_sizes_the_program_ran(program
     flagged = "past the peak" in summary["decided"]
     blamed = [r for r in summary["failures"] if "were synthesised" in r]
     assert flagged or blamed, (summary["decided"], summary["failures"][:3])
+
+
+#: A model author's first call through ``jaxtune.kernels`` on the chip (docs/kernels.md):
+#: a fresh process, default settings, an empty user cache; each drop-in is asked where its
+#: config comes from, then run beside JAX's own kernel on the same arrays.
+PACKAGED = """
+import json, math, sys
+import jax, jax.numpy as jnp
+import numpy as np
+from jax.experimental.pallas.ops.tpu import flash_attention as jax_flash
+from jax.experimental.pallas.ops.tpu.megablox import gmm as jax_gmm
+import jaxtune.kernels as kernels
+
+keys = jax.random.split(jax.random.key(0), 3)
+q = jax.random.normal(keys[0], (4, 8, 2048, 128), jnp.bfloat16)
+scale = 1.0 / math.sqrt(128)
+flash = kernels.autotuned_flash_attention.config_for(q, q, q, causal=True, sm_scale=scale)
+ours = jax.jit(lambda q: kernels.flash_attention(q, q, q, causal=True, sm_scale=scale))(q)
+theirs = jax.jit(lambda q: jax_flash.flash_attention(q, q, q, causal=True, sm_scale=scale))(q)
+lhs = jax.random.normal(keys[1], (8192, 2048), jnp.bfloat16)
+rhs = jax.random.normal(keys[2], (8, 2048, 4096), jnp.bfloat16)
+sizes = jnp.array([3072, 1536, 1024, 1024, 512, 512, 384, 128], jnp.int32)
+gmm = kernels.autotuned_gmm.config_for(lhs, rhs, sizes)
+ours_gmm = jax.jit(kernels.gmm)(lhs, rhs, sizes)
+theirs_gmm = jax.jit(jax_gmm)(lhs, rhs, sizes)
+def gap(a, b):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return float(np.max(np.abs(a - b)) / max(1e-6, float(np.max(np.abs(b)))))
+print(json.dumps({
+    "flash": [flash.source, dict(flash.config), gap(ours, theirs)],
+    "gmm": [gmm.source, dict(gmm.config), gap(ours_gmm, theirs_gmm)],
+}))
+"""
+
+
+def test_the_packaged_table_answers_a_first_call_with_default_settings(program, tmp_path):
+    """Issue 60 as a model author meets it: with nothing tuned, the drop-ins run the blocks
+    the shipped v5e table holds (flash attention's from its nearest shape, batch 2 for 4;
+    gmm's exact shape from the table) and compute what JAX's kernels compute."""
+    done = program("-c", PACKAGED, env={"JAXTUNE_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    (flash_source, flash_config, flash_gap), (gmm_source, gmm_config, gmm_gap) = (
+        got["flash"],
+        got["gmm"],
+    )
+    assert flash_source == "nearest", got
+    assert flash_config["block_q"] > 128 and flash_config["block_k_major"] > 128, got
+    assert gmm_source == "packaged", got
+    assert (gmm_config["tm"], gmm_config["tk"], gmm_config["tn"]) != (128, 128, 128), got
+    # Other blocks sum in another order: bf16 outputs agree to bf16's precision.
+    assert flash_gap < 2e-2 and gmm_gap < 2e-2, got
