@@ -4,7 +4,8 @@
 # Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), values (batch_values.sh),
 # probe (probe_topology.py), capture (probe_capture.py), sweepcapture
 # (probe_sweep_capture.py), lowerstart (probe_lowering_start.py), pace|ragged|flash|gmm|tier
-# (batch_pace.sh), kernels|kernelsbuild|kernelsbench (batch_kernels.sh: issue 60's packaged
+# (batch_pace.sh), tier1|tier2|tier3 (batch_tier.sh N: one module of tests/tpu), kernels|
+# kernelsbuild|kernelsbench (batch_kernels.sh: issue 60's packaged
 # cache, then its figures). ragged and kernelsbench need Tokamax's wheels carried in .whl-tok
 # (docs/development.md).
 set -x
@@ -26,6 +27,7 @@ for spec in "$@"; do
     capture) script="python3 tools/tpu/probe_capture.py" ;;
     sweepcapture) script="python3 tools/tpu/probe_sweep_capture.py" ;;
     lowerstart) script="python3 tools/tpu/probe_lowering_start.py" ;;
+    tier1|tier2|tier3) script="tools/tpu/batch_tier.sh ${part#tier}" ;;
     kernels) script="tools/tpu/batch_kernels.sh all" ;;
     kernelsbuild) script="tools/tpu/batch_kernels.sh build" ;;
     kernelsbench) script="tools/tpu/batch_kernels.sh bench" ;;

@@ -1,6 +1,14 @@
 # The TPU tier in one pytest process, then the two-jit program's flash pick against its
 # truth twice (what test_1_programs checks), with the entry's decision and times.
+# With an argument N, only tests/tpu/test_N_*.py (each fits one device call), no diagnosis:
+#   bash tools/tpu/batch_session.sh tier1:560      (or tier2, tier3)
 . tools/tpu/env.sh
+if [ -n "$1" ]; then
+  ( time python3 -m pytest -p no:xdist -p no:randomly -v -p no:cacheprovider --durations=0 \
+      tests/tpu/test_$1_*.py -rf ) > $OUT/tpu_tier$1.log 2>&1
+  tail -30 $OUT/tpu_tier$1.log
+  exit 0
+fi
 ( time python3 -m pytest -p no:xdist -q -p no:cacheprovider tests/tpu -rf ) > $OUT/tpu_tier.log 2>&1
 tail -8 $OUT/tpu_tier.log
 for i in 1 2; do
