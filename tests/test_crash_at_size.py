@@ -41,9 +41,9 @@ def mid_send(monkeypatch):
     lost: list[str] = []
     send = _process.ChildProcess.send
 
-    def counted(self, message, **kwargs):
+    def counted(self, message, *args, **kwargs):
         try:
-            return send(self, message, **kwargs)
+            yield from send(self, message, *args, **kwargs)
         except _process.ChildLost:
             lost.append(type(message).__name__)
             raise

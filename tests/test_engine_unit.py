@@ -483,7 +483,8 @@ def test_the_pick_of_configs_at_least_1_5x_apart_is_the_same_with_or_without_the
 
 
 def test_only_the_profiler_timer_on_a_tpu_or_gpu_takes_device_time():
-    from jaxtune._tuning.sweep.runner import InChildren, ProcessRunner
+    from jaxtune._tuning.sweep.children import InChildren
+    from jaxtune._tuning.sweep.runner import ProcessRunner
     from jaxtune._tuning.sweep.timers import device_time
 
     assert device_time("auto", "tpu") and device_time("profiler", "TPU v5 lite")
@@ -694,6 +695,7 @@ def test_compile_threads_use_the_hosts_cores_less_the_one_that_runs(
 
 
 def test_the_children_of_a_split_sweep_share_the_cores_for_compiling(monkeypatch):
+    from jaxtune._tuning.sweep import children as _children
     from jaxtune._tuning.sweep import requests as _requests
     from jaxtune._tuning.sweep import runner as _runner
 
@@ -702,21 +704,25 @@ def test_the_children_of_a_split_sweep_share_the_cores_for_compiling(monkeypatch
     plan = dataclasses.replace(sweeper.task.plan, compile_threads=0)  # the default
     asked = []
 
-    def in_child(self, runner, request, order, known=None, **kwargs):
+    def in_child(self, service, request, order, known=None, **kwargs):
         asked.append(request.fields.plan.compile_threads)
         return {}
 
-    monkeypatch.setattr(_runner.InChildren, "in_child", in_child)
+    monkeypatch.setattr(_children.InChildren, "in_child", in_child)
     runner = _runner.ProcessRunner(devices=[0, 1, 2])
     request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
     order = list(plan.configs)
-    _runner.InChildren(runner, plan, request, _drive.new_progress(plan)).on_devices(order)
+    _children.InChildren(
+        runner, plan, request, _drive.new_progress(plan), devices=runner.devices
+    ).on_devices(order)
     assert asked == [3, 3, 3]  # 13 cores // 3 children, less 1
     # A plan that says how many threads keeps its word.
     asked.clear()
     plan = dataclasses.replace(plan, compile_threads=2)
     request = _requests.sweep_request(dataclasses.replace(sweeper.task, plan=plan))
-    _runner.InChildren(runner, plan, request, _drive.new_progress(plan)).on_devices(order)
+    _children.InChildren(
+        runner, plan, request, _drive.new_progress(plan), devices=runner.devices
+    ).on_devices(order)
     assert asked == [2, 2, 2]
 
 

@@ -21,10 +21,11 @@ from faulty_kernels import crash_beside_a_compile, faulty, identity, pid_probe
 from waiting import all_gone, until
 
 import jaxtune
-from jaxtune._core.vocabulary import Failure, Measurement
+from jaxtune._core.vocabulary import Failure, Measurement, config_id
 from jaxtune._isolation import framing as _framing
 from jaxtune._isolation import process as _process
 from jaxtune._isolation import wire as _wire
+from jaxtune._tuning.sweep import children as _children
 from jaxtune._tuning.sweep import requests as _requests
 from jaxtune._tuning.sweep import runner as _runner
 
@@ -324,9 +325,9 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     sent: list[bool] = []
     send = _process.ChildProcess.send
 
-    def spy(self, message, **kw):
+    def spy(self, message, *args, **kw):
         sent.append("args" in message.to_wire())
-        return send(self, message, **kw)
+        return send(self, message, *args, **kw)
 
     monkeypatch.setattr(_process.ChildProcess, "send", spy)
     runner = _runner.ProcessRunner()
@@ -336,17 +337,65 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     request = _requests.sweep_request(task)
     measure = _requests.Measure(todo=space).of(request)
     retime = _requests.Retime(todo=space).of(request)
-    assert _runner.ask(runner, task.plan, measure, progress=None)[0] is None
-    assert _runner.ask(runner, task.plan, retime, progress=None)[0] is None
+    assert _children.ask(runner, task.plan, measure, progress=None)[0] is None
+    assert _children.ask(runner, task.plan, retime, progress=None)[0] is None
     assert sent == [True, False]  # the re-timing went without the arguments
     other = identity.options.bound(
         identity.options.bind((x,), {}), [{"c": 1}, {"c": 2}], {"c": 1}
     ).sweep_task()
     runner.sweep(other)  # another task: the child lets the first one go
-    crashed, got = _runner.ask(runner, task.plan, retime, progress=None)
+    crashed, got = _children.ask(runner, task.plan, retime, progress=None)
     assert crashed is None and all(isinstance(m, Measurement) for m in got.values())
     # Sent lean, answered "unknown task", sent again with the arguments.
     assert sent[-2:] == [False, True]
+
+
+@pytest.mark.parametrize("stop", ["closed", "raised"])
+def test_a_caller_that_stops_reading_mid_request_stops_the_child_at_once(
+    stop, fresh_pool, monkeypatch
+):
+    """The caller pulls the child's events: one that stops before the answer (it closes the
+    exchange, or its own step raises, as Ctrl-C would) kills the child, which hangs in a
+    config, at once, without a crash log, and lets go of the child's lock."""
+    from jaxtune._isolation.frames import CompileStarted
+    from jaxtune._isolation.logs import log_dir
+    from jaxtune._isolation.process import Deadline
+    from jaxtune._tuning.sweep import drive as _drive
+
+    runner = _runner.ProcessRunner()
+    space = [{"mode": "ok"}, {"mode": "hang"}]
+    task = faulty.options.bound(
+        faulty.options.bind((jnp.ones(64),), {}), space, {"mode": "ok"}
+    ).sweep_task()
+    message = _requests.Measure(todo=space).of(_requests.sweep_request(task))
+
+    def at_the_hang(event):
+        return isinstance(event, CompileStarted) and event.cid == config_id(space[1])
+
+    if stop == "closed":
+        said = runner.exchange(message, deadline=Deadline(600))
+        assert any(at_the_hang(item) for item in said)
+        said.close()
+    else:
+
+        def shown(plan, progress):
+            def show(event):
+                if at_the_hang(event):
+                    raise RuntimeError("the progress line failed")
+
+            return show
+
+        monkeypatch.setattr(_children, "progress_sink", shown)
+        progress = _drive.new_progress(task.plan)
+        with pytest.raises(RuntimeError, match="progress line failed"):
+            _children.ask(
+                runner, dataclasses.replace(task.plan, timeout_s=600), message, progress=progress
+            )
+    child = runner.held
+    assert child is not None
+    until(lambda: child.proc.poll() is not None, "the child to be killed", within=30)
+    assert not child.lock.locked()
+    assert not list(log_dir().glob(f"crash-*-{child.proc.pid}.log"))  # nothing went wrong in it
 
 
 def test_concrete_bf16_arrays_travel_to_the_child():

@@ -393,13 +393,13 @@ def test_a_small_space_is_decided_in_one_request_to_the_child(monkeypatch):
     from jaxtune._isolation.process import ChildProcess
 
     ops = []
-    request = ChildProcess.request
+    exchange = ChildProcess.exchange
 
-    def counting(self, message, **kw):
+    def counting(self, message, *args, **kw):
         ops.append(message.to_wire()["op"])
-        return request(self, message, **kw)
+        return exchange(self, message, *args, **kw)
 
-    monkeypatch.setattr(ChildProcess, "request", counting)
+    monkeypatch.setattr(ChildProcess, "exchange", counting)
     (entry,) = twins.tune(jnp.ones(2048)).values()
     # Measured and decided in the same request: no separate re-timing of leaders.
     assert ops == ["measure"]

@@ -25,7 +25,7 @@ from .calling import function_ref
 from .devices import cpu_only
 from .environ import pool_key, unkeyed_environ
 from .frames import Module, Preload
-from .process import POOL, ChildLost, ChildProcess
+from .process import POOL, ChildLost, ChildProcess, Deadline
 from .state import ISOLATION_STATE
 from .wire import NotTransportable
 
@@ -144,7 +144,8 @@ def _import_in(child: ChildProcess, refs: list[Module], handlers: list[str]) -> 
             return
         try:
             request = Preload(modules=tuple(refs), handlers=tuple(handlers))
-            child.request(request, timeout=lambda: timeout)
+            for _ in child.exchange(request, Deadline(timeout)):
+                pass  # a preload streams no events; its answer says nothing the caller needs
         except ChildLost:
             with contextlib.suppress(Exception):
                 POOL.discard(child)

@@ -3,16 +3,18 @@
 The child (``python -m jaxtune._isolation.child``) starts with a built environment, in its
 own process group, with a request channel (a Unix socket pair) and a result pipe for
 msgpack frames (typed in :mod:`.frames`), and a log file for its stdout and stderr.
-:meth:`ChildProcess.request` is the one request/response path every caller uses: it sends
-a request, hands each :class:`~.frames.Event` to a callback, and returns the answer
+:meth:`ChildProcess.exchange` is the one request/response path every caller uses: it sends
+a request and yields each :class:`~.frames.Event` the child streams, then the answer
 (:class:`~.frames.Done` or :class:`~.frames.ErrorReply`), or raises :class:`ChildLost` when
-the child dies, stops answering or writes what is no frame.
+the child dies, stops answering (its :class:`Deadline`, which the caller owns, passed) or
+writes what is no frame. The caller pulls: nothing here calls back into it.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import select
 import signal
@@ -21,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 from .._core.codec import DecodeError
@@ -40,6 +42,7 @@ __all__ = [
     "ChildLost",
     "ChildPool",
     "ChildProcess",
+    "Deadline",
     "shutdown_children",
 ]
 
@@ -62,6 +65,26 @@ class ChildLost(Exception):  # noqa: N818 - a signal between modules, never rais
         #: Why the child's result pipe held bytes that are no jaxtune frame (the child
         #: lives on, but nothing it says can be trusted: it is killed).
         self.garbled = garbled
+
+
+@dataclasses.dataclass(slots=True)
+class Deadline:
+    """How long an exchange with a child waits for it, owned by the caller: until ``at``
+    (a :func:`time.monotonic` time), which :meth:`ChildProcess.exchange` sets ``seconds``
+    after it starts sending the request (``None``: no limit) and the caller may move
+    between the items it takes (a sweep: as the events tell what is in flight). Read
+    before each wait for the child."""
+
+    seconds: float | None
+    at: float | None = None
+
+    def start(self) -> None:
+        """Sets :attr:`at` ``seconds`` from now (a request is being sent)."""
+        self.at = None if self.seconds is None else time.monotonic() + self.seconds
+
+    def left(self) -> float | None:
+        """Seconds until :attr:`at` (0 once past), or ``None``: no limit."""
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
 
 
 def _signal_name(number: int) -> str:
@@ -147,26 +170,22 @@ class ChildProcess:
         self.ready: Ready = ready
 
     def send(
-        self,
-        message: Request[Any] | Preload | Exit,
-        *,
-        on_frame: Callable[[Any], object] | None = None,
-        timeout: Callable[[], float | None] | None = None,
-    ) -> None:
-        """Writes ``message`` to the child a buffer-full at a time, reading meanwhile what
-        the child says (each frame, as read, goes to ``on_frame``): a child that compiles while its
-        arguments arrive reports which config it is at, and that report is what names the
-        config when it dies before the last byte is sent.
+        self, message: Request[Any] | Preload | Exit, deadline: Deadline | None = None
+    ) -> Iterator[Any]:
+        """Writes ``message`` to the child a buffer-full at a time, yielding meanwhile each
+        frame the child writes: a child that compiles while its arguments arrive reports
+        which config it is at, and that report is what names the config when it dies
+        before the last byte is sent.
 
         Raises:
             ChildLost: the child died or closed its end first (``hung`` False), or
-                ``timeout()`` seconds passed with the child neither reading nor talking.
+                ``deadline`` passed with the child neither reading nor talking.
         """
         moved = time.monotonic()  # when the child last took bytes
         for part in frame_parts(message.to_wire()):
             data = part
             while data:
-                limit = timeout() if timeout is not None else None
+                limit = deadline.left() if deadline is not None else None
                 if limit is not None and limit <= 0 and time.monotonic() - moved > _STALL_S:
                     raise ChildLost(hung=True)
                 readable, writable, _ = select.select([self.reader.fd], [self.cmd_fd], [], _POLL_S)
@@ -179,16 +198,15 @@ class ChildProcess:
                         raise ChildLost(hung=False) from e
                     moved = time.monotonic()
                 if readable:
-                    self._follow(on_frame)
+                    yield from self._waiting()
                 if not writable and not self.alive():
                     raise ChildLost(hung=False)
 
-    def _follow(self, on_frame: Callable[[Any], object] | None) -> None:
-        """Hands every whole frame already waiting on the result pipe to ``on_frame``."""
+    def _waiting(self) -> Iterator[Any]:
+        """Every whole frame already waiting on the result pipe."""
         try:
             while (frame := self._read(0)) is not None:
-                if on_frame is not None:
-                    on_frame(frame)
+                yield frame
         except EOFError:
             pass  # the child is gone: the send finds out on its next write
 
@@ -226,75 +244,71 @@ class ChildProcess:
                 raise ChildLost(hung=False, garbled=str(e)) from e
             raise
 
-    def request(
-        self,
-        message: Request[Any] | Preload,
-        *,
-        timeout: Callable[[], float | None],
-        on_event: Callable[[Event], None] | None = None,
-    ) -> Done | ErrorReply:
-        """Sends ``message`` and returns its answer.
+    def exchange(
+        self, message: Request[Any] | Preload, deadline: Deadline
+    ) -> Generator[Event | Done | ErrorReply, None, None]:
+        """Sends ``message`` and yields each event the child streams, then its answer (the
+        last item).
 
-        ``timeout()`` is asked before each read (``None``: wait for ever); each event goes
-        to ``on_event``. The caller holds :attr:`lock`.
+        ``deadline`` starts as the request is sent and is read before each wait; the caller
+        may move it between items. The caller holds :attr:`lock`. A caller that stops
+        before the answer (Ctrl-C, a failing step of its own: this generator raised into or
+        closed) kills the child at once, without a crash log: its answer would never be
+        read, so it does not finish a config nobody waits for.
 
         Raises:
             ChildLost: the child died, closed its pipe, gave no answer in time, or wrote
                 what is no frame of the protocol (``garbled``).
         """
-        answers: list[Done | ErrorReply] = []
-
-        def take(frame: Any) -> bool:
-            """Follows one frame; True when it is the answer."""
-            try:
-                got = reply(frame)
-            except FrameError as e:
-                raise ChildLost(hung=False, garbled=str(e)) from None
-            if isinstance(got, Event):
-                if on_event is not None:
-                    on_event(got)
-                return False
-            if isinstance(got, Ready):
-                raise ChildLost(hung=False, garbled="a second ready frame")
-            answers.append(got)
-            return True
-
         try:
-            return self._exchange(message, take, answers, timeout)
+            answer = yield from self._exchange(message, deadline)
         except ChildLost:
             raise
-        except BaseException:
-            # Ctrl-C (or a failing callback) mid-request: the child's answer would never be
-            # read, so it goes at once rather than finishing a config nobody waits for.
+        except BaseException:  # GeneratorExit too: the caller stopped reading
             self.abandon()
             raise
+        yield answer
 
     def _exchange(
-        self,
-        message: Request[Any] | Preload,
-        take: Callable[[Any], bool],
-        answers: list[Done | ErrorReply],
-        timeout: Callable[[], float | None],
-    ) -> Done | ErrorReply:
+        self, message: Request[Any] | Preload, deadline: Deadline
+    ) -> Generator[Event, None, Done | ErrorReply]:
+        answer: Done | ErrorReply | None = None
+        deadline.start()
         try:
-            self.send(message, on_frame=take, timeout=timeout)
+            for frame in self.send(message, deadline):
+                got = _reply(frame)
+                if isinstance(got, Event):
+                    yield got
+                elif answer is None:
+                    answer = got
         except ChildLost as lost:
             if lost.hung or lost.garbled:
                 raise
             # Died mid-send: the events it wrote before it died are still in the pipe.
-            with contextlib.suppress(EOFError, OSError, ChildLost):
-                while (frame := self.receive(timeout=0)) is not None:
-                    take(frame)
+            yield from self._written_before_death()
             raise
-        while not answers:
+        while answer is None:
             try:
-                frame = self.receive(timeout=timeout())
+                frame = self.receive(timeout=deadline.left())
             except (EOFError, OSError) as e:
                 raise ChildLost(hung=False) from e
             if frame is None:
                 raise ChildLost(hung=True)
-            take(frame)
-        return answers[0]
+            got = _reply(frame)
+            if isinstance(got, Event):
+                yield got
+            else:
+                answer = got
+        return answer
+
+    def _written_before_death(self) -> Iterator[Event]:
+        """The events still in the pipe of a child that died mid-send (none after bytes
+        that are no frame)."""
+        with contextlib.suppress(EOFError, OSError, ChildLost):
+            while (frame := self.receive(timeout=0)) is not None:
+                got = _reply(frame)
+                if isinstance(got, Event):
+                    yield got
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -336,7 +350,8 @@ class ChildProcess:
             return
         if self.alive():
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                self.send(Exit())
+                for _ in self.send(Exit()):
+                    pass  # what the child still says as it is told to exit
                 self.proc.wait(timeout=5)
         self._end()
         with contextlib.suppress(OSError):
@@ -365,6 +380,21 @@ class ChildProcess:
         """The last lines the child wrote to stderr since byte offset ``since`` (at most the
         last 64 KiB are read, however large the log)."""
         return read_tail(self.log_path, since, self._trimmed)
+
+
+def _reply(frame: Any) -> Event | Done | ErrorReply:
+    """The typed form of a frame that a child wrote during a request.
+
+    Raises:
+        ChildLost: it is no frame of the protocol, or a second ready frame (``garbled``).
+    """
+    try:
+        got = reply(frame)
+    except FrameError as e:
+        raise ChildLost(hung=False, garbled=str(e)) from None
+    if isinstance(got, Ready):
+        raise ChildLost(hung=False, garbled="a second ready frame")
+    return got
 
 
 class ChildPool:

@@ -6,18 +6,21 @@ names the module whose ``handle(server, msg)`` answers them in the child (``hand
 reads the answer; the service starts the pooled child with the environment the caller
 needs (flags, ``JAX_PLATFORMS``, device visibility, ``PYTHONPATH``), set before the child
 imports JAX, checks that it came up on the expected platform, and carries the caller's JAX
-state and variables with each request. :meth:`ChildService.request` is the one place a flow
-talks to its child: it returns the answer, or the :class:`Crash` the child's loss reads as
-(how it was lost, the end of what it wrote meanwhile), the child gone from the pool.
+state and variables with each request. :meth:`ChildService.exchange` is the one place a
+flow talks to its child: the flow pulls from it what the child says (its events), then the
+answer, or the :class:`Crash` the child's loss reads as (how it was lost, the end of what
+it wrote meanwhile), the child gone from the pool; how long it waits is the flow's
+:class:`~.process.Deadline`. Nothing here calls back into the flow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from .._core.errors import SweepError
@@ -27,9 +30,9 @@ from .devices import parent_backend
 from .environ import flag_base, python_path, strip_tracing
 from .frames import Done, ErrorKind, ErrorReply, Event, Ready, Request
 from .logs import crashed_thread
-from .process import POOL, ChildLost, ChildProcess
+from .process import POOL, ChildLost, ChildProcess, Deadline
 
-__all__ = ["ChildService", "Crash", "Lean"]
+__all__ = ["ChildService", "Crash", "Lean", "Waited"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,6 +84,15 @@ class Lean:
 
     task: str
     request: Request[Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Waited:
+    """The seconds until the child was a request's (its start, a module imported ahead of
+    need): the first item of each try of :meth:`ChildService.exchange`, just before the
+    request is sent."""
+
+    seconds: float
 
 
 class ChildService:
@@ -185,23 +197,21 @@ class ChildService:
         self.held = child
         return child
 
-    def request(
-        self,
-        message: Request[Any],
-        *,
-        timeout: Callable[[], float | None],
-        on_event: Callable[[Event], None] | None = None,
-        lean: Lean | None = None,
-        waited: Callable[[float], None] | None = None,
-    ) -> Done | ErrorReply | Crash:
-        """Sends ``message`` to this service's child and returns its answer, or the
+    def exchange(
+        self, message: Request[Any], *, deadline: Deadline, lean: Lean | None = None
+    ) -> Generator[Waited | Event | Done | ErrorReply | Crash, None, None]:
+        """Sends ``message`` to this service's child and yields what it says: a
+        :class:`Waited` before each try, each event, and last its answer, or the
         :class:`Crash` its child's loss reads as (the child is then gone from the pool).
 
-        ``timeout()`` is asked before each read (``None``: wait for ever); each event goes
-        to ``on_event``. With ``lean``, a child that holds its task is sent the lean request
-        (and one that answers that it no longer does, the whole ``message`` again); a child
-        that answers holds the task from then on. ``waited`` is told the seconds until the
-        child was this request's (its start, a module imported ahead of need).
+        ``deadline`` (started as the request is sent, see
+        :meth:`~.process.ChildProcess.exchange`) is read before each wait; the caller may
+        move it between items. With ``lean``, a child that holds its task is sent the lean
+        request (and one that answers that it no longer does, the whole ``message``
+        again); a child that answers holds the task from then on. The child's lock is held
+        from each :class:`Waited` to the answer; a caller that stops reading mid-request
+        (this generator closed) stops the child at once, so close it where you may stop
+        early (:func:`contextlib.closing`).
 
         Raises:
             SweepError: the child came up on another platform than expected, or the work
@@ -211,28 +221,53 @@ class ChildService:
             start = time.perf_counter()
             child = self.child()
             with child.lock:
-                if waited is not None:
-                    waited(time.perf_counter() - start)
+                yield Waited(seconds=time.perf_counter() - start)
                 if not child.alive():  # replaced while this waited (a module import that hung)
                     continue
                 held = lean is not None and lean.task in child.tasks
                 offset = child.log_size()
+                sent = lean.request if lean is not None and held else message
+                answer: Done | ErrorReply | Crash | None = None
                 try:
-                    answer = child.request(
-                        lean.request if lean is not None and held else message,
-                        timeout=timeout,
-                        on_event=on_event,
-                    )
+                    with contextlib.closing(child.exchange(sent, deadline)) as said:
+                        for item in said:
+                            if isinstance(item, Event):
+                                yield item
+                            else:
+                                answer = item
                 except ChildLost as lost:
-                    return Crash.read(child, lost, offset)
-            if lean is None:
-                return answer
-            if isinstance(answer, ErrorReply) and answer.kind is ErrorKind.UNKNOWN_TASK:
+                    answer = Crash.read(child, lost, offset)
+            assert answer is not None  # an exchange ends in its answer or raises
+            unknown = isinstance(answer, ErrorReply) and answer.kind is ErrorKind.UNKNOWN_TASK
+            if lean is not None and unknown:
                 child.tasks.discard(lean.task)  # it moved on to another task: send it whole
                 continue
-            if isinstance(answer, Done):
+            if lean is not None and isinstance(answer, Done):
                 child.tasks.add(lean.task)
-            return answer
+            yield answer
+            return
+
+    def answer(self, message: Request[Any], *, deadline: Deadline) -> Done | ErrorReply | Crash:
+        """The answer to ``message`` (:meth:`exchange`) for a flow whose child streams no
+        events (a capture)."""
+        answer: Done | ErrorReply | Crash | None = None
+        with contextlib.closing(self.exchange(message, deadline=deadline)) as said:
+            for item in said:
+                if isinstance(item, Done | ErrorReply | Crash):
+                    answer = item
+        assert answer is not None  # an exchange ends in its answer or raises
+        return answer
+
+    def on_device(self, device: int) -> ChildService:
+        """This service for a child pinned to ``device`` (its share of work split over
+        devices)."""
+        return ChildService(
+            platform=self.platform,
+            env=self.extra_env,
+            memory_limit=self.memory_limit,
+            device=device,
+            profiling=self.profiling,
+        )
 
     def on_platform(self, platform: str) -> ChildService:
         """This service for a child on ``platform`` (its pool key is that of a service that

@@ -15,6 +15,7 @@ from .._core.vocabulary import CaptureInfo, ProfileOptions
 from .._isolation.calling import call_request
 from .._isolation.context import warn_notes, warn_unapplied
 from .._isolation.frames import ErrorKind, ErrorReply, FrameError, NotTransportable, Request
+from .._isolation.process import Deadline
 from .._isolation.resolve import find
 from .._isolation.service import ChildService, Crash
 
@@ -62,7 +63,7 @@ def profile_in_child(
     _check_named(fn)
     message = call_request(HANDLER, "profile", fn, args, kwargs, label=label, fields=options)
     limit = settings().timeout * (options.iters + max(options.warmup, 2) + 5)
-    answer = ChildService(profiling=options).request(message, timeout=lambda: limit)
+    answer = ChildService(profiling=options).answer(message, deadline=Deadline(limit))
     if isinstance(answer, Crash):
         how = answer.how(f"the {limit:g} s limit (JAXTUNE_TIMEOUT for each call)")
         raise ProfileError(f"the profiling child was lost: {how}; stderr: {answer.stderr}")

@@ -4,7 +4,8 @@ of the parent's):
 
 - **parent** (:data:`PARENT`): the process that asks for a sweep decides, drives and keeps
   it: the loop that drives its search (``drive``), where it runs (``runner``: a child, or
-  this process; ``flight``: what is in flight when a child dies), a sweep shared over a
+  this process), its batches measured in children (``children``; ``flight``: what is in
+  flight when a child dies), a sweep shared over a
   job's processes (``shard``), its progress line (``progress``) and the cache entry it
   becomes (``entry``);
 - **wire** (:data:`WIRE`): what travels to the child (or a recording file) as plain data:
@@ -25,7 +26,7 @@ of the parent's):
 __all__ = ["BOTH", "KERNEL_SIDE", "PARENT", "WIRE"]
 
 #: Modules of the process that asks for the sweep.
-PARENT = ("drive", "runner", "flight", "shard", "progress", "entry")
+PARENT = ("drive", "runner", "children", "flight", "shard", "progress", "entry")
 #: Modules of what travels between the parent and the kernel side.
 WIRE = ("work", "requests")
 #: Modules of where the kernel runs (the child, or this process inline).

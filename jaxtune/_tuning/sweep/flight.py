@@ -51,18 +51,16 @@ class InFlight:
         self.running: tuple[str, float] | None = None
         #: The configs of a round timed in passes, while it runs (one of them is running).
         self.round: list[str] = []
-        #: When the child last said anything (first asked when the request was sent).
+        #: When the child last said anything (``None``: nothing yet).
         self.heard: float | None = None
 
-    def wait(self, timeout_s: float) -> float:
-        """Seconds until the oldest step in flight outlives its limit; with none in flight
-        (importing the kernel's module, receiving the arguments, between configs), until
-        the child has been silent that long."""
-        now = time.monotonic()
-        if self.heard is None:
-            self.heard = now
+    def due(self, timeout_s: float) -> float:
+        """When (a :func:`time.monotonic` time) the oldest step in flight outlives its
+        limit; with none in flight (importing the kernel's module, receiving the arguments,
+        between configs), when the child will have been silent that long."""
+        heard = time.monotonic() if self.heard is None else self.heard
         starts = list(self.compiling.values()) + ([self.running[1]] if self.running else [])
-        return max(0.0, min(starts or [self.heard]) + timeout_s + GRACE - now)
+        return min(starts or [heard]) + timeout_s + GRACE
 
     def event(self, event: Event) -> Result | None:
         """Follows one event; returns the result it carries, if any."""
