@@ -12,9 +12,13 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import json
 import math
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import time
 
 import jax
@@ -908,3 +912,34 @@ def test_rpa_drop_in_has_jaxs_signature():
     assert [(p.name, p.kind, p.default) for p in ours.values()] == [
         (p.name, p.kind, p.default) for p in theirs.values()
     ]
+
+
+@pytest.mark.child
+@pytest.mark.slow
+def test_rpa_bench_case_is_chip_only_off_a_tpu(tmp_path):
+    """``bench/bench_kernels_tpu.py --dry --only rpa`` tries JAX's kernel in TPU interpret
+    mode, says the case runs on the chip only and why, and skips it (exit 0)."""
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "bench/bench_kernels_tpu.py",
+            "--dry",
+            "--only",
+            "rpa",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "rpa: chip only, skipped: JAX's ragged paged attention does not run in TPU interpret mode"
+        in done.stdout
+    )
+    skipped = json.loads(out.read_text())["rpa"]["skipped"]
+    assert "interpret mode" in skipped and "Error" in skipped
