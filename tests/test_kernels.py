@@ -1,9 +1,11 @@
 """``jaxtune.kernels``: JAX's bundled Pallas TPU kernels as autotuned kernels, on CPU in TPU
-interpret mode (as JAX runs them there), on the oldest and the newest supported JAX.
+interpret mode (as JAX runs them there), on the oldest and the newest supported JAX; ragged
+paged attention, which does not run in interpret mode, through lowering for TPU.
 
 Covers docs/kernels.md, "Flash attention", "Grouped matmul (megablox)", "Splash attention",
-"Ragged paged attention", "Group sizes: the program's values", "Spaces that Mosaic accepts", "Arguments passed
-through", "On CPU, and on JAX 0.10.2 and 0.12" and "Packaged configs".
+"Ragged paged attention", "Group sizes: the program's values", "Spaces that Mosaic
+accepts", "Arguments passed through", "On CPU, and on JAX 0.10.2 and 0.12" and "Packaged
+configs".
 """
 
 from __future__ import annotations
@@ -833,6 +835,20 @@ def test_every_rpa_config_lowers_for_tpu():
         with _tpu():
             exported = jax.export.export(jax.jit(call), platforms=["tpu"])(*args)
         assert exported.mlir_module().count("tpu_custom_call") == 1
+
+
+def test_locate_finds_the_rpa_kernel_behind_the_drop_in_lowered_for_tpu():
+    """As for the other drop-ins, on JAX 0.10.2 and 0.12 alike: ``jaxtune.tune`` and
+    ``jaxtune.locate`` see the ``@autotuned`` kernel inside a program that calls the drop-in."""
+    args = _rpa_shapes(64, 8, 2, 16, 4, 8)
+    with _tpu():
+        sites = jaxtune.locate(
+            lambda *a: kernels.ragged_paged_attention(*a).sum(), *args, platform="tpu"
+        )
+    assert [s.name for s in sites if s.kind == "autotuned"] == [
+        "jaxtune.kernels.ragged_paged_attention"
+    ]
+    assert [s.target for s in sites if s.kind == "pallas"] == ["tpu_custom_call"]
 
 
 @pytest.mark.parametrize("shape", RPA_SHAPES)
