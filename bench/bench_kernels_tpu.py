@@ -115,7 +115,7 @@ RPA = (
 RPA_BUDGET = "3" if DRY else "16"
 #: The VMEM part ``rpa`` gives the kernel: what vLLM's TPU backend asks for past TPU v4 (at
 #: Mosaic's default scope, 16 MiB on a v5e, JAX's own blocks for this batch, 64 pages of 32
-#: tokens, would not fit by jaxtune's estimate).
+#: tokens, would fill it with their KV buffers alone).
 RPA_VMEM = 64 << 20
 
 
