@@ -29,6 +29,14 @@ answers before the exact sweeps:
   shapes, on its own group sizes, run by Tokamax's ``PallasMosaicTpuRaggedDot``, against
   the drop-in's lookup at the same arrays (and JAX's default tiling). Goal: Tokamax's no
   faster than ours.
+- ``rpa``: JAX's ragged paged attention (bf16, 16 sequences, 32 query heads over 8 kv
+  heads of 128, pages of 32 tokens, a 2048-token context, 512 query tokens: 12 decodes and
+  4 prefill chunks, ``vmem_limit_bytes`` 64 MiB as vLLM's TPU backend gives it) through
+  :func:`jaxtune.kernels.ragged_paged_attention`: the untuned drop-in's output against
+  JAX's kernel's (equal) and JAX's reference's (close), a sweep of
+  ``autotuned_ragged_paged_attention`` on this batch (``RPA_BUDGET``), then JAX's own
+  blocks against the tuned pick. JAX's kernel does not run in TPU interpret mode, so under
+  ``--dry`` the part says so and is skipped (it tries first).
 
 Every time is one executable calling its kernel (or training step) in a loop, timed by the
 wall clock, the variants taking turns over interleaved rounds; the fastest round counts,
@@ -87,6 +95,29 @@ TOKAMAX_SHAPES = (
     else ()
 )
 TOKAMAX_JSON = "data/autotuning/tpu_v5_lite/pallas_mosaic_tpu_ragged_dot.json"
+#: The batch of part ``rpa``: (q heads, kv heads, head dim, page size, pages per sequence,
+#: each sequence's query tokens, each sequence's context), decodes first as vLLM orders them.
+RPA = (
+    (8, 2, 128, 16, 8, (1, 1, 30, 32), (9, 100, 40, 128))
+    if DRY
+    else (
+        32,
+        8,
+        128,
+        32,
+        64,
+        (1,) * 12 + (200, 128, 100, 72),
+        (37, 129, 260, 511, 700, 901, 1024, 1300, 1555, 1800, 2000, 2048, 200, 1500, 612, 72),
+    )
+)
+#: The sweep's budget for part ``rpa``: 16 of the 42 configs its space holds at that batch,
+#: picked by the model search (a budget in seconds would walk the space in order, smallest
+#: blocks first, and could stop before the large ones).
+RPA_BUDGET = "3" if DRY else "16"
+#: The VMEM part ``rpa`` gives the kernel: what vLLM's TPU backend asks for past TPU v4 (at
+#: Mosaic's default scope, 16 MiB on a v5e, JAX's own blocks for this batch, 64 pages of 32
+#: tokens, would fill it with their KV buffers alone).
+RPA_VMEM = 64 << 20
 
 
 def interleaved(runs: dict[str, Callable[[], Any]], per_run: int) -> dict[str, list[float]]:
@@ -408,6 +439,120 @@ def tokamax_part() -> dict[str, Any]:
     }
 
 
+# -- rpa -----------------------------------------------------------------------------------
+
+
+def _rpa_batch() -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arrays of :data:`RPA`'s batch (pages scattered at random over the cache, as a
+    serving engine hands them out) and its static options."""
+    q_heads, kv_heads, head_dim, page_size, pages_per_seq, q_lens, kv_lens = RPA
+    seqs, dtype = len(q_lens), jnp.float32 if DRY else jnp.bfloat16
+    k1, k2 = jax.random.split(jax.random.key(0))
+    q = jax.random.normal(k1, (sum(q_lens), q_heads, head_dim), dtype)
+    kv_pages = jax.random.normal(
+        k2, (seqs * pages_per_seq, page_size, 2 * kv_heads, head_dim), dtype
+    )
+    order = np.random.default_rng(0).permutation(seqs * pages_per_seq)
+    args = (
+        q,
+        kv_pages,
+        jnp.asarray(kv_lens, jnp.int32),
+        jnp.asarray(order.reshape(seqs, pages_per_seq), jnp.int32),
+        jnp.asarray(np.concatenate([[0], np.cumsum(q_lens)]), jnp.int32),
+        jnp.asarray([seqs], jnp.int32),
+    )
+    return args, {"sm_scale": head_dim**-0.5, "vmem_limit_bytes": RPA_VMEM}
+
+
+def _max_diff(a: Any, b: Any) -> float:
+    return float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))))
+
+
+def _close(a: Any, b: Any) -> bool:
+    """Whether two attention outputs agree within bfloat16's precision."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return bool(np.allclose(a, b, rtol=2e-2, atol=2e-2))
+
+
+def rpa_part() -> dict[str, Any]:
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel as rpa
+
+    from jaxtune.kernels import autotuned_ragged_paged_attention, ragged_paged_attention
+    from jaxtune.kernels._ragged_paged import NAMES, jax_block_sizes
+
+    args, options = _rpa_batch()
+    jax_blocks = jax_block_sizes(args[0], args[1], args[3])
+    if DRY:  # JAX's kernel in TPU interpret mode, before anything else: it may not run
+        try:  # (with blocks given: off a TPU, JAX's own look-up refuses to pick them)
+            jax.block_until_ready(rpa.ragged_paged_attention(*args, **options, **jax_blocks))
+        except Exception as e:
+            last = [line for line in str(e).splitlines() if line.strip()][-1:]
+            why = f"{type(e).__name__}: {last[0].strip() if last else ''}"[:400]
+            reason = f"JAX's ragged paged attention does not run in TPU interpret mode ({why})"
+            print(f"rpa: chip only, skipped: {reason}", flush=True)
+            return {"skipped": reason}
+    # (a) Untuned, the drop-in is JAX's kernel with JAX's blocks: equal outputs; both close
+    # to JAX's reference (plain jnp, one sequence at a time).
+    ours = ragged_paged_attention(*args, **options)
+    theirs = rpa.ragged_paged_attention(*args, **options)
+    reference = rpa.ref_ragged_paged_attention(*args, sm_scale=options["sm_scale"])
+    checks: dict[str, Any] = {
+        "dropin_vs_jax_max_abs_diff": _max_diff(ours, theirs),
+        "jax_vs_reference_max_abs_diff": _max_diff(theirs, reference),
+    }
+    print(f"rpa: JAX's blocks {jax_blocks}; checks {checks}", flush=True)
+    # (b) A sweep on this batch, in this process (which holds the chip).
+    os.environ["JAXTUNE_BUDGET"] = RPA_BUDGET
+    start = time.perf_counter()
+    (entry,) = autotuned_ragged_paged_attention.tune(*args, **options).values()
+    tune_s = time.perf_counter() - start
+    tuned = {name: entry.config[name] for name in NAMES}
+    picked = rpa.ragged_paged_attention(*args, **options, **tuned)
+    checks["tuned_vs_jax_max_abs_diff"] = _max_diff(picked, theirs)
+    # Every row is a query token of the batch here (no padding), so whole outputs compare:
+    # the drop-in exactly (the same kernel), the pick and JAX's reference within bf16's.
+    checks["ok"] = checks["dropin_vs_jax_max_abs_diff"] == 0.0 and all(
+        _close(a, b) for a, b in ((picked, theirs), (theirs, reference))
+    )
+
+    def call(blocks: dict[str, int]) -> Callable[..., Any]:
+        def go(*arrays: Any) -> Any:
+            return rpa.ragged_paged_attention(*arrays, **options, **blocks)
+
+        return go
+
+    # (c) JAX's own blocks (its call with none given) against the tuned pick.
+    runs = {"jax_default": _looped(call({}), args), "tuned": _looped(call(tuned), args)}
+    for go in runs.values():
+        jax.block_until_ready(go())
+    times = interleaved(runs, CALLS)
+    ratios = _ratios(times, {"default_over_tuned": ("jax_default", "tuned")})
+    _print("rpa", times, ratios)
+    swept = f"{entry.measured} of {entry.space_size} measured in {tune_s:.1f} s"
+    verdict = "ok" if checks["ok"] else "FAILED"
+    print(f"rpa: tuned {tuned} ({swept}), checks {verdict}", flush=True)
+    *_, pages_per_seq, q_lens, kv_lens = RPA
+    return {
+        "shape": {
+            "q": list(args[0].shape),
+            "kv_pages": list(args[1].shape),
+            "pages_per_seq": pages_per_seq,
+            "dtype": str(args[0].dtype),
+        },
+        "q_lens": list(q_lens),
+        "kv_lens": list(kv_lens),
+        "vmem_limit_bytes": RPA_VMEM,
+        "configs": {"jax_default": jax_blocks, "tuned": tuned},
+        "checks": checks,
+        "ms_per_call": {k: v * 1e3 for k, v in times.items()},
+        "ratios": ratios,
+        "tune_s": tune_s,
+        "measured": swept,
+        "decision": entry.decision_text(),
+        "values": {n: list(a.summary or ()) for n, a in entry.values.arguments.items()},
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=pathlib.Path, required=True)
@@ -449,6 +594,7 @@ def main() -> int:
         "nnx": lambda: nnx_part(args.exact_budget or (3 if args.dry else 64)),
         "gmm": gmm_part,
         "tokamax": tokamax_part,
+        "rpa": rpa_part,
     }
     failed = 0
     for name in args.only.split(","):

@@ -1,9 +1,11 @@
 """``jaxtune.kernels``: JAX's bundled Pallas TPU kernels as autotuned kernels, on CPU in TPU
-interpret mode (as JAX runs them there), on the oldest and the newest supported JAX.
+interpret mode (as JAX runs them there), on the oldest and the newest supported JAX; ragged
+paged attention, which does not run in interpret mode, through lowering for TPU.
 
 Covers docs/kernels.md, "Flash attention", "Grouped matmul (megablox)", "Splash attention",
-"Group sizes: the program's values", "Spaces that Mosaic accepts", "Arguments passed
-through", "On CPU, and on JAX 0.10.2 and 0.12" and "Packaged configs".
+"Ragged paged attention", "Group sizes: the program's values", "Spaces that Mosaic
+accepts", "Arguments passed through", "On CPU, and on JAX 0.10.2 and 0.12" and "Packaged
+configs".
 """
 
 from __future__ import annotations
@@ -11,7 +13,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import inspect
+import json
 import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
 import time
 
 import jax
@@ -28,6 +37,7 @@ import jaxtune
 from jaxtune import kernels
 from jaxtune.kernels import _packaged
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: Small shapes (each interpret-mode call costs a second or two on 2 cores).
 SEQ = 256
 #: JAX's megablox kernel module (the package's ``gmm`` attribute is the function).
@@ -651,3 +661,301 @@ def test_no_packaged_cache_is_registered_while_the_package_ships_none(monkeypatc
     (tmp_path / "absent").mkdir()
     assert _packaged.register() is True
     assert registered == [tmp_path / "absent"]
+
+
+# -- ragged paged attention (runs on a TPU only: checked here through lowering) -------------
+
+#: JAX's kernel module, and the module that picks its blocks from a device's table.
+RPA = importlib.import_module("jax.experimental.pallas.ops.tpu.ragged_paged_attention.kernel")
+RPA_TABLE = importlib.import_module(
+    "jax.experimental.pallas.ops.tpu.ragged_paged_attention.tuned_block_sizes"
+)
+RPA_NAMES = ("num_kv_pages_per_block", "num_queries_per_block")
+#: What serving stacks give the kernel (vLLM's TPU backend asks for 64 MiB past TPU v4).
+SERVING_VMEM = 64 << 20
+
+
+def _blocks(pages, queries):
+    return dict(zip(RPA_NAMES, (pages, queries), strict=True))
+
+
+def _rpa_shapes(tokens, q_heads, kv_heads, page_size, seqs, pages_per_seq, dtype="bfloat16"):
+    """A call's arguments as shapes: q, kv pages (a page of its own for every sequence's
+    every page), kv lens, page indices, cumulative query lengths, sequence count."""
+    return (
+        _sds((tokens, q_heads, 128), dtype),
+        _sds((seqs * pages_per_seq, page_size, 2 * kv_heads, 128), dtype),
+        _sds((seqs,), "int32"),
+        _sds((seqs, pages_per_seq), "int32"),
+        _sds((seqs + 1,), "int32"),
+        _sds((1,), "int32"),
+    )
+
+
+def _tpu(device_kind="TPU v5 lite"):
+    """A context in which Mosaic lowers for ``device_kind`` on this CPU-only machine (its
+    lowering asks the chip's generation)."""
+    device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=1, platform="tpu")
+    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
+def _fake_chip(monkeypatch, device_kind):
+    """JAX's block table sees a chip of ``device_kind`` (it reads ``jax.devices()``)."""
+    chip = type("Device", (), {"device_kind": device_kind})()
+    monkeypatch.setattr(
+        RPA_TABLE, "jax", type("Jax", (), {"devices": staticmethod(lambda: [chip])})
+    )
+
+
+RPA_SHAPES = [  # (tokens, q heads, kv heads, page size, max seqs, pages per seq)
+    (512, 32, 8, 32, 16, 64),  # the bench's: a prefill and decode mix, 2048-token context
+    (1024, 32, 8, 32, 16, 16),  # a shape of JAX's v5 table
+    (64, 8, 2, 16, 4, 8),
+    (16, 8, 1, 128, 16, 4),  # decode only: one token a sequence
+    (300, 12, 2, 16, 8, 20),  # counts no power of two divides
+]
+
+
+@pytest.mark.parametrize("shape", RPA_SHAPES)
+@pytest.mark.parametrize("vmem_limit_bytes", [None, SERVING_VMEM])
+def test_rpa_space_holds_only_blocks_jax_validates_that_fit_the_vmem_asked(shape, vmem_limit_bytes):
+    args = _rpa_shapes(*shape)
+    tokens, _, _, page_size, _, pages_per_seq = shape
+    tuned = kernels.autotuned_ragged_paged_attention
+    space = tuned.space(*args, vmem_limit_bytes=vmem_limit_bytes)
+    assert space
+    for c in space:  # JAX's own static validation takes every config
+        RPA.static_validate_inputs(*args, vmem_limit_bytes=vmem_limit_bytes, **c)
+        # The two buffers of kv pages alone, which JAX's kernel allocates, fit the scope.
+        _, combined = RPA.get_min_heads_per_blk(
+            shape[1], 2 * shape[2], *(a.dtype for a in args[:2])
+        )
+        pages = 2 * c["num_kv_pages_per_block"] * page_size * combined * 128 * 2
+        assert pages <= (vmem_limit_bytes or 16 << 20)
+    # From one page a block up to the sequence's pages; queries from the candidates or all.
+    offered = {c["num_kv_pages_per_block"] for c in space}
+    assert max(offered) <= pages_per_seq and 1 in offered
+    assert {c["num_queries_per_block"] for c in space} <= {8, 16, 32, 64, 128, 256, tokens}
+    # What JAX's validation refuses, the prune refuses.
+    for bad in (
+        {**space[0], "num_kv_pages_per_block": pages_per_seq + 1},
+        {**space[0], "num_queries_per_block": 0},
+    ):
+        with pytest.raises(ValueError, match="must be"):
+            RPA.static_validate_inputs(*args, **bad)
+        assert not kernels._ragged_paged.legal(bad, *args)
+
+
+def test_rpa_space_takes_every_block_of_jaxs_own_tables_at_a_serving_vmem():
+    """JAX's tables (TPU v5e and v6e, tuned with the 64 MiB serving stacks give the kernel)
+    pick blocks the VMEM bound keeps: it leaves out no block JAX's own tuning found best."""
+    legal = kernels._ragged_paged.legal
+    checked = 0
+    for device, table in RPA_TABLE.TUNED_BLOCK_SIZES.items():
+        for key, (pages, queries) in table.items():
+            q_dtype, kv_dtype, q_heads, kv_heads, _, page_size, tokens, context = key
+            if context % page_size:
+                continue  # a context no lookup reaches (the key rounds it to a power of two)
+            args = _rpa_shapes(tokens, q_heads, kv_heads, page_size, 4, context // page_size)
+            per_block = RPA.get_min_heads_per_blk(q_heads, 2 * kv_heads, q_dtype, kv_dtype)
+            if per_block != (q_heads, 2 * kv_heads):
+                continue  # JAX's kernel splits these heads: the key names its blocks, not a call
+            config = dict(
+                zip(
+                    RPA_NAMES, (min(pages, context // page_size), min(queries, tokens)), strict=True
+                )
+            )
+            assert legal(config, *args, vmem_limit_bytes=SERVING_VMEM), (device, key)
+            checked += 1
+    assert checked > 500
+
+
+@pytest.mark.parametrize(
+    ("device_kind", "shape", "want"),
+    [
+        ("TPU v5 lite", (1024, 8, 1, 16, 16, 16), (8, 32)),  # JAX's v5 table
+        ("TPU v5 lite", (1024, 32, 8, 32, 16, 16), (16, 32)),  # JAX's v5 table
+        ("TPU v5 lite", (512, 32, 8, 32, 16, 64), (64, 32)),  # not in it: 128 pages capped
+        ("TPU v6 lite", (2048, 8, 2, 128, 16, 8), (8, 64)),  # JAX's v6 table
+        ("TPU v4", (512, 32, 8, 32, 16, 64), (32, 32)),  # JAX's v4 blocks
+        (None, (16, 8, 1, 128, 16, 4), (4, 16)),  # off a TPU: JAX's fallback, capped
+    ],
+)
+def test_rpa_default_is_the_block_jaxs_kernel_picks_itself(monkeypatch, device_kind, shape, want):
+    args = _rpa_shapes(*shape)
+    if device_kind is not None:
+        _fake_chip(monkeypatch, device_kind)
+    else:
+        with pytest.raises(NotImplementedError):  # what JAX's lookup does off a TPU
+            RPA_TABLE.get_tuned_block_sizes("bfloat16", "bfloat16", 8, 1, 128, 128, 16, 4)
+    assert kernels._ragged_paged.jax_block_sizes(*args[:2], args[3]) == dict(
+        zip(RPA_NAMES, want, strict=True)
+    )
+
+
+def test_an_untuned_rpa_call_lowers_to_jaxs_own_kernel(monkeypatch):
+    """Untuned, the drop-in runs the kernel JAX's call builds by itself on that chip: the
+    same Mosaic kernel, byte for byte, lowered for a TPU v5e through ``jax.export``."""
+    _fake_chip(monkeypatch, "TPU v5 lite")
+    args = _rpa_shapes(1024, 8, 1, 16, 16, 16)
+
+    def kernel_of(attention, **blocks):
+        def call(*a):
+            return attention(*a, sm_scale=0.08, **blocks)
+
+        with _tpu():
+            text = jax.export.export(jax.jit(call), platforms=["tpu"])(*args).mlir_module()
+        (config,) = re.findall(r'backend_config = "([^"]*)"', text)
+        return config
+
+    theirs = kernel_of(RPA.ragged_paged_attention)
+    assert kernel_of(kernels.ragged_paged_attention) == theirs
+    # The comparison tells blocks apart: JAX's v5 table picks (8, 32) here, where its
+    # fallback off the table (and off a TPU) would be (16, 32).
+    assert kernel_of(RPA.ragged_paged_attention, **_blocks(8, 32)) == theirs
+    assert kernel_of(RPA.ragged_paged_attention, **_blocks(16, 32)) != theirs
+    # Blocks given run as given; one alone runs with JAX's pick for the other.
+    explicit = kernel_of(kernels.ragged_paged_attention, **_blocks(4, 32))
+    assert explicit != theirs
+    assert kernel_of(kernels.ragged_paged_attention, num_kv_pages_per_block=4) == explicit
+
+
+def test_every_rpa_config_lowers_for_tpu():
+    """Mosaic's lowering (``jax.export`` for a TPU v5e, on CPU) takes every config of a
+    space; only the chip's compile checks what lowering does not (VMEM, layouts)."""
+    args = _rpa_shapes(64, 8, 2, 16, 4, 8)
+    space = kernels.autotuned_ragged_paged_attention.space(*args)
+    assert len(space) == 16
+    for c in space:
+
+        def call(*a, c=c):
+            return kernels.autotuned_ragged_paged_attention(*a, **c)
+
+        with _tpu():
+            exported = jax.export.export(jax.jit(call), platforms=["tpu"])(*args)
+        assert exported.mlir_module().count("tpu_custom_call") == 1
+
+
+def test_locate_finds_the_rpa_kernel_behind_the_drop_in_lowered_for_tpu():
+    """As for the other drop-ins, on JAX 0.10.2 and 0.12 alike: ``jaxtune.tune`` and
+    ``jaxtune.locate`` see the ``@autotuned`` kernel inside a program that calls the drop-in."""
+    args = _rpa_shapes(64, 8, 2, 16, 4, 8)
+    with _tpu():
+        sites = jaxtune.locate(
+            lambda *a: kernels.ragged_paged_attention(*a).sum(), *args, platform="tpu"
+        )
+    assert [s.name for s in sites if s.kind == "autotuned"] == [
+        "jaxtune.kernels.ragged_paged_attention"
+    ]
+    assert [s.target for s in sites if s.kind == "pallas"] == ["tpu_custom_call"]
+
+
+@pytest.mark.parametrize("shape", RPA_SHAPES)
+def test_rpa_made_values_are_a_batch_jaxs_kernel_takes(shape):
+    """Without the program's values, a sweep runs on a valid batch (JAX's
+    ``dynamic_validate_inputs`` passes), never on random integers."""
+    args = _rpa_shapes(*shape)
+    made = kernels._ragged_paged._inputs(*args)
+    values = [
+        made[n] for n in ("q", "kv_pages", "kv_lens", "page_indices", "cu_q_lens", "num_seqs")
+    ]
+    for value, abstract in zip(values, args, strict=True):
+        assert (value.shape, value.dtype) == (abstract.shape, abstract.dtype)
+    RPA.dynamic_validate_inputs(*values)
+    tokens, seqs = shape[0], min(shape[0], shape[4])
+    assert int(made["num_seqs"][0]) == seqs
+    assert int(made["cu_q_lens"][seqs]) == min(tokens, seqs * shape[3] * shape[5])
+    assert (made["kv_lens"][:seqs] == shape[3] * shape[5]).all()
+
+
+def _rpa_batch(seed=0):
+    """A small mixed batch: a prefill of 30 tokens, a decode, a chunk of 9, an empty slot."""
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.standard_normal((64, 8, 128)), jnp.float32)
+    kv_pages = jnp.asarray(rng.standard_normal((32, 16, 4, 128)), jnp.float32)
+    kv_lens = jnp.array([100, 7, 40, 0], jnp.int32)
+    page_indices = jnp.arange(32, dtype=jnp.int32).reshape(4, 8)
+    cu_q_lens = jnp.array([0, 30, 31, 40, 40], jnp.int32)
+    return q, kv_pages, kv_lens, page_indices, cu_q_lens, jnp.array([3], jnp.int32)
+
+
+def test_rpa_sweeps_on_the_callers_batch_and_runs_the_pick(monkeypatch, fast_timing):
+    """The plumbing, with JAX's kernel (which runs on a TPU only) replaced by a stand-in
+    that records the blocks it receives, in this process: a sweep runs on the caller's
+    ``kv_lens``, ``page_indices``, ``cu_q_lens`` and ``num_seqs``, or on shapes alone on the
+    kernel's ``inputs=`` (a warning about made-up integers would fail here); the drop-in
+    then passes the stored blocks and the caller's options to JAX's function."""
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")
+    monkeypatch.setenv("JAXTUNE_BUDGET", "3")
+    seen = []
+
+    def stand_in(*arrays, num_kv_pages_per_block, num_queries_per_block, **options):
+        seen.append(((num_kv_pages_per_block, num_queries_per_block), options))
+        q, _, kv_lens, _, cu_q_lens, num_seqs = arrays
+        return q * (kv_lens.sum() + cu_q_lens[num_seqs[0]]).astype(q.dtype)
+
+    monkeypatch.setattr(RPA, "ragged_paged_attention", stand_in)
+    batch = _rpa_batch()
+    tuned = kernels.autotuned_ragged_paged_attention
+    (entry,) = tuned.tune(*batch, sm_scale=0.1).values()
+    assert entry.kernel == "jaxtune.kernels.ragged_paged_attention"
+    assert entry.measured == 3 and entry.space_size == 16
+    about = entry.values.arguments
+    assert {about[n].source for n in ("kv_lens", "page_indices", "cu_q_lens", "num_seqs")} == {
+        "caller"
+    }
+    assert about["kv_lens"].summary == ("s32[4] 0..100 sum 147 median 23.5, 1 zero",)
+    assert about["num_seqs"].summary == ("s32[1] 3..3",)
+    assert entry.config in tuned.space(*batch, sm_scale=0.1)
+    seen.clear()
+    kernels.ragged_paged_attention(*batch, sm_scale=0.1, soft_cap=30.0)
+    kernels.ragged_paged_attention(*batch, sm_scale=0.1)
+    stored = tuple(entry.config[n] for n in RPA_NAMES)
+    (_, options), (blocks, _) = seen
+    assert blocks == stored
+    assert options["soft_cap"] == 30.0 and options["sm_scale"] == 0.1
+    assert tuned.config_for(*batch, sm_scale=0.1).source == "cache"
+    # Shapes only: the kernel's made batch, named as such in the entry.
+    shapes = [_sds(a.shape, a.dtype) for a in batch]
+    (entry,) = jaxtune.tune(lambda *a: kernels.ragged_paged_attention(*a).sum(), *shapes).values()
+    assert {entry.values.arguments[n].source for n in ("kv_lens", "cu_q_lens")} == {"inputs="}
+
+
+def test_rpa_drop_in_has_jaxs_signature():
+    ours = inspect.signature(kernels.ragged_paged_attention).parameters
+    theirs = inspect.signature(RPA.ragged_paged_attention).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.values()
+    ]
+
+
+@pytest.mark.child
+@pytest.mark.slow
+def test_rpa_bench_case_is_chip_only_off_a_tpu(tmp_path):
+    """``bench/bench_kernels_tpu.py --dry --only rpa`` tries JAX's kernel in TPU interpret
+    mode, says the case runs on the chip only and why, and skips it (exit 0)."""
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "bench/bench_kernels_tpu.py",
+            "--dry",
+            "--only",
+            "rpa",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "rpa: chip only, skipped: JAX's ragged paged attention does not run in TPU interpret mode"
+        in done.stdout
+    )
+    skipped = json.loads(out.read_text())["rpa"]["skipped"]
+    assert "interpret mode" in skipped and "Error" in skipped

@@ -38,7 +38,7 @@ from jax.experimental.pallas.ops.tpu import megablox
 
 import jaxtune
 
-from ._tiles import blocks, lane_block, sublane_block
+from ._tiles import VMEM, blocks, lane_block, sublane_block
 
 __all__ = [
     "JAX_TILING",
@@ -62,8 +62,6 @@ _KERNELS = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm
 _GMM = jax.jit(megablox.gmm, static_argnums=(3, 4, 7, 8))
 #: JAX's default tiling of both kernels.
 JAX_TILING = (128, 128, 128)
-#: The most bytes of blocks a config may keep in VMEM (16 MiB: a TPU v5e's default scope).
-VMEM = 16 << 20
 _NAMES = ("tm", "tk", "tn")
 
 Tiling = tuple[int, int, int] | Callable[[int, int, int], tuple[int, int, int] | None] | None

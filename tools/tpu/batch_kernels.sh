@@ -16,7 +16,8 @@
 # the part's archive: unpack it into jaxtune/kernels/data/cache/ here, commit it, and it
 # travels with the next call's working tree. Settings: KERNELS_GRID (small|full),
 # KERNELS_ONLY (flash,gmm), KERNELS_DEADLINE (seconds after which the build starts no
-# sweep), KERNELS_BENCH_ONLY (nnx,gmm,tokamax), KERNELS_EXACT_BUDGET (the NNX step's exact
+# sweep), KERNELS_BENCH_ONLY (nnx,gmm,tokamax; rpa, JAX's ragged paged attention, runs
+# when named: KERNELS_BENCH_ONLY=rpa bash tools/tpu/batch_kernels.sh bench, ~90 s), KERNELS_EXACT_BUDGET (the NNX step's exact
 # flash sweep, 64 configs), KERNELS_SHAPES (the build's first N shapes). KERNELS_DRY=1:
 # both on CPU in TPU interpret mode at tiny shapes, the table in /tmp (never the package's),
 # with the python3 on PATH (no env.sh), to try this script off the chip:
@@ -50,7 +51,7 @@ case "${1:-all}" in bench|all)
   [ -d $KEEP ] && packaged="--packaged $KEEP"
   ( time python3 bench/bench_kernels_tpu.py $DRY $packaged --only "${KERNELS_BENCH_ONLY:-nnx,gmm,tokamax}" \
       ${KERNELS_EXACT_BUDGET:+--exact-budget $KERNELS_EXACT_BUDGET} --json $OUT/bench.json ) > $OUT/bench.log 2>&1
-  grep -E '^(nnx|gmm|tokamax)|failed|Error' $OUT/bench.log | tail -30
+  grep -E '^(nnx|gmm|tokamax|rpa)|failed|Error' $OUT/bench.log | tail -30
   tail -5 $OUT/bench.log ;;
 esac
 ls -la $OUT
