@@ -525,9 +525,10 @@ def rpa_part() -> dict[str, Any]:
     runs = {"jax_default": _looped(call({}), args), "tuned": _looped(call(tuned), args)}
     for go in runs.values():
         jax.block_until_ready(go())
-    times = interleaved(runs, CALLS)
-    ratios = _ratios(times, {"default_over_tuned": ("jax_default", "tuned")})
-    _print("rpa", times, ratios)
+    rounds = interleaved(runs, CALLS)
+    times = _fastest(rounds)
+    ratios, ranges = _ratios(rounds, {"default_over_tuned": ("jax_default", "tuned")})
+    _print("rpa", times, ratios, ranges)
     swept = f"{entry.measured} of {entry.space_size} measured in {tune_s:.1f} s"
     verdict = "ok" if checks["ok"] else "FAILED"
     print(f"rpa: tuned {tuned} ({swept}), checks {verdict}", flush=True)
@@ -546,6 +547,7 @@ def rpa_part() -> dict[str, Any]:
         "checks": checks,
         "ms_per_call": {k: v * 1e3 for k, v in times.items()},
         "ratios": ratios,
+        "ratio_ranges": ranges,
         "tune_s": tune_s,
         "measured": swept,
         "decision": entry.decision_text(),
