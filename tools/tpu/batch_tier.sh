@@ -3,9 +3,10 @@
 # With an argument N, only tests/tpu/test_N_*.py (each fits one device call), no diagnosis:
 #   bash tools/tpu/batch_session.sh tier1:560      (or tier2, tier3)
 . tools/tpu/env.sh
+# TIER_TESTS="file::test ..." runs those, in that order, instead of the whole module.
 if [ -n "$1" ]; then
   ( time python3 -m pytest -p no:xdist -p no:randomly -v -p no:cacheprovider --durations=0 \
-      tests/tpu/test_$1_*.py -rf ) > $OUT/tpu_tier$1.log 2>&1
+      ${TIER_TESTS:-tests/tpu/test_$1_*.py} -rf ) > $OUT/tpu_tier$1.log 2>&1
   tail -30 $OUT/tpu_tier$1.log
   exit 0
 fi
