@@ -297,10 +297,10 @@ class BoundCall:
 
     # -- the lookup order ------------------------------------------------------------------
 
-    def choose(self, *, sweep: bool) -> Choice:
+    def choose(self, *, traced: bool) -> Choice:
         """The config of the call, after explicit keywords: the lookup order, in one place.
 
-        ``sweep``: the call is being traced, so tune mode may sweep on a miss (and retune
+        ``traced``: the call is being traced, so tune mode may sweep on a miss (and retune
         mode on a hit), a miss is what ``JAXTUNE_ON_MISS`` says, and a ``jax.distributed``
         job agrees on the answer; without it (``config_for``) the order never sweeps,
         answers with the agreed config once there is one, and a miss is silent.
@@ -327,16 +327,16 @@ class BoundCall:
         Raises:
             MissError: step 6, with ``JAXTUNE_ON_MISS=error``.
         """
-        return self.within_bucket(self._in_order(sweep=sweep))
+        return self.within_bucket(self._in_order(traced=traced))
 
-    def _in_order(self, *, sweep: bool) -> Choice:
+    def _in_order(self, *, traced: bool) -> Choice:
         """Steps 1 to 7 of :meth:`choose`, for the bound shape."""
         kernel, sig, space, default = self.kernel, self.sig, self.space, self.default
         kind = _lookup.device_kind()
 
         # 1. Scope. config_for never sweeps, so it answers what the scopes and caches hold
         # even in retune mode.
-        if not (sweep and kernel.retunes.pending(kind, sig.key, kernel.timing)):
+        if not (traced and kernel.retunes.pending(kind, sig.key, kernel.timing)):
             scoped = _lookup.scoped_entry(kernel.kernel_id, kind, sig.key, self._fit())
             if scoped is not None:
                 return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
@@ -403,7 +403,7 @@ class BoundCall:
             return Choice(config=dict(default), source="default", key=sig.key)
 
         # 2. Agreement.
-        if not sweep:  # config_for: the agreed config once there is one, else this process's
+        if not traced:  # config_for: the agreed config once there is one, else this process's
             agreed = _agree.decided(kernel.kernel_id, kernel.version, sig.key, kind)
             return agreed or rest(None)
         runner = default_runner()
@@ -656,7 +656,7 @@ class BoundCall:
     def _with_entry(self, choice: Choice) -> Choice:
         """``choice`` with the entry behind its config, when the lookup finds that config."""
         try:
-            found = self.choose(sweep=False)
+            found = self.choose(traced=False)
         except (JaxtuneError, OSError):  # a cache that cannot say (any other is a bug)
             return choice
         if dict(found.config) != dict(choice.config):
