@@ -97,7 +97,7 @@ class Stores:
         self.user.keep(self.shared.entries_for(kernel, kind))
         return bool(self.shared.entries)
 
-    def sweep(self, call, kind, *, measure=None):
+    def sweep(self, call, kind, *, run_sweep=None):
         timed = _sweep_rules.pass_now(call.kernel.timing)
         self.sweeps.append(timed)
         if self.sweep_fails:

@@ -341,15 +341,17 @@ class BoundCall:
             if scoped is not None:
                 return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
 
-        def rest(measure: Callable[[SweepTask], SweepOutcome] | None) -> Choice:
-            """Steps 3 to 7, sweeping through ``measure`` (``None``: never)."""
+        def rest(run_sweep: Callable[[SweepTask], SweepOutcome] | None) -> Choice:
+            """Steps 3 to 7, sweeping through ``run_sweep`` (``None``: never)."""
             settings = _settings.settings()
             use_caches = settings.mode != "off"
-            sweeping = measure is not None and settings.mode in ("tune", "retune")
+            sweeping = run_sweep is not None and settings.mode in ("tune", "retune")
             # A sweep allowed now replaces a stale entry (another toolchain, new configs).
             fit = self._fit(swept=space, refresh=sweeping)
             # 3. User cache, shared store, packaged caches.
-            retuning = measure is not None and kernel.retunes.pending(kind, sig.key, kernel.timing)
+            retuning = run_sweep is not None and kernel.retunes.pending(
+                kind, sig.key, kernel.timing
+            )
             if use_caches and not retuning:
                 found = _lookup.cached_entry(kernel.kernel_id, kind, sig.key, fit)
                 if found is not None and not (sweeping and self._wrong_pass(found[0])):
@@ -364,7 +366,7 @@ class BoundCall:
             # 4. Sweep (tune and retune mode).
             if sweeping:
                 try:
-                    entry = self.sweep(kind, measure=measure)
+                    entry = self.sweep(kind, run_sweep=run_sweep)
                 except TuningFailedError as e:
                     # Names the user's line; without one, the frame: the order <- choose <-
                     # the kernel's lookup <- its trace <- the call.
@@ -395,7 +397,7 @@ class BoundCall:
                         config=dict(near.config), source="nearest", key=sig.key, entry=near
                     )
             # 6. Miss.
-            if measure is not None and use_caches and not sweeping:
+            if run_sweep is not None and use_caches and not sweeping:
                 kernel.misses.missed(
                     kernel.kernel_id, kind, sig.key, settings.on_miss, stale=fit.code_stale
                 )
@@ -574,10 +576,10 @@ class BoundCall:
         self,
         kind: str,
         *,
-        measure: Callable[[SweepTask], SweepOutcome] | None = None,
+        run_sweep: Callable[[SweepTask], SweepOutcome] | None = None,
         value_sets: Sequence[Mapping[str, Any]] = (),
     ) -> Entry:
-        """Sweeps the call on device kind ``kind`` through ``measure`` (default: the
+        """Sweeps the call on device kind ``kind`` through ``run_sweep`` (default: the
         process's runner) and returns the entry, kept in the user cache and published to
         the shared store by the process that writes the cache (``value_sets``: see
         :meth:`sweep_task`). A sweep that makes up integer or boolean values warns once
@@ -601,7 +603,7 @@ class BoundCall:
                 SynthesisedValuesWarning,
             )
         # No lock while user code runs: a kernel that calls itself would wait on its own lock.
-        outcome = (measure or default_runner().sweep)(swept)
+        outcome = (run_sweep or default_runner().sweep)(swept)
         entry = _sweep_rules.keep(swept.plan, outcome, kind, kernel.version, code=kernel.code.value)
         kernel.retunes.done(kind, sig.key, swept.plan.timing)
         return entry
