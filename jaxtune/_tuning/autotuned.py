@@ -270,7 +270,7 @@ class Autotuned(Generic[P, R]):
             call, choice = self._choose(chosen_for, traced=True)
         if chosen_for is not sig:  # the call as traced runs, and may be differentiated later
             call = self.options.bound(sig)
-        _values.capture(self.options, sig)  # for a recording or jaxtune.tune: the values it runs
+        _values.collect(self.options, sig)  # for a recording or jaxtune.tune: the values it runs
         if not differentiated and self._may_learn_differentiation(choice):
             return self._watched(call, args, kwargs, choice)
         return self._run(call, choice, differentiated, args, kwargs)
@@ -384,7 +384,7 @@ class Autotuned(Generic[P, R]):
         more: Iterable[Any] = (),
     ) -> TuningResult:
         """:meth:`tune` on the values a program ran the call with: ``args``/``kwargs``,
-        and ``more`` value sets of the same call (:class:`~.values.Captured`), timed
+        and ``more`` value sets of the same call (:class:`~.values.Collected`), timed
         together as a mix."""
         entry = self.options.sweep(args, kwargs, more)
         retrace_jitted_functions()

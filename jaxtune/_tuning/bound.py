@@ -253,7 +253,7 @@ class KernelOptions:
     ) -> Entry:
         """Sweeps the call with these arguments now (whatever ``JAXTUNE_MODE`` says) and
         returns its entry, kept by the caches; ``more``: further value sets of the same
-        call (:class:`~.values.Captured`), timed with these as a mix.
+        call (:class:`~.values.Collected`), timed with these as a mix.
 
         Raises:
             TuningFailedError: every config failed.

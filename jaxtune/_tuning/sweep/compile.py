@@ -176,7 +176,7 @@ class Compiler:
         if spec is None:
             self.inputs  # noqa: B018 - built here, before the threads start
         done: queue.SimpleQueue[Compiled] = queue.SimpleQueue()
-        local_config = _context.capture()
+        local_config = _context.snapshot_local()
 
         def work() -> None:
             with local_config():
@@ -226,7 +226,7 @@ class Compiler:
         compiles the lowered modules meanwhile in a pool of threads (work that lets go of
         the GIL)."""
         threads = 1 if serial else (self.task.compile_threads or compile_threads())
-        local_config = _context.capture()
+        local_config = _context.snapshot_local()
         failures: dict[str, Failure] = {}
 
         def settle(config: Config, compile_: Callable[[], Failure | None]) -> None:
