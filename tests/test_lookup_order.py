@@ -94,7 +94,7 @@ class Stores:
 
     def read_through(self, kernel, kind):
         """The shared store read through into the user cache."""
-        self.user.keep(self.shared.entries_for(kernel, kind))
+        self.user.save(self.shared.entries_for(kernel, kind))
         return bool(self.shared.entries)
 
     def sweep(self, call, kind, *, run_sweep=None):
@@ -103,7 +103,7 @@ class Stores:
         if self.sweep_fails:
             raise TuningFailedError("every config failed")
         new = entry(CONFIG["swept"], timing=timed)
-        self.user.keep([new])
+        self.user.save([new])
         call.kernel.retunes.done(kind, call.sig.key, timed)
         return new
 
@@ -126,9 +126,9 @@ def fill(stores: Stores, layers) -> None:
     """Puts an entry in each of ``layers`` (the nearest one: a tuned shape of 16)."""
     for layer in layers:
         if layer == "nearest":
-            stores.packaged.keep([entry(CONFIG["nearest"], key="f32[16]", shape=16)])
+            stores.packaged.save([entry(CONFIG["nearest"], key="f32[16]", shape=16)])
         else:
-            getattr(stores, layer).keep([entry(CONFIG[layer])])
+            getattr(stores, layer).save([entry(CONFIG[layer])])
 
 
 def answer(choice: Choice) -> tuple[str, int]:
@@ -193,7 +193,7 @@ def test_config_for_never_sweeps(stores, monkeypatch):
 
 
 def test_a_stale_entry_is_used_in_cached_mode_and_swept_over_in_tune_mode(stores, monkeypatch):
-    stores.user.keep([entry(CONFIG["user"], versions=OLD_TOOLCHAIN)])
+    stores.user.save([entry(CONFIG["user"], versions=OLD_TOOLCHAIN)])
     call = fake_call()
     with pytest.warns(jaxtune.JaxtuneWarning, match="stale: tuned with another toolchain"):
         choice = call.choose(traced=True)
@@ -208,7 +208,7 @@ def test_a_stale_entry_is_used_in_cached_mode_and_swept_over_in_tune_mode(stores
 def test_a_failed_sweep_falls_back_to_the_stale_entry_before_the_default(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     stores.sweep_fails = True
-    stores.packaged.keep([entry(CONFIG["packaged"], versions=OLD_TOOLCHAIN)])
+    stores.packaged.save([entry(CONFIG["packaged"], versions=OLD_TOOLCHAIN)])
     with pytest.warns(jaxtune.JaxtuneWarning, match=f"could not tune {KERNEL}"):
         choice = fake_call().choose(traced=True)
     assert answer(choice) == ("packaged", CONFIG["packaged"])
@@ -227,7 +227,7 @@ def test_a_failed_sweep_falls_back_to_the_stale_entry_before_the_default(stores,
 )
 @pytest.mark.usefixtures("fresh_warnings")
 def test_a_call_carries_why_its_entry_is_stale_as_the_reason(stores, stored, source, reason):
-    stores.user.keep([stored])
+    stores.user.save([stored])
     call = fake_call()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", jaxtune.JaxtuneWarning)  # said once; asserted above
@@ -261,7 +261,7 @@ def test_retune_mode_sweeps_over_the_scope_and_the_cache_once_per_key(stores, mo
 def test_a_forward_entry_answers_a_differentiated_call_except_where_tune_mode_sweeps(
     stores, monkeypatch
 ):
-    stores.user.keep([entry(CONFIG["user"], timing="forward")])
+    stores.user.save([entry(CONFIG["user"], timing="forward")])
     call = fake_call()
     with _sweep_rules.differentiated_calls(True):
         assert answer(call.choose(traced=True)) == ("cache", CONFIG["user"])
@@ -269,7 +269,7 @@ def test_a_forward_entry_answers_a_differentiated_call_except_where_tune_mode_sw
         assert answer(call.choose(traced=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["vjp"]
     # A kernel that says which pass to time keeps a forward entry for every call.
-    stores.user.keep([entry(CONFIG["user"], timing="forward")])
+    stores.user.save([entry(CONFIG["user"], timing="forward")])
     with _sweep_rules.differentiated_calls(True):
         got = fake_call(timing="forward").choose(traced=True)
     assert answer(got) == ("cache", CONFIG["user"])
@@ -281,7 +281,7 @@ def test_a_forward_entry_of_a_kernel_that_times_vjp_is_swept_again_in_tune_mode(
     """One wrong-pass rule (jaxtune._tuning.staleness.wrong_pass), as ``jaxtune tune --``
     reads it: an entry of the forward pass alone does not serve a sweep of forward and
     backward, whether ``timing="auto"`` or ``timing="vjp"`` asked for it."""
-    stores.user.keep([entry(CONFIG["user"], timing="forward")])
+    stores.user.save([entry(CONFIG["user"], timing="forward")])
     call = fake_call(timing="vjp")
     assert answer(call.choose(traced=True)) == ("cache", CONFIG["user"])  # cached mode
     assert call.current_entry() is None  # jaxtune.tune sweeps it
@@ -325,7 +325,7 @@ def test_the_agreed_config_answers_config_for_after_the_scope(stores, monkeypatc
 
 
 def test_a_stored_config_outside_the_space_is_skipped_for_the_next_layer(stores):
-    stores.user.keep([entry(42)])  # not a config of the space
+    stores.user.save([entry(42)])  # not a config of the space
     fill(stores, ["packaged"])
     with pytest.warns(jaxtune.JaxtuneWarning, match="not in its space"):
         got = fake_call().choose(traced=True)

@@ -604,7 +604,9 @@ class BoundCall:
             )
         # No lock while user code runs: a kernel that calls itself would wait on its own lock.
         outcome = (run_sweep or default_runner().sweep)(swept)
-        entry = _sweep_rules.keep(swept.plan, outcome, kind, kernel.version, code=kernel.code.value)
+        entry = _sweep_rules.save_entry(
+            swept.plan, outcome, kind, kernel.version, code=kernel.code.value
+        )
         kernel.retunes.done(kind, sig.key, swept.plan.timing)
         return entry
 
