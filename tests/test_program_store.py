@@ -15,14 +15,14 @@ import pytest
 
 import jaxtune
 from jaxtune._core import settings as _settings
-from jaxtune._tuning.sweep import kept_programs
+from jaxtune._tuning.sweep import program_store
 from jaxtune._tuning.sweep import runner as _runner
 
 SPACE = [{"n": n} for n in (2, 3, 4)]
 TRACES: list[int] = []  # one per trace of a kernel below, in this process
 
 
-@jaxtune.autotuned(configs={"n": [2, 3, 4]}, name="tests.kept_programs.sines")
+@jaxtune.autotuned(configs={"n": [2, 3, 4]}, name="tests.program_store.sines")
 def sines(x, *, n):
     TRACES.append(n)
     # What the program is: read where no code digest sees it (an environment variable).
@@ -32,7 +32,7 @@ def sines(x, *, n):
     return x
 
 
-@jaxtune.autotuned(configs={"n": [2, 3, 4]}, name="tests.kept_programs.calls_back")
+@jaxtune.autotuned(configs={"n": [2, 3, 4]}, name="tests.program_store.calls_back")
 def calls_back(x, *, n):
     TRACES.append(n)
     y = jax.pure_callback(lambda v: v, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
@@ -52,7 +52,7 @@ def _sweep(kernel):
 
 
 def _kept(tmp: pathlib.Path) -> list[pathlib.Path]:
-    return sorted((tmp / "xla" / kept_programs.KEPT_DIR).rglob("*.msgpack"))
+    return sorted((tmp / "xla" / program_store.STORE_DIR).rglob("*.msgpack"))
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +115,7 @@ def test_an_unreadable_kept_program_is_lowered_afresh(store_on, fast_timing):
 def test_without_flatbuffers_nothing_is_kept_and_the_sweep_is_as_before(
     store_on, monkeypatch, fast_timing
 ):
-    monkeypatch.setattr(kept_programs, "serialisable", lambda: False)
+    monkeypatch.setattr(program_store, "serialisable", lambda: False)
     first, outcome = _sweep(sines)
     assert sorted(first) == [2, 3, 4]
     assert all(m.ok for m in outcome.measurements)
@@ -123,7 +123,7 @@ def test_without_flatbuffers_nothing_is_kept_and_the_sweep_is_as_before(
 
 
 def test_a_kept_record_is_typed_and_read_only_when_it_is_the_stores_own(tmp_path):
-    store = kept_programs.KeptPrograms(tmp_path)
+    store = program_store.ProgramStore(tmp_path)
     store.save("a=1", b"program")
     assert store.load("a=1") == b"program"
     path = next(tmp_path.glob("*.msgpack"))
