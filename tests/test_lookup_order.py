@@ -77,7 +77,7 @@ class FakeLayer:
     def entries_for(self, kernel, kind):
         return [e for e in self.entries.values() if e.kernel == kernel]
 
-    def keep(self, entries):
+    def save(self, entries):
         self.entries.update({e.key: e for e in entries})
 
 
