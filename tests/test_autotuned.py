@@ -402,7 +402,7 @@ def test_tune_mode_falls_back_with_warning_when_all_fail(monkeypatch, fast_timin
 
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     with pytest.warns(jaxtune.JaxtuneWarning, match="could not tune tests.always_fails_2"):
-        _, choice = always_fails._choose(always_fails.options.bind((jnp.ones(4),), {}), sweep=True)
+        _, choice = always_fails._choose(always_fails.options.bind((jnp.ones(4),), {}), traced=True)
     assert choice.source == "default"
 
 

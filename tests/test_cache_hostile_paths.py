@@ -76,7 +76,7 @@ def test_writes_do_not_follow_a_symlinked_device_folder(tmp_path):
     store.root.mkdir()
     (store.root / "cpu").symlink_to(outside)
     with pytest.warns(JaxtuneWarning, match="symlink or not a directory"):
-        assert store.keep([make_entry(kind="cpu")]) is False
+        assert store.save([make_entry(kind="cpu")]) is False
     assert list(outside.iterdir()) == []
 
 

@@ -67,8 +67,8 @@ def test_a_write_gives_up_and_names_the_holder(tmp_path, hold):
     entry = make_entry()
     pid = hold(store.path_for(entry.device_kind, entry.kernel))
     with pytest.warns(JaxtuneWarning, match=rf"lock .* process {pid} holds it") as caught:
-        assert store.keep([entry]) is False
-        assert store.keep([make_entry(key="f32[16]")]) is False
+        assert store.save([entry]) is False
+        assert store.save([make_entry(key="f32[16]")]) is False
     assert len(caught) == 1  # once, not per write
     assert "JAXTUNE_LOCK_TIMEOUT" in str(caught[0].message)
     # The tuned config is still used in this process.

@@ -78,8 +78,8 @@ def test_two_versions_of_one_key_coexist_in_one_file(tmp_path):
 
 def test_a_kept_entry_of_one_version_never_removes_another(tmp_path, monkeypatch):
     monkeypatch.setenv("JAXTUNE_CACHE_DIR", str(tmp_path))
-    _cache.user_cache().keep([entry(version="1", factor=2)])
-    _cache.user_cache().keep([entry(version="2", factor=3)])
+    _cache.user_cache().save([entry(version="1", factor=2)])
+    _cache.user_cache().save([entry(version="2", factor=3)])
     v1, v2 = scale_of("1"), scale_of("2")
     assert (v1.config_for(X).source, dict(v1.config_for(X).config)) == ("cache", {"factor": 2})
     assert (v2.config_for(X).source, dict(v2.config_for(X).config)) == ("cache", {"factor": 3})

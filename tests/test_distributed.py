@@ -314,7 +314,7 @@ def test_followers_adopt_the_leader_and_decide_once():
     calls: list[int] = []
 
     def body(pid: int) -> Choice:
-        def decide(measure):
+        def decide(run_sweep):
             calls.append(pid)
             return Choice(config={"block": pid + 1}, source="cache", key="f32[4]")
 
@@ -333,7 +333,7 @@ def test_a_leader_that_fails_fails_every_follower_at_once(monkeypatch):
     monkeypatch.setenv("JAXTUNE_AGREE_TIMEOUT", "60")
 
     def body(pid: int):
-        def decide(measure):
+        def decide(run_sweep):
             raise RuntimeError("the leader's cache directory is unreadable")
 
         start = time.monotonic()
@@ -444,12 +444,12 @@ def test_merge_uses_the_single_process_rule_ties_to_config_order():
     runner = w.FakeRunner()
     whole = runner.sweep(task)
     for count in (2, 3, 4, 8, 11):
-        parts = [_shard.measure_share(task, i, count, w.FakeRunner()) for i in range(count)]
+        parts = [_shard.sweep_share(task, i, count, w.FakeRunner()) for i in range(count)]
         merged = _shard.merge(task, parts)
         assert merged.best.config == whole.best.config == {"block": 2}
         assert merged.measurements == whole.measurements
     # A share whose every config failed reports each failure with its reason.
-    failing = [_shard.measure_share(task, i, 2, FailingRunner()) for i in range(2)]
+    failing = [_shard.sweep_share(task, i, 2, FailingRunner()) for i in range(2)]
     assert all(f["ok"] is False and f["stage"] == "compile" for p in failing for f in p["results"])
     with pytest.raises(
         TuningFailedError, match=r"every config of tests\.distributed\.scaled failed"
@@ -475,8 +475,8 @@ def test_a_missing_share_names_the_follower_and_fails_the_others_at_once(monkeyp
         if pid == 2:
             return None  # this process never reaches the kernel
 
-        def decide(measure):
-            best = measure(call.sweep_task()).best
+        def decide(run_sweep):
+            best = run_sweep(call.sweep_task()).best
             return Choice(config=best.config, source="cache", key="f32[4]")
 
         q = question(decide, task=call.sweep_task)

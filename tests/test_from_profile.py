@@ -124,7 +124,7 @@ def test_an_empty_cache_tunes_whatever_the_recording_says(tmp_path, monkeypatch,
         default_time_us=2.0,
         kernel_version="1",
     )
-    _cache.user_cache().keep([entry])
+    _cache.user_cache().save([entry])
     capsys.readouterr()
     assert cli_main(["tune", "--from-profile", str(tmp_path / "p")]) == 0
     assert swept[-1] == []

@@ -433,7 +433,7 @@ def test_a_fault_of_the_lookup_behind_a_profiles_recorded_call_surfaces(monkeypa
     choice = Choice(config={"c": 1}, source="cache", key=call.sig.key)
 
     def failing(error):
-        def choose(self, *, sweep):
+        def choose(self, *, traced):
             raise error
 
         return choose

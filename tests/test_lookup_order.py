@@ -77,7 +77,7 @@ class FakeLayer:
     def entries_for(self, kernel, kind):
         return [e for e in self.entries.values() if e.kernel == kernel]
 
-    def keep(self, entries):
+    def save(self, entries):
         self.entries.update({e.key: e for e in entries})
 
 
@@ -94,16 +94,16 @@ class Stores:
 
     def read_through(self, kernel, kind):
         """The shared store read through into the user cache."""
-        self.user.keep(self.shared.entries_for(kernel, kind))
+        self.user.save(self.shared.entries_for(kernel, kind))
         return bool(self.shared.entries)
 
-    def sweep(self, call, kind, *, measure=None):
+    def sweep(self, call, kind, *, run_sweep=None):
         timed = _sweep_rules.pass_now(call.kernel.timing)
         self.sweeps.append(timed)
         if self.sweep_fails:
             raise TuningFailedError("every config failed")
         new = entry(CONFIG["swept"], timing=timed)
-        self.user.keep([new])
+        self.user.save([new])
         call.kernel.retunes.done(kind, call.sig.key, timed)
         return new
 
@@ -126,9 +126,9 @@ def fill(stores: Stores, layers) -> None:
     """Puts an entry in each of ``layers`` (the nearest one: a tuned shape of 16)."""
     for layer in layers:
         if layer == "nearest":
-            stores.packaged.keep([entry(CONFIG["nearest"], key="f32[16]", shape=16)])
+            stores.packaged.save([entry(CONFIG["nearest"], key="f32[16]", shape=16)])
         else:
-            getattr(stores, layer).keep([entry(CONFIG[layer])])
+            getattr(stores, layer).save([entry(CONFIG[layer])])
 
 
 def answer(choice: Choice) -> tuple[str, int]:
@@ -145,8 +145,8 @@ def test_each_layer_answers_before_every_later_one(stores, first):
     layers = ORDER[ORDER.index(first) :] if first != "none" else []
     fill(stores, layers)
     call = fake_call(nearest=True)
-    for sweep in (True, False):  # a traced call and config_for alike
-        got = answer(call.choose(sweep=sweep))
+    for traced in (True, False):  # a traced call and config_for alike
+        got = answer(call.choose(traced=traced))
         if first == "none":
             assert got == ("default", DEFAULT)
         else:
@@ -156,61 +156,61 @@ def test_each_layer_answers_before_every_later_one(stores, first):
 
 def test_nearest_is_taken_only_when_the_kernel_or_the_setting_opts_in(stores, monkeypatch):
     fill(stores, ["nearest"])
-    assert answer(fake_call().choose(sweep=True)) == ("default", DEFAULT)
+    assert answer(fake_call().choose(traced=True)) == ("default", DEFAULT)
     monkeypatch.setenv("JAXTUNE_NEAREST", "1")
-    assert answer(fake_call().choose(sweep=True)) == ("nearest", CONFIG["nearest"])
+    assert answer(fake_call().choose(traced=True)) == ("nearest", CONFIG["nearest"])
 
 
 def test_off_mode_keeps_the_scope_and_skips_every_cache(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "off")
     fill(stores, ["user", "shared", "packaged", "nearest"])
     call = fake_call(nearest=True)
-    assert answer(call.choose(sweep=True)) == ("default", DEFAULT)
+    assert answer(call.choose(traced=True)) == ("default", DEFAULT)
     fill(stores, ["scope"])
-    assert answer(call.choose(sweep=True)) == ("scope", CONFIG["scope"])
+    assert answer(call.choose(traced=True)) == ("scope", CONFIG["scope"])
 
 
 def test_tune_mode_sweeps_a_miss_once_and_the_entry_answers_after(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     call = fake_call()
-    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
-    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
+    assert answer(call.choose(traced=True)) == ("cache", CONFIG["swept"])
+    assert answer(call.choose(traced=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["forward"]
 
 
 def test_tune_mode_sweeps_before_nearest_and_default(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     fill(stores, ["nearest"])
-    got = answer(fake_call(nearest=True).choose(sweep=True))
+    got = answer(fake_call(nearest=True).choose(traced=True))
     assert got == ("cache", CONFIG["swept"])
 
 
 def test_config_for_never_sweeps(stores, monkeypatch):
     for mode in ("tune", "retune"):
         monkeypatch.setenv("JAXTUNE_MODE", mode)
-        assert answer(fake_call().choose(sweep=False)) == ("default", DEFAULT)
+        assert answer(fake_call().choose(traced=False)) == ("default", DEFAULT)
     assert stores.sweeps == []
 
 
 def test_a_stale_entry_is_used_in_cached_mode_and_swept_over_in_tune_mode(stores, monkeypatch):
-    stores.user.keep([entry(CONFIG["user"], versions=OLD_TOOLCHAIN)])
+    stores.user.save([entry(CONFIG["user"], versions=OLD_TOOLCHAIN)])
     call = fake_call()
     with pytest.warns(jaxtune.JaxtuneWarning, match="stale: tuned with another toolchain"):
-        choice = call.choose(sweep=True)
+        choice = call.choose(traced=True)
     assert answer(choice) == ("cache", CONFIG["user"])
     assert choice.stale is not None and choice.stale.reason is StaleReason.TOOLCHAIN
     assert choice.stale.text.startswith("tuned with another toolchain")
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
-    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
+    assert answer(call.choose(traced=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["forward"]
 
 
 def test_a_failed_sweep_falls_back_to_the_stale_entry_before_the_default(stores, monkeypatch):
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
     stores.sweep_fails = True
-    stores.packaged.keep([entry(CONFIG["packaged"], versions=OLD_TOOLCHAIN)])
+    stores.packaged.save([entry(CONFIG["packaged"], versions=OLD_TOOLCHAIN)])
     with pytest.warns(jaxtune.JaxtuneWarning, match=f"could not tune {KERNEL}"):
-        choice = fake_call().choose(sweep=True)
+        choice = fake_call().choose(traced=True)
     assert answer(choice) == ("packaged", CONFIG["packaged"])
     assert choice.stale is not None and choice.stale.reason is StaleReason.TOOLCHAIN
     assert choice.stale.text.startswith("tuned with another toolchain")
@@ -227,11 +227,11 @@ def test_a_failed_sweep_falls_back_to_the_stale_entry_before_the_default(stores,
 )
 @pytest.mark.usefixtures("fresh_warnings")
 def test_a_call_carries_why_its_entry_is_stale_as_the_reason(stores, stored, source, reason):
-    stores.user.keep([stored])
+    stores.user.save([stored])
     call = fake_call()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", jaxtune.JaxtuneWarning)  # said once; asserted above
-        choice = call.choose(sweep=False)
+        choice = call.choose(traced=False)
         stale = call.staleness(choice)
     assert choice.source == source
     assert (stale and stale.reason) == reason
@@ -242,7 +242,7 @@ def test_a_failed_sweep_without_a_stale_entry_goes_on_to_nearest(stores, monkeyp
     stores.sweep_fails = True
     fill(stores, ["nearest"])
     with pytest.warns(jaxtune.JaxtuneWarning, match=f"could not tune {KERNEL}"):
-        choice = fake_call(nearest=True).choose(sweep=True)
+        choice = fake_call(nearest=True).choose(traced=True)
     assert answer(choice) == ("nearest", CONFIG["nearest"])
 
 
@@ -250,28 +250,28 @@ def test_retune_mode_sweeps_over_the_scope_and_the_cache_once_per_key(stores, mo
     monkeypatch.setenv("JAXTUNE_MODE", "retune")
     fill(stores, ["scope", "user"])
     call = fake_call()
-    assert answer(call.choose(sweep=False)) == ("scope", CONFIG["scope"])
-    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
+    assert answer(call.choose(traced=False)) == ("scope", CONFIG["scope"])
+    assert answer(call.choose(traced=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["forward"]
     # Swept once in this process: the order is the cached one again, scope first.
-    assert answer(call.choose(sweep=True)) == ("scope", CONFIG["scope"])
+    assert answer(call.choose(traced=True)) == ("scope", CONFIG["scope"])
     assert stores.sweeps == ["forward"]
 
 
 def test_a_forward_entry_answers_a_differentiated_call_except_where_tune_mode_sweeps(
     stores, monkeypatch
 ):
-    stores.user.keep([entry(CONFIG["user"], timing="forward")])
+    stores.user.save([entry(CONFIG["user"], timing="forward")])
     call = fake_call()
     with _sweep_rules.differentiated_calls(True):
-        assert answer(call.choose(sweep=True)) == ("cache", CONFIG["user"])
+        assert answer(call.choose(traced=True)) == ("cache", CONFIG["user"])
         monkeypatch.setenv("JAXTUNE_MODE", "tune")
-        assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
+        assert answer(call.choose(traced=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["vjp"]
     # A kernel that says which pass to time keeps a forward entry for every call.
-    stores.user.keep([entry(CONFIG["user"], timing="forward")])
+    stores.user.save([entry(CONFIG["user"], timing="forward")])
     with _sweep_rules.differentiated_calls(True):
-        got = fake_call(timing="forward").choose(sweep=True)
+        got = fake_call(timing="forward").choose(traced=True)
     assert answer(got) == ("cache", CONFIG["user"])
 
 
@@ -281,12 +281,12 @@ def test_a_forward_entry_of_a_kernel_that_times_vjp_is_swept_again_in_tune_mode(
     """One wrong-pass rule (jaxtune._tuning.staleness.wrong_pass), as ``jaxtune tune --``
     reads it: an entry of the forward pass alone does not serve a sweep of forward and
     backward, whether ``timing="auto"`` or ``timing="vjp"`` asked for it."""
-    stores.user.keep([entry(CONFIG["user"], timing="forward")])
+    stores.user.save([entry(CONFIG["user"], timing="forward")])
     call = fake_call(timing="vjp")
-    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["user"])  # cached mode
+    assert answer(call.choose(traced=True)) == ("cache", CONFIG["user"])  # cached mode
     assert call.current_entry() is None  # jaxtune.tune sweeps it
     monkeypatch.setenv("JAXTUNE_MODE", "tune")
-    assert answer(call.choose(sweep=True)) == ("cache", CONFIG["swept"])
+    assert answer(call.choose(traced=True)) == ("cache", CONFIG["swept"])
     assert stores.sweeps == ["vjp"]
 
 
@@ -296,21 +296,21 @@ def test_a_traced_miss_is_what_on_miss_says_and_config_for_stays_silent(stores, 
     monkeypatch.setenv("JAXTUNE_ON_MISS", "error")
     stores.sweep_fails = True  # tune mode: the sweep fails, so the call misses
     call = fake_call()
-    assert answer(call.choose(sweep=False)) == ("default", DEFAULT)
+    assert answer(call.choose(traced=False)) == ("default", DEFAULT)
     if mode == "tune":  # a sweep was allowed: its failure warns, the miss does not
         with pytest.warns(jaxtune.JaxtuneWarning, match="could not tune"):
-            got = call.choose(sweep=True)
+            got = call.choose(traced=True)
         assert answer(got) == ("default", DEFAULT)
         return
     with pytest.raises(MissError, match=f"{KERNEL} with key f32\\[8\\]"):
-        call.choose(sweep=True)
+        call.choose(traced=True)
 
 
 def test_on_miss_warn_warns_once_per_key(stores, monkeypatch, recwarn):
     monkeypatch.setenv("JAXTUNE_ON_MISS", "warn")
     call = fake_call()
     for _ in range(3):
-        assert answer(call.choose(sweep=True)) == ("default", DEFAULT)
+        assert answer(call.choose(traced=True)) == ("default", DEFAULT)
     misses = [w for w in recwarn if "no tuned config" in str(w.message)]
     assert len(misses) == 1
 
@@ -319,14 +319,14 @@ def test_the_agreed_config_answers_config_for_after_the_scope(stores, monkeypatc
     agreed = Choice(config={"c": 7}, source="cache", key=SIG.key)
     monkeypatch.setattr(_agree, "decided", lambda kernel, version, key, kind: agreed)
     fill(stores, ["user", "packaged"])
-    assert answer(fake_call().choose(sweep=False)) == ("cache", 7)
+    assert answer(fake_call().choose(traced=False)) == ("cache", 7)
     fill(stores, ["scope"])
-    assert answer(fake_call().choose(sweep=False)) == ("scope", CONFIG["scope"])
+    assert answer(fake_call().choose(traced=False)) == ("scope", CONFIG["scope"])
 
 
 def test_a_stored_config_outside_the_space_is_skipped_for_the_next_layer(stores):
-    stores.user.keep([entry(42)])  # not a config of the space
+    stores.user.save([entry(42)])  # not a config of the space
     fill(stores, ["packaged"])
     with pytest.warns(jaxtune.JaxtuneWarning, match="not in its space"):
-        got = fake_call().choose(sweep=True)
+        got = fake_call().choose(traced=True)
     assert answer(got) == ("packaged", CONFIG["packaged"])

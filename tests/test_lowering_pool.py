@@ -1,5 +1,5 @@
 """Lowering in processes (docs/autotuned.md, "Lowering in processes"): processes lower a
-sweep's configs into the store of kept programs and the sweep loads them instead of tracing
+sweep's configs into the store of stored programs and the sweep loads them instead of tracing
 each one; what they lowered is used only where it matches what the sweep's own process
 lowers, and a process that dies costs nothing but its share's tracing. Also the failures
 the store keeps (a config Mosaic or the refusal rules refuse is not traced again)."""
@@ -15,7 +15,7 @@ import pytest
 import jaxtune
 from jaxtune._core.vocabulary import config_id
 from jaxtune._tuning.sweep import compile as _compile
-from jaxtune._tuning.sweep import kept_programs
+from jaxtune._tuning.sweep import program_store
 from jaxtune._tuning.sweep import runner as _runner
 from jaxtune._tuning.sweep.breakdown import Breakdown
 from tests import lowering_kernels as lk
@@ -34,7 +34,7 @@ def _sweep(kernel, space=lk.SPACE):
 
 
 def _programs(cache: pathlib.Path) -> list[pathlib.Path]:
-    return sorted((cache / "xla" / kept_programs.KEPT_DIR).rglob("*.msgpack"))
+    return sorted((cache / "xla" / program_store.STORE_DIR).rglob("*.msgpack"))
 
 
 @pytest.fixture
@@ -97,16 +97,18 @@ def test_a_process_is_told_its_configs_as_they_are_and_answers_apart_from_prints
     processes, tmp_path
 ):
     """The job travels through jaxtune's codec (a tuple knob stays a tuple) and the answers
-    as frames apart from what the kernel prints: every config is told of and kept."""
+    as frames apart from what the kernel prints: every config is told of and stored."""
     x = jnp.linspace(0.0, 1.0, 256)
     call = lk.chatty.options.bound(lk.chatty.options.bind((x,), {}), lk.PAIRS, lk.PAIRS[0])
-    kept = kept_programs.KeptPrograms(tmp_path / "kept")
-    pool = _compile.LoweringPool.start(call.sweep_task(), kept, lk.PAIRS, refuse=False, first_s=1.0)
+    store = program_store.ProgramStore(tmp_path / "kept")
+    pool = _compile.LoweringPool.start(
+        call.sweep_task(), store, lk.PAIRS, refuse=False, first_s=1.0
+    )
     assert pool is not None
     try:
         ids = [config_id(c) for c in lk.PAIRS]
         assert [pool.wait(cid, 120) for cid in ids] == ["told"] * len(ids)
-        assert all(kept.has(cid) for cid in ids), sorted(p.name for p in kept.folder.iterdir())
+        assert all(store.has(cid) for cid in ids), sorted(p.name for p in store.folder.iterdir())
     finally:
         pool.close()
 
@@ -137,15 +139,15 @@ def test_a_refused_config_is_not_traced_again(store_on, fast_timing, monkeypatch
 
 
 def test_only_failures_the_same_program_always_meets_are_kept(tmp_path):
-    kept = kept_programs.KeptPrograms(tmp_path, trusted=True)
-    assert kept.remember_failure("a", "Mosaic failed to compile TPU kernel: ...")
-    assert kept.remember_failure("b", "RESOURCE_EXHAUSTED: scoped vmem limit exceeded")
-    assert not kept.remember_failure("c", "RESOURCE_EXHAUSTED: out of host memory")
-    assert kept.failure("a").startswith("Mosaic") and kept.failure("c") is None
-    # Not before the store is trusted (a kept program matched a fresh lowering).
-    assert kept_programs.KeptPrograms(tmp_path).failure("a") is None
-    kept.forget_failures()
-    assert kept.failure("a") is None
+    store = program_store.ProgramStore(tmp_path, trusted=True)
+    assert store.remember_failure("a", "Mosaic failed to compile TPU kernel: ...")
+    assert store.remember_failure("b", "RESOURCE_EXHAUSTED: scoped vmem limit exceeded")
+    assert not store.remember_failure("c", "RESOURCE_EXHAUSTED: out of host memory")
+    assert store.failure("a").startswith("Mosaic") and store.failure("c") is None
+    # Not before the store is trusted (a stored program matched a fresh lowering).
+    assert program_store.ProgramStore(tmp_path).failure("a") is None
+    store.forget_failures()
+    assert store.failure("a") is None
 
 
 class _Pool:
@@ -184,8 +186,8 @@ def test_the_sweep_lowers_the_last_configs_while_processes_start(monkeypatch):
     compiler = types.SimpleNamespace(
         compiled=lambda cid: False, task=None, refuse=None, breakdown=Breakdown()
     )
-    kept = types.SimpleNamespace(has=lambda cid: False, trusted=None)
-    order = _compile.LoweringAhead(compiler, configs, [kept]).order()
+    store = types.SimpleNamespace(has=lambda cid: False, trusted=None)
+    order = _compile.LoweringAhead(compiler, configs, [store]).order()
     assert next(order) == 0  # the first, here; then the processes start
     assert [next(order), next(order)] == [7, 6]  # none told yet: the last ones, here
     pool.told_ids |= {ids[3], ids[1]}

@@ -263,7 +263,7 @@ def test_llo_false_runs_no_analysis_and_llo_true_reports_it(tmp_path, monkeypatc
 
     def profile(llo):
         options = ProfileOptions(llo=llo, logdir=str(tmp_path))
-        return _profiled._profile(lambda: None, (), {}, options)
+        return _profiled._capture_and_report(lambda: None, (), {}, options)
 
     assert profile(llo=False).llo is None
     monkeypatch.setattr(llo, "xprof_available", lambda python=None: False)

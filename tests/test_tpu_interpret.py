@@ -84,7 +84,7 @@ def test_thread_local_config_reaches_worker_threads():
     state = jax_config.pallas_tpu_interpret_mode_context_manager
     seen = []
     with pltpu.force_tpu_interpret_mode():
-        apply = _context.capture()
+        apply = _context.snapshot_local()
 
         def worker():
             with apply():

@@ -217,7 +217,7 @@ def sweep_records(
     and writes the cache: ``(entries, problems)``."""
     from .._tuning.sweep.inputs import SYNTHESISED_TEXT, made_up_integers
     from .._tuning.sweep.requests import read_request, with_recorded_values
-    from .._tuning.sweep_rules import keep
+    from .._tuning.sweep_rules import save_entry
 
     entries: list[Entry] = []
     problems: list[str] = []
@@ -267,7 +267,7 @@ def sweep_records(
             )
             continue
         kind = runner.ready.device_kind if runner.ready else record.device_kind
-        entries.append(keep(plan, outcome, kind, record.version, code=record.code))
+        entries.append(save_entry(plan, outcome, kind, record.version, code=record.code))
     return entries, problems
 
 

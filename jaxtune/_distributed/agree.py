@@ -32,8 +32,8 @@ from .state import DISTRIBUTED_STATE
 
 __all__ = ["Question", "agree", "decided", "key_value", "may_write_cache", "new_round"]
 
-#: Measures a sweep task, returns its outcome (both the tuning flow's: opaque here).
-Measure = Callable[[Any], Any]
+#: Runs a sweep of a task, returns its outcome (both the tuning flow's: opaque here).
+RunSweep = Callable[[Any], Any]
 
 
 class Sharing(Protocol):
@@ -55,7 +55,7 @@ class Sharing(Protocol):
         """``task`` measuring the leader's configs against the leader's default."""
         ...
 
-    def measure(self, task: Any, index: int, count: int) -> dict[str, Any]:
+    def sweep_share(self, task: Any, index: int, count: int) -> dict[str, Any]:
         """Process ``index`` of ``count``: its share of ``task``, measured, as plain data."""
         ...
 
@@ -108,8 +108,8 @@ _LOST = (
 class Question:
     """One decision to agree on, and how this process would decide it alone.
 
-    ``decide(measure)`` runs the single-process lookup after the scopes, sweeping through
-    ``measure`` on a miss in tune mode; ``task()`` builds the kernel's sweep (a follower
+    ``decide(run_sweep)`` runs the single-process lookup after the scopes, sweeping through
+    ``run_sweep`` on a miss in tune mode; ``task()`` builds the kernel's sweep (a follower
     replaces its configs with the leader's); ``sharing`` splits a sweep's task over the
     processes and merges their shares.
     """
@@ -118,7 +118,7 @@ class Question:
     key: str
     version: str
     device_kind: str
-    decide: Callable[[Measure], Choice]
+    decide: Callable[[RunSweep], Choice]
     task: Callable[[], Any]
     sharing: Sharing | None
 
@@ -238,21 +238,21 @@ def _error_record(e: BaseException) -> bytes:
 def _lead(s: KeyValue, base: str, q: Question) -> Choice:
     swept: list[bool] = []
 
-    def measure(task: Any) -> Any:
+    def run_sweep(task: Any) -> Any:
         sharing = _sharing(q)
         configs, default = sharing.space(task)
         lead = _Shared(configs=tuple(configs), default=default)
         if not s.publish(f"{base}/lead", packb(typed.encode(lead))):
             raise AgreementError(_already(q, s))
         swept.append(True)
-        parts = [sharing.measure(task, 0, s.process_count)]
+        parts = [sharing.sweep_share(task, 0, s.process_count)]
         for index in range(1, s.process_count):
             data = _wait(s, f"{base}/share/{index}", q, index, "its share of the sweep")
             parts.append(unpackb(data))
         return sharing.merge(task, parts)
 
     try:
-        choice = q.decide(measure)
+        choice = q.decide(run_sweep)
     except BaseException as e:
         # Followers fail at once with the leader's reason instead of waiting out the timeout.
         with contextlib.suppress(KeyValueLostError):
@@ -279,7 +279,7 @@ def _follow(s: KeyValue, base: str, q: Question) -> Choice:
         return _adopt(lead, q, s)
     sharing = _sharing(q)
     task = sharing.with_space(q.task(), lead.configs, lead.default)
-    part = sharing.measure(task, s.process_id, s.process_count)
+    part = sharing.sweep_share(task, s.process_id, s.process_count)
     _publish(s, f"{base}/share/{s.process_id}", packb(part), q)
     # Twice the timeout: the leader may itself wait the timeout for a missing share, and
     # then publishes why, which is the better message.

@@ -3,7 +3,7 @@
 JAX context managers such as ``jax.enable_x64(True)``, ``jax.default_matmul_precision`` or
 Pallas' ``force_tpu_interpret_mode()`` set *thread-local* configuration. A sweep compiles in
 worker threads, which would otherwise see the global values and, for example, lower a TPU
-kernel for real instead of in interpret mode. :func:`capture` snapshots the caller's local
+kernel for real instead of in interpret mode. :func:`snapshot_local` snapshots the caller's local
 values; the returned context manager re-applies them in whichever thread enters it.
 
 A child process starts with JAX's defaults, so :func:`snapshot` writes down every option
@@ -38,9 +38,9 @@ __all__ = [
     "TupleValue",
     "Unencodable",
     "apply_snapshot",
-    "capture",
     "describe_uncarried",
     "snapshot",
+    "snapshot_local",
 ]
 
 _UNSET: list[Any] = ISOLATION_STATE.keep(
@@ -62,7 +62,7 @@ def _unset_marker() -> Any:
     return _UNSET[0]
 
 
-def capture() -> Callable[[], contextlib.AbstractContextManager[None]]:
+def snapshot_local() -> Callable[[], contextlib.AbstractContextManager[None]]:
     """Snapshots this thread's local JAX configuration; the result re-applies it."""
     unset = _unset_marker()
     local = {}

@@ -54,9 +54,9 @@ __all__ = [
     "RoundStarted",
     "RunFinished",
     "RunStarted",
-    "kept",
     "reply",
     "request",
+    "without_environ",
 ]
 
 
@@ -205,8 +205,8 @@ class Request(Generic[F]):
         return read
 
 
-def kept(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A request's map as a file keeps it: without the caller's variables (a map read from
+def without_environ(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A request's map as a file holds it: without the caller's variables (a map read from
     a file older jaxtunes wrote may hold them: they are dropped here, so that nothing read
     from it writes them again)."""
     return {k: v for k, v in raw.items() if k != "environ"}

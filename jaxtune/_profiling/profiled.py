@@ -225,10 +225,10 @@ def profile(
         custom_call_tracing=custom_call_tracing,
         logdir=str(logdir) if logdir else None,
     )
-    return _profile(getattr(fn, "__wrapped_profiled__", fn), args, kwargs, options)
+    return _capture_and_report(getattr(fn, "__wrapped_profiled__", fn), args, kwargs, options)
 
 
-def _profile(
+def _capture_and_report(
     raw: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
@@ -336,7 +336,7 @@ class Profiled(Generic[P, R]):
         if overrides.get("logdir"):
             overrides["logdir"] = str(overrides["logdir"])
         options = dataclasses.replace(self.options, **overrides)
-        return _profile(self.__wrapped_profiled__, args, kwargs, options)
+        return _capture_and_report(self.__wrapped_profiled__, args, kwargs, options)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if _settings.settings().profile:
@@ -366,7 +366,7 @@ class Profiled(Generic[P, R]):
             )
             # The program is already running, so capture here: `jaxtune profile -- python`
             # set the flags before JAX started.
-            result = _profile(
+            result = _capture_and_report(
                 self.__wrapped_profiled__,
                 args,
                 kwargs,

@@ -242,7 +242,7 @@ def report_from_trace(
     if space is None:
         space = read_space(path)
     try:
-        profile = _profile(path, space, info, iterations, start)
+        profile = _profile_from_space(path, space, info, iterations, start)
     except _xplane.DecodeError as e:
         # Damaged input: a part decoded only when read (a plane, a line) that does not
         # decode.
@@ -260,13 +260,15 @@ def report_from_trace(
     return dataclasses.replace(profile, notes=(note, *profile.notes))
 
 
-def _profile(
+def _profile_from_space(
     path: str | os.PathLike[str],
     space: _xplane.Space,
     info: CaptureInfo,
     iterations: int,
     start: float,
 ) -> Profile:
+    """The :class:`Profile` of the read trace ``space``: its kernels recovered and
+    attributed, from the device plane on (the rest of :func:`report_from_trace`)."""
     plane = device_plane(space)
     if plane is None:
         raise ProfileError(f"{path} holds no CPU, GPU or TPU plane with XLA ops.")

@@ -24,7 +24,7 @@ from .._core import typed
 from .._core.codec import DecodeError, atomic_write, packb, read_bounded, unpackb
 from .._core.vocabulary import CaptureInfo, RecordedCall
 from .._core.xspace.tracefile import find_trace
-from .._isolation.frames import kept
+from .._isolation.frames import without_environ
 
 __all__ = ["FAILED_FILE", "INFO_FILE", "SidecarError", "read_sidecar", "recall", "remember"]
 
@@ -105,19 +105,19 @@ def read_sidecar(raw: Any) -> tuple[CaptureInfo, int]:
     except typed.MismatchError as e:
         raise SidecarError(f"capture info's {e}" if e.where else f"capture info: {e}") from None
     info = sidecar.info()
-    info = dataclasses.replace(info, calls=tuple(_kept_call(c) for c in info.calls))
+    info = dataclasses.replace(info, calls=tuple(_call_without_environ(c) for c in info.calls))
     for where, config in _configs(info):
         if config is not None and not all(_is_plain(v) for v in config.values()):
             raise SidecarError(f"{where}: expected a config of plain values, got {config!r:.60}")
     return info, sidecar.iterations
 
 
-def _kept_call(call: RecordedCall) -> RecordedCall:
+def _call_without_environ(call: RecordedCall) -> RecordedCall:
     """A recorded call without the variables of the process that recorded it, which
     sidecars of older jaxtunes kept in its request: a replay never reads them, and a report
     written from this sidecar must not copy them."""
     if call.request is not None and "environ" in call.request:
-        return dataclasses.replace(call, request=kept(call.request))
+        return dataclasses.replace(call, request=without_environ(call.request))
     return call
 
 

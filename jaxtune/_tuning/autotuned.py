@@ -204,12 +204,12 @@ class Autotuned(Generic[P, R]):
 
     # -- lookup --------------------------------------------------------------------------
 
-    def _choose(self, sig: Signature, *, sweep: bool) -> tuple[BoundCall, Choice]:
+    def _choose(self, sig: Signature, *, traced: bool) -> tuple[BoundCall, Choice]:
         """The call bound as ``sig`` and its config: the lookup order, made safe for the
         actual shape of a bucketed call, noted for a recording and ``JAXTUNE_VERBOSE``."""
         call = self.options.bound(sig)
-        choice = call.choose(sweep=sweep)
-        if sweep:
+        choice = call.choose(traced=traced)
+        if traced:
             _record.note(call, choice)
         return call, choice
 
@@ -267,10 +267,10 @@ class Autotuned(Generic[P, R]):
         # An eager call in tune mode: a sweep runs on the caller's own arrays.
         chosen_for = _values.eager_signature(self.options, sig) or sig
         with differentiated_calls(differentiated):
-            call, choice = self._choose(chosen_for, sweep=True)
+            call, choice = self._choose(chosen_for, traced=True)
         if chosen_for is not sig:  # the call as traced runs, and may be differentiated later
             call = self.options.bound(sig)
-        _values.capture(self.options, sig)  # for a recording or jaxtune.tune: the values it runs
+        _values.collect(self.options, sig)  # for a recording or jaxtune.tune: the values it runs
         if not differentiated and self._may_learn_differentiation(choice):
             return self._watched(call, args, kwargs, choice)
         return self._run(call, choice, differentiated, args, kwargs)
@@ -325,7 +325,7 @@ class Autotuned(Generic[P, R]):
         @forward.defjvp
         def differentiated(primals: Any, tangents: Any) -> Any:
             with differentiated_calls(True):
-                _, chosen = self._choose(call.sig, sweep=True)
+                _, chosen = self._choose(call.sig, traced=True)
             return jax.jvp(functools.partial(run, chosen, True), primals, tangents)
 
         out: R = forward(*(leaves[i] for i in traced))
@@ -359,7 +359,7 @@ class Autotuned(Generic[P, R]):
         explicit = self._explicit(kwargs)
         if explicit is not None:
             return self._explicit_call(args, kwargs, explicit)[2]
-        return self._choose(self.options.bind(args, kwargs), sweep=False)[1]
+        return self._choose(self.options.bind(args, kwargs), traced=False)[1]
 
     def space(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         """The configs ``prune`` keeps for these arguments, in sweep order."""
@@ -384,7 +384,7 @@ class Autotuned(Generic[P, R]):
         more: Iterable[Any] = (),
     ) -> TuningResult:
         """:meth:`tune` on the values a program ran the call with: ``args``/``kwargs``,
-        and ``more`` value sets of the same call (:class:`~.values.Captured`), timed
+        and ``more`` value sets of the same call (:class:`~.values.Collected`), timed
         together as a mix."""
         entry = self.options.sweep(args, kwargs, more)
         retrace_jitted_functions()

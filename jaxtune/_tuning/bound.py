@@ -253,7 +253,7 @@ class KernelOptions:
     ) -> Entry:
         """Sweeps the call with these arguments now (whatever ``JAXTUNE_MODE`` says) and
         returns its entry, kept by the caches; ``more``: further value sets of the same
-        call (:class:`~.values.Captured`), timed with these as a mix.
+        call (:class:`~.values.Collected`), timed with these as a mix.
 
         Raises:
             TuningFailedError: every config failed.
@@ -297,10 +297,10 @@ class BoundCall:
 
     # -- the lookup order ------------------------------------------------------------------
 
-    def choose(self, *, sweep: bool) -> Choice:
+    def choose(self, *, traced: bool) -> Choice:
         """The config of the call, after explicit keywords: the lookup order, in one place.
 
-        ``sweep``: the call is being traced, so tune mode may sweep on a miss (and retune
+        ``traced``: the call is being traced, so tune mode may sweep on a miss (and retune
         mode on a hit), a miss is what ``JAXTUNE_ON_MISS`` says, and a ``jax.distributed``
         job agrees on the answer; without it (``config_for``) the order never sweeps,
         answers with the agreed config once there is one, and a miss is silent.
@@ -327,29 +327,31 @@ class BoundCall:
         Raises:
             MissError: step 6, with ``JAXTUNE_ON_MISS=error``.
         """
-        return self.within_bucket(self._in_order(sweep=sweep))
+        return self.within_bucket(self._in_order(traced=traced))
 
-    def _in_order(self, *, sweep: bool) -> Choice:
+    def _in_order(self, *, traced: bool) -> Choice:
         """Steps 1 to 7 of :meth:`choose`, for the bound shape."""
         kernel, sig, space, default = self.kernel, self.sig, self.space, self.default
         kind = _lookup.device_kind()
 
         # 1. Scope. config_for never sweeps, so it answers what the scopes and caches hold
         # even in retune mode.
-        if not (sweep and kernel.retunes.pending(kind, sig.key, kernel.timing)):
+        if not (traced and kernel.retunes.pending(kind, sig.key, kernel.timing)):
             scoped = _lookup.scoped_entry(kernel.kernel_id, kind, sig.key, self._fit())
             if scoped is not None:
                 return Choice(config=dict(scoped.config), source="scope", key=sig.key, entry=scoped)
 
-        def rest(measure: Callable[[SweepTask], SweepOutcome] | None) -> Choice:
-            """Steps 3 to 7, sweeping through ``measure`` (``None``: never)."""
+        def rest(run_sweep: Callable[[SweepTask], SweepOutcome] | None) -> Choice:
+            """Steps 3 to 7, sweeping through ``run_sweep`` (``None``: never)."""
             settings = _settings.settings()
             use_caches = settings.mode != "off"
-            sweeping = measure is not None and settings.mode in ("tune", "retune")
+            sweeping = run_sweep is not None and settings.mode in ("tune", "retune")
             # A sweep allowed now replaces a stale entry (another toolchain, new configs).
             fit = self._fit(swept=space, refresh=sweeping)
             # 3. User cache, shared store, packaged caches.
-            retuning = measure is not None and kernel.retunes.pending(kind, sig.key, kernel.timing)
+            retuning = run_sweep is not None and kernel.retunes.pending(
+                kind, sig.key, kernel.timing
+            )
             if use_caches and not retuning:
                 found = _lookup.cached_entry(kernel.kernel_id, kind, sig.key, fit)
                 if found is not None and not (sweeping and self._wrong_pass(found[0])):
@@ -364,7 +366,7 @@ class BoundCall:
             # 4. Sweep (tune and retune mode).
             if sweeping:
                 try:
-                    entry = self.sweep(kind, measure=measure)
+                    entry = self.sweep(kind, run_sweep=run_sweep)
                 except TuningFailedError as e:
                     # Names the user's line; without one, the frame: the order <- choose <-
                     # the kernel's lookup <- its trace <- the call.
@@ -395,7 +397,7 @@ class BoundCall:
                         config=dict(near.config), source="nearest", key=sig.key, entry=near
                     )
             # 6. Miss.
-            if measure is not None and use_caches and not sweeping:
+            if run_sweep is not None and use_caches and not sweeping:
                 kernel.misses.missed(
                     kernel.kernel_id, kind, sig.key, settings.on_miss, stale=fit.code_stale
                 )
@@ -403,7 +405,7 @@ class BoundCall:
             return Choice(config=dict(default), source="default", key=sig.key)
 
         # 2. Agreement.
-        if not sweep:  # config_for: the agreed config once there is one, else this process's
+        if not traced:  # config_for: the agreed config once there is one, else this process's
             agreed = _agree.decided(kernel.kernel_id, kernel.version, sig.key, kind)
             return agreed or rest(None)
         runner = default_runner()
@@ -574,10 +576,10 @@ class BoundCall:
         self,
         kind: str,
         *,
-        measure: Callable[[SweepTask], SweepOutcome] | None = None,
+        run_sweep: Callable[[SweepTask], SweepOutcome] | None = None,
         value_sets: Sequence[Mapping[str, Any]] = (),
     ) -> Entry:
-        """Sweeps the call on device kind ``kind`` through ``measure`` (default: the
+        """Sweeps the call on device kind ``kind`` through ``run_sweep`` (default: the
         process's runner) and returns the entry, kept in the user cache and published to
         the shared store by the process that writes the cache (``value_sets``: see
         :meth:`sweep_task`). A sweep that makes up integer or boolean values warns once
@@ -601,8 +603,10 @@ class BoundCall:
                 SynthesisedValuesWarning,
             )
         # No lock while user code runs: a kernel that calls itself would wait on its own lock.
-        outcome = (measure or default_runner().sweep)(swept)
-        entry = _sweep_rules.keep(swept.plan, outcome, kind, kernel.version, code=kernel.code.value)
+        outcome = (run_sweep or default_runner().sweep)(swept)
+        entry = _sweep_rules.save_entry(
+            swept.plan, outcome, kind, kernel.version, code=kernel.code.value
+        )
         kernel.retunes.done(kind, sig.key, swept.plan.timing)
         return entry
 
@@ -656,7 +660,7 @@ class BoundCall:
     def _with_entry(self, choice: Choice) -> Choice:
         """``choice`` with the entry behind its config, when the lookup finds that config."""
         try:
-            found = self.choose(sweep=False)
+            found = self.choose(traced=False)
         except (JaxtuneError, OSError):  # a cache that cannot say (any other is a bug)
             return choice
         if dict(found.config) != dict(choice.config):

@@ -103,22 +103,22 @@ class _Recorder:
         if stop:
             _Settle(self.fd, settle_s).start()
 
-    def write_values(self, captured: _values.Captured) -> None:
+    def write_values(self, collected: _values.Collected) -> None:
         """Appends one value set of a call (see :mod:`.values`) as a ``values`` frame."""
         from .._isolation.wire import NotTransportable, encode_value
 
         try:
-            args = encode_value(captured.args, concrete_limit=1 << 62)
-            kwargs = encode_value(captured.kwargs, concrete_limit=1 << 62)
+            args = encode_value(collected.args, concrete_limit=1 << 62)
+            kwargs = encode_value(collected.kwargs, concrete_limit=1 << 62)
         except NotTransportable:  # the call's request cannot travel either: it says why
             return
         frame = ValueSet(
-            kernel=captured.kernel,
-            key=captured.key,
+            kernel=collected.kernel,
+            key=collected.key,
             args=args,
             kwargs=kwargs,
-            summary=captured.summary,
-            dropped=tuple(captured.dropped),
+            summary=collected.summary,
+            dropped=tuple(collected.dropped),
         )
         _write(self.fd, frame)
 

@@ -6,10 +6,10 @@ under ``jax.grad``/``jax.vjp`` (:func:`differentiated_calls` says so for the loo
 wraps), the forward otherwise (:func:`pass_now`); an entry timed for the forward pass of a
 call that is differentiated is replaced by a sweep allowed now
 (:func:`~.staleness.wrong_pass`). Retune mode sweeps each key once per process
-(:class:`Retunes`). A finished sweep's entry is kept (:func:`keep`): written to the user
+(:class:`Retunes`). A finished sweep's entry is saved (:func:`save_entry`): written to the user
 cache and published to the shared store by the process that writes the cache; the lookup's
 sweep (:meth:`jaxtune._tuning.bound.BoundCall.sweep`) and ``jaxtune tune --``'s sweeps of
-recorded calls both keep theirs through it.
+recorded calls both save theirs through it.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ __all__ = [
     "differentiated_calls",
     "differentiated_now",
     "is_differentiated",
-    "keep",
     "pass_now",
+    "save_entry",
     "under_differentiation",
 ]
 
@@ -131,15 +131,15 @@ class Retunes:
             self._swept[kind, key] = timed
 
 
-def keep(
+def save_entry(
     plan: SweepPlan, outcome: SweepOutcome, kind: str, version: str, *, code: CodeDigest | None
 ) -> Entry:
     """The entry a finished sweep of ``plan`` on device kind ``kind`` becomes (kernel
-    version ``version``, code digest ``code``), kept: written to the user cache and
+    version ``version``, code digest ``code``), saved: written to the user cache and
     published to the shared store by the process that writes the cache (process 0 of a
     ``jax.distributed`` job; any other process keeps nothing)."""
     entry = make_entry(plan, outcome, kind, version, code=code)
     if _agree.may_write_cache():
-        _cache.user_cache().keep([entry])
+        _cache.user_cache().save([entry])
         _shared.publish([entry])
     return entry

@@ -100,10 +100,10 @@ def tune(
             result = result | TuningResult.of(current)
         else:
             todo[pair] = call
-    captured = _run_for_values(fn, args, kwargs) if todo else {}
+    collected = _run_for_values(fn, args, kwargs) if todo else {}
     for pair, call in todo.items():
         with differentiated_calls(differentiated[pair]):
-            sets = captured.get(pair)
+            sets = collected.get(pair)
             if sets:  # the values the call ran with, when fn ran on the caller's arrays
                 entry = call.kernel.sweep(sets[0].args, sets[0].kwargs, sets[1:])
             else:  # the shapes its trace saw
@@ -124,7 +124,7 @@ def tune(
 
 def _run_for_values(
     fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> dict[tuple[str, str], list[_values.Captured]]:
+) -> dict[tuple[str, str], list[_values.Collected]]:
     """Runs ``fn`` once on the caller's arrays, jitted (so a step's ``donate_argnums``
     consumes nothing), with each autotuned call's values collected (:mod:`.values`): the
     value sets per (kernel, key). Nothing when ``fn`` is a ``Lowered``/``Traced`` or an

@@ -33,9 +33,9 @@ from .state import TUNING_STATE
 from .sweep.inputs import is_concrete, is_int_like, summarise
 
 __all__ = [
-    "Captured",
+    "Collected",
     "ValueSets",
-    "capture",
+    "collect",
     "collecting",
     "collector",
     "eager_call",
@@ -45,7 +45,7 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Captured:
+class Collected:
     """One value set of a call: its arguments in the call's layout (numpy arrays where
     values were kept, ``jax.ShapeDtypeStruct`` where not), a summary of its integer and
     boolean values per argument, and the arguments left abstract (over the budget)."""
@@ -62,10 +62,10 @@ class ValueSets:
     """Distinct value sets per (kernel, key), up to ``limit`` each, handed to ``sink`` as
     they arrive (``sink=None``: kept in :attr:`sets`)."""
 
-    def __init__(self, limit: int, sink: Callable[[Captured], None] | None = None) -> None:
+    def __init__(self, limit: int, sink: Callable[[Collected], None] | None = None) -> None:
         self.limit = limit
         self.sink = sink
-        self.sets: dict[tuple[str, str], list[Captured]] = {}
+        self.sets: dict[tuple[str, str], list[Collected]] = {}
         self._digests: dict[tuple[str, str], set[str]] = {}
         self._lock = threading.Lock()
 
@@ -85,7 +85,7 @@ class ValueSets:
             if digest in seen or len(seen) >= self.limit:
                 return
             seen.add(digest)
-        captured = Captured(
+        collected = Collected(
             kernel=kernel.kernel_id,
             key=key,
             args=args,
@@ -98,10 +98,10 @@ class ValueSets:
             ),
         )
         if self.sink is not None:
-            self.sink(captured)
+            self.sink(collected)
             return
         with self._lock:
-            self.sets.setdefault(pair, []).append(captured)
+            self.sets.setdefault(pair, []).append(collected)
 
 
 def _int_digest(sig: Signature) -> str:
@@ -181,7 +181,7 @@ def eager_signature(kernel: KernelOptions, sig: Signature) -> Signature | None:
     return concrete if concrete.key == sig.key else None
 
 
-def capture(kernel: KernelOptions, sig: Signature) -> None:
+def collect(kernel: KernelOptions, sig: Signature) -> None:
     """Adds to the program being traced a host callback that hands this call's values to
     the active collector when it runs (nothing without a collector, for a bucketed call,
     whose sweep runs at its bucket's shape, or for a call without traced arrays)."""

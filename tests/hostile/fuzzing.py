@@ -172,7 +172,7 @@ def fuzz_cache_file(data: bytes) -> None:
             entries = store.read("cpu", "k")
             assert all(isinstance(e, Entry) for e in entries.values())
             # A write may be refused (a file from a newer schema): then it is kept in memory.
-            saved = store.keep([GOOD.__class__(**{**_fields(GOOD), "key": "new"})])
+            saved = store.save([GOOD.__class__(**{**_fields(GOOD), "key": "new"})])
             after = (CacheStore(root) if saved else store).read("cpu", "k")
             assert after["new"].config == GOOD.config  # the write is never lost
             assert set(entries) <= set(after)  # nor what was readable before it

@@ -280,7 +280,7 @@ def test_lock_file_is_never_opened_through_a_symlink(tmp_path):
         store.write([entry()])
     assert not target.exists()
     with pytest.warns(jaxtune.JaxtuneWarning, match="used in this process but is not saved"):
-        assert store.keep([entry()]) is False
+        assert store.save([entry()]) is False
     assert store.lookup("k", "cpu", "f32[8]") == entry()
     assert not target.exists()
 

@@ -7,7 +7,7 @@ cannot be decoded is reported once and read as empty; it is moved aside
 read never waits for a writer), else by the next writer. A symlink, FIFO, unreadable or
 oversized file is reported and ignored, never followed, opened or moved. A file from a newer schema is left alone: read as empty,
 and never overwritten. A write that fails keeps the entries in the process
-(:meth:`CacheStore.keep`) with a warning naming the fix.
+(:meth:`CacheStore.save`) with a warning naming the fix.
 
 Reading a file decodes only its outer map; each entry is decoded and checked when first
 looked up (:mod:`.layout`), so a malformed entry is skipped with one warning then, and
@@ -422,7 +422,7 @@ class CacheStore:
                 for where in additions:
                     unsaved.pop(where, None)
 
-    def keep(self, entries: Iterable[Entry]) -> bool:
+    def save(self, entries: Iterable[Entry]) -> bool:
         """Writes ``entries``; when that fails, warns once (path and fix) and keeps them in
         this process, where lookups still find them. Returns whether they reached the disk."""
         entries = list(entries)

@@ -140,7 +140,7 @@ def read_through(kernel: str, device_kind: str) -> bool:
             cache.merge(found, keep_newer=True)
         except CacheError:
             newer = [e for e in found if _newer_than_cached(e)]
-            cache.keep(newer)  # kept in this process, with one warning naming the fix
+            cache.save(newer)  # kept in this process, with one warning naming the fix
     return True
 
 

@@ -13,7 +13,7 @@ of the parent's):
   (``requests``);
 - **kernel side** (:data:`KERNEL_SIDE`): where the kernel runs, the child (``serve``, its
   handler there) or this process for the inline runner: the ``Sweeper`` (``engine``) over
-  ``compile`` (with ``compile_cache``, ``kept_programs`` and ``refusals``, and processes
+  ``compile`` (with ``compile_cache``, ``program_store`` and ``refusals``, and processes
   lowering side by side, ``lowering_pool``, each running ``lowering_worker``), ``first_run``
   (checked by ``check``), ``first_pass``, interleaved ``rounds``, each config's calls timed
   by ``measure`` under ``timers`` (a device timer's calls ``in_flight``), the vjp pass (``backward``);
@@ -35,7 +35,7 @@ KERNEL_SIDE = (
     "engine",
     "compile",
     "compile_cache",
-    "kept_programs",
+    "program_store",
     "lowering_pool",
     "lowering_worker",
     "refusals",

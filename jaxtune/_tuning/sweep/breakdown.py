@@ -11,7 +11,7 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``lowering``: the seconds spent tracing and lowering the configs, one at a time (part of
   ``compile_threads``, the serial part: Python work that holds the GIL);
 - ``lowering_kept``: the part of ``lowering`` spent loading programs a previous sweep kept
-  (:mod:`.kept_programs`): all of it when a second sweep traced nothing again;
+  (:mod:`.program_store`): all of it when a second sweep traced nothing again;
 - ``compile_wait``: time nothing could run because the next config was still compiling;
 - ``warmup``: each config's first call (its output is kept for the check);
 - ``check``: comparing outputs with the reference config's;

@@ -37,8 +37,8 @@ from .backward import with_backward
 from .breakdown import Breakdown
 from .check import reason
 from .inputs import make_inputs
-from .kept_programs import KeptPrograms, task_key
 from .lowering_pool import LoweringPool
+from .program_store import ProgramStore, task_key
 from .refusals import checker
 from .samples import block
 from .work import SweepTask
@@ -120,7 +120,7 @@ class Compiler:
         #: Each config's calls so far and the count already reported (a cell each).
         self._calls: dict[str, list[int]] = {}
         self.refuse: Refuse | None = checker()  #: see :func:`lower_checked`
-        self._kept: list[KeptPrograms | None] = []  # the task's, once looked for (kept_for)
+        self._store: list[ProgramStore | None] = []  # the task's, once looked for (store_for)
 
     @property
     def inputs(self) -> tuple[dict[str, Any], ...]:
@@ -176,7 +176,7 @@ class Compiler:
         if spec is None:
             self.inputs  # noqa: B018 - built here, before the threads start
         done: queue.SimpleQueue[Compiled] = queue.SimpleQueue()
-        local_config = _context.capture()
+        local_config = _context.snapshot_local()
 
         def work() -> None:
             with local_config():
@@ -226,7 +226,7 @@ class Compiler:
         compiles the lowered modules meanwhile in a pool of threads (work that lets go of
         the GIL)."""
         threads = 1 if serial else (self.task.compile_threads or compile_threads())
-        local_config = _context.capture()
+        local_config = _context.snapshot_local()
         failures: dict[str, Failure] = {}
 
         def settle(config: Config, compile_: Callable[[], Failure | None]) -> None:
@@ -252,7 +252,7 @@ class Compiler:
             for config in configs:
                 settle(config, functools.partial(self.compile_one, config, spec))
             return failures
-        ahead = LoweringAhead(self, configs, self._kept)
+        ahead = LoweringAhead(self, configs, self._store)
         threads_ = concurrent.futures.ThreadPoolExecutor(
             threads, thread_name_prefix="jaxtune-compile"
         )
@@ -287,10 +287,10 @@ class Compiler:
         self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
         start = time.perf_counter()
         own: BaseException | None = None
-        if not self._kept:  # a cell: LoweringAhead holds it
-            self._kept.append(kept_for(self.task, lowering))
+        if not self._store:  # a cell: LoweringAhead holds it
+            self._store.append(store_for(self.task, lowering))
         try:
-            lowered = lower_kept(call, lowering, self.refuse, self._kept[0], cid, self.breakdown)
+            lowered = lower_stored(call, lowering, self.refuse, self._store[0], cid, self.breakdown)
         except _OwnCodeError as e:  # raised below, outside this handler: it is not JAX's
             own = e.fault
         except Exception as e:  # the kernel, or JAX tracing or lowering it, failed
@@ -324,8 +324,8 @@ class Compiler:
         except Exception as e:  # XLA failed to compile the config's module
             self.emit(CompileFinished(cid=cid))
             self._failed[cid] = Failure(config=config, stage="compile", reason=reason(e))
-            if self._kept and self._kept[0] is not None:
-                self._kept[0].remember_failure(cid, self._failed[cid].reason)
+            if self._store and self._store[0] is not None:
+                self._store[0].remember_failure(cid, self._failed[cid].reason)
             return self._failed[cid]
         seconds = lowered.seconds + time.perf_counter() - start
         self.breakdown.add("compile_threads", seconds)
@@ -410,14 +410,14 @@ def lower_checked(call: Callable[..., Any], args: Any, refuse: Refuse | None) ->
 class LoweringAhead:
     """The lowering processes (:mod:`.lowering_pool`) of one pipelined compile of
     ``configs``, and the order in which this thread lowers the configs (or loads what the
-    processes kept): started once the first config is lowered here, for those of the rest
+    processes stored): started once the first config is lowered here, for those of the rest
     neither compiled nor kept (``auto``: only where they would take long at the first
     one's pace)."""
 
     def __init__(
-        self, compiler: Compiler, configs: Sequence[Config], kept: list[KeptPrograms | None]
+        self, compiler: Compiler, configs: Sequence[Config], store: list[ProgramStore | None]
     ) -> None:
-        self.compiler, self.configs, self.kept = compiler, configs, kept
+        self.compiler, self.configs, self.store = compiler, configs, store
         self.pool: LoweringPool | None = None
 
     def order(self) -> Iterator[int]:
@@ -428,31 +428,31 @@ class LoweringAhead:
         last config left, which the processes would reach last; after that the earliest
         config a process told of, else the next one, waited for (``lowering_wait`` in the
         breakdown) at most as long as lowering it here took the first, then lowered here.
-        The processes are closed once the kept programs are found not to match the code,
+        The processes are closed once the stored programs are found not to match the code,
         or once none will tell (they ended, or one hung)."""
         c = self.compiler
         if not self.configs:
             return
         first_at = time.perf_counter()
         yield 0
-        kept = self.kept[0] if self.kept else None  # looked for as the first was lowered
+        store = self.store[0] if self.store else None  # looked for as the first was lowered
         left = list(range(1, len(self.configs)))
         first_s = time.perf_counter() - first_at
-        if left and kept is not None:
+        if left and store is not None:
             todo = [
                 self.configs[i]
                 for i in left
-                if not c.compiled(cid := config_id(self.configs[i])) and not kept.has(cid)
+                if not c.compiled(cid := config_id(self.configs[i])) and not store.has(cid)
             ]
             self.pool = LoweringPool.start(
-                c.task, kept, todo, refuse=c.refuse is not None, first_s=first_s
+                c.task, store, todo, refuse=c.refuse is not None, first_s=first_s
             )
             if self.pool is not None:
                 c.breakdown.add("lowering_wait", 0.0)  # the phase shows processes started
         ids = [config_id(config) for config in self.configs]
         while left:
             pool = self.pool
-            if pool is not None and kept is not None and kept.trusted is False:
+            if pool is not None and store is not None and store.trusted is False:
                 self.close()
                 pool = None
             if pool is None:
@@ -482,41 +482,41 @@ class LoweringAhead:
             self.pool = None
 
 
-def kept_for(task: SweepTask, args: Any) -> KeptPrograms | None:
-    """``task``'s kept programs for arguments ``args`` (:mod:`.kept_programs`), ``None``
+def store_for(task: SweepTask, args: Any) -> ProgramStore | None:
+    """``task``'s stored programs for arguments ``args`` (:mod:`.program_store`), ``None``
     where they are off or the kernel's code has no digest."""
     plan = task.plan
     code = KernelCode(task.fn).digest
     key = task_key(kernel=plan.kernel, key=plan.key, code=code, timing=plan.timing, args=args)
-    return KeptPrograms.for_task(key)
+    return ProgramStore.for_task(key)
 
 
-def lower_kept(
+def lower_stored(
     call: Callable[..., Any],
     args: Any,
     refuse: Refuse | None,
-    kept: KeptPrograms | None,
+    store: ProgramStore | None,
     cid: str,
     breakdown: Breakdown,
 ) -> Any:
-    """:func:`lower_checked` where ``kept`` is ``None``; else as it, taking config ``cid``'s program from ``kept`` where a
+    """:func:`lower_checked` where ``store`` is ``None``; else as it, taking config ``cid``'s program from ``store`` where a
     previous sweep kept it (the first one taken is also lowered afresh and compared, and
-    on a difference none of ``kept`` is used: :mod:`.kept_programs`), else lowering it
+    on a difference none of ``store`` is used: :mod:`.program_store`), else lowering it
     through ``jax.export`` and keeping it (:func:`export_checked`)."""
-    if kept is None:
+    if store is None:
         return lower_checked(call, args, refuse)
-    if (why := kept.failure(cid)) is not None:
+    if (why := store.failure(cid)) is not None:
         raise RememberedError(f"{why} {REMEMBERED}")
     try:
-        return _lower_kept(call, args, refuse, kept, cid, breakdown)
+        return _lower_stored(call, args, refuse, store, cid, breakdown)
     except RememberedError:
         raise
     except RefusedError as e:
-        kept.remember_failure(cid, str(e))
+        store.remember_failure(cid, str(e))
         raise
 
 
-#: Added to a failure taken from an earlier sweep's (:meth:`.KeptPrograms.failure`).
+#: Added to a failure taken from an earlier sweep's (:meth:`.ProgramStore.failure`).
 REMEMBERED = (
     "(found before for the same program, by an earlier sweep or a lowering process: not "
     "traced or compiled again; `jaxtune cache clear` forgets it)"
@@ -527,48 +527,48 @@ class RememberedError(RefusedError):
     """A config's failure taken from an earlier sweep of the same program."""
 
 
-def _lower_kept(
+def _lower_stored(
     call: Callable[..., Any],
     args: Any,
     refuse: Refuse | None,
-    kept: KeptPrograms,
+    store: ProgramStore,
     cid: str,
     breakdown: Breakdown,
 ) -> Any:
     name = call.__name__
-    blob = kept.load(cid)
+    blob = store.load(cid)
     if blob is not None:
         start = time.perf_counter()
         try:
             old = from_exported(jax.export.deserialize(bytearray(blob)), name, args)
         except Exception:  # not readable by this JAX: lowered afresh
             old = None
-        if old is not None and kept.trusted:
+        if old is not None and store.trusted:
             breakdown.add("lowering_kept", time.perf_counter() - start)
             return old
-        if old is not None and kept.trusted is None:
+        if old is not None and store.trusted is None:
             # The first one kept: is it what the code lowers to now?
-            fresh = export_checked(call, args, refuse, kept, cid)
+            fresh = export_checked(call, args, refuse, store, cid)
             digests = program_digest(old, name), program_digest(fresh, name)
-            kept.trusted = digests[0] is not None and digests[0] == digests[1]
-            if not kept.trusted:
-                kept.forget_failures()
+            store.trusted = digests[0] is not None and digests[0] == digests[1]
+            if not store.trusted:
+                store.forget_failures()
             return fresh
-    return export_checked(call, args, refuse, kept, cid)
+    return export_checked(call, args, refuse, store, cid)
 
 
-#: The name a kept program is exported under: the same for every config and sweep, so
+#: The name a stored program is exported under: the same for every config and sweep, so
 #: that two sweeps' programs compare equal (the caller's wrapper carries the config's).
 _KEPT_NAME = "jaxtune_program"
 
 
 def export_checked(
-    call: Callable[..., Any], args: Any, refuse: Refuse | None, kept: KeptPrograms, cid: str
+    call: Callable[..., Any], args: Any, refuse: Refuse | None, store: ProgramStore, cid: str
 ) -> Any:
     """As :func:`lower_checked`, lowering through ``jax.export`` and keeping the program
-    in ``kept`` under ``cid``; a kernel ``jax.export`` cannot serialise is lowered
+    in ``store`` under ``cid``; a kernel ``jax.export`` cannot serialise is lowered
     directly (and no longer exported for this task)."""
-    if not kept.exportable:
+    if not store.exportable:
         return lower_checked(call, args, refuse)
     name = call.__name__
     try:
@@ -581,9 +581,9 @@ def export_checked(
 
         direct.__name__ = direct.__qualname__ = name
         lowered = jax.jit(direct).trace(args).lower()
-        kept.exportable = False
+        store.exportable = False
         return lowered
-    kept.save(cid, blob)
+    store.save(cid, blob)
     return from_exported(exported, name, args)
 
 
@@ -598,7 +598,7 @@ def export_program(
     platforms: Sequence[str] | None = None,
 ) -> tuple[Any, bytes]:
     """``call`` traced for ``args``, checked by ``refuse`` and exported (for ``platforms``,
-    else this process's backend) under the neutral name every kept program has: the
+    else this process's backend) under the neutral name every stored program has: the
     ``jax.export.Exported`` and its serialised bytes. ``call`` is renamed.
 
     Raises:

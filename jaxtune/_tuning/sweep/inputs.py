@@ -1,7 +1,7 @@
 """Both sides. Concrete inputs for a sweep, and where their values came from.
 
 Per array argument, one rule (docs/values.md): the program's own values where the flow has
-them (the caller's arrays in-process, the values a recording captured under ``jaxtune tune
+them (the caller's arrays in-process, the values a recording collected under ``jaxtune tune
 --``), else what ``inputs=`` builds, else deterministic random values per dtype (bf16, fp8
 and typed PRNG keys included). Every value is placed on the device once, before any config
 runs. Integer and boolean values decide the work of many kernels (group sizes, lengths,

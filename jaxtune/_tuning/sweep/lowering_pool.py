@@ -6,7 +6,7 @@ Tracing and lowering a config is Python work that holds the GIL: Tokamax's ragge
 about 0.4 s a config on a TPU v5e host, so its 540-config space spent most of its first
 sweep (262.5 s) waiting on one thread while twelve compiling threads had little to do. Here
 processes on JAX's CPU platform lower their share of the configs for the chip's topology
-and keep each program in the task's store (:mod:`.kept_programs`); the compiling process
+and keep each program in the task's store (:mod:`.program_store`); the compiling process
 loads each config as soon as a process told of it (15-25 ms) instead of tracing it, and
 lowers configs itself while the processes start (:class:`~.compile.LoweringAhead`). Refusals
 (:mod:`.refusals`) are found there too and kept as failures.
@@ -48,7 +48,7 @@ from ..._isolation.environ import python_path
 from ..._isolation.frames import FunctionRef
 from ..._isolation.framing import FrameReader
 from ..._isolation.wire import encode_value
-from .kept_programs import KeptPrograms
+from .program_store import ProgramStore
 from .refusals import vmem_capacity
 from .work import SweepPlan, SweepTask
 
@@ -81,7 +81,7 @@ class LoweringJob:
     jax_state: JaxState
     #: How many value sets the sweep times as one (its programs' arguments).
     sets: int
-    #: The task's store of kept programs (:mod:`.kept_programs`).
+    #: The task's store of stored programs (:mod:`.program_store`).
     folder: str
     #: The chip's single-chip topology (``v5e:1x1``), ``None`` to lower for ``platform``
     #: itself.
@@ -134,16 +134,16 @@ class LoweringPool:
     def start(
         cls,
         task: SweepTask,
-        kept: KeptPrograms | None,
+        store: ProgramStore | None,
         configs: Sequence[Config],
         *,
         refuse: bool,
         first_s: float,
     ) -> LoweringPool | None:
-        """A pool lowering ``configs`` of ``task`` into ``kept``, or ``None`` where one is
+        """A pool lowering ``configs`` of ``task`` into ``store``, or ``None`` where one is
         not started (see the module's docstring; ``first_s``: the seconds the sweep's
         first config took to lower, the pace ``auto`` expects of the others)."""
-        if kept is None or not kept.exportable or kept.trusted is False:
+        if store is None or not store.exportable or store.trusted is False:
             return None
         count = _count(len(configs), first_s)
         if count <= 0:
@@ -154,7 +154,7 @@ class LoweringPool:
             return None
         try:
             common = _request(
-                task, kept, refuse=refuse, topology=topology, platform=device.platform
+                task, store, refuse=refuse, topology=topology, platform=device.platform
             )
         except Exception:  # the kernel or its arguments cannot travel: lowered here
             return None
@@ -281,7 +281,7 @@ def _jax_state() -> JaxState:
 
 
 def _request(
-    task: SweepTask, kept: KeptPrograms, *, refuse: bool, topology: str | None, platform: str
+    task: SweepTask, store: ProgramStore, *, refuse: bool, topology: str | None, platform: str
 ) -> LoweringJob:
     """What every process of the pool is told, less its share of the configs."""
     plan = task.plan
@@ -294,7 +294,7 @@ def _request(
         kwargs=encode_value(dict(kwargs)),
         jax_state=_jax_state(),
         sets=1 + len(task.value_sets),
-        folder=str(kept.folder),
+        folder=str(store.folder),
         topology=topology,
         platform=platform,
         refuse=refuse,

@@ -1,6 +1,6 @@
 """Kernel side. A lowering process (runs in its own process, started by :mod:`.lowering_pool`): traces
 and lowers its share of a sweep's configs through ``jax.export`` and keeps each program in
-the task's store (:mod:`.kept_programs`), for the compiling process to load.
+the task's store (:mod:`.program_store`), for the compiling process to load.
 
 It runs on JAX's CPU platform, so it never opens the accelerator the sweep holds; for a TPU
 it lowers for the chip's topology (``jax.experimental.topologies``, a compile-only view of
@@ -84,12 +84,12 @@ def main() -> int:
 
     from .check import reason as describe
     from .compile import RefusedError, UnexportedError, config_call, export_program
-    from .kept_programs import KeptPrograms
+    from .program_store import ProgramStore
     from .refusals import checker_for
     from .serve import abstract_inputs
 
     task = _task(job)
-    kept = KeptPrograms(pathlib.Path(job.folder))
+    store = ProgramStore(pathlib.Path(job.folder))
     refuse = checker_for(job.vmem) if job.refuse else None
     spec = abstract_inputs(task.signature)
     lowering = (spec,) * job.sets
@@ -99,7 +99,7 @@ def main() -> int:
         try:
             _, blob = export_program(call, lowering, refuse, platforms)
         except RefusedError as e:
-            kept.remember_failure(cid, str(e))
+            store.remember_failure(cid, str(e))
             tell(cid, "refused", str(e))
         except UnexportedError:
             tell(cid, "unexported")
@@ -107,7 +107,7 @@ def main() -> int:
         except Exception as e:  # the kernel, or JAX tracing it, failed: left to the sweep
             tell(cid, "failed", describe(e))
         else:
-            kept.save(cid, blob)
+            store.save(cid, blob)
             tell(cid, "kept")
     return 0
 

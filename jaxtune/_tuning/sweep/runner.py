@@ -66,7 +66,7 @@ class InlineRunner:
 
     def sweep(self, task: SweepTask) -> SweepOutcome:
         warn_tracing_inline()
-        local_config = _context.capture()
+        local_config = _context.snapshot_local()
 
         def work() -> SweepOutcome:
             with local_config(), compile_cache.for_inline_sweep():

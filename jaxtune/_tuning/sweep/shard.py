@@ -19,7 +19,7 @@ from .runner import Runner
 from .stats import SweepOutcome, finish
 from .work import SweepTask
 
-__all__ = ["SweepSharing", "measure_share", "merge", "share"]
+__all__ = ["SweepSharing", "merge", "share", "sweep_share"]
 
 Result = Measurement | Failure
 
@@ -39,7 +39,7 @@ def share(configs: Sequence[Mapping[str, Any]], index: int, count: int) -> list[
     return [dict(c) for c in configs[index::count]]
 
 
-def measure_share(task: SweepTask, index: int, count: int, runner: Runner) -> dict[str, Any]:
+def sweep_share(task: SweepTask, index: int, count: int, runner: Runner) -> dict[str, Any]:
     """Measures this process's share of ``task`` (each share also runs the default, as the
     reference its outputs are checked against); returns it as plain data."""
     mine = share(task.plan.configs, index, count)
@@ -102,9 +102,9 @@ class SweepSharing:
         )
         return dataclasses.replace(task, plan=plan)
 
-    def measure(self, task: SweepTask, index: int, count: int) -> dict[str, Any]:
-        """Process ``index``'s share, measured, as plain data (see :func:`measure_share`)."""
-        return measure_share(task, index, count, self.runner)
+    def sweep_share(self, task: SweepTask, index: int, count: int) -> dict[str, Any]:
+        """Process ``index``'s share, measured, as plain data (see :func:`sweep_share`)."""
+        return sweep_share(task, index, count, self.runner)
 
     def merge(self, task: SweepTask, parts: Sequence[Mapping[str, Any]]) -> SweepOutcome:
         """The outcome of the whole sweep from every share (see :func:`merge`)."""

@@ -15,14 +15,14 @@ import pytest
 
 import jaxtune
 from jaxtune._core import settings as _settings
-from jaxtune._tuning.sweep import kept_programs
+from jaxtune._tuning.sweep import program_store
 from jaxtune._tuning.sweep import runner as _runner
 
 SPACE = [{"n": n} for n in (2, 3, 4)]
 TRACES: list[int] = []  # one per trace of a kernel below, in this process
 
 
-@jaxtune.autotuned(configs={"n": [2, 3, 4]}, name="tests.kept_programs.sines")
+@jaxtune.autotuned(configs={"n": [2, 3, 4]}, name="tests.program_store.sines")
 def sines(x, *, n):
     TRACES.append(n)
     # What the program is: read where no code digest sees it (an environment variable).
@@ -32,7 +32,7 @@ def sines(x, *, n):
     return x
 
 
-@jaxtune.autotuned(configs={"n": [2, 3, 4]}, name="tests.kept_programs.calls_back")
+@jaxtune.autotuned(configs={"n": [2, 3, 4]}, name="tests.program_store.calls_back")
 def calls_back(x, *, n):
     TRACES.append(n)
     y = jax.pure_callback(lambda v: v, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
@@ -51,8 +51,8 @@ def _sweep(kernel):
     return list(TRACES), outcome
 
 
-def _kept(tmp: pathlib.Path) -> list[pathlib.Path]:
-    return sorted((tmp / "xla" / kept_programs.KEPT_DIR).rglob("*.msgpack"))
+def _stored(tmp: pathlib.Path) -> list[pathlib.Path]:
+    return sorted((tmp / "xla" / program_store.STORE_DIR).rglob("*.msgpack"))
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +64,7 @@ def test_a_second_sweep_traces_one_config_not_every_one(store_on, fast_timing):
     first, outcome = _sweep(sines)
     assert sorted(first) == [2, 3, 4]  # each config traced once (the check's run included)
     assert outcome.phases["lowering"] > 0 and "lowering_kept" not in outcome.phases
-    files = _kept(store_on)
+    files = _stored(store_on)
     assert len(files) == len(SPACE)
     record = msgpack.unpackb(files[0].read_bytes())
     assert record["format"] == "jaxtune.lowered" and isinstance(record["exported"], bytes)
@@ -91,7 +91,7 @@ def test_a_kernel_export_cannot_serialise_is_swept_as_before(store_on, fast_timi
     first, outcome = _sweep(calls_back)
     # One config traced twice (the export that failed, then directly), the others once.
     assert len(first) == len(SPACE) + 1, first
-    assert not _kept(store_on)
+    assert not _stored(store_on)
     assert all(m.ok for m in outcome.measurements)
 
 
@@ -100,12 +100,12 @@ def test_turned_off_nothing_is_kept(monkeypatch, fast_timing):
     first, _ = _sweep(sines)
     second, _ = _sweep(sines)
     assert sorted(first) == sorted(second) == [2, 3, 4]
-    assert not _kept(pathlib.Path(_settings.settings().cache_dir))
+    assert not _stored(pathlib.Path(_settings.settings().cache_dir))
 
 
 def test_an_unreadable_kept_program_is_lowered_afresh(store_on, fast_timing):
     _sweep(sines)
-    for f in _kept(store_on):
+    for f in _stored(store_on):
         f.write_bytes(b"\x00not msgpack")
     second, outcome = _sweep(sines)
     assert sorted(second) == [2, 3, 4]
@@ -115,15 +115,15 @@ def test_an_unreadable_kept_program_is_lowered_afresh(store_on, fast_timing):
 def test_without_flatbuffers_nothing_is_kept_and_the_sweep_is_as_before(
     store_on, monkeypatch, fast_timing
 ):
-    monkeypatch.setattr(kept_programs, "serialisable", lambda: False)
+    monkeypatch.setattr(program_store, "serialisable", lambda: False)
     first, outcome = _sweep(sines)
     assert sorted(first) == [2, 3, 4]
     assert all(m.ok for m in outcome.measurements)
-    assert not _kept(store_on)
+    assert not _stored(store_on)
 
 
 def test_a_kept_record_is_typed_and_read_only_when_it_is_the_stores_own(tmp_path):
-    store = kept_programs.KeptPrograms(tmp_path)
+    store = program_store.ProgramStore(tmp_path)
     store.save("a=1", b"program")
     assert store.load("a=1") == b"program"
     path = next(tmp_path.glob("*.msgpack"))

@@ -1,4 +1,4 @@
-"""Lowered programs kept on disk, so that a second sweep of the same space skips tracing.
+"""Lowered programs stored on disk, so that a second sweep of the same space skips tracing.
 
 JAX's persistent compilation cache (:mod:`.compile_cache`) spares a second sweep XLA's
 compile, not what comes before it: tracing and lowering each config, Python work that
@@ -10,19 +10,19 @@ cache's folder; a second sweep deserialises it (about 15 ms) instead of tracing 
 Lowering through ``jax.export`` costs the first sweep about the same as lowering directly
 (the trace is done once, for the refusal check and the export alike).
 
-A kept program is used only under the same key (:func:`task_key`): the kernel's code
+A stored program is used only under the same key (:func:`task_key`): the kernel's code
 digest (:mod:`..digest`), its name and call key, the abstract arguments, the timed pass,
 the toolchain and device, JAX's tracing options and the versions of every installed
 distribution. What no key sees (a library edited in place without a new version, an
 environment variable a kernel reads) is caught by a check: the first config a sweep takes
 from the store is also lowered afresh and the two programs compared
 (:func:`.compile.program_digest`);
-when they differ, the task's kept programs are set aside and written again.
+when they differ, the task's stored programs are set aside and written again.
 
 Serialising needs the ``flatbuffers`` package, which the ``retune`` extra installs
 (``pip install 'jaxtune[retune]'``); without it nothing is kept and every sweep traces each
 config, as before. A kernel ``jax.export`` cannot serialise (a host callback, a custom call without a
-compatibility guarantee) is lowered directly, as without the store, and nothing is kept.
+compatibility guarantee) is lowered directly, as without the store, and nothing is stored.
 The store lives in jaxtune's own compilation cache folder and goes with it: off with
 ``JAXTUNE_COMPILE_CACHE=0`` or where the user's own ``jax_compilation_cache_dir`` is in use
 (jaxtune writes nothing there), removed by ``jaxtune cache clear``.
@@ -47,10 +47,10 @@ from ..._core.codec import atomic_write, packb, read_bounded, unpackb
 from ..state import TUNING_STATE
 from .compile_cache import own_folder
 
-__all__ = ["KEPT_DIR", "KeptPrograms", "deterministic", "serialisable", "task_key"]
+__all__ = ["STORE_DIR", "ProgramStore", "deterministic", "serialisable", "task_key"]
 
 #: The folder under the compilation cache's folder where lowered programs are kept.
-KEPT_DIR = "lowered"
+STORE_DIR = "lowered"
 _FORMAT = "jaxtune.lowered"
 _VERSION = 1
 #: The largest kept file read back (a kernel's serialised program is far smaller).
@@ -58,7 +58,7 @@ _LARGEST = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Kept:
+class _Stored:
     """One file of the store: config ``config``'s serialised program (``exported``), or
     the failure it meets on every compile (``failed``), written and read (bounded) through
     :mod:`jaxtune._core.codec` by :mod:`jaxtune._core.typed`: a file without the format's
@@ -91,7 +91,7 @@ _TRACING_OPTIONS = (
 @functools.cache
 def serialisable() -> bool:
     """Whether ``jax.export`` can serialise here: it needs the ``flatbuffers`` package
-    (``pip install 'jaxtune[retune]'``); without it nothing is kept."""
+    (``pip install 'jaxtune[retune]'``); without it nothing is stored."""
     return importlib.util.find_spec("flatbuffers") is not None
 
 
@@ -131,7 +131,7 @@ def _abstract(args: Any) -> list[Any]:
 
 
 def task_key(*, kernel: str, key: str, code: str, timing: str, args: Any) -> str | None:
-    """The key under which a task's programs are kept, ``None`` without a code digest
+    """The key under which a task's programs are stored, ``None`` without a code digest
     (programs of code jaxtune cannot tell apart are never reused)."""
     if not code:
         return None
@@ -153,23 +153,23 @@ def task_key(*, kernel: str, key: str, code: str, timing: str, args: Any) -> str
 
 
 @dataclasses.dataclass
-class KeptPrograms:
+class ProgramStore:
     """One task's lowered programs on disk, one file per config."""
 
     folder: pathlib.Path
-    #: Whether the kept programs matched a fresh lowering (``None``: not checked yet).
+    #: Whether the stored programs matched a fresh lowering (``None``: not checked yet).
     trusted: bool | None = None
     #: Whether ``jax.export`` serialises this kernel (``False`` once it failed where a
     #: direct lowering did not).
     exportable: bool = True
 
     @classmethod
-    def for_task(cls, key: str | None) -> KeptPrograms | None:
+    def for_task(cls, key: str | None) -> ProgramStore | None:
         """The store for the task keyed ``key`` (:func:`task_key`), ``None`` when off."""
         root = own_folder()
         if key is None or root is None or not serialisable():
             return None
-        return cls(root / KEPT_DIR / key)
+        return cls(root / STORE_DIR / key)
 
     def _path(self, cid: str) -> pathlib.Path:
         return self.folder / (
@@ -186,22 +186,22 @@ class KeptPrograms:
     def save(self, cid: str, exported: bytes) -> None:
         """Keeps ``exported`` (config ``cid``'s serialised program); a failure to write
         only costs the next sweep a lowering."""
-        self._write(self._path(cid), _Kept(config=cid, exported=exported))
+        self._write(self._path(cid), _Stored(config=cid, exported=exported))
 
     def failure(self, cid: str) -> str | None:
         """Why config ``cid`` failed deterministically in an earlier sweep under the same
         key (:meth:`remember_failure`), ``None`` when it did not (or the store is not
-        trusted yet: a failure is taken only once a kept program matched a fresh lowering)."""
+        trusted yet: a failure is taken only once a stored program matched a fresh lowering)."""
         if not self.trusted:
             return None
         found = self._read(self._failure_path(cid), cid)
         return found.failed if found is not None else None
 
-    def _read(self, path: pathlib.Path, cid: str) -> _Kept | None:
+    def _read(self, path: pathlib.Path, cid: str) -> _Stored | None:
         """Config ``cid``'s record at ``path``, ``None`` where there is none or it is not
         one of this store's."""
         try:
-            record = typed.decode(_Kept, unpackb(read_bounded(path, limit=_LARGEST)))
+            record = typed.decode(_Stored, unpackb(read_bounded(path, limit=_LARGEST)))
         except (OSError, ValueError):  # UnsafeFileError, DecodeError, MismatchError included
             return None
         return record if record.config == cid else None
@@ -209,10 +209,10 @@ class KeptPrograms:
     def remember_failure(self, cid: str, reason: str) -> bool:
         """Keeps config ``cid``'s failure, where it is one the same program always meets
         (:func:`deterministic`): refused from its traced program, or by Mosaic. Whether it
-        was kept."""
+        was stored."""
         if not deterministic(reason):
             return False
-        return self._write(self._failure_path(cid), _Kept(config=cid, failed=reason))
+        return self._write(self._failure_path(cid), _Stored(config=cid, failed=reason))
 
     def has(self, cid: str) -> bool:
         """Whether a program or a failure of config ``cid`` is kept (not read: cheap)."""
@@ -226,7 +226,7 @@ class KeptPrograms:
     def _failure_path(self, cid: str) -> pathlib.Path:
         return self._path(cid).with_suffix(".failure")
 
-    def _write(self, path: pathlib.Path, record: _Kept) -> bool:
+    def _write(self, path: pathlib.Path, record: _Stored) -> bool:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             atomic_write(path, packb(typed.encode(record)))
