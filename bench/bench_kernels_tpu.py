@@ -43,6 +43,10 @@ wall clock, the variants taking turns over interleaved rounds; the fastest round
 and each ratio comes with its range over the rounds (each round's ratio).
 ``--dry`` runs every part on CPU in TPU interpret mode at tiny shapes (mechanics only, no
 figure), with Tokamax's heuristics config standing in for its shipped one.
+
+On the chip, ``tools/tpu/batch_session.sh kernelsbench:330`` runs it. Run:
+python bench/bench_kernels_tpu.py --json OUT.json [--only nnx,gmm,tokamax,rpa]
+[--packaged DIR] [--exact-budget N] [--dry]
 """
 
 from __future__ import annotations
