@@ -137,12 +137,12 @@ def _worker_devices() -> dict:
     import jax.numpy as jnp
     from distributed_worker import repeated
 
-    from jaxtune._tuning import autotuned as _autotuned
+    from jaxtune._tuning import bound as _bound
     from jaxtune._tuning.sweep.runner import ProcessRunner
 
     # One child per device even past the default cap (one child per core) on CPU.
     count = jax.local_device_count()
-    _autotuned.default_runner = lambda: ProcessRunner(devices=list(range(count)))
+    _bound.default_runner = lambda: ProcessRunner(devices=list(range(count)))
     start = time.perf_counter()
     jax.jit(repeated)(jnp.ones((128, 128))).block_until_ready()
     seconds = time.perf_counter() - start

@@ -543,3 +543,38 @@ def test_each_layer_keeps_its_state_in_one_named_object():
                 declared[part] = f"{name}:{call.lineno}"
     assert offences == []
     assert len(declared) > 30  # the check sees the declarations
+
+
+def _exchanges_left_open(source: str) -> list[int]:
+    """Lines of ``source`` that call an ``exchange(...)`` other than as the argument of
+    ``contextlib.closing(...)``."""
+    tree = ast.parse(source)
+    closed = {
+        id(node.args[0])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func) in ("contextlib.closing", "closing")
+        and node.args
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "exchange"
+        and id(node) not in closed
+    ]
+
+
+def test_every_exchange_with_a_child_is_closed_where_it_is_read():
+    """A child's exchange is a generator that holds the child's lock and leaves the child
+    working until it is read to the end; a reader that stops early must close it at once
+    (the child is then abandoned), not leave it to the garbage collector."""
+    assert _exchanges_left_open("for item in service.exchange(m):\n    pass\n") == [1]
+    assert _exchanges_left_open("with contextlib.closing(s.exchange(m)) as said:\n    pass\n") == []
+    left = {
+        name: lines
+        for name, path in MODULES.items()
+        if (lines := _exchanges_left_open(path.read_text()))
+    }
+    assert not left, left

@@ -144,8 +144,9 @@ def _import_in(child: ChildProcess, refs: list[Module], handlers: list[str]) -> 
             return
         try:
             request = Preload(modules=tuple(refs), handlers=tuple(handlers))
-            for _ in child.exchange(request, Deadline(timeout)):
-                pass  # a preload streams no events; its answer says nothing the caller needs
+            with contextlib.closing(child.exchange(request, Deadline(timeout))) as said:
+                for _ in said:
+                    pass  # a preload streams no events; its answer says nothing the caller needs
         except ChildLost:
             with contextlib.suppress(Exception):
                 POOL.discard(child)

@@ -53,7 +53,7 @@ def new_progress(plan: SweepPlan) -> Progress:
 
 class Measurer(Protocol):
     """What a runner offers :func:`drive`: configs measured and re-timed where the kernel
-    runs (:class:`InProcess` here; the runner's children, :mod:`.runner`)."""
+    runs (:class:`InProcess` here; the runner's children, :mod:`.children`)."""
 
     @property
     def device_time(self) -> bool:
