@@ -251,10 +251,11 @@ class ChildProcess:
         last item).
 
         ``deadline`` starts as the request is sent and is read before each wait; the caller
-        may move it between items. The caller holds :attr:`lock`. A caller that stops
-        before the answer (Ctrl-C, a failing step of its own: this generator raised into or
-        closed) kills the child at once, without a crash log: its answer would never be
-        read, so it does not finish a config nobody waits for.
+        may move it between items. It covers the send: a child that stops reading the
+        request once the deadline has passed is hung. The caller holds :attr:`lock`. A
+        caller that stops before the answer (Ctrl-C, a failing step of its own: this
+        generator raised into or closed) kills the child at once, without a crash log: its
+        answer would never be read, so it does not finish a config nobody waits for.
 
         Raises:
             ChildLost: the child died, closed its pipe, gave no answer in time, or wrote
