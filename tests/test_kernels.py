@@ -15,10 +15,10 @@ import functools
 import importlib
 import inspect
 import json
-import math
 import os
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -35,6 +35,7 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ma
 
 import jaxtune
 from jaxtune import kernels
+from jaxtune._tuning.sweep import intervals
 from jaxtune.kernels import _packaged
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -336,28 +337,35 @@ def test_gmm_is_tuned_on_first_use_on_the_callers_group_sizes(monkeypatch):
     space = tuned.space(lhs, rhs, sizes, interpret=True)
     for config in (space[0], space[-1]):
         _close(tuned(lhs, rhs, sizes, interpret=True, **config), reference, 1e-4)
-    # The configs measured really differ on these sizes, and the stored one is the fastest
-    # of them timed here, side by side on the caller's sizes (interleaved rounds).
+    # The configs measured really differ on these sizes, and the stored one is not shown
+    # slower than any of them, side by side on the caller's sizes (interleaved rounds in
+    # this process). Two of these tilings are 1.1-1.2x apart in interpret mode, and on a
+    # busy machine their per-round times swing past that (XLA's CPU threads meet the other
+    # work), so the bar is the sweep's own: the 99 % interval of the per-round ratios.
     measured = [dict(m.config) for m in entry.measurements if m.ok]
-    truth = _interleaved(
+    rounds = _interleaved(
         [functools.partial(tuned, lhs, rhs, sizes, interpret=True, **c) for c in measured]
     )
-    assert max(truth) / min(truth) >= 1.5, (measured, truth)
-    assert truth[measured.index(dict(choice.config))] <= 1.1 * min(truth), (measured, truth)
+    medians = [statistics.median(r) for r in rounds]
+    assert max(medians) / min(medians) >= 1.5, (measured, medians)
+    stored = rounds[measured.index(dict(choice.config))]
+    for config, times in zip(measured, rounds, strict=True):
+        _, low, _ = intervals.ratio_interval(stored, times, intervals.SLOWER_LEVEL)
+        assert low is not None and low <= 1.1, (choice.config, config, measured, medians)
 
 
-def _interleaved(calls, rounds=9):
-    """Each call's fastest time over ``rounds`` interleaved rounds (one call each a round,
+def _interleaved(calls, rounds=12):
+    """Each call's time in each of ``rounds`` interleaved rounds (one call each a round,
     after a warm-up of each)."""
     for call in calls:
         jax.block_until_ready(call())
-    best = [math.inf] * len(calls)
+    times: list[list[float]] = [[] for _ in calls]
     for _ in range(rounds):
         for i, call in enumerate(calls):
             start = time.perf_counter()
             jax.block_until_ready(call())
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best
+            times[i].append(time.perf_counter() - start)
+    return times
 
 
 @pytest.mark.child
