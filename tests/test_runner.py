@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -396,6 +397,34 @@ def test_a_caller_that_stops_reading_mid_request_stops_the_child_at_once(
     until(lambda: child.proc.poll() is not None, "the child to be killed", within=30)
     assert not child.lock.locked()
     assert not list(log_dir().glob(f"crash-*-{child.proc.pid}.log"))  # nothing went wrong in it
+
+
+def test_a_caller_that_raises_after_the_child_crashed_keeps_the_crash_log(fresh_pool):
+    """The caller's own step fails while the child is already dead (a config aborted it):
+    the child crashed of itself, so its crash log is kept, as it is for a caller that reads
+    on to the crash."""
+    from jaxtune._isolation.frames import RunStarted
+    from jaxtune._isolation.logs import log_dir
+    from jaxtune._isolation.process import Deadline
+
+    runner = _runner.ProcessRunner()
+    space = [{"mode": "ok"}, {"mode": "run_abort"}]
+    task = faulty.options.bound(
+        faulty.options.bind((jnp.ones(64),), {}), space, {"mode": "ok"}
+    ).sweep_task()
+    message = _requests.Measure(todo=space).of(_requests.sweep_request(task))
+    crashing = config_id(space[1])
+    said = runner.exchange(message, deadline=Deadline(600))
+    with pytest.raises(RuntimeError, match="the caller's step failed"), contextlib.closing(said):
+        for item in said:
+            if isinstance(item, RunStarted) and item.cid == crashing:
+                child = runner.held
+                assert child is not None
+                until(lambda c=child: c.proc.poll() is not None, "the child to abort", within=60)
+                raise RuntimeError("the caller's step failed")
+    assert child.proc.returncode == -signal.SIGABRT
+    assert not child.lock.locked()
+    assert list(log_dir().glob(f"crash-*-{child.proc.pid}.log"))  # the crash's log is kept
 
 
 def test_concrete_bf16_arrays_travel_to_the_child():

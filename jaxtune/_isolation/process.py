@@ -255,7 +255,8 @@ class ChildProcess:
         request once the deadline has passed is hung. The caller holds :attr:`lock`. A
         caller that stops before the answer (Ctrl-C, a failing step of its own: this
         generator raised into or closed) kills the child at once, without a crash log: its
-        answer would never be read, so it does not finish a config nobody waits for.
+        answer would never be read, so it does not finish a config nobody waits for. A
+        child already dead by then crashed of itself: its crash log is kept.
 
         Raises:
             ChildLost: the child died, closed its pipe, gave no answer in time, or wrote
@@ -266,7 +267,10 @@ class ChildProcess:
         except ChildLost:
             raise
         except BaseException:  # GeneratorExit too: the caller stopped reading
-            self.abandon()
+            if self.alive():
+                self.abandon()
+            else:  # it died of itself before the caller stopped: a crash, whose log is kept
+                self.kill()
             raise
         yield answer
 
