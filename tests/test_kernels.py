@@ -18,7 +18,6 @@ import json
 import os
 import pathlib
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -346,12 +345,13 @@ def test_gmm_is_tuned_on_first_use_on_the_callers_group_sizes(monkeypatch):
     rounds = _interleaved(
         [functools.partial(tuned, lhs, rhs, sizes, interpret=True, **c) for c in measured]
     )
-    medians = [statistics.median(r) for r in rounds]
-    assert max(medians) / min(medians) >= 1.5, (measured, medians)
+    # Each tiling's fastest round for how far apart they are: other work only adds time.
+    fastest = [min(r) for r in rounds]
+    assert max(fastest) / min(fastest) >= 1.5, (measured, fastest)
     stored = rounds[measured.index(dict(choice.config))]
     for config, times in zip(measured, rounds, strict=True):
         _, low, _ = intervals.ratio_interval(stored, times, intervals.SLOWER_LEVEL)
-        assert low is not None and low <= 1.1, (choice.config, config, measured, medians)
+        assert low is not None and low <= 1.1, (choice.config, config, measured, fastest)
 
 
 def _interleaved(calls, rounds=12):

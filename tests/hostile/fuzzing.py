@@ -145,8 +145,13 @@ def result_files(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def trace_files(draw: st.DrawFn) -> bytes:
-    if draw(st.integers(0, 9)) == 0:
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
         return draw(st.binary(max_size=300))
+    if kind <= 3:  # one byte changed: often still a trace, so both outcomes are reached
+        data = bytearray(draw(st.sampled_from(TRACES)))
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+        return bytes(data)
     return _mutate(draw, draw(st.sampled_from(TRACES)))
 
 
