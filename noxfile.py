@@ -1,4 +1,5 @@
-"""Developer sessions: `nox -l` lists them, `nox -s tests` runs the suite on two toolchains.
+"""Developer sessions: `nox -l` lists them, `nox -s tests` runs README's
+test command on two toolchains, `nox -s rest` the rest of the suite.
 
 The supported Pythons come from pyproject's classifiers. The oldest toolchain is the oldest
 Python with the oldest supported JAX; the newest is the newest Python with the newest JAX
@@ -130,9 +131,24 @@ TOOLCHAINS = [
 ]
 
 
-def _suite(session: nox.Session, jax: str | None, args: list[str]) -> tuple[list[str], list[int]]:
-    """Installs what the suite needs on the toolchain of ``jax``; returns the `tests`
-    session's pytest command, with the caller's pytest ``args``, and its success codes."""
+#: What README's `nox -s tests` runs on each toolchain, and what `nox -s rest` (CI) runs
+#: there: together, the whole suite on both. The `once` tests (whole-program runs,
+#: multi-process robustness: tests/conftest.py's ONCE) and, on the oldest toolchain, the
+#: other `child` tests are left to `rest`, so README's command stays under 15 minutes on a
+#: quiet 2-core machine (docs/development.md, "Tiers"). ``None``: the whole suite.
+PARTS: dict[str, dict[str, str | None]] = {
+    "tests": {"oldest": "not child", "newest": "not once"},
+    "rest": {"oldest": "child", "newest": "once"},
+    "all": {"oldest": None, "newest": None},
+}
+
+
+def _suite(
+    session: nox.Session, jax: str | None, args: list[str], part: str
+) -> tuple[list[str], list[int]]:
+    """Installs what the suite needs on the toolchain of ``jax``; returns the pytest command
+    of ``part`` (:data:`PARTS`) on it, with the caller's pytest ``args``, and its success
+    codes."""
     # `remote`: the shared-store tests run against a local S3 server (moto, test group).
     _install(session, "test", jax=jax, extras="plots,remote,retune")
     # Third-party kernel libraries for tests/conformance/: best effort per toolchain.
@@ -142,11 +158,10 @@ def _suite(session: nox.Session, jax: str | None, args: list[str]) -> tuple[list
         "-c",
         "import sys, jax; print('python', sys.version.split()[0], 'jax', jax.__version__)",
     )
-    # The `once` tests (whole-program runs, multi-process robustness: tests/conftest.py's
-    # ONCE) on the newest toolchain only; CI runs them on the oldest too (`oldest_once`).
     # A `-m` of the caller's comes later and wins.
-    only = ["-m", "not once"] if jax == OLDEST_JAX else []
-    # Tests named by the caller may all be `once` tests: none left to run there is no failure.
+    marks = PARTS[part]["oldest" if jax == OLDEST_JAX else "newest"]
+    only = ["-m", marks] if marks else []
+    # Tests named by the caller may all be outside this part: none left to run is no failure.
     codes = [0, 5] if only and args else [0]
     _compile_checkout(session)
     return ["pytest", "-n", "2", "--dist", "worksteal", *only, *args], codes
@@ -155,12 +170,23 @@ def _suite(session: nox.Session, jax: str | None, args: list[str]) -> tuple[list
 @nox.session
 @nox.parametrize(("python", "jax"), TOOLCHAINS)
 def tests(session: nox.Session, jax: str | None) -> None:
-    """The suite (slow and child tests included, tests/conformance/ with the kernel
-    libraries of the `conformance` group that install) in two pytest workers (most tests
-    wait on child processes): all of it on the newest toolchain, all but the `once` tests
-    on the oldest (`oldest_once` runs those; CI runs both); `nox -s tests -- -m "not
-    child"` runs the fast tier, `-- -n 0` one worker (docs/development.md)."""
-    command, codes = _suite(session, jax, session.posargs)
+    """README's test command: in two pytest workers (most tests wait on child processes),
+    the suite but its `once` tests on the newest toolchain (slow and child tests included,
+    tests/conformance/ with the kernel libraries of the `conformance` group that install),
+    and the fast tier (no child process) on the oldest; `nox -s rest` runs the rest (CI
+    runs both). `nox -s tests -- -m "not child"` runs the fast tier on both, `-- -n 0` one
+    worker (docs/development.md)."""
+    command, codes = _suite(session, jax, session.posargs, "tests")
+    session.run(*command, success_codes=codes)
+
+
+@nox.session
+@nox.parametrize(("python", "jax"), TOOLCHAINS)
+def rest(session: nox.Session, jax: str | None) -> None:
+    """What `nox -s tests` leaves out: the `once` tests on the newest toolchain, the `child`
+    tests (the `once` ones among them) on the oldest. CI runs it after `tests`, so both
+    toolchains run the whole suite."""
+    command, codes = _suite(session, jax, session.posargs, "rest")
     session.run(*command, success_codes=codes)
 
 
@@ -211,14 +237,14 @@ def _junit_summary(xml: pathlib.Path) -> str:
 @nox.session
 @nox.parametrize(("python", "jax"), TOOLCHAINS)
 def stress(session: nox.Session, jax: str | None) -> None:
-    """The `tests` session's pytest command three times in a row (`-- --runs N`, or
+    """The whole suite (`tests` and `rest` together) three times in a row (`-- --runs N`, or
     JAXTUNE_STRESS_RUNS=N), with two busy processes pinned to the first two cores the
     whole time (the 2-core machine's both); every run goes on after a failed one, and each
     run's time and result are printed at the end. Other arguments go to pytest (`--
     tests/test_prestart.py`). Run it before closing any issue that touches processes or
     timing (docs/development.md)."""
     runs, args = _stress_args(session.posargs)
-    command, codes = _suite(session, jax, args)
+    command, codes = _suite(session, jax, args, "all")
     cpus = sorted(os.sched_getaffinity(0))
     busy = [
         subprocess.Popen([sys.executable, "-c", BUSY, str(cpus[i % len(cpus)])]) for i in range(2)
@@ -251,17 +277,6 @@ def stress(session: nox.Session, jax: str | None) -> None:
     failed = sum(not passed for passed, _ in results)
     if failed:
         session.error(f"{failed} of {runs} runs failed beside two busy processes")
-
-
-@nox.session(python=_python_or_name(PYTHONS[0]))
-def oldest_once(session: nox.Session) -> None:
-    """The `once` tests (whole-program runs and multi-process robustness tests that do not
-    depend on JAX's version; tests/conftest.py's ONCE) on the oldest toolchain, which `nox
-    -s tests` leaves to the newest; CI runs both."""
-    _install(session, "test", jax=OLDEST_JAX, extras="plots,remote,retune")
-    _install_optional(session, "conformance")
-    _compile_checkout(session)
-    session.run("pytest", "-n", "2", "--dist", "worksteal", "-m", "once", *session.posargs)
 
 
 @nox.session(python=_python_or_name(PYTHONS[0]))

@@ -70,8 +70,8 @@ def _isolated_environment(
 CHILD_FIXTURES = frozenset({"cli", "py"})
 
 
-#: The `once` tests (pyproject's markers): README's `nox -s tests` runs them on the newest
-#: toolchain only, CI on both (`nox -s oldest_once`). Whole-program runs, and tests of
+#: The `once` tests (pyproject's markers): README's `nox -s tests` leaves them out, `nox -s
+#: rest` (CI) runs them on both toolchains. Whole-program runs, and tests of
 #: what processes, files and signals do to jaxtune, whose outcome JAX's version does not
 #: change (the JAX-facing parts they pass through are tested on both toolchains elsewhere).
 #: Keys: a test file, or a file and a test function.
