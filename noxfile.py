@@ -1,5 +1,5 @@
 """Developer sessions: `nox -l` lists them, `nox -s tests` runs README's
-test command on two toolchains, `nox -s rest` the rest of the suite.
+test command, `nox -s rest` the rest of the suite on both toolchains.
 
 The supported Pythons come from pyproject's classifiers. The oldest toolchain is the oldest
 Python with the oldest supported JAX; the newest is the newest Python with the newest JAX
@@ -131,14 +131,14 @@ TOOLCHAINS = [
 ]
 
 
-#: What README's `nox -s tests` runs on each toolchain, and what `nox -s rest` (CI) runs
-#: there: together, the whole suite on both. The `once` tests (whole-program runs,
-#: multi-process robustness: tests/conftest.py's ONCE) and, on the oldest toolchain, the
-#: other `child` tests are left to `rest`, so README's command stays under 15 minutes on a
-#: quiet 2-core machine (docs/development.md, "Tiers"). ``None``: the whole suite.
+#: What README's `nox -s tests` runs (the newest toolchain only), and what `nox -s rest`
+#: (CI) runs on each toolchain: together, the whole suite on both. The `once` tests
+#: (whole-program runs, multi-process jobs and robustness: tests/conftest.py's ONCE) and the
+#: oldest toolchain's run are left to `rest`, so README's command stays under 15 minutes on
+#: a quiet 2-core machine (docs/development.md, "Test tiers"). ``None``: the whole suite.
 PARTS: dict[str, dict[str, str | None]] = {
-    "tests": {"oldest": "not child", "newest": "not once"},
-    "rest": {"oldest": "child", "newest": "once"},
+    "tests": {"newest": "not once"},
+    "rest": {"oldest": None, "newest": "once"},
     "all": {"oldest": None, "newest": None},
 }
 
@@ -168,14 +168,14 @@ def _suite(
 
 
 @nox.session
-@nox.parametrize(("python", "jax"), TOOLCHAINS)
+@nox.parametrize(("python", "jax"), TOOLCHAINS[1:])
 def tests(session: nox.Session, jax: str | None) -> None:
-    """README's test command: in two pytest workers (most tests wait on child processes),
-    the suite but its `once` tests on the newest toolchain (slow and child tests included,
-    tests/conformance/ with the kernel libraries of the `conformance` group that install),
-    and the fast tier (no child process) on the oldest; `nox -s rest` runs the rest (CI
-    runs both). `nox -s tests -- -m "not child"` runs the fast tier on both, `-- -n 0` one
-    worker (docs/development.md)."""
+    """README's test command: on the newest toolchain, in two pytest workers (most tests
+    wait on child processes), the suite but its `once` tests (slow and child tests
+    included, tests/conformance/ with the kernel libraries of the `conformance` group that
+    install); `nox -s rest` runs the rest, the whole suite on the oldest among it (CI runs
+    both). `nox -s tests -- -m "not child"` runs the fast tier, `-- -n 0` one worker
+    (docs/development.md)."""
     command, codes = _suite(session, jax, session.posargs, "tests")
     session.run(*command, success_codes=codes)
 
@@ -183,9 +183,8 @@ def tests(session: nox.Session, jax: str | None) -> None:
 @nox.session
 @nox.parametrize(("python", "jax"), TOOLCHAINS)
 def rest(session: nox.Session, jax: str | None) -> None:
-    """What `nox -s tests` leaves out: the `once` tests on the newest toolchain, the `child`
-    tests (the `once` ones among them) on the oldest. CI runs it after `tests`, so both
-    toolchains run the whole suite."""
+    """What `nox -s tests` leaves out: the `once` tests on the newest toolchain, the whole
+    suite on the oldest. CI runs it after `tests`, so both toolchains run the whole suite."""
     command, codes = _suite(session, jax, session.posargs, "rest")
     session.run(*command, success_codes=codes)
 

@@ -71,9 +71,9 @@ CHILD_FIXTURES = frozenset({"cli", "py"})
 
 
 #: The `once` tests (pyproject's markers): README's `nox -s tests` leaves them out, `nox -s
-#: rest` (CI) runs them on both toolchains. Whole-program runs, and tests of
-#: what processes, files and signals do to jaxtune, whose outcome JAX's version does not
-#: change (the JAX-facing parts they pass through are tested on both toolchains elsewhere).
+#: rest` (CI) runs them on both toolchains. Whole-program runs (docs pages, examples, a
+#: model, a tool end to end), multi-process jobs, and tests of what processes, files and
+#: signals do to jaxtune: the long ones, kept out of README's 15 minutes.
 #: Keys: a test file, or a file and a test function.
 ONCE: dict[str, str] = {
     "tests/test_docs_run.py::test_page_runs_as_shown": "every docs page, run as shown",
@@ -101,6 +101,14 @@ ONCE: dict[str, str] = {
     "tests/hostile/test_hostile_cache.py": "cache writers killed mid-write",
     "tests/hostile/test_hostile_children.py": "crashing and orphaned children",
     "tests/hostile/test_hostile_fuzz.py": "fuzzed cache, result and trace files",
+    "tests/test_mosaic_work.py::test_a_mutated_body_never_crashes_the_reading_process": (
+        "fuzzed Mosaic kernel bodies"
+    ),
+    "tests/test_distributed.py": "jax.distributed jobs of several processes, leaders killed",
+    "tests/test_canary_environment.py": "every flow run as a program, its variables traced",
+    "tests/test_build_kernels_cache.py::test_dry_run_exports_a_table_that_a_registered_packaged_cache_answers": (
+        "tools/build_kernels_cache.py run end to end"
+    ),
 }
 
 
