@@ -351,6 +351,16 @@ def test_a_child_that_moved_on_to_another_task_is_sent_the_arguments_again(monke
     assert sent[-2:] == [False, True]
 
 
+def _measure_ok_then(mode):
+    """The space ``ok`` then ``mode`` of the faulty kernel, its sweep task, and the request
+    that measures both."""
+    space = [{"mode": "ok"}, {"mode": mode}]
+    task = faulty.options.bound(
+        faulty.options.bind((jnp.ones(64),), {}), space, {"mode": "ok"}
+    ).sweep_task()
+    return space, task, _requests.Measure(todo=space).of(_requests.sweep_request(task))
+
+
 @pytest.mark.parametrize("stop", ["closed", "raised"])
 def test_a_caller_that_stops_reading_mid_request_stops_the_child_at_once(
     stop, fresh_pool, monkeypatch
@@ -364,11 +374,7 @@ def test_a_caller_that_stops_reading_mid_request_stops_the_child_at_once(
     from jaxtune._tuning.sweep import drive as _drive
 
     runner = _runner.ProcessRunner()
-    space = [{"mode": "ok"}, {"mode": "hang"}]
-    task = faulty.options.bound(
-        faulty.options.bind((jnp.ones(64),), {}), space, {"mode": "ok"}
-    ).sweep_task()
-    message = _requests.Measure(todo=space).of(_requests.sweep_request(task))
+    space, task, message = _measure_ok_then("hang")
 
     def at_the_hang(event):
         return isinstance(event, CompileStarted) and event.cid == config_id(space[1])
@@ -408,11 +414,7 @@ def test_a_caller_that_raises_after_the_child_crashed_keeps_the_crash_log(fresh_
     from jaxtune._isolation.process import Deadline
 
     runner = _runner.ProcessRunner()
-    space = [{"mode": "ok"}, {"mode": "run_abort"}]
-    task = faulty.options.bound(
-        faulty.options.bind((jnp.ones(64),), {}), space, {"mode": "ok"}
-    ).sweep_task()
-    message = _requests.Measure(todo=space).of(_requests.sweep_request(task))
+    space, _, message = _measure_ok_then("run_abort")
     crashing = config_id(space[1])
     said = runner.exchange(message, deadline=Deadline(600))
     with pytest.raises(RuntimeError, match="the caller's step failed"), contextlib.closing(said):
