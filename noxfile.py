@@ -173,8 +173,8 @@ def tests(session: nox.Session, jax: str | None) -> None:
     """README's test command: on the newest toolchain, in two pytest workers (most tests
     wait on child processes), the suite but its `once` tests (slow and child tests
     included, tests/conformance/ with the kernel libraries of the `conformance` group that
-    install); `nox -s rest` runs the rest, the whole suite on the oldest among it (CI runs
-    both). `nox -s tests -- -m "not child"` runs the fast tier, `-- -n 0` one worker
+    install); `nox -s rest` runs the `once` tests, and the whole suite on the oldest
+    toolchain (CI runs both). `nox -s tests -- -m "not child"` runs the fast tier, `-- -n 0` one worker
     (docs/development.md)."""
     command, codes = _suite(session, jax, session.posargs, "tests")
     session.run(*command, success_codes=codes)
