@@ -158,13 +158,32 @@ def _suite(
         "-c",
         "import sys, jax; print('python', sys.version.split()[0], 'jax', jax.__version__)",
     )
-    # A `-m` of the caller's comes later and wins.
+    # A `-m` of the caller's narrows the part (pytest keeps only the last `-m` it is given).
     marks = PARTS[part]["oldest" if jax == OLDEST_JAX else "newest"]
-    only = ["-m", marks] if marks else []
-    # Tests named by the caller may all be outside this part: none left to run is no failure.
-    codes = [0, 5] if only and args else [0]
+    theirs, args = _marks_of(args)
+    if marks and theirs:
+        marks = f"({marks}) and ({theirs})"
+    only = ["-m", marks or theirs] if marks or theirs else []
+    # In `rest`, the tests the caller names or marks may all be outside the newest's part
+    # (the oldest runs them): none left to run there is no failure. `tests` has no other
+    # toolchain: there it is one.
+    codes = [0, 5] if part == "rest" and marks and (args or theirs) else [0]
     _compile_checkout(session)
     return ["pytest", "-n", "2", "--dist", "worksteal", *only, *args], codes
+
+
+def _marks_of(args: list[str]) -> tuple[str | None, list[str]]:
+    """The caller's pytest marker expression (``-m EXPR`` or ``-mEXPR``; the last one, as
+    pytest takes it), and the other arguments."""
+    theirs, rest, it = None, [], iter(args)
+    for arg in it:
+        if arg == "-m":
+            theirs = next(it, None)
+        elif arg.startswith("-m") and not arg.startswith("--"):
+            theirs = arg[2:].removeprefix("=")
+        else:
+            rest.append(arg)
+    return theirs, rest
 
 
 @nox.session
