@@ -15,6 +15,7 @@ import functools
 import importlib
 import inspect
 import json
+import math
 import os
 import pathlib
 import re
@@ -35,7 +36,7 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ma
 import jaxtune
 from jaxtune import kernels
 from jaxtune._tuning.sweep import intervals
-from jaxtune.kernels import _packaged
+from jaxtune.kernels import _flash, _packaged
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: Small shapes (each interpret-mode call costs a second or two on 2 cores).
@@ -179,6 +180,44 @@ def test_flash_is_tuned_on_first_use_in_tune_mode_and_computes_what_jax_does(
         space = tuned.space(q, k, v, causal=True)
         for config in (space[0], space[len(space) // 2], space[-1]):
             _close(tuned(q, k, v, causal=True, **config), reference)
+
+
+@pytest.mark.child
+@pytest.mark.slow
+def test_a_call_at_another_scale_takes_the_blocks_tuned_at_the_usual_one(monkeypatch, fast_timing):
+    """The packaged table is tuned at ``sm_scale = 1 / sqrt(head_dim)``; a call at JAX's
+    default scale of 1.0 (another key) that nothing is known for takes the blocks known for
+    its shapes at that scale (from the cache, or here a scope holding blocks other than
+    JAX's), and computes JAX's attention at its own scale."""
+    monkeypatch.setenv("JAXTUNE_BUDGET", "2")
+    q, k, v = _flash_args(4)
+    usual = 1.0 / math.sqrt(q.shape[-1])
+    tuned = kernels.autotuned_flash_attention
+    default = tuned.config_for(q, k, v, causal=True).config
+    ran: list[dict] = []
+    jax_flash = _flash.fa.flash_attention
+
+    def spy(*args, block_sizes, **kwargs):
+        ran.append(dataclasses.asdict(block_sizes))
+        return jax_flash(*args, block_sizes=block_sizes, **kwargs)
+
+    with pltpu.force_tpu_interpret_mode():
+        (entry,) = tuned.tune(q, k, v, causal=True, sm_scale=usual).values()
+        monkeypatch.setattr(_flash.fa, "flash_attention", spy)
+        monkeypatch.setenv("JAXTUNE_MODE", "cached")
+        assert tuned.config_for(q, k, v, causal=True).source == "default"  # sm_scale=1.0
+        out = kernels.flash_attention(q, k, v, causal=True)
+        assert ran[-1] == dict(entry.config)  # the cache's entry at the usual scale
+        _close(out, jax_flash(q, k, v, causal=True))  # JAX's scale of 1.0, JAX's result
+        other = next(c for c in tuned.space(q, k, v, causal=True) if c != default)
+        with jaxtune.TuningResult.of(dataclasses.replace(entry, config=other)):
+            kernels.flash_attention(q, k, v, causal=True)
+            assert ran[-1] == other  # the scope's, at the usual scale
+            kernels.flash_attention(q, k, v, causal=False)  # nothing known: JAX's blocks
+            assert ran[-1] == tuned.config_for(q, k, v).config
+        monkeypatch.setenv("JAXTUNE_MODE", "off")  # defaults only, whatever is known
+        kernels.flash_attention(q, k, v, causal=True)
+        assert ran[-1] == default
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ allow it; else the space's first config (its smallest blocks).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,7 @@ import numpy as np
 from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 import jaxtune
+from jaxtune._core import settings as _settings
 
 from ._tiles import blocks, lane_block, sublane_block
 
@@ -241,7 +243,10 @@ def flash_attention(
     Same signature and results as JAX's. With ``block_sizes`` left out (``None``, JAX's
     default too), the blocks come from jaxtune's lookup (the user cache, a packaged cache,
     a tuned nearby shape, in tune mode a sweep), else JAX's default blocks: see
-    :func:`autotuned_flash_attention`. With ``block_sizes`` given, those blocks run as
+    :func:`autotuned_flash_attention`. A call at a ``sm_scale`` nothing is known for (JAX's
+    default of 1.0, say) takes the blocks known for its shapes at ``1 / sqrt(head_dim)``,
+    the packaged table's scale (the scale changes no block's work), as explicit blocks;
+    ``JAXTUNE_MODE=retune`` sweeps its own scale instead. With ``block_sizes`` given, those blocks run as
     given, untuned (explicit config keywords). Every other argument reaches JAX's kernel
     unchanged. On CPU, run it in TPU interpret mode as JAX's
     (``pltpu.force_tpu_interpret_mode()``); jaxtune carries the mode into its sweeps.
@@ -260,7 +265,28 @@ def flash_attention(
     # caller left out, so that the drop-in and the kernel called alike share their entries.
     given = {"ab": ab, "segment_ids": segment_ids}
     arrays = {name: value for name, value in given.items() if value is not None}
-    blocks = {} if block_sizes is None else dataclasses.asdict(block_sizes)
-    return autotuned_flash_attention(
-        q, k, v, causal=causal, sm_scale=sm_scale, debug=debug, **arrays, **blocks
-    )
+    options = {"causal": causal, "debug": debug, **arrays}
+    if block_sizes is None:
+        blocks = _blocks_at_the_usual_scale(q, k, v, sm_scale, options)
+    else:
+        blocks = dataclasses.asdict(block_sizes)
+    return autotuned_flash_attention(q, k, v, sm_scale=sm_scale, **options, **blocks)
+
+
+def _blocks_at_the_usual_scale(
+    q: Any, k: Any, v: Any, sm_scale: float, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The blocks known for these shapes at ``sm_scale = 1 / sqrt(head_dim)`` (the packaged
+    table's scale), for a call at another scale that nothing is known for (JAX's default
+    of 1.0 among them): the scale multiplies the logits and changes no block's work, but it
+    is a static argument, part of the key. ``{}`` (the call's own lookup) where the call's
+    scale is that scale, has a config of its own, nothing is known at that scale either, or
+    the mode is ``retune`` (which sweeps the call's own key)."""
+    usual = 1.0 / math.sqrt(q.shape[-1])
+    if sm_scale == usual or _settings.settings().mode == "retune":
+        return {}
+    kernel = autotuned_flash_attention
+    if kernel.config_for(q, k, v, sm_scale=sm_scale, **options).source != "default":
+        return {}
+    known = kernel.config_for(q, k, v, sm_scale=usual, **options)
+    return {} if known.source == "default" else dict(known.config)
