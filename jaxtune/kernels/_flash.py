@@ -243,11 +243,11 @@ def flash_attention(
     Same signature and results as JAX's. With ``block_sizes`` left out (``None``, JAX's
     default too), the blocks come from jaxtune's lookup (the user cache, a packaged cache,
     a tuned nearby shape, in tune mode a sweep), else JAX's default blocks: see
-    :func:`autotuned_flash_attention`. A call at a ``sm_scale`` nothing is known for (JAX's
-    default of 1.0, say) takes the blocks known for its shapes at ``1 / sqrt(head_dim)``,
-    the packaged table's scale (the scale changes no block's work), as explicit blocks;
-    ``JAXTUNE_MODE=retune`` sweeps its own scale instead. With ``block_sizes`` given, those blocks run as
-    given, untuned (explicit config keywords). Every other argument reaches JAX's kernel
+    :func:`autotuned_flash_attention`. A call at a ``sm_scale`` nothing is known for
+    (JAX's default of 1.0, say) takes the blocks known for its shapes at
+    ``1 / sqrt(head_dim)``, the packaged table's scale (the scale changes no block's work),
+    as explicit blocks; ``JAXTUNE_MODE=retune`` sweeps its own scale instead. With
+    ``block_sizes`` given, those blocks run as given, untuned (explicit config keywords). Every other argument reaches JAX's kernel
     unchanged. On CPU, run it in TPU interpret mode as JAX's
     (``pltpu.force_tpu_interpret_mode()``); jaxtune carries the mode into its sweeps.
 
