@@ -247,8 +247,9 @@ def flash_attention(
     (JAX's default of 1.0, say) takes the blocks known for its shapes at
     ``1 / sqrt(head_dim)``, the packaged table's scale (the scale changes no block's work),
     as explicit blocks; ``JAXTUNE_MODE=retune`` sweeps its own scale instead. With
-    ``block_sizes`` given, those blocks run as given, untuned (explicit config keywords). Every other argument reaches JAX's kernel
-    unchanged. On CPU, run it in TPU interpret mode as JAX's
+    ``block_sizes`` given, those blocks run as given, untuned (explicit config keywords).
+    Every other argument reaches JAX's kernel unchanged. On CPU, run it in TPU interpret
+    mode as JAX's
     (``pltpu.force_tpu_interpret_mode()``); jaxtune carries the mode into its sweeps.
 
     Examples:
