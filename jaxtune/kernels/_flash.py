@@ -38,6 +38,7 @@ from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 import jaxtune
 from jaxtune._core import settings as _settings
+from jaxtune._tuning.eager import EagerCalls
 
 from ._tiles import blocks, lane_block, sublane_block
 
@@ -266,11 +267,32 @@ def flash_attention(
     # caller left out, so that the drop-in and the kernel called alike share their entries.
     given = {"ab": ab, "segment_ids": segment_ids}
     arrays = {name: value for name, value in given.items() if value is not None}
-    options = {"causal": causal, "debug": debug, **arrays}
-    if block_sizes is None:
-        blocks = _blocks_at_the_usual_scale(q, k, v, sm_scale, options)
-    else:
+    options = {"causal": causal, "sm_scale": sm_scale, "debug": debug}
+    if block_sizes is not None:
         blocks = dataclasses.asdict(block_sizes)
+        return autotuned_flash_attention(q, k, v, **arrays, **options, **blocks)
+    # Through the kernel's kind of eager jit: the lookups below run when it traces (once per
+    # shapes, static values and cache state), not on every eager call.
+    return _EAGER.call(q, k, v, **arrays, **options)
+
+
+def _looked_up(
+    q: Any,
+    k: Any,
+    v: Any,
+    ab: Any = None,
+    segment_ids: Any = None,
+    *,
+    causal: bool,
+    sm_scale: float,
+    debug: bool,
+) -> jax.Array:
+    """The drop-in's call with the blocks its lookup gives (:func:`_blocks_at_the_usual_scale`
+    first)."""
+    given = {"ab": ab, "segment_ids": segment_ids}
+    options = {"causal": causal, "debug": debug}
+    options |= {name: value for name, value in given.items() if value is not None}
+    blocks = _blocks_at_the_usual_scale(q, k, v, sm_scale, options)
     return autotuned_flash_attention(q, k, v, sm_scale=sm_scale, **options, **blocks)
 
 
@@ -291,3 +313,10 @@ def _blocks_at_the_usual_scale(
         return {}
     known = kernel.config_for(q, k, v, sm_scale=usual, **options)
     return {} if known.source == "default" else dict(known.config)
+
+
+#: The drop-in's eager calls: one jit, renewed as the kernel's own is (a cache, a scope or
+#: a setting that decides the config changed), whose trace does the lookups.
+_EAGER = EagerCalls(
+    autotuned_flash_attention, _looked_up, _looked_up, ("causal", "sm_scale", "debug"), fast=False
+)
