@@ -201,12 +201,14 @@ def test_a_call_at_another_scale_takes_the_blocks_tuned_at_the_usual_one(monkeyp
         ran.append(dataclasses.asdict(block_sizes))
         return jax_flash(*args, block_sizes=block_sizes, **kwargs)
 
+    monkeypatch.setattr(_flash.fa, "flash_attention", spy)
+    monkeypatch.setenv("JAXTUNE_MODE", "cached")
     with pltpu.force_tpu_interpret_mode():
+        kernels.flash_attention(q, k, v, causal=True)  # nothing known yet: JAX's blocks
+        assert ran[-1] == default
         (entry,) = tuned.tune(q, k, v, causal=True, sm_scale=usual).values()
-        monkeypatch.setattr(_flash.fa, "flash_attention", spy)
-        monkeypatch.setenv("JAXTUNE_MODE", "cached")
         assert tuned.config_for(q, k, v, causal=True).source == "default"  # sm_scale=1.0
-        out = kernels.flash_attention(q, k, v, causal=True)
+        out = kernels.flash_attention(q, k, v, causal=True)  # the same call, traced again
         assert ran[-1] == dict(entry.config)  # the cache's entry at the usual scale
         _close(out, jax_flash(q, k, v, causal=True))  # JAX's scale of 1.0, JAX's result
         other = next(c for c in tuned.space(q, k, v, causal=True) if c != default)
