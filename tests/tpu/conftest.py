@@ -75,6 +75,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _tpu_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in _GIVEN.items():
         monkeypatch.setenv(name, value)
+    if DRY:  # the suite's conftest clears JAXTUNE_*; the programs a test starts need it
+        monkeypatch.setenv("JAXTUNE_TPU_DRY", "1")
 
 
 @pytest.fixture

@@ -4,10 +4,12 @@
 # Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), values (batch_values.sh),
 # probe (probe_topology.py), capture (probe_capture.py), sweepcapture
 # (probe_sweep_capture.py), lowerstart (probe_lowering_start.py), pace|ragged|flash|gmm|tier
-# (batch_pace.sh), tier1|tier2|tier3 (batch_tier.sh N: one module of tests/tpu), kernels|
+# (batch_pace.sh), tier1|tier2|tier3 (batch_tier.sh N: one module of tests/tpu), tierdiag
+# (batch_tier.sh diag: the two-jit flash pick against its truth, twice), kernels|
 # kernelsbuild|kernelsbench (batch_kernels.sh: issue 60's packaged
 # cache, then its figures). ragged and kernelsbench need Tokamax's wheels carried in .whl-tok
-# (docs/development.md).
+# (docs/development.md). A part past its limit gets SIGINT first (pytest then prints its
+# summary, failures included), SIGKILL 20 s later.
 set -x
 FINAL=$OUT
 . tools/tpu/env.sh
@@ -27,7 +29,7 @@ for spec in "$@"; do
     capture) script="python3 tools/tpu/probe_capture.py" ;;
     sweepcapture) script="python3 tools/tpu/probe_sweep_capture.py" ;;
     lowerstart) script="python3 tools/tpu/probe_lowering_start.py" ;;
-    tier1|tier2|tier3) script="tools/tpu/batch_tier.sh ${part#tier}" ;;
+    tier1|tier2|tier3|tierdiag) script="tools/tpu/batch_tier.sh ${part#tier}" ;;
     kernels) script="tools/tpu/batch_kernels.sh all" ;;
     kernelsbuild) script="tools/tpu/batch_kernels.sh build" ;;
     kernelsbench) script="tools/tpu/batch_kernels.sh bench" ;;
@@ -35,8 +37,8 @@ for spec in "$@"; do
     esac
     start=$(date +%s)
     case $script in
-    python3*) OUT=$work timeout -k 10 $limit $script > $work/part.log 2>&1 ;;
-    *) OUT=$work timeout -k 10 $limit bash $script > $work/part.log 2>&1 ;;
+    python3*) OUT=$work timeout -s INT -k 20 $limit $script > $work/part.log 2>&1 ;;
+    *) OUT=$work timeout -s INT -k 20 $limit bash $script > $work/part.log 2>&1 ;;
     esac
     echo "part $part rc=$? in $(( $(date +%s) - start )) s"
     tail -25 $work/part.log

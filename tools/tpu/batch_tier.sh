@@ -2,16 +2,20 @@
 # truth twice (what test_1_programs checks), with the entry's decision and times.
 # With an argument N, only tests/tpu/test_N_*.py (each fits one device call), no diagnosis:
 #   bash tools/tpu/batch_session.sh tier1:560      (or tier2, tier3)
+# With "diag", only the diagnosis (about 4 minutes): bash tools/tpu/batch_session.sh tierdiag:300
 . tools/tpu/env.sh
-# TIER_TESTS="file::test ..." runs those, in that order, instead of the whole module.
-if [ -n "$1" ]; then
+# TIER_TESTS="file::test ..." runs those, in that order, instead of the whole module;
+# TIER_K="expression" selects tests by name (pytest's -k).
+if [ -n "$1" ] && [ "$1" != diag ]; then
   ( time python3 -m pytest -p no:xdist -p no:randomly -v -p no:cacheprovider --durations=0 \
-      ${TIER_TESTS:-tests/tpu/test_$1_*.py} -rf ) > $OUT/tpu_tier$1.log 2>&1
+      ${TIER_TESTS:-tests/tpu/test_$1_*.py} ${TIER_K:+-k "$TIER_K"} -rf ) > $OUT/tpu_tier$1.log 2>&1
   tail -30 $OUT/tpu_tier$1.log
   exit 0
 fi
-( time python3 -m pytest -p no:xdist -q -p no:cacheprovider tests/tpu -rf ) > $OUT/tpu_tier.log 2>&1
-tail -8 $OUT/tpu_tier.log
+if [ -z "$1" ]; then
+  ( time python3 -m pytest -p no:xdist -q -p no:cacheprovider tests/tpu -rf ) > $OUT/tpu_tier.log 2>&1
+  tail -8 $OUT/tpu_tier.log
+fi
 for i in 1 2; do
   export JAXTUNE_CACHE_DIR=/tmp/diag$i
   jaxtune tune -- python -m tests.tpu.two_jits > $OUT/diag_tune$i.log 2>&1
