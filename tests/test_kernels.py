@@ -150,6 +150,19 @@ def test_every_flash_config_lowers_for_tpu_forward_and_backward():
 # -- tuning, results and pass-through (TPU interpret mode) ---------------------------------
 
 
+def test_flash_names_the_argument_a_bad_call_gets_wrong():
+    """Not the callback's fault: a q of another rank is the caller's error, named as such
+    (JAX's own says "not enough values to unpack"), as are blocks that are no BlockSizes."""
+    q = jnp.ones((1, 2, SEQ, 128))
+    for call in (kernels.flash_attention, kernels.autotuned_flash_attention):
+        with pytest.raises(jaxtune.SignatureError, match=r"q must be \[batch, heads, length"):
+            call(q[0], q[0], q[0])
+    with pytest.raises(jaxtune.SignatureError, match=r"got k of shape \(2, 256, 128\)"):
+        kernels.flash_attention(q, q[0], q)
+    with pytest.raises(TypeError, match=r"block_sizes must be a .*BlockSizes or None"):
+        kernels.flash_attention(q, q, q, block_sizes="fast")
+
+
 def _flash_args(seed=0):
     keys = jax.random.split(jax.random.key(seed), 3)
     return tuple(jax.random.normal(key, (1, 2, SEQ, 128), jnp.float32) for key in keys)
@@ -184,7 +197,9 @@ def test_flash_is_tuned_on_first_use_in_tune_mode_and_computes_what_jax_does(
 
 @pytest.mark.child
 @pytest.mark.slow
-def test_a_call_at_another_scale_takes_the_blocks_tuned_at_the_usual_one(monkeypatch, fast_timing):
+def test_a_call_at_another_scale_takes_the_blocks_tuned_at_the_usual_one(
+    monkeypatch, fast_timing, capsys
+):
     """The packaged table is tuned at ``sm_scale = 1 / sqrt(head_dim)``; a call at JAX's
     default scale of 1.0 (another key) that nothing is known for takes the blocks known for
     its shapes at that scale (from the cache, or here a scope holding blocks other than
@@ -208,8 +223,14 @@ def test_a_call_at_another_scale_takes_the_blocks_tuned_at_the_usual_one(monkeyp
         assert ran[-1] == default
         (entry,) = tuned.tune(q, k, v, causal=True, sm_scale=usual).values()
         assert tuned.config_for(q, k, v, causal=True).source == "default"  # sm_scale=1.0
+        monkeypatch.setenv("JAXTUNE_VERBOSE", "1")  # which blocks ran, and from where
+        capsys.readouterr()
         out = kernels.flash_attention(q, k, v, causal=True)  # the same call, traced again
         assert ran[-1] == dict(entry.config)  # the cache's entry at the usual scale
+        told = capsys.readouterr().err
+        assert "jaxtune: jaxtune.kernels.flash_attention" in told and "(from explicit)" in told
+        assert f"block_q={entry.config['block_q']}" in told, told
+        monkeypatch.delenv("JAXTUNE_VERBOSE")
         _close(out, jax_flash(q, k, v, causal=True))  # JAX's scale of 1.0, JAX's result
         other = next(c for c in tuned.space(q, k, v, causal=True) if c != default)
         with jaxtune.TuningResult.of(dataclasses.replace(entry, config=other)):
@@ -464,6 +485,9 @@ def test_gmm_and_tgmm_pass_every_other_argument_through_to_jax(monkeypatch):
     assert seen == [(512, 256, 256)]
     with pytest.raises(ValueError, match=r"No tuned tiling found for \(m, k, n\)"):
         kernels.gmm(*args, tiling=lambda m, k, n: None, interpret=True)
+    for bad in ("auto", (128, 128), (128, 0, 128), (128.0, 128, 128)):  # named, not int()'s
+        with pytest.raises(TypeError, match=r"tiling must be None \(tuned\), three positive"):
+            kernels.gmm(*args, tiling=bad, interpret=True)
     # tgmm: the rows are lhs's columns; num_actual_groups and the offset pass through.
     t_args = (lhs.T, rhs[0], sizes)
     t_options = {"group_offset": offset, "num_actual_groups": 2, "interpret": True}

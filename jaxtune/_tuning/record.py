@@ -48,8 +48,8 @@ _PHASES = frozenset(
 #: How often the settle watch looks at the clock.
 _WATCH_S = 0.05
 _LOCK = threading.Lock()
-_SEEN: set[tuple[str, str, str]] = TUNING_STATE.keep(
-    "recorded calls", set, "the (kernel, key, pass) a recording wrote"
+_SEEN: set[tuple[str, str, str, str]] = TUNING_STATE.keep(
+    "recorded calls", set, "the (kernel, key, source, config) lines JAXTUNE_VERBOSE printed"
 )
 _RECORDER: list[Any] = TUNING_STATE.keep(
     "recorder", list, "the recording of a program run by `jaxtune tune --`, once it began"
@@ -249,7 +249,7 @@ def _recorder(settings: _settings.Settings) -> _Recorder | None:
 
 def note(call: BoundCall, choice: Choice) -> None:
     """Called for every config chosen for a call: records it, and reports it once."""
-    kernel, sig = call.kernel, call.sig
+    kernel = call.kernel
     observed = _OBSERVED.get()
     if observed is not None and kernel.kernel_id not in observed:
         observed.append(kernel.kernel_id)
@@ -257,18 +257,27 @@ def note(call: BoundCall, choice: Choice) -> None:
     recorder = _recorder(settings)
     if recorder is not None:
         recorder.record(call, choice)
+    report(call, choice, settings)
+
+
+def report(call: BoundCall, choice: Choice, settings: _settings.Settings | None = None) -> None:
+    """Under ``JAXTUNE_VERBOSE`` >= 1, one line on stderr for each kernel, key and source
+    of a config: what ran and where it came from (``explicit`` for config keywords the
+    caller gave, which are never recorded for a sweep)."""
+    settings = settings or _settings.settings()
     if settings.verbose >= 1 and not _FINDING.get():
         from .._render.configs import text as config_text
 
-        seen = (kernel.kernel_id, sig.key, choice.source)
+        kernel, sig = call.kernel, call.sig
+        told = config_text(choice.config)
+        seen = (kernel.kernel_id, sig.key, choice.source, told)
         with _LOCK:
             if seen in _SEEN:
                 return
             _SEEN.add(seen)
         stale = "" if choice.stale is None else f", stale: {choice.stale.text}"
         print(
-            f"jaxtune: {kernel.kernel_id} {sig.key}: {config_text(choice.config)} "
-            f"(from {choice.source}{stale})",
+            f"jaxtune: {kernel.kernel_id} {sig.key}: {told} (from {choice.source}{stale})",
             file=sys.stderr,
             flush=True,
         )

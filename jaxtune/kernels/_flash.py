@@ -54,7 +54,17 @@ _BACKWARD_K = ("block_k_major_dkv", "block_k_dkv", "block_k_major_dq", "block_k_
 
 
 def _lengths(q: Any, k: Any) -> tuple[int, int, int]:
-    """Batch, query length and key length of a call."""
+    """Batch, query length and key length of a call.
+
+    Raises:
+        SignatureError: ``q`` or ``k`` is not ``[batch, heads, length, head_dim]``.
+    """
+    for name, a in (("q", q), ("k", k)):
+        if len(getattr(a, "shape", ())) != 4:
+            raise jaxtune.SignatureError(
+                f"flash_attention: {name} must be [batch, heads, length, head_dim] (4 "
+                f"dimensions); got {name} of shape {tuple(getattr(a, 'shape', ()))}"
+            )
     return int(q.shape[0]), int(q.shape[2]), int(k.shape[2])
 
 
@@ -269,6 +279,12 @@ def flash_attention(
     arrays = {name: value for name, value in given.items() if value is not None}
     options = {"causal": causal, "sm_scale": sm_scale, "debug": debug}
     if block_sizes is not None:
+        if not isinstance(block_sizes, fa.BlockSizes):
+            raise TypeError(
+                "flash_attention: block_sizes must be a "
+                "jax.experimental.pallas.ops.tpu.flash_attention.BlockSizes or None (tuned); "
+                f"got {block_sizes!r}"
+            )
         blocks = dataclasses.asdict(block_sizes)
         return autotuned_flash_attention(q, k, v, **arrays, **options, **blocks)
     # Through the kernel's kind of eager jit: the lookups below run when it traces (once per

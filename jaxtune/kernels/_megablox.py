@@ -28,7 +28,7 @@ random integers (which would leave most rows in no group).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -362,6 +362,18 @@ def _explicit(tiling: Tiling, m: int, k: int, n: int) -> dict[str, int]:
         if found is None:  # JAX's own message
             raise ValueError(f"No tuned tiling found for (m, k, n) = ({m}, {k}, {n})")
         tiling = found
+    if (
+        isinstance(tiling, str | bytes)
+        or not isinstance(tiling, Sequence)
+        or len(tiling) != 3
+        or not all(
+            isinstance(t, int | np.integer) and not isinstance(t, bool) and t > 0 for t in tiling
+        )
+    ):
+        raise TypeError(
+            "tiling must be None (tuned), three positive ints (tm, tk, tn), or a function of "
+            f"(m, k, n) that returns them; got {tiling!r}"
+        )
     return dict(zip(_NAMES, (int(t) for t in tiling), strict=True))
 
 
