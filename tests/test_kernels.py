@@ -227,9 +227,11 @@ def test_a_call_at_another_scale_takes_the_blocks_tuned_at_the_usual_one(
         capsys.readouterr()
         out = kernels.flash_attention(q, k, v, causal=True)  # the same call, traced again
         assert ran[-1] == dict(entry.config)  # the cache's entry at the usual scale
-        told = capsys.readouterr().err
-        assert "jaxtune: jaxtune.kernels.flash_attention" in told and "(from explicit)" in told
+        (told,) = [line for line in capsys.readouterr().err.splitlines() if "jaxtune:" in line]
+        # The call's own key (scale 1.0), the blocks, and where they came from: not "explicit".
+        assert told.startswith("jaxtune: jaxtune.kernels.flash_attention ") and "sm_scale=1.0" in told
         assert f"block_q={entry.config['block_q']}" in told, told
+        assert told.endswith(f"(from cache, tuned at sm_scale={usual:.6g})"), told
         monkeypatch.delenv("JAXTUNE_VERBOSE")
         _close(out, jax_flash(q, k, v, causal=True))  # JAX's scale of 1.0, JAX's result
         other = next(c for c in tuned.space(q, k, v, causal=True) if c != default)

@@ -488,7 +488,9 @@ def main(argv: list[str] | None = None) -> int:
         short = [
             {k: r.get(k) for k in ("shape", "key", "config", "speedup", "error")} for r in rows
         ]
-        build.write_text(json.dumps({"runs": runs, "last_shapes": short}, indent=2, default=str))
+        build.write_text(
+            json.dumps({"runs": runs, "last_shapes": short}, indent=2, default=str) + "\n"
+        )
     else:
         print("nothing tuned: nothing exported", flush=True)
     summary["wall_s"] = time.perf_counter() - begin

@@ -254,7 +254,7 @@ class Autotuned(Generic[P, R]):
         if explicit is None:
             return self._traced(args, kwargs)
         call, rest, choice = self._explicit_call(args, kwargs, explicit)
-        _record.report(call, choice)
+        _record.report(call.kernel.kernel_id, call.sig.key, choice)
         with jax.named_scope(call.mark(choice)):
             return self.__wrapped__(*args, **rest, **choice.config)
 
@@ -343,7 +343,7 @@ class Autotuned(Generic[P, R]):
             # wraps() gives jit the kernel's signature, to place static arguments.
             @functools.wraps(fn)
             def marked(*args: Any, **kwargs: Any) -> R:
-                _record.report(call, choice)  # as it traces: JAXTUNE_VERBOSE's line
+                _record.report(call.kernel.kernel_id, call.sig.key, choice)  # as it traces
                 with jax.named_scope(marker):
                     return fn(*args, **kwargs, **config)
 

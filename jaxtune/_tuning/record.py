@@ -70,20 +70,25 @@ def observing_calls() -> Iterator[list[str]]:
         _OBSERVED.reset(token)
 
 
-_FINDING: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "jaxtune_finding_kernels", default=False
+_UNREPORTED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "jaxtune_unreported", default=False
 )
 
 
 @contextlib.contextmanager
-def finding_kernels() -> Iterator[None]:
-    """A trace only to find the kernels (``jaxtune.tune``): the configs it traces with
-    are not the ones the program will run, so ``JAXTUNE_VERBOSE`` does not report them."""
-    token = _FINDING.set(True)
+def unreported() -> Iterator[None]:
+    """Configs chosen inside are not reported by ``JAXTUNE_VERBOSE``: in a trace only to
+    find the kernels (``jaxtune.tune``), whose configs are not the ones the program will
+    run, and in a call whose caller reports where its config came from (:func:`report`)."""
+    token = _UNREPORTED.set(True)
     try:
         yield
     finally:
-        _FINDING.reset(token)
+        _UNREPORTED.reset(token)
+
+
+#: A trace only to find the kernels (``jaxtune.tune``).
+finding_kernels = unreported
 
 
 def _write(fd: int, frame: Frame) -> None:
@@ -257,27 +262,33 @@ def note(call: BoundCall, choice: Choice) -> None:
     recorder = _recorder(settings)
     if recorder is not None:
         recorder.record(call, choice)
-    report(call, choice, settings)
+    report(kernel.kernel_id, call.sig.key, choice, settings)
 
 
-def report(call: BoundCall, choice: Choice, settings: _settings.Settings | None = None) -> None:
-    """Under ``JAXTUNE_VERBOSE`` >= 1, one line on stderr for each kernel, key and source
-    of a config: what ran and where it came from (``explicit`` for config keywords the
-    caller gave, which are never recorded for a sweep)."""
+def report(
+    kernel_id: str,
+    key: str,
+    choice: Choice,
+    settings: _settings.Settings | None = None,
+    *,
+    via: str = "",
+) -> None:
+    """Under ``JAXTUNE_VERBOSE`` >= 1, one line on stderr for each kernel, key, source and
+    config: what ran and where it came from (``explicit``: config keywords the caller gave,
+    which are never recorded for a sweep; ``via`` adds to the source)."""
     settings = settings or _settings.settings()
-    if settings.verbose >= 1 and not _FINDING.get():
+    if settings.verbose >= 1 and not _UNREPORTED.get():
         from .._render.configs import text as config_text
 
-        kernel, sig = call.kernel, call.sig
         told = config_text(choice.config)
-        seen = (kernel.kernel_id, sig.key, choice.source, told)
+        seen = (kernel_id, key, choice.source, told)
         with _LOCK:
             if seen in _SEEN:
                 return
             _SEEN.add(seen)
         stale = "" if choice.stale is None else f", stale: {choice.stale.text}"
         print(
-            f"jaxtune: {kernel.kernel_id} {sig.key}: {told} (from {choice.source}{stale})",
+            f"jaxtune: {kernel_id} {key}: {told} (from {choice.source}{stale}{via})",
             file=sys.stderr,
             flush=True,
         )

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._core.codec import packb, storable, unpackb
-from .._core.errors import ConfigSpaceError, SignatureError, describe
+from .._core.errors import ArgumentsError, ConfigSpaceError, describe
 from .._core.vocabulary import Config, config_id
 
 __all__ = ["ConfigSpec"]
@@ -195,13 +195,13 @@ class ConfigSpec:
         Raises:
             ConfigSpaceError: the space is empty after pruning, or malformed, or a callable
                 space or ``prune`` raised (chained).
-            SignatureError: a callback rejected the call's arguments (raised as it is).
+            ArgumentsError: a callback rejected the call's arguments (raised as it is).
         """
         at = f"for arguments {call or '(these)'}"
         if self._callable is not None:
             try:
                 built = list(self._callable(*args, **kwargs))
-            except SignatureError:  # the call's arguments, not the callback, are wrong
+            except ArgumentsError:  # the call's arguments, not the callback, are wrong
                 raise
             except Exception as e:
                 must = "return an iterable of config dicts for any arguments the kernel takes"
@@ -237,7 +237,7 @@ class ConfigSpec:
             return True
         try:
             return bool(self.prune(config, *args, **kwargs))
-        except SignatureError:
+        except ArgumentsError:
             raise
         except Exception as e:
             at = f"for config {config_id(config)} and arguments {call or '(these)'}"
@@ -256,7 +256,7 @@ class ConfigSpec:
 
         Raises:
             ConfigSpaceError: the default is malformed, or a callable default raised.
-            SignatureError: a callable default rejected the call's arguments.
+            ArgumentsError: a callable default rejected the call's arguments.
         """
         if self.default is None:
             return dict(space[0])
@@ -264,7 +264,7 @@ class ConfigSpec:
             at = f"for arguments {call or '(these)'}"
             try:
                 value = dict(self.default(*args, **kwargs))
-            except SignatureError:  # the call's arguments, not the callback, are wrong
+            except ArgumentsError:  # the call's arguments, not the callback, are wrong
                 raise
             except Exception as e:
                 must = "return a config dict for any arguments the kernel takes"

@@ -38,6 +38,9 @@ from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 import jaxtune
 from jaxtune._core import settings as _settings
+from jaxtune._core.errors import ArgumentsError
+from jaxtune._core.vocabulary import Choice
+from jaxtune._tuning import record as _record
 from jaxtune._tuning.eager import EagerCalls
 
 from ._tiles import blocks, lane_block, sublane_block
@@ -57,11 +60,12 @@ def _lengths(q: Any, k: Any) -> tuple[int, int, int]:
     """Batch, query length and key length of a call.
 
     Raises:
-        SignatureError: ``q`` or ``k`` is not ``[batch, heads, length, head_dim]``.
+        ArgumentsError: ``q`` or ``k`` is not ``[batch, heads, length, head_dim]`` (a
+            :class:`jaxtune.SignatureError`).
     """
     for name, a in (("q", q), ("k", k)):
         if len(getattr(a, "shape", ())) != 4:
-            raise jaxtune.SignatureError(
+            raise ArgumentsError(
                 f"flash_attention: {name} must be [batch, heads, length, head_dim] (4 "
                 f"dimensions); got {name} of shape {tuple(getattr(a, 'shape', ()))}"
             )
@@ -304,31 +308,42 @@ def _looked_up(
     debug: bool,
 ) -> jax.Array:
     """The drop-in's call with the blocks its lookup gives (:func:`_blocks_at_the_usual_scale`
-    first)."""
+    first). ``JAXTUNE_VERBOSE`` names where blocks taken at the usual scale came from, and
+    that scale, on the call's own key."""
     given = {"ab": ab, "segment_ids": segment_ids}
     options = {"causal": causal, "debug": debug}
     options |= {name: value for name, value in given.items() if value is not None}
-    blocks = _blocks_at_the_usual_scale(q, k, v, sm_scale, options)
-    return autotuned_flash_attention(q, k, v, sm_scale=sm_scale, **options, **blocks)
+    found = _blocks_at_the_usual_scale(q, k, v, sm_scale, options)
+    if found is None:
+        return autotuned_flash_attention(q, k, v, sm_scale=sm_scale, **options)
+    key, known = found
+    usual = 1.0 / math.sqrt(q.shape[-1])
+    _record.report(
+        autotuned_flash_attention.kernel_id, key, known, via=f", tuned at sm_scale={usual:.6g}"
+    )
+    with _record.unreported():  # not "explicit": the line above says where they came from
+        return autotuned_flash_attention(q, k, v, sm_scale=sm_scale, **options, **known.config)
 
 
 def _blocks_at_the_usual_scale(
     q: Any, k: Any, v: Any, sm_scale: float, options: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The blocks known for these shapes at ``sm_scale = 1 / sqrt(head_dim)`` (the packaged
-    table's scale), for a call at another scale that nothing is known for (JAX's default
-    of 1.0 among them): the scale multiplies the logits and changes no block's work, but it
-    is a static argument, part of the key. ``{}`` (the call's own lookup) where the call's
-    scale is that scale, has a config of its own, nothing is known at that scale either, or
-    the mode is ``retune`` (which sweeps the call's own key)."""
+) -> tuple[str, Choice] | None:
+    """The call's key and the lookup of the blocks known for these shapes at ``sm_scale = 1
+    / sqrt(head_dim)`` (the packaged table's scale), for a call at another scale that
+    nothing is known for (JAX's default of 1.0 among them): the scale multiplies the logits
+    and changes no block's work, but it is a static argument, part of the key. ``None``
+    (the call's own lookup) where the call's scale is that scale, has a config of its own,
+    nothing is known at that scale either, or the mode is ``retune`` (which sweeps the
+    call's own key)."""
     usual = 1.0 / math.sqrt(q.shape[-1])
     if sm_scale == usual or _settings.settings().mode == "retune":
-        return {}
+        return None
     kernel = autotuned_flash_attention
-    if kernel.config_for(q, k, v, sm_scale=sm_scale, **options).source != "default":
-        return {}
+    own = kernel.config_for(q, k, v, sm_scale=sm_scale, **options)
+    if own.source != "default":
+        return None
     known = kernel.config_for(q, k, v, sm_scale=usual, **options)
-    return {} if known.source == "default" else dict(known.config)
+    return None if known.source == "default" else (own.key, known)
 
 
 #: The drop-in's eager calls: one jit, renewed as the kernel's own is (a cache, a scope or
