@@ -49,7 +49,7 @@ _PHASES = frozenset(
 _WATCH_S = 0.05
 _LOCK = threading.Lock()
 _SEEN: set[tuple[str, str, str, str]] = TUNING_STATE.keep(
-    "recorded calls", set, "the (kernel, key, source, config) lines JAXTUNE_VERBOSE printed"
+    "verbose lines", set, "the (kernel, key, source, config) lines JAXTUNE_VERBOSE printed"
 )
 _RECORDER: list[Any] = TUNING_STATE.keep(
     "recorder", list, "the recording of a program run by `jaxtune tune --`, once it began"
