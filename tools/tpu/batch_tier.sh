@@ -2,7 +2,8 @@
 # truth twice (what test_1_programs checks), with the entry's decision and times.
 # With an argument N, only tests/tpu/test_N_*.py (each fits one device call), no diagnosis:
 #   bash tools/tpu/batch_session.sh tier1:560      (or tier2, tier3)
-# With "diag", only the diagnosis (about 4 minutes): bash tools/tpu/batch_session.sh tierdiag:300
+# With "diag", only the diagnosis (two tunes of the program and two truths; not timed yet):
+#   bash tools/tpu/batch_session.sh tierdiag:500
 . tools/tpu/env.sh
 # TIER_TESTS="file::test ..." runs those, in that order, instead of the whole module;
 # TIER_K="expression" selects tests by name (pytest's -k).
