@@ -65,12 +65,6 @@ class SignatureError(JaxtuneError, TypeError):
     """The arguments of a call cannot be turned into a tuning key."""
 
 
-class ArgumentsError(SignatureError):
-    """A kernel's own callback found the call's arguments wrong for the kernel (a rank it
-    cannot take): raised by ``jaxtune.kernels``' callbacks, and passed on to the caller as
-    it is, where any other exception of a callback is a :class:`ConfigSpaceError`."""
-
-
 class CacheError(JaxtuneError):
     """A cache file cannot be used (for example it was written by a newer jaxtune)."""
 

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._core.codec import packb, storable, unpackb
-from .._core.errors import ArgumentsError, ConfigSpaceError, describe
+from .._core.errors import ConfigSpaceError, SignatureError, describe
 from .._core.vocabulary import Config, config_id
 
-__all__ = ["ConfigSpec"]
+__all__ = ["ArgumentsError", "ConfigSpec"]
 
 
 _STORABLE = (
@@ -65,6 +65,13 @@ def _check_value(name: str, value: Any, where: str, checked: set[Any]) -> None:
             f"in the cache; config values must be {_STORABLE} (ints within 64 bits). {fix}"
         )
     checked.add(seen)
+
+
+class ArgumentsError(SignatureError):
+    """A kernel's own callback found the call's arguments wrong for the kernel (a rank it
+    cannot take): raised by ``jaxtune.kernels``' callbacks, and passed on to the caller as
+    it is, where any other exception of a callback is a :class:`ConfigSpaceError`. From a
+    child it comes back as the :class:`SignatureError` it is."""
 
 
 _MSG_CALLBACK = (

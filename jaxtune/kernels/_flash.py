@@ -38,10 +38,10 @@ from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
 import jaxtune
 from jaxtune._core import settings as _settings
-from jaxtune._core.errors import ArgumentsError
 from jaxtune._core.vocabulary import Choice
 from jaxtune._tuning import record as _record
 from jaxtune._tuning.eager import EagerCalls
+from jaxtune._tuning.space import ArgumentsError
 
 from ._tiles import blocks, lane_block, sublane_block
 
