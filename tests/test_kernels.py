@@ -229,7 +229,9 @@ def test_a_call_at_another_scale_takes_the_blocks_tuned_at_the_usual_one(
         assert ran[-1] == dict(entry.config)  # the cache's entry at the usual scale
         (told,) = [line for line in capsys.readouterr().err.splitlines() if "jaxtune:" in line]
         # The call's own key (scale 1.0), the blocks, and where they came from: not "explicit".
-        assert told.startswith("jaxtune: jaxtune.kernels.flash_attention ") and "sm_scale=1.0" in told
+        assert (
+            told.startswith("jaxtune: jaxtune.kernels.flash_attention ") and "sm_scale=1.0" in told
+        )
         assert f"block_q={entry.config['block_q']}" in told, told
         assert told.endswith(f"(from cache, tuned at sm_scale={usual:.6g})"), told
         monkeypatch.delenv("JAXTUNE_VERBOSE")
@@ -490,6 +492,14 @@ def test_gmm_and_tgmm_pass_every_other_argument_through_to_jax(monkeypatch):
     for bad in ("auto", (128, 128), (128, 0, 128), (128.0, 128, 128)):  # named, not int()'s
         with pytest.raises(TypeError, match=r"tiling must be None \(tuned\), three positive"):
             kernels.gmm(*args, tiling=bad, interpret=True)
+    # Arrays of another rank: JAX's own message (a ValueError, as JAX's), not a callback's
+    # IndexError, from the drop-ins and the kernels behind them alike.
+    lhs_, rhs_, sizes_ = args
+    for call in (kernels.gmm, kernels.autotuned_gmm):
+        with pytest.raises(ValueError, match=r"Expected 3-tensor for 'rhs' but got 2-tensor"):
+            call(lhs_, rhs_[0], sizes_, interpret=True)
+    with pytest.raises(jaxtune.SignatureError, match=r"Expected 2-tensor for 'lhs' but got 3"):
+        kernels.tgmm(lhs_[None], rhs_[0], sizes_, interpret=True)
     # tgmm: the rows are lhs's columns; num_actual_groups and the offset pass through.
     t_args = (lhs.T, rhs[0], sizes)
     t_options = {"group_offset": offset, "num_actual_groups": 2, "interpret": True}

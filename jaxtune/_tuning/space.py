@@ -67,11 +67,12 @@ def _check_value(name: str, value: Any, where: str, checked: set[Any]) -> None:
     checked.add(seen)
 
 
-class ArgumentsError(SignatureError):
+class ArgumentsError(SignatureError, ValueError):
     """A kernel's own callback found the call's arguments wrong for the kernel (a rank it
     cannot take): raised by ``jaxtune.kernels``' callbacks, and passed on to the caller as
-    it is, where any other exception of a callback is a :class:`ConfigSpaceError`. From a
-    child it comes back as the :class:`SignatureError` it is."""
+    it is, where any other exception of a callback is a :class:`ConfigSpaceError`. A
+    ``ValueError`` too, as JAX's kernels raise for the same arguments; from a child it
+    comes back as the :class:`SignatureError` it is."""
 
 
 _MSG_CALLBACK = (

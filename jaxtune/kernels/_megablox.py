@@ -37,6 +37,7 @@ import numpy as np
 from jax.experimental.pallas.ops.tpu import megablox
 
 import jaxtune
+from jaxtune._tuning.space import ArgumentsError
 
 from ._tiles import VMEM, blocks, lane_block, sublane_block
 
@@ -71,13 +72,25 @@ def _bytes(a: Any) -> int:
     return int(np.dtype(a.dtype).itemsize)
 
 
+def _ranks(**arrays: tuple[Any, int]) -> None:
+    """Raises JAX's kernels' own message (``Expected 2-tensor for 'lhs' but got
+    3-tensor.``) as an :class:`~jaxtune._tuning.space.ArgumentsError` for an array of
+    another rank, before a callback reads its dimensions."""
+    for name, (a, rank) in arrays.items():
+        got = len(getattr(a, "shape", ()))
+        if got != rank:
+            raise ArgumentsError(f"Expected {rank}-tensor for '{name}' but got {got}-tensor.")
+
+
 def _gmm_dims(lhs: Any, rhs: Any, transpose_rhs: bool) -> tuple[int, int, int]:
     """``(m, k, n)`` of a ``gmm`` call, as JAX's kernel reads them."""
+    _ranks(lhs=(lhs, 2), rhs=(rhs, 3))
     return int(lhs.shape[0]), int(lhs.shape[1]), int(rhs.shape[1 if transpose_rhs else 2])
 
 
 def _tgmm_dims(lhs: Any, rhs: Any) -> tuple[int, int, int]:
     """``(m, k, n)`` of a ``tgmm`` call (lhs ``[k, m]``, rhs ``[m, n]``)."""
+    _ranks(lhs=(lhs, 2), rhs=(rhs, 2))
     return int(lhs.shape[1]), int(lhs.shape[0]), int(rhs.shape[1])
 
 
