@@ -313,11 +313,11 @@ def _looked_up(
     given = {"ab": ab, "segment_ids": segment_ids}
     options = {"causal": causal, "debug": debug}
     options |= {name: value for name, value in given.items() if value is not None}
-    found = _blocks_at_the_usual_scale(q, k, v, sm_scale, options)
+    usual = 1.0 / math.sqrt(q.shape[-1])
+    found = _blocks_at_the_usual_scale(q, k, v, sm_scale, usual, options)
     if found is None:
         return autotuned_flash_attention(q, k, v, sm_scale=sm_scale, **options)
     key, known = found
-    usual = 1.0 / math.sqrt(q.shape[-1])
     _record.report(
         autotuned_flash_attention.kernel_id, key, known, via=f", tuned at sm_scale={usual:.6g}"
     )
@@ -326,16 +326,15 @@ def _looked_up(
 
 
 def _blocks_at_the_usual_scale(
-    q: Any, k: Any, v: Any, sm_scale: float, options: Mapping[str, Any]
+    q: Any, k: Any, v: Any, sm_scale: float, usual: float, options: Mapping[str, Any]
 ) -> tuple[str, Choice] | None:
-    """The call's key and the lookup of the blocks known for these shapes at ``sm_scale = 1
-    / sqrt(head_dim)`` (the packaged table's scale), for a call at another scale that
+    """The call's key and the lookup of the blocks known for these shapes at ``usual`` (``1
+    / sqrt(head_dim)``, the packaged table's scale), for a call at another scale that
     nothing is known for (JAX's default of 1.0 among them): the scale multiplies the logits
     and changes no block's work, but it is a static argument, part of the key. ``None``
     (the call's own lookup) where the call's scale is that scale, has a config of its own,
     nothing is known at that scale either, or the mode is ``retune`` (which sweeps the
     call's own key)."""
-    usual = 1.0 / math.sqrt(q.shape[-1])
     if sm_scale == usual or _settings.settings().mode == "retune":
         return None
     kernel = autotuned_flash_attention
