@@ -49,7 +49,7 @@ from ..._isolation.frames import FunctionRef
 from ..._isolation.framing import FrameReader
 from ..._isolation.wire import encode_value
 from .program_store import ProgramStore
-from .refusals import vmem_capacity
+from .refusals import scoped_vmem
 from .work import SweepPlan, SweepTask
 
 __all__ = ["AUTO_MIN_SECONDS", "LoweringJob", "LoweringPool", "Told", "topology_name"]
@@ -87,7 +87,8 @@ class LoweringJob:
     #: itself.
     topology: str | None
     platform: str
-    #: Whether to check each traced program against Mosaic's rules, with the chip's VMEM.
+    #: Whether to check each traced program against Mosaic's rules, with the VMEM a kernel
+    #: may use on the chip (:func:`~.refusals.scoped_vmem`).
     refuse: bool
     vmem: int | None
     #: Each config's id and knobs.
@@ -298,5 +299,5 @@ def _request(
         topology=topology,
         platform=platform,
         refuse=refuse,
-        vmem=vmem_capacity() if refuse else None,
+        vmem=scoped_vmem() if refuse else None,
     )

@@ -12,10 +12,16 @@ compiles is never dropped.
   dimension is a plain block size (``Blocked``), of a numeric dtype, in the default or
   VMEM memory space; any other block is left to the lowering.
 - **VMEM.** The blocks in VMEM, one buffer each (Mosaic keeps two of a block that moves
-  over the grid: one is a lower bound), and the kernel's VMEM scratch, against the
-  kernel's ``vmem_limit_bytes`` when it sets one, else the chip's whole VMEM (JAX's
-  ``pltpu.get_tpu_info()``): the default scoped limit is lower, and a flag may raise it,
-  so it is not used. Tiles' padding is not counted either.
+  over the grid: one is a lower bound), the kernel's VMEM scratch, and the largest VMEM
+  allocation of one ``run_scoped`` in its body (kernels that copy by hand keep their
+  buffers there), against the kernel's ``vmem_limit_bytes`` when it sets one, else the
+  scoped VMEM Mosaic gives a kernel by default (:func:`scoped_vmem`: 16 MiB on a TPU v5e,
+  32 MiB on a v6e, or what ``--xla_tpu_scoped_vmem_limit_kib`` in ``LIBTPU_INIT_ARGS`` or
+  ``XLA_FLAGS`` sets), else the chip's whole VMEM (JAX's ``pltpu.get_tpu_info()``). Tiles'
+  padding and Mosaic's own scratch are not counted. On the chip, Tokamax's ragged dot spent
+  up to 20 s compiling each config Mosaic then refused on scoped VMEM
+  (``CompileTimeScopedVmemOom``); this rule refuses 41 of the 46 such configs of its
+  540-config space and none of the 329 that compiled (``tests/test_refusals.py``).
 - **DMA slices.** A kernel that copies by hand (``dma_start`` and ``dma_wait``, as
   ``pltpu.make_async_copy`` and ``sync_copy`` bind them) slices its refs without block
   specs. Mosaic lays out an array in HBM in tiles of 128 lanes along its last dimension
@@ -35,17 +41,20 @@ Used only where the sweep compiles for a TPU and not in interpret mode.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["checker", "checker_for", "refusal", "vmem_capacity"]
+__all__ = ["checker", "checker_for", "refusal", "scoped_vmem", "vmem_capacity"]
 
 
 def refusal(jaxpr: Any, *, vmem_bytes: int | None) -> str | None:
     """Why Mosaic would refuse the program of closed or open ``jaxpr``, or ``None``
-    (``vmem_bytes``: the chip's VMEM, ``None`` where unknown: no VMEM rule)."""
+    (``vmem_bytes``: the VMEM a kernel that sets no limit of its own may use,
+    :func:`scoped_vmem`; ``None`` where unknown: no VMEM rule)."""
     for eqn in _pallas_calls(getattr(jaxpr, "jaxpr", jaxpr)):
         if eqn.params.get("interpret"):  # run by JAX's interpreter: Mosaic never sees it
             continue
@@ -68,7 +77,7 @@ def refusal(jaxpr: Any, *, vmem_bytes: int | None) -> str | None:
         unaligned = _unaligned_dma(eqn)
         if unaligned is not None:
             return f"refused before compiling: kernel {name}'s {unaligned}"
-        vmem += _scratch_bytes(eqn, mapping)
+        vmem += _scratch_bytes(eqn, mapping) + _run_scoped_bytes(eqn)
         limit = getattr(eqn.params.get("compiler_params"), "vmem_limit_bytes", None)
         limit = limit or vmem_bytes
         if limit and vmem > limit:
@@ -87,12 +96,13 @@ def checker() -> Callable[[Any], str | None] | None:
 
     if jax.default_backend() != "tpu":
         return None
-    return checker_for(vmem_capacity())
+    return checker_for(scoped_vmem())
 
 
 def checker_for(vmem: int | None) -> Callable[[Any], str | None]:
-    """The check of a traced program for a TPU chip with ``vmem`` bytes of VMEM (``None``:
-    no VMEM rule), wherever it runs (a process lowering for the chip's topology)."""
+    """The check of a traced program for a TPU chip whose kernels may use ``vmem`` bytes of
+    VMEM unless they set a limit (:func:`scoped_vmem`; ``None``: no VMEM rule), wherever it
+    runs (a process lowering for the chip's topology)."""
 
     def check(jaxpr: Any) -> str | None:
         try:
@@ -111,6 +121,40 @@ def vmem_capacity() -> int | None:
         return int(pltpu.get_tpu_info().vmem_capacity_bytes)
     except Exception:  # not a TPU, or a JAX without the table: no VMEM rule
         return None
+
+
+#: The scoped VMEM Mosaic gives a kernel that sets no ``vmem_limit_bytes``, by device kind.
+_SCOPED_VMEM = {"TPU v5 lite": 16 << 20, "TPU v6 lite": 32 << 20}
+#: The libtpu flag that sets the scoped VMEM, in KiB.
+_SCOPED_FLAG = re.compile(r"--xla_tpu_scoped_vmem_limit_kib=(\S*)")
+
+
+def scoped_vmem(kind: str | None = None, environ: Mapping[str, str] | None = None) -> int | None:
+    """The VMEM in bytes a kernel that sets no ``vmem_limit_bytes`` may use on this
+    process's TPU chip (``kind``: a device kind instead): what
+    ``--xla_tpu_scoped_vmem_limit_kib`` in ``LIBTPU_INIT_ARGS`` or ``XLA_FLAGS`` sets, else
+    the chip's default (:data:`_SCOPED_VMEM`), else its whole VMEM
+    (:func:`vmem_capacity`); ``None`` off a TPU. A flag this cannot read counts as no
+    scoped limit."""
+    environ = os.environ if environ is None else environ
+    capacity = vmem_capacity()
+    if kind is None:
+        if capacity is None:
+            return None
+        import jax
+
+        kind = jax.devices()[0].device_kind
+    found = _SCOPED_FLAG.findall(" ".join(environ.get(k, "") for k in _FLAG_VARIABLES))
+    if found:
+        try:
+            return max(int(v) for v in found) << 10
+        except ValueError:  # a flag value this does not read: no scoped limit assumed
+            return capacity
+    return _SCOPED_VMEM.get(kind, capacity)
+
+
+#: Where libtpu's flags are read from.
+_FLAG_VARIABLES = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")
 
 
 def _fits_tiles(sizes: tuple[int, ...], array: tuple[int, ...]) -> bool:
@@ -254,6 +298,23 @@ def _scratch_bytes(eqn: Any, mapping: Any) -> int:
         if "vmem" in space and isinstance(dtype, np.dtype):
             total += math.prod(aval.shape) * dtype.itemsize
     return total
+
+
+def _run_scoped_bytes(eqn: Any) -> int:
+    """Bytes of VMEM the largest ``run_scoped`` in ``eqn``'s kernel allocates (only its
+    own allocations: a lower bound whether or not others are live beside it)."""
+    largest = 0
+    for inner in _equations(eqn.params["jaxpr"]):
+        if inner.primitive.name != "run_scoped":
+            continue
+        total = 0
+        for var in inner.params["jaxpr"].invars:
+            aval = var.aval
+            dtype = getattr(aval, "dtype", None)
+            if _space(aval) == "vmem" and isinstance(dtype, np.dtype):
+                total += math.prod(aval.shape) * dtype.itemsize
+        largest = max(largest, total)
+    return largest
 
 
 def _pallas_calls(jaxpr: Any) -> Iterator[Any]:
