@@ -66,9 +66,62 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
         patched.append((owner, name, original))
         setattr(owner, name, noted)
 
+    # A lowering process's steps (its log's lines, lowering_worker.STEP), read as its pool
+    # closes, as seconds from t0.
+    from jaxtune._tuning.sweep.lowering_worker import STEP
+
+    epoch0 = time.time() - (time.perf_counter() - t0)
+    processes: list[dict[str, float]] = []
+    pool_start, pool_close = lowering_pool.LoweringPool.start, lowering_pool.LoweringPool.close
+
+    def start(*args: Any, **kwargs: Any) -> Any:
+        at = time.time() - epoch0
+        pool = pool_start(*args, **kwargs)
+        if pool is not None:
+            pool._timeline_started = at
+        return pool
+
+    def close(pool: Any) -> None:
+        for log in pool._logs:
+            steps = {"started": getattr(pool, "_timeline_started", 0.0)}
+            with contextlib.suppress(OSError, ValueError):
+                log.seek(0)
+                for line in log.read().decode(errors="replace").splitlines():
+                    if line.startswith(STEP):
+                        name, _, at = line[len(STEP) :].strip().rpartition(" ")
+                        steps[name] = round(float(at) - epoch0, 3)
+            processes.append(steps)
+        pool_close(pool)
+
+    for name, replacement in (
+        ("start", classmethod(lambda cls, *a, **k: start(*a, **k))),
+        ("close", close),
+    ):
+        patched.append(
+            (lowering_pool.LoweringPool, name, lowering_pool.LoweringPool.__dict__[name])
+        )
+        setattr(lowering_pool.LoweringPool, name, replacement)
     wrap(lowering_pool.LoweringPool, "wait", "wait")
     wrap(compile_mod.Compiler, "lower", "lower")
     wrap(compile_mod.Compiler, "compile_one", "compile")
+    # Each config's compile: its id, seconds from t0 to its end, how long, and whether it
+    # failed (Mosaic's refusals on scoped VMEM took up to 20 s each).
+    compiles: list[tuple[str, float, float, bool]] = []
+    compile_one = compile_mod.Compiler.compile_one
+
+    def noted_compile(self: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+        from jaxtune._core.vocabulary import config_id
+
+        start = time.perf_counter()
+        failure = compile_one(self, config, *args, **kwargs)
+        end = time.perf_counter()
+        compiles.append(
+            (config_id(config), round(end - t0, 3), round(end - start, 3), failure is not None)
+        )
+        return failure
+
+    patched.append((compile_mod.Compiler, "compile_one", compile_one))
+    compile_mod.Compiler.compile_one = noted_compile
     wrap(measure.Stopwatch, "captured", "captured")
     wrap(measure.Stopwatch, "rounds", "rounds")
     stop = threading.Event()
@@ -88,11 +141,19 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     finally:
         stop.set()
         sampler.join()
-        for owner, name, original in patched:
+        for owner, name, original in reversed(patched):
             setattr(owner, name, original)
         with open(path, "w") as f:
             json.dump(
-                {"cores": cores, "spans": spans, "cpu": cpu, "summary": summary(spans, cpu)}, f
+                {
+                    "cores": cores,
+                    "spans": spans,
+                    "cpu": cpu,
+                    "summary": summary(spans, cpu),
+                    "lowering_processes": processes,
+                    "compiles": compiles,
+                },
+                f,
             )
 
 

@@ -116,7 +116,11 @@ class LoweringPool:
     """Processes lowering a task's configs into its store, and what each one told of each."""
 
     def __init__(
-        self, processes: list[subprocess.Popen[bytes]], logs: list[Any], shares: list[list[str]]
+        self,
+        processes: list[subprocess.Popen[bytes]],
+        logs: list[Any],
+        shares: list[list[str]],
+        jobs: list[bytes],
     ) -> None:
         self._processes = processes
         self._logs = logs
@@ -125,8 +129,8 @@ class LoweringPool:
         self._running = len(processes)
         self._changed = threading.Condition()
         self._readers = [
-            threading.Thread(target=self._read, args=(p,), name="jaxtune-lowering", daemon=True)
-            for p in processes
+            threading.Thread(target=self._read, args=(p, job), name="jaxtune-lowering", daemon=True)
+            for p, job in zip(processes, jobs, strict=True)
         ]
         for reader in self._readers:
             reader.start()
@@ -164,7 +168,7 @@ class LoweringPool:
             # libtpu refuses a second process on a host whose chip is held; a topology is
             # a compile-only view of the chip, which never opens it.
             env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
-        processes, logs, shares = [], [], []
+        processes, logs, shares, jobs = [], [], [], []
         for i in range(count):
             ids = [config_id(c) for c in configs[i::count]]
             share = tuple((cid, dict(c)) for cid, c in zip(ids, configs[i::count], strict=True))
@@ -177,17 +181,19 @@ class LoweringPool:
                 stderr=log,
                 env=env,
             )
-            assert process.stdin is not None
-            job = dataclasses.replace(common, configs=share)
-            with contextlib.suppress(OSError):
-                process.stdin.write(packb(typed.encode(job)))
-                process.stdin.close()
+            jobs.append(packb(typed.encode(dataclasses.replace(common, configs=share))))
             processes.append(process)
             logs.append(log)
-        return cls(processes, logs, shares)
+        return cls(processes, logs, shares, jobs)
 
-    def _read(self, process: subprocess.Popen[bytes]) -> None:
-        assert process.stdout is not None
+    def _read(self, process: subprocess.Popen[bytes], job: bytes) -> None:
+        # The job is written here, not where the processes start: a job past the pipe's
+        # buffer would hold the start of the next process until this one read it, which
+        # it does only once it has imported JAX.
+        assert process.stdin is not None and process.stdout is not None
+        with contextlib.suppress(OSError):
+            process.stdin.write(job)
+            process.stdin.close()
         frames = FrameReader(process.stdout.fileno())
         try:
             while True:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+import time
 from typing import Any
 
 from ..._core import typed
@@ -68,9 +69,20 @@ def _task(job: LoweringJob) -> Any:
     return SweepTask(plan=job.plan, fn=kernel.__wrapped__, signature=sig)
 
 
+def _step(name: str) -> None:
+    """Notes in the process's log (its stderr) when it reached step ``name``, as seconds of
+    the epoch: where a process's start goes (``bench/_timeline.py`` reads them)."""
+    print(f"{STEP} {name} {time.time():.3f}", file=sys.stderr, flush=True)
+
+
+#: How a step's line in a lowering process's log starts.
+STEP = "jaxtune lowering step:"
+
+
 def main() -> int:
     # The answers go out on the stdout the pool reads, as frames of the wire; whatever the
     # kernel's code prints goes to stderr (the pool's log of the process) instead.
+    _step("imported")
     sys.stdout.flush()
     answers = os.dup(1)
     os.dup2(2, 1)
@@ -80,7 +92,9 @@ def main() -> int:
 
     raw = unpackb(sys.stdin.buffer.read())
     job = typed.decode(LoweringJob, raw, within="a lowering process's job")
+    _step("job read")
     _setup(job)
+    _step("topology")
 
     from .check import reason as describe
     from .compile import RefusedError, UnexportedError, config_call, export_program
@@ -89,6 +103,7 @@ def main() -> int:
     from .serve import abstract_inputs
 
     task = _task(job)
+    _step("kernel imported")
     store = ProgramStore(pathlib.Path(job.folder))
     refuse = checker_for(job.vmem) if job.refuse else None
     spec = abstract_inputs(task.signature)
@@ -109,6 +124,8 @@ def main() -> int:
         else:
             store.save(cid, blob)
             tell(cid, "kept")
+        if cid == job.configs[0][0]:
+            _step("first told")
     return 0
 
 
