@@ -347,6 +347,7 @@ CONSTANT_TABLES = {
     "jaxtune._core.entry_schema._KINDS",
     "jaxtune._tuning.staleness._WORDS",
     "jaxtune._tuning.sweep.lowering_pool._TOPOLOGIES",
+    "jaxtune._tuning.sweep.refusals._SCOPED_VMEM",
     "jaxtune._LAZY",
     "jaxtune._cli.cache._ACTIONS",
     "jaxtune._cli.cache_sync.ACTIONS",
