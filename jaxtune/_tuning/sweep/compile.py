@@ -23,7 +23,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -334,26 +334,9 @@ class Compiler:
             self._failed[cid] = too_slow(config, "compiling", seconds, self.task.plan.timeout_s)
             return self._failed[cid]
         calls = self._calls.setdefault(cid, [0, 0])
-        run = Run(
-            cid,
-            compiled,
-            inputs=lambda: self.inputs,
-            raised=self._raised,
-            calls=calls,
-            again=lowered.lowered.compile,
-        )
+        run = Run(cid, compiled, inputs=lambda: self.inputs, raised=self._raised, calls=calls)
         self._runs[cid] = (run, seconds)
         return None
-
-    def release(self, cids: Iterable[str]) -> None:
-        """Lets go of the executables of configs ``cids`` (compiled here): a device timer's
-        capture costs more the more programs the process holds (each loaded program adds
-        to a trace's stop on a TPU v5e), and configs far behind the leaders are not timed
-        again. A released config that runs again is compiled again first (JAX's
-        compilation cache, where on, makes that a load)."""
-        for cid in cids:
-            if cid in self._runs:
-                self._runs[cid][0].release()
 
 
 class Run:
@@ -364,7 +347,7 @@ class Run:
     the config's own failure, told from the timer's by
     :meth:`Compiler.raised`."""
 
-    __slots__ = ("_again", "_calls", "_cid", "_compiled", "_inputs", "_raised")
+    __slots__ = ("_calls", "_cid", "_compiled", "_inputs", "_raised")
 
     def __init__(
         self,
@@ -374,20 +357,9 @@ class Run:
         inputs: Callable[[], Any],
         raised: dict[str, Exception],
         calls: list[int],
-        again: Callable[[], Any] | None = None,
     ) -> None:
         self._cid, self._compiled, self._inputs = cid, compiled, inputs
-        self._raised, self._calls, self._again = raised, calls, again
-
-    @property
-    def held(self) -> bool:
-        """Whether the executable is held (not released)."""
-        return self._compiled is not None
-
-    def release(self) -> None:
-        """Lets go of the executable where it can be compiled again (``again``)."""
-        if self._again is not None:
-            self._compiled = None
+        self._raised, self._calls = raised, calls
 
     def __call__(self) -> Any:
         return self.wait(self.start())
@@ -395,9 +367,6 @@ class Run:
     def start(self) -> Any:
         """Starts one call; its outputs, perhaps not computed yet."""
         self._calls[0] += 1  # a cell, not a lock: this runs inside the timed loops
-        if self._compiled is None:  # released, then asked for again
-            assert self._again is not None
-            self._compiled = self._again()
         try:
             # The inputs are looked up on each call: compiled early, they arrive
             # afterwards (and are made before the first run, outside it).

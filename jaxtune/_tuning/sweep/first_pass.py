@@ -162,10 +162,6 @@ def _visit_screened(
             for cid, got in screened.items()
             if isinstance(got, Failure) or got.min_us > bar
         }
-        # Each program the process holds adds to every capture's stop: those of configs
-        # this far behind go before the captures (one that runs again compiles again).
-        kept = dropping.kept if dropping is not None else frozenset()
-        stopwatch.compiler.release(cid for cid in out if cid not in kept)
     captured = [c for c in configs if config_id(c) not in out]
     if captured:
         out.update(
@@ -187,8 +183,4 @@ def _visit_screened(
             and clearly_slower(got.samples_us, best, options)
         ):
             out[cid] = dataclasses.replace(got, dropped=True)
-    if timer.device_time:
-        stopwatch.compiler.release(
-            cid for cid, got in out.items() if isinstance(got, Timing) and got.dropped
-        )
     return out
