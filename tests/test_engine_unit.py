@@ -851,3 +851,17 @@ def test_a_device_timer_takes_enough_rounds_a_capture_to_pay_for_it():
     stopwatch.serial_rounds = True
     assert stopwatch.ahead() == 1
     assert _sweeper(fakes).stopwatch.ahead() == 1
+
+
+def test_each_configs_program_is_named_by_its_place_in_the_space_whatever_the_order():
+    """JAX's compilation cache keys on the program, its module's name included: a second
+    sweep that lowers the configs in another order (the lowering processes tell of them as
+    they go) still finds each config's compiled program under the same name."""
+    fakes = {k: Fake(ms=1.0) for k in "abcd"}
+    one, two = _sweeper(fakes), _sweeper(fakes)
+    configs = list(one.task.plan.configs)
+    outside = {"k": "z"}  # a default outside the space
+    first = [one.compiler.module(c) for c in [*configs, outside]]
+    second = [two.compiler.module(c) for c in [outside, *configs[::-1]]]
+    assert first == [f"jit_jaxtune_{i}" for i in range(5)]
+    assert second == [first[4], *first[3::-1]]

@@ -108,8 +108,9 @@ class Compiler:
         self.breakdown = breakdown
         self._inputs: tuple[dict[str, Any], ...] | None = None
         self._runs: dict[str, tuple[Run, float]] = {}
-        #: Each config's executable's name (``jit_jaxtune_<n>``), for a device timer's trace.
+        #: Each config's executable's name (:meth:`module`), for a device timer's trace.
         self.modules: dict[str, str] = {}
+        self._places: dict[str, int] | None = None
         #: Each lowered config's program (:func:`program_digest`), where its text shows it.
         self.programs: dict[str, str] = {}
         self._failed: dict[str, Failure] = {}
@@ -151,10 +152,20 @@ class Compiler:
         return self._raised.pop(cid, None)
 
     def module(self, config: Config) -> str:
-        """The HLO module name of ``config``'s executable."""
+        """The HLO module name of ``config``'s executable: ``jit_jaxtune_<n>``, ``n`` its
+        place in the plan's configs (past them for a config outside the space, such as a
+        default), so that two sweeps of one plan name each config's program alike
+        whatever order they lower them in: the name is part of the program JAX's
+        compilation cache keys on."""
         cid = config_id(config)
         if cid not in self.modules:
-            self.modules[cid] = f"jit_jaxtune_{len(self.modules)}"
+            if self._places is None:
+                self._places = {config_id(c): i for i, c in enumerate(self.task.plan.configs)}
+            place = self._places.get(cid)
+            if place is None:
+                place = len(self._places)
+                self._places[cid] = place
+            self.modules[cid] = f"jit_jaxtune_{place}"
         return self.modules[cid]
 
     def count_calls(self) -> None:
