@@ -434,8 +434,8 @@ class LoweringAhead:
     def order(self) -> Iterator[int]:
         """The configs' indices, each once, in the order this thread lowers them: the
         first, which starts the processes; then, while no process has told of a config
-        yet (their start: importing JAX and the kernel, 25-30 s for twelve of them beside
-        Tokamax's ragged_dot on a TPU v5e host, where the compiling threads sat idle), the
+        yet (their start: importing JAX and the kernel, 9 s for twelve of them beside
+        Tokamax's ragged_dot on a TPU v5e host), the
         last config left, which the processes would reach last; after that the earliest
         config a process told of, else the next one, waited for (``lowering_wait`` in the
         breakdown) at most as long as lowering it here took the first, then lowered here.
