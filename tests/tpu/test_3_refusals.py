@@ -1,6 +1,6 @@
 """On the chip: no config the sweep's refusal filter refuses (``_tuning/sweep/refusals.py``)
 compiles, over JAX's megablox grouped matmul tilings (the (8, 128) rule) and tiles past the
-chip's VMEM; the configs Mosaic refuses that the filter let through are printed (what a
+default scoped VMEM and past the chip's VMEM; the configs Mosaic refuses that the filter let through are printed (what a
 less conservative rule could still catch). The DMA slice rule, over a sample of Tokamax's
 ragged dot configs at lhs bf16[8192, 2048]: each config it refuses fails to compile for
 the rule's reason, and none that fails for that reason gets past it."""
@@ -66,6 +66,7 @@ def test_no_refused_config_compiles_on_the_chip():
             missed.append(name)
     print(f"refused before compiling: {refused}; refused by Mosaic only: {missed}")
     assert "gmm_past_vmem" in refused
+    assert "gmm_scoped" in refused  # 48 MiB of blocks, past the v5e's 16 MiB scoped VMEM
     assert any(name.startswith("gmm(") for name in refused)
 
 
