@@ -109,6 +109,18 @@ def test_the_scoped_vmem_is_the_chips_default_unless_a_flag_sets_it():
     assert scoped_vmem() is None  # off a TPU
 
 
+def test_a_flag_the_backend_read_at_its_start_counts_though_unset_since(monkeypatch):
+    from jaxtune._core import settings
+
+    monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.setitem(settings._AT_IMPORT, "XLA_FLAGS", None)
+    monkeypatch.setitem(
+        settings._AT_IMPORT, "LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=65536"
+    )
+    assert scoped_vmem("TPU v5 lite") == 64 * 2**20
+
+
 def _scoped_copy(x, *, buffer_rows):
     def kernel(x_ref, o_ref):
         def body(buf):

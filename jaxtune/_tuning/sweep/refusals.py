@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from ..._core.settings import FLAG_VARIABLES, changed_since_jax_import
+
 __all__ = ["checker", "checker_for", "refusal", "scoped_vmem", "vmem_capacity"]
 
 
@@ -132,7 +134,8 @@ _SCOPED_FLAG = re.compile(r"--xla_tpu_scoped_vmem_limit_kib=(\S*)")
 def scoped_vmem(kind: str | None = None, environ: Mapping[str, str] | None = None) -> int | None:
     """The VMEM in bytes a kernel that sets no ``vmem_limit_bytes`` may use on this
     process's TPU chip (``kind``: a device kind instead): what
-    ``--xla_tpu_scoped_vmem_limit_kib`` in ``LIBTPU_INIT_ARGS`` or ``XLA_FLAGS`` sets, else
+    ``--xla_tpu_scoped_vmem_limit_kib`` in ``LIBTPU_INIT_ARGS`` or ``XLA_FLAGS`` sets (now
+    or when JAX was imported, the larger: the backend reads them at its start), else
     the chip's default (:data:`_SCOPED_VMEM`), else its whole VMEM
     (:func:`vmem_capacity`); ``None`` off a TPU. A flag this cannot read counts as no
     scoped limit."""
@@ -144,17 +147,16 @@ def scoped_vmem(kind: str | None = None, environ: Mapping[str, str] | None = Non
         import jax
 
         kind = jax.devices()[0].device_kind
-    found = _SCOPED_FLAG.findall(" ".join(environ.get(k, "") for k in _FLAG_VARIABLES))
+    texts = [environ.get(k, "") for k in FLAG_VARIABLES]
+    if environ is os.environ:  # the backend read them at its start: a later change too
+        texts += [then or "" for _, then, _ in changed_since_jax_import()]
+    found = _SCOPED_FLAG.findall(" ".join(texts))
     if found:
         try:
             return max(int(v) for v in found) << 10
         except ValueError:  # a flag value this does not read: no scoped limit assumed
             return capacity
     return _SCOPED_VMEM.get(kind, capacity)
-
-
-#: Where libtpu's flags are read from.
-_FLAG_VARIABLES = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")
 
 
 def _fits_tiles(sizes: tuple[int, ...], array: tuple[int, ...]) -> bool:
