@@ -105,7 +105,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     wrap(compile_mod.Compiler, "lower", "lower")
     wrap(compile_mod.Compiler, "compile_one", "compile")
     # Each config's compile: its id, seconds from t0 to its end, how long, and whether it
-    # failed (Mosaic's refusals on scoped VMEM took up to 20 s each).
+    # failed (Mosaic refuses a config on scoped VMEM only after compiling it).
     compiles: list[tuple[str, float, float, bool]] = []
     compile_one = compile_mod.Compiler.compile_one
 

@@ -113,6 +113,44 @@ def test_a_process_is_told_its_configs_as_they_are_and_answers_apart_from_prints
         pool.close()
 
 
+#: A process that takes its time before it reads its job (a lowering process imports JAX
+#: and the kernel's module first), then reads it whole and says nothing.
+SLOW_READER = "import sys, time; time.sleep(2); sys.stdin.buffer.read()"
+
+
+def test_starting_the_processes_never_waits_for_one_to_read_its_job(
+    processes, tmp_path, monkeypatch
+):
+    """Each job is written apart from the start: a job past the pipe's buffer (a space of
+    thousands of configs) does not hold the next process's start until this one has read
+    it. A process that ends unread leaves nothing open."""
+    import subprocess
+    import sys
+    import time
+
+    from jaxtune._tuning.sweep import lowering_pool
+
+    real = subprocess.Popen
+    monkeypatch.setattr(
+        lowering_pool.subprocess,
+        "Popen",
+        lambda args, **kw: real([sys.executable, "-c", SLOW_READER], **kw),
+    )
+    x = jnp.linspace(0.0, 1.0, 256)
+    space = [{"block": 8, "pad": "x" * 400, "i": i} for i in range(2000)]  # ~1 MB of job
+    call = lk.chatty.options.bound(lk.chatty.options.bind((x,), {}), lk.PAIRS, lk.PAIRS[0])
+    store = program_store.ProgramStore(tmp_path / "kept")
+    start = time.perf_counter()
+    pool = _compile.LoweringPool.start(call.sweep_task(), store, space, refuse=False, first_s=1.0)
+    took = time.perf_counter() - start
+    assert pool is not None
+    try:
+        assert took < 1.5, f"starting two processes took {took:.1f} s"
+        assert pool.wait(config_id(space[0]), 60) == "ended"
+    finally:
+        pool.close()
+
+
 def test_auto_starts_no_process_off_a_tpu(store_on, fast_timing):
     traced, outcome = _sweep(lk.sines)
     assert traced == [c["n"] for c in lk.SPACE]

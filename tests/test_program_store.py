@@ -148,3 +148,19 @@ def test_a_kept_record_is_typed_and_read_only_when_it_is_the_stores_own(tmp_path
     assert store.remember_failure("a=1", "Mosaic failed: scoped vmem exceeded")
     assert store.failure("a=1") == "Mosaic failed: scoped vmem exceeded"
     assert not store.remember_failure("a=1", "out of host memory")
+
+
+def test_the_backends_flags_are_part_of_the_key_only_where_set(monkeypatch):
+    """A kept failure (Mosaic out of scoped VMEM, a refusal by the filter's VMEM rule)
+    holds for the flags it was found under: a flag that raises the limit makes a new store;
+    with no flag set, the key is what it always was."""
+    from jaxtune._tuning.sweep.program_store import task_key
+
+    key = dict(kernel="k", key="x", code="c", timing="forward", args=(jnp.ones(2),))
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+    plain = task_key(**key)
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=65536")
+    raised = task_key(**key)
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "")
+    assert plain != raised and task_key(**key) == plain

@@ -111,6 +111,7 @@ class Compiler:
         #: Each config's executable's name (:meth:`module`), for a device timer's trace.
         self.modules: dict[str, str] = {}
         self._places: dict[str, int] | None = None
+        self._outside = 0  # configs outside the space named so far
         #: Each lowered config's program (:func:`program_digest`), where its text shows it.
         self.programs: dict[str, str] = {}
         self._failed: dict[str, Failure] = {}
@@ -159,12 +160,13 @@ class Compiler:
         compilation cache keys on."""
         cid = config_id(config)
         if cid not in self.modules:
+            space = self.task.plan.configs
             if self._places is None:
-                self._places = {config_id(c): i for i, c in enumerate(self.task.plan.configs)}
+                self._places = {config_id(c): i for i, c in enumerate(space)}
             place = self._places.get(cid)
-            if place is None:
-                place = len(self._places)
-                self._places[cid] = place
+            if place is None:  # a config outside the space: past all of its places
+                place = self._places[cid] = len(space) + self._outside
+                self._outside += 1
             self.modules[cid] = f"jit_jaxtune_{place}"
         return self.modules[cid]
 

@@ -168,22 +168,39 @@ class LoweringPool:
             # libtpu refuses a second process on a host whose chip is held; a topology is
             # a compile-only view of the chip, which never opens it.
             env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
-        processes, logs, shares, jobs = [], [], [], []
+        shares, jobs = [], []
         for i in range(count):
             ids = [config_id(c) for c in configs[i::count]]
             share = tuple((cid, dict(c)) for cid, c in zip(ids, configs[i::count], strict=True))
             shares.append(ids)
-            log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
-            process = subprocess.Popen(
-                [sys.executable, "-m", "jaxtune._tuning.sweep.lowering_worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-            )
-            jobs.append(packb(typed.encode(dataclasses.replace(common, configs=share))))
-            processes.append(process)
-            logs.append(log)
+            try:
+                jobs.append(packb(typed.encode(dataclasses.replace(common, configs=share))))
+            except Exception:  # a config that cannot travel: lowered here, no process started
+                return None
+        processes: list[subprocess.Popen[bytes]] = []
+        logs: list[Any] = []
+        try:
+            for _ in jobs:
+                logs.append(tempfile.TemporaryFile())  # noqa: SIM115 - closed by close()
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "jaxtune._tuning.sweep.lowering_worker"],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=logs[-1],
+                        env=env,
+                    )
+                )
+        except OSError:  # no process (or file) to be had: the sweep lowers everything
+            for process in processes:
+                process.kill()
+                process.wait()
+                for pipe in (process.stdin, process.stdout):
+                    if pipe is not None:
+                        pipe.close()
+            for log in logs:
+                log.close()
+            return None
         return cls(processes, logs, shares, jobs)
 
     def _read(self, process: subprocess.Popen[bytes], job: bytes) -> None:
@@ -191,9 +208,13 @@ class LoweringPool:
         # buffer would hold the start of the next process until this one read it, which
         # it does only once it has imported JAX.
         assert process.stdin is not None and process.stdout is not None
-        with contextlib.suppress(OSError):
+        try:
             process.stdin.write(job)
-            process.stdin.close()
+        except OSError:  # it ended before reading its job: it tells nothing
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
         frames = FrameReader(process.stdout.fileno())
         try:
             while True:
@@ -256,8 +277,10 @@ class LoweringPool:
         for reader in self._readers:
             reader.join(timeout=10)
         for process in self._processes:
-            if process.stdout is not None:
-                process.stdout.close()
+            for pipe in (process.stdin, process.stdout):  # stdin: a reader that never ran
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
         for log in self._logs:
             log.close()
 

@@ -35,6 +35,7 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import pathlib
 import re
 from typing import Any, ClassVar
@@ -44,6 +45,7 @@ import msgpack
 
 from ..._core import typed
 from ..._core.codec import atomic_write, packb, read_bounded, unpackb
+from ..._core.settings import FLAG_VARIABLES
 from ..state import TUNING_STATE
 from .compile_cache import own_folder
 
@@ -147,6 +149,12 @@ def task_key(*, kernel: str, key: str, code: str, timing: str, args: Any) -> str
         [[name, str(getattr(jax.config, name, None))] for name in _TRACING_OPTIONS],
         _installed(),
     ]
+    # The backend's flags decide some compiles' failures, which are kept (scoped VMEM:
+    # Mosaic's own refusals and the refusal filter's rule). Only where set, so that the
+    # folders kept without them keep their names.
+    flags = [[var, os.environ[var]] for var in FLAG_VARIABLES if os.environ.get(var)]
+    if flags:
+        parts.append(flags)
     # A digest's input, not a record: plain msgpack (tuples as lists), as it has always
     # been, so that the folders of programs kept so far keep their names.
     return hashlib.blake2b(msgpack.packb(parts), digest_size=16).hexdigest()

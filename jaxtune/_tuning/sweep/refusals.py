@@ -17,11 +17,12 @@ compiles is never dropped.
   buffers there), against the kernel's ``vmem_limit_bytes`` when it sets one, else the
   scoped VMEM Mosaic gives a kernel by default (:func:`scoped_vmem`: 16 MiB on a TPU v5e,
   32 MiB on a v6e, or what ``--xla_tpu_scoped_vmem_limit_kib`` in ``LIBTPU_INIT_ARGS`` or
-  ``XLA_FLAGS`` sets), else the chip's whole VMEM (JAX's ``pltpu.get_tpu_info()``). Tiles'
-  padding and Mosaic's own scratch are not counted. On the chip, Tokamax's ragged dot spent
-  up to 20 s compiling each config Mosaic then refused on scoped VMEM
-  (``CompileTimeScopedVmemOom``); this rule refuses 41 of the 46 such configs of its
-  540-config space and none of the 329 that compiled (``tests/test_refusals.py``).
+  ``XLA_FLAGS`` sets where that is more), else the chip's whole VMEM (JAX's
+  ``pltpu.get_tpu_info()``). Tiles' padding and Mosaic's own scratch are not counted.
+  Mosaic refuses such configs only after a full compile (``CompileTimeScopedVmemOom``:
+  20.8 s for a megablox tiling on the chip); of Tokamax 0.0.12's 540 ragged dot configs,
+  this rule refuses 41 of the 46 Mosaic refused so, and none of the 329 that compiled
+  (all checked once; ``tests/test_refusals.py`` keeps the 60 largest).
 - **DMA slices.** A kernel that copies by hand (``dma_start`` and ``dma_wait``, as
   ``pltpu.make_async_copy`` and ``sync_copy`` bind them) slices its refs without block
   specs. Mosaic lays out an array in HBM in tiles of 128 lanes along its last dimension
@@ -84,9 +85,10 @@ def refusal(jaxpr: Any, *, vmem_bytes: int | None) -> str | None:
         limit = limit or vmem_bytes
         if limit and vmem > limit:
             return (
-                f"refused before compiling: kernel {name}'s blocks and scratch need at "
-                f"least {vmem / 2**20:.1f} MiB of VMEM, over the {limit / 2**20:.1f} MiB "
-                "it may use"
+                f"refused before compiling: kernel {name}'s blocks, scratch and scoped "
+                f"buffers need at least {vmem / 2**20:.1f} MiB of VMEM, over the "
+                f"{limit / 2**20:.1f} MiB it may use (a kernel's vmem_limit_bytes, or "
+                "--xla_tpu_scoped_vmem_limit_kib in LIBTPU_INIT_ARGS, raises it)"
             )
     return None
 
@@ -128,17 +130,18 @@ def vmem_capacity() -> int | None:
 #: The scoped VMEM Mosaic gives a kernel that sets no ``vmem_limit_bytes``, by device kind.
 _SCOPED_VMEM = {"TPU v5 lite": 16 << 20, "TPU v6 lite": 32 << 20}
 #: The libtpu flag that sets the scoped VMEM, in KiB.
-_SCOPED_FLAG = re.compile(r"--xla_tpu_scoped_vmem_limit_kib=(\S*)")
+_SCOPED_FLAG = re.compile(r"-{1,2}xla_tpu_scoped_vmem_limit_kib(?:[=\s]+(\S*))?")
 
 
 def scoped_vmem(kind: str | None = None, environ: Mapping[str, str] | None = None) -> int | None:
     """The VMEM in bytes a kernel that sets no ``vmem_limit_bytes`` may use on this
-    process's TPU chip (``kind``: a device kind instead): what
-    ``--xla_tpu_scoped_vmem_limit_kib`` in ``LIBTPU_INIT_ARGS`` or ``XLA_FLAGS`` sets (now
-    or when JAX was imported, the larger: the backend reads them at its start), else
-    the chip's default (:data:`_SCOPED_VMEM`), else its whole VMEM
-    (:func:`vmem_capacity`); ``None`` off a TPU. A flag this cannot read counts as no
-    scoped limit."""
+    process's TPU chip (``kind``: a device kind instead), as the refusal rule reads it: the
+    chip's default (:data:`_SCOPED_VMEM`), or what ``--xla_tpu_scoped_vmem_limit_kib`` in
+    ``LIBTPU_INIT_ARGS`` or ``XLA_FLAGS`` sets where that is more (now or when JAX was
+    imported: the backend reads them at its start), else the chip's whole VMEM
+    (:func:`vmem_capacity`); ``None`` off a TPU. The rule only ever takes the larger
+    figure, so that it stays conservative: a flag this cannot read (no value, not a
+    positive number) counts as no scoped limit."""
     environ = os.environ if environ is None else environ
     capacity = vmem_capacity()
     if kind is None:
@@ -150,13 +153,15 @@ def scoped_vmem(kind: str | None = None, environ: Mapping[str, str] | None = Non
     texts = [environ.get(k, "") for k in FLAG_VARIABLES]
     if environ is os.environ:  # the backend read them at its start: a later change too
         texts += [then or "" for _, then, _ in changed_since_jax_import()]
-    found = _SCOPED_FLAG.findall(" ".join(texts))
-    if found:
-        try:
-            return max(int(v) for v in found) << 10
-        except ValueError:  # a flag value this does not read: no scoped limit assumed
+    default = _SCOPED_VMEM.get(kind, capacity)
+    found = []
+    for value in _SCOPED_FLAG.findall(" ".join(texts)):
+        if not value.isdigit() or int(value) <= 0:  # a flag this does not read
             return capacity
-    return _SCOPED_VMEM.get(kind, capacity)
+        found.append(int(value) << 10)
+    if not found or default is None:
+        return default if not found else capacity
+    return max(default, *found)
 
 
 def _fits_tiles(sizes: tuple[int, ...], array: tuple[int, ...]) -> bool:
