@@ -85,8 +85,9 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
         for log in pool._logs:
             steps = {"started": getattr(pool, "_timeline_started", 0.0)}
             with contextlib.suppress(OSError, ValueError):
-                log.seek(0)
-                for line in log.read().decode(errors="replace").splitlines():
+                # pread: the process may still write to the file, at the offset it shares.
+                text = os.pread(log.fileno(), os.fstat(log.fileno()).st_size, 0)
+                for line in text.decode(errors="replace").splitlines():
                     if line.startswith(STEP):
                         name, _, at = line[len(STEP) :].strip().rpartition(" ")
                         steps[name] = round(float(at) - epoch0, 3)
