@@ -93,8 +93,13 @@ def test_blocks_and_scratch_past_the_vmem_are_refused():
     assert refusal(jaxpr, vmem_bytes=V5E_VMEM) is None
 
 
-def test_the_scoped_vmem_is_the_chips_default_unless_a_flag_sets_it():
+def test_the_scoped_vmem_is_the_chips_default_unless_a_flag_sets_it(monkeypatch):
+    from jaxtune._tuning.sweep import refusals
+
     mib = 2**20
+    # The chip's whole VMEM (JAX's TPU-info table may answer on CPU after a test that
+    # filled it in for the CPU: it keeps its answers).
+    monkeypatch.setattr(refusals, "vmem_capacity", lambda: 128 * mib)
     assert scoped_vmem("TPU v5 lite", {}) == 16 * mib
     assert scoped_vmem("TPU v6 lite", {}) == 32 * mib
     flag = {"LIBTPU_INIT_ARGS": "--foo=1 --xla_tpu_scoped_vmem_limit_kib=65536"}
@@ -105,12 +110,12 @@ def test_the_scoped_vmem_is_the_chips_default_unless_a_flag_sets_it():
     assert scoped_vmem("TPU v5 lite", {"XLA_FLAGS": f"-{name}=65536"}) == 64 * mib
     # A flag asking for less than the chip's default: the rule keeps the default.
     assert scoped_vmem("TPU v5 lite", {"XLA_FLAGS": f"--{name}=8192"}) == 16 * mib
-    # A flag it cannot read, or a chip it does not know: no scoped limit (the whole VMEM,
-    # which a CPU does not have).
+    # A flag it cannot read, or a chip it does not know: no scoped limit (the whole VMEM).
     for value in ("=lots", "=-1", "=0", "", " --other=1"):
-        assert scoped_vmem("TPU v5 lite", {"XLA_FLAGS": f"--{name}{value}"}) is None, value
-    assert scoped_vmem("TPU v9", {}) is None
-    assert scoped_vmem() is None  # off a TPU
+        assert scoped_vmem("TPU v5 lite", {"XLA_FLAGS": f"--{name}{value}"}) == 128 * mib, value
+    assert scoped_vmem("TPU v9", {}) == 128 * mib
+    monkeypatch.setattr(refusals, "vmem_capacity", lambda: None)
+    assert scoped_vmem() is None  # off a TPU: no VMEM
 
 
 def test_a_flag_the_backend_read_at_its_start_counts_though_unset_since(monkeypatch):
