@@ -99,6 +99,20 @@ class Lowering:
     seconds: float
 
 
+class _Places:
+    """Each config's place: its index in the space, else past the space's places, in the
+    order first asked for (a default outside it)."""
+
+    def __init__(self, space: Sequence[Config]) -> None:
+        self._of = {config_id(c): i for i, c in enumerate(space)}
+        self._next = len(space)
+
+    def __call__(self, cid: str) -> int:
+        if cid not in self._of:
+            self._of[cid], self._next = self._next, self._next + 1
+        return self._of[cid]
+
+
 class Compiler:
     """Compiles a task's configs: each one's run (a call on the inputs) and time, or failure."""
 
@@ -110,8 +124,7 @@ class Compiler:
         self._runs: dict[str, tuple[Run, float]] = {}
         #: Each config's executable's name (:meth:`module`), for a device timer's trace.
         self.modules: dict[str, str] = {}
-        self._places: dict[str, int] | None = None
-        self._outside = 0  # configs outside the space named so far
+        self._places = _Places(task.plan.configs)
         #: Each lowered config's program (:func:`program_digest`), where its text shows it.
         self.programs: dict[str, str] = {}
         self._failed: dict[str, Failure] = {}
@@ -160,14 +173,7 @@ class Compiler:
         compilation cache keys on."""
         cid = config_id(config)
         if cid not in self.modules:
-            space = self.task.plan.configs
-            if self._places is None:
-                self._places = {config_id(c): i for i, c in enumerate(space)}
-            place = self._places.get(cid)
-            if place is None:  # a config outside the space: past all of its places
-                place = self._places[cid] = len(space) + self._outside
-                self._outside += 1
-            self.modules[cid] = f"jit_jaxtune_{place}"
+            self.modules[cid] = f"jit_jaxtune_{self._places(cid)}"
         return self.modules[cid]
 
     def count_calls(self) -> None:
