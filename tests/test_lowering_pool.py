@@ -113,39 +113,55 @@ def test_a_process_is_told_its_configs_as_they_are_and_answers_apart_from_prints
         pool.close()
 
 
-#: A process that takes its time before it reads its job (a lowering process imports JAX
-#: and the kernel's module first), then reads it whole and says nothing.
-SLOW_READER = "import sys, time; time.sleep(2); sys.stdin.buffer.read()"
+#: A process that reads its job only once told to (a lowering process imports JAX and the
+#: kernel's module first): when the file named by its argument exists.
+LATE_READER = (
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+    "sys.stdin.buffer.read()"
+)
 
 
 def test_starting_the_processes_never_waits_for_one_to_read_its_job(
     processes, tmp_path, monkeypatch
 ):
     """Each job is written apart from the start: a job past the pipe's buffer (a space of
-    thousands of configs) does not hold the next process's start until this one has read
-    it. A process that ends unread leaves nothing open."""
+    thousands of configs) does not hold the start until a process has read it (written in
+    the start, the processes below, which read only once the start has returned, would
+    never be told). A process that ends unread leaves nothing open."""
     import subprocess
     import sys
-    import time
+    import threading
 
     from jaxtune._tuning.sweep import lowering_pool
 
+    go = tmp_path / "go"
     real = subprocess.Popen
     monkeypatch.setattr(
         lowering_pool.subprocess,
         "Popen",
-        lambda args, **kw: real([sys.executable, "-c", SLOW_READER], **kw),
+        lambda args, **kw: real([sys.executable, "-c", LATE_READER, str(go)], **kw),
     )
     x = jnp.linspace(0.0, 1.0, 256)
-    space = [{"block": 8, "pad": "x" * 400, "i": i} for i in range(2000)]  # ~1 MB of job
+    space = [{"block": 8, "pad": "x" * 400, "i": i} for i in range(2000)]  # ~1 MB of jobs
     call = lk.chatty.options.bound(lk.chatty.options.bind((x,), {}), lk.PAIRS, lk.PAIRS[0])
     store = program_store.ProgramStore(tmp_path / "kept")
-    start = time.perf_counter()
-    pool = _compile.LoweringPool.start(call.sweep_task(), store, space, refuse=False, first_s=1.0)
-    took = time.perf_counter() - start
+    started = []
+    starting = threading.Thread(
+        target=lambda: started.append(
+            _compile.LoweringPool.start(call.sweep_task(), store, space, refuse=False, first_s=1.0)
+        ),
+        daemon=True,
+    )
+    starting.start()
+    starting.join(timeout=60)
+    returned = not starting.is_alive()
+    go.touch()  # the processes read their jobs now (a start still blocked then returns)
+    starting.join(timeout=60)
+    pool = started[0] if started else None
     assert pool is not None
     try:
-        assert took < 1.5, f"starting two processes took {took:.1f} s"
+        assert returned, "the start waited for a process to read its job"
         assert pool.wait(config_id(space[0]), 60) == "ended"
     finally:
         pool.close()
