@@ -292,36 +292,34 @@ def _equations(jaxpr: Any) -> Iterator[Any]:
                     yield from _equations(inner)
 
 
+def _vmem_bytes(variables: Any) -> int:
+    """Bytes of the refs among ``variables`` (a jaxpr's inputs) that live in VMEM."""
+    total = 0
+    for var in variables:
+        aval = var.aval
+        dtype = getattr(aval, "dtype", None)
+        if _space(aval) == "vmem" and isinstance(dtype, np.dtype):
+            total += math.prod(aval.shape) * dtype.itemsize
+    return total
+
+
 def _scratch_bytes(eqn: Any, mapping: Any) -> int:
     """Bytes of the kernel's VMEM scratch operands (the last of its jaxpr's inputs)."""
     count = getattr(mapping, "num_scratch_operands", 0)
-    if not count:
-        return 0
-    total = 0
-    for var in eqn.params["jaxpr"].invars[-count:]:
-        aval = var.aval
-        space = str(getattr(aval, "memory_space", "")).lower()
-        dtype = getattr(aval, "dtype", None)
-        if "vmem" in space and isinstance(dtype, np.dtype):
-            total += math.prod(aval.shape) * dtype.itemsize
-    return total
+    return _vmem_bytes(eqn.params["jaxpr"].invars[-count:]) if count else 0
 
 
 def _run_scoped_bytes(eqn: Any) -> int:
     """Bytes of VMEM the largest ``run_scoped`` in ``eqn``'s kernel allocates (only its
     own allocations: a lower bound whether or not others are live beside it)."""
-    largest = 0
-    for inner in _equations(eqn.params["jaxpr"]):
-        if inner.primitive.name != "run_scoped":
-            continue
-        total = 0
-        for var in inner.params["jaxpr"].invars:
-            aval = var.aval
-            dtype = getattr(aval, "dtype", None)
-            if _space(aval) == "vmem" and isinstance(dtype, np.dtype):
-                total += math.prod(aval.shape) * dtype.itemsize
-        largest = max(largest, total)
-    return largest
+    return max(
+        (
+            _vmem_bytes(inner.params["jaxpr"].invars)
+            for inner in _equations(eqn.params["jaxpr"])
+            if inner.primitive.name == "run_scoped"
+        ),
+        default=0,
+    )
 
 
 def _pallas_calls(jaxpr: Any) -> Iterator[Any]:
