@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import threading
 from collections.abc import Callable
 
 import jax.numpy as jnp
@@ -365,6 +366,41 @@ def test_a_device_timers_first_pass_keeps_long_configs_far_behind_out_of_its_cap
     sweeper = _sweeper(fakes, TimingOptions(device_screen_above_us=0), device=True)
     sweeper.measure(list(sweeper.task.plan.configs), reference=configs[0])
     assert sweeper.timer.captured == set(ids.values())
+
+
+def test_a_device_timer_captures_configs_that_passed_while_others_still_compile(monkeypatch):
+    """Under a device timer the first pass begins while configs still compile: each 32
+    configs that passed their check are captured then (no screen: the host is busy), the
+    rest once all have compiled, and each config keeps its device time. The last config's
+    compile here waits for a capture to end: it ends only if one began before."""
+    truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)}
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    ended = threading.Event()
+    sweeper.timer.on_end = ended.set
+    waited = []
+    compile_ = _Lowered.compile
+
+    def compile_last(self):
+        if self.k == "c39":
+            waited.append(ended.wait(timeout=120))
+        return compile_(self)
+
+    monkeypatch.setattr(_Lowered, "compile", compile_last)
+    configs = list(sweeper.task.plan.configs)
+    got = sweeper.measure(configs, reference=configs[0])
+    assert waited == [True]
+    assert sweeper.timer.captures == 2  # 32 configs while c39 compiled, then the other 8
+    assert sweeper.timer.captured == {config_id(c) for c in configs}
+    for c in configs:
+        m = got[config_id(c)]
+        assert isinstance(m, Measurement) and m.min_us == pytest.approx(truth_ms[c["k"]] * 1e3)
+    # One config at a time (after a crash): no capture before every config has compiled.
+    serial = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    serial.serial_rounds = True
+    ran_at_ends = []
+    serial.timer.on_end = lambda: ran_at_ends.append(len(serial.calls))
+    serial.measure(configs, reference=configs[0], serial_compile=True)
+    assert ran_at_ends and set(ran_at_ends) == {len(configs)}  # each after every first run
 
 
 @pytest.mark.parametrize(

@@ -209,12 +209,13 @@ class _Pool:
 
     def __init__(self) -> None:
         self.told_ids: set[str] = set()
+        self.refused: set[str] = set()
         self.alive = True
         self.waited: list[str] = []
         self.closed = False
 
     def told(self):
-        return frozenset(self.told_ids)
+        return {cid: "kept" for cid in self.told_ids} | {cid: "refused" for cid in self.refused}
 
     def running(self):
         return self.alive
@@ -227,21 +228,27 @@ class _Pool:
         self.closed = True
 
 
+def _lowering_order(monkeypatch, *, trusted):
+    """The order in which a sweep lowers 8 configs beside a :class:`_Pool` (their ids, the
+    pool, the store, the order, the compiler)."""
+    configs = [{"n": n} for n in range(8)]
+    pool = _Pool()
+    monkeypatch.setattr(_compile.LoweringPool, "start", lambda *a, **k: pool)
+    compiler = types.SimpleNamespace(
+        compiled=lambda cid: False, task=None, refuse=None, breakdown=Breakdown()
+    )
+    store = types.SimpleNamespace(has=lambda cid: False, trusted=trusted)
+    order = _compile.LoweringAhead(compiler, configs, [store]).order()
+    return [config_id(c) for c in configs], pool, store, order, compiler
+
+
 def test_the_sweep_lowers_the_last_configs_while_processes_start(monkeypatch):
     """The sweep's thread never sits idle while the processes start (importing JAX and
     the kernel took twelve of them 25-30 s beside Tokamax's ragged_dot on a TPU v5e host,
     with the compiling threads idle): it lowers the last configs, which the processes
     reach last; then the earliest config a process told of, else the next, waited for a
     moment and lowered here; once every process ended, the rest here."""
-    configs = [{"n": n} for n in range(8)]
-    ids = [config_id(c) for c in configs]
-    pool = _Pool()
-    monkeypatch.setattr(_compile.LoweringPool, "start", lambda *a, **k: pool)
-    compiler = types.SimpleNamespace(
-        compiled=lambda cid: False, task=None, refuse=None, breakdown=Breakdown()
-    )
-    store = types.SimpleNamespace(has=lambda cid: False, trusted=None)
-    order = _compile.LoweringAhead(compiler, configs, [store]).order()
+    ids, pool, _, order, compiler = _lowering_order(monkeypatch, trusted=True)
     assert next(order) == 0  # the first, here; then the processes start
     assert [next(order), next(order)] == [7, 6]  # none told yet: the last ones, here
     pool.told_ids |= {ids[3], ids[1]}
@@ -252,3 +259,20 @@ def test_the_sweep_lowers_the_last_configs_while_processes_start(monkeypatch):
     pool.alive = False  # every process ended: the rest here, the pool closed
     assert list(order) == [4] and pool.closed
     assert "lowering_wait" in compiler.breakdown.finish(1.0)
+
+
+def test_a_kept_program_is_taken_first_until_the_processes_are_trusted(monkeypatch):
+    """A process's refusal counts only once one of its programs matched a fresh lowering
+    here (:meth:`.ProgramStore.failure`): until then the sweep takes a kept program, which
+    earns that trust, over the refusals told before it (Tokamax's ragged_dot: its first
+    20-odd configs are refusals, and lowering each again here left the compiling threads
+    idle for 6 s on a TPU v5e); with none kept yet, it lowers the last configs, as while
+    the processes start."""
+    ids, pool, store, order, _ = _lowering_order(monkeypatch, trusted=None)
+    assert next(order) == 0
+    pool.refused |= {ids[1], ids[2]}
+    assert next(order) == 7  # only refusals told: not lowered again here yet
+    pool.told_ids.add(ids[4])
+    assert next(order) == 4  # the kept program, ahead of the earlier refusals
+    store.trusted = True  # it matched: the refusals are taken now, earliest first
+    assert [next(order), next(order)] == [1, 2]

@@ -445,7 +445,10 @@ class LoweringAhead:
         yet (their start: importing JAX and the kernel, 9 s for twelve of them beside
         Tokamax's ragged_dot on a TPU v5e host), the
         last config left, which the processes would reach last; after that the earliest
-        config a process told of, else the next one, waited for (``lowering_wait`` in the
+        config a process told of (until one of their programs matched a fresh lowering
+        here, only a kept program: their refusals are taken only after that match, and
+        Tokamax's ragged_dot's first 20-odd configs are refusals, each lowered again here
+        while the compiling threads idled 6 s), else the next one, waited for (``lowering_wait`` in the
         breakdown) at most as long as lowering it here took the first, then lowered here.
         The processes are closed once the stored programs are found not to match the code,
         or once none will tell (they ended, or one hung)."""
@@ -484,7 +487,15 @@ class LoweringAhead:
                     continue
                 self.close()  # every process ended without telling: the rest lowered here
                 continue
-            ready = next((k for k, i in enumerate(left) if ids[i] in told), None)
+            ready = None
+            if store is not None and store.trusted is None:
+                # Only a kept program can earn the processes' refusals trust.
+                ready = next((k for k, i in enumerate(left) if told.get(ids[i]) == "kept"), None)
+                if ready is None and pool.running():
+                    yield left.pop()
+                    continue
+            if ready is None:
+                ready = next((k for k, i in enumerate(left) if ids[i] in told), None)
             if ready is not None:
                 yield left.pop(ready)
                 continue

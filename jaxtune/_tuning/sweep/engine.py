@@ -6,7 +6,7 @@ child for the process runner), one job a module:
 - :mod:`.first_run`: each config run once as soon as it compiled (while the others still
   compile), and its output checked against the reference's;
 - :mod:`.first_pass` and :mod:`.measure`: the configs that passed timed in two visits, with
-  early dropping;
+  early dropping (a device timer's captures begin while configs still compile);
 - :mod:`.rounds`: the leaders re-timed in interleaved rounds.
 
 :class:`Sweeper` holds the one of each that a task needs and answers the runner's two
@@ -26,11 +26,12 @@ from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult, Event
 from .breakdown import Account, Breakdown
 from .compile import Compiler, EventSink, Relay
-from .first_pass import first_pass
-from .first_run import FirstRuns
-from .measure import Stopwatch
+from .first_pass import captured_ahead, first_pass
+from .first_run import Early, FirstRuns
+from .measure import CONFIGS_PER_CAPTURE, Stopwatch
 from .rounds import interleaved
-from .timers import Timer, timer_for
+from .samples import Timing
+from .timers import RecordingTimer, Timer, timer_for
 from .work import Rounds, SweepTask
 
 __all__ = ["Sweeper"]
@@ -132,7 +133,9 @@ class Sweeper:
         that work are timed (:class:`~.work.Rounds`): in a first pass, or in interleaved
         rounds at once (as :meth:`retime` does), without a first pass.
         """
-        checked = self.first_runs.check(configs, reference, serial=serial_compile)
+        ahead: dict[str, Timing | Failure] = {}
+        early = self._early(rounds, serial_compile, ahead)
+        checked = self.first_runs.check(configs, reference, serial=serial_compile, early=early)
         runnable, twins = self._same_programs([c for c in configs if checked[config_id(c)] is None])
         at_once = rounds is Rounds.AT_ONCE
         if rounds is Rounds.IF_SLOW:
@@ -145,10 +148,34 @@ class Sweeper:
                 self.emit(ConfigResult(cid=config_id(config), result=timed[config_id(config)]))
         else:
             with self.breakdown.timed("first_pass"):
-                timed = first_pass(self.stopwatch, runnable, best_us)
+                timed = first_pass(self.stopwatch, runnable, best_us, ahead)
         timed = {**timed, **self._twin_results(twins, timed)}
         # Failures were reported as they became known (:meth:`.FirstRuns.check`).
         return {config_id(c): checked[config_id(c)] or timed[config_id(c)] for c in configs}
+
+    def _early(
+        self, rounds: Rounds, serial: bool, ahead: dict[str, Timing | Failure]
+    ) -> Early | None:
+        """Under a device timer, the first pass's captures begin while configs still
+        compile, :data:`~.measure.CONFIGS_PER_CAPTURE` configs that passed their check at a
+        time, their timings kept in ``ahead`` (Tokamax's ragged_dot on a TPU v5e: 329
+        configs compiled over about 55 s, with the chip idle, then 20-odd s of captures);
+        not one config at a time (``serial``, ``serial_rounds``) nor with no first pass,
+        nor while every config so far runs as slowly as ``Rounds.IF_SLOW`` times in
+        rounds at once."""
+        timer = self.timer
+        device = isinstance(timer, RecordingTimer) and timer.device_time
+        if not device or serial or self.serial_rounds or rounds is Rounds.AT_ONCE:
+            return None
+        slow_s = self.task.plan.options.rounds_above_s
+        first_s = self.first_runs.first_s
+
+        def take(configs: list[Config]) -> None:
+            if rounds is not Rounds.IF_SLOW or any(s < slow_s for s in first_s.values()):
+                with self.breakdown.timed("first_pass"):
+                    ahead.update(captured_ahead(self.stopwatch, configs))
+
+        return Early(take=take, size=CONFIGS_PER_CAPTURE)
 
     def _same_programs(
         self, runnable: Sequence[Config]

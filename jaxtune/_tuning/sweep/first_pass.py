@@ -14,7 +14,9 @@ config is no leader. The others are timed inside captures
 (:meth:`~.measure.Stopwatch.captured`), whose cost grows with the programs in them (about
 35 ms each on a TPU v5e, on top of 0.25 s a capture). Their device timings arrive when the
 captures end, so the first visit drops by them, against the best of the visit, before the
-second begins.
+second begins. While other configs still compile, the chip would idle: there each
+:data:`~.measure.CONFIGS_PER_CAPTURE` configs that passed their check are captured at once,
+unscreened (:func:`captured_ahead`), and keep that timing in the visit.
 The wall timer times one config at a time and stops a config's samples as soon as they
 show it clearly slower than the best so far.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation.frames import ConfigResult
@@ -33,7 +35,7 @@ from .rounds import measurement
 from .samples import Timing, TimingOptions, clearly_slower
 from .timers import RecordingTimer
 
-__all__ = ["first_pass"]
+__all__ = ["captured_ahead", "first_pass"]
 
 Result = Measurement | Failure
 
@@ -48,11 +50,16 @@ class _Dropping:
 
 
 def first_pass(
-    stopwatch: Stopwatch, runnable: Sequence[Config], best_us: float | None
+    stopwatch: Stopwatch,
+    runnable: Sequence[Config],
+    best_us: float | None,
+    ahead: Mapping[str, Timing | Failure] | None = None,
 ) -> dict[str, Result]:
     """Times ``runnable`` (compiled and checked) in two visits, dropping configs clearly
     slower than the best (``best_us``, measured in earlier batches, or better) on the
-    first; reports each config's result once it is final."""
+    first; reports each config's result once it is final. ``ahead`` holds the first
+    visit of configs a device timer captured while others still compiled
+    (:func:`captured_ahead`)."""
     plan = stopwatch.compiler.task.plan
     compile_s = stopwatch.compiler.compile_s()
     timed: dict[str, Timing | Failure] = {}
@@ -73,7 +80,7 @@ def first_pass(
         options = _visit_options(plan.options, first_visit=first_visit, visits=len(visits))
         dropping = _Dropping(best_us=best_us, kept=kept) if first_visit else None
         if isinstance(stopwatch.timer, RecordingTimer):
-            got = _visit_screened(stopwatch, todo, options, dropping)
+            got = _visit_screened(stopwatch, todo, options, dropping, ahead or {})
         else:
             got = _visit_in_turn(stopwatch, todo, options, dropping)
         for config in todo:
@@ -129,35 +136,52 @@ def _visit_in_turn(
     return out
 
 
+def captured_ahead(stopwatch: Stopwatch, configs: Sequence[Config]) -> dict[str, Timing | Failure]:
+    """The first visit of a device timer to ``configs``, captured with no screen: while
+    other configs still compile, the chip would otherwise idle (and a stop of a trace,
+    which holds no lock of Python's, runs beside the compiling threads), whereas the
+    screen's wall clock would be slowed by the host's work."""
+    plan = stopwatch.compiler.task.plan
+    options = _visit_options(plan.options, first_visit=True, visits=1)
+    return stopwatch.captured(
+        configs, lambda rec, module, run: rec.measure(run, options, module=module)
+    )
+
+
 def _visit_screened(
     stopwatch: Stopwatch,
     configs: Sequence[Config],
     options: TimingOptions,
     dropping: _Dropping | None,
+    ahead: Mapping[str, Timing | Failure],
 ) -> dict[str, Timing | Failure]:
     """One visit of a device timer: under device time, each config first screened by the
     wall clock with no trace (:meth:`~.timers.ProfilerTimer.screen`), and those whose
     calls take at least ``device_screen_above_us`` and over ``leader_window`` times the
     best keep that timing; the others are timed inside captures
-    (:meth:`~.measure.Stopwatch.captured`). With ``dropping``, the configs
-    clearly slower than the best of the visit (or the best known before) are dropped once
-    the captures have ended."""
+    (:meth:`~.measure.Stopwatch.captured`). On the first visit (``dropping``), the configs
+    timed ``ahead`` keep that timing, and those clearly slower than the best of the visit
+    (or the best known before) are dropped once the captures have ended."""
     timer = stopwatch.timer
     assert isinstance(timer, RecordingTimer)
-    out: dict[str, Timing | Failure] = {}
+    done = ahead if dropping is not None else {}
+    out = {config_id(c): done[config_id(c)] for c in configs if config_id(c) in done}
+    configs_left = [c for c in configs if config_id(c) not in out]
     above = options.device_screen_above_us
     if timer.device_time and above > 0:
         screen = functools.partial(timer.screen, options=options)
         start = time.perf_counter()
-        screened = {config_id(c): stopwatch.timed(c, screen) for c in configs}
+        screened = {config_id(c): stopwatch.timed(c, screen) for c in configs_left}
         stopwatch.compiler.breakdown.add("screen", time.perf_counter() - start)
-        times = [t.min_us for t in screened.values() if isinstance(t, Timing)]
+        # Device times (captured ahead, or in earlier batches) count too: a wall clock's
+        # is never shorter.
+        times = [t.min_us for t in (*screened.values(), *out.values()) if isinstance(t, Timing)]
         if dropping is not None and dropping.best_us is not None:
             times.append(dropping.best_us)
         # The leaders come from within ``leader_window`` of the best: those stay timed on
         # the device, so a wall-clock figure decides no leader and no second look.
         bar = max(above, options.leader_window * min(times, default=0.0))
-        out = {
+        out |= {
             cid: got
             for cid, got in screened.items()
             if isinstance(got, Failure) or got.min_us > bar

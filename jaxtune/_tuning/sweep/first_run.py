@@ -6,9 +6,10 @@ known, so the progress shown meanwhile counts it."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._core.vocabulary import Config, Failure, config_id
@@ -17,7 +18,7 @@ from .check import check_outputs, reason
 from .compile import Compiler, EventSink, too_slow
 from .inputs import made_up_integers
 
-__all__ = ["FirstRuns"]
+__all__ = ["Early", "FirstRuns"]
 
 
 #: Added to a check failure on made-up integer/boolean values: invalid ones (ids past a
@@ -27,6 +28,15 @@ MADE_UP_NOTE = (
     "0..16: the failure may come from those made-up values, not from the config; give "
     "real values, docs/values.md)"
 )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Early:
+    """Where :meth:`FirstRuns.check` hands configs that passed while others still compile:
+    ``take`` gets each ``size`` of them."""
+
+    take: Callable[[list[Config]], None]
+    size: int
 
 
 class FirstRuns:
@@ -41,13 +51,20 @@ class FirstRuns:
         self.first_s: dict[str, float] = {}
 
     def check(
-        self, configs: Sequence[Config], reference: Config | None, *, serial: bool
+        self,
+        configs: Sequence[Config],
+        reference: Config | None,
+        *,
+        serial: bool,
+        early: Early | None = None,
     ) -> dict[str, Failure | None]:
         """Compiles ``configs``, runs each once as soon as it compiled (while the others
         still compile) and checks its output against the reference: ``reference`` if it
         runs, else the first of ``configs`` that does. Returns each config's failure; each
         failure is reported as soon as known (a config that fails to lower or compile is
-        out before any timing, and counts in the progress shown meanwhile)."""
+        out before any timing, and counts in the progress shown meanwhile). With
+        ``early``, each ``early.size`` configs that passed are handed to ``early.take``
+        while others still compile (a device timer's first pass starts then: :mod:`.engine`)."""
         compiler, breakdown = self.compiler, self.compiler.breakdown
         ids = [config_id(c) for c in configs]
         by_id = dict(zip(ids, configs, strict=True))
@@ -65,7 +82,8 @@ class FirstRuns:
                     if outcome[ref_id] is None:
                         outputs[ref_id] = out
         ref: list[Any] = []
-        for _ in ids:
+        waiting: list[str] = []  # ran, not yet handed to ``early``
+        for left in range(len(ids) - 1, -1, -1):
             with breakdown.timed("compile_wait"):
                 cid, failure = done.get()
             if isinstance(failure, BaseException):  # the compile thread's fault, not the config's
@@ -80,6 +98,12 @@ class FirstRuns:
             for out_id, why in failed.items():
                 if out_id in by_id:  # not a reference measured in an earlier batch
                     self.emit(ConfigResult(cid=out_id, result=why))
+            if early is not None:
+                waiting += [cid] if outcome[cid] is None else []
+                passed = [c for c in waiting if c not in outputs and outcome[c] is None]
+                if left and len(passed) >= early.size:
+                    early.take([by_id[c] for c in passed])
+                    waiting = [c for c in waiting if c in outputs]
         return {cid: outcome[cid] for cid in ids}
 
     def run_once(self, config: Config) -> tuple[Failure | None, Any]:

@@ -232,10 +232,11 @@ class LoweringPool:
                 self._running -= 1
                 self._changed.notify_all()
 
-    def told(self) -> frozenset[str]:
-        """The configs a process has told of so far."""
+    def told(self) -> dict[str, str]:
+        """The configs a process has told of so far, each with what it told
+        (:attr:`Told.outcome`)."""
         with self._changed:
-            return frozenset(self._told)
+            return {cid: outcome for cid, (outcome, _) in self._told.items()}
 
     def running(self) -> bool:
         """Whether a process may still tell of a config (one has not ended)."""
