@@ -372,7 +372,9 @@ def test_a_device_timer_captures_configs_that_passed_while_others_still_compile(
     """Under a device timer the first pass begins while configs still compile: each 32
     configs that passed their check are captured then (no screen: the host is busy), the
     rest once all have compiled, and each config keeps its device time. The last config's
-    compile here waits for a capture to end: it ends only if one began before."""
+    compile here waits for a capture to end: it ends only if one began before. The fake
+    compiles take no time: the pace at which configs come is set to 0 for this."""
+    monkeypatch.setattr(_engine, "EARLY_PACE_S", 0.0)
     truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)}
     sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
     ended = threading.Event()
@@ -401,6 +403,37 @@ def test_a_device_timer_captures_configs_that_passed_while_others_still_compile(
     serial.timer.on_end = lambda: ran_at_ends.append(len(serial.calls))
     serial.measure(configs, reference=configs[0], serial_compile=True)
     assert ran_at_ends and set(ran_at_ends) == {len(configs)}  # each after every first run
+
+
+def test_configs_that_compile_fast_are_captured_once_all_have_compiled():
+    """Configs coming faster than ``EARLY_PACE_S`` apart (loaded from JAX's compilation
+    cache) are not captured while others still compile: they would be soon after, where a
+    capture is quicker and screened. Here every fake compile is instant."""
+    truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)}
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    ran_at_ends = []
+    sweeper.timer.on_end = lambda: ran_at_ends.append(len(sweeper.calls))
+    configs = list(sweeper.task.plan.configs)
+    sweeper.measure(configs, reference=configs[0])
+    assert ran_at_ends and set(ran_at_ends) == {len(configs)}
+
+
+def test_the_reference_is_compiled_first_wherever_it_is_in_the_batch(monkeypatch):
+    """Every other config's check waits for the reference's output: it is lowered (and
+    compiled) first, though it comes last in the batch."""
+    sweeper = _sweeper({k: Fake(ms=1.0) for k in "abcdef"})
+    lowered = []
+    lower = FakeCompiler.lower
+
+    def noted(self, config, spec):
+        lowered.append(config["k"])
+        return lower(self, config, spec)
+
+    monkeypatch.setattr(FakeCompiler, "lower", noted)
+    configs = list(sweeper.task.plan.configs)
+    got = sweeper.measure(configs, reference=configs[-1])
+    assert lowered[0] == "f" and sorted(lowered) == list("abcdef")
+    assert list(got) == [config_id(c) for c in configs]  # results in the batch's order
 
 
 @pytest.mark.parametrize(

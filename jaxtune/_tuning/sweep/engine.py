@@ -34,7 +34,16 @@ from .samples import Timing
 from .timers import RecordingTimer, Timer, timer_for
 from .work import Rounds, SweepTask
 
-__all__ = ["Sweeper"]
+__all__ = ["EARLY_PACE_S", "Sweeper"]
+
+#: The shortest time (seconds) between configs that passed their check, on average over
+#: a capture's worth, at which they are captured while others still compile
+#: (:meth:`Sweeper.measure`). Beside compiles a
+#: capture takes longer (Tokamax's ragged_dot on a TPU v5e: 32 configs in 3.8-4.5 s beside
+#: 7-8 compiles a second, 1.7-1.9 s after them) and, taken early, it is not screened:
+#: configs coming faster (loaded from JAX's compilation cache, 30 a second) are timed
+#: sooner and more cheaply once all are in.
+EARLY_PACE_S = 0.1
 
 Result = Measurement | Failure
 
@@ -93,12 +102,18 @@ class Sweeper:
         self.stopwatch.serial_rounds = serial
 
     def precompile(
-        self, configs: Sequence[Config], spec: dict[str, Any], *, serial: bool = False
+        self,
+        configs: Sequence[Config],
+        spec: dict[str, Any],
+        *,
+        serial: bool = False,
+        reference: Config | None = None,
     ) -> None:
         """Starts compiling ``configs`` for arguments shaped as ``spec``
         (``jax.ShapeDtypeStruct`` leaves: the arrays are still arriving); :meth:`supply`
-        gives the arrays, and a :meth:`measure` of the same configs picks up from here."""
-        self.compiler.launch(configs, serial=serial, spec=spec)
+        gives the arrays, and a :meth:`measure` of the same configs and ``reference``
+        picks up from here."""
+        self.compiler.launch(_reference_first(configs, reference), serial=serial, spec=spec)
 
     def supply(self, task: SweepTask) -> None:
         """The task with the call's concrete arguments, once they have arrived (after
@@ -135,7 +150,9 @@ class Sweeper:
         """
         ahead: dict[str, Timing | Failure] = {}
         early = self._early(rounds, serial_compile, ahead)
-        checked = self.first_runs.check(configs, reference, serial=serial_compile, early=early)
+        checked = self.first_runs.check(
+            _reference_first(configs, reference), reference, serial=serial_compile, early=early
+        )
         runnable, twins = self._same_programs([c for c in configs if checked[config_id(c)] is None])
         at_once = rounds is Rounds.AT_ONCE
         if rounds is Rounds.IF_SLOW:
@@ -158,9 +175,9 @@ class Sweeper:
     ) -> Early | None:
         """Under a device timer, the first pass's captures begin while configs still
         compile, :data:`~.measure.CONFIGS_PER_CAPTURE` configs that passed their check at a
-        time, their timings kept in ``ahead`` (Tokamax's ragged_dot on a TPU v5e: 329
-        configs compiled over about 55 s, with the chip idle, then 20-odd s of captures);
-        not one config at a time (``serial``, ``serial_rounds``) nor with no first pass,
+        time, where they came at least :data:`EARLY_PACE_S` apart, their timings kept in
+        ``ahead`` (Tokamax's ragged_dot on a TPU v5e: 329 configs compiled over about 55 s,
+        with the chip idle, then 20-odd s of captures); not one config at a time (``serial``, ``serial_rounds``) nor with no first pass,
         nor while every config so far runs as slowly as ``Rounds.IF_SLOW`` times in
         rounds at once."""
         timer = self.timer
@@ -175,7 +192,7 @@ class Sweeper:
                 with self.breakdown.timed("first_pass"):
                     ahead.update(captured_ahead(self.stopwatch, configs))
 
-        return Early(take=take, size=CONFIGS_PER_CAPTURE)
+        return Early(take=take, size=CONFIGS_PER_CAPTURE, pace_s=EARLY_PACE_S)
 
     def _same_programs(
         self, runnable: Sequence[Config]
@@ -267,6 +284,15 @@ class Sweeper:
                 default=plan.default,
                 second=second,
             )
+
+
+def _reference_first(configs: Sequence[Config], reference: Config | None) -> list[Config]:
+    """``configs`` with ``reference`` first where it is one of them: it is lowered and
+    compiled first, so that the others' checks (and a device timer's first captures) do not
+    wait for it (Tokamax's ragged_dot's default is its 109th config of 540: on a TPU v5e
+    every output waited 35 s for it)."""
+    ref = config_id(reference) if reference is not None else None
+    return sorted(configs, key=lambda c: config_id(c) != ref)
 
 
 def _ignore(event: Event) -> None:

@@ -33,10 +33,13 @@ MADE_UP_NOTE = (
 @dataclasses.dataclass(frozen=True, slots=True)
 class Early:
     """Where :meth:`FirstRuns.check` hands configs that passed while others still compile:
-    ``take`` gets each ``size`` of them."""
+    ``take`` gets those waiting once ``size`` of them are, the last ``size`` having come at
+    least ``pace_s`` apart on average (configs that compile faster would soon be timed
+    after the compiles anyway)."""
 
     take: Callable[[list[Config]], None]
     size: int
+    pace_s: float
 
 
 class FirstRuns:
@@ -83,9 +86,11 @@ class FirstRuns:
                         outputs[ref_id] = out
         ref: list[Any] = []
         waiting: list[str] = []  # ran, not yet handed to ``early``
+        came: dict[str, float] = {}  # when each config's compile outcome came
         for left in range(len(ids) - 1, -1, -1):
             with breakdown.timed("compile_wait"):
                 cid, failure = done.get()
+            came[cid] = time.perf_counter()
             if isinstance(failure, BaseException):  # the compile thread's fault, not the config's
                 raise failure
             if failure is None:
@@ -101,7 +106,11 @@ class FirstRuns:
             if early is not None:
                 waiting += [cid] if outcome[cid] is None else []
                 passed = [c for c in waiting if c not in outputs and outcome[c] is None]
-                if left and len(passed) >= early.size:
+                if (
+                    left
+                    and len(passed) >= early.size
+                    and came[cid] - came[passed[-early.size]] >= early.size * early.pace_s
+                ):
                     early.take([by_id[c] for c in passed])
                     waiting = [c for c in waiting if c in outputs]
         return {cid: outcome[cid] for cid in ids}

@@ -168,7 +168,12 @@ def _sweeper(
     measure = work
     task = _build_task(request, kernel, abstract=True)
     sweeper = Sweeper(task, on_event=server.emit)
-    sweeper.precompile(measure.todo, abstract_inputs(task.signature), serial=measure.serial)
+    sweeper.precompile(
+        measure.todo,
+        abstract_inputs(task.signature),
+        serial=measure.serial,
+        reference=measure.reference,
+    )
     server.arrived()
     sweeper.supply(_build_task(request, kernel))
     return sweeper
