@@ -141,23 +141,6 @@ def test_check_variants():
     )
 
 
-def test_the_comparison_is_compiled_ahead_beside_the_sweep_from_the_reference_alone():
-    """Once the reference's output is known, the comparison of outputs like it compiles in
-    a background thread (checking the reference against itself), so the first config's
-    check finds it compiled; never with the user's own check callable, nor check=False."""
-    ref = jnp.linspace(0.0, 1.0, 4 * 37 * 5, dtype=jnp.float32).reshape(4, 37, 5)
-    before = _check._within._cache_size()
-    thread = _check.warm_check(ref, "auto")
-    assert thread is not None
-    thread.join()
-    assert _check._within._cache_size() == before + 1
-    assert _check.check_outputs(ref * 1.5, ref, "auto") is not None  # a real check after it
-    assert _check._within._cache_size() == before + 1  # compiled already
-    called = []
-    assert _check.warm_check(ref, lambda o, r: called.append(1) or True) is None
-    assert _check.warm_check(ref, False) is None and not called
-
-
 class FakeClock:
     """A clock whose time advances only when the fake kernel runs."""
 

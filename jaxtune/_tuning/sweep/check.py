@@ -8,9 +8,7 @@ TPU up to 72 % of its time.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +20,7 @@ import numpy as np
 from ..._core.arrays import dtype_name, is_extended
 from ..._core.errors import describe
 
-__all__ = ["check_outputs", "reason", "warm_check"]
+__all__ = ["check_outputs", "reason"]
 
 # Relative tolerance per dtype for check="auto"; the absolute tolerance is the same figure
 # times the largest magnitude of the reference, so blocked reductions that only reorder
@@ -111,23 +109,6 @@ def check_outputs(out: Any, ref: Any, check: Any) -> str | None:
                 f"+ rtol={rtol:.3g}*|ref|"
             )
     return None
-
-
-def warm_check(ref: Any, check: Any) -> threading.Thread | None:
-    """Compiles the comparison of outputs like ``ref`` in a background thread, by checking
-    ``ref`` against itself: the first config checked then finds it compiled (on a TPU v5e
-    compiling it took about 1 s of a 7 s sweep of JAX's flash attention, with the sweep's
-    thread waiting). Not for a callable ``check``, the user's code, nor ``False``."""
-    if check is False or callable(check):
-        return None
-
-    def compile_() -> None:
-        with contextlib.suppress(Exception):  # a fault here is met again by the check
-            check_outputs(ref, ref, check)
-
-    thread = threading.Thread(target=compile_, name="jaxtune-check", daemon=True)
-    thread.start()
-    return thread
 
 
 def _dtype(x: Any) -> Any:
