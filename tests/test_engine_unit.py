@@ -36,7 +36,7 @@ from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep.measure import ROUNDS_PER_CAPTURE
 from jaxtune._tuning.sweep.samples import Timing, TimingOptions
 from jaxtune._tuning.sweep.timers import ProfilerTimer, Recording, WallTimer
-from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
+from jaxtune._tuning.sweep.work import Rounds, SweepPlan, SweepTask
 
 
 class FakeClock:
@@ -384,7 +384,7 @@ def test_a_device_timer_captures_configs_that_passed_while_others_still_compile(
 
     def compile_last(self):
         if self.k == "c39":
-            waited.append(ended.wait(timeout=120))
+            waited.append(ended.wait(timeout=60))
         return compile_(self)
 
     monkeypatch.setattr(_Lowered, "compile", compile_last)
@@ -403,6 +403,29 @@ def test_a_device_timer_captures_configs_that_passed_while_others_still_compile(
     serial.timer.on_end = lambda: ran_at_ends.append(len(serial.calls))
     serial.measure(configs, reference=configs[0], serial_compile=True)
     assert ran_at_ends and set(ran_at_ends) == {len(configs)}  # each after every first run
+
+
+@pytest.mark.parametrize(
+    "rounds, options",
+    [
+        (Rounds.AT_ONCE, TimingOptions()),
+        # Every config runs "slowly" (at least 0 s): rounds at once, no first pass.
+        (Rounds.IF_SLOW, TimingOptions(rounds_above_s=0.0)),
+    ],
+)
+def test_no_config_is_captured_while_compiling_where_rounds_come_at_once(
+    monkeypatch, rounds, options
+):
+    """With no first pass (rounds at once, or a whole space of slow configs), nothing is
+    captured before every config has run once, however the configs come."""
+    monkeypatch.setattr(_engine, "EARLY_PACE_S", 0.0)
+    truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)}
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, options, device=True)
+    ran_at_ends = []
+    sweeper.timer.on_end = lambda: ran_at_ends.append(len(sweeper.calls))
+    configs = list(sweeper.task.plan.configs)
+    sweeper.measure(configs, reference=configs[0], rounds=rounds)
+    assert ran_at_ends and set(ran_at_ends) == {len(configs)}
 
 
 def test_configs_that_compile_fast_are_captured_once_all_have_compiled():

@@ -445,11 +445,13 @@ class LoweringAhead:
         yet (their start: importing JAX and the kernel, 9 s for twelve of them beside
         Tokamax's ragged_dot on a TPU v5e host), the
         last config left, which the processes would reach last; after that the earliest
-        config a process told of (until one of their programs matched a fresh lowering
-        here, only a kept program: their refusals are taken only after that match, and
-        Tokamax's ragged_dot's first 20-odd configs are refusals, each lowered again here
-        while the compiling threads idled 6 s), else the next one, waited for (``lowering_wait`` in the
+        config a process told of, else the next one, waited for (``lowering_wait`` in the
         breakdown) at most as long as lowering it here took the first, then lowered here.
+        Until one of the processes' programs matched a fresh lowering here, only a kept
+        program is taken (their refusals count only after that match, and Tokamax's
+        ragged_dot's first 20-odd configs are refusals, each lowered again here while the
+        compiling threads idled 6 s), and with none told yet the last config left is
+        lowered here.
         The processes are closed once the stored programs are found not to match the code,
         or once none will tell (they ended, or one hung)."""
         c = self.compiler

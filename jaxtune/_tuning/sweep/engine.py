@@ -139,7 +139,8 @@ class Sweeper:
         serial_compile: bool = False,
         rounds: Rounds = Rounds.FIRST_PASS,
     ) -> dict[str, Result]:
-        """Compiles, checks and times each config (timed in the given order).
+        """Compiles, checks and times each config (timed in the given order, but for those
+        a device timer captures while others still compile, timed as they come).
 
         ``reference`` is the config whose output the others must match (the default, or
         the first that worked when the default failed); when ``None`` or failing, the
@@ -174,21 +175,26 @@ class Sweeper:
         self, rounds: Rounds, serial: bool, ahead: dict[str, Timing | Failure]
     ) -> Early | None:
         """Under a device timer, the first pass's captures begin while configs still
-        compile, :data:`~.measure.CONFIGS_PER_CAPTURE` configs that passed their check at a
-        time, where they came at least :data:`EARLY_PACE_S` apart, their timings kept in
-        ``ahead`` (Tokamax's ragged_dot on a TPU v5e: 329 configs compiled over about 55 s,
-        with the chip idle, then 20-odd s of captures); not one config at a time (``serial``, ``serial_rounds``) nor with no first pass,
-        nor while every config so far runs as slowly as ``Rounds.IF_SLOW`` times in
-        rounds at once."""
+        compile: the configs that passed their check, once
+        :data:`~.measure.CONFIGS_PER_CAPTURE` of them came at least :data:`EARLY_PACE_S`
+        apart on average, their timings kept in ``ahead`` (Tokamax's ragged_dot on a TPU
+        v5e: 329 configs compiled over about 55 s, with the chip idle, then 20-odd s of
+        captures). Not one config at a time (``serial``, ``serial_rounds``) nor with no
+        first pass, nor while every config that passed so far runs as slowly as
+        ``Rounds.IF_SLOW`` times in rounds at once. A crash in such a capture comes while
+        configs compile, so it names no one config: the runner asks again one config at a
+        time."""
         timer = self.timer
         device = isinstance(timer, RecordingTimer) and timer.device_time
         if not device or serial or self.serial_rounds or rounds is Rounds.AT_ONCE:
             return None
         slow_s = self.task.plan.options.rounds_above_s
         first_s = self.first_runs.first_s
+        fast = [rounds is not Rounds.IF_SLOW]  # a config that passed ran under slow_s
 
         def take(configs: list[Config]) -> None:
-            if rounds is not Rounds.IF_SLOW or any(s < slow_s for s in first_s.values()):
+            fast[0] = fast[0] or any(first_s[config_id(c)] < slow_s for c in configs)
+            if fast[0]:
                 with self.breakdown.timed("first_pass"):
                     ahead.update(captured_ahead(self.stopwatch, configs))
 

@@ -14,9 +14,10 @@ config is no leader. The others are timed inside captures
 (:meth:`~.measure.Stopwatch.captured`), whose cost grows with the programs in them (about
 35 ms each on a TPU v5e, on top of 0.25 s a capture). Their device timings arrive when the
 captures end, so the first visit drops by them, against the best of the visit, before the
-second begins. While other configs still compile, the chip would idle: there each
-:data:`~.measure.CONFIGS_PER_CAPTURE` configs that passed their check are captured at once,
-unscreened (:func:`captured_ahead`), and keep that timing in the visit.
+second begins. While other configs still compile, the chip would idle: there the configs
+that passed their check are captured, unscreened (:func:`captured_ahead`), once
+:data:`~.measure.CONFIGS_PER_CAPTURE` of them came at a compile's pace
+(:data:`~.engine.EARLY_PACE_S`), and keep that timing in the visit.
 The wall timer times one config at a time and stops a config's samples as soon as they
 show it clearly slower than the best so far.
 """

@@ -33,9 +33,9 @@ MADE_UP_NOTE = (
 @dataclasses.dataclass(frozen=True, slots=True)
 class Early:
     """Where :meth:`FirstRuns.check` hands configs that passed while others still compile:
-    ``take`` gets those waiting once ``size`` of them are, the last ``size`` having come at
-    least ``pace_s`` apart on average (configs that compile faster would soon be timed
-    after the compiles anyway)."""
+    ``take`` gets all those waiting once at least ``size`` are, the last ``size`` of them
+    having come off the compile queue at least ``pace_s`` apart on average (configs that
+    come faster would soon be timed after the compiles anyway)."""
 
     take: Callable[[list[Config]], None]
     size: int
@@ -66,8 +66,9 @@ class FirstRuns:
         runs, else the first of ``configs`` that does. Returns each config's failure; each
         failure is reported as soon as known (a config that fails to lower or compile is
         out before any timing, and counts in the progress shown meanwhile). With
-        ``early``, each ``early.size`` configs that passed are handed to ``early.take``
-        while others still compile (a device timer's first pass starts then: :mod:`.engine`)."""
+        ``early``, the configs that passed are handed to ``early.take`` while others are
+        still to come, as :class:`Early` says (a device timer's first pass starts then:
+        :mod:`.engine`)."""
         compiler, breakdown = self.compiler, self.compiler.breakdown
         ids = [config_id(c) for c in configs]
         by_id = dict(zip(ids, configs, strict=True))
