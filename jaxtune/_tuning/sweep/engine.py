@@ -38,11 +38,10 @@ __all__ = ["EARLY_PACE_S", "Sweeper"]
 
 #: The shortest time (seconds) between configs that passed their check, on average over
 #: a capture's worth, at which they are captured while others still compile
-#: (:meth:`Sweeper.measure`). Beside compiles a
-#: capture takes longer (Tokamax's ragged_dot on a TPU v5e: 32 configs in 3.8-4.5 s beside
-#: 7-8 compiles a second, 1.7-1.9 s after them) and, taken early, it is not screened:
-#: configs coming faster (loaded from JAX's compilation cache, 30 a second) are timed
-#: sooner and more cheaply once all are in.
+#: (:meth:`Sweeper.measure`). Beside compiles a capture takes longer (Tokamax's ragged_dot
+#: on a TPU v5e: 32 configs in 3.8-4.5 s beside 7-8 compiles a second, 1.7-1.9 s after
+#: them) and, taken early, it is not screened: configs coming faster (loaded from JAX's
+#: compilation cache, 30 a second) are timed sooner and more cheaply once all are in.
 EARLY_PACE_S = 0.1
 
 Result = Measurement | Failure
