@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import inspect
 import threading
+import types
 from collections.abc import Callable
 
 import jax.numpy as jnp
@@ -32,6 +33,7 @@ from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import drive as _drive
 from jaxtune._tuning.sweep import engine as _engine
+from jaxtune._tuning.sweep import first_run as _first_run
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep.measure import ROUNDS_PER_CAPTURE
 from jaxtune._tuning.sweep.samples import Timing, TimingOptions
@@ -428,10 +430,14 @@ def test_no_config_is_captured_while_compiling_where_rounds_come_at_once(
     assert ran_at_ends and set(ran_at_ends) == {len(configs)}
 
 
-def test_configs_that_compile_fast_are_captured_once_all_have_compiled():
+def test_configs_that_compile_fast_are_captured_once_all_have_compiled(monkeypatch):
     """Configs coming faster than ``EARLY_PACE_S`` apart (loaded from JAX's compilation
     cache) are not captured while others still compile: they would be soon after, where a
-    capture is quicker and screened. Here every fake compile is instant."""
+    capture is quicker and screened. The first runs' clock here moves 1 ms a reading,
+    whatever the machine's load: the configs come a few ms apart."""
+    ticks = iter(range(10**9))
+    clock = types.SimpleNamespace(perf_counter=lambda: next(ticks) * 1e-3)
+    monkeypatch.setattr(_first_run, "time", clock)
     truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)}
     sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
     ran_at_ends = []
