@@ -430,6 +430,25 @@ def test_no_config_is_captured_while_compiling_where_rounds_come_at_once(
     assert ran_at_ends and set(ran_at_ends) == {len(configs)}
 
 
+def test_a_whole_sweep_with_captures_while_compiling_stores_the_fastest(monkeypatch):
+    """A whole sweep (first pass, rounds, pick) whose first captures run while configs
+    still compile stores the fastest config, over a space whose configs are up to 2.2x
+    apart, with the verdict the sweep without them reaches."""
+    truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)}
+    fakes = {k: Fake(ms=ms) for k, ms in truth_ms.items()}
+    got = []
+    for pace_s in (0.0, 10.0):  # captures while compiling, and none
+        monkeypatch.setattr(_engine, "EARLY_PACE_S", pace_s)
+        sweeper = _sweeper(fakes, device=True)
+        ran_at_ends = []
+        sweeper.timer.on_end = lambda s=sweeper, r=ran_at_ends: r.append(len(s.calls))
+        plan = sweeper.task.plan
+        outcome = _drive.drive(plan, _drive.InProcess(sweeper), progress=_drive.new_progress(plan))
+        early = min(ran_at_ends) < len(truth_ms)  # a capture before every config had run
+        got.append((early, outcome.best.config["k"], outcome.decision))
+    assert got == [(True, "c23", "clear"), (False, "c23", "clear")]
+
+
 def test_configs_that_compile_fast_are_captured_once_all_have_compiled(monkeypatch):
     """Configs coming faster than ``EARLY_PACE_S`` apart (loaded from JAX's compilation
     cache) are not captured while others still compile: they would be soon after, where a
