@@ -13,6 +13,10 @@ Each case is one JSON line:
 - ``loaded``: k = 8, 32 with ``PROBE_LOADED`` (128) more programs loaded: inside the sweep a
   capture of 32 configs' calls took 4-5 s to stop (329 programs loaded) against 1.4-1.9 s
   in the quiet case (32 loaded): is it the programs the process holds?
+- ``modes``: k = 1, 8, 32 under each TPU trace mode of the profiler's advanced
+  configuration (``tpu_trace_mode``): the stop's 35 ms a program is the profiler building
+  each program's HLO module for its LLO utilization counters. Does a mode that keeps the
+  ``XLA Modules`` line (which a timer reads) skip that work?
 
     python tools/tpu/probe_sweep_capture.py
     PROBE_CASES=quiet,loaded PROBE_LOADED=300 python tools/tpu/probe_sweep_capture.py
@@ -42,11 +46,13 @@ from jaxtune._tuning.sweep.timers import _walk
 sys.argv[1:] = [a for a in sys.argv[1:] if a != "--dry"]  # read: Tokamax's flags take argv
 
 
-def options():
+def options(advanced=None):
     o = jax.profiler.ProfileOptions()
     o.python_tracer_level = 0
     o.host_tracer_level = 0
     o.enable_hlo_proto = False
+    if advanced:
+        o.advanced_configuration = advanced
     return o
 
 
@@ -69,10 +75,10 @@ def compiled(configs, args):
     return out
 
 
-def capture(programs, args, calls=6):
+def capture(programs, args, calls=6, advanced=None):
     where = pathlib.Path(tempfile.mkdtemp())
     t0 = time.perf_counter()
-    jax.profiler.start_trace(str(where), profiler_options=options())
+    jax.profiler.start_trace(str(where), profiler_options=options(advanced))
     t1 = time.perf_counter()
     for p in programs:
         outs = [p(*args) for _ in range(calls)]
@@ -81,8 +87,12 @@ def capture(programs, args, calls=6):
     jax.profiler.stop_trace()
     t3 = time.perf_counter()
     size = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
-    ex = _walk(xplane.load(where))
+    space = xplane.load(where)
+    ex = _walk(space)
     t4 = time.perf_counter()
+    lines = sorted(
+        {f"{p.name}:{line.name}" for p in space.planes(space.plane_names) for line in p.lines}
+    )
     shutil.rmtree(where)
     return {
         "start_s": round(t1 - t0, 4),
@@ -92,6 +102,7 @@ def capture(programs, args, calls=6):
         "bytes": size,
         "executions": len(ex),
         "device_s": round(sum(d for _, _, d in ex) / 1e9, 4),
+        "lines": lines[:40],
     }
 
 
@@ -99,6 +110,15 @@ def capture(programs, args, calls=6):
 COUNT = int(os.environ.get("PROBE_COUNT", "32"))
 #: The cases to run (all by default; ``PROBE_CASES=quiet,loaded`` skips the busy ones).
 CASES = os.environ.get("PROBE_CASES", "quiet,busy,busy_switch,loaded").split(",")
+#: The trace modes of the ``modes`` case (libtpu 0.0.42.1's ``TraceOptions.TraceMode``).
+MODES = (
+    "",
+    "TRACE_ONLY_XLA",
+    "TRACE_XLA_BENCHMARK",
+    "TRACE_COMPUTE",
+    "TRACE_ONLY_STEPS",
+    "TRACE_COMPUTE_AND_DMA_LITE",
+)
 #: Programs loaded beside the others for the ``loaded`` case.
 LOADED = int(os.environ.get("PROBE_LOADED", "128"))
 
@@ -116,6 +136,19 @@ def main() -> None:
         jax.block_until_ready(p(*args))
     if "quiet" in CASES:
         cases("quiet", sorted({1, 8, 32, COUNT}), loaded, args)
+    if "modes" in CASES:
+        for mode in MODES:
+            advanced = {"tpu_trace_mode": mode} if mode else None
+            for k in (1, 8, 32):
+                for rep in range(2):
+                    try:
+                        got = capture(loaded[:k], args, advanced=advanced)
+                    except Exception as e:  # an unknown mode: say so, go on
+                        got = {"error": f"{type(e).__name__}: {e}"[:300]}
+                    print(
+                        json.dumps({"case": "modes", "mode": mode, "k": k, "rep": rep, **got}),
+                        flush=True,
+                    )
     more: list = []
     first, second = order[COUNT * 2 : COUNT * 4], order[COUNT * 4 : COUNT * 6]
     if "busy" in CASES:
