@@ -125,6 +125,31 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     compile_mod.Compiler.compile_one = noted_compile
     wrap(measure.Stopwatch, "captured", "captured")
     wrap(measure.Stopwatch, "rounds", "rounds")
+    # Each capture of the device timer: seconds from t0 to its start and end, its calls,
+    # the programs in it, and its stop's and read's seconds (a stop costs per program).
+    captures: list[tuple[float, float, int, int, float, float]] = []
+    own_capture = measure.Stopwatch._capture
+
+    @contextlib.contextmanager
+    def noted_capture(self: Any) -> Iterator[Any]:
+        start = time.perf_counter() - t0
+        with own_capture(self) as rec:
+            yield rec
+        programs = {c.module for c in rec.calls}
+        calls = sum(c.warmup + c.batch * len(c.wall.samples_us) for c in rec.calls)
+        captures.append(
+            (
+                round(start, 3),
+                round(time.perf_counter() - t0, 3),
+                calls,
+                len(programs),
+                round(rec.stop_s, 3),
+                round(rec.read_s, 3),
+            )
+        )
+
+    patched.append((measure.Stopwatch, "_capture", own_capture))
+    measure.Stopwatch._capture = noted_capture
     stop = threading.Event()
 
     def sample() -> None:
@@ -153,6 +178,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
                     "summary": summary(spans, cpu),
                     "lowering_processes": processes,
                     "compiles": compiles,
+                    "captures": captures,
                 },
                 f,
             )
