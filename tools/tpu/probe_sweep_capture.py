@@ -13,6 +13,11 @@ Each case is one JSON line:
 - ``loaded``: k = 8, 32 with ``PROBE_LOADED`` (128) more programs loaded: inside the sweep a
   capture of 32 configs' calls took 4-5 s to stop (329 programs loaded) against 1.4-1.9 s
   in the quiet case (32 loaded): is it the programs the process holds?
+- ``cost``: what a stop pays for, in a fresh process: the first capture ever (of one
+  program, with ``PROBE_COUNT`` loaded); the same again; one program after 8 others ran
+  outside any trace; those 8, then again; 8 that never ran, then again; one program after
+  8 more were compiled (loaded since the last stop). Inside a sweep the first capture of
+  32 programs took 11-23 s to stop and the next 1.4-3.7 s (TPU v5e, 2026-12-07).
 - ``modes``: k = 1, 8, 32 under each TPU trace mode of the profiler's advanced
   configuration (``tpu_trace_mode``): the stop's 35 ms a program is the profiler building
   each program's HLO module for its LLO utilization counters. Does a mode that keeps the
@@ -132,8 +137,11 @@ def main() -> None:
     order = configs[::-1]
     loaded = compiled(order[: COUNT * 2], args)[:COUNT]
     print(json.dumps({"compiled": len(loaded), "s": round(time.perf_counter() - t, 1)}), flush=True)
-    for p in loaded:
-        jax.block_until_ready(p(*args))
+    if "cost" not in CASES:  # the cost case runs its programs itself
+        for p in loaded:
+            jax.block_until_ready(p(*args))
+    if "cost" in CASES:
+        cost(order, loaded, args)
     if "quiet" in CASES:
         cases("quiet", sorted({1, 8, 32, COUNT}), loaded, args)
     if "modes" in CASES:
@@ -170,6 +178,35 @@ def main() -> None:
             jax.block_until_ready(p(*args))
         print(json.dumps({"loaded": len(loaded) + len(more)}), flush=True)
         cases("loaded", (8, 32), more, args)
+
+
+def cost(order, loaded, args) -> None:
+    """The ``cost`` case (see the module's docstring): one JSON line a step."""
+
+    def step(name, programs):
+        got = capture(programs, args)
+        got.pop("lines")
+        print(json.dumps({"case": "cost", "step": name, "k": len(programs), **got}), flush=True)
+
+    first = loaded[:1]
+    step("first capture ever", first)
+    step("same again", first)
+    for p in loaded[1:9]:
+        for _ in range(5):
+            jax.block_until_ready(p(*args))
+    step("one after 8 ran outside a trace", first)
+    step("those 8 (ran outside before)", loaded[1:9])
+    step("those 8 again", loaded[1:9])
+    step("8 never run", loaded[9:17])
+    step("those 8 again", loaded[9:17])
+    more = compiled(order[COUNT * 2 : COUNT * 2 + 24], args)[:8]
+    print(json.dumps({"case": "cost", "compiled more": len(more)}), flush=True)
+    step("one after more were compiled", first)
+    step("one again", first)
+    for p in loaded[17:]:
+        for _ in range(5):
+            jax.block_until_ready(p(*args))
+    step(f"one after {len(loaded[17:])} ran outside", first)
 
 
 def cases(name, ks, programs, args, beside=None) -> None:
