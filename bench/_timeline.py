@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import json
 import os
 import resource
@@ -130,8 +131,26 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     captures: list[tuple[float, float, int, int, float, float]] = []
     own_capture = measure.Stopwatch._capture
 
+    # With TIMELINE_PRIME=1, an empty trace is started and stopped before each capture,
+    # its stop's seconds noted: is a long stop the trace's content or something before it?
+    primes: list[tuple[float, float]] = []
+    prime = os.environ.get("TIMELINE_PRIME") == "1"
+
     @contextlib.contextmanager
     def noted_capture(self: Any) -> Iterator[Any]:
+        if prime:
+            import tempfile
+
+            import jax
+
+            where = tempfile.mkdtemp(prefix="jaxtune-prime-")
+            options = jax.profiler.ProfileOptions()
+            options.python_tracer_level = 0
+            options.host_tracer_level = 0
+            jax.profiler.start_trace(where, profiler_options=options)
+            at = time.perf_counter()
+            jax.profiler.stop_trace()
+            primes.append((round(at - t0, 3), round(time.perf_counter() - at, 3)))
         start = time.perf_counter() - t0
         with own_capture(self) as rec:
             yield rec
@@ -150,6 +169,26 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
 
     patched.append((measure.Stopwatch, "_capture", own_capture))
     measure.Stopwatch._capture = noted_capture
+    # Python's garbage collections that took over 10 ms: seconds from t0 to the start, how
+    # long, the generation, and what they freed (a long stop of a trace could be one).
+    collections: list[tuple[float, float, int, int]] = []
+    began: list[float] = [0.0]
+
+    def collected(phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            began[0] = now
+        elif now - began[0] > 0.01:
+            collections.append(
+                (
+                    round(began[0] - t0, 3),
+                    round(now - began[0], 3),
+                    info["generation"],
+                    info["collected"],
+                )
+            )
+
+    gc.callbacks.append(collected)
     stop = threading.Event()
 
     def sample() -> None:
@@ -167,6 +206,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     finally:
         stop.set()
         sampler.join()
+        gc.callbacks.remove(collected)
         for owner, name, original in reversed(patched):
             setattr(owner, name, original)
         with open(path, "w") as f:
@@ -179,6 +219,8 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
                     "lowering_processes": processes,
                     "compiles": compiles,
                     "captures": captures,
+                    "collections": collections,
+                    "primes": primes,
                 },
                 f,
             )
