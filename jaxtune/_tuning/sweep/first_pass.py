@@ -8,9 +8,9 @@ neither is dropped.
 
 A device timer (a :class:`~.timers.RecordingTimer`) first screens each config by the wall
 clock, its calls in flight with no trace: a config whose calls take at least
-``device_screen_above_us`` and over :data:`SCREEN_MARGIN` times ``device_look_window``
-times the best config's keeps that timing, since the host's part of so long a call is
-hidden behind the chip's work and the config gets no second look. The others are timed inside captures
+``device_screen_above_us`` and over ``leader_window`` times the best config's keeps that
+timing, since the host's part of so long a call is hidden behind the chip's work and the
+config is no leader. The others are timed inside captures
 (:meth:`~.measure.Stopwatch.captured`), whose cost grows with the programs in them (about
 35 ms each on a TPU v5e, on top of 0.25 s a capture). Their device timings arrive when the
 captures end, so the first visit drops by them, against the best of the visit, before the
@@ -36,15 +36,7 @@ from .rounds import measurement
 from .samples import Timing, TimingOptions, clearly_slower
 from .timers import RecordingTimer
 
-__all__ = ["SCREEN_MARGIN", "captured_ahead", "first_pass"]
-
-#: How far past ``device_look_window`` of the best a config's wall-clock screen must put it
-#: to keep that timing (:func:`_visit_screened`): the wall clock of calls in flight that
-#: take ``device_screen_above_us`` or more is the chip's time to within a few per cent.
-#: Each program kept out of the captures spares the chip's profiler its cost: on a TPU v5e
-#: a window of 2x (``leader_window``) took 131 of Tokamax's 329 ragged_dot configs into
-#: the first pass's traces, 1.1 x 1.25 of the best takes about 75.
-SCREEN_MARGIN = 1.25
+__all__ = ["captured_ahead", "first_pass"]
 
 Result = Measurement | Failure
 
@@ -166,8 +158,8 @@ def _visit_screened(
 ) -> dict[str, Timing | Failure]:
     """One visit of a device timer: under device time, each config first screened by the
     wall clock with no trace (:meth:`~.timers.ProfilerTimer.screen`), and those whose
-    calls take at least ``device_screen_above_us`` and over :data:`SCREEN_MARGIN` times
-    ``device_look_window`` times the best keep that timing; the others are timed inside captures
+    calls take at least ``device_screen_above_us`` and over ``leader_window`` times the
+    best keep that timing; the others are timed inside captures
     (:meth:`~.measure.Stopwatch.captured`). On the first visit (``dropping``), the configs
     timed ``ahead`` keep that timing, and those clearly slower than the best of the visit
     (or the best known before) are dropped once the captures have ended."""
@@ -187,11 +179,9 @@ def _visit_screened(
         times = [t.min_us for t in (*screened.values(), *out.values()) if isinstance(t, Timing)]
         if dropping is not None and dropping.best_us is not None:
             times.append(dropping.best_us)
-        # The second looks come from within ``device_look_window`` of the best: those
-        # stay timed on the device, with a margin for the wall clock's error, so a
-        # wall-clock figure decides no second look (and a leader only where fewer than
-        # ``leaders`` configs are that close, which then races on the device).
-        bar = max(above, SCREEN_MARGIN * options.device_look_window * min(times, default=0.0))
+        # The leaders come from within ``leader_window`` of the best: those stay timed on
+        # the device, so a wall-clock figure decides no leader and no second look.
+        bar = max(above, options.leader_window * min(times, default=0.0))
         out |= {
             cid: got
             for cid, got in screened.items()

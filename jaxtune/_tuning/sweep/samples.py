@@ -66,11 +66,11 @@ class TimingOptions:
 
     Under a device timer the first pass screens by the wall clock first: each config's
     calls are started back to back, with no trace, and a config whose calls take at least
-    ``device_screen_above_us`` each and over 1.25 times ``device_look_window`` times the
-    best config's keeps that timing (at that length the host's part of a call is hidden
-    behind the chip's work: the wall clock of calls in flight is the chip's time to within
-    a few per cent; so far behind, the config gets no second look); the others are timed
-    inside captures, whose cost grows with the programs in them (0 turns the screen off).
+    ``device_screen_above_us`` each and over ``leader_window`` times the best config's
+    keeps that timing (at that length the host's part of a call is hidden behind the
+    chip's work: the wall clock of calls in flight is the chip's time to within a few per
+    cent; so far behind, the config is no leader); the others are timed inside captures,
+    whose cost grows with the programs in them (0 turns the screen off).
 
     A space of at most ``first_pass_above`` configs, measured in one batch, has no first
     pass: all its configs go straight into the rounds; so does a whole space measured in
