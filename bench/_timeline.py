@@ -169,6 +169,34 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
 
     patched.append((measure.Stopwatch, "_capture", own_capture))
     measure.Stopwatch._capture = noted_capture
+    # Each capture's trace: its bytes, each plane's bytes, and the device planes' event
+    # metadata (what a long stop built, if it shows in the trace), in ``traces``.
+    from jaxtune._core.xspace import xplane
+    from jaxtune._tuning.sweep import timers
+
+    traces: list[dict[str, Any]] = []
+    own_executions = timers._executions
+
+    def noted_executions(where: Any) -> Any:
+        import pathlib
+
+        files = [f for f in pathlib.Path(where).rglob("*") if f.is_file()]
+        space = xplane.load(where)
+        planes = {n: len(raw or b"") for n, raw in zip(space.plane_names, space._raw, strict=True)}
+        metadata = {
+            p.name: len(p.event_metadata) for p in space.planes(n for n in planes if "TPU" in n)
+        }
+        traces.append(
+            {
+                "bytes": sum(f.stat().st_size for f in files),
+                "planes": planes,
+                "device_metadata": metadata,
+            }
+        )
+        return own_executions(where)
+
+    patched.append((timers, "_executions", own_executions))
+    timers._executions = noted_executions
     # Python's garbage collections that took over 10 ms: seconds from t0 to the start, how
     # long, the generation, and what they freed (a long stop of a trace could be one).
     collections: list[tuple[float, float, int, int]] = []
@@ -221,6 +249,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
                     "captures": captures,
                     "collections": collections,
                     "primes": primes,
+                    "traces": traces,
                 },
                 f,
             )
