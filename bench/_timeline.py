@@ -129,6 +129,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     # Each capture of the device timer: seconds from t0 to its start and end, its calls,
     # the programs in it, and its stop's and read's seconds (a stop costs per program).
     captures: list[tuple[float, float, int, int, float, float]] = []
+    captured: list[list[str]] = []  # each capture's configs (ids), in ``captured``
     own_capture = measure.Stopwatch._capture
 
     # With TIMELINE_PRIME=1, an empty trace is started and stopped before each capture,
@@ -166,6 +167,8 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
                 round(rec.read_s, 3),
             )
         )
+        by_module = {m: cid for cid, m in self.compiler.modules.items()}
+        captured.append(sorted(by_module.get(m, str(m)) for m in programs))
 
     patched.append((measure.Stopwatch, "_capture", own_capture))
     measure.Stopwatch._capture = noted_capture
@@ -250,6 +253,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
                     "collections": collections,
                     "primes": primes,
                     "traces": traces,
+                    "captured": captured,
                 },
                 f,
             )
