@@ -134,6 +134,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
 
     # With TIMELINE_PRIME=1, an empty trace is started and stopped before each capture,
     # its stop's seconds noted: is a long stop the trace's content or something before it?
+    # (The sweep takes that much longer: a probe, not a measurement of its time.)
     primes: list[tuple[float, float]] = []
     prime = os.environ.get("TIMELINE_PRIME") == "1"
 
@@ -173,7 +174,8 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     patched.append((measure.Stopwatch, "_capture", own_capture))
     measure.Stopwatch._capture = noted_capture
     # Each capture's trace: its bytes, each plane's bytes, and the device planes' event
-    # metadata (what a long stop built, if it shows in the trace), in ``traces``.
+    # metadata (what a long stop built, if it shows in the trace), in ``traces``. The
+    # trace is read twice then: the capture's ``capture_read`` grows by this reading.
     from jaxtune._core.xspace import xplane
     from jaxtune._tuning.sweep import timers
 

@@ -21,7 +21,8 @@ Each case is one JSON line:
 - ``modes``: k = 1, 8, 32 under each TPU trace mode of the profiler's advanced
   configuration (``tpu_trace_mode``): the stop's 35 ms a program is the profiler building
   each program's HLO module for its LLO utilization counters. Does a mode that keeps the
-  ``XLA Modules`` line (which a timer reads) skip that work?
+  ``XLA Modules`` line (which a timer reads) skip that work? (No, on libtpu 0.0.42.1:
+  docs/benchmarks.md, "What a trace's stop pays for".)
 
     python tools/tpu/probe_sweep_capture.py
     PROBE_CASES=quiet,loaded PROBE_LOADED=300 python tools/tpu/probe_sweep_capture.py
