@@ -7,6 +7,7 @@
 #                                         figure; goal <= 90 s, second <= 0.4x the first);
 #                                         every entry's phases and failures end in the JSON
 #                                         (RAGGED_STRIDE=5: every 5th config, a quick look)
+#   bash tools/tpu/batch_pace.sh ragspy   as ragged, the --retune under py-spy (.whl-spy carried)
 #   bash tools/tpu/batch_pace.sh flash    JAX's flash attention, 16 configs, vs a plain
 #                                         in-process loop (goal <= 0.8x), and a 27-config
 #                                         Pallas matmul, via bench/bench_tpu.py
@@ -31,6 +32,20 @@ ragged)
     tail -15 $OUT/ragged_$run.log
   done
   du -sh $JAXTUNE_CACHE_DIR/xla $JAXTUNE_CACHE_DIR/xla/lowered; ls $JAXTUNE_CACHE_DIR/xla/lowered ;;
+ragspy)
+  # As ragged, the --retune under py-spy (carried in .whl-spy: `pip download --no-deps
+  # --only-binary=:all: --platform manylinux1_x86_64 -d .whl-spy py-spy`), native stacks
+  # of every thread 20 times a second, idle ones too: what a capture's stop waits on.
+  rm -rf $JAXTUNE_CACHE_DIR
+  python3 -c "import zipfile, glob; zipfile.ZipFile(glob.glob('.whl-spy/*.whl')[0]).extract('py_spy-0.4.3.data/scripts/py-spy', '/tmp/spy')"
+  SPY=/tmp/spy/py_spy-0.4.3.data/scripts/py-spy; chmod +x $SPY
+  RAGGED="bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive --stride 1 --configs 540"
+  ( time python3 $RAGGED --json $OUT/ragged_first.json --timeline $OUT/timeline_first.json ) > $OUT/ragged_first.log 2>&1
+  grep -o '"phases": {[^}]*}' $OUT/ragged_first.log
+  ( time $SPY record --native --idle --subprocesses -r 20 -f speedscope -o $OUT/spy_retune.json -- \
+      python3 $RAGGED --json $OUT/ragged_retune.json --timeline $OUT/timeline_retune.json ) > $OUT/ragged_retune.log 2>&1
+  grep -o '"phases": {[^}]*}' $OUT/ragged_retune.log
+  tail -5 $OUT/ragged_retune.log; ls -la $OUT; gzip $OUT/spy_retune.json ;;
 flash)
   ( time python3 bench/bench_tpu.py --only flash_fwd,matmul --json $OUT/pace_flash.json ) > $OUT/pace_flash.log 2>&1
   tail -30 $OUT/pace_flash.log ;;
