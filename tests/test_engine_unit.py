@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import inspect
 import threading
+import time
 import types
 from collections.abc import Callable
 
@@ -796,6 +797,56 @@ def test_a_fault_in_a_compile_thread_reaches_the_waiter_as_itself():
     with pytest.raises(SinkError, match="the event sink broke") as caught:
         sweeper.measure(configs, reference=configs[0])
     assert any("bug in jaxtune" in note for note in caught.value.__notes__)
+
+
+def test_the_lowering_thread_waits_while_two_configs_a_compiling_thread_are_lowered_ahead(
+    monkeypatch,
+):
+    """With both compiling threads held in XLA, the lowering thread lowers the two
+    configs they hold and two more for each thread (LOWERED_AHEAD), then waits
+    (``lowering_paced``) until a thread takes one up; every config still compiles."""
+    fakes = {f"c{i}": Fake(ms=1.0) for i in range(10)}
+    sweeper = _sweeper(fakes)
+    compiler = sweeper.compiler
+    compiler.task = dataclasses.replace(compiler.task, compile_threads=2)
+    lowered, release = [], threading.Event()
+    plain_lower, plain_compile = compiler.lower, _Lowered.compile
+
+    def lower(config, spec):
+        lowered.append(config["k"])
+        return plain_lower(config, spec)
+
+    def held_compile(self):
+        assert release.wait(30), "the test's compiles were never released"
+        return plain_compile(self)
+
+    monkeypatch.setattr(compiler, "lower", lower)
+    monkeypatch.setattr(_Lowered, "compile", held_compile)
+    configs = list(sweeper.task.plan.configs)
+    sweeper.inputs  # noqa: B018 - made before the threads start, as compile() does
+    reported = []
+    worker = threading.Thread(
+        target=compiler.compile_all,
+        args=(configs,),
+        kwargs={"serial": False, "spec": None, "done": reported.append},
+    )
+    worker.start()
+    ahead = 2 + 2 * _compile.LOWERED_AHEAD  # two held by the threads, the rest waiting
+    try:
+        deadline = time.monotonic() + 30
+        while len(lowered) < ahead and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # long enough for a lowering thread that does not wait to go on
+        assert len(lowered) == ahead
+    finally:
+        release.set()
+        worker.join(30)
+    assert not worker.is_alive()
+    assert len(lowered) == len(configs)
+    assert sorted(cid for cid, failure in reported if failure is None) == sorted(
+        config_id(c) for c in configs
+    )
+    assert compiler.breakdown.finish(1.0)["lowering_paced"] > 0.2
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,8 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
   ``compile_threads``, the serial part: Python work that holds the GIL);
 - ``lowering_kept``: the part of ``lowering`` spent loading programs a previous sweep kept
   (:mod:`.program_store`): all of it when a second sweep traced nothing again;
+- ``lowering_paced``: the seconds the lowering thread waited for a compiling thread to take
+  up a config, two per thread already lowered (:data:`.compile.LOWERED_AHEAD`);
 - ``compile_wait``: time nothing could run because the next config was still compiling;
 - ``warmup``: each config's first call (its output is kept for the check);
 - ``check``: comparing outputs with the reference config's;
