@@ -18,6 +18,11 @@ Each case is one JSON line:
   outside any trace; those 8, then again; 8 that never ran, then again; one program after
   8 more were compiled (loaded since the last stop). Inside a sweep the first capture of
   32 programs took 11-23 s to stop and the next 1.4-3.7 s (TPU v5e, 2026-12-07).
+- ``cached``: is it the executables' origin? A ``--retune`` loads every program from JAX's
+  persistent compilation cache, and its first capture (of 32 programs) took 11 s to
+  stop, the next 1.5-2 s. ``PROBE_COUNT`` programs compiled with the cache on and
+  captured; then the same configs compiled again, loaded from the cache, and captured:
+  one program first, then again, then 8, then those 8 again.
 - ``modes``: k = 1, 8, 32 under each TPU trace mode of the profiler's advanced
   configuration (``tpu_trace_mode``): the stop's 35 ms a program is the profiler building
   each program's HLO module for its LLO utilization counters. Does a mode that keeps the
@@ -130,6 +135,9 @@ LOADED = int(os.environ.get("PROBE_LOADED", "128"))
 
 
 def main() -> None:
+    if "cached" in CASES:  # before anything compiles: JAX reads the setting once
+        jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="probe-cache-"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     args = rd.inputs()
     configs = rd.all_configs(*args)
     print(json.dumps({"devices": str(jax.devices()), "configs": len(configs)}), flush=True)
@@ -138,6 +146,9 @@ def main() -> None:
     order = configs[::-1]
     loaded = compiled(order[: COUNT * 2], args)[:COUNT]
     print(json.dumps({"compiled": len(loaded), "s": round(time.perf_counter() - t, 1)}), flush=True)
+    if "cached" in CASES:
+        cached(order, loaded, args)
+        return
     if "cost" not in CASES:  # the cost case runs its programs itself
         for p in loaded:
             jax.block_until_ready(p(*args))
@@ -208,6 +219,36 @@ def cost(order, loaded, args) -> None:
         for _ in range(5):
             jax.block_until_ready(p(*args))
     step(f"one after {len(loaded[17:])} ran outside", first)
+
+
+def cached(order, loaded, args) -> None:
+    """The ``cached`` case (see the module's docstring): one JSON line a step."""
+
+    def step(name, programs):
+        got = capture(programs, args)
+        got.pop("lines")
+        print(json.dumps({"case": "cached", "step": name, "k": len(programs), **got}), flush=True)
+
+    for p in loaded:
+        jax.block_until_ready(p(*args))
+    step("first capture ever, compiled here", loaded[:1])
+    step("8 compiled here", loaded[1:9])
+    t = time.perf_counter()
+    again = compiled(order[: COUNT * 2], args)[:COUNT]  # from the persistent cache
+    print(
+        json.dumps(
+            {"case": "cached", "reloaded": len(again), "s": round(time.perf_counter() - t, 1)}
+        ),
+        flush=True,
+    )
+    for p in again:
+        jax.block_until_ready(p(*args))
+    step("one loaded from the cache", again[:1])
+    step("the same again", again[:1])
+    step("8 loaded from the cache", again[1:9])
+    step("those 8 again", again[1:9])
+    step("32 loaded from the cache", again[9:41])
+    step("those 32 again", again[9:41])
 
 
 def cases(name, ks, programs, args, beside=None) -> None:
