@@ -136,7 +136,9 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     # its stop's seconds noted: is a long stop the trace's content or something before it?
     # (The sweep takes that much longer: a probe, not a measurement of its time.)
     primes: list[tuple[float, float]] = []
-    prime = os.environ.get("TIMELINE_PRIME") == "1"
+    # TIMELINE_PRIME=call: the trace holds one call of a compiled config (device work).
+    prime = os.environ.get("TIMELINE_PRIME") in ("1", "call")
+    prime_call = os.environ.get("TIMELINE_PRIME") == "call"
 
     @contextlib.contextmanager
     def noted_capture(self: Any) -> Iterator[Any]:
@@ -150,6 +152,8 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
             options.python_tracer_level = 0
             options.host_tracer_level = 0
             jax.profiler.start_trace(where, profiler_options=options)
+            if prime_call and self.compiler._runs:
+                next(iter(self.compiler._runs.values()))[0]()
             at = time.perf_counter()
             jax.profiler.stop_trace()
             primes.append((round(at - t0, 3), round(time.perf_counter() - at, 3)))
