@@ -42,8 +42,11 @@ ragspy)
   RAGGED="bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive --stride 1 --configs 540"
   ( time python3 $RAGGED --json $OUT/ragged_first.json --timeline $OUT/timeline_first.json ) > $OUT/ragged_first.log 2>&1
   grep -o '"phases": {[^}]*}' $OUT/ragged_first.log
+  # The real interpreter: `python3` is a pyenv shim there, under which py-spy found no
+  # Python (2026-12-07); a descendant it starts may be traced where ptrace_scope is 1.
+  PY=$(python3 -c 'import sys; print(sys.executable)')
   ( time $SPY record --native --idle --subprocesses -r 20 -f speedscope -o $OUT/spy_retune.json -- \
-      python3 $RAGGED --json $OUT/ragged_retune.json --timeline $OUT/timeline_retune.json ) > $OUT/ragged_retune.log 2>&1
+      $PY $RAGGED --json $OUT/ragged_retune.json --timeline $OUT/timeline_retune.json ) > $OUT/ragged_retune.log 2>&1
   grep -o '"phases": {[^}]*}' $OUT/ragged_retune.log
   tail -5 $OUT/ragged_retune.log; ls -la $OUT; gzip $OUT/spy_retune.json ;;
 flash)

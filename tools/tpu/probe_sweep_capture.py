@@ -23,6 +23,10 @@ Each case is one JSON line:
   stop, the next 1.5-2 s. ``PROBE_COUNT`` programs compiled with the cache on and
   captured; then the same configs compiled again, loaded from the cache, and captured:
   one program first, then again, then 8, then those 8 again.
+- ``tiles``: is it the calls' own work? Every probe case so far compiled the space from
+  its end (large tiles), while the sweeps' long first stops held its start (tile_m 64 and
+  128: the most grid steps a call). ``PROBE_COUNT`` configs from each end of the space,
+  captured 32 (or fewer) at a time, small tiles first, then large, then small again.
 - ``modes``: k = 1, 8, 32 under each TPU trace mode of the profiler's advanced
   configuration (``tpu_trace_mode``): the stop's 35 ms a program is the profiler building
   each program's HLO module for its LLO utilization counters. Does a mode that keeps the
@@ -148,6 +152,16 @@ def main() -> None:
     print(json.dumps({"compiled": len(loaded), "s": round(time.perf_counter() - t, 1)}), flush=True)
     if "cached" in CASES:
         cached(order, loaded, args)
+        return
+    if "tiles" in CASES:
+        small = compiled(configs[: COUNT * 4], args)[:COUNT]  # the space's start
+        for p in (*small, *loaded):
+            jax.block_until_ready(p(*args))
+        k = min(32, COUNT)
+        for name, programs in (("small", small), ("large", loaded), ("small again", small)):
+            got = capture(programs[:k], args)
+            got.pop("lines")
+            print(json.dumps({"case": "tiles", "step": name, "k": k, **got}), flush=True)
         return
     if "cost" not in CASES:  # the cost case runs its programs itself
         for p in loaded:
