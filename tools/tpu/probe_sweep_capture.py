@@ -26,7 +26,8 @@ Each case is one JSON line:
 - ``tiles``: is it the calls' own work? Every probe case so far compiled the space from
   its end (large tiles), while the sweeps' long first stops held its start (tile_m 64 and
   128: the most grid steps a call). ``PROBE_COUNT`` configs from each end of the space,
-  captured 32 (or fewer) at a time, small tiles first, then large, then small again.
+  captured 32 (or fewer) at a time, small tiles first, then large, then small again (6
+  calls each, as the first pass), then small with 2 calls each (as the rounds).
 - ``modes``: k = 1, 8, 32 under each TPU trace mode of the profiler's advanced
   configuration (``tpu_trace_mode``): the stop's 35 ms a program is the profiler building
   each program's HLO module for its LLO utilization counters. Does a mode that keeps the
@@ -158,8 +159,9 @@ def main() -> None:
         for p in (*small, *loaded):
             jax.block_until_ready(p(*args))
         k = min(32, COUNT)
-        for name, programs in (("small", small), ("large", loaded), ("small again", small)):
-            got = capture(programs[:k], args)
+        steps = (("small", small, 6), ("large", loaded, 6), ("small again", small, 6))
+        for name, programs, calls in (*steps, ("small, 2 calls each", small, 2)):
+            got = capture(programs[:k], args, calls=calls)
             got.pop("lines")
             print(json.dumps({"case": "tiles", "step": name, "k": k, **got}), flush=True)
         return
