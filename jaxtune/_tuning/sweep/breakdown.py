@@ -12,6 +12,8 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
   ``compile_threads``, the serial part: Python work that holds the GIL);
 - ``lowering_kept``: the part of ``lowering`` spent loading programs a previous sweep kept
   (:mod:`.program_store`): all of it when a second sweep traced nothing again;
+- ``lowering_wait``: the part of ``compile_wait`` spent waiting for the lowering processes
+  (:mod:`.lowering_pool`) to lower the next config (present whenever they were started);
 - ``lowering_paced``: the seconds the lowering thread waited for a compiling thread to take
   up a config, two per thread already lowered (:data:`.compile.LOWERED_AHEAD`);
 - ``compile_wait``: time nothing could run because the next config was still compiling;
@@ -29,8 +31,8 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
   spent stopping the traces and reading them;
 - ``device`` (a device timer only): what the calls timed in those traces took on the
   device, the measure of what the timing phases cost over the work they time;
-- ``other``: the rest of the sweep's wall time (``total`` less the phases above but
-  ``compile_threads``): requests and answers, the parent's bookkeeping;
+- ``other``: the rest of the sweep's wall time (``total`` less the wall-time phases,
+  :data:`WALL_PHASES`): requests and answers, the parent's bookkeeping;
 - ``total``: the sweep's wall time as its caller waited for it.
 """
 
@@ -51,6 +53,8 @@ PHASES = (
     "compile_threads",
     "lowering",
     "lowering_kept",
+    "lowering_wait",
+    "lowering_paced",
     "compile_wait",
     "warmup",
     "check",

@@ -3,7 +3,8 @@
 This thread traces and lowers each config in turn (Python work that holds the GIL) while a
 pool of threads has XLA compile the lowered modules (work that lets go of it); each
 outcome is queued as it becomes known, so the configs compiled first run their check while
-the others still compile (:mod:`.first_run`). Each step is reported as an event of
+the others still compile (:mod:`.first_run`). This thread runs at most
+:data:`LOWERED_AHEAD` lowered configs per compiling thread ahead of them. Each step is reported as an event of
 :mod:`jaxtune._isolation.frames` (``CompileStarted``, ``CompileFinished``), with the thread
 that works on it, so a crash report pins the config.
 
@@ -244,7 +245,8 @@ class Compiler:
         thread traces and lowers them in turn (Python work that holds the GIL, so a second
         tracing thread would only slow the first and the thread running configs), and XLA
         compiles the lowered modules meanwhile in a pool of threads (work that lets go of
-        the GIL)."""
+        the GIL), this thread at most :data:`LOWERED_AHEAD` lowered configs per compiling
+        thread ahead of them (its waits: ``lowering_paced``)."""
         threads = 1 if serial else (self.task.compile_threads or compile_threads())
         local_config = _context.snapshot_local()
         failures: dict[str, Failure] = {}
@@ -278,10 +280,15 @@ class Compiler:
         )
         slots = _Slots(threads * LOWERED_AHEAD, self.breakdown)
         with threads_ as ex, contextlib.closing(ahead):
-            pending = []
-            for index in ahead.order():
-                config = configs[index]
+            pending, order = [], ahead.order()
+            # The slot first: which config comes next is decided once it can be lowered
+            # (what the lowering processes told of by then counts).
+            while True:
                 slots.take()
+                if (index := next(order, None)) is None:
+                    slots.give()
+                    break
+                config = configs[index]
                 try:
                     with local_config():
                         lowered = self.lower(config, spec)
