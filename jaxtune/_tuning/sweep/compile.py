@@ -274,36 +274,7 @@ class Compiler:
             for config in configs:
                 settle(config, functools.partial(self.compile_one, config, spec))
             return failures
-        ahead = LoweringAhead(self, configs, self._store)
-        threads_ = concurrent.futures.ThreadPoolExecutor(
-            threads, thread_name_prefix="jaxtune-compile"
-        )
-        slots = _Slots(threads * LOWERED_AHEAD, self.breakdown)
-        with threads_ as ex, contextlib.closing(ahead):
-            pending, order = [], ahead.order()
-            # The slot first: which config comes next is decided once it can be lowered
-            # (what the lowering processes told of by then counts).
-            while True:
-                slots.take()
-                if (index := next(order, None)) is None:
-                    slots.give()
-                    break
-                config = configs[index]
-                try:
-                    with local_config():
-                        lowered = self.lower(config, spec)
-                except BaseException as e:  # not the config's: settle raises or hands it on
-                    slots.give()
-                    settle(config, functools.partial(_reraise, e))
-                    continue
-                if isinstance(lowered, Lowering):
-                    job = functools.partial(self.compile_one, config, spec, lowered)
-                    pending.append(ex.submit(slots.freeing(settle), config, job))
-                else:
-                    slots.give()
-                    settle(config, functools.partial(_given, lowered))
-            for future in pending:
-                future.result()
+        _pipeline(self, configs, spec, threads, settle)
         return failures
 
     def lower(self, config: Config, spec: dict[str, Any] | None) -> Lowering | Failure | None:
@@ -368,6 +339,47 @@ class Compiler:
         run = Run(cid, compiled, inputs=lambda: self.inputs, raised=self._raised, calls=calls)
         self._runs[cid] = (run, seconds)
         return None
+
+
+def _pipeline(
+    compiler: Compiler,
+    configs: Sequence[Config],
+    spec: dict[str, Any] | None,
+    threads: int,
+    settle: Callable[[Config, Callable[[], Failure | None]], None],
+) -> None:
+    """:meth:`Compiler.compile_all`'s pipeline: this thread lowers ``configs`` in the
+    order :class:`LoweringAhead` gives, at most :data:`LOWERED_AHEAD` per compiling thread
+    ahead of ``threads`` threads that compile them; ``settle`` reports each outcome."""
+    local_config = _context.snapshot_local()
+    ahead = LoweringAhead(compiler, configs, compiler._store)
+    threads_ = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="jaxtune-compile")
+    slots = _Slots(threads * LOWERED_AHEAD, compiler.breakdown)
+    with threads_ as ex, contextlib.closing(ahead):
+        pending, order = [], ahead.order()
+        # The slot first: which config comes next is decided once it can be lowered
+        # (what the lowering processes told of by then counts).
+        while True:
+            slots.take()
+            if (index := next(order, None)) is None:
+                slots.give()
+                break
+            config = configs[index]
+            try:
+                with local_config():
+                    lowered = compiler.lower(config, spec)
+            except BaseException as e:  # not the config's: settle raises or hands it on
+                slots.give()
+                settle(config, functools.partial(_reraise, e))
+                continue
+            if isinstance(lowered, Lowering):
+                job = functools.partial(compiler.compile_one, config, spec, lowered)
+                pending.append(ex.submit(slots.freeing(settle), config, job))
+            else:
+                slots.give()
+                settle(config, functools.partial(_given, lowered))
+        for future in pending:
+            future.result()
 
 
 #: How many lowered configs per compiling thread the lowering thread keeps waiting for
