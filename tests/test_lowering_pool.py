@@ -57,6 +57,19 @@ def test_processes_lower_the_configs_and_a_second_sweep_traces_one(processes, fa
     assert len(traced) == 1 and "lowering_wait" not in outcome.phases
 
 
+def test_a_count_of_processes_without_flatbuffers_is_warned_about_and_starts_none(
+    processes, fast_timing, monkeypatch
+):
+    """Without the package ``jax.export`` serialises with, no program can be handed over:
+    the asked-for processes are not started, and the user is told why, once."""
+    monkeypatch.setattr(program_store, "serialisable", lambda: False)
+    with pytest.warns(jaxtune.JaxtuneWarning, match=r"LOWERING_PROCESSES=2 .*jaxtune\[retune\]"):
+        traced, outcome = _sweep(lk.sines)
+    assert "lowering_wait" not in outcome.phases  # none started
+    assert len(traced) == len(lk.SPACE) and _programs(processes) == []
+    assert all(m.ok for m in outcome.measurements), outcome.measurements
+
+
 def test_a_sweep_in_its_child_process_starts_lowering_processes_there(processes, fast_timing):
     # The child (which holds the device in a TPU program) starts them; the JAX state and
     # variables they get are the child's, the kernel imported by reference there too.

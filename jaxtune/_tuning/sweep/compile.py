@@ -38,7 +38,7 @@ from .backward import with_backward
 from .breakdown import Breakdown
 from .check import reason
 from .inputs import make_inputs
-from .lowering_pool import LoweringPool
+from .lowering_pool import LoweringPool, say_none_without_serialising
 from .program_store import ProgramStore, task_key
 from .refusals import checker
 from .samples import block
@@ -523,6 +523,8 @@ class LoweringAhead:
         store = self.store[0] if self.store else None  # looked for as the first was lowered
         left = list(range(1, len(self.configs)))
         first_s = time.perf_counter() - first_at
+        if left and store is None:
+            say_none_without_serialising()
         if left and store is not None:
             todo = [
                 self.configs[i]

@@ -47,7 +47,9 @@ from ..._isolation.devices import usable_cores
 from ..._isolation.environ import python_path
 from ..._isolation.frames import FunctionRef
 from ..._isolation.framing import FrameReader
+from ..._isolation.resolve import NOTES
 from ..._isolation.wire import encode_value
+from . import program_store
 from .program_store import ProgramStore
 from .refusals import scoped_vmem
 from .work import SweepPlan, SweepTask
@@ -284,6 +286,22 @@ class LoweringPool:
                         pipe.close()
         for log in self._logs:
             log.close()
+
+
+def say_none_without_serialising() -> None:
+    """Warns once where ``JAXTUNE_LOWERING_PROCESSES`` asks for processes and none can
+    start because ``jax.export`` cannot serialise here (no ``flatbuffers``): the processes
+    hand their programs over through the store of kept programs."""
+    setting = _settings.settings().lowering_processes
+    if setting == "auto" or int(setting) <= 0 or program_store.serialisable():
+        return
+    message = (
+        f"JAXTUNE_LOWERING_PROCESSES={setting} starts no lowering process here: they hand "
+        "their programs over through jax.export, which needs the flatbuffers package "
+        "(pip install 'jaxtune[retune]'); the sweep lowers every config itself"
+    )
+    if warn_once(("lowering processes", "flatbuffers"), f"jaxtune: {message}"):
+        NOTES.append(message)  # in a sweep child, its parent shows it
 
 
 def _count(configs: int, first_s: float) -> int:
