@@ -4,9 +4,9 @@ This thread traces and lowers each config in turn (Python work that holds the GI
 pool of threads has XLA compile the lowered modules (work that lets go of it); each
 outcome is queued as it becomes known, so the configs compiled first run their check while
 the others still compile (:mod:`.first_run`). This thread runs at most
-:data:`LOWERED_AHEAD` lowered configs per compiling thread ahead of them. Each step is reported as an event of
-:mod:`jaxtune._isolation.frames` (``CompileStarted``, ``CompileFinished``), with the thread
-that works on it, so a crash report pins the config.
+:data:`LOWERED_AHEAD` lowered configs per compiling thread ahead of them. Each step is
+reported as an event of :mod:`jaxtune._isolation.frames` (``CompileStarted``,
+``CompileFinished``), with the thread that works on it, so a crash report pins the config.
 
 A config fails only by what its kernel, JAX's lowering and compiling of it or its run
 raise; a fault of jaxtune's own code on the way is raised, noted as such
@@ -274,7 +274,7 @@ class Compiler:
             for config in configs:
                 settle(config, functools.partial(self.compile_one, config, spec))
             return failures
-        _pipeline(self, configs, spec, threads, settle)
+        _pipeline(self, configs, spec, threads, settle, local_config)
         return failures
 
     def lower(self, config: Config, spec: dict[str, Any] | None) -> Lowering | Failure | None:
@@ -347,11 +347,12 @@ def _pipeline(
     spec: dict[str, Any] | None,
     threads: int,
     settle: Callable[[Config, Callable[[], Failure | None]], None],
+    local_config: Callable[[], contextlib.AbstractContextManager[None]],
 ) -> None:
     """:meth:`Compiler.compile_all`'s pipeline: this thread lowers ``configs`` in the
     order :class:`LoweringAhead` gives, at most :data:`LOWERED_AHEAD` per compiling thread
-    ahead of ``threads`` threads that compile them; ``settle`` reports each outcome."""
-    local_config = _context.snapshot_local()
+    ahead of ``threads`` threads that compile them; ``settle`` reports each outcome, and
+    ``local_config`` restores the caller's thread-local JAX options for each lowering."""
     ahead = LoweringAhead(compiler, configs, compiler._store)
     threads_ = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="jaxtune-compile")
     slots = _Slots(threads * LOWERED_AHEAD, compiler.breakdown)
