@@ -31,7 +31,9 @@ ragged)
     grep -o '"phases": {[^}]*}' $OUT/ragged_$run.log
     tail -15 $OUT/ragged_$run.log
   done
-  du -sh $JAXTUNE_CACHE_DIR/xla $JAXTUNE_CACHE_DIR/xla/lowered; ls $JAXTUNE_CACHE_DIR/xla/lowered ;;
+  du -sh $JAXTUNE_CACHE_DIR/xla $JAXTUNE_CACHE_DIR/xla/lowered; ls $JAXTUNE_CACHE_DIR/xla/lowered
+  # libtpu's own logs (its profiler's lines among them), where it wrote any.
+  [ -d /tmp/tpu_logs ] && ls -la /tmp/tpu_logs && tar czf $OUT/tpu_logs.tgz -C /tmp tpu_logs ;;
 ragspy)
   # As ragged, the --retune under py-spy (carried in .whl-spy: `pip download --no-deps
   # --only-binary=:all: --platform manylinux1_x86_64 -d .whl-spy py-spy`), native stacks
@@ -48,7 +50,8 @@ ragspy)
   ( time $SPY record --native --idle --subprocesses -r 20 -f speedscope -o $OUT/spy_retune.json -- \
       $PY $RAGGED --json $OUT/ragged_retune.json --timeline $OUT/timeline_retune.json ) > $OUT/ragged_retune.log 2>&1
   grep -o '"phases": {[^}]*}' $OUT/ragged_retune.log
-  tail -5 $OUT/ragged_retune.log; ls -la $OUT; gzip $OUT/spy_retune.json ;;
+  tail -5 $OUT/ragged_retune.log; ls -la $OUT; gzip $OUT/spy_retune.json
+  [ -d /tmp/tpu_logs ] && ls -la /tmp/tpu_logs && tar czf $OUT/tpu_logs.tgz -C /tmp tpu_logs ;;
 flash)
   ( time python3 bench/bench_tpu.py --only flash_fwd,matmul --json $OUT/pace_flash.json ) > $OUT/pace_flash.log 2>&1
   tail -30 $OUT/pace_flash.log ;;

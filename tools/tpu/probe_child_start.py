@@ -11,8 +11,10 @@ child's start:
 - ``cold``: one child alone, the chip free: its imports, then ``jax.devices()`` and a first
   jitted call (what a sweep child pays now);
 - ``ahead``: a holder process opens the chip and keeps it for ``HOLD_S``; meanwhile a child
-  imports everything (no backend), then waits for the holder to end and opens the chip
-  (what a child started ahead of need would pay once the program ends: ``after_holder``);
+  imports everything (no backend), then waits for the holder's process to end and opens
+  the chip (what a child started ahead of need would pay once the program ends:
+  ``after_holder``). Waiting only for the holder's last step is too early: libtpu refused
+  the chip while the holder was still ending (3.7 s, 2026-12-07);
 - ``cold_after``: as ``cold``, started only once a holder has ended (the chip's release).
 """
 
@@ -41,7 +43,7 @@ mark("import_kernel")
 holder = sys.argv[2] if len(sys.argv) > 2 else None
 if holder:
     marks["backends_before_wait"] = bool(jax._src.xla_bridge._backends)
-    while os.path.exists(holder):
+    while os.path.exists(f"/proc/{holder}"):  # reaped by the probe once it ended
         time.sleep(0.02)
     mark("holder_gone")
 try:
@@ -99,7 +101,7 @@ def main() -> int:
     flag = f"/tmp/probe-holder-{os.getpid()}"
     holder = hold(flag)
     started = time.time()
-    ahead = child(flag)
+    ahead = child(str(holder.pid))
     holder.wait()
     gone = time.time() - started
     result = marks(ahead)
