@@ -169,9 +169,13 @@ def cpu(work: pathlib.Path) -> dict:
     return rows
 
 
-def tpu(work: pathlib.Path, flows: tuple[str, ...] = ("before", "after")) -> dict:
+def tpu(
+    work: pathlib.Path, flows: tuple[str, ...] = ("before", "after"), truth: bool = True
+) -> dict:
     """megablox gmm's flows on the chip (``before``: made-up group sizes; ``after``: the
-    program's own, through ``jaxtune tune``), each row rated against the truth."""
+    program's own, through ``jaxtune tune``), each row rated against the truth (with
+    ``truth=False``, each flow's stored config and phases alone: a quick look at a change
+    of the sweep's pace, whose pick another run rates)."""
     mod = [sys.executable, "-m", "tests.tpu.values_gmm"]
     runs = {
         "before": [*mod, "synthesised"],
@@ -184,6 +188,16 @@ def tpu(work: pathlib.Path, flows: tuple[str, ...] = ("before", "after")) -> dic
         entry = _entries(work / flow, ROOT)["tpu.gmm"]
         took = time.perf_counter() - start
         print(f"{flow}: {took:.1f} s, sweep phases {entry.get('phases', {})}", flush=True)
+    if not truth:
+        return {
+            "tpu.gmm": {
+                flow: {
+                    "config": (e := _entries(work / flow, ROOT)["tpu.gmm"])["config"],
+                    "phases": e.get("phases", {}),
+                }
+                for flow in flows
+            }
+        }
     truth_s = json.loads(_run([*mod, "truth"], work / "truth", ROOT).stdout.splitlines()[-1])
     truth = {k: v * 1e6 for k, v in truth_s.items()}
     row = {
@@ -202,12 +216,15 @@ def main() -> None:
     parser.add_argument(
         "--flows", default="before,after", help="with --tpu: the flows to run (before,after)"
     )
+    parser.add_argument(
+        "--no-truth", action="store_true", help="with --tpu: the picks unrated (no truth run)"
+    )
     args = parser.parse_args()
     import jax
 
     with tempfile.TemporaryDirectory(prefix="jaxtune-bench-values-") as tmp:
         rows = (
-            tpu(pathlib.Path(tmp), tuple(args.flows.split(",")))
+            tpu(pathlib.Path(tmp), tuple(args.flows.split(",")), truth=not args.no_truth)
             if args.tpu
             else cpu(pathlib.Path(tmp))
         )

@@ -27,7 +27,7 @@ from .._core.errors import SweepError
 from .._core.flags import child_env, normalise_platform, requested_platform
 from .._core.vocabulary import ProfileOptions
 from .devices import parent_backend
-from .environ import flag_base, python_path, strip_tracing
+from .environ import flag_base, python_path, strip_tracing, sweep_premapped
 from .frames import Done, ErrorKind, ErrorReply, Event, Ready, Request
 from .logs import crashed_thread
 from .process import POOL, ChildLost, ChildProcess, Deadline
@@ -159,6 +159,8 @@ class ChildService:
         env.update(extra)
         if self.profiling is None:  # a sweep: trace points would change what it times
             strip_tracing(env)
+            if platform in (None, "tpu"):  # a sweep moves little between host and chip
+                sweep_premapped(env)
         env["PYTHONPATH"] = python_path()
         env["JAXTUNE_ISOLATION"] = "inline"
         env["JAXTUNE_PARENT_PID"] = str(os.getpid())
