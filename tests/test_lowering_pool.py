@@ -126,6 +126,44 @@ def test_a_process_is_told_its_configs_as_they_are_and_answers_apart_from_prints
         pool.close()
 
 
+SCRIPT = """
+import jax.numpy as jnp
+import jaxtune
+
+@jaxtune.autotuned(configs={"n": [2, 3, 4, 5]}, name="tests.lowering.script")
+def script_sines(x, *, n):
+    for _ in range(n):
+        x = jnp.abs(jnp.sin(x))
+    return x
+"""
+
+
+def test_a_kernel_of_a_script_the_child_re_ran_is_lowered_in_processes(processes, tmp_path):
+    """``jaxtune tune -- python train.py``: the sweep's child finds a kernel of the
+    program's ``__main__`` by re-running the script; its lowering processes are told the
+    script again, not the name the child ran it under (which no process can import: they
+    lowered nothing, and the sweep traced every config itself)."""
+    from jaxtune._isolation.frames import FunctionRef
+    from jaxtune._tuning.sweep.serve import resolve_kernel
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    kernel = resolve_kernel(
+        FunctionRef(module="__main__", qualname="script_sines", path=str(script))
+    )
+    x = jnp.linspace(0.0, 1.0, 256)
+    space = [{"n": n} for n in (2, 3, 4, 5)]
+    task = kernel.options.bound(kernel.options.bind((x,), {}), space, space[0]).sweep_task()
+    store = program_store.ProgramStore(tmp_path / "kept")
+    pool = _compile.LoweringPool.start(task, store, space, refuse=False, first_s=1.0)
+    assert pool is not None
+    try:
+        ids = [config_id(c) for c in space]
+        assert [pool.wait(cid, 120) for cid in ids] == ["told"] * len(ids)
+    finally:
+        pool.close()
+
+
 #: A process that reads its job only once told to (a lowering process imports JAX and the
 #: kernel's module first): when the file named by its argument exists.
 LATE_READER = (

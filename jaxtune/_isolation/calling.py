@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from .context import carried_state
 from .environ import unkeyed_environ
-from .frames import FunctionRef, NotTransportable, Request
+from .frames import SCRIPT_RERUN, FunctionRef, NotTransportable, Request
 from .wire import encode_value
 
 __all__ = ["call_request", "function_ref", "replayed"]
@@ -35,6 +35,14 @@ def function_ref(fn: Any) -> FunctionRef:
     if not module or "<locals>" in qualname or "<lambda>" in qualname:
         raise NotTransportable("it is defined inside a function (a closure or lambda)")
     path = None
+    if module == SCRIPT_RERUN:
+        # A script's function in a child that re-ran the script (resolve.py): the script
+        # again, for a process of its own (a sweep's lowering processes) to re-run it too.
+        globals_ = getattr(fn, "__globals__", None) or {}
+        path = globals_.get("__file__")
+        if not path:
+            raise NotTransportable("the script it was re-imported from is not known")
+        return FunctionRef(module="__main__", qualname=qualname, path=os.path.abspath(path))
     if module == "__main__":
         path = getattr(sys.modules.get("__main__"), "__file__", None)
         if not path:

@@ -33,6 +33,7 @@ from .._core.vocabulary import Failure, Measurement
 from .context import JaxState
 
 __all__ = [
+    "SCRIPT_RERUN",
     "UNIMPORTABLE",
     "CompileFinished",
     "CompileStarted",
@@ -93,6 +94,11 @@ class _Tagged:
         """The frame as a msgpack-ready map."""
         out: dict[str, Any] = typed.encode(self)
         return out
+
+
+#: The module name a child gives a parent's ``__main__`` script it re-runs to find a
+#: function (:mod:`.resolve`); a reference to such a function names the script again.
+SCRIPT_RERUN = "__jaxtune_main__"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

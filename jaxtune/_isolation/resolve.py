@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.errors import describe
-from .frames import FunctionRef, Module
+from .frames import SCRIPT_RERUN, FunctionRef, Module
 from .state import ISOLATION_STATE
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
     "script_namespaces",
 ]
 
-_MAIN_ALIAS = "__jaxtune_main__"
+_MAIN_ALIAS = SCRIPT_RERUN
 
 
 class Unresolved(LookupError):  # noqa: N818 - a signal between processes, never raised to users
