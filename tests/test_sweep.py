@@ -268,6 +268,27 @@ def test_progress_lines_on_a_non_terminal_show_an_eta():
     assert "[3/3]" in last  # nothing left to wait for
 
 
+def test_the_eta_after_every_config_compiled_counts_only_the_timing(monkeypatch):
+    """A sweep whose configs all compiled first (90 s) reports its first config at 96 s:
+    the 15 left need their timing alone (a new user saw "ETA 24.2 min" for a sweep that
+    ended seconds later)."""
+    clock = [0.0]
+    monkeypatch.setattr(_progress.time, "perf_counter", lambda: clock[0])
+    stream = io.StringIO()
+    progress = _progress.Progress("k f32[8]", 16, 2, stream)
+    for i in range(16):
+        clock[0] = 90.0 * (i + 1) / 16
+        progress.compile_done(f"c={i}", failed=False)
+    clock[0] = 96.0
+    progress.update(
+        Measurement(
+            config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
+        )
+    )
+    (line,) = [x for x in stream.getvalue().splitlines() if "[1/16" in x]
+    assert "[1/16, ETA 90 s]" in line, line  # 6 s a config for 15 more, not 96 s each
+
+
 class BurstCompiler(_compile.Compiler):
     """A compiler whose configs "run" by advancing a fake clock by their true time, the
     first ``n`` calls of config ``k`` ``slow`` times slower for ``burst[k] = (n, slow)`` (a

@@ -230,6 +230,10 @@ class LoweringPool:
         except Exception:  # a garbled stream: what it did not tell is lowered by the sweep
             pass
         finally:
+            # Reaped as it ends, not when the pool closes: an ended process would else
+            # stay a zombie for the rest of the sweep.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
             with self._changed:
                 self._running -= 1
                 self._changed.notify_all()

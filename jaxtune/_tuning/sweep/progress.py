@@ -59,13 +59,18 @@ class Progress:
         #: often a new child compiles it again).
         self.compiled: dict[str, bool] = {}
         self._compile_said = self.start
+        #: When the last config finished compiling (``None`` until every one has).
+        self._compiled_at: float | None = None
 
     def eta(self) -> str:
-        """``", ETA 12 s"`` from the mean time per config so far; ``""`` when done."""
+        """``", ETA 12 s"`` from the mean time per config so far (from the end of the
+        compiles, once every config compiled: the configs left need only their timing);
+        ``""`` when done."""
         left = self.total - self.done
         if self.done == 0 or left <= 0:
             return ""
-        seconds = (time.perf_counter() - self.start) / self.done * left
+        since = self.start if self._compiled_at is None else self._compiled_at
+        seconds = (time.perf_counter() - since) / self.done * left
         return f", ETA {seconds:.0f} s" if seconds < 120 else f", ETA {seconds / 60:.1f} min"
 
     def _count(self) -> str:
@@ -99,6 +104,8 @@ class Progress:
         if cid in self.compiled:
             return
         self.compiled[cid] = failed
+        if len(self.compiled) >= self.total:
+            self._compiled_at = time.perf_counter()
         if self.live:
             self._live_line()
         elif self.verbose >= 2:
