@@ -111,7 +111,9 @@ def test_a_process_is_told_its_configs_as_they_are_and_answers_apart_from_prints
     processes, tmp_path
 ):
     """The job travels through jaxtune's codec (a tuple knob stays a tuple) and the answers
-    as frames apart from what the kernel prints: every config is told of and stored."""
+    as frames apart from what the kernel prints: every config is told of and stored. A
+    process that ended is reaped then, not when the pool closes (a new user saw two
+    ``<defunct>`` lowering processes for the rest of a sweep)."""
     x = jnp.linspace(0.0, 1.0, 256)
     call = lk.chatty.options.bound(lk.chatty.options.bind((x,), {}), lk.PAIRS, lk.PAIRS[0])
     store = program_store.ProgramStore(tmp_path / "kept")
@@ -123,6 +125,12 @@ def test_a_process_is_told_its_configs_as_they_are_and_answers_apart_from_prints
         ids = [config_id(c) for c in lk.PAIRS]
         assert [pool.wait(cid, 120) for cid in ids] == ["told"] * len(ids)
         assert all(store.has(cid) for cid in ids), sorted(p.name for p in store.folder.iterdir())
+        deadline = time.monotonic() + 60
+        while pool.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pool.running()
+        # No entry left under /proc: a zombie keeps one (in state Z) until it is reaped.
+        assert [p.pid for p in pool._processes if pathlib.Path(f"/proc/{p.pid}").exists()] == []
     finally:
         pool.close()
 
@@ -161,29 +169,6 @@ def test_a_kernel_of_a_script_the_child_re_ran_is_lowered_in_processes(processes
     try:
         ids = [config_id(c) for c in space]
         assert [pool.wait(cid, 120) for cid in ids] == ["told"] * len(ids)
-    finally:
-        pool.close()
-
-
-@pytest.mark.skipif(not pathlib.Path("/proc/self").exists(), reason="reads /proc")
-def test_a_process_that_ended_is_reaped_before_the_pool_closes(processes, tmp_path):
-    """A process that told of its share and ended leaves no zombie for the rest of the
-    sweep (a new user saw two ``<defunct>`` lowering processes for a minute)."""
-    x = jnp.linspace(0.0, 1.0, 256)
-    call = lk.chatty.options.bound(lk.chatty.options.bind((x,), {}), lk.PAIRS, lk.PAIRS[0])
-    store = program_store.ProgramStore(tmp_path / "kept")
-    pool = _compile.LoweringPool.start(
-        call.sweep_task(), store, lk.PAIRS, refuse=False, first_s=1.0
-    )
-    assert pool is not None
-    try:
-        assert [pool.wait(config_id(c), 120) for c in lk.PAIRS] == ["told"] * len(lk.PAIRS)
-        deadline = time.monotonic() + 60
-        while pool.running() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not pool.running()
-        # Reaped: no entry left under /proc (a zombie keeps one, in state Z).
-        assert [p.pid for p in pool._processes if pathlib.Path(f"/proc/{p.pid}").exists()] == []
     finally:
         pool.close()
 
