@@ -7,6 +7,7 @@ layout ``export --dir`` writes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -126,6 +127,26 @@ def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
     assert "total 1.80" in out
     assert "(median of 2 rounds, min 9.00 us, 5 samples, 9 calls)" in out
     assert "(median of 1 round, min 27.0 us, 5 samples, 4 calls)" in out
+    # The JSON gives the same time the text prints (the rounds' median, not the samples'),
+    # and why a config is out (docs/cache.md, "JSON output").
+    put(
+        "f32[2]",
+        kernel="lib.phased",
+        config={"block": 1},
+        default_config={"block": 3},
+        measurements=(
+            measured(1, (10.0, 11.0), 9),
+            dataclasses.replace(measured(3, (30.0, 33.0), 4), dropped=True, behind=True),
+        ),
+    )
+    (shown,) = [
+        e
+        for e in json.loads(run(capsys, "show", "lib.phased", "--json")[1])["entries"]
+        if e["key"] == "f32[2]"
+    ]
+    first, out_ = shown["measurements"]
+    assert (first["time_us"], first["median_us"]) == (10.5, 10.0) and "why_out" not in first
+    assert (out_["time_us"], out_["why_out"]) == (31.5, "clearly behind in the rounds")
     put("f32[4]", kernel="lib.nodefault", default_time_us=None)
     code, out = run(capsys, "show", "lib.nodefault")
     assert "best block=128 (the default block=32 has no time; timed" in out

@@ -193,6 +193,18 @@ class Failure:
         return out
 
 
+def _shown(m: Measurement | Failure) -> dict[str, Any]:
+    """A measurement as a summary shows it: its stored map, with the time the decision
+    used (``time_us``, the one ``jaxtune cache show`` prints) and, for a config that is out,
+    why (``why_out``)."""
+    d = m.to_dict()
+    if isinstance(m, Measurement):
+        d["time_us"] = m.time_us
+        if m.dropped:
+            d["why_out"] = m.why_out
+    return d
+
+
 def measurement_from_dict(d: Mapping[str, Any]) -> Measurement | Failure:
     """Inverse of ``to_dict`` of either kind (told apart by ``ok``).
 
@@ -400,7 +412,7 @@ class Entry:
             "created": self.created,
         }
         if full:
-            d["measurements"] = [m.to_dict() for m in self.measurements]
+            d["measurements"] = [_shown(m) for m in self.measurements]
         return d
 
     def to_dict(self) -> dict[str, Any]:
