@@ -169,8 +169,18 @@ def test_a_kernel_of_a_script_the_child_re_ran_is_lowered_in_processes(processes
     try:
         ids = [config_id(c) for c in space]
         assert [pool.wait(cid, 120) for cid in ids] == ["told"] * len(ids)
+        assert set(pool.told().values()) == {"kept"} and all(store.has(c) for c in ids)
     finally:
         pool.close()
+    # A script whose top level calls kernels is work, not definitions: no process
+    # re-runs it (the child said so already), and the sweep lowers every config itself.
+    busy = tmp_path / "busy.py"
+    busy.write_text(
+        SCRIPT.replace("script_sines", "busy_sines") + "script_call = busy_sines(jnp.ones(8))\n"
+    )
+    kernel = resolve_kernel(FunctionRef(module="__main__", qualname="busy_sines", path=str(busy)))
+    task = kernel.options.bound(kernel.options.bind((x,), {}), space, space[0]).sweep_task()
+    assert _compile.LoweringPool.start(task, store, space, refuse=False, first_s=1.0) is None
 
 
 #: A process that reads its job only once told to (a lowering process imports JAX and the

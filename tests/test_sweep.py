@@ -287,6 +287,26 @@ def test_the_eta_after_every_config_compiled_counts_only_the_timing(monkeypatch)
     )
     (line,) = [x for x in stream.getvalue().splitlines() if "[1/16" in x]
     assert "[1/16, ETA 90 s]" in line, line  # 6 s a config for 15 more, not 96 s each
+    # Configs done while others compiled (failures, early timings) are not the timing's
+    # pace: 4 failed in the first 40 s, then one is timed 6 s after the compiles end.
+    clock[0] = 0.0
+    stream = io.StringIO()
+    progress = _progress.Progress("k f32[8]", 16, 2, stream)
+    failed = Failure(config={"c": 0}, stage="compile", reason="refused")
+    for i in range(16):
+        clock[0] = 90.0 * (i + 1) / 16
+        progress.compile_done(f"c={i}", failed=i < 4)
+        if i < 4:
+            progress.update(failed)
+    assert "[4/16, ETA" in stream.getvalue()  # from the start, while compiling
+    clock[0] = 96.0
+    progress.update(
+        Measurement(
+            config={"c": 5}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
+        )
+    )
+    (line,) = [x for x in stream.getvalue().splitlines() if "[5/16" in x]
+    assert "[5/16, ETA 66 s]" in line, line  # 6 s for the one timed, 11 left; not 1.5 s each
 
 
 class BurstCompiler(_compile.Compiler):

@@ -95,6 +95,10 @@ def test_a_tpu_sweep_child_pins_a_small_transfer_buffer_unless_the_user_set_one(
     assert "TPU_PREMAPPED_BUFFER_SIZE" not in capture.environment()
     # Off TPU nothing reads it, and a CPU child's environment stays the user's.
     assert "TPU_PREMAPPED_BUFFER_SIZE" not in _runner.ProcessRunner(platform="cpu").environment()
+    # A transfer threshold the user sized for libtpu's buffer keeps that buffer too.
+    monkeypatch.setenv("TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES", str(1 << 30))
+    assert "TPU_PREMAPPED_BUFFER_SIZE" not in _runner.ProcessRunner(platform="tpu").environment()
+    monkeypatch.delenv("TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES")
     monkeypatch.setenv("TPU_PREMAPPED_BUFFER_SIZE", str(8 << 30))
     assert _runner.ProcessRunner(platform="tpu").environment()["TPU_PREMAPPED_BUFFER_SIZE"] == str(
         8 << 30

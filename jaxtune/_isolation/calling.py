@@ -9,6 +9,7 @@ or a module the child cannot import by name); arguments travel through :mod:`.wi
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import sys
 from collections.abc import Mapping
@@ -38,7 +39,7 @@ def function_ref(fn: Any) -> FunctionRef:
     if module == SCRIPT_RERUN:
         # A script's function in a child that re-ran the script (resolve.py): the script
         # again, for a process of its own (a sweep's lowering processes) to re-run it too.
-        globals_ = getattr(fn, "__globals__", None) or {}
+        globals_ = getattr(inspect.unwrap(fn), "__globals__", None) or {}
         path = globals_.get("__file__")
         if not path:
             raise NotTransportable("the script it was re-imported from is not known")

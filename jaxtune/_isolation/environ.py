@@ -86,8 +86,10 @@ SWEEP_PREMAPPED_BYTES = 256 << 20
 
 def sweep_premapped(env: MutableMapping[str, str]) -> None:
     """For a sweep's child: a small premapped host buffer (:data:`SWEEP_PREMAPPED_BYTES`)
-    unless ``env`` names one (the user's value is kept). Only libtpu reads it."""
-    env.setdefault("TPU_PREMAPPED_BUFFER_SIZE", str(SWEEP_PREMAPPED_BYTES))
+    unless ``env`` sets any of libtpu's ``TPU_PREMAPPED_*`` variables (the user's buffer,
+    or a transfer threshold sized for it, is kept as it is). Only libtpu reads it."""
+    if not any(name.startswith("TPU_PREMAPPED_") for name in env):
+        env["TPU_PREMAPPED_BUFFER_SIZE"] = str(SWEEP_PREMAPPED_BYTES)
 
 
 def warn_tracing_inline() -> None:

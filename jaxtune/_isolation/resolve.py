@@ -26,6 +26,7 @@ from .frames import SCRIPT_RERUN, FunctionRef, Module
 from .state import ISOLATION_STATE
 
 __all__ = [
+    "BUSY_SCRIPTS",
     "NOTES",
     "Unresolved",
     "find",
@@ -87,10 +88,19 @@ def namespace(ref: FunctionRef) -> dict[str, Any]:
     if note is not None and note not in NOTES:
         NOTES.append(note)
     if called:
+        if ref.module == "__main__":
+            BUSY_SCRIPTS.add(ref.path)
         what = ref.path if ref.module == "__main__" else f"module {ref.module}"
         kernels = ", ".join(k.replace(_MAIN_ALIAS, "__main__") for k in called)
         NOTES.append(_REPEATED.format(what=what, kernels=kernels))
     return found
+
+
+#: The scripts whose top level called ``@autotuned`` kernels when the child re-ran them:
+#: their top level is work, not only definitions, and is not re-run in more processes.
+BUSY_SCRIPTS: set[str | None] = ISOLATION_STATE.keep(
+    "busy scripts", set, "the re-run scripts whose top level called autotuned kernels"
+)
 
 
 NOTES: list[str] = ISOLATION_STATE.keep(

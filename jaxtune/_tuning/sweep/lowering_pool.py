@@ -47,7 +47,7 @@ from ..._isolation.devices import usable_cores
 from ..._isolation.environ import python_path
 from ..._isolation.frames import FunctionRef
 from ..._isolation.framing import FrameReader
-from ..._isolation.resolve import NOTES
+from ..._isolation.resolve import BUSY_SCRIPTS, NOTES
 from ..._isolation.wire import encode_value
 from . import program_store
 from .program_store import ProgramStore
@@ -165,6 +165,8 @@ class LoweringPool:
             )
         except Exception:  # the kernel or its arguments cannot travel: lowered here
             return None
+        if common.ref.module == "__main__" and common.ref.path in BUSY_SCRIPTS:
+            return None  # each process would run the script's work again: lowered here
         env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=python_path(), JAXTUNE_MODE="off")
         if topology is not None:
             # libtpu refuses a second process on a host whose chip is held; a topology is

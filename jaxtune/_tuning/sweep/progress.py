@@ -59,18 +59,22 @@ class Progress:
         #: often a new child compiles it again).
         self.compiled: dict[str, bool] = {}
         self._compile_said = self.start
-        #: When the last config finished compiling (``None`` until every one has).
+        #: When the last config finished compiling (``None`` until every one has), and how
+        #: many configs were done by then (failures and early timings among them).
         self._compiled_at: float | None = None
+        self._done_at_compiled = 0
 
     def eta(self) -> str:
-        """``", ETA 12 s"`` from the mean time per config so far (from the end of the
-        compiles, once every config compiled: the configs left need only their timing);
-        ``""`` when done."""
+        """``", ETA 12 s"`` from the mean time per config so far; once every config has
+        compiled and one more is done, from the configs done since the compiles ended (the
+        configs left need only their timing); ``""`` when done."""
         left = self.total - self.done
         if self.done == 0 or left <= 0:
             return ""
-        since = self.start if self._compiled_at is None else self._compiled_at
-        seconds = (time.perf_counter() - since) / self.done * left
+        since, done = self.start, self.done
+        if self._compiled_at is not None and self.done > self._done_at_compiled:
+            since, done = self._compiled_at, self.done - self._done_at_compiled
+        seconds = (time.perf_counter() - since) / done * left
         return f", ETA {seconds:.0f} s" if seconds < 120 else f", ETA {seconds / 60:.1f} min"
 
     def _count(self) -> str:
@@ -106,6 +110,7 @@ class Progress:
         self.compiled[cid] = failed
         if len(self.compiled) >= self.total:
             self._compiled_at = time.perf_counter()
+            self._done_at_compiled = self.done
         if self.live:
             self._live_line()
         elif self.verbose >= 2:
