@@ -37,8 +37,6 @@ __all__ = [
     "script_namespaces",
 ]
 
-_MAIN_ALIAS = SCRIPT_RERUN
-
 
 class Unresolved(LookupError):  # noqa: N818 - a signal between processes, never raised to users
     """What a request names (a function, a kernel, a type of its arguments) cannot be
@@ -91,7 +89,7 @@ def namespace(ref: FunctionRef) -> dict[str, Any]:
         if ref.module == "__main__":
             BUSY_SCRIPTS.add(ref.path)
         what = ref.path if ref.module == "__main__" else f"module {ref.module}"
-        kernels = ", ".join(k.replace(_MAIN_ALIAS, "__main__") for k in called)
+        kernels = ", ".join(k.replace(SCRIPT_RERUN, "__main__") for k in called)
         NOTES.append(_REPEATED.format(what=what, kernels=kernels))
     return found
 
@@ -225,7 +223,7 @@ def _globals_read(obj: Any) -> set[str]:
         code, globals_ = getattr(item, "__code__", None), getattr(item, "__globals__", None)
         if code is None or not isinstance(globals_, dict):
             continue
-        if globals_.get("__name__") != _MAIN_ALIAS:
+        if globals_.get("__name__") != SCRIPT_RERUN:
             continue  # another module's function: its globals are its own
         for name in _loaded_globals(code):
             if name in globals_:
@@ -294,7 +292,7 @@ def _rerun_script(path: str) -> dict[str, Any]:
     saved = sys.argv
     sys.argv = [path]
     try:
-        return runpy.run_path(path, run_name=_MAIN_ALIAS)
+        return runpy.run_path(path, run_name=SCRIPT_RERUN)
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise

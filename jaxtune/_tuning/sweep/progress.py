@@ -108,7 +108,7 @@ class Progress:
         if cid in self.compiled:
             return
         self.compiled[cid] = failed
-        if len(self.compiled) >= self.total:
+        if self._compiled_at is None and len(self.compiled) >= self.total:
             self._compiled_at = time.perf_counter()
             self._done_at_compiled = self.done
         if self.live:
