@@ -507,7 +507,13 @@ def test_stored_config_trains_within_1_5x_of_the_fastest(flow, request, truth):
     print(f"\n{flow}: the training step of each config\n{found.table()}")
     assert found.ratio <= PICK_WITHIN, (
         f"{flow} stored {found.pick}, whose training step takes {found.ratio:.2f}x the "
-        f"fastest config's ({found.fastest}), timed {entry.timing}:\n{found.table()}"
+        f"fastest config's ({found.fastest}), timed {entry.timing}:\n{found.table()}\n"
+        f"decided: {entry.decision_text()}; the sweep's rounds (us): "
+        + "; ".join(
+            f"{config_id(m.config)} {[round(t) for t in m.rounds_us]}"
+            for m in entry.measurements
+            if m.ok
+        )
     )
 
 
