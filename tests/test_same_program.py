@@ -1,10 +1,13 @@
 """Configs that compile to the same program are timed once (docs/autotuned.md, "Sweeps"):
 the one a tie would go to runs, the others share its timing, marked ``same_as`` it, and
-repeated sweeps store the same config. A program that calls back into Python is never
-taken for another: its text does not show the function it calls."""
+repeated sweeps store the same config. A program that calls back into Python is the
+same program only where its callbacks are the same functions holding the same values
+(TPU interpret mode's simulator among them); one whose callbacks hold what cannot be
+described is never taken for another."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -15,7 +18,9 @@ import jaxtune
 from jaxtune._core.errors import CacheError
 from jaxtune._core.vocabulary import Measurement, measurement_from_dict
 from jaxtune._tuning.explain import decision_text
-from jaxtune._tuning.sweep.compile import program_digest
+from jaxtune._tuning.sweep.same_program import program_digest
+
+F32 = jnp.float32
 
 
 @pytest.fixture(autouse=True)
@@ -104,6 +109,100 @@ def test_configs_whose_python_callbacks_differ_are_timed_each():
     # Each was timed itself: a call that sleeps 12 ms takes at least that long (taken for
     # the 1 ms config's program, it would carry that config's times).
     assert by[12].min_us >= 12e3 and by[12].calls > 1
+
+
+def _scaled(a, *, scale):
+    return (a * scale).astype(a.dtype)
+
+
+def _round_trip(a, *, scale):
+    """``a``, scaled and scaled back (exact for powers of two): the same result, other work."""
+    return (a * scale / scale).astype(a.dtype)
+
+
+def _called_back(callback):
+    """The digest of a module that calls ``callback`` on its argument."""
+
+    def f(x):
+        return jax.pure_callback(callback, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    f.__name__ = f.__qualname__ = "jaxtune_1"
+    return program_digest(jax.jit(f).lower(jax.ShapeDtypeStruct((8,), F32)), "jit_jaxtune_1")
+
+
+def test_a_callback_is_part_of_the_program_by_what_it_holds():
+    twice = _called_back(functools.partial(_scaled, scale=2.0))
+    assert twice is not None
+    assert twice == _called_back(functools.partial(_scaled, scale=2.0))
+    assert twice != _called_back(functools.partial(_scaled, scale=3.0))
+    assert twice != _called_back(functools.partial(_scaled, scale=2))  # an int, not a float
+    assert twice != _called_back(lambda a: _scaled(a, scale=2.0))
+
+
+def test_a_callback_holding_what_cannot_be_described_is_never_the_same_program():
+    class Scaler:  # its state is not looked into
+        def __init__(self, scale):
+            self.scale = scale
+
+        def __call__(self, a):
+            return _scaled(a, scale=self.scale)
+
+    assert _called_back(Scaler(2.0)) is None
+    assert _called_back(Scaler(2.0).__call__) is None
+
+
+def test_configs_whose_callbacks_are_the_same_are_timed_once():
+    @jaxtune.autotuned(configs={"variant": [0, 1], "scale": [2.0, 4.0]}, name="test.same.cb")
+    def kernel(x, *, variant, scale):  # `variant` changes nothing
+        callback = functools.partial(_round_trip, scale=scale)
+        return jax.pure_callback(callback, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    (entry,) = kernel.tune(jnp.ones(64)).values()
+    twins = {(m.config["variant"], m.config["scale"]): m.same_as for m in entry.measurements}
+    assert twins == {
+        (0, 2.0): None,
+        (1, 2.0): {"variant": 0, "scale": 2.0},
+        (0, 4.0): None,
+        (1, 4.0): {"variant": 0, "scale": 4.0},
+    }
+
+
+def _copied(x, *, rows, vmem_mb):
+    """A Pallas TPU copy whose ``rows`` set its blocks and ``vmem_mb`` only Mosaic's VMEM
+    limit, which JAX's TPU interpreter does not use."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pl.pallas_call(
+        lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2.0),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // rows,),
+        in_specs=[pl.BlockSpec((rows, 128), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((rows, 128), lambda i: (i, 0)),
+        compiler_params=pltpu.CompilerParams(vmem_limit_bytes=vmem_mb << 20),
+    )(x)
+
+
+def test_tpu_interpret_mode_configs_are_one_program_when_only_mosaics_settings_differ():
+    # The interpreter runs every DMA and buffer through Python callbacks (SourceInfo in
+    # them: where each came from, left out): without describing them no interpret-mode
+    # kernel would ever share a program.
+    from jax.experimental.pallas import tpu as pltpu
+
+    x = jax.ShapeDtypeStruct((64, 128), F32)
+
+    def digest(rows, vmem_mb):
+        call = functools.partial(_copied, rows=rows, vmem_mb=vmem_mb)
+        call.__name__ = "jaxtune_3"  # type: ignore[attr-defined]
+        with pltpu.force_tpu_interpret_mode():
+            lowered = jax.jit(call).lower(x)
+        assert "callback" in lowered.as_text()
+        return program_digest(lowered, "jit_jaxtune_3")
+
+    small = digest(8, 16)
+    assert small is not None
+    assert small == digest(8, 32)
+    assert small != digest(16, 16)
 
 
 def test_same_as_is_stored_and_read_back_and_a_wrong_one_is_refused():

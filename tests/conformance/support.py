@@ -39,6 +39,29 @@ def require(module: str, *, why: str) -> ModuleType:
     )
 
 
+def require_tokamax_on_cpu() -> None:
+    """Skips the calling module unless Tokamax builds its TPU ops for a CPU device
+    (``bypass_device_check``), which ``tokamax_kernels.py`` needs: 0.0.12, the newest that
+    installs beside JAX 0.10, lacks it (and its ragged-dot space for the suite's shapes is
+    27x larger: 108 configs with two input buffers where 0.0.17 has 4). The newest
+    toolchain runs these tests."""
+    import dataclasses as _dataclasses
+    import importlib.metadata
+
+    import pytest
+
+    require("tokamax", why="the real-library tests run Tokamax's kernels")
+    from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu
+
+    fields = {f.name for f in _dataclasses.fields(pallas_mosaic_tpu.PallasMosaicTpuRaggedDot)}
+    if "bypass_device_check" not in fields:
+        pytest.skip(
+            f"tokamax {importlib.metadata.version('tokamax')} has no `bypass_device_check`, "
+            "which tokamax_kernels.py builds its ops with",
+            allow_module_level=True,
+        )
+
+
 def entry_of(result: jaxtune.TuningResult, kernel: jaxtune.Autotuned[Any, Any]) -> jaxtune.Entry:
     """The one entry ``result`` holds for ``kernel``."""
     (entry,) = [e for (name, _, _), e in result.items() if name == kernel.kernel_id]

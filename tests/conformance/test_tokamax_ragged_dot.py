@@ -5,29 +5,15 @@ of the truly fastest config, measured afterwards."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import time
 
 import jax
 import numpy as np
 import pytest
 
-from .support import PICK_WITHIN, entry_of, pick_vs_truth, require
+from .support import PICK_WITHIN, entry_of, pick_vs_truth, require_tokamax_on_cpu
 
-require("tokamax", why="the real-library test tunes its ragged_dot kernel")
-from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu  # noqa: E402
-
-if "bypass_device_check" not in {
-    f.name for f in dataclasses.fields(pallas_mosaic_tpu.PallasMosaicTpuRaggedDot)
-}:
-    pytest.skip(
-        f"tokamax {importlib.metadata.version('tokamax')} has no `bypass_device_check`, "
-        "which tokamax_kernels.py builds its op with (0.0.12, the newest that installs beside "
-        "JAX 0.10, lacks it), and 0.0.12's space for these shapes is 27x larger (108 configs "
-        "with two input buffers where 0.0.17 has 4): too many to sweep in interpret mode in "
-        "the suite. The newest toolchain runs this test",
-        allow_module_level=True,
-    )
+require_tokamax_on_cpu()
 
 from . import tokamax_kernels as tk  # noqa: E402  (after the library check)
 

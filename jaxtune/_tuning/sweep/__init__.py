@@ -13,8 +13,9 @@ of the parent's):
   (``requests``);
 - **kernel side** (:data:`KERNEL_SIDE`): where the kernel runs, the child (``serve``, its
   handler there) or this process for the inline runner: the ``Sweeper`` (``engine``) over
-  ``compile`` (with ``compile_cache``, ``program_store`` and ``refusals``, and processes
-  lowering side by side, ``lowering_pool``, each running ``lowering_worker``), ``first_run``
+  ``compile`` (with ``compile_cache``, ``program_store``, ``refusals`` and ``same_program``,
+  and processes lowering side by side, ``lowering_pool``, each running ``lowering_worker``),
+  ``first_run``
   (checked by ``check``), ``first_pass``, interleaved ``rounds``, each config's calls timed
   by ``measure`` under ``timers`` (a device timer's calls ``in_flight``), the vjp pass (``backward``);
 - **both sides** (:data:`BOTH`): rules and values both read: the search strategies
@@ -36,6 +37,7 @@ KERNEL_SIDE = (
     "compile",
     "compile_cache",
     "program_store",
+    "same_program",
     "lowering_pool",
     "lowering_worker",
     "refusals",

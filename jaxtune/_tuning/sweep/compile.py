@@ -19,9 +19,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +39,7 @@ from .inputs import make_inputs
 from .lowering_pool import LoweringPool, say_none_without_serialising
 from .program_store import ProgramStore, task_key
 from .refusals import checker
+from .same_program import program_digest
 from .samples import block
 from .work import SweepTask
 
@@ -61,7 +60,6 @@ __all__ = [
     "config_call",
     "export_program",
     "lower_checked",
-    "program_digest",
     "too_slow",
 ]
 
@@ -764,29 +762,6 @@ def mixed(call: Callable[[dict[str, Any]], Any]) -> Callable[[Sequence[dict[str,
         return outs
 
     return over
-
-
-#: What in a module's text calls back into Python (``jax.pure_callback``, ``io_callback``,
-#: ``jax.debug.print``; host transfers): the text numbers such callbacks (``index = 0``)
-#: and does not show the functions, so two configs whose callbacks differ (a sleep of 20
-#: or of 40 ms) print the same text.
-_OPAQUE = re.compile(r"callback|stablehlo\.send\b|stablehlo\.recv\b")
-
-
-def program_digest(lowered: Any, module: str) -> str | None:
-    """A digest of ``lowered``'s module text (``jax.stages.Lowered``, without debug
-    information) with its name ``module`` (``jit_jaxtune_<n>``, one per config) left out:
-    two configs with the same digest lower to the same program. ``None`` for a module that
-    calls back into Python (:data:`_OPAQUE`): its text does not show all it runs. About
-    10 ms for JAX's flash attention in interpret mode (a 100 kB module), against 260 ms or
-    more to lower it."""
-    stem = module.removeprefix("jit_")
-    text = lowered.as_text()
-    if _OPAQUE.search(text):
-        return None
-    text = text.replace(module, "jit_M")
-    text = re.sub(rf"\b{re.escape(stem)}\b", "M", text)
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def too_slow(config: Config, step: str, seconds: float, limit_s: float) -> Failure:

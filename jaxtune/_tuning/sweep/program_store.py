@@ -16,7 +16,7 @@ the toolchain and device, JAX's tracing options and the versions of every instal
 distribution. What no key sees (a library edited in place without a new version, an
 environment variable a kernel reads) is caught by a check: the first config a sweep takes
 from the store is also lowered afresh and the two programs compared
-(:func:`.compile.program_digest`);
+(:func:`.same_program.program_digest`);
 when they differ, the task's stored programs are set aside and written again.
 
 Serialising needs the ``flatbuffers`` package, which the ``retune`` extra installs
