@@ -29,6 +29,13 @@ Tokamax kernel, and prints each config's time over the fastest's: a longer, quie
 where 21 rounds under load leave near-equal configs' ratios spread wide.
 
 Run: python bench/bench_sweep_time.py [--kernels flash,swiglu] [--runs 3] [--results DIR]
+
+Run it where the installed packages have their bytecode (pip writes it; after ``uv pip
+install`` without ``--compile-bytecode`` on a machine with ``PYTHONDONTWRITEBYTECODE=1``,
+run ``python -m compileall`` on the environment): without it every process compiles what it
+imports, and the sweep's child, which imports JAX and the kernel's module after the run
+starts, pays for it where an in-process peer does not (``import tokamax``: 7-8 s against 3
+s). The bench says so when it finds none.
 """
 
 from __future__ import annotations
@@ -294,6 +301,20 @@ def one(kernel: str, order: str) -> None:
     print(json.dumps(RUNS[kernel](order), default=str), flush=True)
 
 
+def _say_if_no_bytecode() -> None:
+    """Warns when JAX's own modules have no bytecode and none will be written."""
+    import importlib.util
+
+    cached = importlib.util.cache_from_source(jax.__file__)
+    if sys.flags.dont_write_bytecode and not os.path.exists(cached):
+        print(
+            "warning: no bytecode for JAX and PYTHONDONTWRITEBYTECODE is set: every process "
+            "compiles what it imports, which charges the sweep's child (see this script's "
+            "docstring; `python -m compileall` the environment)",
+            file=sys.stderr,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", default="flash,swiglu")
@@ -310,6 +331,7 @@ def main() -> None:
         sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
         truth_table(a.truth, a.truth_rounds)
         return
+    _say_if_no_bytecode()
     summary: dict[str, object] = {}
     for kernel in a.kernels.split(","):
         runs = []
