@@ -8,6 +8,7 @@ described is never taken for another."""
 from __future__ import annotations
 
 import functools
+import math
 import time
 
 import jax
@@ -149,6 +150,10 @@ def test_a_callback_holding_what_cannot_be_described_is_never_the_same_program()
 
     assert _called_back(Scaler(2.0)) is None
     assert _called_back(Scaler(2.0).__call__) is None
+    # A builtin bound to an object holds that object's state; a module's is its name.
+    # (The callbacks are only lowered here, never called.)
+    assert _called_back(functools.partial(_scaled, scale={1: 2.0}.get)) is None
+    assert _called_back(functools.partial(_scaled, scale=math.sqrt)) is not None
 
 
 def test_configs_whose_callbacks_are_the_same_are_timed_once():

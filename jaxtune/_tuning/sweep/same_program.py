@@ -136,13 +136,16 @@ class _Describe:
             self.function(obj, depth)
         elif isinstance(obj, types.MethodType):
             self.each("method[", (obj.__func__, obj.__self__), depth)
-        elif isinstance(obj, (types.BuiltinFunctionType, type)):
-            self.out.append(f"named:{_name(obj)}")
+        elif isinstance(obj, type) or (
+            isinstance(obj, types.BuiltinFunctionType)
+            and (obj.__self__ is None or isinstance(obj.__self__, types.ModuleType))
+        ):
+            self.out.append(f"named:{_name(obj)}")  # a class, or a module's own builtin
         elif isinstance(obj, tree_util.PyTreeDef):
             self.out.append(f"tree:{obj}")
         elif _jax_type(kind, "SourceInfo", "NameStack"):
             self.out.append("source")  # where the operation came from, for messages
-        elif _jax_type(kind, "ShapedArray", "AbstractToken") or _jax_type(kind, "ShapeDtypeStruct"):
+        elif _jax_type(kind, "ShapedArray", "AbstractToken", "ShapeDtypeStruct"):
             self.out.append(f"aval:{obj!r}")
         elif dataclasses.is_dataclass(obj):
             fields = dataclasses.fields(obj)
