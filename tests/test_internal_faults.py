@@ -42,6 +42,7 @@ from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import drive as _sweep
 from jaxtune._tuning.sweep import timers as _timers
+from jaxtune._tuning.sweep.same_program import Programs
 from jaxtune._tuning.sweep.work import SweepPlan, SweepTask
 
 TPU_BYTES = ProfileData.text_proto_to_serialized_xspace(TPU_TRACE)
@@ -260,7 +261,7 @@ CONFIGS = [{"c": 1.0}, {"c": 2.0}, {"c": 3.0}]
 def test_a_fault_in_the_compile_threads_bookkeeping_surfaces_as_a_bug(monkeypatch, quick):
     """The compiling thread hands the fault to the thread waiting on it, which raises it:
     every config is heard of, none is recorded as failing to compile."""
-    real = _compile.Compiler.module
+    real = Programs.module
     fault = TypeError("module names got a config they cannot name")
 
     def broken_module(self, config):
@@ -268,7 +269,7 @@ def test_a_fault_in_the_compile_threads_bookkeeping_surfaces_as_a_bug(monkeypatc
             raise fault
         return real(self, config)
 
-    monkeypatch.setattr(_compile.Compiler, "module", broken_module)
+    monkeypatch.setattr(Programs, "module", broken_module)
     with pytest.raises(TypeError) as caught:
         _sweep.run_sweep(_task(scale, CONFIGS, quick))
     assert caught.value is fault and not isinstance(caught.value, jaxtune.JaxtuneError)
@@ -318,7 +319,7 @@ def test_an_interrupt_while_compiling_goes_up_as_itself(monkeypatch, quick):
     def interrupted(self, config):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_compile.Compiler, "module", interrupted)
+    monkeypatch.setattr(Programs, "module", interrupted)
     with pytest.raises(KeyboardInterrupt) as caught:
         _sweep.run_sweep(_task(scale, CONFIGS, quick))
     assert not getattr(caught.value, "__notes__", None)

@@ -112,6 +112,36 @@ def test_configs_whose_python_callbacks_differ_are_timed_each():
     assert by[12].min_us >= 12e3 and by[12].calls > 1
 
 
+@pytest.mark.parametrize("timer", ["wall", "profiler"])
+def test_a_twin_calls_its_programs_executable_on_the_wall_clock(monkeypatch, timer):
+    # XLA would build the same executable again; a trace (the profiler timer) tells calls
+    # apart by their executable's name, so there each config keeps its own.
+    compiled: list[str] = []
+    compile_ = jax.stages.Lowered.compile
+
+    def counted(self, *args, **kwargs):
+        if "jit_jaxtune_" in self.as_text().splitlines()[0]:
+            compiled.append(self.as_text().splitlines()[0])
+        return compile_(self, *args, **kwargs)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", counted)
+
+    @jaxtune.autotuned(
+        configs={"variant": [0, 1, 2], "slow": [False, True]},
+        name=f"test.same.shared.{timer}",
+        timer=timer,
+    )
+    def kernel(x, *, variant, slow):
+        if slow:  # the same result, more work (see above)
+            x = x + 0.0 * jnp.sin(x).sum()
+        return x * 2.0
+
+    (entry,) = kernel.tune(jnp.ones(2048)).values()
+    assert len(compiled) == (2 if timer == "wall" else 6), compiled
+    twins = [m for m in entry.measurements if m.same_as is not None]
+    assert len(twins) == 4 and all(m.ok and m.calls == 1 for m in twins), entry.measurements
+
+
 def _scaled(a, *, scale):
     return (a * scale).astype(a.dtype)
 

@@ -39,7 +39,7 @@ from .inputs import make_inputs
 from .lowering_pool import LoweringPool, say_none_without_serialising
 from .program_store import ProgramStore, task_key
 from .refusals import checker
-from .same_program import program_digest
+from .same_program import Programs, program_digest
 from .samples import block
 from .work import SweepTask
 
@@ -99,20 +99,6 @@ class Lowering:
     seconds: float
 
 
-class _Places:
-    """Each config's place: its index in the space, else past the space's places, in the
-    order first asked for (a default outside it)."""
-
-    def __init__(self, space: Sequence[Config]) -> None:
-        self._of = {config_id(c): i for i, c in enumerate(space)}
-        self._next = len(space)
-
-    def __call__(self, cid: str) -> int:
-        if cid not in self._of:
-            self._of[cid], self._next = self._next, self._next + 1
-        return self._of[cid]
-
-
 class Compiler:
     """Compiles a task's configs: each one's run (a call on the inputs) and time, or failure."""
 
@@ -122,11 +108,13 @@ class Compiler:
         self.breakdown = breakdown
         self._inputs: tuple[dict[str, Any], ...] | None = None
         self._runs: dict[str, tuple[Run, float]] = {}
+        #: Each config's program: its module's name, its digest, and twins' executables.
+        self.names = Programs(task.plan.configs)
         #: Each config's executable's name (:meth:`module`), for a device timer's trace.
-        self.modules: dict[str, str] = {}
-        self._places = _Places(task.plan.configs)
+        self.modules = self.names.modules
+        self.module = self.names.module
         #: Each lowered config's program (:func:`program_digest`), where its text shows it.
-        self.programs: dict[str, str] = {}
+        self.programs = self.names.digests
         self._failed: dict[str, Failure] = {}
         #: The exception a config's call raised last (until :meth:`raised` looks).
         self._raised: dict[str, Exception] = {}
@@ -164,17 +152,6 @@ class Compiler:
     def raised(self, cid: str) -> Exception | None:
         """What ``cid``'s call raised since the last look: its failure, not the timer's."""
         return self._raised.pop(cid, None)
-
-    def module(self, config: Config) -> str:
-        """The HLO module name of ``config``'s executable: ``jit_jaxtune_<n>``, ``n`` its
-        place in the plan's configs (past them for a config outside the space, such as a
-        default), so that two sweeps of one plan name each config's program alike
-        whatever order they lower them in: the name is part of the program JAX's
-        compilation cache keys on."""
-        cid = config_id(config)
-        if cid not in self.modules:
-            self.modules[cid] = f"jit_jaxtune_{self._places(cid)}"
-        return self.modules[cid]
 
     def count_calls(self) -> None:
         """Counts each config's calls since the last count into the breakdown."""
@@ -301,8 +278,7 @@ class Compiler:
             self.emit(CompileFinished(cid=cid))
             blame_jaxtune(own, cid)
             raise own
-        if (program := program_digest(lowered, self.module(config))) is not None:
-            self.programs[cid] = program
+        self.names.note(config, lowered)
         self.breakdown.add("lowering", seconds := time.perf_counter() - start)
         return Lowering(lowered=lowered, seconds=seconds)
 
@@ -318,6 +294,16 @@ class Compiler:
             lowered = got
         else:  # a compiling thread took over: a crash in it is this config's
             self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))
+        owner = self.names.owner(cid)
+        if owner is not None and (shared := self._share(config, lowered, *owner)) is not None:
+            return shared.failure
+        try:
+            return self._compile_lowered(config, lowered)
+        finally:
+            self.names.compiled(cid)
+
+    def _compile_lowered(self, config: Config, lowered: Lowering) -> Failure | None:
+        cid = config_id(config)
         start = time.perf_counter()
         try:
             compiled = lowered.lowered.compile()
@@ -337,6 +323,36 @@ class Compiler:
         run = Run(cid, compiled, inputs=lambda: self.inputs, raised=self._raised, calls=calls)
         self._runs[cid] = (run, seconds)
         return None
+
+    def _share(
+        self, config: Config, lowered: Lowering, owner: str, done: threading.Event
+    ) -> _Shared | None:
+        """``config`` given the executable (or the compile failure) of ``owner``, a config
+        of the same program, once it is compiled: XLA would build the same executable
+        again. ``None`` where ``owner`` ended with neither (its compile raised: not the
+        config's failure), and ``config`` compiles its own."""
+        # ``owner`` took its program from a compiling thread that is running it, so this
+        # wait cannot hold up its compile.
+        done.wait()
+        cid = config_id(config)
+        if (failed := self._failed.get(owner)) is not None:
+            self._failed[cid] = dataclasses.replace(failed, config=config)
+            self.emit(CompileFinished(cid=cid))
+            return _Shared(self._failed[cid])
+        if owner not in self._runs:
+            return None
+        calls = self._calls.setdefault(cid, [0, 0])
+        self._runs[cid] = (self._runs[owner][0].twin(cid, calls), lowered.seconds)
+        self.breakdown.add("compile_threads", lowered.seconds)
+        self.emit(CompileFinished(cid=cid, seconds=lowered.seconds))
+        return _Shared(None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Shared:
+    """What a twin got from the config that compiled its program: its failure, or none."""
+
+    failure: Failure | None
 
 
 def _pipeline(
@@ -439,6 +455,11 @@ class Run:
     ) -> None:
         self._cid, self._compiled, self._inputs = cid, compiled, inputs
         self._raised, self._calls = raised, calls
+
+    def twin(self, cid: str, calls: list[int]) -> Run:
+        """A run of this executable for config ``cid``, a config of the same program: its
+        calls and failures counted as ``cid``'s."""
+        return Run(cid, self._compiled, inputs=self._inputs, raised=self._raised, calls=calls)
 
     def __call__(self) -> Any:
         return self.wait(self.start())

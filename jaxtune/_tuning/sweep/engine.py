@@ -67,6 +67,9 @@ class Sweeper:
         #: Where the time goes (see :mod:`.breakdown`).
         self.breakdown = Breakdown()
         self.compiler = compiler(task, emit=self._relay, breakdown=self.breakdown)
+        # A trace tells calls apart by their executable's name: there, each config keeps its
+        # own, and on the wall clock twins share one.
+        self.compiler.names.share = not isinstance(self.timer, RecordingTimer)
         self.first_runs = FirstRuns(self.compiler, emit=self._relay)
         self.stopwatch = Stopwatch(self.compiler, self.timer, emit=self._relay)
         #: The config timed for each program (a digest: :attr:`.compile.Compiler.programs`)

@@ -26,13 +26,17 @@ import enum
 import functools
 import hashlib
 import re
+import threading
 import types
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from jax import tree_util
 
-__all__ = ["program_digest"]
+from ..._core.vocabulary import Config, config_id
+
+__all__ = ["Programs", "program_digest"]
 
 #: What in a module's text calls back into Python (``jax.pure_callback``, ``io_callback``,
 #: ``jax.debug.print``, interpret mode's simulator): described from the lowering's own
@@ -49,6 +53,64 @@ _MOST_OBJECTS = 50_000
 _DEEPEST = 24
 #: An array captured by a callback is described by its bytes up to this size.
 _LARGEST_ARRAY = 1 << 20
+
+
+class Programs:
+    """Each config's program, as a sweep's compiler knows it: its module's name
+    (:meth:`module`), its digest where :func:`program_digest` gives one (:attr:`digests`),
+    and, where twins share executables (:attr:`share`), which config compiles each program
+    (:meth:`owner`, :meth:`compiled`)."""
+
+    def __init__(self, space: Sequence[Config]) -> None:
+        self._places = {config_id(c): i for i, c in enumerate(space)}
+        self._past = len(space)  # the next place past the space's
+        #: Each config's module name (:meth:`module`), for a device timer's trace.
+        self.modules: dict[str, str] = {}
+        #: Each lowered config's program digest, where its text shows all it runs.
+        self.digests: dict[str, str] = {}
+        #: Whether a config of a program another config compiles calls that one's
+        #: executable instead of compiling its own: only where nothing tells calls apart by
+        #: their executable's name (a wall-clock timer; a trace does).
+        self.share = False
+        self._owners: dict[str, tuple[str, threading.Event]] = {}
+        self._lock = threading.Lock()
+
+    def module(self, config: Config) -> str:
+        """The HLO module name of ``config``'s executable: ``jit_jaxtune_<n>``, ``n`` its
+        place in the plan's configs (past them, in the order first asked for, for a config
+        outside the space, such as a default), so that two sweeps of one plan name each
+        config's program alike whatever order they lower them in: the name is part of the
+        program JAX's compilation cache keys on."""
+        cid = config_id(config)
+        if cid not in self.modules:
+            if cid not in self._places:
+                self._places[cid], self._past = self._past, self._past + 1
+            self.modules[cid] = f"jit_jaxtune_{self._places[cid]}"
+        return self.modules[cid]
+
+    def note(self, config: Config, lowered: Any) -> None:
+        """Keeps the digest of ``config``'s lowered program, where there is one."""
+        if (digest := program_digest(lowered, self.module(config))) is not None:
+            self.digests[config_id(config)] = digest
+
+    def owner(self, cid: str) -> tuple[str, threading.Event] | None:
+        """The config that compiles ``cid``'s program (another, which asked first: ``cid``
+        is its twin), and the event set once it is done; ``None`` where ``cid`` compiles
+        its own (the first of its program to ask, or twins are not shared)."""
+        digest = self.digests.get(cid)
+        if not self.share or digest is None:
+            return None
+        with self._lock:
+            owner = self._owners.setdefault(digest, (cid, threading.Event()))
+        return None if owner[0] == cid else owner
+
+    def compiled(self, cid: str) -> None:
+        """Tells the twins waiting on ``cid``'s program that it is compiled (or not)."""
+        digest = self.digests.get(cid)
+        with self._lock:
+            owner = self._owners.get(digest) if digest is not None else None
+        if owner is not None and owner[0] == cid:
+            owner[1].set()
 
 
 def program_digest(lowered: Any, module: str) -> str | None:
