@@ -100,13 +100,13 @@ def test_show(capsys):
 def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
     from jaxtune._core.vocabulary import Measurement
 
-    def measured(block, rounds, calls):
+    def measured(block, rounds, calls, samples=5):
         return Measurement(
             config={"block": block},
             median_us=10.0 * block,
             min_us=9.0 * block,
             spread=0.1,
-            samples=5,
+            samples=samples,
             compile_s=0.1,
             rounds_us=rounds,
             calls=calls,
@@ -118,7 +118,11 @@ def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
         kernel="lib.phased",
         config={"block": 1},
         default_config={"block": 3},
-        measurements=(measured(1, (10.0, 11.0), 9), measured(3, (30.0,), 4)),
+        measurements=(
+            measured(1, (10.0, 11.0), 9),
+            measured(3, (30.0,), 4),
+            measured(5, (), 1, samples=1),
+        ),
         phases=phases,
     )
     code, out = run(capsys, "show", "lib.phased")
@@ -127,6 +131,7 @@ def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
     assert "total 1.80" in out
     assert "(median of 2 rounds, min 9.00 us, 5 samples, 9 calls)" in out
     assert "(median of 1 round, min 27.0 us, 5 samples, 4 calls)" in out
+    assert "(min 45.0 us, 1 sample, 1 call)" in out
     # The JSON gives the same time the text prints (the rounds' median, not the samples'),
     # and why a config is out (docs/cache.md, "JSON output").
     put(

@@ -350,6 +350,33 @@ def test_the_entrys_times_come_from_the_rounds_when_both_raced():
     assert low <= entry.speedup <= high
 
 
+def test_the_speedups_interval_holds_it_when_the_default_left_the_rounds_early():
+    # A new user's sweep: the default left after 3 rounds (too few for an interval of its
+    # own), and the medians' interval, 5.3-7.96x, missed the stated 8.1x.
+    from jaxtune._tuning.sweep.entry import _speedup_range
+
+    def m(cfg, rounds, low, high):
+        return Measurement(
+            config=cfg,
+            median_us=float(np.median(rounds)),
+            min_us=min(rounds),
+            spread=0.0,
+            samples=len(rounds),
+            rounds_us=tuple(rounds),
+            low_us=low,
+            high_us=high,
+            compile_s=0.1,
+        )
+
+    best = m({"k": 1}, [20.0, 21.0, 22.0, 26.0, 27.0, 26.5, 27.5, 26.0], 21.0, 27.0)
+    default = m({"k": 0}, [170.0, 175.0, 172.0], 160.0, 165.0)
+    ratio = np.median([d / b for d, b in zip(default.rounds_us, best.rounds_us, strict=False)])
+    low, high = _speedup_range(best, default)
+    assert ratio > 165.0 / 21.0  # past the medians' interval (5.9-7.9x): widened to hold it
+    assert low <= ratio <= high, (low, ratio, high)
+    assert high == pytest.approx(ratio) and low == pytest.approx(160.0 / 27.0)
+
+
 def test_the_outcomes_times_are_the_entrys():
     """Round medians when the stored config and the default both raced, sample medians
     otherwise (never one of each), and no default time when the default failed."""

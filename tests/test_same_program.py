@@ -17,7 +17,7 @@ import pytest
 
 import jaxtune
 from jaxtune._core.errors import CacheError
-from jaxtune._core.vocabulary import Measurement, measurement_from_dict
+from jaxtune._core.vocabulary import Measurement, config_id, measurement_from_dict
 from jaxtune._tuning.explain import decision_text
 from jaxtune._tuning.sweep.same_program import program_digest
 
@@ -78,6 +78,19 @@ def test_each_program_is_timed_once_by_the_config_a_tie_would_go_to():
         (2, True): {"variant": 0, "slow": True},
     }
     assert entry.config in ({"variant": 1, "slow": False}, {"variant": 0, "slow": True})
+    # A twin shows its program's timing as it ended (after the rounds), and its own
+    # compile time (it compiled nothing: it called its program's executable).
+    by_id = {config_id(m.config): m for m in entry.measurements}
+    for m in entry.measurements:
+        if m.same_as is not None:
+            timed = by_id[config_id(m.same_as)]
+            assert (m.median_us, m.min_us, m.low_us, m.high_us) == (
+                timed.median_us,
+                timed.min_us,
+                timed.low_us,
+                timed.high_us,
+            )
+            assert m.compile_s != timed.compile_s
 
 
 def test_the_digest_leaves_out_the_modules_name_and_tells_programs_apart():

@@ -195,10 +195,11 @@ def _show(found: list[tuple[Entry, Source]]) -> str:
                 extra = f", {m.why_out}" if m.dropped else ""
                 n = len(m.rounds_us)
                 rounds = f"median of {n} round{'s' * (n != 1)}, " if n else ""
-                calls = f", {m.calls} calls" if m.calls else ""
+                calls = f", {m.calls} call{'s' * (m.calls != 1)}" if m.calls else ""
+                samples = f"{m.samples} sample{'s' * (m.samples != 1)}"
                 head.append(
                     f"    {name}: {fmt(m.time_us)} {unit} "
-                    f"({rounds}min {fmt(m.min_us)} {unit}, {m.samples} samples{calls}{extra})"
+                    f"({rounds}min {fmt(m.min_us)} {unit}, {samples}{calls}{extra})"
                 )
             else:
                 head.append(f"    {name}: FAILED at {m.stage}: {m.reason}")

@@ -242,6 +242,7 @@ class Sweeper:
         """Each twin's result: the timing of the config timed in its stead (here, or in an
         earlier batch), marked ``dropped`` and ``same_as`` that config, or its failure."""
         self._results.update(timed)
+        compile_s = self.compiler.compile_s()
         out: dict[str, Result] = {}
         for cid, (config, first) in twins.items():
             got = self._results[config_id(first)]
@@ -254,6 +255,7 @@ class Sweeper:
                     rounds_us=(),
                     calls=0,
                     behind=False,
+                    compile_s=compile_s.get(cid, got.compile_s),
                 )
             else:
                 out[cid] = dataclasses.replace(got, config=dict(config))

@@ -24,6 +24,7 @@ def _speedup_range(best: Measurement, default: Any) -> tuple[float, float] | Non
     holds the speedup the entry states."""
     if not isinstance(default, Measurement):
         return None
+    ratio = None
     if best.rounds_us and default.rounds_us and default.config != best.config:
         ratio, low, high = ratio_interval(default.rounds_us, best.rounds_us)
         if low is not None and high is not None:
@@ -32,6 +33,10 @@ def _speedup_range(best: Measurement, default: Any) -> tuple[float, float] | Non
         return None
     low = default.low_us / best.high_us  # type: ignore[operator]
     high = default.high_us / best.low_us  # type: ignore[operator]
+    if ratio is not None:
+        # Too few rounds side by side for their own interval (the default left the rounds
+        # early): the medians' interval, widened to the ratio the entry states.
+        low, high = min(low, ratio), max(high, ratio)
     return (float(low), float(high))
 
 

@@ -400,7 +400,7 @@ def finish(
     # The default is a candidate like any config, also when the space lacks it.
     candidates = [*plan.configs, plan.default]
     ids = list(dict.fromkeys(config_id(c) for c in candidates))
-    measured = [results[cid] for cid in ids if cid in results]
+    measured = [_as_partner(results[cid], results) for cid in ids if cid in results]
     timed = [m for m in measured if isinstance(m, Measurement)]
     default = results.get(default_id)
     ok = [m for m in timed if not m.dropped] or timed
@@ -450,6 +450,25 @@ def finish(
         searched=searched,
         decision=kind,
         margin=margin,
+    )
+
+
+def _as_partner(result: Result, results: Mapping[str, Result]) -> Result:
+    """A config timed as another's program (``same_as``) with that config's timing as it
+    ended (its rounds' included), not as it stood when the twin was found."""
+    if not isinstance(result, Measurement) or result.same_as is None:
+        return result
+    partner = results.get(config_id(result.same_as))
+    if not isinstance(partner, Measurement):
+        return result
+    return dataclasses.replace(
+        result,
+        median_us=partner.median_us,
+        min_us=partner.min_us,
+        spread=partner.spread,
+        samples=partner.samples,
+        low_us=partner.low_us,
+        high_us=partner.high_us,
     )
 
 
