@@ -45,7 +45,7 @@ def test_four_configs_of_one_program_are_timed_once_and_the_default_is_stored():
         assert twin.ok and twin.dropped and twin.same_as == {"variant": 3}, twin
         assert twin.why_out == "same program as variant=3"
         # Its timing is the program's: the sweep called it once, to check its output.
-        assert (twin.min_us, twin.median_us) == (timed.min_us, timed.median_us)
+        assert (twin.min_us, twin.time_us) == (timed.min_us, timed.time_us)
         assert twin.calls == 1 < timed.calls
     assert entry.decision == "single"
     assert decision_text(entry) == (
@@ -84,8 +84,8 @@ def test_each_program_is_timed_once_by_the_config_a_tie_would_go_to():
     for m in entry.measurements:
         if m.same_as is not None:
             timed = by_id[config_id(m.same_as)]
-            assert (m.median_us, m.min_us, m.low_us, m.high_us) == (
-                timed.median_us,
+            assert (m.time_us, m.min_us, m.low_us, m.high_us) == (
+                timed.time_us,
                 timed.min_us,
                 timed.low_us,
                 timed.high_us,

@@ -134,7 +134,8 @@ class Measurement:
     #: slowest (``dropped`` too). False in entries older than the field.
     behind: bool = dataclasses.field(default=False, metadata=typed.OMIT_DEFAULT)
     #: The config this one compiles to the same program as (``dropped`` too): that one was
-    #: timed for both, and these are its samples. ``None`` in entries older than the field.
+    #: timed for both, and this carries its timing (``median_us`` its :attr:`time_us`, the
+    #: time it shows). ``None`` in entries older than the field.
     same_as: Annotated[Mapping[str, Any], CONFIG] | None = dataclasses.field(
         default=None, metadata=typed.OMIT_DEFAULT
     )

@@ -455,7 +455,9 @@ def finish(
 
 def _as_partner(result: Result, results: Mapping[str, Result]) -> Result:
     """A config timed as another's program (``same_as``) with that config's timing as it
-    ended (its rounds' included), not as it stood when the twin was found."""
+    ended, not as it stood when the twin was found: its time (``median_us``) is the one
+    the partner shows (:attr:`~jaxtune.Measurement.time_us`: its rounds' median where it
+    raced)."""
     if not isinstance(result, Measurement) or result.same_as is None:
         return result
     partner = results.get(config_id(result.same_as))
@@ -463,7 +465,7 @@ def _as_partner(result: Result, results: Mapping[str, Result]) -> Result:
         return result
     return dataclasses.replace(
         result,
-        median_us=partner.median_us,
+        median_us=partner.time_us,
         min_us=partner.min_us,
         spread=partner.spread,
         samples=partner.samples,
