@@ -122,7 +122,7 @@ class FakeDeviceTimer(ProfilerTimer):
         rec = Recording(self, in_flight=self.in_flight)
         yield rec
         self.on_end()
-        module_of = {m: cid for cid, m in self.sweeper.compiler.modules.items()}
+        module_of = {m: cid for cid, m in self.sweeper.compiler.names.modules.items()}
         self.captured.update(module_of[c.module] for c in rec.calls)
         fakes = {config_id({"k": k}): f for k, f in self.sweeper.fakes.items()}
         rec._results = [
@@ -142,7 +142,7 @@ class FakeCompiler(_compile.Compiler):
         got = super().lower(config, spec)
         if isinstance(got, _compile.Lowering):
             # The kernel JAX lowers ignores ``k``: each fake is a program of its own.
-            self.programs[config_id(config)] = f"fake {config['k']}"
+            self.names.digests[config_id(config)] = f"fake {config['k']}"
             return _compile.Lowering(lowered=_Lowered(self.sweeper, config["k"]), seconds=0.0)
         return got
 
@@ -1030,7 +1030,7 @@ def test_each_configs_program_is_named_by_its_place_in_the_space_whatever_the_or
     one, two = _sweeper(fakes), _sweeper(fakes)
     configs = list(one.task.plan.configs)
     outside = {"k": "z"}  # a default outside the space
-    first = [one.compiler.module(c) for c in [*configs, outside]]
-    second = [two.compiler.module(c) for c in [outside, *configs[::-1]]]
+    first = [one.compiler.names.module(c) for c in [*configs, outside]]
+    second = [two.compiler.names.module(c) for c in [outside, *configs[::-1]]]
     assert first == [f"jit_jaxtune_{i}" for i in range(5)]
     assert second == [first[4], *first[3::-1]]

@@ -108,13 +108,9 @@ class Compiler:
         self.breakdown = breakdown
         self._inputs: tuple[dict[str, Any], ...] | None = None
         self._runs: dict[str, tuple[Run, float]] = {}
-        #: Each config's program: its module's name, its digest, and twins' executables.
+        #: Each config's program: its module's name (for a device timer's trace), its
+        #: digest (:func:`program_digest`, where its text shows it), twins' executables.
         self.names = Programs(task.plan.configs)
-        #: Each config's executable's name (:meth:`module`), for a device timer's trace.
-        self.modules = self.names.modules
-        self.module = self.names.module
-        #: Each lowered config's program (:func:`program_digest`), where its text shows it.
-        self.programs = self.names.digests
         self._failed: dict[str, Failure] = {}
         #: The exception a config's call raised last (until :meth:`raised` looks).
         self._raised: dict[str, Exception] = {}
@@ -258,7 +254,7 @@ class Compiler:
         if cid in self._runs or cid in self._failed:
             return self._failed.get(cid)
         lowering = self.inputs if spec is None else (spec,) * (1 + len(self.task.value_sets))
-        call = config_call(self.task, config, self.module(config).removeprefix("jit_"))
+        call = config_call(self.task, config, self.names.module(config).removeprefix("jit_"))
 
         # A crash report that names the tracing thread pins the crash on this config.
         self.emit(CompileStarted(cid=cid, thread=threading.get_ident()))

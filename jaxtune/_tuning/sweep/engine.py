@@ -72,7 +72,7 @@ class Sweeper:
         self.compiler.names.share = not isinstance(self.timer, RecordingTimer)
         self.first_runs = FirstRuns(self.compiler, emit=self._relay)
         self.stopwatch = Stopwatch(self.compiler, self.timer, emit=self._relay)
-        #: The config timed for each program (a digest: :attr:`.compile.Compiler.programs`)
+        #: The config timed for each program (a digest: :attr:`.same_program.Programs.digests`)
         #: and every timed config's result, over the task's batches (see :meth:`measure`).
         self._timed_programs: dict[str, Config] = {}
         self._results: dict[str, Result] = {}
@@ -206,14 +206,14 @@ class Sweeper:
         self, runnable: Sequence[Config]
     ) -> tuple[list[Config], dict[str, tuple[Config, Config]]]:
         """``runnable`` split into the configs to time and the twins: configs that lower to
-        the same program as another (:attr:`.compile.Compiler.programs`), each mapped to
+        the same program as another (:attr:`.same_program.Programs.digests`), each mapped to
         the one timed for it (``twins[cid] = (config, timed_instead)``). Of the configs of one program, the one timed is the one a tie
         would go to (the default, else the earliest in the space), or one timed in an
         earlier batch: timing the same program twice can only show noise (or where the
         process placed each copy), and a race between copies made repeated sweeps store
         different configs."""
         plan = self.task.plan
-        programs = self.compiler.programs
+        programs = self.compiler.names.digests
         rank = {config_id(c): i for i, c in enumerate(plan.configs)}
         rank[config_id(plan.default)] = -1
 

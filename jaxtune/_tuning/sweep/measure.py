@@ -146,7 +146,7 @@ class Stopwatch:
             try:
                 with self._capture() as rec:
                     for config, cid in zip(chunk, cids, strict=True):
-                        module = self.compiler.module(config)
+                        module = self.compiler.names.module(config)
                         at[cid] = len(rec.calls)
                         got[cid] = self.timed(config, functools.partial(measure, rec, module))
                     self.emit(RoundStarted(cids=cids))
@@ -206,7 +206,7 @@ class Stopwatch:
         options = self.compiler.task.plan.options
         cids = list(dict.fromkeys(config_id(c) for configs in rotations for c in configs))
         runs = [
-            [(self.compiler.run(config_id(c)), self.compiler.module(c)) for c in configs]
+            [(self.compiler.run(config_id(c)), self.compiler.names.module(c)) for c in configs]
             for configs in rotations
         ]
         self.emit(RoundStarted(cids=tuple(cids)))
