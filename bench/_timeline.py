@@ -172,7 +172,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
                 round(rec.read_s, 3),
             )
         )
-        by_module = {m: cid for cid, m in self.compiler.modules.items()}
+        by_module = {m: cid for cid, m in self.compiler.names.modules.items()}
         captured.append(sorted(by_module.get(m, str(m)) for m in programs))
 
     patched.append((measure.Stopwatch, "_capture", own_capture))
