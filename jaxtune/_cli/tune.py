@@ -2,7 +2,8 @@
 
 The program runs in a child with ``JAXTUNE_RECORD`` set; it is stopped once it has settled,
 having traced and compiled nothing new for ``--settle`` seconds after its first autotuned
-call (``--full``: it runs to its end); meanwhile the sweep child starts (CPU and GPU). This
+call (``--full``: it runs to its end); meanwhile the sweep child starts (on TPU it imports
+JAX and the sweep's code, then waits for the program to end before it opens the chip). This
 parent then sweeps every recorded call that had no cached config, each in a sweep child,
 writes the cache and prints a table. The parent never starts a JAX backend, so on TPU the
 chip is free for the children.
@@ -296,15 +297,16 @@ def had_config(record: RecordedCall) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
     command = program(args, "tune")
-    # The sweep child starts while the program runs and records its calls (CPU and GPU:
-    # this parent still starts no backend, so a TPU stays free for the program), and
-    # imports the module of each call to sweep as soon as the call is recorded.
-    # Bad settings (a malformed XLA_FLAGS) are left for the sweeps to report.
+    # The sweep child starts while the program runs and records its calls, and imports
+    # the module of each call to sweep as soon as the call is recorded (CPU and GPU). This
+    # parent still starts no backend, so a TPU stays free for the program: there the
+    # child is held, its imports done, until the first sweep asks for it, after the
+    # program has ended. Bad settings (a malformed XLA_FLAGS) are left for the sweeps.
     from .._tuning.sweep.requests import read_request
 
     runner = sweep_runner()
     with contextlib.suppress(JaxtuneError):
-        runner.prestart()
+        runner.prestart(hold=True)
 
     def on_call(record: RecordedCall) -> None:
         if record.request is None or not (args.retune or not had_config(record)):

@@ -10,6 +10,12 @@ server applies the caller's variables and JAX state, then hands it over; the han
 stream events (:meth:`Server.emit`) so the parent knows what was in flight if this process
 dies. A :class:`~.frames.Preload` imports handlers and kernels' modules ahead of need. stdout and stderr go to a log file; frames travel only over the request socket and
 the result pipe.
+
+A child started on hold (:data:`HOLD` in its environment, by
+:meth:`~.process.ChildPool.hold`) imports JAX and the handler modules the variable names,
+then waits for one byte on the request socket before it starts its backend: started while
+another process still holds the only chip, it opens the chip once told that process has
+ended.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 from .._core import typed
 from .._core.errors import describe
+from .environ import GO, HOLD
 from .frames import (
     UNIMPORTABLE,
     Done,
@@ -223,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     from .._core.versions import toolchain
     from .framing import write_frame
 
+    held = os.environ.pop(HOLD, None)
+    if held is not None and not _hold(args.cmd_fd, held):
+        return _EOF
     try:
         devices = jax.devices()
         ready = Ready(
@@ -255,6 +265,20 @@ def main(argv: list[str] | None = None) -> int:
         # fault of the child's own still ends with its traceback while the parent lives.
         if parent:
             _end_if_orphaned(int(parent), gone=ended == _EOF)
+
+
+def _hold(cmd_fd: int, handlers: str) -> bool:
+    """Imports what needs no backend (JAX's numpy, the handler modules named in
+    ``handlers``), then waits for the parent's go: one byte on the request socket. Returns
+    ``False`` where the parent closed it instead (it needs this child no longer)."""
+    try:
+        import jax.numpy  # noqa: F401 - imported ahead, as _warm_up would
+
+        for name in filter(None, handlers.split(",")):
+            _handler(name)
+    except Exception:  # the request that needs the module reports it
+        pass
+    return os.read(cmd_fd, 1) == GO
 
 
 def _warm_up() -> None:

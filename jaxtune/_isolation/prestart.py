@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._core import settings as _settings
+from .._core.errors import JaxtuneError
 from .._core.versions import toolchain
 from .calling import function_ref
-from .devices import cpu_only
+from .devices import cpu_only, parent_backend
 from .environ import pool_key, unkeyed_environ
 from .frames import Module, Preload
 from .process import POOL, ChildLost, ChildProcess, Deadline
@@ -58,14 +59,19 @@ _AHEAD = ISOLATION_STATE.keep(
 )
 
 
-def prestart(runner: ChildService, fn: Any = None, *, handler: str | None = None) -> bool:
+def prestart(
+    runner: ChildService, fn: Any = None, *, handler: str | None = None, hold: bool = False
+) -> bool:
     """Starts ``runner``'s pooled child in a background thread (the pool makes a request
     that comes early wait for the same child), then imports there the module that will
     answer its requests (``handler``) and the module of ``fn``. Only CPU and GPU children:
-    a TPU child would hold the chip this process may still want. Returns whether a start
-    was begun (once per environment and process)."""
+    a TPU child would hold the chip this process may still want. With ``hold`` (a caller
+    that never starts a backend, while another process may hold the device), a child for
+    any other platform is started on hold instead (:meth:`~.process.ChildPool.hold`): it
+    imports JAX and ``handler`` and opens the device only when the first request asks
+    for it. Returns whether a start was begun (once per environment and process)."""
     ref = _module_ref(fn)
-    return _begin(runner, [] if ref is None else [ref], handler)
+    return _begin(runner, [] if ref is None else [ref], handler, hold=hold)
 
 
 def preload(runner: ChildService, modules: Sequence[Module]) -> bool:
@@ -76,14 +82,22 @@ def preload(runner: ChildService, modules: Sequence[Module]) -> bool:
     return _begin(runner, list(modules), None)
 
 
-def _begin(runner: ChildService, modules: list[Module], handler: str | None) -> bool:
+def _begin(
+    runner: ChildService, modules: list[Module], handler: str | None, *, hold: bool = False
+) -> bool:
     platform = runner.expected_platform()
     if platform is None and cpu_only():
         # Nothing decided the platform yet (no backend, no JAX_PLATFORMS), but JAX can
         # only start its CPU backend: the child the sweep will ask for is the CPU one.
         runner, platform = runner.on_platform("cpu"), "cpu"
     if platform not in ("cpu", "gpu"):
-        return False
+        if not hold or parent_backend() is not None:
+            return False
+        handlers = [] if handler is None else [handler]
+        try:
+            return POOL.hold(runner.environment(), handlers=handlers, slot=runner.device)
+        except (JaxtuneError, OSError):  # the sweep starts its child, and says why not
+            return False
     key = (runner.device, *pool_key(runner.environment()))
     with _LOCK:
         handlers = _AHEAD.handlers.setdefault(key, [])

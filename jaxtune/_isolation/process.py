@@ -23,13 +23,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._core.codec import DecodeError
 from .._core.errors import SweepError
 from .channels import close_all, request_channel, widen
-from .environ import pool_key
+from .environ import GO, HOLD, pool_key
 from .frames import Done, ErrorReply, Event, Exit, FrameError, Preload, Ready, Request, reply
 from .framing import FrameReader, frame_parts
 from .logs import keep_crash_log, log_dir, read_tail
@@ -106,8 +106,18 @@ class ChildProcess:
     #: nothing went wrong in it, and it leaves no crash log.
     abandoned = False
 
-    def __init__(self, env: Mapping[str, str], *, startup_timeout: float = STARTUP_TIMEOUT):
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        startup_timeout: float = STARTUP_TIMEOUT,
+        hold: Sequence[str] | None = None,
+    ):
+        """Starts the child and waits for its ``ready`` frame; with ``hold`` (the handler
+        modules it imports meanwhile) the child waits before it starts its backend, and
+        :meth:`release` lets it go on."""
         self._trimmed = 0
+        self._startup_timeout = startup_timeout
         #: Sweep tasks whose arguments this child holds (a request for one of them need
         #: not carry the arguments again).
         self.tasks: set[str] = set()
@@ -116,6 +126,7 @@ class ChildProcess:
         fd, self.log_path = tempfile.mkstemp(
             dir=log_dir(), prefix=f"child-{os.getpid()}-", suffix=".log"
         )
+        held = {} if hold is None else {HOLD: ",".join(hold)}
         cmd_r, cmd_w = request_channel()
         res_r, res_w = os.pipe()
         widen(res_w)
@@ -135,7 +146,7 @@ class ChildProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
-                    env={**env, TOKEN: self.token},
+                    env={**env, TOKEN: self.token, **held},
                     start_new_session=True,
                 )
         except BaseException:
@@ -149,10 +160,27 @@ class ChildProcess:
         self.cmd_fd = cmd_w
         self.reader = FrameReader(res_r)
         self.lock = threading.Lock()
+        #: Set while the child waits on hold for :meth:`release`.
+        self.held = hold is not None
+        if not self.held:
+            self._await_ready()
+
+    def release(self) -> None:
+        """Lets a child started on hold start its backend, and waits for it to be ready.
+
+        Raises:
+            SweepError: the child died while it waited, or did not start.
+        """
+        self.held = False
+        with contextlib.suppress(OSError):  # a dead child: reported as it not starting
+            os.write(self.cmd_fd, GO)
+        self._await_ready()
+
+    def _await_ready(self) -> None:
         with _STARTING_LOCK:
             _STARTING.add(self)
         try:
-            ready = reply(self.receive(timeout=startup_timeout))
+            ready = reply(self.receive(timeout=self._startup_timeout))
         except (EOFError, FrameError, ChildLost):
             ready = None
         finally:
@@ -408,7 +436,24 @@ class ChildPool:
 
     def __init__(self) -> None:
         self._children: dict[tuple[Any, ...], ChildProcess] = {}
+        #: Children started on hold (:meth:`hold`), not yet asked for.
+        self._held: dict[tuple[Any, ...], ChildProcess] = {}
         self._lock = threading.Lock()
+
+    def hold(
+        self, env: Mapping[str, str], *, handlers: Sequence[str] = (), slot: int | None = None
+    ) -> bool:
+        """Starts the child for ``env`` (and ``slot``) on hold, where there is none yet: it
+        imports JAX and ``handlers`` now and starts its backend only when :meth:`get`
+        first asks for it (for a caller that holds no device itself, while the device may
+        still be another process's). Returns whether a child was started."""
+        key = (slot, *pool_key(env))
+        with self._lock:
+            child = self._children.get(key)
+            if key in self._held or (child is not None and child.alive()):
+                return False
+            self._held[key] = ChildProcess(env, hold=handlers)
+            return True
 
     def get(
         self,
@@ -427,11 +472,23 @@ class ChildPool:
                 return child
             if child is not None:
                 child.kill()
-            child = ChildProcess(env)
+            child = self._released(key) or ChildProcess(env)
             if check is not None:
                 check(child)
             self._children[key] = child
             return child
+
+    def _released(self, key: tuple[Any, ...]) -> ChildProcess | None:
+        """The child held for ``key``, now ready; ``None`` where there is none, or it did
+        not start (it is gone: a new child is started as if none had been held)."""
+        held = self._held.pop(key, None)
+        if held is None:
+            return None
+        try:
+            held.release()
+        except SweepError:
+            return None
+        return held
 
     def discard(self, child: ChildProcess) -> None:
         """Kills ``child`` and forgets it, so the next :meth:`get` starts a new one."""
@@ -449,10 +506,14 @@ class ChildPool:
     def shutdown(self) -> None:
         """Stops every pooled child: an idle one is asked to exit; one busy with a request
         (work ahead of need, such as importing a kernel's module, or a sweep nobody will
-        wait for any longer) is stopped at once, without a crash log."""
+        wait for any longer), or on hold, is stopped at once, without a crash log."""
         with self._lock:
             children = list(self._children.values())
+            held = list(self._held.values())
             self._children.clear()
+            self._held.clear()
+        for child in held:  # waiting for a go it will not get: nothing to keep
+            child.abandon()
         for child in children:
             if child.lock.acquire(blocking=False):
                 try:

@@ -14,6 +14,7 @@
 #   bash tools/tpu/batch_pace.sh gmm      megablox gmm, 48 tilings, on the program's group sizes
 #                                         (bench/bench_values.py --tpu --flows after; goal <= 25 s)
 #   bash tools/tpu/batch_pace.sh gmmlp    the same sweep with GMM_LP (6) lowering processes, unrated
+#   bash tools/tpu/batch_pace.sh gmmquick the same sweep with the default settings, unrated
 #   bash tools/tpu/batch_pace.sh tier     tests/tpu/test_3_refusals.py: no refused config compiles
 set -x
 . tools/tpu/env.sh
@@ -63,6 +64,10 @@ gmmlp)
   ( time env JAXTUNE_LOWERING_PROCESSES=${GMM_LP:-6} python3 bench/bench_values.py --tpu \
       --flows after --no-truth --json $OUT/pace_gmm_lp.json ) > $OUT/pace_gmm_lp.log 2>&1
   tail -30 $OUT/pace_gmm_lp.log ;;
+gmmquick)
+  ( time python3 bench/bench_values.py --tpu --flows after --no-truth \
+      --json $OUT/pace_gmm_quick.json ) > $OUT/pace_gmm_quick.log 2>&1
+  tail -30 $OUT/pace_gmm_quick.log ;;
 tier)
   ( time python3 -m pytest -p no:xdist -p no:randomly -v -s --durations=0 -p no:cacheprovider tests/tpu/test_3_refusals.py::test_the_dma_slice_rule_refuses_exactly_the_tokamax_configs_mosaic_refuses_for_it tests/tpu/test_3_refusals.py::test_no_refused_config_compiles_on_the_chip ) > $OUT/pace_tier.log 2>&1
   tail -15 $OUT/pace_tier.log ;;

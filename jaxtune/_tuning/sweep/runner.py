@@ -97,14 +97,15 @@ class ProcessRunner(ChildService):
         super().__init__(platform=platform, env=env, memory_limit=memory_limit, device=device)
         self.devices = list(devices) if devices else None
 
-    def prestart(self, fn: Any = None) -> bool:
+    def prestart(self, fn: Any = None, *, hold: bool = False) -> bool:
         """Starts this runner's pooled child ahead of need and imports ``fn``'s module
-        there, and the module that answers sweeps (see :mod:`jaxtune._isolation.prestart`);
-        returns whether a start was begun."""
+        there, and the module that answers sweeps; with ``hold`` (a caller that never
+        starts a backend), a TPU child too, on hold until the first sweep (see
+        :func:`jaxtune._isolation.prestart.prestart`); returns whether a start was begun."""
         from ..._isolation.prestart import prestart
         from .requests import HANDLER
 
-        return prestart(self, fn, handler=HANDLER)
+        return prestart(self, fn, handler=HANDLER, hold=hold)
 
     def preload(self, modules: Sequence[Module]) -> bool:
         """Imports ``modules`` in this runner's pooled child ahead of need, starting the
