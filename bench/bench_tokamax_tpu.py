@@ -256,6 +256,12 @@ def part_jaxtune(
 ):
     out: dict[str, Any] = {}
     picks: dict[str, dict[str, Any]] = {}
+    pace = os.environ.get("BENCH_EARLY_PACE_S")
+    if pace is not None:  # an experiment: the first pass's captures begin beside compiles
+        from jaxtune._tuning.sweep import engine  # whenever configs come this far apart
+
+        engine.EARLY_PACE_S = float(pace)
+        out["early_pace_s"] = float(pace)
     runs = {"exhaustive": ragged_dot_subset, "model_budget_of_all": ragged_dot}
     if only:
         runs = {only: runs[only]}

@@ -8,6 +8,9 @@
 #                                         every entry's phases and failures end in the JSON
 #                                         (RAGGED_STRIDE=5: every 5th config, a quick look)
 #   bash tools/tpu/batch_pace.sh ragspy   as ragged, the --retune under py-spy (.whl-spy carried)
+#   bash tools/tpu/batch_pace.sh raggedearly  as ragged, the --retune's first pass captured
+#                                         beside its compiles from the cache
+#                                         (BENCH_EARLY_PACE_S=0: an experiment for its first stop)
 #   bash tools/tpu/batch_pace.sh flash    JAX's flash attention, 16 configs, vs a plain
 #                                         in-process loop (goal <= 0.8x), and a 27-config
 #                                         Pallas matmul, via bench/bench_tpu.py
@@ -36,6 +39,13 @@ ragged)
   du -sh $JAXTUNE_CACHE_DIR/xla $JAXTUNE_CACHE_DIR/xla/lowered; ls $JAXTUNE_CACHE_DIR/xla/lowered
   # libtpu's own logs (its profiler's lines among them), where it wrote any.
   [ -d /tmp/tpu_logs ] && ls -la /tmp/tpu_logs && tar czf $OUT/tpu_logs.tgz -C /tmp tpu_logs ;;
+raggedearly)
+  rm -rf $JAXTUNE_CACHE_DIR
+  RAGGED="bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive --stride 1 --configs 540"
+  ( time python3 $RAGGED --json $OUT/ragged_first.json --timeline $OUT/timeline_first.json ) > $OUT/ragged_first.log 2>&1
+  ( time env BENCH_EARLY_PACE_S=0 python3 $RAGGED --json $OUT/ragged_retune_early.json \
+      --timeline $OUT/timeline_retune_early.json ) > $OUT/ragged_retune_early.log 2>&1
+  grep -o '"phases": {[^}]*}' $OUT/ragged_*.log ;;
 ragspy)
   # As ragged, the --retune under py-spy (carried in .whl-spy: `pip download --no-deps
   # --only-binary=:all: --platform manylinux1_x86_64 -d .whl-spy py-spy`), native stacks
