@@ -11,6 +11,7 @@ import pytest
 from faulty_kernels import faulty
 from waiting import all_gone
 
+from jaxtune._core.errors import SweepError
 from jaxtune._core.vocabulary import Failure
 from jaxtune._isolation import prestart as _prestart
 from jaxtune._isolation import process as _process
@@ -50,15 +51,30 @@ def test_a_held_child_is_ready_only_once_released():
         # A child started beside it without the hold is ready as soon as it has started
         # its backend; the held one, started first, has still said nothing by then.
         _process.ChildProcess(env).close()
-        assert held.held and held.alive()
+        assert held.on_hold and held.alive()
         assert _says_nothing(held, 1.0)
         held.release()
-        assert not held.held
+        assert not held.on_hold
         assert held.ready.platform == "cpu"
         assert held.ready.pid == held.proc.pid
-        assert "JAXTUNE_CHILD_HOLD" not in held.ready.env
     finally:
         held.close()
+
+
+def test_a_held_child_starts_no_backend_until_released():
+    """With a platform that cannot start, a child fails as soon as it starts its backend:
+    the held one lives on, silent, and fails only once released."""
+    env = {**_runner.ProcessRunner(platform="cpu").environment(), "JAX_PLATFORMS": "nowhere"}
+    held = _process.ChildProcess(env, hold=[HANDLER])
+    try:
+        with pytest.raises(SweepError, match="backend did not start"):
+            _process.ChildProcess(env)
+        assert held.alive()
+        assert _says_nothing(held, 1.0)
+        with pytest.raises(SweepError, match="backend did not start"):
+            held.release()
+    finally:
+        held.abandon()
 
 
 def test_the_pool_hands_out_the_held_child_and_it_sweeps():
@@ -95,28 +111,33 @@ def test_a_held_child_is_stopped_with_the_pool_and_keeps_no_crash_log():
     assert not pathlib.Path(held.log_path).exists()
 
 
-def _as_on_a_tpu_host(monkeypatch, runner, *, parent_backend):
-    """What ``prestart`` sees on a TPU host: no platform decided, not CPU-only, and this
-    process's backend ``parent_backend``."""
+def _as_on_a_tpu_host(monkeypatch, runner, *, parent_backend, tpu=True):
+    """What ``prestart`` sees on a TPU host (``tpu``; else a GPU host): no platform
+    decided, not CPU-only, and this process's backend ``parent_backend``."""
     monkeypatch.setattr(runner, "expected_platform", lambda: None)
     monkeypatch.setattr(_prestart, "cpu_only", lambda: False)
+    monkeypatch.setattr(_prestart, "tpu_runtime", lambda: tpu)
     monkeypatch.setattr(_prestart, "parent_backend", lambda: parent_backend)
 
 
-def test_a_caller_without_a_backend_holds_a_child_for_a_device_it_cannot_name(monkeypatch):
+def test_a_caller_without_a_backend_holds_a_child_for_the_chip(monkeypatch):
     runner = _runner.ProcessRunner()
     _as_on_a_tpu_host(monkeypatch, runner, parent_backend=None)
     assert not runner.prestart()  # without hold: no child that might take the chip
     assert not _process.POOL._held
     assert runner.prestart(hold=True)
     (held,) = _process.POOL._held.values()
-    assert held.held
+    assert held.on_hold
     child = runner.child()
     assert child is held and child.ready.pid == held.proc.pid
 
 
-def test_a_caller_holding_a_backend_holds_no_child(monkeypatch):
+@pytest.mark.parametrize("case", ["holds a backend", "no TPU runtime"])
+def test_no_child_is_held_for_a_caller_with_a_backend_or_where_no_tpu_is(monkeypatch, case):
     runner = _runner.ProcessRunner()
-    _as_on_a_tpu_host(monkeypatch, runner, parent_backend="tpu")
+    if case == "holds a backend":
+        _as_on_a_tpu_host(monkeypatch, runner, parent_backend="tpu")
+    else:
+        _as_on_a_tpu_host(monkeypatch, runner, parent_backend=None, tpu=False)
     assert not runner.prestart(hold=True)
     assert not _process.POOL._held

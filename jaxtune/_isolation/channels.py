@@ -7,7 +7,13 @@ import contextlib
 import os
 import socket
 
-__all__ = ["close_all", "request_channel", "widen"]
+__all__ = ["GO", "close_all", "request_channel", "widen"]
+
+#: The one byte a parent writes on the request channel, before any frame, to a child started
+#: on hold (:meth:`.process.ChildPool.hold`): it may start its backend now. The only frame
+#: such a child can be sent instead (``close()``'s ``Exit``) starts with its length, four
+#: bytes big-endian, so with a zero: the child then ends.
+GO = b"\x01"
 
 
 def close_all(*fds: int) -> None:

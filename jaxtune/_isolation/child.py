@@ -34,7 +34,8 @@ from typing import Any
 
 from .._core import typed
 from .._core.errors import describe
-from .environ import GO, HOLD
+from .channels import GO
+from .environ import HOLD
 from .frames import (
     UNIMPORTABLE,
     Done,
@@ -232,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
     held = os.environ.pop(HOLD, None)
     if held is not None and not _hold(args.cmd_fd, held):
+        if parent:  # the parent died (or stopped this child): as a serving child would end
+            _end_if_orphaned(int(parent), gone=True)
         return _EOF
     try:
         devices = jax.devices()

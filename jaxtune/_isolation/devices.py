@@ -21,6 +21,7 @@ __all__ = [
     "parent_backend",
     "split",
     "sweep_devices",
+    "tpu_runtime",
     "usable_cores",
 ]
 
@@ -85,6 +86,18 @@ def parent_backend() -> str | None:
     if not backends:
         return None
     return str(jax_mod.default_backend())
+
+
+def tpu_runtime() -> bool:
+    """Whether a TPU runtime is installed here (``libtpu``, or ``TPU_LIBRARY_PATH``), which
+    JAX picks before its CPU backend. Looks at what is installed only: nothing is imported
+    and no backend is started."""
+    if os.environ.get("TPU_LIBRARY_PATH"):
+        return True
+    try:
+        return any(importlib.util.find_spec(m) for m in ("libtpu", "libtpu_nightly"))
+    except (ImportError, ValueError):
+        return False
 
 
 def cpu_only() -> bool:

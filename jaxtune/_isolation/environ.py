@@ -18,7 +18,6 @@ from .._core.flags import (
 )
 
 __all__ = [
-    "GO",
     "HOLD",
     "SWEEP_PREMAPPED_BYTES",
     "TRACING_IN_PROCESS",
@@ -79,9 +78,8 @@ def strip_tracing(env: MutableMapping[str, str]) -> tuple[str, ...]:
 
 
 #: The variable that starts a child on hold (:meth:`.process.ChildPool.hold`): the handler
-#: modules it imports while it waits (comma-separated), and the byte that ends the wait.
+#: modules it imports while it waits (comma-separated, possibly none).
 HOLD = "JAXTUNE_CHILD_HOLD"
-GO = b"\x01"
 
 #: Host memory libtpu pins for transfers in a sweep's child, in bytes
 #: (``TPU_PREMAPPED_BUFFER_SIZE``; libtpu's default is 4 GiB). Pinning the default took

@@ -23,7 +23,7 @@ from .._core import settings as _settings
 from .._core.errors import JaxtuneError
 from .._core.versions import toolchain
 from .calling import function_ref
-from .devices import cpu_only, parent_backend
+from .devices import cpu_only, parent_backend, tpu_runtime
 from .environ import pool_key, unkeyed_environ
 from .frames import Module, Preload
 from .process import POOL, ChildLost, ChildProcess, Deadline
@@ -66,10 +66,11 @@ def prestart(
     that comes early wait for the same child), then imports there the module that will
     answer its requests (``handler``) and the module of ``fn``. Only CPU and GPU children:
     a TPU child would hold the chip this process may still want. With ``hold`` (a caller
-    that never starts a backend, while another process may hold the device), a child for
-    any other platform is started on hold instead (:meth:`~.process.ChildPool.hold`): it
-    imports JAX and ``handler`` and opens the device only when the first request asks
-    for it. Returns whether a start was begun (once per environment and process)."""
+    that never starts a backend, while another process may hold the chip), a TPU child is
+    started on hold instead (:meth:`~.process.ChildPool.hold`): it imports JAX and
+    ``handler``, not ``fn``'s module (whose import could start a backend), and opens the
+    chip only when the first request asks for it. Returns whether a start was begun (once
+    per environment and process)."""
     ref = _module_ref(fn)
     return _begin(runner, [] if ref is None else [ref], handler, hold=hold)
 
@@ -91,7 +92,8 @@ def _begin(
         # only start its CPU backend: the child the sweep will ask for is the CPU one.
         runner, platform = runner.on_platform("cpu"), "cpu"
     if platform not in ("cpu", "gpu"):
-        if not hold or parent_backend() is not None:
+        tpu = platform == "tpu" or (platform is None and tpu_runtime())
+        if not (hold and tpu) or parent_backend() is not None:
             return False
         handlers = [] if handler is None else [handler]
         try:

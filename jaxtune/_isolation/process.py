@@ -28,8 +28,8 @@ from typing import Any
 
 from .._core.codec import DecodeError
 from .._core.errors import SweepError
-from .channels import close_all, request_channel, widen
-from .environ import GO, HOLD, pool_key
+from .channels import GO, close_all, request_channel, widen
+from .environ import HOLD, pool_key
 from .frames import Done, ErrorReply, Event, Exit, FrameError, Preload, Ready, Request, reply
 from .framing import FrameReader, frame_parts
 from .logs import keep_crash_log, log_dir, read_tail
@@ -161,8 +161,8 @@ class ChildProcess:
         self.reader = FrameReader(res_r)
         self.lock = threading.Lock()
         #: Set while the child waits on hold for :meth:`release`.
-        self.held = hold is not None
-        if not self.held:
+        self.on_hold = hold is not None
+        if not self.on_hold:
             self._await_ready()
 
     def release(self) -> None:
@@ -171,7 +171,7 @@ class ChildProcess:
         Raises:
             SweepError: the child died while it waited, or did not start.
         """
-        self.held = False
+        self.on_hold = False
         with contextlib.suppress(OSError):  # a dead child: reported as it not starting
             os.write(self.cmd_fd, GO)
         self._await_ready()
@@ -479,15 +479,21 @@ class ChildPool:
             return child
 
     def _released(self, key: tuple[Any, ...]) -> ChildProcess | None:
-        """The child held for ``key``, now ready; ``None`` where there is none, or it did
-        not start (it is gone: a new child is started as if none had been held)."""
+        """The child held for ``key``, now ready; ``None`` where there is none, or it died
+        while on hold (a new child is then started, as if none had been held). One that
+        does not start once released raises, as a new child would (its crash log kept);
+        an interrupted release stops it."""
         held = self._held.pop(key, None)
         if held is None:
             return None
+        if not held.alive():
+            held.kill()
+            return None
         try:
             held.release()
-        except SweepError:
-            return None
+        except BaseException:
+            held.abandon()  # nothing left to do where release already ended it
+            raise
         return held
 
     def discard(self, child: ChildProcess) -> None:
