@@ -131,6 +131,7 @@ def test_a_module_whose_import_hangs_in_the_child_ends_in_an_error_not_a_hang(tm
     assert proc.returncode != 0
     assert "no answer within the 3 s limit" in proc.stderr, proc.stderr[-3000:]
     assert "while importing its module" in proc.stderr
+    assert "guard that too, or define the kernel in a module of its own" in proc.stderr
 
 
 def test_cpu_only_is_false_where_a_tpu_runtime_or_a_plugin_is_installed(monkeypatch, tmp_path):

@@ -368,6 +368,7 @@ def test_a_program_that_exports_records_no_values_with_value_sets_0(cli, tmp_pat
     proc = cli("tune", "--", "python", str(prog), env={"JAXTUNE_VALUE_SETS": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no values were recorded for integer/boolean argument(s) n" in proc.stderr
+    assert "(JAXTUNE_VALUE_SETS=0 keeps none)" in proc.stderr  # the cause, not a guess
     (entry,) = [e for e in _cache.user_cache().all_entries() if e.kernel == vk.loop_count.kernel_id]
     assert entry.values.arguments["n"].source == "synthesised"
 

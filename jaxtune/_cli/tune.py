@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._core import settings as _settings
 from .._core.codec import DecodeError
 from .._core.errors import JaxtuneError
 from .._core.flags import requested_platform
@@ -242,13 +243,17 @@ def sweep_records(
             continue
         made_up = made_up_integers(plan.values)
         if made_up:
+            why = (
+                "JAXTUNE_VALUE_SETS=0 keeps none"
+                if _settings.settings().value_sets == 0
+                else "a profile keeps shapes only; under `jaxtune tune --`, a bucketed "
+                "kernel, or a call that never ran before the program was stopped"
+            )
             print(
                 f"jaxtune tune: {record.kernel} ({record.key}): no values were "
-                f"recorded for integer/boolean argument(s) {', '.join(made_up)} (a profile "
-                "keeps shapes only; under `jaxtune tune --`, a bucketed kernel, or a call "
-                "that never ran before the program was stopped); its sweep runs on "
-                f"synthesised values ({SYNTHESISED_TEXT}). docs/values.md says how to give "
-                "real ones.",
+                f"recorded for integer/boolean argument(s) {', '.join(made_up)} ({why}); "
+                f"its sweep runs on synthesised values ({SYNTHESISED_TEXT}). "
+                "docs/values.md says how to give real ones.",
                 file=sys.stderr,
                 flush=True,
             )

@@ -127,10 +127,17 @@ def _blame(
         return Lost.RESTART, flight.got
     if suspects:
         return Lost.SERIAL, flight.got
+    hint = (
+        " A module whose import runs a program never ends there: a script re-run without "
+        'its `if __name__ == "__main__":` block runs the rest of its top level; guard that '
+        "too, or define the kernel in a module of its own."
+        if crash.hung
+        else ""
+    )
     raise SweepError(
         f"the jaxtune child {'hung' if crash.hung else 'died'} outside any config of "
         f"{plan.kernel}, while importing its module, receiving its arguments or between "
-        f"configs ({how}); stderr: {crash.stderr}"
+        f"configs ({how}).{hint} stderr: {crash.stderr}"
     )
 
 
