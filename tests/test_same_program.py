@@ -19,6 +19,7 @@ import jaxtune
 from jaxtune._core.errors import CacheError
 from jaxtune._core.vocabulary import Measurement, config_id, measurement_from_dict
 from jaxtune._tuning.explain import decision_text
+from jaxtune._tuning.store import cache as _cache
 from jaxtune._tuning.sweep.same_program import program_digest
 
 F32 = jnp.float32
@@ -78,6 +79,12 @@ def test_each_program_is_timed_once_by_the_config_a_tie_would_go_to():
         (2, True): {"variant": 0, "slow": True},
     }
     assert entry.config in ({"variant": 1, "slow": False}, {"variant": 0, "slow": True})
+    # Why a twin is out names its program's config with the knobs in the space's order,
+    # as every other text for people does (config_id sorts them), read back from the cache too.
+    (stored,) = [e for e in _cache.user_cache().all_entries() if e.kernel == "test.same.two"]
+    for found in (entry, stored):
+        (twin,) = [m for m in found.measurements if m.config == {"variant": 0, "slow": False}]
+        assert twin.why_out == "same program as variant=1, slow=False"
     # A twin shows its program's timing as it ended (after the rounds), and its own
     # compile time (it compiled nothing: it called its program's executable).
     by_id = {config_id(m.config): m for m in entry.measurements}

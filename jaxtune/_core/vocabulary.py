@@ -153,11 +153,13 @@ class Measurement:
         """Why a ``dropped`` config is out: dropped early in the first pass, clearly
         behind in the rounds (every round of another config beat all of its by 1.5x), or
         shown slower by the rounds' test, or the same program as another config (timed in
-        its stead); empty for a config that is not out."""
+        its stead, its knobs in the order of the tuning space); empty for a config that is
+        not out."""
         if not self.dropped:
             return ""
         if self.same_as is not None:
-            return f"same program as {config_id(self.same_as)}"
+            knobs = ", ".join(f"{k}={v!r}" for k, v in self.same_as.items())
+            return f"same program as {knobs}"
         if not self.rounds_us:
             return "dropped early (clearly slower)"
         return "clearly behind in the rounds" if self.behind else "shown slower in the rounds"
