@@ -301,3 +301,15 @@ def test_the_outer_layout_is_read_by_the_typed_codec_and_a_bad_field_is_named():
     odd = {**head, "entries": {}, "kernel": 5, "kernel_versions": [], "device_kind": None}
     assert layout.parse(packb(odd)) == {}
     assert layout.parse(layout.encode("k", "cpu", {})) == {}
+
+
+def test_an_entrys_repr_counts_its_measurements_instead_of_showing_them():
+    """``print(kernel.config_for(x))`` of a tuned call shows the entry: its repr stays
+    one readable line however many configs the sweep measured."""
+    one = old_entries()[0].measurements[0]
+    small, large = entry(measurements=(one,)), entry(measurements=(one,) * 540)
+    assert "measurements=<540>" in repr(large) and "Measurement(" not in repr(large)
+    assert len(repr(large)) == len(repr(small)) + 2  # "<540>" against "<1>"
+    # Every other field is there, by name and value, in the fields' order.
+    assert repr(large).startswith("Entry(kernel='k', device_kind='cpu', key='f32[8]', ")
+    assert "default_time_us=3.0, measurements=<540>, versions={}" in repr(large)

@@ -435,6 +435,18 @@ class Entry:
         except typed.MismatchError as e:
             raise CacheError(stored_error(e, "entry")) from None
 
+    def __repr__(self) -> str:
+        """Every field, the measurements by count: an entry of a large space holds
+        hundreds (``entry.measurements`` has them all), which ``print(choice)`` of a tuned
+        call would otherwise show."""
+        shown = (
+            f"{f.name}=<{len(self.measurements)}>"
+            if f.name == "measurements"
+            else f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)
+        )
+        return f"Entry({', '.join(shown)})"
+
 
 EntryId = tuple[str, str, str]
 

@@ -356,7 +356,9 @@ class Autotuned(Generic[P, R]):
     def config_for(self, *args: Any, **kwargs: Any) -> Choice:
         """The config a call with these arguments would use, and its source; never sweeps.
 
-        Arguments may be arrays or ``jax.ShapeDtypeStruct``.
+        Arguments may be arrays or ``jax.ShapeDtypeStruct``. Printed, the answer shows the
+        entry behind it with its measurements counted (``measurements=<540>``);
+        ``choice.entry.measurements`` holds them all.
         """
         explicit = self._explicit(kwargs)
         if explicit is not None:
