@@ -418,3 +418,19 @@ def test_a_program_that_ends_while_its_child_is_still_busy_does_not_wait_for_it(
     all_gone([pid], "the program's child to end with it")
     # Nothing went wrong in the child: no crash log is kept.
     assert not list(tmp_path.rglob("crash-*.log"))
+
+
+def test_tpu_runtime_looks_for_what_jax_loads_a_tpu_from(monkeypatch, tmp_path):
+    """``import libtpu``, else ``TPU_LIBRARY_PATH`` (jax/_src/cloud_tpu_init.py): found
+    from what is installed, nothing imported."""
+    from jaxtune._isolation import devices
+
+    monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
+    assert not devices.tpu_runtime()  # this machine has no TPU runtime
+    monkeypatch.setenv("TPU_LIBRARY_PATH", "/opt/libtpu.so")
+    assert devices.tpu_runtime() and not devices.cpu_only()
+    monkeypatch.delenv("TPU_LIBRARY_PATH")
+    (tmp_path / "libtpu").mkdir()
+    (tmp_path / "libtpu" / "__init__.py").write_text("raise ImportError('never imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert devices.tpu_runtime() and not devices.cpu_only()

@@ -105,10 +105,10 @@ def cpu_only() -> bool:
     PJRT plugin (the ``jax_plugins`` namespace or entry points, where the CUDA and ROCm
     plugins live) and no plugin named by the environment. Looks at what is installed
     only: nothing is imported and no backend is started."""
-    if os.environ.get("TPU_LIBRARY_PATH") or os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS"):
+    if tpu_runtime() or os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS"):
         return False
     try:
-        if any(importlib.util.find_spec(m) for m in ("libtpu", "libtpu_nightly", "jax_plugins")):
+        if importlib.util.find_spec("jax_plugins"):
             return False
         return not list(importlib.metadata.entry_points(group="jax_plugins"))
     except (ImportError, ValueError):
