@@ -426,7 +426,12 @@ def test_tpu_runtime_looks_for_what_jax_loads_a_tpu_from(monkeypatch, tmp_path):
     from jaxtune._isolation import devices
 
     monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
-    assert not devices.tpu_runtime()  # this machine has no TPU runtime
+    real_find = devices.importlib.util.find_spec
+    with monkeypatch.context() as m:  # a machine without libtpu, wherever this runs
+        m.setattr(
+            devices.importlib.util, "find_spec", lambda n: None if "libtpu" in n else real_find(n)
+        )
+        assert not devices.tpu_runtime()
     monkeypatch.setenv("TPU_LIBRARY_PATH", "/opt/libtpu.so")
     assert devices.tpu_runtime() and not devices.cpu_only()
     monkeypatch.delenv("TPU_LIBRARY_PATH")
