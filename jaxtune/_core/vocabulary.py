@@ -322,8 +322,8 @@ class Entry:
     #: The speedup's 95 % interval, from the confidence intervals of both medians.
     speedup_range: Annotated[tuple[float, float] | None, typed.AS_IS] = None
     #: How the winner was decided: ``clear``, ``tie``, ``undecided`` (the rounds ran out:
-    #: the candidate won, or a rival whose fastest round was more than ``tie_within``
-    #: faster) or ``single``; empty in entries older than the field.
+    #: the candidate won, or a rival whose second fastest round was more than
+    #: ``tie_within`` faster) or ``single``; empty in entries older than the field.
     decision: Annotated[str, DECISION] = ""
     #: The closest rival: ``{"rival": config, "ratio": its time over the stored config's,
     #: "low": ..., "high": ...}`` (the ratio's 95 % interval), or ``None``.
