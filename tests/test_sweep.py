@@ -141,6 +141,38 @@ def test_check_variants():
     )
 
 
+def test_the_checks_comparison_compiles_ahead_on_a_compiling_thread(fast_timing):
+    """The comparison a check makes is compiled on a compiling thread once the first
+    config is lowered, not on first use on the thread that runs the configs (a TPU sweep's
+    first check waited about 1.3 s for it), and the check still fails the wrong config."""
+    import threading
+
+    from jax._src import monitoring
+
+    compiled_on: list[tuple[str, str]] = []
+
+    def heard(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled_on.append((str(kwargs.get("fun_name")), threading.current_thread().name))
+
+    def k(x, *, mode):
+        return x + 1 if mode == "wrong" else x * 1.0
+
+    # A shape no other test's check compares, so the comparison is compiled here.
+    x = jnp.ones((37, 53), jnp.float32)
+    configs = tuple({"mode": m} for m in ("a", "wrong", "b", "c"))
+    task = task_of(k, bind(k, x), configs, {"mode": "a"}, options=fast_timing)
+    monitoring.register_event_duration_secs_listener(heard)
+    try:
+        out = _sweep.run_sweep(task)
+    finally:
+        monitoring.unregister_event_duration_listener(heard)
+    by = {m.config["mode"]: m for m in out.measurements}
+    assert isinstance(by["wrong"], Failure) and by["wrong"].stage == "check"
+    comparisons = [thread for name, thread in compiled_on if name == "jit(_within)"]
+    assert comparisons and all(t.startswith("jaxtune-compile") for t in comparisons), compiled_on
+
+
 class FakeClock:
     """A clock whose time advances only when the fake kernel runs."""
 

@@ -34,7 +34,7 @@ from ..._isolation.frames import CompileFinished, CompileStarted, Event
 from ..digest import KernelCode
 from .backward import with_backward
 from .breakdown import Breakdown
-from .check import reason
+from .check import prepare, reason
 from .inputs import make_inputs
 from .lowering_pool import LoweringPool, say_none_without_serialising
 from .program_store import ProgramStore, task_key
@@ -368,6 +368,7 @@ def _pipeline(
     slots = _Slots(threads * LOWERED_AHEAD, compiler.breakdown)
     with threads_ as ex, contextlib.closing(ahead):
         pending, order = [], ahead.order()
+        checks_prepared = False
         # The slot first: which config comes next is decided once it can be lowered
         # (what the lowering processes told of by then counts).
         while True:
@@ -386,11 +387,28 @@ def _pipeline(
             if isinstance(lowered, Lowering):
                 job = functools.partial(compiler.compile_one, config, spec, lowered)
                 pending.append(ex.submit(slots.freeing(settle), config, job))
+                if not checks_prepared:  # the first config's outputs show the check's
+                    checks_prepared = True
+                    out_info = getattr(lowered.lowered, "out_info", None)
+                    check = compiler.task.check
+                    pending.append(ex.submit(_in(local_config, prepare), out_info, check))
             else:
                 slots.give()
                 settle(config, functools.partial(_given, lowered))
         for future in pending:
             future.result()
+
+
+def _in(
+    local_config: Callable[[], contextlib.AbstractContextManager[None]], fn: Callable[..., None]
+) -> Callable[..., None]:
+    """``fn``, run with the caller's thread-local JAX options (``local_config``)."""
+
+    def run(*args: Any) -> None:
+        with local_config():
+            fn(*args)
+
+    return run
 
 
 #: How many lowered configs per compiling thread the lowering thread keeps waiting for
