@@ -141,36 +141,48 @@ def test_check_variants():
     )
 
 
-def test_the_checks_comparison_compiles_ahead_on_a_compiling_thread(fast_timing):
-    """The comparison a check makes is compiled on a compiling thread once the first
-    config is lowered, not on first use on the thread that runs the configs (a TPU sweep's
-    first check waited about 1.3 s for it), and the check still fails the wrong config."""
+def test_the_checks_comparison_compiles_ahead_on_a_compiling_thread(fast_timing, monkeypatch):
+    """The comparison a check makes is compiled once, on a compiling thread, as soon as
+    the first config is lowered, not on first use on the thread that runs the configs (a
+    TPU sweep's first check waited about 1.3 s for it), and the check still fails the
+    wrong config. Here the sweep runs as a user's does, while ``jax.jit`` traces the
+    call, with JAX's compilation cache on: there ``_within`` called by name compiled
+    again."""
     import threading
 
+    import jaxtune
     from jax._src import monitoring
+    from jaxtune._tuning.state import TUNING_STATE
 
+    monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")  # a kernel defined in the test
+    monkeypatch.setenv("JAXTUNE_MODE", "tune")
+    monkeypatch.setenv("JAXTUNE_COMPILE_CACHE", "1")  # on, as users have it
     compiled_on: list[tuple[str, str]] = []
 
     def heard(event, duration, **kwargs):
         if event == "/jax/core/compile/backend_compile_duration":
             compiled_on.append((str(kwargs.get("fun_name")), threading.current_thread().name))
 
+    @jaxtune.autotuned(configs={"mode": ["a", "wrong", "b", "c"]}, name="tests.compared_ahead")
     def k(x, *, mode):
-        return x + 1 if mode == "wrong" else x * 1.0
+        scale = {"a": 1.0, "wrong": 1.0, "b": 2.0, "c": 3.0}[mode]  # a program each
+        return x + 1 if mode == "wrong" else x * scale / scale
 
     # A shape no other test's check compares, so the comparison is compiled here.
     x = jnp.ones((37, 53), jnp.float32)
-    configs = tuple({"mode": m} for m in ("a", "wrong", "b", "c"))
-    task = task_of(k, bind(k, x), configs, {"mode": "a"}, options=fast_timing)
+    TUNING_STATE.reset("comparisons compiled ahead")  # as in a fresh process
     monitoring.register_event_duration_secs_listener(heard)
     try:
-        out = _sweep.run_sweep(task)
+        jax.jit(k)(x)
     finally:
         monitoring.unregister_event_duration_listener(heard)
-    by = {m.config["mode"]: m for m in out.measurements}
+    entry = k.config_for(x).entry
+    by = {m.config["mode"]: m for m in entry.measurements}
     assert isinstance(by["wrong"], Failure) and by["wrong"].stage == "check"
+    assert all(isinstance(by[m], Measurement) for m in "abc"), by
     comparisons = [thread for name, thread in compiled_on if name == "jit(_within)"]
-    assert comparisons and all(t.startswith("jaxtune-compile") for t in comparisons), compiled_on
+    # Once, on a compiling thread: the checks call what it compiled.
+    assert len(comparisons) == 1 and comparisons[0].startswith("jaxtune-compile"), compiled_on
 
 
 class FakeClock:

@@ -10,6 +10,7 @@ the thread that runs the configs, they held up a TPU sweep's first check by abou
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Hashable, Mapping
@@ -64,11 +65,20 @@ def _tolerance(dtype: Any) -> float | None:
     return None  # integers, booleans and typed keys: exact
 
 
+@dataclasses.dataclass(slots=True)
+class _Prepared:
+    """A comparison compiled ahead (:func:`prepare`): ``ready`` is set once the compile
+    ended, with its executable in ``compiled`` (``None`` where it failed)."""
+
+    ready: threading.Event = dataclasses.field(default_factory=threading.Event)
+    compiled: Any = None
+
+
 _PREPARED_LOCK = threading.Lock()
-_PREPARED: dict[Hashable, threading.Event] = TUNING_STATE.keep(
+_PREPARED: dict[Hashable, _Prepared] = TUNING_STATE.keep(
     "comparisons compiled ahead",
     dict,
-    "the check's comparisons compiled ahead (check.prepare), each event set once compiled",
+    "the check's comparisons compiled ahead (check.prepare), by shape, dtype and tolerance",
     lock=_PREPARED_LOCK,
 )
 
@@ -93,15 +103,24 @@ def _comparison(
     return _within, {"rtol": tol, "atol": 0.0, "scaled": tol}
 
 
+def _key(fn: Any, shape: tuple[int, ...], dtype: Any, static: Mapping[str, Any]) -> Hashable:
+    return (fn.__name__, shape, str(np.dtype(dtype)), tuple(sorted(static.items())))
+
+
 def _compare(fn: Any, static: Mapping[str, Any], o: Any, r: Any) -> tuple[Any, ...]:
-    """``fn(o, r, **static)`` brought to the host, once a compile of it ahead
-    (:func:`prepare`) for ``o``'s shape and dtype has ended: compiling it again meanwhile
-    would do the same work twice."""
-    key = (fn.__name__, tuple(np.shape(o)), str(_dtype(o)), tuple(sorted(static.items())))
+    """``fn(o, r, **static)`` brought to the host: by the executable compiled ahead for
+    ``o``'s shape and dtype (:func:`prepare`), once its compile ended, where there is one
+    that takes ``o`` and ``r`` where they lie. (``fn`` called as such compiles again: its
+    own cache keys on the arrays' placement, which a shape alone does not give.)"""
     with _PREPARED_LOCK:
-        ready = _PREPARED.get(key)
-    if ready is not None:
-        ready.wait()
+        prepared = _PREPARED.get(_key(fn, tuple(np.shape(o)), _dtype(o), static))
+    if prepared is not None:
+        prepared.ready.wait()
+        if prepared.compiled is not None:
+            try:
+                return tuple(jax.device_get(prepared.compiled(o, r)))
+            except ValueError:  # the arrays lie elsewhere than it was compiled for
+                pass
     return tuple(jax.device_get(fn(o, r, **static)))
 
 
@@ -117,17 +136,17 @@ def prepare(outputs: Any, check: Any) -> None:
             continue
         fn, static = got
         spec = leaf if shape else jax.ShapeDtypeStruct((1,), dtype)
-        key = (fn.__name__, shape or (1,), str(np.dtype(dtype)), tuple(sorted(static.items())))
+        key = _key(fn, shape or (1,), dtype, static)
         with _PREPARED_LOCK:
             if key in _PREPARED:
                 continue
-            _PREPARED[key] = ready = threading.Event()
+            _PREPARED[key] = prepared = _Prepared()
         try:
-            fn.lower(spec, spec, **static).compile()
+            prepared.compiled = fn.lower(spec, spec, **static).compile()
         except Exception:  # compiled again, and reported, where it is used
             pass
         finally:
-            ready.set()
+            prepared.ready.set()
 
 
 def check_outputs(out: Any, ref: Any, check: Any) -> str | None:
