@@ -86,6 +86,27 @@ def test_a_kernel_taking_a_typed_key_runs_eagerly_jitted_and_vmapped(mode, monke
     assert ak.scaled_noise.config_for(x, key).source == ("default" if mode == "off" else "cache")
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn, jnp.float64])
+def test_random_floats_are_standard_normal_and_the_same_on_any_number_of_threads(dtype):
+    """A float array past one stream (:data:`NORMAL_CHUNK` elements) is drawn in streams on
+    several threads; its values are the same on one thread, and its spread is a standard
+    normal's."""
+    from jaxtune._core.arrays import NORMAL_CHUNK
+
+    leaf = jax.ShapeDtypeStruct((3, NORMAL_CHUNK // 2 + 5), dtype)
+    one = random_leaf(leaf, np.random.default_rng(7))
+    many = random_leaf(leaf, np.random.default_rng(7), threads=4)
+    other = random_leaf(leaf, np.random.default_rng(8), threads=4)
+    assert one.dtype == np.dtype(dtype) and one.shape == leaf.shape
+    np.testing.assert_array_equal(one.view(np.uint8), many.view(np.uint8))
+    assert not np.array_equal(one.view(np.uint8), other.view(np.uint8))
+    wide = one.astype(np.float64)
+    assert abs(wide.mean()) < 0.01 and abs(wide.std() - 1) < 0.05
+    # Each stream draws values of its own: no two streams repeat each other.
+    flat = wide.reshape(-1)
+    assert not np.array_equal(flat[:1000], flat[NORMAL_CHUNK : NORMAL_CHUNK + 1000])
+
+
 @pytest.mark.parametrize(("impl", "text"), IMPLS)
 def test_random_inputs_of_a_typed_key_are_keys_of_its_implementation(impl, text):
     leaf = jax.ShapeDtypeStruct((3,), jax.random.key(0, impl=impl).dtype)

@@ -6,6 +6,8 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``start``: waiting for the child process to be ready, and for the kernel's module to be
   imported there, ahead of need or when the sweep begins (0 when both were done ahead);
 - ``transfer``: the call's arguments reaching the child and being decoded there;
+- ``inputs``: making the values the configs run on: the values past the recording's
+  budget made up, an ``inputs=`` builder's, each placed on the device;
 - ``compile_threads``: the configs' compile times added up (the threads overlap each other
   and the runs below, so this is no share of the wall time);
 - ``lowering``: the seconds spent tracing and lowering the configs, one at a time (part of
@@ -50,6 +52,7 @@ __all__ = ["PHASES", "WALL_PHASES", "Account", "Breakdown", "breakdown_text"]
 PHASES = (
     "start",
     "transfer",
+    "inputs",
     "compile_threads",
     "lowering",
     "lowering_kept",
@@ -69,7 +72,16 @@ PHASES = (
     "total",
 )
 #: The phases that are shares of the wall time (they add up to ``total``).
-WALL_PHASES = ("start", "transfer", "compile_wait", "warmup", "check", "first_pass", "rounds")
+WALL_PHASES = (
+    "start",
+    "transfer",
+    "inputs",
+    "compile_wait",
+    "warmup",
+    "check",
+    "first_pass",
+    "rounds",
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

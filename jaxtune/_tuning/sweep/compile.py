@@ -125,7 +125,8 @@ class Compiler:
     def inputs(self) -> tuple[dict[str, Any], ...]:
         if self._inputs is None:
             t = self.task
-            self._inputs = make_inputs(t.plan.kernel, t.signature, t.inputs, t.value_sets)
+            with self.breakdown.timed("inputs"):
+                self._inputs = make_inputs(t.plan.kernel, t.signature, t.inputs, t.value_sets)
         return self._inputs
 
     def supply(self, task: SweepTask) -> None:

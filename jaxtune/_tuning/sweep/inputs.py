@@ -24,6 +24,7 @@ import numpy as np
 from ..._core.arrays import dtype_name, is_array, random_leaf
 from ..._core.errors import SignatureError
 from ..._core.vocabulary import ArgumentValues, SweepValues
+from ..._isolation.devices import usable_cores
 from ..recorded import ValueSet
 from ..signature import Signature, as_leaf
 
@@ -199,6 +200,7 @@ def make_inputs(
         args, kwargs = sig.call_arguments(abstract=True)
         built = _validate_inputs(sig, inputs(*args, **kwargs))
     seed = zlib.crc32(f"{kernel}|{sig.key}".encode())
+    cores = usable_cores()
 
     def one(values: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -208,7 +210,9 @@ def make_inputs(
                 continue
             rng = np.random.default_rng(seed + i)
             out[name] = jax.tree_util.tree_map(
-                lambda leaf, rng=rng: leaf if is_concrete(leaf) else random_leaf(leaf, rng),
+                lambda leaf, rng=rng: (
+                    leaf if is_concrete(leaf) else random_leaf(leaf, rng, threads=cores)
+                ),
                 values[name],
             )
         return _on_device(out)
