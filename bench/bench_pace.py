@@ -15,6 +15,11 @@
    compiled on the chip with ``--tpu``. Prints how many configs the filter refused, the
    seconds each path spent on them, and whether every refused config failed the full
    path too (it must).
+3. **Made-up values.** A 64 MiB bfloat16 argument (the grouped matmul's rhs past a
+   recording's 64 MiB budget, bf16[8, 2048, 2048]) made up as sweeps did before (one
+   float64 draw of the whole array, cast twice) and as they do now (``random_leaf``: streams
+   drawn as float32 into place, on every core), taking turns for 5 rounds; prints each
+   one's median and their ratio (the ``inputs`` phase of a sweep).
 
 Run: python bench/bench_pace.py [--tpu] [--size 256] [--json OUT]
 """
@@ -127,6 +132,39 @@ def refusals(tpu: bool) -> dict[str, object]:
     return {"refused": refused, "failed_too": failed_too, "filter_s": filter_s, "full_s": full_s}
 
 
+def made_up_values(rounds: int = 5) -> dict[str, float]:
+    """Goal 3's figures: the median seconds of each way of making up a 64 MiB bf16 array."""
+    import ml_dtypes
+    import numpy as np
+
+    from jaxtune._core.arrays import random_leaf
+    from jaxtune._isolation.devices import usable_cores
+
+    shape, dtype = (8, 2048, 2048), np.dtype(ml_dtypes.bfloat16)
+    leaf = np.empty(shape, dtype)
+
+    def before() -> None:
+        np.random.default_rng(0).standard_normal(shape).astype(np.float32).astype(dtype)
+
+    def now() -> None:
+        random_leaf(leaf, np.random.default_rng(0), threads=usable_cores())
+
+    times: dict[str, list[float]] = {"before": [], "now": []}
+    for i in range(rounds):
+        for name, make in (("before", before), ("now", now))[:: 1 if i % 2 else -1]:
+            start = time.perf_counter()
+            make()
+            times[name].append(time.perf_counter() - start)
+    out = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    out["ratio"] = out["now"] / out["before"]
+    out["cores"] = usable_cores()
+    print(
+        f"made-up values, bf16{list(shape)}: before {out['before']:.2f} s, now "
+        f"{out['now']:.2f} s ({out['ratio']:.2f}x) on {out['cores']} cores"
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tpu", action="store_true", help="on the chip (else CPU)")
@@ -142,7 +180,7 @@ def main() -> None:
     import jax
 
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.devices()[0].device_kind}")
-    out = {"second_sweep": sweeps, "refusals": refusals(args.tpu)}
+    out = {"second_sweep": sweeps, "refusals": refusals(args.tpu), "made_up": made_up_values()}
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 
