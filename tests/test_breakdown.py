@@ -64,8 +64,9 @@ def test_making_the_values_is_a_phase_of_its_own_not_other(fast_timing):
 
 @pytest.mark.child
 @pytest.mark.slow
-def test_a_child_sweep_stores_its_breakdown_in_the_entry(monkeypatch, fast_timing):
+def test_a_child_sweep_stores_its_breakdown_in_the_entry(monkeypatch, fast_timing, capfd):
     monkeypatch.setenv("JAXTUNE_ISOLATION", "process")
+    monkeypatch.setenv("JAXTUNE_VERBOSE", "2")
     x = jnp.ones(256)
     sig = faulty.options.bind((x,), {})
     task = faulty.options.bound(
@@ -77,6 +78,8 @@ def test_a_child_sweep_stores_its_breakdown_in_the_entry(monkeypatch, fast_timin
     assert set(phases) >= {"start", "transfer", "compile_threads", "warmup", "rounds", "total"}
     assert _wall_share(phases) <= phases["total"] + 1e-3
     assert all(m.calls > m.samples for m in outcome.measurements)
+    # The child's rounds are heard while they run (two configs: timed in rounds at once).
+    assert "round 1, 2 configs racing in" in capfd.readouterr().err
     (entry,) = identity.tune(x).values()
     assert entry.phases["total"] > 0
     assert all(m.calls > 0 for m in entry.measurements)

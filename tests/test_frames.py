@@ -37,6 +37,7 @@ from jaxtune._isolation.frames import (
     Ready,
     Request,
     RoundStarted,
+    RoundTimed,
     RunFinished,
     RunStarted,
 )
@@ -269,6 +270,7 @@ EVENTS = [
     RunStarted(cid="mode='ok'", thread=7),
     RoundStarted(cids=("mode='ok'", "mode='fast'")),
     RunFinished(cid="mode='ok'"),
+    RoundTimed(cid="mode='ok'", done=3, racing=2),
     ConfigResult(cid="mode='ok'", result=MEASUREMENT),
     ConfigResult(
         cid="mode='bad'", result=Failure(config={"mode": "bad"}, stage="compile", reason="no")

@@ -150,8 +150,9 @@ def test_the_checks_comparison_compiles_ahead_on_a_compiling_thread(fast_timing,
     again."""
     import threading
 
-    import jaxtune
     from jax._src import monitoring
+
+    import jaxtune
     from jaxtune._tuning.state import TUNING_STATE
 
     monkeypatch.setenv("JAXTUNE_ISOLATION", "inline")  # a kernel defined in the test
@@ -310,6 +311,45 @@ def test_progress_lines_on_a_non_terminal_show_an_eta():
     first, second, last = stream.getvalue().splitlines()
     assert re.search(r"\[1/3, ETA \d+ s\]", first) and re.search(r"\[2/3, ETA \d+ s\]", second)
     assert "[3/3]" in last  # nothing left to wait for
+
+
+def test_rounds_show_progress_and_no_eta(monkeypatch):
+    """A slow kernel's whole space timed in rounds at once reports its configs only when
+    the rounds end, all in the same instant: a new user saw nothing for 38 s of rounds,
+    then "[1/36, ETA 22.2 min]" counting down to 1 s at once. The rounds now say how far
+    they are, a line every 5 s, and no ETA is shown once they began."""
+    clock = [0.0]
+    monkeypatch.setattr(_progress.time, "perf_counter", lambda: clock[0])
+    stream = io.StringIO()
+    progress = _progress.Progress("k f32[8]", 4, 2, stream)
+    for i in range(4):
+        clock[0] = 10.0 * (i + 1)
+        progress.compile_done(f"c={i}", failed=False)
+    for done in range(1, 9):
+        clock[0] = 40.0 + 2.0 * done
+        progress.round_timed(done, 4 if done < 6 else 2)
+    clock[0] = 60.0
+    m = Measurement(
+        config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
+    )
+    progress.update(m)
+    lines = stream.getvalue().splitlines()
+    rounds = [x for x in lines if "round " in x]
+    # The first round, then one at least 5 s after the last.
+    assert rounds == [
+        "jaxtune: k f32[8] round 1, 4 configs racing in 42 s",
+        "jaxtune: k f32[8] round 4, 4 configs racing in 48 s",
+        "jaxtune: k f32[8] round 7, 2 configs racing in 54 s",
+    ], lines
+    assert "[1/4] c=1" in lines[-1], lines  # no ETA after the rounds
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    live = _progress.Progress("k", 3, 0, Tty())
+    live.round_timed(2, 3)
+    assert "round 2, 3 configs racing" in live.stream.getvalue()
 
 
 def test_the_eta_after_every_config_compiled_counts_only_the_timing(monkeypatch):

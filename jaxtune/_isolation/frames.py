@@ -53,6 +53,7 @@ __all__ = [
     "Reply",
     "Request",
     "RoundStarted",
+    "RoundTimed",
     "RunFinished",
     "RunStarted",
     "reply",
@@ -335,6 +336,21 @@ class RunFinished(_Tagged):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RoundTimed(_Tagged):
+    """Interleaved round ``done`` (from 1) timed ``racing`` configs, ``cid`` the first of
+    them: progress while the rounds, which may take minutes, run."""
+
+    WIRE_TAG: ClassVar = ("t", "round_timed")
+    cid: str
+    done: int
+    racing: int
+
+    def __post_init__(self) -> None:
+        if self.done < 1 or self.racing < 1:
+            raise FrameError("a round timed is round 1 or later, with a config racing")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ConfigResult(_Tagged):
     """Config ``cid``'s result: its measurement, or why it failed."""
 
@@ -343,7 +359,15 @@ class ConfigResult(_Tagged):
     result: Measurement | Failure
 
 
-Event = CompileStarted | CompileFinished | RunStarted | RoundStarted | RunFinished | ConfigResult
+Event = (
+    CompileStarted
+    | CompileFinished
+    | RunStarted
+    | RoundStarted
+    | RunFinished
+    | RoundTimed
+    | ConfigResult
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -450,6 +474,7 @@ _REPLIES: dict[str, type[Reply]] = {
         RunStarted,
         RoundStarted,
         RunFinished,
+        RoundTimed,
         ConfigResult,
         Done,
         ErrorReply,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..._core.vocabulary import Config, Failure, Measurement, config_id
-from ..._isolation.frames import ConfigResult, Event
+from ..._isolation.frames import ConfigResult, Event, RoundTimed
 from .breakdown import Account, Breakdown
 from .compile import Compiler, EventSink, Relay
 from .first_pass import captured_ahead, first_pass
@@ -293,7 +293,11 @@ class Sweeper:
                 options=plan.options,
                 default=plan.default,
                 second=second,
+                on_round=self._round_timed,
             )
+
+    def _round_timed(self, done: int, racing: list[str]) -> None:
+        self.emit(RoundTimed(cid=racing[0], done=done, racing=len(racing)))
 
 
 def _reference_first(configs: Sequence[Config], reference: Config | None) -> list[Config]:

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from ..._core.vocabulary import Failure, Measurement, config_id, pass_text
-from ..._isolation.frames import CompileFinished, ConfigResult, Event
+from ..._isolation.frames import CompileFinished, ConfigResult, Event, RoundTimed
 from .breakdown import breakdown_text
 
 if TYPE_CHECKING:
@@ -63,13 +63,19 @@ class Progress:
         #: many configs were done by then (failures and early timings among them).
         self._compiled_at: float | None = None
         self._done_at_compiled = 0
+        #: The last interleaved round timed and how many configs ran in it (``None``
+        #: before the rounds), and when a line last said so (the first round's always does).
+        self.round: tuple[int, int] | None = None
+        self._round_said: float | None = None
 
     def eta(self) -> str:
         """``", ETA 12 s"`` from the mean time per config so far; once every config has
         compiled and one more is done, from the configs done since the compiles ended (the
         configs left need only their timing); ``""`` when done."""
         left = self.total - self.done
-        if self.done == 0 or left <= 0:
+        # Once rounds run, they go on until a question is settled, however many configs
+        # are done: no ETA (the configs timed at once come all at the rounds' end).
+        if self.done == 0 or left <= 0 or self.round is not None:
             return ""
         since, done = self.start, self.done
         if self._compiled_at is not None and self.done > self._done_at_compiled:
@@ -123,6 +129,27 @@ class Progress:
                     flush=True,
                 )
 
+    def round_timed(self, done: int, racing: int) -> None:
+        """Round ``done`` of the interleaved rounds timed ``racing`` configs."""
+        self.round = (done, racing)
+        if self.live:
+            self._live_line()
+        elif self.verbose >= 2:
+            now = time.perf_counter()
+            if self._round_said is None or now - self._round_said >= COMPILE_LINE_S:
+                self._round_said = now
+                print(
+                    f"jaxtune: {self.label} {self._rounds()} in {now - self.start:.0f} s",
+                    file=self.stream,
+                    flush=True,
+                )
+
+    def _rounds(self) -> str:
+        """``round 12, 3 configs racing``."""
+        assert self.round is not None
+        done, racing = self.round
+        return f"round {done}, {racing} config{'s' if racing > 1 else ''} racing"
+
     def _compiling(self) -> str:
         """``compiled 120/540 (3 failed)``."""
         failed = sum(self.compiled.values())
@@ -134,7 +161,11 @@ class Progress:
         best = f", best {self.best:.1f} us" if self.best is not None else ""
         # Shown while configs compiled outnumber those done (the rest are compiling).
         compiling = f", {self._compiling()}" if len(self.compiled) > self.done else ""
-        line = f"\rjaxtune: tuning {self.label} {self._count()}{compiling}{best}{self.eta()}   "
+        rounds = f", {self._rounds()}" if self.round is not None else ""
+        line = (
+            f"\rjaxtune: tuning {self.label} {self._count()}{compiling}{rounds}{best}"
+            f"{self.eta()}   "
+        )
         print(line, end="", file=self.stream, flush=True)
 
     def finish(self, outcome: SweepOutcome) -> None:
@@ -200,5 +231,7 @@ def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
             progress.update(event.result)
         elif isinstance(event, CompileFinished):
             progress.compile_done(event.cid, failed=event.seconds is None)
+        elif isinstance(event, RoundTimed):
+            progress.round_timed(event.done, event.racing)
 
     return sink

@@ -38,6 +38,7 @@ def interleaved(
     timed_rounds: Callable[[list[list[Config]]], Sequence[Mapping[str, Timing | Failure]]]
     | None = None,
     ahead: Callable[[], int] = lambda: 1,
+    on_round: Callable[[int, list[str]], None] = lambda done, racing: None,
 ) -> dict[str, Result]:
     """Times ``configs`` (``timed(configs)``: one round's samples of each compiled config
     in the given order, or its failure) in interleaved rounds: at least ``rounds``, then
@@ -60,7 +61,8 @@ def interleaved(
     rounds at once (a device timer's capture holds them all), never past the look's end,
     ``behind_after_rounds`` or ``rounds``; the rounds are then judged one by one, as if
     timed one by one: what a config that left meanwhile got in the later ones is not
-    looked at, nor are the rounds after a stop."""
+    looked at, nor are the rounds after a stop. ``on_round(done, racing)`` hears of each
+    round timed: its number and the configs that ran in it (the failed left out)."""
     by_id = {config_id(c): c for c in configs}
     for c in second:
         by_id.setdefault(config_id(c), c)
@@ -102,6 +104,8 @@ def interleaved(
             fresh[cid] = fresh[cid] + got
             rounds[cid].append(got.min_us)  # noise slows calls, never speeds them
         active = [cid for cid in active if cid not in failed]
+        if active:
+            on_round(done, active)
         if done == look:
             stay = stay_after_second_look(
                 {cid: rounds[cid] for cid in active},
