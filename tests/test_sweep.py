@@ -284,6 +284,30 @@ def test_progress_lines(verbose, fast_timing):
     assert ("FAILED at run: boom" in text) is (verbose == 2)
 
 
+def test_progress_names_configs_with_their_knobs_in_the_spaces_order():
+    """The verbose lines name configs as the table does, the knobs in the order the author
+    wrote them (a new user read ``tk=512,tm=128,tn=512`` there and ``tm=128, tk=512,
+    tn=512`` in the table)."""
+    stream = io.StringIO()
+    progress = _progress.Progress("k f32[8]", 1, 2, stream)
+    m = Measurement(
+        config={"tm": 128, "tk": 512, "tn": 512},
+        median_us=5.0,
+        min_us=4.0,
+        spread=0.0,
+        samples=3,
+        compile_s=0.1,
+        calls=4,
+    )
+    progress.update(m)
+    progress.finish(SweepOutcome(measurements=(m,), best=m, default=m, phases={"total": 1.0}))
+    text = stream.getvalue()
+    assert "tm=128, tk=512, tn=512: 5.0 us" in text
+    assert "best tm=128, tk=512, tn=512 at 5.0 us" in text
+    assert "per config: tm=128, tk=512, tn=512: 4 calls" in text
+    assert "tk=512" not in text.replace("tm=128, tk=512", "")
+
+
 def test_live_progress_on_a_terminal():
     class Tty(io.StringIO):
         def isatty(self):

@@ -293,11 +293,10 @@ class Sweeper:
                 options=plan.options,
                 default=plan.default,
                 second=second,
-                on_round=self._round_timed,
+                on_round=lambda done, racing: self.emit(
+                    RoundTimed(cid=racing[0], done=done, racing=len(racing))
+                ),
             )
-
-    def _round_timed(self, done: int, racing: list[str]) -> None:
-        self.emit(RoundTimed(cid=racing[0], done=done, racing=len(racing)))
 
 
 def _reference_first(configs: Sequence[Config], reference: Config | None) -> list[Config]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ..._core.vocabulary import Failure, Measurement, config_id, pass_text
 from ..._isolation.frames import CompileFinished, ConfigResult, Event, RoundTimed
+from ..._render.configs import text as config_text
 from .breakdown import breakdown_text
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class Progress:
                 what = f"FAILED at {result.stage}: {result.reason}"
             print(
                 f"jaxtune: {self.label} [{self._count()}{self.eta()}] "
-                f"{config_id(result.config)}: {what}",
+                f"{config_text(result.config)}: {what}",
                 file=self.stream,
                 flush=True,
             )
@@ -184,15 +185,15 @@ class Progress:
             print(
                 f"jaxtune: tuned {self.label} in {time.perf_counter() - self.start:.1f} s: "
                 f"{len(outcome.measurements)} configs{searched} ({failed} failed), best "
-                f"{config_id(outcome.best.config)} at {best_us:.1f} us "
+                f"{config_text(outcome.best.config)} at {best_us:.1f} us "
                 f"({pass_text(self.timing)}){speed}"
                 f"{tie}",
                 file=self.stream,
                 flush=True,
             )
         if self.verbose >= 2 and outcome.phases:
-            calls = ", ".join(
-                f"{config_id(m.config)}: {m.calls} calls, compile {m.compile_s:.2f} s"
+            calls = "; ".join(
+                f"{config_text(m.config)}: {m.calls} calls, compile {m.compile_s:.2f} s"
                 for m in outcome.measurements
                 if isinstance(m, Measurement)
             )
@@ -211,12 +212,12 @@ def _decided(outcome: SweepOutcome) -> str:
         return ""
     if outcome.decision == "clear":
         if m.low is None or m.low <= 1.0:
-            return f" (clear: {config_id(m.rival)} not faster, {m.ratio:.2f}x)"
-        return f" (clear: {m.ratio:.2f}x ahead of {config_id(m.rival)})"
+            return f" (clear: {config_text(m.rival)} not faster, {m.ratio:.2f}x)"
+        return f" (clear: {m.ratio:.2f}x ahead of {config_text(m.rival)})"
     span = f" ({m.low:.2f}-{m.high:.2f})" if m.low is not None and m.high is not None else ""
     what = "a tie with" if outcome.decision == "tie" else "undecided vs"
     extra = "" if outcome.decision == "tie" else ", the rounds ran out"
-    return f" ({what} {config_id(m.rival)}: {m.ratio:.2f}x{span}{extra})"
+    return f" ({what} {config_text(m.rival)}: {m.ratio:.2f}x{span}{extra})"
 
 
 def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
