@@ -50,15 +50,26 @@ def test_an_inline_sweep_says_where_its_time_went_and_counts_each_configs_calls(
     assert out.best.calls > 0 and out.default.calls > 0
 
 
-def test_making_the_values_is_a_phase_of_its_own_not_other(fast_timing):
+def test_making_the_values_is_a_phase_of_its_own_not_other(fast_timing, monkeypatch):
     """Values made up for an argument the sweep was given only the shape of (a recording
     past its budget, a call traced under jit) take time that was once ``other``: 2.6 s of
-    a 22 s grouped matmul sweep on the chip, with 64 MiB made up."""
+    a 22 s grouped matmul sweep on the chip, with 64 MiB made up. Here making them takes
+    at least 0.3 s, and ``inputs`` holds that."""
+    import time
+
+    from jaxtune._tuning.sweep import compile as _compile
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)
+        return made(*args, **kwargs)
+
+    made = _compile.make_inputs
+    monkeypatch.setattr(_compile, "make_inputs", slow)
     x = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)
     configs = [{"n": 1, "tag": t} for t in range(2)]
     out = _sweep.run_sweep(task_of(kernel, bind(kernel, x), configs, configs[0]))
     phases = out.phases
-    assert phases["inputs"] > 0
+    assert phases["inputs"] >= 0.3 and phases["other"] < 0.3, phases
     assert _wall_share(phases) + phases["other"] == pytest.approx(phases["total"], abs=1e-3)
 
 

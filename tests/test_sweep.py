@@ -3,7 +3,12 @@ from __future__ import annotations
 import functools
 import inspect
 import io
+import os
+import pathlib
 import re
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -184,6 +189,51 @@ def test_the_checks_comparison_compiles_ahead_on_a_compiling_thread(fast_timing,
     comparisons = [thread for name, thread in compiled_on if name == "jit(_within)"]
     # Once, on a compiling thread: the checks call what it compiled.
     assert len(comparisons) == 1 and comparisons[0].startswith("jaxtune-compile"), compiled_on
+
+
+@pytest.mark.child
+def test_a_comparison_compiled_ahead_serves_only_the_device_it_was_compiled_for(tmp_path):
+    """Compiled ahead for one device, a comparison is not handed outputs on another: there
+    it would copy them across (or refuse them) instead of comparing where they lie, so the
+    check compiles one for theirs. Two host devices, in a process of their own."""
+    script = tmp_path / "two_devices.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import threading
+            import jax, jax.numpy as jnp
+            from jax._src import monitoring
+            from jaxtune._tuning.sweep import check
+
+            seen = []
+            monitoring.register_event_duration_secs_listener(
+                lambda event, d, **kw: seen.append(kw.get("fun_name"))
+                if event == "/jax/core/compile/backend_compile_duration" else None
+            )
+            d0, d1 = jax.devices()
+            spec = jax.ShapeDtypeStruct((5, 7), jnp.float32)
+            with jax.default_device(d1):
+                check.prepare(spec, "auto")
+                o = jnp.ones((5, 7)) * 1.0
+                assert check.check_outputs(o, o, "auto") is None
+            assert seen.count("jit(_within)") == 1, seen  # prepared for d1, used there
+            o0 = jnp.ones((5, 7)) * 1.0  # on d0
+            assert check.check_outputs(o0, o0 + 1, "auto") is not None
+            assert seen.count("jit(_within)") == 2, seen  # compiled for d0 where it ran
+            print("ok")
+            """
+        )
+    )
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(pathlib.Path(__file__).parents[1]),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 class FakeClock:

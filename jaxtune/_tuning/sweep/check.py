@@ -3,13 +3,15 @@
 The comparison runs where the outputs are, on the device: one fused reduction per output
 leaf, of which only a few scalars come back (how many elements differ, the first, the
 largest error). Copying every output to the host to compare it there cost a sweep on a
-TPU up to 72 % of its time. The comparisons are compiled ahead, on a compiling thread, as
-soon as the first config's outputs are known (:func:`prepare`): compiled on first use, on
-the thread that runs the configs, they held up a TPU sweep's first check by about 1.3 s.
+TPU up to 72 % of its time. Where configs compile in parallel, the comparisons are
+compiled ahead, on a compiling thread, as soon as the first config's outputs are known
+(:func:`prepare`): compiled on first use, on the thread that runs the configs, they held up
+a TPU sweep's first check by about 1.3 s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import threading
@@ -103,40 +105,64 @@ def _comparison(
     return _within, {"rtol": tol, "atol": 0.0, "scaled": tol}
 
 
-def _key(fn: Any, shape: tuple[int, ...], dtype: Any, static: Mapping[str, Any]) -> Hashable:
-    return (fn.__name__, shape, str(np.dtype(dtype)), tuple(sorted(static.items())))
+def _key(
+    fn: Any, shape: tuple[int, ...], dtype: Any, static: Mapping[str, Any], devices: Any
+) -> Hashable:
+    return (fn.__name__, shape, str(np.dtype(dtype)), tuple(sorted(static.items())), devices)
+
+
+def _devices(x: Any) -> frozenset[Any] | None:
+    """The devices an array lies on (``None`` for a numpy array)."""
+    sharding = getattr(x, "sharding", None)
+    return frozenset(sharding.device_set) if sharding is not None else None
+
+
+def _default_devices() -> frozenset[Any]:
+    """Where a program compiled for shapes alone runs: this thread's default device."""
+    default = getattr(jax.config, "jax_default_device", None)
+    if isinstance(default, jax.Device):
+        return frozenset({default})
+    return frozenset({jax.devices(default)[0] if isinstance(default, str) else jax.devices()[0]})
 
 
 def _compare(fn: Any, static: Mapping[str, Any], o: Any, r: Any) -> tuple[Any, ...]:
     """``fn(o, r, **static)`` brought to the host: by the executable compiled ahead for
-    ``o``'s shape and dtype (:func:`prepare`), once its compile ended, where there is one
-    that takes ``o`` and ``r`` where they lie. (``fn`` called as such compiles again: its
-    own cache keys on the arrays' placement, which a shape alone does not give.)"""
-    with _PREPARED_LOCK:
-        prepared = _PREPARED.get(_key(fn, tuple(np.shape(o)), _dtype(o), static))
+    ``o``'s shape, dtype and devices (:func:`prepare`), once its compile ended. (``fn``
+    called as such compiles again: its own cache keys on more than a shape gives.)"""
+    where = _devices(o)
+    prepared = None
+    if where is not None and where == _devices(r):
+        with _PREPARED_LOCK:
+            prepared = _PREPARED.get(_key(fn, tuple(np.shape(o)), _dtype(o), static, where))
     if prepared is not None:
         prepared.ready.wait()
         if prepared.compiled is not None:
-            try:
-                return tuple(jax.device_get(prepared.compiled(o, r)))
-            except ValueError:  # the arrays lie elsewhere than it was compiled for
-                pass
+            return tuple(jax.device_get(prepared.compiled(o, r)))
     return tuple(jax.device_get(fn(o, r, **static)))
 
 
 def prepare(outputs: Any, check: Any) -> None:
     """Compiles the comparisons :func:`check_outputs` will make of outputs shaped as
     ``outputs`` (a pytree of ``jax.ShapeDtypeStruct``: a lowered config's ``out_info``)
-    under ``check``, so that the first check finds them compiled. A comparison that fails
-    to compile here is left to compile, and fail, where it is used."""
+    under ``check``, on this thread's default device, so that the first check finds them
+    compiled. A comparison that fails to compile here is left to compile, and fail, where
+    it is used. Never raises: it only saves time (the check compiles where it is used)."""
+    with contextlib.suppress(Exception):
+        _prepare(outputs, check)
+
+
+def _prepare(outputs: Any, check: Any) -> None:
+    where = _default_devices()
     for leaf in jax.tree_util.tree_leaves(outputs):
-        shape, dtype = tuple(leaf.shape), leaf.dtype
+        shape, dtype = tuple(getattr(leaf, "shape", ())), getattr(leaf, "dtype", None)
+        if dtype is None or getattr(leaf, "sharding", None) is not None:
+            continue  # placed by its sharding, which the key does not hold
         got = _comparison(shape, dtype, check)
         if got is None:
             continue
         fn, static = got
-        spec = leaf if shape else jax.ShapeDtypeStruct((1,), dtype)
-        key = _key(fn, shape or (1,), dtype, static)
+        spec = jax.ShapeDtypeStruct(shape or (1,), dtype)
+        key = _key(fn, shape or (1,), dtype, static, where)
         with _PREPARED_LOCK:
             if key in _PREPARED:
                 continue
@@ -144,7 +170,8 @@ def prepare(outputs: Any, check: Any) -> None:
         try:
             prepared.compiled = fn.lower(spec, spec, **static).compile()
         except Exception:  # compiled again, and reported, where it is used
-            pass
+            with _PREPARED_LOCK:
+                _PREPARED.pop(key, None)
         finally:
             prepared.ready.set()
 

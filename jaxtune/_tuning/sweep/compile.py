@@ -390,14 +390,24 @@ def _pipeline(
                 pending.append(ex.submit(slots.freeing(settle), config, job))
                 if not checks_prepared:  # the first config's outputs show the check's
                     checks_prepared = True
-                    out_info = getattr(lowered.lowered, "out_info", None)
                     check = compiler.task.check
-                    pending.append(ex.submit(_in(local_config, prepare), out_info, check))
+                    prepare_ = _in(local_config, _prepare_checks)
+                    pending.append(ex.submit(prepare_, lowered.lowered, check))
             else:
                 slots.give()
                 settle(config, functools.partial(_given, lowered))
         for future in pending:
             future.result()
+
+
+def _prepare_checks(lowered: Any, check: Any) -> None:
+    """The check's comparisons compiled ahead for ``lowered``'s outputs
+    (:func:`~.check.prepare`); nothing where it does not say what they are."""
+    try:
+        outputs = lowered.out_info
+    except Exception:
+        return
+    prepare(outputs, check)
 
 
 def _in(
