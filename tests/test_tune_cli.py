@@ -416,3 +416,33 @@ def test_a_kernel_the_child_cannot_import_is_a_problem_line_and_the_others_are_t
     assert problem.startswith("test.cli.refuses ")
     assert "could not import it" in problem and "refuses: not in a sweep child" in problem
     assert "importable on its own" in problem
+
+
+def test_a_retune_without_the_retune_extra_says_how_to_keep_the_lowered_programs(
+    monkeypatch, tmp_path
+):
+    """A new user's --retune traced every config again (30 s of 70) and nothing said that
+    `jaxtune[retune]` keeps the lowered programs for the next one."""
+    from jaxtune._cli import tune as _tune
+    from jaxtune._core.vocabulary import Entry
+    from jaxtune._tuning.sweep import compile_cache, program_store
+
+    entry = Entry(
+        kernel="k",
+        device_kind="cpu",
+        key="f32[8]",
+        config={"block": 8},
+        time_us=1.0,
+        default_config={"block": 4},
+        default_time_us=3.0,
+        phases={"lowering": 30.4, "total": 69.5},
+    )
+    monkeypatch.setattr(compile_cache, "own_folder", lambda: tmp_path)
+    monkeypatch.setattr(program_store, "serialisable", lambda: False)
+    hint = _tune.retune_hint([entry])
+    assert "30.4 s of lowering" in hint and "pip install 'jaxtune[retune]'" in hint
+    monkeypatch.setattr(program_store, "serialisable", lambda: True)  # the extra is there
+    assert _tune.retune_hint([entry]) == ""
+    monkeypatch.setattr(program_store, "serialisable", lambda: False)
+    monkeypatch.setattr(compile_cache, "own_folder", lambda: None)  # JAXTUNE_COMPILE_CACHE=0
+    assert _tune.retune_hint([entry]) == ""

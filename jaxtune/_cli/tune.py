@@ -198,6 +198,24 @@ def _read_recording(path: str) -> Recording:
         raise JaxtuneError(str(e)) from None
 
 
+def retune_hint(entries: Sequence[Entry]) -> str:
+    """Where a ``--retune`` traced every config again because the ``retune`` extra is
+    missing (nothing kept the lowered programs), the line that says how to keep them and
+    what it cost; ``""`` otherwise."""
+    from .._tuning.sweep.compile_cache import own_folder
+    from .._tuning.sweep.program_store import serialisable
+
+    lowering = sum(e.phases.get("lowering", 0.0) for e in entries)
+    if serialisable() or own_folder() is None or lowering < 1.0:
+        return ""
+    return (
+        f"jaxtune tune: this --retune traced every config again ({lowering:.1f} s of "
+        "lowering); `pip install 'jaxtune[retune]'` keeps the lowered programs, so that "
+        'the --retune after the next sweep loads them (docs/autotuned.md, "Compiled '
+        'programs kept on disk")'
+    )
+
+
 def summary_line(recorded: int, had_config: int, tuned: int, *, retune: bool) -> str:
     """``recorded 2 autotuned calls; 2 already had a config (re-tuned: --retune); tuned 2``.
 
@@ -492,6 +510,8 @@ def _report(
     print(summary_line(len(records), len(had_config), len(entries), retune=args.retune))
     if entries:
         print(format_table(entries))
+    if args.retune and (hint := retune_hint(entries)):
+        print(hint, file=sys.stderr)
     for problem in problems:
         print(f"could not tune {problem}")
     print(f"cache: {_cache.user_cache().root}")
