@@ -97,6 +97,44 @@ def test_show(capsys):
     assert "no entries for kernel 'nope'" in capsys.readouterr().err
 
 
+def test_show_gives_each_rivals_time_over_the_stored_configs_round_by_round(capsys):
+    """A new user's busy-machine gmm sweep stored a config whose median (90.7 ms) was not
+    the lowest: a rival's was 77.1 ms, yet it lost round by round (and took 1.17x the
+    stored config's time in the user's own timing). Each config that raced beside the
+    stored one now says how it did against it, round by round, the figure the decision
+    read."""
+    from jaxtune._core.vocabulary import Measurement
+
+    def measured(tm, rounds):
+        return Measurement(
+            config={"tm": tm},
+            median_us=sorted(rounds)[len(rounds) // 2],
+            min_us=min(rounds),
+            spread=0.1,
+            samples=len(rounds),
+            compile_s=0.1,
+            rounds_us=tuple(rounds),
+            calls=len(rounds) + 1,
+        )
+
+    # 1.1x the stored config in six rounds of eight; in two the stored one met a spell of
+    # load the rival did not, which gives the rival the lower median time.
+    stored = [50.0, 120.0, 130.0, 125.0, 55.0, 140.0, 135.0, 60.0]
+    ratios = [1.1, 0.6, 1.1, 1.1, 1.1, 0.6, 1.1, 1.1]
+    rival = [t * r for t, r in zip(stored, ratios, strict=True)]
+    assert measured(256, rival).median_us < measured(128, stored).median_us
+    put(
+        "f32[9]",
+        kernel="lib.lower_median",
+        config={"tm": 128},
+        default_config={"tm": 256},
+        measurements=(measured(128, stored), measured(256, rival)),
+    )
+    code, out = run(capsys, "show", "lib.lower_median")
+    assert code == 0
+    assert "; stored)" in out and "; 1.10x the stored, round by round)" in out, out
+
+
 def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
     from jaxtune._core.vocabulary import Measurement
 
@@ -129,7 +167,8 @@ def test_show_gives_the_sweeps_time_by_phase_and_each_configs_calls(capsys):
     assert code == 0
     assert "sweep time (s): start 0.50, compile wait 1.00, rounds 0.25, other 0.05, " in out
     assert "total 1.80" in out
-    assert "(median of 2 rounds, min 9.00 us, 5 samples, 9 calls)" in out
+    assert "(median of 2 rounds, min 9.00 us, 5 samples, 9 calls; stored)" in out
+    # One round beside the stored config's two: too few to read a ratio from.
     assert "(median of 1 round, min 27.0 us, 5 samples, 4 calls)" in out
     assert "(min 45.0 us, 1 sample, 1 call)" in out
     # The JSON gives the same time the text prints (the rounds' median, not the samples'),

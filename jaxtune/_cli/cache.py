@@ -10,6 +10,7 @@ import os
 import pathlib
 import shutil
 import stat
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -189,10 +190,15 @@ def _show(found: list[tuple[Entry, Source]]) -> str:
             t for m in e.measurements if isinstance(m, Measurement) for t in (m.time_us, m.min_us)
         )
         shown = varying or None
+        stored = next(
+            (m for m in e.measurements if isinstance(m, Measurement) and m.config == e.config),
+            None,
+        )
         for m in e.measurements:
             name = _configs.text(m.config, shown) or "(the only config)"
             if isinstance(m, Measurement):
                 extra = f", {m.why_out}" if m.dropped else ""
+                extra += _against_stored(m, stored)
                 n = len(m.rounds_us)
                 rounds = f"median of {n} round{'s' * (n != 1)}, " if n else ""
                 calls = f", {m.calls} call{'s' * (m.calls != 1)}" if m.calls else ""
@@ -205,6 +211,21 @@ def _show(found: list[tuple[Entry, Source]]) -> str:
                 head.append(f"    {name}: FAILED at {m.stage}: {m.reason}")
         lines += [w for line in head for w in _text.paragraph(line)]
     return "\n".join(lines) or "(no entries)"
+
+
+def _against_stored(m: Measurement, stored: Measurement | None) -> str:
+    """``; stored``, or ``; 1.09x the stored, round by round`` for a config that raced
+    beside the stored one: the median of its per-round ratios, the figure the decision
+    reads (a median time can be the lower on a busy machine, where the rounds met
+    different spells of load, and still lose round by round); ``""`` otherwise."""
+    if stored is None or len(stored.rounds_us) < 2:
+        return ""
+    if m is stored:
+        return "; stored"
+    ratios = [a / b for a, b in zip(m.rounds_us, stored.rounds_us, strict=False) if a > 0 < b]
+    if len(ratios) < 2:
+        return ""
+    return f"; {statistics.median(ratios):.2f}x the stored, round by round"
 
 
 Out = Callable[[Any, str], None]
