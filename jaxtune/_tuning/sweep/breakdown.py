@@ -6,8 +6,9 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``start``: waiting for the child process to be ready, and for the kernel's module to be
   imported there, ahead of need or when the sweep begins (0 when both were done ahead);
 - ``transfer``: the call's arguments reaching the child and being decoded there;
-- ``inputs``: making the values the configs run on: the values past the recording's
-  budget made up, an ``inputs=`` builder's, each placed on the device;
+- ``inputs``: making the values the configs run on and starting their copies to the
+  device: the program's own, an ``inputs=`` builder's, values made up where the sweep has
+  only shapes (a copy still under way when the first config runs ends in ``warmup``);
 - ``compile_threads``: the configs' compile times added up (the threads overlap each other
   and the runs below, so this is no share of the wall time);
 - ``lowering``: the seconds spent tracing and lowering the configs, one at a time (part of
