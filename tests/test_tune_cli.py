@@ -423,20 +423,12 @@ def test_a_retune_without_the_retune_extra_says_how_to_keep_the_lowered_programs
 ):
     """A new user's --retune traced every config again (30 s of 70) and nothing said that
     `jaxtune[retune]` keeps the lowered programs for the next one."""
+    from test_cache import make_entry
+
     from jaxtune._cli import tune as _tune
-    from jaxtune._core.vocabulary import Entry
     from jaxtune._tuning.sweep import compile_cache, program_store
 
-    entry = Entry(
-        kernel="k",
-        device_kind="cpu",
-        key="f32[8]",
-        config={"block": 8},
-        time_us=1.0,
-        default_config={"block": 4},
-        default_time_us=3.0,
-        phases={"lowering": 30.4, "total": 69.5},
-    )
+    entry = make_entry(phases={"lowering": 30.4, "total": 69.5})
     monkeypatch.setattr(compile_cache, "own_folder", lambda: tmp_path)
     monkeypatch.setattr(program_store, "serialisable", lambda: False)
     hint = _tune.retune_hint([entry])

@@ -80,7 +80,7 @@ _PREPARED_LOCK = threading.Lock()
 _PREPARED: dict[Hashable, _Prepared] = TUNING_STATE.keep(
     "comparisons compiled ahead",
     dict,
-    "the check's comparisons compiled ahead (check.prepare), by shape, dtype and tolerance",
+    "the check's comparisons compiled ahead (check.prepare), by shape, dtype, tolerance and device",
     lock=_PREPARED_LOCK,
 )
 
