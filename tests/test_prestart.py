@@ -134,6 +134,69 @@ def test_a_module_whose_import_hangs_in_the_child_ends_in_an_error_not_a_hang(tm
     assert "guard that too, or define the kernel in a module of its own" in proc.stderr
 
 
+AFTER_THE_HANG = textwrap.dedent(
+    """
+    import json, os, sys, time
+
+    import prestart_probe
+
+    def lines():
+        with open(os.environ["PROBE_LOG"]) as log:
+            return [line.split() for line in log.read().split("\\n")[:-1]]
+
+    def gone(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    # The child started ahead of need logs its import, then hangs in it until the time
+    # limit, when it is killed.
+    deadline = time.monotonic() + 120
+    while not [line for line in lines() if line[0] != str(os.getpid())]:
+        if time.monotonic() > deadline:
+            sys.exit(f"no child imported the module in 120 s: {lines()}")
+        time.sleep(0.05)
+    (child,) = [int(line[0]) for line in lines() if line[0] != str(os.getpid())]
+    while not gone(child):
+        if time.monotonic() > deadline:
+            sys.exit("the child that hung importing the module was not killed in 120 s")
+        time.sleep(0.05)
+
+    import jax.numpy as jnp
+
+    try:
+        prestart_probe.kernel.tune(jnp.ones(64))
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+    else:
+        error = None
+    print(json.dumps({"parent": os.getpid(), "imports": lines(), "error": error}))
+    """
+)
+
+
+def test_a_module_whose_import_hung_ahead_of_need_is_not_imported_again(tmp_path):
+    """The child started ahead of need hangs importing the kernel's module and is killed at
+    the time limit; the sweep that comes after says so at once, where it would otherwise
+    start a new child, import the module there and wait as long again."""
+    module = MODULE + (
+        "\nif os.environ.get('JAXTUNE_PARENT_PID'):\n    import time\n\n    time.sleep(600)\n"
+    )
+    proc = _run(tmp_path, module, program=AFTER_THE_HANG, JAXTUNE_TIMEOUT="3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    parent = str(out["parent"])
+    # One import in a child: the one started ahead of need; no second child imported it.
+    assert len([line for line in out["imports"] if line[0] != parent]) == 1, out["imports"]
+    assert out["error"].startswith("SweepError: "), out["error"]
+    assert "hung importing prestart_probe" in out["error"]
+    assert "when it was imported ahead of need" in out["error"]
+    assert "no answer within the 3 s limit" in out["error"]
+    assert "guard that too, or define the kernel in a module of its own" in out["error"]
+
+
 def test_cpu_only_is_false_where_a_tpu_runtime_or_a_plugin_is_installed(monkeypatch, tmp_path):
     from jaxtune._isolation import devices
 

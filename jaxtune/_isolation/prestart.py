@@ -7,7 +7,9 @@ environment variables this process had when it decorated them), so the first swe
 its kernel already resolved instead of importing it first. Only modules imported by name:
 a script run as ``__main__`` is re-run by the child only when a sweep needs it, since its
 top level may be the whole program. A module that fails to import is left for the sweep to
-report, as it would have been without this.
+report, as it would have been without this; one whose import hangs past the time limit
+(``JAXTUNE_TIMEOUT``) is remembered, and the sweep that needs it reports that at once
+(:func:`hung_ahead`) instead of waiting as long again in a new child.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .wire import NotTransportable
 if TYPE_CHECKING:
     from .service import ChildService
 
-__all__ = ["preload", "prestart"]
+__all__ = ["hung_ahead", "preload", "prestart"]
 
 _LOCK = threading.Lock()
 
@@ -52,6 +54,8 @@ class _Ahead:
     #: The modules that answer requests there (a flow's ``handler``), imported before the
     #: kernels' modules.
     handlers: dict[tuple[Any, ...], list[str]] = dataclasses.field(default_factory=dict)
+    #: The modules whose import there hung past the time limit, with that limit (seconds).
+    hung: dict[tuple[tuple[Any, ...], str], float] = dataclasses.field(default_factory=dict)
 
 
 _AHEAD = ISOLATION_STATE.keep(
@@ -100,7 +104,7 @@ def _begin(
             return POOL.hold(runner.environment(), handlers=handlers, slot=runner.device)
         except (JaxtuneError, OSError):  # the sweep starts its child, and says why not
             return False
-    key = (runner.device, *pool_key(runner.environment()))
+    key = _key(runner)
     with _LOCK:
         handlers = _AHEAD.handlers.setdefault(key, [])
         if handler is not None and handler not in handlers:
@@ -118,6 +122,20 @@ def _begin(
         target=_start, args=(runner, key), name="jaxtune-prestart", daemon=True
     ).start()
     return begun
+
+
+def hung_ahead(runner: ChildService, module: str) -> float | None:
+    """The time limit (seconds) past which importing ``module`` ahead of need hung in
+    ``runner``'s child, which was then killed; ``None`` where it did not hang. A sweep of
+    a kernel of that module would import it again in a new child and wait as long."""
+    key = _key(runner)
+    with _LOCK:
+        return _AHEAD.hung.get((key, module))
+
+
+def _key(runner: ChildService) -> tuple[Any, ...]:
+    """Where ``runner``'s requests go: its device and its child's environment."""
+    return (runner.device, *pool_key(runner.environment()))
 
 
 def _module_ref(fn: Any) -> Module | None:
@@ -145,13 +163,15 @@ def _start(runner: ChildService, key: tuple[Any, ...]) -> None:
                     _AHEAD.running.discard(key)
                     return
             first = False
-            _import_in(child, refs, handlers)
+            _import_in(child, key, refs, handlers)
     except Exception:
         with _LOCK:
             _AHEAD.running.discard(key)
 
 
-def _import_in(child: ChildProcess, refs: list[Module], handlers: list[str]) -> None:
+def _import_in(
+    child: ChildProcess, key: tuple[Any, ...], refs: list[Module], handlers: list[str]
+) -> None:
     # A module may take as long to import as a config may take (JAXTUNE_TIMEOUT); past
     # that the child is replaced, and a sweep imports the module itself, under that limit.
     timeout = _settings.settings().timeout
@@ -163,6 +183,10 @@ def _import_in(child: ChildProcess, refs: list[Module], handlers: list[str]) -> 
             with contextlib.closing(child.exchange(request, Deadline(timeout))) as said:
                 for _ in said:
                     pass  # a preload streams no events; its answer says nothing the caller needs
-        except ChildLost:
+        except ChildLost as lost:
+            # One module at a time is what hung; of several, which one is not known.
+            if lost.hung and len(refs) == 1:
+                with _LOCK:
+                    _AHEAD.hung[(key, refs[0].ref.module)] = timeout
             with contextlib.suppress(Exception):
                 POOL.discard(child)

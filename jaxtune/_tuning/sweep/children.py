@@ -21,6 +21,7 @@ from ..._core.errors import SweepError
 from ..._core.vocabulary import Config, Failure, Measurement, config_id
 from ..._isolation import context as _context
 from ..._isolation.frames import Done, ErrorReply, Event, Request
+from ..._isolation.prestart import hung_ahead
 from ..._isolation.process import Deadline
 from ..._isolation.service import ChildService, Crash, Lean, Waited
 from .breakdown import Breakdown
@@ -41,6 +42,14 @@ from .work import Rounds, SweepPlan
 __all__ = ["InChildren", "Lost", "ask"]
 
 Result = Measurement | Failure
+
+
+#: Why a child may hang importing a kernel's module.
+_HUNG_IMPORT = (
+    " A module whose import runs a program never ends there: a script re-run without "
+    'its `if __name__ == "__main__":` block runs the rest of its top level; guard that '
+    "too, or define the kernel in a module of its own."
+)
 
 
 class Lost(enum.Enum):
@@ -68,6 +77,14 @@ def ask(
     failures it could attribute, and :attr:`Lost.SERIAL` when it could not tell which of
     several configs compiling in parallel was at fault.
     """
+    if message.ref is not None and (limit := hung_ahead(service, message.ref.module)):
+        # The child would import the kernel's module again and wait as long.
+        raise SweepError(
+            f"the jaxtune child hung importing {message.ref.module}, the module of "
+            f"{plan.kernel}, when it was imported ahead of need (no answer within the "
+            f"{limit:g} s limit (JAXTUNE_TIMEOUT / timeout=); the child was killed), so "
+            f"it is not imported again.{_HUNG_IMPORT}"
+        )
     flight = InFlight(message)
     shown = progress_sink(plan, progress) if progress is not None else None
     # From the send until the child first speaks, as long as a step may take (InFlight.due
@@ -127,13 +144,7 @@ def _blame(
         return Lost.RESTART, flight.got
     if suspects:
         return Lost.SERIAL, flight.got
-    hint = (
-        " A module whose import runs a program never ends there: a script re-run without "
-        'its `if __name__ == "__main__":` block runs the rest of its top level; guard that '
-        "too, or define the kernel in a module of its own."
-        if crash.hung
-        else ""
-    )
+    hint = _HUNG_IMPORT if crash.hung else ""
     raise SweepError(
         f"the jaxtune child {'hung' if crash.hung else 'died'} outside any config of "
         f"{plan.kernel}, while importing its module, receiving its arguments or between "
