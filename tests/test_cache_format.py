@@ -270,6 +270,20 @@ def test_an_entrys_decision_text_names_its_intervals_level(decision, ratio, text
     assert entry(decision="single").decision_text() == "single"
 
 
+def test_a_ratio_near_1_is_shown_with_the_digits_that_part_it_from_1():
+    """Tokamax's ragged_dot on the chip stored a config 0.3 % ahead of its twin with a
+    wider input buffer, which read "clear: 1.00x ahead of ... (95 % interval 1.00-1.00)"."""
+    from jaxtune._core.vocabulary import ratio_texts
+
+    margin = {"rival": {"block": 4}, "ratio": 1.0031, "low": 1.0012, "high": 1.0049}
+    assert entry(decision="clear", margin=margin).decision_text() == (
+        "clear: 1.003x ahead of block=4 (95 % interval 1.001-1.005)"
+    )
+    assert ratio_texts(1.31, 1.22, 1.4) == ("1.31", "1.22", "1.40")
+    assert ratio_texts(0.99951, 1.0) == ("0.9995", "1.0000")
+    assert ratio_texts(1.00001) == ("1.0000",)  # four decimals at most
+
+
 def test_the_outer_layout_is_read_by_the_typed_codec_and_a_bad_field_is_named():
     from jaxtune._core.codec import DecodeError
     from jaxtune._tuning.store import layout

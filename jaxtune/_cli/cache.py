@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core.errors import CacheError
-from .._core.vocabulary import Entry, Measurement, StaleReason
+from .._core.vocabulary import Entry, Measurement, StaleReason, ratio_texts
 from .._render import configs as _configs
 from .._render import text as _text
 from .._render import units as _units
@@ -225,7 +225,7 @@ def _against_stored(m: Measurement, stored: Measurement | None) -> str:
     ratios = [a / b for a, b in zip(m.rounds_us, stored.rounds_us, strict=False) if a > 0 < b]
     if len(ratios) < 2:
         return ""
-    return f"; {statistics.median(ratios):.2f}x the stored, round by round"
+    return f"; {ratio_texts(statistics.median(ratios))[0]}x the stored, round by round"
 
 
 Out = Callable[[Any, str], None]

@@ -49,6 +49,7 @@ __all__ = [
     "config_id",
     "measurement_from_dict",
     "pass_text",
+    "ratio_texts",
 ]
 
 #: A config: the values of the knobs a kernel's space names, by knob.
@@ -99,6 +100,28 @@ def pass_text(timing: str) -> str:
         'fwd+bwd'
     """
     return {"forward": "forward", "vjp": "fwd+bwd"}.get(timing, timing or "-")
+
+
+def ratio_texts(*values: float) -> tuple[str, ...]:
+    """Time ratios for people, with two decimals, or as many more (up to four) as it takes
+    for no ratio other than 1 to read ``1.00``: a config 0.3 % ahead, shown slower, is
+    ``1.003x ahead (99 % interval 1.001-1.005)``, not ``1.00x ahead (... 1.00-1.00)``.
+
+    Examples:
+        >>> ratio_texts(1.31, 1.22, 1.4)
+        ('1.31', '1.22', '1.40')
+        >>> ratio_texts(1.0031, 1.0012, 1.0049)
+        ('1.003', '1.001', '1.005')
+        >>> ratio_texts(1.0, 0.9996)
+        ('1.0000', '0.9996')
+    """
+    texts: tuple[str, ...] = ()
+    for digits in (2, 3, 4):
+        texts = tuple(f"{v:.{digits}f}" for v in values)
+        one = f"{1:.{digits}f}"
+        if all(t != one or v == 1.0 for t, v in zip(texts, values, strict=True)):
+            break
+    return texts
 
 
 def config_id(config: Mapping[str, Any]) -> str:
@@ -365,15 +388,18 @@ class Entry:
             return self.decision if self.decision == "single" else ""
         m = self.margin
         low, high = m.get("low"), m.get("high")
-        span = f" (95 % interval {low:.2f}-{high:.2f})" if None not in (low, high) else ""
+        span = ""
+        if low is not None and high is not None:
+            span = " (95 % interval {}-{})".format(*ratio_texts(low, high))
         rival = config_id(m["rival"])
+        (ratio,) = ratio_texts(m["ratio"])
         if self.decision == "clear":
             if low is not None and low <= 1.0:  # not shown slower: shown not faster
-                return f"clear: {rival} not faster, {m['ratio']:.2f}x{span}"
-            return f"clear: {m['ratio']:.2f}x ahead of {rival}{span}"
+                return f"clear: {rival} not faster, {ratio}x{span}"
+            return f"clear: {ratio}x ahead of {rival}{span}"
         if self.decision == "tie":
-            return f"tie with {rival}: {m['ratio']:.2f}x{span}"
-        return f"undecided vs {rival}: {m['ratio']:.2f}x{span}"
+            return f"tie with {rival}: {ratio}x{span}"
+        return f"undecided vs {rival}: {ratio}x{span}"
 
     @property
     def measured(self) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core import roofline as _roofline
-from .._core.vocabulary import Entry, Measurement, config_id
+from .._core.vocabulary import Entry, Measurement, config_id, ratio_texts
 from .._render import configs as _configs
 from .._render.units import count
 from .sweep.intervals import LEVEL, SLOWER_LEVEL, ratio_interval
@@ -34,7 +34,13 @@ def rival_text(rival: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
 def _interval(low: float | None, high: float | None, level: float) -> str:
     if low is None or high is None:
         return ""
-    return f" ({level:.0%} interval {low:.2f}-{high:.2f})".replace("%", " %")
+    shown_low, shown_high = ratio_texts(low, high)
+    return f" ({level:.0%} interval {shown_low}-{shown_high})".replace("%", " %")
+
+
+def _x(ratio: float) -> str:
+    """``1.31x``; ``1.003x`` for a ratio near 1 (:func:`ratio_texts`)."""
+    return f"{ratio_texts(ratio)[0]}x"
 
 
 def _behind(entry: Entry, config: Mapping[str, Any]) -> bool:
@@ -119,29 +125,31 @@ def _decision(entry: Entry) -> str:
         _, s_low, s_high = ratio_interval(theirs, mine, SLOWER_LEVEL)
         strict = (s_low, s_high)
     if entry.decision == "tie":
-        return f"tie with {rival}: {ratio:.2f}x{_interval(low, high, LEVEL)}"
+        return f"tie with {rival}: {_x(ratio)}{_interval(low, high, LEVEL)}"
     if entry.decision == "clear":
         if strict[0] is not None and strict[0] > 1.0:  # ruled out: shown slower at 99 %
-            return f"clear: {ratio:.2f}x ahead of {rival}{_interval(*strict, SLOWER_LEVEL)}"
+            return f"clear: {_x(ratio)} ahead of {rival}{_interval(*strict, SLOWER_LEVEL)}"
         if low is None and mine and theirs:
             # The rival left the rounds before an interval of the whole race: its rounds
             # beside the stored config's still give the ratio (and an interval, from 6).
             r_ratio, r_low, r_high = ratio_interval(theirs, mine)
             if r_low is not None:
-                return f"clear: {r_ratio:.2f}x ahead of {rival}{_interval(r_low, r_high, LEVEL)}"
+                return f"clear: {_x(r_ratio)} ahead of {rival}{_interval(r_low, r_high, LEVEL)}"
             how = "clearly behind" if _behind(entry, rival_config) else "median"
-            return f"clear: {r_ratio:.2f}x ahead of {rival} ({how} after {count(len(theirs), 'round')})"
+            return (
+                f"clear: {_x(r_ratio)} ahead of {rival} ({how} after {count(len(theirs), 'round')})"
+            )
         if low is None:
-            return f"clear: {ratio:.2f}x ahead of {rival} (first pass, fastest samples)"
+            return f"clear: {_x(ratio)} ahead of {rival} (first pass, fastest samples)"
         if (mine and theirs) or low <= 1.0:  # not faster by more than the tie margin
             if ratio < 1.0 and low is not None and low > 0:
                 # Its estimate is ahead, but not by enough to win: it would lose a tie.
                 return (
                     f"clear: {rival} at most {1 / low - 1:.0%} faster, loses a tie: "
-                    f"{ratio:.2f}x{_interval(low, high, LEVEL)}"
+                    f"{_x(ratio)}{_interval(low, high, LEVEL)}"
                 ).replace("%", " %", 1)
-            return f"clear: {rival} not faster, {ratio:.2f}x{_interval(low, high, LEVEL)}"
-        return f"clear: {ratio:.2f}x ahead of {rival}{_interval(low, high, LEVEL)}"
+            return f"clear: {rival} not faster, {_x(ratio)}{_interval(low, high, LEVEL)}"
+        return f"clear: {_x(ratio)} ahead of {rival}{_interval(low, high, LEVEL)}"
     if strict[0] is not None:
         shown = _interval(*strict, SLOWER_LEVEL)
     elif low is not None:
@@ -149,4 +157,4 @@ def _decision(entry: Entry) -> str:
     else:
         shown = ""
     after = f" after {count(len(mine), 'round')}" if mine else ""
-    return f"undecided vs {rival}: {ratio:.2f}x{shown}{after}"
+    return f"undecided vs {rival}: {_x(ratio)}{shown}{after}"

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from ..._core.vocabulary import Failure, Measurement, config_id, pass_text
+from ..._core.vocabulary import Failure, Measurement, config_id, pass_text, ratio_texts
 from ..._isolation.frames import CompileFinished, ConfigResult, Event, RoundTimed
 from ..._render.configs import text as config_text
 from .breakdown import breakdown_text
@@ -210,14 +210,17 @@ def _decided(outcome: SweepOutcome) -> str:
     m = outcome.margin
     if m is None or outcome.decision == "single":
         return ""
+    (ratio,) = ratio_texts(m.ratio)
     if outcome.decision == "clear":
         if m.low is None or m.low <= 1.0:
-            return f" (clear: {config_text(m.rival)} not faster, {m.ratio:.2f}x)"
-        return f" (clear: {m.ratio:.2f}x ahead of {config_text(m.rival)})"
-    span = f" ({m.low:.2f}-{m.high:.2f})" if m.low is not None and m.high is not None else ""
+            return f" (clear: {config_text(m.rival)} not faster, {ratio}x)"
+        return f" (clear: {ratio}x ahead of {config_text(m.rival)})"
+    span = ""
+    if m.low is not None and m.high is not None:
+        span = " ({}-{})".format(*ratio_texts(m.low, m.high))
     what = "a tie with" if outcome.decision == "tie" else "undecided vs"
     extra = "" if outcome.decision == "tie" else ", the rounds ran out"
-    return f" ({what} {config_text(m.rival)}: {m.ratio:.2f}x{span}{extra})"
+    return f" ({what} {config_text(m.rival)}: {ratio}x{span}{extra})"
 
 
 def progress_sink(plan: SweepPlan, progress: Progress) -> EventSink:
