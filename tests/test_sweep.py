@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import io
@@ -332,6 +333,31 @@ def test_progress_lines(verbose, fast_timing):
     text = stream.getvalue()
     assert "tuned k f32[8]" in text and "2 configs (1 failed)" in text
     assert ("FAILED at run: boom" in text) is (verbose == 2)
+
+
+@pytest.mark.parametrize(
+    "rounds_s, decision", [(5.0, "undecided"), (20.0, "undecided"), (5.0, "tie")]
+)
+def test_an_undecided_finish_says_the_thorough_effort_lets_the_rounds_go_on(rounds_s, decision):
+    """Where the rounds stopped at their time limit with a rival still undecided, the
+    finish line says which effort lets them go on (a new user's gmm sweep ended
+    undecided at 0.99x and nothing said that more rounds could decide it)."""
+    from jaxtune._tuning.sweep.stats import Margin
+
+    stream = io.StringIO()
+    progress = _progress.Progress("k f32[8]", 2, 1, stream, rounds_s=rounds_s)
+    m = Measurement(
+        config={"c": 1}, median_us=5.0, min_us=4.0, spread=0.0, samples=3, compile_s=0.1
+    )
+    rival = dataclasses.replace(m, config={"c": 2})
+    margin = Margin(rival={"c": 2}, ratio=0.99, low=0.85, high=1.2)
+    progress.finish(
+        SweepOutcome(measurements=(m, rival), best=m, default=m, decision=decision, margin=margin)
+    )
+    text = stream.getvalue()
+    hinted = decision == "undecided" and rounds_s < 20.0
+    assert ('effort="thorough" lets the rounds go on for 20 s' in text) is hinted, text
+    assert f"{decision} " in text or "a tie with" in text, text
 
 
 def test_progress_names_configs_with_their_knobs_in_the_spaces_order():

@@ -48,6 +48,7 @@ def new_progress(plan: SweepPlan) -> Progress:
         space=len(plan.configs),
         strategy=strategy.name,
         timing=plan.timing,
+        rounds_s=plan.options.max_rounds_s,
     )
 
 

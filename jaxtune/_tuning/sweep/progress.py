@@ -46,8 +46,12 @@ class Progress:
         space: int | None = None,
         strategy: str = "exhaustive",
         timing: str = "forward",
+        rounds_s: float | None = None,
     ):
         self.label, self.total, self.verbose = label, total, verbose
+        #: How long the rounds may go on (``max_rounds_s``): under the ``"thorough"``
+        #: effort's, an undecided finish says that effort lets them go on longer.
+        self.rounds_s = rounds_s
         self.timing = timing
         self.space = space if space is not None else total
         self.strategy = strategy
@@ -181,7 +185,7 @@ class Progress:
                 if self.space <= len(outcome.measurements)
                 else (f" of {self.space} ({self.strategy} search)")
             )
-            tie = _decided(outcome)
+            tie = _decided(outcome) + self._more_rounds(outcome)
             print(
                 f"jaxtune: tuned {self.label} in {time.perf_counter() - self.start:.1f} s: "
                 f"{len(outcome.measurements)} configs{searched} ({failed} failed), best "
@@ -203,6 +207,16 @@ class Progress:
                 file=self.stream,
                 flush=True,
             )
+
+    def _more_rounds(self, outcome: SweepOutcome) -> str:
+        """``; effort="thorough" lets the rounds go on for 20 s`` after an undecided race
+        whose rounds could have gone on for less."""
+        from ..options import EFFORTS
+
+        longest = EFFORTS["thorough"]["max_rounds_s"]
+        if outcome.decision != "undecided" or self.rounds_s is None or self.rounds_s >= longest:
+            return ""
+        return f'; effort="thorough" lets the rounds go on for {longest:g} s'
 
 
 def _decided(outcome: SweepOutcome) -> str:
