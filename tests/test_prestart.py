@@ -193,6 +193,7 @@ def test_a_module_whose_import_hung_ahead_of_need_is_not_imported_again(tmp_path
     assert out["error"].startswith("SweepError: "), out["error"]
     assert "hung importing prestart_probe" in out["error"]
     assert "when it was imported ahead of need" in out["error"]
+    assert "this process does not import it again" in out["error"]
     assert "no answer within the 3 s limit" in out["error"]
     assert "guard that too, or define the kernel in a module of its own" in out["error"]
 

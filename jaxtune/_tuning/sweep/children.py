@@ -83,7 +83,7 @@ def ask(
             f"the jaxtune child hung importing {message.ref.module}, the module of "
             f"{plan.kernel}, when it was imported ahead of need (no answer within the "
             f"{limit:g} s limit (JAXTUNE_TIMEOUT / timeout=); the child was killed), so "
-            f"it is not imported again.{_HUNG_IMPORT}"
+            f"this process does not import it again.{_HUNG_IMPORT}"
         )
     flight = InFlight(message)
     shown = progress_sink(plan, progress) if progress is not None else None
