@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from jaxtune._core.vocabulary import Failure, Measurement, config_id
+from jaxtune._core.vocabulary import Entry, Failure, Measurement, config_id
 from jaxtune._tuning.sweep import intervals as _intervals
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep import stats as _decide
@@ -91,6 +91,50 @@ def test_an_undecided_rival_whose_fastest_round_is_far_faster_is_stored():
     # candidate stays.
     d = decide({"a": a, "b": [*b[:8], 13.2, b[9]]})
     assert (d.kind, d.pick) == ("undecided", "a")
+
+
+def test_the_entry_says_why_a_config_a_rival_beat_round_by_round_was_stored():
+    """A new user's flash sweep on a busy machine stored a config whose rival read "0.92x"
+    beside it, round by round, with nothing to say why: the stored config's faster rounds
+    (its lower envelope) won the undecided race; the decision says so."""
+    from jaxtune._tuning.explain import decision_text
+
+    a = [13.0, 15.0, 14.0, 16.0, 15.0, 14.0, 16.0, 17.0, 13.5, 15.0]
+    b = [10.0, 20.0, 19.0, 18.0, 17.0, 16.0, 21.0, 22.0, 10.5, 18.0]
+    d = decide({"a": a, "b": b})
+    rival, ratio, low, high = d.margin
+    assert (d.pick, rival) == ("b", "a")
+
+    def timed(name, times):
+        return Measurement(
+            config={"c": name},
+            median_us=float(np.median(times)),
+            min_us=min(times),
+            spread=0.0,
+            samples=len(times),
+            compile_s=0.1,
+            rounds_us=tuple(times),
+        )
+
+    entry = Entry(
+        kernel="k",
+        device_kind="cpu",
+        key="f32[8]",
+        config={"c": "b"},
+        time_us=float(np.median(b)),
+        default_config={"c": "a"},
+        default_time_us=float(np.median(a)),
+        measurements=(timed("a", a), timed("b", b)),
+        decision="undecided",
+        margin={"rival": {"c": "a"}, "ratio": ratio, "low": low, "high": high},
+    )
+    text = decision_text(entry)
+    assert text.startswith("undecided vs c='a': 0.") and "after 10 rounds" in text, text
+    # b's second fastest round 10.5 against a's 13.5: 1.29x.
+    assert text.endswith(", stored for its faster rounds (second fastest 1.29x ahead)"), text
+    # Where the rival is behind round by round, nothing is added.
+    behind = dataclasses.replace(entry, margin={**entry.margin, "ratio": 1.2})
+    assert decision_text(behind).endswith("after 10 rounds"), decision_text(behind)
 
 
 def test_one_quick_round_of_a_slower_rival_does_not_store_it():

@@ -18,6 +18,7 @@ from .._core.vocabulary import Entry, Measurement, config_id, ratio_texts
 from .._render import configs as _configs
 from .._render.units import count
 from .sweep.intervals import LEVEL, SLOWER_LEVEL, ratio_interval
+from .sweep.intervals import envelope as _envelope
 
 __all__ = ["decision_text", "rival_text"]
 
@@ -157,4 +158,19 @@ def _decision(entry: Entry) -> str:
     else:
         shown = ""
     after = f" after {count(len(mine), 'round')}" if mine else ""
-    return f"undecided vs {rival}: {_x(ratio)}{shown}{after}"
+    return f"undecided vs {rival}: {_x(ratio)}{shown}{after}{_kept(entry, ratio, mine, theirs)}"
+
+
+def _kept(entry: Entry, ratio: float, mine: tuple[float, ...], theirs: tuple[float, ...]) -> str:
+    """Why an undecided race stored a config its closest rival beat round by round
+    (``ratio`` below 1): ``", stored for its faster rounds (second fastest 1.08x ahead)"``
+    where its lower envelope was faster (:func:`~.sweep.stats.decide`), ``", the default,
+    kept"`` where the rounds measured the best estimate slower than the default; empty
+    where the rival is not ahead."""
+    if ratio >= 1.0:
+        return ""
+    if mine and theirs and _envelope(theirs) > _envelope(mine):
+        return f", stored for its faster rounds (second fastest {_x(_envelope(theirs) / _envelope(mine))} ahead)"
+    if dict(entry.config) == dict(entry.default_config):
+        return ", the default, kept: the rounds measured the best estimate slower than it"
+    return ""

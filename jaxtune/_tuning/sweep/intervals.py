@@ -13,13 +13,20 @@ import math
 import statistics
 from collections.abc import Sequence
 
-__all__ = ["LEVEL", "SLOWER_LEVEL", "rank", "ratio_interval"]
+__all__ = ["LEVEL", "SLOWER_LEVEL", "envelope", "rank", "ratio_interval"]
 
 #: Coverage of the ratio's confidence interval that shows two configs equivalent.
 LEVEL = 0.95
 #: Coverage of the interval that shows a config slower: it leaves the rounds for good,
 #: and the rounds look again after every round, so this test is the stricter one.
 SLOWER_LEVEL = 0.99
+
+
+def envelope(times: Sequence[float]) -> float:
+    """A config's lower envelope in the rounds: its second fastest round (its only one,
+    with one). Other work on the machine only adds time, but one round alone can be quick
+    by chance."""
+    return sorted(times)[min(1, len(times) - 1)]
 
 
 @functools.cache

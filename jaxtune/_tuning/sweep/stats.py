@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from ..._core.errors import TuningFailedError
 from ..._core.vocabulary import Config, Failure, Measurement, config_id
-from .intervals import SLOWER_LEVEL, ratio_interval
+from .intervals import SLOWER_LEVEL, envelope, ratio_interval
 from .intervals import rank as _rank
 from .samples import TimingOptions
 from .search import Searched
@@ -253,7 +253,7 @@ def decide(
         # 20 sweeps, the fastest rounds never). One quick round is not an envelope: each
         # config's second fastest counts (CI, a Flax step in interpret mode: one round of
         # the slower config at half its usual time stored it, 1.52x the best).
-        fastest = {c: _envelope(rounds[c]) for c in (candidate, *undecided)}
+        fastest = {c: envelope(rounds[c]) for c in (candidate, *undecided)}
         quicker = [c for c in undecided if fastest[c] * (1 + tie_within) < fastest[candidate]]
         pick = min(quicker, key=fastest.__getitem__) if quicker else candidate
         kind = "undecided"
@@ -270,11 +270,6 @@ def decide(
         pick = default
     margin = _margin(rounds, [c for c in order if c in verdicts], pick, verdicts, kind)
     return Decision(best=best, verdicts=verdicts, pick=pick, kind=kind, margin=margin)
-
-
-def _envelope(times: Sequence[float]) -> float:
-    """A config's lower envelope: its second fastest round (its only one, with one)."""
-    return sorted(times)[min(1, len(times) - 1)]
 
 
 def _margin(
