@@ -35,6 +35,63 @@ PARENT = textwrap.dedent(
 )
 
 
+UNGUARDED = textwrap.dedent(
+    """
+    import os, time
+
+    import jax, jax.numpy as jnp
+
+    import jaxtune
+
+    with open(os.environ["PROBE_LOG"], "a") as log:  # each run of the top level
+        log.write(f"{os.getpid()}\\n")
+
+
+    @jaxtune.autotuned(configs={"c": [1, 2]}, name="tests.unguarded.scale")
+    def scale(x, *, c):
+        return x * c / c
+
+
+    step = jax.jit(lambda x: scale(x).sum())
+    while True:  # the program's work, at the top level: no __main__ guard
+        step(jnp.ones(64)).block_until_ready()
+        time.sleep(0.2)
+    """
+)
+
+
+def test_a_script_whose_rerun_hangs_costs_the_time_limit_once(tmp_path):
+    """A new user's script with no ``__main__`` guard and its loop at the top level: the
+    child that re-runs it to find the kernel never ends its import. It is started while
+    the program runs and killed at the time limit, and the sweep then says so instead of
+    re-running the script in a new child for as long again."""
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED)
+    log = tmp_path / "runs.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "JAXTUNE_ISOLATION": "process",
+        "JAXTUNE_TIMEOUT": "3",
+        "JAXTUNE_CACHE_DIR": str(tmp_path / "cache"),
+        "PROBE_LOG": str(log),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", PARENT, "tune", "--", sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0, said
+    assert f"the jaxtune child hung importing the script {script}" in said, said
+    assert "no answer within the 3 s limit" in said
+    # The program's run, and one child's re-run of the script: not a second child's.
+    assert len(log.read_text().split()) == 2, log.read_text()
+
+
 def test_tune_command_records_tunes_and_a_plain_run_uses_the_cache(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

@@ -77,14 +77,7 @@ def ask(
     failures it could attribute, and :attr:`Lost.SERIAL` when it could not tell which of
     several configs compiling in parallel was at fault.
     """
-    if message.ref is not None and (limit := hung_ahead(service, message.ref.module)):
-        # The child would import the kernel's module again and wait as long.
-        raise SweepError(
-            f"the jaxtune child hung importing {message.ref.module}, the module of "
-            f"{plan.kernel}, when it was imported ahead of need (no answer within the "
-            f"{limit:g} s limit (JAXTUNE_TIMEOUT / timeout=); the child was killed), so "
-            f"this process does not import it again.{_HUNG_IMPORT}"
-        )
+    _not_hung_ahead(service, plan, message)
     flight = InFlight(message)
     shown = progress_sink(plan, progress) if progress is not None else None
     # From the send until the child first speaks, as long as a step may take (InFlight.due
@@ -97,9 +90,11 @@ def ask(
     with contextlib.closing(service.exchange(message, deadline=deadline, lean=lean)) as said:
         for item in said:
             if isinstance(item, Waited):
-                # The child's start, and a module import started ahead of need.
+                # The child's start, and a module import started ahead of need, which may
+                # have hung meanwhile (the child is then replaced).
                 if breakdown is not None:
                     breakdown.add("start", item.seconds)
+                _not_hung_ahead(service, plan, message)
             elif isinstance(item, Event):
                 flight.event(item)
                 deadline.at = flight.due(plan.timeout_s)
@@ -119,6 +114,25 @@ def ask(
     _context.warn_unapplied(plan.kernel, answer.unapplied)
     flight.got.update(answered.results)
     return None, flight.got
+
+
+def _not_hung_ahead(service: ChildService, plan: SweepPlan, message: Request[SweepFields]) -> None:
+    """Raises where the kernel's module, imported ahead of need in ``service``'s child,
+    hung there past the time limit: a new child would import it again and wait as long.
+
+    Raises:
+        SweepError: it hung.
+    """
+    ref = message.ref
+    if ref is None or not (limit := hung_ahead(service, ref.module)):
+        return
+    what = f"the script {ref.path}" if ref.module == "__main__" and ref.path else ref.module
+    raise SweepError(
+        f"the jaxtune child hung importing {what}, the module of {plan.kernel}, "
+        f"when it was imported ahead of need (no answer within the {limit:g} s limit "
+        "(JAXTUNE_TIMEOUT / timeout=); the child was killed), so this process does not "
+        f"import it again.{_HUNG_IMPORT}"
+    )
 
 
 def _blame(
