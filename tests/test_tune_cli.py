@@ -60,6 +60,19 @@ UNGUARDED = textwrap.dedent(
 )
 
 
+def _tune_script(parent: str, script: pathlib.Path, env: dict[str, str]):
+    """``jaxtune tune -- python SCRIPT`` from ``parent`` (a program that runs the command),
+    in the script's folder."""
+    return subprocess.run(
+        [sys.executable, "-c", parent, "tune", "--", sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=script.parent,
+    )
+
+
 def test_a_script_whose_rerun_hangs_costs_the_time_limit_once(tmp_path):
     """A new user's script with no ``__main__`` guard and its loop at the top level: the
     child that re-runs it to find the kernel never ends its import. It is started while
@@ -76,14 +89,7 @@ def test_a_script_whose_rerun_hangs_costs_the_time_limit_once(tmp_path):
         "JAXTUNE_CACHE_DIR": str(tmp_path / "cache"),
         "PROBE_LOG": str(log),
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", PARENT, "tune", "--", sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
+    proc = _tune_script(PARENT, script, env)
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0, said
     assert f"the jaxtune child hung importing the script {script}" in said, said
@@ -316,14 +322,7 @@ def test_the_sweep_child_starts_and_imports_the_kernel_while_the_program_runs(tm
         # The command starts the child ahead of need only once it knows the platform: with
         # an accelerator plugin installed, JAX_PLATFORMS tells it (the CPU, as in CI).
         env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run(
-        [sys.executable, "-c", COUNTS_CHILDREN, "tune", "--", sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
+    proc = _tune_script(COUNTS_CHILDREN, script, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Anywhere in a line: the command's own lines share stderr with these, and a line of
     # one process may end in the middle of the other's.
