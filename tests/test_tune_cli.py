@@ -494,3 +494,31 @@ def test_a_retune_without_the_retune_extra_says_how_to_keep_the_lowered_programs
     monkeypatch.setattr(program_store, "serialisable", lambda: False)
     monkeypatch.setattr(compile_cache, "own_folder", lambda: None)  # JAXTUNE_COMPILE_CACHE=0
     assert _tune.retune_hint([entry]) == ""
+
+
+@pytest.mark.parametrize("verb", ["tune", "profile", "cache check"])
+def test_a_bad_setting_is_said_before_the_program_runs(tmp_path, verb):
+    """A new user's JAXTUNE_MODE=tnue was reported once the program had traced its first
+    kernel, 12-23 s in, the program having run (and crashed) first."""
+    marker = tmp_path / "ran"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAXTUNE_MODE": "tnue"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxtune",
+            *verb.split(),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(marker)!r}, 'w')",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "JAXTUNE_MODE='tnue' is not valid" in proc.stderr
+    assert not marker.exists()

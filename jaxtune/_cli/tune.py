@@ -113,12 +113,15 @@ def program(args: argparse.Namespace, verb: str) -> list[str]:
 
     Raises:
         JaxtuneError: there is none.
+        SettingsError: a ``JAXTUNE_*`` variable holds a bad value (said before the program
+            runs, not once it has traced its first kernel).
     """
     command = list(args.program)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise JaxtuneError(f"it needs a command to run: jaxtune {verb} -- python train.py")
+    _settings.settings()
     if command[0] in ("python", "python3"):
         command[0] = sys.executable
     return command
