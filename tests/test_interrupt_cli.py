@@ -117,6 +117,12 @@ def test_ctrl_c_during_a_sweep_keeps_what_was_tuned(tmp_path):
     kernels = {e.kernel for e in _cache.CacheStore(cache).all_entries()}
     assert "ci.quick" in kernels  # tuned before the interrupt: kept
     assert "ci.slow" not in kernels
+    # And it says so: which sweep was dropped, what was saved.
+    assert "jaxtune tune: interrupted during the sweep of ci.slow " in err, err[-3000:]
+    assert (
+        "it is dropped, and the cache keeps what it held for that call; saved before it: 1 sweep"
+        in err
+    )
 
 
 @pytest.mark.parametrize("ignored", [False, True], ids=["default", "inherited-ignored"])

@@ -280,6 +280,15 @@ def sweep_records(
             )
         try:
             outcome = runner.run(plan, request)
+        except KeyboardInterrupt:
+            done = f"; saved before it: {count(len(entries), 'sweep')}" if entries else ""
+            print(
+                f"jaxtune tune: interrupted during the sweep of {name}: it is dropped, and "
+                f"the cache keeps what it held for that call{done}",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise
         except JaxtuneError as e:
             problems.append(f"{name}: {e}")
             continue
