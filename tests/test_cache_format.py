@@ -281,7 +281,14 @@ def test_a_ratio_near_1_is_shown_with_the_digits_that_part_it_from_1():
     )
     assert ratio_texts(1.31, 1.22, 1.4) == ("1.31", "1.22", "1.40")
     assert ratio_texts(0.99951, 1.0) == ("0.9995", "1.0000")
-    assert ratio_texts(1.00001) == ("1.0000",)  # four decimals at most
+    # A low bound a hair above 1 never reads as 1 beside "ahead" (up to six decimals),
+    # and a ratio shares its interval's decimals.
+    assert ratio_texts(1.001, 1.00004, 1.0014) == ("1.00100", "1.00004", "1.00140")
+    assert ratio_texts(1.0000001) == ("1.000000",)  # six decimals at most
+    near = {"rival": {"block": 4}, "ratio": 1.001, "low": 1.00004, "high": 1.0014}
+    assert entry(decision="clear", margin=near).decision_text() == (
+        "clear: 1.00100x ahead of block=4 (95 % interval 1.00004-1.00140)"
+    )
 
 
 def test_the_outer_layout_is_read_by_the_typed_codec_and_a_bad_field_is_named():

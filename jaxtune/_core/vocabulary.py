@@ -103,7 +103,7 @@ def pass_text(timing: str) -> str:
 
 
 def ratio_texts(*values: float) -> tuple[str, ...]:
-    """Time ratios for people, with two decimals, or as many more (up to four) as it takes
+    """Time ratios for people, with two decimals, or as many more (up to six) as it takes
     for no ratio other than 1 to read ``1.00``: a config 0.3 % ahead, shown slower, is
     ``1.003x ahead (99 % interval 1.001-1.005)``, not ``1.00x ahead (... 1.00-1.00)``.
 
@@ -114,9 +114,11 @@ def ratio_texts(*values: float) -> tuple[str, ...]:
         ('1.003', '1.001', '1.005')
         >>> ratio_texts(1.0, 0.9996)
         ('1.0000', '0.9996')
+        >>> ratio_texts(1.001, 1.00004, 1.0014)
+        ('1.00100', '1.00004', '1.00140')
     """
     texts: tuple[str, ...] = ()
-    for digits in (2, 3, 4):
+    for digits in (2, 3, 4, 5, 6):
         texts = tuple(f"{v:.{digits}f}" for v in values)
         one = f"{1:.{digits}f}"
         if all(t != one or v == 1.0 for t, v in zip(texts, values, strict=True)):
@@ -349,7 +351,10 @@ class Entry:
     #: ``tie_within`` faster) or ``single``; empty in entries older than the field.
     decision: Annotated[str, DECISION] = ""
     #: The closest rival: ``{"rival": config, "ratio": its time over the stored config's,
-    #: "low": ..., "high": ...}`` (the ratio's 95 % interval), or ``None``.
+    #: "low": ..., "high": ...}`` (the ratio's 95 % interval), with ``"kept"`` where an
+    #: undecided race stored another config than its best estimate: ``"envelope"`` (its
+    #: faster rounds) or ``"default"`` (the rounds measured the estimate slower than the
+    #: default); or ``None``.
     margin: Annotated[Mapping[str, Any] | None, MARGIN] = None
     #: The timer (``wall``, ``profiler``, ``cupti``) and the pass timed (``forward``,
     #: ``vjp``: forward and backward); empty in entries older than the fields.
@@ -390,9 +395,11 @@ class Entry:
         low, high = m.get("low"), m.get("high")
         span = ""
         if low is not None and high is not None:
-            span = " (95 % interval {}-{})".format(*ratio_texts(low, high))
+            ratio, shown_low, shown_high = ratio_texts(m["ratio"], low, high)
+            span = f" (95 % interval {shown_low}-{shown_high})"
+        else:
+            (ratio,) = ratio_texts(m["ratio"])
         rival = config_id(m["rival"])
-        (ratio,) = ratio_texts(m["ratio"])
         if self.decision == "clear":
             if low is not None and low <= 1.0:  # not shown slower: shown not faster
                 return f"clear: {rival} not faster, {ratio}x{span}"

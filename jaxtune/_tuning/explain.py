@@ -32,16 +32,26 @@ def rival_text(rival: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
     return _configs.text(rival, differ)
 
 
-def _interval(low: float | None, high: float | None, level: float) -> str:
+def _rated(
+    ratio: float, low: float | None = None, high: float | None = None, level: float = LEVEL
+) -> tuple[str, str]:
+    """``("1.31x", " (99 % interval 1.22-1.40)")``, with as many decimals for all three
+    as part a ratio near 1 from 1 (:func:`ratio_texts`: ``1.003x``, ``1.001-1.005``); the
+    interval empty when unknown."""
     if low is None or high is None:
-        return ""
-    shown_low, shown_high = ratio_texts(low, high)
-    return f" ({level:.0%} interval {shown_low}-{shown_high})".replace("%", " %")
+        return f"{ratio_texts(ratio)[0]}x", ""
+    shown, shown_low, shown_high = ratio_texts(ratio, low, high)
+    return f"{shown}x", f" ({level:.0%} interval {shown_low}-{shown_high})".replace("%", " %")
 
 
 def _x(ratio: float) -> str:
     """``1.31x``; ``1.003x`` for a ratio near 1 (:func:`ratio_texts`)."""
-    return f"{ratio_texts(ratio)[0]}x"
+    return _rated(ratio)[0]
+
+
+def _percent(share: float) -> str:
+    """``12 %``; ``0.3 %`` below 1 %."""
+    return (f"{share:.0%}" if share >= 0.01 else f"{share:.1%}").replace("%", " %")
 
 
 def _behind(entry: Entry, config: Mapping[str, Any]) -> bool:
@@ -126,16 +136,20 @@ def _decision(entry: Entry) -> str:
         _, s_low, s_high = ratio_interval(theirs, mine, SLOWER_LEVEL)
         strict = (s_low, s_high)
     if entry.decision == "tie":
-        return f"tie with {rival}: {_x(ratio)}{_interval(low, high, LEVEL)}"
+        return "tie with {}: {}{}".format(rival, *_rated(ratio, low, high))
     if entry.decision == "clear":
         if strict[0] is not None and strict[0] > 1.0:  # ruled out: shown slower at 99 %
-            return f"clear: {_x(ratio)} ahead of {rival}{_interval(*strict, SLOWER_LEVEL)}"
+            return "clear: {} ahead of {}{}".format(
+                *_in_order(_rated(ratio, *strict, SLOWER_LEVEL), rival)
+            )
         if low is None and mine and theirs:
             # The rival left the rounds before an interval of the whole race: its rounds
             # beside the stored config's still give the ratio (and an interval, from 6).
             r_ratio, r_low, r_high = ratio_interval(theirs, mine)
             if r_low is not None:
-                return f"clear: {_x(r_ratio)} ahead of {rival}{_interval(r_low, r_high, LEVEL)}"
+                return "clear: {} ahead of {}{}".format(
+                    *_in_order(_rated(r_ratio, r_low, r_high), rival)
+                )
             how = "clearly behind" if _behind(entry, rival_config) else "median"
             return (
                 f"clear: {_x(r_ratio)} ahead of {rival} ({how} after {count(len(theirs), 'round')})"
@@ -145,30 +159,40 @@ def _decision(entry: Entry) -> str:
         if (mine and theirs) or low <= 1.0:  # not faster by more than the tie margin
             if ratio < 1.0 and low is not None and low > 0:
                 # Its estimate is ahead, but not by enough to win: it would lose a tie.
-                return (
-                    f"clear: {rival} at most {1 / low - 1:.0%} faster, loses a tie: "
-                    f"{_x(ratio)}{_interval(low, high, LEVEL)}"
-                ).replace("%", " %", 1)
-            return f"clear: {rival} not faster, {_x(ratio)}{_interval(low, high, LEVEL)}"
-        return f"clear: {_x(ratio)} ahead of {rival}{_interval(low, high, LEVEL)}"
+                return "clear: {} at most {} faster, loses a tie: {}{}".format(
+                    rival, _percent(1 / low - 1), *_rated(ratio, low, high)
+                )
+            return "clear: {} not faster, {}{}".format(rival, *_rated(ratio, low, high))
+        return "clear: {} ahead of {}{}".format(*_in_order(_rated(ratio, low, high), rival))
     if strict[0] is not None:
-        shown = _interval(*strict, SLOWER_LEVEL)
+        shown_ratio, shown = _rated(ratio, *strict, SLOWER_LEVEL)
     elif low is not None:
-        shown = f"{_interval(low, high, LEVEL)[:-1]}; too few rounds for a 99 % one)"
+        shown_ratio, shown = _rated(ratio, low, high)
+        shown = f"{shown[:-1]}; too few rounds for a 99 % one)"
     else:
-        shown = ""
+        shown_ratio, shown = _x(ratio), ""
     after = f" after {count(len(mine), 'round')}" if mine else ""
-    return f"undecided vs {rival}: {_x(ratio)}{shown}{after}{_kept(entry, ratio, mine, theirs)}"
+    return f"undecided vs {rival}: {shown_ratio}{shown}{after}{_kept(entry, mine, theirs)}"
 
 
-def _kept(entry: Entry, ratio: float, mine: tuple[float, ...], theirs: tuple[float, ...]) -> str:
-    """Why an undecided race stored a config its closest rival beat round by round
-    (``ratio`` below 1): ``", stored for its faster rounds (second fastest 1.08x ahead)"``
-    where its lower envelope was faster (:func:`~.sweep.stats.decide`), ``", the default,
-    kept"`` where the rounds measured the best estimate slower than the default; empty
-    where the rival is not ahead."""
-    if ratio >= 1.0:
-        return ""
+def _in_order(rated: tuple[str, str], rival: str) -> tuple[str, str, str]:
+    """``(ratio, rival, interval)``: the words of "1.31x ahead of X (99 % interval ...)"."""
+    return rated[0], rival, rated[1]
+
+
+def _kept(entry: Entry, mine: tuple[float, ...], theirs: tuple[float, ...]) -> str:
+    """Why an undecided race stored a config other than its best estimate, as the
+    decision recorded it (``margin["kept"]``): ``", stored for its faster rounds (second
+    fastest 1.08x ahead)"``, ``", the default, kept: ..."``; empty otherwise."""
+    kept = (entry.margin or {}).get("kept")
+    if kept == "envelope":
+        if mine and theirs and _envelope(theirs) > _envelope(mine):
+            ahead = _x(_envelope(theirs) / _envelope(mine))
+            return f", stored for its faster rounds (second fastest {ahead} ahead)"
+        return ", stored for its faster rounds"
+    if kept == "default":
+        return ", the default, kept: the rounds measured the best estimate slower than it"
+    return ""
     if mine and theirs and _envelope(theirs) > _envelope(mine):
         return f", stored for its faster rounds (second fastest {_x(_envelope(theirs) / _envelope(mine))} ahead)"
     if dict(entry.config) == dict(entry.default_config):

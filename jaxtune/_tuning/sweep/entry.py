@@ -81,6 +81,8 @@ def make_entry(
             "ratio": outcome.margin.ratio,
             "low": outcome.margin.low,
             "high": outcome.margin.high,
+            # Why the stored config is not the rounds' candidate, where it is not.
+            **({"kept": outcome.margin.kept} if outcome.margin.kept else {}),
         },
         timer=resolve_timer(plan.timer, normalise_platform(kind) or kind),
         timing=plan.timing,

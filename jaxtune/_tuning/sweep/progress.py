@@ -224,14 +224,16 @@ def _decided(outcome: SweepOutcome) -> str:
     m = outcome.margin
     if m is None or outcome.decision == "single":
         return ""
-    (ratio,) = ratio_texts(m.ratio)
+    span = ""
+    if m.low is not None and m.high is not None:
+        ratio, low, high = ratio_texts(m.ratio, m.low, m.high)
+        span = f" ({low}-{high})"
+    else:
+        (ratio,) = ratio_texts(m.ratio)
     if outcome.decision == "clear":
         if m.low is None or m.low <= 1.0:
             return f" (clear: {config_text(m.rival)} not faster, {ratio}x)"
         return f" (clear: {ratio}x ahead of {config_text(m.rival)})"
-    span = ""
-    if m.low is not None and m.high is not None:
-        span = " ({}-{})".format(*ratio_texts(m.low, m.high))
     what = "a tie with" if outcome.decision == "tie" else "undecided vs"
     extra = "" if outcome.decision == "tie" else ", the rounds ran out"
     return f" ({what} {config_text(m.rival)}: {ratio}x{span}{extra})"

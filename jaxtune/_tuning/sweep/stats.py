@@ -71,6 +71,8 @@ Result = Measurement | Failure
 #: round was more than ``tie_within`` faster), ``single`` (one config ran,
 #: or the configs were never timed side by side).
 DecisionKind = Literal["clear", "tie", "undecided", "single"]
+#: Why a decision stored a config other than its candidate (:attr:`Decision.kept`).
+Kept = Literal["envelope", "default"]
 
 #: ``LEVEL``, ``SLOWER_LEVEL`` and :func:`ratio_interval` live in :mod:`.intervals` (no JAX
 #: there, so the cache commands can show the intervals a decision used).
@@ -86,6 +88,8 @@ class Margin:
     ratio: float
     low: float | None
     high: float | None
+    #: Why the stored config is not the candidate (:attr:`Decision.kept`), or ``None``.
+    kept: Kept | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,6 +148,10 @@ class Decision:
     pick: str
     kind: DecisionKind
     margin: tuple[str, float, float | None, float | None] | None
+    #: Why the pick is not the candidate: ``"envelope"`` (an undecided rival's second
+    #: fastest round beat the candidate's by more than ``tie_within``), ``"default"`` (the
+    #: rounds measured the pick slower than the default, which is kept); ``None``.
+    kept: Kept | None = None
 
     @property
     def settled(self) -> bool:
@@ -257,19 +265,20 @@ def decide(
         quicker = [c for c in undecided if fastest[c] * (1 + tie_within) < fastest[candidate]]
         pick = min(quicker, key=fastest.__getitem__) if quicker else candidate
         kind = "undecided"
+        kept: Kept | None = "envelope" if quicker else None
     elif any(v == "tied" for v in verdicts.values()):
-        pick, kind = candidate, "tie"
+        pick, kind, kept = candidate, "tie", None
     else:
-        pick, kind = candidate, ("clear" if len(verdicts) > 1 else "single")
+        pick, kind, kept = candidate, ("clear" if len(verdicts) > 1 else "single"), None
     # Never store what the rounds measured slower than the default.
     if (
         default in live
         and pick != default
         and ratio_interval(rounds[pick], rounds[default])[0] > 1.0
     ):
-        pick = default
+        pick, kept = default, "default"
     margin = _margin(rounds, [c for c in order if c in verdicts], pick, verdicts, kind)
-    return Decision(best=best, verdicts=verdicts, pick=pick, kind=kind, margin=margin)
+    return Decision(best=best, verdicts=verdicts, pick=pick, kind=kind, margin=margin, kept=kept)
 
 
 def _margin(
@@ -290,8 +299,18 @@ def _margin(
     if not rivals:
         return None
     scored = {c: ratio_interval(rounds[c], rounds[pick]) for c in rivals}
+    if kind == "tie":
+        # A tied rival was shown equivalent to the best estimate, and its interval against
+        # the pick may not hold 1: a tie is shown with one that does (the best estimate's
+        # does, where the pick is not it).
+        holding = [c for c in rivals if _holds_1(*scored[c][1:])]
+        rivals = holding or rivals
     closest = min(rivals, key=lambda c: scored[c][0])
     return (closest, *scored[closest])
+
+
+def _holds_1(low: float | None, high: float | None) -> bool:
+    return low is not None and high is not None and low <= 1.0 <= high
 
 
 def leaders(
@@ -436,7 +455,13 @@ def finish(
         margin = None
         if decision.margin is not None:
             rival, ratio, low, high = decision.margin
-            margin = Margin(rival=dict(raced[rival].config), ratio=ratio, low=low, high=high)
+            margin = Margin(
+                rival=dict(raced[rival].config),
+                ratio=ratio,
+                low=low,
+                high=high,
+                kept=decision.kept,
+            )
     else:
         # No rounds: one config ran, or the first pass left no rival within the leaders'
         # window; the fastest sample ranks (interference only adds time).
