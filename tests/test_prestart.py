@@ -130,7 +130,11 @@ def test_a_module_whose_import_hangs_in_the_child_ends_in_an_error_not_a_hang(tm
     proc = _run(tmp_path, _in_the_child_first("time.sleep(600)"), lines=1, JAXTUNE_TIMEOUT="3")
     assert proc.returncode != 0
     assert "no answer within the 3 s limit" in proc.stderr, proc.stderr[-3000:]
-    assert "while importing its module" in proc.stderr
+    # Its own request's limit, or the limit of the import ahead of need it waited for.
+    assert (
+        "while importing its module" in proc.stderr
+        or "when it was imported ahead of need" in proc.stderr
+    )
     assert "guard that too, or define the kernel in a module of its own" in proc.stderr
 
 
@@ -199,6 +203,28 @@ def test_a_module_whose_import_hung_ahead_of_need_is_not_imported_again(tmp_path
     assert "this process does not import it again" in out["error"]
     assert "no answer within the 3 s limit" in out["error"]
     assert "guard that too, or define the kernel in a module of its own" in out["error"]
+
+
+def test_a_kernel_given_a_longer_limit_than_its_import_had_still_imports_it(tmp_path):
+    """The import ahead of need ran under JAXTUNE_TIMEOUT (3 s) and was cut off; the
+    kernel's own ``timeout=`` (30 s) gives its sweep longer: the sweep imports the module
+    again (5 s) and tunes."""
+    module = (
+        MODULE.replace('name="tests.prestart.kernel")', 'name="tests.prestart.kernel", timeout=30)')
+        + "\nif os.environ.get('JAXTUNE_PARENT_PID'):\n    import time\n\n    time.sleep(5)\n"
+    )
+    proc = _run(
+        tmp_path,
+        module,
+        program=AFTER_THE_HANG,
+        JAXTUNE_TIMEOUT="3",
+        PROBE_SWEEP="after the kill",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["error"] is None, out["error"]
+    parent = str(out["parent"])
+    assert len([line for line in out["imports"] if line[0] != parent]) == 2, out["imports"]
 
 
 def test_cpu_only_is_false_where_a_tpu_runtime_or_a_plugin_is_installed(monkeypatch, tmp_path):

@@ -27,7 +27,7 @@ from .._core.versions import toolchain
 from .calling import function_ref
 from .devices import cpu_only, parent_backend, tpu_runtime
 from .environ import pool_key, unkeyed_environ
-from .frames import Module, Preload
+from .frames import FunctionRef, Module, Preload
 from .process import POOL, ChildLost, ChildProcess, Deadline
 from .state import ISOLATION_STATE
 from .wire import NotTransportable
@@ -54,8 +54,11 @@ class _Ahead:
     #: The modules that answer requests there (a flow's ``handler``), imported before the
     #: kernels' modules.
     handlers: dict[tuple[Any, ...], list[str]] = dataclasses.field(default_factory=dict)
-    #: The modules whose import there hung past the time limit, with that limit (seconds).
-    hung: dict[tuple[tuple[Any, ...], str], float] = dataclasses.field(default_factory=dict)
+    #: The modules (by name and file: scripts are all ``__main__``) whose import there hung
+    #: past the time limit, with that limit (seconds).
+    hung: dict[tuple[tuple[Any, ...], str, str | None], float] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 _AHEAD = ISOLATION_STATE.keep(
@@ -124,13 +127,14 @@ def _begin(
     return begun
 
 
-def hung_ahead(runner: ChildService, module: str) -> float | None:
-    """The time limit (seconds) past which importing ``module`` ahead of need hung in
-    ``runner``'s child, which was then killed; ``None`` where it did not hang. A sweep of
-    a kernel of that module would import it again in a new child and wait as long."""
+def hung_ahead(runner: ChildService, ref: FunctionRef) -> float | None:
+    """The time limit (seconds) past which importing the module of ``ref`` ahead of need
+    hung in ``runner``'s child, which was then killed; ``None`` where it did not hang. A
+    sweep of a kernel of that module would import it again in a new child and wait as
+    long."""
     key = _key(runner)
     with _LOCK:
-        return _AHEAD.hung.get((key, module))
+        return _AHEAD.hung.get((key, ref.module, ref.path))
 
 
 def _key(runner: ChildService) -> tuple[Any, ...]:
@@ -163,7 +167,9 @@ def _start(runner: ChildService, key: tuple[Any, ...]) -> None:
                     _AHEAD.running.discard(key)
                     return
             first = False
-            _import_in(child, key, refs, handlers)
+            # One module a request: of several that hung, which one would not be known.
+            for part in [[ref] for ref in refs] or [[]]:
+                _import_in(child, key, part, handlers)
     except Exception:
         with _LOCK:
             _AHEAD.running.discard(key)
@@ -187,6 +193,6 @@ def _import_in(
             # One module at a time is what hung; of several, which one is not known.
             if lost.hung and len(refs) == 1:
                 with _LOCK:
-                    _AHEAD.hung[(key, refs[0].ref.module)] = timeout
+                    _AHEAD.hung[(key, refs[0].ref.module, refs[0].ref.path)] = timeout
             with contextlib.suppress(Exception):
                 POOL.discard(child)

@@ -124,7 +124,9 @@ def _not_hung_ahead(service: ChildService, plan: SweepPlan, message: Request[Swe
         SweepError: it hung.
     """
     ref = message.ref
-    if ref is None or not (limit := hung_ahead(service, ref.module)):
+    limit = None if ref is None else hung_ahead(service, ref)
+    # A kernel given a longer limit (timeout=) than the import had may still import.
+    if ref is None or limit is None or limit < plan.timeout_s:
         return
     what = f"the script {ref.path}" if ref.module == "__main__" and ref.path else ref.module
     raise SweepError(
