@@ -496,29 +496,35 @@ def test_a_retune_without_the_retune_extra_says_how_to_keep_the_lowered_programs
     assert _tune.retune_hint([entry]) == ""
 
 
-@pytest.mark.parametrize("verb", ["tune", "profile", "cache check"])
-def test_a_bad_setting_is_said_before_the_program_runs(tmp_path, verb):
-    """A new user's JAXTUNE_MODE=tnue was reported once the program had traced its first
-    kernel, 12-23 s in, the program having run (and crashed) first."""
+def _marks_its_run(tmp_path, verb: str, **variables: str):
+    """``python -m jaxtune VERB -- python -c ...`` with ``variables`` set, the program
+    writing a file: ``(the finished process, whether the program ran)``."""
     marker = tmp_path / "ran"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAXTUNE_MODE": "tnue"}
+    program = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jaxtune",
-            *verb.split(),
-            "--",
-            sys.executable,
-            "-c",
-            f"open({str(marker)!r}, 'w')",
-        ],
-        env=env,
+        [sys.executable, "-m", "jaxtune", *verb.split(), "--", *program],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **variables},
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
     )
+    return proc, marker.exists()
+
+
+@pytest.mark.parametrize("verb", ["tune", "profile", "cache check"])
+def test_a_bad_setting_is_said_before_the_program_runs(tmp_path, verb):
+    """A new user's JAXTUNE_MODE=tnue was reported once the program had traced its first
+    kernel, 12-23 s in, the program having run (and crashed) first."""
+    proc, ran = _marks_its_run(tmp_path, verb, JAXTUNE_MODE="tnue")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "JAXTUNE_MODE='tnue' is not valid" in proc.stderr
-    assert not marker.exists()
+    assert not ran
+
+
+def test_a_setting_profile_sets_for_the_program_is_not_refused(tmp_path):
+    """``jaxtune profile`` sets JAXTUNE_PROFILE for the program itself: a bad value the
+    user left in the variable never reaches the program, and is no reason to refuse."""
+    proc, ran = _marks_its_run(tmp_path, "profile", JAXTUNE_PROFILE="bogus")
+    assert "not valid" not in proc.stderr, proc.stderr[-3000:]
+    assert ran

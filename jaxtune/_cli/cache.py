@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._core import settings as _settings
 from .._core.errors import CacheError
 from .._core.vocabulary import Entry, Measurement, StaleReason, ratio_texts
 from .._render import configs as _configs
@@ -622,6 +623,7 @@ def _check(args: argparse.Namespace, store: _cache.CacheStore, out: Out) -> int:
     from . import tune as _tune
 
     command = _tune.program(args, "cache check")
+    _settings.settings()  # a bad JAXTUNE_* value: said now, not once the program ran
     recording, status = _tune.record_program(
         command, full=args.full, settle=args.settle, verb="cache check", json=args.json
     )

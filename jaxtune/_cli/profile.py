@@ -8,6 +8,7 @@ import pathlib
 import sys
 from typing import Any
 
+from .._core import settings as _settings
 from .._core.flags import child_env, find_libtpu, requested_platform
 from .._core.masking import mask_command
 from .._core.xspace.xplane import Space
@@ -109,6 +110,8 @@ def run_profile(args: argparse.Namespace) -> int:
     env["JAXTUNE_PROFILE_LLO"] = "1" if args.llo else "0"
     if args.logdir:
         env["JAXTUNE_PROFILE_DIR"] = args.logdir
+    # A bad JAXTUNE_* value in what the program gets: said now, not once it ran.
+    _settings.settings(env)
     shown = {k: env[k] for k in ("XLA_FLAGS", "LIBTPU_INIT_ARGS") if env.get(k)}
     where = pathlib.Path(env.get("JAXTUNE_PROFILE_DIR") or "./jaxtune-profiles")
     print(

@@ -113,15 +113,12 @@ def program(args: argparse.Namespace, verb: str) -> list[str]:
 
     Raises:
         JaxtuneError: there is none.
-        SettingsError: a ``JAXTUNE_*`` variable holds a bad value (said before the program
-            runs, not once it has traced its first kernel).
     """
     command = list(args.program)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise JaxtuneError(f"it needs a command to run: jaxtune {verb} -- python train.py")
-    _settings.settings()
     if command[0] in ("python", "python3"):
         command[0] = sys.executable
     return command
@@ -332,6 +329,7 @@ def had_config(record: RecordedCall) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Runs ``jaxtune tune``; returns the exit status."""
     command = program(args, "tune")
+    _settings.settings()  # a bad JAXTUNE_* value: said now, not once the program ran
     # The sweep child starts while the program runs and records its calls, and imports
     # the module of each call to sweep as soon as the call is recorded (CPU and GPU). This
     # parent still starts no backend, so a TPU stays free for the program: there the
