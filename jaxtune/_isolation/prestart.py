@@ -179,7 +179,8 @@ def _import_in(
     child: ChildProcess, key: tuple[Any, ...], refs: list[Module], handlers: list[str]
 ) -> None:
     # A module may take as long to import as a config may take (JAXTUNE_TIMEOUT); past
-    # that the child is replaced, and a sweep imports the module itself, under that limit.
+    # that the child is replaced, and the module is remembered: a sweep that allows no
+    # longer does not import it again (:func:`hung_ahead`).
     timeout = _settings.settings().timeout
     with child.lock:
         if not child.alive():

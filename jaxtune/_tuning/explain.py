@@ -193,8 +193,3 @@ def _kept(entry: Entry, mine: tuple[float, ...], theirs: tuple[float, ...]) -> s
     if kept == "default":
         return ", the default, kept: the rounds measured the best estimate slower than it"
     return ""
-    if mine and theirs and _envelope(theirs) > _envelope(mine):
-        return f", stored for its faster rounds (second fastest {_x(_envelope(theirs) / _envelope(mine))} ahead)"
-    if dict(entry.config) == dict(entry.default_config):
-        return ", the default, kept: the rounds measured the best estimate slower than it"
-    return ""
