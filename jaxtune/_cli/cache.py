@@ -10,7 +10,6 @@ import os
 import pathlib
 import shutil
 import stat
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from .._tuning.store import cache as _cache
 from .._tuning.store import result_files as _results
 from .._tuning.store.layout import XLA_DIR
 from .._tuning.sweep.breakdown import breakdown_text
+from .._tuning.sweep.intervals import ratio_interval
 from . import cache_sync as _sync
 from .entries import StaleJudge, entry_summary, labels
 from .recording import add_recording_options
@@ -223,10 +223,11 @@ def _against_stored(m: Measurement, stored: Measurement | None) -> str:
         return ""
     if m is stored:
         return "; stored"
-    ratios = [a / b for a, b in zip(m.rounds_us, stored.rounds_us, strict=False) if a > 0 < b]
-    if len(ratios) < 2:
+    shared = sum(1 for a, b in zip(m.rounds_us, stored.rounds_us, strict=False) if a > 0 < b)
+    if shared < 2:
         return ""
-    return f"; {ratio_texts(statistics.median(ratios))[0]}x the stored, round by round"
+    ratio, _, _ = ratio_interval(m.rounds_us, stored.rounds_us)
+    return f"; {ratio_texts(ratio)[0]}x the stored, round by round"
 
 
 Out = Callable[[Any, str], None]
