@@ -189,15 +189,18 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     def noted_executions(where: Any) -> Any:
         import pathlib
 
-        files = [f for f in pathlib.Path(where).rglob("*") if f.is_file()]
-        space = xplane.load(where)
+        if isinstance(where, bytes):  # the XSpace itself (timers._stop_trace)
+            size, space = len(where), xplane.parse(where)
+        else:
+            files = [f for f in pathlib.Path(where).rglob("*") if f.is_file()]
+            size, space = sum(f.stat().st_size for f in files), xplane.load(where)
         planes = {n: len(raw or b"") for n, raw in zip(space.plane_names, space._raw, strict=True)}
         metadata = {
             p.name: len(p.event_metadata) for p in space.planes(n for n in planes if "TPU" in n)
         }
         traces.append(
             {
-                "bytes": sum(f.stat().st_size for f in files),
+                "bytes": size,
                 "planes": planes,
                 "device_metadata": metadata,
             }
@@ -227,6 +230,12 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
 
     gc.callbacks.append(collected)
     stop = threading.Event()
+    # TIMELINE_NATIVE=PREFIX: native stacks of each trace's stop (tools/tpu/native_sampler.c)
+    # to PREFIX.stacks, the stops' bounds to PREFIX.stops and /proc/self/maps to PREFIX.maps.
+    prefix = os.environ.get("TIMELINE_NATIVE")
+    native = _native_stops(prefix) if prefix else None
+    if native is not None:
+        patched.append(native)
 
     def sample() -> None:
         last, last_own, last_t = _busy(), _own_cpu(), time.perf_counter()
@@ -243,6 +252,9 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     finally:
         stop.set()
         sampler.join()
+        if native is not None:
+            jax_profiler = __import__("jax").profiler
+            jax_profiler._native_done()
         gc.callbacks.remove(collected)
         for owner, name, original in reversed(patched):
             setattr(owner, name, original)
@@ -263,6 +275,67 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
                 },
                 f,
             )
+
+
+def _native_stops(prefix: str) -> tuple[Any, str, Any]:
+    """Samples the native stack of the thread stopping a trace every 5 ms
+    (a probe: what a long stop does inside libtpu); returns the patch to undo.
+    ``jax.profiler._native_done()`` writes the stops' bounds and the process's maps."""
+    import ctypes
+    import pathlib
+    import signal
+    import subprocess
+
+    import jax
+
+    library = os.environ.get("TIMELINE_NATIVE_SO", "/tmp/native_sampler.so")
+    if not os.path.exists(library):
+        source = pathlib.Path(__file__).resolve().parents[1] / "tools/tpu/native_sampler.c"
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, str(source)], check=True)
+    lib = ctypes.CDLL(library)
+    if lib.sampler_start(f"{prefix}.stacks".encode(), int(signal.SIGUSR2)) != 0:
+        raise OSError(ctypes.get_errno(), "the native sampler did not start")
+    from jaxtune._tuning.sweep import timers
+
+    # The timer's own stop where it has one (it keeps the trace in memory), else JAX's.
+    owner, name = (
+        (timers, "_stop_trace") if hasattr(timers, "_stop_trace") else (jax.profiler, "stop_trace")
+    )
+    own_stop = getattr(owner, name)
+    active: list[int | None] = [None]
+    stops: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def noted_stop(*args: Any) -> Any:
+        start = time.monotonic_ns()
+        active[0] = threading.get_ident()
+        try:
+            return own_stop(*args)
+        finally:
+            active[0] = None
+            stops.append((start, time.monotonic_ns()))
+
+    def watch() -> None:
+        while not done.wait(0.005):
+            ident = active[0]
+            if ident is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pthread_kill(ident, signal.SIGUSR2)
+
+    watcher = threading.Thread(target=watch, daemon=True, name="native-sampler")
+    watcher.start()
+
+    def finish() -> None:
+        done.set()
+        watcher.join()
+        with open(f"{prefix}.stops", "w") as f:
+            json.dump(stops, f)
+        with open("/proc/self/maps") as src, open(f"{prefix}.maps", "w") as dst:
+            dst.write(src.read())
+
+    jax.profiler._native_done = finish
+    setattr(owner, name, noted_stop)
+    return (owner, name, own_stop)
 
 
 def summary(

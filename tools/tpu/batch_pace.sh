@@ -7,6 +7,8 @@
 #                                         figure; goal <= 90 s, second <= 0.4x the first);
 #                                         every entry's phases and failures end in the JSON
 #                                         (RAGGED_STRIDE=5: every 5th config, a quick look)
+#   NATIVE=1 bash tools/tpu/batch_pace.sh ragged   the same, each trace's stop sampled
+#                                         natively (tools/tpu/native_symbols.py reads it)
 #   bash tools/tpu/batch_pace.sh ragspy   as ragged, the --retune under py-spy (.whl-spy carried)
 #   bash tools/tpu/batch_pace.sh raggedearly  as ragged, the --retune's first pass captured
 #                                         beside its compiles from the cache
@@ -23,6 +25,8 @@ set -x
 . tools/tpu/env.sh
 python3 -c "import jax, jaxlib, importlib.metadata as m; print(jax.devices(), jax.__version__, jaxlib.__version__, m.version('libtpu'))"
 export JAXTUNE_CACHE_DIR=/tmp/pace-cache
+# The native sampler built here where the machine has no C compiler (bench/_timeline.py).
+[ -f .native/native_sampler.so ] && export TIMELINE_NATIVE_SO=$PWD/.native/native_sampler.so
 case "${1:-pace}" in
 pace)
   ( time python3 bench/bench_pace.py --tpu --json $OUT/pace_tpu.json ) > $OUT/bench_pace_tpu.log 2>&1
@@ -30,7 +34,9 @@ pace)
 ragged)
   rm -rf $JAXTUNE_CACHE_DIR
   for run in ${RAGGED_RUNS:-first retune}; do  # RAGGED_RUNS=first: one run
-    ( time python3 bench/bench_tokamax_tpu.py --part jaxtune --only exhaustive \
+    # NATIVE=1: native stacks of each trace's stop (bench/_timeline.py, TIMELINE_NATIVE).
+    ( time env ${NATIVE:+TIMELINE_NATIVE=$OUT/native_$run} python3 bench/bench_tokamax_tpu.py \
+        --part jaxtune --only exhaustive \
         --stride ${RAGGED_STRIDE:-1} --configs 540 --json $OUT/ragged_$run.json \
         --timeline $OUT/timeline_$run.json ) > $OUT/ragged_$run.log 2>&1
     grep -o '"phases": {[^}]*}' $OUT/ragged_$run.log
