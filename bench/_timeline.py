@@ -140,8 +140,22 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     prime = os.environ.get("TIMELINE_PRIME") in ("1", "call")
     prime_call = os.environ.get("TIMELINE_PRIME") == "call"
 
+    # Each capture's page faults on its thread and the process's resident memory before
+    # and after (MB), in ``memory``: does a long first stop grow the heap?
+    memory: list[tuple[int, float, float]] = []
+    # TIMELINE_PREFAULT_MB=N: before the first capture, its thread's malloc arena is grown
+    # by N MB, touched and freed, and kept (glibc's trim threshold raised): the seconds,
+    # MB and page faults that took, in ``prefault``.
+    prefault: list[tuple[float, int, int]] = []
+    prefault_mb = int(os.environ.get("TIMELINE_PREFAULT_MB", "0"))
+
     @contextlib.contextmanager
     def noted_capture(self: Any) -> Iterator[Any]:
+        if prefault_mb and not prefault:
+            at, faults = time.perf_counter(), _faults()
+            _grow_heap(prefault_mb)
+            prefault.append((round(time.perf_counter() - at, 3), prefault_mb, _faults() - faults))
+        faults, rss = _faults(), _rss_mb()
         if prime:
             import tempfile
 
@@ -174,6 +188,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
         )
         by_module = {m: cid for cid, m in self.compiler.names.modules.items()}
         captured.append(sorted(by_module.get(m, str(m)) for m in programs))
+        memory.append((_faults() - faults, rss, _rss_mb()))
 
     patched.append((measure.Stopwatch, "_capture", own_capture))
     measure.Stopwatch._capture = noted_capture
@@ -272,9 +287,43 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
                     "primes": primes,
                     "traces": traces,
                     "captured": captured,
+                    "memory": memory,
+                    "prefault": prefault,
                 },
                 f,
             )
+
+
+def _faults() -> int:
+    """This thread's minor page faults so far (``/proc/thread-self/stat``)."""
+    with open("/proc/thread-self/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[7])
+
+
+def _rss_mb() -> float:
+    """This process's resident memory (MB)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def _grow_heap(mb: int) -> None:
+    """Grows this thread's malloc arena by ``mb`` MB of 64 KiB blocks, each written, then
+    frees them; glibc keeps them (its trim threshold raised to 2 GiB)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallopt(-1, (1 << 31) - 1)  # M_TRIM_THRESHOLD; also stops its dynamic adjustment
+    block = 64 * 1024
+    blocks = [libc.malloc(block) for _ in range(mb * 1024 * 1024 // block)]
+    for b in blocks:
+        ctypes.memset(b, 1, block)
+    for b in blocks:
+        libc.free(b)
 
 
 def _native_stops(prefix: str) -> tuple[Any, str, Any]:

@@ -34,8 +34,10 @@ pace)
 ragged)
   rm -rf $JAXTUNE_CACHE_DIR
   for run in ${RAGGED_RUNS:-first retune}; do  # RAGGED_RUNS=first: one run
-    # NATIVE=1: native stacks of each trace's stop (bench/_timeline.py, TIMELINE_NATIVE).
-    ( time env ${NATIVE:+TIMELINE_NATIVE=$OUT/native_$run} python3 bench/bench_tokamax_tpu.py \
+    # NATIVE=1: native stacks of each trace's stop (bench/_timeline.py, TIMELINE_NATIVE);
+    # a run named *_pf grows the capturing thread's heap first (TIMELINE_PREFAULT_MB).
+    pf=; case $run in *_pf) pf=TIMELINE_PREFAULT_MB=${PREFAULT_MB:-1024} ;; esac
+    ( time env ${NATIVE:+TIMELINE_NATIVE=$OUT/native_$run} $pf python3 bench/bench_tokamax_tpu.py \
         --part jaxtune --only exhaustive \
         --stride ${RAGGED_STRIDE:-1} --configs 540 --json $OUT/ragged_$run.json \
         --timeline $OUT/timeline_$run.json ) > $OUT/ragged_$run.log 2>&1
