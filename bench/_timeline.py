@@ -15,6 +15,7 @@ import functools
 import gc
 import json
 import os
+import pathlib
 import resource
 import threading
 import time
@@ -140,9 +141,10 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     prime = os.environ.get("TIMELINE_PRIME") in ("1", "call")
     prime_call = os.environ.get("TIMELINE_PRIME") == "call"
 
-    # Each capture's page faults on its thread and the process's resident memory before
-    # and after (MB), in ``memory``: does a long first stop grow the heap?
-    memory: list[tuple[int, float, float]] = []
+    # Each capture's page faults on its thread, the process's resident memory before and
+    # after (MB), and how much (MB) the malloc arena that grew most grew, and all of them,
+    # in ``memory``: does a long first stop grow the heap?
+    memory: list[tuple[int, float, float, float, float]] = []
     # TIMELINE_PREFAULT_MB=N: before the first capture, its thread's malloc arena is grown
     # by N MB, touched and freed, and kept (glibc's trim threshold raised): the seconds,
     # MB and page faults that took, in ``prefault``.
@@ -155,7 +157,7 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
             at, faults = time.perf_counter(), _faults()
             _grow_heap(prefault_mb)
             prefault.append((round(time.perf_counter() - at, 3), prefault_mb, _faults() - faults))
-        faults, rss = _faults(), _rss_mb()
+        faults, rss, heaps = _faults(), _rss_mb(), _heaps()
         if prime:
             import tempfile
 
@@ -188,7 +190,17 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
         )
         by_module = {m: cid for cid, m in self.compiler.names.modules.items()}
         captured.append(sorted(by_module.get(m, str(m)) for m in programs))
-        memory.append((_faults() - faults, rss, _rss_mb()))
+        after = _heaps()
+        grown = {nr: after[nr] - heaps.get(nr, 0) for nr in after}
+        memory.append(
+            (
+                _faults() - faults,
+                rss,
+                _rss_mb(),
+                round(max(grown.values(), default=0) / 2**20, 1),
+                round(sum(grown.values()) / 2**20, 1),
+            )
+        )
 
     patched.append((measure.Stopwatch, "_capture", own_capture))
     measure.Stopwatch._capture = noted_capture
@@ -202,8 +214,6 @@ def recording(path: str, interval_s: float = 0.25) -> Iterator[None]:
     own_executions = timers._executions
 
     def noted_executions(where: Any) -> Any:
-        import pathlib
-
         if isinstance(where, bytes):  # the XSpace itself (timers._stop_trace)
             size, space = len(where), xplane.parse(where)
         else:
@@ -307,6 +317,30 @@ def _rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return round(int(line.split()[1]) / 1024, 1)
     return 0.0
+
+
+def _heaps() -> dict[int, int]:
+    """The bytes each of glibc's malloc arenas holds from the system (``malloc_info``)."""
+    import ctypes
+    import re
+    import tempfile
+
+    libc = ctypes.CDLL(None)
+    libc.fopen.restype = ctypes.c_void_p
+    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    with tempfile.NamedTemporaryFile(suffix=".xml") as f:
+        fp = libc.fopen(f.name.encode(), b"w")
+        libc.malloc_info(0, fp)
+        libc.fclose(fp)
+        text = pathlib.Path(f.name).read_text()
+    return {
+        int(nr): int(size)
+        for nr, size in re.findall(
+            r'<heap nr="(\d+)">.*?<system type="current" size="(\d+)"/>', text, re.S
+        )
+    }
 
 
 def _grow_heap(mb: int) -> None:
