@@ -1034,3 +1034,29 @@ def test_each_configs_program_is_named_by_its_place_in_the_space_whatever_the_or
     second = [two.compiler.names.module(c) for c in [outside, *configs[::-1]]]
     assert first == [f"jit_jaxtune_{i}" for i in range(5)]
     assert second == [first[4], *first[3::-1]]
+
+
+def test_a_device_timer_readies_its_first_capture_while_the_configs_compile(monkeypatch):
+    """Before its first wait for a compile, the sweep thread readies the device timer for
+    a capture of as many configs as one holds (on a TPU: its heap, jaxtune._tuning.sweep.heap),
+    and the seconds that took are the ``heap`` phase."""
+    readied = []
+
+    def ready(self, programs):
+        readied.append((programs, len(self.sweeper.calls)))
+        return 0.5
+
+    monkeypatch.setattr(FakeDeviceTimer, "ready", ready)
+    sweeper = _sweeper({f"c{i}": Fake(ms=2.0 + i * 0.1) for i in range(40)}, device=True)
+    configs = list(sweeper.task.plan.configs)
+    sweeper.measure(configs, reference=configs[0])
+    assert readied == [(32, 0)]  # a capture's 32 of the 40, before any config ran
+    assert sweeper.account().phases["heap"] == 0.5
+    few = _sweeper({f"c{i}": Fake(ms=2.0 + i * 0.1) for i in range(6)}, device=True)
+    few.measure(list(few.task.plan.configs), reference=few.task.plan.configs[0])
+    assert readied[-1] == (6, 0)
+    # A wall timer captures nothing: nothing to ready.
+    readied.clear()
+    wall = _sweeper({f"c{i}": Fake(ms=2.0 + i * 0.1) for i in range(6)})
+    wall.measure(list(wall.task.plan.configs), reference=wall.task.plan.configs[0])
+    assert readied == [] and "heap" not in wall.account().phases

@@ -20,6 +20,9 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``lowering_paced``: the seconds the lowering thread waited for a compiling thread to take
   up a config, two per thread already lowered (:data:`.compile.LOWERED_AHEAD`);
 - ``compile_wait``: time nothing could run because the next config was still compiling;
+- ``heap`` (a device timer on a TPU only): growing the sweep thread's malloc heap while the
+  configs compile, ahead of its first trace's stop, which would otherwise grow it far more
+  slowly (:mod:`.heap`);
 - ``warmup``: each config's first call (its output is kept for the check);
 - ``check``: comparing outputs with the reference config's;
 - ``first_pass``: the first pass (one config at a time, early dropping; a device timer's
@@ -60,6 +63,7 @@ PHASES = (
     "lowering_wait",
     "lowering_paced",
     "compile_wait",
+    "heap",
     "warmup",
     "check",
     "first_pass",
@@ -78,6 +82,7 @@ WALL_PHASES = (
     "transfer",
     "inputs",
     "compile_wait",
+    "heap",
     "warmup",
     "check",
     "first_pass",

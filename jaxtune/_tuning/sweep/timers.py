@@ -46,6 +46,7 @@ from ..._core.errors import ConfigSpaceError
 from ..._core.flags import normalise_platform
 from ..._core.xspace import xplane as _xplane
 from ..._core.xspace.tracing import tracer_options
+from . import heap
 from .in_flight import InFlight, Startable
 from .samples import Timing, TimingOptions, clearly_slower
 
@@ -494,6 +495,15 @@ class ProfilerTimer(WallTimer):
                 return _flight_calls(self.clock, run, options, None, None).wall
         return WallTimer.measure(self, run, options)
 
+    def ready(self, programs: int) -> float:
+        """Readies the calling thread for a trace of up to ``programs`` programs; returns
+        the seconds it took. On a TPU, whose trace's first stop grows the stopping
+        thread's malloc heap (:mod:`.heap`), the heap is grown beforehand (a sweep does it
+        while its configs compile); elsewhere nothing is done."""
+        if normalise_platform(jax.default_backend()) != "tpu":
+            return 0.0
+        return heap.warm(programs * heap.MIB_PER_PROGRAM)
+
     @contextlib.contextmanager
     def recording(self) -> Iterator[Recording]:
         """A trace around the ``measure`` calls made on the yielded recording.
@@ -536,13 +546,14 @@ def _stop_trace(where: pathlib.Path) -> bytes | pathlib.Path:
 
     state = getattr(jax_profiler, "_profile_state", None)
     session = getattr(state, "profile_session", None)
+    stop = getattr(session, "stop", None)
     clear = getattr(jax_profiler, "clear_metadata", None)
-    if state is None or clear is None or not callable(getattr(session, "stop", None)):
+    if state is None or clear is None or not callable(stop):
         jax.profiler.stop_trace()
         return where
     with state.lock:
         try:
-            return bytes(session.stop())
+            return bytes(stop())
         finally:
             state.reset()
             clear()
