@@ -1036,27 +1036,34 @@ def test_each_configs_program_is_named_by_its_place_in_the_space_whatever_the_or
     assert second == [first[4], *first[3::-1]]
 
 
-def test_a_device_timer_readies_its_first_capture_while_the_configs_compile(monkeypatch):
-    """Before its first wait for a compile, the sweep thread readies the device timer for
-    a capture of as many configs as one holds (on a TPU: its heap, jaxtune._tuning.sweep.heap),
-    and the seconds that took are the ``heap`` phase."""
+def test_a_device_timer_readies_a_whole_first_capture_once_the_compiles_are_over(
+    monkeypatch,
+):
+    """Before the sweep's first capture, once every config compiled and ran, a device
+    timer is readied for it where it holds a whole capture's configs (on a TPU: the heap
+    its stop would grow, jaxtune._tuning.sweep.heap), the seconds kept as the ``heap``
+    phase; not before a capture beside the compiles, nor before a smaller one."""
     readied = []
 
     def ready(self, programs):
-        readied.append((programs, len(self.sweeper.calls)))
+        readied.append((programs, len(self.sweeper.calls), self.captures))
         return 0.5
 
     monkeypatch.setattr(FakeDeviceTimer, "ready", ready)
-    sweeper = _sweeper({f"c{i}": Fake(ms=2.0 + i * 0.1) for i in range(40)}, device=True)
+    truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)}
+    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
     configs = list(sweeper.task.plan.configs)
     sweeper.measure(configs, reference=configs[0])
-    assert readied == [(32, 0)]  # a capture's 32 of the 40, before any config ran
+    assert readied == [(32, 40, 0)]  # after each config's first run, before any capture
     assert sweeper.account().phases["heap"] == 0.5
-    few = _sweeper({f"c{i}": Fake(ms=2.0 + i * 0.1) for i in range(6)}, device=True)
-    few.measure(list(few.task.plan.configs), reference=few.task.plan.configs[0])
-    assert readied[-1] == (6, 0)
-    # A wall timer captures nothing: nothing to ready.
+    # Captured beside the compiles first (their pace set to 0 here): not readied.
     readied.clear()
-    wall = _sweeper({f"c{i}": Fake(ms=2.0 + i * 0.1) for i in range(6)})
-    wall.measure(list(wall.task.plan.configs), reference=wall.task.plan.configs[0])
-    assert readied == [] and "heap" not in wall.account().phases
+    monkeypatch.setattr(_engine, "EARLY_PACE_S", 0.0)
+    early = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    early.measure(configs, reference=configs[0])
+    assert early.timer.captures >= 2 and readied == []
+    assert "heap" not in early.account().phases
+    # Fewer configs than a capture holds.
+    few = _sweeper({f"c{i}": Fake(ms=2.0 + i * 0.1) for i in range(12)}, device=True)
+    few.measure(list(few.task.plan.configs), reference=few.task.plan.configs[0])
+    assert few.timer.captures >= 1 and readied == []

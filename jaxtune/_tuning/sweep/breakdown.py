@@ -20,9 +20,6 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``lowering_paced``: the seconds the lowering thread waited for a compiling thread to take
   up a config, two per thread already lowered (:data:`.compile.LOWERED_AHEAD`);
 - ``compile_wait``: time nothing could run because the next config was still compiling;
-- ``heap`` (a device timer on a TPU only): growing the sweep thread's malloc heap while the
-  configs compile, ahead of its first trace's stop, which would otherwise grow it far more
-  slowly (:mod:`.heap`);
 - ``warmup``: each config's first call (its output is kept for the check);
 - ``check``: comparing outputs with the reference config's;
 - ``first_pass``: the first pass (one config at a time, early dropping; a device timer's
@@ -31,6 +28,9 @@ Phases (seconds of wall-clock time, except ``compile_threads``):
 - ``screen`` (a device timer only): the part of ``first_pass`` spent timing configs by
   the wall clock with no trace, their calls in flight, to keep the long ones out of the
   captures (:mod:`.first_pass`);
+- ``heap`` (a device timer on a TPU only): the part of ``first_pass`` spent growing the
+  sweep thread's malloc heap before its first capture, which that capture's stop would
+  otherwise grow far more slowly (:meth:`.measure.Stopwatch.ready`, :mod:`.heap`);
 - ``captures`` (a device timer only): the part of ``first_pass`` and ``rounds`` spent
   starting, stopping and reading the timer's traces;
 - ``capture_stop`` and ``capture_read`` (a device timer only): the parts of ``captures``
@@ -63,12 +63,12 @@ PHASES = (
     "lowering_wait",
     "lowering_paced",
     "compile_wait",
-    "heap",
     "warmup",
     "check",
     "first_pass",
     "rounds",
     "screen",
+    "heap",
     "captures",
     "capture_stop",
     "capture_read",
@@ -82,7 +82,6 @@ WALL_PHASES = (
     "transfer",
     "inputs",
     "compile_wait",
-    "heap",
     "warmup",
     "check",
     "first_pass",

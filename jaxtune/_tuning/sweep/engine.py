@@ -31,7 +31,7 @@ from .first_run import Early, FirstRuns
 from .measure import CONFIGS_PER_CAPTURE, Stopwatch
 from .rounds import interleaved
 from .samples import Timing
-from .timers import ProfilerTimer, RecordingTimer, Timer, timer_for
+from .timers import RecordingTimer, Timer, timer_for
 from .work import Rounds, SweepTask
 
 __all__ = ["EARLY_PACE_S", "Sweeper"]
@@ -200,14 +200,7 @@ class Sweeper:
                 with self.breakdown.timed("first_pass"):
                     ahead.update(captured_ahead(self.stopwatch, configs))
 
-        def ready(configs: int) -> None:
-            spent = isinstance(timer, ProfilerTimer) and timer.ready(
-                min(configs, CONFIGS_PER_CAPTURE)
-            )
-            if spent:
-                self.breakdown.add("heap", spent)
-
-        return Early(take=take, size=CONFIGS_PER_CAPTURE, pace_s=EARLY_PACE_S, ready=ready)
+        return Early(take=take, size=CONFIGS_PER_CAPTURE, pace_s=EARLY_PACE_S)
 
     def _same_programs(
         self, runnable: Sequence[Config]

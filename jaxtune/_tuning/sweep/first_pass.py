@@ -189,6 +189,7 @@ def _visit_screened(
         }
     captured = [c for c in configs if config_id(c) not in out]
     if captured:
+        stopwatch.ready(len(captured))
         out.update(
             stopwatch.captured(
                 captured, lambda rec, module, run: rec.measure(run, options, module=module)

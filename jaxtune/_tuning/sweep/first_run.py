@@ -35,14 +35,11 @@ class Early:
     """Where :meth:`FirstRuns.check` hands configs that passed while others still compile:
     ``take`` gets all those waiting once at least ``size`` are, the last ``size`` of them
     having come off the compile queue at least ``pace_s`` apart on average (configs that
-    come faster would soon be timed after the compiles anyway). ``ready`` is called with
-    the number of configs once they started compiling, before the first wait: what the
-    timer's first capture needs is readied meanwhile."""
+    come faster would soon be timed after the compiles anyway)."""
 
     take: Callable[[list[Config]], None]
     size: int
     pace_s: float
-    ready: Callable[[int], None] = lambda configs: None
 
 
 class FirstRuns:
@@ -76,8 +73,6 @@ class FirstRuns:
         ids = [config_id(c) for c in configs]
         by_id = dict(zip(ids, configs, strict=True))
         done = compiler.outcomes(configs, serial=serial)
-        if early is not None:
-            early.ready(len(configs))
         outcome: dict[str, Failure | None] = {}
         outputs: dict[str, Any] = {}
         candidates = list(ids)

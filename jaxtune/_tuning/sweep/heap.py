@@ -7,7 +7,9 @@ v5e's host (a sandboxed VM) that growth, not the work, took most of the stop: th
 capture of a sweep of Tokamax's ragged_dot (32 programs) stopped in 10.5-11.1 s, 8 s of it
 inside ``malloc``, where the next captures of as many programs stopped in 1.1-1.7 s
 (native stacks sampled in the stop, ``tools/tpu/native_symbols.py``, 2026-12-07). With
-the arena grown and written beforehand, 1 GiB in 3.1 s, the first stop took 1.7 s.
+the arena grown and written beforehand, 1 GiB in 3.1 s, the first stop took 1.7 s. Grown
+beside twelve compiling threads, whose page faults it waits behind, 512 MiB took 11.5 s:
+:meth:`~.measure.Stopwatch.ready` says when it pays.
 
 :func:`warm` does that on the calling thread: allocates the memory in blocks below glibc's
 mmap threshold (so they come from the thread's arena), writes them, and frees all but

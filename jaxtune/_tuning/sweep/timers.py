@@ -498,8 +498,8 @@ class ProfilerTimer(WallTimer):
     def ready(self, programs: int) -> float:
         """Readies the calling thread for a trace of up to ``programs`` programs; returns
         the seconds it took. On a TPU, whose trace's first stop grows the stopping
-        thread's malloc heap (:mod:`.heap`), the heap is grown beforehand (a sweep does it
-        while its configs compile); elsewhere nothing is done."""
+        thread's malloc heap (:mod:`.heap`), the heap is grown beforehand
+        (:meth:`.measure.Stopwatch.ready` says when); elsewhere nothing is done."""
         if normalise_platform(jax.default_backend()) != "tpu":
             return 0.0
         return heap.warm(programs * heap.MIB_PER_PROGRAM)
