@@ -34,6 +34,7 @@ from jaxtune._tuning.signature import Signature
 from jaxtune._tuning.sweep import compile as _compile
 from jaxtune._tuning.sweep import drive as _drive
 from jaxtune._tuning.sweep import engine as _engine
+from jaxtune._tuning.sweep import first_pass as _first_pass
 from jaxtune._tuning.sweep import first_run as _first_run
 from jaxtune._tuning.sweep import rounds as _rounds
 from jaxtune._tuning.sweep.measure import ROUNDS_PER_CAPTURE
@@ -1042,7 +1043,8 @@ def test_a_device_timer_readies_a_whole_first_capture_once_the_compiles_are_over
     """Before the sweep's first capture, once every config compiled and ran, a device
     timer is readied for it where it holds a whole capture's configs (on a TPU: the heap
     its stop would grow, jaxtune._tuning.sweep.heap), the seconds kept as the ``heap``
-    phase; not before a capture beside the compiles, nor before a smaller one."""
+    phase; not before a capture beside the compiles, nor before a smaller one, nor one
+    config a capture (after a crash)."""
     readied = []
 
     def ready(self, programs):
@@ -1050,20 +1052,43 @@ def test_a_device_timer_readies_a_whole_first_capture_once_the_compiles_are_over
         return 0.5
 
     monkeypatch.setattr(FakeDeviceTimer, "ready", ready)
-    truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(40)}
-    sweeper = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
+    # No capture beside the compiles, however slowly they come on a busy machine.
+    monkeypatch.setattr(_engine, "EARLY_PACE_S", 1e9)
+    truth_ms = {f"c{i}": 2.0 + abs(i - 23) * 0.1 for i in range(80)}
+    fakes = {k: Fake(ms=ms) for k, ms in truth_ms.items()}
+    sweeper = _sweeper(fakes, device=True)
     configs = list(sweeper.task.plan.configs)
     sweeper.measure(configs, reference=configs[0])
-    assert readied == [(32, 40, 0)]  # after each config's first run, before any capture
+    assert readied == [(32, 80, 0)]  # after each config's first run, before any capture
     assert sweeper.account().phases["heap"] == 0.5
-    # Captured beside the compiles first (their pace set to 0 here): not readied.
+    # Not again once a capture was made (as one beside the compiles is).
+    sweeper.stopwatch.ready(32)
+    assert readied == [(32, 80, 0)]
+    # Captured beside the compiles first (their pace set to 0 here), the rest after.
+    # Every config within 2x of the best (none screened out), so that more than a
+    # capture's worth is left for after the compiles.
     readied.clear()
     monkeypatch.setattr(_engine, "EARLY_PACE_S", 0.0)
-    early = _sweeper({k: Fake(ms=ms) for k, ms in truth_ms.items()}, device=True)
-    early.measure(configs, reference=configs[0])
-    assert early.timer.captures >= 2 and readied == []
+    # 64 configs: 32 captured beside the compiles, the other 32 after (the last config
+    # comes with none left to compile).
+    flat = {k: Fake(ms=2.0 + i % 10 * 0.01) for i, k in enumerate(list(fakes)[:64])}
+    early = _sweeper(flat, device=True)
+    captured_after = []
+    visit = _first_pass._visit_screened
+
+    def noted_visit(stopwatch, todo, options, dropping, ahead):
+        captured_after.append(len(todo) - len(ahead))
+        return visit(stopwatch, todo, options, dropping, ahead)
+
+    monkeypatch.setattr(_first_pass, "_visit_screened", noted_visit)
+    early.measure(configs[:64], reference=configs[0])
+    assert captured_after == [32] and early.timer.captures == 2 and readied == []
     assert "heap" not in early.account().phases
-    # Fewer configs than a capture holds.
+    monkeypatch.setattr(_engine, "EARLY_PACE_S", 1e9)
+    # Fewer configs than a capture holds; one config a capture.
     few = _sweeper({f"c{i}": Fake(ms=2.0 + i * 0.1) for i in range(12)}, device=True)
     few.measure(list(few.task.plan.configs), reference=few.task.plan.configs[0])
-    assert few.timer.captures >= 1 and readied == []
+    serial = _sweeper(fakes, device=True)
+    serial.serial_rounds = True
+    serial.measure(configs, reference=configs[0])
+    assert few.timer.captures >= 1 and serial.timer.captures >= 32 and readied == []

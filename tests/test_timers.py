@@ -283,6 +283,32 @@ def test_the_profiler_timer_reads_an_epoch_scale_trace_to_the_picosecond(tmp_pat
 def test_a_directory_without_a_trace_is_a_timer_error(tmp_path):
     with pytest.raises(RuntimeError, match="wrote no trace"):
         _timers._executions(tmp_path)
+    with pytest.raises(RuntimeError, match="empty trace"):
+        _timers._executions(b"")
+
+
+def test_a_timers_trace_stops_into_memory_and_the_profiler_can_start_again(tmp_path):
+    """On this toolchain's JAX, the timer stops the trace through JAX's session, keeping
+    it in memory: no file is written (JAX's stop_trace would write the XSpace and a gzipped
+    JSON trace), the calls are read from it as from the file, and a trace can be started
+    and stopped again, by the timer and by JAX's own functions."""
+    f = jax.jit(lambda x: jnp.tanh(x @ x))
+    x = jnp.ones((64, 64))
+    f(x).block_until_ready()
+    for where in (tmp_path / "a", tmp_path / "b"):
+        jax.profiler.start_trace(str(where))
+        for _ in range(3):
+            f(x).block_until_ready()
+        got = _timers._stop_trace(where)
+        assert isinstance(got, bytes), "JAX's session was not found: the trace was written"
+        assert not where.exists() or not any(p.is_file() for p in where.rglob("*"))
+        assert len(_timers._executions(got)) == 3
+    jax.profiler.start_trace(str(tmp_path / "c"))
+    f(x).block_until_ready()
+    jax.profiler.stop_trace()
+    assert len(_timers._executions(tmp_path / "c")) == 1
+    with pytest.raises(RuntimeError, match="No profile started"):
+        jax.profiler.stop_trace()
 
 
 @jaxtune.autotuned(configs={"reps": [2, 16]}, name="tests.timers.loop", timer="profiler")

@@ -15,7 +15,9 @@ beside twelve compiling threads, whose page faults it waits behind, 512 MiB took
 mmap threshold (so they come from the thread's arena), writes them, and frees all but
 the last. The free blocks lie under that one, so glibc keeps them for the thread's next
 allocations instead of giving them back to the system; they are given back once the
-thread ends (or warms again, larger). Only with glibc, the C
+thread ends (or warms again, larger): an inline sweep's thread at the sweep's end, and a
+sweep child's, which handles its requests on its main thread, when the child exits (the
+memory counts against the child's ``memory_limit`` meanwhile). Only with glibc, the C
 library of the hosts TPUs are attached to; elsewhere nothing is done.
 """
 
@@ -35,8 +37,9 @@ __all__ = ["MIB_PER_PROGRAM", "warm"]
 MIB_PER_PROGRAM = 16
 
 #: Blocks of this size come from the thread's arena: glibc's mmap threshold starts at 128
-#: KiB and only grows.
-_BLOCK = 64 * 1024
+#: KiB and only grows (a threshold set lower, ``MALLOC_MMAP_THRESHOLD_``, is rarely
+#: below this).
+_BLOCK = 16 * 1024
 
 _local = threading.local()
 

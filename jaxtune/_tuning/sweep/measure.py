@@ -129,9 +129,10 @@ class Stopwatch:
         phase. Not before a capture beside the compiles, whose page faults are slow with
         or without (Tokamax's ragged_dot on the lent TPU v5e: the first capture of 32
         programs stopped in 13.3 s with the heap grown beforehand, 20.8 s without), nor
-        before a smaller one, whose stop grows the heap less."""
+        before a smaller one, whose stop grows the heap less (one config a capture after
+        a crash: ``serial_rounds``)."""
         timer = self.timer
-        if self.capture_s is not None or programs < CONFIGS_PER_CAPTURE:
+        if self.capture_s is not None or self.serial_rounds or programs < CONFIGS_PER_CAPTURE:
             return
         spent = isinstance(timer, ProfilerTimer) and timer.ready(CONFIGS_PER_CAPTURE)
         if spent:

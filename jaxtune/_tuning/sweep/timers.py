@@ -538,26 +538,38 @@ def _stop_trace(where: pathlib.Path) -> bytes | pathlib.Path:
     """Stops JAX's running trace; returns its XSpace, serialized, or where JAX wrote it.
 
     ``jax.profiler.stop_trace`` also turns the trace into a gzipped JSON file for
-    TensorBoard, which a timer never reads, and writes both out: where this JAX keeps its
-    session as it did through 0.12, the session is stopped here instead and its XSpace
-    kept in memory (Tokamax's ragged_dot on the lent TPU v5e: the stops of a first sweep
-    took 43.7 s instead of 49.2 s, the sweep 82.9 s instead of 89.5 s). Elsewhere
-    ``stop_trace`` runs and the trace is read from ``where``."""
+    TensorBoard, which a timer never reads, and writes both out. Where this JAX keeps its
+    session as 0.10 (``_profile_state.profile_session``) and 0.12
+    (``_profile_state.session._raw_session``) do, the session is stopped here instead, as
+    JAX's own ``stop_and_get_fdo_profile`` does, and its XSpace kept in memory (Tokamax's
+    ragged_dot on the lent TPU v5e: the stops of a first sweep took 43.7 s instead of
+    49.2 s, the sweep 82.9 s instead of 89.5 s). Elsewhere ``stop_trace`` runs and the
+    trace is read from ``where``."""
     from jax._src import profiler as jax_profiler
 
     state = getattr(jax_profiler, "_profile_state", None)
-    session = getattr(state, "profile_session", None)
-    stop = getattr(session, "stop", None)
     clear = getattr(jax_profiler, "clear_metadata", None)
-    if state is None or clear is None or not callable(stop):
-        jax.profiler.stop_trace()
-        return where
-    with state.lock:
-        try:
-            return bytes(stop())
-        finally:
-            state.reset()
-            clear()
+    lock = getattr(state, "lock", None)
+    if state is not None and lock is not None and clear is not None:
+        with lock:
+            wrapper = getattr(state, "session", None)
+            raw = (
+                getattr(wrapper, "_raw_session", None)
+                if wrapper is not None
+                else getattr(state, "profile_session", None)
+            )
+            stop = getattr(raw, "stop", None)
+            if callable(stop):
+                try:
+                    return bytes(stop())
+                finally:
+                    if wrapper is not None:
+                        wrapper._is_running = False
+                        wrapper._raw_session = None
+                    state.reset()
+                    clear()
+    jax.profiler.stop_trace()
+    return where
 
 
 def _executions(trace: bytes | pathlib.Path) -> list[tuple[str, float, float]]:
@@ -570,6 +582,8 @@ def _executions(trace: bytes | pathlib.Path) -> list[tuple[str, float, float]]:
         RuntimeError: no trace is there.
     """
     if isinstance(trace, bytes):
+        if not trace:
+            raise RuntimeError("jax.profiler returned an empty trace")
         return _walk(_xplane.parse(trace))
     try:
         space = _xplane.load(trace)
