@@ -385,9 +385,15 @@ FIXED_MEMOS = {
     "jaxtune._core.typed._writer",
     "jaxtune._core.typed._reader",
     "jaxtune._tuning.sweep.intervals.rank",
+    "jaxtune._tuning.sweep.heap._libc",
 }
-#: No state to reset: one decode's depth, per thread; ids unique for the process's life.
-NO_STATE = {"jaxtune._core.codec._DEPTH", "jaxtune._tuning.result._IDS"}
+#: No state to reset: one decode's depth, per thread; ids unique for the process's life; a
+#: thread's warm heap, given back when the thread ends.
+NO_STATE = {
+    "jaxtune._core.codec._DEPTH",
+    "jaxtune._tuning.result._IDS",
+    "jaxtune._tuning.sweep.heap._local",
+}
 #: Still to become parts of the tuning state, in modules of the sweep another change is
 #: editing: the compilation cache jaxtune enabled (a cell its enable and restore share).
 NOT_YET: set[str] = set()

@@ -17,7 +17,8 @@ of the parent's):
   and processes lowering side by side, ``lowering_pool``, each running ``lowering_worker``),
   ``first_run``
   (checked by ``check``), ``first_pass``, interleaved ``rounds``, each config's calls timed
-  by ``measure`` under ``timers`` (a device timer's calls ``in_flight``), the vjp pass (``backward``);
+  by ``measure`` under ``timers`` (a device timer's calls ``in_flight``, and the ``heap``
+  its first trace's stop needs), the vjp pass (``backward``);
 - **both sides** (:data:`BOTH`): rules and values both read: the search strategies
   (``search``), the decision rule (``stats``, its intervals in ``intervals``), a sweep's
   options and samples (``samples``), its inputs and their summaries (``inputs``), where its
@@ -48,6 +49,7 @@ KERNEL_SIDE = (
     "measure",
     "timers",
     "in_flight",
+    "heap",
     "backward",
 )
 #: Modules both sides read.
