@@ -4,7 +4,7 @@
 # Parts: canary (batch_canary.sh), headroom (batch_headroom.sh), values (batch_values.sh),
 # probe (probe_topology.py), capture (probe_capture.py), sweepcapture
 # (probe_sweep_capture.py), lowerstart (probe_lowering_start.py), childstart
-# (probe_child_start.py), premapped (probe_premapped.py), pace|ragged|flash|gmm|tier
+# (probe_child_start.py), premapped (probe_premapped.py), heap (probe_heap.py), pace|ragged|flash|gmm|tier
 # (batch_pace.sh), tier1|tier2|tier3 (batch_tier.sh N: one module of tests/tpu), tierdiag
 # (batch_tier.sh diag: the two-jit flash pick against its truth, twice), kernels|
 # kernelsbuild|kernelsbench (batch_kernels.sh: issue 60's packaged
@@ -32,6 +32,7 @@ for spec in "$@"; do
     lowerstart) script="python3 tools/tpu/probe_lowering_start.py" ;;
     childstart) script="python3 tools/tpu/probe_child_start.py" ;;
     premapped) script="python3 tools/tpu/probe_premapped.py" ;;
+    heap) script="python3 tools/tpu/probe_heap.py" ;;
     tier1|tier2|tier3|tierdiag) script="tools/tpu/batch_tier.sh ${part#tier}" ;;
     kernels) script="tools/tpu/batch_kernels.sh all" ;;
     kernelsbuild) script="tools/tpu/batch_kernels.sh build" ;;
