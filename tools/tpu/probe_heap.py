@@ -32,8 +32,14 @@ libc.free.argtypes = [ctypes.c_void_p]
 libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_int, ctypes.c_long]
+libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
 PAGE = 4096
 MADV_POPULATE_WRITE = 23
 
@@ -60,6 +66,7 @@ def way_write(block: int, top_pad: int = 0):
         at = time.perf_counter()
         out = blocks(block, True)
         return time.perf_counter() - at, out, block, ""
+
     return run
 
 
@@ -81,13 +88,21 @@ def way_advise(call: str):
         out = blocks(16384, False)
         refused = []
         for lo, hi in runs(out, 16384):
-            rc = libc.madvise(lo, hi - lo, MADV_POPULATE_WRITE) if call == "madvise" else \
-                libc.mlock(lo, hi - lo)
+            rc = (
+                libc.madvise(lo, hi - lo, MADV_POPULATE_WRITE)
+                if call == "madvise"
+                else libc.mlock(lo, hi - lo)
+            )
             if rc != 0:
                 refused.append(ctypes.get_errno())
-        note = f"{call} refused {len(refused)} of {len(runs(out, 16384))} runs, errno " \
-            f"{sorted(set(refused))}" if refused else f"{len(runs(out, 16384))} runs"
+        note = (
+            f"{call} refused {len(refused)} of {len(runs(out, 16384))} runs, errno "
+            f"{sorted(set(refused))}"
+            if refused
+            else f"{len(runs(out, 16384))} runs"
+        )
         return time.perf_counter() - at, out, 16384, note
+
     return run
 
 
@@ -100,6 +115,7 @@ def way_mmap(populate: bool):
         if not populate:
             ctypes.memset(base, 0, size)
         return time.perf_counter() - at, [base], size, ""
+
     return run
 
 
@@ -126,17 +142,19 @@ def in_threads() -> None:
         def body(way=way, result=result):
             try:
                 seconds, out, size, note = way()
-                result.update(grow_s=round(seconds, 3), again_s=round(rewrite(out, size), 3),
-                              note=note)
-            except Exception as e:  # noqa: BLE001 - a probe: say what failed, go on
+                result.update(
+                    grow_s=round(seconds, 3), again_s=round(rewrite(out, size), 3), note=note
+                )
+            except Exception as e:  # a probe: say what failed, go on
                 result.update(error=repr(e))
             keep.wait()
 
         threading.Thread(target=body, daemon=True).start()
         while not result:
             time.sleep(0.05)
-        print(json.dumps({"way": name, "where": "thread, JAX open", "mib": MIB, **result}),
-              flush=True)
+        print(
+            json.dumps({"way": name, "where": "thread, JAX open", "mib": MIB, **result}), flush=True
+        )
 
 
 def committed(with_jax: bool) -> None:
@@ -147,8 +165,17 @@ def committed(with_jax: bool) -> None:
     from jaxtune._tuning.sweep import heap
 
     seconds = heap.warm(MIB)
-    print(json.dumps({"way": "heap.warm", "where": "main thread" + (", JAX open" if with_jax
-                      else ""), "mib": MIB, "grow_s": round(seconds, 3)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "way": "heap.warm",
+                "where": "main thread" + (", JAX open" if with_jax else ""),
+                "mib": MIB,
+                "grow_s": round(seconds, 3),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
