@@ -122,6 +122,7 @@ def way_mmap(populate: bool):
 WAYS = {
     "write_16k": way_write(16384),
     "write_64k": way_write(65536),
+    "write_120k": way_write(120 * 1024),
     "write_16k_top_pad_64m": way_write(16384, 64 << 20),
     "madvise_populate_16k": way_advise("madvise"),
     "mlock_16k": way_advise("mlock"),
