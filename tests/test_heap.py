@@ -85,57 +85,160 @@ def test_the_profiler_timer_warms_nothing_off_a_tpu(monkeypatch):
     assert warmed == [32 * heap.MIB_PER_PROGRAM]
 
 
+class _Recording:
+    """glibc's malloc and free, with the size of each block asked for noted."""
+
+    def __init__(self, libc, fail: bool = False) -> None:
+        self.libc, self.fail, self.sizes = libc, fail, []
+
+    def malloc(self, size):
+        self.sizes.append(size)
+        return None if self.fail else self.libc.malloc(size)
+
+    def free(self, block):
+        self.libc.free(block)
+
+    def asked(self):
+        """The sizes asked for, in order, each once."""
+        return list(dict.fromkeys(self.sizes))
+
+
+def _mallinfo(field: str) -> int:
+    """A field of glibc's ``mallinfo2``: ``uordblks``, the bytes malloc has handed out and
+    not had back; ``fordblks``, the free bytes its arenas hold."""
+    info = heap._libc().mallinfo2
+    names = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+             "uordblks", "fordblks", "keepcost")  # fmt: skip
+
+    class Info(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in names]
+
+    info.restype = Info
+    return getattr(info(), field)
+
+
 def test_a_warm_grows_in_the_largest_blocks_the_arena_takes(monkeypatch):
     if heap._libc() is None:
         return
-    sizes = []
-    grow = heap._grow
-    monkeypatch.setattr(heap, "_grow", lambda *a: sizes.append(a[2]) or grow(*a))
+    recording = _Recording(heap._libc())
+    monkeypatch.setattr(heap, "_libc", lambda: recording)
     assert _in_a_thread(lambda: heap.warm(32)) > 0.0
-    assert sizes == [64 * 1024]  # glibc's default mmap threshold is 128 KiB
+    assert recording.asked() == [120 * 1024]  # glibc's default mmap threshold is 128 KiB
+
+
+def test_a_warm_that_gets_no_memory_keeps_nothing_and_says_so(monkeypatch):
+    if heap._libc() is None:
+        return
+    recording = _Recording(heap._libc(), fail=True)
+    monkeypatch.setattr(heap, "_libc", lambda: recording)
+    assert _in_a_thread(lambda: (heap.warm(32), getattr(heap._local, "warmth", None))) == (
+        0.0,
+        None,
+    )
+    assert recording.sizes == [120 * 1024]
+
+
+def test_an_interrupted_warm_gives_back_what_it_grew(monkeypatch):
+    if heap._libc() is None:
+        return
+    memset, calls = ctypes.memset, []
+
+    def interrupted(block, value, size):
+        calls.append(size)
+        if len(calls) == 200:  # 23 MiB in
+            raise KeyboardInterrupt
+        return memset(block, value, size)
+
+    monkeypatch.setattr(heap.ctypes, "memset", interrupted)
+
+    def run():
+        before = _mallinfo("uordblks")
+        try:
+            heap.warm(64)
+        except KeyboardInterrupt:
+            return _mallinfo("uordblks") - before, getattr(heap._local, "warmth", None)
+        raise AssertionError("the interrupt went nowhere")
+
+    grown, warmth = _in_a_thread(run)
+    monkeypatch.undo()
+    assert len(calls) == 200 and warmth is None
+    assert abs(grown) < 1024 * 1024, grown
 
 
 _UNDER_A_LOWER_THRESHOLD = """
-import sys, threading
+import sys
 sys.path[:0] = [{tests!r}, {root!r}]
-from test_heap import _allocate_and_write, _in_a_thread
+from test_heap import _Recording, _allocate_and_write, _in_a_thread
 from jaxtune._tuning.sweep import heap
 
-sizes = []
-grow = heap._grow
-def noted(libc, mib, size):
-    got = grow(libc, mib, size)
-    sizes.append((size, got is not None))
-    return got
-heap._grow = noted
+recording = _Recording(heap._libc())
+heap._libc = lambda: recording
 cold = _in_a_thread(lambda: _allocate_and_write(48))
 def warmed():
+    recording.sizes.clear()
     assert heap.warm(64) > 0.0
-    return _allocate_and_write(48)
-warm = _in_a_thread(warmed)
-print(sizes == [(65536, False), (16384, True)], cold, warm)
+    asked = recording.asked()
+    return asked, _allocate_and_write(48)
+asked, warm = _in_a_thread(warmed)
+print(asked == [122880, 65536, 16384], cold, warm)
 """
 
 
 @pytest.mark.child
-def test_a_warm_under_a_lowered_mmap_threshold_takes_smaller_blocks(tmp_path):
+def test_a_warm_under_a_lowered_mmap_threshold_goes_on_in_smaller_blocks():
     """Blocks glibc maps on their own warm nothing: under ``MALLOC_MMAP_THRESHOLD_`` of
-    32 KiB, 64 KiB blocks are given back as soon as one is mapped, and 16 KiB ones warm."""
+    32 KiB, a 120 KiB or 64 KiB block is given back as soon as one is mapped, and the
+    growth goes on in 16 KiB blocks, which warm."""
     if heap._libc() is None:
         return
-    import pathlib
-
-    tests = pathlib.Path(__file__).parent
-    script = _UNDER_A_LOWER_THRESHOLD.format(tests=str(tests), root=str(tests.parent))
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(32 * 1024)}
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
-    took_smaller, cold, warm = out.stdout.split()
+    out = _run(_UNDER_A_LOWER_THRESHOLD, MALLOC_MMAP_THRESHOLD_=str(32 * 1024))
+    took_smaller, cold, warm = out.split()
     assert took_smaller == "True"
     assert int(cold) > 8000
     assert int(warm) < int(cold) / 4, (warm, cold)
+
+
+_UNDER_AN_ADDRESS_SPACE_LIMIT = """
+import resource, sys
+sys.path[:0] = [{tests!r}, {root!r}]
+from test_heap import _in_a_thread, _mallinfo
+from jaxtune._tuning.sweep import heap
+
+with open("/proc/self/status") as f:
+    size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + 400 * 1024 * 1024, resource.RLIM_INFINITY))
+def warmed():
+    seconds = heap.warm(512)
+    kept = heap._local.warmth.mib if hasattr(heap._local, "warmth") else 0
+    return seconds, kept, _mallinfo("fordblks") // 2**20
+print(*_in_a_thread(warmed))
+"""
+
+
+@pytest.mark.child
+def test_a_warm_keeps_what_it_grew_where_the_address_space_runs_out():
+    """Under ``RLIMIT_AS`` (a sweep child's ``memory_limit``), a thread's arena cannot take
+    another heap, and glibc maps the next blocks on their own: what was grown is kept."""
+    if heap._libc() is None:
+        return
+    seconds, mib, free_mib = _run(_UNDER_AN_ADDRESS_SPACE_LIMIT).split()
+    assert float(seconds) > 0.0 and int(mib) == 512
+    assert int(free_mib) > 128, free_mib  # grown, freed and kept for the thread
+
+
+def _run(script: str, **env: str) -> str:
+    import pathlib
+
+    tests = pathlib.Path(__file__).parent
+    out = subprocess.run(
+        [sys.executable, "-c", script.format(tests=str(tests), root=str(tests.parent))],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def test_nothing_is_warmed_where_another_allocator_is_preloaded(monkeypatch):
@@ -153,6 +256,34 @@ def test_nothing_is_warmed_where_another_allocator_is_preloaded(monkeypatch):
     )
     heap._libc.cache_clear()
     try:
+        assert heap._libc() is None
+        assert _in_a_thread(lambda: heap.warm(8)) == 0.0
+    finally:
+        monkeypatch.undo()
+        heap._libc.cache_clear()
+    assert heap._libc() is not None
+
+
+def test_nothing_is_warmed_without_a_readable_glibc(monkeypatch):
+    """Where glibc's library will not load by name (a static build, a port whose C
+    library is named otherwise), or its memory tagging is on (a block's size word, read
+    through the block's tagged pointer, would fault), nothing is done."""
+    if heap._libc() is None:
+        return
+    real = ctypes.CDLL
+
+    def unnamed(name, *a, **k):
+        if name == "libc.so.6":
+            raise OSError("libc.so.6: cannot open shared object file")
+        return real(name)
+
+    try:
+        monkeypatch.setattr(heap.ctypes, "CDLL", unnamed)
+        heap._libc.cache_clear()
+        assert heap._libc() is None
+        monkeypatch.undo()
+        monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0:glibc.mem.tagging=1")
+        heap._libc.cache_clear()
         assert heap._libc() is None
         assert _in_a_thread(lambda: heap.warm(8)) == 0.0
     finally:
