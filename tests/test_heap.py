@@ -22,6 +22,15 @@ def _faults() -> int:
         return int(f.read().rpartition(")")[2].split()[7])
 
 
+def _without_glibc() -> bool:
+    """Whether glibc's malloc is not this process's (another C library or allocator),
+    where a warm does nothing and says so, which this checks."""
+    if heap._libc() is not None:
+        return False
+    assert heap.warm(8) == 0.0 and getattr(heap._local, "warmth", None) is None
+    return True
+
+
 def _in_a_thread(fn):
     got = []
     thread = threading.Thread(target=lambda: got.append(fn()))
@@ -118,7 +127,7 @@ def _mallinfo(field: str) -> int:
 
 
 def test_a_warm_grows_in_the_largest_blocks_the_arena_takes(monkeypatch):
-    if heap._libc() is None:
+    if _without_glibc():
         return
     recording = _Recording(heap._libc())
     monkeypatch.setattr(heap, "_libc", lambda: recording)
@@ -127,7 +136,7 @@ def test_a_warm_grows_in_the_largest_blocks_the_arena_takes(monkeypatch):
 
 
 def test_a_warm_that_gets_no_memory_keeps_nothing_and_says_so(monkeypatch):
-    if heap._libc() is None:
+    if _without_glibc():
         return
     recording = _Recording(heap._libc(), fail=True)
     monkeypatch.setattr(heap, "_libc", lambda: recording)
@@ -139,7 +148,7 @@ def test_a_warm_that_gets_no_memory_keeps_nothing_and_says_so(monkeypatch):
 
 
 def test_an_interrupted_warm_gives_back_what_it_grew(monkeypatch):
-    if heap._libc() is None:
+    if _without_glibc():
         return
     memset, calls = ctypes.memset, []
 
@@ -189,7 +198,7 @@ def test_a_warm_under_a_lowered_mmap_threshold_goes_on_in_smaller_blocks():
     """Blocks glibc maps on their own warm nothing: under ``MALLOC_MMAP_THRESHOLD_`` of
     32 KiB, a 120 KiB or 64 KiB block is given back as soon as one is mapped, and the
     growth goes on in 16 KiB blocks, which warm."""
-    if heap._libc() is None:
+    if _without_glibc():
         return
     out = _run(_UNDER_A_LOWER_THRESHOLD, MALLOC_MMAP_THRESHOLD_=str(32 * 1024))
     took_smaller, cold, warm = out.split()
@@ -219,7 +228,7 @@ print(*_in_a_thread(warmed))
 def test_a_warm_keeps_what_it_grew_where_the_address_space_runs_out():
     """Under ``RLIMIT_AS`` (a sweep child's ``memory_limit``), a thread's arena cannot take
     another heap, and glibc maps the next blocks on their own: what was grown is kept."""
-    if heap._libc() is None:
+    if _without_glibc():
         return
     seconds, mib, free_mib = _run(_UNDER_AN_ADDRESS_SPACE_LIMIT).split()
     assert float(seconds) > 0.0 and int(mib) == 512
@@ -244,7 +253,7 @@ def _run(script: str, **env: str) -> str:
 def test_nothing_is_warmed_where_another_allocator_is_preloaded(monkeypatch):
     """Its blocks are not glibc's: their size words cannot be read, and their heap is not
     the one a trace's stop would grow."""
-    if heap._libc() is None:
+    if _without_glibc():
         return
     real = ctypes.CDLL
 
@@ -268,7 +277,7 @@ def test_nothing_is_warmed_without_a_readable_glibc(monkeypatch):
     """Where glibc's library will not load by name (a static build, a port whose C
     library is named otherwise), or its memory tagging is on (a block's size word, read
     through the block's tagged pointer, would fault), nothing is done."""
-    if heap._libc() is None:
+    if _without_glibc():
         return
     real = ctypes.CDLL
 
