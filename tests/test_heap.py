@@ -250,7 +250,21 @@ def _run(script: str, **env: str) -> str:
     return out.stdout
 
 
-def test_nothing_is_warmed_where_another_allocator_is_preloaded(monkeypatch):
+@pytest.fixture
+def libc_again(monkeypatch):
+    """``heap._libc()`` asked again, under the test's patches; after the test, with them
+    undone, asked afresh (glibc again)."""
+
+    def again():
+        heap._libc.cache_clear()
+        return heap._libc()
+
+    yield again
+    monkeypatch.undo()
+    assert again() is not None
+
+
+def test_nothing_is_warmed_where_another_allocator_is_preloaded(monkeypatch, libc_again):
     """Its blocks are not glibc's: their size words cannot be read, and their heap is not
     the one a trace's stop would grow."""
     if _without_glibc():
@@ -263,17 +277,11 @@ def test_nothing_is_warmed_where_another_allocator_is_preloaded(monkeypatch):
     monkeypatch.setattr(
         heap.ctypes, "CDLL", lambda name, *a, **k: Preloaded() if name is None else real(name)
     )
-    heap._libc.cache_clear()
-    try:
-        assert heap._libc() is None
-        assert _in_a_thread(lambda: heap.warm(8)) == 0.0
-    finally:
-        monkeypatch.undo()
-        heap._libc.cache_clear()
-    assert heap._libc() is not None
+    assert libc_again() is None
+    assert _in_a_thread(lambda: heap.warm(8)) == 0.0
 
 
-def test_nothing_is_warmed_without_a_readable_glibc(monkeypatch):
+def test_nothing_is_warmed_without_a_readable_glibc(monkeypatch, libc_again):
     """Where glibc's library will not load by name (a static build, a port whose C
     library is named otherwise), or its memory tagging is on (a block's size word, read
     through the block's tagged pointer, would fault), nothing is done."""
@@ -286,16 +294,9 @@ def test_nothing_is_warmed_without_a_readable_glibc(monkeypatch):
             raise OSError("libc.so.6: cannot open shared object file")
         return real(name)
 
-    try:
-        monkeypatch.setattr(heap.ctypes, "CDLL", unnamed)
-        heap._libc.cache_clear()
-        assert heap._libc() is None
-        monkeypatch.undo()
-        monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0:glibc.mem.tagging=1")
-        heap._libc.cache_clear()
-        assert heap._libc() is None
-        assert _in_a_thread(lambda: heap.warm(8)) == 0.0
-    finally:
-        monkeypatch.undo()
-        heap._libc.cache_clear()
-    assert heap._libc() is not None
+    monkeypatch.setattr(heap.ctypes, "CDLL", unnamed)
+    assert libc_again() is None
+    monkeypatch.undo()
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0:glibc.mem.tagging=1")
+    assert libc_again() is None
+    assert _in_a_thread(lambda: heap.warm(8)) == 0.0
